@@ -1,0 +1,59 @@
+//! Runs an engine against a device until the workload completes.
+
+use crate::device::{Device, DeviceError, DeviceStats, Event, TraceSpan};
+use crate::engine::{Engine, EngineError};
+use crate::record::RunRecord;
+use crate::time::Nanos;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+/// Everything one run produced.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub record: RunRecord,
+    pub stats: DeviceStats,
+    pub trace: Vec<TraceSpan>,
+}
+
+/// Drives `engine` on `device` to completion. `progress` is called now and
+/// then with the current device time (for progress bars); it must be cheap.
+pub fn run(engine: &mut Engine, device: &mut dyn Device, progress: &mut dyn FnMut(Nanos)) -> Result<RunOutcome, RunError> {
+    let mut events: Vec<Event> = Vec::new();
+    let mut now: Nanos = 0;
+    // Arrivals at time 0 are timers like any other.
+    engine.handle_timeout(0);
+    let mut steps: u64 = 0;
+    loop {
+        while let Some(cmd) = engine.poll_command()? {
+            device.submit(now, cmd)?;
+        }
+        if engine.is_finished() {
+            break;
+        }
+        let deadline = engine.poll_timeout();
+        events.clear();
+        let t = device.advance(deadline, &mut events)?;
+        now = t;
+        if events.is_empty() {
+            engine.handle_timeout(t);
+        } else {
+            for ev in events.drain(..) {
+                engine.handle_event(t, ev)?;
+            }
+            if deadline.is_some_and(|d| d <= t) {
+                engine.handle_timeout(t);
+            }
+        }
+        steps += 1;
+        if steps % 4096 == 0 {
+            progress(now);
+        }
+    }
+    Ok(RunOutcome { record: engine.record(), stats: device.stats(), trace: device.take_trace() })
+}

@@ -1,0 +1,77 @@
+//! Dynamic Spatial Sharing (Tanasic 3.4, Algorithm 1). Each active kernel has
+//! a token budget (its weight's share of the SMs; equal by default); holding
+//! an SM costs a token. Idle SMs go to the kernel with the most tokens left
+//! (it may go into debt, so no SM idles while someone has work); otherwise an
+//! SM is taken from the kernel with the fewest tokens left and reserved for
+//! the richest, until the counts differ by at most one.
+
+use crate::device::Mechanism;
+use crate::ids::{KernelId, SmId};
+use crate::policy::{Decision, Policy, SchedView, SmState};
+
+#[derive(Debug)]
+pub struct Dss {
+    pub mechanism: Mechanism,
+}
+
+impl Policy for Dss {
+    fn name(&self) -> String {
+        format!("dss-{}", self.mechanism.short())
+    }
+
+    fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
+        if view.kernels.is_empty() {
+            return;
+        }
+        let total_weight: f64 = view.kernels.iter().map(|k| k.weight.max(0.0)).sum();
+        let n = view.device.num_sms as f64;
+        // Tokens left per kernel; a committed SM (running or on its way) costs one.
+        let mut count: Vec<f64> = view
+            .kernels
+            .iter()
+            .map(|k| {
+                let share = if total_weight > 0.0 { k.weight.max(0.0) / total_weight } else { 1.0 / view.kernels.len() as f64 };
+                n * share - k.sms_committed() as f64
+            })
+            .collect();
+        let mut want: Vec<u32> = view.kernels.iter().map(|k| k.useful_sms().saturating_sub(k.sms_committed())).collect();
+        let mut running: Vec<Vec<SmId>> = view.kernels.iter().map(|k| view.running_sms(k.id).collect()).collect();
+        let mut idle: Vec<SmId> = view.idle_sms().collect();
+        idle.reverse();
+        let index = |id: KernelId| view.kernels.iter().position(|k| k.id == id);
+        let _ = index;
+        loop {
+            // Richest kernel that still wants SMs (earliest arrival on ties).
+            let Some(kmax) = (0..count.len()).filter(|&i| want[i] > 0).fold(None, |best: Option<usize>, i| match best {
+                Some(b) if count[b] >= count[i] => Some(b),
+                _ => Some(i),
+            }) else {
+                return;
+            };
+            if let Some(sm) = idle.pop() {
+                out.push(Decision::Assign { sm, kernel: view.kernels[kmax].id, slice: None });
+                count[kmax] -= 1.0;
+                want[kmax] -= 1;
+                continue;
+            }
+            // Poorest kernel that has an SM to give back.
+            let Some(kmin) = (0..count.len()).filter(|&i| i != kmax && !running[i].is_empty()).fold(None, |best: Option<usize>, i| {
+                match best {
+                    Some(b) if count[b] <= count[i] => Some(b),
+                    _ => Some(i),
+                }
+            }) else {
+                return;
+            };
+            if count[kmax] <= count[kmin] + 1.0 {
+                return;
+            }
+            let Some(sm) = running[kmin].pop() else { return };
+            debug_assert!(matches!(view.sms[sm.0 as usize], SmState::Running { .. }));
+            out.push(Decision::Preempt { sm, mechanism: self.mechanism, next: Some(view.kernels[kmax].id) });
+            count[kmin] += 1.0;
+            count[kmax] -= 1.0;
+            want[kmax] -= 1;
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! Non-preemptive priority queues (Tanasic 4.2, NPQ): free SMs go to the
+//! highest-priority kernel that wants them; a running kernel is never stopped.
+
+use super::order::{by_priority, fill_idle_in_order};
+use crate::policy::{Decision, Policy, SchedView};
+
+#[derive(Debug, Default)]
+pub struct Npq;
+
+impl Policy for Npq {
+    fn name(&self) -> String {
+        "npq".into()
+    }
+
+    fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
+        let order = by_priority(view);
+        fill_idle_in_order(view, order.iter().filter_map(|&id| view.kernel(id)), out);
+    }
+}

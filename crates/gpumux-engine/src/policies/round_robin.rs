@@ -1,0 +1,60 @@
+//! Round-robin time slices per process (Share-a-GPU, Garg et al. Algorithms
+//! 1-2). The GPU belongs to one process at a time; its kernel runs a slice of
+//! blocks sized to last about one quantum (a micro-kernel) and then yields at
+//! the block boundary, and the next process with work takes the GPU. No
+//! preemption is needed: slices end by themselves.
+
+use crate::ids::ProcessId;
+use crate::policy::{ActiveKernel, Decision, Policy, SchedView};
+use crate::time::Nanos;
+
+#[derive(Debug)]
+pub struct RoundRobin {
+    pub quantum_ns: Nanos,
+    last: Option<ProcessId>,
+}
+
+impl RoundRobin {
+    pub fn new(quantum_ns: Nanos) -> Self {
+        RoundRobin { quantum_ns: quantum_ns.max(1), last: None }
+    }
+
+    /// Blocks that fill the whole GPU for about one quantum: full waves of
+    /// resident blocks, as many waves as fit in the quantum (at least one).
+    pub fn slice_blocks(&self, k: &ActiveKernel, num_sms: u16) -> u64 {
+        let waves = (self.quantum_ns / k.desc.block_time_ns.max(1)).max(1);
+        waves * k.blocks_per_sm as u64 * num_sms as u64
+    }
+}
+
+impl Policy for RoundRobin {
+    fn name(&self) -> String {
+        format!("rr-{}us", self.quantum_ns / 1000)
+    }
+
+    fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
+        // A slice is in progress while any kernel still runs on an SM it was granted.
+        if view.kernels.iter().any(|k| !k.running.is_empty() || k.incoming > 0) {
+            return;
+        }
+        let ready: Vec<&ActiveKernel> = view.kernels.iter().filter(|k| k.issuable_blocks() > 0 && k.live_launch.is_none()).collect();
+        if ready.is_empty() {
+            return;
+        }
+        // Next process after the last one served, in process order, wrapping.
+        let after = self.last.map_or(0, |p| p.0 + 1);
+        let Some(k) = ready
+            .iter()
+            .min_by_key(|k| (k.process.0.wrapping_sub(after) % u32::MAX, k.arrival))
+            .copied()
+        else {
+            return;
+        };
+        let slice = self.slice_blocks(k, view.device.num_sms);
+        let useful = slice.min(k.issuable_blocks()).div_ceil(k.blocks_per_sm.max(1) as u64);
+        for sm in view.idle_sms().take(useful as usize) {
+            out.push(Decision::Assign { sm, kernel: k.id, slice: Some(slice) });
+        }
+        self.last = Some(k.process);
+    }
+}

@@ -1,0 +1,161 @@
+//! A set of SMs of one device, as a fixed-size bit set.
+//!
+//! Policies shuffle SM sets on every scheduling decision, so the set is `Copy`
+//! and allocation-free. 256 SMs covers every GPU to date (H100/H200 have 132).
+
+use crate::ids::SmId;
+use serde::{Deserialize, Serialize};
+
+/// Most SMs one device may have.
+pub const MAX_SMS: usize = 256;
+const WORDS: usize = MAX_SMS / 64;
+
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SmSet {
+    bits: [u64; WORDS],
+}
+
+impl SmSet {
+    pub const EMPTY: SmSet = SmSet { bits: [0; WORDS] };
+
+    pub fn single(sm: SmId) -> Self {
+        let mut s = Self::EMPTY;
+        s.insert(sm);
+        s
+    }
+
+    /// SMs `start..end` (end exclusive). Panics if `end > MAX_SMS`: device
+    /// presets are checked against `MAX_SMS` when they are built.
+    pub fn range(start: u16, end: u16) -> Self {
+        let mut s = Self::EMPTY;
+        for i in start..end {
+            s.insert(SmId(i));
+        }
+        s
+    }
+
+    pub fn insert(&mut self, sm: SmId) {
+        let i = sm.0 as usize;
+        self.bits[i / 64] |= 1 << (i % 64);
+    }
+
+    pub fn remove(&mut self, sm: SmId) {
+        let i = sm.0 as usize;
+        self.bits[i / 64] &= !(1 << (i % 64));
+    }
+
+    pub fn contains(&self, sm: SmId) -> bool {
+        let i = sm.0 as usize;
+        i < MAX_SMS && self.bits[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    pub fn len(&self) -> u32 {
+        self.bits.iter().map(|w| w.count_ones()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bits.iter().all(|&w| w == 0)
+    }
+
+    pub fn union(&self, other: &SmSet) -> SmSet {
+        let mut s = *self;
+        for (a, b) in s.bits.iter_mut().zip(other.bits.iter()) {
+            *a |= *b;
+        }
+        s
+    }
+
+    pub fn intersection(&self, other: &SmSet) -> SmSet {
+        let mut s = *self;
+        for (a, b) in s.bits.iter_mut().zip(other.bits.iter()) {
+            *a &= *b;
+        }
+        s
+    }
+
+    pub fn difference(&self, other: &SmSet) -> SmSet {
+        let mut s = *self;
+        for (a, b) in s.bits.iter_mut().zip(other.bits.iter()) {
+            *a &= !*b;
+        }
+        s
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = SmId> + '_ {
+        self.bits.iter().enumerate().flat_map(|(w, &word)| {
+            let mut word = word;
+            std::iter::from_fn(move || {
+                if word == 0 {
+                    return None;
+                }
+                let b = word.trailing_zeros();
+                word &= word - 1;
+                Some(SmId((w * 64 + b as usize) as u16))
+            })
+        })
+    }
+
+    pub fn first(&self) -> Option<SmId> {
+        self.iter().next()
+    }
+}
+
+impl FromIterator<SmId> for SmSet {
+    fn from_iter<I: IntoIterator<Item = SmId>>(iter: I) -> Self {
+        let mut s = SmSet::EMPTY;
+        for sm in iter {
+            s.insert(sm);
+        }
+        s
+    }
+}
+
+impl std::fmt::Debug for SmSet {
+    /// Prints runs, e.g. `{0-3,8,10-11}`, which is how people read SM partitions.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{{")?;
+        let mut first = true;
+        let mut it = self.iter().peekable();
+        while let Some(start) = it.next() {
+            let mut end = start;
+            while let Some(&n) = it.peek() {
+                if n.0 == end.0 + 1 {
+                    end = n;
+                    it.next();
+                } else {
+                    break;
+                }
+            }
+            if !first {
+                write!(f, ",")?;
+            }
+            first = false;
+            if start == end {
+                write!(f, "{}", start.0)?;
+            } else {
+                write!(f, "{}-{}", start.0, end.0)?;
+            }
+        }
+        write!(f, "}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_operations() {
+        let a = SmSet::range(0, 4);
+        let b = SmSet::range(2, 70);
+        assert_eq!(a.len(), 4);
+        assert_eq!(b.len(), 68);
+        assert_eq!(a.intersection(&b), SmSet::range(2, 4));
+        assert_eq!(a.union(&b), SmSet::range(0, 70));
+        assert_eq!(b.difference(&a), SmSet::range(4, 70));
+        assert!(b.contains(SmId(69)) && !b.contains(SmId(70)));
+        assert_eq!(format!("{:?}", a.union(&SmSet::single(SmId(9)))), "{0-3,9}");
+        let ids: Vec<u16> = SmSet::range(62, 66).iter().map(|s| s.0).collect();
+        assert_eq!(ids, vec![62, 63, 64, 65]);
+    }
+}

@@ -1,0 +1,585 @@
+//! The simulated GPU: an event-driven model in nanosecond virtual time.
+//!
+//! Per SM it tracks resident blocks against thread, block, register and
+//! shared-memory capacity. Each SM has at most one *owner* launch that issues
+//! new blocks to it; blocks of earlier owners may still be resident (leftover
+//! execution). Preemption is per SM, by context switch, draining or flushing
+//! (Tanasic 3.2). Memory bandwidth is shared: a block's memory-bound fraction
+//! stretches when the summed demand of resident blocks exceeds the device's
+//! bandwidth. Two copy engines (H2D, D2H) move data over PCIe, FIFO.
+
+use crate::timing::{block_time, mem_demand_per_block, stretch};
+use gpumux_engine::device::{
+    Command, CopyDirection, Device, DeviceError, DeviceStats, Event, Mechanism, ReleaseCause, SavedBlock, TraceSpan,
+};
+use gpumux_engine::ids::{CopyId, KernelId, LaunchId, ProcessId, SmId};
+use gpumux_engine::kernel::{DeviceInfo, KernelDesc};
+use gpumux_engine::ranges::BlockRanges;
+use gpumux_engine::smset::SmSet;
+use gpumux_engine::time::Nanos;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum SimEvent {
+    /// A resident block finished; `token` identifies it (stale if it was
+    /// preempted meanwhile).
+    BlockDone { sm: u16, token: u64 },
+    /// A context save on an SM finished.
+    SaveDone { sm: u16, launch: LaunchId },
+    CopyDone { engine: u8 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Resident {
+    token: u64,
+    launch: LaunchId,
+    index: u64,
+    end: Nanos,
+}
+
+#[derive(Default)]
+struct SmModel {
+    threads: u32,
+    blocks: u32,
+    regs: u64,
+    smem: u64,
+    resident: Vec<Resident>,
+    owner: Option<LaunchId>,
+    owner_since: Nanos,
+    busy_since: Option<Nanos>,
+    /// Saves in progress on this SM (the SM issues nothing while saving).
+    saving: u32,
+}
+
+struct Launch {
+    kernel: KernelId,
+    process: ProcessId,
+    desc: Arc<KernelDesc>,
+    time_key: u64,
+    blocks: BlockRanges,
+    restore: VecDeque<SavedBlock>,
+    /// SMs it issues to.
+    sms: SmSet,
+    /// SMs it is being retreated from (draining or saving).
+    leaving: SmSet,
+    saved: Vec<SavedBlock>,
+    resident: u64,
+    completed: u64,
+    exhausted: bool,
+    bps: u32,
+    demand: f64,
+    context_bytes: u64,
+}
+
+struct CopyEngine {
+    queue: VecDeque<(CopyId, ProcessId, u64)>,
+    busy_until: Option<Nanos>,
+    current: Option<(CopyId, ProcessId, Nanos)>,
+}
+
+/// A simulated GPU. Deterministic: the same commands at the same times with
+/// the same seed give the same events.
+pub struct SimGpu {
+    info: DeviceInfo,
+    seed: u64,
+    now: Nanos,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(Nanos, u64, SimEvent)>>,
+    sms: Vec<SmModel>,
+    launches: HashMap<LaunchId, Launch>,
+    copies: [CopyEngine; 2],
+    out: Vec<Event>,
+    next_token: u64,
+    mem_demand: f64,
+    stats: DeviceStats,
+    trace: Option<Vec<TraceSpan>>,
+    audit: Option<Audit>,
+}
+
+/// Every block issue and completion, for tests that check no block is lost
+/// or run twice and that resumed kernels continue where they stopped.
+#[derive(Clone, Debug, Default)]
+pub struct Audit {
+    /// (kernel, block index, restored from a saved context)
+    pub issued: Vec<(KernelId, u64, bool)>,
+    pub completed: Vec<(KernelId, u64)>,
+}
+
+impl SimGpu {
+    pub fn new(info: DeviceInfo, seed: u64) -> Self {
+        let n = info.num_sms as usize;
+        let engine = || CopyEngine { queue: VecDeque::new(), busy_until: None, current: None };
+        SimGpu {
+            info,
+            seed,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            sms: (0..n).map(|_| SmModel::default()).collect(),
+            launches: HashMap::new(),
+            copies: [engine(), engine()],
+            out: Vec::new(),
+            next_token: 0,
+            mem_demand: 0.0,
+            stats: DeviceStats::default(),
+            trace: None,
+            audit: None,
+        }
+    }
+
+    /// Starts recording every block issue and completion (tests).
+    pub fn enable_audit(&mut self) {
+        self.audit = Some(Audit::default());
+    }
+
+    pub fn audit(&self) -> Option<&Audit> {
+        self.audit.as_ref()
+    }
+
+    /// Checks that no SM holds more than its capacity and that the
+    /// bookkeeping agrees with the resident blocks (tests call it after every step).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (i, s) in self.sms.iter().enumerate() {
+            let lim = &self.info.sm;
+            if s.threads > lim.max_threads || s.blocks > lim.max_blocks || s.regs > lim.registers as u64 || s.smem > lim.smem_bytes as u64 {
+                return Err(format!("SM {i} over capacity: {} threads, {} blocks, {} regs, {} B smem", s.threads, s.blocks, s.regs, s.smem));
+            }
+            if s.blocks as usize != s.resident.len() {
+                return Err(format!("SM {i} counts {} blocks but holds {}", s.blocks, s.resident.len()));
+            }
+            for r in &s.resident {
+                let Some(l) = self.launches.get(&r.launch) else {
+                    return Err(format!("SM {i} holds a block of ended launch {}", r.launch));
+                };
+                let mine = s.resident.iter().filter(|x| x.launch == r.launch).count() as u32;
+                if mine > l.bps {
+                    return Err(format!("SM {i} holds {mine} blocks of launch {}, occupancy allows {}", r.launch, l.bps));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn schedule(&mut self, at: Nanos, ev: SimEvent) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, ev)));
+    }
+
+    fn sm_ok(&self, sm: SmId) -> Result<usize, DeviceError> {
+        let i = sm.0 as usize;
+        if i < self.sms.len() {
+            Ok(i)
+        } else {
+            Err(DeviceError::Protocol(format!("SM {sm} does not exist on {} ({} SMs)", self.info.name, self.sms.len())))
+        }
+    }
+
+    fn span(&mut self, lane: u32, name: String, category: &str, start: Nanos, end: Nanos, process: Option<ProcessId>) {
+        if let Some(t) = self.trace.as_mut() {
+            if end > start {
+                t.push(TraceSpan { lane, name, category: category.into(), start_ns: start, end_ns: end, process });
+            }
+        }
+    }
+
+    fn set_owner(&mut self, sm: usize, owner: Option<LaunchId>) {
+        let old = self.sms[sm].owner;
+        if old == owner {
+            return;
+        }
+        if let Some(l) = old {
+            if self.trace.is_some() {
+                let (name, proc_) = self.launches.get(&l).map_or((String::from("?"), None), |x| (x.desc.name.clone(), Some(x.process)));
+                let since = self.sms[sm].owner_since;
+                self.span(sm as u32, name, "kernel", since, self.now, proc_);
+            }
+        }
+        self.sms[sm].owner = owner;
+        self.sms[sm].owner_since = self.now;
+    }
+
+    // ------------------------------------------------------------ block issue
+
+    /// Whether one more block of `l` fits on SM `sm` now.
+    fn fits(&self, sm: usize, lid: LaunchId, l: &Launch) -> bool {
+        let s = &self.sms[sm];
+        let d = &l.desc;
+        let mine = s.resident.iter().filter(|r| r.launch == lid).count() as u32;
+        s.saving == 0
+            && mine < l.bps
+            && s.blocks < self.info.sm.max_blocks
+            && s.threads + d.threads_per_block <= self.info.sm.max_threads
+            && s.regs + d.regs_per_block() <= self.info.sm.registers as u64
+            && s.smem + d.smem_per_block as u64 <= self.info.sm.smem_bytes as u64
+    }
+
+    /// Issues blocks of the SM's owner until it is full or the owner has none left.
+    fn fill_sm(&mut self, sm: usize) {
+        let Some(lid) = self.sms[sm].owner else { return };
+        loop {
+            let Some(l) = self.launches.get(&lid) else { return };
+            if l.blocks.is_empty() && l.restore.is_empty() {
+                break;
+            }
+            if !self.fits(sm, lid, l) {
+                return;
+            }
+            let l = self.launches.get_mut(&lid).expect("checked above");
+            // Preempted blocks first, keeping their number small (Tanasic 3.3, PTBQ).
+            let restored = !l.restore.is_empty();
+            let (index, work) = if let Some(sb) = l.restore.pop_front() {
+                let restore_ns = (l.context_bytes as f64 / (self.info.mem_bandwidth / self.info.num_sms as f64) * 1e9) as Nanos;
+                self.stats.sm_switch_ns += restore_ns as u128;
+                (sb.index, restore_ns + sb.remaining_ns)
+            } else {
+                let Some(b) = l.blocks.pop_first() else { break };
+                (b, stretch(block_time(&l.desc, self.seed, l.time_key, b), l.desc.mem_intensity, self.mem_demand + l.demand))
+            };
+            l.resident += 1;
+            if let Some(a) = self.audit.as_mut() {
+                a.issued.push((l.kernel, index, restored));
+            }
+            let (d, demand) = (Arc::clone(&l.desc), l.demand);
+            self.mem_demand += demand;
+            let token = self.next_token;
+            self.next_token += 1;
+            let s = &mut self.sms[sm];
+            s.threads += d.threads_per_block;
+            s.blocks += 1;
+            s.regs += d.regs_per_block();
+            s.smem += d.smem_per_block as u64;
+            if s.resident.is_empty() {
+                s.busy_since = Some(self.now);
+            }
+            let end = self.now + work.max(1);
+            s.resident.push(Resident { token, launch: lid, index, end });
+            self.schedule(end, SimEvent::BlockDone { sm: sm as u16, token });
+        }
+        self.check_exhausted(lid);
+    }
+
+    /// A launch with nothing left to issue gives all its SMs back (leftover
+    /// execution: its resident blocks keep running).
+    fn check_exhausted(&mut self, lid: LaunchId) {
+        let Some(l) = self.launches.get_mut(&lid) else { return };
+        if l.exhausted || !l.blocks.is_empty() || !l.restore.is_empty() {
+            return;
+        }
+        l.exhausted = true;
+        let sms = std::mem::take(&mut l.sms);
+        for sm in sms.iter() {
+            self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Exhausted });
+            if self.sms[sm.0 as usize].owner == Some(lid) {
+                self.set_owner(sm.0 as usize, None);
+            }
+        }
+        self.check_ended(lid);
+    }
+
+    /// Ends a launch that holds nothing on the device any more.
+    fn check_ended(&mut self, lid: LaunchId) {
+        let Some(l) = self.launches.get(&lid) else { return };
+        if !l.sms.is_empty() || !l.leaving.is_empty() || l.resident > 0 {
+            return;
+        }
+        let Some(mut l) = self.launches.remove(&lid) else { return };
+        // Unissued saved blocks go back as saved contexts.
+        let mut saved = std::mem::take(&mut l.saved);
+        saved.extend(l.restore.drain(..));
+        self.out.push(Event::LaunchEnded { launch: lid, remaining: std::mem::take(&mut l.blocks), saved, completed: l.completed });
+    }
+
+    /// Removes a resident block from its SM's accounting.
+    fn evict(&mut self, sm: usize, pos: usize) -> Resident {
+        let r = self.sms[sm].resident.swap_remove(pos);
+        if let Some(l) = self.launches.get_mut(&r.launch) {
+            l.resident -= 1;
+            self.mem_demand -= l.demand;
+            let d = &l.desc;
+            let s = &mut self.sms[sm];
+            s.threads -= d.threads_per_block;
+            s.blocks -= 1;
+            s.regs -= d.regs_per_block();
+            s.smem -= d.smem_per_block as u64;
+        }
+        if self.mem_demand < 1e-9 {
+            self.mem_demand = 0.0; // keep float drift from accumulating
+        }
+        let s = &mut self.sms[sm];
+        if s.resident.is_empty() {
+            if let Some(since) = s.busy_since.take() {
+                self.stats.sm_busy_ns += (self.now - since) as u128;
+            }
+        }
+        r
+    }
+
+    fn on_block_done(&mut self, sm: usize, token: u64) {
+        let Some(pos) = self.sms[sm].resident.iter().position(|r| r.token == token) else {
+            return; // preempted before it finished
+        };
+        let r = self.evict(sm, pos);
+        self.stats.blocks_completed += 1;
+        if let Some(l) = self.launches.get_mut(&r.launch) {
+            l.completed += 1;
+            if let Some(a) = self.audit.as_mut() {
+                a.completed.push((l.kernel, r.index));
+            }
+            // A drained SM is free once its last block of the launch is done.
+            if l.leaving.contains(SmId(sm as u16)) && !self.sms[sm].resident.iter().any(|x| x.launch == r.launch) && self.sms[sm].saving == 0 {
+                l.leaving.remove(SmId(sm as u16));
+                self.out.push(Event::SmReleased { launch: r.launch, sm: SmId(sm as u16), cause: ReleaseCause::Retreated });
+            }
+        }
+        self.check_ended(r.launch);
+        self.fill_sm(sm);
+    }
+
+    // ---------------------------------------------------------------- retreat
+
+    fn retreat(&mut self, lid: LaunchId, sms: SmSet, mechanism: Mechanism) -> Result<(), DeviceError> {
+        let Some(l) = self.launches.get_mut(&lid) else {
+            return Err(DeviceError::Protocol(format!("retreat of unknown launch {lid}")));
+        };
+        // SMs it no longer holds (released on exhaustion meanwhile) are already free.
+        let sms = sms.intersection(&l.sms);
+        l.sms = l.sms.difference(&sms);
+        let idempotent = l.desc.idempotent;
+        let context_bytes = l.context_bytes;
+        for sm in sms.iter() {
+            let i = sm.0 as usize;
+            if self.sms[i].owner == Some(lid) {
+                self.set_owner(i, None);
+            }
+            let mine: Vec<usize> =
+                self.sms[i].resident.iter().enumerate().filter(|(_, r)| r.launch == lid).map(|(p, _)| p).rev().collect();
+            if mine.is_empty() {
+                self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Retreated });
+                continue;
+            }
+            match mechanism {
+                Mechanism::Drain => {
+                    self.launch_mut(lid).leaving.insert(sm);
+                }
+                Mechanism::Flush if idempotent => {
+                    // Drop the blocks; they run again from the start later.
+                    for p in mine {
+                        let r = self.evict(i, p);
+                        self.stats.blocks_rerun += 1;
+                        self.launch_mut(lid).blocks.insert_block(r.index);
+                    }
+                    self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Retreated });
+                }
+                // A non-idempotent block cannot be dropped: it drains.
+                Mechanism::Flush => {
+                    self.launch_mut(lid).leaving.insert(sm);
+                }
+                Mechanism::ContextSwitch => {
+                    let n = mine.len() as u64;
+                    let save_ns = (n as f64 * context_bytes as f64 / self.info.per_sm_bandwidth() * 1e9).ceil() as Nanos;
+                    for p in mine {
+                        let r = self.evict(i, p);
+                        let remaining_ns = r.end.saturating_sub(self.now);
+                        self.launch_mut(lid).saved.push(SavedBlock { index: r.index, remaining_ns });
+                    }
+                    self.stats.context_saves += n;
+                    self.stats.sm_switch_ns += save_ns as u128;
+                    self.sms[i].saving += 1;
+                    self.launch_mut(lid).leaving.insert(sm);
+                    let until = self.now + save_ns;
+                    self.span(i as u32, "save context".into(), "preempt", self.now, until, None);
+                    self.schedule(until, SimEvent::SaveDone { sm: sm.0, launch: lid });
+                }
+            }
+        }
+        self.check_ended(lid);
+        Ok(())
+    }
+
+    fn launch_mut(&mut self, lid: LaunchId) -> &mut Launch {
+        self.launches.get_mut(&lid).expect("launch checked by caller")
+    }
+
+    fn on_save_done(&mut self, sm: usize, lid: LaunchId) {
+        self.sms[sm].saving -= 1;
+        if let Some(l) = self.launches.get_mut(&lid) {
+            l.leaving.remove(SmId(sm as u16));
+        }
+        self.out.push(Event::SmReleased { launch: lid, sm: SmId(sm as u16), cause: ReleaseCause::Retreated });
+        self.check_ended(lid);
+        self.fill_sm(sm);
+    }
+
+    // ------------------------------------------------------------------ copies
+
+    fn start_copy(&mut self, e: usize) {
+        if self.copies[e].current.is_some() {
+            return;
+        }
+        let Some((id, p, bytes)) = self.copies[e].queue.pop_front() else { return };
+        let ns = self.info.pcie_latency_ns + (bytes as f64 / self.info.pcie_bandwidth * 1e9) as Nanos;
+        self.copies[e].current = Some((id, p, self.now));
+        self.copies[e].busy_until = Some(self.now + ns);
+        self.stats.bytes_copied += bytes;
+        self.schedule(self.now + ns, SimEvent::CopyDone { engine: e as u8 });
+    }
+
+    fn on_copy_done(&mut self, e: usize) {
+        if let Some((id, p, start)) = self.copies[e].current.take() {
+            let lane = self.info.num_sms as u32 + e as u32;
+            let name = if e == 0 { "H2D" } else { "D2H" };
+            self.span(lane, name.into(), "copy", start, self.now, Some(p));
+            self.out.push(Event::CopyDone { copy: id });
+        }
+        self.copies[e].busy_until = None;
+        self.start_copy(e);
+    }
+}
+
+impl Device for SimGpu {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn submit(&mut self, now: Nanos, command: Command) -> Result<(), DeviceError> {
+        if now > self.now {
+            return Err(DeviceError::Protocol(format!("command at {now} ns is ahead of device time {} ns", self.now)));
+        }
+        match command {
+            Command::Launch { launch, kernel, process, priority: _, desc, time_key, blocks, restore, sms } => {
+                if self.launches.contains_key(&launch) {
+                    return Err(DeviceError::Protocol(format!("launch {launch} started twice")));
+                }
+                if sms.is_empty() {
+                    return Err(DeviceError::Protocol(format!("launch {launch} of `{}` has no SMs", desc.name)));
+                }
+                for sm in sms.iter() {
+                    let i = self.sm_ok(sm)?;
+                    if let Some(o) = self.sms[i].owner {
+                        return Err(DeviceError::Protocol(format!("launch {launch} given SM {sm}, still owned by launch {o}")));
+                    }
+                }
+                let bps = self.info.blocks_per_sm(&desc).map_err(|e| DeviceError::Protocol(e.to_string()))?;
+                let demand = mem_demand_per_block(&desc, bps, self.info.num_sms);
+                let context_bytes = desc.context_bytes();
+                self.launches.insert(
+                    launch,
+                    Launch {
+                        kernel,
+                        process,
+                        desc,
+                        time_key,
+                        blocks,
+                        restore: restore.into(),
+                        sms,
+                        leaving: SmSet::EMPTY,
+                        saved: Vec::new(),
+                        resident: 0,
+                        completed: 0,
+                        exhausted: false,
+                        bps,
+                        demand,
+                        context_bytes,
+                    },
+                );
+                for sm in sms.iter() {
+                    self.set_owner(sm.0 as usize, Some(launch));
+                }
+                for sm in sms.iter() {
+                    self.fill_sm(sm.0 as usize);
+                }
+                self.check_exhausted(launch);
+            }
+            Command::Grow { launch, sms } => {
+                let Some(l) = self.launches.get_mut(&launch) else {
+                    return Err(DeviceError::Protocol(format!("grow of unknown launch {launch}")));
+                };
+                if l.exhausted {
+                    // Nothing left to issue: the SMs were never taken, hand them straight back.
+                    for sm in sms.iter() {
+                        self.out.push(Event::SmReleased { launch, sm, cause: ReleaseCause::Exhausted });
+                    }
+                    return Ok(());
+                }
+                l.sms = l.sms.union(&sms);
+                for sm in sms.iter() {
+                    let i = self.sm_ok(sm)?;
+                    if let Some(o) = self.sms[i].owner {
+                        return Err(DeviceError::Protocol(format!("launch {launch} grown onto SM {sm}, owned by launch {o}")));
+                    }
+                    self.set_owner(i, Some(launch));
+                }
+                for sm in sms.iter() {
+                    self.fill_sm(sm.0 as usize);
+                }
+            }
+            Command::Retreat { launch, sms, mechanism } => self.retreat(launch, sms, mechanism)?,
+            Command::Copy { copy, process, direction, bytes } => {
+                let e = match direction {
+                    CopyDirection::HostToDevice => 0,
+                    CopyDirection::DeviceToHost => 1,
+                };
+                self.copies[e].queue.push_back((copy, process, bytes));
+                self.start_copy(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, until: Option<Nanos>, events: &mut Vec<Event>) -> Result<Nanos, DeviceError> {
+        loop {
+            if !self.out.is_empty() {
+                events.append(&mut self.out);
+                return Ok(self.now);
+            }
+            let next = self.queue.peek().map(|Reverse((t, _, _))| *t);
+            match (next, until) {
+                (None, None) => return Err(DeviceError::Stalled { now: self.now }),
+                (None, Some(u)) => {
+                    self.now = self.now.max(u);
+                    return Ok(self.now);
+                }
+                (Some(t), Some(u)) if u < t => {
+                    self.now = self.now.max(u);
+                    return Ok(self.now);
+                }
+                _ => {}
+            }
+            // Process every internal event at the next instant, then report.
+            let Some(Reverse((t, _, _))) = self.queue.peek().copied() else { continue };
+            self.now = t;
+            while let Some(Reverse((t2, _, ev))) = self.queue.peek().copied() {
+                if t2 != t {
+                    break;
+                }
+                self.queue.pop();
+                self.stats.events += 1;
+                match ev {
+                    SimEvent::BlockDone { sm, token } => self.on_block_done(sm as usize, token),
+                    SimEvent::SaveDone { sm, launch } => self.on_save_done(sm as usize, launch),
+                    SimEvent::CopyDone { engine } => self.on_copy_done(engine as usize),
+                }
+            }
+        }
+    }
+
+    fn stats(&self) -> DeviceStats {
+        self.stats.clone()
+    }
+
+    fn enable_trace(&mut self) {
+        self.trace = Some(Vec::new());
+    }
+
+    fn take_trace(&mut self) -> Vec<TraceSpan> {
+        // Close the spans still open.
+        for sm in 0..self.sms.len() {
+            if self.sms[sm].owner.is_some() {
+                self.set_owner(sm, None);
+            }
+        }
+        self.trace.take().unwrap_or_default()
+    }
+}
