@@ -123,7 +123,7 @@ pub enum Decision {
 }
 
 /// A scheduling policy.
-pub trait Policy {
+pub trait Policy: Send {
     /// Name as shown in tables, e.g. `ppq-excl-cs`.
     fn name(&self) -> String;
 

@@ -45,7 +45,7 @@ impl Policy for RoundRobin {
         let after = self.last.map_or(0, |p| p.0 + 1);
         let Some(k) = ready
             .iter()
-            .min_by_key(|k| (k.process.0.wrapping_sub(after) % u32::MAX, k.arrival))
+            .min_by_key(|k| (k.process.0.wrapping_sub(after), k.arrival))
             .copied()
         else {
             return;
