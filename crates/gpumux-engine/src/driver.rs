@@ -29,8 +29,13 @@ pub fn run(engine: &mut Engine, device: &mut dyn Device, progress: &mut dyn FnMu
     // Arrivals at time 0 are timers like any other.
     engine.handle_timeout(0);
     let mut steps: u64 = 0;
+    // Protocol log for debugging a device or policy (`GPUMUX_LOG_PROTOCOL=1`).
+    let log = std::env::var_os("GPUMUX_LOG_PROTOCOL").is_some();
     loop {
         while let Some(cmd) = engine.poll_command()? {
+            if log {
+                eprintln!("{now:>14} -> {cmd:?}");
+            }
             device.submit(now, cmd)?;
         }
         if engine.is_finished() {
@@ -44,6 +49,9 @@ pub fn run(engine: &mut Engine, device: &mut dyn Device, progress: &mut dyn FnMu
             engine.handle_timeout(t);
         } else {
             for ev in events.drain(..) {
+                if log {
+                    eprintln!("{t:>14} <- {ev:?}");
+                }
                 engine.handle_event(t, ev)?;
             }
             if deadline.is_some_and(|d| d <= t) {

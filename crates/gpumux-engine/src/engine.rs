@@ -19,6 +19,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
+/// Scheduling rounds allowed at one instant before the engine calls it a livelock.
+const MAX_POLICY_RUNS_PER_INSTANT: u32 = 100_000;
+
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
@@ -90,6 +93,8 @@ pub struct Engine {
     next_launch: u64,
     next_copy: u64,
     decisions: Vec<Decision>,
+    policy_runs_at: Nanos,
+    policy_runs_here: u32,
     preemptions: Vec<PreemptionSample>,
     kernels_completed: u64,
 }
@@ -161,6 +166,8 @@ impl Engine {
             next_launch: 0,
             next_copy: 0,
             decisions: Vec::new(),
+            policy_runs_at: 0,
+            policy_runs_here: 0,
             preemptions: Vec::new(),
             kernels_completed: 0,
         };
@@ -445,11 +452,9 @@ impl Engine {
                 if let Some(n) = next {
                     if let Some(ni) = self.kernel_index(n) {
                         self.kernels[ni].incoming = self.kernels[ni].incoming.saturating_sub(1);
-                        if self.kernels[ni].issuable_blocks() > 0 {
-                            // Tanasic's SMST `next`: the SM goes straight to the kernel it was reserved for.
-                            self.decisions.push(Decision::Assign { sm, kernel: n, slice: None });
-                            self.apply_decisions()?;
-                        }
+                        // Tanasic's SMST `next` only books the SM while it is being
+                        // freed; once idle, the policy hands it out again with what it
+                        // knows now (the kernel may have finished or fallen behind).
                     }
                 }
             }
@@ -500,6 +505,20 @@ impl Engine {
     // ------------------------------------------------------------------ policy
 
     fn run_policy(&mut self) -> Result<(), EngineError> {
+        // A policy that keeps taking SMs back and forth at one instant would
+        // spin forever without simulated time moving: stop it with an error.
+        if self.now == self.policy_runs_at {
+            self.policy_runs_here += 1;
+            if self.policy_runs_here > MAX_POLICY_RUNS_PER_INSTANT {
+                return Err(self.policy_error(format!(
+                    "livelock: {MAX_POLICY_RUNS_PER_INSTANT} scheduling rounds at {} ns without time advancing",
+                    self.now
+                )));
+            }
+        } else {
+            self.policy_runs_at = self.now;
+            self.policy_runs_here = 0;
+        }
         let view = SchedView { now: self.now, device: &self.device, sms: &self.sms, kernels: &self.kernels };
         let mut decisions = std::mem::take(&mut self.decisions);
         self.policy.schedule(&view, &mut decisions);

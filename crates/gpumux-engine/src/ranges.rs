@@ -74,12 +74,11 @@ impl BlockRanges {
         if r.start >= r.end {
             return Ok(());
         }
-        let pos = self.ranges.partition_point(|x| x.end < r.start);
-        // Overlap check against neighbours.
-        if let Some(x) = self.ranges.get(pos) {
-            if x.start < r.end && r.start < x.end {
-                return Err(r);
-            }
+        // First range starting at or after r; only it and its predecessor can overlap.
+        let pos = self.ranges.partition_point(|x| x.start < r.start);
+        let overlaps = |x: &Range<u64>| x.start < r.end && r.start < x.end;
+        if self.ranges.get(pos).is_some_and(overlaps) || (pos > 0 && overlaps(&self.ranges[pos - 1])) {
+            return Err(r);
         }
         self.ranges.insert(pos, r);
         // Merge with the next and previous when adjacent.
@@ -162,6 +161,20 @@ mod tests {
             parts.reverse();
             for p in parts { r.absorb(p); }
             prop_assert_eq!(r.ranges(), &[0..n]);
+        }
+
+        /// Blocks put back one at a time in any order give sorted, merged
+        /// ranges, and a block put back twice is refused.
+        #[test]
+        fn single_blocks_in_any_order(order in Just((0u64..64).collect::<Vec<_>>()).prop_shuffle()) {
+            let mut r = BlockRanges::new();
+            for (i, &b) in order.iter().enumerate() {
+                prop_assert!(r.try_insert(b..b + 1).is_ok());
+                prop_assert!(r.try_insert(b..b + 1).is_err());
+                prop_assert_eq!(r.len(), i as u64 + 1);
+                prop_assert!(r.ranges().windows(2).all(|w| w[0].end < w[1].start));
+            }
+            prop_assert_eq!(r.ranges(), &[0..64]);
         }
     }
 }

@@ -6,7 +6,7 @@
 //! the richest, until the counts differ by at most one.
 
 use crate::device::Mechanism;
-use crate::ids::{KernelId, SmId};
+use crate::ids::SmId;
 use crate::policy::{Decision, Policy, SchedView, SmState};
 
 #[derive(Debug)]
@@ -38,8 +38,6 @@ impl Policy for Dss {
         let mut running: Vec<Vec<SmId>> = view.kernels.iter().map(|k| view.running_sms(k.id).collect()).collect();
         let mut idle: Vec<SmId> = view.idle_sms().collect();
         idle.reverse();
-        let index = |id: KernelId| view.kernels.iter().position(|k| k.id == id);
-        let _ = index;
         loop {
             // Richest kernel that still wants SMs (earliest arrival on ties).
             let Some(kmax) = (0..count.len()).filter(|&i| want[i] > 0).fold(None, |best: Option<usize>, i| match best {
@@ -63,7 +61,9 @@ impl Policy for Dss {
             }) else {
                 return;
             };
-            if count[kmax] <= count[kmin] + 1.0 {
+            // Token shares are fractional; without the epsilon, rounding can make
+            // two kernels each look richer than the other and trade an SM forever.
+            if count[kmax] <= count[kmin] + 1.0 + 1e-9 {
                 return;
             }
             let Some(sm) = running[kmin].pop() else { return };

@@ -1,0 +1,199 @@
+//! `gpumux bench`: correctness under preemption, solo overhead, preemption
+//! latency and spatial sharing, measured side by side on one GPU.
+
+mod check;
+mod overhead;
+mod preemption;
+mod spatial;
+
+pub use check::{check_suite, exactly_once, CheckRow};
+pub use overhead::{overhead, OverheadRow};
+pub use preemption::{lp_hog, preemption, PreemptRow};
+pub use spatial::{spatial, SpatialRow};
+
+use crate::runtime::Gpu;
+use anyhow::Context as _;
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+    /// Write all results as JSON here.
+    #[arg(long, global = true)]
+    pub json: Option<PathBuf>,
+    /// GPU ordinal.
+    #[arg(long, global = true, default_value_t = 0)]
+    pub gpu: i32,
+    /// Seed for inputs and random schedules.
+    #[arg(long, global = true, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Every suite kernel, transformed, under random retreat/resume and SM-set
+    /// changes, against the native result and the CPU reference.
+    Check {
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+    },
+    /// Transformed vs native time per suite kernel, for several chunk sizes.
+    Overhead {
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+        chunks: Vec<u32>,
+        #[arg(long, default_value_t = 7)]
+        reps: u32,
+        /// Only these apps (default: all).
+        #[arg(long, value_delimiter = ',')]
+        apps: Vec<crate::suite::App>,
+    },
+    /// Arrival-to-first-block and arrival-to-completion of a short
+    /// high-priority kernel while a long low-priority one fills the GPU.
+    Preempt {
+        #[arg(long, value_delimiter = ',', default_value = "10,20,100,1000")]
+        block_us: Vec<u64>,
+        #[arg(long, default_value_t = 200)]
+        trials: u32,
+        /// native-priority, gpumux, timeslice (two processes), mps (two processes; MPS must be running).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "native-priority,gpumux,timeslice"
+        )]
+        modes: Vec<String>,
+    },
+    /// Memory-bound + compute-bound kernel: one after the other vs together on disjoint SM sets.
+    Spatial {
+        #[arg(long, default_value_t = 5)]
+        reps: u32,
+    },
+    /// Everything above, in that order, with default settings.
+    All,
+    /// (internal) A second process that keeps the GPU busy with low-priority spin kernels.
+    #[command(hide = true)]
+    LpHog {
+        #[arg(long)]
+        block_us: u64,
+        #[arg(long)]
+        seconds: f64,
+    },
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub device: Option<crate::runtime::DeviceSummary>,
+    pub date_unix: u64,
+    pub check: Vec<CheckRow>,
+    pub exactly_once: Option<check::ExactlyOnce>,
+    pub overhead: Vec<OverheadRow>,
+    pub preempt: Vec<PreemptRow>,
+    pub spatial: Vec<SpatialRow>,
+}
+
+/// Entry point for the CLI's `gpumux bench`.
+pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
+    if let BenchCommand::LpHog { block_us, seconds } = args.command {
+        return lp_hog(args.gpu, block_us, seconds);
+    }
+    let gpu = Gpu::open(args.gpu).context("opening the GPU")?;
+    let mut rep = Report {
+        device: Some(gpu.summary.clone()),
+        date_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        ..Default::default()
+    };
+    println!(
+        "GPU: {} (sm_{}{}, {} SMs, driver {})",
+        gpu.summary.name,
+        gpu.summary.compute_capability.0,
+        gpu.summary.compute_capability.1,
+        gpu.summary.sm_count,
+        gpu.summary.driver_version
+    );
+    let save = |rep: &Report| -> anyhow::Result<()> {
+        if let Some(p) = &args.json {
+            std::fs::write(p, serde_json::to_string_pretty(rep)?)
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
+        Ok(())
+    };
+    let all = matches!(args.command, BenchCommand::All);
+    let mut failed = false;
+    if let BenchCommand::Check { rounds } = args.command {
+        failed |= run_check(&gpu, &mut rep, rounds, args.seed)?;
+    } else if all {
+        failed |= run_check(&gpu, &mut rep, 2, args.seed)?;
+    }
+    save(&rep)?;
+    if let BenchCommand::Overhead { chunks, reps, apps } = &args.command {
+        rep.overhead = overhead(&gpu, chunks, *reps, apps, args.seed)?;
+    } else if all {
+        rep.overhead = overhead(&gpu, &[1, 4, 16], 7, &[], args.seed)?;
+    }
+    save(&rep)?;
+    if let BenchCommand::Preempt {
+        block_us,
+        trials,
+        modes,
+    } = &args.command
+    {
+        rep.preempt = preemption(&gpu, block_us, *trials, modes, args.seed)?;
+    } else if all {
+        let modes = ["native-priority", "gpumux", "timeslice"].map(String::from);
+        rep.preempt = preemption(&gpu, &[10, 20, 100, 1000], 200, &modes, args.seed)?;
+    }
+    save(&rep)?;
+    if let BenchCommand::Spatial { reps } = args.command {
+        rep.spatial = spatial(&gpu, reps, args.seed)?;
+    } else if all {
+        rep.spatial = spatial(&gpu, 5, args.seed)?;
+    }
+    save(&rep)?;
+    if failed {
+        anyhow::bail!("correctness checks failed (see the table above)");
+    }
+    Ok(())
+}
+
+fn run_check(gpu: &Gpu, rep: &mut Report, rounds: u32, seed: u64) -> anyhow::Result<bool> {
+    rep.check = check_suite(gpu, rounds, seed)?;
+    let once = exactly_once(gpu, seed)?;
+    println!(
+        "exactly-once: {} spin blocks, {} retreats ({} effective), {} blocks not run exactly once",
+        once.blocks, once.retreats, once.effective_retreats, once.wrong
+    );
+    let failed = rep.check.iter().any(|r| !r.ok) || once.wrong != 0;
+    rep.exactly_once = Some(once);
+    Ok(failed)
+}
+
+/// Median of a non-empty list (0 for an empty one).
+pub(crate) fn median(v: &mut [f64]) -> f64 {
+    percentile(v, 50.0)
+}
+
+/// Nearest-rank percentile.
+pub(crate) fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn percentiles() {
+        let mut v: Vec<f64> = (1..=200).map(f64::from).collect();
+        assert_eq!(super::percentile(&mut v, 50.0), 100.0);
+        assert_eq!(super::percentile(&mut v, 99.0), 198.0);
+        assert_eq!(super::percentile(&mut v, 100.0), 200.0);
+        assert_eq!(super::median(&mut []), 0.0);
+    }
+}

@@ -1,0 +1,165 @@
+//! Solo overhead: the transformed workload vs the native one, same GPU, same
+//! inputs, interleaved repetitions, median of device-event times.
+
+use super::median;
+use crate::error::{CudaError, Result};
+use crate::exec::Prepared;
+use crate::preempt::SmMask;
+use crate::runtime::{Event, Gpu, Stream};
+use crate::suite::{self, compare, App, Scale, Tolerance};
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct OverheadRow {
+    pub app: &'static str,
+    pub size: u64,
+    pub launches: usize,
+    pub blocks: u64,
+    pub native_ms: f64,
+    /// (chunk, median ms, overhead %)
+    pub workers: Vec<(u32, f64, f64)>,
+    /// Spread of the native time: (max - min) / median over the repetitions, %.
+    pub native_spread_pct: f64,
+    pub outputs_bitwise_equal: bool,
+    /// Per chunk size: workers that ran blocks in the first launch, and workers per SM allowed.
+    pub workers_first_launch: Vec<(u32, u32)>,
+}
+
+pub fn overhead(
+    gpu: &Gpu,
+    chunks: &[u32],
+    reps: u32,
+    apps: &[App],
+    seed: u64,
+) -> Result<Vec<OverheadRow>> {
+    let apps: Vec<App> = if apps.is_empty() {
+        App::ALL.to_vec()
+    } else {
+        apps.to_vec()
+    };
+    let stream = Stream::low(gpu)?;
+    let (a, b) = (Event::new()?, Event::new()?);
+    let all = SmMask::range(0, gpu.sm_count());
+    let mut rows = Vec::new();
+    println!("\n== solo overhead: transformed vs native (median of {reps}, device events) ==");
+    print!("{:<10} {:>10} {:>9}", "app", "blocks", "native ms");
+    for c in chunks {
+        print!(" {:>13}", format!("chunk {c}"));
+    }
+    println!(" {:>7} {:>6}", "spread", "equal");
+    for app in apps {
+        let p = Prepared::new(gpu, suite::build(app, Scale::Bench, seed))?;
+        // Correctness first: one native and one transformed run, compared bitwise.
+        p.reset()?;
+        p.enqueue_native(&stream)?;
+        stream.sync()?;
+        let native_out = p.outputs()?;
+        let mut launches: Vec<_> = chunks
+            .iter()
+            .map(|&c| p.worker_launches(gpu, c))
+            .collect::<Result<_>>()?;
+        let mut equal = true;
+        let mut workers_first_launch = Vec::new();
+        for l in launches.iter_mut() {
+            p.reset()?;
+            p.enqueue_workers(l, &stream, all)?;
+            stream.sync()?;
+            let first = l.first_mut().map(|w| (w.finish(), w.workers_per_sm()));
+            if let Some((o, per_sm)) = first {
+                workers_first_launch.push((o?.workers, per_sm));
+            }
+            p.finish_workers(l)?;
+            let out = p.outputs()?;
+            equal &= out
+                .iter()
+                .zip(&native_out)
+                .all(|(g, n)| compare(g, n, Tolerance::Exact).is_ok());
+        }
+        if !equal {
+            return Err(CudaError::Check(format!(
+                "{}: transformed output differs from native at bench size",
+                app.name()
+            )));
+        }
+        // Timing: interleave native and each chunk size; inputs are not reset
+        // (the apps are idempotent or accumulate, which costs the same).
+        let mut nat = Vec::new();
+        let mut work: Vec<Vec<f64>> = vec![Vec::new(); chunks.len()];
+        for rep in 0..reps + 1 {
+            a.record(&stream)?;
+            p.enqueue_native(&stream)?;
+            b.record(&stream)?;
+            b.sync()?;
+            if rep > 0 {
+                nat.push(a.elapsed_ms(&b)? as f64);
+            }
+            for (i, l) in launches.iter_mut().enumerate() {
+                a.record(&stream)?;
+                p.enqueue_workers(l, &stream, all)?;
+                b.record(&stream)?;
+                b.sync()?;
+                p.finish_workers(l)?;
+                if rep > 0 {
+                    work[i].push(a.elapsed_ms(&b)? as f64);
+                }
+            }
+        }
+        let spread = {
+            let mn = nat.iter().cloned().fold(f64::MAX, f64::min);
+            let mx = nat.iter().cloned().fold(0.0, f64::max);
+            let md = median(&mut nat.clone());
+            if md > 0.0 {
+                100.0 * (mx - mn) / md
+            } else {
+                0.0
+            }
+        };
+        let native_ms = median(&mut nat);
+        let workers: Vec<(u32, f64, f64)> = chunks
+            .iter()
+            .zip(work.iter_mut())
+            .map(|(&c, v)| {
+                let m = median(v);
+                (c, m, 100.0 * (m / native_ms - 1.0))
+            })
+            .collect();
+        print!(
+            "{:<10} {:>10} {:>9.3}",
+            app.name(),
+            p.workload.total_blocks(),
+            native_ms
+        );
+        for (_, m, o) in &workers {
+            print!(" {:>6.3} {:>+5.1}%", m, o);
+        }
+        println!(
+            " {:>6.1}% {:>6}  workers {:?}",
+            spread, equal, workers_first_launch
+        );
+        rows.push(OverheadRow {
+            app: app.name(),
+            size: p.workload.size,
+            launches: p.workload.launches.len(),
+            blocks: p.workload.total_blocks(),
+            native_ms,
+            workers,
+            native_spread_pct: spread,
+            outputs_bitwise_equal: equal,
+            workers_first_launch,
+        });
+    }
+    for (i, c) in chunks.iter().enumerate() {
+        let logs: Vec<f64> = rows
+            .iter()
+            .map(|r| (r.workers[i].1 / r.native_ms).ln())
+            .collect();
+        let geo = (logs.iter().sum::<f64>() / logs.len().max(1) as f64).exp();
+        let worst = rows.iter().map(|r| r.workers[i].2).fold(f64::MIN, f64::max);
+        println!(
+            "chunk {c}: geomean overhead {:+.2}%, worst {:+.2}%",
+            100.0 * (geo - 1.0),
+            worst
+        );
+    }
+    Ok(rows)
+}

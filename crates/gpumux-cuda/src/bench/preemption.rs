@@ -1,0 +1,389 @@
+//! Preemption latency. A long low-priority `spin` kernel fills the GPU; a
+//! short high-priority `probe` arrives at a random moment. The probe's blocks
+//! write host-mapped flags, and the host, spinning on them, stamps arrival →
+//! first block and arrival → completion on one clock for every mode:
+//!
+//! * `native-priority`: one process, probe on a high-priority stream (the
+//!   hardware starts it as low-priority blocks finish);
+//! * `gpumux`: the spin kernel runs as preemptible workers; at arrival the host
+//!   sets its retreat flag and launches the probe's workers on a high-priority
+//!   stream, then resumes the spin kernel; every spin block must run exactly once;
+//! * `timeslice` / `mps`: the spin kernel runs in a second process (`lp-hog`),
+//!   under the driver's default time slicing or under MPS if its daemon runs.
+
+use super::percentile;
+use crate::error::{CudaError, Result};
+use crate::exec::spin_for;
+use crate::preempt::{SmMask, WorkerLaunch};
+use crate::runtime::{DeviceBuffer, Function, Gpu, HostMapped, Params, Stream};
+use crate::suite::{self, Rng};
+use serde::Serialize;
+use std::io::BufRead as _;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PreemptRow {
+    pub mode: String,
+    pub block_us: u64,
+    pub trials: u32,
+    pub first_us: [f64; 3],
+    pub done_us: [f64; 3],
+    /// Probe alone on an idle GPU, same measurement (median µs to completion).
+    pub idle_done_us: f64,
+    /// Spin blocks that ran other than exactly once (gpumux only).
+    pub lost_or_redone: Option<u64>,
+}
+
+const PROBE_BLOCKS_PER_SM: u32 = 1;
+const PROBE_THREADS: u32 = 256;
+const PROBE_ITERS: u32 = 2000;
+const SPIN_THREADS: u32 = 128;
+
+struct Probe {
+    flags: HostMapped,
+    done: DeviceBuffer,
+    work: DeviceBuffer,
+    grid: u32,
+    trial: u32,
+}
+
+impl Probe {
+    fn new(gpu: &Gpu) -> Result<Probe> {
+        let grid = gpu.sm_count() * PROBE_BLOCKS_PER_SM;
+        let done = DeviceBuffer::new(4)?;
+        done.fill(0)?;
+        Ok(Probe {
+            flags: HostMapped::new(8)?,
+            done,
+            work: DeviceBuffer::new((grid * PROBE_THREADS * 4) as usize)?,
+            grid,
+            trial: 0,
+        })
+    }
+    fn args(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.flags.dev.to_le_bytes().to_vec(),
+            self.done.ptr.to_le_bytes().to_vec(),
+            self.work.ptr.to_le_bytes().to_vec(),
+            PROBE_ITERS.to_le_bytes().to_vec(),
+            self.trial.to_le_bytes().to_vec(),
+        ]
+    }
+    /// Waits for the current trial's signals: (first block, completion) since `t0`.
+    fn wait(&self, t0: Instant) -> Result<(f64, f64)> {
+        let limit = Duration::from_secs(20);
+        while self.flags.read_u32(0) != self.trial {
+            if t0.elapsed() > limit {
+                return Err(CudaError::Check("probe never started".into()));
+            }
+            std::hint::spin_loop();
+        }
+        let first = t0.elapsed().as_secs_f64() * 1e6;
+        while self.flags.read_u32(1) != self.trial {
+            if t0.elapsed() > limit {
+                return Err(CudaError::Check("probe never finished".into()));
+            }
+            std::hint::spin_loop();
+        }
+        Ok((first, t0.elapsed().as_secs_f64() * 1e6))
+    }
+    fn launch_native(&mut self, f: &Function, s: &Stream) -> Result<Instant> {
+        self.trial += 1;
+        let mut p = Params::default();
+        for a in self.args() {
+            p.push_bytes(&a);
+        }
+        let t0 = Instant::now();
+        // SAFETY: matches `probe`'s parameters.
+        unsafe { f.launch([self.grid, 1, 1], [PROBE_THREADS, 1, 1], 0, s, &mut p)? };
+        Ok(t0)
+    }
+}
+
+fn summarize(
+    mode: &str,
+    block_us: u64,
+    mut first: Vec<f64>,
+    mut done: Vec<f64>,
+    idle: f64,
+    lost: Option<u64>,
+) -> PreemptRow {
+    let trials = first.len() as u32;
+    let f = [
+        percentile(&mut first, 50.0),
+        percentile(&mut first, 99.0),
+        percentile(&mut first, 100.0),
+    ];
+    let d = [
+        percentile(&mut done, 50.0),
+        percentile(&mut done, 99.0),
+        percentile(&mut done, 100.0),
+    ];
+    println!(
+        "{:<16} {:>8} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>6}",
+        mode,
+        block_us,
+        trials,
+        f[0],
+        f[1],
+        f[2],
+        d[0],
+        d[1],
+        d[2],
+        idle,
+        lost.map_or("-".to_string(), |l| l.to_string())
+    );
+    PreemptRow {
+        mode: mode.to_string(),
+        block_us,
+        trials,
+        first_us: f,
+        done_us: d,
+        idle_done_us: idle,
+        lost_or_redone: lost,
+    }
+}
+
+pub fn preemption(
+    gpu: &Gpu,
+    block_us: &[u64],
+    trials: u32,
+    modes: &[String],
+    seed: u64,
+) -> Result<Vec<PreemptRow>> {
+    let (native_m, worker_m, _) = gpu.native_and_worker("synthetic", suite::SYNTHETIC_SOURCE)?;
+    let spin_n = native_m.function("spin")?;
+    let probe_n = native_m.function("probe")?;
+    let spin_w = worker_m.function("spin")?;
+    let probe_w = worker_m.function("probe")?;
+    let low = Stream::low(gpu)?;
+    let high = Stream::high(gpu)?;
+    let ctl = Stream::high(gpu)?;
+    let all = SmMask::range(0, gpu.sm_count());
+    let mut probe = Probe::new(gpu)?;
+    let mut rng = Rng::new(seed ^ 0x9EE);
+    let cap = spin_n.blocks_per_sm(SPIN_THREADS, 0)? * gpu.sm_count();
+    let mut rows = Vec::new();
+
+    // The probe alone, for reference.
+    let mut idle = Vec::new();
+    for _ in 0..50 {
+        let t0 = probe.launch_native(&probe_n, &high)?;
+        idle.push(probe.wait(t0)?.1);
+        high.sync()?;
+    }
+    let idle = percentile(&mut idle, 50.0);
+
+    println!("\n== preemption: short high-priority probe ({} blocks x {PROBE_THREADS} threads) arriving during a long low-priority spin kernel ==", probe.grid);
+    println!(
+        "{:<16} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}",
+        "mode",
+        "block us",
+        "trials",
+        "first p50",
+        "p99",
+        "max",
+        "done p50",
+        "p99",
+        "max",
+        "idle",
+        "lost"
+    );
+    for &bus in block_us {
+        let block_ns = bus * 1000;
+        // Long enough that the arrival, at 25-50% of it, falls well inside.
+        let lp_us = (8 * bus).max(3000);
+        let lp_blocks = (lp_us / bus.max(1)).max(1) as u32 * cap;
+        let runs = DeviceBuffer::new(lp_blocks as usize * 4)?;
+        let delay = |rng: &mut Rng| Duration::from_micros(lp_us / 4 + rng.below(lp_us / 4));
+        for mode in modes {
+            let (mut first, mut done) = (Vec::new(), Vec::new());
+            let mut lost = None;
+            match mode.as_str() {
+                "native-priority" => {
+                    for _ in 0..trials {
+                        let mut p = Params::default();
+                        p.ptr(runs.ptr).u64(block_ns);
+                        // SAFETY: matches `spin`'s parameters.
+                        unsafe {
+                            spin_n.launch(
+                                [lp_blocks, 1, 1],
+                                [SPIN_THREADS, 1, 1],
+                                0,
+                                &low,
+                                &mut p,
+                            )?
+                        };
+                        spin_for(delay(&mut rng));
+                        let t0 = probe.launch_native(&probe_n, &high)?;
+                        let (f, d) = probe.wait(t0)?;
+                        first.push(f);
+                        done.push(d);
+                        low.sync()?;
+                        high.sync()?;
+                    }
+                }
+                "gpumux" => {
+                    let mut wrong = 0u64;
+                    let spin_args = vec![
+                        runs.ptr.to_le_bytes().to_vec(),
+                        block_ns.to_le_bytes().to_vec(),
+                    ];
+                    let mut lp = WorkerLaunch::new(
+                        spin_w.clone(),
+                        spin_args,
+                        [lp_blocks, 1, 1],
+                        [SPIN_THREADS, 1, 1],
+                        0,
+                        1,
+                        gpu.sm_count(),
+                    )?;
+                    let mut hp = WorkerLaunch::new(
+                        probe_w.clone(),
+                        probe.args(),
+                        [probe.grid, 1, 1],
+                        [PROBE_THREADS, 1, 1],
+                        0,
+                        1,
+                        gpu.sm_count(),
+                    )?;
+                    for _ in 0..trials {
+                        runs.fill(0)?;
+                        lp.rewind()?;
+                        lp.start(&low, all)?;
+                        spin_for(delay(&mut rng));
+                        probe.trial += 1;
+                        hp.set_arg(4, probe.trial.to_le_bytes().to_vec());
+                        hp.rewind()?;
+                        let t0 = Instant::now();
+                        lp.retreat(&ctl)?;
+                        hp.start(&high, all)?;
+                        let (f, d) = probe.wait(t0)?;
+                        first.push(f);
+                        done.push(d);
+                        hp.finish()?;
+                        while !lp.finish()?.done() {
+                            lp.start(&low, all)?;
+                        }
+                        let counts = runs.download()?;
+                        wrong += counts
+                            .chunks_exact(4)
+                            .filter(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 1)
+                            .count() as u64;
+                    }
+                    lost = Some(wrong);
+                }
+                "timeslice" | "mps" => {
+                    let mut child =
+                        spawn_hog(bus, trials as f64 * (lp_us as f64 / 1e6 + 0.01) + 10.0)?;
+                    let r = (|| -> Result<()> {
+                        for _ in 0..trials {
+                            spin_for(Duration::from_micros(1000 + rng.below(4000)));
+                            let t0 = probe.launch_native(&probe_n, &high)?;
+                            let (f, d) = probe.wait(t0)?;
+                            first.push(f);
+                            done.push(d);
+                            high.sync()?;
+                        }
+                        Ok(())
+                    })();
+                    // Closing its stdin asks the second process to stop after its
+                    // current kernels: killing an MPS client mid-kernel can fault
+                    // the other clients of the server.
+                    drop(child.stdin.take());
+                    let _ = child.wait();
+                    r?;
+                }
+                other => {
+                    return Err(CudaError::Invalid(format!(
+                        "unknown preemption mode `{other}`"
+                    )))
+                }
+            }
+            rows.push(summarize(mode, bus, first, done, idle, lost));
+        }
+    }
+    Ok(rows)
+}
+
+/// Starts `lp-hog` in a second process with the same program and waits until it runs.
+fn spawn_hog(block_us: u64, seconds: f64) -> Result<std::process::Child> {
+    let exe = std::env::current_exe()
+        .map_err(|e| CudaError::Invalid(format!("cannot find this program: {e}")))?;
+    // Everything before the bench subcommand (e.g. `bench` for the gpumux CLI) is kept.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let pos = args
+        .iter()
+        .position(|a| a == "preempt" || a == "all")
+        .unwrap_or(args.len());
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(&args[..pos])
+        .args([
+            "lp-hog",
+            "--block-us",
+            &block_us.to_string(),
+            "--seconds",
+            &format!("{seconds:.1}"),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| CudaError::Invalid(format!("cannot start the second process: {e}")))?;
+    let out = child
+        .stdout
+        .take()
+        .ok_or_else(|| CudaError::Invalid("no stdout from the second process".into()))?;
+    let mut line = String::new();
+    std::io::BufReader::new(out)
+        .read_line(&mut line)
+        .map_err(|e| CudaError::Invalid(format!("second process: {e}")))?;
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        return Err(CudaError::Invalid(format!(
+            "second process did not start: {line:?}"
+        )));
+    }
+    Ok(child)
+}
+
+/// The second process of the two-process modes: back-to-back spin kernels.
+pub fn lp_hog(ordinal: i32, block_us: u64, seconds: f64) -> anyhow::Result<()> {
+    let gpu = Gpu::open(ordinal)?;
+    let m = gpu.module("synthetic", suite::SYNTHETIC_SOURCE)?;
+    let spin = m.function("spin")?;
+    let cap = spin.blocks_per_sm(SPIN_THREADS, 0)? * gpu.sm_count();
+    // About 20 ms per kernel.
+    let blocks = ((20_000 / block_us.max(1)).max(1) as u32) * cap;
+    let runs = DeviceBuffer::new(blocks as usize * 4)?;
+    let s = Stream::low(&gpu)?;
+    let t = Instant::now();
+    let mut said = false;
+    // Stop when stdin closes (the parent is done) or the time is up.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while std::io::stdin()
+            .read_line(&mut sink)
+            .map(|n| n > 0)
+            .unwrap_or(false)
+        {}
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    while t.elapsed().as_secs_f64() < seconds && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for _ in 0..2 {
+            let mut p = Params::default();
+            p.ptr(runs.ptr).u64(block_us * 1000);
+            // SAFETY: matches `spin`'s parameters.
+            unsafe { spin.launch([blocks, 1, 1], [SPIN_THREADS, 1, 1], 0, &s, &mut p)? };
+        }
+        if !said {
+            spin_for(Duration::from_millis(5));
+            println!("ready");
+            said = true;
+        }
+        s.sync()?;
+    }
+    Ok(())
+}

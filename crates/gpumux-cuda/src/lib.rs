@@ -1,0 +1,27 @@
+//! gpumux's real-GPU backend: CUDA kernels rewritten into persistent,
+//! preemptible workers that run on a chosen set of SMs, stop within one chunk
+//! of blocks when told to retreat, and resume exactly where they stopped.
+//!
+//! Layers, bottom up (each depends only on those above it in this list):
+//! * [`lex`], [`transform`]: CUDA C source → worker source (pure text, CPU-tested);
+//! * [`suite`]: benchmark kernels in CUDA C with CPU references and sizes;
+//! * [`nvrtc`]: run-time compilation with a cache keyed by source hash;
+//! * [`runtime`]: context, memory, streams, modules, events (raw driver API);
+//! * [`preempt`]: control records, launch on an SM set, retreat, resume;
+//! * [`exec`]: runs a suite workload natively, as workers, or under random preemption;
+//! * [`bench`]: overhead, preemption and spatial-sharing measurements.
+
+pub mod bench;
+pub mod error;
+pub mod exec;
+pub mod lex;
+pub mod nvrtc;
+pub mod suite;
+pub mod transform;
+
+pub use error::CudaError;
+pub mod preempt;
+pub mod runtime;
+
+pub use bench::{bench_main, BenchArgs, BenchCommand};
+pub use runtime::{cuda_available, DeviceSummary};

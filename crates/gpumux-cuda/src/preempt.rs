@@ -1,0 +1,371 @@
+//! Preemptible launches: the host side of the control record that the
+//! transformed kernels read (layout: `cuda/prelude.cuh`).
+
+use crate::error::{CudaError, Result};
+use crate::runtime::{DeviceBuffer, Event, Function, Params, Stream};
+
+/// Bytes of one control record (`gmx_ctl_t`): a 32-byte header and 256 per-SM counters.
+pub const CTL_BYTES: usize = 32 + 256 * 4;
+const NO_RESUME: u32 = u32::MAX;
+
+/// A set of SMs as a 256-bit mask (bit i = SM i).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SmMask(pub [u64; 4]);
+
+impl SmMask {
+    pub fn empty() -> SmMask {
+        SmMask([0; 4])
+    }
+    /// SMs lo..hi (exclusive).
+    pub fn range(lo: u32, hi: u32) -> SmMask {
+        let mut m = SmMask::empty();
+        for s in lo..hi.min(256) {
+            m.insert(s);
+        }
+        m
+    }
+    pub fn insert(&mut self, sm: u32) {
+        if sm < 256 {
+            self.0[(sm / 64) as usize] |= 1u64 << (sm % 64);
+        }
+    }
+    pub fn contains(&self, sm: u32) -> bool {
+        sm < 256 && self.0[(sm / 64) as usize] >> (sm % 64) & 1 == 1
+    }
+    pub fn count(&self) -> u32 {
+        self.0.iter().map(|w| w.count_ones()).sum()
+    }
+}
+
+/// The immutable launch description (`gmx_launch_t`), passed by value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDesc {
+    pub grid: [u32; 3],
+    pub begin: u32,
+    pub count: u32,
+    pub chunk: u32,
+    pub cap: u32,
+    pub seq: u32,
+    pub mask: SmMask,
+}
+
+impl LaunchDesc {
+    /// The kernel parameter's bytes, laid out as `gmx_launch_t`.
+    pub fn to_bytes(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        let words = [
+            self.grid[0],
+            self.grid[1],
+            self.grid[2],
+            self.begin,
+            self.count,
+            self.chunk,
+            self.cap,
+            self.seq,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            b[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        for (i, m) in self.mask.0.iter().enumerate() {
+            b[32 + i * 8..40 + i * 8].copy_from_slice(&m.to_le_bytes());
+        }
+        b
+    }
+}
+
+/// The header of the control record (`gmx_ctl_t`) as the host reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtlHeader {
+    pub claim: u32,
+    pub retreat_seq: u32,
+    pub resume: u32,
+    pub workers: u32,
+    pub exited: u32,
+    pub result_next: u32,
+    pub result_workers: u32,
+    pub result_seq: u32,
+}
+
+impl CtlHeader {
+    pub fn from_bytes(b: &[u8]) -> Option<CtlHeader> {
+        let w = |i: usize| {
+            Some(u32::from_le_bytes(
+                b.get(i * 4..i * 4 + 4)?.try_into().ok()?,
+            ))
+        };
+        Some(CtlHeader {
+            claim: w(0)?,
+            retreat_seq: w(1)?,
+            resume: w(2)?,
+            workers: w(3)?,
+            exited: w(4)?,
+            result_next: w(5)?,
+            result_workers: w(6)?,
+            result_seq: w(7)?,
+        })
+    }
+    /// The state a record must hold between launches.
+    pub fn idle_bytes() -> Vec<u8> {
+        let mut b = vec![0u8; CTL_BYTES];
+        b[8..12].copy_from_slice(&NO_RESUME.to_le_bytes());
+        b
+    }
+}
+
+/// What a finished (or retreated) launch left behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Blocks [next, end) are still to run.
+    pub next: u32,
+    pub end: u32,
+    /// Workers that found themselves on an allowed SM.
+    pub workers: u32,
+}
+
+impl Outcome {
+    pub fn done(&self) -> bool {
+        self.next >= self.end
+    }
+}
+
+/// One transformed kernel launch that can be started on an SM set, told to
+/// retreat, and started again where it stopped. Starting needs no host-side
+/// reset of the record: the last worker of each launch resets it.
+pub struct WorkerLaunch {
+    func: Function,
+    /// The user's arguments, as raw bytes per parameter.
+    args: Vec<Vec<u8>>,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    /// Blocks per claim asked for; small launches use less (see `start`).
+    pub chunk: u32,
+    pub next: u32,
+    pub end: u32,
+    workers_per_sm: u32,
+    sm_count: u32,
+    ctl: DeviceBuffer,
+    seq: u32,
+    ended: Event,
+    running: bool,
+}
+
+impl WorkerLaunch {
+    /// `args` are the kernel's own parameters (without the worker's two).
+    pub fn new(
+        func: Function,
+        args: Vec<Vec<u8>>,
+        grid: [u32; 3],
+        block: [u32; 3],
+        smem: u32,
+        chunk: u32,
+        sm_count: u32,
+    ) -> Result<Self> {
+        let blocks: u64 = grid.iter().map(|&g| g as u64).product();
+        if blocks >= (u32::MAX / 2) as u64 {
+            return Err(CudaError::Invalid(format!(
+                "grid of {blocks} blocks is too large to linearise in 31 bits"
+            )));
+        }
+        let threads = block[0] * block[1] * block[2];
+        let workers_per_sm = func.blocks_per_sm(threads, smem)?;
+        let ctl = DeviceBuffer::new(CTL_BYTES)?;
+        ctl.upload(&CtlHeader::idle_bytes())?;
+        Ok(WorkerLaunch {
+            func,
+            args,
+            grid,
+            block,
+            smem,
+            chunk: chunk.max(1),
+            next: 0,
+            end: blocks as u32,
+            workers_per_sm,
+            sm_count,
+            ctl,
+            seq: 0,
+            ended: Event::new()?,
+            running: false,
+        })
+    }
+
+    pub fn done(&self) -> bool {
+        self.next >= self.end
+    }
+    pub fn running(&self) -> bool {
+        self.running
+    }
+    pub fn workers_per_sm(&self) -> u32 {
+        self.workers_per_sm
+    }
+    /// Replaces one of the user's arguments (between launches).
+    pub fn set_arg(&mut self, i: usize, bytes: Vec<u8>) {
+        if let Some(a) = self.args.get_mut(i) {
+            *a = bytes;
+        }
+    }
+
+    /// The launch description for the blocks left, on `mask`. Small launches
+    /// get a per-SM cap and a smaller chunk so that their blocks spread over
+    /// the SMs as the hardware would spread them, instead of piling onto the
+    /// workers that happen to claim first.
+    pub fn describe(&self, mask: SmMask) -> LaunchDesc {
+        let count = self.end - self.next;
+        let sms = mask.count().max(1);
+        let cap = count.div_ceil(sms).clamp(1, self.workers_per_sm);
+        let slots = (sms * cap).max(1);
+        // At least about four claims per worker before the chunk grows.
+        let chunk = (count / (slots * 4)).clamp(1, self.chunk);
+        LaunchDesc {
+            grid: self.grid,
+            begin: self.next,
+            count,
+            chunk,
+            cap,
+            seq: self.seq,
+            mask,
+        }
+    }
+
+    /// Starts workers for blocks [next, end) on the SMs of `mask`, on `stream`.
+    pub fn start(&mut self, stream: &Stream, mask: SmMask) -> Result<()> {
+        if self.running {
+            return Err(CudaError::Invalid(
+                "start: the launch is still running".into(),
+            ));
+        }
+        self.seq = self.seq.wrapping_add(1).max(1);
+        let desc = self.describe(mask);
+        let mut p = Params::default();
+        for a in &self.args {
+            p.push_bytes(a);
+        }
+        p.ptr(self.ctl.ptr).push_bytes(&desc.to_bytes());
+        // Enough workers to reach every SM: those outside the mask or over the cap leave at once.
+        let workers = self.workers_per_sm * self.sm_count;
+        // SAFETY: parameters follow the transformed signature (user args, ctl, launch).
+        unsafe {
+            self.func
+                .launch([workers, 1, 1], self.block, self.smem, stream, &mut p)?
+        };
+        self.ended.record(stream)?;
+        self.running = true;
+        Ok(())
+    }
+
+    /// Tells the workers to stop after their current chunk. `ctl_stream`
+    /// should be a stream with nothing queued, so the write lands at once.
+    /// A request that lands before the workers start stops them before any
+    /// block; one that lands after the launch ended names an old launch and
+    /// is ignored by later ones.
+    pub fn retreat(&self, ctl_stream: &Stream) -> Result<()> {
+        if !self.running {
+            return Ok(());
+        }
+        ctl_stream.write_u32(self.ctl.ptr + 4, self.seq)
+    }
+
+    /// Has the running launch ended (finished or retreated)?
+    pub fn poll(&self) -> Result<bool> {
+        if !self.running {
+            return Ok(true);
+        }
+        self.ended.done()
+    }
+
+    /// Waits for the launch to end and records where it stopped.
+    pub fn finish(&mut self) -> Result<Outcome> {
+        if !self.running {
+            return Ok(Outcome {
+                next: self.next,
+                end: self.end,
+                workers: 0,
+            });
+        }
+        self.ended.sync()?;
+        self.running = false;
+        let h = CtlHeader::from_bytes(&self.ctl.download_prefix(32)?)
+            .ok_or_else(|| CudaError::Invalid("control record too short".into()))?;
+        if h.result_seq != self.seq {
+            return Err(CudaError::Check(format!(
+                "control record holds launch {} after launch {} ended",
+                h.result_seq, self.seq
+            )));
+        }
+        if h.result_next < self.next || h.result_next > self.end {
+            return Err(CudaError::Check(format!(
+                "control record moved from {} to {} (end {})",
+                self.next, h.result_next, self.end
+            )));
+        }
+        self.next = h.result_next;
+        Ok(Outcome {
+            next: self.next,
+            end: self.end,
+            workers: h.result_workers,
+        })
+    }
+
+    /// Starts over from block 0 (a new run of the same launch).
+    pub fn rewind(&mut self) -> Result<()> {
+        if self.running {
+            return Err(CudaError::Invalid(
+                "rewind: the launch is still running".into(),
+            ));
+        }
+        self.next = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_description_matches_the_prelude_layout() {
+        let mut mask = SmMask::range(3, 70);
+        mask.insert(131);
+        let d = LaunchDesc {
+            grid: [4, 5, 6],
+            begin: 7,
+            count: 100,
+            chunk: 4,
+            cap: 3,
+            seq: 9,
+            mask,
+        };
+        let b = d.to_bytes();
+        assert_eq!(&b[0..4], &4u32.to_le_bytes());
+        assert_eq!(&b[28..32], &9u32.to_le_bytes());
+        assert_eq!(
+            u64::from_le_bytes(b[32..40].try_into().unwrap_or_default()) & 0b1000,
+            0b1000
+        );
+        assert_eq!(
+            u64::from_le_bytes(b[56..64].try_into().unwrap_or_default()),
+            0
+        );
+        let p = crate::transform::PRELUDE;
+        assert!(p.contains("unsigned int seq;                // nonzero launch number"));
+        assert!(p.contains("unsigned int sm_workers[256];"));
+    }
+
+    #[test]
+    fn idle_record_has_no_resume_point() {
+        let h = CtlHeader::from_bytes(&CtlHeader::idle_bytes()).expect("header");
+        assert_eq!(h.resume, NO_RESUME);
+        assert_eq!(
+            (h.claim, h.retreat_seq, h.exited, h.result_seq),
+            (0, 0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn masks() {
+        let m = SmMask::range(0, 132);
+        assert_eq!(m.count(), 132);
+        assert!(m.contains(131) && !m.contains(132));
+        assert_eq!(SmMask::range(5, 5).count(), 0);
+    }
+}

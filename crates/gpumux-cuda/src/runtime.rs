@@ -1,0 +1,601 @@
+//! The CUDA driver side: context, memory, streams, modules, and preemptible
+//! launches driven through their control records.
+//!
+//! Raw driver calls (cudarc's `sys` layer, loaded at run time) rather than
+//! cudarc's safe wrappers: the backend needs stream priorities, stream memory
+//! operations, host-mapped memory and exact control over every launch.
+
+use crate::error::{CudaError, Result};
+use crate::nvrtc;
+use crate::suite::Arg;
+use crate::transform::{self, Transformed};
+use cudarc::driver::sys as cu;
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr};
+use std::sync::Arc;
+
+/// What `cuda_available` reports about the GPU.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct DeviceSummary {
+    pub name: String,
+    pub compute_capability: (u32, u32),
+    pub sm_count: u32,
+    pub driver_version: i32,
+    pub memory_bytes: u64,
+}
+
+pub(crate) fn check(call: &'static str, r: cu::CUresult) -> Result<()> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut p: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: cuGetErrorString writes a pointer to a static string or leaves it null.
+    let msg = unsafe {
+        cu::cuGetErrorString(r, &mut p);
+        if p.is_null() {
+            "unknown error".to_string()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    Err(CudaError::Driver {
+        call,
+        code: r as i32,
+        msg,
+    })
+}
+
+/// True when libcuda can be opened. Never panics (cudarc's loader would).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the library with libloading.
+    unsafe { cu::is_culib_present() }
+}
+
+/// Is there a usable CUDA GPU? A clear error, never a panic, when there is not.
+pub fn cuda_available() -> Result<DeviceSummary> {
+    Gpu::open(0).map(|g| g.summary.clone())
+}
+
+/// One GPU and its primary context.
+pub struct Gpu {
+    pub ordinal: i32,
+    dev: cu::CUdevice,
+    ctx: cu::CUcontext,
+    pub summary: DeviceSummary,
+    /// (least, greatest) stream priority; numerically lower is more urgent.
+    pub priority_range: (i32, i32),
+    modules: std::sync::Mutex<HashMap<[u8; 32], Arc<Module>>>,
+}
+
+// SAFETY: the context handle may be used from any thread once made current there.
+unsafe impl Send for Gpu {}
+unsafe impl Sync for Gpu {}
+
+fn attr(dev: cu::CUdevice, a: cu::CUdevice_attribute) -> Result<i32> {
+    let mut v = 0;
+    // SAFETY: out-pointer to a local.
+    check("cuDeviceGetAttribute", unsafe {
+        cu::cuDeviceGetAttribute(&mut v, a, dev)
+    })?;
+    Ok(v)
+}
+
+impl Gpu {
+    pub fn open(ordinal: i32) -> Result<Gpu> {
+        if !driver_present() {
+            return Err(CudaError::NoDriver(
+                "libcuda.so not found on the loader path".into(),
+            ));
+        }
+        // SAFETY: the driver library is present; every call gets valid out-pointers.
+        unsafe {
+            check("cuInit", cu::cuInit(0)).map_err(|e| CudaError::NoDevice(e.to_string()))?;
+            let mut count = 0;
+            check("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
+            if ordinal >= count {
+                return Err(CudaError::NoDevice(format!(
+                    "asked for GPU {ordinal}, the driver sees {count}"
+                )));
+            }
+            let mut dev = 0;
+            check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
+            let mut name = [0 as std::ffi::c_char; 256];
+            check(
+                "cuDeviceGetName",
+                cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev),
+            )?;
+            let mut driver_version = 0;
+            check(
+                "cuDriverGetVersion",
+                cu::cuDriverGetVersion(&mut driver_version),
+            )?;
+            let mut mem = 0usize;
+            check("cuDeviceTotalMem", cu::cuDeviceTotalMem_v2(&mut mem, dev))?;
+            use cu::CUdevice_attribute as A;
+            let summary = DeviceSummary {
+                name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
+                compute_capability: (
+                    attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
+                    attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
+                ),
+                sm_count: attr(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+                driver_version,
+                memory_bytes: mem as u64,
+            };
+            let mut ctx = std::ptr::null_mut();
+            check(
+                "cuDevicePrimaryCtxRetain",
+                cu::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+            )?;
+            check("cuCtxSetCurrent", cu::cuCtxSetCurrent(ctx))?;
+            let (mut least, mut greatest) = (0, 0);
+            check(
+                "cuCtxGetStreamPriorityRange",
+                cu::cuCtxGetStreamPriorityRange(&mut least, &mut greatest),
+            )?;
+            Ok(Gpu {
+                ordinal,
+                dev,
+                ctx,
+                summary,
+                priority_range: (least, greatest),
+                modules: std::sync::Mutex::new(HashMap::new()),
+            })
+        }
+    }
+
+    /// Makes this GPU's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        // SAFETY: ctx is the retained primary context.
+        check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.ctx) })
+    }
+
+    pub fn sm_count(&self) -> u32 {
+        self.summary.sm_count
+    }
+
+    pub fn arch(&self) -> u32 {
+        self.summary.compute_capability.0 * 10 + self.summary.compute_capability.1
+    }
+
+    /// Compiles (NVRTC, cached by source hash) and loads a module (cached too).
+    pub fn module(&self, name: &str, src: &str) -> Result<Arc<Module>> {
+        let compiled = nvrtc::compile(name, src, self.arch(), &[])?;
+        let mut m = self
+            .modules
+            .lock()
+            .map_err(|_| CudaError::Invalid("module cache poisoned".into()))?;
+        if let Some(x) = m.get(&compiled.key) {
+            return Ok(x.clone());
+        }
+        let mut module = std::ptr::null_mut();
+        // SAFETY: the CUBIN outlives the call; the driver copies it.
+        check("cuModuleLoadData", unsafe {
+            cu::cuModuleLoadData(&mut module, compiled.cubin.as_ptr().cast())
+        })?;
+        let module = Arc::new(Module {
+            raw: module,
+            name: name.to_string(),
+        });
+        m.insert(compiled.key, module.clone());
+        Ok(module)
+    }
+
+    /// A module compiled from `src` as written, and one from its transformation.
+    pub fn native_and_worker(
+        &self,
+        name: &str,
+        src: &str,
+    ) -> Result<(Arc<Module>, Arc<Module>, Transformed)> {
+        let t = transform::transform(src)?;
+        Ok((
+            self.module(name, src)?,
+            self.module(&format!("{name}_gmx"), &t.source)?,
+            t,
+        ))
+    }
+
+    pub fn attr(&self, a: cu::CUdevice_attribute) -> Result<i32> {
+        attr(self.dev, a)
+    }
+}
+
+/// A loaded module.
+pub struct Module {
+    raw: cu::CUmodule,
+    pub name: String,
+}
+
+// SAFETY: module handles are context-wide and thread-safe in the driver.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+impl Module {
+    pub fn function(&self, name: &str) -> Result<Function> {
+        let c = std::ffi::CString::new(name)
+            .map_err(|_| CudaError::Invalid("kernel name contains NUL".into()))?;
+        let mut f = std::ptr::null_mut();
+        // SAFETY: valid module and C string.
+        check("cuModuleGetFunction", unsafe {
+            cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr())
+        })
+        .map_err(|e| {
+            CudaError::Invalid(format!(
+                "kernel `{name}` not in module `{}`: {e}",
+                self.name
+            ))
+        })?;
+        Ok(Function {
+            raw: f,
+            name: name.to_string(),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Function {
+    raw: cu::CUfunction,
+    pub name: String,
+}
+
+// SAFETY: function handles are immutable once loaded.
+unsafe impl Send for Function {}
+unsafe impl Sync for Function {}
+
+impl Function {
+    /// Resident blocks per SM for this block size and dynamic shared memory.
+    pub fn blocks_per_sm(&self, threads: u32, dyn_smem: u32) -> Result<u32> {
+        let mut n = 0;
+        // SAFETY: out-pointer to a local; valid function.
+        check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
+            cu::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut n,
+                self.raw,
+                threads as i32,
+                dyn_smem as usize,
+            )
+        })?;
+        if n <= 0 {
+            return Err(CudaError::Invalid(format!(
+                "kernel `{}` cannot be resident with {threads} threads",
+                self.name
+            )));
+        }
+        Ok(n as u32)
+    }
+
+    /// # Safety
+    /// `params` must match the kernel's parameter list.
+    pub unsafe fn launch(
+        &self,
+        grid: [u32; 3],
+        block: [u32; 3],
+        smem: u32,
+        stream: &Stream,
+        params: &mut Params,
+    ) -> Result<()> {
+        let mut ptrs = params.pointers();
+        check("cuLaunchKernel", unsafe {
+            cu::cuLaunchKernel(
+                self.raw,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                smem,
+                stream.raw,
+                ptrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+}
+
+/// Kernel arguments, each in its own 8-byte aligned slot.
+#[derive(Default)]
+pub struct Params {
+    slots: Vec<Vec<u64>>,
+}
+
+impl Params {
+    pub fn push_bytes(&mut self, b: &[u8]) -> &mut Self {
+        let mut slot = vec![0u64; b.len().div_ceil(8).max(1)];
+        // SAFETY: the slot holds at least b.len() bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(b.as_ptr(), slot.as_mut_ptr().cast::<u8>(), b.len())
+        };
+        self.slots.push(slot);
+        self
+    }
+    pub fn ptr(&mut self, p: u64) -> &mut Self {
+        self.push_bytes(&p.to_le_bytes())
+    }
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.push_bytes(&v.to_le_bytes())
+    }
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.push_bytes(&v.to_le_bytes())
+    }
+    pub fn uint3(&mut self, v: [u32; 3]) -> &mut Self {
+        let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.push_bytes(&b)
+    }
+    /// A suite argument, buffers resolved through `bufs`.
+    pub fn arg(&mut self, a: &Arg, bufs: &[DeviceBuffer]) -> Result<&mut Self> {
+        Ok(match a {
+            Arg::Buf(i) => self.ptr(
+                bufs.get(*i)
+                    .ok_or_else(|| CudaError::Invalid(format!("no buffer {i}")))?
+                    .ptr,
+            ),
+            Arg::U32(v) => self.u32(*v),
+            Arg::I32(v) => self.push_bytes(&v.to_le_bytes()),
+            Arg::F32(v) => self.push_bytes(&v.to_le_bytes()),
+            Arg::U64(v) => self.u64(*v),
+        })
+    }
+    fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.slots
+            .iter_mut()
+            .map(|s| s.as_mut_ptr().cast::<c_void>())
+            .collect()
+    }
+}
+
+/// Device memory.
+pub struct DeviceBuffer {
+    pub ptr: u64,
+    pub bytes: usize,
+}
+
+impl DeviceBuffer {
+    pub fn new(bytes: usize) -> Result<DeviceBuffer> {
+        let mut ptr = 0;
+        // SAFETY: out-pointer to a local.
+        check("cuMemAlloc", unsafe {
+            cu::cuMemAlloc_v2(&mut ptr, bytes.max(4))
+        })?;
+        Ok(DeviceBuffer { ptr, bytes })
+    }
+    pub fn upload(&self, data: &[u8]) -> Result<()> {
+        if data.len() > self.bytes {
+            return Err(CudaError::Invalid("upload larger than the buffer".into()));
+        }
+        // SAFETY: the buffer holds at least data.len() bytes.
+        check("cuMemcpyHtoD", unsafe {
+            cu::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len())
+        })
+    }
+    pub fn fill(&self, byte: u8) -> Result<()> {
+        // SAFETY: within the allocation.
+        check("cuMemsetD8", unsafe {
+            cu::cuMemsetD8_v2(self.ptr, byte, self.bytes)
+        })
+    }
+    pub fn download(&self) -> Result<Vec<u8>> {
+        self.download_prefix(self.bytes)
+    }
+    pub fn download_prefix(&self, n: usize) -> Result<Vec<u8>> {
+        let n = n.min(self.bytes);
+        let mut v = vec![0u8; n];
+        // SAFETY: v holds n bytes, within the allocation.
+        check("cuMemcpyDtoH", unsafe {
+            cu::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), self.ptr, n)
+        })?;
+        Ok(v)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAlloc; errors at teardown have no one to go to.
+        unsafe {
+            cu::cuMemFree_v2(self.ptr);
+        }
+    }
+}
+
+/// Pinned host memory mapped into the device's address space.
+pub struct HostMapped {
+    host: *mut u8,
+    pub dev: u64,
+    pub bytes: usize,
+}
+
+// SAFETY: plain memory; callers use volatile accesses for shared words.
+unsafe impl Send for HostMapped {}
+
+impl HostMapped {
+    pub fn new(bytes: usize) -> Result<HostMapped> {
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointers; flags request a device mapping.
+        unsafe {
+            check(
+                "cuMemHostAlloc",
+                cu::cuMemHostAlloc(
+                    &mut host,
+                    bytes,
+                    cu::CU_MEMHOSTALLOC_DEVICEMAP | cu::CU_MEMHOSTALLOC_PORTABLE,
+                ),
+            )?;
+            std::ptr::write_bytes(host.cast::<u8>(), 0, bytes);
+            let mut dev = 0;
+            check(
+                "cuMemHostGetDevicePointer",
+                cu::cuMemHostGetDevicePointer_v2(&mut dev, host, 0),
+            )?;
+            Ok(HostMapped {
+                host: host.cast(),
+                dev,
+                bytes,
+            })
+        }
+    }
+    pub fn read_u32(&self, word: usize) -> u32 {
+        assert!(word * 4 + 4 <= self.bytes, "word outside the mapping");
+        // SAFETY: in bounds; the device writes it concurrently, hence volatile.
+        unsafe { std::ptr::read_volatile(self.host.cast::<u32>().add(word)) }
+    }
+    pub fn write_bytes(&self, offset: usize, b: &[u8]) {
+        assert!(offset + b.len() <= self.bytes, "write outside the mapping");
+        // SAFETY: in bounds.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.host.add(offset), b.len()) }
+    }
+    pub fn read_bytes(&self, offset: usize, n: usize) -> Vec<u8> {
+        assert!(offset + n <= self.bytes, "read outside the mapping");
+        let mut v = vec![0u8; n];
+        // SAFETY: in bounds.
+        unsafe { std::ptr::copy_nonoverlapping(self.host.add(offset), v.as_mut_ptr(), n) };
+        v
+    }
+    pub fn host_ptr(&self) -> *const u8 {
+        self.host
+    }
+}
+
+impl Drop for HostMapped {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc.
+        unsafe {
+            cu::cuMemFreeHost(self.host.cast());
+        }
+    }
+}
+
+pub struct Stream {
+    pub(crate) raw: cu::CUstream,
+    pub priority: i32,
+}
+
+// SAFETY: streams may be used from any thread of the context.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// A non-blocking stream; `priority` is clamped to the device's range.
+    pub fn new(gpu: &Gpu, priority: i32) -> Result<Stream> {
+        let (least, greatest) = gpu.priority_range;
+        let p = priority.clamp(greatest.min(least), greatest.max(least));
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check("cuStreamCreateWithPriority", unsafe {
+            cu::cuStreamCreateWithPriority(
+                &mut raw,
+                cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                p,
+            )
+        })?;
+        Ok(Stream { raw, priority: p })
+    }
+    /// Lowest priority (the default).
+    pub fn low(gpu: &Gpu) -> Result<Stream> {
+        Stream::new(gpu, gpu.priority_range.0)
+    }
+    /// Highest priority the device offers.
+    pub fn high(gpu: &Gpu) -> Result<Stream> {
+        Stream::new(gpu, gpu.priority_range.1)
+    }
+    pub fn sync(&self) -> Result<()> {
+        // SAFETY: valid stream.
+        check("cuStreamSynchronize", unsafe {
+            cu::cuStreamSynchronize(self.raw)
+        })
+    }
+    /// Makes later work on this stream wait for `e`.
+    pub fn wait(&self, e: &Event) -> Result<()> {
+        // SAFETY: valid handles.
+        check("cuStreamWaitEvent", unsafe {
+            cu::cuStreamWaitEvent(self.raw, e.raw(), 0)
+        })
+    }
+    /// Writes a 32-bit word in device memory from the stream's front end: it
+    /// needs no SM, so it lands even while every SM is busy.
+    pub fn write_u32(&self, addr: u64, value: u32) -> Result<()> {
+        // SAFETY: addr is device memory owned by the caller.
+        check("cuStreamWriteValue32", unsafe {
+            cu::cuStreamWriteValue32_v2(self.raw, addr, value, 0)
+        })
+    }
+    /// Asynchronous host-to-device copy; `src` must stay valid until the stream reaches it.
+    ///
+    /// # Safety
+    /// `src` must point to `bytes` readable bytes that live until the copy ran.
+    pub unsafe fn copy_to_device_async(
+        &self,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<()> {
+        check("cuMemcpyHtoDAsync", unsafe {
+            cu::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.raw)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: created by cuStreamCreateWithPriority.
+        unsafe {
+            cu::cuStreamDestroy_v2(self.raw);
+        }
+    }
+}
+
+pub struct Event {
+    raw: cu::CUevent,
+}
+
+impl Event {
+    pub fn new() -> Result<Event> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer.
+        check("cuEventCreate", unsafe {
+            cu::cuEventCreate(&mut raw, cu::CUevent_flags::CU_EVENT_DEFAULT as u32)
+        })?;
+        Ok(Event { raw })
+    }
+    pub fn record(&self, s: &Stream) -> Result<()> {
+        // SAFETY: valid handles.
+        check("cuEventRecord", unsafe {
+            cu::cuEventRecord(self.raw, s.raw)
+        })
+    }
+    pub fn sync(&self) -> Result<()> {
+        // SAFETY: valid handle.
+        check("cuEventSynchronize", unsafe {
+            cu::cuEventSynchronize(self.raw)
+        })
+    }
+    /// True once the work before the record has finished.
+    pub fn done(&self) -> Result<bool> {
+        // SAFETY: valid handle.
+        let r = unsafe { cu::cuEventQuery(self.raw) };
+        if r == cu::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("cuEventQuery", r).map(|_| true)
+    }
+    pub(crate) fn raw(&self) -> cu::CUevent {
+        self.raw
+    }
+    /// Milliseconds from `self` to `later`.
+    pub fn elapsed_ms(&self, later: &Event) -> Result<f32> {
+        let mut ms = 0f32;
+        // SAFETY: valid handles, both recorded.
+        check("cuEventElapsedTime", unsafe {
+            cu::cuEventElapsedTime_v2(&mut ms, self.raw, later.raw)
+        })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by cuEventCreate.
+        unsafe {
+            cu::cuEventDestroy_v2(self.raw);
+        }
+    }
+}

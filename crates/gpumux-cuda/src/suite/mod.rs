@@ -1,0 +1,308 @@
+//! The benchmark kernel suite: CUDA C sources written for gpumux, each app
+//! described as buffers + a fixed sequence of launches, with a CPU reference.
+//! Nothing here touches a GPU: the runtime turns a [`Workload`] into launches.
+
+mod apps;
+mod reference;
+
+pub use apps::build;
+
+use serde::Serialize;
+
+/// The suite's applications.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+pub enum App {
+    /// STREAM triad (memory-bound).
+    Triad,
+    /// Batched tiled transpose, 3-D grid (memory-bound, shared memory).
+    Transpose,
+    /// CSR SpMV, warp per row (memory-bound, irregular).
+    Spmv,
+    /// Tiled SGEMM (compute-bound, shared memory).
+    Sgemm,
+    /// All-pairs n-body (compute-bound).
+    Nbody,
+    /// 256-bin byte histogram (atomics).
+    Histogram,
+    /// 5-point stencil, ping-pong, helpers read blockIdx (shared memory).
+    Stencil,
+    /// Two-kernel sum reduction, dynamic shared memory.
+    Reduction,
+    /// BFS level steps (irregular, many launches).
+    Bfs,
+    /// k-means iterations (multi-kernel application).
+    Kmeans,
+}
+
+impl App {
+    pub const ALL: [App; 10] = [
+        App::Triad,
+        App::Transpose,
+        App::Spmv,
+        App::Sgemm,
+        App::Nbody,
+        App::Histogram,
+        App::Stencil,
+        App::Reduction,
+        App::Bfs,
+        App::Kmeans,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            App::Triad => "triad",
+            App::Transpose => "transpose",
+            App::Spmv => "spmv",
+            App::Sgemm => "sgemm",
+            App::Nbody => "nbody",
+            App::Histogram => "histogram",
+            App::Stencil => "stencil",
+            App::Reduction => "reduction",
+            App::Bfs => "bfs",
+            App::Kmeans => "kmeans",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<App> {
+        App::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    /// The app's CUDA C source.
+    pub fn source(self) -> &'static str {
+        match self {
+            App::Triad => include_str!("../../cuda/suite/triad.cu"),
+            App::Transpose => include_str!("../../cuda/suite/transpose.cu"),
+            App::Spmv => include_str!("../../cuda/suite/spmv.cu"),
+            App::Sgemm => include_str!("../../cuda/suite/sgemm.cu"),
+            App::Nbody => include_str!("../../cuda/suite/nbody.cu"),
+            App::Histogram => include_str!("../../cuda/suite/histogram.cu"),
+            App::Stencil => include_str!("../../cuda/suite/stencil.cu"),
+            App::Reduction => include_str!("../../cuda/suite/reduction.cu"),
+            App::Bfs => include_str!("../../cuda/suite/bfs.cu"),
+            App::Kmeans => include_str!("../../cuda/suite/kmeans.cu"),
+        }
+    }
+}
+
+/// Source of the preemption benchmark's `spin` and `probe` kernels.
+pub const SYNTHETIC_SOURCE: &str = include_str!("../../cuda/suite/synthetic.cu");
+
+/// Every CUDA source of the suite, by name (for compile tests).
+pub fn all_sources() -> Vec<(&'static str, &'static str)> {
+    let mut v: Vec<_> = App::ALL.iter().map(|a| (a.name(), a.source())).collect();
+    v.push(("synthetic", SYNTHETIC_SOURCE));
+    v
+}
+
+/// How big to make a workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+pub enum Scale {
+    /// Small enough for a CPU reference in well under a second.
+    Check,
+    /// Fills an H100 for roughly 10-50 ms per run of the workload.
+    Bench,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostData {
+    F32(Vec<f32>),
+    U32(Vec<u32>),
+}
+
+impl HostData {
+    pub fn byte_len(&self) -> usize {
+        match self {
+            HostData::F32(v) => v.len() * 4,
+            HostData::U32(v) => v.len() * 4,
+        }
+    }
+
+    /// Little-endian bytes, as the GPU holds them.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// Reads bytes back as the same element type as `self`.
+    pub fn like_from_bytes(&self, b: &[u8]) -> HostData {
+        let words = b.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+        match self {
+            HostData::F32(_) => HostData::F32(words.map(f32::from_le_bytes).collect()),
+            HostData::U32(_) => HostData::U32(words.map(u32::from_le_bytes).collect()),
+        }
+    }
+}
+
+/// How a buffer starts every run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Init {
+    Data(HostData),
+    /// Output: every byte 0xFF (NaN for floats), so unwritten elements show.
+    Poison {
+        bytes: usize,
+    },
+    /// Accumulator that the kernels expect at zero.
+    Zero {
+        bytes: usize,
+    },
+}
+
+impl Init {
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Init::Data(d) => d.byte_len(),
+            Init::Poison { bytes } | Init::Zero { bytes } => *bytes,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct BufferSpec {
+    pub name: &'static str,
+    pub init: Init,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    Buf(usize),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    U64(u64),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchSpec {
+    pub kernel: &'static str,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    pub args: Vec<Arg>,
+}
+
+impl LaunchSpec {
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&g| g as u64).product()
+    }
+}
+
+/// How an output is compared with its reference.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Tolerance {
+    Exact,
+    /// ‖out − ref‖₂ / ‖ref‖₂ at most this (floats only; NaN never passes).
+    RelL2(f64),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputSpec {
+    pub buffer: usize,
+    /// Against the CPU reference (the GPU-vs-GPU comparison is always bitwise).
+    pub tolerance: Tolerance,
+}
+
+/// One app at one size: what to allocate, what to launch, what to check.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub app: App,
+    pub size: u64,
+    pub buffers: Vec<BufferSpec>,
+    pub launches: Vec<LaunchSpec>,
+    pub outputs: Vec<OutputSpec>,
+    /// Some(how) when the GPU-vs-GPU comparison cannot be bitwise.
+    pub nondeterministic: Option<&'static str>,
+}
+
+impl Workload {
+    /// Expected contents of each of `outputs`, computed on the CPU.
+    pub fn reference(&self) -> Vec<HostData> {
+        reference::compute(self)
+    }
+
+    pub fn total_blocks(&self) -> u64 {
+        self.launches.iter().map(LaunchSpec::blocks).sum()
+    }
+}
+
+/// Compares `got` with `want`; Err says where and by how much.
+pub fn compare(got: &HostData, want: &HostData, tol: Tolerance) -> Result<(), String> {
+    match (got, want) {
+        (HostData::U32(g), HostData::U32(w)) => {
+            if g.len() != w.len() {
+                return Err(format!("length {} != {}", g.len(), w.len()));
+            }
+            match g.iter().zip(w).position(|(a, b)| a != b) {
+                None => Ok(()),
+                Some(i) => Err(format!("element {i}: got {} want {}", g[i], w[i])),
+            }
+        }
+        (HostData::F32(g), HostData::F32(w)) => {
+            if g.len() != w.len() {
+                return Err(format!("length {} != {}", g.len(), w.len()));
+            }
+            if let Some(i) = g.iter().position(|x| x.is_nan()) {
+                return Err(format!("element {i} is NaN (unwritten or invalid)"));
+            }
+            match tol {
+                Tolerance::Exact => match g
+                    .iter()
+                    .zip(w)
+                    .position(|(a, b)| a.to_bits() != b.to_bits())
+                {
+                    None => Ok(()),
+                    Some(i) => Err(format!("element {i}: got {} want {} (bitwise)", g[i], w[i])),
+                },
+                Tolerance::RelL2(t) => {
+                    let (mut num, mut den) = (0f64, 0f64);
+                    for (a, b) in g.iter().zip(w) {
+                        num += (*a as f64 - *b as f64).powi(2);
+                        den += (*b as f64).powi(2);
+                    }
+                    let rel = if den == 0.0 {
+                        num.sqrt()
+                    } else {
+                        (num / den).sqrt()
+                    };
+                    if rel <= t {
+                        Ok(())
+                    } else {
+                        Err(format!("relative L2 error {rel:.3e} above {t:.1e}"))
+                    }
+                }
+            }
+        }
+        _ => Err("element types differ".into()),
+    }
+}
+
+/// Deterministic pseudo-random numbers (xorshift64*), so inputs need no extra crate.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+
+    /// Uniform in [0, 1).
+    pub fn f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}

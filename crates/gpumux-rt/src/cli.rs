@@ -1,0 +1,534 @@
+//! `gpumux rt …`: the command-line face of this crate. The `gpumux` binary embeds
+//! [`RtCommand`] as a subcommand and calls [`run`]. Results go to stdout; progress bars to
+//! stderr.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::analysis::{Analysis, Analyzer, Status, DEFAULT_HORIZON};
+use crate::assign::{assign_with, Method};
+use crate::experiment::{self, RunOptions, GLOBAL};
+use crate::generate::{random_set, scale_to_gpu_utilisation, GenConfig, MultiCostModel};
+use crate::model::TaskSet;
+use crate::rng::Rng;
+
+/// Which figure of the paper to reproduce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Figure {
+    /// Schedulability normalised to GLOBAL vs. U_G, P_D = 0.
+    Fig7,
+    /// Schedulable sets vs. P_D at U_G = 1.2.
+    Fig8,
+}
+
+/// `gpumux rt` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum RtCommand {
+    /// Response-time analysis of a task-set file under the modes it declares (or a method's).
+    Analyze {
+        /// TOML task-set file.
+        file: PathBuf,
+        /// Analyse under the modes chosen by this method instead of the declared ones.
+        #[arg(long, value_enum)]
+        method: Option<Method>,
+        /// Compute responses past the deadline up to this many deadlines.
+        #[arg(long, default_value_t = DEFAULT_HORIZON)]
+        horizon: f64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Choose execution modes with a method and print the resulting analysis.
+    Assign {
+        /// TOML task-set file.
+        file: PathBuf,
+        /// Assignment method.
+        #[arg(long, value_enum, default_value_t = Method::Gema)]
+        method: Method,
+        /// Compare every method instead (modes and verdict per method).
+        #[arg(long, conflicts_with = "method")]
+        all: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reproduce Fig. 7 or Fig. 8 of the GPU-SPARC paper.
+    Experiment {
+        /// Figure to reproduce.
+        #[arg(value_enum)]
+        figure: Figure,
+        /// Task sets (fig7: in total, default 100000 as in the paper; fig8: per P_D value,
+        /// default 10000).
+        #[arg(long)]
+        sets: Option<usize>,
+        /// Generator seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output folder for the SVG and JSON (default results/rt-fig7 or results/rt-fig8).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Worker threads (default: all cores). Results do not depend on it.
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+        /// WCET split weights `cpu,pci,gpu` (see docs/rt.md; default 0.1,0.1,1).
+        #[arg(long, value_delimiter = ',')]
+        weights: Option<Vec<f64>>,
+        /// Longest non-preemptive section of GPU/PCI subtasks (our extension; default: the
+        /// whole subtask, as in the paper).
+        #[arg(long)]
+        chunk: Option<f64>,
+    },
+    /// Sets per second of the analysis and of each method for sets of n tasks.
+    Bench {
+        /// Sets per size.
+        #[arg(long, default_value_t = 300)]
+        sets: usize,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Task-set sizes.
+        #[arg(long, value_delimiter = ',', default_value = "5,10,20")]
+        sizes: Vec<usize>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a random task set (paper IV-D generator) as TOML to stdout.
+    Generate {
+        /// Number of tasks.
+        #[arg(long, default_value_t = 5)]
+        tasks: usize,
+        /// Scale the set to this total GPU utilisation.
+        #[arg(long)]
+        ug: Option<f64>,
+        /// Probability of inter-kernel data dependency.
+        #[arg(long, default_value_t = 0.0)]
+        p_dep: f64,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+/// Runs one `gpumux rt` command.
+pub fn run(cmd: RtCommand) -> anyhow::Result<()> {
+    let mut out = String::new();
+    run_to(cmd, &mut out)?;
+    print!("{out}");
+    Ok(())
+}
+
+/// Runs one command, appending what it would print to `out` (used by tests).
+pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
+    match cmd {
+        RtCommand::Analyze {
+            file,
+            method,
+            horizon,
+            json,
+        } => {
+            anyhow::ensure!(
+                horizon.is_finite() && horizon >= 1.0,
+                "--horizon must be a number >= 1 (got {horizon})"
+            );
+            let set = TaskSet::from_file(&file)?;
+            let mut an = Analyzer::new();
+            let modes = match method {
+                Some(m) => assign_with(&set, m, &mut an).modes,
+                None => set.declared_modes(),
+            };
+            let a = an.analyze(&set, &modes, horizon);
+            if json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&AnalyzeJson {
+                        file: &file,
+                        method,
+                        analysis: &a
+                    })?
+                )?;
+            } else {
+                header(out, &file, &set);
+                if let Some(m) = method {
+                    writeln!(out, "modes chosen by: {m}")?;
+                }
+                table(out, &a);
+            }
+        }
+        RtCommand::Assign {
+            file,
+            method,
+            all,
+            json,
+        } => {
+            let set = TaskSet::from_file(&file)?;
+            let mut an = Analyzer::new();
+            let methods: Vec<Method> = if all {
+                Method::ALL.to_vec()
+            } else {
+                vec![method]
+            };
+            let mut results = Vec::new();
+            for m in methods {
+                let a = assign_with(&set, m, &mut an);
+                let analysis = an.analyze(&set, &a.modes, DEFAULT_HORIZON);
+                results.push(AssignJson {
+                    method: m,
+                    modes: set
+                        .tasks
+                        .iter()
+                        .zip(&a.modes)
+                        .map(|(t, m)| (t.name.clone(), m.name().to_string()))
+                        .collect(),
+                    schedulable: a.schedulable,
+                    analysis,
+                });
+            }
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&results)?)?;
+            } else {
+                header(out, &file, &set);
+                for r in &results {
+                    writeln!(out, "\nmethod {}:", r.method)?;
+                    table(out, &r.analysis);
+                }
+            }
+        }
+        RtCommand::Experiment {
+            figure,
+            sets,
+            seed,
+            out: dir,
+            jobs,
+            quiet,
+            weights,
+            chunk,
+        } => {
+            let jobs = jobs
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1);
+            let (default_sets, default_dir) = match figure {
+                Figure::Fig7 => (100_000, "results/rt-fig7"),
+                Figure::Fig8 => (10_000, "results/rt-fig8"),
+            };
+            let mut gen = GenConfig::default();
+            if let Some(w) = weights {
+                anyhow::ensure!(
+                    w.len() == 3
+                        && w.iter().all(|x| x.is_finite() && *x >= 0.0)
+                        && w.iter().any(|x| *x > 0.0),
+                    "--weights takes three non-negative numbers cpu,pci,gpu, not all zero"
+                );
+                gen.weights = crate::generate::ShareWeights {
+                    cpu: w[0],
+                    pci: w[1],
+                    gpu: w[2],
+                };
+            }
+            if let Some(k) = chunk {
+                anyhow::ensure!(
+                    k > 0.0 && k.is_finite(),
+                    "--chunk must be a positive number"
+                );
+                gen.chunk = Some(k);
+            }
+            let opts = RunOptions {
+                sets: sets.unwrap_or(default_sets),
+                seed,
+                jobs,
+                quiet,
+                gen,
+            };
+            anyhow::ensure!(opts.sets > 0, "--sets must be at least 1");
+            let dir = dir.unwrap_or_else(|| PathBuf::from(default_dir));
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create output folder {}", dir.display()))?;
+            let t0 = std::time::Instant::now();
+            match figure {
+                Figure::Fig7 => {
+                    let r = experiment::fig7(&opts);
+                    report_fig7(out, &r, t0.elapsed().as_secs_f64(), jobs)?;
+                    write_json(&dir.join("fig7.json"), &r)?;
+                    crate::plot::fig7_svg(&r, &dir.join("fig7.svg"))?;
+                    writeln!(
+                        out,
+                        "wrote {} and {}",
+                        dir.join("fig7.json").display(),
+                        dir.join("fig7.svg").display()
+                    )?;
+                }
+                Figure::Fig8 => {
+                    let r = experiment::fig8(&opts);
+                    report_fig8(out, &r, t0.elapsed().as_secs_f64(), jobs)?;
+                    write_json(&dir.join("fig8.json"), &r)?;
+                    crate::plot::fig8_svg(&r, &dir.join("fig8.svg"))?;
+                    writeln!(
+                        out,
+                        "wrote {} and {}",
+                        dir.join("fig8.json").display(),
+                        dir.join("fig8.svg").display()
+                    )?;
+                }
+            }
+        }
+        RtCommand::Bench {
+            sets,
+            seed,
+            sizes,
+            json,
+        } => {
+            anyhow::ensure!(sets > 0, "--sets must be at least 1");
+            let rows = crate::bench::run(&sizes, sets, seed, &GenConfig::default());
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "{:>3}  {:<9} {:>12} {:>12}",
+                    "n", "method", "sets/s", "schedulable"
+                )?;
+                for r in rows {
+                    writeln!(
+                        out,
+                        "{:>3}  {:<9} {:>12.0} {:>11.1}%",
+                        r.n,
+                        r.method,
+                        r.sets_per_second,
+                        100.0 * r.schedulable
+                    )?;
+                }
+            }
+        }
+        RtCommand::Generate {
+            tasks,
+            ug,
+            p_dep,
+            seed,
+        } => {
+            anyhow::ensure!(tasks > 0, "--tasks must be at least 1");
+            anyhow::ensure!((0.0..=1.0).contains(&p_dep), "--p-dep must be in [0, 1]");
+            let gen = GenConfig {
+                p_dep,
+                cost: MultiCostModel::default(),
+                ..GenConfig::default()
+            };
+            let mut rng = Rng::new(seed);
+            let mut set = random_set(&mut rng, &gen, tasks);
+            if let Some(u) = ug {
+                anyhow::ensure!(u > 0.0 && u.is_finite(), "--ug must be positive");
+                scale_to_gpu_utilisation(&mut set, u);
+            }
+            writeln!(
+                out,
+                "# generated by `gpumux rt generate --tasks {tasks} --p-dep {p_dep} --seed {seed}`; U_G = {:.3}",
+                set.gpu_utilisation()
+            )?;
+            out.push_str(&set.to_toml());
+        }
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct AnalyzeJson<'a> {
+    file: &'a Path,
+    method: Option<Method>,
+    analysis: &'a Analysis,
+}
+
+#[derive(Serialize)]
+struct AssignJson {
+    method: Method,
+    modes: Vec<(String, String)>,
+    schedulable: bool,
+    analysis: Analysis,
+}
+
+fn write_json<T: Serialize>(path: &Path, v: &T) -> anyhow::Result<()> {
+    let s = serde_json::to_string_pretty(v)?;
+    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn header(out: &mut String, file: &Path, set: &TaskSet) {
+    let p = set.platform;
+    let _ = writeln!(
+        out,
+        "{}: {} tasks on {} CPUs, {} PCI bus(es), {} GPUs; U_G = {:.3}",
+        file.display(),
+        set.len(),
+        p.cpus,
+        p.pci,
+        p.gpus,
+        set.gpu_utilisation()
+    );
+}
+
+fn fmt_opt(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
+}
+
+fn table(out: &mut String, a: &Analysis) {
+    let _ = writeln!(
+        out,
+        "{:>4}  {:<20} {:<6} {:>10} {:>10} {:>10}  verdict",
+        "prio", "task", "mode", "R", "D", "slack"
+    );
+    for t in &a.tasks {
+        let verdict = match t.status {
+            Status::Meets => "meets".to_string(),
+            Status::Misses => "MISSES".to_string(),
+            Status::Unbounded | Status::NotAnalysed => {
+                format!("UNSCHEDULABLE ({})", t.note.as_deref().unwrap_or(""))
+            }
+        };
+        let _ = writeln!(
+            out,
+            "{:>4}  {:<20} {:<6} {:>10} {:>10.2} {:>10}  {}",
+            t.priority,
+            t.name,
+            t.mode.name(),
+            fmt_opt(t.response),
+            t.deadline,
+            fmt_opt(t.slack),
+            verdict
+        );
+    }
+    let _ = writeln!(
+        out,
+        "verdict: {}",
+        if a.schedulable {
+            "SCHEDULABLE (every task meets its deadline)"
+        } else {
+            "NOT SCHEDULABLE"
+        }
+    );
+}
+
+fn report_fig7(
+    out: &mut String,
+    r: &experiment::Fig7Result,
+    secs: f64,
+    jobs: usize,
+) -> anyhow::Result<()> {
+    writeln!(out, "Fig. 7 — schedulability normalised to GLOBAL, P_D = 0 ({} sets, seed {}, largest set {} tasks)", r.sets, r.seed, r.max_tasks)?;
+    write!(out, "{:>11} {:>7}", "U_G", "sets")?;
+    for m in &r.methods {
+        write!(out, " {:>9}", m)?;
+    }
+    writeln!(out, "   (normalised; GLOBAL column = schedulable sets)")?;
+    for b in &r.bins {
+        write!(out, "({:.1},{:.1}] {:>7}", b.ug_lo, b.ug_hi, b.sets)?;
+        for (k, v) in b.normalised.iter().enumerate() {
+            if k == GLOBAL {
+                write!(out, " {:>9}", b.schedulable[k])?;
+            } else {
+                write!(
+                    out,
+                    " {:>9}",
+                    v.map_or_else(|| "-".into(), |x| format!("{x:.4}"))
+                )?;
+            }
+        }
+        writeln!(out)?;
+    }
+    write!(out, "{:>11} {:>7}", "all", r.sets)?;
+    for s in &r.total_schedulable {
+        write!(out, " {:>9}", s)?;
+    }
+    writeln!(out, "   (schedulable sets)")?;
+    writeln!(
+        out,
+        "paper: GEMA loses at most 1.4% to GLOBAL.  ours: GEMA max loss per bin {:.2}% (bins with >= 100 GLOBAL-schedulable sets), overall {:.2}%",
+        100.0 * r.gema_max_loss,
+        100.0 * r.gema_overall_loss
+    )?;
+    writeln!(
+        out,
+        "ours: GEMA-LS max loss per bin {:.2}%, overall {:.2}%",
+        100.0 * r.gema_ls_max_loss,
+        100.0 * r.gema_ls_overall_loss
+    )?;
+    writeln!(
+        out,
+        "sets a heuristic schedules but GLOBAL does not: {} (must be 0)",
+        r.violations
+    )?;
+    timing_lines(out, &r.timing, secs, jobs)
+}
+
+fn timing_lines(
+    out: &mut String,
+    t: &[experiment::MethodTiming],
+    secs: f64,
+    jobs: usize,
+) -> anyhow::Result<()> {
+    write!(
+        out,
+        "time: {secs:.1} s wall on {jobs} thread(s); one-core sets/s:"
+    )?;
+    for m in t {
+        write!(out, " {}={:.0}", m.method, m.sets_per_second)?;
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+fn report_fig8(
+    out: &mut String,
+    r: &experiment::Fig8Result,
+    secs: f64,
+    jobs: usize,
+) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "Fig. 8 — schedulable sets at U_G = {} ± {} vs. P_D ({} sets per point, seed {})",
+        r.ug, r.ug_tolerance, r.sets_per_point, r.seed
+    )?;
+    write!(out, "{:>5}", "P_D")?;
+    for m in &r.methods {
+        write!(out, " {:>9}", m)?;
+    }
+    writeln!(out)?;
+    for p in &r.points {
+        write!(out, "{:>5.1}", p.p_dep)?;
+        for s in &p.schedulable {
+            write!(out, " {:>9}", s)?;
+        }
+        writeln!(out)?;
+    }
+    let first = &r.points[0].schedulable;
+    let last = &r.points[r.points.len() - 1].schedulable;
+    writeln!(out, "paper: Single-GPU flat in P_D; the others fall as P_D grows; LOCAL can drop below Single-GPU; GEMA ~ GLOBAL.")?;
+    writeln!(
+        out,
+        "ours (P_D 0 -> 1): single {} -> {}, local {} -> {}, gema {} -> {}, gema-ls {} -> {}, global {} -> {}; LOCAL below Single-GPU at P_D >= {}",
+        first[0], last[0], first[1], last[1], first[2], last[2], first[3], last[3], first[4], last[4],
+        r.points
+            .iter()
+            .find(|p| p.schedulable[1] < p.schedulable[0])
+            .map_or_else(|| "never".to_string(), |p| format!("{:.1}", p.p_dep))
+    )?;
+    let gap = r
+        .points
+        .iter()
+        .map(|p| 1.0 - p.schedulable[2] as f64 / (p.schedulable[GLOBAL].max(1)) as f64)
+        .fold(0.0, f64::max);
+    writeln!(
+        out,
+        "ours: GEMA's largest loss to GLOBAL over P_D: {:.2}%",
+        100.0 * gap
+    )?;
+    writeln!(
+        out,
+        "sets a heuristic schedules but GLOBAL does not: {} (must be 0)",
+        r.violations
+    )?;
+    timing_lines(out, &r.timing, secs, jobs)
+}

@@ -1,0 +1,58 @@
+//! Choosing and opening the device a run uses (`--device`).
+
+use anyhow::{bail, Result};
+use gpumux_engine::device::Device;
+use gpumux_engine::kernel::DeviceInfo;
+use gpumux_sim::{presets, SimGpu};
+
+/// A device named on the command line.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeviceSpec {
+    Sim(DeviceInfo),
+    Cuda(u32),
+}
+
+impl DeviceSpec {
+    pub fn parse(s: &str) -> Result<Self> {
+        if let Some(rest) = s.strip_prefix("cuda:") {
+            let Ok(n) = rest.parse::<u32>() else { bail!("bad device `{s}`: expected cuda:<index>, e.g. cuda:0") };
+            return Ok(DeviceSpec::Cuda(n));
+        }
+        match presets::by_name(s) {
+            Some(info) => Ok(DeviceSpec::Sim(info)),
+            None => bail!(
+                "unknown device `{s}`; simulated: {}; real: cuda:<index>",
+                presets::NAMES.iter().map(|n| format!("sim:{n}")).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+
+    /// The default: a real GPU when there is one and its backend exists,
+    /// else the simulated H100. The CUDA backend is not part of this build
+    /// yet, so today this is always the simulator.
+    pub fn default_device() -> Self {
+        DeviceSpec::Sim(presets::h100())
+    }
+
+    pub fn info(&self) -> Result<DeviceInfo> {
+        match self {
+            DeviceSpec::Sim(info) => Ok(info.clone()),
+            DeviceSpec::Cuda(n) => bail!(cuda_unavailable(*n)),
+        }
+    }
+
+    /// A fresh device for one run.
+    pub fn open(&self, seed: u64) -> Result<Box<dyn Device + Send>> {
+        match self {
+            DeviceSpec::Sim(info) => Ok(Box::new(SimGpu::new(info.clone(), seed))),
+            DeviceSpec::Cuda(n) => bail!(cuda_unavailable(*n)),
+        }
+    }
+}
+
+fn cuda_unavailable(n: u32) -> String {
+    format!(
+        "device cuda:{n}: this gpumux build has no CUDA engine backend yet (the kernel transformation \
+         and GPU benchmarks live in `gpumux bench cuda`); use --device sim:h100 to run the workload on the simulated GPU"
+    )
+}

@@ -1,0 +1,170 @@
+//! gpumux: share NVIDIA GPUs between processes the way an OS shares CPUs.
+//!
+//! Subcommands: `run` (a workload under several policies, on the simulated
+//! GPU by default), `bench` (measurements), `rt` (real-time schedulability
+//! analysis), `policies` and `devices` (what is available).
+
+mod bench_sim;
+mod devices;
+mod plot;
+mod run;
+mod table;
+mod trace;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use devices::DeviceSpec;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+/// Policies compared when `--policy` is not given.
+const DEFAULT_POLICIES: &str = "fcfs,npq,ppq-excl-cs,ppq-excl-drain,ppq-shared-cs,dss-cs,dss-drain,rr";
+
+#[derive(Parser, Debug)]
+#[command(name = "gpumux", version, about = "Share NVIDIA GPUs between processes the way an OS shares CPUs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a workload under each policy and compare NTT, STP, fairness, latency.
+    Run(RunArgs),
+    /// Measure gpumux itself.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Real-time GPU task sets: response-time analysis and mode assignment (GPU-SPARC).
+    #[command(subcommand)]
+    Rt(gpumux_rt::cli::RtCommand),
+    /// List the scheduling policies.
+    Policies,
+    /// List the devices.
+    Devices,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Workload: a TOML file, or a built-in such as `parboil-k20c:mix=8,seed=1`.
+    workload: String,
+    /// sim:k20c, sim:h100, sim:h200 or cuda:<index>. Default: a real GPU when
+    /// its backend is available, else sim:h100.
+    #[arg(long)]
+    device: Option<String>,
+    /// Comma-separated policies (see `gpumux policies`).
+    #[arg(long, default_value = DEFAULT_POLICIES)]
+    policy: String,
+    /// Seed of per-block time variation.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the results as JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write a Chrome-trace / Perfetto timeline (one lane per SM) to this file.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Write SVG charts into this directory.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Worker threads (default: the host's cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// No progress display on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Simulator speed: simulated blocks per second of wall time, one core.
+    Sim {
+        /// A smaller sweep that takes seconds.
+        #[arg(long)]
+        quick: bool,
+        /// Also write the rows as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// On a real NVIDIA GPU: correctness of transformed kernels, solo
+    /// overhead, preemption latency, spatial sharing.
+    Cuda(gpumux_cuda::bench::BenchArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = dispatch(cli) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Run(args) => cmd_run(args),
+        Command::Bench(BenchCommand::Sim { quick, json }) => {
+            let rows = bench_sim::sweep(quick)?;
+            print!("{}", bench_sim::render(&rows));
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&rows)?).with_context(|| format!("writing {}", path.display()))?;
+            }
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Cuda(args)) => gpumux_cuda::bench::bench_main(args),
+        Command::Rt(cmd) => gpumux_rt::cli::run(cmd),
+        Command::Policies => {
+            for (name, what) in gpumux_engine::policies::CATALOGUE {
+                println!("{name:<18} {what}");
+            }
+            Ok(())
+        }
+        Command::Devices => {
+            for n in gpumux_sim::presets::NAMES {
+                if let Some(d) = gpumux_sim::presets::by_name(n) {
+                    println!(
+                        "sim:{n:<6} {:>3} SMs, {} threads, {} blocks, {} registers, {} KB shared memory per SM; {:.0} GB/s",
+                        d.num_sms, d.sm.max_threads, d.sm.max_blocks, d.sm.registers, d.sm.smem_bytes / 1024, d.mem_bandwidth / 1e9
+                    );
+                }
+            }
+            println!("cuda:N   a real NVIDIA GPU (engine backend not in this build yet)");
+            Ok(())
+        }
+    }
+}
+
+fn cmd_run(args: RunArgs) -> Result<()> {
+    let workload = gpumux_workload::resolve(&args.workload)?;
+    let device = match &args.device {
+        Some(d) => DeviceSpec::parse(d)?,
+        None => DeviceSpec::default_device(),
+    };
+    let policies: Vec<String> = args.policy.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    if policies.is_empty() {
+        anyhow::bail!("--policy names no policy");
+    }
+    let opts = run::RunOptions {
+        device,
+        policies,
+        seed: args.seed,
+        trace: args.trace.is_some() || args.plot.is_some(),
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+        threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+    };
+    let report = run::run_workload(&workload, &opts)?;
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut stdout, &report)?;
+        writeln!(stdout)?;
+    } else {
+        write!(stdout, "{}", table::render(&report))?;
+    }
+    if let Some(path) = &args.trace {
+        trace::write_chrome_trace(path, &report.traces)?;
+        eprintln!("wrote trace {} (open it in ui.perfetto.dev)", path.display());
+    }
+    if let Some(dir) = &args.plot {
+        let files = plot::write_plots(dir, &report.policies, &report.traces)?;
+        eprintln!("wrote {} charts in {}", files.len(), dir.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Checks gpumux's CUDA backend on a machine with an NVIDIA GPU, building nothing:
+# correctness of every suite kernel under random preemption first, then the
+# benchmarks (solo overhead, preemption latency, spatial sharing).
+#
+#   scripts/gpu-check.sh [BINARY] [OUTDIR]
+#
+# BINARY: a prebuilt `gpumux-cuda-check` (default: target/release/gpumux-cuda-check,
+#         or $GPUMUX_CUDA_CHECK). Build it elsewhere with
+#         `cargo build --release -p gpumux-cuda --bin gpumux-cuda-check`.
+# OUTDIR: where JSON results and logs go (default: gpu-check-out).
+# GPUMUX_PHASES: which phases to run (default "check overhead preempt mps spatial").
+set -uo pipefail
+
+BIN=${1:-${GPUMUX_CUDA_CHECK:-target/release/gpumux-cuda-check}}
+OUTDIR=${2:-gpu-check-out}
+PHASES=${GPUMUX_PHASES:-check overhead preempt mps spatial}
+mkdir -p "$OUTDIR"
+
+if [ ! -x "$BIN" ]; then
+    echo "gpu-check: no executable at $BIN (build it with cargo build --release -p gpumux-cuda)" >&2
+    exit 2
+fi
+
+# NVRTC: the CUDA toolkit's, or the pip wheel's (nvidia-cuda-nvrtc).
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/libnvrtc.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+done
+if command -v python3 >/dev/null; then
+    wheel=$(python3 -c 'import nvidia, os; print([os.path.join(p, "cu13", "lib") for p in nvidia.__path__][0])' 2>/dev/null || true)
+    [ -n "$wheel" ] && [ -d "$wheel" ] && export LD_LIBRARY_PATH="$wheel:${LD_LIBRARY_PATH:-}"
+fi
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUTDIR/gpu.txt"
+status=0
+run() { # name, then arguments
+    local name=$1; shift
+    echo "=== $name: $BIN $*"
+    "$BIN" --json "$OUTDIR/$name.json" "$@" 2>&1 | tee "$OUTDIR/$name.log"
+    local rc=${PIPESTATUS[0]}
+    [ "$rc" -ne 0 ] && { echo "=== $name FAILED (exit $rc)"; status=1; }
+    return 0
+}
+
+for phase in $PHASES; do
+    case $phase in
+        check) run check check --rounds 2 ;;
+        overhead) run overhead overhead ;;
+        preempt) run preempt preempt --modes native-priority,gpumux,timeslice ;;
+        mps)
+            # MPS in a private pipe directory; stopped again afterwards. It changes
+            # no device setting (compute mode, clocks) and needs no reset.
+            if command -v nvidia-cuda-mps-control >/dev/null; then
+                export CUDA_MPS_PIPE_DIRECTORY=/tmp/gpumux-mps CUDA_MPS_LOG_DIRECTORY=/tmp/gpumux-mps-log
+                mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+                if nvidia-cuda-mps-control -d; then
+                    sleep 1
+                    run preempt-mps preempt --modes mps
+                    echo quit | nvidia-cuda-mps-control
+                    sleep 1
+                else
+                    echo "=== mps: could not start the MPS daemon; skipped"
+                fi
+                unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+            else
+                echo "=== mps: nvidia-cuda-mps-control not found; skipped"
+            fi ;;
+        spatial) run spatial spatial ;;
+        *) echo "unknown phase $phase" >&2; status=1 ;;
+    esac
+done
+exit $status
