@@ -59,7 +59,7 @@ pub fn run(engine: &mut Engine, device: &mut dyn Device, progress: &mut dyn FnMu
             }
         }
         steps += 1;
-        if steps % 4096 == 0 {
+        if steps.is_multiple_of(4096) {
             progress(now);
         }
     }

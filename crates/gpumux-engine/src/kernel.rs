@@ -99,14 +99,14 @@ impl DeviceInfo {
                 why = what;
             }
         };
-        if k.threads_per_block > 0 {
-            cap((self.sm.max_threads / k.threads_per_block) as u64, "threads");
+        if let Some(n) = self.sm.max_threads.checked_div(k.threads_per_block) {
+            cap(n as u64, "threads");
         }
         if k.regs_per_block() > 0 {
             cap(self.sm.registers as u64 / k.regs_per_block(), "registers");
         }
-        if k.smem_per_block > 0 {
-            cap((self.sm.smem_bytes / k.smem_per_block) as u64, "shared memory");
+        if let Some(n) = self.sm.smem_bytes.checked_div(k.smem_per_block) {
+            cap(n as u64, "shared memory");
         }
         if let Some(c) = k.max_blocks_per_sm {
             cap(c as u64, "the kernel's max_blocks_per_sm");

@@ -131,6 +131,7 @@ impl std::fmt::Debug for BlockRanges {
 }
 
 #[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)] // a one-range set is what these tests mean
 mod tests {
     use super::*;
     use proptest::prelude::*;

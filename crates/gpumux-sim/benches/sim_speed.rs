@@ -46,7 +46,8 @@ fn bench(c: &mut Criterion) {
             let w = workload(4, blocks);
             b.iter(|| {
                 let info = presets::h100();
-                let mut e = Engine::new(&w, info.clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
+                let mut e =
+                    Engine::new(&w, info.clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
                 let mut gpu = SimGpu::new(info, 1);
                 driver::run(&mut e, &mut gpu, &mut |_| {}).expect("run")
             })

@@ -22,13 +22,22 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[allow(clippy::enum_variant_names)] // each is something that finished
 enum SimEvent {
     /// A resident block finished; `token` identifies it (stale if it was
     /// preempted meanwhile).
-    BlockDone { sm: u16, token: u64 },
+    BlockDone {
+        sm: u16,
+        token: u64,
+    },
     /// A context save on an SM finished.
-    SaveDone { sm: u16, launch: LaunchId },
-    CopyDone { engine: u8 },
+    SaveDone {
+        sm: u16,
+        launch: LaunchId,
+    },
+    CopyDone {
+        engine: u8,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -143,8 +152,15 @@ impl SimGpu {
     pub fn check_invariants(&self) -> Result<(), String> {
         for (i, s) in self.sms.iter().enumerate() {
             let lim = &self.info.sm;
-            if s.threads > lim.max_threads || s.blocks > lim.max_blocks || s.regs > lim.registers as u64 || s.smem > lim.smem_bytes as u64 {
-                return Err(format!("SM {i} over capacity: {} threads, {} blocks, {} regs, {} B smem", s.threads, s.blocks, s.regs, s.smem));
+            if s.threads > lim.max_threads
+                || s.blocks > lim.max_blocks
+                || s.regs > lim.registers as u64
+                || s.smem > lim.smem_bytes as u64
+            {
+                return Err(format!(
+                    "SM {i} over capacity: {} threads, {} blocks, {} regs, {} B smem",
+                    s.threads, s.blocks, s.regs, s.smem
+                ));
             }
             if s.blocks as usize != s.resident.len() {
                 return Err(format!("SM {i} counts {} blocks but holds {}", s.blocks, s.resident.len()));
@@ -155,7 +171,10 @@ impl SimGpu {
                 };
                 let mine = s.resident.iter().filter(|x| x.launch == r.launch).count() as u32;
                 if mine > l.bps {
-                    return Err(format!("SM {i} holds {mine} blocks of launch {}, occupancy allows {}", r.launch, l.bps));
+                    return Err(format!(
+                        "SM {i} holds {mine} blocks of launch {}, occupancy allows {}",
+                        r.launch, l.bps
+                    ));
                 }
             }
         }
@@ -191,7 +210,8 @@ impl SimGpu {
         }
         if let Some(l) = old {
             if self.trace.is_some() {
-                let (name, proc_) = self.launches.get(&l).map_or((String::from("?"), None), |x| (x.desc.name.clone(), Some(x.process)));
+                let (name, proc_) =
+                    self.launches.get(&l).map_or((String::from("?"), None), |x| (x.desc.name.clone(), Some(x.process)));
                 let since = self.sms[sm].owner_since;
                 self.span(sm as u32, name, "kernel", since, self.now, proc_);
             }
@@ -230,12 +250,20 @@ impl SimGpu {
             // Preempted blocks first, keeping their number small (Tanasic 3.3, PTBQ).
             let restored = !l.restore.is_empty();
             let (index, work) = if let Some(sb) = l.restore.pop_front() {
-                let restore_ns = (l.context_bytes as f64 / (self.info.mem_bandwidth / self.info.num_sms as f64) * 1e9) as Nanos;
+                let restore_ns =
+                    (l.context_bytes as f64 / (self.info.mem_bandwidth / self.info.num_sms as f64) * 1e9) as Nanos;
                 self.stats.sm_switch_ns += restore_ns as u128;
                 (sb.index, restore_ns + sb.remaining_ns)
             } else {
                 let Some(b) = l.blocks.pop_first() else { break };
-                (b, stretch(block_time(&l.desc, self.seed, l.time_key, b), l.desc.mem_intensity, self.mem_demand + l.demand))
+                (
+                    b,
+                    stretch(
+                        block_time(&l.desc, self.seed, l.time_key, b),
+                        l.desc.mem_intensity,
+                        self.mem_demand + l.demand,
+                    ),
+                )
             };
             l.resident += 1;
             if let Some(a) = self.audit.as_mut() {
@@ -288,7 +316,12 @@ impl SimGpu {
         // Unissued saved blocks go back as saved contexts.
         let mut saved = std::mem::take(&mut l.saved);
         saved.extend(l.restore.drain(..));
-        self.out.push(Event::LaunchEnded { launch: lid, remaining: std::mem::take(&mut l.blocks), saved, completed: l.completed });
+        self.out.push(Event::LaunchEnded {
+            launch: lid,
+            remaining: std::mem::take(&mut l.blocks),
+            saved,
+            completed: l.completed,
+        });
     }
 
     /// Removes a resident block from its SM's accounting.
@@ -328,9 +361,16 @@ impl SimGpu {
                 a.completed.push((l.kernel, r.index));
             }
             // A drained SM is free once its last block of the launch is done.
-            if l.leaving.contains(SmId(sm as u16)) && !self.sms[sm].resident.iter().any(|x| x.launch == r.launch) && self.sms[sm].saving == 0 {
+            if l.leaving.contains(SmId(sm as u16))
+                && !self.sms[sm].resident.iter().any(|x| x.launch == r.launch)
+                && self.sms[sm].saving == 0
+            {
                 l.leaving.remove(SmId(sm as u16));
-                self.out.push(Event::SmReleased { launch: r.launch, sm: SmId(sm as u16), cause: ReleaseCause::Retreated });
+                self.out.push(Event::SmReleased {
+                    launch: r.launch,
+                    sm: SmId(sm as u16),
+                    cause: ReleaseCause::Retreated,
+                });
             }
         }
         self.check_ended(r.launch);
@@ -353,8 +393,14 @@ impl SimGpu {
             if self.sms[i].owner == Some(lid) {
                 self.set_owner(i, None);
             }
-            let mine: Vec<usize> =
-                self.sms[i].resident.iter().enumerate().filter(|(_, r)| r.launch == lid).map(|(p, _)| p).rev().collect();
+            let mine: Vec<usize> = self.sms[i]
+                .resident
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.launch == lid)
+                .map(|(p, _)| p)
+                .rev()
+                .collect();
             if mine.is_empty() {
                 self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Retreated });
                 continue;
@@ -378,7 +424,8 @@ impl SimGpu {
                 }
                 Mechanism::ContextSwitch => {
                     let n = mine.len() as u64;
-                    let save_ns = (n as f64 * context_bytes as f64 / self.info.per_sm_bandwidth() * 1e9).ceil() as Nanos;
+                    let save_ns =
+                        (n as f64 * context_bytes as f64 / self.info.per_sm_bandwidth() * 1e9).ceil() as Nanos;
                     for p in mine {
                         let r = self.evict(i, p);
                         let remaining_ns = r.end.saturating_sub(self.now);
@@ -458,7 +505,9 @@ impl Device for SimGpu {
                 for sm in sms.iter() {
                     let i = self.sm_ok(sm)?;
                     if let Some(o) = self.sms[i].owner {
-                        return Err(DeviceError::Protocol(format!("launch {launch} given SM {sm}, still owned by launch {o}")));
+                        return Err(DeviceError::Protocol(format!(
+                            "launch {launch} given SM {sm}, still owned by launch {o}"
+                        )));
                     }
                 }
                 let bps = self.info.blocks_per_sm(&desc).map_err(|e| DeviceError::Protocol(e.to_string()))?;
@@ -507,7 +556,9 @@ impl Device for SimGpu {
                 for sm in sms.iter() {
                     let i = self.sm_ok(sm)?;
                     if let Some(o) = self.sms[i].owner {
-                        return Err(DeviceError::Protocol(format!("launch {launch} grown onto SM {sm}, owned by launch {o}")));
+                        return Err(DeviceError::Protocol(format!(
+                            "launch {launch} grown onto SM {sm}, owned by launch {o}"
+                        )));
                     }
                     self.set_owner(i, Some(launch));
                 }

@@ -54,7 +54,8 @@ fn fcfs_runs_waves_of_blocks() {
 fn fcfs_starts_next_kernel_in_leftover_sms() {
     // a: 20 blocks of 1 µs on 13 SMs → 13 then 7; b (arrives at 0, after a)
     // gets the 6 SMs a leaves free in its second wave, and the rest after.
-    let (r, _) = run("fcfs", vec![proc_("a", 0, 0, vec![k("a", 20, 1, 1_000)]), proc_("b", 0, 0, vec![k("b", 13, 1, 1_000)])]);
+    let (r, _) =
+        run("fcfs", vec![proc_("a", 0, 0, vec![k("a", 20, 1, 1_000)]), proc_("b", 0, 0, vec![k("b", 13, 1, 1_000)])]);
     assert_eq!(end(&r, 0), 2_000);
     // b: 6 blocks at 1 µs, 7 at 2 µs → done at 3 µs.
     assert_eq!(end(&r, 1), 3_000);
@@ -63,7 +64,10 @@ fn fcfs_starts_next_kernel_in_leftover_sms() {
 #[test]
 fn copies_take_latency_plus_bytes_over_bandwidth() {
     // k20c: 10 µs + 6 MB / 6 GB/s = 1 ms + 10 µs; D2H runs on its own engine.
-    let (r, _) = run("fcfs", vec![proc_("a", 0, 0, vec![Op::CopyToDevice { bytes: 6_000_000 }, Op::CopyToHost { bytes: 6_000_000 }])]);
+    let (r, _) = run(
+        "fcfs",
+        vec![proc_("a", 0, 0, vec![Op::CopyToDevice { bytes: 6_000_000 }, Op::CopyToHost { bytes: 6_000_000 }])],
+    );
     assert_eq!(end(&r, 0), 2 * 1_010_000);
 }
 
@@ -81,7 +85,12 @@ fn host_time_overlaps_gpu_only_with_async_depth() {
 #[test]
 fn ppq_drain_waits_for_resident_blocks_and_npq_waits_for_the_kernel() {
     // Low: 13×10 blocks of 100 µs; high arrives at 30 µs with 13 blocks of 1 µs.
-    let procs = || vec![proc_("low", 0, 0, vec![k("low", 130, 1, 100_000)]), proc_("high", 1, 30_000, vec![k("high", 13, 1, 1_000)])];
+    let procs = || {
+        vec![
+            proc_("low", 0, 0, vec![k("low", 130, 1, 100_000)]),
+            proc_("high", 1, 30_000, vec![k("high", 13, 1, 1_000)]),
+        ]
+    };
     let (drain, _) = run("ppq-excl-drain", procs());
     // Drained at 100 µs (the running blocks finish), then 1 µs.
     assert_eq!(end(&drain, 1), 101_000);
@@ -103,15 +112,15 @@ fn dss_splits_sms_evenly_between_two_kernels() {
     // Two long kernels with equal tokens: each should hold 6 or 7 of 13 SMs.
     let (_, trace) = run(
         "dss-cs",
-        vec![proc_("a", 0, 0, vec![k("a", 13 * 50, 1, 10_000)]), proc_("b", 0, 20_000, vec![k("b", 13 * 50, 1, 10_000)])],
+        vec![
+            proc_("a", 0, 0, vec![k("a", 13 * 50, 1, 10_000)]),
+            proc_("b", 0, 20_000, vec![k("b", 13 * 50, 1, 10_000)]),
+        ],
     );
     // At 100 µs, count SMs owned by each kernel.
     let at = 100_000;
     let owners = |name: &str| {
-        trace
-            .iter()
-            .filter(|s| s.category == "kernel" && s.name == name && s.start_ns <= at && s.end_ns > at)
-            .count()
+        trace.iter().filter(|s| s.category == "kernel" && s.name == name && s.start_ns <= at && s.end_ns > at).count()
     };
     let (a, b) = (owners("a"), owners("b"));
     assert_eq!(a + b, 13, "every SM busy");

@@ -38,13 +38,13 @@ impl Policy for Chaos {
         // Preempt some running SMs.
         for (i, s) in view.sms.iter().enumerate() {
             if let SmState::Running { .. } = s {
-                if self.next() % 7 == 0 {
+                if self.next().is_multiple_of(7) {
                     let mechanism = match self.next() % 3 {
                         0 => Mechanism::ContextSwitch,
                         1 => Mechanism::Drain,
                         _ => Mechanism::Flush,
                     };
-                    let next = if !wanting.is_empty() && self.next() % 2 == 0 {
+                    let next = if !wanting.is_empty() && self.next().is_multiple_of(2) {
                         Some(wanting[(self.next() % wanting.len() as u64) as usize])
                     } else {
                         None
@@ -58,11 +58,11 @@ impl Policy for Chaos {
             if wanting.is_empty() {
                 break;
             }
-            if self.next() % 4 == 0 && out.iter().any(|d| matches!(d, Decision::Assign { .. })) {
+            if self.next().is_multiple_of(4) && out.iter().any(|d| matches!(d, Decision::Assign { .. })) {
                 continue;
             }
             let k = wanting[(self.next() % wanting.len() as u64) as usize];
-            let slice = if self.next() % 3 == 0 { Some(1 + self.next() % 40) } else { None };
+            let slice = if self.next().is_multiple_of(3) { Some(1 + self.next() % 40) } else { None };
             out.push(Decision::Assign { sm, kernel: k, slice });
         }
     }
@@ -90,7 +90,15 @@ fn workload(seed: u64, procs: usize) -> Workload {
         let s = gpumux_sim::timing::mix64(seed ^ (p as u64 * 7919));
         let ops = vec![
             Op::CopyToDevice { bytes: 1 << 20 },
-            Op::Kernel(kernel(&format!("k{p}a"), 1 + s % 300, 64 << (s % 4), 16 + (s >> 8) as u32 % 48, ((s >> 16) % 3) as u32 * 8192, 1_000 + (s >> 20) % 20_000, s % 5 != 0)),
+            Op::Kernel(kernel(
+                &format!("k{p}a"),
+                1 + s % 300,
+                64 << (s % 4),
+                16 + (s >> 8) as u32 % 48,
+                ((s >> 16) % 3) as u32 * 8192,
+                1_000 + (s >> 20) % 20_000,
+                !s.is_multiple_of(5),
+            )),
             Op::Cpu { ns: 2_000 },
             Op::Kernel(kernel(&format!("k{p}b"), 1 + (s >> 30) % 200, 128, 32, 0, 3_000, true)),
             Op::CopyToHost { bytes: 1 << 16 },
@@ -146,8 +154,7 @@ fn expected_blocks(w: &Workload) -> u64 {
     w.processes
         .iter()
         .map(|p| {
-            p.repetitions as u64
-                * p.ops.iter().map(|o| if let Op::Kernel(k) = o { k.blocks } else { 0 }).sum::<u64>()
+            p.repetitions as u64 * p.ops.iter().map(|o| if let Op::Kernel(k) = o { k.blocks } else { 0 }).sum::<u64>()
         })
         .sum()
 }

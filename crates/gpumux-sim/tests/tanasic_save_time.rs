@@ -85,6 +85,10 @@ fn context_save_times_match_tanasic_table1() {
         assert_eq!(lat.len(), 13, "{name}: every SM preempted once");
         let measured_us = lat.iter().map(|p| p.latency_ns).max().unwrap_or(0) as f64 / 1000.0;
         let err = (measured_us - save_us).abs() / save_us;
-        assert!(err < 0.005, "{name}: save time {measured_us:.3} µs, Table 1 says {save_us} µs ({:.2}% off)", err * 100.0);
+        assert!(
+            err < 0.005,
+            "{name}: save time {measured_us:.3} µs, Table 1 says {save_us} µs ({:.2}% off)",
+            err * 100.0
+        );
     }
 }
