@@ -7,6 +7,7 @@
 
 pub mod gpu;
 pub mod presets;
+pub mod synthetic;
 pub mod timing;
 
 pub use gpu::SimGpu;

@@ -3,12 +3,9 @@
 //! and blocks. A run is one engine + simulator on one thread.
 
 use anyhow::Result;
-use gpumux_engine::kernel::KernelDesc;
-use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::{driver, policies, Engine};
 use gpumux_sim::{presets, SimGpu};
 use serde::Serialize;
-use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Debug, Serialize)]
@@ -23,54 +20,10 @@ pub struct SimBenchRow {
     pub events_per_s: f64,
 }
 
-fn workload(processes: usize, blocks_total: u64) -> Workload {
-    let per = (blocks_total / processes as u64).max(1);
-    let procs = (0..processes)
-        .map(|p| ProcessSpec {
-            name: format!("p{p}"),
-            priority: (p % 2) as i32,
-            weight: 1.0,
-            arrival_ns: p as u64 * 10_000,
-            repetitions: 1,
-            async_depth: 0,
-            // Two kernels with different shapes, so SMs mix them.
-            ops: vec![
-                Op::Kernel(Arc::new(KernelDesc {
-                    name: format!("k{p}a"),
-                    blocks: per / 2,
-                    threads_per_block: 256,
-                    regs_per_thread: 32,
-                    smem_per_block: 8192,
-                    block_time_ns: 5_000,
-                    block_time_spread: 0.2,
-                    mem_intensity: 0.5,
-                    idempotent: true,
-                    max_blocks_per_sm: None,
-                    suite: None,
-                })),
-                Op::Kernel(Arc::new(KernelDesc {
-                    name: format!("k{p}b"),
-                    blocks: per - per / 2,
-                    threads_per_block: 128,
-                    regs_per_thread: 64,
-                    smem_per_block: 0,
-                    block_time_ns: 20_000,
-                    block_time_spread: 0.1,
-                    mem_intensity: 0.1,
-                    idempotent: true,
-                    max_blocks_per_sm: None,
-                    suite: None,
-                })),
-            ],
-        })
-        .collect();
-    Workload { name: format!("bench-{processes}p-{blocks_total}b"), processes: procs, replay_min_runs: None }
-}
-
 pub fn measure(sms: u16, processes: usize, blocks: u64, policy: &str) -> Result<SimBenchRow> {
     let mut info = presets::h100();
     info.num_sms = sms;
-    let w = workload(processes, blocks);
+    let w = gpumux_sim::synthetic::workload(processes, blocks);
     let mut engine = Engine::new(&w, info.clone(), policies::by_name(policy)?, None)?;
     let mut gpu = SimGpu::new(info, 1);
     let t0 = Instant::now();
