@@ -43,12 +43,16 @@ static __device__ __forceinline__ uint3 gmx_unlinear(unsigned int i, const uint3
 }
 
 // Leader only: may this block work here? (SM in the mask, SM under its cap.)
-static __device__ __forceinline__ unsigned int gmx_enter(gmx_ctl_t* c, const gmx_launch_t& L) {
+// `st[1]` remembers whether the block counted itself on its SM, so that it
+// can uncount itself when it leaves (no serial reset of 256 counters at the end).
+static __device__ __forceinline__ unsigned int gmx_enter(gmx_ctl_t* c, const gmx_launch_t& L, unsigned int* st) {
+    st[1] = 0u;
     const unsigned int s = gmx_smid();
     // Constant indices only: a run-time index into a parameter would copy the
     // whole launch description to local memory.
     const unsigned long long w = s < 64u ? L.sm_mask[0] : s < 128u ? L.sm_mask[1] : s < 192u ? L.sm_mask[2] : L.sm_mask[3];
     if (s >= 256u || ((w >> (s & 63u)) & 1ull) == 0ull) return 0u;
+    st[1] = 1u;
     if (atomicAdd(&c->sm_workers[s], 1u) >= L.cap) return 0u;
     atomicAdd(&c->workers, 1u);
     return 1u;
@@ -68,10 +72,13 @@ static __device__ __forceinline__ void gmx_claim(gmx_ctl_t* c, const gmx_launch_
 }
 
 // Leader only, once per block of the grid, at the very end.
-static __device__ __forceinline__ void gmx_leave(gmx_ctl_t* c, const gmx_launch_t& L, unsigned int grid_blocks) {
+static __device__ __forceinline__ void gmx_leave(gmx_ctl_t* c, const gmx_launch_t& L, unsigned int grid_blocks, const unsigned int* st) {
+    // A block stays on its SM: uncount it where it counted itself.
+    if (st[1] != 0u) atomicSub(&c->sm_workers[gmx_smid()], 1u);
     __threadfence();
     if (atomicAdd(&c->exited, 1u) != grid_blocks - 1u) return;
-    // Last one out: every other worker has made its final update.
+    // Last one out: every other worker has made its final update, and every
+    // per-SM counter is back at zero.
     __threadfence();
     volatile gmx_ctl_t* v = c;
     const unsigned int claimed = (unsigned int)v->claim;
@@ -80,13 +87,12 @@ static __device__ __forceinline__ void gmx_leave(gmx_ctl_t* c, const gmx_launch_
     if (next > L.count) next = L.count;
     v->result_next = L.begin + next;
     v->result_workers = v->workers;
-    for (int i = 0; i < 256; ++i) v->sm_workers[i] = 0u;
     v->workers = 0u;
     v->resume = 0xffffffffu;
     v->exited = 0u;
     atomicExch(&c->claim, 0ull);
     __threadfence();
+    // The host reads the result after the kernel has completed: no system fence needed.
     v->result_seq = L.seq;
-    __threadfence_system();
 }
 // ---- end of gpumux worker prelude ----

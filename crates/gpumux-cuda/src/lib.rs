@@ -9,9 +9,11 @@
 //! * [`runtime`]: context, memory, streams, modules, events (raw driver API);
 //! * [`preempt`]: control records, launch on an SM set, retreat, resume;
 //! * [`exec`]: runs a suite workload natively, as workers, or under random preemption;
-//! * [`bench`]: overhead, preemption and spatial-sharing measurements.
+//! * [`bench`]: overhead, preemption and spatial-sharing measurements;
+//! * [`device`]: the engine's `Device` trait on a real GPU (`gpumux run --device cuda:N`).
 
 pub mod bench;
+pub mod device;
 pub mod error;
 pub mod exec;
 pub mod lex;
@@ -24,4 +26,5 @@ pub mod preempt;
 pub mod runtime;
 
 pub use bench::{bench_main, BenchArgs, BenchCommand};
+pub use device::{device_info, open_device, CudaDevice};
 pub use runtime::{cuda_available, DeviceSummary};

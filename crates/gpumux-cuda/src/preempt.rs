@@ -184,7 +184,7 @@ impl WorkerLaunch {
             sm_count,
             ctl,
             seq: 0,
-            ended: Event::new()?,
+            ended: Event::new_sync_only()?,
             running: false,
         })
     }

@@ -453,6 +453,10 @@ impl HostMapped {
     pub fn host_ptr(&self) -> *const u8 {
         self.host
     }
+    /// For asynchronous copies into the mapping.
+    pub fn host_mut_ptr(&self) -> *mut u8 {
+        self.host
+    }
 }
 
 impl Drop for HostMapped {
@@ -532,6 +536,15 @@ impl Stream {
             cu::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.raw)
         })
     }
+    /// Asynchronous device-to-host copy.
+    ///
+    /// # Safety
+    /// `dst` must point to `bytes` writable bytes that live until the copy ran.
+    pub unsafe fn copy_to_host_async(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+        check("cuMemcpyDtoHAsync", unsafe {
+            cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, self.raw)
+        })
+    }
 }
 
 impl Drop for Stream {
@@ -547,12 +560,25 @@ pub struct Event {
     raw: cu::CUevent,
 }
 
+// SAFETY: event handles may be recorded and queried from any thread of the context.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
 impl Event {
     pub fn new() -> Result<Event> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer.
         check("cuEventCreate", unsafe {
             cu::cuEventCreate(&mut raw, cu::CUevent_flags::CU_EVENT_DEFAULT as u32)
+        })?;
+        Ok(Event { raw })
+    }
+    /// An event for completion only (no timestamp): cheaper to record.
+    pub fn new_sync_only() -> Result<Event> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer.
+        check("cuEventCreate", unsafe {
+            cu::cuEventCreate(&mut raw, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
         })?;
         Ok(Event { raw })
     }

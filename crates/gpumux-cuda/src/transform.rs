@@ -173,7 +173,7 @@ pub fn transform(src: &str) -> Result<Transformed, TransformError> {
     out.push_str(PRELUDE);
     if helpers_read_index {
         out.push_str(
-            "static __shared__ uint3 gmx_blockIdx;\nstatic __shared__ uint3 gmx_gridDim;\n",
+            "static __shared__ __align__(16) uint3 gmx_blockIdx;\nstatic __shared__ __align__(16) uint3 gmx_gridDim;\n",
         );
     }
     out.push_str("#line 1\n");
@@ -713,15 +713,17 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, out: &m
         out,
         r#" {{
     // gpumux worker: see gpumux-cuda/src/transform.rs
-    __shared__ unsigned int gmx_slot[2][2];
-    __shared__ unsigned int gmx_go;
+    // 16-byte aligned and a multiple of 16 bytes: the body's shared arrays keep
+    // the alignment they have natively (else ptxas cannot use LDS.128).
+    __shared__ __align__(16) unsigned int gmx_slot[2][2];
+    __shared__ __align__(16) unsigned int gmx_go[4];
     const bool gmx_leader = (threadIdx.x | threadIdx.y | threadIdx.z) == 0u;
     if (gmx_leader) {{
-        gmx_go = gmx_enter(gmx_ctl, gmx_launch);
+        gmx_go[0] = gmx_enter(gmx_ctl, gmx_launch, gmx_go);
         {set_grid}
     }}
     __syncthreads();
-    if (gmx_go != 0u) {{
+    if (gmx_go[0] != 0u) {{
         // Two claim slots alternate, so one barrier per block is enough: the
         // leader writes slot p^1 only after everyone passed the barrier that
         // followed their last read of it.
@@ -737,7 +739,7 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, out: &m
             }}
         }}
     }}
-    if (gmx_leader) gmx_leave(gmx_ctl, gmx_launch, gridDim.x * gridDim.y * gridDim.z);
+    if (gmx_leader) gmx_leave(gmx_ctl, gmx_launch, gridDim.x * gridDim.y * gridDim.z, gmx_go);
 }}"#
     );
 }
@@ -786,7 +788,7 @@ extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, c
         let src = "__device__ int row() { return blockIdx.y * 16; }\n#define COL (blockIdx.x)\nextern \"C\" __global__ void k(int* o) { o[row() + COL] = gridDim.x; }";
         let t = transform(src).expect("transform");
         assert!(t.helpers_read_index);
-        assert!(t.source.contains("static __shared__ uint3 gmx_blockIdx;"));
+        assert!(t.source.contains("static __shared__ __align__(16) uint3 gmx_blockIdx;"));
         assert!(t.source.contains("return gmx_blockIdx.y * 16;"));
         assert!(t.source.contains("#define COL (gmx_blockIdx.x)"));
         assert!(t.source.contains("if (gmx_leader) gmx_blockIdx = gmx_b;"));

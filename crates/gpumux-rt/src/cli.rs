@@ -76,7 +76,7 @@ pub enum RtCommand {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
-        /// WCET split weights `cpu,pci,gpu` (see docs/rt.md; default 0.1,0.1,1).
+        /// WCET split weights `cpu,pci,gpu` (see docs/rt.md; default 0.03,0.03,1).
         #[arg(long, value_delimiter = ',')]
         weights: Option<Vec<f64>>,
         /// Longest non-preemptive section of GPU/PCI subtasks (our extension; default: the
@@ -508,27 +508,76 @@ fn report_fig8(
     writeln!(out, "paper: Single-GPU flat in P_D; the others fall as P_D grows; LOCAL can drop below Single-GPU; GEMA ~ GLOBAL.")?;
     writeln!(
         out,
-        "ours (P_D 0 -> 1): single {} -> {}, local {} -> {}, gema {} -> {}, gema-ls {} -> {}, global {} -> {}; LOCAL below Single-GPU at P_D >= {}",
+        "ours (P_D 0 -> 1): single {} -> {}, local {} -> {}, gema {} -> {}, gema-ls {} -> {}, global {} -> {}; {}",
         first[0], last[0], first[1], last[1], first[2], last[2], first[3], last[3], first[4], last[4],
         r.points
             .iter()
             .find(|p| p.schedulable[1] < p.schedulable[0])
-            .map_or_else(|| "never".to_string(), |p| format!("{:.1}", p.p_dep))
+            .map_or_else(
+                || "LOCAL never below Single-GPU".to_string(),
+                |p| format!("LOCAL below Single-GPU from P_D = {:.1}", p.p_dep)
+            )
     )?;
-    let gap = r
+    // Points where GLOBAL schedules nothing say nothing about GEMA's loss.
+    let gaps: Vec<f64> = r
         .points
         .iter()
-        .map(|p| 1.0 - p.schedulable[2] as f64 / (p.schedulable[GLOBAL].max(1)) as f64)
-        .fold(0.0, f64::max);
-    writeln!(
-        out,
-        "ours: GEMA's largest loss to GLOBAL over P_D: {:.2}%",
-        100.0 * gap
-    )?;
+        .filter(|p| p.schedulable[GLOBAL] > 0)
+        .map(|p| 1.0 - p.schedulable[2] as f64 / p.schedulable[GLOBAL] as f64)
+        .collect();
+    if gaps.is_empty() {
+        writeln!(
+            out,
+            "ours: GLOBAL schedules no set at any P_D; GEMA's loss is undefined"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "ours: GEMA's largest loss to GLOBAL over P_D (points with GLOBAL > 0): {:.2}%",
+            100.0 * gaps.iter().copied().fold(0.0, f64::max)
+        )?;
+    }
     writeln!(
         out,
         "sets a heuristic schedules but GLOBAL does not: {} (must be 0)",
         r.violations
     )?;
     timing_lines(out, &r.timing, secs, jobs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fig8_result(global: u64, gema: u64) -> experiment::Fig8Result {
+        experiment::Fig8Result {
+            methods: Method::ALL.iter().map(|m| m.name().to_string()).collect(),
+            ug: 1.2,
+            ug_tolerance: 0.05,
+            sets_per_point: 10,
+            seed: 1,
+            generator: crate::generate::GenConfig::default(),
+            points: (0..=10)
+                .map(|s| experiment::Fig8Point {
+                    p_dep: s as f64 / 10.0,
+                    sets: 10,
+                    schedulable: vec![0, 0, gema, gema, global],
+                })
+                .collect(),
+            violations: 0,
+            timing: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn fig8_report_does_not_call_an_empty_point_a_total_loss() {
+        let mut out = String::new();
+        report_fig8(&mut out, &fig8_result(0, 0), 1.0, 1).expect("report");
+        assert!(!out.contains("100.00%"), "{out}");
+        assert!(out.contains("GEMA's loss is undefined"), "{out}");
+        assert!(out.contains("LOCAL never below Single-GPU"), "{out}");
+        let mut out = String::new();
+        report_fig8(&mut out, &fig8_result(4, 3), 1.0, 1).expect("report");
+        assert!(out.contains("GLOBAL > 0): 25.00%"), "{out}");
+    }
 }

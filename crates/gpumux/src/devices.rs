@@ -1,6 +1,6 @@
 //! Choosing and opening the device a run uses (`--device`).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use gpumux_engine::device::Device;
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_sim::{presets, SimGpu};
@@ -27,32 +27,33 @@ impl DeviceSpec {
         }
     }
 
-    /// The default: a real GPU when there is one and its backend exists,
-    /// else the simulated H100. The CUDA backend is not part of this build
-    /// yet, so today this is always the simulator.
+    /// The default: the first real GPU when the CUDA driver finds one
+    /// (`cuda_available` never panics, also without libcuda), else the
+    /// simulated H100.
     pub fn default_device() -> Self {
-        DeviceSpec::Sim(presets::h100())
+        match gpumux_cuda::cuda_available() {
+            Ok(_) => DeviceSpec::Cuda(0),
+            Err(_) => DeviceSpec::Sim(presets::h100()),
+        }
     }
 
     pub fn info(&self) -> Result<DeviceInfo> {
         match self {
             DeviceSpec::Sim(info) => Ok(info.clone()),
-            DeviceSpec::Cuda(n) => bail!(cuda_unavailable(*n)),
+            DeviceSpec::Cuda(n) => gpumux_cuda::device_info(*n).with_context(|| cuda_unavailable(*n)),
         }
     }
 
-    /// A fresh device for one run.
+    /// A fresh device for one run. Runs on one GPU are serialised: opening
+    /// `cuda:N` waits while another run in this process holds it.
     pub fn open(&self, seed: u64) -> Result<Box<dyn Device + Send>> {
         match self {
             DeviceSpec::Sim(info) => Ok(Box::new(SimGpu::new(info.clone(), seed))),
-            DeviceSpec::Cuda(n) => bail!(cuda_unavailable(*n)),
+            DeviceSpec::Cuda(n) => gpumux_cuda::open_device(*n, seed).with_context(|| cuda_unavailable(*n)),
         }
     }
 }
 
 fn cuda_unavailable(n: u32) -> String {
-    format!(
-        "device cuda:{n}: this gpumux build has no CUDA engine backend yet (the kernel transformation \
-         and GPU benchmarks live in `gpumux bench cuda`); use --device sim:h100 to run the workload on the simulated GPU"
-    )
+    format!("device cuda:{n} cannot be opened; use --device sim:h100 to run the workload on the simulated GPU")
 }

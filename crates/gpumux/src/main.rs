@@ -37,6 +37,8 @@ enum Command {
     /// Real-time GPU task sets: response-time analysis and mode assignment (GPU-SPARC).
     #[command(subcommand)]
     Rt(gpumux_rt::cli::RtCommand),
+    /// Re-run a seed paper's evaluation on the simulated GPU (`experiment list`).
+    Experiment(gpumux_experiments::ExperimentArgs),
     /// List the scheduling policies.
     Policies,
     /// List the devices.
@@ -111,6 +113,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Bench(BenchCommand::Cuda(args)) => gpumux_cuda::bench::bench_main(args),
         Command::Rt(cmd) => gpumux_rt::cli::run(cmd),
+        Command::Experiment(args) => gpumux_experiments::run(args),
         Command::Policies => {
             for (name, what) in gpumux_engine::policies::CATALOGUE {
                 println!("{name:<18} {what}");
@@ -126,7 +129,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                     );
                 }
             }
-            println!("cuda:N   a real NVIDIA GPU (engine backend not in this build yet)");
+            println!("cuda:N   a real NVIDIA GPU (software preemption by kernel transformation; see docs/cuda.md)");
             Ok(())
         }
     }

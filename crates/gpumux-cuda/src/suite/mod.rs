@@ -5,7 +5,7 @@
 mod apps;
 mod reference;
 
-pub use apps::build;
+pub use apps::{build, build_sized};
 
 use serde::Serialize;
 

@@ -1,11 +1,14 @@
 //! Scheduling policies, one file each, and a registry by name.
 
+pub mod coop;
 pub mod dss;
 pub mod fcfs;
 pub mod npq;
 mod order;
+pub mod partition;
 pub mod ppq;
 pub mod round_robin;
+pub mod spatial;
 
 use crate::device::Mechanism;
 use crate::policy::Policy;
@@ -25,6 +28,17 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("dss-drain", "dynamic spatial sharing by tokens, draining"),
     ("dss-flush", "dynamic spatial sharing by tokens, flushing"),
     ("rr", "round-robin time slices per process, 1 ms quantum; rr-<N>us sets it"),
+    ("coop", "cooperative multitasking: one kernel owns the GPU until it completes; processes take turns at kernel boundaries"),
+    ("spatial-even", "static spatial partition, even split of SMs among processes (Adriaens ch. 5)"),
+    ("spatial-smart-even", "static spatial, even but no more SMs than a process has blocks"),
+    ("spatial-packed", "static spatial, even but no more SMs than needed to hold all blocks at once"),
+    ("spatial-rounds", "static spatial, fewest total rounds of blocks, none worse than even"),
+    ("spatial-blocks", "static spatial, SMs proportional to blocks per kernel (Eq. 6.2)"),
+    ("spatial-tpb", "static spatial, SMs proportional to threads per block"),
+    ("spatial-threads", "static spatial, SMs proportional to threads per kernel"),
+    ("spatial-profile", "static spatial, maximise sum of speedup^(1/N) (Eq. 6.1; predicted profile unless measured)"),
+    ("spatial-fair", "static spatial, equalise predicted slowdowns"),
+    ("spatial-even-dyn", "dynamic spatial: re-split among active processes on kernel arrival/finish, context switch; any spatial-<h>-dyn[-drain|-flush]"),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -43,9 +57,13 @@ fn mechanism(s: &str) -> Option<Mechanism> {
 /// Builds a policy from its name, e.g. `ppq-shared-drain` or `rr-500us`.
 pub fn by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
     let unknown = || UnknownPolicy(name.to_string());
+    if let Some(rest) = name.trim().strip_prefix("spatial-") {
+        return spatial_by_name(rest).ok_or_else(unknown);
+    }
     let parts: Vec<&str> = name.trim().split('-').collect();
     Ok(match parts.as_slice() {
         ["fcfs"] => Box::new(fcfs::Fcfs),
+        ["coop"] => Box::new(coop::Coop::default()),
         ["npq"] => Box::new(npq::Npq),
         ["ppq", m] => Box::new(ppq::Ppq { mechanism: mechanism(m).ok_or_else(unknown)?, exclusive: true }),
         ["ppq", "excl", m] => Box::new(ppq::Ppq { mechanism: mechanism(m).ok_or_else(unknown)?, exclusive: true }),
@@ -59,6 +77,17 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
         }
         _ => return Err(unknown()),
     })
+}
+
+/// `<heuristic>[-dyn[-cs|-drain|-flush]]`, the part after `spatial-`.
+fn spatial_by_name(rest: &str) -> Option<Box<dyn Policy>> {
+    let (h, dynamic, m) = match rest.split_once("-dyn") {
+        Some((h, "")) => (h, true, Mechanism::ContextSwitch),
+        Some((h, m)) => (h, true, mechanism(m.strip_prefix('-')?)?),
+        None => (rest, false, Mechanism::ContextSwitch),
+    };
+    let h = spatial::Heuristic::by_name(h)?;
+    Some(Box::new(spatial::Spatial::new(h, dynamic, m)))
 }
 
 #[cfg(test)]
@@ -77,5 +106,9 @@ mod tests {
         assert!(by_name("ppq-excl-teleport").is_err());
         assert!(by_name("rr-0us").is_err());
         assert!(by_name("").is_err());
+        assert_eq!(by_name("spatial-fair-dyn-drain").map(|p| p.name()).ok().as_deref(), Some("spatial-fair-dyn-drain"));
+        assert_eq!(by_name("spatial-rounds-dyn-cs").map(|p| p.name()).ok().as_deref(), Some("spatial-rounds-dyn"));
+        assert!(by_name("spatial-nope").is_err());
+        assert!(by_name("spatial-even-dyn-x").is_err());
     }
 }

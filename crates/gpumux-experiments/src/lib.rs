@@ -1,0 +1,121 @@
+//! `gpumux experiment NAME`: re-runs the seed papers' evaluations on the
+//! simulated GPU and prints our numbers next to the papers'.
+//!
+//! * Tanasic et al., ISCA 2014, sec. 4 (Figs. 5-8): `tanasic-priority`,
+//!   `tanasic-overhead`, `tanasic-dss`, on the K20c with Parboil (Table 1).
+//! * Adriaens, spatial multitasking thesis, ch. 5-7: `adriaens-even`,
+//!   `adriaens-heuristics`, `adriaens-qos`, on a Quadro FX 5800-like GPU
+//!   with applications rebuilt from the thesis's Table 3.2 (`thesis.rs`).
+//!
+//! See docs/experiments.md for what reproduces and what does not, and why.
+
+pub mod adriaens;
+pub mod report;
+pub mod sim;
+pub mod tanasic;
+pub mod thesis;
+
+use anyhow::{bail, Context, Result};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+/// Experiment names with one line each.
+pub const EXPERIMENTS: &[(&str, &str)] = &[
+    (
+        "tanasic-priority",
+        "Fig. 5: high-priority NTT improvement of NPQ, PPQ context switch, PPQ draining, 2-8 processes",
+    ),
+    ("tanasic-overhead", "Fig. 6: STP overhead of PPQ (exclusive and shared) over NPQ"),
+    ("tanasic-dss", "Figs. 7-8: DSS vs FCFS: NTT by class, fairness, STP, ANTT per workload"),
+    ("adriaens-even", "Table 5.1: even spatial vs cooperative multitasking, 2/3/4 applications"),
+    (
+        "adriaens-heuristics",
+        "Table 6.2 and its 3-/4-application versions: SM partitioning heuristics, static and dynamic",
+    ),
+    ("adriaens-qos", "Ch. 7: QoS by SM reservation (Table 7.1) and by performance target (Table 7.3)"),
+];
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ExperimentArgs {
+    /// Experiment name, or `all` / `list`.
+    pub name: String,
+    /// Fewer workloads and runs (each experiment in under a minute on 2 cores).
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for the SVG plots and the text report.
+    #[arg(long, default_value = "experiments-out")]
+    pub out: PathBuf,
+    /// Seed of the workload draws and of per-block time variation.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Worker threads (default: the host's cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// No progress display on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// What every experiment needs to know about the run.
+pub struct Ctx {
+    pub quick: bool,
+    pub out: PathBuf,
+    pub seed: u64,
+    pub threads: usize,
+    pub progress: bool,
+}
+
+pub fn run(args: ExperimentArgs) -> Result<()> {
+    if args.name == "list" {
+        for (n, what) in EXPERIMENTS {
+            println!("{n:<20} {what}");
+        }
+        return Ok(());
+    }
+    let names: Vec<&str> = if args.name == "all" {
+        EXPERIMENTS.iter().map(|e| e.0).collect()
+    } else {
+        match EXPERIMENTS.iter().find(|e| e.0 == args.name) {
+            Some(e) => vec![e.0],
+            None => bail!(
+                "unknown experiment `{}`; known: {}, all, list",
+                args.name,
+                EXPERIMENTS.iter().map(|e| e.0).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    };
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let ctx = Ctx {
+        quick: args.quick,
+        out: args.out.clone(),
+        seed: args.seed,
+        threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+    };
+    for name in names {
+        let started = std::time::Instant::now();
+        let text = run_one(&ctx, name)?;
+        let header = format!(
+            "== {name}{} (seed {}, {:.1} s) ==\n",
+            if ctx.quick { " --quick" } else { "" },
+            ctx.seed,
+            started.elapsed().as_secs_f64()
+        );
+        println!("{header}{text}");
+        let path = ctx.out.join(format!("{name}.txt"));
+        std::fs::write(&path, format!("{header}{text}")).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn run_one(ctx: &Ctx, name: &str) -> Result<String> {
+    match name {
+        "tanasic-priority" => tanasic::priority(ctx),
+        "tanasic-overhead" => tanasic::overhead(ctx),
+        "tanasic-dss" => tanasic::dss(ctx),
+        "adriaens-even" => adriaens::even(ctx),
+        "adriaens-heuristics" => adriaens::heuristics(ctx),
+        "adriaens-qos" => adriaens::qos(ctx),
+        other => bail!("unknown experiment `{other}`"),
+    }
+}
