@@ -579,11 +579,14 @@ impl Engine {
         decisions.clear();
         self.decisions = decisions;
 
-        for (launch, mechanism, sms) in retreats {
-            self.out.push_back(Command::Retreat { launch, sms, mechanism });
-        }
+        // Grants go first: a launch that is growing onto new SMs while losing
+        // all its old ones must not end (on a device that frees SMs at once)
+        // before the Grow reaches it.
         for (kernel, sms, slice) in grants {
             self.grant(kernel, sms, slice);
+        }
+        for (launch, mechanism, sms) in retreats {
+            self.out.push_back(Command::Retreat { launch, sms, mechanism });
         }
         Ok(())
     }

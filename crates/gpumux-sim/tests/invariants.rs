@@ -183,7 +183,7 @@ fn check_audit(w: &Workload, audit: &gpumux_sim::gpu::Audit) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn chaos_policy_loses_no_block(seed in any::<u64>(), procs in 1usize..5) {
