@@ -10,78 +10,23 @@ impl App {
     /// (transpose, sgemm, stencil), rows (spmv), bodies (nbody), vertices (bfs),
     /// points (kmeans).
     pub fn default_size(self, scale: Scale) -> (u64, u32) {
-        let bench = scale == Scale::Bench;
-        match self {
-            App::Triad => {
-                if bench {
-                    (1 << 27, 20)
-                } else {
-                    (1 << 20, 2)
-                }
-            }
-            App::Transpose => {
-                if bench {
-                    (4096, 20)
-                } else {
-                    (256, 2)
-                }
-            }
-            App::Spmv => {
-                if bench {
-                    (1 << 21, 20)
-                } else {
-                    (1 << 15, 2)
-                }
-            }
-            App::Sgemm => {
-                if bench {
-                    (4096, 1)
-                } else {
-                    (256, 1)
-                }
-            }
-            App::Nbody => {
-                if bench {
-                    (1 << 17, 1)
-                } else {
-                    (2048, 1)
-                }
-            }
-            App::Histogram => {
-                if bench {
-                    (1 << 28, 4)
-                } else {
-                    (1 << 20, 2)
-                }
-            }
-            App::Stencil => {
-                if bench {
-                    (8192, 20)
-                } else {
-                    (512, 4)
-                }
-            }
-            App::Reduction => {
-                if bench {
-                    (1 << 28, 10)
-                } else {
-                    (1 << 20, 2)
-                }
-            }
-            App::Bfs => {
-                if bench {
-                    (1 << 22, 12)
-                } else {
-                    (1 << 16, 12)
-                }
-            }
-            App::Kmeans => {
-                if bench {
-                    (1 << 22, 5)
-                } else {
-                    (1 << 16, 3)
-                }
-            }
+        // (bench size, test size) per app.
+        let (bench, test) = match self {
+            App::Triad => ((1 << 27, 20), (1 << 20, 2)),
+            App::Transpose => ((4096, 20), (256, 2)),
+            App::Spmv => ((1 << 21, 20), (1 << 15, 2)),
+            App::Sgemm => ((4096, 1), (256, 1)),
+            App::Nbody => ((1 << 17, 1), (2048, 1)),
+            App::Histogram => ((1 << 28, 4), (1 << 20, 2)),
+            App::Stencil => ((8192, 20), (512, 4)),
+            App::Reduction => ((1 << 28, 10), (1 << 20, 2)),
+            App::Bfs => ((1 << 22, 12), (1 << 16, 12)),
+            App::Kmeans => ((1 << 22, 5), (1 << 16, 3)),
+        };
+        if scale == Scale::Bench {
+            bench
+        } else {
+            test
         }
     }
 }
