@@ -6,14 +6,18 @@
 // exactly the work left. The last worker to leave publishes the result and
 // resets the state, so the next launch needs no host-side reset.
 struct gmx_ctl_t {
+    // -- first 128-byte line: claims, and what the host reads back (32 bytes) --
     unsigned long long claim;        // low 32 bits: next block (relative to begin); high 32: seq to retreat
     unsigned int resume;             // lowest relative index claimed after the request (0xffffffff: none)
-    unsigned int workers;            // workers that ran blocks
-    unsigned int exited;             // workers that left (all of the grid)
     unsigned int result_next;        // published by the last worker: first block not done
-    unsigned int result_workers;
+    unsigned int result_workers;     // workers that ran blocks
     unsigned int result_seq;         // which launch the result belongs to
-    unsigned int sm_workers[256];    // workers per SM, for the per-SM cap
+    unsigned int pad0[26];
+    // -- second line: the exit count, apart from the claim word so that
+    // workers leaving do not queue behind workers still claiming --
+    unsigned long long exit_word;    // low 32 bits: workers that left (all of the grid); high 32: those that ran blocks
+    unsigned int pad1[30];
+    unsigned int sm_workers[256];    // workers per SM, for the per-SM cap (only when the launch has one)
 };
 
 // Immutable description of one launch, passed by value (constant bank).
@@ -22,7 +26,7 @@ struct gmx_launch_t {
     unsigned int begin;              // first linear block index of this launch
     unsigned int count;              // blocks in this launch
     unsigned int chunk;              // blocks per claim
-    unsigned int cap;                // workers per SM at most (balances small grids)
+    unsigned int cap;                // workers per SM at most (balances small grids); 0xffffffff: no cap
     unsigned int seq;                // nonzero launch number; a retreat names it
     unsigned long long sm_mask[4];   // SMs this launch may run on (bit i = SM i)
 };
@@ -45,6 +49,9 @@ static __device__ __forceinline__ uint3 gmx_unlinear(unsigned int i, const uint3
 // Leader only: may this block work here? (SM in the mask, SM under its cap.)
 // `st[1]` remembers whether the block counted itself on its SM, so that it
 // can uncount itself when it leaves (no serial reset of 256 counters at the end).
+// A launch without a cap (the host sends 0xffffffff when the occupancy bounds
+// it anyway) skips the counter: one atomic round trip less on every worker's
+// critical path.
 static __device__ __forceinline__ unsigned int gmx_enter(gmx_ctl_t* c, const gmx_launch_t& L, unsigned int* st) {
     st[1] = 0u;
     const unsigned int s = gmx_smid();
@@ -52,10 +59,9 @@ static __device__ __forceinline__ unsigned int gmx_enter(gmx_ctl_t* c, const gmx
     // whole launch description to local memory.
     const unsigned long long w = s < 64u ? L.sm_mask[0] : s < 128u ? L.sm_mask[1] : s < 192u ? L.sm_mask[2] : L.sm_mask[3];
     if (s >= 256u || ((w >> (s & 63u)) & 1ull) == 0ull) return 0u;
+    if (L.cap == 0xffffffffu) return 1u;
     st[1] = 1u;
-    if (atomicAdd(&c->sm_workers[s], 1u) >= L.cap) return 0u;
-    atomicAdd(&c->workers, 1u);
-    return 1u;
+    return atomicAdd(&c->sm_workers[s], 1u) < L.cap ? 1u : 0u;
 }
 
 static __device__ __forceinline__ void gmx_claim(gmx_ctl_t* c, const gmx_launch_t& L, volatile unsigned int* slot) {
@@ -71,28 +77,30 @@ static __device__ __forceinline__ void gmx_claim(gmx_ctl_t* c, const gmx_launch_
     slot[1] = n;
 }
 
-// Leader only, once per block of the grid, at the very end.
+// Leader only, once per block of the grid, at the very end. st[0]: the block
+// worked here; st[1]: it counted itself on its SM.
 static __device__ __forceinline__ void gmx_leave(gmx_ctl_t* c, const gmx_launch_t& L, unsigned int grid_blocks, const unsigned int* st) {
     // A block stays on its SM: uncount it where it counted itself.
     if (st[1] != 0u) atomicSub(&c->sm_workers[gmx_smid()], 1u);
+    // Release: this worker's claims and resume update happen before its exit is counted.
     __threadfence();
-    if (atomicAdd(&c->exited, 1u) != grid_blocks - 1u) return;
-    // Last one out: every other worker has made its final update, and every
-    // per-SM counter is back at zero.
+    const unsigned long long worked = st[0] != 0u ? (1ull << 32) : 0ull;
+    const unsigned long long e = atomicAdd(&c->exit_word, 1ull | worked);
+    if ((unsigned int)e != grid_blocks - 1u) return;
+    // Last one out (acquire): every other worker has made its final update,
+    // and every per-SM counter is back at zero. The exchanges read and reset
+    // in one round trip each, issued back to back.
     __threadfence();
-    volatile gmx_ctl_t* v = c;
-    const unsigned int claimed = (unsigned int)v->claim;
-    const unsigned int resume = v->resume;
+    const unsigned long long claim = atomicExch(&c->claim, 0ull);
+    const unsigned int resume = atomicExch(&c->resume, 0xffffffffu);
+    atomicExch(&c->exit_word, 0ull);
+    const unsigned int claimed = (unsigned int)claim;
     unsigned int next = resume != 0xffffffffu ? resume : claimed;
     if (next > L.count) next = L.count;
+    volatile gmx_ctl_t* v = c;
     v->result_next = L.begin + next;
-    v->result_workers = v->workers;
-    v->workers = 0u;
-    v->resume = 0xffffffffu;
-    v->exited = 0u;
-    atomicExch(&c->claim, 0ull);
-    __threadfence();
-    // The host reads the result after the kernel has completed: no system fence needed.
+    v->result_workers = (unsigned int)((e + worked) >> 32);
+    // The host reads the result after the kernel has completed: no fence needed.
     v->result_seq = L.seq;
 }
 // ---- end of gpumux worker prelude ----

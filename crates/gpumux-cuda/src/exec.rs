@@ -27,8 +27,7 @@ pub struct ChaosStats {
 
 impl Prepared {
     pub fn new(gpu: &Gpu, workload: Workload) -> Result<Prepared> {
-        let (native_m, worker_m, _) =
-            gpu.native_and_worker(workload.app.name(), workload.app.source())?;
+        let (native_m, worker_m, _) = gpu.native_and_worker(workload.app.name(), workload.app.source())?;
         let mut native = HashMap::new();
         let mut worker = HashMap::new();
         for l in &workload.launches {
@@ -37,17 +36,9 @@ impl Prepared {
                 worker.insert(l.kernel, worker_m.function(l.kernel)?);
             }
         }
-        let buffers = workload
-            .buffers
-            .iter()
-            .map(|b| DeviceBuffer::new(b.init.byte_len()))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Prepared {
-            workload,
-            buffers,
-            native,
-            worker,
-        })
+        let buffers =
+            workload.buffers.iter().map(|b| DeviceBuffer::new(b.init.byte_len())).collect::<Result<Vec<_>>>()?;
+        Ok(Prepared { workload, buffers, native, worker })
     }
 
     /// Puts every buffer in its initial state: inputs uploaded, outputs poisoned.
@@ -96,6 +87,23 @@ impl Prepared {
         Ok(())
     }
 
+    /// Enqueues the native launches with `mark` recorded after each one, as a
+    /// worker launch records its completion event: sizes that cost apart from
+    /// the transformation's.
+    pub fn enqueue_native_marked(&self, stream: &Stream, mark: &crate::runtime::Event) -> Result<()> {
+        for l in &self.workload.launches {
+            let f = &self.native[l.kernel];
+            let mut p = Params::default();
+            for a in &l.args {
+                p.arg(a, &self.buffers)?;
+            }
+            // SAFETY: the suite's argument lists match its kernels.
+            unsafe { f.launch(l.grid, l.block, l.shared_bytes, stream, &mut p)? };
+            mark.record(stream)?;
+        }
+        Ok(())
+    }
+
     /// One preemptible launch per launch of the workload.
     pub fn worker_launches(&self, gpu: &Gpu, chunk: u32) -> Result<Vec<WorkerLaunch>> {
         self.workload
@@ -116,12 +124,7 @@ impl Prepared {
     }
 
     /// Enqueues all worker launches back to back on every SM (no preemption).
-    pub fn enqueue_workers(
-        &self,
-        launches: &mut [WorkerLaunch],
-        stream: &Stream,
-        sms: SmMask,
-    ) -> Result<()> {
+    pub fn enqueue_workers(&self, launches: &mut [WorkerLaunch], stream: &Stream, sms: SmMask) -> Result<()> {
         for w in launches.iter_mut() {
             w.rewind()?;
             w.start(stream, sms)?;
@@ -134,10 +137,7 @@ impl Prepared {
         for w in launches.iter_mut() {
             let o = w.finish()?;
             if !o.done() {
-                return Err(CudaError::Check(format!(
-                    "a launch stopped at {} of {} without a retreat",
-                    o.next, o.end
-                )));
+                return Err(CudaError::Check(format!("a launch stopped at {} of {} without a retreat", o.next, o.end)));
             }
         }
         Ok(())

@@ -4,9 +4,16 @@
 use crate::error::{CudaError, Result};
 use crate::runtime::{DeviceBuffer, Event, Function, Params, Stream};
 
-/// Bytes of one control record (`gmx_ctl_t`): a 32-byte header and 256 per-SM counters.
-pub const CTL_BYTES: usize = 32 + 256 * 4;
+/// Bytes of one control record (`gmx_ctl_t`): a 128-byte line with the claim
+/// word and the result (the host reads its first 32 bytes), a 128-byte line
+/// with the exit count, and 256 per-SM counters.
+pub const CTL_BYTES: usize = 128 + 128 + 256 * 4;
 const NO_RESUME: u32 = u32::MAX;
+/// Claims per worker a launch is cut into at least (when its chunk allows):
+/// fewer claims cost fewer atomic round trips, more balance the tail.
+pub const DEFAULT_MIN_CLAIMS: u32 = 4;
+/// `gmx_launch_t::cap` for "no per-SM cap": the workers skip the per-SM counter.
+pub const NO_CAP: u32 = u32::MAX;
 
 /// A set of SMs as a 256-bit mask (bit i = SM i).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -53,16 +60,7 @@ impl LaunchDesc {
     /// The kernel parameter's bytes, laid out as `gmx_launch_t`.
     pub fn to_bytes(&self) -> [u8; 64] {
         let mut b = [0u8; 64];
-        let words = [
-            self.grid[0],
-            self.grid[1],
-            self.grid[2],
-            self.begin,
-            self.count,
-            self.chunk,
-            self.cap,
-            self.seq,
-        ];
+        let words = [self.grid[0], self.grid[1], self.grid[2], self.begin, self.count, self.chunk, self.cap, self.seq];
         for (i, w) in words.iter().enumerate() {
             b[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
         }
@@ -79,8 +77,6 @@ pub struct CtlHeader {
     pub claim: u32,
     pub retreat_seq: u32,
     pub resume: u32,
-    pub workers: u32,
-    pub exited: u32,
     pub result_next: u32,
     pub result_workers: u32,
     pub result_seq: u32,
@@ -88,20 +84,14 @@ pub struct CtlHeader {
 
 impl CtlHeader {
     pub fn from_bytes(b: &[u8]) -> Option<CtlHeader> {
-        let w = |i: usize| {
-            Some(u32::from_le_bytes(
-                b.get(i * 4..i * 4 + 4)?.try_into().ok()?,
-            ))
-        };
+        let w = |i: usize| Some(u32::from_le_bytes(b.get(i * 4..i * 4 + 4)?.try_into().ok()?));
         Some(CtlHeader {
             claim: w(0)?,
             retreat_seq: w(1)?,
             resume: w(2)?,
-            workers: w(3)?,
-            exited: w(4)?,
-            result_next: w(5)?,
-            result_workers: w(6)?,
-            result_seq: w(7)?,
+            result_next: w(3)?,
+            result_workers: w(4)?,
+            result_seq: w(5)?,
         })
     }
     /// The state a record must hold between launches.
@@ -138,8 +128,10 @@ pub struct WorkerLaunch {
     grid: [u32; 3],
     block: [u32; 3],
     smem: u32,
-    /// Blocks per claim asked for; small launches use less (see `start`).
+    /// Blocks per claim asked for; small launches use less (see `describe`).
     pub chunk: u32,
+    /// Claims per worker below which the chunk shrinks (see `describe`).
+    pub min_claims: u32,
     pub next: u32,
     pub end: u32,
     workers_per_sm: u32,
@@ -163,9 +155,7 @@ impl WorkerLaunch {
     ) -> Result<Self> {
         let blocks: u64 = grid.iter().map(|&g| g as u64).product();
         if blocks >= (u32::MAX / 2) as u64 {
-            return Err(CudaError::Invalid(format!(
-                "grid of {blocks} blocks is too large to linearise in 31 bits"
-            )));
+            return Err(CudaError::Invalid(format!("grid of {blocks} blocks is too large to linearise in 31 bits")));
         }
         let threads = block[0] * block[1] * block[2];
         let workers_per_sm = func.blocks_per_sm(threads, smem)?;
@@ -178,6 +168,7 @@ impl WorkerLaunch {
             block,
             smem,
             chunk: chunk.max(1),
+            min_claims: DEFAULT_MIN_CLAIMS,
             next: 0,
             end: blocks as u32,
             workers_per_sm,
@@ -214,14 +205,15 @@ impl WorkerLaunch {
         let sms = mask.count().max(1);
         let cap = count.div_ceil(sms).clamp(1, self.workers_per_sm);
         let slots = (sms * cap).max(1);
-        // At least about four claims per worker before the chunk grows.
-        let chunk = (count / (slots * 4)).clamp(1, self.chunk);
+        // At least about `min_claims` claims per worker before the chunk grows.
+        let chunk = (count / (slots * self.min_claims.max(1))).clamp(1, self.chunk);
         LaunchDesc {
             grid: self.grid,
             begin: self.next,
             count,
             chunk,
-            cap,
+            // The occupancy already bounds workers per SM: no counter needed.
+            cap: if cap >= self.workers_per_sm { NO_CAP } else { cap },
             seq: self.seq,
             mask,
         }
@@ -230,9 +222,7 @@ impl WorkerLaunch {
     /// Starts workers for blocks [next, end) on the SMs of `mask`, on `stream`.
     pub fn start(&mut self, stream: &Stream, mask: SmMask) -> Result<()> {
         if self.running {
-            return Err(CudaError::Invalid(
-                "start: the launch is still running".into(),
-            ));
+            return Err(CudaError::Invalid("start: the launch is still running".into()));
         }
         self.seq = self.seq.wrapping_add(1).max(1);
         let desc = self.describe(mask);
@@ -244,10 +234,7 @@ impl WorkerLaunch {
         // Enough workers to reach every SM: those outside the mask or over the cap leave at once.
         let workers = self.workers_per_sm * self.sm_count;
         // SAFETY: parameters follow the transformed signature (user args, ctl, launch).
-        unsafe {
-            self.func
-                .launch([workers, 1, 1], self.block, self.smem, stream, &mut p)?
-        };
+        unsafe { self.func.launch([workers, 1, 1], self.block, self.smem, stream, &mut p)? };
         self.ended.record(stream)?;
         self.running = true;
         Ok(())
@@ -276,11 +263,7 @@ impl WorkerLaunch {
     /// Waits for the launch to end and records where it stopped.
     pub fn finish(&mut self) -> Result<Outcome> {
         if !self.running {
-            return Ok(Outcome {
-                next: self.next,
-                end: self.end,
-                workers: 0,
-            });
+            return Ok(Outcome { next: self.next, end: self.end, workers: 0 });
         }
         self.ended.sync()?;
         self.running = false;
@@ -299,19 +282,13 @@ impl WorkerLaunch {
             )));
         }
         self.next = h.result_next;
-        Ok(Outcome {
-            next: self.next,
-            end: self.end,
-            workers: h.result_workers,
-        })
+        Ok(Outcome { next: self.next, end: self.end, workers: h.result_workers })
     }
 
     /// Starts over from block 0 (a new run of the same launch).
     pub fn rewind(&mut self) -> Result<()> {
         if self.running {
-            return Err(CudaError::Invalid(
-                "rewind: the launch is still running".into(),
-            ));
+            return Err(CudaError::Invalid("rewind: the launch is still running".into()));
         }
         self.next = 0;
         Ok(())
@@ -326,39 +303,48 @@ mod tests {
     fn launch_description_matches_the_prelude_layout() {
         let mut mask = SmMask::range(3, 70);
         mask.insert(131);
-        let d = LaunchDesc {
-            grid: [4, 5, 6],
-            begin: 7,
-            count: 100,
-            chunk: 4,
-            cap: 3,
-            seq: 9,
-            mask,
-        };
+        let d = LaunchDesc { grid: [4, 5, 6], begin: 7, count: 100, chunk: 4, cap: 3, seq: 9, mask };
         let b = d.to_bytes();
         assert_eq!(&b[0..4], &4u32.to_le_bytes());
         assert_eq!(&b[28..32], &9u32.to_le_bytes());
-        assert_eq!(
-            u64::from_le_bytes(b[32..40].try_into().unwrap_or_default()) & 0b1000,
-            0b1000
-        );
-        assert_eq!(
-            u64::from_le_bytes(b[56..64].try_into().unwrap_or_default()),
-            0
-        );
+        assert_eq!(u64::from_le_bytes(b[32..40].try_into().unwrap_or_default()) & 0b1000, 0b1000);
+        assert_eq!(u64::from_le_bytes(b[56..64].try_into().unwrap_or_default()), 0);
         let p = crate::transform::PRELUDE;
         assert!(p.contains("unsigned int seq;                // nonzero launch number"));
         assert!(p.contains("unsigned int sm_workers[256];"));
+        // The host's offsets: claim word at 0 (retreat seq at +4), resume at 8,
+        // results at 12..24, the exit word on the second 128-byte line.
+        let fields: Vec<&str> = p
+            .lines()
+            .skip_while(|l| !l.starts_with("struct gmx_ctl_t"))
+            .take_while(|l| !l.starts_with("};"))
+            .filter_map(|l| l.trim().strip_suffix(';').or_else(|| l.trim().split(';').next()))
+            .filter(|l| l.starts_with("unsigned"))
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                "unsigned long long claim",
+                "unsigned int resume",
+                "unsigned int result_next",
+                "unsigned int result_workers",
+                "unsigned int result_seq",
+                "unsigned int pad0[26]",
+                "unsigned long long exit_word",
+                "unsigned int pad1[30]",
+                "unsigned int sm_workers[256]",
+            ]
+        );
+        assert_eq!(8 + 4 * 4 + 26 * 4, 128);
+        assert_eq!(128 + 8 + 30 * 4, 256);
+        assert_eq!(CTL_BYTES, 256 + 256 * 4);
     }
 
     #[test]
     fn idle_record_has_no_resume_point() {
         let h = CtlHeader::from_bytes(&CtlHeader::idle_bytes()).expect("header");
         assert_eq!(h.resume, NO_RESUME);
-        assert_eq!(
-            (h.claim, h.retreat_seq, h.exited, h.result_seq),
-            (0, 0, 0, 0)
-        );
+        assert_eq!((h.claim, h.retreat_seq, h.result_next, h.result_seq), (0, 0, 0, 0));
     }
 
     #[test]

@@ -31,14 +31,8 @@ pub const BODY_SUFFIX: &str = "__gmx_body";
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TransformError {
     #[error("line {line}: `{what}` cannot be preempted block by block: {why}")]
-    Unsupported {
-        line: usize,
-        what: String,
-        why: &'static str,
-    },
-    #[error(
-        "line {line}: the name `{ident}` is reserved for gpumux's transformation (prefix gmx_)"
-    )]
+    Unsupported { line: usize, what: String, why: &'static str },
+    #[error("line {line}: the name `{ident}` is reserved for gpumux's transformation (prefix gmx_)")]
     Reserved { line: usize, ident: String },
     #[error("line {line}: cannot parse the kernel declaration: {msg}")]
     Parse { line: usize, msg: String },
@@ -68,6 +62,10 @@ pub struct Transformed {
     /// Some function other than a kernel reads `blockIdx`/`gridDim`, so the
     /// workers maintain the file-scope shared copies.
     pub helpers_read_index: bool,
+    /// The source synchronises blocks or shares memory somewhere, so workers
+    /// put a block barrier between consecutive blocks; without, a `__syncwarp`
+    /// (warps run ahead into the next block as natively blocks overlap).
+    pub needs_block_barrier: bool,
 }
 
 impl Transformed {
@@ -96,14 +94,8 @@ const FORBIDDEN: &[(&str, &str)] = &[
 const RENAMES: &[(&str, &str)] = &[("blockIdx", "gmx_blockIdx"), ("gridDim", "gmx_gridDim")];
 
 /// Attributes written `name(args)` that may sit between `__global__` and the kernel name.
-const ATTRIBUTES: &[&str] = &[
-    "__launch_bounds__",
-    "__maxnreg__",
-    "__attribute__",
-    "__declspec",
-    "alignas",
-    "__align__",
-];
+const ATTRIBUTES: &[&str] =
+    &["__launch_bounds__", "__maxnreg__", "__attribute__", "__declspec", "alignas", "__align__"];
 
 /// Built-in type words: a parameter whose last word is one of these is unnamed.
 const TYPE_WORDS: &[&str] = &[
@@ -133,11 +125,7 @@ fn directive_tokens(d: &str) -> (&str, Vec<Token>) {
 }
 
 fn line_of(src: &str, byte: usize) -> usize {
-    src[..byte.min(src.len())]
-        .bytes()
-        .filter(|&b| b == b'\n')
-        .count()
-        + 1
+    src[..byte.min(src.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
 /// Rewrites `src`; see the module documentation.
@@ -150,9 +138,7 @@ pub fn transform(src: &str) -> Result<Transformed, TransformError> {
     // Which renamed words appear outside kernel bodies (helpers, macros)?
     let mut helpers_read_index = false;
     for (i, t) in toks.iter().enumerate() {
-        let inside = kernels
-            .iter()
-            .any(|k| k.body.is_some_and(|(a, b)| i > a && i < b));
+        let inside = kernels.iter().any(|k| k.body.is_some_and(|(a, b)| i > a && i < b));
         if inside {
             continue;
         }
@@ -160,14 +146,14 @@ pub fn transform(src: &str) -> Result<Transformed, TransformError> {
             Kind::Ident => RENAMES.iter().any(|(from, _)| t.text(src) == *from),
             Kind::Preproc => {
                 let (body, us) = directive_tokens(t.text(src));
-                us.iter().any(|u| {
-                    u.kind == Kind::Ident && RENAMES.iter().any(|(from, _)| u.text(body) == *from)
-                })
+                us.iter().any(|u| u.kind == Kind::Ident && RENAMES.iter().any(|(from, _)| u.text(body) == *from))
             }
             _ => false,
         };
         helpers_read_index |= hit;
     }
+
+    let needs_block_barrier = uses_block_sync(src, &toks);
 
     let mut out = String::with_capacity(src.len() * 2 + PRELUDE.len());
     out.push_str(PRELUDE);
@@ -180,7 +166,7 @@ pub fn transform(src: &str) -> Result<Transformed, TransformError> {
     let mut pos = 0; // next token to copy
     for k in &kernels {
         copy_renamed(src, &toks, pos, k.start, &mut out);
-        emit_kernel(src, &toks, k, helpers_read_index, &mut out);
+        emit_kernel(src, &toks, k, helpers_read_index, needs_block_barrier, &mut out);
         pos = k.end;
     }
     copy_renamed(src, &toks, pos, toks.len(), &mut out);
@@ -189,6 +175,41 @@ pub fn transform(src: &str) -> Result<Transformed, TransformError> {
         source: out,
         kernels: kernels.into_iter().map(|k| k.info).collect(),
         helpers_read_index,
+        needs_block_barrier,
+    })
+}
+
+/// Words that synchronise the threads of a block or share memory between
+/// them. Conservative: any of them anywhere (helpers, macros, inline PTX)
+/// keeps the barrier between consecutive blocks of a worker.
+const BLOCK_SYNC_WORDS: &[&str] = &[
+    "__syncthreads",
+    "__syncthreads_count",
+    "__syncthreads_and",
+    "__syncthreads_or",
+    "__shared__",
+    "__barrier_sync",
+    "this_thread_block",
+    "thread_block",
+    "thread_block_tile",
+    "tiled_partition",
+    "barrier",
+];
+
+/// Does the source synchronise a block or share memory anywhere?
+fn uses_block_sync(src: &str, toks: &[Token]) -> bool {
+    toks.iter().any(|t| match t.kind {
+        Kind::Ident => BLOCK_SYNC_WORDS.contains(&t.text(src)),
+        Kind::Preproc => {
+            let (d, us) = directive_tokens(t.text(src));
+            us.iter().any(|u| u.kind == Kind::Ident && BLOCK_SYNC_WORDS.contains(&u.text(d)))
+        }
+        // Inline PTX: bar.sync / barrier.sync / bar.red.
+        Kind::Str => {
+            let s = t.text(src);
+            s.contains("bar.") || s.contains("barrier")
+        }
+        _ => false,
     })
 }
 
@@ -196,17 +217,10 @@ pub fn transform(src: &str) -> Result<Transformed, TransformError> {
 fn check_source(src: &str, toks: &[Token]) -> Result<(), TransformError> {
     let check_ident = |text: &str, at: usize| -> Result<(), TransformError> {
         if let Some((what, why)) = FORBIDDEN.iter().find(|(w, _)| *w == text) {
-            return Err(TransformError::Unsupported {
-                line: line_of(src, at),
-                what: what.to_string(),
-                why,
-            });
+            return Err(TransformError::Unsupported { line: line_of(src, at), what: what.to_string(), why });
         }
         if text.starts_with("gmx_") {
-            return Err(TransformError::Reserved {
-                line: line_of(src, at),
-                ident: text.to_string(),
-            });
+            return Err(TransformError::Reserved { line: line_of(src, at), ident: text.to_string() });
         }
         Ok(())
     };
@@ -241,8 +255,7 @@ fn check_source(src: &str, toks: &[Token]) -> Result<(), TransformError> {
                     return Err(TransformError::Unsupported {
                         line: line_of(src, t.start),
                         what: "<<<...>>> launch in device code".into(),
-                        why:
-                            "dynamic parallelism: child grids cannot be retreated with their parent",
+                        why: "dynamic parallelism: child grids cannot be retreated with their parent",
                     });
                 }
             }
@@ -307,9 +320,7 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
         let t = &toks[sig[k]];
         let text = t.text(src);
         if text == "{" {
-            let is_c = k >= 2
-                && toks[sig[k - 1]].text(src) == "\"C\""
-                && toks[sig[k - 2]].text(src) == "extern";
+            let is_c = k >= 2 && toks[sig[k - 1]].text(src) == "\"C\"" && toks[sig[k - 2]].text(src) == "extern";
             brace_c.push(is_c);
         } else if text == "}" {
             brace_c.pop();
@@ -318,10 +329,7 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
             k += 1;
             continue;
         }
-        let perr = |msg: &str| TransformError::Parse {
-            line: line_of(src, t.start),
-            msg: msg.to_string(),
-        };
+        let perr = |msg: &str| TransformError::Parse { line: line_of(src, t.start), msg: msg.to_string() };
         // Start of the declaration: after the previous `;`, `{`, `}` or directive.
         let mut s = k;
         while s > 0 {
@@ -333,8 +341,8 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
         }
         // Explicit instantiation `template __global__ void k<float>(float*);`:
         // only the worker's two extra parameters need adding.
-        let explicit = toks[sig[s]].text(src) == "template"
-            && sig.get(s + 1).is_some_and(|&q| toks[q].text(src) != "<");
+        let explicit =
+            toks[sig[s]].text(src) == "template" && sig.get(s + 1).is_some_and(|&q| toks[q].text(src) != "<");
         if explicit {
             let mut j = k + 1;
             while sig.get(j).is_some_and(|&q| toks[q].text(src) != "(") {
@@ -343,14 +351,10 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
             if j >= sig.len() {
                 return Err(perr("no parameter list in the explicit instantiation"));
             }
-            let close =
-                matching(src, toks, sig, j).ok_or_else(|| perr("unbalanced parentheses"))?;
-            let name = (k + 1..j).map(|q| toks[sig[q]].text(src)).find(|w| {
-                w.chars()
-                    .next()
-                    .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
-                    && *w != "void"
-            });
+            let close = matching(src, toks, sig, j).ok_or_else(|| perr("unbalanced parentheses"))?;
+            let name = (k + 1..j)
+                .map(|q| toks[sig[q]].text(src))
+                .find(|w| w.chars().next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic()) && *w != "void");
             found.push(Found {
                 info: KernelInfo {
                     name: name.unwrap_or("").to_string(),
@@ -382,9 +386,7 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
             if tt == "(" {
                 let prev = toks[sig[j - 1]].text(src);
                 if ATTRIBUTES.contains(&prev) {
-                    j = matching(src, toks, sig, j)
-                        .ok_or_else(|| perr("unbalanced parentheses"))?
-                        + 1;
+                    j = matching(src, toks, sig, j).ok_or_else(|| perr("unbalanced parentheses"))? + 1;
                     continue;
                 }
                 if toks[sig[j - 1]].kind != Kind::Ident || j - 1 == k {
@@ -399,13 +401,13 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
         };
         let name = toks[sig[name_k]].text(src).to_string();
         let popen = name_k + 1;
-        let pclose = matching(src, toks, sig, popen)
-            .ok_or_else(|| perr("unbalanced parentheses in the parameter list"))?;
+        let pclose =
+            matching(src, toks, sig, popen).ok_or_else(|| perr("unbalanced parentheses in the parameter list"))?;
         let after = sig.get(pclose + 1).map(|&ti| toks[ti].text(src));
         let (body, end_k) = match after {
             Some("{") => {
-                let close = matching(src, toks, sig, pclose + 1)
-                    .ok_or_else(|| perr("the kernel's body is not closed"))?;
+                let close =
+                    matching(src, toks, sig, pclose + 1).ok_or_else(|| perr("the kernel's body is not closed"))?;
                 (Some((sig[pclose + 1], sig[close])), close)
             }
             Some(";") => (None, pclose + 1),
@@ -414,13 +416,11 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
 
         // Prefix facts.
         let prefix: Vec<&str> = (s..name_k).map(|q| toks[sig[q]].text(src)).collect();
-        let extern_c =
-            brace_c.iter().any(|&c| c) || prefix.windows(2).any(|w| w == ["extern", "\"C\""]);
+        let extern_c = brace_c.iter().any(|&c| c) || prefix.windows(2).any(|w| w == ["extern", "\"C\""]);
         let template = prefix.first() == Some(&"template");
         let mut targs = Vec::new();
         if template {
-            let close = matching(src, toks, sig, s + 1)
-                .ok_or_else(|| perr("unbalanced template header"))?;
+            let close = matching(src, toks, sig, s + 1).ok_or_else(|| perr("unbalanced template header"))?;
             for piece in split_commas(src, toks, sig, s + 2, close) {
                 let words: Vec<&str> = piece.iter().map(|&q| toks[sig[q]].text(src)).collect();
                 if words.contains(&"...") || words.windows(3).any(|w| w == [".", ".", "."]) {
@@ -430,31 +430,19 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
                 let name = words[..cut]
                     .iter()
                     .rev()
-                    .find(|w| {
-                        w.chars()
-                            .next()
-                            .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
-                    })
+                    .find(|w| w.chars().next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic()))
                     .ok_or_else(|| perr("unnamed template parameter"))?;
                 targs.push(name.to_string());
             }
         }
-        let launch_bounds = (s..name_k)
-            .find(|&q| toks[sig[q]].text(src) == "__launch_bounds__")
-            .and_then(|q| {
-                let c = matching(src, toks, sig, q + 1)?;
-                Some(
-                    src[toks[sig[q + 1]].end..toks[sig[c]].start]
-                        .trim()
-                        .to_string(),
-                )
-            });
+        let launch_bounds = (s..name_k).find(|&q| toks[sig[q]].text(src) == "__launch_bounds__").and_then(|q| {
+            let c = matching(src, toks, sig, q + 1)?;
+            Some(src[toks[sig[q + 1]].end..toks[sig[c]].start].trim().to_string())
+        });
         let mut params = Vec::new();
         let mut unnamed = Vec::new();
         let pieces = split_commas(src, toks, sig, popen + 1, pclose);
-        let only_void = pieces.len() == 1
-            && pieces[0].len() == 1
-            && toks[sig[pieces[0][0]]].text(src) == "void";
+        let only_void = pieces.len() == 1 && pieces[0].len() == 1 && toks[sig[pieces[0][0]]].text(src) == "void";
         if !only_void {
             for (pi, piece) in pieces.iter().enumerate() {
                 match param_name(src, toks, sig, piece) {
@@ -468,14 +456,7 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
             }
         }
         found.push(Found {
-            info: KernelInfo {
-                name,
-                params,
-                extern_c,
-                template,
-                launch_bounds,
-                defined: body.is_some(),
-            },
+            info: KernelInfo { name, params, extern_c, template, launch_bounds, defined: body.is_some() },
             start: sig[s],
             end: sig[end_k] + 1,
             name_tok: sig[name_k],
@@ -491,13 +472,7 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
 }
 
 /// Splits sig[from..to] at top-level commas into lists of sig indices.
-fn split_commas(
-    src: &str,
-    toks: &[Token],
-    sig: &[usize],
-    from: usize,
-    to: usize,
-) -> Vec<Vec<usize>> {
+fn split_commas(src: &str, toks: &[Token], sig: &[usize], from: usize, to: usize) -> Vec<Vec<usize>> {
     let mut out = vec![Vec::new()];
     let mut depth = 0i32;
     for q in from..to {
@@ -558,24 +533,14 @@ fn copy_renamed(src: &str, toks: &[Token], from: usize, to: usize, out: &mut Str
 fn push_renamed(src: &str, t: &Token, out: &mut String) {
     let text = t.text(src);
     match t.kind {
-        Kind::Ident => out.push_str(
-            RENAMES
-                .iter()
-                .find(|(f, _)| *f == text)
-                .map_or(text, |(_, to)| to),
-        ),
+        Kind::Ident => out.push_str(RENAMES.iter().find(|(f, _)| *f == text).map_or(text, |(_, to)| to)),
         Kind::Preproc => {
             let (body, us) = directive_tokens(text);
             out.push('#');
             for u in us {
                 let ut = u.text(body);
                 if u.kind == Kind::Ident {
-                    out.push_str(
-                        RENAMES
-                            .iter()
-                            .find(|(f, _)| *f == ut)
-                            .map_or(ut, |(_, to)| to),
-                    );
+                    out.push_str(RENAMES.iter().find(|(f, _)| *f == ut).map_or(ut, |(_, to)| to));
                 } else {
                     out.push_str(ut);
                 }
@@ -617,18 +582,12 @@ fn params_text(src: &str, toks: &[Token], k: &Found) -> String {
     }
 }
 
-fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, out: &mut String) {
+fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, block_sync: bool, out: &mut String) {
     if k.explicit {
         let (a, b) = k.params;
         copy_renamed(src, toks, k.start, b, out);
-        let empty = toks[a..b]
-            .iter()
-            .all(|t| !t.significant() || t.text(src) == "void");
-        out.push_str(if empty {
-            "gmx_ctl_t*, const gmx_launch_t"
-        } else {
-            ", gmx_ctl_t*, const gmx_launch_t"
-        });
+        let empty = toks[a..b].iter().all(|t| !t.significant() || t.text(src) == "void");
+        out.push_str(if empty { "gmx_ctl_t*, const gmx_launch_t" } else { ", gmx_ctl_t*, const gmx_launch_t" });
         copy_renamed(src, toks, b, k.end, out);
         return;
     }
@@ -673,29 +632,19 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, out: &m
                 _ => push_renamed(src, t, out),
             }
         }
-        let _ = write!(
-            out,
-            "{name}{BODY_SUFFIX}({params}{comma}const uint3 gmx_blockIdx, const uint3 gmx_gridDim)"
-        );
+        let _ = write!(out, "{name}{BODY_SUFFIX}({params}{comma}const uint3 gmx_blockIdx, const uint3 gmx_gridDim)");
         copy_renamed(src, toks, open, close + 1, out);
         out.push('\n');
     }
 
     // 2. The worker, under the kernel's own name and attributes.
     copy_renamed(src, toks, k.start, k.name_tok, out);
-    let _ = write!(
-        out,
-        "{name}({params}{comma}gmx_ctl_t* __restrict__ gmx_ctl, const gmx_launch_t gmx_launch)"
-    );
+    let _ = write!(out, "{name}({params}{comma}gmx_ctl_t* __restrict__ gmx_ctl, const gmx_launch_t gmx_launch)");
     if k.body.is_none() {
         out.push(';');
         return;
     }
-    let targs = if k.targs.is_empty() {
-        String::new()
-    } else {
-        format!("<{}>", k.targs.join(", "))
-    };
+    let targs = if k.targs.is_empty() { String::new() } else { format!("<{}>", k.targs.join(", ")) };
     let args: String = k.info.params.iter().map(|p| format!("{p}, ")).collect();
     let call = format!("{name}{BODY_SUFFIX}{targs}({args}gmx_b, gmx_launch.grid);");
     let (set_grid, per_block) = if shared_index {
@@ -703,11 +652,14 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, out: &m
             "gmx_gridDim = gmx_launch.grid;",
             format!("__syncthreads();\n                if (gmx_leader) gmx_blockIdx = gmx_b;\n                __syncthreads();\n                {call}"),
         )
+    } else if block_sync {
+        ("", format!("if (gmx_i != 0u) __syncthreads();\n                {call}"))
     } else {
-        (
-            "",
-            format!("if (gmx_i != 0u) __syncthreads();\n                {call}"),
-        )
+        // No block barrier and no shared memory anywhere in the source: the
+        // warps of a worker may run ahead into the next block of the chunk, as
+        // natively blocks run concurrently. Re-converging the warp keeps
+        // warp-synchronous intrinsics (shuffles, votes) within one block.
+        ("", format!("if (gmx_i != 0u) __syncwarp();\n                {call}"))
     };
     let _ = write!(
         out,
@@ -724,9 +676,12 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, out: &m
     }}
     __syncthreads();
     if (gmx_go[0] != 0u) {{
-        // Two claim slots alternate, so one barrier per block is enough: the
+        // Two claim slots alternate, so one barrier per chunk is enough: the
         // leader writes slot p^1 only after everyone passed the barrier that
-        // followed their last read of it.
+        // followed their last read of it. Keep this loop as it is: small
+        // changes around the body change how ptxas schedules it (moving the
+        // claim to the bottom, or breaking out after a claim that reached the
+        // end, cost nbody's inner loop 5%: docs/benchmarks.md).
         for (unsigned int gmx_p = 0u;; gmx_p ^= 1u) {{
             if (gmx_leader) gmx_claim(gmx_ctl, gmx_launch, gmx_slot[gmx_p]);
             __syncthreads();
@@ -737,6 +692,7 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, out: &m
                 const uint3 gmx_b = gmx_unlinear(gmx_first + gmx_i, gmx_launch.grid);
                 {per_block}
             }}
+
         }}
     }}
     if (gmx_leader) gmx_leave(gmx_ctl, gmx_launch, gridDim.x * gridDim.y * gridDim.z, gmx_go);
@@ -747,6 +703,31 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, out: &m
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn barrier_between_blocks_only_where_the_source_synchronises() {
+        let free = transform("__global__ void f(float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = __shfl_sync(0xffffffffu, y[i], 0); }").expect("transforms");
+        assert!(!free.needs_block_barrier);
+        assert!(free.source.contains("if (gmx_i != 0u) __syncwarp();"));
+        assert!(!free.source.contains("if (gmx_i != 0u) __syncthreads();"));
+        for src in [
+            "__global__ void f(float* y) { __shared__ float s[32]; s[threadIdx.x] = 1; y[0] = s[0]; }",
+            "__device__ void h() { __syncthreads(); }\n__global__ void f(float* y) { h(); }",
+            "#define SYNC __syncthreads()\n__global__ void f(float* y) { SYNC; }",
+            "__global__ void f(float* y) { asm volatile(\"bar.sync 0;\"); }",
+            "__global__ void f(float* y) { extern __shared__ float d[]; d[0] = 1; }",
+        ] {
+            let t = transform(src).expect("transforms");
+            assert!(t.needs_block_barrier, "{src}");
+            assert!(t.source.contains("if (gmx_i != 0u) __syncthreads();"), "{src}");
+        }
+        // A comment or a string naming the barrier does not count.
+        let c = transform(
+            "// __syncthreads()\n__global__ void f(float* y) { const char* s = \"__shared__\"; y[0] = s[0]; }",
+        )
+        .expect("transforms");
+        assert!(!c.needs_block_barrier);
+    }
 
     const SIMPLE: &str = r#"
 extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, const float* x, float a, int n) {
@@ -769,17 +750,11 @@ extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, c
         let s = &t.source;
         assert!(s.contains("__device__ __forceinline__ void  scale__gmx_body(float* __restrict__ y, const float* x, float a, int n, const uint3 gmx_blockIdx, const uint3 gmx_gridDim)"));
         assert!(s.contains("int i = gmx_blockIdx.x * blockDim.x"));
-        assert!(
-            s.contains("// blockIdx in a comment"),
-            "comments are left alone"
-        );
+        assert!(s.contains("// blockIdx in a comment"), "comments are left alone");
         assert!(s.contains("extern \"C\" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, const float* x, float a, int n, gmx_ctl_t* __restrict__ gmx_ctl, const gmx_launch_t gmx_launch)"));
         assert!(s.contains("scale__gmx_body(y, x, a, n, gmx_b, gmx_launch.grid);"));
         // The body function keeps neither the linkage nor the launch bounds.
-        let body_decl = s
-            .lines()
-            .find(|l| l.contains("scale__gmx_body(float"))
-            .expect("body line");
+        let body_decl = s.lines().find(|l| l.contains("scale__gmx_body(float")).expect("body line");
         assert!(!body_decl.contains("extern") && !body_decl.contains("__launch_bounds__"));
     }
 
@@ -807,10 +782,10 @@ extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, c
         let src = "template <typename T, int N = 4>\n__global__ void fill(T* p, T v) { p[blockIdx.x * N] = v; }\nextern \"C\" __global__ void fill_f(float* p, float v) { p[blockIdx.x] = v; }";
         let t = transform(src).expect("transform");
         assert!(t.kernels[0].template && !t.kernels[0].extern_c);
-        assert!(t.source.contains("template <typename T, int N = 4>\n__device__ __forceinline__ void fill__gmx_body(T* p, T v,"));
         assert!(t
             .source
-            .contains("fill__gmx_body<T, N>(p, v, gmx_b, gmx_launch.grid);"));
+            .contains("template <typename T, int N = 4>\n__device__ __forceinline__ void fill__gmx_body(T* p, T v,"));
+        assert!(t.source.contains("fill__gmx_body<T, N>(p, v, gmx_b, gmx_launch.grid);"));
         assert!(t.kernels[1].extern_c);
     }
 
@@ -818,9 +793,7 @@ extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, c
     fn explicit_instantiations_get_the_extra_parameters() {
         let src = "template <typename T> __global__ void tk(T* p) { p[blockIdx.x] = T(); }\ntemplate __global__ void tk<float>(float*);";
         let t = transform(src).expect("transform");
-        assert!(t.source.contains(
-            "template __global__ void tk<float>(float*, gmx_ctl_t*, const gmx_launch_t);"
-        ));
+        assert!(t.source.contains("template __global__ void tk<float>(float*, gmx_ctl_t*, const gmx_launch_t);"));
     }
 
     #[test]
@@ -829,31 +802,25 @@ extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, c
         let t = transform(src).expect("transform");
         assert!(t.kernels[0].extern_c);
         assert_eq!(t.kernels[0].params, vec!["gmx_arg0", "n"]);
-        assert!(t
-            .source
-            .contains("void k__gmx_body(float* gmx_arg0, int n,"));
+        assert!(t.source.contains("void k__gmx_body(float* gmx_arg0, int n,"));
     }
 
     #[test]
     fn void_and_empty_parameter_lists() {
-        let t = transform(
-            "extern \"C\" __global__ void a(void) {}\nextern \"C\" __global__ void b() {}",
-        )
-        .expect("transform");
-        assert!(t
-            .source
-            .contains("void a__gmx_body(const uint3 gmx_blockIdx"));
+        let t = transform("extern \"C\" __global__ void a(void) {}\nextern \"C\" __global__ void b() {}")
+            .expect("transform");
+        assert!(t.source.contains("void a__gmx_body(const uint3 gmx_blockIdx"));
         assert!(t.source.contains("a(gmx_ctl_t* __restrict__ gmx_ctl"));
         assert!(t.source.contains("a__gmx_body(gmx_b, gmx_launch.grid);"));
     }
 
     #[test]
     fn declarations_get_the_worker_signature() {
-        let t = transform("extern \"C\" __global__ void k(int* p);\nextern \"C\" __global__ void k(int* p) { p[0] = 1; }").expect("transform");
+        let t =
+            transform("extern \"C\" __global__ void k(int* p);\nextern \"C\" __global__ void k(int* p) { p[0] = 1; }")
+                .expect("transform");
         assert!(!t.kernels[0].defined && t.kernels[1].defined);
-        assert!(t.source.contains(
-            "k(int* p, gmx_ctl_t* __restrict__ gmx_ctl, const gmx_launch_t gmx_launch);"
-        ));
+        assert!(t.source.contains("k(int* p, gmx_ctl_t* __restrict__ gmx_ctl, const gmx_launch_t gmx_launch);"));
     }
 
     #[test]
@@ -865,24 +832,16 @@ extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, c
             "__global__ void k(int* p) { asm(\"mov.u32 %0, %ctaid.x;\" : \"=r\"(p[0])); }",
         ];
         for c in cases {
-            assert!(
-                matches!(transform(c), Err(TransformError::Unsupported { .. })),
-                "{c}"
-            );
+            assert!(matches!(transform(c), Err(TransformError::Unsupported { .. })), "{c}");
         }
-        assert!(matches!(
-            transform("__global__ void k(int gmx_x) {}"),
-            Err(TransformError::Reserved { .. })
-        ));
-        assert!(matches!(
-            transform("#define K __global__ void\nK k() {}"),
-            Err(TransformError::Parse { .. })
-        ));
+        assert!(matches!(transform("__global__ void k(int gmx_x) {}"), Err(TransformError::Reserved { .. })));
+        assert!(matches!(transform("#define K __global__ void\nK k() {}"), Err(TransformError::Parse { .. })));
     }
 
     #[test]
     fn forbidden_words_in_comments_or_strings_are_fine() {
-        let src = "// uses no this_grid()\nextern \"C\" __global__ void k(int* p) { const char* s = \"<<<\"; p[0] = s[0]; }";
+        let src =
+            "// uses no this_grid()\nextern \"C\" __global__ void k(int* p) { const char* s = \"<<<\"; p[0] = s[0]; }";
         assert!(transform(src).is_ok());
     }
 

@@ -48,6 +48,9 @@ pub enum BenchCommand {
         /// Only these apps (default: all).
         #[arg(long, value_delimiter = ',')]
         apps: Vec<crate::suite::App>,
+        /// Claims per worker below which a launch's chunk shrinks.
+        #[arg(long, default_value_t = crate::preempt::DEFAULT_MIN_CLAIMS)]
+        min_claims: u32,
     },
     /// Arrival-to-first-block and arrival-to-completion of a short
     /// high-priority kernel while a long low-priority one fills the GPU.
@@ -129,10 +132,10 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
         failed |= run_check(&gpu, &mut rep, 2, args.seed)?;
     }
     save(&rep)?;
-    if let BenchCommand::Overhead { chunks, reps, apps } = &args.command {
-        rep.overhead = overhead(&gpu, chunks, *reps, apps, args.seed)?;
+    if let BenchCommand::Overhead { chunks, reps, apps, min_claims } = &args.command {
+        rep.overhead = overhead(&gpu, chunks, *min_claims, *reps, apps, args.seed)?;
     } else if all {
-        rep.overhead = overhead(&gpu, &[1, 4, 16], 7, &[], args.seed)?;
+        rep.overhead = overhead(&gpu, &[1, 4, 16], crate::preempt::DEFAULT_MIN_CLAIMS, 7, &[], args.seed)?;
     }
     save(&rep)?;
     if let BenchCommand::Preempt {

@@ -16,6 +16,10 @@ pub struct OverheadRow {
     pub launches: usize,
     pub blocks: u64,
     pub native_ms: f64,
+    /// Native launches each followed by an event record (a worker launch
+    /// records one to be polled), ms: the share of the overhead that is the
+    /// event's, not the transformation's. Only differs with several launches.
+    pub native_marked_ms: f64,
     /// (chunk, median ms, overhead %)
     pub workers: Vec<(u32, f64, f64)>,
     /// Spread of the native time: (max - min) / median over the repetitions, %.
@@ -28,21 +32,19 @@ pub struct OverheadRow {
 pub fn overhead(
     gpu: &Gpu,
     chunks: &[u32],
+    min_claims: u32,
     reps: u32,
     apps: &[App],
     seed: u64,
 ) -> Result<Vec<OverheadRow>> {
-    let apps: Vec<App> = if apps.is_empty() {
-        App::ALL.to_vec()
-    } else {
-        apps.to_vec()
-    };
+    let apps: Vec<App> = if apps.is_empty() { App::ALL.to_vec() } else { apps.to_vec() };
     let stream = Stream::low(gpu)?;
     let (a, b) = (Event::new()?, Event::new()?);
+    let mark = Event::new_sync_only()?;
     let all = SmMask::range(0, gpu.sm_count());
     let mut rows = Vec::new();
     println!("\n== solo overhead: transformed vs native (median of {reps}, device events) ==");
-    print!("{:<10} {:>10} {:>9}", "app", "blocks", "native ms");
+    print!("{:<10} {:>10} {:>9} {:>8}", "app", "blocks", "native ms", "+events");
     for c in chunks {
         print!(" {:>13}", format!("chunk {c}"));
     }
@@ -54,10 +56,10 @@ pub fn overhead(
         p.enqueue_native(&stream)?;
         stream.sync()?;
         let native_out = p.outputs()?;
-        let mut launches: Vec<_> = chunks
-            .iter()
-            .map(|&c| p.worker_launches(gpu, c))
-            .collect::<Result<_>>()?;
+        let mut launches: Vec<_> = chunks.iter().map(|&c| p.worker_launches(gpu, c)).collect::<Result<_>>()?;
+        for w in launches.iter_mut().flatten() {
+            w.min_claims = min_claims;
+        }
         let mut equal = true;
         let mut workers_first_launch = Vec::new();
         for l in launches.iter_mut() {
@@ -70,10 +72,7 @@ pub fn overhead(
             }
             p.finish_workers(l)?;
             let out = p.outputs()?;
-            equal &= out
-                .iter()
-                .zip(&native_out)
-                .all(|(g, n)| compare(g, n, Tolerance::Exact).is_ok());
+            equal &= out.iter().zip(&native_out).all(|(g, n)| compare(g, n, Tolerance::Exact).is_ok());
         }
         if !equal {
             return Err(CudaError::Check(format!(
@@ -84,6 +83,7 @@ pub fn overhead(
         // Timing: interleave native and each chunk size; inputs are not reset
         // (the apps are idempotent or accumulate, which costs the same).
         let mut nat = Vec::new();
+        let mut marked = Vec::new();
         let mut work: Vec<Vec<f64>> = vec![Vec::new(); chunks.len()];
         for rep in 0..reps + 1 {
             a.record(&stream)?;
@@ -92,6 +92,13 @@ pub fn overhead(
             b.sync()?;
             if rep > 0 {
                 nat.push(a.elapsed_ms(&b)? as f64);
+            }
+            a.record(&stream)?;
+            p.enqueue_native_marked(&stream, &mark)?;
+            b.record(&stream)?;
+            b.sync()?;
+            if rep > 0 {
+                marked.push(a.elapsed_ms(&b)? as f64);
             }
             for (i, l) in launches.iter_mut().enumerate() {
                 a.record(&stream)?;
@@ -115,6 +122,7 @@ pub fn overhead(
             }
         };
         let native_ms = median(&mut nat);
+        let native_marked_ms = median(&mut marked);
         let workers: Vec<(u32, f64, f64)> = chunks
             .iter()
             .zip(work.iter_mut())
@@ -124,24 +132,23 @@ pub fn overhead(
             })
             .collect();
         print!(
-            "{:<10} {:>10} {:>9.3}",
+            "{:<10} {:>10} {:>9.3} {:>+7.1}%",
             app.name(),
             p.workload.total_blocks(),
-            native_ms
+            native_ms,
+            100.0 * (native_marked_ms / native_ms - 1.0)
         );
         for (_, m, o) in &workers {
             print!(" {:>6.3} {:>+5.1}%", m, o);
         }
-        println!(
-            " {:>6.1}% {:>6}  workers {:?}",
-            spread, equal, workers_first_launch
-        );
+        println!(" {:>6.1}% {:>6}  workers {:?}", spread, equal, workers_first_launch);
         rows.push(OverheadRow {
             app: app.name(),
             size: p.workload.size,
             launches: p.workload.launches.len(),
             blocks: p.workload.total_blocks(),
             native_ms,
+            native_marked_ms,
             workers,
             native_spread_pct: spread,
             outputs_bitwise_equal: equal,
@@ -149,17 +156,10 @@ pub fn overhead(
         });
     }
     for (i, c) in chunks.iter().enumerate() {
-        let logs: Vec<f64> = rows
-            .iter()
-            .map(|r| (r.workers[i].1 / r.native_ms).ln())
-            .collect();
+        let logs: Vec<f64> = rows.iter().map(|r| (r.workers[i].1 / r.native_ms).ln()).collect();
         let geo = (logs.iter().sum::<f64>() / logs.len().max(1) as f64).exp();
         let worst = rows.iter().map(|r| r.workers[i].2).fold(f64::MIN, f64::max);
-        println!(
-            "chunk {c}: geomean overhead {:+.2}%, worst {:+.2}%",
-            100.0 * (geo - 1.0),
-            worst
-        );
+        println!("chunk {c}: geomean overhead {:+.2}%, worst {:+.2}%", 100.0 * (geo - 1.0), worst);
     }
     Ok(rows)
 }
