@@ -46,7 +46,7 @@ pub fn overhead(
     println!("\n== solo overhead: transformed vs native (median of {reps}, device events) ==");
     print!("{:<10} {:>10} {:>9} {:>8}", "app", "blocks", "native ms", "+events");
     for c in chunks {
-        print!(" {:>13}", format!("chunk {c}"));
+        print!(" {:>22}", format!("chunk {c} (per launch)"));
     }
     println!(" {:>7} {:>6}", "spread", "equal");
     for app in apps {
@@ -139,7 +139,9 @@ pub fn overhead(
             100.0 * (native_marked_ms / native_ms - 1.0)
         );
         for (_, m, o) in &workers {
-            print!(" {:>6.3} {:>+5.1}%", m, o);
+            // Also per launch: a fixed cost per launch shows as a constant here.
+            let per_launch_us = 1000.0 * (m - native_ms) / p.workload.launches.len().max(1) as f64;
+            print!(" {:>6.3} {:>+5.1}% {:>+6.1}us", m, o, per_launch_us);
         }
         println!(" {:>6.1}% {:>6}  workers {:?}", spread, equal, workers_first_launch);
         rows.push(OverheadRow {

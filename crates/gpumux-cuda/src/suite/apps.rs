@@ -20,7 +20,7 @@ impl App {
             App::Histogram => ((1 << 28, 4), (1 << 20, 2)),
             App::Stencil => ((8192, 20), (512, 4)),
             App::Reduction => ((1 << 28, 10), (1 << 20, 2)),
-            App::Bfs => ((1 << 22, 12), (1 << 16, 12)),
+            App::Bfs => ((1 << 27, 12), (1 << 16, 12)),
             App::Kmeans => ((1 << 22, 5), (1 << 16, 3)),
         };
         if scale == Scale::Bench {
