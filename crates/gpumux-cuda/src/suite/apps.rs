@@ -10,16 +10,17 @@ impl App {
     /// (transpose, sgemm, stencil), rows (spmv), bodies (nbody), vertices (bfs),
     /// points (kmeans).
     pub fn default_size(self, scale: Scale) -> (u64, u32) {
-        // (bench size, test size) per app.
+        // (bench size, test size) per app. Bench sizes run 10-40 ms natively on
+        // an H100 (the issue asks for 10-500 ms), measured 2026-11-23.
         let (bench, test) = match self {
             App::Triad => ((1 << 27, 20), (1 << 20, 2)),
-            App::Transpose => ((4096, 20), (256, 2)),
-            App::Spmv => ((1 << 21, 20), (1 << 15, 2)),
-            App::Sgemm => ((4096, 1), (256, 1)),
+            App::Transpose => ((4096, 60), (256, 2)),
+            App::Spmv => ((1 << 21, 30), (1 << 15, 2)),
+            App::Sgemm => ((4096, 2), (256, 1)),
             App::Nbody => ((1 << 17, 1), (2048, 1)),
-            App::Histogram => ((1 << 28, 4), (1 << 20, 2)),
-            App::Stencil => ((8192, 20), (512, 4)),
-            App::Reduction => ((1 << 28, 10), (1 << 20, 2)),
+            App::Histogram => ((1 << 28, 16), (1 << 20, 2)),
+            App::Stencil => ((8192, 30), (512, 4)),
+            App::Reduction => ((1 << 28, 30), (1 << 20, 2)),
             App::Bfs => ((1 << 27, 12), (1 << 16, 12)),
             App::Kmeans => ((1 << 22, 5), (1 << 16, 3)),
         };
