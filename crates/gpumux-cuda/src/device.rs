@@ -31,15 +31,21 @@
 //! * Time: nanoseconds of a monotonic host clock since the device was opened;
 //!   `advance` polls CUDA events (busy-wait, sleeping only when nothing runs).
 //!
-//! Supported suite kernels (single-kernel apps): triad, transpose, spmv,
-//! sgemm, nbody, histogram, bfs (one level step). Not supported: stencil
-//! (a ping-pong pair), reduction and kmeans (two kernels each).
+//! Suite kernels: the single-kernel apps triad, transpose, spmv, sgemm,
+//! nbody, histogram, bfs (one level step) are shared by every process (one
+//! set of buffers per app and size). The multi-kernel apps stencil (`step`,
+//! ping-pong), reduction (`partial`, `final`) and kmeans (`assign`,
+//! `update`) run as *instances*: one per (process, app), with its own buffers;
+//! a process's kernels of that app run on it one after the other
+//! ([`suite::Sequence`] checks the order and picks the ping-pong side).
 //!
-//! Results are checked when the device is dropped: every kernel's outputs
-//! against a native (untransformed) launch on the same inputs (bitwise; for
-//! histogram, native × number of completed invocations), and the native
-//! launch against the CPU reference where that is cheap. The outcome is
-//! printed on stderr (`gpumux-cuda verify ...`) and kept in
+//! Results are checked when the device is dropped: every single kernel's
+//! outputs against a native (untransformed) launch on the same inputs
+//! (bitwise; for histogram, native × number of completed invocations), and
+//! the native launch against the CPU reference where that is cheap; every
+//! instance's final outputs against a native run of the same kernel sequence
+//! on fresh buffers (bitwise), and that against the CPU reference where cheap.
+//! The outcome is printed on stderr (`gpumux-cuda verify ...`) and kept in
 //! [`CudaDevice::verification`].
 
 // Lists of block ranges with one element are meant (sets of ranges).
@@ -49,13 +55,11 @@ use crate::error::CudaError;
 use crate::exec::Prepared;
 use crate::preempt::{SmMask, WorkerLaunch};
 use crate::runtime::{DeviceBuffer, Event as CuEvent, Gpu, HostMapped, Stream};
-use crate::suite::{self, compare, App, HostData, Tolerance};
+use crate::suite::{self, compare, App, HostData, Sequence, Tolerance};
 use cudarc::driver::sys as cu;
-use gpumux_engine::device::{
-    Command, CopyDirection, Device, DeviceError, DeviceStats, Event, ReleaseCause, TraceSpan,
-};
-use gpumux_engine::ids::{CopyId, KernelId, LaunchId};
-use gpumux_engine::kernel::{DeviceInfo, SmLimits, SuiteKernelRef};
+use gpumux_engine::device::{Command, CopyDirection, Device, DeviceError, DeviceStats, Event, ReleaseCause, TraceSpan};
+use gpumux_engine::ids::{CopyId, KernelId, LaunchId, ProcessId};
+use gpumux_engine::kernel::{DeviceInfo, KernelDesc, SmLimits, SuiteKernelRef};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
@@ -64,38 +68,74 @@ use std::ops::Range;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Suite apps the device can run as one kernel.
-pub const SUPPORTED: [App; 7] = [
-    App::Triad,
-    App::Transpose,
-    App::Spmv,
-    App::Sgemm,
-    App::Nbody,
-    App::Histogram,
-    App::Bfs,
-];
+/// Suite apps the device runs (every app of the suite).
+pub const SUPPORTED: [App; 10] = App::ALL;
 
-/// Which suite app and size a `suite = { name, params }` entry names.
+/// What a `suite = { name, kernel, params }` entry names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SuiteTarget {
+    pub app: App,
+    /// The app's main dimension (see [`resolve_suite`]).
+    pub size: u64,
+    /// kmeans clusters ([`suite::KMEANS_K`] for the other apps).
+    pub k: u32,
+    /// Which kernel: an index into [`App::kernel_names`].
+    pub kernel: usize,
+}
+
+/// Largest sizes of the multi-kernel apps (buffers of a few GiB; 32-bit indices).
+const MAX_STENCIL_SIDE: u64 = 1 << 15;
+const MAX_REDUCTION_N: u64 = 1 << 31;
+const MAX_KMEANS_N: u64 = 1 << 28;
+const MAX_KMEANS_K: u64 = 4096;
+
+/// Which suite app, kernel and size a `suite` entry names.
+///
+/// The name is `APP` or `APP.KERNEL` (a workload file's
+/// `suite = { name = "kmeans", kernel = "assign" }` arrives as
+/// `kmeans.assign`). Apps with one kernel need no kernel part (stencil's is
+/// `step`); reduction (`partial`, `final`) and kmeans (`assign`, `update`)
+/// need it.
 ///
 /// Size parameters: `n` (or `size`) is the app's main dimension as in
 /// [`App::default_size`], except histogram, whose `n` counts input *bytes*
 /// (`words` counts 32-bit words). sgemm is square: `m`, `n`, `k` must agree.
-pub fn resolve_suite(r: &SuiteKernelRef) -> Result<(App, u64), CudaError> {
-    let app = App::from_name(&r.name).ok_or_else(|| {
+/// kmeans: `n` points and `k` clusters (default 16, at most `n`).
+pub fn resolve_suite(r: &SuiteKernelRef) -> Result<SuiteTarget, CudaError> {
+    let (app_name, kernel_name) = match r.name.split_once('.') {
+        Some((a, k)) => (a, Some(k)),
+        None => (r.name.as_str(), None),
+    };
+    let app = App::from_name(app_name).ok_or_else(|| {
         CudaError::Invalid(format!(
             "unknown suite kernel `{}`; the CUDA device runs: {}",
             r.name,
             SUPPORTED.map(App::name).join(", ")
         ))
     })?;
-    if !SUPPORTED.contains(&app) {
-        return Err(CudaError::Invalid(format!(
-            "suite app `{}` has more than one kernel (or a ping-pong pair) and cannot be one engine kernel; \
-             the CUDA device runs: {}",
-            r.name,
-            SUPPORTED.map(App::name).join(", ")
-        )));
-    }
+    let names = app.kernel_names();
+    let kernel = match kernel_name {
+        Some(k) => app.kernel_index(k).ok_or_else(|| {
+            CudaError::Invalid(format!(
+                "suite app `{}` has no kernel `{k}`; its kernels: {}",
+                app.name(),
+                names.join(", ")
+            ))
+        })?,
+        None if names.len() == 1 => 0,
+        None => {
+            return Err(CudaError::Invalid(format!(
+                "suite app `{}` has {} kernels ({}): name one, e.g. \
+                 `suite = {{ name = \"{}\", kernel = \"{}\", params = {{ .. }} }}`; they run {}",
+                app.name(),
+                names.len(),
+                names.join(", "),
+                app.name(),
+                names[0],
+                app.kernel_order()
+            )))
+        }
+    };
     let get = |k: &str| -> Result<Option<u64>, CudaError> {
         match r.params.get(k) {
             None => Ok(None),
@@ -130,19 +170,86 @@ pub fn resolve_suite(r: &SuiteKernelRef) -> Result<(App, u64), CudaError> {
     if app == App::Histogram {
         if let Some(b) = get("bins")? {
             if b != 256 {
-                return Err(CudaError::Invalid(format!(
-                    "suite kernel histogram has 256 bins, not {b}"
-                )));
+                return Err(CudaError::Invalid(format!("suite kernel histogram has 256 bins, not {b}")));
             }
         }
     }
-    let size = size.ok_or_else(|| {
-        CudaError::Invalid(format!(
-            "suite kernel `{}` needs a size parameter `n`",
-            r.name
-        ))
-    })?;
-    Ok((app, size))
+    let size =
+        size.ok_or_else(|| CudaError::Invalid(format!("suite kernel `{}` needs a size parameter `n`", r.name)))?;
+    let max = match app {
+        App::Stencil => MAX_STENCIL_SIDE,
+        App::Reduction => MAX_REDUCTION_N,
+        App::Kmeans => MAX_KMEANS_N,
+        _ => u64::MAX,
+    };
+    if size > max {
+        return Err(CudaError::Invalid(format!(
+            "suite kernel `{}`: n = {size} is above the {max} the device takes for {}",
+            r.name,
+            app.name()
+        )));
+    }
+    let k = match app {
+        App::Kmeans => match get("k")? {
+            Some(k) if k > size.min(MAX_KMEANS_K) => {
+                return Err(CudaError::Invalid(format!(
+                    "suite kernel `{}`: k = {k} clusters, but at most {} (n = {size} points, at most {MAX_KMEANS_K})",
+                    r.name,
+                    size.min(MAX_KMEANS_K)
+                )))
+            }
+            Some(k) => k as u32,
+            None => (suite::KMEANS_K as u64).min(size) as u32,
+        },
+        _ => suite::KMEANS_K,
+    };
+    Ok(SuiteTarget { app, size, k, kernel })
+}
+
+/// Checks before a run what the device would refuse during it: every kernel
+/// names a suite kernel with valid parameters, and each process's kernels of
+/// a multi-kernel app agree on the parameters and come in an order the app
+/// can run (the device checks the same again at each launch).
+pub fn check_workload(w: &gpumux_engine::model::Workload) -> Result<(), CudaError> {
+    for p in &w.processes {
+        let mut instances: HashMap<App, (SuiteTarget, Sequence)> = HashMap::new();
+        for op in &p.ops {
+            let gpumux_engine::model::Op::Kernel(desc) = op else { continue };
+            let at = |e: String| CudaError::Invalid(format!("process {:?}, kernel `{}`: {e}", p.name, desc.name));
+            let r = desc.suite.as_ref().ok_or_else(|| {
+                at("names no CUDA kernel: the real GPU runs only kernels with `suite = { name, params }`".into())
+            })?;
+            let t = resolve_suite(r).map_err(|e| at(e.to_string()))?;
+            if !t.app.is_multi_kernel() {
+                continue;
+            }
+            let (first, seq) = instances.entry(t.app).or_insert_with(|| (t, Sequence::new(t.app)));
+            same_instance(first, &t).map_err(at)?;
+            seq.begin(t.kernel).map_err(at)?;
+            seq.complete().map_err(at)?;
+        }
+    }
+    Ok(())
+}
+
+/// Err when `t` has other size parameters than the instance made for `first`.
+fn same_instance(first: &SuiteTarget, t: &SuiteTarget) -> Result<(), String> {
+    if (first.size, first.k) == (t.size, t.k) {
+        return Ok(());
+    }
+    let describe = |x: &SuiteTarget| match x.app {
+        App::Kmeans => format!("n = {}, k = {}", x.size, x.k),
+        _ => format!("n = {}", x.size),
+    };
+    Err(format!(
+        "{} `{}` has {}, but this process's {} instance was made with {}: the kernels of one \
+         instance (one per process and app) must have the same params",
+        t.app.name(),
+        t.app.kernel_names().get(t.kernel).copied().unwrap_or("?"),
+        describe(t),
+        t.app.name(),
+        describe(first)
+    ))
 }
 
 /// Maps engine block indices (`n` blocks) onto suite block indices (`m`).
@@ -224,20 +331,48 @@ fn backend(e: CudaError) -> DeviceError {
     DeviceError::Backend(e.to_string())
 }
 
-/// One suite kernel ready to run: buffers, worker function, native result.
+/// One suite app ready to run: buffers, worker functions, what to check.
 struct SuiteKernel {
     label: String,
     app: App,
+    size: u64,
+    k: u32,
+    /// Its workload's launches are the templates (one for a single-kernel app).
     prepared: Prepared,
-    blocks: u64,
-    /// Idle workers (control records), reused across launches.
-    pool: Vec<WorkerLaunch>,
-    /// Outputs of one native launch on fresh inputs.
-    native: Vec<HostData>,
-    /// What the native launch was checked against on the CPU.
-    cpu_check: String,
-    /// Kernel invocations that ran all their blocks in this device run.
-    completed: u64,
+    /// Suite blocks per template.
+    blocks: Vec<u64>,
+    /// Idle workers (control records) per template, reused across launches.
+    pools: Vec<Vec<WorkerLaunch>>,
+    role: Role,
+}
+
+enum Role {
+    /// A single-kernel app, shared by every process.
+    Single {
+        /// Outputs of one native launch on fresh inputs.
+        native: Vec<HostData>,
+        /// What the native launch was checked against on the CPU.
+        cpu_check: String,
+        /// Kernel invocations that ran all their blocks in this device run.
+        completed: u64,
+    },
+    /// One process's instance of a multi-kernel app.
+    Instance {
+        seq: Sequence,
+        /// The verification line for `seq.done().len()` kernels, once made.
+        checked: Option<(usize, String)>,
+    },
+}
+
+impl SuiteKernel {
+    /// Name of a template's kernel (for traces).
+    fn kernel_name(&self, t: usize) -> &'static str {
+        let names = self.app.kernel_names();
+        match self.app {
+            App::Stencil => names[0],
+            _ => names.get(t).copied().unwrap_or("?"),
+        }
+    }
 }
 
 /// What persists across device opens of one GPU: the context, compiled and
@@ -259,9 +394,7 @@ static FREED: Condvar = Condvar::new();
 /// Takes the GPU's shared state, waiting while another device holds it (runs
 /// of `gpumux run` are then serialised on the GPU instead of interfering).
 fn take_shared(ordinal: u32) -> Result<Box<Shared>, CudaError> {
-    let mut slots = SLOTS
-        .lock()
-        .map_err(|_| CudaError::Invalid("device registry poisoned".into()))?;
+    let mut slots = SLOTS.lock().map_err(|_| CudaError::Invalid("device registry poisoned".into()))?;
     loop {
         match slots.iter().position(|(o, _)| *o == ordinal) {
             None => {
@@ -273,9 +406,7 @@ fn take_shared(ordinal: u32) -> Result<Box<Shared>, CudaError> {
                 if let Some(s) = slots[i].1.take() {
                     return Ok(s);
                 }
-                slots = FREED
-                    .wait(slots)
-                    .map_err(|_| CudaError::Invalid("device registry poisoned".into()))?;
+                slots = FREED.wait(slots).map_err(|_| CudaError::Invalid("device registry poisoned".into()))?;
             }
         }
     }
@@ -306,9 +437,7 @@ impl Shared {
 
     fn stream(&mut self, priority: i32) -> Result<Stream, CudaError> {
         let (least, greatest) = self.gpu.priority_range;
-        let p = least
-            .saturating_sub(priority)
-            .clamp(greatest.min(least), greatest.max(least));
+        let p = least.saturating_sub(priority).clamp(greatest.min(least), greatest.max(least));
         match self.streams.get_mut(&p).and_then(Vec::pop) {
             Some(s) => Ok(s),
             None => Stream::new(&self.gpu, p),
@@ -319,9 +448,9 @@ impl Shared {
         self.streams.entry(s.priority).or_default().push(s);
     }
 
-    /// The kernel for `r`, prepared on first use (compile, inputs, native run).
-    fn kernel(&mut self, r: &SuiteKernelRef, seed: u64) -> Result<usize, CudaError> {
-        let (app, size) = resolve_suite(r)?;
+    /// The single-kernel app `t`, prepared on first use (compile, inputs, native run).
+    fn single(&mut self, t: &SuiteTarget, seed: u64) -> Result<usize, CudaError> {
+        let (app, size) = (t.app, t.size);
         let key = format!("{}:{size}", app.name());
         if let Some(&i) = self.by_key.get(&key) {
             return Ok(i);
@@ -353,18 +482,55 @@ impl Shared {
         self.kernels.push(SuiteKernel {
             label: format!("{}({size})", app.name()),
             app,
-            blocks: launch.blocks(),
+            size,
+            k: t.k,
+            blocks: vec![launch.blocks()],
             prepared,
-            pool: Vec::new(),
-            native,
-            cpu_check,
-            completed: 0,
+            pools: vec![Vec::new()],
+            role: Role::Single { native, cpu_check, completed: 0 },
+        });
+        let i = self.kernels.len() - 1;
+        self.by_key.insert(key, i);
+        Ok(i)
+    }
+
+    /// Process `process`'s instance of the multi-kernel app `t`, prepared on
+    /// first use (compile, inputs); kept across device opens (reset at each).
+    fn instance(&mut self, t: &SuiteTarget, process: ProcessId, seed: u64) -> Result<usize, CudaError> {
+        let (app, size) = (t.app, t.size);
+        let key = format!("{}:{size}:{}:process {process}", app.name(), t.k);
+        if let Some(&i) = self.by_key.get(&key) {
+            return Ok(i);
+        }
+        let workload = suite::build_with(app, size, 1, seed, t.k);
+        let blocks: Vec<u64> = workload.launches.iter().map(|l| l.blocks()).collect();
+        if blocks.len() < app.kernel_names().len() {
+            return Err(CudaError::Invalid(format!("suite app {} lacks a kernel", app.name())));
+        }
+        let prepared = Prepared::new(&self.gpu, workload)?;
+        prepared.reset()?;
+        let label = match app {
+            App::Kmeans => format!("{}({size}, k={}) of process {process}", app.name(), t.k),
+            _ => format!("{}({size}) of process {process}", app.name()),
+        };
+        self.kernels.push(SuiteKernel {
+            label,
+            app,
+            size,
+            k: t.k,
+            pools: blocks.iter().map(|_| Vec::new()).collect(),
+            blocks,
+            prepared,
+            role: Role::Instance { seq: Sequence::new(app), checked: None },
         });
         let i = self.kernels.len() - 1;
         self.by_key.insert(key, i);
         Ok(i)
     }
 }
+
+/// Most element operations of a multi-kernel app's CPU reference.
+const CPU_BUDGET: u64 = 1 << 28;
 
 fn cpu_reference_is_cheap(app: App, size: u64) -> bool {
     match app {
@@ -374,10 +540,132 @@ fn cpu_reference_is_cheap(app: App, size: u64) -> bool {
     }
 }
 
+/// A single-kernel app's outputs against its native launch (× completed
+/// invocations for histogram).
+fn verify_single(k: &SuiteKernel) -> Result<String, CudaError> {
+    let Role::Single { native, cpu_check, completed } = &k.role else {
+        return Err(CudaError::Invalid(format!("{} is not a single kernel", k.label)));
+    };
+    let completed = *completed;
+    if completed == 0 {
+        return Ok(format!("{}: not run", k.label));
+    }
+    let got = k.prepared.outputs()?;
+    let mut verdict = Ok(());
+    for ((g, n), o) in got.iter().zip(native).zip(&k.prepared.workload.outputs) {
+        let want = match (k.app, n) {
+            (App::Histogram, HostData::U32(v)) => {
+                HostData::U32(v.iter().map(|x| x.wrapping_mul(completed as u32)).collect())
+            }
+            _ => n.clone(),
+        };
+        let tol = if k.prepared.workload.nondeterministic.is_some() { o.tolerance } else { Tolerance::Exact };
+        if let Err(e) = compare(g, &want, tol) {
+            verdict = Err(e);
+            break;
+        }
+    }
+    Ok(match verdict {
+        Ok(()) => format!(
+            "{}: OK after {} invocations: outputs equal native ({}); {}",
+            k.label,
+            completed,
+            if k.app == App::Histogram { "x invocations" } else { "bitwise" },
+            cpu_check
+        ),
+        Err(e) => format!("{}: MISMATCH after {} invocations: {e}", k.label, completed),
+    })
+}
+
+/// An instance's final outputs against a native run of the kernel sequence
+/// it completed, on fresh buffers (bitwise), and that against the CPU
+/// reference where cheap. The instance's own buffers are only read.
+fn verify_instance(gpu: &Gpu, k: &SuiteKernel) -> Result<String, CudaError> {
+    let Role::Instance { seq, .. } = &k.role else {
+        return Err(CudaError::Invalid(format!("{} is not an instance", k.label)));
+    };
+    if let Some(r) = seq.running() {
+        return Ok(format!(
+            "{}: NOT CHECKED: kernel `{}` ran only in part (after {})",
+            k.label,
+            k.app.kernel_names().get(r).copied().unwrap_or("?"),
+            seq.describe()
+        ));
+    }
+    let done = seq.done();
+    if done.is_empty() {
+        return Ok(format!("{}: not run", k.label));
+    }
+    let w = &k.prepared.workload;
+    let outputs = suite::sequence_outputs(k.app, done);
+    let read = |p: &Prepared| -> Result<Vec<Vec<u8>>, CudaError> {
+        outputs
+            .iter()
+            .map(|o| {
+                p.buffers
+                    .get(o.buffer)
+                    .ok_or_else(|| CudaError::Invalid(format!("{}: no buffer {}", k.label, o.buffer)))?
+                    .download()
+            })
+            .collect()
+    };
+    let got = suite::outputs_from_bytes(w, &outputs, &read(&k.prepared)?);
+    // The same sequence natively on a twin of the instance (fresh inputs, poisoned outputs).
+    let mut twin = Prepared::new(gpu, w.clone())?;
+    twin.reset()?;
+    let stream = Stream::low(gpu)?;
+    for chunk in done.chunks(1024) {
+        twin.workload.launches = chunk.iter().filter_map(|&t| w.launches.get(t as usize).cloned()).collect();
+        twin.enqueue_native(&stream)?;
+    }
+    stream.sync()?;
+    let native = suite::outputs_from_bytes(w, &outputs, &read(&twin)?);
+    drop(twin);
+    let name = |o: &suite::OutputSpec| w.buffers.get(o.buffer).map(|b| b.name).unwrap_or("?");
+    let mut verdict: Result<(), String> = got
+        .iter()
+        .zip(&native)
+        .zip(&outputs)
+        .try_for_each(|((g, n), o)| compare(g, n, Tolerance::Exact).map_err(|e| format!("{}: {e}", name(o))));
+    let cpu = if suite::cpu_cost(k.app, k.size, k.k, done) <= CPU_BUDGET {
+        let want = suite::sequence_workload(w, done).reference();
+        if verdict.is_ok() {
+            verdict = native.iter().zip(&want).zip(&outputs).try_for_each(|((n, r), o)| {
+                compare(n, r, o.tolerance)
+                    .map_err(|e| format!("the native run differs from the CPU reference: {}: {e}", name(o)))
+            });
+        }
+        "native = CPU reference"
+    } else {
+        "CPU reference skipped (too slow at this size)"
+    };
+    let outs: Vec<&str> = outputs.iter().map(name).collect();
+    Ok(match verdict {
+        Ok(()) => format!(
+            "{}: OK after {} kernels ({}): outputs ({}) equal a native run of the same sequence (bitwise); {cpu}",
+            k.label,
+            done.len(),
+            seq.describe(),
+            outs.join(", ")
+        ),
+        Err(e) => format!("{}: MISMATCH after {} kernels ({}): {e}", k.label, done.len(), seq.describe()),
+    })
+}
+
+/// What a trace span of template `t` of `k` is called.
+fn span_label(k: &SuiteKernel, t: usize) -> String {
+    match k.role {
+        Role::Single { .. } => k.label.clone(),
+        Role::Instance { .. } => format!("{} {}", k.label, k.kernel_name(t)),
+    }
+}
+
 /// One engine launch in flight.
 struct Live {
     kernel: KernelId,
     k: usize,
+    /// Template of `k` this invocation runs.
+    t: usize,
     map: BlockMap,
     requested: BlockRanges,
     /// SMs the launch holds (its workers' mask after the next restart).
@@ -414,6 +702,10 @@ pub struct CudaDevice {
     copies: [VecDeque<CopyInFlight>; 2],
     /// Suite blocks not yet run, per kernel invocation.
     left: HashMap<KernelId, Vec<Range<u64>>>,
+    /// Suite app and template of each kernel invocation not yet completed.
+    bound: HashMap<KernelId, (usize, usize)>,
+    /// The instance of each (process, multi-kernel app) in this run.
+    instances: HashMap<(ProcessId, App), usize>,
     launches: HashMap<LaunchId, Live>,
     out: Vec<Event>,
     stats: DeviceStats,
@@ -431,10 +723,7 @@ static INFOS: Mutex<Vec<(u32, DeviceInfo)>> = Mutex::new(Vec::new());
 
 /// What the engine needs to know about GPU `ordinal` (opens it on first use).
 pub fn device_info(ordinal: u32) -> Result<DeviceInfo, CudaError> {
-    let cached = INFOS
-        .lock()
-        .ok()
-        .and_then(|v| v.iter().find(|(o, _)| *o == ordinal).map(|(_, i)| i.clone()));
+    let cached = INFOS.lock().ok().and_then(|v| v.iter().find(|(o, _)| *o == ordinal).map(|(_, i)| i.clone()));
     if let Some(i) = cached {
         return Ok(i);
     }
@@ -485,11 +774,7 @@ impl CudaDevice {
         let r = Self::setup(&mut shared);
         match r {
             Ok((info, ctl, copy_streams)) => {
-                let chunk = std::env::var("GPUMUX_CUDA_CHUNK")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(4u32)
-                    .max(1);
+                let chunk = std::env::var("GPUMUX_CUDA_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or(4u32).max(1);
                 Ok(CudaDevice {
                     ordinal,
                     shared: Some(shared),
@@ -502,6 +787,8 @@ impl CudaDevice {
                     copy_streams,
                     copies: [VecDeque::new(), VecDeque::new()],
                     left: HashMap::new(),
+                    bound: HashMap::new(),
+                    instances: HashMap::new(),
                     launches: HashMap::new(),
                     out: Vec::new(),
                     stats: DeviceStats::default(),
@@ -521,7 +808,13 @@ impl CudaDevice {
         // Inputs back to their initial state, outputs poisoned, counters zero.
         for k in &mut s.kernels {
             k.prepared.reset()?;
-            k.completed = 0;
+            match &mut k.role {
+                Role::Single { completed, .. } => *completed = 0,
+                Role::Instance { seq, checked, .. } => {
+                    seq.reset();
+                    *checked = None;
+                }
+            }
         }
         let info = info_of(&s.gpu)?;
         let ctl = Stream::high(&s.gpu)?;
@@ -534,9 +827,7 @@ impl CudaDevice {
     }
 
     fn shared(&mut self) -> Result<&mut Shared, DeviceError> {
-        self.shared
-            .as_deref_mut()
-            .ok_or_else(|| DeviceError::Backend("the device was closed".into()))
+        self.shared.as_deref_mut().ok_or_else(|| DeviceError::Backend("the device was closed".into()))
     }
 
     /// One line per suite kernel: its outputs checked (see the module doc).
@@ -551,40 +842,25 @@ impl CudaDevice {
         };
         s.gpu.bind()?;
         let mut lines = Vec::new();
-        for k in &s.kernels {
-            if k.completed == 0 {
-                lines.push(format!("{}: not run", k.label));
-                continue;
-            }
-            let got = k.prepared.outputs()?;
-            let mut verdict = Ok(());
-            for ((g, n), o) in got.iter().zip(&k.native).zip(&k.prepared.workload.outputs) {
-                let want = match (k.app, n) {
-                    (App::Histogram, HostData::U32(v)) => HostData::U32(
-                        v.iter().map(|x| x.wrapping_mul(k.completed as u32)).collect(),
-                    ),
-                    _ => n.clone(),
-                };
-                let tol = if k.prepared.workload.nondeterministic.is_some() {
-                    o.tolerance
-                } else {
-                    Tolerance::Exact
-                };
-                if let Err(e) = compare(g, &want, tol) {
-                    verdict = Err(e);
-                    break;
-                }
-            }
-            lines.push(match verdict {
-                Ok(()) => format!(
-                    "{}: OK after {} invocations: outputs equal native ({}); {}",
-                    k.label,
-                    k.completed,
-                    if k.app == App::Histogram { "x invocations" } else { "bitwise" },
-                    k.cpu_check
-                ),
-                Err(e) => format!("{}: MISMATCH after {} invocations: {e}", k.label, k.completed),
-            });
+        for k in s.kernels.iter_mut() {
+            let line = match &k.role {
+                Role::Single { .. } => verify_single(k)?,
+                Role::Instance { seq, checked, .. } => match checked {
+                    Some((n, line)) if *n == seq.done().len() && seq.running().is_none() => line.clone(),
+                    _ => {
+                        let n = seq.done().len();
+                        // A failure here (say, no memory for the twin) is this instance's line.
+                        let line = verify_instance(&s.gpu, k).unwrap_or_else(|e| {
+                            format!("{}: NOT CHECKED: could not run its native twin: {e}", k.label)
+                        });
+                        if let Role::Instance { checked, .. } = &mut k.role {
+                            *checked = Some((n, line.clone()));
+                        }
+                        line
+                    }
+                },
+            };
+            lines.push(line);
         }
         Ok(lines)
     }
@@ -604,6 +880,48 @@ impl CudaDevice {
         }
     }
 
+    /// Binds a kernel invocation, at its first launch, to its suite app (and
+    /// for a multi-kernel app to the process's instance and the template that
+    /// the instance runs next). Preparing an app the first time stops the clock.
+    fn bind(&mut self, kernel: KernelId, process: ProcessId, desc: &KernelDesc) -> Result<(usize, usize), DeviceError> {
+        let Some(r) = desc.suite.as_ref() else {
+            return Err(DeviceError::Backend(format!(
+                "kernel `{}` names no CUDA kernel: the real GPU runs only kernels with \
+                 `suite = {{ name, params }}` (one of {}); use a sim: device for the others",
+                desc.name,
+                SUPPORTED.map(App::name).join(", ")
+            )));
+        };
+        let fail = |e: String| DeviceError::Backend(format!("kernel `{}` of process {process}: {e}", desc.name));
+        let target = resolve_suite(r).map_err(|e| fail(e.to_string()))?;
+        let seed = self.seed;
+        let t0 = Instant::now();
+        let s = self.shared.as_deref_mut().ok_or_else(|| DeviceError::Backend("the device was closed".into()))?;
+        let before = s.kernels.len();
+        let bound = if target.app.is_multi_kernel() {
+            let k = match self.instances.get(&(process, target.app)) {
+                Some(&k) => k,
+                None => s.instance(&target, process, seed).map_err(|e| fail(e.to_string()))?,
+            };
+            let sk = &mut s.kernels[k];
+            let first = SuiteTarget { app: sk.app, size: sk.size, k: sk.k, kernel: target.kernel };
+            same_instance(&first, &target).map_err(fail)?;
+            let Role::Instance { seq, .. } = &mut sk.role else {
+                return Err(fail(format!("{} is not an instance", sk.label)));
+            };
+            let t = seq.begin(target.kernel).map_err(fail)?;
+            self.instances.insert((process, target.app), k);
+            (k, t)
+        } else {
+            (s.single(&target, seed).map_err(|e| fail(e.to_string()))?, 0)
+        };
+        if s.kernels.len() > before {
+            self.paused += t0.elapsed();
+        }
+        self.bound.insert(kernel, bound);
+        Ok(bound)
+    }
+
     /// Starts workers for the launch's suite blocks still to run, on its SMs.
     fn start_workers(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
         let chunk = self.chunk;
@@ -617,18 +935,26 @@ impl CudaDevice {
             mask.insert(sm.0 as u32);
         }
         let r = (|| -> Result<(), CudaError> {
-            let s = self
-                .shared
-                .as_deref_mut()
-                .ok_or_else(|| CudaError::Invalid("device closed".into()))?;
+            let s = self.shared.as_deref_mut().ok_or_else(|| CudaError::Invalid("device closed".into()))?;
             for er in live.requested.ranges() {
                 for sr in intersect(&left, &live.map.to_suite(er)) {
-                    let k = &mut s.kernels[live.k];
-                    let mut w = match k.pool.pop() {
+                    let k = s
+                        .kernels
+                        .get_mut(live.k)
+                        .ok_or_else(|| CudaError::Invalid(format!("no suite kernel {}", live.k)))?;
+                    let mut w = match k.pools.get_mut(live.t).and_then(Vec::pop) {
                         Some(w) => w,
                         None => {
-                            let mut ws = k.prepared.worker_launches(&s.gpu, chunk)?;
-                            ws.pop().ok_or_else(|| CudaError::Invalid("no worker launch".into()))?
+                            // One worker launch per template: keep the others for later.
+                            let mut mine = None;
+                            for (i, w) in k.prepared.worker_launches(&s.gpu, chunk)?.into_iter().enumerate() {
+                                match (i == live.t, k.pools.get_mut(i)) {
+                                    (true, _) => mine = Some(w),
+                                    (false, Some(pool)) => pool.push(w),
+                                    (false, None) => {}
+                                }
+                            }
+                            mine.ok_or_else(|| CudaError::Invalid("no worker launch".into()))?
                         }
                     };
                     w.next = sr.start as u32;
@@ -661,15 +987,21 @@ impl CudaDevice {
         let completed = live.requested.len().saturating_sub(remaining.len());
         self.stats.blocks_completed += completed;
         self.out.push(Event::LaunchEnded { launch: lid, remaining, saved: Vec::new(), completed });
+        let mut done = Ok(());
         if left.is_empty() && self.left.remove(&live.kernel).is_some() {
+            // The invocation ran all its blocks: the engine launches it no more.
+            self.bound.remove(&live.kernel);
             if let Some(s) = self.shared.as_deref_mut() {
-                s.kernels[live.k].completed += 1;
+                match &mut s.kernels[live.k].role {
+                    Role::Single { completed, .. } => *completed += 1,
+                    Role::Instance { seq, .. } => done = seq.complete().map(|_| ()),
+                }
             }
         }
         let s = self.shared()?;
-        s.kernels[live.k].pool.extend(live.segs);
+        s.kernels[live.k].pools[live.t].extend(live.segs);
         s.give_stream(live.stream);
-        Ok(())
+        done.map_err(DeviceError::Backend)
     }
 
     /// Handles launches whose workers have all left.
@@ -704,17 +1036,10 @@ impl CudaDevice {
             let left = left.clone();
             let dur = now.saturating_sub(live.started);
             self.stats.sm_busy_ns += dur as u128 * live.mask.len() as u128;
-            let label = self
-                .shared
-                .as_deref()
-                .map(|s| s.kernels[live.k].label.clone())
-                .unwrap_or_default();
+            let label = self.shared.as_deref().map(|s| span_label(&s.kernels[live.k], live.t)).unwrap_or_default();
             self.span(live.mask, &label, live.started, now);
-            let work_left = live
-                .requested
-                .ranges()
-                .iter()
-                .any(|er| !intersect(&left, &live.map.to_suite(er)).is_empty());
+            let work_left =
+                live.requested.ranges().iter().any(|er| !intersect(&left, &live.map.to_suite(er)).is_empty());
             if work_left && !live.stopping {
                 return Err(DeviceError::Backend(format!(
                     "launch {lid} stopped with work left though no retreat was asked"
@@ -722,9 +1047,8 @@ impl CudaDevice {
             }
             // Idle workers back to the pool; the launch keeps its stream.
             let segs = std::mem::take(&mut live.segs);
-            let k = live.k;
             if let Some(s) = self.shared.as_deref_mut() {
-                s.kernels[k].pool.extend(segs);
+                s.kernels[live.k].pools[live.t].extend(segs);
             }
             if work_left && !live.sms.is_empty() {
                 for sm in live.releasing.iter() {
@@ -800,7 +1124,7 @@ impl Drop for CudaDevice {
         for lid in lids {
             if let Some(live) = self.launches.remove(&lid) {
                 if let Some(s) = self.shared.as_deref_mut() {
-                    s.kernels[live.k].pool.extend(live.segs);
+                    s.kernels[live.k].pools[live.t].extend(live.segs);
                     s.give_stream(live.stream);
                 }
             }
@@ -819,7 +1143,7 @@ impl Device for CudaDevice {
     fn submit(&mut self, _now: Nanos, command: Command) -> Result<(), DeviceError> {
         self.shared()?.gpu.bind().map_err(backend)?;
         match command {
-            Command::Launch { launch, kernel, priority, desc, blocks, restore, sms, .. } => {
+            Command::Launch { launch, kernel, process, priority, desc, blocks, restore, sms, .. } => {
                 if !restore.is_empty() {
                     return Err(DeviceError::Protocol(format!(
                         "launch {launch}: the CUDA device never saves contexts, yet {} are to be restored",
@@ -832,27 +1156,13 @@ impl Device for CudaDevice {
                 if let Some(sm) = sms.iter().find(|s| s.0 >= self.info.num_sms) {
                     return Err(DeviceError::Protocol(format!("launch {launch} on SM {sm}, beyond the device")));
                 }
-                let Some(r) = desc.suite.as_ref() else {
-                    return Err(DeviceError::Backend(format!(
-                        "kernel `{}` names no CUDA kernel: the real GPU runs only kernels with \
-                         `suite = {{ name, params }}` (one of {}); use a sim: device for the others",
-                        desc.name,
-                        SUPPORTED.map(App::name).join(", ")
-                    )));
+                let (k, t) = match self.bound.get(&kernel) {
+                    Some(&b) => b,
+                    None => self.bind(kernel, process, &desc)?,
                 };
-                let seed = self.seed;
-                let t0 = Instant::now();
                 let s = self.shared()?;
-                let before = s.kernels.len();
-                let k = s
-                    .kernel(r, seed)
-                    .map_err(|e| DeviceError::Backend(format!("kernel `{}`: {e}", desc.name)))?;
-                let prepared_now = s.kernels.len() > before;
-                let m = s.kernels[k].blocks;
+                let m = s.kernels[k].blocks[t];
                 let stream = s.stream(priority).map_err(backend)?;
-                if prepared_now {
-                    self.paused += t0.elapsed();
-                }
                 let map = BlockMap { engine: desc.blocks.max(1), suite: m };
                 self.left.entry(kernel).or_insert_with(|| if m > 0 { vec![0..m] } else { Vec::new() });
                 let now = self.now();
@@ -861,6 +1171,7 @@ impl Device for CudaDevice {
                     Live {
                         kernel,
                         k,
+                        t,
                         map,
                         requested: blocks,
                         sms,
@@ -989,7 +1300,9 @@ impl Device for CudaDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpumux_engine::model::{Op, ProcessSpec, Workload};
     use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     fn r(name: &str, params: &[(&str, f64)]) -> SuiteKernelRef {
         SuiteKernelRef {
@@ -998,24 +1311,125 @@ mod tests {
         }
     }
 
+    fn app_size(r: &SuiteKernelRef) -> Option<(App, u64)> {
+        resolve_suite(r).ok().map(|t| (t.app, t.size))
+    }
+
+    fn err(r: &SuiteKernelRef) -> String {
+        resolve_suite(r).err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
     #[test]
     fn suite_names_resolve_to_apps_and_sizes() {
-        assert_eq!(resolve_suite(&r("triad", &[("n", 1024.0)])).ok(), Some((App::Triad, 1024)));
-        assert_eq!(
-            resolve_suite(&r("sgemm", &[("m", 4096.0), ("n", 4096.0), ("k", 4096.0)])).ok(),
-            Some((App::Sgemm, 4096))
-        );
-        assert_eq!(
-            resolve_suite(&r("histogram", &[("n", 1024.0), ("bins", 256.0)])).ok(),
-            Some((App::Histogram, 256))
-        );
-        let e = resolve_suite(&r("kmeans", &[("n", 10.0)])).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(e.contains("more than one kernel"), "{e}");
+        assert_eq!(app_size(&r("triad", &[("n", 1024.0)])), Some((App::Triad, 1024)));
+        assert_eq!(app_size(&r("sgemm", &[("m", 4096.0), ("n", 4096.0), ("k", 4096.0)])), Some((App::Sgemm, 4096)));
+        assert_eq!(app_size(&r("histogram", &[("n", 1024.0), ("bins", 256.0)])), Some((App::Histogram, 256)));
+        let e = err(&r("kmeans", &[("n", 10.0)]));
+        assert!(e.contains("has 2 kernels (assign, update): name one"), "{e}");
         assert!(resolve_suite(&r("sgemm", &[("m", 64.0), ("n", 128.0)])).is_err());
         assert!(resolve_suite(&r("triad", &[])).is_err());
         assert!(resolve_suite(&r("triad", &[("n", 1.5)])).is_err());
         assert!(resolve_suite(&r("histogram", &[("n", 64.0), ("bins", 64.0)])).is_err());
         assert!(resolve_suite(&r("nope", &[("n", 1.0)])).is_err());
+    }
+
+    #[test]
+    fn multi_kernel_apps_resolve_with_their_kernels() {
+        let t = resolve_suite(&r("kmeans.update", &[("n", 4096.0), ("k", 8.0)])).ok();
+        assert_eq!(t, Some(SuiteTarget { app: App::Kmeans, size: 4096, k: 8, kernel: 1 }));
+        // kmeans: 16 clusters by default, at most n.
+        assert_eq!(resolve_suite(&r("kmeans.assign", &[("n", 4096.0)])).ok().map(|t| t.k), Some(16));
+        assert_eq!(resolve_suite(&r("kmeans.assign", &[("n", 5.0)])).ok().map(|t| t.k), Some(5));
+        assert!(err(&r("kmeans.assign", &[("n", 5.0), ("k", 6.0)])).contains("k = 6 clusters, but at most 5"));
+        assert!(err(&r("kmeans.assign", &[("n", 1e6), ("k", 5000.0)])).contains("at most 4096"));
+        assert_eq!(resolve_suite(&r("reduction.final", &[("n", 1e6)])).ok().map(|t| t.kernel), Some(1));
+        // Stencil has one kernel: `step` may be left out.
+        assert_eq!(resolve_suite(&r("stencil", &[("n", 512.0)])).ok().map(|t| t.kernel), Some(0));
+        assert_eq!(resolve_suite(&r("stencil.step", &[("n", 512.0)])).ok().map(|t| t.kernel), Some(0));
+        assert!(err(&r("stencil", &[("n", 1e6)])).contains("above the 32768"));
+        let e = err(&r("kmeans.assing", &[("n", 10.0)]));
+        assert!(e.contains("suite app `kmeans` has no kernel `assing`; its kernels: assign, update"), "{e}");
+        let e = err(&r("reduction", &[("n", 10.0)]));
+        assert!(e.contains("kernel = \"partial\""), "{e}");
+        assert!(err(&r("kmeans.update", &[])).contains("needs a size parameter"));
+        // Single-kernel apps may name their one kernel.
+        assert_eq!(app_size(&r("triad.triad", &[("n", 8.0)])), Some((App::Triad, 8)));
+        assert!(err(&r("triad.step", &[("n", 8.0)])).contains("no kernel `step`"));
+    }
+
+    fn kdesc(name: &str, suite: &str, params: &[(&str, f64)]) -> Arc<KernelDesc> {
+        Arc::new(KernelDesc {
+            name: name.into(),
+            blocks: 16,
+            threads_per_block: 256,
+            regs_per_thread: 32,
+            smem_per_block: 0,
+            block_time_ns: 1000,
+            block_time_spread: 0.0,
+            mem_intensity: 0.0,
+            idempotent: true,
+            max_blocks_per_sm: None,
+            suite: Some(r(suite, params)),
+        })
+    }
+
+    fn workload(procs: Vec<Vec<Arc<KernelDesc>>>) -> Workload {
+        Workload {
+            name: "w".into(),
+            processes: procs
+                .into_iter()
+                .enumerate()
+                .map(|(i, ks)| ProcessSpec {
+                    name: format!("p{i}"),
+                    priority: 0,
+                    weight: 1.0,
+                    arrival_ns: 0,
+                    repetitions: 2,
+                    async_depth: 0,
+                    ops: ks.into_iter().map(Op::Kernel).collect(),
+                })
+                .collect(),
+            replay_min_runs: None,
+        }
+    }
+
+    #[test]
+    fn workloads_are_checked_before_a_run() {
+        let n = [("n", 4096.0)];
+        let assign = kdesc("as", "kmeans.assign", &n);
+        let update = kdesc("up", "kmeans.update", &n);
+        let ok = workload(vec![
+            vec![assign.clone(), update.clone(), kdesc("t", "triad", &n)],
+            vec![kdesc("s", "stencil", &[("n", 64.0)]), kdesc("s", "stencil.step", &[("n", 64.0)])],
+            vec![kdesc("p", "reduction.partial", &n), kdesc("f", "reduction.final", &n)],
+        ]);
+        assert!(check_workload(&ok).is_ok(), "{:?}", check_workload(&ok).err());
+        // Two processes each get their own instance: different sizes are fine.
+        let two = workload(vec![vec![assign.clone()], vec![kdesc("as", "kmeans.assign", &[("n", 100.0)])]]);
+        assert!(check_workload(&two).is_ok());
+        let e = |w: &Workload| check_workload(w).err().map(|e| e.to_string()).unwrap_or_default();
+        let m = e(&workload(vec![vec![update.clone(), assign.clone()]]));
+        assert!(m.contains("process \"p0\", kernel `up`: kmeans `update` cannot run before any `assign`"), "{m}");
+        let m = e(&workload(vec![vec![assign.clone(), kdesc("up", "kmeans.update", &[("n", 2048.0)])]]));
+        assert!(m.contains("kmeans `update` has n = 2048, k = 16, but this process's kmeans instance was made with n = 4096, k = 16"), "{m}");
+        let m = e(&workload(vec![vec![kdesc("x", "kmeans.move", &n)]]));
+        assert!(m.contains("has no kernel `move`"), "{m}");
+        let mut plain = (*assign).clone();
+        plain.suite = None;
+        let m = e(&workload(vec![vec![Arc::new(plain)]]));
+        assert!(m.contains("names no CUDA kernel"), "{m}");
+    }
+
+    #[test]
+    fn instances_differ_in_params_only_by_error() {
+        let a = SuiteTarget { app: App::Stencil, size: 64, k: 16, kernel: 0 };
+        assert!(same_instance(&a, &a).is_ok());
+        let b = SuiteTarget { size: 128, ..a };
+        let e = same_instance(&a, &b).err().unwrap_or_default();
+        assert!(
+            e.contains("stencil `step` has n = 128, but this process's stencil instance was made with n = 64"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -50,24 +50,13 @@ impl Ctx<'_> {
     }
 
     fn sub(&self, at: String) -> Ctx<'_> {
-        let at = if self.at.is_empty() {
-            at
-        } else {
-            format!("{} {}", self.at, at)
-        };
-        Ctx {
-            origin: self.origin,
-            at,
-        }
+        let at = if self.at.is_empty() { at } else { format!("{} {}", self.at, at) };
+        Ctx { origin: self.origin, at }
     }
 
     fn int(&self, field: &str, v: i64, lo: i64, hi: i64) -> Result<i64, WorkloadError> {
         if v < lo {
-            let what = if lo == 1 {
-                "must be >= 1".to_string()
-            } else {
-                format!("must be >= {lo}")
-            };
+            let what = if lo == 1 { "must be >= 1".to_string() } else { format!("must be >= {lo}") };
             return Err(self.err(field, format!("{what}, got {v}")));
         }
         if v > hi {
@@ -85,14 +74,7 @@ impl Ctx<'_> {
     }
 
     /// lo <= v <= hi (or < hi when `hi_open`).
-    fn real(
-        &self,
-        field: &str,
-        v: f64,
-        lo: f64,
-        hi: f64,
-        hi_open: bool,
-    ) -> Result<f64, WorkloadError> {
+    fn real(&self, field: &str, v: f64, lo: f64, hi: f64, hi_open: bool) -> Result<f64, WorkloadError> {
         let v = self.finite(field, v)?;
         if v < lo {
             return Err(self.err(field, format!("must be >= {lo}, got {v}")));
@@ -120,10 +102,7 @@ impl Ctx<'_> {
             return Err(self.err(field, "must not be empty"));
         }
         if v.chars().any(char::is_control) {
-            return Err(self.err(
-                field,
-                format!("must not contain control characters, got {v:?}"),
-            ));
+            return Err(self.err(field, format!("must not contain control characters, got {v:?}")));
         }
         Ok(v.to_string())
     }
@@ -140,10 +119,7 @@ impl Ctx<'_> {
             toml::Value::Integer(i) => vec![*i],
             toml::Value::Array(a) if (1..=3).contains(&a.len()) => a
                 .iter()
-                .map(|x| {
-                    x.as_integer()
-                        .ok_or_else(|| self.err(field, format!("must be {shape}, got {v}")))
-                })
+                .map(|x| x.as_integer().ok_or_else(|| self.err(field, format!("must be {shape}, got {v}"))))
                 .collect::<Result<_, _>>()?,
             _ => return Err(self.err(field, format!("must be {shape}, got {v}"))),
         };
@@ -165,10 +141,7 @@ impl Ctx<'_> {
 /// or `<string>`); the workload's name defaults to its file stem.
 pub fn parse_str(text: &str, origin: &str) -> Result<Workload, WorkloadError> {
     let raw: RawFile = toml::from_str(text).map_err(|e| WorkloadError::toml(origin, text, &e))?;
-    let top = Ctx {
-        origin,
-        at: String::new(),
-    };
+    let top = Ctx { origin, at: String::new() };
 
     let name = match &raw.name {
         Some(n) => top.name("name", n)?,
@@ -189,10 +162,7 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workload, WorkloadError> {
     }
 
     if raw.process.is_empty() {
-        return Err(top.err(
-            "process",
-            "is required: a workload needs at least one [[process]]",
-        ));
+        return Err(top.err("process", "is required: a workload needs at least one [[process]]"));
     }
     let mut budget = MAX_EXPANDED_OPS;
     let mut seen = HashSet::new();
@@ -201,21 +171,11 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workload, WorkloadError> {
         let spec = process(&top, i, p, &raw.kernels, &mut budget)?;
         if !seen.insert(spec.name.clone()) {
             let c = top.sub(format!("process {} (\"{}\")", i + 1, spec.name));
-            return Err(c.err(
-                "name",
-                format!(
-                    "must be unique, but {:?} is used by an earlier process",
-                    spec.name
-                ),
-            ));
+            return Err(c.err("name", format!("must be unique, but {:?} is used by an earlier process", spec.name)));
         }
         processes.push(spec);
     }
-    Ok(Workload {
-        name,
-        processes,
-        replay_min_runs,
-    })
+    Ok(Workload { name, processes, replay_min_runs })
 }
 
 fn default_name(origin: &str) -> String {
@@ -235,36 +195,15 @@ fn process(
     budget: &mut u64,
 ) -> Result<ProcessSpec, WorkloadError> {
     let c0 = top.sub(format!("process {}", i + 1));
-    let name = c0.name(
-        "name",
-        c0.required(
-            "name",
-            p.name.as_deref(),
-            "every process needs a unique name",
-        )?,
-    )?;
+    let name = c0.name("name", c0.required("name", p.name.as_deref(), "every process needs a unique name")?)?;
     let c = top.sub(format!("process {name:?}"));
-    let priority = c.int(
-        "priority",
-        p.priority.unwrap_or(0),
-        i32::MIN as i64,
-        i32::MAX as i64,
-    )? as i32;
+    let priority = c.int("priority", p.priority.unwrap_or(0), i32::MIN as i64, i32::MAX as i64)? as i32;
     let weight = c.positive("weight", p.weight.unwrap_or(1.0), 1e6)?;
-    let arrival_us = c.real(
-        "arrival_us",
-        p.arrival_us.unwrap_or(0.0),
-        0.0,
-        MAX_US,
-        false,
-    )?;
+    let arrival_us = c.real("arrival_us", p.arrival_us.unwrap_or(0.0), 0.0, MAX_US, false)?;
     let repetitions = c.int("repetitions", p.repetitions.unwrap_or(1), 1, MAX_COUNT)? as u32;
     let async_depth = c.int("async_depth", p.async_depth.unwrap_or(0), 0, MAX_COUNT)? as u32;
     if p.op.is_empty() {
-        return Err(c.err(
-            "op",
-            "is required: a process needs at least one [[process.op]]",
-        ));
+        return Err(c.err("op", "is required: a process needs at least one [[process.op]]"));
     }
     let plan = ops(&c, &p.op, templates, 0)?;
     let n = count(&plan);
@@ -282,15 +221,8 @@ fn process(
     *budget -= n;
     let mut out = Vec::with_capacity(n as usize);
     expand(&plan, &mut out);
-    Ok(ProcessSpec {
-        name,
-        priority,
-        weight,
-        arrival_ns: us_to_ns(arrival_us),
-        repetitions,
-        async_depth,
-        ops: out,
-    })
+    check_suite_instances(&c, &out)?;
+    Ok(ProcessSpec { name, priority, weight, arrival_ns: us_to_ns(arrival_us), repetitions, async_depth, ops: out })
 }
 
 /// Validated ops before loops and launches are unrolled.
@@ -327,10 +259,7 @@ fn ops(
     templates: &BTreeMap<String, RawKernel>,
     depth: usize,
 ) -> Result<Vec<Plan>, WorkloadError> {
-    raw.iter()
-        .enumerate()
-        .map(|(i, o)| op(c, i, o, templates, depth))
-        .collect()
+    raw.iter().enumerate().map(|(i, o)| op(c, i, o, templates, depth)).collect()
 }
 
 fn op(
@@ -367,12 +296,7 @@ fn op(
     // Name the kernel in the location when we know it.
     let c = if kind == "kernel" {
         let kname = o.name.clone().or_else(|| {
-            o.kernel.as_ref().map(|t| {
-                templates
-                    .get(t)
-                    .and_then(|k| k.name.clone())
-                    .unwrap_or_else(|| t.clone())
-            })
+            o.kernel.as_ref().map(|t| templates.get(t).and_then(|k| k.name.clone()).unwrap_or_else(|| t.clone()))
         });
         match kname {
             Some(k) => pc.sub(format!("op {n} (kernel {k:?})")),
@@ -382,25 +306,12 @@ fn op(
         pc.sub(format!("op {n} ({kind})"))
     };
     if let Some(f) = o.present().into_iter().find(|f| !allowed.contains(f)) {
-        return Err(c.err(
-            f,
-            format!(
-                "does not apply to kind = {kind:?} (its fields: {})",
-                allowed.join(", ")
-            ),
-        ));
+        return Err(c.err(f, format!("does not apply to kind = {kind:?} (its fields: {})", allowed.join(", "))));
     }
     match kind {
         "h2d" | "d2h" => {
             let bytes = copy_bytes(&c, o)?;
-            Ok(Plan::Op(
-                if kind == "h2d" {
-                    Op::CopyToDevice { bytes }
-                } else {
-                    Op::CopyToHost { bytes }
-                },
-                1,
-            ))
+            Ok(Plan::Op(if kind == "h2d" { Op::CopyToDevice { bytes } } else { Op::CopyToHost { bytes } }, 1))
         }
         "cpu" => {
             let us = c.required("us", o.us, "microseconds of host computation")?;
@@ -430,10 +341,7 @@ fn op(
                         } else {
                             format!("known: {}", known.join(", "))
                         };
-                        return Err(c.err(
-                            "kernel",
-                            format!("refers to an unknown kernel template {t:?} ({known})"),
-                        ));
+                        return Err(c.err("kernel", format!("refers to an unknown kernel template {t:?} ({known})")));
                     }
                 },
                 None => RawKernel::default(),
@@ -449,20 +357,10 @@ fn op(
 }
 
 fn copy_bytes(c: &Ctx, o: &RawOp) -> Result<u64, WorkloadError> {
-    let given = [o.bytes.is_some(), o.kb.is_some(), o.mb.is_some()]
-        .iter()
-        .filter(|b| **b)
-        .count();
+    let given = [o.bytes.is_some(), o.kb.is_some(), o.mb.is_some()].iter().filter(|b| **b).count();
     if given != 1 {
-        let why = if given == 0 {
-            "is required"
-        } else {
-            "must be given once"
-        };
-        return Err(c.err(
-            "bytes",
-            format!("{why}: give exactly one of bytes, kb (KiB) or mb (MiB)"),
-        ));
+        let why = if given == 0 { "is required" } else { "must be given once" };
+        return Err(c.err("bytes", format!("{why}: give exactly one of bytes, kb (KiB) or mb (MiB)")));
     }
     let bytes = if let Some(b) = o.bytes {
         c.int("bytes", b, 1, MAX_COPY_BYTES)?
@@ -501,10 +399,7 @@ fn check_kernel_fields(c: &Ctx, k: &RawKernel) -> Result<(), WorkloadError> {
     if let Some(t) = k.block_time_us {
         let t = c.positive("block_time_us", t, MAX_BLOCK_US)?;
         if us_to_ns(t) == 0 {
-            return Err(c.err(
-                "block_time_us",
-                format!("must be at least 0.001 (1 ns), got {t}"),
-            ));
+            return Err(c.err("block_time_us", format!("must be at least 0.001 (1 ns), got {t}")));
         }
     }
     if let Some(s) = k.block_time_spread {
@@ -525,46 +420,95 @@ fn check_kernel_fields(c: &Ctx, k: &RawKernel) -> Result<(), WorkloadError> {
     Ok(())
 }
 
+/// `suite = { name, kernel, params }`. A kernel of a multi-kernel app is
+/// kept as the name `APP.KERNEL` (`kernel = "assign"` with `name = "kmeans"`
+/// gives `kmeans.assign`; a file may also write that name directly).
 fn suite(c: &Ctx, s: &RawSuite) -> Result<SuiteKernelRef, WorkloadError> {
-    let name = c.required(
-        "suite.name",
-        s.name.as_deref(),
-        "the CUDA suite kernel's name",
-    )?;
+    let name = c.required("suite.name", s.name.as_deref(), "the CUDA suite kernel's name")?;
     let name = c.name("suite.name", name)?;
+    let name = match &s.kernel {
+        Some(k) => {
+            let k = c.name("suite.kernel", k)?;
+            if k.contains('.') {
+                return Err(c.err("suite.kernel", format!("must not contain '.', got {k:?}")));
+            }
+            if name.contains('.') {
+                return Err(c.err(
+                    "suite.kernel",
+                    format!("is given twice: suite.name {name:?} already names a kernel after its '.'"),
+                ));
+            }
+            format!("{name}.{k}")
+        }
+        None => name,
+    };
+    if let Some((app, k)) = name.split_once('.') {
+        if app.trim().is_empty() || k.trim().is_empty() || k.contains('.') {
+            return Err(
+                c.err("suite.name", format!("must be APP or APP.KERNEL (one '.', both parts named), got {name:?}"))
+            );
+        }
+    }
     for (k, v) in &s.params {
         c.finite(&format!("suite.params.{k}"), *v)?;
     }
-    Ok(SuiteKernelRef {
-        name,
-        params: s.params.clone(),
-    })
+    Ok(SuiteKernelRef { name, params: s.params.clone() })
+}
+
+/// The kernels of a multi-kernel suite app that one process names
+/// (`APP.KERNEL`) share one instance of the app, so they must agree on its
+/// size parameters.
+fn check_suite_instances(c: &Ctx, ops: &[Op]) -> Result<(), WorkloadError> {
+    let mut first: BTreeMap<&str, &KernelDesc> = BTreeMap::new();
+    for op in ops {
+        let Op::Kernel(k) = op else { continue };
+        let Some(s) = &k.suite else { continue };
+        let Some((app, _)) = s.name.split_once('.') else {
+            continue;
+        };
+        match first.get(app) {
+            None => {
+                first.insert(app, k);
+            }
+            Some(f) if std::ptr::eq(*f, &**k) => {}
+            Some(f) => {
+                let fs = f.suite.as_ref().map(|x| (&x.name, &x.params));
+                if let Some((fname, fparams)) = fs {
+                    if *fparams != s.params {
+                        return Err(c.err(
+                            "suite.params",
+                            format!(
+                                "kernel {:?} ({}) has {}, but kernel {:?} ({fname}) has {}: the kernels of \
+                                 suite app {app:?} in one process share one instance and must have the same params",
+                                k.name,
+                                s.name,
+                                show_params(&s.params),
+                                f.name,
+                                show_params(fparams)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn show_params(p: &BTreeMap<String, f64>) -> String {
+    let v: Vec<String> = p.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    format!("{{ {} }}", v.join(", "))
 }
 
 fn kernel(c: &Ctx, k: &RawKernel) -> Result<(KernelDesc, u64), WorkloadError> {
     check_kernel_fields(c, k)?;
-    let name = c.required(
-        "name",
-        k.name.as_deref(),
-        "give name, or kernel = \"TEMPLATE\"",
-    )?;
+    let name = c.required("name", k.name.as_deref(), "give name, or kernel = \"TEMPLATE\"")?;
     let name = c.name("name", name)?;
-    let blocks = c.dims(
-        "grid",
-        c.required("grid", k.grid.as_ref(), "number of blocks")?,
-        MAX_BLOCKS,
-    )?;
-    let threads = c.dims(
-        "block",
-        c.required("block", k.block.as_ref(), "threads per block")?,
-        MAX_THREADS_PER_BLOCK,
-    )?;
+    let blocks = c.dims("grid", c.required("grid", k.grid.as_ref(), "number of blocks")?, MAX_BLOCKS)?;
+    let threads =
+        c.dims("block", c.required("block", k.block.as_ref(), "threads per block")?, MAX_THREADS_PER_BLOCK)?;
     let regs = c.required("regs_per_thread", k.regs_per_thread, "registers per thread")?;
-    let t = c.required(
-        "block_time_us",
-        k.block_time_us,
-        "mean time of one block, microseconds",
-    )?;
+    let t = c.required("block_time_us", k.block_time_us, "mean time of one block, microseconds")?;
     let suite = match &k.suite {
         Some(s) => Some(suite(c, s)?),
         None => None,

@@ -33,6 +33,8 @@ pub(crate) struct RawProcess {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSuite {
     pub name: Option<String>,
+    /// One kernel of a multi-kernel suite app (`name = "kmeans", kernel = "assign"`).
+    pub kernel: Option<String>,
     #[serde(default)]
     pub params: BTreeMap<String, f64>,
 }

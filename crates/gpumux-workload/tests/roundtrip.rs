@@ -10,44 +10,30 @@ fn name() -> impl Strategy<Value = String> {
     "[A-Za-z][A-Za-z0-9_ .#-]{0,8}"
 }
 
+/// A suite name: no '.' (`APP.KERNEL` names have rules of their own, tested in errors.rs).
+fn suite_name() -> impl Strategy<Value = String> {
+    "[A-Za-z][A-Za-z0-9_ #-]{0,8}"
+}
+
 fn kernel() -> impl Strategy<Value = KernelDesc> {
     (
-        (
-            name(),
-            1u64..=(1u64 << 40),
-            1u32..=1024,
-            1u32..=255,
-            0u32..=(1 << 20),
-        ),
-        (
-            1u64..=1_000_000_000_000,
-            0.0f64..1.0,
-            0.0f64..=1.0,
-            any::<bool>(),
-            proptest::option::of(1u32..=64),
-        ),
-        proptest::option::of((
-            name(),
-            proptest::collection::btree_map("[a-z]{1,4}", -1e12f64..1e12, 0..3),
-        )),
+        (name(), 1u64..=(1u64 << 40), 1u32..=1024, 1u32..=255, 0u32..=(1 << 20)),
+        (1u64..=1_000_000_000_000, 0.0f64..1.0, 0.0f64..=1.0, any::<bool>(), proptest::option::of(1u32..=64)),
+        proptest::option::of((suite_name(), proptest::collection::btree_map("[a-z]{1,4}", -1e12f64..1e12, 0..3))),
     )
-        .prop_map(
-            |((name, blocks, threads, regs, smem), (t, spread, mem, idem, maxb), suite)| {
-                KernelDesc {
-                    name,
-                    blocks,
-                    threads_per_block: threads,
-                    regs_per_thread: regs,
-                    smem_per_block: smem,
-                    block_time_ns: t,
-                    block_time_spread: spread,
-                    mem_intensity: mem,
-                    idempotent: idem,
-                    max_blocks_per_sm: maxb,
-                    suite: suite.map(|(name, params)| SuiteKernelRef { name, params }),
-                }
-            },
-        )
+        .prop_map(|((name, blocks, threads, regs, smem), (t, spread, mem, idem, maxb), suite)| KernelDesc {
+            name,
+            blocks,
+            threads_per_block: threads,
+            regs_per_thread: regs,
+            smem_per_block: smem,
+            block_time_ns: t,
+            block_time_spread: spread,
+            mem_intensity: mem,
+            idempotent: idem,
+            max_blocks_per_sm: maxb,
+            suite: suite.map(|(name, params)| SuiteKernelRef { name, params }),
+        })
 }
 
 fn op(kernels: Vec<Arc<KernelDesc>>) -> impl Strategy<Value = Op> {
@@ -63,41 +49,27 @@ fn op(kernels: Vec<Arc<KernelDesc>>) -> impl Strategy<Value = Op> {
 fn workload() -> impl Strategy<Value = Workload> {
     proptest::collection::vec(kernel(), 1..4).prop_flat_map(|ks| {
         let ks: Vec<Arc<KernelDesc>> = ks.into_iter().map(Arc::new).collect();
-        let process = (
-            name(),
-            any::<i32>(),
-            (1e-6f64..=1e6),
-            0u64..=1_000_000_000_000_000,
-            1u32..=1000,
-            0u32..=64,
-            proptest::collection::vec(op(ks.clone()), 1..12),
-        )
-            .prop_map(
-                |(name, priority, weight, arrival_ns, repetitions, async_depth, ops)| ProcessSpec {
-                    name,
-                    priority,
-                    weight,
-                    arrival_ns,
-                    repetitions,
-                    async_depth,
-                    ops,
-                },
-            );
-        (
-            name(),
-            proptest::option::of(1u32..=100),
-            proptest::collection::vec(process, 1..5),
-        )
-            .prop_map(|(name, replay_min_runs, mut processes)| {
+        let process =
+            (
+                name(),
+                any::<i32>(),
+                (1e-6f64..=1e6),
+                0u64..=1_000_000_000_000_000,
+                1u32..=1000,
+                0u32..=64,
+                proptest::collection::vec(op(ks.clone()), 1..12),
+            )
+                .prop_map(|(name, priority, weight, arrival_ns, repetitions, async_depth, ops)| {
+                    ProcessSpec { name, priority, weight, arrival_ns, repetitions, async_depth, ops }
+                });
+        (name(), proptest::option::of(1u32..=100), proptest::collection::vec(process, 1..5)).prop_map(
+            |(name, replay_min_runs, mut processes)| {
                 for (i, p) in processes.iter_mut().enumerate() {
                     p.name = format!("{}{i}", p.name);
                 }
-                Workload {
-                    name,
-                    processes,
-                    replay_min_runs,
-                }
-            })
+                Workload { name, processes, replay_min_runs }
+            },
+        )
     })
 }
 

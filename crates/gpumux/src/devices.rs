@@ -45,6 +45,15 @@ impl DeviceSpec {
     }
 
     /// A fresh device for one run. Runs on one GPU are serialised: opening
+    /// Rejects, before any run, what this device cannot run (a real GPU runs
+    /// only suite kernels, multi-kernel apps in an order the app allows).
+    pub fn check(&self, w: &gpumux_engine::model::Workload) -> Result<()> {
+        match self {
+            DeviceSpec::Cuda(_) => gpumux_cuda::device::check_workload(w).context("the workload cannot run on a real GPU"),
+            _ => Ok(()),
+        }
+    }
+
     /// `cuda:N` waits while another run in this process holds it.
     pub fn open(&self, seed: u64) -> Result<Box<dyn Device + Send>> {
         match self {

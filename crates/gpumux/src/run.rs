@@ -78,6 +78,7 @@ pub fn run_workload(w: &Workload, opts: &RunOptions) -> Result<RunReport> {
         policies::by_name(p)?;
     }
     let info = opts.device.info()?;
+    opts.device.check(w)?;
     let mut jobs: Vec<Job> = (0..w.processes.len() as u32).map(|p| Job::Alone(ProcessId(p))).collect();
     jobs.extend((0..opts.policies.len()).map(Job::Shared));
     let results: Vec<Mutex<Option<Result<JobResult>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();

@@ -32,9 +32,7 @@ pub fn compute(w: &Workload) -> Vec<HostData> {
         App::Triad => {
             let (b, c) = (f32_input(w, 1), f32_input(w, 2));
             let s = arg_f32(w, 0, 3);
-            vec![HostData::F32(
-                b.iter().zip(c).map(|(&b, &c)| s.mul_add(c, b)).collect(),
-            )]
+            vec![HostData::F32(b.iter().zip(c).map(|(&b, &c)| s.mul_add(c, b)).collect())]
         }
         App::Transpose => {
             let input = f32_input(w, 1);
@@ -51,12 +49,7 @@ pub fn compute(w: &Workload) -> Vec<HostData> {
             vec![HostData::F32(out)]
         }
         App::Spmv => {
-            let (rowptr, cols, vals, x) = (
-                u32_input(w, 1),
-                u32_input(w, 2),
-                f32_input(w, 3),
-                f32_input(w, 4),
-            );
+            let (rowptr, cols, vals, x) = (u32_input(w, 1), u32_input(w, 2), f32_input(w, 3), f32_input(w, 4));
             let y = (0..n)
                 .map(|r| {
                     (rowptr[r] as usize..rowptr[r + 1] as usize)
@@ -110,13 +103,13 @@ pub fn compute(w: &Workload) -> Vec<HostData> {
                     h[((wd >> s) & 0xff) as usize] += 1;
                 }
             }
-            vec![HostData::U32(
-                h.into_iter().map(|c| c * reps as u32).collect(),
-            )]
+            vec![HostData::U32(h.into_iter().map(|c| c * reps as u32).collect())]
         }
         App::Stencil => {
+            // Ping-pong: each launch reads one buffer and writes the other,
+            // as its arguments say; the outputs name which buffer is checked.
             let mut a: Vec<f32> = f32_input(w, 0).to_vec();
-            let mut b = vec![0f32; n * n];
+            let mut b = vec![f32::NAN; n * n];
             let at = |v: &[f32], y: i64, x: i64| -> f32 {
                 if x < 0 || y < 0 || x >= n as i64 || y >= n as i64 {
                     0.0
@@ -124,24 +117,39 @@ pub fn compute(w: &Workload) -> Vec<HostData> {
                     v[y as usize * n + x as usize]
                 }
             };
-            for _ in 0..reps / 2 {
-                step(&a, &mut b, n, at);
-                step(&b, &mut a, n, at);
+            for l in &w.launches {
+                match (l.args.first(), l.args.get(1)) {
+                    (Some(Arg::Buf(1)), Some(Arg::Buf(0))) => step(&a, &mut b, n, at),
+                    (Some(Arg::Buf(0)), Some(Arg::Buf(1))) => step(&b, &mut a, n, at),
+                    _ => {}
+                }
             }
-            vec![HostData::F32(a)]
+            w.outputs.iter().map(|o| HostData::F32(if o.buffer == 0 { a.clone() } else { b.clone() })).collect()
         }
         App::Reduction => {
             let input = f32_input(w, 2);
             let per_block = 8192usize;
-            let partial: Vec<f64> = input
-                .chunks(per_block)
-                .map(|c| c.iter().map(|&x| x as f64).sum())
-                .collect();
-            let total: f64 = partial.iter().sum();
-            vec![
-                HostData::F32(vec![total as f32]),
-                HostData::F32(partial.into_iter().map(|x| x as f32).collect()),
-            ]
+            let mut partial: Vec<f64> = Vec::new();
+            let mut total = f64::NAN;
+            for l in &w.launches {
+                match l.kernel {
+                    "reduce_partial" => {
+                        partial = input.chunks(per_block).map(|c| c.iter().map(|&x| x as f64).sum()).collect();
+                    }
+                    "reduce_final" => total = partial.iter().sum(),
+                    _ => {}
+                }
+            }
+            w.outputs
+                .iter()
+                .map(|o| {
+                    HostData::F32(if o.buffer == 0 {
+                        vec![total as f32]
+                    } else {
+                        partial.iter().map(|&x| x as f32).collect()
+                    })
+                })
+                .collect()
         }
         App::Bfs => {
             let (rowptr, cols) = (u32_input(w, 1), u32_input(w, 2));
@@ -162,37 +170,53 @@ pub fn compute(w: &Workload) -> Vec<HostData> {
             vec![HostData::U32(level)]
         }
         App::Kmeans => {
+            // Launch by launch: assign labels, then recompute centroids from them.
             let pts = f32_input(w, 2);
             let mut cent: Vec<f64> = f32_input(w, 0).iter().map(|&x| x as f64).collect();
             let k = cent.len() / 4;
-            for _ in 0..reps / 2 {
-                let mut sum = vec![0f64; k * 5];
-                for p in pts.chunks_exact(4) {
-                    let best = (0..k)
-                        .min_by(|&a, &b| {
-                            let da: f64 = (0..4)
-                                .map(|d| (p[d] as f64 - cent[a * 4 + d]).powi(2))
-                                .sum();
-                            let db: f64 = (0..4)
-                                .map(|d| (p[d] as f64 - cent[b * 4 + d]).powi(2))
-                                .sum();
-                            da.total_cmp(&db)
-                        })
-                        .unwrap_or(0);
-                    for d in 0..4 {
-                        sum[best * 5 + d] += p[d] as f64;
-                    }
-                    sum[best * 5 + 4] += 1.0;
-                }
-                for c in 0..k {
-                    if sum[c * 5 + 4] > 0.0 {
-                        for d in 0..4 {
-                            cent[c * 4 + d] = sum[c * 5 + d] / sum[c * 5 + 4];
+            let mut label = vec![u32::MAX; n];
+            for l in &w.launches {
+                match l.kernel {
+                    "kmeans_assign" => {
+                        for (p, lab) in pts.chunks_exact(4).zip(label.iter_mut()) {
+                            let dist =
+                                |c: usize| -> f64 { (0..4).map(|d| (p[d] as f64 - cent[c * 4 + d]).powi(2)).sum() };
+                            // The first of equally near centroids, as the kernel picks.
+                            *lab = (0..k).min_by(|&a, &b| dist(a).total_cmp(&dist(b))).unwrap_or(0) as u32;
                         }
                     }
+                    "kmeans_update" => {
+                        let mut sum = vec![0f64; k * 5];
+                        for (p, &lab) in pts.chunks_exact(4).zip(&label) {
+                            let c = lab as usize;
+                            if c < k {
+                                for d in 0..4 {
+                                    sum[c * 5 + d] += p[d] as f64;
+                                }
+                                sum[c * 5 + 4] += 1.0;
+                            }
+                        }
+                        for c in 0..k {
+                            if sum[c * 5 + 4] > 0.0 {
+                                for d in 0..4 {
+                                    cent[c * 4 + d] = sum[c * 5 + d] / sum[c * 5 + 4];
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
                 }
             }
-            vec![HostData::F32(cent.into_iter().map(|x| x as f32).collect())]
+            w.outputs
+                .iter()
+                .map(|o| {
+                    if o.buffer == 1 {
+                        HostData::U32(label.clone())
+                    } else {
+                        HostData::F32(cent.iter().map(|&x| x as f32).collect())
+                    }
+                })
+                .collect()
         }
     }
 }
@@ -200,11 +224,7 @@ pub fn compute(w: &Workload) -> Vec<HostData> {
 fn step(src: &[f32], dst: &mut [f32], n: usize, at: impl Fn(&[f32], i64, i64) -> f32) {
     for y in 0..n as i64 {
         for x in 0..n as i64 {
-            let s = at(src, y, x)
-                + at(src, y, x - 1)
-                + at(src, y, x + 1)
-                + at(src, y - 1, x)
-                + at(src, y + 1, x);
+            let s = at(src, y, x) + at(src, y, x - 1) + at(src, y, x + 1) + at(src, y - 1, x) + at(src, y + 1, x);
             dst[y as usize * n + x as usize] = 0.2 * s;
         }
     }
@@ -222,12 +242,7 @@ mod tests {
             assert_eq!(r.len(), w.outputs.len(), "{app:?}");
             for (o, want) in w.outputs.iter().zip(&r) {
                 let bytes = w.buffers[o.buffer].init.byte_len();
-                assert_eq!(
-                    want.byte_len(),
-                    bytes,
-                    "{app:?} output {} size",
-                    w.buffers[o.buffer].name
-                );
+                assert_eq!(want.byte_len(), bytes, "{app:?} output {} size", w.buffers[o.buffer].name);
             }
             assert!(!w.launches.is_empty() && w.total_blocks() > 0);
         }
@@ -237,18 +252,11 @@ mod tests {
     fn references_are_plausible() {
         // Histogram: 4 bytes per word, counted once per repetition.
         let w = build(App::Histogram, Scale::Check, 3);
-        let Some(HostData::U32(h)) = w.reference().into_iter().next() else {
-            panic!("histogram output")
-        };
-        assert_eq!(
-            h.iter().map(|&c| c as u64).sum::<u64>(),
-            w.size * 4 * w.launches.len() as u64
-        );
+        let Some(HostData::U32(h)) = w.reference().into_iter().next() else { panic!("histogram output") };
+        assert_eq!(h.iter().map(|&c| c as u64).sum::<u64>(), w.size * 4 * w.launches.len() as u64);
         // BFS: the source is at level 0 and some vertex got level 1.
         let w = build(App::Bfs, Scale::Check, 3);
-        let Some(HostData::U32(l)) = w.reference().into_iter().next() else {
-            panic!("bfs output")
-        };
+        let Some(HostData::U32(l)) = w.reference().into_iter().next() else { panic!("bfs output") };
         assert_eq!(l[0], 0);
         assert!(l.contains(&1) && l.iter().filter(|&&x| x != u32::MAX).count() > l.len() / 2);
     }
@@ -256,24 +264,9 @@ mod tests {
     #[test]
     fn compare_catches_nan_and_mismatch() {
         let want = HostData::F32(vec![1.0, 2.0]);
-        assert!(compare(
-            &HostData::F32(vec![1.0, f32::NAN]),
-            &want,
-            Tolerance::RelL2(1.0)
-        )
-        .is_err());
-        assert!(compare(
-            &HostData::F32(vec![1.0, 2.0001]),
-            &want,
-            Tolerance::RelL2(1e-3)
-        )
-        .is_ok());
+        assert!(compare(&HostData::F32(vec![1.0, f32::NAN]), &want, Tolerance::RelL2(1.0)).is_err());
+        assert!(compare(&HostData::F32(vec![1.0, 2.0001]), &want, Tolerance::RelL2(1e-3)).is_ok());
         assert!(compare(&HostData::F32(vec![1.0, 2.0001]), &want, Tolerance::Exact).is_err());
-        assert!(compare(
-            &HostData::U32(vec![1]),
-            &HostData::U32(vec![2]),
-            Tolerance::Exact
-        )
-        .is_err());
+        assert!(compare(&HostData::U32(vec![1]), &HostData::U32(vec![2]), Tolerance::Exact).is_err());
     }
 }
