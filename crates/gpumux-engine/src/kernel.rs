@@ -19,9 +19,11 @@ pub struct KernelDesc {
     pub block_time_ns: Nanos,
     /// Relative spread of block time: each block takes mean × (1 ± spread), uniform.
     pub block_time_spread: f64,
-    /// Fraction of the device's memory bandwidth this kernel consumes when it
-    /// fills the whole GPU alone, in [0, 1]. Co-running kernels whose summed
-    /// demand exceeds 1 slow each other's memory-bound part.
+    /// Memory-bound share of a block's time when only its SM's own memory
+    /// ceiling limits it, in [0, 1]. The simulator (gpumux-sim `memory.rs`)
+    /// stretches that share when all resident blocks together ask for more
+    /// than the device's bandwidth; alone on the whole GPU the kernel uses
+    /// min(1, m × κ) of the bandwidth (κ: the SMs' summed ceiling / bandwidth).
     pub mem_intensity: f64,
     /// A block can be dropped mid-way and rerun from scratch (flushing).
     pub idempotent: bool,

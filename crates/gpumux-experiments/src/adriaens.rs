@@ -78,6 +78,10 @@ struct TrialResult {
     blocks: Vec<u64>,
     /// SMs preempted in the window (dynamic re-splits), per ms.
     preemptions_per_ms: f64,
+    /// DRAM utilisation in the spatial window (time-weighted min(D, 1)) and
+    /// the share of the window with DRAM saturated (simulator counters).
+    dram_util: f64,
+    dram_saturated: f64,
 }
 
 /// Speedup of isolated-scaling profiles: `speedup[app][j-1]` on j SMs,
@@ -166,6 +170,8 @@ fn run_trial(ctx: &Ctx, t: &Trial, chars: &[AppChar]) -> Result<TrialResult> {
         speedup: coop.end_ns as f64 / spatial.end_ns.max(1) as f64,
         blocks: spatial.blocks_done,
         preemptions_per_ms: spatial.record.preemptions.len() as f64 / (spatial.end_ns.max(1) as f64 / 1e6),
+        dram_util: spatial.mem.busy_ns / spatial.end_ns.max(1) as f64,
+        dram_saturated: spatial.mem.saturated_ns / spatial.end_ns.max(1) as f64,
     })
 }
 
@@ -192,8 +198,32 @@ fn combo_name(c: &[usize]) -> String {
     c.iter().map(|&i| APPS[i].name).collect::<Vec<_>>().join("+")
 }
 
+/// DRAM utilisation of each app alone for the window (thesis Table 5.3's "1 App" column).
+fn dram_alone(ctx: &Ctx) -> Result<Vec<(f64, f64)>> {
+    let info = device();
+    parallel("DRAM alone", &(0..APPS.len()).collect::<Vec<_>>(), ctx.threads, ctx.progress, |&a| {
+        let w = thesis::respawning(&[&APPS[a]], &info);
+        let o = sim::simulate(&w, &info, Box::new(Coop::default()), None, ctx.seed, Some(WINDOW_NS))?;
+        let end = o.end_ns.max(1) as f64;
+        Ok((o.mem.busy_ns / end, o.mem.saturated_ns / end))
+    })
+}
+
+/// Mean / max / min of percentages, formatted.
+fn pct3(v: &[f64]) -> String {
+    let p: Vec<f64> = v.iter().map(|x| 100.0 * x).collect();
+    format!("{} / {} / {}", f2(crate::report::mean(&p)), f2(max(&p)), f2(min(&p)))
+}
+
 pub fn even(ctx: &Ctx) -> Result<String> {
     let mut t = Table::new(&["even vs coop", "2 apps", "3 apps", "4 apps", "paper 2/3/4"]);
+    let mut dram = String::new();
+    let alone = dram_alone(ctx)?;
+    dram.push_str(&format!(
+        "  1 app:  utilisation {} %, saturated {} % of the time    paper 37.0 / 92.6 / 2.2 %\n",
+        pct3(&alone.iter().map(|a| a.0).collect::<Vec<_>>()),
+        pct3(&alone.iter().map(|a| a.1).collect::<Vec<_>>()),
+    ));
     let mut rows: Vec<Vec<Option<f64>>> = vec![vec![]; 7];
     let mut dist = Vec::new();
     let mut detail = String::new();
@@ -205,6 +235,12 @@ pub fn even(ctx: &Ctx) -> Result<String> {
             .collect();
         let res = run_trials(ctx, &format!("adriaens-even {k} apps"), &trials, &[])?;
         let st: Vec<f64> = res.iter().step_by(2).map(|r| r.speedup).collect();
+        let paper_dram = ["38.6 / 94.5 / 2.3", "40.5 / 93.3 / 2.4", "42.2 / 91.7 / 2.6"][k - 2];
+        dram.push_str(&format!(
+            "  {k} apps: utilisation {} %, saturated {} % of the time    paper {paper_dram} %\n",
+            pct3(&res.iter().step_by(2).map(|r| r.dram_util).collect::<Vec<_>>()),
+            pct3(&res.iter().step_by(2).map(|r| r.dram_saturated).collect::<Vec<_>>()),
+        ));
         let dy: Vec<f64> = res.iter().skip(1).step_by(2).map(|r| r.speedup).collect();
         for (row, v) in [geomean(&st), max(&st), min(&st), geomean(&dy), max(&dy), min(&dy)].into_iter().enumerate() {
             rows[row].push(v);
@@ -254,7 +290,9 @@ pub fn even(ctx: &Ctx) -> Result<String> {
         &dist,
     )?;
     Ok(format!(
-        "Table 5.1: speedup of even spatial multitasking over cooperative (fixed work, {:.2} ms window)\n\n{}\nper pair (static even):\n{detail}",
+        "Table 5.1: speedup of even spatial multitasking over cooperative (fixed work, {:.2} ms window)\n\n{}\n\
+         DRAM under static even spatial, mean / max / min over combinations (thesis Table 5.3):\n{dram}\n\
+         per pair (static even):\n{detail}",
         WINDOW_NS as f64 / 1e6,
         t.render()
     ))
@@ -492,8 +530,13 @@ pub fn qos(ctx: &Ctx) -> Result<String> {
         })
         .collect();
     let sres = run_trials(ctx, "adriaens-qos (target search)", &scan_trials, &ch)?;
-    let mut u =
-        Table::new(&["best-effort app", "SMs needed", "SAD perf at predicted", "BE speedup (needed vs static)"]);
+    let mut u = Table::new(&[
+        "best-effort app",
+        "SMs needed",
+        "SAD perf at predicted",
+        "DRAM saturated % at predicted",
+        "BE speedup (needed vs static)",
+    ]);
     let mut needed_all = Vec::new();
     let mut rows = Vec::new();
     for (i, be) in be_pairs.iter().enumerate() {
@@ -502,12 +545,17 @@ pub fn qos(ctx: &Ctx) -> Result<String> {
         let needed =
             (1..info.num_sms as u32).find(|&r| perf(r).is_some_and(|t| t.blocks[0] as f64 >= target * sad_alone));
         needed_all.push(needed);
-        rows.push((be[0], needed, perf(predicted).map(|t| t.blocks[0] as f64 / sad_alone)));
+        rows.push((
+            be[0],
+            needed,
+            perf(predicted).map(|t| t.blocks[0] as f64 / sad_alone),
+            perf(predicted).map(|t| 100.0 * t.dram_saturated),
+        ));
     }
     // Static reservation: enough for the worst co-runner seen.
     let static_r = needed_all.iter().flatten().copied().max();
     let mut gains = Vec::new();
-    for (i, (be, needed, at_pred)) in rows.iter().enumerate() {
+    for (i, (be, needed, at_pred, saturated)) in rows.iter().enumerate() {
         let perf = |r: u32| scan.iter().position(|&(j, x)| j == i && x == r).map(|k| sres[k].blocks[1] as f64);
         let gain = match (needed, static_r) {
             (Some(n), Some(s)) => perf(*n).zip(perf(s)).map(|(a, b)| a / b.max(1.0)),
@@ -516,7 +564,13 @@ pub fn qos(ctx: &Ctx) -> Result<String> {
         if let Some(g) = gain {
             gains.push(g);
         }
-        u.row(vec![APPS[*be].name.into(), needed.map_or("never".into(), |n| n.to_string()), f2(*at_pred), f2(gain)]);
+        u.row(vec![
+            APPS[*be].name.into(),
+            needed.map_or("never".into(), |n| n.to_string()),
+            f2(*at_pred),
+            f2(*saturated),
+            f2(gain),
+        ]);
     }
     Ok(format!(
         "Table 7.1: QoS SAD given a fixed number of SMs, two best-effort apps split the rest; speedup over\n\

@@ -16,6 +16,7 @@ pub mod tanasic;
 pub mod thesis;
 
 use anyhow::{bail, Context, Result};
+use gpumux_workload::BlockTime;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -54,6 +55,20 @@ pub struct ExperimentArgs {
     /// No progress display on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Parboil block times of the tanasic-* experiments: `fit` (Table 1's kernel
+    /// times on 13 SMs) or `table` (Table 1's Time/TB column); docs/workloads.md.
+    #[arg(long, default_value = "fit")]
+    pub tb: String,
+    /// Tanasic experiments: host time (µs) between consecutive kernels of a
+    /// Parboil app (a launch gap, as in the paper's CPU traces; our Parboil
+    /// model launches them back to back).
+    #[arg(long, default_value_t = 0.0)]
+    pub launch_gap_us: f64,
+    /// Override the simulator's saturation ratio κ (per-SM memory ceiling ×
+    /// SMs / DRAM bandwidth) on every device; 1 reproduces the memory model
+    /// before 2026-11-23 (docs/simulator.md).
+    #[arg(long)]
+    pub mem_ratio: Option<f64>,
 }
 
 /// What every experiment needs to know about the run.
@@ -63,6 +78,8 @@ pub struct Ctx {
     pub seed: u64,
     pub threads: usize,
     pub progress: bool,
+    pub tb: BlockTime,
+    pub launch_gap_ns: u64,
 }
 
 pub fn run(args: ExperimentArgs) -> Result<()> {
@@ -84,6 +101,20 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
             ),
         }
     };
+    let tb = match args.tb.as_str() {
+        "fit" => BlockTime::Fit,
+        "table" => BlockTime::Table,
+        other => bail!("--tb must be `fit` or `table`, got `{other}`"),
+    };
+    if !(0.0..=1e9).contains(&args.launch_gap_us) {
+        bail!("--launch-gap-us must be between 0 and 1e9, got {}", args.launch_gap_us);
+    }
+    if let Some(r) = args.mem_ratio {
+        if !(0.01..=1000.0).contains(&r) {
+            bail!("--mem-ratio must be between 0.01 and 1000, got {r}");
+        }
+    }
+    sim::set_mem_ratio(args.mem_ratio);
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let ctx = Ctx {
         quick: args.quick,
@@ -91,13 +122,16 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
         seed: args.seed,
         threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         progress: !args.quiet && std::io::stderr().is_terminal(),
+        tb,
+        launch_gap_ns: (args.launch_gap_us * 1e3).round() as u64,
     };
     for name in names {
         let started = std::time::Instant::now();
         let text = run_one(&ctx, name)?;
         let header = format!(
-            "== {name}{} (seed {}, {:.1} s) ==\n",
+            "== {name}{}{} (seed {}, {:.1} s) ==\n",
             if ctx.quick { " --quick" } else { "" },
+            options(&ctx, name, args.mem_ratio),
             ctx.seed,
             started.elapsed().as_secs_f64()
         );
@@ -106,6 +140,23 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
         std::fs::write(&path, format!("{header}{text}")).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The options that differ from the defaults, for the header.
+fn options(ctx: &Ctx, name: &str, mem_ratio: Option<f64>) -> String {
+    let mut s = String::new();
+    if let Some(r) = mem_ratio {
+        s.push_str(&format!(" --mem-ratio {r}"));
+    }
+    if name.starts_with("tanasic") {
+        if ctx.tb == BlockTime::Table {
+            s.push_str(" --tb table");
+        }
+        if ctx.launch_gap_ns > 0 {
+            s.push_str(&format!(" --launch-gap-us {}", ctx.launch_gap_ns as f64 / 1e3));
+        }
+    }
+    s
 }
 
 fn run_one(ctx: &Ctx, name: &str) -> Result<String> {

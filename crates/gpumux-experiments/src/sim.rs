@@ -15,10 +15,11 @@ use gpumux_engine::policy::Policy;
 use gpumux_engine::record::RunRecord;
 use gpumux_engine::time::Nanos;
 use gpumux_engine::Engine;
-use gpumux_sim::SimGpu;
+use gpumux_sim::memory::MemModel;
+use gpumux_sim::{MemStats, SimGpu};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// What one simulated run produced.
@@ -26,10 +27,103 @@ use std::sync::Mutex;
 pub struct Outcome {
     pub record: RunRecord,
     pub stats: DeviceStats,
+    /// What the simulator's memory model did (DRAM utilisation, saturation).
+    pub mem: MemStats,
+    /// Where the highest-priority process's time went (when priorities differ).
+    pub hp: HpTime,
     /// Blocks completed per process (index = workload process index).
     pub blocks_done: Vec<u64>,
     /// Simulated time at which the run stopped.
     pub end_ns: Nanos,
+}
+
+/// Where the highest-priority processes' completed runs spent their time,
+/// seen from the driver (commands and events), summed over their runs.
+/// Evidence for what preemption latency costs a prioritised process.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HpTime {
+    /// Σ durations of the completed runs.
+    pub run_ns: f64,
+    /// Time with no kernel of theirs on the GPU while a preemption (issued
+    /// while they held nothing) was freeing SMs for them: from the first
+    /// `Retreat` to their `Launch`.
+    pub wait_first_sm_ns: f64,
+    /// Time with at least one kernel of theirs on the GPU.
+    pub kernel_ns: f64,
+    /// Completed runs, and the waits for a first SM that began in them.
+    pub runs: f64,
+    pub waits: f64,
+}
+
+/// Intervals collected during a run, clipped to completed runs at the end.
+#[derive(Default)]
+struct HpTracker {
+    top: Option<i32>,
+    live: std::collections::HashSet<gpumux_engine::ids::LaunchId>,
+    waiting_since: Option<Nanos>,
+    kernel_since: Option<Nanos>,
+    waits: Vec<(Nanos, Nanos)>,
+    kernels: Vec<(Nanos, Nanos)>,
+}
+
+impl HpTracker {
+    fn new(w: &Workload) -> Self {
+        let top = w.processes.iter().map(|p| p.priority).max();
+        let bottom = w.processes.iter().map(|p| p.priority).min();
+        HpTracker { top: if top != bottom { top } else { None }, ..Default::default() }
+    }
+
+    fn command(&mut self, now: Nanos, cmd: &Command) {
+        let Some(top) = self.top else { return };
+        match cmd {
+            Command::Retreat { .. } if self.live.is_empty() && self.waiting_since.is_none() => {
+                self.waiting_since = Some(now);
+            }
+            Command::Launch { launch, priority, .. } if *priority >= top => {
+                if let Some(s) = self.waiting_since.take() {
+                    self.waits.push((s, now));
+                }
+                if self.live.is_empty() {
+                    self.kernel_since = Some(now);
+                }
+                self.live.insert(*launch);
+            }
+            _ => {}
+        }
+    }
+
+    fn event(&mut self, now: Nanos, ev: &Event) {
+        if let Event::LaunchEnded { launch, .. } = ev {
+            if self.live.remove(launch) && self.live.is_empty() {
+                if let Some(s) = self.kernel_since.take() {
+                    self.kernels.push((s, now));
+                }
+            }
+        }
+    }
+
+    fn finish(&self, record: &RunRecord) -> HpTime {
+        let Some(top) = self.top else { return HpTime::default() };
+        let runs: Vec<(Nanos, Nanos)> = record
+            .processes
+            .iter()
+            .filter(|p| p.priority == top)
+            .flat_map(|p| p.runs.iter().map(|r| (r.start_ns, r.end_ns)))
+            .collect();
+        let within = |iv: &[(Nanos, Nanos)]| -> f64 {
+            iv.iter()
+                .map(|&(a, b)| runs.iter().map(|&(s, e)| b.min(e).saturating_sub(a.max(s)) as f64).sum::<f64>())
+                .sum()
+        };
+        let waits = self.waits.iter().filter(|&&(a, _)| runs.iter().any(|&(s, e)| a >= s && a < e)).count();
+        HpTime {
+            runs: runs.len() as f64,
+            waits: waits as f64,
+            run_ns: runs.iter().map(|&(s, e)| (e - s) as f64).sum(),
+            wait_first_sm_ns: within(&self.waits),
+            kernel_ns: within(&self.kernels),
+        }
+    }
 }
 
 /// Runs `w` under `policy` on a fresh simulated `info`, to completion or
@@ -45,11 +139,12 @@ pub fn simulate(
     let name = policy.name();
     let mut engine =
         Engine::new(w, info.clone(), policy, only).with_context(|| format!("policy {name} on {}", info.name))?;
-    let mut dev = SimGpu::new(info.clone(), seed);
+    let mut dev = SimGpu::new(info.clone(), seed).with_memory(memory_of(info));
     let count_blocks = stop_at.is_some();
     if count_blocks {
         dev.enable_audit();
     }
+    let mut hp = HpTracker::new(w);
     let mut owner: HashMap<KernelId, ProcessId> = HashMap::new();
     let mut blocks_done = vec![0u64; w.processes.len()];
     let mut seen = 0usize;
@@ -61,6 +156,7 @@ pub fn simulate(
             if let Command::Launch { kernel, process, .. } = &cmd {
                 owner.insert(*kernel, *process);
             }
+            hp.command(now, &cmd);
             dev.submit(now, cmd)?;
         }
         if engine.is_finished() {
@@ -89,6 +185,7 @@ pub fn simulate(
             engine.handle_timeout(now);
         } else {
             for ev in events.drain(..) {
+                hp.event(now, &ev);
                 engine.handle_event(now, ev)?;
             }
             if deadline.is_some_and(|d| d <= now) {
@@ -96,7 +193,38 @@ pub fn simulate(
             }
         }
     }
-    Ok(Outcome { record: engine.record(), stats: dev.stats(), blocks_done, end_ns: now })
+    let record = engine.record();
+    let hp = hp.finish(&record);
+    Ok(Outcome { record, stats: dev.stats(), mem: dev.mem_stats(), hp, blocks_done, end_ns: now })
+}
+
+/// κ override for every run of this process (`--mem-ratio`), as f64 bits; 0 = none.
+static MEM_RATIO: AtomicU64 = AtomicU64::new(0);
+
+/// Makes every following run use saturation ratio `ratio` (κ = 1 is the
+/// pre-2026-11-23 model: a kernel's demand scaled with its SMs), or the
+/// devices' own with `None`. For experiments that test what the memory model
+/// contributes to a result.
+pub fn set_mem_ratio(ratio: Option<f64>) {
+    MEM_RATIO.store(ratio.map_or(0, f64::to_bits), Ordering::Relaxed);
+}
+
+/// The memory model for `info`: the preset's, except for the thesis's GPU
+/// and its cut-down copies (profiles on 1..30 SMs), whose block times are
+/// calibrated on all 30 SMs.
+pub fn memory_of(info: &DeviceInfo) -> MemModel {
+    let mut m = if info.name == crate::thesis::FX5800_NAME {
+        crate::thesis::fx5800_memory()
+    } else {
+        MemModel::for_device(info)
+    };
+    let bits = MEM_RATIO.load(Ordering::Relaxed);
+    if bits != 0 {
+        // Same ratio on the calibration device (cut-down copies keep its per-SM ceiling).
+        let sms = m.calibration_sms.unwrap_or(info.num_sms) as f64;
+        m.sm_bandwidth = f64::from_bits(bits) * info.mem_bandwidth / sms.max(1.0);
+    }
+    m
 }
 
 /// Metrics of `policy` on `w` against isolated (fcfs) runs of each process.

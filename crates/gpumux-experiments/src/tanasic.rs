@@ -8,12 +8,11 @@ use anyhow::{anyhow, Context, Result};
 use gpumux_engine::ids::ProcessId;
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::metrics::{self, PolicyMetrics};
-use gpumux_engine::model::Workload;
+use gpumux_engine::model::{Op, Workload};
 use gpumux_engine::policies;
 use gpumux_engine::record::RunRecord;
-use gpumux_workload::{
-    parboil_app, parboil_class1, parboil_class2, parboil_mix_apps, AppClass, BlockTime, PARBOIL_APPS,
-};
+use gpumux_sim::MemStats;
+use gpumux_workload::{parboil_app, parboil_class1, parboil_class2, parboil_mix_apps, AppClass, PARBOIL_APPS};
 use std::collections::HashMap;
 
 /// Process counts of the paper's workloads.
@@ -76,21 +75,42 @@ fn replay(ctx: &Ctx) -> u32 {
     }
 }
 
-fn build_mix(n: u32, apps: Vec<&'static str>, hp: Option<usize>, replay: u32) -> Result<Mix> {
+fn build_mix(ctx: &Ctx, n: u32, apps: Vec<&'static str>, hp: Option<usize>) -> Result<Mix> {
+    let (replay, tb) = (replay(ctx), ctx.tb);
     let mut processes = Vec::new();
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, a) in apps.iter().enumerate() {
         let k = seen.entry(a).or_default();
         *k += 1;
         let name = if *k == 1 { a.to_string() } else { format!("{a}#{k}") };
-        let mut p = parboil_app(a, &name, BlockTime::Fit).ok_or_else(|| anyhow!("unknown Parboil app {a}"))?;
+        let mut p = parboil_app(a, &name, tb).ok_or_else(|| anyhow!("unknown Parboil app {a}"))?;
         if hp == Some(i) {
             p.priority = 1;
+        }
+        if ctx.launch_gap_ns > 0 {
+            p.ops = with_launch_gaps(std::mem::take(&mut p.ops), ctx.launch_gap_ns);
         }
         processes.push(p);
     }
     let label = format!("{}{}", apps.join("+"), hp.map(|i| format!(" hp={}", apps[i])).unwrap_or_default());
     Ok(Mix { n, apps, hp, workload: Workload { name: label, processes, replay_min_runs: Some(replay) } })
+}
+
+/// Host time between consecutive kernels (`--launch-gap-us`): the paper's
+/// traces have the CUDA API calls' own time between launches; ours launch
+/// back to back unless asked.
+fn with_launch_gaps(ops: Vec<Op>, gap_ns: u64) -> Vec<Op> {
+    let mut out = Vec::with_capacity(ops.len() * 2);
+    let mut prev_kernel = false;
+    for op in ops {
+        let kernel = matches!(op, Op::Kernel(_));
+        if kernel && prev_kernel {
+            out.push(Op::Cpu { ns: gap_ns });
+        }
+        prev_kernel = kernel;
+        out.push(op);
+    }
+    out
 }
 
 /// Fig. 5 workloads: each app in turn is the high-priority process (index 0),
@@ -105,7 +125,7 @@ fn priority_mixes(ctx: &Ctx) -> Result<Vec<Mix>> {
                 let seed = ctx.seed.wrapping_mul(7919).wrapping_add(1000 * n as u64 + 10 * ai as u64 + r);
                 let mut apps = vec![*hp];
                 apps.extend(parboil_mix_apps(n - 1, seed).into_iter().map(|(a, _)| a));
-                out.push(build_mix(n, apps, Some(0), replay(ctx))?);
+                out.push(build_mix(ctx, n, apps, Some(0))?);
             }
         }
     }
@@ -120,23 +140,36 @@ fn dss_mixes(ctx: &Ctx) -> Result<Vec<Mix>> {
         for s in 0..per_n {
             let seed = ctx.seed.wrapping_mul(104729).wrapping_add(100 * n as u64 + s);
             let apps = parboil_mix_apps(n, seed).into_iter().map(|(a, _)| a).collect();
-            out.push(build_mix(n, apps, None, replay(ctx))?);
+            out.push(build_mix(ctx, n, apps, None)?);
         }
     }
     Ok(out)
 }
 
+/// Counters of one shared run beyond the metrics: the evidence the
+/// experiments print under their tables.
+#[derive(Clone, Copy, Debug)]
+struct Extra {
+    hp: sim::HpTime,
+    mem: MemStats,
+    /// SM-time spent saving and restoring contexts.
+    switch_ns: f64,
+    /// Σ preemption latencies (SM-time waiting for preempted SMs).
+    preempt_sm_ns: f64,
+    makespan_ns: f64,
+}
+
 /// Runs every mix under every policy (plus each distinct app alone once) and
-/// returns metrics[mix][policy].
-fn run_all(ctx: &Ctx, label: &str, mixes: &[Mix], pols: &[&str]) -> Result<Vec<Vec<PolicyMetrics>>> {
+/// returns metrics[mix][policy] and the matching counters.
+#[allow(clippy::type_complexity)]
+fn run_all(ctx: &Ctx, label: &str, mixes: &[Mix], pols: &[&str]) -> Result<(Vec<Vec<PolicyMetrics>>, Vec<Vec<Extra>>)> {
     let info = device();
     let mut distinct: Vec<&'static str> = mixes.iter().flat_map(|m| m.apps.iter().copied()).collect();
     distinct.sort_unstable();
     distinct.dedup();
-    let rep = replay(ctx);
     // An app alone does not depend on the mix it is in: run each once.
     let alone: Vec<RunRecord> = parallel(&format!("{label}: alone"), &distinct, ctx.threads, ctx.progress, |a| {
-        let m = build_mix(1, vec![*a], None, rep)?;
+        let m = build_mix(ctx, 1, vec![*a], None)?;
         Ok(sim::simulate(&m.workload, &info, Box::new(policies::fcfs::Fcfs), None, ctx.seed, None)?.record)
     })?;
     let alone: HashMap<&str, RunRecord> = distinct.iter().copied().zip(alone).collect();
@@ -155,11 +188,23 @@ fn run_all(ctx: &Ctx, label: &str, mixes: &[Mix], pols: &[&str]) -> Result<Vec<V
                 r
             })
             .collect();
-        metrics::compute(&out.record, &out.stats, info.num_sms, &base)
-            .with_context(|| format!("{p} on {}", m.workload.name))
+        let extra = Extra {
+            hp: out.hp,
+            mem: out.mem,
+            switch_ns: out.stats.sm_switch_ns as f64,
+            // `+ 0.0`: an empty f64 sum is -0.0, printed "-0.00".
+            preempt_sm_ns: out.record.preemptions.iter().map(|p| p.latency_ns as f64).sum::<f64>() + 0.0,
+            makespan_ns: out.end_ns as f64,
+        };
+        let m = metrics::compute(&out.record, &out.stats, info.num_sms, &base)
+            .with_context(|| format!("{p} on {}", m.workload.name))?;
+        Ok((m, extra))
     })?;
-    let mut it = outs.into_iter();
-    Ok(mixes.iter().map(|_| pols.iter().filter_map(|_| it.next()).collect()).collect())
+    let (ms, es): (Vec<PolicyMetrics>, Vec<Extra>) = outs.into_iter().unzip();
+    let (mut mi, mut ei) = (ms.into_iter(), es.into_iter());
+    let metrics = mixes.iter().map(|_| pols.iter().filter_map(|_| mi.next()).collect()).collect();
+    let extras = mixes.iter().map(|_| pols.iter().filter_map(|_| ei.next()).collect()).collect();
+    Ok((metrics, extras))
 }
 
 fn by_n<'a, T>(mixes: &'a [Mix], vals: &'a [T], n: u32) -> impl Iterator<Item = (&'a Mix, &'a T)> {
@@ -170,7 +215,7 @@ const PRIO_POLICIES: [&str; 6] = ["fcfs", "npq", "ppq-excl-cs", "ppq-excl-drain"
 
 pub fn priority(ctx: &Ctx) -> Result<String> {
     let mixes = priority_mixes(ctx)?;
-    let res = run_all(ctx, "tanasic-priority", &mixes, &PRIO_POLICIES[..4])?;
+    let (res, extra) = run_all(ctx, "tanasic-priority", &mixes, &PRIO_POLICIES[..4])?;
     // Improvement of the high-priority process's NTT over its nonprioritised (FCFS) run.
     let improvement = |m: &Mix, r: &Vec<PolicyMetrics>, j: usize| -> f64 {
         let hp = m.hp.unwrap_or(0);
@@ -220,9 +265,10 @@ pub fn priority(ctx: &Ctx) -> Result<String> {
         &transposed,
     )?;
     let lat = preemption_latency(&res);
+    let hp = hp_breakdown(&mixes, &res, &extra);
     Ok(format!(
         "Fig. 5: improvement of the high-priority process's NTT over its nonprioritised (FCFS) run,\n\
-         mean over workloads, by Class 1 of the prioritised app ({} workloads)\n\n{}\n{lat}",
+         mean over workloads, by Class 1 of the prioritised app ({} workloads)\n\n{}\n{lat}\n{hp}",
         mixes.len(),
         t.render()
     ))
@@ -251,10 +297,63 @@ fn preemption_latency(res: &[Vec<PolicyMetrics>]) -> String {
     out
 }
 
+/// Where the high-priority process's time goes under PPQ with context switch
+/// and with draining (policies 2 and 3 of `PRIO_POLICIES`): the evidence for
+/// how much the mechanism can matter to its NTT.
+fn hp_breakdown(mixes: &[Mix], res: &[Vec<PolicyMetrics>], extra: &[Vec<Extra>]) -> String {
+    let mut t = Table::new(&["high-priority process", "n=2", "n=4", "n=6", "n=8"]);
+    let pct = |num: f64, den: f64| if den > 0.0 { 100.0 * num / den } else { f64::NAN };
+    type Row = (&'static str, usize, fn(&Extra, u16) -> (f64, f64));
+    let rows: [Row; 8] = [
+        ("preemption waits per run, cs", 2, |e, _| (e.hp.waits, e.hp.runs * 100.0)),
+        ("preemption waits per run, drain", 3, |e, _| (e.hp.waits, e.hp.runs * 100.0)),
+        ("% of run with a kernel on GPU, cs", 2, |e, _| (e.hp.kernel_ns, e.hp.run_ns)),
+        ("% of run with a kernel on GPU, drain", 3, |e, _| (e.hp.kernel_ns, e.hp.run_ns)),
+        ("% of run waiting for 1st SM, cs", 2, |e, _| (e.hp.wait_first_sm_ns, e.hp.run_ns)),
+        ("% of run waiting for 1st SM, drain", 3, |e, _| (e.hp.wait_first_sm_ns, e.hp.run_ns)),
+        ("preempted SM-time / GPU, % of run, cs", 2, |e, n| (e.preempt_sm_ns / n as f64, e.hp.run_ns)),
+        ("preempted SM-time / GPU, % of run, drain", 3, |e, n| (e.preempt_sm_ns / n as f64, e.hp.run_ns)),
+    ];
+    let sms = device().num_sms;
+    for (name, j, f) in rows {
+        let mut cells = vec![name.to_string()];
+        for n in NS {
+            let v: Vec<f64> = by_n(mixes, extra, n)
+                .filter_map(|(_, e)| e.get(j))
+                .map(|e| {
+                    let (a, b) = f(e, sms);
+                    pct(a, b)
+                })
+                .filter(|x| x.is_finite())
+                .collect();
+            cells.push(f2(mean(&v)));
+        }
+        t.row(cells);
+    }
+    // The ratio the two mechanisms' Fig. 5 bars differ by.
+    let mut cells = vec!["mean run time drain / cs".to_string()];
+    for n in NS {
+        let v: Vec<f64> = by_n(mixes, res, n)
+            .filter(|(_, r)| r.len() > 3)
+            .map(|(m, r)| {
+                let hp = m.hp.unwrap_or(0);
+                r[3].processes[hp].ntt / r[2].processes[hp].ntt
+            })
+            .collect();
+        cells.push(f2(mean(&v)));
+    }
+    t.row(cells);
+    format!(
+        "where the high-priority process's time goes (mean over workloads; \"preempted SM-time / GPU\" =\n\
+         Σ preemption latencies / {sms} SMs, an upper bound on what waiting for preempted SMs can add):\n{}",
+        t.render()
+    )
+}
+
 pub fn overhead(ctx: &Ctx) -> Result<String> {
     let mixes = priority_mixes(ctx)?;
     let pols = ["npq", "ppq-excl-cs", "ppq-excl-drain", "ppq-shared-cs", "ppq-shared-drain"];
-    let res = run_all(ctx, "tanasic-overhead", &mixes, &pols)?;
+    let (res, extra) = run_all(ctx, "tanasic-overhead", &mixes, &pols)?;
     let mut t = Table::new(&["STP overhead vs NPQ", "n=2", "n=4", "n=6", "n=8", "paper 2→8"]);
     let paper_vals = [Some(paper::OVERHEAD_EXCL_CS), Some(paper::OVERHEAD_EXCL_DRAIN), None, None];
     let mut plot = vec![vec![f64::NAN; 4]; NS.len()];
@@ -285,8 +384,9 @@ pub fn overhead(ctx: &Ctx) -> Result<String> {
         &pols[1..].iter().map(|s| s.to_string()).collect::<Vec<_>>(),
         &plot,
     )?;
+    let c = costs(&mixes, &extra, &pols);
     Ok(format!(
-        "Fig. 6: STP overhead (STP of NPQ / STP of PPQ), mean over {} workloads\n\n{}\n{}",
+        "Fig. 6: STP overhead (STP of NPQ / STP of PPQ), mean over {} workloads\n\n{}\n{}\n{c}",
         mixes.len(),
         t.render(),
         u.render()
@@ -296,7 +396,7 @@ pub fn overhead(ctx: &Ctx) -> Result<String> {
 pub fn dss(ctx: &Ctx) -> Result<String> {
     let mixes = dss_mixes(ctx)?;
     let pols = ["fcfs", "dss-cs", "dss-drain"];
-    let res = run_all(ctx, "tanasic-dss", &mixes, &pols)?;
+    let (res, extra) = run_all(ctx, "tanasic-dss", &mixes, &pols)?;
     let mut t = Table::new(&["DSS vs FCFS", "n=2", "n=4", "n=6", "n=8", "paper 2→8"]);
     type Metric = fn(&Mix, &[PolicyMetrics], usize, Option<AppClass>) -> Vec<f64>;
     let ntt_class: Metric = |m, r, j, c| {
@@ -360,9 +460,107 @@ pub fn dss(ctx: &Ctx) -> Result<String> {
             &series,
         )?;
     }
+    let c = costs(&mixes, &extra, &pols);
+    let s = stp_by_class(&mixes, &res, &pols);
     Ok(format!(
-        "Figs. 7-8: DSS against FCFS, mean over {} workloads (ratios > 1 are better, except STP degradation)\n\n{}",
+        "Figs. 7-8: DSS against FCFS, mean over {} workloads (ratios > 1 are better, except STP degradation)\n\n{}\n{c}\n{s}",
         mixes.len(),
         t.render()
     ))
+}
+
+/// What sharing costs per policy: SM-time in context save/restore, SM-time
+/// waiting for preempted SMs, and DRAM contention (the memory model's
+/// counters), each as a share of the run's SM-time or time.
+fn costs(mixes: &[Mix], extra: &[Vec<Extra>], pols: &[&str]) -> String {
+    let sms = device().num_sms as f64;
+    let mut t = Table::new(&["cost (mean over workloads)", "n=2", "n=4", "n=6", "n=8"]);
+    type Cost = (&'static str, fn(&Extra, f64) -> f64);
+    let rows: [Cost; 4] = [
+        ("% SM-time saving/restoring", |e, sms| 100.0 * e.switch_ns / (e.makespan_ns * sms)),
+        ("% SM-time waiting for preempted SMs", |e, sms| 100.0 * e.preempt_sm_ns / (e.makespan_ns * sms)),
+        ("% time DRAM saturated", |e, _| 100.0 * e.mem.saturated_ns / e.makespan_ns),
+        ("block time / alone on full GPU", |e, _| e.mem.issued_ns / e.mem.alone_ns),
+    ];
+    for (name, f) in rows {
+        for (j, p) in pols.iter().enumerate() {
+            let mut cells = vec![format!("{name}, {p}")];
+            for n in NS {
+                let v: Vec<f64> = by_n(mixes, extra, n)
+                    .filter_map(|(_, e)| e.get(j))
+                    .map(|e| f(e, sms))
+                    .filter(|x| x.is_finite())
+                    .collect();
+                cells.push(f2(mean(&v)));
+            }
+            t.row(cells);
+        }
+    }
+    format!("where the time goes:\n{}", t.render())
+}
+
+/// STP = Σ 1/NTT split by Class 2: which applications the STP change comes from.
+fn stp_by_class(mixes: &[Mix], res: &[Vec<PolicyMetrics>], pols: &[&str]) -> String {
+    let mut t = Table::new(&["STP share (Σ 1/NTT per workload)", "n=2", "n=4", "n=6", "n=8"]);
+    for class in CLASSES {
+        for (j, p) in pols.iter().enumerate() {
+            let mut cells = vec![format!("{class}, {p}")];
+            for n in NS {
+                let v: Vec<f64> = by_n(mixes, res, n)
+                    .filter_map(|(m, r)| {
+                        let r = r.get(j)?;
+                        Some(
+                            (0..m.apps.len())
+                                .filter(|&k| parboil_class2(m.apps[k]) == Some(class))
+                                .map(|k| 1.0 / r.processes[k].ntt)
+                                .sum::<f64>(),
+                        )
+                    })
+                    .collect();
+                cells.push(f2(mean(&v)));
+            }
+            t.row(cells);
+        }
+    }
+    format!("STP by Class 2 of the apps:\n{}", t.render())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumux_engine::kernel::KernelDesc;
+    use std::sync::Arc;
+
+    #[test]
+    fn launch_gaps_go_between_consecutive_kernels_only() {
+        let k = || Op::Kernel(Arc::new(KernelDesc { name: "k".into(), ..parboil_kernel() }));
+        let ops = vec![Op::Cpu { ns: 5 }, k(), k(), k(), Op::CopyToHost { bytes: 1 }, k()];
+        let out = with_launch_gaps(ops, 7);
+        let shape: Vec<&str> = out
+            .iter()
+            .map(|o| match o {
+                Op::Kernel(_) => "k",
+                Op::Cpu { ns: 7 } => "gap",
+                Op::Cpu { .. } => "cpu",
+                _ => "copy",
+            })
+            .collect();
+        assert_eq!(shape, ["cpu", "k", "gap", "k", "gap", "k", "copy", "k"]);
+    }
+
+    fn parboil_kernel() -> KernelDesc {
+        KernelDesc {
+            name: String::new(),
+            blocks: 1,
+            threads_per_block: 32,
+            regs_per_thread: 1,
+            smem_per_block: 0,
+            block_time_ns: 1,
+            block_time_spread: 0.0,
+            mem_intensity: 0.0,
+            idempotent: true,
+            max_blocks_per_sm: None,
+            suite: None,
+        }
+    }
 }

@@ -4,11 +4,12 @@
 //! shared-memory capacity. Each SM has at most one *owner* launch that issues
 //! new blocks to it; blocks of earlier owners may still be resident (leftover
 //! execution). Preemption is per SM, by context switch, draining or flushing
-//! (Tanasic 3.2). Memory bandwidth is shared: a block's memory-bound fraction
-//! stretches when the summed demand of resident blocks exceeds the device's
-//! bandwidth. Two copy engines (H2D, D2H) move data over PCIe, FIFO.
+//! (Tanasic 3.2). Memory bandwidth is shared: each SM draws at most its own
+//! ceiling and all blocks share the device's DRAM bandwidth (`memory.rs`).
+//! Two copy engines (H2D, D2H) move data over PCIe, FIFO.
 
-use crate::timing::{block_time, mem_demand_per_block, stretch};
+use crate::memory::{KernelMem, MemModel};
+use crate::timing::block_time;
 use gpumux_engine::device::{
     Command, CopyDirection, Device, DeviceError, DeviceStats, Event, Mechanism, ReleaseCause, SavedBlock, TraceSpan,
 };
@@ -78,8 +79,19 @@ struct Launch {
     completed: u64,
     exhausted: bool,
     bps: u32,
-    demand: f64,
+    mem: KernelMem,
     context_bytes: u64,
+}
+
+/// A block issued in the current instant whose time waits for the instant's
+/// final bandwidth demand (see `memory.rs`, "Sampling").
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    sm: u16,
+    token: u64,
+    /// Its time alone on the whole device.
+    base: Nanos,
+    mem: KernelMem,
 }
 
 struct CopyEngine {
@@ -101,10 +113,29 @@ pub struct SimGpu {
     copies: [CopyEngine; 2],
     out: Vec<Event>,
     next_token: u64,
+    /// Summed demand of resident blocks, in units of the device's bandwidth.
     mem_demand: f64,
+    mem: MemModel,
+    pending: Vec<Pending>,
+    mem_stats: MemStats,
     stats: DeviceStats,
     trace: Option<Vec<TraceSpan>>,
     audit: Option<Audit>,
+}
+
+/// What the memory model did over a run (`SimGpu::mem_stats`): evidence for
+/// how much DRAM contention shaped a result.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MemStats {
+    /// ∫ min(D, 1) dt: time-weighted DRAM utilisation (divide by the run's length).
+    pub busy_ns: f64,
+    /// Time with summed demand D > 1 (DRAM saturated).
+    pub saturated_ns: f64,
+    /// Σ of new blocks' times as issued, and Σ of their times alone on the whole
+    /// device: their ratio is the mean factor contention applied (< 1: faster
+    /// than alone on the whole GPU, e.g. a memory-bound kernel on few SMs).
+    pub issued_ns: f64,
+    pub alone_ns: f64,
 }
 
 /// Every block issue and completion, for tests that check no block is lost
@@ -117,8 +148,10 @@ pub struct Audit {
 }
 
 impl SimGpu {
+    /// A simulated `info` with its preset's memory model (`MemModel::for_device`).
     pub fn new(info: DeviceInfo, seed: u64) -> Self {
         let n = info.num_sms as usize;
+        let mem = MemModel::for_device(&info);
         let engine = || CopyEngine { queue: VecDeque::new(), busy_until: None, current: None };
         SimGpu {
             info,
@@ -132,9 +165,38 @@ impl SimGpu {
             out: Vec::new(),
             next_token: 0,
             mem_demand: 0.0,
+            mem,
+            pending: Vec::new(),
+            mem_stats: MemStats::default(),
             stats: DeviceStats::default(),
             trace: None,
             audit: None,
+        }
+    }
+
+    /// Replaces the memory model (devices that are not presets, cut-down copies).
+    pub fn with_memory(mut self, mem: MemModel) -> Self {
+        self.mem = mem;
+        self
+    }
+
+    pub fn memory(&self) -> &MemModel {
+        &self.mem
+    }
+
+    pub fn mem_stats(&self) -> MemStats {
+        self.mem_stats
+    }
+
+    /// Moves virtual time to `t`, integrating the DRAM counters over the step.
+    fn step_to(&mut self, t: Nanos) {
+        if t > self.now {
+            let dt = (t - self.now) as f64;
+            self.mem_stats.busy_ns += self.mem_demand.min(1.0) * dt;
+            if self.mem_demand > 1.0 {
+                self.mem_stats.saturated_ns += dt;
+            }
+            self.now = t;
         }
     }
 
@@ -249,6 +311,8 @@ impl SimGpu {
             let l = self.launches.get_mut(&lid).expect("checked above");
             // Preempted blocks first, keeping their number small (Tanasic 3.3, PTBQ).
             let restored = !l.restore.is_empty();
+            // A restored block keeps the remaining time it was saved with
+            // (already contended); a new one gets its time at the end of the instant.
             let (index, work) = if let Some(sb) = l.restore.pop_front() {
                 let restore_ns =
                     (l.context_bytes as f64 / (self.info.mem_bandwidth / self.info.num_sms as f64) * 1e9) as Nanos;
@@ -256,21 +320,14 @@ impl SimGpu {
                 (sb.index, restore_ns + sb.remaining_ns)
             } else {
                 let Some(b) = l.blocks.pop_first() else { break };
-                (
-                    b,
-                    stretch(
-                        block_time(&l.desc, self.seed, l.time_key, b),
-                        l.desc.mem_intensity,
-                        self.mem_demand + l.demand,
-                    ),
-                )
+                (b, block_time(&l.desc, self.seed, l.time_key, b))
             };
             l.resident += 1;
             if let Some(a) = self.audit.as_mut() {
                 a.issued.push((l.kernel, index, restored));
             }
-            let (d, demand) = (Arc::clone(&l.desc), l.demand);
-            self.mem_demand += demand;
+            let (d, mem) = (Arc::clone(&l.desc), l.mem);
+            self.mem_demand += mem.demand_per_block;
             let token = self.next_token;
             self.next_token += 1;
             let s = &mut self.sms[sm];
@@ -281,11 +338,38 @@ impl SimGpu {
             if s.resident.is_empty() {
                 s.busy_since = Some(self.now);
             }
+            // Provisional end (what a context save in this same instant sees).
             let end = self.now + work.max(1);
             s.resident.push(Resident { token, launch: lid, index, end });
-            self.schedule(end, SimEvent::BlockDone { sm: sm as u16, token });
+            if restored {
+                self.schedule(end, SimEvent::BlockDone { sm: sm as u16, token });
+            } else {
+                self.pending.push(Pending { sm: sm as u16, token, base: work, mem });
+            }
         }
         self.check_exhausted(lid);
+    }
+
+    /// Fixes the times of the blocks issued in the current instant, now that
+    /// the instant's demand is known, and schedules their completions.
+    fn flush_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let demand = self.mem_demand;
+        let mut pending = std::mem::take(&mut self.pending);
+        for p in pending.drain(..) {
+            let s = &mut self.sms[p.sm as usize];
+            // Gone already: preempted in the same instant.
+            let Some(r) = s.resident.iter_mut().find(|r| r.token == p.token) else { continue };
+            let work = p.mem.block_time(p.base, demand).max(1);
+            r.end = self.now + work;
+            let end = r.end;
+            self.mem_stats.issued_ns += work as f64;
+            self.mem_stats.alone_ns += p.base as f64;
+            self.schedule(end, SimEvent::BlockDone { sm: p.sm, token: p.token });
+        }
+        self.pending = pending;
     }
 
     /// A launch with nothing left to issue gives all its SMs back (leftover
@@ -329,7 +413,7 @@ impl SimGpu {
         let r = self.sms[sm].resident.swap_remove(pos);
         if let Some(l) = self.launches.get_mut(&r.launch) {
             l.resident -= 1;
-            self.mem_demand -= l.demand;
+            self.mem_demand -= l.mem.demand_per_block;
             let d = &l.desc;
             let s = &mut self.sms[sm];
             s.threads -= d.threads_per_block;
@@ -511,7 +595,7 @@ impl Device for SimGpu {
                     }
                 }
                 let bps = self.info.blocks_per_sm(&desc).map_err(|e| DeviceError::Protocol(e.to_string()))?;
-                let demand = mem_demand_per_block(&desc, bps, self.info.num_sms);
+                let mem = KernelMem::new(&desc, bps, &self.info, &self.mem);
                 let context_bytes = desc.context_bytes();
                 self.launches.insert(
                     launch,
@@ -529,7 +613,7 @@ impl Device for SimGpu {
                         completed: 0,
                         exhausted: false,
                         bps,
-                        demand,
+                        mem,
                         context_bytes,
                     },
                 );
@@ -585,22 +669,24 @@ impl Device for SimGpu {
                 events.append(&mut self.out);
                 return Ok(self.now);
             }
+            // The caller has submitted everything for this instant: time moves on.
+            self.flush_pending();
             let next = self.queue.peek().map(|Reverse((t, _, _))| *t);
             match (next, until) {
                 (None, None) => return Err(DeviceError::Stalled { now: self.now }),
                 (None, Some(u)) => {
-                    self.now = self.now.max(u);
+                    self.step_to(u);
                     return Ok(self.now);
                 }
                 (Some(t), Some(u)) if u < t => {
-                    self.now = self.now.max(u);
+                    self.step_to(u);
                     return Ok(self.now);
                 }
                 _ => {}
             }
             // Process every internal event at the next instant, then report.
             let Some(Reverse((t, _, _))) = self.queue.peek().copied() else { continue };
-            self.now = t;
+            self.step_to(t);
             while let Some(Reverse((t2, _, ev))) = self.queue.peek().copied() {
                 if t2 != t {
                     break;

@@ -1,13 +1,14 @@
 //! The simulated GPU, gpumux's default device (DESIGN.md, "The simulated GPU").
 //!
 //! [`SimGpu`] implements the engine's `Device` trait in nanosecond virtual
-//! time: SM occupancy, shared memory bandwidth, copy engines, and the three
-//! hardware preemption mechanisms of Tanasic et al. that real GPUs do not
-//! expose. [`presets`] holds the K20c of Tanasic Table 2 and the H100/H200.
+//! time: SM occupancy, memory bandwidth ([`memory`]: a per-SM ceiling and
+//! shared DRAM), copy engines, and the three hardware preemption mechanisms
+//! of Tanasic et al. that real GPUs do not expose. [`presets`] holds the K20c of Tanasic Table 2 and the H100/H200.
 
 pub mod gpu;
+pub mod memory;
 pub mod presets;
 pub mod synthetic;
 pub mod timing;
 
-pub use gpu::SimGpu;
+pub use gpu::{MemStats, SimGpu};

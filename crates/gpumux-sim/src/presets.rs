@@ -1,6 +1,7 @@
 //! Device presets. Numbers are the vendors' published limits; where a paper
 //! fixes them (Tanasic Table 2 for the K20c) the paper's numbers win.
 
+use crate::memory::{MemModel, DEFAULT_SATURATION_RATIO};
 use gpumux_engine::kernel::{DeviceInfo, SmLimits};
 
 const KB: u32 = 1024;
@@ -40,6 +41,43 @@ pub fn h100() -> DeviceInfo {
 /// NVIDIA H200 SXM 141 GB: the H100's SMs with 4.8 TB/s HBM3e.
 pub fn h200() -> DeviceInfo {
     DeviceInfo { name: "sim:h200".into(), mem_bandwidth: 4800.0 * GB, mem_bytes: 141 << 30, ..h100() }
+}
+
+/// H100 per-SM memory ceiling: κ = 2.5, i.e. 2.5 × 3.35 TB/s / 132 = 63.4 GB/s
+/// per SM, so a streaming kernel saturates HBM with 53 of the 132 SMs.
+/// Source: our own H100 measurement (docs/benchmarks.md, "Spatial sharing",
+/// 2026-11-22): the memory-bound triad took 10.64 ms on all 132 SMs, 17.32 ms
+/// on 33 and 33.86 ms on 16 (next to a compute-bound sgemm). Below saturation
+/// time ∝ 1 / (SMs × per-SM rate), so the per-SM rate is
+/// 10.64 / (16 × 33.86) = 1/50.9 and 10.64 / (33 × 17.32) = 1/53.7 of the
+/// achieved whole-device bandwidth: κ = 132/50.9 = 2.59 and 132/53.7 = 2.46.
+pub fn h100_memory() -> MemModel {
+    MemModel::with_ratio(&h100(), 2.5)
+}
+
+/// H200: the H100's SMs (same per-SM ceiling in bytes/s: an SM's memory-level
+/// parallelism, and HBM3e's latency is HBM3's to first order) with 4.8 TB/s,
+/// so κ = 63.4 GB/s × 132 / 4.8 TB/s = 1.74. Derived, not measured.
+pub fn h200_memory() -> MemModel {
+    MemModel { sm_bandwidth: h100_memory().sm_bandwidth, calibration_sms: None }
+}
+
+/// K20c: no per-SM bandwidth measurement of our own or in Tanasic et al.;
+/// we assume the H100's ratio κ = 2.5 (a streaming kernel saturates the 208
+/// GB/s with 5-6 of 13 SMs). An assumption: docs/simulator.md says what
+/// depends on it.
+pub fn k20c_memory() -> MemModel {
+    MemModel::with_ratio(&k20c(), DEFAULT_SATURATION_RATIO)
+}
+
+/// The memory model of a preset, by the device's name (with or without `sim:`).
+pub fn memory(info: &DeviceInfo) -> Option<MemModel> {
+    match info.name.strip_prefix("sim:").unwrap_or(&info.name) {
+        "k20c" => Some(k20c_memory()),
+        "h100" => Some(h100_memory()),
+        "h200" => Some(h200_memory()),
+        _ => None,
+    }
 }
 
 pub const NAMES: &[&str] = &["k20c", "h100", "h200"];
