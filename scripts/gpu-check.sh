@@ -10,6 +10,14 @@
 #         `cargo build --release -p gpumux-cuda --bin gpumux-cuda-check`.
 # OUTDIR: where JSON results and logs go (default: gpu-check-out).
 # GPUMUX_PHASES: which phases to run (default "check overhead preempt mps spatial").
+#   spatial: triad + sgemm alone, one after the other, together (hardware), on disjoint SM
+#            sets (gpumux workers, green contexts), and as two MPS client processes with
+#            CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per process; this script starts MPS in a
+#            private pipe directory for it (the bench itself stays a non-MPS process and
+#            hands the directory to its two children) and stops it again.
+#   spatial-mps (not in the default): the MPS rows only, with the bench itself an MPS
+#            client too (if the MPS rows of `spatial` fail because a non-MPS process holds
+#            the GPU).
 set -uo pipefail
 
 BIN=${1:-${GPUMUX_CUDA_CHECK:-target/release/gpumux-cuda-check}}
@@ -42,6 +50,22 @@ run() { # name, then arguments
     return 0
 }
 
+MPS_DIR=/tmp/gpumux-mps
+MPS_LOG=/tmp/gpumux-mps-log
+# Starts the MPS control daemon in a private pipe directory; changes no device setting
+# (compute mode, clocks) and needs no reset. Returns nonzero when it cannot.
+mps_start() {
+    command -v nvidia-cuda-mps-control >/dev/null || { echo "=== MPS: nvidia-cuda-mps-control not found"; return 1; }
+    mkdir -p "$MPS_DIR" "$MPS_LOG"
+    CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR CUDA_MPS_LOG_DIRECTORY=$MPS_LOG nvidia-cuda-mps-control -d \
+        || { echo "=== MPS: could not start the MPS daemon"; return 1; }
+    sleep 1
+}
+mps_stop() {
+    echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR CUDA_MPS_LOG_DIRECTORY=$MPS_LOG nvidia-cuda-mps-control
+    sleep 1
+}
+
 for phase in $PHASES; do
     case $phase in
         check) run check check --rounds 2 ;;
@@ -65,7 +89,23 @@ for phase in $PHASES; do
             else
                 echo "=== mps: nvidia-cuda-mps-control not found; skipped"
             fi ;;
-        spatial) run spatial spatial ;;
+        spatial)
+            if mps_start; then
+                run spatial spatial --mps-pipe-dir "$MPS_DIR"
+                mps_stop
+            else
+                echo "=== spatial: MPS not running; the bench skips its MPS rows"
+                run spatial spatial --mps-pipe-dir /nonexistent-gpumux-mps
+            fi ;;
+        spatial-mps)
+            if mps_start; then
+                export CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR
+                run spatial-mps spatial --modes mps --mps-pipe-dir "$MPS_DIR"
+                unset CUDA_MPS_PIPE_DIRECTORY
+                mps_stop
+            else
+                echo "=== spatial-mps: skipped (no MPS)"
+            fi ;;
         *) echo "unknown phase $phase" >&2; status=1 ;;
     esac
 done

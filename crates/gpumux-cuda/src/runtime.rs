@@ -14,6 +14,9 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
+pub mod green;
+pub use green::{GreenContext, SmResource, SmSplit};
+
 /// What `cuda_available` reports about the GPU.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct DeviceSummary {
@@ -38,11 +41,7 @@ pub(crate) fn check(call: &'static str, r: cu::CUresult) -> Result<()> {
             CStr::from_ptr(p).to_string_lossy().into_owned()
         }
     };
-    Err(CudaError::Driver {
-        call,
-        code: r as i32,
-        msg,
-    })
+    Err(CudaError::Driver { call, code: r as i32, msg })
 }
 
 /// True when libcuda can be opened. Never panics (cudarc's loader would).
@@ -74,18 +73,14 @@ unsafe impl Sync for Gpu {}
 fn attr(dev: cu::CUdevice, a: cu::CUdevice_attribute) -> Result<i32> {
     let mut v = 0;
     // SAFETY: out-pointer to a local.
-    check("cuDeviceGetAttribute", unsafe {
-        cu::cuDeviceGetAttribute(&mut v, a, dev)
-    })?;
+    check("cuDeviceGetAttribute", unsafe { cu::cuDeviceGetAttribute(&mut v, a, dev) })?;
     Ok(v)
 }
 
 impl Gpu {
     pub fn open(ordinal: i32) -> Result<Gpu> {
         if !driver_present() {
-            return Err(CudaError::NoDriver(
-                "libcuda.so not found on the loader path".into(),
-            ));
+            return Err(CudaError::NoDriver("libcuda.so not found on the loader path".into()));
         }
         // SAFETY: the driver library is present; every call gets valid out-pointers.
         unsafe {
@@ -93,22 +88,14 @@ impl Gpu {
             let mut count = 0;
             check("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
             if ordinal >= count {
-                return Err(CudaError::NoDevice(format!(
-                    "asked for GPU {ordinal}, the driver sees {count}"
-                )));
+                return Err(CudaError::NoDevice(format!("asked for GPU {ordinal}, the driver sees {count}")));
             }
             let mut dev = 0;
             check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
             let mut name = [0 as std::ffi::c_char; 256];
-            check(
-                "cuDeviceGetName",
-                cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev),
-            )?;
+            check("cuDeviceGetName", cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev))?;
             let mut driver_version = 0;
-            check(
-                "cuDriverGetVersion",
-                cu::cuDriverGetVersion(&mut driver_version),
-            )?;
+            check("cuDriverGetVersion", cu::cuDriverGetVersion(&mut driver_version))?;
             let mut mem = 0usize;
             check("cuDeviceTotalMem", cu::cuDeviceTotalMem_v2(&mut mem, dev))?;
             use cu::CUdevice_attribute as A;
@@ -123,16 +110,10 @@ impl Gpu {
                 memory_bytes: mem as u64,
             };
             let mut ctx = std::ptr::null_mut();
-            check(
-                "cuDevicePrimaryCtxRetain",
-                cu::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-            )?;
+            check("cuDevicePrimaryCtxRetain", cu::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
             check("cuCtxSetCurrent", cu::cuCtxSetCurrent(ctx))?;
             let (mut least, mut greatest) = (0, 0);
-            check(
-                "cuCtxGetStreamPriorityRange",
-                cu::cuCtxGetStreamPriorityRange(&mut least, &mut greatest),
-            )?;
+            check("cuCtxGetStreamPriorityRange", cu::cuCtxGetStreamPriorityRange(&mut least, &mut greatest))?;
             Ok(Gpu {
                 ordinal,
                 dev,
@@ -161,38 +142,22 @@ impl Gpu {
     /// Compiles (NVRTC, cached by source hash) and loads a module (cached too).
     pub fn module(&self, name: &str, src: &str) -> Result<Arc<Module>> {
         let compiled = nvrtc::compile(name, src, self.arch(), &[])?;
-        let mut m = self
-            .modules
-            .lock()
-            .map_err(|_| CudaError::Invalid("module cache poisoned".into()))?;
+        let mut m = self.modules.lock().map_err(|_| CudaError::Invalid("module cache poisoned".into()))?;
         if let Some(x) = m.get(&compiled.key) {
             return Ok(x.clone());
         }
         let mut module = std::ptr::null_mut();
         // SAFETY: the CUBIN outlives the call; the driver copies it.
-        check("cuModuleLoadData", unsafe {
-            cu::cuModuleLoadData(&mut module, compiled.cubin.as_ptr().cast())
-        })?;
-        let module = Arc::new(Module {
-            raw: module,
-            name: name.to_string(),
-        });
+        check("cuModuleLoadData", unsafe { cu::cuModuleLoadData(&mut module, compiled.cubin.as_ptr().cast()) })?;
+        let module = Arc::new(Module { raw: module, name: name.to_string() });
         m.insert(compiled.key, module.clone());
         Ok(module)
     }
 
     /// A module compiled from `src` as written, and one from its transformation.
-    pub fn native_and_worker(
-        &self,
-        name: &str,
-        src: &str,
-    ) -> Result<(Arc<Module>, Arc<Module>, Transformed)> {
+    pub fn native_and_worker(&self, name: &str, src: &str) -> Result<(Arc<Module>, Arc<Module>, Transformed)> {
         let t = transform::transform(src)?;
-        Ok((
-            self.module(name, src)?,
-            self.module(&format!("{name}_gmx"), &t.source)?,
-            t,
-        ))
+        Ok((self.module(name, src)?, self.module(&format!("{name}_gmx"), &t.source)?, t))
     }
 
     pub fn attr(&self, a: cu::CUdevice_attribute) -> Result<i32> {
@@ -212,23 +177,12 @@ unsafe impl Sync for Module {}
 
 impl Module {
     pub fn function(&self, name: &str) -> Result<Function> {
-        let c = std::ffi::CString::new(name)
-            .map_err(|_| CudaError::Invalid("kernel name contains NUL".into()))?;
+        let c = std::ffi::CString::new(name).map_err(|_| CudaError::Invalid("kernel name contains NUL".into()))?;
         let mut f = std::ptr::null_mut();
         // SAFETY: valid module and C string.
-        check("cuModuleGetFunction", unsafe {
-            cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr())
-        })
-        .map_err(|e| {
-            CudaError::Invalid(format!(
-                "kernel `{name}` not in module `{}`: {e}",
-                self.name
-            ))
-        })?;
-        Ok(Function {
-            raw: f,
-            name: name.to_string(),
-        })
+        check("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr()) })
+            .map_err(|e| CudaError::Invalid(format!("kernel `{name}` not in module `{}`: {e}", self.name)))?;
+        Ok(Function { raw: f, name: name.to_string() })
     }
 }
 
@@ -248,12 +202,7 @@ impl Function {
         let mut n = 0;
         // SAFETY: out-pointer to a local; valid function.
         check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
-            cu::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                &mut n,
-                self.raw,
-                threads as i32,
-                dyn_smem as usize,
-            )
+            cu::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, self.raw, threads as i32, dyn_smem as usize)
         })?;
         if n <= 0 {
             return Err(CudaError::Invalid(format!(
@@ -303,9 +252,7 @@ impl Params {
     pub fn push_bytes(&mut self, b: &[u8]) -> &mut Self {
         let mut slot = vec![0u64; b.len().div_ceil(8).max(1)];
         // SAFETY: the slot holds at least b.len() bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(b.as_ptr(), slot.as_mut_ptr().cast::<u8>(), b.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), slot.as_mut_ptr().cast::<u8>(), b.len()) };
         self.slots.push(slot);
         self
     }
@@ -325,11 +272,7 @@ impl Params {
     /// A suite argument, buffers resolved through `bufs`.
     pub fn arg(&mut self, a: &Arg, bufs: &[DeviceBuffer]) -> Result<&mut Self> {
         Ok(match a {
-            Arg::Buf(i) => self.ptr(
-                bufs.get(*i)
-                    .ok_or_else(|| CudaError::Invalid(format!("no buffer {i}")))?
-                    .ptr,
-            ),
+            Arg::Buf(i) => self.ptr(bufs.get(*i).ok_or_else(|| CudaError::Invalid(format!("no buffer {i}")))?.ptr),
             Arg::U32(v) => self.u32(*v),
             Arg::I32(v) => self.push_bytes(&v.to_le_bytes()),
             Arg::F32(v) => self.push_bytes(&v.to_le_bytes()),
@@ -337,10 +280,7 @@ impl Params {
         })
     }
     fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.slots
-            .iter_mut()
-            .map(|s| s.as_mut_ptr().cast::<c_void>())
-            .collect()
+        self.slots.iter_mut().map(|s| s.as_mut_ptr().cast::<c_void>()).collect()
     }
 }
 
@@ -354,9 +294,7 @@ impl DeviceBuffer {
     pub fn new(bytes: usize) -> Result<DeviceBuffer> {
         let mut ptr = 0;
         // SAFETY: out-pointer to a local.
-        check("cuMemAlloc", unsafe {
-            cu::cuMemAlloc_v2(&mut ptr, bytes.max(4))
-        })?;
+        check("cuMemAlloc", unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes.max(4)) })?;
         Ok(DeviceBuffer { ptr, bytes })
     }
     pub fn upload(&self, data: &[u8]) -> Result<()> {
@@ -364,15 +302,11 @@ impl DeviceBuffer {
             return Err(CudaError::Invalid("upload larger than the buffer".into()));
         }
         // SAFETY: the buffer holds at least data.len() bytes.
-        check("cuMemcpyHtoD", unsafe {
-            cu::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len())
-        })
+        check("cuMemcpyHtoD", unsafe { cu::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len()) })
     }
     pub fn fill(&self, byte: u8) -> Result<()> {
         // SAFETY: within the allocation.
-        check("cuMemsetD8", unsafe {
-            cu::cuMemsetD8_v2(self.ptr, byte, self.bytes)
-        })
+        check("cuMemsetD8", unsafe { cu::cuMemsetD8_v2(self.ptr, byte, self.bytes) })
     }
     pub fn download(&self) -> Result<Vec<u8>> {
         self.download_prefix(self.bytes)
@@ -381,9 +315,7 @@ impl DeviceBuffer {
         let n = n.min(self.bytes);
         let mut v = vec![0u8; n];
         // SAFETY: v holds n bytes, within the allocation.
-        check("cuMemcpyDtoH", unsafe {
-            cu::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), self.ptr, n)
-        })?;
+        check("cuMemcpyDtoH", unsafe { cu::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), self.ptr, n) })?;
         Ok(v)
     }
 }
@@ -414,23 +346,12 @@ impl HostMapped {
         unsafe {
             check(
                 "cuMemHostAlloc",
-                cu::cuMemHostAlloc(
-                    &mut host,
-                    bytes,
-                    cu::CU_MEMHOSTALLOC_DEVICEMAP | cu::CU_MEMHOSTALLOC_PORTABLE,
-                ),
+                cu::cuMemHostAlloc(&mut host, bytes, cu::CU_MEMHOSTALLOC_DEVICEMAP | cu::CU_MEMHOSTALLOC_PORTABLE),
             )?;
             std::ptr::write_bytes(host.cast::<u8>(), 0, bytes);
             let mut dev = 0;
-            check(
-                "cuMemHostGetDevicePointer",
-                cu::cuMemHostGetDevicePointer_v2(&mut dev, host, 0),
-            )?;
-            Ok(HostMapped {
-                host: host.cast(),
-                dev,
-                bytes,
-            })
+            check("cuMemHostGetDevicePointer", cu::cuMemHostGetDevicePointer_v2(&mut dev, host, 0))?;
+            Ok(HostMapped { host: host.cast(), dev, bytes })
         }
     }
     pub fn read_u32(&self, word: usize) -> u32 {
@@ -485,11 +406,7 @@ impl Stream {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         check("cuStreamCreateWithPriority", unsafe {
-            cu::cuStreamCreateWithPriority(
-                &mut raw,
-                cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-                p,
-            )
+            cu::cuStreamCreateWithPriority(&mut raw, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32, p)
         })?;
         Ok(Stream { raw, priority: p })
     }
@@ -503,47 +420,45 @@ impl Stream {
     }
     pub fn sync(&self) -> Result<()> {
         // SAFETY: valid stream.
-        check("cuStreamSynchronize", unsafe {
-            cu::cuStreamSynchronize(self.raw)
-        })
+        check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(self.raw) })
     }
     /// Makes later work on this stream wait for `e`.
     pub fn wait(&self, e: &Event) -> Result<()> {
         // SAFETY: valid handles.
-        check("cuStreamWaitEvent", unsafe {
-            cu::cuStreamWaitEvent(self.raw, e.raw(), 0)
-        })
+        check("cuStreamWaitEvent", unsafe { cu::cuStreamWaitEvent(self.raw, e.raw(), 0) })
     }
     /// Writes a 32-bit word in device memory from the stream's front end: it
     /// needs no SM, so it lands even while every SM is busy.
     pub fn write_u32(&self, addr: u64, value: u32) -> Result<()> {
         // SAFETY: addr is device memory owned by the caller.
-        check("cuStreamWriteValue32", unsafe {
-            cu::cuStreamWriteValue32_v2(self.raw, addr, value, 0)
+        check("cuStreamWriteValue32", unsafe { cu::cuStreamWriteValue32_v2(self.raw, addr, value, 0) })
+    }
+    /// Makes later work on this stream wait until the 32-bit word at `addr` (device
+    /// memory or host-mapped memory) is at least `value` (`cuStreamWaitValue32`, GEQ).
+    pub fn wait_u32_geq(&self, addr: u64, value: u32) -> Result<()> {
+        // SAFETY: addr is memory owned by the caller, valid until the wait is satisfied.
+        check("cuStreamWaitValue32", unsafe {
+            cu::cuStreamWaitValue32_v2(
+                self.raw,
+                addr,
+                value,
+                cu::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+            )
         })
     }
     /// Asynchronous host-to-device copy; `src` must stay valid until the stream reaches it.
     ///
     /// # Safety
     /// `src` must point to `bytes` readable bytes that live until the copy ran.
-    pub unsafe fn copy_to_device_async(
-        &self,
-        dst: u64,
-        src: *const u8,
-        bytes: usize,
-    ) -> Result<()> {
-        check("cuMemcpyHtoDAsync", unsafe {
-            cu::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.raw)
-        })
+    pub unsafe fn copy_to_device_async(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+        check("cuMemcpyHtoDAsync", unsafe { cu::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.raw) })
     }
     /// Asynchronous device-to-host copy.
     ///
     /// # Safety
     /// `dst` must point to `bytes` writable bytes that live until the copy ran.
     pub unsafe fn copy_to_host_async(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
-        check("cuMemcpyDtoHAsync", unsafe {
-            cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, self.raw)
-        })
+        check("cuMemcpyDtoHAsync", unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, self.raw) })
     }
 }
 
@@ -568,9 +483,7 @@ impl Event {
     pub fn new() -> Result<Event> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer.
-        check("cuEventCreate", unsafe {
-            cu::cuEventCreate(&mut raw, cu::CUevent_flags::CU_EVENT_DEFAULT as u32)
-        })?;
+        check("cuEventCreate", unsafe { cu::cuEventCreate(&mut raw, cu::CUevent_flags::CU_EVENT_DEFAULT as u32) })?;
         Ok(Event { raw })
     }
     /// An event for completion only (no timestamp): cheaper to record.
@@ -584,15 +497,11 @@ impl Event {
     }
     pub fn record(&self, s: &Stream) -> Result<()> {
         // SAFETY: valid handles.
-        check("cuEventRecord", unsafe {
-            cu::cuEventRecord(self.raw, s.raw)
-        })
+        check("cuEventRecord", unsafe { cu::cuEventRecord(self.raw, s.raw) })
     }
     pub fn sync(&self) -> Result<()> {
         // SAFETY: valid handle.
-        check("cuEventSynchronize", unsafe {
-            cu::cuEventSynchronize(self.raw)
-        })
+        check("cuEventSynchronize", unsafe { cu::cuEventSynchronize(self.raw) })
     }
     /// True once the work before the record has finished.
     pub fn done(&self) -> Result<bool> {
@@ -610,9 +519,7 @@ impl Event {
     pub fn elapsed_ms(&self, later: &Event) -> Result<f32> {
         let mut ms = 0f32;
         // SAFETY: valid handles, both recorded.
-        check("cuEventElapsedTime", unsafe {
-            cu::cuEventElapsedTime_v2(&mut ms, self.raw, later.raw)
-        })?;
+        check("cuEventElapsedTime", unsafe { cu::cuEventElapsedTime_v2(&mut ms, self.raw, later.raw) })?;
         Ok(ms)
     }
 }

@@ -9,7 +9,7 @@ mod spatial;
 pub use check::{check_suite, exactly_once, CheckRow};
 pub use overhead::{overhead, OverheadRow};
 pub use preemption::{lp_hog, preemption, PreemptRow};
-pub use spatial::{spatial, SpatialRow};
+pub use spatial::{spatial, spatial_child, SpatialConfig, SpatialRow};
 
 use crate::runtime::Gpu;
 use anyhow::Context as _;
@@ -67,10 +67,23 @@ pub enum BenchCommand {
         )]
         modes: Vec<String>,
     },
-    /// Memory-bound + compute-bound kernel: one after the other vs together on disjoint SM sets.
+    /// Memory-bound + compute-bound kernel: alone, one after the other, together under the
+    /// hardware's scheduling, on disjoint SM sets (gpumux workers, green contexts), and as
+    /// two processes under MPS (MPS must be running; else those rows are skipped).
     Spatial {
         #[arg(long, default_value_t = 5)]
         reps: u32,
+        /// SMs of the memory-bound app in each split (multiples of the green-context group
+        /// size, 8 on an H100); the compute-bound app gets the other whole groups.
+        #[arg(long, value_delimiter = ',', default_value = "16,32,48,64")]
+        mem_sms: Vec<u32>,
+        /// Row groups: hardware, workers, green, green-cost, mps (default: all).
+        #[arg(long, value_delimiter = ',')]
+        modes: Vec<String>,
+        /// MPS pipe directory for the two child processes (default:
+        /// $GPUMUX_MPS_PIPE_DIRECTORY, else $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps).
+        #[arg(long)]
+        mps_pipe_dir: Option<PathBuf>,
     },
     /// Everything above, in that order, with default settings.
     All,
@@ -81,6 +94,12 @@ pub enum BenchCommand {
         block_us: u64,
         #[arg(long)]
         seconds: f64,
+    },
+    /// (internal) One app of the spatial bench's MPS rows, run once per `go` line on stdin.
+    #[command(hide = true)]
+    SpatialChild {
+        #[arg(long)]
+        app: crate::suite::App,
     },
 }
 
@@ -99,6 +118,9 @@ pub struct Report {
 pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
     if let BenchCommand::LpHog { block_us, seconds } = args.command {
         return lp_hog(args.gpu, block_us, seconds);
+    }
+    if let BenchCommand::SpatialChild { app } = args.command {
+        return spatial_child(args.gpu, app, args.seed);
     }
     let gpu = Gpu::open(args.gpu).context("opening the GPU")?;
     let mut rep = Report {
@@ -150,10 +172,16 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
         rep.preempt = preemption(&gpu, &[10, 20, 100, 1000], 200, &modes, args.seed)?;
     }
     save(&rep)?;
-    if let BenchCommand::Spatial { reps } = args.command {
-        rep.spatial = spatial(&gpu, reps, args.seed)?;
+    if let BenchCommand::Spatial { reps, mem_sms, modes, mps_pipe_dir } = &args.command {
+        let cfg = SpatialConfig {
+            mem_sms: mem_sms.clone(),
+            modes: modes.clone(),
+            mps_pipe_dir: mps_pipe_dir.clone(),
+            ..SpatialConfig::new(*reps, args.seed)
+        };
+        rep.spatial = spatial(&gpu, &cfg)?;
     } else if all {
-        rep.spatial = spatial(&gpu, 5, args.seed)?;
+        rep.spatial = spatial(&gpu, &SpatialConfig::new(5, args.seed))?;
     }
     save(&rep)?;
     if failed {

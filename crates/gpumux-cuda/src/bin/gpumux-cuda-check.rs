@@ -12,7 +12,12 @@ struct Cli {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if !matches!(cli.bench.command, gpumux_cuda::BenchCommand::LpHog { .. }) {
+    // The hidden child-process subcommands open the GPU themselves (a probe here would
+    // cost an MPS client a second context).
+    if !matches!(
+        cli.bench.command,
+        gpumux_cuda::BenchCommand::LpHog { .. } | gpumux_cuda::BenchCommand::SpatialChild { .. }
+    ) {
         match gpumux_cuda::cuda_available() {
             Ok(_) => {}
             Err(e) => {
