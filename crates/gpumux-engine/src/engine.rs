@@ -309,6 +309,13 @@ impl Engine {
             }
             let op_idx = p.op_idx;
             let spec = Arc::clone(&p.spec);
+            if matches!(spec.ops[op_idx], Op::Sync) {
+                if !self.procs[slot].stream.is_empty() {
+                    return; // `stream_head_done` steps the host again
+                }
+                self.procs[slot].op_idx += 1;
+                continue;
+            }
             self.procs[slot].op_idx += 1;
             if let Op::Cpu { ns } = spec.ops[op_idx] {
                 self.procs[slot].host_busy = true;
@@ -372,7 +379,7 @@ impl Engine {
                     self.finish_kernel(id);
                 }
             }
-            Op::Cpu { .. } => unreachable!("CPU operations never enter the stream"),
+            Op::Cpu { .. } | Op::Sync => unreachable!("host operations never enter the stream"),
         }
     }
 

@@ -39,10 +39,15 @@ pub enum Op {
     Kernel(Arc<KernelDesc>),
     /// Host computation between GPU calls.
     Cpu { ns: Nanos },
+    /// The host waits until every GPU operation it issued has completed
+    /// (`cudaStreamSynchronize`, or a blocking `cudaMemcpy` before the host
+    /// reads the result). Only matters with `async_depth > 0`: a synchronous
+    /// process waits after every operation anyway.
+    Sync,
 }
 
 impl Op {
     pub fn is_gpu(&self) -> bool {
-        !matches!(self, Op::Cpu { .. })
+        !matches!(self, Op::Cpu { .. } | Op::Sync)
     }
 }

@@ -109,7 +109,7 @@ fn measure_profiles(ctx: &Ctx) -> Result<Vec<Vec<f64>>> {
             }],
             replay_min_runs: None,
         };
-        Ok(sim::simulate(&w, &d, Box::new(Coop::default()), None, ctx.seed, None)?.end_ns as f64)
+        Ok(sim::simulate(&w, &d, Box::new(Coop::default()), None, &ctx.sim, None)?.end_ns as f64)
     })?;
     let mut out = Vec::new();
     for a in 0..APPS.len() {
@@ -162,10 +162,10 @@ fn run_trial(ctx: &Ctx, t: &Trial, chars: &[AppChar]) -> Result<TrialResult> {
     if let Some((i, n)) = t.spec.reserve {
         p = p.with_reservation(Reservation { process_name: proc_name(&APPS[t.apps[i]], i), sms: n });
     }
-    let spatial = sim::simulate(&w, &info, Box::new(p), None, ctx.seed, Some(WINDOW_NS))?;
+    let spatial = sim::simulate(&w, &info, Box::new(p), None, &ctx.sim, Some(WINDOW_NS))?;
     let work = thesis::fixed_work(&apps, &info, &spatial.blocks_done)?;
     let coop =
-        sim::simulate(&work, &info, Box::new(Coop::default()), None, ctx.seed, None).context("cooperative run")?;
+        sim::simulate(&work, &info, Box::new(Coop::default()), None, &ctx.sim, None).context("cooperative run")?;
     Ok(TrialResult {
         speedup: coop.end_ns as f64 / spatial.end_ns.max(1) as f64,
         blocks: spatial.blocks_done,
@@ -203,7 +203,7 @@ fn dram_alone(ctx: &Ctx) -> Result<Vec<(f64, f64)>> {
     let info = device();
     parallel("DRAM alone", &(0..APPS.len()).collect::<Vec<_>>(), ctx.threads, ctx.progress, |&a| {
         let w = thesis::respawning(&[&APPS[a]], &info);
-        let o = sim::simulate(&w, &info, Box::new(Coop::default()), None, ctx.seed, Some(WINDOW_NS))?;
+        let o = sim::simulate(&w, &info, Box::new(Coop::default()), None, &ctx.sim, Some(WINDOW_NS))?;
         let end = o.end_ns.max(1) as f64;
         Ok((o.mem.busy_ns / end, o.mem.saturated_ns / end))
     })
@@ -319,7 +319,7 @@ pub fn heuristics(ctx: &Ctx) -> Result<String> {
     let alone =
         parallel("alone in the window", &(0..APPS.len()).collect::<Vec<_>>(), ctx.threads, ctx.progress, |&a| {
             let w = thesis::respawning(&[&APPS[a]], &info);
-            Ok(sim::simulate(&w, &info, Box::new(Coop::default()), None, ctx.seed, Some(WINDOW_NS))?.blocks_done[0]
+            Ok(sim::simulate(&w, &info, Box::new(Coop::default()), None, &ctx.sim, Some(WINDOW_NS))?.blocks_done[0]
                 as f64)
         })?;
     for k in [2usize, 3, 4] {
@@ -516,7 +516,7 @@ pub fn qos(ctx: &Ctx) -> Result<String> {
     let target = 0.75;
     let predicted = qos_reservation(&profiles[sad], target).context("empty SAD profile")?;
     let alone_w = thesis::respawning(&[&APPS[sad]], &info);
-    let sad_alone = sim::simulate(&alone_w, &info, Box::new(Coop::default()), None, ctx.seed, Some(WINDOW_NS))?
+    let sad_alone = sim::simulate(&alone_w, &info, Box::new(Coop::default()), None, &ctx.sim, Some(WINDOW_NS))?
         .blocks_done[0] as f64;
     let be_pairs: Vec<Vec<usize>> =
         thesis::spaced(&(0..APPS.len()).map(|a| vec![a]).collect::<Vec<_>>(), if ctx.quick { 3 } else { 12 });

@@ -69,13 +69,19 @@ pub struct ExperimentArgs {
     /// before 2026-11-23 (docs/simulator.md).
     #[arg(long)]
     pub mem_ratio: Option<f64>,
+    /// Fixed cost (µs) the simulator charges every SM preemption on top of its
+    /// mechanism (pipeline drain and refill, TLB, trap handler; 0 in Tanasic's
+    /// model and by default): tests how much a result depends on cheap preemption.
+    #[arg(long, default_value_t = 0.0)]
+    pub preempt_overhead_us: f64,
 }
 
 /// What every experiment needs to know about the run.
 pub struct Ctx {
     pub quick: bool,
     pub out: PathBuf,
-    pub seed: u64,
+    /// Seed and model knobs of every simulated device.
+    pub sim: sim::SimSetup,
     pub threads: usize,
     pub progress: bool,
     pub tb: BlockTime,
@@ -114,12 +120,18 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
             bail!("--mem-ratio must be between 0.01 and 1000, got {r}");
         }
     }
-    sim::set_mem_ratio(args.mem_ratio);
+    if !(0.0..=1e6).contains(&args.preempt_overhead_us) {
+        bail!("--preempt-overhead-us must be between 0 and 1e6, got {}", args.preempt_overhead_us);
+    }
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let ctx = Ctx {
         quick: args.quick,
         out: args.out.clone(),
-        seed: args.seed,
+        sim: sim::SimSetup {
+            seed: args.seed,
+            mem_ratio: args.mem_ratio,
+            preempt_overhead_ns: (args.preempt_overhead_us * 1e3).round() as u64,
+        },
         threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         progress: !args.quiet && std::io::stderr().is_terminal(),
         tb,
@@ -131,8 +143,8 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
         let header = format!(
             "== {name}{}{} (seed {}, {:.1} s) ==\n",
             if ctx.quick { " --quick" } else { "" },
-            options(&ctx, name, args.mem_ratio),
-            ctx.seed,
+            options(&ctx, name),
+            ctx.sim.seed,
             started.elapsed().as_secs_f64()
         );
         println!("{header}{text}");
@@ -143,10 +155,13 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
 }
 
 /// The options that differ from the defaults, for the header.
-fn options(ctx: &Ctx, name: &str, mem_ratio: Option<f64>) -> String {
+fn options(ctx: &Ctx, name: &str) -> String {
     let mut s = String::new();
-    if let Some(r) = mem_ratio {
+    if let Some(r) = ctx.sim.mem_ratio {
         s.push_str(&format!(" --mem-ratio {r}"));
+    }
+    if ctx.sim.preempt_overhead_ns > 0 {
+        s.push_str(&format!(" --preempt-overhead-us {}", ctx.sim.preempt_overhead_ns as f64 / 1e3));
     }
     if name.starts_with("tanasic") {
         if ctx.tb == BlockTime::Table {

@@ -8,9 +8,7 @@ use anyhow::{anyhow, Context, Result};
 use gpumux_engine::device::{Command, Device, DeviceStats, Event};
 use gpumux_engine::ids::{KernelId, ProcessId};
 use gpumux_engine::kernel::DeviceInfo;
-use gpumux_engine::metrics::{self, PolicyMetrics};
 use gpumux_engine::model::Workload;
-use gpumux_engine::policies;
 use gpumux_engine::policy::Policy;
 use gpumux_engine::record::RunRecord;
 use gpumux_engine::time::Nanos;
@@ -19,7 +17,7 @@ use gpumux_sim::memory::MemModel;
 use gpumux_sim::{MemStats, SimGpu};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// What one simulated run produced.
@@ -126,20 +124,64 @@ impl HpTracker {
     }
 }
 
-/// Runs `w` under `policy` on a fresh simulated `info`, to completion or
-/// until `stop_at`. `only`: one process alone (isolated runs).
+/// How the simulated devices of an experiment are set up: the seed, and the
+/// model knobs the experiments expose to test an explanation
+/// (`--mem-ratio`, `--preempt-overhead-us`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SimSetup {
+    pub seed: u64,
+    /// Saturation ratio κ for every device instead of its preset's
+    /// (`gpumux_sim::memory`); 1 is the memory model before 2026-11-23.
+    pub mem_ratio: Option<f64>,
+    /// Fixed cost of every SM preemption (`SimGpu::with_preempt_overhead`).
+    pub preempt_overhead_ns: Nanos,
+}
+
+impl SimSetup {
+    /// The simulator as it ships, with `seed`.
+    pub fn seeded(seed: u64) -> Self {
+        SimSetup { seed, mem_ratio: None, preempt_overhead_ns: 0 }
+    }
+
+    /// The memory model for `info`: the preset's (the thesis's GPU and its
+    /// cut-down copies, whose block times are calibrated on all 30 SMs,
+    /// included), with κ overridden when `mem_ratio` is set.
+    pub fn memory_of(&self, info: &DeviceInfo) -> MemModel {
+        let mut m = if info.name == crate::thesis::FX5800_NAME {
+            crate::thesis::fx5800_memory()
+        } else {
+            MemModel::for_device(info)
+        };
+        if let Some(ratio) = self.mem_ratio {
+            // Same ratio on the calibration device (cut-down copies keep its per-SM ceiling).
+            let sms = m.calibration_sms.unwrap_or(info.num_sms) as f64;
+            m.sm_bandwidth = ratio * info.mem_bandwidth / sms.max(1.0);
+        }
+        m
+    }
+
+    /// A fresh simulated `info` with this setup.
+    pub fn device(&self, info: &DeviceInfo) -> SimGpu {
+        SimGpu::new(info.clone(), self.seed)
+            .with_memory(self.memory_of(info))
+            .with_preempt_overhead(self.preempt_overhead_ns)
+    }
+}
+
+/// Runs `w` under `policy` on a fresh simulated `info` set up by `setup`, to
+/// completion or until `stop_at`. `only`: one process alone (isolated runs).
 pub fn simulate(
     w: &Workload,
     info: &DeviceInfo,
     policy: Box<dyn Policy>,
     only: Option<ProcessId>,
-    seed: u64,
+    setup: &SimSetup,
     stop_at: Option<Nanos>,
 ) -> Result<Outcome> {
     let name = policy.name();
     let mut engine =
         Engine::new(w, info.clone(), policy, only).with_context(|| format!("policy {name} on {}", info.name))?;
-    let mut dev = SimGpu::new(info.clone(), seed).with_memory(memory_of(info));
+    let mut dev = setup.device(info);
     let count_blocks = stop_at.is_some();
     if count_blocks {
         dev.enable_audit();
@@ -196,56 +238,6 @@ pub fn simulate(
     let record = engine.record();
     let hp = hp.finish(&record);
     Ok(Outcome { record, stats: dev.stats(), mem: dev.mem_stats(), hp, blocks_done, end_ns: now })
-}
-
-/// κ override for every run of this process (`--mem-ratio`), as f64 bits; 0 = none.
-static MEM_RATIO: AtomicU64 = AtomicU64::new(0);
-
-/// Makes every following run use saturation ratio `ratio` (κ = 1 is the
-/// pre-2026-11-23 model: a kernel's demand scaled with its SMs), or the
-/// devices' own with `None`. For experiments that test what the memory model
-/// contributes to a result.
-pub fn set_mem_ratio(ratio: Option<f64>) {
-    MEM_RATIO.store(ratio.map_or(0, f64::to_bits), Ordering::Relaxed);
-}
-
-/// The memory model for `info`: the preset's, except for the thesis's GPU
-/// and its cut-down copies (profiles on 1..30 SMs), whose block times are
-/// calibrated on all 30 SMs.
-pub fn memory_of(info: &DeviceInfo) -> MemModel {
-    let mut m = if info.name == crate::thesis::FX5800_NAME {
-        crate::thesis::fx5800_memory()
-    } else {
-        MemModel::for_device(info)
-    };
-    let bits = MEM_RATIO.load(Ordering::Relaxed);
-    if bits != 0 {
-        // Same ratio on the calibration device (cut-down copies keep its per-SM ceiling).
-        let sms = m.calibration_sms.unwrap_or(info.num_sms) as f64;
-        m.sm_bandwidth = f64::from_bits(bits) * info.mem_bandwidth / sms.max(1.0);
-    }
-    m
-}
-
-/// Metrics of `policy` on `w` against isolated (fcfs) runs of each process.
-pub fn policy_metrics(
-    w: &Workload,
-    info: &DeviceInfo,
-    policy: &str,
-    alone: &[RunRecord],
-    seed: u64,
-) -> Result<PolicyMetrics> {
-    let p = policies::by_name(policy)?;
-    let out = simulate(w, info, p, None, seed, None)?;
-    metrics::compute(&out.record, &out.stats, info.num_sms, alone)
-        .with_context(|| format!("metrics of {policy} on {}", w.name))
-}
-
-/// Isolated runs of every process of `w` (the NTT baseline: alone, fcfs).
-pub fn alone_runs(w: &Workload, info: &DeviceInfo, seed: u64) -> Result<Vec<RunRecord>> {
-    (0..w.processes.len() as u32)
-        .map(|p| Ok(simulate(w, info, Box::new(policies::fcfs::Fcfs), Some(ProcessId(p)), seed, None)?.record))
-        .collect()
 }
 
 /// Runs `jobs` on `threads` threads with a progress bar on stderr (hidden when

@@ -122,7 +122,7 @@ fn priority_mixes(ctx: &Ctx) -> Result<Vec<Mix>> {
     for n in NS {
         for (ai, hp) in hp_apps.iter().enumerate() {
             for r in 0..reps {
-                let seed = ctx.seed.wrapping_mul(7919).wrapping_add(1000 * n as u64 + 10 * ai as u64 + r);
+                let seed = ctx.sim.seed.wrapping_mul(7919).wrapping_add(1000 * n as u64 + 10 * ai as u64 + r);
                 let mut apps = vec![*hp];
                 apps.extend(parboil_mix_apps(n - 1, seed).into_iter().map(|(a, _)| a));
                 out.push(build_mix(ctx, n, apps, Some(0))?);
@@ -138,7 +138,7 @@ fn dss_mixes(ctx: &Ctx) -> Result<Vec<Mix>> {
     let mut out = Vec::new();
     for n in NS {
         for s in 0..per_n {
-            let seed = ctx.seed.wrapping_mul(104729).wrapping_add(100 * n as u64 + s);
+            let seed = ctx.sim.seed.wrapping_mul(104729).wrapping_add(100 * n as u64 + s);
             let apps = parboil_mix_apps(n, seed).into_iter().map(|(a, _)| a).collect();
             out.push(build_mix(ctx, n, apps, None)?);
         }
@@ -170,14 +170,14 @@ fn run_all(ctx: &Ctx, label: &str, mixes: &[Mix], pols: &[&str]) -> Result<(Vec<
     // An app alone does not depend on the mix it is in: run each once.
     let alone: Vec<RunRecord> = parallel(&format!("{label}: alone"), &distinct, ctx.threads, ctx.progress, |a| {
         let m = build_mix(ctx, 1, vec![*a], None)?;
-        Ok(sim::simulate(&m.workload, &info, Box::new(policies::fcfs::Fcfs), None, ctx.seed, None)?.record)
+        Ok(sim::simulate(&m.workload, &info, Box::new(policies::fcfs::Fcfs), None, &ctx.sim, None)?.record)
     })?;
     let alone: HashMap<&str, RunRecord> = distinct.iter().copied().zip(alone).collect();
     let jobs: Vec<(usize, &str)> = (0..mixes.len()).flat_map(|i| pols.iter().map(move |p| (i, *p))).collect();
     let outs = parallel(label, &jobs, ctx.threads, ctx.progress, |(i, p)| {
         let m = &mixes[*i];
         let pol = policies::by_name(p)?;
-        let out = sim::simulate(&m.workload, &info, pol, None, ctx.seed, None)?;
+        let out = sim::simulate(&m.workload, &info, pol, None, &ctx.sim, None)?;
         let base: Vec<RunRecord> = m
             .apps
             .iter()

@@ -8,7 +8,7 @@ use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::policies::{self, spatial::Heuristic, spatial::Spatial};
 use gpumux_engine::policy::Policy;
 use gpumux_engine::time::NS_PER_MS;
-use gpumux_experiments::sim::simulate;
+use gpumux_experiments::sim::{simulate, SimSetup};
 use std::sync::Arc;
 
 fn kernel(blocks: u64) -> Op {
@@ -51,7 +51,7 @@ fn workload(procs: &[&[u64]]) -> Workload {
 fn ends(w: &Workload, p: Box<dyn Policy>) -> Vec<f64> {
     let mut info = gpumux_sim::presets::k20c();
     info.num_sms = 4;
-    let out = simulate(w, &info, p, None, 1, None).expect("run");
+    let out = simulate(w, &info, p, None, &SimSetup::seeded(1), None).expect("run");
     out.record.processes.iter().map(|p| p.runs[0].end_ns as f64 / NS_PER_MS as f64).collect()
 }
 

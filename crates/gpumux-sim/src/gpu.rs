@@ -31,7 +31,8 @@ enum SimEvent {
         sm: u16,
         token: u64,
     },
-    /// A context save on an SM finished.
+    /// A context save, or the fixed part of a preemption (`preempt_overhead_ns`),
+    /// on an SM finished: the SM is free.
     SaveDone {
         sm: u16,
         launch: LaunchId,
@@ -116,6 +117,9 @@ pub struct SimGpu {
     /// Summed demand of resident blocks, in units of the device's bandwidth.
     mem_demand: f64,
     mem: MemModel,
+    /// Fixed cost of each SM preemption beyond moving contexts (see
+    /// [`SimGpu::with_preempt_overhead`]); 0 by default, as in Tanasic's model.
+    preempt_overhead_ns: Nanos,
     pending: Vec<Pending>,
     mem_stats: MemStats,
     stats: DeviceStats,
@@ -166,6 +170,7 @@ impl SimGpu {
             next_token: 0,
             mem_demand: 0.0,
             mem,
+            preempt_overhead_ns: 0,
             pending: Vec::new(),
             mem_stats: MemStats::default(),
             stats: DeviceStats::default(),
@@ -178,6 +183,32 @@ impl SimGpu {
     pub fn with_memory(mut self, mem: MemModel) -> Self {
         self.mem = mem;
         self
+    }
+
+    /// Charges every SM preemption a fixed `ns` on top of its mechanism: the SM
+    /// issues nothing for `ns` after its context is saved (context switch), its
+    /// last block finished (draining) or its blocks were dropped (flushing).
+    /// Models what Tanasic et al.'s save-time model leaves out (pipeline drain
+    /// and refill, TLB and cache state, the trap handler); the experiments'
+    /// `--preempt-overhead-us` uses it to test how much of a result depends on
+    /// preemption being cheap. The time counts as SM switch time.
+    pub fn with_preempt_overhead(mut self, ns: Nanos) -> Self {
+        self.preempt_overhead_ns = ns;
+        self
+    }
+
+    /// Holds SM `sm` for the fixed preemption cost, then releases it to the
+    /// engine (a `SaveDone`); false when there is no fixed cost.
+    fn hold_for_overhead(&mut self, sm: usize, lid: LaunchId) -> bool {
+        let ns = self.preempt_overhead_ns;
+        if ns == 0 {
+            return false;
+        }
+        self.sms[sm].saving += 1;
+        self.stats.sm_switch_ns += ns as u128;
+        self.span(sm as u32, "preemption overhead".into(), "preempt", self.now, self.now + ns, None);
+        self.schedule(self.now + ns, SimEvent::SaveDone { sm: sm as u16, launch: lid });
+        true
     }
 
     pub fn memory(&self) -> &MemModel {
@@ -439,23 +470,24 @@ impl SimGpu {
         };
         let r = self.evict(sm, pos);
         self.stats.blocks_completed += 1;
+        let smid = SmId(sm as u16);
+        let mut drained = false;
         if let Some(l) = self.launches.get_mut(&r.launch) {
             l.completed += 1;
             if let Some(a) = self.audit.as_mut() {
                 a.completed.push((l.kernel, r.index));
             }
             // A drained SM is free once its last block of the launch is done.
-            if l.leaving.contains(SmId(sm as u16))
+            drained = l.leaving.contains(smid)
                 && !self.sms[sm].resident.iter().any(|x| x.launch == r.launch)
-                && self.sms[sm].saving == 0
-            {
-                l.leaving.remove(SmId(sm as u16));
-                self.out.push(Event::SmReleased {
-                    launch: r.launch,
-                    sm: SmId(sm as u16),
-                    cause: ReleaseCause::Retreated,
-                });
+                && self.sms[sm].saving == 0;
+        }
+        // With a fixed preemption cost the SM stays `leaving` until its SaveDone.
+        if drained && !self.hold_for_overhead(sm, r.launch) {
+            if let Some(l) = self.launches.get_mut(&r.launch) {
+                l.leaving.remove(smid);
             }
+            self.out.push(Event::SmReleased { launch: r.launch, sm: smid, cause: ReleaseCause::Retreated });
         }
         self.check_ended(r.launch);
         self.fill_sm(sm);
@@ -500,7 +532,11 @@ impl SimGpu {
                         self.stats.blocks_rerun += 1;
                         self.launch_mut(lid).blocks.insert_block(r.index);
                     }
-                    self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Retreated });
+                    if self.hold_for_overhead(i, lid) {
+                        self.launch_mut(lid).leaving.insert(sm);
+                    } else {
+                        self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Retreated });
+                    }
                 }
                 // A non-idempotent block cannot be dropped: it drains.
                 Mechanism::Flush => {
@@ -508,8 +544,9 @@ impl SimGpu {
                 }
                 Mechanism::ContextSwitch => {
                     let n = mine.len() as u64;
-                    let save_ns =
-                        (n as f64 * context_bytes as f64 / self.info.per_sm_bandwidth() * 1e9).ceil() as Nanos;
+                    let save_ns = (n as f64 * context_bytes as f64 / self.info.per_sm_bandwidth() * 1e9).ceil()
+                        as Nanos
+                        + self.preempt_overhead_ns;
                     for p in mine {
                         let r = self.evict(i, p);
                         let remaining_ns = r.end.saturating_sub(self.now);

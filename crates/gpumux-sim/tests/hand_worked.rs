@@ -30,10 +30,16 @@ fn proc_(name: &str, priority: i32, arrival_ns: u64, ops: Vec<Op>) -> ProcessSpe
 }
 
 fn run(policy: &str, procs: Vec<ProcessSpec>) -> (RunRecord, Vec<TraceSpan>) {
+    run_with(policy, procs, 0)
+}
+
+/// `overhead_ns`: the simulator's fixed cost per SM preemption.
+fn run_with(policy: &str, procs: Vec<ProcessSpec>, overhead_ns: u64) -> (RunRecord, Vec<TraceSpan>) {
     let w = Workload { name: "t".into(), processes: procs, replay_min_runs: None };
     let info = presets::k20c();
-    let mut e = Engine::new(&w, info.clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
-    let mut gpu = SimGpu::new(info, 7);
+    let mut e = Engine::new(&w, info.clone(), policies::by_name(policy).expect("policy"), None)
+        .expect("engine");
+    let mut gpu = SimGpu::new(info, 7).with_preempt_overhead(overhead_ns);
     gpumux_engine::device::Device::enable_trace(&mut gpu);
     let out = driver::run(&mut e, &mut gpu, &mut |_| {}).expect("run");
     (out.record, out.trace)
@@ -83,6 +89,16 @@ fn host_time_overlaps_gpu_only_with_async_depth() {
 }
 
 #[test]
+fn sync_makes_an_async_host_wait_for_its_stream() {
+    // As above with async_depth 1, but the host synchronises before its CPU
+    // phase: kernel then CPU, 20 µs, as for a synchronous process.
+    let mut p = proc_("a", 0, 0, vec![k("k", 13, 1, 10_000), Op::Sync, Op::Cpu { ns: 10_000 }]);
+    p.async_depth = 1;
+    let (r, _) = run("fcfs", vec![p]);
+    assert_eq!(end(&r, 0), 20_000);
+}
+
+#[test]
 fn ppq_drain_waits_for_resident_blocks_and_npq_waits_for_the_kernel() {
     // Low: 13×10 blocks of 100 µs; high arrives at 30 µs with 13 blocks of 1 µs.
     let procs = || {
@@ -105,6 +121,33 @@ fn ppq_drain_waits_for_resident_blocks_and_npq_waits_for_the_kernel() {
     let (flush, _) = run("ppq-excl-flush", procs());
     assert_eq!(end(&flush, 1), 31_000);
     assert_eq!(end(&flush, 0), 31_000 + 1_000_000);
+}
+
+#[test]
+fn fixed_preemption_overhead_delays_every_mechanism_by_the_same_time() {
+    // As above, with a 5 µs fixed cost per SM preemption: each SM is handed
+    // over 5 µs later than its mechanism alone allows.
+    let procs = || {
+        vec![
+            proc_("low", 0, 0, vec![k("low", 130, 1, 100_000)]),
+            proc_("high", 1, 30_000, vec![k("high", 13, 1, 1_000)]),
+        ]
+    };
+    for (policy, base_latency) in [("ppq-excl-drain", 70_000), ("ppq-excl-flush", 0)] {
+        let (r0, _) = run(policy, procs());
+        let (r5, trace) = run_with(policy, procs(), 5_000);
+        assert_eq!(end(&r5, 1), end(&r0, 1) + 5_000, "{policy}");
+        assert!(r0.preemptions.iter().all(|p| p.latency_ns == base_latency), "{policy}");
+        assert!(r5.preemptions.iter().all(|p| p.latency_ns == base_latency + 5_000), "{policy}");
+        assert_eq!(trace.iter().filter(|s| s.name == "preemption overhead").count(), 13, "{policy}");
+    }
+    // Context switch: the save time plus 5 µs.
+    let (r0, _) = run("ppq-excl-cs", procs());
+    let (r5, _) = run_with("ppq-excl-cs", procs(), 5_000);
+    let l0 = r0.preemptions[0].latency_ns;
+    assert!(l0 > 0 && r0.preemptions.iter().all(|p| p.latency_ns == l0));
+    assert!(r5.preemptions.iter().all(|p| p.latency_ns == l0 + 5_000));
+    assert_eq!(end(&r5, 1), end(&r0, 1) + 5_000);
 }
 
 #[test]

@@ -118,10 +118,11 @@ fn workload(seed: u64, procs: usize) -> Workload {
 
 /// Runs the engine and simulator step by step, checking SM capacity after
 /// every step, and returns the audit.
-fn run_checked(w: &Workload, policy: Box<dyn Policy>, seed: u64) -> gpumux_sim::gpu::Audit {
+/// `overhead_ns`: the simulator's fixed cost per SM preemption (0: none).
+fn run_checked(w: &Workload, policy: Box<dyn Policy>, seed: u64, overhead_ns: u64) -> gpumux_sim::gpu::Audit {
     let info = presets::k20c();
     let mut engine = Engine::new(w, info.clone(), policy, None).expect("engine");
-    let mut gpu = SimGpu::new(info, seed);
+    let mut gpu = SimGpu::new(info, seed).with_preempt_overhead(overhead_ns);
     gpu.enable_audit();
     let mut events: Vec<Event> = Vec::new();
     let mut now = 0;
@@ -186,9 +187,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn chaos_policy_loses_no_block(seed in any::<u64>(), procs in 1usize..5) {
+    fn chaos_policy_loses_no_block(seed in any::<u64>(), procs in 1usize..5, overhead_ns in prop_oneof![Just(0u64), 1u64..20_000]) {
         let w = workload(seed, procs);
-        let audit = run_checked(&w, Box::new(Chaos { state: seed }), seed);
+        let audit = run_checked(&w, Box::new(Chaos { state: seed }), seed, overhead_ns);
         check_audit(&w, &audit);
     }
 
@@ -197,7 +198,7 @@ proptest! {
         let w = workload(seed, procs);
         for (name, _) in gpumux_engine::policies::CATALOGUE {
             let policy = gpumux_engine::policies::by_name(name).expect("catalogue");
-            let audit = run_checked(&w, policy, seed);
+            let audit = run_checked(&w, policy, seed, if seed % 2 == 0 { 0 } else { seed % 10_000 });
             check_audit(&w, &audit);
         }
     }

@@ -31,7 +31,7 @@ pub const MAX_LOOP_DEPTH: usize = 16;
 /// Largest `repetitions`, `replay_min_runs`, `async_depth`.
 pub const MAX_COUNT: i64 = 1_000_000;
 
-const KINDS: &str = "h2d, d2h, cpu, kernel, loop";
+const KINDS: &str = "h2d, d2h, cpu, sync, kernel, loop";
 
 /// Where we are, for messages.
 struct Ctx<'a> {
@@ -275,6 +275,7 @@ fn op(
     let allowed: &[&str] = match kind {
         "h2d" | "d2h" => &["bytes", "kb", "mb"],
         "cpu" => &["us"],
+        "sync" => &[],
         "loop" => &["times", "op"],
         "kernel" => &[
             "kernel",
@@ -313,6 +314,7 @@ fn op(
             let bytes = copy_bytes(&c, o)?;
             Ok(Plan::Op(if kind == "h2d" { Op::CopyToDevice { bytes } } else { Op::CopyToHost { bytes } }, 1))
         }
+        "sync" => Ok(Plan::Op(Op::Sync, 1)),
         "cpu" => {
             let us = c.required("us", o.us, "microseconds of host computation")?;
             let us = c.real("us", us, 0.0, MAX_US, false)?;

@@ -110,6 +110,10 @@ pub fn to_toml(w: &Workload) -> String {
                     t.insert("us".into(), us(*ns));
                     i += 1;
                 }
+                Op::Sync => {
+                    t.insert("kind".into(), Value::String("sync".into()));
+                    i += 1;
+                }
                 Op::Kernel(k) => {
                     let mut n = 1;
                     while matches!(p.ops.get(i + n), Some(Op::Kernel(k2)) if k2 == k) {

@@ -300,7 +300,7 @@ fn unknown_kind() {
     let m = err(&edit("kind = \"kernel\"", "kind = \"kernal\""));
     assert_has(
         &m,
-        &["op 1: kind must be one of h2d, d2h, cpu, kernel, loop, got \"kernal\""],
+        &["op 1: kind must be one of h2d, d2h, cpu, sync, kernel, loop, got \"kernal\""],
     );
     let m = err(&edit("kind = \"kernel\"\n", ""));
     assert_has(&m, &["op 1: kind is required"]);

@@ -42,6 +42,7 @@ fn op(kernels: Vec<Arc<KernelDesc>>) -> impl Strategy<Value = Op> {
         (1u64..=(1u64 << 50)).prop_map(|bytes| Op::CopyToDevice { bytes }),
         (1u64..=(1u64 << 50)).prop_map(|bytes| Op::CopyToHost { bytes }),
         (0u64..=1_000_000_000_000_000).prop_map(|ns| Op::Cpu { ns }),
+        Just(Op::Sync),
         (0..n).prop_map(move |i| Op::Kernel(kernels[i].clone())),
     ]
 }
