@@ -50,8 +50,9 @@ struct ProcState {
     runs_started: u32,
     op_idx: usize,
     host_busy: bool,
-    /// Indices into `spec.ops` of GPU operations queued on the stream; the head is in flight.
-    stream: VecDeque<usize>,
+    /// GPU operations queued on the stream (index into `spec.ops`, when the
+    /// host issued it); the head is in flight.
+    stream: VecDeque<(usize, Nanos)>,
     run_start: Nanos,
     runs: Vec<RunSpan>,
 }
@@ -97,6 +98,25 @@ pub struct Engine {
     policy_runs_here: u32,
     preemptions: Vec<PreemptionSample>,
     kernels_completed: u64,
+    arrival_order: ArrivalOrder,
+}
+
+/// What time orders the active kernels (`ActiveKernel::arrival`, the order an
+/// in-order policy such as FCFS serves them in). The two differ only for
+/// processes that issue ahead of their stream (`async_depth > 0`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ArrivalOrder {
+    /// When the kernel reaches the head of its process's stream, i.e. when the
+    /// operation before it completed. The default.
+    #[default]
+    HeadOfStream,
+    /// When the host issued it: one queue in submission order. A kernel that
+    /// waits in its stream behind an unfinished operation keeps its place in
+    /// line, and in-order policies give no SM to kernels issued after it
+    /// (`SchedView::in_order_barrier`) until it can start. Models a hardware
+    /// queue fed by asynchronous launches (Tanasic et al.'s applications
+    /// "asynchronously enqueue many kernel invocations").
+    Submission,
 }
 
 impl Engine {
@@ -170,12 +190,19 @@ impl Engine {
             policy_runs_here: 0,
             preemptions: Vec::new(),
             kernels_completed: 0,
+            arrival_order: ArrivalOrder::default(),
         };
         for slot in 0..e.procs.len() {
             let at = e.procs[slot].spec.arrival_ns;
             e.push_timer(at, Timer::Arrival(ProcessId(slot as u32)));
         }
         Ok(e)
+    }
+
+    /// Orders active kernels by `order` (default: head of stream).
+    pub fn with_arrival_order(mut self, order: ArrivalOrder) -> Self {
+        self.arrival_order = order;
+        self
     }
 
     pub fn policy_name(&self) -> String {
@@ -240,7 +267,9 @@ impl Engine {
         self.dirty = true;
         match event {
             Event::SmReleased { launch, sm, cause } => self.on_sm_released(launch, sm, cause),
-            Event::LaunchEnded { launch, remaining, saved, completed: _ } => self.on_launch_ended(launch, remaining, saved),
+            Event::LaunchEnded { launch, remaining, saved, completed: _ } => {
+                self.on_launch_ended(launch, remaining, saved)
+            }
             Event::CopyDone { copy } => {
                 let slot = self
                     .copies
@@ -322,7 +351,7 @@ impl Engine {
                 self.push_timer(self.now + ns, Timer::HostDone(ProcessId(slot as u32)));
                 return;
             }
-            self.procs[slot].stream.push_back(op_idx);
+            self.procs[slot].stream.push_back((op_idx, self.now));
             if self.procs[slot].stream.len() == 1 {
                 self.start_stream_head(slot);
             }
@@ -330,7 +359,7 @@ impl Engine {
     }
 
     fn start_stream_head(&mut self, slot: usize) {
-        let Some(&op_idx) = self.procs[slot].stream.front() else { return };
+        let Some(&(op_idx, submitted)) = self.procs[slot].stream.front() else { return };
         let spec = Arc::clone(&self.procs[slot].spec);
         let pid = self.proc_ids[slot];
         match &spec.ops[op_idx] {
@@ -354,25 +383,39 @@ impl Engine {
                 let time_key = ((pid.0 as u64) << 40) ^ (op_idx as u64);
                 self.work.insert(
                     id,
-                    KernelWork { pending: BlockRanges::full(desc.blocks), saved: Vec::new(), launches: Vec::new(), time_key },
+                    KernelWork {
+                        pending: BlockRanges::full(desc.blocks),
+                        saved: Vec::new(),
+                        launches: Vec::new(),
+                        time_key,
+                    },
                 );
-                self.kernels.push(ActiveKernel {
-                    id,
-                    process: pid,
-                    process_name: Arc::clone(&self.procs[slot].name),
-                    priority: spec.priority,
-                    weight: spec.weight,
-                    arrival: self.now,
-                    desc: Arc::clone(desc),
-                    blocks_per_sm,
-                    pending_blocks: desc.blocks,
-                    saved_blocks: 0,
-                    running: SmSet::EMPTY,
-                    leaving: SmSet::EMPTY,
-                    incoming: 0,
-                    live_launch: None,
-                    live_launch_blocks: 0,
-                });
+                let arrival = match self.arrival_order {
+                    ArrivalOrder::HeadOfStream => self.now,
+                    ArrivalOrder::Submission => submitted,
+                };
+                // `kernels` stays in arrival order (ties: the one already there first).
+                let at = self.kernels.partition_point(|k| k.arrival <= arrival);
+                self.kernels.insert(
+                    at,
+                    ActiveKernel {
+                        id,
+                        process: pid,
+                        process_name: Arc::clone(&self.procs[slot].name),
+                        priority: spec.priority,
+                        weight: spec.weight,
+                        arrival,
+                        desc: Arc::clone(desc),
+                        blocks_per_sm,
+                        pending_blocks: desc.blocks,
+                        saved_blocks: 0,
+                        running: SmSet::EMPTY,
+                        leaving: SmSet::EMPTY,
+                        incoming: 0,
+                        live_launch: None,
+                        live_launch_blocks: 0,
+                    },
+                );
                 self.dirty = true;
                 if desc.blocks == 0 {
                     // An empty grid completes at once, as on a real GPU.
@@ -474,7 +517,12 @@ impl Engine {
         Ok(())
     }
 
-    fn on_launch_ended(&mut self, launch: LaunchId, remaining: BlockRanges, saved: Vec<SavedBlock>) -> Result<(), EngineError> {
+    fn on_launch_ended(
+        &mut self,
+        launch: LaunchId,
+        remaining: BlockRanges,
+        saved: Vec<SavedBlock>,
+    ) -> Result<(), EngineError> {
         let l = self
             .launches
             .remove(&launch)
@@ -526,11 +574,31 @@ impl Engine {
             self.policy_runs_at = self.now;
             self.policy_runs_here = 0;
         }
-        let view = SchedView { now: self.now, device: &self.device, sms: &self.sms, kernels: &self.kernels };
+        let view = SchedView {
+            now: self.now,
+            device: &self.device,
+            sms: &self.sms,
+            kernels: &self.kernels,
+            in_order_barrier: self.in_order_barrier(),
+        };
         let mut decisions = std::mem::take(&mut self.decisions);
         self.policy.schedule(&view, &mut decisions);
         self.decisions = decisions;
         self.apply_decisions()
+    }
+
+    /// Submission order only: the earliest issue time of a kernel still
+    /// waiting in its stream behind an unfinished operation.
+    fn in_order_barrier(&self) -> Option<Nanos> {
+        if self.arrival_order != ArrivalOrder::Submission {
+            return None;
+        }
+        self.procs
+            .iter()
+            .filter_map(|p| {
+                p.stream.iter().skip(1).find(|(op, _)| matches!(p.spec.ops[*op], Op::Kernel(_))).map(|&(_, at)| at)
+            })
+            .min()
     }
 
     fn policy_error(&self, what: String) -> EngineError {
@@ -547,10 +615,16 @@ impl Engine {
                 Decision::Assign { sm, kernel, slice } => {
                     match self.sms.get(sm.0 as usize) {
                         Some(SmState::Idle) => {}
-                        other => return Err(self.policy_error(format!("assigned SM {sm} to kernel {kernel}, but it is {other:?}"))),
+                        other => {
+                            return Err(
+                                self.policy_error(format!("assigned SM {sm} to kernel {kernel}, but it is {other:?}"))
+                            )
+                        }
                     }
                     if self.kernel_index(kernel).is_none() {
-                        return Err(self.policy_error(format!("assigned SM {sm} to kernel {kernel}, which is not active")));
+                        return Err(
+                            self.policy_error(format!("assigned SM {sm} to kernel {kernel}, which is not active"))
+                        );
                     }
                     // Mark it taken now so a second decision for it is caught.
                     self.sms[sm.0 as usize] = SmState::Reserved { kernel, launch: LaunchId(u64::MAX), next: None };
@@ -565,7 +639,9 @@ impl Engine {
                     };
                     if let Some(n) = next {
                         let Some(ni) = self.kernel_index(n) else {
-                            return Err(self.policy_error(format!("reserved SM {sm} for kernel {n}, which is not active")));
+                            return Err(
+                                self.policy_error(format!("reserved SM {sm} for kernel {n}, which is not active"))
+                            );
                         };
                         self.kernels[ni].incoming += 1;
                     }

@@ -25,7 +25,7 @@ pub mod smset;
 pub mod time;
 
 pub use device::{Command, Device, DeviceError, Event, Mechanism};
-pub use engine::{Engine, EngineError};
+pub use engine::{ArrivalOrder, Engine, EngineError};
 pub use kernel::{DeviceInfo, KernelDesc, SmLimits};
 pub use model::{Op, ProcessSpec, Workload};
 pub use policy::{Decision, Policy, SchedView};

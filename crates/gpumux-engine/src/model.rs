@@ -34,11 +34,17 @@ pub struct ProcessSpec {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
-    CopyToDevice { bytes: u64 },
-    CopyToHost { bytes: u64 },
+    CopyToDevice {
+        bytes: u64,
+    },
+    CopyToHost {
+        bytes: u64,
+    },
     Kernel(Arc<KernelDesc>),
     /// Host computation between GPU calls.
-    Cpu { ns: Nanos },
+    Cpu {
+        ns: Nanos,
+    },
     /// The host waits until every GPU operation it issued has completed
     /// (`cudaStreamSynchronize`, or a blocking `cudaMemcpy` before the host
     /// reads the result). Only matters with `async_depth > 0`: a synchronous

@@ -17,9 +17,16 @@ use std::sync::Arc;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SmState {
     Idle,
-    Running { kernel: KernelId, launch: LaunchId },
+    Running {
+        kernel: KernelId,
+        launch: LaunchId,
+    },
     /// Being preempted; `next` gets it once the device releases it.
-    Reserved { kernel: KernelId, launch: LaunchId, next: Option<KernelId> },
+    Reserved {
+        kernel: KernelId,
+        launch: LaunchId,
+        next: Option<KernelId>,
+    },
 }
 
 impl SmState {
@@ -90,6 +97,12 @@ pub struct SchedView<'a> {
     pub sms: &'a [SmState],
     /// Active kernels in arrival order.
     pub kernels: &'a [ActiveKernel],
+    /// With `ArrivalOrder::Submission`: the issue time of the earliest kernel
+    /// that is queued but cannot start yet (its stream's previous operation
+    /// is unfinished). An in-order policy gives no new SM to a kernel that
+    /// arrived after it, as a single hardware queue would not let it pass.
+    /// `None` otherwise.
+    pub in_order_barrier: Option<Nanos>,
 }
 
 impl<'a> SchedView<'a> {

@@ -364,6 +364,9 @@ pub fn heuristics(ctx: &Ctx) -> Result<String> {
             None => by_h.push((name, vec![v])),
         };
         let mut splits_detail = String::new();
+        let mut fair_losses: Vec<(String, Vec<u32>, f64, Vec<u32>, f64)> = Vec::new();
+        // The pair whose worst split is best (Oracle Worst's max), as evidence.
+        let mut worst_max: Option<(String, String, f64)> = None;
         for (ci, c) in cs.iter().enumerate() {
             let get = |s: &Vec<u32>| index.get(&(ci, s.clone())).map(|&i| &res[i]);
             if k == 2 {
@@ -375,6 +378,9 @@ pub fn heuristics(ctx: &Ctx) -> Result<String> {
                 if let Some(w) = all.iter().min_by(|a, b| a.1.speedup.total_cmp(&b.1.speedup)) {
                     push("oracle-worst".into(), w.1.speedup);
                     splits_detail.push_str(&format!(" worst {}/{}", w.0, n - w.0));
+                    if worst_max.as_ref().is_none_or(|m| w.1.speedup > m.2) {
+                        worst_max = Some((combo_name(c), format!("{}/{}", w.0, n - w.0), w.1.speedup));
+                    }
                 }
                 // Fair Exhaustive: the split whose measured losses against running alone differ least.
                 let loss = |r: &TrialResult, i: usize| r.blocks[i] as f64 / alone[c[i]].max(1.0);
@@ -398,6 +404,14 @@ pub fn heuristics(ctx: &Ctx) -> Result<String> {
             }
             if k == 2 {
                 splits_detail.push('\n');
+            } else {
+                // Where Fair loses to Even: the splits and what each got, as evidence.
+                let pick = |h: &str| picks[ci].iter().find(|(n, _)| n == h).and_then(|(_, s)| Some((s, get(s)?)));
+                if let (Some((es, er)), Some((fs, fr))) = (pick("even"), pick("fair")) {
+                    if fr.speedup < er.speedup - 0.005 {
+                        fair_losses.push((combo_name(c), es.clone(), er.speedup, fs.clone(), fr.speedup));
+                    }
+                }
             }
             for (j, h) in dyn_hs.iter().enumerate() {
                 let r = &res[dyn_start + ci * dyn_hs.len() + j];
@@ -431,6 +445,30 @@ pub fn heuristics(ctx: &Ctx) -> Result<String> {
         ));
         if k == 2 {
             out.push_str(&format!("splits chosen (first app/second app):\n{splits_detail}\n"));
+            if let Some((pair, split, v)) = &worst_max {
+                out.push_str(&format!("oracle-worst max: {pair} split {split}, speedup {v:.2}\n\n"));
+            }
+        } else if !fair_losses.is_empty() {
+            let slash = |v: &[u32]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("/");
+            out.push_str(&format!(
+                "fair below even in {} of {} combinations (split, speedup over cooperative):\n",
+                fair_losses.len(),
+                cs.len()
+            ));
+            // Largest losses first; the rest summarised.
+            fair_losses.sort_by(|a, b| (b.2 - b.4).total_cmp(&(a.2 - a.4)));
+            const SHOWN: usize = 8;
+            for (name, es, e, fs, f) in fair_losses.iter().take(SHOWN) {
+                out.push_str(&format!("  {name:<34} even {:<12} {e:.2}   fair {:<12} {f:.2}\n", slash(es), slash(fs)));
+            }
+            if let Some(next) = fair_losses.get(SHOWN) {
+                out.push_str(&format!(
+                    "  ... {} more, each losing at most {:.3}\n",
+                    fair_losses.len() - SHOWN,
+                    next.2 - next.4
+                ));
+            }
+            out.push('\n');
         }
         per_k.push(by_h);
     }

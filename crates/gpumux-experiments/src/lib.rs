@@ -16,6 +16,7 @@ pub mod tanasic;
 pub mod thesis;
 
 use anyhow::{bail, Context, Result};
+use gpumux_engine::ArrivalOrder;
 use gpumux_workload::BlockTime;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -74,6 +75,13 @@ pub struct ExperimentArgs {
     /// model and by default): tests how much a result depends on cheap preemption.
     #[arg(long, default_value_t = 0.0)]
     pub preempt_overhead_us: f64,
+    /// Tanasic experiments: Parboil apps issue their copies and kernels
+    /// asynchronously (the host runs ahead of its stream and waits only to
+    /// read results back), and the GPU serves kernels in submission order,
+    /// so a kernel enqueued early keeps its place in FCFS
+    /// (`ArrivalOrder::Submission`). Default: synchronous apps.
+    #[arg(long)]
+    pub async_launches: bool,
 }
 
 /// What every experiment needs to know about the run.
@@ -86,6 +94,8 @@ pub struct Ctx {
     pub progress: bool,
     pub tb: BlockTime,
     pub launch_gap_ns: u64,
+    /// `--async-launches`.
+    pub async_launches: bool,
 }
 
 pub fn run(args: ExperimentArgs) -> Result<()> {
@@ -131,11 +141,13 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
             seed: args.seed,
             mem_ratio: args.mem_ratio,
             preempt_overhead_ns: (args.preempt_overhead_us * 1e3).round() as u64,
+            arrival_order: if args.async_launches { ArrivalOrder::Submission } else { ArrivalOrder::HeadOfStream },
         },
         threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         progress: !args.quiet && std::io::stderr().is_terminal(),
         tb,
         launch_gap_ns: (args.launch_gap_us * 1e3).round() as u64,
+        async_launches: args.async_launches,
     };
     for name in names {
         let started = std::time::Instant::now();
@@ -169,6 +181,9 @@ fn options(ctx: &Ctx, name: &str) -> String {
         }
         if ctx.launch_gap_ns > 0 {
             s.push_str(&format!(" --launch-gap-us {}", ctx.launch_gap_ns as f64 / 1e3));
+        }
+        if ctx.async_launches {
+            s.push_str(" --async-launches");
         }
     }
     s

@@ -12,7 +12,7 @@ use gpumux_engine::model::Workload;
 use gpumux_engine::policy::Policy;
 use gpumux_engine::record::RunRecord;
 use gpumux_engine::time::Nanos;
-use gpumux_engine::Engine;
+use gpumux_engine::{ArrivalOrder, Engine};
 use gpumux_sim::memory::MemModel;
 use gpumux_sim::{MemStats, SimGpu};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -124,9 +124,9 @@ impl HpTracker {
     }
 }
 
-/// How the simulated devices of an experiment are set up: the seed, and the
-/// model knobs the experiments expose to test an explanation
-/// (`--mem-ratio`, `--preempt-overhead-us`).
+/// How an experiment's runs are set up: the seed, and the model knobs the
+/// experiments expose to test an explanation (`--mem-ratio`,
+/// `--preempt-overhead-us`, `--async-launches`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SimSetup {
     pub seed: u64,
@@ -135,12 +135,14 @@ pub struct SimSetup {
     pub mem_ratio: Option<f64>,
     /// Fixed cost of every SM preemption (`SimGpu::with_preempt_overhead`).
     pub preempt_overhead_ns: Nanos,
+    /// How the engine orders active kernels (matters for async processes).
+    pub arrival_order: ArrivalOrder,
 }
 
 impl SimSetup {
     /// The simulator as it ships, with `seed`.
     pub fn seeded(seed: u64) -> Self {
-        SimSetup { seed, mem_ratio: None, preempt_overhead_ns: 0 }
+        SimSetup { seed, mem_ratio: None, preempt_overhead_ns: 0, arrival_order: ArrivalOrder::HeadOfStream }
     }
 
     /// The memory model for `info`: the preset's (the thesis's GPU and its
@@ -179,8 +181,9 @@ pub fn simulate(
     stop_at: Option<Nanos>,
 ) -> Result<Outcome> {
     let name = policy.name();
-    let mut engine =
-        Engine::new(w, info.clone(), policy, only).with_context(|| format!("policy {name} on {}", info.name))?;
+    let mut engine = Engine::new(w, info.clone(), policy, only)
+        .with_context(|| format!("policy {name} on {}", info.name))?
+        .with_arrival_order(setup.arrival_order);
     let mut dev = setup.device(info);
     let count_blocks = stop_at.is_some();
     if count_blocks {

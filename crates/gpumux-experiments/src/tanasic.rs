@@ -90,6 +90,10 @@ fn build_mix(ctx: &Ctx, n: u32, apps: Vec<&'static str>, hp: Option<usize>) -> R
         if ctx.launch_gap_ns > 0 {
             p.ops = with_launch_gaps(std::mem::take(&mut p.ops), ctx.launch_gap_ns);
         }
+        if ctx.async_launches {
+            p.ops = asynchronous(std::mem::take(&mut p.ops));
+            p.async_depth = ASYNC_DEPTH;
+        }
         processes.push(p);
     }
     let label = format!("{}{}", apps.join("+"), hp.map(|i| format!(" hp={}", apps[i])).unwrap_or_default());
@@ -109,6 +113,26 @@ fn with_launch_gaps(ops: Vec<Op>, gap_ns: u64) -> Vec<Op> {
         }
         prev_kernel = kernel;
         out.push(op);
+    }
+    out
+}
+
+/// GPU operations an `--async-launches` host may have in flight: all of a
+/// run's (Parboil runs have at most a few hundred).
+const ASYNC_DEPTH: u32 = 100_000;
+
+/// `--async-launches`: the host waits for its stream only after reading a
+/// result back (a `Sync` after every device-to-host copy), so it issues a
+/// run's copies and kernels ahead and its CPU phase after the copy still
+/// waits for the result.
+fn asynchronous(ops: Vec<Op>) -> Vec<Op> {
+    let mut out = Vec::with_capacity(ops.len() + 1);
+    for op in ops {
+        let read_back = matches!(op, Op::CopyToHost { .. });
+        out.push(op);
+        if read_back {
+            out.push(Op::Sync);
+        }
     }
     out
 }
@@ -546,6 +570,30 @@ mod tests {
             })
             .collect();
         assert_eq!(shape, ["cpu", "k", "gap", "k", "gap", "k", "copy", "k"]);
+    }
+
+    #[test]
+    fn async_hosts_sync_only_after_reading_back() {
+        let k = || Op::Kernel(Arc::new(KernelDesc { name: "k".into(), ..parboil_kernel() }));
+        let ops = vec![
+            Op::Cpu { ns: 5 },
+            Op::CopyToDevice { bytes: 1 },
+            k(),
+            k(),
+            Op::CopyToHost { bytes: 1 },
+            Op::Cpu { ns: 5 },
+        ];
+        let shape: Vec<&str> = asynchronous(ops)
+            .iter()
+            .map(|o| match o {
+                Op::Kernel(_) => "k",
+                Op::Cpu { .. } => "cpu",
+                Op::Sync => "sync",
+                Op::CopyToDevice { .. } => "h2d",
+                Op::CopyToHost { .. } => "d2h",
+            })
+            .collect();
+        assert_eq!(shape, ["cpu", "h2d", "k", "k", "d2h", "sync", "cpu"]);
     }
 
     fn parboil_kernel() -> KernelDesc {

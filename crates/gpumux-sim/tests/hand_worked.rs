@@ -4,7 +4,7 @@ use gpumux_engine::device::TraceSpan;
 use gpumux_engine::kernel::KernelDesc;
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::record::RunRecord;
-use gpumux_engine::{driver, policies, Engine};
+use gpumux_engine::{driver, policies, ArrivalOrder, Engine};
 use gpumux_sim::{presets, SimGpu};
 use std::sync::Arc;
 
@@ -35,10 +35,20 @@ fn run(policy: &str, procs: Vec<ProcessSpec>) -> (RunRecord, Vec<TraceSpan>) {
 
 /// `overhead_ns`: the simulator's fixed cost per SM preemption.
 fn run_with(policy: &str, procs: Vec<ProcessSpec>, overhead_ns: u64) -> (RunRecord, Vec<TraceSpan>) {
+    run_full(policy, procs, overhead_ns, ArrivalOrder::HeadOfStream)
+}
+
+fn run_full(
+    policy: &str,
+    procs: Vec<ProcessSpec>,
+    overhead_ns: u64,
+    order: ArrivalOrder,
+) -> (RunRecord, Vec<TraceSpan>) {
     let w = Workload { name: "t".into(), processes: procs, replay_min_runs: None };
     let info = presets::k20c();
     let mut e = Engine::new(&w, info.clone(), policies::by_name(policy).expect("policy"), None)
-        .expect("engine");
+        .expect("engine")
+        .with_arrival_order(order);
     let mut gpu = SimGpu::new(info, 7).with_preempt_overhead(overhead_ns);
     gpumux_engine::device::Device::enable_trace(&mut gpu);
     let out = driver::run(&mut e, &mut gpu, &mut |_| {}).expect("run");
@@ -96,6 +106,27 @@ fn sync_makes_an_async_host_wait_for_its_stream() {
     p.async_depth = 1;
     let (r, _) = run("fcfs", vec![p]);
     assert_eq!(end(&r, 0), 20_000);
+}
+
+#[test]
+fn submission_order_keeps_an_enqueued_kernel_ahead_of_later_ones() {
+    // a issues two 10 µs full-GPU kernels at 0 (async); b issues one at 5 µs.
+    let procs = || {
+        let mut a = proc_("a", 0, 0, vec![k("a1", 13, 1, 10_000), k("a2", 13, 1, 10_000)]);
+        a.async_depth = 4;
+        vec![a, proc_("b", 0, 5_000, vec![k("b", 13, 1, 10_000)])]
+    };
+    // Head of stream: a2 arrives when a1 completes (10 µs), after b (5 µs),
+    // and b already holds a1's SMs: a1, b, a2.
+    let (head, _) = run_full("fcfs", procs(), 0, ArrivalOrder::HeadOfStream);
+    assert_eq!((end(&head, 0), end(&head, 1)), (30_000, 20_000));
+    // Submission: a2 was issued at 0, so b may not pass it: a1, a2, b.
+    let (sub, _) = run_full("fcfs", procs(), 0, ArrivalOrder::Submission);
+    assert_eq!((end(&sub, 0), end(&sub, 1)), (20_000, 30_000));
+    // DSS ignores the queue order: it splits the SMs between the active kernels.
+    let (dss_head, _) = run_full("dss-cs", procs(), 0, ArrivalOrder::HeadOfStream);
+    let (dss_sub, _) = run_full("dss-cs", procs(), 0, ArrivalOrder::Submission);
+    assert_eq!(end(&dss_head, 1), end(&dss_sub, 1));
 }
 
 #[test]

@@ -8,7 +8,7 @@ use gpumux_engine::ids::KernelId;
 use gpumux_engine::kernel::KernelDesc;
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::policy::{Decision, Policy, SchedView, SmState};
-use gpumux_engine::Engine;
+use gpumux_engine::{ArrivalOrder, Engine};
 use gpumux_sim::{presets, SimGpu};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -101,7 +101,10 @@ fn workload(seed: u64, procs: usize) -> Workload {
             )),
             Op::Cpu { ns: 2_000 },
             Op::Kernel(kernel(&format!("k{p}b"), 1 + (s >> 30) % 200, 128, 32, 0, 3_000, true)),
+            Op::Kernel(kernel(&format!("k{p}c"), 1 + (s >> 34) % 100, 256, 32, 0, 2_000, true)),
             Op::CopyToHost { bytes: 1 << 16 },
+            Op::Sync,
+            Op::Cpu { ns: 1_000 },
         ];
         processes.push(ProcessSpec {
             name: format!("p{p}"),
@@ -119,9 +122,11 @@ fn workload(seed: u64, procs: usize) -> Workload {
 /// Runs the engine and simulator step by step, checking SM capacity after
 /// every step, and returns the audit.
 /// `overhead_ns`: the simulator's fixed cost per SM preemption (0: none).
+/// Odd seeds order kernels by submission (`ArrivalOrder::Submission`).
 fn run_checked(w: &Workload, policy: Box<dyn Policy>, seed: u64, overhead_ns: u64) -> gpumux_sim::gpu::Audit {
     let info = presets::k20c();
-    let mut engine = Engine::new(w, info.clone(), policy, None).expect("engine");
+    let order = if seed % 2 == 1 { ArrivalOrder::Submission } else { ArrivalOrder::HeadOfStream };
+    let mut engine = Engine::new(w, info.clone(), policy, None).expect("engine").with_arrival_order(order);
     let mut gpu = SimGpu::new(info, seed).with_preempt_overhead(overhead_ns);
     gpu.enable_audit();
     let mut events: Vec<Event> = Vec::new();

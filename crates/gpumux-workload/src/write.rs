@@ -20,10 +20,7 @@ fn kernel_fields(k: &KernelDesc, t: &mut Table) {
     t.insert("regs_per_thread".into(), int(k.regs_per_thread as u64));
     t.insert("smem_per_block".into(), int(k.smem_per_block as u64));
     t.insert("block_time_us".into(), us(k.block_time_ns));
-    t.insert(
-        "block_time_spread".into(),
-        Value::Float(k.block_time_spread),
-    );
+    t.insert("block_time_spread".into(), Value::Float(k.block_time_spread));
     t.insert("mem_intensity".into(), Value::Float(k.mem_intensity));
     t.insert("idempotent".into(), Value::Boolean(k.idempotent));
     if let Some(m) = k.max_blocks_per_sm {
@@ -32,11 +29,7 @@ fn kernel_fields(k: &KernelDesc, t: &mut Table) {
     if let Some(s) = &k.suite {
         let mut st = Table::new();
         st.insert("name".into(), Value::String(s.name.clone()));
-        let params: Table = s
-            .params
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::Float(*v)))
-            .collect();
+        let params: Table = s.params.iter().map(|(k, v)| (k.clone(), Value::Float(*v))).collect();
         st.insert("params".into(), Value::Table(params));
         t.insert("suite".into(), Value::Table(st));
     }
@@ -96,11 +89,7 @@ pub fn to_toml(w: &Workload) -> String {
             let mut t = Table::new();
             match op {
                 Op::CopyToDevice { bytes } | Op::CopyToHost { bytes } => {
-                    let kind = if matches!(op, Op::CopyToDevice { .. }) {
-                        "h2d"
-                    } else {
-                        "d2h"
-                    };
+                    let kind = if matches!(op, Op::CopyToDevice { .. }) { "h2d" } else { "d2h" };
                     t.insert("kind".into(), Value::String(kind.into()));
                     t.insert("bytes".into(), int(*bytes));
                     i += 1;

@@ -1,9 +1,11 @@
 //! First come, first served, as today's hardware does it: kernels take SMs in
 //! arrival order and run to completion; when a kernel has issued its last
 //! blocks, the next one starts on the SMs it leaves (back-to-back, leftover).
+//! With submission order (`ArrivalOrder::Submission`) no kernel passes one
+//! issued before it that still waits on its stream.
 
 use super::order::fill_idle_in_order;
-use crate::policy::{Decision, Policy, SchedView};
+use crate::policy::{ActiveKernel, Decision, Policy, SchedView};
 
 #[derive(Debug, Default)]
 pub struct Fcfs;
@@ -14,6 +16,8 @@ impl Policy for Fcfs {
     }
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
-        fill_idle_in_order(view, view.kernels.iter(), out);
+        // No passing a kernel that is ahead in the queue (submission order only).
+        let ahead = |k: &&ActiveKernel| view.in_order_barrier.is_none_or(|b| k.arrival <= b);
+        fill_idle_in_order(view, view.kernels.iter().take_while(ahead), out);
     }
 }
