@@ -5,9 +5,9 @@ fn main() -> anyhow::Result<()> {
         let t = gpumux_cuda::transform::transform(src)?;
         for (label, s) in [("native", src.to_string()), ("worker", t.source)] {
             let log = gpumux_cuda::nvrtc::compile_log(name, &s, 90)?;
-            for line in log.lines().filter(|l| {
-                l.contains("registers") || l.contains("spill") || l.contains("Compiling entry")
-            }) {
+            for line in
+                log.lines().filter(|l| l.contains("registers") || l.contains("spill") || l.contains("Compiling entry"))
+            {
                 println!("{name:<10} {label:<7} {}", line.trim());
             }
         }

@@ -11,17 +11,9 @@ pub enum CudaError {
     #[error("the CUDA driver found no GPU ({0})")]
     NoDevice(String),
     #[error("CUDA driver call {call} failed: {code} ({msg})")]
-    Driver {
-        call: &'static str,
-        code: i32,
-        msg: String,
-    },
+    Driver { call: &'static str, code: i32, msg: String },
     #[error("NVRTC failed to compile `{name}`: {msg}\n{log}")]
-    Compile {
-        name: String,
-        msg: String,
-        log: String,
-    },
+    Compile { name: String, msg: String, log: String },
     #[error("kernel transformation: {0}")]
     Transform(#[from] TransformError),
     #[error("{0}")]

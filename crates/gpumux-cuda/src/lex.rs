@@ -64,19 +64,14 @@ pub fn lex(src: &str) -> Vec<Token> {
                 }
                 i += 1;
             }
-            out.push(Token {
-                kind: Kind::Space,
-                start,
-                end: i,
-            });
+            out.push(Token { kind: Kind::Space, start, end: i });
             continue;
         } else if c == b'#' && line_start {
             // Up to an unescaped newline; comments inside stay part of it.
             while i < b.len() && b[i] != b'\n' {
                 if b[i] == b'\\' && i + 1 < b.len() && b[i + 1] == b'\n' {
                     i += 2;
-                } else if b[i] == b'\\' && i + 2 < b.len() && b[i + 1] == b'\r' && b[i + 2] == b'\n'
-                {
+                } else if b[i] == b'\\' && i + 2 < b.len() && b[i + 1] == b'\r' && b[i + 2] == b'\n' {
                     i += 3;
                 } else if b[i] == b'/' && i + 1 < b.len() && b[i + 1] == b'*' {
                     i = skip_block_comment(b, i);
@@ -106,13 +101,11 @@ pub fn lex(src: &str) -> Vec<Token> {
         } else if c == b'\'' {
             i = skip_quoted(b, i, b'\'');
             Kind::Char
-        } else if c.is_ascii_digit() || (c == b'.' && i + 1 < b.len() && b[i + 1].is_ascii_digit())
-        {
+        } else if c.is_ascii_digit() || (c == b'.' && i + 1 < b.len() && b[i + 1].is_ascii_digit()) {
             i += 1;
             while i < b.len() {
                 let d = b[i];
-                let exp_sign =
-                    (d == b'+' || d == b'-') && matches!(b[i - 1], b'e' | b'E' | b'p' | b'P');
+                let exp_sign = (d == b'+' || d == b'-') && matches!(b[i - 1], b'e' | b'E' | b'p' | b'P');
                 if d.is_ascii_alphanumeric() || d == b'.' || d == b'_' || d == b'\'' || exp_sign {
                     i += 1;
                 } else {
@@ -140,11 +133,7 @@ pub fn lex(src: &str) -> Vec<Token> {
             Kind::Punct
         };
         line_start = false;
-        out.push(Token {
-            kind,
-            start,
-            end: i,
-        });
+        out.push(Token { kind, start, end: i });
     }
     out
 }
@@ -195,11 +184,7 @@ mod tests {
     use super::*;
 
     fn kinds(src: &str) -> Vec<(Kind, &str)> {
-        lex(src)
-            .into_iter()
-            .filter(|t| t.kind != Kind::Space)
-            .map(|t| (t.kind, t.text(src)))
-            .collect()
+        lex(src).into_iter().filter(|t| t.kind != Kind::Space).map(|t| (t.kind, t.text(src))).collect()
     }
 
     #[test]

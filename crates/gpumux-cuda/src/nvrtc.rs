@@ -32,14 +32,8 @@ fn check(call: &'static str, r: nv::nvrtcResult, name: &str, log: &str) -> Resul
         return Ok(());
     }
     // SAFETY: NVRTC returns a static C string for every result code.
-    let msg = unsafe { CStr::from_ptr(nv::nvrtcGetErrorString(r)) }
-        .to_string_lossy()
-        .into_owned();
-    Err(CudaError::Compile {
-        name: name.to_string(),
-        msg: format!("{call}: {msg}"),
-        log: log.to_string(),
-    })
+    let msg = unsafe { CStr::from_ptr(nv::nvrtcGetErrorString(r)) }.to_string_lossy().into_owned();
+    Err(CudaError::Compile { name: name.to_string(), msg: format!("{call}: {msg}"), log: log.to_string() })
 }
 
 /// NVRTC's version, e.g. (13, 0).
@@ -49,12 +43,7 @@ pub fn version() -> Result<(i32, i32)> {
     }
     let (mut a, mut b) = (0, 0);
     // SAFETY: out-pointers to locals.
-    check(
-        "nvrtcVersion",
-        unsafe { nv::nvrtcVersion(&mut a, &mut b) },
-        "",
-        "",
-    )?;
+    check("nvrtcVersion", unsafe { nv::nvrtcVersion(&mut a, &mut b) }, "", "")?;
     Ok((a, b))
 }
 
@@ -68,11 +57,7 @@ pub fn compile_log(name: &str, src: &str, arch: u32) -> Result<String> {
     if !nvrtc_present() {
         return Err(CudaError::NoNvrtc);
     }
-    let opts = [
-        format!("--gpu-architecture=sm_{arch}"),
-        "-std=c++17".to_string(),
-        "--ptxas-options=-v".to_string(),
-    ];
+    let opts = [format!("--gpu-architecture=sm_{arch}"), "-std=c++17".to_string(), "--ptxas-options=-v".to_string()];
     Ok(compile_uncached(name, src, &opts, &[], [0; 32])?.log)
 }
 
@@ -81,138 +66,61 @@ pub fn compile(name: &str, src: &str, arch: u32, name_exprs: &[&str]) -> Result<
     if !nvrtc_present() {
         return Err(CudaError::NoNvrtc);
     }
-    let opts = [
-        format!("--gpu-architecture=sm_{arch}"),
-        "-std=c++17".to_string(),
-        "-lineinfo".to_string(),
-    ];
+    let opts = [format!("--gpu-architecture=sm_{arch}"), "-std=c++17".to_string(), "-lineinfo".to_string()];
     let mut h = Sha256::new();
     h.update(src.as_bytes());
-    for o in opts
-        .iter()
-        .map(String::as_str)
-        .chain(name_exprs.iter().copied())
-    {
+    for o in opts.iter().map(String::as_str).chain(name_exprs.iter().copied()) {
         h.update([0u8]);
         h.update(o.as_bytes());
     }
     let key: [u8; 32] = h.finalize().into();
-    if let Some(c) = cache()
-        .lock()
-        .map_err(|_| CudaError::Invalid("compile cache poisoned".into()))?
-        .get(&key)
-    {
+    if let Some(c) = cache().lock().map_err(|_| CudaError::Invalid("compile cache poisoned".into()))?.get(&key) {
         return Ok(c.clone());
     }
     let compiled = Arc::new(compile_uncached(name, src, &opts, name_exprs, key)?);
-    cache()
-        .lock()
-        .map_err(|_| CudaError::Invalid("compile cache poisoned".into()))?
-        .insert(key, compiled.clone());
+    cache().lock().map_err(|_| CudaError::Invalid("compile cache poisoned".into()))?.insert(key, compiled.clone());
     Ok(compiled)
 }
 
-fn compile_uncached(
-    name: &str,
-    src: &str,
-    opts: &[String],
-    name_exprs: &[&str],
-    key: [u8; 32],
-) -> Result<Compiled> {
+fn compile_uncached(name: &str, src: &str, opts: &[String], name_exprs: &[&str], key: [u8; 32]) -> Result<Compiled> {
     let bad = |_| CudaError::Invalid(format!("source of `{name}` contains a NUL byte"));
     let c_src = CString::new(src).map_err(bad)?;
     let c_name = CString::new(format!("{name}.cu")).map_err(bad)?;
-    let c_opts: Vec<CString> = opts
-        .iter()
-        .map(|o| CString::new(o.as_str()))
-        .collect::<Result<_, _>>()
-        .map_err(bad)?;
+    let c_opts: Vec<CString> = opts.iter().map(|o| CString::new(o.as_str())).collect::<Result<_, _>>().map_err(bad)?;
     let c_opt_ptrs: Vec<*const std::ffi::c_char> = c_opts.iter().map(|o| o.as_ptr()).collect();
-    let c_exprs: Vec<CString> = name_exprs
-        .iter()
-        .map(|e| CString::new(*e))
-        .collect::<Result<_, _>>()
-        .map_err(bad)?;
+    let c_exprs: Vec<CString> = name_exprs.iter().map(|e| CString::new(*e)).collect::<Result<_, _>>().map_err(bad)?;
 
     let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: all pointers outlive the calls; the program is destroyed below on every path.
     unsafe {
         check(
             "nvrtcCreateProgram",
-            nv::nvrtcCreateProgram(
-                &mut prog,
-                c_src.as_ptr(),
-                c_name.as_ptr(),
-                0,
-                std::ptr::null(),
-                std::ptr::null(),
-            ),
+            nv::nvrtcCreateProgram(&mut prog, c_src.as_ptr(), c_name.as_ptr(), 0, std::ptr::null(), std::ptr::null()),
             name,
             "",
         )?;
         let result = (|| {
             for e in &c_exprs {
-                check(
-                    "nvrtcAddNameExpression",
-                    nv::nvrtcAddNameExpression(prog, e.as_ptr()),
-                    name,
-                    "",
-                )?;
+                check("nvrtcAddNameExpression", nv::nvrtcAddNameExpression(prog, e.as_ptr()), name, "")?;
             }
             let r = nv::nvrtcCompileProgram(prog, c_opt_ptrs.len() as i32, c_opt_ptrs.as_ptr());
             let mut log_len = 0usize;
-            check(
-                "nvrtcGetProgramLogSize",
-                nv::nvrtcGetProgramLogSize(prog, &mut log_len),
-                name,
-                "",
-            )?;
+            check("nvrtcGetProgramLogSize", nv::nvrtcGetProgramLogSize(prog, &mut log_len), name, "")?;
             let mut log = vec![0u8; log_len.max(1)];
-            check(
-                "nvrtcGetProgramLog",
-                nv::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast()),
-                name,
-                "",
-            )?;
-            let log = String::from_utf8_lossy(&log)
-                .trim_end_matches('\0')
-                .trim()
-                .to_string();
+            check("nvrtcGetProgramLog", nv::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast()), name, "")?;
+            let log = String::from_utf8_lossy(&log).trim_end_matches('\0').trim().to_string();
             check("nvrtcCompileProgram", r, name, &log)?;
             let mut size = 0usize;
-            check(
-                "nvrtcGetCUBINSize",
-                nv::nvrtcGetCUBINSize(prog, &mut size),
-                name,
-                &log,
-            )?;
+            check("nvrtcGetCUBINSize", nv::nvrtcGetCUBINSize(prog, &mut size), name, &log)?;
             let mut cubin = vec![0u8; size];
-            check(
-                "nvrtcGetCUBIN",
-                nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()),
-                name,
-                &log,
-            )?;
+            check("nvrtcGetCUBIN", nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()), name, &log)?;
             let mut lowered = Vec::new();
             for (e, ce) in name_exprs.iter().zip(&c_exprs) {
                 let mut p: *const std::ffi::c_char = std::ptr::null();
-                check(
-                    "nvrtcGetLoweredName",
-                    nv::nvrtcGetLoweredName(prog, ce.as_ptr(), &mut p),
-                    name,
-                    &log,
-                )?;
-                lowered.push((
-                    e.to_string(),
-                    CStr::from_ptr(p).to_string_lossy().into_owned(),
-                ));
+                check("nvrtcGetLoweredName", nv::nvrtcGetLoweredName(prog, ce.as_ptr(), &mut p), name, &log)?;
+                lowered.push((e.to_string(), CStr::from_ptr(p).to_string_lossy().into_owned()));
             }
-            Ok(Compiled {
-                cubin,
-                log,
-                lowered,
-                key,
-            })
+            Ok(Compiled { cubin, log, lowered, key })
         })();
         nv::nvrtcDestroyProgram(&mut prog);
         result

@@ -25,9 +25,7 @@ fn transformed_kernels_match_native_under_random_preemption() {
         }
     };
     if !gpumux_cuda::nvrtc::nvrtc_present() {
-        eprintln!(
-            "SKIPPED transformed_kernels_match_native_under_random_preemption: libnvrtc not found"
-        );
+        eprintln!("SKIPPED transformed_kernels_match_native_under_random_preemption: libnvrtc not found");
         return;
     }
     let native_s = Stream::low(&gpu).expect("stream");
@@ -40,8 +38,7 @@ fn transformed_kernels_match_native_under_random_preemption() {
         native_s.sync().expect("sync");
         let native = p.outputs().expect("outputs");
         p.reset().expect("reset");
-        p.run_chaotic(&gpu, 2, &mut Rng::new(3), &s, &ctl)
-            .expect("chaotic run");
+        p.run_chaotic(&gpu, 2, &mut Rng::new(3), &s, &ctl).expect("chaotic run");
         for (g, n) in p.outputs().expect("outputs").iter().zip(&native) {
             compare(g, n, Tolerance::Exact).unwrap_or_else(|e| panic!("{app:?}: {e}"));
         }

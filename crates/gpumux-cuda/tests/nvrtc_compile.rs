@@ -27,11 +27,7 @@ fn every_suite_kernel_compiles_native_and_transformed() {
         for k in &t.kernels {
             // The worker keeps the kernel's exported name.
             let needle = k.name.as_bytes();
-            assert!(
-                c.cubin.windows(needle.len()).any(|w| w == needle),
-                "{name}: `{}` missing from the cubin",
-                k.name
-            );
+            assert!(c.cubin.windows(needle.len()).any(|w| w == needle), "{name}: `{}` missing from the cubin", k.name);
         }
     }
 }

@@ -23,7 +23,11 @@ pub struct RunOutcome {
 
 /// Drives `engine` on `device` to completion. `progress` is called now and
 /// then with the current device time (for progress bars); it must be cheap.
-pub fn run(engine: &mut Engine, device: &mut dyn Device, progress: &mut dyn FnMut(Nanos)) -> Result<RunOutcome, RunError> {
+pub fn run(
+    engine: &mut Engine,
+    device: &mut dyn Device,
+    progress: &mut dyn FnMut(Nanos),
+) -> Result<RunOutcome, RunError> {
     let mut events: Vec<Event> = Vec::new();
     let mut now: Nanos = 0;
     // Arrivals at time 0 are timers like any other.

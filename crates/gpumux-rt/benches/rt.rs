@@ -17,20 +17,12 @@ fn methods(c: &mut Criterion) {
         g.throughput(Throughput::Elements(sets.len() as u64));
         g.bench_function("analysis", |b| {
             let mut an = Analyzer::new();
-            b.iter(|| {
-                sets.iter()
-                    .filter(|s| an.schedulable(s, &vec![Mode::Single; s.len()]))
-                    .count()
-            })
+            b.iter(|| sets.iter().filter(|s| an.schedulable(s, &vec![Mode::Single; s.len()])).count())
         });
         for m in Method::ALL {
             g.bench_with_input(BenchmarkId::new("assign", m.name()), &m, |b, &m| {
                 let mut an = Analyzer::new();
-                b.iter(|| {
-                    sets.iter()
-                        .filter(|s| assign_with(s, m, &mut an).schedulable)
-                        .count()
-                })
+                b.iter(|| sets.iter().filter(|s| assign_with(s, m, &mut an).schedulable).count())
             });
         }
         g.finish();

@@ -48,17 +48,8 @@ fn schedulable(set: &TaskSet, modes: &[Mode], b: Blocking) -> bool {
             // Longest section of each lower-priority task on r, with the units it holds.
             let mut secs: Vec<(f64, f64)> = Vec::new();
             for (lp, &mode) in set.tasks.iter().zip(modes).skip(i + 1) {
-                let len = lp
-                    .subtasks
-                    .iter()
-                    .filter(|p| p.resource == r)
-                    .map(|p| p.cost(mode))
-                    .fold(0.0, f64::max);
-                let held = if r == Resource::Gpu && mode == Mode::Multi {
-                    2.0
-                } else {
-                    1.0
-                };
+                let len = lp.subtasks.iter().filter(|p| p.resource == r).map(|p| p.cost(mode)).fold(0.0, f64::max);
+                let held = if r == Resource::Gpu && mode == Mode::Multi { 2.0 } else { 1.0 };
                 if len > 0.0 {
                     secs.push((len, held));
                 }
@@ -100,10 +91,7 @@ fn schedulable(set: &TaskSet, modes: &[Mode], b: Blocking) -> bool {
                 if pw + w > t.deadline {
                     return false;
                 }
-                let sum: f64 = interf[r]
-                    .iter()
-                    .map(|&(j, a, p)| ((j + w) / p).ceil() * a)
-                    .sum();
+                let sum: f64 = interf[r].iter().map(|&(j, a, p)| ((j + w) / p).ceil() * a).sum();
                 let next = c + bb + (sum / units[r]).ceil();
                 if next <= w {
                     break;
@@ -115,11 +103,7 @@ fn schedulable(set: &TaskSet, modes: &[Mode], b: Blocking) -> bool {
             pc += c;
         }
         for (s, j) in t.subtasks.iter().zip(jitters) {
-            let a = if s.resource == Resource::Gpu {
-                s.single
-            } else {
-                s.cost(modes[i])
-            };
+            let a = if s.resource == Resource::Gpu { s.single } else { s.cost(modes[i]) };
             interf[s.resource.index()].push((j, a, t.period));
         }
     }
@@ -143,11 +127,7 @@ fn main() {
             eprintln!("weights must be three non-negative numbers cpu,pci,gpu");
             std::process::exit(2);
         }
-        cfg.weights = ShareWeights {
-            cpu: v[0],
-            pci: v[1],
-            gpu: v[2],
-        };
+        cfg.weights = ShareWeights { cpu: v[0], pci: v[1], gpu: v[2] };
     }
     println!(
         "GLOBAL-schedulable sets of {sets} per U_G (± 0.05), weights {},{},{}; [single-GPU in brackets]",
@@ -180,15 +160,8 @@ fn main() {
                     continue;
                 }
                 let any = (0..1u32 << n).any(|mask| {
-                    let modes: Vec<Mode> = (0..n)
-                        .map(|i| {
-                            if mask >> i & 1 == 1 {
-                                Mode::Multi
-                            } else {
-                                Mode::Single
-                            }
-                        })
-                        .collect();
+                    let modes: Vec<Mode> =
+                        (0..n).map(|i| if mask >> i & 1 == 1 { Mode::Multi } else { Mode::Single }).collect();
                     schedulable(&set, &modes, b)
                 });
                 global += any as usize;
@@ -230,9 +203,7 @@ fn blocking_proves_infeasible(set: &TaskSet) -> bool {
 
 fn breakdown(cfg: &GenConfig, sets: usize) {
     println!();
-    println!(
-        "why GLOBAL rejects (crate analysis); terms of the first task missing under LOCAL, / D:"
-    );
+    println!("why GLOBAL rejects (crate analysis); terms of the first task missing under LOCAL, / D:");
     let mut an = Analyzer::new();
     for ug in [1.2, 2.0] {
         let mut rng = Rng::new(1);
@@ -257,12 +228,7 @@ fn breakdown(cfg: &GenConfig, sets: usize) {
                 continue; // unbounded: no per-subtask terms
             }
             let sum = |r: Option<Resource>, f: fn(&SubtaskReport) -> f64| {
-                t.subtasks
-                    .iter()
-                    .filter(|s| r.map_or(true, |r| s.resource == r))
-                    .map(f)
-                    .sum::<f64>()
-                    / t.deadline
+                t.subtasks.iter().filter(|s| r.map_or(true, |r| s.resource == r)).map(f).sum::<f64>() / t.deadline
             };
             let interference = |s: &SubtaskReport| s.w - s.cost - s.blocking;
             terms[0] += sum(None, |s| s.cost);

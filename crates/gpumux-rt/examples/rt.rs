@@ -4,10 +4,7 @@
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "rt",
-    about = "Real-time GPU task sets (GPU-SPARC analysis and mode assignment)"
-)]
+#[command(name = "rt", about = "Real-time GPU task sets (GPU-SPARC analysis and mode assignment)")]
 struct Cli {
     #[command(subcommand)]
     cmd: gpumux_rt::cli::RtCommand,

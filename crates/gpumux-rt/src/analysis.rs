@@ -131,11 +131,7 @@ pub(crate) fn blocking_into(set: &TaskSet, modes: &[Mode], out: &mut Vec<[f64; 3
 
 pub(crate) fn units_of(set: &TaskSet) -> [f64; 3] {
     let p = set.platform;
-    [
-        p.units(Resource::Cpu) as f64,
-        p.units(Resource::Pci) as f64,
-        p.units(Resource::Gpu) as f64,
-    ]
+    [p.units(Resource::Cpu) as f64, p.units(Resource::Pci) as f64, p.units(Resource::Gpu) as f64]
 }
 
 /// Reusable buffers so that the thousands of analyses an assignment method runs per task set
@@ -220,9 +216,7 @@ impl Analyzer {
                 subtasks: Vec::new(),
             };
             if let Some(by) = &broken {
-                rep.note = Some(format!(
-                    "higher-priority task `{by}` has no bounded response"
-                ));
+                rep.note = Some(format!("higher-priority task `{by}` has no bounded response"));
                 tasks.push(rep);
                 continue;
             }
@@ -239,11 +233,7 @@ impl Analyzer {
                 Ok(r) => {
                     rep.response = Some(r);
                     rep.slack = Some(t.deadline - r);
-                    rep.status = if r <= t.deadline {
-                        Status::Meets
-                    } else {
-                        Status::Misses
-                    };
+                    rep.status = if r <= t.deadline { Status::Meets } else { Status::Misses };
                     rep.subtasks = t
                         .subtasks
                         .iter()
@@ -260,9 +250,7 @@ impl Analyzer {
                 }
                 Err(reached) => {
                     rep.status = Status::Unbounded;
-                    rep.note = Some(format!(
-                        "response exceeds {horizon} x deadline (reached {reached:.1})"
-                    ));
+                    rep.note = Some(format!("response exceeds {horizon} x deadline (reached {reached:.1})"));
                     broken = Some(t.name.clone());
                 }
             }
@@ -282,11 +270,7 @@ pub(crate) fn push_interferers(
     jitters: &[f64],
 ) {
     for (s, &jitter) in subtasks.iter().zip(jitters) {
-        interf[s.resource.index()].push(Interferer {
-            jitter,
-            alpha: alpha(s, mode),
-            period,
-        });
+        interf[s.resource.index()].push(Interferer { jitter, alpha: alpha(s, mode), period });
     }
 }
 

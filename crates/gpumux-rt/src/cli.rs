@@ -127,16 +127,8 @@ pub fn run(cmd: RtCommand) -> anyhow::Result<()> {
 /// Runs one command, appending what it would print to `out` (used by tests).
 pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
     match cmd {
-        RtCommand::Analyze {
-            file,
-            method,
-            horizon,
-            json,
-        } => {
-            anyhow::ensure!(
-                horizon.is_finite() && horizon >= 1.0,
-                "--horizon must be a number >= 1 (got {horizon})"
-            );
+        RtCommand::Analyze { file, method, horizon, json } => {
+            anyhow::ensure!(horizon.is_finite() && horizon >= 1.0, "--horizon must be a number >= 1 (got {horizon})");
             let set = TaskSet::from_file(&file)?;
             let mut an = Analyzer::new();
             let modes = match method {
@@ -145,15 +137,7 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
             };
             let a = an.analyze(&set, &modes, horizon);
             if json {
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&AnalyzeJson {
-                        file: &file,
-                        method,
-                        analysis: &a
-                    })?
-                )?;
+                writeln!(out, "{}", serde_json::to_string_pretty(&AnalyzeJson { file: &file, method, analysis: &a })?)?;
             } else {
                 header(out, &file, &set);
                 if let Some(m) = method {
@@ -162,19 +146,10 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
                 table(out, &a);
             }
         }
-        RtCommand::Assign {
-            file,
-            method,
-            all,
-            json,
-        } => {
+        RtCommand::Assign { file, method, all, json } => {
             let set = TaskSet::from_file(&file)?;
             let mut an = Analyzer::new();
-            let methods: Vec<Method> = if all {
-                Method::ALL.to_vec()
-            } else {
-                vec![method]
-            };
+            let methods: Vec<Method> = if all { Method::ALL.to_vec() } else { vec![method] };
             let mut results = Vec::new();
             for m in methods {
                 let a = assign_with(&set, m, &mut an);
@@ -201,19 +176,8 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
                 }
             }
         }
-        RtCommand::Experiment {
-            figure,
-            sets,
-            seed,
-            out: dir,
-            jobs,
-            quiet,
-            weights,
-            chunk,
-        } => {
-            let jobs = jobs
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-                .max(1);
+        RtCommand::Experiment { figure, sets, seed, out: dir, jobs, quiet, weights, chunk } => {
+            let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
             let (default_sets, default_dir) = match figure {
                 Figure::Fig7 => (100_000, "results/rt-fig7"),
                 Figure::Fig8 => (10_000, "results/rt-fig8"),
@@ -221,35 +185,19 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
             let mut gen = GenConfig::default();
             if let Some(w) = weights {
                 anyhow::ensure!(
-                    w.len() == 3
-                        && w.iter().all(|x| x.is_finite() && *x >= 0.0)
-                        && w.iter().any(|x| *x > 0.0),
+                    w.len() == 3 && w.iter().all(|x| x.is_finite() && *x >= 0.0) && w.iter().any(|x| *x > 0.0),
                     "--weights takes three non-negative numbers cpu,pci,gpu, not all zero"
                 );
-                gen.weights = crate::generate::ShareWeights {
-                    cpu: w[0],
-                    pci: w[1],
-                    gpu: w[2],
-                };
+                gen.weights = crate::generate::ShareWeights { cpu: w[0], pci: w[1], gpu: w[2] };
             }
             if let Some(k) = chunk {
-                anyhow::ensure!(
-                    k > 0.0 && k.is_finite(),
-                    "--chunk must be a positive number"
-                );
+                anyhow::ensure!(k > 0.0 && k.is_finite(), "--chunk must be a positive number");
                 gen.chunk = Some(k);
             }
-            let opts = RunOptions {
-                sets: sets.unwrap_or(default_sets),
-                seed,
-                jobs,
-                quiet,
-                gen,
-            };
+            let opts = RunOptions { sets: sets.unwrap_or(default_sets), seed, jobs, quiet, gen };
             anyhow::ensure!(opts.sets > 0, "--sets must be at least 1");
             let dir = dir.unwrap_or_else(|| PathBuf::from(default_dir));
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create output folder {}", dir.display()))?;
+            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create output folder {}", dir.display()))?;
             let t0 = std::time::Instant::now();
             match figure {
                 Figure::Fig7 => {
@@ -257,43 +205,24 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
                     report_fig7(out, &r, t0.elapsed().as_secs_f64(), jobs)?;
                     write_json(&dir.join("fig7.json"), &r)?;
                     crate::plot::fig7_svg(&r, &dir.join("fig7.svg"))?;
-                    writeln!(
-                        out,
-                        "wrote {} and {}",
-                        dir.join("fig7.json").display(),
-                        dir.join("fig7.svg").display()
-                    )?;
+                    writeln!(out, "wrote {} and {}", dir.join("fig7.json").display(), dir.join("fig7.svg").display())?;
                 }
                 Figure::Fig8 => {
                     let r = experiment::fig8(&opts);
                     report_fig8(out, &r, t0.elapsed().as_secs_f64(), jobs)?;
                     write_json(&dir.join("fig8.json"), &r)?;
                     crate::plot::fig8_svg(&r, &dir.join("fig8.svg"))?;
-                    writeln!(
-                        out,
-                        "wrote {} and {}",
-                        dir.join("fig8.json").display(),
-                        dir.join("fig8.svg").display()
-                    )?;
+                    writeln!(out, "wrote {} and {}", dir.join("fig8.json").display(), dir.join("fig8.svg").display())?;
                 }
             }
         }
-        RtCommand::Bench {
-            sets,
-            seed,
-            sizes,
-            json,
-        } => {
+        RtCommand::Bench { sets, seed, sizes, json } => {
             anyhow::ensure!(sets > 0, "--sets must be at least 1");
             let rows = crate::bench::run(&sizes, sets, seed, &GenConfig::default());
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
             } else {
-                writeln!(
-                    out,
-                    "{:>3}  {:<9} {:>12} {:>12}",
-                    "n", "method", "sets/s", "schedulable"
-                )?;
+                writeln!(out, "{:>3}  {:<9} {:>12} {:>12}", "n", "method", "sets/s", "schedulable")?;
                 for r in rows {
                     writeln!(
                         out,
@@ -306,19 +235,10 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
                 }
             }
         }
-        RtCommand::Generate {
-            tasks,
-            ug,
-            p_dep,
-            seed,
-        } => {
+        RtCommand::Generate { tasks, ug, p_dep, seed } => {
             anyhow::ensure!(tasks > 0, "--tasks must be at least 1");
             anyhow::ensure!((0.0..=1.0).contains(&p_dep), "--p-dep must be in [0, 1]");
-            let gen = GenConfig {
-                p_dep,
-                cost: MultiCostModel::default(),
-                ..GenConfig::default()
-            };
+            let gen = GenConfig { p_dep, cost: MultiCostModel::default(), ..GenConfig::default() };
             let mut rng = Rng::new(seed);
             let mut set = random_set(&mut rng, &gen, tasks);
             if let Some(u) = ug {
@@ -375,11 +295,8 @@ fn fmt_opt(x: Option<f64>) -> String {
 }
 
 fn table(out: &mut String, a: &Analysis) {
-    let _ = writeln!(
-        out,
-        "{:>4}  {:<20} {:<6} {:>10} {:>10} {:>10}  verdict",
-        "prio", "task", "mode", "R", "D", "slack"
-    );
+    let _ =
+        writeln!(out, "{:>4}  {:<20} {:<6} {:>10} {:>10} {:>10}  verdict", "prio", "task", "mode", "R", "D", "slack");
     for t in &a.tasks {
         let verdict = match t.status {
             Status::Meets => "meets".to_string(),
@@ -403,21 +320,16 @@ fn table(out: &mut String, a: &Analysis) {
     let _ = writeln!(
         out,
         "verdict: {}",
-        if a.schedulable {
-            "SCHEDULABLE (every task meets its deadline)"
-        } else {
-            "NOT SCHEDULABLE"
-        }
+        if a.schedulable { "SCHEDULABLE (every task meets its deadline)" } else { "NOT SCHEDULABLE" }
     );
 }
 
-fn report_fig7(
-    out: &mut String,
-    r: &experiment::Fig7Result,
-    secs: f64,
-    jobs: usize,
-) -> anyhow::Result<()> {
-    writeln!(out, "Fig. 7 — schedulability normalised to GLOBAL, P_D = 0 ({} sets, seed {}, largest set {} tasks)", r.sets, r.seed, r.max_tasks)?;
+fn report_fig7(out: &mut String, r: &experiment::Fig7Result, secs: f64, jobs: usize) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "Fig. 7 — schedulability normalised to GLOBAL, P_D = 0 ({} sets, seed {}, largest set {} tasks)",
+        r.sets, r.seed, r.max_tasks
+    )?;
     write!(out, "{:>11} {:>7}", "U_G", "sets")?;
     for m in &r.methods {
         write!(out, " {:>9}", m)?;
@@ -429,11 +341,7 @@ fn report_fig7(
             if k == GLOBAL {
                 write!(out, " {:>9}", b.schedulable[k])?;
             } else {
-                write!(
-                    out,
-                    " {:>9}",
-                    v.map_or_else(|| "-".into(), |x| format!("{x:.4}"))
-                )?;
+                write!(out, " {:>9}", v.map_or_else(|| "-".into(), |x| format!("{x:.4}")))?;
             }
         }
         writeln!(out)?;
@@ -455,24 +363,12 @@ fn report_fig7(
         100.0 * r.gema_ls_max_loss,
         100.0 * r.gema_ls_overall_loss
     )?;
-    writeln!(
-        out,
-        "sets a heuristic schedules but GLOBAL does not: {} (must be 0)",
-        r.violations
-    )?;
+    writeln!(out, "sets a heuristic schedules but GLOBAL does not: {} (must be 0)", r.violations)?;
     timing_lines(out, &r.timing, secs, jobs)
 }
 
-fn timing_lines(
-    out: &mut String,
-    t: &[experiment::MethodTiming],
-    secs: f64,
-    jobs: usize,
-) -> anyhow::Result<()> {
-    write!(
-        out,
-        "time: {secs:.1} s wall on {jobs} thread(s); one-core sets/s:"
-    )?;
+fn timing_lines(out: &mut String, t: &[experiment::MethodTiming], secs: f64, jobs: usize) -> anyhow::Result<()> {
+    write!(out, "time: {secs:.1} s wall on {jobs} thread(s); one-core sets/s:")?;
     for m in t {
         write!(out, " {}={:.0}", m.method, m.sets_per_second)?;
     }
@@ -480,12 +376,7 @@ fn timing_lines(
     Ok(())
 }
 
-fn report_fig8(
-    out: &mut String,
-    r: &experiment::Fig8Result,
-    secs: f64,
-    jobs: usize,
-) -> anyhow::Result<()> {
+fn report_fig8(out: &mut String, r: &experiment::Fig8Result, secs: f64, jobs: usize) -> anyhow::Result<()> {
     writeln!(
         out,
         "Fig. 8 — schedulable sets at U_G = {} ± {} vs. P_D ({} sets per point, seed {})",
@@ -505,18 +396,27 @@ fn report_fig8(
     }
     let first = &r.points[0].schedulable;
     let last = &r.points[r.points.len() - 1].schedulable;
-    writeln!(out, "paper: Single-GPU flat in P_D; the others fall as P_D grows; LOCAL can drop below Single-GPU; GEMA ~ GLOBAL.")?;
+    writeln!(
+        out,
+        "paper: Single-GPU flat in P_D; the others fall as P_D grows; LOCAL can drop below Single-GPU; GEMA ~ GLOBAL."
+    )?;
     writeln!(
         out,
         "ours (P_D 0 -> 1): single {} -> {}, local {} -> {}, gema {} -> {}, gema-ls {} -> {}, global {} -> {}; {}",
-        first[0], last[0], first[1], last[1], first[2], last[2], first[3], last[3], first[4], last[4],
-        r.points
-            .iter()
-            .find(|p| p.schedulable[1] < p.schedulable[0])
-            .map_or_else(
-                || "LOCAL never below Single-GPU".to_string(),
-                |p| format!("LOCAL below Single-GPU from P_D = {:.1}", p.p_dep)
-            )
+        first[0],
+        last[0],
+        first[1],
+        last[1],
+        first[2],
+        last[2],
+        first[3],
+        last[3],
+        first[4],
+        last[4],
+        r.points.iter().find(|p| p.schedulable[1] < p.schedulable[0]).map_or_else(
+            || "LOCAL never below Single-GPU".to_string(),
+            |p| format!("LOCAL below Single-GPU from P_D = {:.1}", p.p_dep)
+        )
     )?;
     // Points where GLOBAL schedules nothing say nothing about GEMA's loss.
     let gaps: Vec<f64> = r
@@ -526,10 +426,7 @@ fn report_fig8(
         .map(|p| 1.0 - p.schedulable[2] as f64 / p.schedulable[GLOBAL] as f64)
         .collect();
     if gaps.is_empty() {
-        writeln!(
-            out,
-            "ours: GLOBAL schedules no set at any P_D; GEMA's loss is undefined"
-        )?;
+        writeln!(out, "ours: GLOBAL schedules no set at any P_D; GEMA's loss is undefined")?;
     } else {
         writeln!(
             out,
@@ -537,11 +434,7 @@ fn report_fig8(
             100.0 * gaps.iter().copied().fold(0.0, f64::max)
         )?;
     }
-    writeln!(
-        out,
-        "sets a heuristic schedules but GLOBAL does not: {} (must be 0)",
-        r.violations
-    )?;
+    writeln!(out, "sets a heuristic schedules but GLOBAL does not: {} (must be 0)", r.violations)?;
     timing_lines(out, &r.timing, secs, jobs)
 }
 

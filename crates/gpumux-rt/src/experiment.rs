@@ -43,11 +43,7 @@ pub fn evaluate(set: &TaskSet, an: &mut Analyzer, time: &mut [Duration; NM]) -> 
         ok[k] = assign_with(set, *m, an).schedulable;
         time[k] += t0.elapsed();
     }
-    SetOutcome {
-        ok,
-        ug: set.gpu_utilisation(),
-        n: set.len(),
-    }
+    SetOutcome { ok, ug: set.gpu_utilisation(), n: set.len() }
 }
 
 /// Evaluates `sets` on `jobs` threads; outcomes in input order.
@@ -75,10 +71,7 @@ pub fn evaluate_all(sets: &[TaskSet], jobs: usize, time: &mut [Duration; NM]) ->
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
     for (v, t) in results {
         for (i, o) in v {
@@ -96,9 +89,7 @@ fn progress(len: u64, msg: &str, quiet: bool) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let pb = ProgressBar::new(len);
-    if let Ok(style) =
-        ProgressStyle::with_template("{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} ({eta})")
-    {
+    if let Ok(style) = ProgressStyle::with_template("{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} ({eta})") {
         pb.set_style(style);
     }
     pb.set_message(msg.to_string());
@@ -238,10 +229,7 @@ pub fn fig7(opts: &RunOptions) -> Fig7Result {
             ug_hi: (b + 1) as f64 * FIG7_BIN,
             sets: *n,
             schedulable: s.to_vec(),
-            normalised: s
-                .iter()
-                .map(|&x| (s[GLOBAL] > 0).then(|| x as f64 / s[GLOBAL] as f64))
-                .collect(),
+            normalised: s.iter().map(|&x| (s[GLOBAL] > 0).then(|| x as f64 / s[GLOBAL] as f64)).collect(),
         })
         .collect();
     let mut total = [0u64; NM];
@@ -256,11 +244,7 @@ pub fn fig7(opts: &RunOptions) -> Fig7Result {
             .filter(|(_, s)| s[GLOBAL] >= 100)
             .map(|(_, s)| 1.0 - s[k] as f64 / s[GLOBAL] as f64)
             .fold(0.0, f64::max);
-        let overall = if total[GLOBAL] > 0 {
-            1.0 - total[k] as f64 / total[GLOBAL] as f64
-        } else {
-            0.0
-        };
+        let overall = if total[GLOBAL] > 0 { 1.0 - total[k] as f64 / total[GLOBAL] as f64 } else { 0.0 };
         (max, overall)
     };
     let (gm, go) = loss(2);
@@ -336,9 +320,8 @@ pub fn fig8(opts: &RunOptions) -> Fig8Result {
         let chunk = 512.max(opts.jobs * 64);
         while done < opts.sets {
             let take = chunk.min(opts.sets - done);
-            let sets: Vec<TaskSet> = (0..take)
-                .map(|_| set_near_utilisation(&mut rng, &gen, FIG8_UG, FIG8_TOL))
-                .collect();
+            let sets: Vec<TaskSet> =
+                (0..take).map(|_| set_near_utilisation(&mut rng, &gen, FIG8_UG, FIG8_TOL)).collect();
             let outs = evaluate_all(&sets, opts.jobs, &mut time);
             for o in &outs {
                 for (acc, ok) in sched.iter_mut().zip(o.ok) {
@@ -349,11 +332,7 @@ pub fn fig8(opts: &RunOptions) -> Fig8Result {
             done += take;
             pb.inc(take as u64);
         }
-        points.push(Fig8Point {
-            p_dep: gen.p_dep,
-            sets: done as u64,
-            schedulable: sched.to_vec(),
-        });
+        points.push(Fig8Point { p_dep: gen.p_dep, sets: done as u64, schedulable: sched.to_vec() });
     }
     pb.finish_and_clear();
     let total = opts.sets as u64 * 11;

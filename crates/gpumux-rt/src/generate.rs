@@ -36,13 +36,7 @@ pub struct MultiCostModel {
 
 impl Default for MultiCostModel {
     fn default() -> Self {
-        MultiCostModel {
-            kernel: 0.5,
-            copy: 2.0,
-            dep_upload: 4.7,
-            dep_download: 11.7,
-            merge: 1.0,
-        }
+        MultiCostModel { kernel: 0.5, copy: 2.0, dep_upload: 4.7, dep_download: 11.7, merge: 1.0 }
     }
 }
 
@@ -53,11 +47,8 @@ impl MultiCostModel {
     /// kernel, an *upload* otherwise. The merge of a download is charged to the next CPU
     /// subtask; if no CPU subtask follows, to the download itself.
     pub fn apply(&self, task: &mut Task) {
-        let (up, down) = if task.data_dependency {
-            (self.dep_upload, self.dep_download)
-        } else {
-            (self.copy, self.copy)
-        };
+        let (up, down) =
+            if task.data_dependency { (self.dep_upload, self.dep_download) } else { (self.copy, self.copy) };
         let mut last_compute: Option<Resource> = None;
         let mut pending_merge = 0.0;
         let mut last_download: Option<usize> = None;
@@ -114,11 +105,7 @@ impl Default for ShareWeights {
     /// (The first version used 0.1/0.1/1, i.e. only 83% of the GPU-side time in kernels —
     /// outside the range it cited; see docs/rt.md.)
     fn default() -> Self {
-        ShareWeights {
-            cpu: 0.03,
-            pci: 0.03,
-            gpu: 1.0,
-        }
+        ShareWeights { cpu: 0.03, pci: 0.03, gpu: 1.0 }
     }
 }
 
@@ -176,20 +163,10 @@ pub fn random_task(rng: &mut Rng, cfg: &GenConfig, name: String) -> Task {
     let pattern = [Resource::Cpu, Resource::Pci, Resource::Gpu, Resource::Pci];
     for _ in 0..k {
         for r in pattern {
-            subtasks.push(Subtask {
-                resource: r,
-                single: 0.0,
-                multi: 0.0,
-                chunk: None,
-            });
+            subtasks.push(Subtask { resource: r, single: 0.0, multi: 0.0, chunk: None });
         }
     }
-    subtasks.push(Subtask {
-        resource: Resource::Cpu,
-        single: 0.0,
-        multi: 0.0,
-        chunk: None,
-    });
+    subtasks.push(Subtask { resource: Resource::Cpu, single: 0.0, multi: 0.0, chunk: None });
     let mut sum = 0.0;
     for s in &mut subtasks {
         let w = match s.resource {
@@ -202,21 +179,10 @@ pub fn random_task(rng: &mut Rng, cfg: &GenConfig, name: String) -> Task {
         sum += s.single;
     }
     for s in &mut subtasks {
-        s.single = if sum > 0.0 {
-            s.single / sum * total
-        } else {
-            0.0
-        };
+        s.single = if sum > 0.0 { s.single / sum * total } else { 0.0 };
     }
     let data_dependency = rng.f64() < cfg.p_dep;
-    let mut task = Task {
-        name,
-        period,
-        deadline: period,
-        data_dependency,
-        subtasks,
-        mode: Mode::Single,
-    };
+    let mut task = Task { name, period, deadline: period, data_dependency, subtasks, mode: Mode::Single };
     cfg.cost.apply(&mut task);
     if let Some(k) = cfg.chunk {
         for s in &mut task.subtasks {
@@ -230,9 +196,7 @@ pub fn random_task(rng: &mut Rng, cfg: &GenConfig, name: String) -> Task {
 
 /// A set of exactly `n` random tasks (Deadline-Monotonic priorities).
 pub fn random_set(rng: &mut Rng, cfg: &GenConfig, n: usize) -> TaskSet {
-    let tasks = (0..n)
-        .map(|i| random_task(rng, cfg, format!("t{i}")))
-        .collect();
+    let tasks = (0..n).map(|i| random_task(rng, cfg, format!("t{i}"))).collect();
     TaskSet::deadline_monotonic(cfg.platform, tasks)
 }
 
@@ -255,16 +219,8 @@ pub fn scale_to_gpu_utilisation(set: &mut TaskSet, target: f64) {
 /// The paper's growth procedure: start with two tasks and add one at a time; calls `visit`
 /// with every set whose `U_G <= max_ug`, stopping when `U_G` passes it or `visit` returns
 /// `false`. Returns `false` if `visit` asked to stop.
-pub fn grow_sets(
-    rng: &mut Rng,
-    cfg: &GenConfig,
-    max_ug: f64,
-    mut visit: impl FnMut(&TaskSet) -> bool,
-) -> bool {
-    let mut tasks = vec![
-        random_task(rng, cfg, "t0".into()),
-        random_task(rng, cfg, "t1".into()),
-    ];
+pub fn grow_sets(rng: &mut Rng, cfg: &GenConfig, max_ug: f64, mut visit: impl FnMut(&TaskSet) -> bool) -> bool {
+    let mut tasks = vec![random_task(rng, cfg, "t0".into()), random_task(rng, cfg, "t1".into())];
     loop {
         let set = TaskSet::deadline_monotonic(cfg.platform, tasks.clone());
         if set.gpu_utilisation() > max_ug {
@@ -282,10 +238,7 @@ pub fn grow_sets(
 /// sequence that jumps past the window is discarded and a new one started.
 pub fn set_near_utilisation(rng: &mut Rng, cfg: &GenConfig, target: f64, tol: f64) -> TaskSet {
     loop {
-        let mut tasks = vec![
-            random_task(rng, cfg, "t0".into()),
-            random_task(rng, cfg, "t1".into()),
-        ];
+        let mut tasks = vec![random_task(rng, cfg, "t0".into()), random_task(rng, cfg, "t1".into())];
         loop {
             let u: f64 = tasks.iter().map(Task::gpu_utilisation).sum();
             if u > target + tol {
@@ -312,12 +265,7 @@ pub struct GrowingSets {
 impl GrowingSets {
     /// New stream.
     pub fn new(seed: u64, cfg: GenConfig, max_ug: f64) -> Self {
-        GrowingSets {
-            rng: Rng::new(seed),
-            cfg,
-            max_ug,
-            tasks: Vec::new(),
-        }
+        GrowingSets { rng: Rng::new(seed), cfg, max_ug, tasks: Vec::new() }
     }
 }
 

@@ -170,12 +170,7 @@ impl Task {
 
     /// Single-mode GPU utilisation `Σ_{H_ij = GPU} C^S_ij / T_i` (the paper's `U_G` term).
     pub fn gpu_utilisation(&self) -> f64 {
-        self.subtasks
-            .iter()
-            .filter(|s| s.resource == Resource::Gpu)
-            .map(|s| s.single)
-            .sum::<f64>()
-            / self.period
+        self.subtasks.iter().filter(|s| s.resource == Resource::Gpu).map(|s| s.single).sum::<f64>() / self.period
     }
 }
 
@@ -193,11 +188,7 @@ pub struct Platform {
 impl Default for Platform {
     /// The paper's simulation platform (IV-D): 4 CPUs, 1 PCI bus, 4 GPUs.
     fn default() -> Self {
-        Platform {
-            cpus: 4,
-            pci: 1,
-            gpus: 4,
-        }
+        Platform { cpus: 4, pci: 1, gpus: 4 }
     }
 }
 
@@ -259,10 +250,8 @@ impl TaskSet {
     /// Loads and validates a TOML task-set file.
     pub fn from_file(path: &Path) -> Result<TaskSet, ModelError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ModelError::Io {
-            file: file.clone(),
-            reason: e.to_string(),
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ModelError::Io { file: file.clone(), reason: e.to_string() })?;
         TaskSet::from_toml_str(&text, &file)
     }
 

@@ -35,8 +35,7 @@ pub fn line_chart(
     series: &[Series],
 ) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (800, 520)).into_drawing_area();
-    root.fill(&WHITE)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 22))
         .margin(12)
@@ -53,21 +52,12 @@ pub fn line_chart(
     for (i, s) in series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
         chart
-            .draw_series(LineSeries::new(
-                s.points.iter().copied(),
-                color.stroke_width(2),
-            ))
+            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
             .label(s.name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
         chart
-            .draw_series(
-                s.points
-                    .iter()
-                    .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
-            )
+            .draw_series(s.points.iter().map(|&(x, y)| Circle::new((x, y), 3, color.filled())))
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     chart
@@ -77,8 +67,7 @@ pub fn line_chart(
         .position(SeriesLabelPosition::LowerLeft)
         .draw()
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    root.present()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    root.present().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(())
 }
 
@@ -97,18 +86,12 @@ pub fn fig7_svg(r: &Fig7Result, path: &Path) -> anyhow::Result<()> {
         for &(_, y) in &pts {
             lo = lo.min(y);
         }
-        series.push(Series {
-            name: name.clone(),
-            points: pts,
-        });
+        series.push(Series { name: name.clone(), points: pts });
     }
     let xmax = r.bins.last().map(|b| b.ug_hi).unwrap_or(4.0);
     line_chart(
         path,
-        &format!(
-            "Fig. 7: schedulability normalised to GLOBAL (P_D = 0, {} sets)",
-            r.sets
-        ),
+        &format!("Fig. 7: schedulability normalised to GLOBAL (P_D = 0, {} sets)", r.sets),
         "total GPU utilisation U_G",
         "schedulable / schedulable(GLOBAL)",
         (0.0, xmax),
@@ -122,25 +105,15 @@ pub fn fig8_svg(r: &Fig8Result, path: &Path) -> anyhow::Result<()> {
     let mut series = Vec::new();
     let mut hi: f64 = 1.0;
     for (k, name) in r.methods.iter().enumerate() {
-        let pts: Vec<(f64, f64)> = r
-            .points
-            .iter()
-            .map(|p| (p.p_dep, p.schedulable[k] as f64))
-            .collect();
+        let pts: Vec<(f64, f64)> = r.points.iter().map(|p| (p.p_dep, p.schedulable[k] as f64)).collect();
         for &(_, y) in &pts {
             hi = hi.max(y);
         }
-        series.push(Series {
-            name: name.clone(),
-            points: pts,
-        });
+        series.push(Series { name: name.clone(), points: pts });
     }
     line_chart(
         path,
-        &format!(
-            "Fig. 8: schedulable sets at U_G = {} ({} sets per point)",
-            r.ug, r.sets_per_point
-        ),
+        &format!("Fig. 8: schedulable sets at U_G = {} ({} sets per point)", r.ug, r.sets_per_point),
         "probability of inter-kernel data dependency P_D",
         "schedulable task sets",
         (0.0, 1.0),

@@ -38,25 +38,14 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn err(&self, field: impl Into<String>, reason: impl Into<String>) -> ModelError {
-        ModelError::Field {
-            file: self.file.to_string(),
-            field: field.into(),
-            reason: reason.into(),
-        }
+        ModelError::Field { file: self.file.to_string(), field: field.into(), reason: reason.into() }
     }
 
     fn check_keys(&self, table: &Table, path: &str, allowed: &[&str]) -> Result<(), ModelError> {
         for key in table.keys() {
             if !allowed.contains(&key.as_str()) {
-                let field = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
-                return Err(self.err(
-                    field,
-                    format!("unknown field (expected one of: {})", allowed.join(", ")),
-                ));
+                let field = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                return Err(self.err(field, format!("unknown field (expected one of: {})", allowed.join(", "))));
             }
         }
         Ok(())
@@ -66,12 +55,7 @@ impl Ctx<'_> {
         let x = match v {
             Value::Integer(i) => *i as f64,
             Value::Float(f) => *f,
-            other => {
-                return Err(self.err(
-                    field,
-                    format!("expected a number, found {}", other.type_str()),
-                ))
-            }
+            other => return Err(self.err(field, format!("expected a number, found {}", other.type_str()))),
         };
         if !x.is_finite() {
             return Err(self.err(field, "must be a finite number"));
@@ -95,20 +79,13 @@ impl Ctx<'_> {
         match t.get(key) {
             None => Ok(default),
             Some(Value::Integer(i)) if *i >= 1 && *i <= 1_000_000 => Ok(*i as u32),
-            Some(Value::Integer(i)) => Err(self.err(
-                field,
-                format!("must be a whole number of units >= 1 (got {i})"),
-            )),
-            Some(other) => Err(self.err(
-                field,
-                format!("expected an integer, found {}", other.type_str()),
-            )),
+            Some(Value::Integer(i)) => Err(self.err(field, format!("must be a whole number of units >= 1 (got {i})"))),
+            Some(other) => Err(self.err(field, format!("expected an integer, found {}", other.type_str()))),
         }
     }
 
     fn string<'v>(&self, v: &'v Value, field: &str) -> Result<&'v str, ModelError> {
-        v.as_str()
-            .ok_or_else(|| self.err(field, format!("expected a string, found {}", v.type_str())))
+        v.as_str().ok_or_else(|| self.err(field, format!("expected a string, found {}", v.type_str())))
     }
 }
 
@@ -132,28 +109,15 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
                 gpus: cx.units(t, "gpus", d.gpus)?,
             }
         }
-        Some(other) => {
-            return Err(cx.err(
-                "platform",
-                format!("expected a table, found {}", other.type_str()),
-            ))
-        }
+        Some(other) => return Err(cx.err("platform", format!("expected a table, found {}", other.type_str()))),
     };
 
     let raw_tasks = match root.get("task") {
         None => return Err(cx.err("task", "missing: a task set needs at least one [[task]]")),
-        Some(Value::Array(a)) if a.is_empty() => {
-            return Err(cx.err("task", "a task set needs at least one [[task]]"))
-        }
+        Some(Value::Array(a)) if a.is_empty() => return Err(cx.err("task", "a task set needs at least one [[task]]")),
         Some(Value::Array(a)) => a,
         Some(other) => {
-            return Err(cx.err(
-                "task",
-                format!(
-                    "expected an array of tables ([[task]]), found {}",
-                    other.type_str()
-                ),
-            ))
+            return Err(cx.err("task", format!("expected an array of tables ([[task]]), found {}", other.type_str())))
         }
     };
 
@@ -163,31 +127,14 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
     let mut names = HashSet::new();
     for (i, raw) in raw_tasks.iter().enumerate() {
         let path = format!("task[{i}]");
-        let t = raw
-            .as_table()
-            .ok_or_else(|| cx.err(&path, format!("expected a table, found {}", raw.type_str())))?;
-        cx.check_keys(
-            t,
-            &path,
-            &[
-                "name",
-                "period",
-                "deadline",
-                "priority",
-                "data_dependency",
-                "mode",
-                "subtasks",
-            ],
-        )?;
+        let t = raw.as_table().ok_or_else(|| cx.err(&path, format!("expected a table, found {}", raw.type_str())))?;
+        cx.check_keys(t, &path, &["name", "period", "deadline", "priority", "data_dependency", "mode", "subtasks"])?;
         let name = match t.get("name") {
             None => format!("task{i}"),
             Some(v) => cx.string(v, &format!("{path}.name"))?.to_string(),
         };
         if !names.insert(name.clone()) {
-            return Err(cx.err(
-                format!("{path}.name"),
-                format!("duplicate task name `{name}`"),
-            ));
+            return Err(cx.err(format!("{path}.name"), format!("duplicate task name `{name}`")));
         }
         let period = match t.get("period") {
             None => return Err(cx.err(format!("{path}.period"), "missing (required)")),
@@ -210,10 +157,9 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
             None => None,
             Some(Value::Integer(p)) => Some(*p),
             Some(other) => {
-                return Err(cx.err(
-                    format!("{path}.priority"),
-                    format!("expected an integer, found {}", other.type_str()),
-                ))
+                return Err(
+                    cx.err(format!("{path}.priority"), format!("expected an integer, found {}", other.type_str()))
+                )
             }
         };
         priorities.push(priority);
@@ -232,42 +178,28 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
             Some(v) => {
                 let s = cx.string(v, &format!("{path}.mode"))?;
                 Mode::parse(s).ok_or_else(|| {
-                    cx.err(
-                        format!("{path}.mode"),
-                        format!("unknown mode `{s}` (expected `single` or `multi`)"),
-                    )
+                    cx.err(format!("{path}.mode"), format!("unknown mode `{s}` (expected `single` or `multi`)"))
                 })?
             }
         };
         if mode == Mode::Multi && !platform.allows_multi() {
-            return Err(cx.err(
-                format!("{path}.mode"),
-                "multi-GPU mode needs platform.gpus >= 2",
-            ));
+            return Err(cx.err(format!("{path}.mode"), "multi-GPU mode needs platform.gpus >= 2"));
         }
         let subs = match t.get("subtasks") {
             None => return Err(cx.err(format!("{path}.subtasks"), "missing (required)")),
             Some(Value::Array(a)) if a.is_empty() => {
-                return Err(cx.err(
-                    format!("{path}.subtasks"),
-                    "a task needs at least one subtask",
-                ))
+                return Err(cx.err(format!("{path}.subtasks"), "a task needs at least one subtask"))
             }
             Some(Value::Array(a)) => a,
             Some(other) => {
-                return Err(cx.err(
-                    format!("{path}.subtasks"),
-                    format!("expected an array, found {}", other.type_str()),
-                ))
+                return Err(cx.err(format!("{path}.subtasks"), format!("expected an array, found {}", other.type_str())))
             }
         };
         let mut subtasks = Vec::with_capacity(subs.len());
         let mut with_multi = 0usize;
         for (j, s) in subs.iter().enumerate() {
             let sp = format!("{path}.subtasks[{j}]");
-            let st = s
-                .as_table()
-                .ok_or_else(|| cx.err(&sp, format!("expected a table, found {}", s.type_str())))?;
+            let st = s.as_table().ok_or_else(|| cx.err(&sp, format!("expected a table, found {}", s.type_str())))?;
             cx.check_keys(st, &sp, &["resource", "single", "multi", "chunk"])?;
             let resource = match st.get("resource") {
                 None => return Err(cx.err(format!("{sp}.resource"), "missing (required)")),
@@ -296,29 +228,13 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
                 None => None,
                 Some(v) => Some(cx.time(v, &format!("{sp}.chunk"), false)?),
             };
-            subtasks.push(Subtask {
-                resource,
-                single,
-                multi,
-                chunk,
-            });
+            subtasks.push(Subtask { resource, single, multi, chunk });
         }
-        let mut task = Task {
-            name,
-            period,
-            deadline,
-            data_dependency,
-            subtasks,
-            mode,
-        };
+        let mut task = Task { name, period, deadline, data_dependency, subtasks, mode };
         if with_multi == 0 {
             cost_model.apply(&mut task);
         } else if with_multi != task.subtasks.len() {
-            let missing = task
-                .subtasks
-                .iter()
-                .position(|s| s.multi.is_nan())
-                .unwrap_or(0);
+            let missing = task.subtasks.iter().position(|s| s.multi.is_nan()).unwrap_or(0);
             return Err(cx.err(
                 format!("{path}.subtasks[{missing}].multi"),
                 "give `multi` on every subtask of the task or on none (then it is derived \
@@ -350,16 +266,9 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
             }
         }
     }
-    let mut indexed: Vec<(i64, Task)> = priorities
-        .into_iter()
-        .map(|p| p.unwrap_or(i64::MAX))
-        .zip(tasks)
-        .collect();
+    let mut indexed: Vec<(i64, Task)> = priorities.into_iter().map(|p| p.unwrap_or(i64::MAX)).zip(tasks).collect();
     indexed.sort_by_key(|(p, _)| *p);
-    Ok(TaskSet {
-        platform,
-        tasks: indexed.into_iter().map(|(_, t)| t).collect(),
-    })
+    Ok(TaskSet { platform, tasks: indexed.into_iter().map(|(_, t)| t).collect() })
 }
 
 fn num(x: f64) -> String {
@@ -375,11 +284,7 @@ fn num(x: f64) -> String {
 pub fn write(set: &TaskSet) -> String {
     let mut s = String::new();
     let p = set.platform;
-    let _ = writeln!(
-        s,
-        "[platform]\ncpus = {}\npci = {}\ngpus = {}\n",
-        p.cpus, p.pci, p.gpus
-    );
+    let _ = writeln!(s, "[platform]\ncpus = {}\npci = {}\ngpus = {}\n", p.cpus, p.pci, p.gpus);
     for (i, t) in set.tasks.iter().enumerate() {
         let _ = writeln!(s, "[[task]]");
         let _ = writeln!(s, "name = {:?}", t.name);
@@ -390,9 +295,7 @@ pub fn write(set: &TaskSet) -> String {
         let _ = writeln!(s, "mode = \"{}\"", t.mode);
         let _ = writeln!(s, "subtasks = [");
         for st in &t.subtasks {
-            let chunk = st
-                .chunk
-                .map_or_else(String::new, |k| format!(", chunk = {}", num(k)));
+            let chunk = st.chunk.map_or_else(String::new, |k| format!(", chunk = {}", num(k)));
             let _ = writeln!(
                 s,
                 "  {{ resource = \"{}\", single = {}, multi = {}{chunk} }},",

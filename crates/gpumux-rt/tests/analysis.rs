@@ -8,12 +8,7 @@ fn set(text: &str) -> TaskSet {
 }
 
 fn responses(s: &TaskSet, modes: &[Mode]) -> Vec<Option<f64>> {
-    Analyzer::new()
-        .analyze(s, modes, 10.0)
-        .tasks
-        .iter()
-        .map(|t| t.response)
-        .collect()
+    Analyzer::new().analyze(s, modes, 10.0).tasks.iter().map(|t| t.response).collect()
 }
 
 #[test]
@@ -106,10 +101,7 @@ fn gpu_interference_uses_single_mode_time_divided_by_units() {
         period = 50
         subtasks = [{ resource = "gpu", single = 6, multi = 3 }]
     "#);
-    assert_eq!(
-        responses(&s, &[Mode::Multi, Mode::Single]),
-        vec![Some(10.0), Some(10.0)]
-    );
+    assert_eq!(responses(&s, &[Mode::Multi, Mode::Single]), vec![Some(10.0), Some(10.0)]);
 }
 
 #[test]
@@ -124,14 +116,8 @@ fn pci_interference_uses_the_interferers_mode() {
         period = 50
         subtasks = [{ resource = "pci", single = 3, multi = 3 }]
     "#);
-    assert_eq!(
-        responses(&s, &[Mode::Multi, Mode::Single]),
-        vec![Some(7.0), Some(7.0)]
-    );
-    assert_eq!(
-        responses(&s, &[Mode::Single, Mode::Single]),
-        vec![Some(5.0), Some(5.0)]
-    );
+    assert_eq!(responses(&s, &[Mode::Multi, Mode::Single]), vec![Some(7.0), Some(7.0)]);
+    assert_eq!(responses(&s, &[Mode::Single, Mode::Single]), vec![Some(5.0), Some(5.0)]);
 }
 
 #[test]
@@ -148,10 +134,7 @@ fn cpu_is_preemptive_and_shared_by_its_cores() {
         subtasks = [{ resource = "cpu", single = 9, multi = 9 }]
     "#);
     // τ2: 9 → 9 + ⌈1·4/2⌉ = 11 → ⌈11/10⌉ = 2 → 9 + 4 = 13 → ⌈13/10⌉ = 2 → 13.
-    assert_eq!(
-        responses(&s, &[Mode::Single; 2]),
-        vec![Some(4.0), Some(13.0)]
-    );
+    assert_eq!(responses(&s, &[Mode::Single; 2]), vec![Some(4.0), Some(13.0)]);
 }
 
 #[test]

@@ -20,10 +20,7 @@ fn assert_field(text: &str, field: &str, reason_part: &str) {
     let msg = e.to_string();
     assert!(msg.starts_with("bad.toml: "), "no file name in `{msg}`");
     assert_eq!(e.field(), Some(field), "wrong field in `{msg}`");
-    assert!(
-        msg.contains(reason_part),
-        "reason `{reason_part}` not in `{msg}`"
-    );
+    assert!(msg.contains(reason_part), "reason `{reason_part}` not in `{msg}`");
 }
 
 #[test]
@@ -53,11 +50,7 @@ fn no_tasks() {
 
 #[test]
 fn missing_period() {
-    assert_field(
-        "[[task]]\nsubtasks = [{ resource = \"gpu\", single = 1, multi = 1 }]\n",
-        "task[0].period",
-        "missing",
-    );
+    assert_field("[[task]]\nsubtasks = [{ resource = \"gpu\", single = 1, multi = 1 }]\n", "task[0].period", "missing");
 }
 
 #[test]
@@ -67,11 +60,7 @@ fn missing_subtasks() {
 
 #[test]
 fn empty_subtasks() {
-    assert_field(
-        "[[task]]\nperiod = 10\nsubtasks = []\n",
-        "task[0].subtasks",
-        "at least one",
-    );
+    assert_field("[[task]]\nperiod = 10\nsubtasks = []\n", "task[0].subtasks", "at least one");
 }
 
 #[test]
@@ -126,30 +115,14 @@ fn non_finite_time() {
 
 #[test]
 fn zero_units() {
-    assert_field(
-        &format!("[platform]\ngpus = 0\n{OK_TASK}"),
-        "platform.gpus",
-        ">= 1",
-    );
-    assert_field(
-        &format!("[platform]\npci = 0\n{OK_TASK}"),
-        "platform.pci",
-        ">= 1",
-    );
-    assert_field(
-        &format!("[platform]\ncpus = -2\n{OK_TASK}"),
-        "platform.cpus",
-        ">= 1",
-    );
+    assert_field(&format!("[platform]\ngpus = 0\n{OK_TASK}"), "platform.gpus", ">= 1");
+    assert_field(&format!("[platform]\npci = 0\n{OK_TASK}"), "platform.pci", ">= 1");
+    assert_field(&format!("[platform]\ncpus = -2\n{OK_TASK}"), "platform.cpus", ">= 1");
 }
 
 #[test]
 fn fractional_units() {
-    assert_field(
-        &format!("[platform]\ngpus = 1.5\n{OK_TASK}"),
-        "platform.gpus",
-        "integer",
-    );
+    assert_field(&format!("[platform]\ngpus = 1.5\n{OK_TASK}"), "platform.gpus", "integer");
 }
 
 #[test]
@@ -224,19 +197,10 @@ fn multi_on_some_subtasks_only() {
 
 #[test]
 fn priority_on_some_tasks_only_or_duplicated() {
-    let t = |p: &str| {
-        format!("[[task]]\nperiod = 10\n{p}\nsubtasks = [{{ resource = \"cpu\", single = 1, multi = 1 }}]\n")
-    };
-    assert_field(
-        &(t("priority = 1") + &t("")),
-        "task[1].priority",
-        "every task",
-    );
-    assert_field(
-        &(t("priority = 1") + &t("priority = 1")),
-        "task[1].priority",
-        "duplicate",
-    );
+    let t =
+        |p: &str| format!("[[task]]\nperiod = 10\n{p}\nsubtasks = [{{ resource = \"cpu\", single = 1, multi = 1 }}]\n");
+    assert_field(&(t("priority = 1") + &t("")), "task[1].priority", "every task");
+    assert_field(&(t("priority = 1") + &t("priority = 1")), "task[1].priority", "duplicate");
 }
 
 #[test]

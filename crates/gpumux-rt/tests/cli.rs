@@ -17,9 +17,7 @@ fn example(name: &str) -> String {
 fn parses_analyze_with_json() {
     let w = Wrapper::try_parse_from(["x", "analyze", "file.toml", "--json"]).expect("parses");
     match w.cmd {
-        RtCommand::Analyze {
-            file, json, method, ..
-        } => {
+        RtCommand::Analyze { file, json, method, .. } => {
             assert_eq!(file.to_str(), Some("file.toml"));
             assert!(json);
             assert!(method.is_none());
@@ -30,25 +28,10 @@ fn parses_analyze_with_json() {
 
 #[test]
 fn parses_assign_and_experiment() {
-    let w =
-        Wrapper::try_parse_from(["x", "assign", "f.toml", "--method", "gema-ls"]).expect("parses");
-    assert!(matches!(
-        w.cmd,
-        RtCommand::Assign {
-            method: gpumux_rt::Method::GemaLs,
-            ..
-        }
-    ));
-    let w = Wrapper::try_parse_from(["x", "experiment", "fig8", "--sets", "10", "--seed", "3"])
-        .expect("parses");
-    assert!(matches!(
-        w.cmd,
-        RtCommand::Experiment {
-            sets: Some(10),
-            seed: 3,
-            ..
-        }
-    ));
+    let w = Wrapper::try_parse_from(["x", "assign", "f.toml", "--method", "gema-ls"]).expect("parses");
+    assert!(matches!(w.cmd, RtCommand::Assign { method: gpumux_rt::Method::GemaLs, .. }));
+    let w = Wrapper::try_parse_from(["x", "experiment", "fig8", "--sets", "10", "--seed", "3"]).expect("parses");
+    assert!(matches!(w.cmd, RtCommand::Experiment { sets: Some(10), seed: 3, .. }));
     assert!(Wrapper::try_parse_from(["x", "assign", "f.toml", "--method", "bogus"]).is_err());
     assert!(Wrapper::try_parse_from(["x", "experiment", "fig9"]).is_err());
 }
@@ -56,31 +39,23 @@ fn parses_assign_and_experiment() {
 #[test]
 fn analyze_table4_single_gpu_matches_the_paper_observation() {
     // Paper V-A(i): under Single-GPU, P1 and P2 meet their deadlines, P3 misses.
-    let w = Wrapper::try_parse_from(["x", "analyze", &example("table4-chunked.toml"), "--json"])
-        .expect("parses");
+    let w = Wrapper::try_parse_from(["x", "analyze", &example("table4-chunked.toml"), "--json"]).expect("parses");
     let mut out = String::new();
     run_to(w.cmd, &mut out).expect("runs");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     let tasks = v["analysis"]["tasks"].as_array().expect("tasks");
-    let status: Vec<&str> = tasks
-        .iter()
-        .map(|t| t["status"].as_str().unwrap_or(""))
-        .collect();
+    let status: Vec<&str> = tasks.iter().map(|t| t["status"].as_str().unwrap_or("")).collect();
     assert_eq!(status, vec!["meets", "meets", "misses"]);
     assert_eq!(v["analysis"]["schedulable"], false);
 }
 
 #[test]
 fn assign_all_prints_every_method() {
-    let w =
-        Wrapper::try_parse_from(["x", "assign", &example("table4.toml"), "--all"]).expect("parses");
+    let w = Wrapper::try_parse_from(["x", "assign", &example("table4.toml"), "--all"]).expect("parses");
     let mut out = String::new();
     run_to(w.cmd, &mut out).expect("runs");
     for m in ["single", "local", "gema", "gema-ls", "global"] {
-        assert!(
-            out.contains(&format!("method {m}:")),
-            "{m} missing in\n{out}"
-        );
+        assert!(out.contains(&format!("method {m}:")), "{m} missing in\n{out}");
     }
     assert!(out.contains("verdict:"));
 }
@@ -90,17 +65,10 @@ fn bad_file_is_an_error_not_a_panic() {
     let dir = std::env::temp_dir().join(format!("gpumux-rt-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp");
     let f = dir.join("bad.toml");
-    std::fs::write(
-        &f,
-        "[[task]]\nperiod = 10\nsubtasks = [{ resource = \"tpu\", single = 1 }]\n",
-    )
-    .expect("write");
+    std::fs::write(&f, "[[task]]\nperiod = 10\nsubtasks = [{ resource = \"tpu\", single = 1 }]\n").expect("write");
     let w = Wrapper::try_parse_from(["x", "analyze", f.to_str().expect("utf8")]).expect("parses");
     let e = run_to(w.cmd, &mut String::new()).unwrap_err().to_string();
-    assert!(
-        e.contains("bad.toml") && e.contains("task[0].subtasks[0].resource") && e.contains("tpu"),
-        "{e}"
-    );
+    assert!(e.contains("bad.toml") && e.contains("task[0].subtasks[0].resource") && e.contains("tpu"), "{e}");
 }
 
 #[test]
@@ -126,14 +94,10 @@ fn quick_experiments_write_svg_and_json() {
         let mut out = String::new();
         run_to(w.cmd, &mut out).expect("runs");
         assert!(out.contains("must be 0"), "{out}");
-        assert!(
-            out.contains("(must be 0)") && out.contains(": 0 (must be 0)"),
-            "violations: {out}"
-        );
-        let json: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(out_dir.join(format!("{fig}.json"))).expect("json written"),
-        )
-        .expect("valid json");
+        assert!(out.contains("(must be 0)") && out.contains(": 0 (must be 0)"), "violations: {out}");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out_dir.join(format!("{fig}.json"))).expect("json written"))
+                .expect("valid json");
         assert_eq!(json["violations"], 0);
         let svg = std::fs::read_to_string(out_dir.join(format!("{fig}.svg"))).expect("svg written");
         assert!(svg.starts_with("<svg") || svg.contains("<svg"));
@@ -162,10 +126,8 @@ fn experiment_results_do_not_depend_on_thread_count() {
         ])
         .expect("parses");
         run_to(w.cmd, &mut String::new()).expect("runs");
-        let v: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(out_dir.join("fig7.json")).expect("json"),
-        )
-        .expect("json");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out_dir.join("fig7.json")).expect("json")).expect("json");
         bins.push(v["bins"].clone());
     }
     assert_eq!(bins[0], bins[1]);
@@ -173,10 +135,7 @@ fn experiment_results_do_not_depend_on_thread_count() {
 
 #[test]
 fn generate_writes_a_parsable_set() {
-    let w = Wrapper::try_parse_from([
-        "x", "generate", "--tasks", "4", "--ug", "1.5", "--seed", "9",
-    ])
-    .expect("parses");
+    let w = Wrapper::try_parse_from(["x", "generate", "--tasks", "4", "--ug", "1.5", "--seed", "9"]).expect("parses");
     let mut out = String::new();
     run_to(w.cmd, &mut out).expect("runs");
     let s = gpumux_rt::TaskSet::from_toml_str(&out, "generated.toml").expect("parses back");

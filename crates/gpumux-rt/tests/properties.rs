@@ -4,9 +4,7 @@
 use gpumux_rt::analysis::{Analyzer, Status};
 use gpumux_rt::assign::global::{global_with, GlobalOptions};
 use gpumux_rt::assign::{assign_with, Method};
-use gpumux_rt::generate::{
-    random_set, random_task, scale_to_gpu_utilisation, GenConfig, GrowingSets,
-};
+use gpumux_rt::generate::{random_set, random_task, scale_to_gpu_utilisation, GenConfig, GrowingSets};
 use gpumux_rt::model::{Mode, Platform, TaskSet};
 use gpumux_rt::rng::Rng;
 use proptest::prelude::*;
@@ -15,11 +13,7 @@ fn small_set(seed: u64, n: usize, ug: f64, p_dep: f64, chunk: Option<f64>, gpus:
     let gen = GenConfig {
         p_dep,
         chunk,
-        platform: Platform {
-            cpus: 4,
-            pci: 1,
-            gpus,
-        },
+        platform: Platform { cpus: 4, pci: 1, gpus },
         segments_max: 3,
         ..GenConfig::default()
     };
@@ -30,17 +24,8 @@ fn small_set(seed: u64, n: usize, ug: f64, p_dep: f64, chunk: Option<f64>, gpus:
 }
 
 fn all_modes(n: usize) -> impl Iterator<Item = Vec<Mode>> {
-    (0u32..(1 << n)).map(move |bits| {
-        (0..n)
-            .map(|i| {
-                if bits >> i & 1 == 1 {
-                    Mode::Multi
-                } else {
-                    Mode::Single
-                }
-            })
-            .collect()
-    })
+    (0u32..(1 << n))
+        .map(move |bits| (0..n).map(|i| if bits >> i & 1 == 1 { Mode::Multi } else { Mode::Single }).collect())
 }
 
 proptest! {
@@ -131,15 +116,9 @@ proptest! {
 
 #[test]
 fn generator_is_deterministic_and_follows_iv_d() {
-    let a: Vec<TaskSet> = GrowingSets::new(7, GenConfig::default(), 4.0)
-        .take(200)
-        .collect();
-    let b: Vec<TaskSet> = GrowingSets::new(7, GenConfig::default(), 4.0)
-        .take(200)
-        .collect();
-    let c: Vec<TaskSet> = GrowingSets::new(8, GenConfig::default(), 4.0)
-        .take(200)
-        .collect();
+    let a: Vec<TaskSet> = GrowingSets::new(7, GenConfig::default(), 4.0).take(200).collect();
+    let b: Vec<TaskSet> = GrowingSets::new(7, GenConfig::default(), 4.0).take(200).collect();
+    let c: Vec<TaskSet> = GrowingSets::new(8, GenConfig::default(), 4.0).take(200).collect();
     assert_eq!(a, b);
     assert_ne!(a, c);
     for s in &a {
@@ -171,16 +150,7 @@ fn gema_ls_closes_gema_gap_on_generated_sets() {
     // at least every set GEMA schedules (it starts from GEMA) and never exceeds GLOBAL.
     let mut an = Analyzer::new();
     let (mut g, mut ls, mut gl) = (0, 0, 0);
-    for s in GrowingSets::new(
-        11,
-        GenConfig {
-            chunk: Some(5.0),
-            ..GenConfig::default()
-        },
-        2.0,
-    )
-    .take(400)
-    {
+    for s in GrowingSets::new(11, GenConfig { chunk: Some(5.0), ..GenConfig::default() }, 2.0).take(400) {
         let a = assign_with(&s, Method::Gema, &mut an).schedulable;
         let b = assign_with(&s, Method::GemaLs, &mut an).schedulable;
         let c = assign_with(&s, Method::Global, &mut an).schedulable;

@@ -56,11 +56,7 @@ pub fn parboil_mix_apps(n: u32, seed: u64) -> Vec<(&'static str, String)> {
     for _ in 0..n {
         let app = APPS[rng.below(APPS.len() as u64) as usize];
         let k = out.iter().filter(|(a, _)| *a == app).count();
-        let name = if k == 0 {
-            app.to_string()
-        } else {
-            format!("{app}#{}", k + 1)
-        };
+        let name = if k == 0 { app.to_string() } else { format!("{app}#{}", k + 1) };
         out.push((app, name));
     }
     out
@@ -69,33 +65,15 @@ pub fn parboil_mix_apps(n: u32, seed: u64) -> Vec<(&'static str, String)> {
 /// A Tanasic-style multiprogrammed workload: `n` random applications, all
 /// arriving at 0, priority 0 but for `hp` (priority 1), replayed until each
 /// has completed 3 runs.
-pub fn parboil_mix(
-    n: u32,
-    seed: u64,
-    hp: Option<usize>,
-    mode: BlockTime,
-) -> Result<Workload, WorkloadError> {
-    let name = format!(
-        "{PARBOIL}:mix={n},seed={seed}{}",
-        hp.map(|i| format!(",hp={i}")).unwrap_or_default()
-    );
-    let spec_err = |reason: String| WorkloadError::Spec {
-        spec: name.clone(),
-        reason,
-    };
+pub fn parboil_mix(n: u32, seed: u64, hp: Option<usize>, mode: BlockTime) -> Result<Workload, WorkloadError> {
+    let name = format!("{PARBOIL}:mix={n},seed={seed}{}", hp.map(|i| format!(",hp={i}")).unwrap_or_default());
+    let spec_err = |reason: String| WorkloadError::Spec { spec: name.clone(), reason };
     if !(1..=MAX_MIX).contains(&n) {
         return Err(spec_err(format!("mix must be in 1..={MAX_MIX}, got {n}")));
     }
     let apps = parboil_mix_apps(n, seed);
-    let processes = apps
-        .iter()
-        .filter_map(|(app, pname)| parboil_app(app, pname, mode))
-        .collect();
-    let mut w = Workload {
-        name: name.clone(),
-        processes,
-        replay_min_runs: Some(PARBOIL_REPLAY),
-    };
+    let processes = apps.iter().filter_map(|(app, pname)| parboil_app(app, pname, mode)).collect();
+    let mut w = Workload { name: name.clone(), processes, replay_min_runs: Some(PARBOIL_REPLAY) };
     set_hp(&mut w, hp).map_err(spec_err)?;
     Ok(w)
 }
@@ -103,9 +81,10 @@ pub fn parboil_mix(
 fn set_hp(w: &mut Workload, hp: Option<usize>) -> Result<(), String> {
     if let Some(i) = hp {
         let n = w.processes.len();
-        let p = w.processes.get_mut(i).ok_or_else(|| {
-            format!("hp={i} is out of range: the workload has {n} processes (hp is 0-based)")
-        })?;
+        let p = w
+            .processes
+            .get_mut(i)
+            .ok_or_else(|| format!("hp={i} is out of range: the workload has {n} processes (hp is 0-based)"))?;
         p.priority = 1;
     }
     Ok(())
@@ -113,10 +92,7 @@ fn set_hp(w: &mut Workload, hp: Option<usize>) -> Result<(), String> {
 
 /// Parses and builds a built-in workload.
 pub fn builtin(spec: &str) -> Result<Workload, WorkloadError> {
-    let err = |reason: String| WorkloadError::Spec {
-        spec: spec.to_string(),
-        reason,
-    };
+    let err = |reason: String| WorkloadError::Spec { spec: spec.to_string(), reason };
     let opts = if spec == PARBOIL {
         ""
     } else if let Some(rest) = spec.strip_prefix("parboil-k20c:") {
@@ -126,11 +102,8 @@ pub fn builtin(spec: &str) -> Result<Workload, WorkloadError> {
     };
     let (mut app, mut mix, mut seed, mut hp, mut tb) = (None, None, None, None, None);
     for opt in opts.split(',').filter(|o| !o.trim().is_empty()) {
-        let (k, v) = opt.split_once('=').ok_or_else(|| {
-            err(format!(
-                "option `{opt}` is not KEY=VALUE (grammar: {GRAMMAR})"
-            ))
-        })?;
+        let (k, v) =
+            opt.split_once('=').ok_or_else(|| err(format!("option `{opt}` is not KEY=VALUE (grammar: {GRAMMAR})")))?;
         let (k, v) = (k.trim(), v.trim());
         let dup = |set: bool| {
             if set {
@@ -143,10 +116,7 @@ pub fn builtin(spec: &str) -> Result<Workload, WorkloadError> {
             "app" => {
                 dup(app.is_some())?;
                 if !APPS.contains(&v) {
-                    return Err(err(format!(
-                        "unknown application `{v}` (known: {})",
-                        APPS.join(", ")
-                    )));
+                    return Err(err(format!("unknown application `{v}` (known: {})", APPS.join(", "))));
                 }
                 app = Some(v);
             }
@@ -156,27 +126,18 @@ pub fn builtin(spec: &str) -> Result<Workload, WorkloadError> {
                     .parse()
                     .ok()
                     .filter(|n| (1..=MAX_MIX).contains(n))
-                    .ok_or_else(|| {
-                        err(format!(
-                            "mix must be an integer in 1..={MAX_MIX}, got `{v}`"
-                        ))
-                    })?;
+                    .ok_or_else(|| err(format!("mix must be an integer in 1..={MAX_MIX}, got `{v}`")))?;
                 mix = Some(n);
             }
             "seed" => {
                 dup(seed.is_some())?;
-                let s: u64 = v.parse().map_err(|_| {
-                    err(format!(
-                        "seed must be an unsigned 64-bit integer, got `{v}`"
-                    ))
-                })?;
+                let s: u64 =
+                    v.parse().map_err(|_| err(format!("seed must be an unsigned 64-bit integer, got `{v}`")))?;
                 seed = Some(s);
             }
             "hp" => {
                 dup(hp.is_some())?;
-                let i: usize = v
-                    .parse()
-                    .map_err(|_| err(format!("hp must be a 0-based process index, got `{v}`")))?;
+                let i: usize = v.parse().map_err(|_| err(format!("hp must be a 0-based process index, got `{v}`")))?;
                 hp = Some(i);
             }
             "tb" => {
@@ -196,11 +157,7 @@ pub fn builtin(spec: &str) -> Result<Workload, WorkloadError> {
         (Some(_), None, Some(_)) | (None, None, Some(_)) => {
             return Err(err("seed only applies to mix=N".into()));
         }
-        (None, Some(_), None) => {
-            return Err(err(
-                "mix=N needs seed=S (mixes are drawn deterministically)".into(),
-            ))
-        }
+        (None, Some(_), None) => return Err(err("mix=N needs seed=S (mixes are drawn deterministically)".into())),
         (None, Some(n), Some(s)) => {
             let mut w = parboil_mix(n, s, None, mode)?;
             w.name = spec.to_string();
@@ -213,10 +170,7 @@ pub fn builtin(spec: &str) -> Result<Workload, WorkloadError> {
         },
         (None, None, None) => Workload {
             name: spec.to_string(),
-            processes: APPS
-                .iter()
-                .filter_map(|a| parboil_app(a, a, mode))
-                .collect(),
+            processes: APPS.iter().filter_map(|a| parboil_app(a, a, mode)).collect(),
             replay_min_runs: Some(PARBOIL_REPLAY),
         },
     };

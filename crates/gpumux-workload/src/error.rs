@@ -12,12 +12,7 @@ pub enum WorkloadError {
     /// TOML that does not parse, or a table with a field the format does not
     /// have (typos), or a value of the wrong type. Line and column are 1-based.
     #[error("{origin}:{line}:{column}: {message}")]
-    Toml {
-        origin: String,
-        line: usize,
-        column: usize,
-        message: String,
-    },
+    Toml { origin: String, line: usize, column: usize, message: String },
 
     /// Well-formed TOML that is not a valid workload.
     #[error("{}", Invalid { origin, at, field, reason })]

@@ -25,19 +25,16 @@ mod parse;
 mod raw;
 mod write;
 
-pub use builtin::{
-    builtin, is_builtin, parboil_mix, parboil_mix_apps, GRAMMAR, MAX_MIX, PARBOIL, PARBOIL_REPLAY,
-};
+pub use builtin::{builtin, is_builtin, parboil_mix, parboil_mix_apps, GRAMMAR, MAX_MIX, PARBOIL, PARBOIL_REPLAY};
 pub use error::WorkloadError;
 pub use gpumux_engine::model::Workload;
 pub use parboil::{
-    cpu_after_us, cpu_before_us, k20c_occupancy, parboil_app, parboil_class1, parboil_class2,
-    parboil_kernels, AppClass, BlockTime, TableRow, APPS as PARBOIL_APPS, BLOCK_TIME_SPREAD,
-    TABLE1,
+    cpu_after_us, cpu_before_us, k20c_occupancy, parboil_app, parboil_class1, parboil_class2, parboil_kernels,
+    AppClass, BlockTime, TableRow, APPS as PARBOIL_APPS, BLOCK_TIME_SPREAD, TABLE1,
 };
 pub use parse::{
-    parse_str, MAX_BLOCKS, MAX_BLOCK_US, MAX_COPY_BYTES, MAX_COUNT, MAX_EXPANDED_OPS,
-    MAX_LOOP_DEPTH, MAX_REGS_PER_THREAD, MAX_SMEM_PER_BLOCK, MAX_THREADS_PER_BLOCK, MAX_US,
+    parse_str, MAX_BLOCKS, MAX_BLOCK_US, MAX_COPY_BYTES, MAX_COUNT, MAX_EXPANDED_OPS, MAX_LOOP_DEPTH,
+    MAX_REGS_PER_THREAD, MAX_SMEM_PER_BLOCK, MAX_THREADS_PER_BLOCK, MAX_US,
 };
 pub use write::to_toml;
 
@@ -49,27 +46,17 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// Reads, parses and validates a workload file.
 pub fn load_file(path: &Path) -> Result<Workload, WorkloadError> {
     let shown = path.display().to_string();
-    let io = |reason: String| WorkloadError::Io {
-        path: shown.clone(),
-        reason,
-    };
+    let io = |reason: String| WorkloadError::Io { path: shown.clone(), reason };
     let meta = std::fs::metadata(path).map_err(|e| io(e.to_string()))?;
     if meta.is_dir() {
         return Err(io("is a directory".into()));
     }
     if meta.len() > MAX_FILE_BYTES {
-        return Err(io(format!(
-            "is {} bytes, more than the {MAX_FILE_BYTES} a workload file may have",
-            meta.len()
-        )));
+        return Err(io(format!("is {} bytes, more than the {MAX_FILE_BYTES} a workload file may have", meta.len())));
     }
     let bytes = std::fs::read(path).map_err(|e| io(e.to_string()))?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        io(format!(
-            "is not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        ))
-    })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| io(format!("is not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to())))?;
     parse_str(&text, &shown)
 }
 
@@ -86,10 +73,7 @@ pub fn resolve(spec: &str) -> Result<Workload, WorkloadError> {
         } else {
             format!("no such file (built-in workloads: {GRAMMAR})")
         };
-        return Err(WorkloadError::Io {
-            path: spec.to_string(),
-            reason: hint,
-        });
+        return Err(WorkloadError::Io { path: spec.to_string(), reason: hint });
     }
     load_file(path)
 }

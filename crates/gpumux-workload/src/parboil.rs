@@ -21,18 +21,8 @@ pub const K20C_SM_SMEM: u32 = 48 * 1024;
 pub const BLOCK_TIME_SPREAD: f64 = 0.1;
 
 /// The ten applications, in Table 1's order.
-pub const APPS: [&str; 10] = [
-    "lbm",
-    "histo",
-    "tpacf",
-    "spmv",
-    "mri-q",
-    "sad",
-    "sgemm",
-    "stencil",
-    "cutcp",
-    "mri-gridding",
-];
+pub const APPS: [&str; 10] =
+    ["lbm", "histo", "tpacf", "spmv", "mri-q", "sad", "sgemm", "stencil", "cutcp", "mri-gridding"];
 
 /// Tanasic's length classes of an application (Table 1, columns Class 1 and 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -185,20 +175,12 @@ enum Step {
 }
 use Step::{Loop, K};
 
-const MRI_SCAN: &[Step] = &[
-    K("scanL1"),
-    K("scaninter1"),
-    K("scaninter2"),
-    K("uniformAdd"),
-];
+const MRI_SCAN: &[Step] = &[K("scanL1"), K("scaninter1"), K("scaninter2"), K("uniformAdd")];
 
 fn order(app: &str) -> &'static [Step] {
     match app {
         "lbm" => &[Loop(100, &[K("StreamCollide")])],
-        "histo" => &[Loop(
-            20,
-            &[K("prescan"), K("intermediates"), K("main"), K("final")],
-        )],
+        "histo" => &[Loop(20, &[K("prescan"), K("intermediates"), K("main"), K("final")])],
         "tpacf" => &[K("genhists")],
         "spmv" => &[Loop(50, &[K("spmvjds")])],
         "mri-q" => &[K("ComputePhiMag"), Loop(2, &[K("ComputeQ")])],
@@ -296,17 +278,9 @@ pub fn parboil_kernels(mode: BlockTime) -> Vec<Arc<KernelDesc>> {
 /// `None` for an unknown application.
 pub fn parboil_app(app: &str, name: &str, mode: BlockTime) -> Option<ProcessSpec> {
     let (_, h2d, d2h) = *IO.iter().find(|io| io.0 == app)?;
-    let kernels: Vec<(&str, Arc<KernelDesc>)> = TABLE1
-        .iter()
-        .filter(|r| r.app == app)
-        .map(|r| (r.kernel, Arc::new(r.desc(mode))))
-        .collect();
-    let mut ops = vec![
-        Op::Cpu {
-            ns: us_to_ns(cpu_before_us(h2d)),
-        },
-        Op::CopyToDevice { bytes: h2d },
-    ];
+    let kernels: Vec<(&str, Arc<KernelDesc>)> =
+        TABLE1.iter().filter(|r| r.app == app).map(|r| (r.kernel, Arc::new(r.desc(mode)))).collect();
+    let mut ops = vec![Op::Cpu { ns: us_to_ns(cpu_before_us(h2d)) }, Op::CopyToDevice { bytes: h2d }];
     fn emit(steps: &[Step], kernels: &[(&str, Arc<KernelDesc>)], ops: &mut Vec<Op>) {
         for s in steps {
             match s {
@@ -325,9 +299,7 @@ pub fn parboil_app(app: &str, name: &str, mode: BlockTime) -> Option<ProcessSpec
     }
     emit(order(app), &kernels, &mut ops);
     ops.push(Op::CopyToHost { bytes: d2h });
-    ops.push(Op::Cpu {
-        ns: us_to_ns(cpu_after_us(d2h)),
-    });
+    ops.push(Op::Cpu { ns: us_to_ns(cpu_after_us(d2h)) });
     Some(ProcessSpec {
         name: name.to_string(),
         priority: 0,

@@ -40,13 +40,8 @@ fn valid_base_parses() {
     let w = parse_str(KERNEL, "workload.toml").unwrap();
     assert_eq!(w.name, "workload");
     assert_eq!(w.processes.len(), 1);
-    let Op::Kernel(k) = &w.processes[0].ops[0] else {
-        panic!()
-    };
-    assert_eq!(
-        (k.blocks, k.threads_per_block, k.block_time_ns),
-        (18000, 120, 31_200)
-    );
+    let Op::Kernel(k) = &w.processes[0].ops[0] else { panic!() };
+    assert_eq!((k.blocks, k.threads_per_block, k.block_time_ns), (18000, 120, 31_200));
     assert!(k.idempotent);
 }
 
@@ -112,10 +107,7 @@ fn nan_and_inf_rejected() {
 #[test]
 fn zero_grid() {
     let m = err(&edit("grid = 18000", "grid = 0"));
-    assert_has(
-        &m,
-        &["op 1 (kernel \"StreamCollide\"): grid dimensions must be > 0, got 0"],
-    );
+    assert_has(&m, &["op 1 (kernel \"StreamCollide\"): grid dimensions must be > 0, got 0"]);
     let m = err(&edit("grid = 18000", "grid = [10, 0, 2]"));
     assert_has(&m, &["grid dimensions must be > 0"]);
 }
@@ -123,10 +115,7 @@ fn zero_grid() {
 #[test]
 fn grid_shape() {
     let m = err(&edit("grid = 18000", "grid = [1, 2, 3, 4]"));
-    assert_has(
-        &m,
-        &["grid must be an integer or an array of 1 to 3 integers"],
-    );
+    assert_has(&m, &["grid must be an integer or an array of 1 to 3 integers"]);
     let m = err(&edit("grid = 18000", "grid = 1.5"));
     assert_has(&m, &["grid must be an integer or an array"]);
 }
@@ -135,10 +124,7 @@ fn grid_shape() {
 fn absurd_grid() {
     let m = err(&edit("grid = 18000", "grid = [1048576, 1048576, 2]"));
     assert_has(&m, &["grid product must be <= 1099511627776"]);
-    let m = err(&edit(
-        "grid = 18000",
-        "grid = [9223372036854775807, 9223372036854775807]",
-    ));
+    let m = err(&edit("grid = 18000", "grid = [9223372036854775807, 9223372036854775807]"));
     assert_has(&m, &["grid product must be <="]);
 }
 
@@ -150,15 +136,9 @@ fn block_too_big() {
 
 #[test]
 fn spread_out_of_range() {
-    let m = err(&edit(
-        "block_time_us = 31.2",
-        "block_time_us = 31.2\nblock_time_spread = 1.5",
-    ));
+    let m = err(&edit("block_time_us = 31.2", "block_time_us = 31.2\nblock_time_spread = 1.5"));
     assert_has(&m, &["block_time_spread must be < 1, got 1.5"]);
-    let m = err(&edit(
-        "block_time_us = 31.2",
-        "block_time_us = 31.2\nmem_intensity = -0.1",
-    ));
+    let m = err(&edit("block_time_us = 31.2", "block_time_us = 31.2\nmem_intensity = -0.1"));
     assert_has(&m, &["mem_intensity must be >= 0, got -0.1"]);
 }
 
@@ -171,10 +151,7 @@ fn regs_out_of_range() {
 #[test]
 fn missing_kernel_field() {
     let m = err(&edit("regs_per_thread = 36\n", ""));
-    assert_has(
-        &m,
-        &["(kernel \"StreamCollide\"): regs_per_thread is required"],
-    );
+    assert_has(&m, &["(kernel \"StreamCollide\"): regs_per_thread is required"]);
 }
 
 #[test]
@@ -182,13 +159,7 @@ fn unknown_kernel_reference() {
     let text = "[kernels.a]\ngrid=1\nblock=1\nregs_per_thread=1\nblock_time_us=1\n\
                 [[process]]\nname=\"p\"\n[[process.op]]\nkind=\"kernel\"\nkernel=\"b\"\n";
     let m = err(text);
-    assert_has(
-        &m,
-        &[
-            "kernel refers to an unknown kernel template \"b\"",
-            "known: a",
-        ],
-    );
+    assert_has(&m, &["kernel refers to an unknown kernel template \"b\"", "known: a"]);
 }
 
 #[test]
@@ -196,10 +167,7 @@ fn template_errors_name_the_template() {
     let text = "[kernels.a]\ngrid=1\nblock=1\nregs_per_thread=1\nblock_time_us=-1\n\
                 [[process]]\nname=\"p\"\n[[process.op]]\nkind=\"cpu\"\nus=1\n";
     let m = err(text);
-    assert_has(
-        &m,
-        &["workload.toml: kernels.a: block_time_us must be > 0, got -1"],
-    );
+    assert_has(&m, &["workload.toml: kernels.a: block_time_us must be > 0, got -1"]);
 }
 
 #[test]
@@ -209,13 +177,8 @@ fn template_and_override() {
     let w = parse_str(text, "t.toml").unwrap();
     assert_eq!(w.name, "t");
     assert_eq!(w.processes[0].ops.len(), 3);
-    let Op::Kernel(k) = &w.processes[0].ops[0] else {
-        panic!()
-    };
-    assert_eq!(
-        (k.name.as_str(), k.blocks, k.threads_per_block),
-        ("a", 20, 32)
-    );
+    let Op::Kernel(k) = &w.processes[0].ops[0] else { panic!() };
+    assert_eq!((k.name.as_str(), k.blocks, k.threads_per_block), ("a", 20, 32));
 }
 
 #[test]
@@ -229,13 +192,7 @@ times = 100000
 op = [ { kind = "loop", times = 100000, op = [ { kind = "cpu", us = 1 } ] } ]
 "#;
     let m = err(text);
-    assert_has(
-        &m,
-        &[
-            "process \"p\": op expands to 10000000000 operations",
-            "10000000",
-        ],
-    );
+    assert_has(&m, &["process \"p\": op expands to 10000000000 operations", "10000000"]);
 }
 
 #[test]
@@ -264,23 +221,11 @@ fn budget_is_per_workload() {
 #[test]
 fn loop_errors() {
     let base = "[[process]]\nname=\"p\"\n[[process.op]]\nkind=\"loop\"\n";
-    assert_has(
-        &err(&format!("{base}op=[{{kind=\"cpu\",us=1}}]\n")),
-        &["op 1 (loop): times is required"],
-    );
-    assert_has(
-        &err(&format!("{base}times=0\nop=[{{kind=\"cpu\",us=1}}]\n")),
-        &["times must be >= 1, got 0"],
-    );
-    assert_has(
-        &err(&format!("{base}times=2\nop=[]\n")),
-        &["op must hold at least one op"],
-    );
+    assert_has(&err(&format!("{base}op=[{{kind=\"cpu\",us=1}}]\n")), &["op 1 (loop): times is required"]);
+    assert_has(&err(&format!("{base}times=0\nop=[{{kind=\"cpu\",us=1}}]\n")), &["times must be >= 1, got 0"]);
+    assert_has(&err(&format!("{base}times=2\nop=[]\n")), &["op must hold at least one op"]);
     let m = err(&format!("{base}times=2\nop=[{{kind=\"cpu\",us=-1}}]\n"));
-    assert_has(
-        &m,
-        &["process \"p\" op 1 (loop) op 1 (cpu): us must be >= 0, got -1"],
-    );
+    assert_has(&m, &["process \"p\" op 1 (loop) op 1 (cpu): us must be >= 0, got -1"]);
 }
 
 #[test]
@@ -289,8 +234,7 @@ fn loop_depth_limited() {
     for _ in 0..20 {
         inner = format!("{{kind=\"loop\",times=1,op=[{inner}]}}");
     }
-    let text =
-        format!("[[process]]\nname=\"p\"\n[[process.op]]\nkind=\"loop\"\ntimes=1\nop=[{inner}]\n");
+    let text = format!("[[process]]\nname=\"p\"\n[[process.op]]\nkind=\"loop\"\ntimes=1\nop=[{inner}]\n");
     // Either our depth limit or the TOML parser's nesting limit: an error, not a crash.
     assert!(parse_str(&text, "deep.toml").is_err());
 }
@@ -298,38 +242,23 @@ fn loop_depth_limited() {
 #[test]
 fn unknown_kind() {
     let m = err(&edit("kind = \"kernel\"", "kind = \"kernal\""));
-    assert_has(
-        &m,
-        &["op 1: kind must be one of h2d, d2h, cpu, sync, kernel, loop, got \"kernal\""],
-    );
+    assert_has(&m, &["op 1: kind must be one of h2d, d2h, cpu, sync, kernel, loop, got \"kernal\""]);
     let m = err(&edit("kind = \"kernel\"\n", ""));
     assert_has(&m, &["op 1: kind is required"]);
 }
 
 #[test]
 fn field_of_another_kind() {
-    let m = err(&edit(
-        "block_time_us = 31.2",
-        "block_time_us = 31.2\nus = 5",
-    ));
+    let m = err(&edit("block_time_us = 31.2", "block_time_us = 31.2\nus = 5"));
     assert_has(&m, &["us does not apply to kind = \"kernel\""]);
 }
 
 #[test]
 fn copy_size_errors() {
     let base = "[[process]]\nname=\"p\"\n[[process.op]]\nkind=\"h2d\"\n";
-    assert_has(
-        &err(base),
-        &["op 1 (h2d): bytes is required: give exactly one of bytes, kb (KiB) or mb (MiB)"],
-    );
-    assert_has(
-        &err(&format!("{base}bytes=1\nkb=1\n")),
-        &["bytes must be given once"],
-    );
-    assert_has(
-        &err(&format!("{base}bytes=0\n")),
-        &["bytes must be >= 1, got 0"],
-    );
+    assert_has(&err(base), &["op 1 (h2d): bytes is required: give exactly one of bytes, kb (KiB) or mb (MiB)"]);
+    assert_has(&err(&format!("{base}bytes=1\nkb=1\n")), &["bytes must be given once"]);
+    assert_has(&err(&format!("{base}bytes=0\n")), &["bytes must be >= 1, got 0"]);
     assert_has(&err(&format!("{base}mb=-1\n")), &["mb must be > 0, got -1"]);
     let w = parse_str(&format!("{base}mb=1.5\n"), "x").unwrap();
     assert_eq!(w.processes[0].ops[0], Op::CopyToDevice { bytes: 1_572_864 });
@@ -343,10 +272,7 @@ fn process_field_ranges() {
     assert_has(&m, &["repetitions must be >= 1, got 0"]);
     let m = err(&edit("name = \"lbm\"", "name = \"lbm\"\narrival_us = -5"));
     assert_has(&m, &["arrival_us must be >= 0, got -5"]);
-    let m = err(&edit(
-        "name = \"lbm\"",
-        "name = \"lbm\"\npriority = 9999999999",
-    ));
+    let m = err(&edit("name = \"lbm\"", "name = \"lbm\"\npriority = 9999999999"));
     assert_has(&m, &["priority must be <= 2147483647"]);
     let m = err(&edit("name = \"lbm\"", "name = \"lbm\"\nasync_depth = -1"));
     assert_has(&m, &["async_depth must be >= 0, got -1"]);
@@ -360,32 +286,17 @@ fn replay_min_runs_at_least_one() {
 
 #[test]
 fn no_process_or_no_op() {
-    assert_has(
-        &err("name = \"x\"\n"),
-        &["workload.toml: process is required"],
-    );
-    assert_has(
-        &err("[[process]]\nname = \"a\"\n"),
-        &["process \"a\": op is required"],
-    );
+    assert_has(&err("name = \"x\"\n"), &["workload.toml: process is required"]);
+    assert_has(&err("[[process]]\nname = \"a\"\n"), &["process \"a\": op is required"]);
 }
 
 #[test]
 fn suite_errors() {
-    let m = err(&edit(
-        "block_time_us = 31.2",
-        "block_time_us = 31.2\nsuite = { params = { n = 1 } }",
-    ));
+    let m = err(&edit("block_time_us = 31.2", "block_time_us = 31.2\nsuite = { params = { n = 1 } }"));
     assert_has(&m, &["suite.name is required"]);
-    let m = err(&edit(
-        "block_time_us = 31.2",
-        "block_time_us = 31.2\nsuite = { name = \"t\", params = { n = nan } }",
-    ));
+    let m = err(&edit("block_time_us = 31.2", "block_time_us = 31.2\nsuite = { name = \"t\", params = { n = nan } }"));
     assert_has(&m, &["suite.params.n must be a finite number"]);
-    let m = err(&edit(
-        "block_time_us = 31.2",
-        "block_time_us = 31.2\nsuite = { name = \"t\", parms = {} }",
-    ));
+    let m = err(&edit("block_time_us = 31.2", "block_time_us = 31.2\nsuite = { name = \"t\", parms = {} }"));
     assert_has(&m, &["unknown field", "parms"]);
 }
 
@@ -393,31 +304,13 @@ fn suite_errors() {
 fn bad_builtin_specs() {
     let cases = [
         ("parboil-k20c:app=foo", "unknown application `foo`"),
-        (
-            "parboil-k20c:mix=0,seed=1",
-            "mix must be an integer in 1..=16, got `0`",
-        ),
-        (
-            "parboil-k20c:mix=17,seed=1",
-            "mix must be an integer in 1..=16",
-        ),
-        (
-            "parboil-k20c:mix=4,seed=-3",
-            "seed must be an unsigned 64-bit integer, got `-3`",
-        ),
+        ("parboil-k20c:mix=0,seed=1", "mix must be an integer in 1..=16, got `0`"),
+        ("parboil-k20c:mix=17,seed=1", "mix must be an integer in 1..=16"),
+        ("parboil-k20c:mix=4,seed=-3", "seed must be an unsigned 64-bit integer, got `-3`"),
         ("parboil-k20c:mix=4", "mix=N needs seed=S"),
-        (
-            "parboil-k20c:mix=4,seed=1,hp=4",
-            "hp=4 is out of range: the workload has 4 processes",
-        ),
-        (
-            "parboil-k20c:mix=4,seed=1,mix=2",
-            "option `mix` is given twice",
-        ),
-        (
-            "parboil-k20c:app=lbm,mix=2,seed=1",
-            "app and mix exclude each other",
-        ),
+        ("parboil-k20c:mix=4,seed=1,hp=4", "hp=4 is out of range: the workload has 4 processes"),
+        ("parboil-k20c:mix=4,seed=1,mix=2", "option `mix` is given twice"),
+        ("parboil-k20c:app=lbm,mix=2,seed=1", "app and mix exclude each other"),
         ("parboil-k20c:frob=1", "unknown option `frob`"),
         ("parboil-k20c:tb=fast", "tb must be `fit` or `table`"),
         ("parboil-k20c:mix", "option `mix` is not KEY=VALUE"),

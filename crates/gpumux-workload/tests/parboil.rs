@@ -9,12 +9,7 @@ fn k20c() -> DeviceInfo {
     DeviceInfo {
         name: "sim:k20c".into(),
         num_sms: 13,
-        sm: SmLimits {
-            max_threads: 2048,
-            max_blocks: 16,
-            registers: 65536,
-            smem_bytes: 48 * 1024,
-        },
+        sm: SmLimits { max_threads: 2048, max_blocks: 16, registers: 65536, smem_bytes: 48 * 1024 },
         mem_bandwidth: 208e9,
         pcie_bandwidth: 6e9,
         pcie_latency_ns: 10_000,
@@ -46,13 +41,7 @@ fn twenty_four_kernels_ten_apps() {
         .processes
         .iter()
         .flat_map(|p| p.ops.iter())
-        .filter_map(|o| {
-            if let Op::Kernel(k) = o {
-                Some(k.name.clone())
-            } else {
-                None
-            }
-        })
+        .filter_map(|o| if let Op::Kernel(k) = o { Some(k.name.clone()) } else { None })
         .collect();
     assert_eq!(used, names);
     let procs: Vec<_> = w.processes.iter().map(|p| p.name.as_str()).collect();
@@ -64,13 +53,7 @@ fn launch_counts_match_table() {
     let w = resolve("parboil-k20c").unwrap();
     for row in TABLE1.iter() {
         let counts = kernel_counts(&w, row.app);
-        assert_eq!(
-            counts.get(row.kernel).copied(),
-            Some(row.launches),
-            "{} {}",
-            row.app,
-            row.kernel
-        );
+        assert_eq!(counts.get(row.kernel).copied(), Some(row.launches), "{} {}", row.app, row.kernel);
     }
     // Ops: cpu, h2d, kernels..., d2h, cpu.
     for p in &w.processes {
@@ -86,39 +69,15 @@ fn resources_and_occupancy_match_table() {
     let dev = k20c();
     for row in TABLE1.iter() {
         let k = row.desc(BlockTime::Fit);
-        assert_eq!(
-            k.regs_per_block(),
-            row.regs_per_tb as u64,
-            "{}: regs/TB exact",
-            row.kernel
-        );
-        assert!(
-            k.threads_per_block <= 1024 && k.regs_per_thread <= 255,
-            "{}",
-            row.kernel
-        );
+        assert_eq!(k.regs_per_block(), row.regs_per_tb as u64, "{}: regs/TB exact", row.kernel);
+        assert!(k.threads_per_block <= 1024 && k.regs_per_thread <= 255, "{}", row.kernel);
         assert_eq!(k.smem_per_block, row.smem_per_tb);
         assert_eq!(k.blocks, row.blocks);
         let occ = k20c_occupancy(row.threads, row.regs_per_tb, row.smem_per_tb);
-        assert!(
-            occ >= row.tbs_per_sm,
-            "{}: resources allow {occ} < table {}",
-            row.kernel,
-            row.tbs_per_sm
-        );
-        assert_eq!(
-            dev.blocks_per_sm(&k).unwrap(),
-            row.tbs_per_sm,
-            "{}",
-            row.kernel
-        );
+        assert!(occ >= row.tbs_per_sm, "{}: resources allow {occ} < table {}", row.kernel, row.tbs_per_sm);
+        assert_eq!(dev.blocks_per_sm(&k).unwrap(), row.tbs_per_sm, "{}", row.kernel);
         // The cap is set only where resources alone give a different answer.
-        assert_eq!(
-            k.max_blocks_per_sm.is_some(),
-            occ != row.tbs_per_sm,
-            "{}",
-            row.kernel
-        );
+        assert_eq!(k.max_blocks_per_sm.is_some(), occ != row.tbs_per_sm, "{}", row.kernel);
     }
 }
 
@@ -141,16 +100,11 @@ fn block_time_modes() {
     let lbm = TABLE1[0];
     assert_eq!(lbm.desc(BlockTime::Table).block_time_ns, 2_420);
     // 18000 blocks / (13 × 15) = 92.3 → 93 waves.
-    assert_eq!(
-        lbm.desc(BlockTime::Fit).block_time_ns,
-        (2905.81e3f64 / 93.0).round() as u64
-    );
+    assert_eq!(lbm.desc(BlockTime::Fit).block_time_ns, (2905.81e3f64 / 93.0).round() as u64);
     let phimag = TABLE1.iter().find(|r| r.kernel == "ComputePhiMag").unwrap();
     assert_eq!(phimag.desc(BlockTime::Fit).block_time_ns, 4_700);
     let t = resolve("parboil-k20c:app=lbm,tb=table").unwrap();
-    let Op::Kernel(k) = &t.processes[0].ops[2] else {
-        panic!()
-    };
+    let Op::Kernel(k) = &t.processes[0].ops[2] else { panic!() };
     assert_eq!(k.block_time_ns, 2_420);
 }
 
@@ -176,13 +130,7 @@ fn single_app() {
     let ks: Vec<_> = w.processes[0]
         .ops
         .iter()
-        .filter_map(|o| {
-            if let Op::Kernel(k) = o {
-                Some(k.name.as_str())
-            } else {
-                None
-            }
-        })
+        .filter_map(|o| if let Op::Kernel(k) = o { Some(k.name.as_str()) } else { None })
         .take(5)
         .collect();
     assert_eq!(ks, ["prescan", "intermediates", "main", "final", "prescan"]);
@@ -195,28 +143,15 @@ fn mixes_are_deterministic_and_differ_across_seeds() {
     assert_eq!(a, b);
     assert_eq!(a.processes.len(), 8);
     assert_eq!(a.replay_min_runs, Some(3));
-    let names = |w: &Workload| {
-        w.processes
-            .iter()
-            .map(|p| p.name.clone())
-            .collect::<Vec<_>>()
-    };
-    let distinct: BTreeSet<Vec<String>> = (0..20u64)
-        .map(|s| names(&resolve(&format!("parboil-k20c:mix=8,seed={s}")).unwrap()))
-        .collect();
-    assert!(
-        distinct.len() >= 15,
-        "only {} distinct mixes of 20 seeds",
-        distinct.len()
-    );
+    let names = |w: &Workload| w.processes.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+    let distinct: BTreeSet<Vec<String>> =
+        (0..20u64).map(|s| names(&resolve(&format!("parboil-k20c:mix=8,seed={s}")).unwrap())).collect();
+    assert!(distinct.len() >= 15, "only {} distinct mixes of 20 seeds", distinct.len());
     for s in 0..50u64 {
         let w = resolve(&format!("parboil-k20c:mix=16,seed={s}")).unwrap();
         let uniq: BTreeSet<_> = w.processes.iter().map(|p| p.name.clone()).collect();
         assert_eq!(uniq.len(), 16, "names are disambiguated");
-        assert!(w
-            .processes
-            .iter()
-            .all(|p| p.arrival_ns == 0 && p.priority == 0));
+        assert!(w.processes.iter().all(|p| p.arrival_ns == 0 && p.priority == 0));
         // Every name is an app, or app#k with k >= 2.
         for p in &w.processes {
             assert!(parboil_class1(&p.name).is_some(), "{}", p.name);
@@ -224,17 +159,7 @@ fn mixes_are_deterministic_and_differ_across_seeds() {
     }
     // The draw itself (names and their order) is pinned, so results stay comparable across versions.
     let pinned: Vec<String> = parboil_mix_apps(6, 1).into_iter().map(|(_, n)| n).collect();
-    assert_eq!(
-        pinned,
-        [
-            "sad",
-            "stencil",
-            "mri-gridding",
-            "mri-q",
-            "mri-q#2",
-            "stencil#2"
-        ]
-    );
+    assert_eq!(pinned, ["sad", "stencil", "mri-gridding", "mri-q", "mri-q#2", "stencil#2"]);
 }
 
 #[test]

@@ -49,7 +49,9 @@ impl DeviceSpec {
     /// only suite kernels, multi-kernel apps in an order the app allows).
     pub fn check(&self, w: &gpumux_engine::model::Workload) -> Result<()> {
         match self {
-            DeviceSpec::Cuda(_) => gpumux_cuda::device::check_workload(w).context("the workload cannot run on a real GPU"),
+            DeviceSpec::Cuda(_) => {
+                gpumux_cuda::device::check_workload(w).context("the workload cannot run on a real GPU")
+            }
             _ => Ok(()),
         }
     }

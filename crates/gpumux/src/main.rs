@@ -107,7 +107,8 @@ fn dispatch(cli: Cli) -> Result<()> {
             let rows = bench_sim::sweep(quick)?;
             print!("{}", bench_sim::render(&rows));
             if let Some(path) = json {
-                std::fs::write(&path, serde_json::to_string_pretty(&rows)?).with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(&path, serde_json::to_string_pretty(&rows)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
             }
             Ok(())
         }
@@ -141,7 +142,8 @@ fn cmd_run(args: RunArgs) -> Result<()> {
         Some(d) => DeviceSpec::parse(d)?,
         None => DeviceSpec::default_device(),
     };
-    let policies: Vec<String> = args.policy.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let policies: Vec<String> =
+        args.policy.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
     if policies.is_empty() {
         anyhow::bail!("--policy names no policy");
     }

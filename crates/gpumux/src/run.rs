@@ -53,7 +53,13 @@ struct JobResult {
 }
 
 /// Runs one job: the whole workload under a policy, or one process alone.
-fn run_job(w: &Workload, opts: &RunOptions, policy: &str, only: Option<ProcessId>, bar: &ProgressBar) -> Result<JobResult> {
+fn run_job(
+    w: &Workload,
+    opts: &RunOptions,
+    policy: &str,
+    only: Option<ProcessId>,
+    bar: &ProgressBar,
+) -> Result<JobResult> {
     let info = opts.device.info()?;
     let policy_box = policies::by_name(policy)?;
     let mut engine = Engine::new(w, info, policy_box, only)?;
@@ -83,8 +89,13 @@ pub fn run_workload(w: &Workload, opts: &RunOptions) -> Result<RunReport> {
     jobs.extend((0..opts.policies.len()).map(Job::Shared));
     let results: Vec<Mutex<Option<Result<JobResult>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
-    let multi = if opts.progress { MultiProgress::new() } else { MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden()) };
-    let style = ProgressStyle::with_template("{spinner} {prefix:>24} {wide_msg} [{elapsed}]").unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let multi = if opts.progress {
+        MultiProgress::new()
+    } else {
+        MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
+    };
+    let style = ProgressStyle::with_template("{spinner} {prefix:>24} {wide_msg} [{elapsed}]")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
     std::thread::scope(|s| {
         for _ in 0..opts.threads.max(1).min(jobs.len()) {
             s.spawn(|| loop {
@@ -106,7 +117,10 @@ pub fn run_workload(w: &Workload, opts: &RunOptions) -> Result<RunReport> {
     let mut alone = Vec::new();
     let mut shared = Vec::new();
     for (job, slot) in jobs.iter().zip(results) {
-        let r = slot.into_inner().map_err(|_| anyhow!("a worker thread panicked"))?.ok_or_else(|| anyhow!("a job did not run"))??;
+        let r = slot
+            .into_inner()
+            .map_err(|_| anyhow!("a worker thread panicked"))?
+            .ok_or_else(|| anyhow!("a job did not run"))??;
         match job {
             Job::Alone(_) => alone.push(r.record),
             Job::Shared(k) => shared.push((*k, r)),

@@ -29,7 +29,16 @@ fn temp_file(name: &str, text: &str) -> PathBuf {
 
 #[test]
 fn same_seed_gives_byte_identical_json_and_other_seed_differs() {
-    let args = ["run", "parboil-k20c:mix=2,seed=4", "--device", "sim:k20c", "--policy", "fcfs,ppq-excl-cs,dss-drain,rr", "--json", "-q"];
+    let args = [
+        "run",
+        "parboil-k20c:mix=2,seed=4",
+        "--device",
+        "sim:k20c",
+        "--policy",
+        "fcfs,ppq-excl-cs,dss-drain,rr",
+        "--json",
+        "-q",
+    ];
     let a = gpumux(&[&args[..], &["--seed", "5"]].concat());
     let b = gpumux(&[&args[..], &["--seed", "5", "--threads", "1"]].concat());
     assert!(a.status.success(), "{}", stderr(&a));
@@ -55,7 +64,16 @@ fn same_seed_gives_byte_identical_json_and_other_seed_differs() {
 #[test]
 fn every_policy_completes_an_eight_process_parboil_mix() {
     // Regression: DSS once traded an SM between two kernels forever at one instant.
-    let o = gpumux(&["run", "parboil-k20c:mix=8,seed=2", "--device", "sim:k20c", "--policy", "dss-cs,dss-drain,dss-flush,ppq-shared-flush,rr-200us", "-q", "--json"]);
+    let o = gpumux(&[
+        "run",
+        "parboil-k20c:mix=8,seed=2",
+        "--device",
+        "sim:k20c",
+        "--policy",
+        "dss-cs,dss-drain,dss-flush,ppq-shared-flush,rr-200us",
+        "-q",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
     for p in v["policies"].as_array().expect("policies") {
@@ -80,14 +98,25 @@ fn trace_and_plots_are_written() {
     let plots = dir.join("plots");
     std::fs::create_dir_all(&dir).expect("dir");
     let o = gpumux(&[
-        "run", "examples/two-procs.toml", "--policy", "fcfs,dss-cs", "-q",
-        "--trace", trace.to_str().expect("utf8"), "--plot", plots.to_str().expect("utf8"),
+        "run",
+        "examples/two-procs.toml",
+        "--policy",
+        "fcfs,dss-cs",
+        "-q",
+        "--trace",
+        trace.to_str().expect("utf8"),
+        "--plot",
+        plots.to_str().expect("utf8"),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("trace JSON");
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("trace JSON");
     let events = t["traceEvents"].as_array().expect("events");
     assert!(events.iter().any(|e| e["ph"] == "X" && e["cat"] == "kernel"));
-    assert!(events.iter().any(|e| e["name"] == "thread_name" && e["args"]["name"] == "SM 131"), "a lane per SM of the H100");
+    assert!(
+        events.iter().any(|e| e["name"] == "thread_name" && e["args"]["name"] == "SM 131"),
+        "a lane per SM of the H100"
+    );
     for f in ["summary.svg", "ntt.svg", "timeline-dss-cs.svg"] {
         assert!(std::fs::read_to_string(plots.join(f)).expect(f).contains("<svg"));
     }

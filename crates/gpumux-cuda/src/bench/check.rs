@@ -60,10 +60,8 @@ pub fn check_suite(gpu: &Gpu, rounds: u32, seed: u64) -> Result<Vec<CheckRow>> {
             p.reset()?;
             let st = p.run_chaotic(gpu, chunk, &mut rng, &stream, &ctl)?;
             let got = p.outputs()?;
-            let vs_native: std::result::Result<(), String> = got
-                .iter()
-                .zip(&native)
-                .try_for_each(|(g, n)| compare(g, n, Tolerance::Exact));
+            let vs_native: std::result::Result<(), String> =
+                got.iter().zip(&native).try_for_each(|(g, n)| compare(g, n, Tolerance::Exact));
             let row = CheckRow {
                 app: app.name(),
                 seed: s,
@@ -114,26 +112,12 @@ pub fn exactly_once(gpu: &Gpu, seed: u64) -> Result<ExactlyOnce> {
     let stream = Stream::low(gpu)?;
     let ctl = Stream::high(gpu)?;
     let mut rng = Rng::new(seed ^ 0x0DD5);
-    let args = vec![
-        runs.ptr.to_le_bytes().to_vec(),
-        block_ns.to_le_bytes().to_vec(),
-    ];
-    let mut w = WorkerLaunch::new(
-        worker_m.function("spin")?,
-        args,
-        [blocks, 1, 1],
-        [128, 1, 1],
-        0,
-        1,
-        gpu.sm_count(),
-    )?;
+    let args = vec![runs.ptr.to_le_bytes().to_vec(), block_ns.to_le_bytes().to_vec()];
+    let mut w = WorkerLaunch::new(worker_m.function("spin")?, args, [blocks, 1, 1], [128, 1, 1], 0, 1, gpu.sm_count())?;
     let (mut retreats, mut effective) = (0u64, 0u64);
     while !w.done() {
-        let mask = if retreats < 300 {
-            random_mask(&mut rng, gpu.sm_count())
-        } else {
-            SmMask::range(0, gpu.sm_count())
-        };
+        let mask =
+            if retreats < 300 { random_mask(&mut rng, gpu.sm_count()) } else { SmMask::range(0, gpu.sm_count()) };
         w.start(&stream, mask)?;
         if retreats < 300 {
             spin_for(Duration::from_micros(rng.below(300)));
@@ -145,15 +129,6 @@ pub fn exactly_once(gpu: &Gpu, seed: u64) -> Result<ExactlyOnce> {
         }
     }
     let counts = runs.download()?;
-    let wrong = counts
-        .chunks_exact(4)
-        .filter(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 1)
-        .count() as u64;
-    Ok(ExactlyOnce {
-        blocks,
-        block_us: block_ns / 1000,
-        retreats,
-        effective_retreats: effective,
-        wrong,
-    })
+    let wrong = counts.chunks_exact(4).filter(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 1).count() as u64;
+    Ok(ExactlyOnce { blocks, block_us: block_ns / 1000, retreats, effective_retreats: effective, wrong })
 }

@@ -60,11 +60,7 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 200)]
         trials: u32,
         /// native-priority, gpumux, timeslice (two processes), mps (two processes; MPS must be running).
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "native-priority,gpumux,timeslice"
-        )]
+        #[arg(long, value_delimiter = ',', default_value = "native-priority,gpumux,timeslice")]
         modes: Vec<String>,
     },
     /// Memory-bound + compute-bound kernel: alone, one after the other, together under the
@@ -125,10 +121,7 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
     let gpu = Gpu::open(args.gpu).context("opening the GPU")?;
     let mut rep = Report {
         device: Some(gpu.summary.clone()),
-        date_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        date_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         ..Default::default()
     };
     println!(
@@ -160,12 +153,7 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
         rep.overhead = overhead(&gpu, &[1, 4, 16], crate::preempt::DEFAULT_MIN_CLAIMS, 7, &[], args.seed)?;
     }
     save(&rep)?;
-    if let BenchCommand::Preempt {
-        block_us,
-        trials,
-        modes,
-    } = &args.command
-    {
+    if let BenchCommand::Preempt { block_us, trials, modes } = &args.command {
         rep.preempt = preemption(&gpu, block_us, *trials, modes, args.seed)?;
     } else if all {
         let modes = ["native-priority", "gpumux", "timeslice"].map(String::from);

@@ -109,16 +109,8 @@ fn summarize(
     lost: Option<u64>,
 ) -> PreemptRow {
     let trials = first.len() as u32;
-    let f = [
-        percentile(&mut first, 50.0),
-        percentile(&mut first, 99.0),
-        percentile(&mut first, 100.0),
-    ];
-    let d = [
-        percentile(&mut done, 50.0),
-        percentile(&mut done, 99.0),
-        percentile(&mut done, 100.0),
-    ];
+    let f = [percentile(&mut first, 50.0), percentile(&mut first, 99.0), percentile(&mut first, 100.0)];
+    let d = [percentile(&mut done, 50.0), percentile(&mut done, 99.0), percentile(&mut done, 100.0)];
     println!(
         "{:<16} {:>8} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>6}",
         mode,
@@ -144,13 +136,7 @@ fn summarize(
     }
 }
 
-pub fn preemption(
-    gpu: &Gpu,
-    block_us: &[u64],
-    trials: u32,
-    modes: &[String],
-    seed: u64,
-) -> Result<Vec<PreemptRow>> {
+pub fn preemption(gpu: &Gpu, block_us: &[u64], trials: u32, modes: &[String], seed: u64) -> Result<Vec<PreemptRow>> {
     let (native_m, worker_m, _) = gpu.native_and_worker("synthetic", suite::SYNTHETIC_SOURCE)?;
     let spin_n = native_m.function("spin")?;
     let probe_n = native_m.function("probe")?;
@@ -177,17 +163,7 @@ pub fn preemption(
     println!("\n== preemption: short high-priority probe ({} blocks x {PROBE_THREADS} threads) arriving during a long low-priority spin kernel ==", probe.grid);
     println!(
         "{:<16} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}",
-        "mode",
-        "block us",
-        "trials",
-        "first p50",
-        "p99",
-        "max",
-        "done p50",
-        "p99",
-        "max",
-        "idle",
-        "lost"
+        "mode", "block us", "trials", "first p50", "p99", "max", "done p50", "p99", "max", "idle", "lost"
     );
     for &bus in block_us {
         let block_ns = bus * 1000;
@@ -205,15 +181,7 @@ pub fn preemption(
                         let mut p = Params::default();
                         p.ptr(runs.ptr).u64(block_ns);
                         // SAFETY: matches `spin`'s parameters.
-                        unsafe {
-                            spin_n.launch(
-                                [lp_blocks, 1, 1],
-                                [SPIN_THREADS, 1, 1],
-                                0,
-                                &low,
-                                &mut p,
-                            )?
-                        };
+                        unsafe { spin_n.launch([lp_blocks, 1, 1], [SPIN_THREADS, 1, 1], 0, &low, &mut p)? };
                         spin_for(delay(&mut rng));
                         let t0 = probe.launch_native(&probe_n, &high)?;
                         let (f, d) = probe.wait(t0)?;
@@ -225,10 +193,7 @@ pub fn preemption(
                 }
                 "gpumux" => {
                     let mut wrong = 0u64;
-                    let spin_args = vec![
-                        runs.ptr.to_le_bytes().to_vec(),
-                        block_ns.to_le_bytes().to_vec(),
-                    ];
+                    let spin_args = vec![runs.ptr.to_le_bytes().to_vec(), block_ns.to_le_bytes().to_vec()];
                     let mut lp = WorkerLaunch::new(
                         spin_w.clone(),
                         spin_args,
@@ -274,8 +239,7 @@ pub fn preemption(
                     lost = Some(wrong);
                 }
                 "timeslice" | "mps" => {
-                    let mut child =
-                        spawn_hog(bus, trials as f64 * (lp_us as f64 / 1e6 + 0.01) + 10.0)?;
+                    let mut child = spawn_hog(bus, trials as f64 * (lp_us as f64 / 1e6 + 0.01) + 10.0)?;
                     let r = (|| -> Result<()> {
                         for _ in 0..trials {
                             spin_for(Duration::from_micros(1000 + rng.below(4000)));
@@ -294,11 +258,7 @@ pub fn preemption(
                     let _ = child.wait();
                     r?;
                 }
-                other => {
-                    return Err(CudaError::Invalid(format!(
-                        "unknown preemption mode `{other}`"
-                    )))
-                }
+                other => return Err(CudaError::Invalid(format!("unknown preemption mode `{other}`"))),
             }
             rows.push(summarize(mode, bus, first, done, idle, lost));
         }
@@ -308,41 +268,24 @@ pub fn preemption(
 
 /// Starts `lp-hog` in a second process with the same program and waits until it runs.
 fn spawn_hog(block_us: u64, seconds: f64) -> Result<std::process::Child> {
-    let exe = std::env::current_exe()
-        .map_err(|e| CudaError::Invalid(format!("cannot find this program: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| CudaError::Invalid(format!("cannot find this program: {e}")))?;
     // Everything before the bench subcommand (e.g. `bench` for the gpumux CLI) is kept.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let pos = args
-        .iter()
-        .position(|a| a == "preempt" || a == "all")
-        .unwrap_or(args.len());
+    let pos = args.iter().position(|a| a == "preempt" || a == "all").unwrap_or(args.len());
     let mut cmd = std::process::Command::new(exe);
     cmd.args(&args[..pos])
-        .args([
-            "lp-hog",
-            "--block-us",
-            &block_us.to_string(),
-            "--seconds",
-            &format!("{seconds:.1}"),
-        ])
+        .args(["lp-hog", "--block-us", &block_us.to_string(), "--seconds", &format!("{seconds:.1}")])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| CudaError::Invalid(format!("cannot start the second process: {e}")))?;
-    let out = child
-        .stdout
-        .take()
-        .ok_or_else(|| CudaError::Invalid("no stdout from the second process".into()))?;
+    let mut child = cmd.spawn().map_err(|e| CudaError::Invalid(format!("cannot start the second process: {e}")))?;
+    let out = child.stdout.take().ok_or_else(|| CudaError::Invalid("no stdout from the second process".into()))?;
     let mut line = String::new();
     std::io::BufReader::new(out)
         .read_line(&mut line)
         .map_err(|e| CudaError::Invalid(format!("second process: {e}")))?;
     if line.trim() != "ready" {
         let _ = child.kill();
-        return Err(CudaError::Invalid(format!(
-            "second process did not start: {line:?}"
-        )));
+        return Err(CudaError::Invalid(format!("second process did not start: {line:?}")));
     }
     Ok(child)
 }
@@ -364,11 +307,7 @@ pub fn lp_hog(ordinal: i32, block_us: u64, seconds: f64) -> anyhow::Result<()> {
     let flag = stop.clone();
     std::thread::spawn(move || {
         let mut sink = String::new();
-        while std::io::stdin()
-            .read_line(&mut sink)
-            .map(|n| n > 0)
-            .unwrap_or(false)
-        {}
+        while std::io::stdin().read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
         flag.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     while t.elapsed().as_secs_f64() < seconds && !stop.load(std::sync::atomic::Ordering::Relaxed) {

@@ -30,20 +30,24 @@ impl Policy for Dss {
             .kernels
             .iter()
             .map(|k| {
-                let share = if total_weight > 0.0 { k.weight.max(0.0) / total_weight } else { 1.0 / view.kernels.len() as f64 };
+                let share =
+                    if total_weight > 0.0 { k.weight.max(0.0) / total_weight } else { 1.0 / view.kernels.len() as f64 };
                 n * share - k.sms_committed() as f64
             })
             .collect();
-        let mut want: Vec<u32> = view.kernels.iter().map(|k| k.useful_sms().saturating_sub(k.sms_committed())).collect();
+        let mut want: Vec<u32> =
+            view.kernels.iter().map(|k| k.useful_sms().saturating_sub(k.sms_committed())).collect();
         let mut running: Vec<Vec<SmId>> = view.kernels.iter().map(|k| view.running_sms(k.id).collect()).collect();
         let mut idle: Vec<SmId> = view.idle_sms().collect();
         idle.reverse();
         loop {
             // Richest kernel that still wants SMs (earliest arrival on ties).
-            let Some(kmax) = (0..count.len()).filter(|&i| want[i] > 0).fold(None, |best: Option<usize>, i| match best {
-                Some(b) if count[b] >= count[i] => Some(b),
-                _ => Some(i),
-            }) else {
+            let Some(kmax) =
+                (0..count.len()).filter(|&i| want[i] > 0).fold(None, |best: Option<usize>, i| match best {
+                    Some(b) if count[b] >= count[i] => Some(b),
+                    _ => Some(i),
+                })
+            else {
                 return;
             };
             if let Some(sm) = idle.pop() {
@@ -53,12 +57,13 @@ impl Policy for Dss {
                 continue;
             }
             // Poorest kernel that has an SM to give back.
-            let Some(kmin) = (0..count.len()).filter(|&i| i != kmax && !running[i].is_empty()).fold(None, |best: Option<usize>, i| {
-                match best {
+            let Some(kmin) = (0..count.len()).filter(|&i| i != kmax && !running[i].is_empty()).fold(
+                None,
+                |best: Option<usize>, i| match best {
                     Some(b) if count[b] <= count[i] => Some(b),
                     _ => Some(i),
-                }
-            }) else {
+                },
+            ) else {
                 return;
             };
             // Token shares are fractional; without the epsilon, rounding can make

@@ -6,7 +6,11 @@ use crate::policy::{ActiveKernel, Decision, SchedView};
 
 /// Gives idle SMs to kernels in `order`; a kernel gets at most as many SMs as
 /// it has work for, the rest go to the next one (back-to-back execution).
-pub fn fill_idle_in_order<'k>(view: &SchedView<'_>, order: impl Iterator<Item = &'k ActiveKernel>, out: &mut Vec<Decision>) {
+pub fn fill_idle_in_order<'k>(
+    view: &SchedView<'_>,
+    order: impl Iterator<Item = &'k ActiveKernel>,
+    out: &mut Vec<Decision>,
+) {
     let mut idle = view.idle_sms().peekable();
     for k in order {
         if idle.peek().is_none() {

@@ -29,7 +29,7 @@ impl Policy for Ppq {
         let top = view.kernels.iter().map(|k| k.priority).max();
         let mut idle: Vec<SmId> = view.idle_sms().collect();
         idle.reverse(); // pop() hands out SM 0 first
-        // Running SMs that may be preempted, with their kernel's priority.
+                        // Running SMs that may be preempted, with their kernel's priority.
         let mut victims: Vec<(i32, u64, SmId)> = view
             .sms
             .iter()

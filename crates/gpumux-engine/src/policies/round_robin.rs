@@ -37,17 +37,14 @@ impl Policy for RoundRobin {
         if view.kernels.iter().any(|k| !k.running.is_empty() || k.incoming > 0) {
             return;
         }
-        let ready: Vec<&ActiveKernel> = view.kernels.iter().filter(|k| k.issuable_blocks() > 0 && k.live_launch.is_none()).collect();
+        let ready: Vec<&ActiveKernel> =
+            view.kernels.iter().filter(|k| k.issuable_blocks() > 0 && k.live_launch.is_none()).collect();
         if ready.is_empty() {
             return;
         }
         // Next process after the last one served, in process order, wrapping.
         let after = self.last.map_or(0, |p| p.0 + 1);
-        let Some(k) = ready
-            .iter()
-            .min_by_key(|k| (k.process.0.wrapping_sub(after), k.arrival))
-            .copied()
-        else {
+        let Some(k) = ready.iter().min_by_key(|k| (k.process.0.wrapping_sub(after), k.arrival)).copied() else {
             return;
         };
         let slice = self.slice_blocks(k, view.device.num_sms);

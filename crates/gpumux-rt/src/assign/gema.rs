@@ -37,20 +37,10 @@ pub fn gema_trace(set: &TaskSet, an: &mut Analyzer) -> (Assignment, Vec<Mode>, f
             best_seen.clone_from(&modes);
         }
         if z_now <= 1.0 {
-            return (
-                Assignment {
-                    modes: modes.clone(),
-                    schedulable: true,
-                },
-                modes,
-                z_now,
-            );
+            return (Assignment { modes: modes.clone(), schedulable: true }, modes, z_now);
         }
         if !in_s.iter().any(|&b| b) {
-            let a = Assignment {
-                modes,
-                schedulable: false,
-            };
+            let a = Assignment { modes, schedulable: false };
             return (a, best_seen, best_seen_z);
         }
         // Lines 8-17: the candidate whose move minimises max R/D.

@@ -47,11 +47,7 @@ pub struct GlobalOptions {
 
 impl Default for GlobalOptions {
     fn default() -> Self {
-        GlobalOptions {
-            lookahead: true,
-            dominance: true,
-            prune: true,
-        }
+        GlobalOptions { lookahead: true, dominance: true, prune: true }
     }
 }
 
@@ -75,11 +71,7 @@ struct Search<'a> {
 impl Search<'_> {
     fn lookahead_ok(&mut self, from: usize) -> bool {
         let n = self.set.len();
-        let saved = [
-            self.interf[0].len(),
-            self.interf[1].len(),
-            self.interf[2].len(),
-        ];
+        let saved = [self.interf[0].len(), self.interf[1].len(), self.interf[2].len()];
         let mut ok = true;
         for jt in from..n {
             let set = self.set;
@@ -128,11 +120,7 @@ impl Search<'_> {
         for c in 0..self.choices[i].len() {
             let m = self.choices[i][c];
             self.modes[i] = m;
-            let saved = [
-                self.interf[0].len(),
-                self.interf[1].len(),
-                self.interf[2].len(),
-            ];
+            let saved = [self.interf[0].len(), self.interf[1].len(), self.interf[2].len()];
             if self.opts.prune {
                 let r = task_response(
                     &t.subtasks,
@@ -181,27 +169,13 @@ pub fn provably_infeasible(set: &TaskSet) -> bool {
 }
 
 /// GLOBAL with explicit options; also returns search statistics.
-pub fn global_with(
-    set: &TaskSet,
-    an: &mut Analyzer,
-    opts: GlobalOptions,
-) -> (Assignment, GlobalStats) {
+pub fn global_with(set: &TaskSet, an: &mut Analyzer, opts: GlobalOptions) -> (Assignment, GlobalStats) {
     let n = set.len();
     let mut s = new_search(set, opts);
     let root_ok = !opts.prune || !opts.lookahead || s.lookahead_ok(0);
     let found = root_ok && s.dfs(0, an);
-    let modes = if found {
-        s.modes.clone()
-    } else {
-        vec![Mode::Single; n]
-    };
-    (
-        Assignment {
-            modes,
-            schedulable: found,
-        },
-        s.stats,
-    )
+    let modes = if found { s.modes.clone() } else { vec![Mode::Single; n] };
+    (Assignment { modes, schedulable: found }, s.stats)
 }
 
 fn new_search(set: &TaskSet, opts: GlobalOptions) -> Search<'_> {
@@ -252,18 +226,8 @@ fn new_search(set: &TaskSet, opts: GlobalOptions) -> Search<'_> {
             t.subtasks
                 .iter()
                 .map(|s| {
-                    let a = ch
-                        .iter()
-                        .map(|&m| alpha(s, m))
-                        .fold(f64::INFINITY, f64::min);
-                    (
-                        s.resource.index(),
-                        Interferer {
-                            jitter: 0.0,
-                            alpha: a,
-                            period: t.period,
-                        },
-                    )
+                    let a = ch.iter().map(|&m| alpha(s, m)).fold(f64::INFINITY, f64::min);
+                    (s.resource.index(), Interferer { jitter: 0.0, alpha: a, period: t.period })
                 })
                 .collect()
         })

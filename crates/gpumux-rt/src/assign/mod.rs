@@ -42,13 +42,7 @@ pub enum Method {
 
 impl Method {
     /// All methods, in the order reports list them.
-    pub const ALL: [Method; 5] = [
-        Method::Single,
-        Method::Local,
-        Method::Gema,
-        Method::GemaLs,
-        Method::Global,
-    ];
+    pub const ALL: [Method; 5] = [Method::Single, Method::Local, Method::Gema, Method::GemaLs, Method::Global];
 
     /// Name as on the command line.
     pub fn name(self) -> &'static str {

@@ -38,12 +38,7 @@ fn flip(m: &mut Mode) {
 
 /// Steepest descent on `max R/D` from `modes` (1- and 2-flip neighbourhood).
 /// Returns the final modes and score.
-pub fn descend(
-    set: &TaskSet,
-    an: &mut Analyzer,
-    mut modes: Vec<Mode>,
-    mut z: f64,
-) -> (Vec<Mode>, f64) {
+pub fn descend(set: &TaskSet, an: &mut Analyzer, mut modes: Vec<Mode>, mut z: f64) -> (Vec<Mode>, f64) {
     let n = modes.len();
     for _ in 0..MAX_STEPS {
         if z <= 1.0 {
@@ -97,24 +92,15 @@ pub fn gema_ls(set: &TaskSet, an: &mut Analyzer) -> Assignment {
     }
     let (modes, z) = descend(set, an, start, z0);
     if z <= 1.0 {
-        return Assignment {
-            modes,
-            schedulable: true,
-        };
+        return Assignment { modes, schedulable: true };
     }
     let lm: Vec<Mode> = set.tasks.iter().map(local_mode).collect();
     let zl = an.max_ratio(set, &lm, HORIZON);
     let (modes2, z2) = descend(set, an, lm, zl);
     if z2 <= 1.0 {
-        return Assignment {
-            modes: modes2,
-            schedulable: true,
-        };
+        return Assignment { modes: modes2, schedulable: true };
     }
     // Unschedulable: report the best assignment found.
     let modes = if z2 < z { modes2 } else { modes };
-    Assignment {
-        modes,
-        schedulable: false,
-    }
+    Assignment { modes, schedulable: false }
 }
