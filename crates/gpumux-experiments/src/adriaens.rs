@@ -308,6 +308,22 @@ fn heuristics_for(k: usize) -> Vec<Heuristic> {
     }
 }
 
+/// A combination where Fair's split did worse than Even's (printed as evidence).
+struct FairLoss {
+    combo: String,
+    even_split: Vec<u32>,
+    /// Speedups over cooperative.
+    even: f64,
+    fair_split: Vec<u32>,
+    fair: f64,
+}
+
+impl FairLoss {
+    fn loss(&self) -> f64 {
+        self.even - self.fair
+    }
+}
+
 pub fn heuristics(ctx: &Ctx) -> Result<String> {
     let profiles = measure_profiles(ctx)?;
     let ch = chars(&profiles);
@@ -364,7 +380,7 @@ pub fn heuristics(ctx: &Ctx) -> Result<String> {
             None => by_h.push((name, vec![v])),
         };
         let mut splits_detail = String::new();
-        let mut fair_losses: Vec<(String, Vec<u32>, f64, Vec<u32>, f64)> = Vec::new();
+        let mut fair_losses: Vec<FairLoss> = Vec::new();
         // The pair whose worst split is best (Oracle Worst's max), as evidence.
         let mut worst_max: Option<(String, String, f64)> = None;
         for (ci, c) in cs.iter().enumerate() {
@@ -409,7 +425,13 @@ pub fn heuristics(ctx: &Ctx) -> Result<String> {
                 let pick = |h: &str| picks[ci].iter().find(|(n, _)| n == h).and_then(|(_, s)| Some((s, get(s)?)));
                 if let (Some((es, er)), Some((fs, fr))) = (pick("even"), pick("fair")) {
                     if fr.speedup < er.speedup - 0.005 {
-                        fair_losses.push((combo_name(c), es.clone(), er.speedup, fs.clone(), fr.speedup));
+                        fair_losses.push(FairLoss {
+                            combo: combo_name(c),
+                            even_split: es.clone(),
+                            even: er.speedup,
+                            fair_split: fs.clone(),
+                            fair: fr.speedup,
+                        });
                     }
                 }
             }
@@ -456,16 +478,23 @@ pub fn heuristics(ctx: &Ctx) -> Result<String> {
                 cs.len()
             ));
             // Largest losses first; the rest summarised.
-            fair_losses.sort_by(|a, b| (b.2 - b.4).total_cmp(&(a.2 - a.4)));
+            fair_losses.sort_by(|a, b| b.loss().total_cmp(&a.loss()));
             const SHOWN: usize = 8;
-            for (name, es, e, fs, f) in fair_losses.iter().take(SHOWN) {
-                out.push_str(&format!("  {name:<34} even {:<12} {e:.2}   fair {:<12} {f:.2}\n", slash(es), slash(fs)));
+            for l in fair_losses.iter().take(SHOWN) {
+                out.push_str(&format!(
+                    "  {:<34} even {:<12} {:.2}   fair {:<12} {:.2}\n",
+                    l.combo,
+                    slash(&l.even_split),
+                    l.even,
+                    slash(&l.fair_split),
+                    l.fair
+                ));
             }
             if let Some(next) = fair_losses.get(SHOWN) {
                 out.push_str(&format!(
                     "  ... {} more, each losing at most {:.3}\n",
                     fair_losses.len() - SHOWN,
-                    next.2 - next.4
+                    next.loss()
                 ));
             }
             out.push('\n');

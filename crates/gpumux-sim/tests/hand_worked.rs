@@ -129,15 +129,14 @@ fn submission_order_keeps_an_enqueued_kernel_ahead_of_later_ones() {
     assert_eq!(end(&dss_head, 1), end(&dss_sub, 1));
 }
 
+/// Low: 13×10 blocks of 100 µs; high arrives at 30 µs with 13 blocks of 1 µs.
+fn low_then_high() -> Vec<ProcessSpec> {
+    vec![proc_("low", 0, 0, vec![k("low", 130, 1, 100_000)]), proc_("high", 1, 30_000, vec![k("high", 13, 1, 1_000)])]
+}
+
 #[test]
 fn ppq_drain_waits_for_resident_blocks_and_npq_waits_for_the_kernel() {
-    // Low: 13×10 blocks of 100 µs; high arrives at 30 µs with 13 blocks of 1 µs.
-    let procs = || {
-        vec![
-            proc_("low", 0, 0, vec![k("low", 130, 1, 100_000)]),
-            proc_("high", 1, 30_000, vec![k("high", 13, 1, 1_000)]),
-        ]
-    };
+    let procs = low_then_high;
     let (drain, _) = run("ppq-excl-drain", procs());
     // Drained at 100 µs (the running blocks finish), then 1 µs.
     assert_eq!(end(&drain, 1), 101_000);
@@ -158,12 +157,7 @@ fn ppq_drain_waits_for_resident_blocks_and_npq_waits_for_the_kernel() {
 fn fixed_preemption_overhead_delays_every_mechanism_by_the_same_time() {
     // As above, with a 5 µs fixed cost per SM preemption: each SM is handed
     // over 5 µs later than its mechanism alone allows.
-    let procs = || {
-        vec![
-            proc_("low", 0, 0, vec![k("low", 130, 1, 100_000)]),
-            proc_("high", 1, 30_000, vec![k("high", 13, 1, 1_000)]),
-        ]
-    };
+    let procs = low_then_high;
     for (policy, base_latency) in [("ppq-excl-drain", 70_000), ("ppq-excl-flush", 0)] {
         let (r0, _) = run(policy, procs());
         let (r5, trace) = run_with(policy, procs(), 5_000);
