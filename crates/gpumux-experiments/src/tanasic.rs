@@ -235,6 +235,11 @@ fn by_n<'a, T>(mixes: &'a [Mix], vals: &'a [T], n: u32) -> impl Iterator<Item = 
     mixes.iter().zip(vals).filter(move |(m, _)| m.n == n)
 }
 
+/// A table row: `label`, then the mean of `values(n)` for each process count of `NS`.
+fn row_by_n(label: String, mut values: impl FnMut(u32) -> Vec<f64>) -> Vec<String> {
+    std::iter::once(label).chain(NS.iter().map(|&n| f2(mean(&values(n))))).collect()
+}
+
 const PRIO_POLICIES: [&str; 6] = ["fcfs", "npq", "ppq-excl-cs", "ppq-excl-drain", "ppq-shared-cs", "ppq-shared-drain"];
 
 pub fn priority(ctx: &Ctx) -> Result<String> {
@@ -340,33 +345,27 @@ fn hp_breakdown(mixes: &[Mix], res: &[Vec<PolicyMetrics>], extra: &[Vec<Extra>])
     ];
     let sms = device().num_sms;
     for (name, j, f) in rows {
-        let mut cells = vec![name.to_string()];
-        for n in NS {
-            let v: Vec<f64> = by_n(mixes, extra, n)
+        t.row(row_by_n(name.to_string(), |n| {
+            by_n(mixes, extra, n)
                 .filter_map(|(_, e)| e.get(j))
                 .map(|e| {
                     let (a, b) = f(e, sms);
                     pct(a, b)
                 })
                 .filter(|x| x.is_finite())
-                .collect();
-            cells.push(f2(mean(&v)));
-        }
-        t.row(cells);
+                .collect()
+        }));
     }
     // The ratio the two mechanisms' Fig. 5 bars differ by.
-    let mut cells = vec!["mean run time drain / cs".to_string()];
-    for n in NS {
-        let v: Vec<f64> = by_n(mixes, res, n)
+    t.row(row_by_n("mean run time drain / cs".to_string(), |n| {
+        by_n(mixes, res, n)
             .filter(|(_, r)| r.len() > 3)
             .map(|(m, r)| {
                 let hp = m.hp.unwrap_or(0);
                 r[3].processes[hp].ntt / r[2].processes[hp].ntt
             })
-            .collect();
-        cells.push(f2(mean(&v)));
-    }
-    t.row(cells);
+            .collect()
+    }));
     format!(
         "where the high-priority process's time goes (mean over workloads; \"preempted SM-time / GPU\" =\n\
          Σ preemption latencies / {sms} SMs, an upper bound on what waiting for preempted SMs can add):\n{}",
@@ -394,11 +393,7 @@ pub fn overhead(ctx: &Ctx) -> Result<String> {
     }
     let mut u = Table::new(&["mean STP", "n=2", "n=4", "n=6", "n=8"]);
     for (j, p) in pols.iter().enumerate() {
-        let mut cells = vec![p.to_string()];
-        for n in NS {
-            cells.push(f2(mean(&by_n(&mixes, &res, n).map(|(_, r)| r[j].stp).collect::<Vec<_>>())));
-        }
-        u.row(cells);
+        u.row(row_by_n(p.to_string(), |n| by_n(&mixes, &res, n).map(|(_, r)| r[j].stp).collect()));
     }
     bars(
         &ctx.out.join("tanasic-overhead.svg"),
@@ -457,11 +452,8 @@ pub fn dss(ctx: &Ctx) -> Result<String> {
         ("SM busy %, dss-drain".into(), util, None, 2, "-".into()),
     ];
     for (name, f, class, j, p) in &rows {
-        let mut cells = vec![name.clone()];
-        for n in NS {
-            let v: Vec<f64> = by_n(&mixes, &res, n).flat_map(|(m, r)| f(m, r, *j, *class)).collect();
-            cells.push(f2(mean(&v)));
-        }
+        let mut cells =
+            row_by_n(name.clone(), |n| by_n(&mixes, &res, n).flat_map(|(m, r)| f(m, r, *j, *class)).collect());
         cells.push(p.clone());
         t.row(cells);
     }
@@ -508,16 +500,13 @@ fn costs(mixes: &[Mix], extra: &[Vec<Extra>], pols: &[&str]) -> String {
     ];
     for (name, f) in rows {
         for (j, p) in pols.iter().enumerate() {
-            let mut cells = vec![format!("{name}, {p}")];
-            for n in NS {
-                let v: Vec<f64> = by_n(mixes, extra, n)
+            t.row(row_by_n(format!("{name}, {p}"), |n| {
+                by_n(mixes, extra, n)
                     .filter_map(|(_, e)| e.get(j))
                     .map(|e| f(e, sms))
                     .filter(|x| x.is_finite())
-                    .collect();
-                cells.push(f2(mean(&v)));
-            }
-            t.row(cells);
+                    .collect()
+            }));
         }
     }
     format!("where the time goes:\n{}", t.render())
@@ -528,9 +517,8 @@ fn stp_by_class(mixes: &[Mix], res: &[Vec<PolicyMetrics>], pols: &[&str]) -> Str
     let mut t = Table::new(&["STP share (Σ 1/NTT per workload)", "n=2", "n=4", "n=6", "n=8"]);
     for class in CLASSES {
         for (j, p) in pols.iter().enumerate() {
-            let mut cells = vec![format!("{class}, {p}")];
-            for n in NS {
-                let v: Vec<f64> = by_n(mixes, res, n)
+            t.row(row_by_n(format!("{class}, {p}"), |n| {
+                by_n(mixes, res, n)
                     .filter_map(|(m, r)| {
                         let r = r.get(j)?;
                         Some(
@@ -540,10 +528,8 @@ fn stp_by_class(mixes: &[Mix], res: &[Vec<PolicyMetrics>], pols: &[&str]) -> Str
                                 .sum::<f64>(),
                         )
                     })
-                    .collect();
-                cells.push(f2(mean(&v)));
-            }
-            t.row(cells);
+                    .collect()
+            }));
         }
     }
     format!("STP by Class 2 of the apps:\n{}", t.render())
