@@ -41,14 +41,20 @@ fi
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUTDIR/gpu.txt"
 status=0
+passed=() failed=() skipped=()
 run() { # name, then arguments
     local name=$1; shift
     echo "=== $name: $BIN $*"
     "$BIN" --json "$OUTDIR/$name.json" "$@" 2>&1 | tee "$OUTDIR/$name.log"
     local rc=${PIPESTATUS[0]}
-    [ "$rc" -ne 0 ] && { echo "=== $name FAILED (exit $rc)"; status=1; }
+    if [ "$rc" -ne 0 ]; then
+        echo "=== $name FAILED (exit $rc)"; status=1; failed+=("$name")
+    else
+        passed+=("$name")
+    fi
     return 0
 }
+skip() { echo "=== $1: skipped ($2)"; skipped+=("$1: $2"); }
 
 MPS_DIR=/tmp/gpumux-mps
 MPS_LOG=/tmp/gpumux-mps-log
@@ -83,11 +89,11 @@ for phase in $PHASES; do
                     echo quit | nvidia-cuda-mps-control
                     sleep 1
                 else
-                    echo "=== mps: could not start the MPS daemon; skipped"
+                    skip mps "could not start the MPS daemon"
                 fi
                 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
             else
-                echo "=== mps: nvidia-cuda-mps-control not found; skipped"
+                skip mps "nvidia-cuda-mps-control not found"
             fi ;;
         spatial)
             if mps_start; then
@@ -104,9 +110,16 @@ for phase in $PHASES; do
                 unset CUDA_MPS_PIPE_DIRECTORY
                 mps_stop
             else
-                echo "=== spatial-mps: skipped (no MPS)"
+                skip spatial-mps "no MPS"
             fi ;;
-        *) echo "unknown phase $phase" >&2; status=1 ;;
+        *) echo "unknown phase $phase" >&2; status=1; failed+=("$phase (unknown phase)") ;;
     esac
 done
+# One line that says it all, last, so a log's tail is enough.
+join() { local IFS=,; echo "$*"; }
+if [ "$status" -ne 0 ]; then
+    echo "gpu-check: FAIL: $(join "${failed[@]}") (passed: $(join "${passed[@]}"); skipped: $(join "${skipped[@]}"))"
+else
+    echo "gpu-check: PASS: $(join "${passed[@]}") (skipped: $(join "${skipped[@]}"))"
+fi
 exit $status

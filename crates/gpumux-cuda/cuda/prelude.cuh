@@ -29,6 +29,8 @@ struct gmx_launch_t {
     unsigned int cap;                // workers per SM at most (balances small grids); 0xffffffff: no cap
     unsigned int seq;                // nonzero launch number; a retreat names it
     unsigned long long sm_mask[4];   // SMs this launch may run on (bit i = SM i)
+    unsigned int slots;              // workers that can run blocks at once (SMs in the mask x workers per SM)
+    unsigned int pad;
 };
 
 static __device__ __forceinline__ unsigned int gmx_smid() {
@@ -54,6 +56,7 @@ static __device__ __forceinline__ uint3 gmx_unlinear(unsigned int i, const uint3
 // critical path.
 static __device__ __forceinline__ unsigned int gmx_enter(gmx_ctl_t* c, const gmx_launch_t& L, unsigned int* st) {
     st[1] = 0u;
+    st[2] = 0u;
     const unsigned int s = gmx_smid();
     // Constant indices only: a run-time index into a parameter would copy the
     // whole launch description to local memory.
@@ -64,14 +67,25 @@ static __device__ __forceinline__ unsigned int gmx_enter(gmx_ctl_t* c, const gmx
     return atomicAdd(&c->sm_workers[s], 1u) < L.cap ? 1u : 0u;
 }
 
-static __device__ __forceinline__ void gmx_claim(gmx_ctl_t* c, const gmx_launch_t& L, volatile unsigned int* slot) {
-    const unsigned long long old = atomicAdd(&c->claim, (unsigned long long)L.chunk);
+// Leader only. Claims up to `L.chunk` blocks. Guided self-scheduling: the
+// claim shrinks to a share of what is left (estimated from this worker's
+// previous claim, st[2]) as the launch nears its end, so the last claims are
+// single blocks and no worker keeps a long tail while the others are done.
+static __device__ __forceinline__ void gmx_claim(gmx_ctl_t* c, const gmx_launch_t& L, volatile unsigned int* slot, unsigned int* st) {
+    unsigned int want = L.chunk;
+    if (want > 1u) {
+        const unsigned int seen = st[2];
+        const unsigned int share = (seen < L.count ? L.count - seen : 0u) / (2u * L.slots + 1u);
+        want = share < 1u ? 1u : (share < want ? share : want);
+    }
+    const unsigned long long old = atomicAdd(&c->claim, (unsigned long long)want);
     const unsigned int first = (unsigned int)old;
+    st[2] = first;
     unsigned int n = 0u;
     if ((unsigned int)(old >> 32) == L.seq) {
         atomicMin(&c->resume, first);
     } else if (first < L.count) {
-        n = (L.count - first < L.chunk) ? (L.count - first) : L.chunk;
+        n = (L.count - first < want) ? (L.count - first) : want;
     }
     slot[0] = L.begin + first;
     slot[1] = n;

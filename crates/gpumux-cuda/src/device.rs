@@ -696,7 +696,7 @@ pub struct CudaDevice {
     /// Host time spent preparing kernels (compile, inputs, native run): the
     /// device clock stops meanwhile, so a run's first use of a kernel costs nothing.
     paused: Duration,
-    chunk: u32,
+    chunk: crate::launch_plan::Chunk,
     ctl: Stream,
     copy_streams: [Stream; 2],
     copies: [VecDeque<CopyInFlight>; 2],
@@ -774,7 +774,9 @@ impl CudaDevice {
         let r = Self::setup(&mut shared);
         match r {
             Ok((info, ctl, copy_streams)) => {
-                let chunk = std::env::var("GPUMUX_CUDA_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or(4u32).max(1);
+                // Blocks per claim: chosen per launch from the kernel's measured
+                // block time (launch_plan.rs) unless GPUMUX_CUDA_CHUNK fixes it.
+                let chunk = std::env::var("GPUMUX_CUDA_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or_default();
                 Ok(CudaDevice {
                     ordinal,
                     shared: Some(shared),

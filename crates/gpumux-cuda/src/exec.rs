@@ -2,6 +2,7 @@
 //! workers, optionally under a storm of random retreats and SM-set changes.
 
 use crate::error::{CudaError, Result};
+use crate::launch_plan::Chunk;
 use crate::preempt::{SmMask, WorkerLaunch};
 use crate::runtime::{DeviceBuffer, Function, Gpu, Params, Stream};
 use crate::suite::{Arg, HostData, Init, Rng, Workload};
@@ -39,6 +40,11 @@ impl Prepared {
         let buffers =
             workload.buffers.iter().map(|b| DeviceBuffer::new(b.init.byte_len())).collect::<Result<Vec<_>>>()?;
         Ok(Prepared { workload, buffers, native, worker })
+    }
+
+    /// The measured block times of the workload's transformed kernels.
+    pub fn worker_profiles(&self) -> std::sync::Arc<crate::launch_plan::ProfileCache> {
+        self.worker.values().next().map(|f| f.profiles.clone()).unwrap_or_default()
     }
 
     /// Puts every buffer in its initial state: inputs uploaded, outputs poisoned.
@@ -104,13 +110,14 @@ impl Prepared {
         Ok(())
     }
 
-    /// One preemptible launch per launch of the workload.
-    pub fn worker_launches(&self, gpu: &Gpu, chunk: u32) -> Result<Vec<WorkerLaunch>> {
+    /// One preemptible launch per launch of the workload, each with the
+    /// kernel's native build beside it (used by [`Chunk::Auto`] for short launches).
+    pub fn worker_launches(&self, gpu: &Gpu, chunk: impl Into<Chunk> + Copy) -> Result<Vec<WorkerLaunch>> {
         self.workload
             .launches
             .iter()
             .map(|l| {
-                WorkerLaunch::new(
+                Ok(WorkerLaunch::new(
                     self.worker[l.kernel].clone(),
                     self.arg_bytes(&l.args)?,
                     l.grid,
@@ -118,7 +125,8 @@ impl Prepared {
                     l.shared_bytes,
                     chunk,
                     gpu.sm_count(),
-                )
+                )?
+                .with_native(self.native[l.kernel].clone()))
             })
             .collect()
     }

@@ -7,6 +7,7 @@
 //! * [`suite`]: benchmark kernels in CUDA C with CPU references and sizes;
 //! * [`nvrtc`]: run-time compilation with a cache keyed by source hash;
 //! * [`runtime`]: context, memory, streams, modules, events (raw driver API);
+//! * [`launch_plan`]: native or workers, and the chunk, from a kernel's measured block time;
 //! * [`preempt`]: control records, launch on an SM set, retreat, resume;
 //! * [`exec`]: runs a suite workload natively, as workers, or under random preemption;
 //! * [`bench`]: overhead, preemption and spatial-sharing measurements;
@@ -16,6 +17,7 @@ pub mod bench;
 pub mod device;
 pub mod error;
 pub mod exec;
+pub mod launch_plan;
 pub mod lex;
 pub mod nvrtc;
 pub mod suite;

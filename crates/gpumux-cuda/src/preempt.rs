@@ -2,6 +2,7 @@
 //! transformed kernels read (layout: `cuda/prelude.cuh`).
 
 use crate::error::{CudaError, Result};
+use crate::launch_plan::{self, Chunk, LaunchFacts, Plan, ProfileKey};
 use crate::runtime::{DeviceBuffer, Event, Function, Params, Stream};
 
 /// Bytes of one control record (`gmx_ctl_t`): a 128-byte line with the claim
@@ -54,12 +55,15 @@ pub struct LaunchDesc {
     pub cap: u32,
     pub seq: u32,
     pub mask: SmMask,
+    /// Workers that can run blocks at once: SMs in the mask × workers per SM
+    /// (the claims shrink towards the end of the launch by this share).
+    pub slots: u32,
 }
 
 impl LaunchDesc {
     /// The kernel parameter's bytes, laid out as `gmx_launch_t`.
-    pub fn to_bytes(&self) -> [u8; 64] {
-        let mut b = [0u8; 64];
+    pub fn to_bytes(&self) -> [u8; 72] {
+        let mut b = [0u8; 72];
         let words = [self.grid[0], self.grid[1], self.grid[2], self.begin, self.count, self.chunk, self.cap, self.seq];
         for (i, w) in words.iter().enumerate() {
             b[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
@@ -67,6 +71,7 @@ impl LaunchDesc {
         for (i, m) in self.mask.0.iter().enumerate() {
             b[32 + i * 8..40 + i * 8].copy_from_slice(&m.to_le_bytes());
         }
+        b[64..68].copy_from_slice(&self.slots.to_le_bytes());
         b
     }
 }
@@ -118,18 +123,42 @@ impl Outcome {
     }
 }
 
+impl From<u32> for Chunk {
+    fn from(n: u32) -> Chunk {
+        Chunk::Fixed(n.max(1))
+    }
+}
+
+/// A timed launch whose end will give the kernel's block time.
+struct Measuring {
+    start: Event,
+    end: Event,
+    blocks: u64,
+    slots: u64,
+}
+
 /// One transformed kernel launch that can be started on an SM set, told to
 /// retreat, and started again where it stopped. Starting needs no host-side
 /// reset of the record: the last worker of each launch resets it.
+///
+/// With [`Chunk::Auto`] (and a native build given by [`WorkerLaunch::with_native`])
+/// each start is planned by [`launch_plan::plan`]: a kernel's first launch is
+/// timed, later ones run natively when they are short, else as workers with a
+/// chunk fitted to the kernel's block time.
 pub struct WorkerLaunch {
     func: Function,
+    /// The untransformed kernel, for launches too short to need preemption.
+    native: Option<Function>,
     /// The user's arguments, as raw bytes per parameter.
     args: Vec<Vec<u8>>,
     grid: [u32; 3],
     block: [u32; 3],
     smem: u32,
     /// Blocks per claim asked for; small launches use less (see `describe`).
-    pub chunk: u32,
+    pub chunk: Chunk,
+    /// How the last start ran.
+    last_plan: Option<Plan>,
+    measuring: Option<Measuring>,
     /// Claims per worker below which the chunk shrinks (see `describe`).
     pub min_claims: u32,
     pub next: u32,
@@ -140,6 +169,8 @@ pub struct WorkerLaunch {
     seq: u32,
     ended: Event,
     running: bool,
+    /// The running launch is the native kernel (it cannot retreat; it runs to the end).
+    running_native: bool,
 }
 
 impl WorkerLaunch {
@@ -150,7 +181,7 @@ impl WorkerLaunch {
         grid: [u32; 3],
         block: [u32; 3],
         smem: u32,
-        chunk: u32,
+        chunk: impl Into<Chunk>,
         sm_count: u32,
     ) -> Result<Self> {
         let blocks: u64 = grid.iter().map(|&g| g as u64).product();
@@ -163,11 +194,14 @@ impl WorkerLaunch {
         ctl.upload(&CtlHeader::idle_bytes())?;
         Ok(WorkerLaunch {
             func,
+            native: None,
             args,
             grid,
             block,
             smem,
-            chunk: chunk.max(1),
+            chunk: chunk.into(),
+            last_plan: None,
+            measuring: None,
             min_claims: DEFAULT_MIN_CLAIMS,
             next: 0,
             end: blocks as u32,
@@ -177,7 +211,42 @@ impl WorkerLaunch {
             seq: 0,
             ended: Event::new_sync_only()?,
             running: false,
+            running_native: false,
         })
+    }
+
+    /// Gives the launch the kernel's native build, which [`Chunk::Auto`] uses
+    /// for launches too short to need preemption.
+    pub fn with_native(mut self, native: Function) -> Self {
+        self.native = Some(native);
+        self
+    }
+
+    /// How the last start ran (None before the first).
+    pub fn last_plan(&self) -> Option<Plan> {
+        self.last_plan
+    }
+
+    fn profile_key(&self) -> ProfileKey {
+        ProfileKey { block: self.block, smem: self.smem }
+    }
+
+    /// How a start on `mask` would run now.
+    pub fn plan(&self, mask: SmMask) -> Plan {
+        let total: u64 = self.grid.iter().map(|&g| g as u64).product();
+        let facts = LaunchFacts {
+            blocks: (self.end - self.next.min(self.end)) as u64,
+            slots: self.workers_per_sm as u64 * mask.count().min(self.sm_count) as u64,
+            whole_grid_on_whole_gpu: self.next == 0 && self.end as u64 == total && mask.count() >= self.sm_count,
+            native_available: self.native.is_some(),
+        };
+        // One timed launch per kernel shape at a time: while it runs, others
+        // stay at chunk 1 untimed.
+        let known = self.func.profiles.get(&self.func.name, self.profile_key());
+        match launch_plan::plan(self.chunk, facts, known) {
+            Plan::Workers { chunk, measure: true } if self.measuring.is_some() => Plan::Workers { chunk, measure: false },
+            p => p,
+        }
     }
 
     pub fn done(&self) -> bool {
@@ -200,13 +269,13 @@ impl WorkerLaunch {
     /// get a per-SM cap and a smaller chunk so that their blocks spread over
     /// the SMs as the hardware would spread them, instead of piling onto the
     /// workers that happen to claim first.
-    pub fn describe(&self, mask: SmMask) -> LaunchDesc {
+    pub fn describe(&self, mask: SmMask, chunk: u32) -> LaunchDesc {
         let count = self.end - self.next;
         let sms = mask.count().max(1);
         let cap = count.div_ceil(sms).clamp(1, self.workers_per_sm);
         let slots = (sms * cap).max(1);
         // At least about `min_claims` claims per worker before the chunk grows.
-        let chunk = (count / (slots * self.min_claims.max(1))).clamp(1, self.chunk);
+        let chunk = (count / (slots * self.min_claims.max(1))).clamp(1, chunk.max(1));
         LaunchDesc {
             grid: self.grid,
             begin: self.next,
@@ -216,6 +285,7 @@ impl WorkerLaunch {
             cap: if cap >= self.workers_per_sm { NO_CAP } else { cap },
             seq: self.seq,
             mask,
+            slots,
         }
     }
 
@@ -224,19 +294,51 @@ impl WorkerLaunch {
         if self.running {
             return Err(CudaError::Invalid("start: the launch is still running".into()));
         }
-        self.seq = self.seq.wrapping_add(1).max(1);
-        let desc = self.describe(mask);
+        let plan = self.plan(mask);
+        self.last_plan = Some(plan);
         let mut p = Params::default();
         for a in &self.args {
             p.push_bytes(a);
         }
+        let chunk = match (plan, &self.native) {
+            (Plan::Native, Some(native)) => {
+                // SAFETY: the user's arguments follow the native kernel's signature.
+                unsafe { native.launch(self.grid, self.block, self.smem, stream, &mut p)? };
+                self.ended.record(stream)?;
+                self.running = true;
+                self.running_native = true;
+                return Ok(());
+            }
+            (Plan::Workers { chunk, .. }, _) => chunk,
+            (Plan::Native, None) => 1,
+        };
+        self.seq = self.seq.wrapping_add(1).max(1);
+        let desc = self.describe(mask, chunk);
         p.ptr(self.ctl.ptr).push_bytes(&desc.to_bytes());
         // Enough workers to reach every SM: those outside the mask or over the cap leave at once.
         let workers = self.workers_per_sm * self.sm_count;
+        let measuring = match plan {
+            Plan::Workers { measure: true, .. } => {
+                let m = Measuring {
+                    start: Event::new()?,
+                    end: Event::new()?,
+                    blocks: desc.count as u64,
+                    slots: self.workers_per_sm as u64 * mask.count().min(self.sm_count) as u64,
+                };
+                m.start.record(stream)?;
+                Some(m)
+            }
+            _ => None,
+        };
         // SAFETY: parameters follow the transformed signature (user args, ctl, launch).
         unsafe { self.func.launch([workers, 1, 1], self.block, self.smem, stream, &mut p)? };
+        if let Some(m) = &measuring {
+            m.end.record(stream)?;
+        }
+        self.measuring = measuring;
         self.ended.record(stream)?;
         self.running = true;
+        self.running_native = false;
         Ok(())
     }
 
@@ -246,7 +348,7 @@ impl WorkerLaunch {
     /// block; one that lands after the launch ended names an old launch and
     /// is ignored by later ones.
     pub fn retreat(&self, ctl_stream: &Stream) -> Result<()> {
-        if !self.running {
+        if !self.running || self.running_native {
             return Ok(());
         }
         ctl_stream.write_u32(self.ctl.ptr + 4, self.seq)
@@ -267,6 +369,11 @@ impl WorkerLaunch {
         }
         self.ended.sync()?;
         self.running = false;
+        if std::mem::take(&mut self.running_native) {
+            self.next = self.end;
+            return Ok(Outcome { next: self.next, end: self.end, workers: 0 });
+        }
+        let measured = self.measuring.take();
         let h = CtlHeader::from_bytes(&self.ctl.download_prefix(32)?)
             .ok_or_else(|| CudaError::Invalid("control record too short".into()))?;
         if h.result_seq != self.seq {
@@ -280,6 +387,16 @@ impl WorkerLaunch {
                 "control record moved from {} to {} (end {})",
                 self.next, h.result_next, self.end
             )));
+        }
+        // A timed launch that ran all its blocks gives the kernel's block time
+        // (a retreated one ran an unknown share of its time on fewer blocks).
+        if let Some(m) = measured {
+            if h.result_next == self.end {
+                let ns = m.start.elapsed_ms(&m.end)? as f64 * 1e6;
+                if let Some(bt) = launch_plan::block_ns_of(ns, m.blocks, m.slots) {
+                    self.func.profiles.record(&self.func.name, self.profile_key(), bt);
+                }
+            }
         }
         self.next = h.result_next;
         Ok(Outcome { next: self.next, end: self.end, workers: h.result_workers })
@@ -303,8 +420,11 @@ mod tests {
     fn launch_description_matches_the_prelude_layout() {
         let mut mask = SmMask::range(3, 70);
         mask.insert(131);
-        let d = LaunchDesc { grid: [4, 5, 6], begin: 7, count: 100, chunk: 4, cap: 3, seq: 9, mask };
+        let d = LaunchDesc { grid: [4, 5, 6], begin: 7, count: 100, chunk: 4, cap: 3, seq: 9, mask, slots: 11 };
         let b = d.to_bytes();
+        assert_eq!(&b[64..68], &11u32.to_le_bytes());
+        assert!(crate::transform::PRELUDE
+            .contains("unsigned long long sm_mask[4];   // SMs this launch may run on (bit i = SM i)\n    unsigned int slots;"));
         assert_eq!(&b[0..4], &4u32.to_le_bytes());
         assert_eq!(&b[28..32], &9u32.to_le_bytes());
         assert_eq!(u64::from_le_bytes(b[32..40].try_into().unwrap_or_default()) & 0b1000, 0b1000);

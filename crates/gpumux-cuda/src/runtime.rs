@@ -6,6 +6,7 @@
 //! operations, host-mapped memory and exact control over every launch.
 
 use crate::error::{CudaError, Result};
+use crate::launch_plan::ProfileCache;
 use crate::nvrtc;
 use crate::suite::Arg;
 use crate::transform::{self, Transformed};
@@ -149,7 +150,7 @@ impl Gpu {
         let mut module = std::ptr::null_mut();
         // SAFETY: the CUBIN outlives the call; the driver copies it.
         check("cuModuleLoadData", unsafe { cu::cuModuleLoadData(&mut module, compiled.cubin.as_ptr().cast()) })?;
-        let module = Arc::new(Module { raw: module, name: name.to_string() });
+        let module = Arc::new(Module { raw: module, name: name.to_string(), profiles: Arc::default() });
         m.insert(compiled.key, module.clone());
         Ok(module)
     }
@@ -169,6 +170,8 @@ impl Gpu {
 pub struct Module {
     raw: cu::CUmodule,
     pub name: String,
+    /// Block times of its kernels, measured on their first launch ([`crate::launch_plan`]).
+    pub profiles: Arc<ProfileCache>,
 }
 
 // SAFETY: module handles are context-wide and thread-safe in the driver.
@@ -182,7 +185,7 @@ impl Module {
         // SAFETY: valid module and C string.
         check("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr()) })
             .map_err(|e| CudaError::Invalid(format!("kernel `{name}` not in module `{}`: {e}", self.name)))?;
-        Ok(Function { raw: f, name: name.to_string() })
+        Ok(Function { raw: f, name: name.to_string(), profiles: self.profiles.clone() })
     }
 }
 
@@ -190,6 +193,8 @@ impl Module {
 pub struct Function {
     raw: cu::CUfunction,
     pub name: String,
+    /// The module's measured block times (shared by every handle of the module).
+    pub profiles: Arc<ProfileCache>,
 }
 
 // SAFETY: function handles are immutable once loaded.
@@ -284,7 +289,28 @@ impl Params {
     }
 }
 
+/// Waits for the legacy default stream, where the "synchronous" memory calls
+/// (`cuMemcpyHtoD`, `cuMemsetD8`) run.
+///
+/// Why: those calls may return before the device has the data (a memset is
+/// asynchronous to the host; a copy from pageable memory returns once the data
+/// is staged, before the last DMA lands), and every stream of this backend is
+/// `CU_STREAM_NON_BLOCKING`, which does *not* wait for the legacy stream. A
+/// kernel launched right after a reset could read half-uploaded inputs or an
+/// unzeroed histogram (issue 10: kmeans and histogram failed the GPU check this
+/// way). Buffers are (re)initialised outside timed regions, so a full wait is
+/// the simple, safe contract: "when `upload`/`fill` return, the device has it".
+fn settle_legacy_stream() -> Result<()> {
+    // SAFETY: the null stream handle names the context's legacy default stream.
+    check("cuStreamSynchronize(legacy)", unsafe { cu::cuStreamSynchronize(std::ptr::null_mut()) })
+}
+
 /// Device memory.
+///
+/// `upload` and `fill` are complete on the device when they return; `download`
+/// waits for the legacy stream only, so a caller reading what a kernel on one
+/// of this backend's (non-blocking) streams wrote must synchronise that stream
+/// (or an event recorded on it) first.
 pub struct DeviceBuffer {
     pub ptr: u64,
     pub bytes: usize,
@@ -297,16 +323,20 @@ impl DeviceBuffer {
         check("cuMemAlloc", unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes.max(4)) })?;
         Ok(DeviceBuffer { ptr, bytes })
     }
+    /// Copies `data` to the start of the buffer; the data is on the device when this returns.
     pub fn upload(&self, data: &[u8]) -> Result<()> {
         if data.len() > self.bytes {
             return Err(CudaError::Invalid("upload larger than the buffer".into()));
         }
         // SAFETY: the buffer holds at least data.len() bytes.
-        check("cuMemcpyHtoD", unsafe { cu::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len()) })
+        check("cuMemcpyHtoD", unsafe { cu::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len()) })?;
+        settle_legacy_stream()
     }
+    /// Sets every byte; done on the device when this returns.
     pub fn fill(&self, byte: u8) -> Result<()> {
         // SAFETY: within the allocation.
-        check("cuMemsetD8", unsafe { cu::cuMemsetD8_v2(self.ptr, byte, self.bytes) })
+        check("cuMemsetD8", unsafe { cu::cuMemsetD8_v2(self.ptr, byte, self.bytes) })?;
+        settle_legacy_stream()
     }
     pub fn download(&self) -> Result<Vec<u8>> {
         self.download_prefix(self.bytes)

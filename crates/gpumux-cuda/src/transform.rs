@@ -683,7 +683,7 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, block_s
         // claim to the bottom, or breaking out after a claim that reached the
         // end, cost nbody's inner loop 5%: docs/benchmarks.md).
         for (unsigned int gmx_p = 0u;; gmx_p ^= 1u) {{
-            if (gmx_leader) gmx_claim(gmx_ctl, gmx_launch, gmx_slot[gmx_p]);
+            if (gmx_leader) gmx_claim(gmx_ctl, gmx_launch, gmx_slot[gmx_p], gmx_go);
             __syncthreads();
             const unsigned int gmx_first = gmx_slot[gmx_p][0];
             const unsigned int gmx_count = gmx_slot[gmx_p][1];

@@ -37,6 +37,25 @@ impl DeviceSpec {
         }
     }
 
+    /// The device a run uses when `--device` is not given: the first real GPU
+    /// when there is one and it can run `w`, else the simulated H100. When a GPU
+    /// is present but cannot run the workload (its kernels name no suite kernel,
+    /// say), one line on stderr says why the simulator was chosen; an explicit
+    /// `--device cuda:0` keeps the error instead.
+    pub fn default_for(w: &gpumux_engine::model::Workload) -> Self {
+        Self::fallback(Self::default_device(), w, |line| eprintln!("{line}"))
+    }
+
+    fn fallback(preferred: Self, w: &gpumux_engine::model::Workload, say: impl FnOnce(String)) -> Self {
+        match preferred.check(w) {
+            Ok(()) => preferred,
+            Err(e) => {
+                say(format!("note: running on sim:h100, not the GPU, because {e:#} (--device cuda:0 to insist)"));
+                DeviceSpec::Sim(presets::h100())
+            }
+        }
+    }
+
     pub fn info(&self) -> Result<DeviceInfo> {
         match self {
             DeviceSpec::Sim(info) => Ok(info.clone()),
@@ -67,4 +86,27 @@ impl DeviceSpec {
 
 fn cuda_unavailable(n: u32) -> String {
     format!("device cuda:{n} cannot be opened; use --device sim:h100 to run the workload on the simulated GPU")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_that_cannot_run_the_workload_falls_back_to_the_simulator_and_says_why() {
+        // examples/two-procs.toml's kernels name no suite kernel: no GPU runs them.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/two-procs.toml");
+        let w = gpumux_workload::resolve(path).expect("the example parses");
+        let mut said = Vec::new();
+        let d = DeviceSpec::fallback(DeviceSpec::Cuda(0), &w, |l| said.push(l));
+        assert_eq!(d, DeviceSpec::Sim(presets::h100()));
+        assert_eq!(said.len(), 1);
+        assert!(said[0].contains("running on sim:h100") && said[0].contains("names no CUDA kernel"), "{}", said[0]);
+        // The explicit device keeps the error.
+        assert!(DeviceSpec::Cuda(0).check(&w).is_err());
+        // A simulated preference needs no fallback and says nothing.
+        let mut quiet = Vec::new();
+        assert_eq!(DeviceSpec::fallback(DeviceSpec::Sim(presets::k20c()), &w, |l| quiet.push(l)), DeviceSpec::Sim(presets::k20c()));
+        assert!(quiet.is_empty());
+    }
 }

@@ -140,7 +140,7 @@ fn cmd_run(args: RunArgs) -> Result<()> {
     let workload = gpumux_workload::resolve(&args.workload)?;
     let device = match &args.device {
         Some(d) => DeviceSpec::parse(d)?,
-        None => DeviceSpec::default_device(),
+        None => DeviceSpec::default_for(&workload),
     };
     let policies: Vec<String> =
         args.policy.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();

@@ -2,11 +2,13 @@
 //! latency and spatial sharing, measured side by side on one GPU.
 
 mod check;
+mod launches;
 mod overhead;
 mod preemption;
 mod spatial;
 
 pub use check::{check_suite, exactly_once, CheckRow};
+pub use launches::{launches, LaunchesRow, STENCIL_SMEM_SOURCE, WAVEFRONT_SOURCE};
 pub use overhead::{overhead, OverheadRow};
 pub use preemption::{lp_hog, preemption, PreemptRow};
 pub use spatial::{spatial, spatial_child, SpatialConfig, SpatialRow};
@@ -39,10 +41,14 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2)]
         rounds: u32,
     },
-    /// Transformed vs native time per suite kernel, for several chunk sizes.
+    /// Transformed vs native time per suite kernel, for several chunk sizes;
+    /// then many short launches (a wavefront) and a barrier stencil, native vs
+    /// the default path.
     Overhead {
-        #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
-        chunks: Vec<u32>,
+        /// Blocks per claim: `auto` (the default path: chosen per launch from the
+        /// kernel's measured block time, short launches native) and fixed sizes.
+        #[arg(long, value_delimiter = ',', default_value = "auto,1,4,16")]
+        chunks: Vec<crate::launch_plan::Chunk>,
         #[arg(long, default_value_t = 7)]
         reps: u32,
         /// Only these apps (default: all).
@@ -106,6 +112,7 @@ pub struct Report {
     pub check: Vec<CheckRow>,
     pub exactly_once: Option<check::ExactlyOnce>,
     pub overhead: Vec<OverheadRow>,
+    pub launches: Vec<LaunchesRow>,
     pub preempt: Vec<PreemptRow>,
     pub spatial: Vec<SpatialRow>,
 }
@@ -149,8 +156,14 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
     save(&rep)?;
     if let BenchCommand::Overhead { chunks, reps, apps, min_claims } = &args.command {
         rep.overhead = overhead(&gpu, chunks, *min_claims, *reps, apps, args.seed)?;
+        save(&rep)?;
+        rep.launches = launches(&gpu, *reps, args.seed)?;
     } else if all {
-        rep.overhead = overhead(&gpu, &[1, 4, 16], crate::preempt::DEFAULT_MIN_CLAIMS, 7, &[], args.seed)?;
+        use crate::launch_plan::Chunk;
+        let chunks = [Chunk::Auto, Chunk::Fixed(1), Chunk::Fixed(4), Chunk::Fixed(16)];
+        rep.overhead = overhead(&gpu, &chunks, crate::preempt::DEFAULT_MIN_CLAIMS, 7, &[], args.seed)?;
+        save(&rep)?;
+        rep.launches = launches(&gpu, 7, args.seed)?;
     }
     save(&rep)?;
     if let BenchCommand::Preempt { block_us, trials, modes } = &args.command {

@@ -4,6 +4,7 @@
 use super::median;
 use crate::error::{CudaError, Result};
 use crate::exec::Prepared;
+use crate::launch_plan::{Chunk, Plan, ProfileKey};
 use crate::preempt::SmMask;
 use crate::runtime::{Event, Gpu, Stream};
 use crate::suite::{self, compare, App, Scale, Tolerance};
@@ -21,17 +22,23 @@ pub struct OverheadRow {
     /// event's, not the transformation's. Only differs with several launches.
     pub native_marked_ms: f64,
     /// (chunk, median ms, overhead %)
-    pub workers: Vec<(u32, f64, f64)>,
+    pub workers: Vec<(Chunk, f64, f64)>,
+    /// What `auto` chose for the timed runs: launches run natively, and the
+    /// chunks of the others.
+    pub auto_native_launches: usize,
+    pub auto_chunks: Vec<u32>,
     /// Spread of the native time: (max - min) / median over the repetitions, %.
     pub native_spread_pct: f64,
     pub outputs_bitwise_equal: bool,
     /// Per chunk size: workers that ran blocks in the first launch, and workers per SM allowed.
     pub workers_first_launch: Vec<(u32, u32)>,
+    /// Measured block time of each kernel (ns), from `auto`'s first launch.
+    pub block_ns: Vec<(String, f64)>,
 }
 
 pub fn overhead(
     gpu: &Gpu,
-    chunks: &[u32],
+    chunks: &[Chunk],
     min_claims: u32,
     reps: u32,
     apps: &[App],
@@ -71,6 +78,14 @@ pub fn overhead(
                 workers_first_launch.push((o?.workers, per_sm));
             }
             p.finish_workers(l)?;
+            // Auto: that run timed each kernel's first launch; run it once more so
+            // that the checked output is also one of planned (native or fitted) launches.
+            if l.first().is_some_and(|w| w.chunk == Chunk::Auto) {
+                p.reset()?;
+                p.enqueue_workers(l, &stream, all)?;
+                stream.sync()?;
+                p.finish_workers(l)?;
+            }
             let out = p.outputs()?;
             equal &= out.iter().zip(&native_out).all(|(g, n)| compare(g, n, Tolerance::Exact).is_ok());
         }
@@ -123,7 +138,7 @@ pub fn overhead(
         };
         let native_ms = median(&mut nat);
         let native_marked_ms = median(&mut marked);
-        let workers: Vec<(u32, f64, f64)> = chunks
+        let workers: Vec<(Chunk, f64, f64)> = chunks
             .iter()
             .zip(work.iter_mut())
             .map(|(&c, v)| {
@@ -143,7 +158,37 @@ pub fn overhead(
             let per_launch_us = 1000.0 * (m - native_ms) / p.workload.launches.len().max(1) as f64;
             print!(" {:>6.3} {:>+5.1}% {:>+6.1}us", m, o, per_launch_us);
         }
-        println!(" {:>6.1}% {:>6}  workers {:?}", spread, equal, workers_first_launch);
+        let auto = chunks.iter().position(|&c| c == Chunk::Auto).and_then(|i| launches.get(i));
+        let plans: Vec<Plan> = auto.map(|l| l.iter().filter_map(|w| w.last_plan()).collect()).unwrap_or_default();
+        let auto_native_launches = plans.iter().filter(|p| **p == Plan::Native).count();
+        let mut auto_chunks: Vec<u32> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Workers { chunk, .. } => Some(*chunk),
+                Plan::Native => None,
+            })
+            .collect();
+        auto_chunks.sort_unstable();
+        auto_chunks.dedup();
+        let mut block_ns = Vec::new();
+        for l in &p.workload.launches {
+            if block_ns.iter().any(|(k, _): &(String, f64)| k == l.kernel) {
+                continue;
+            }
+            let key = ProfileKey { block: l.block, smem: l.shared_bytes };
+            if let Some(bt) = p.worker_profiles().get(l.kernel, key) {
+                block_ns.push((l.kernel.to_string(), bt));
+            }
+        }
+        let bt: Vec<String> = block_ns.iter().map(|(k, b)| format!("{k} {:.2}us", b / 1000.0)).collect();
+        println!(
+            " {:>6.1}% {:>6}  auto: {} native, chunks {:?}, block {}",
+            spread,
+            equal,
+            auto_native_launches,
+            auto_chunks,
+            bt.join(" ")
+        );
         rows.push(OverheadRow {
             app: app.name(),
             size: p.workload.size,
@@ -155,6 +200,9 @@ pub fn overhead(
             native_spread_pct: spread,
             outputs_bitwise_equal: equal,
             workers_first_launch,
+            auto_native_launches,
+            auto_chunks,
+            block_ns,
         });
     }
     for (i, c) in chunks.iter().enumerate() {

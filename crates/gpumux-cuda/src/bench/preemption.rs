@@ -14,6 +14,7 @@
 use super::percentile;
 use crate::error::{CudaError, Result};
 use crate::exec::spin_for;
+use crate::launch_plan::Chunk;
 use crate::preempt::{SmMask, WorkerLaunch};
 use crate::runtime::{DeviceBuffer, Function, Gpu, HostMapped, Params, Stream};
 use crate::suite::{self, Rng};
@@ -194,24 +195,28 @@ pub fn preemption(gpu: &Gpu, block_us: &[u64], trials: u32, modes: &[String], se
                 "gpumux" => {
                     let mut wrong = 0u64;
                     let spin_args = vec![runs.ptr.to_le_bytes().to_vec(), block_ns.to_le_bytes().to_vec()];
+                    // The default path: the chunk (and native or not) chosen per launch
+                    // from each kernel's block time, measured on its first launch.
                     let mut lp = WorkerLaunch::new(
                         spin_w.clone(),
                         spin_args,
                         [lp_blocks, 1, 1],
                         [SPIN_THREADS, 1, 1],
                         0,
-                        1,
+                        Chunk::Auto,
                         gpu.sm_count(),
-                    )?;
+                    )?
+                    .with_native(spin_n.clone());
                     let mut hp = WorkerLaunch::new(
                         probe_w.clone(),
                         probe.args(),
                         [probe.grid, 1, 1],
                         [PROBE_THREADS, 1, 1],
                         0,
-                        1,
+                        Chunk::Auto,
                         gpu.sm_count(),
-                    )?;
+                    )?
+                    .with_native(probe_n.clone());
                     for _ in 0..trials {
                         runs.fill(0)?;
                         lp.rewind()?;

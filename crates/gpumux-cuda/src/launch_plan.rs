@@ -1,0 +1,242 @@
+//! How a kernel launch runs on the real GPU: as the untransformed (native)
+//! kernel, or as preemptible workers claiming `chunk` blocks at a time. The
+//! choice is a pure function of what the device knows about the launch
+//! (blocks, resident slots, SMs it may use) and of the kernel's block time,
+//! measured on its first launch and cached with its module ([`ProfileCache`]).
+//!
+//! The rule (issue 10; the figures behind it are in docs/cuda.md):
+//!
+//! * **Unmeasured kernel: workers, chunk 1.** Nothing is known about its block
+//!   time, so the first launch must be preemptible at block granularity; it is
+//!   timed and gives the block time.
+//! * **Short launch: native.** A launch whose whole expected duration
+//!   (block time × waves) is at most [`SHORT_LAUNCH_NS`] can never hold the GPU
+//!   longer than a retreat would take, so it needs no preemption and pays none of
+//!   the workers' fixed cost (a full grid of workers, most of them leaving at
+//!   once). Only on the whole GPU and from block 0: a native grid cannot be kept
+//!   to an SM set or started half way.
+//! * **Otherwise: workers, chunk = ⌈[`CLAIM_NS`] / block time⌉**, at most
+//!   ⌊[`PREEMPT_CHUNK_NS`] / block time⌋ (at least 1) and [`MAX_CHUNK`]. The
+//!   first bound keeps the one same-address atomic per claim rare enough not to
+//!   serialise at L2 (chunk 1 on 0.7 µs bfs blocks cost +65%); the second keeps a
+//!   retreat's wait (one chunk of blocks) inside the preemption-latency target.
+//!   Kernels whose blocks take 20 µs or more always get chunk 1.
+//!
+//! The workers also shrink their claims near the end of a launch (guided
+//! self-scheduling, `gmx_claim` in `cuda/prelude.cuh`), so a large chunk does
+//! not leave one worker with a long tail while the others are done.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// A launch expected to take at most this long runs natively (ns).
+pub const SHORT_LAUNCH_NS: f64 = 20_000.0;
+/// Each claim should cover at least this much block time (ns).
+pub const CLAIM_NS: f64 = 8_000.0;
+/// One chunk must not take longer than this (ns): a retreat waits for it.
+pub const PREEMPT_CHUNK_NS: f64 = 20_000.0;
+/// Largest chunk the rule picks.
+pub const MAX_CHUNK: u32 = 64;
+
+/// Blocks per claim: fixed, or chosen per launch by [`plan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Chunk {
+    /// The rule above (the default everywhere but in benchmarks and tests).
+    #[default]
+    Auto,
+    /// Always workers, with this many blocks per claim (at least 1).
+    Fixed(u32),
+}
+
+impl std::str::FromStr for Chunk {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Chunk, String> {
+        if s == "auto" {
+            return Ok(Chunk::Auto);
+        }
+        match s.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(Chunk::Fixed(n)),
+            _ => Err(format!("bad chunk `{s}`: expected `auto` or a number of blocks >= 1")),
+        }
+    }
+}
+
+impl serde::Serialize for Chunk {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl std::fmt::Display for Chunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Chunk::Auto => f.write_str("auto"),
+            Chunk::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// How one launch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// The untransformed kernel, whole grid, not preemptible.
+    Native,
+    /// Preemptible workers claiming `chunk` blocks at a time; `measure`: time
+    /// this launch to learn the kernel's block time.
+    Workers { chunk: u32, measure: bool },
+}
+
+/// What [`plan`] needs to know about one launch.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchFacts {
+    /// Blocks this launch runs.
+    pub blocks: u64,
+    /// Blocks resident at once on the SMs it may use (occupancy × SMs).
+    pub slots: u64,
+    /// It may use every SM and starts at block 0 of its grid.
+    pub whole_grid_on_whole_gpu: bool,
+    /// A native build of the kernel is at hand.
+    pub native_available: bool,
+}
+
+/// Chooses how a launch runs (module doc). `block_ns`: the kernel's measured
+/// time per block at full occupancy, if known.
+pub fn plan(chunk: Chunk, facts: LaunchFacts, block_ns: Option<f64>) -> Plan {
+    let bt = match (chunk, block_ns) {
+        (Chunk::Fixed(n), _) => return Plan::Workers { chunk: n.max(1), measure: false },
+        (Chunk::Auto, None) => return Plan::Workers { chunk: 1, measure: true },
+        (Chunk::Auto, Some(bt)) if bt.is_finite() && bt > 0.0 => bt,
+        // A measurement of zero or garbage: be safe, preemptible at block granularity.
+        (Chunk::Auto, Some(_)) => return Plan::Workers { chunk: 1, measure: false },
+    };
+    let waves = facts.blocks.div_ceil(facts.slots.max(1)).max(1) as f64;
+    if facts.native_available && facts.whole_grid_on_whole_gpu && bt * waves <= SHORT_LAUNCH_NS {
+        return Plan::Native;
+    }
+    Plan::Workers { chunk: auto_chunk(bt), measure: false }
+}
+
+/// The chunk for a block time (ns), as in the module doc.
+pub fn auto_chunk(block_ns: f64) -> u32 {
+    let latency_bound = (PREEMPT_CHUNK_NS / block_ns).floor().max(1.0);
+    let claim_bound = (CLAIM_NS / block_ns).ceil().max(1.0);
+    claim_bound.min(latency_bound).min(MAX_CHUNK as f64) as u32
+}
+
+/// Block time of a timed launch: `elapsed_ns` for `blocks` blocks with `slots`
+/// resident at once. Waves are fractional here: a launch of half a wave took
+/// one block time, not half of one.
+pub fn block_ns_of(elapsed_ns: f64, blocks: u64, slots: u64) -> Option<f64> {
+    if blocks == 0 || !(elapsed_ns.is_finite() && elapsed_ns > 0.0) {
+        return None;
+    }
+    let waves = (blocks as f64 / slots.max(1) as f64).max(1.0);
+    Some(elapsed_ns / waves)
+}
+
+/// Which launches of a kernel share a measured block time: its block shape and
+/// dynamic shared memory (the grid only sets how many blocks there are).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProfileKey {
+    pub block: [u32; 3],
+    pub smem: u32,
+}
+
+/// Measured block times of one module's kernels, kept as long as the module.
+#[derive(Debug, Default)]
+pub struct ProfileCache {
+    /// (kernel name, shape) → block time in ns.
+    times: Mutex<HashMap<(String, ProfileKey), f64>>,
+}
+
+impl ProfileCache {
+    pub fn get(&self, kernel: &str, key: ProfileKey) -> Option<f64> {
+        self.times.lock().ok()?.get(&(kernel.to_string(), key)).copied()
+    }
+    /// Keeps the first measurement: later launches are not timed.
+    pub fn record(&self, kernel: &str, key: ProfileKey, block_ns: f64) {
+        if let Ok(mut t) = self.times.lock() {
+            t.entry((kernel.to_string(), key)).or_insert(block_ns);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(blocks: u64, slots: u64) -> LaunchFacts {
+        LaunchFacts { blocks, slots, whole_grid_on_whole_gpu: true, native_available: true }
+    }
+
+    #[test]
+    fn unmeasured_kernels_are_preemptible_per_block_and_timed() {
+        assert_eq!(plan(Chunk::Auto, facts(1 << 20, 1056), None), Plan::Workers { chunk: 1, measure: true });
+        assert_eq!(plan(Chunk::Fixed(16), facts(1, 1056), Some(10.0)), Plan::Workers { chunk: 16, measure: false });
+        assert_eq!(plan(Chunk::Fixed(0), facts(1, 1056), None), Plan::Workers { chunk: 1, measure: false });
+    }
+
+    #[test]
+    fn short_launches_run_natively_only_whole_and_on_every_sm() {
+        // 256 blocks of 2 µs on 4224 slots: one wave, 2 µs.
+        assert_eq!(plan(Chunk::Auto, facts(256, 4224), Some(2_000.0)), Plan::Native);
+        // 10 waves of 2 µs = 20 µs: still short; 11 waves are not.
+        assert_eq!(plan(Chunk::Auto, facts(10 * 1056, 1056), Some(2_000.0)), Plan::Native);
+        assert!(matches!(plan(Chunk::Auto, facts(11 * 1056, 1056), Some(2_000.0)), Plan::Workers { .. }));
+        let part = LaunchFacts { whole_grid_on_whole_gpu: false, ..facts(256, 4224) };
+        assert_eq!(plan(Chunk::Auto, part, Some(2_000.0)), Plan::Workers { chunk: 4, measure: false });
+        let no_native = LaunchFacts { native_available: false, ..facts(256, 4224) };
+        assert!(matches!(plan(Chunk::Auto, no_native, Some(2_000.0)), Plan::Workers { .. }));
+    }
+
+    #[test]
+    fn chunk_amortises_the_claim_and_bounds_the_retreat_wait() {
+        // Long blocks: one per claim (a retreat waits one block).
+        assert_eq!(auto_chunk(20_000.0), 1);
+        assert_eq!(auto_chunk(100_000.0), 1);
+        assert_eq!(auto_chunk(10_000.0), 1);
+        // 3 µs (transpose): 3 blocks = 9 µs per claim.
+        assert_eq!(auto_chunk(3_000.0), 3);
+        // 0.7 µs (bfs): 12 blocks = 8.4 µs.
+        assert_eq!(auto_chunk(700.0), 12);
+        // Tiny blocks: capped.
+        assert_eq!(auto_chunk(10.0), MAX_CHUNK);
+        for bt in [50.0, 400.0, 1_000.0, 2_500.0, 7_000.0, 15_000.0, 19_999.0, 40_000.0] {
+            let c = auto_chunk(bt) as f64;
+            assert!(c >= 1.0);
+            assert!(c * bt <= PREEMPT_CHUNK_NS || c == 1.0, "chunk {c} of {bt} ns blocks outlasts the target");
+        }
+    }
+
+    #[test]
+    fn block_time_from_a_timed_launch() {
+        // 4 waves in 40 µs: 10 µs per block.
+        assert_eq!(block_ns_of(40_000.0, 4 * 1056, 1056), Some(10_000.0));
+        // Less than a wave: the whole launch is one block time.
+        assert_eq!(block_ns_of(5_000.0, 10, 1056), Some(5_000.0));
+        assert_eq!(block_ns_of(0.0, 10, 1056), None);
+        assert_eq!(block_ns_of(f64::NAN, 10, 1056), None);
+        assert_eq!(block_ns_of(10.0, 0, 1056), None);
+    }
+
+    #[test]
+    fn the_cache_keeps_the_first_measurement_per_shape() {
+        let c = ProfileCache::default();
+        let k = ProfileKey { block: [256, 1, 1], smem: 0 };
+        assert_eq!(c.get("triad", k), None);
+        c.record("triad", k, 1_200.0);
+        c.record("triad", k, 9_999.0);
+        assert_eq!(c.get("triad", k), Some(1_200.0));
+        assert_eq!(c.get("triad", ProfileKey { block: [128, 1, 1], smem: 0 }), None);
+        assert_eq!(c.get("sgemm", k), None);
+    }
+
+    #[test]
+    fn chunk_names_parse() {
+        assert_eq!("auto".parse::<Chunk>(), Ok(Chunk::Auto));
+        assert_eq!("4".parse::<Chunk>(), Ok(Chunk::Fixed(4)));
+        assert!("0".parse::<Chunk>().is_err());
+        assert!("x".parse::<Chunk>().is_err());
+        assert_eq!(Chunk::Fixed(16).to_string(), "16");
+    }
+}
