@@ -76,7 +76,7 @@ for phase in $PHASES; do
     case $phase in
         check) run check check --rounds 2 ;;
         overhead) run overhead overhead ;;
-        preempt) run preempt preempt --modes native-priority,gpumux,timeslice ;;
+        preempt) run preempt preempt --modes native-priority,gpumux,gpumux-chunk1,timeslice ;;
         mps)
             # MPS in a private pipe directory; stopped again afterwards. It changes
             # no device setting (compute mode, clocks) and needs no reset.

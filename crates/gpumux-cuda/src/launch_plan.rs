@@ -9,12 +9,16 @@
 //! * **Unmeasured kernel: workers, chunk 1.** Nothing is known about its block
 //!   time, so the first launch must be preemptible at block granularity; it is
 //!   timed and gives the block time.
-//! * **Short launch: native.** A launch whose whole expected duration
-//!   (block time × waves) is at most [`SHORT_LAUNCH_NS`] can never hold the GPU
-//!   longer than a retreat would take, so it needs no preemption and pays none of
-//!   the workers' fixed cost (a full grid of workers, most of them leaving at
-//!   once). Only on the whole GPU and from block 0: a native grid cannot be kept
-//!   to an SM set or started half way.
+//! * **Short or single-wave launch: native.** A launch whose whole expected
+//!   duration (block time × waves) is at most [`SHORT_LAUNCH_NS`] can never hold
+//!   the GPU longer than a retreat would take, so it needs no preemption and pays
+//!   none of the workers' fixed cost (a full grid of workers, most of them leaving
+//!   at once). A launch whose blocks all fit in one wave gains nothing from
+//!   workers either: every block is claimed as the workers start, so a retreat
+//!   could only wait for the same blocks a native grid runs (H100: nbody's 512
+//!   blocks of 11 ms cost +5% as workers; a wavefront's 511 launches of 1-256
+//!   blocks +60%). Both only on the whole GPU and from block 0: a native grid
+//!   cannot be kept to an SM set or started half way.
 //! * **Otherwise: workers, chunk = ⌈[`CLAIM_NS`] / block time⌉**, at most
 //!   ⌊[`PREEMPT_CHUNK_NS`] / block time⌋ (at least 1) and [`MAX_CHUNK`]. The
 //!   first bound keeps the one same-address atomic per claim rare enough not to
@@ -31,8 +35,10 @@ use std::sync::Mutex;
 
 /// A launch expected to take at most this long runs natively (ns).
 pub const SHORT_LAUNCH_NS: f64 = 20_000.0;
-/// Each claim should cover at least this much block time (ns).
-pub const CLAIM_NS: f64 = 8_000.0;
+/// Each claim should cover at least this much block time (ns). H100, 1,056
+/// workers: bfs (1.07 µs blocks) cost +5.0% at chunk 8 and −0.7% at 16; chunk 1
+/// costs tiny-block kernels 20-66% (docs/benchmarks.md).
+pub const CLAIM_NS: f64 = 12_000.0;
 /// One chunk must not take longer than this (ns): a retreat waits for it.
 pub const PREEMPT_CHUNK_NS: f64 = 20_000.0;
 /// Largest chunk the rule picks.
@@ -109,8 +115,9 @@ pub fn plan(chunk: Chunk, facts: LaunchFacts, block_ns: Option<f64>) -> Plan {
         // A measurement of zero or garbage: be safe, preemptible at block granularity.
         (Chunk::Auto, Some(_)) => return Plan::Workers { chunk: 1, measure: false },
     };
-    let waves = facts.blocks.div_ceil(facts.slots.max(1)).max(1) as f64;
-    if facts.native_available && facts.whole_grid_on_whole_gpu && bt * waves <= SHORT_LAUNCH_NS {
+    let waves = facts.blocks.div_ceil(facts.slots.max(1)).max(1);
+    if facts.native_available && facts.whole_grid_on_whole_gpu && (waves == 1 || bt * waves as f64 <= SHORT_LAUNCH_NS)
+    {
         return Plan::Native;
     }
     Plan::Workers { chunk: auto_chunk(bt), measure: false }
@@ -183,8 +190,11 @@ mod tests {
         // 10 waves of 2 µs = 20 µs: still short; 11 waves are not.
         assert_eq!(plan(Chunk::Auto, facts(10 * 1056, 1056), Some(2_000.0)), Plan::Native);
         assert!(matches!(plan(Chunk::Auto, facts(11 * 1056, 1056), Some(2_000.0)), Plan::Workers { .. }));
+        // One wave of long blocks: a retreat could not stop any of them.
+        assert_eq!(plan(Chunk::Auto, facts(512, 1056), Some(11e6)), Plan::Native);
+        assert!(matches!(plan(Chunk::Auto, facts(1057, 1056), Some(11e6)), Plan::Workers { chunk: 1, .. }));
         let part = LaunchFacts { whole_grid_on_whole_gpu: false, ..facts(256, 4224) };
-        assert_eq!(plan(Chunk::Auto, part, Some(2_000.0)), Plan::Workers { chunk: 4, measure: false });
+        assert_eq!(plan(Chunk::Auto, part, Some(2_000.0)), Plan::Workers { chunk: 6, measure: false });
         let no_native = LaunchFacts { native_available: false, ..facts(256, 4224) };
         assert!(matches!(plan(Chunk::Auto, no_native, Some(2_000.0)), Plan::Workers { .. }));
     }
@@ -194,11 +204,12 @@ mod tests {
         // Long blocks: one per claim (a retreat waits one block).
         assert_eq!(auto_chunk(20_000.0), 1);
         assert_eq!(auto_chunk(100_000.0), 1);
-        assert_eq!(auto_chunk(10_000.0), 1);
-        // 3 µs (transpose): 3 blocks = 9 µs per claim.
-        assert_eq!(auto_chunk(3_000.0), 3);
-        // 0.7 µs (bfs): 12 blocks = 8.4 µs.
-        assert_eq!(auto_chunk(700.0), 12);
+        // 10 µs: two blocks fill the 20 µs a retreat may wait.
+        assert_eq!(auto_chunk(10_000.0), 2);
+        // 3.6 µs (transpose): 4 blocks = 14.4 µs per claim.
+        assert_eq!(auto_chunk(3_600.0), 4);
+        // 1.07 µs (bfs): 12 blocks = 12.8 µs.
+        assert_eq!(auto_chunk(1_070.0), 12);
         // Tiny blocks: capped.
         assert_eq!(auto_chunk(10.0), MAX_CHUNK);
         for bt in [50.0, 400.0, 1_000.0, 2_500.0, 7_000.0, 15_000.0, 19_999.0, 40_000.0] {

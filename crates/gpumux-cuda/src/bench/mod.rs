@@ -65,7 +65,8 @@ pub enum BenchCommand {
         block_us: Vec<u64>,
         #[arg(long, default_value_t = 200)]
         trials: u32,
-        /// native-priority, gpumux, timeslice (two processes), mps (two processes; MPS must be running).
+        /// native-priority, gpumux (default path), gpumux-chunk1 (workers, one block per claim),
+        /// timeslice (two processes), mps (two processes; MPS must be running).
         #[arg(long, value_delimiter = ',', default_value = "native-priority,gpumux,timeslice")]
         modes: Vec<String>,
     },

@@ -192,7 +192,10 @@ pub fn preemption(gpu: &Gpu, block_us: &[u64], trials: u32, modes: &[String], se
                         high.sync()?;
                     }
                 }
-                "gpumux" => {
+                "gpumux" | "gpumux-chunk1" => {
+                    // `gpumux`: the default path; `gpumux-chunk1`: both kernels as
+                    // workers claiming one block at a time (the path before launch plans).
+                    let chunk = if mode == "gpumux" { Chunk::Auto } else { Chunk::Fixed(1) };
                     let mut wrong = 0u64;
                     let spin_args = vec![runs.ptr.to_le_bytes().to_vec(), block_ns.to_le_bytes().to_vec()];
                     // The default path: the chunk (and native or not) chosen per launch
@@ -203,7 +206,7 @@ pub fn preemption(gpu: &Gpu, block_us: &[u64], trials: u32, modes: &[String], se
                         [lp_blocks, 1, 1],
                         [SPIN_THREADS, 1, 1],
                         0,
-                        Chunk::Auto,
+                        chunk,
                         gpu.sm_count(),
                     )?
                     .with_native(spin_n.clone());
@@ -213,7 +216,7 @@ pub fn preemption(gpu: &Gpu, block_us: &[u64], trials: u32, modes: &[String], se
                         [probe.grid, 1, 1],
                         [PROBE_THREADS, 1, 1],
                         0,
-                        Chunk::Auto,
+                        chunk,
                         gpu.sm_count(),
                     )?
                     .with_native(probe_n.clone());
