@@ -171,6 +171,8 @@ pub struct WorkerLaunch {
     running: bool,
     /// The running launch is the native kernel (it cannot retreat; it runs to the end).
     running_native: bool,
+    /// Started to displace other work: never native (see [`WorkerLaunch::urgent`]).
+    urgent: bool,
 }
 
 impl WorkerLaunch {
@@ -212,7 +214,18 @@ impl WorkerLaunch {
             ended: Event::new_sync_only()?,
             running: false,
             running_native: false,
+            urgent: false,
         })
+    }
+
+    /// Marks a launch that arrives while other work retreats for it (a
+    /// high-priority kernel): it always runs as workers. Measured on the H100
+    /// (docs/benchmarks.md): a native probe grid waiting for draining workers
+    /// reached its first block at p99 81 µs, the same probe as workers at 49 µs,
+    /// because its workers start on the first SM that frees a slot.
+    pub fn urgent(mut self, yes: bool) -> Self {
+        self.urgent = yes;
+        self
     }
 
     /// Gives the launch the kernel's native build, which [`Chunk::Auto`] uses
@@ -238,7 +251,7 @@ impl WorkerLaunch {
             blocks: (self.end - self.next.min(self.end)) as u64,
             slots: self.workers_per_sm as u64 * mask.count().min(self.sm_count) as u64,
             whole_grid_on_whole_gpu: self.next == 0 && self.end as u64 == total && mask.count() >= self.sm_count,
-            native_available: self.native.is_some(),
+            native_available: self.native.is_some() && !self.urgent,
         };
         // One timed launch per kernel shape at a time: while it runs, others
         // stay at chunk 1 untimed.

@@ -219,7 +219,8 @@ pub fn preemption(gpu: &Gpu, block_us: &[u64], trials: u32, modes: &[String], se
                         chunk,
                         gpu.sm_count(),
                     )?
-                    .with_native(probe_n.clone());
+                    .with_native(probe_n.clone())
+                    .urgent(true);
                     for _ in 0..trials {
                         runs.fill(0)?;
                         lp.rewind()?;
