@@ -141,6 +141,105 @@ pub fn for_each_composition(min: &[u32], total: u32, f: &mut dyn FnMut(&[u32])) 
     rec(0, min, total, &mut Vec::with_capacity(min.len()), f);
 }
 
+/// Splits that [`for_each_composition`] visits, as a float (C(free + n − 1, n − 1)).
+pub fn composition_count(min: &[u32], total: u32) -> f64 {
+    let n = min.len();
+    let need: u64 = min.iter().map(|&m| m as u64).sum();
+    if n == 0 || need > total as u64 {
+        return 0.0;
+    }
+    let free = (total as u64 - need) as f64;
+    (1..n).fold(1.0, |acc, k| acc * (free + k as f64) / k as f64)
+}
+
+/// Beyond this many splits the heuristics that search every split search
+/// locally instead: 8 processes on 132 SMs have ~4e11 splits, and a
+/// spatial-profile run on `scripts/cuda-small.toml` did not end in 10 minutes.
+pub const EXHAUSTIVE_SPLITS: f64 = 2e6;
+
+/// Best split by `better(candidate, incumbent)` when there are too many to
+/// visit and the score is not separable (Fair): from Even (raised to `min`),
+/// move one SM from one application to another while that improves the split.
+/// It stops at a local optimum, which need not be the global one.
+fn local_search(min: &[u32], sms: u32, better: &dyn Fn(&[u32], &[u32]) -> bool) -> Vec<u32> {
+    let n = min.len();
+    let mut cur: Vec<u32> = even(n, sms).iter().zip(min).map(|(&e, &m)| e.max(m)).collect();
+    // Raising to `min` may overshoot: take the excess from the largest shares.
+    while cur.iter().sum::<u32>() > sms {
+        let Some(i) = (0..n).filter(|&i| cur[i] > min[i]).max_by_key(|&i| cur[i]) else { break };
+        cur[i] -= 1;
+    }
+    // Each accepted move strictly improves the split, so this ends; the bound is a guard.
+    for _ in 0..(sms as usize * n * 4).max(1) {
+        let mut best: Option<Vec<u32>> = None;
+        for from in 0..n {
+            if cur[from] <= min[from] {
+                continue;
+            }
+            for to in 0..n {
+                if to == from {
+                    continue;
+                }
+                let mut cand = cur.clone();
+                cand[from] -= 1;
+                cand[to] += 1;
+                if better(&cand, best.as_deref().unwrap_or(&cur)) {
+                    best = Some(cand);
+                }
+            }
+        }
+        match best {
+            Some(b) => cur = b,
+            None => break,
+        }
+    }
+    cur
+}
+
+/// Best split for a separable score Σ value(i, j_i) (higher is better; ties:
+/// closest to Even), by dynamic programming over applications and SMs used:
+/// exact, O(n · sms²), for when there are too many splits to visit.
+fn best_separable(min: &[u32], sms: u32, value: &dyn Fn(usize, u32) -> f64) -> Vec<u32> {
+    let n = min.len();
+    let ev = even(n, sms);
+    let s = sms as usize;
+    // best[i][t]: (score, distance, SMs of app i) over apps 0..=i using t SMs.
+    let mut best: Vec<Vec<Option<(f64, u32, u32)>>> = vec![vec![None; s + 1]; n];
+    let better = |a: (f64, u32), b: (f64, u32)| {
+        let tol = 1e-9 * b.0.abs().max(1.0);
+        a.0 > b.0 + tol || ((a.0 - b.0).abs() <= tol && a.1 < b.1)
+    };
+    for i in 0..n {
+        for t in 0..=s {
+            for j in min[i]..=t as u32 {
+                let (prev_score, prev_dist) = if i == 0 {
+                    if j as usize != t {
+                        continue;
+                    }
+                    (0.0, 0)
+                } else {
+                    match best[i - 1][t - j as usize] {
+                        Some((sc, d, _)) => (sc, d),
+                        None => continue,
+                    }
+                };
+                let cand = (prev_score + value(i, j), prev_dist + ev[i].abs_diff(j));
+                if best[i][t].is_none_or(|(sc, d, _)| better(cand, (sc, d))) {
+                    best[i][t] = Some((cand.0, cand.1, j));
+                }
+            }
+        }
+    }
+    let mut out = vec![0; n];
+    let mut t = s;
+    for i in (0..n).rev() {
+        let Some((_, _, j)) = best[i][t] else { return ev };
+        out[i] = j;
+        t -= j as usize;
+    }
+    out
+}
+
 fn distance_to_even(p: &[u32], sms: u32) -> u32 {
     even(p.len(), sms).iter().zip(p).map(|(e, x)| e.abs_diff(*x)).sum()
 }
@@ -162,6 +261,10 @@ pub fn rounds_heuristic(apps: &[AppChar], sms: u32) -> Vec<u32> {
                 .min(ev[i])
         })
         .collect();
+    if composition_count(&min, sms) > EXHAUSTIVE_SPLITS {
+        // Fewest total rounds is a separable score (as a negative sum).
+        return best_separable(&min, sms, &|i, j| -(rounds(blocks[i], apps[i].blocks_per_sm, j) as f64));
+    }
     let mut best: Option<(u64, u32, Vec<u32>)> = None;
     for_each_composition(&min, sms, &mut |p| {
         let total: u64 = (0..n).map(|i| rounds(blocks[i], apps[i].blocks_per_sm, p[i])).sum();
@@ -218,7 +321,11 @@ pub fn profile(apps: &[AppChar], sms: u32) -> Vec<u32> {
         return even(n, sms);
     }
     let exp = 1.0 / n as f64;
-    best_split(apps, sms, |p| p.iter().zip(apps).map(|(&j, a)| a.speedup_on(j).max(0.0).powf(exp)).sum())
+    let value = |i: usize, j: u32| apps[i].speedup_on(j).max(0.0).powf(exp);
+    if composition_count(&vec![1; n], sms) > EXHAUSTIVE_SPLITS {
+        return best_separable(&vec![1; n], sms, &value);
+    }
+    best_split(apps, sms, |p| p.iter().enumerate().map(|(i, &j)| value(i, j)).sum())
 }
 
 /// Fair (profile version): equalise the predicted loss against running alone
@@ -238,6 +345,15 @@ pub fn fair(apps: &[AppChar], sms: u32) -> Vec<u32> {
 
 /// The split with the highest score (ties: closest to Even, then first).
 fn best_split(apps: &[AppChar], sms: u32, score: impl Fn(&[u32]) -> f64) -> Vec<u32> {
+    let ones = vec![1; apps.len()];
+    if composition_count(&ones, sms) > EXHAUSTIVE_SPLITS {
+        let better = |a: &[u32], b: &[u32]| {
+            let (sa, sb) = (score(a), score(b));
+            let tol = 1e-9 * sb.abs().max(1.0);
+            sa > sb + tol || ((sa - sb).abs() <= tol && distance_to_even(a, sms) < distance_to_even(b, sms))
+        };
+        return local_search(&ones, sms, &better);
+    }
     let mut best: Option<(f64, u32, Vec<u32>)> = None;
     for_each_composition(&vec![1; apps.len()], sms, &mut |p| {
         let s = score(p);
@@ -324,6 +440,43 @@ mod tests {
         assert_eq!(threads(&[a, b], 30), vec![3, 27]);
         // RSA's 4 blocks against 110592: rounds to 0, raised to 1.
         assert_eq!(blocks(&[rsa(), app(110592.0, 64.0, 8)], 30), vec![1, 29]);
+    }
+
+    #[test]
+    fn many_processes_split_in_bounded_time_and_as_well_as_a_full_search_where_one_is_possible() {
+        assert_eq!(composition_count(&[1, 1], 4), 3.0);
+        assert_eq!(composition_count(&[1, 1, 1], 132), 8515.0);
+        assert!(composition_count(&[1; 8], 132) > EXHAUSTIVE_SPLITS);
+        // 12 processes on 132 SMs: ~1e14 splits; the local search answers at once.
+        let apps: Vec<AppChar> = (0..12).map(|i| AppChar::predicted(((i + 1) * 200) as f64, 256.0, 8, 132)).collect();
+        let t = std::time::Instant::now();
+        for f in [profile, fair, rounds_heuristic] {
+            let p = f(&apps, 132);
+            assert_eq!(p.iter().sum::<u32>(), 132);
+            assert!(p.iter().all(|&x| x >= 1), "{p:?}");
+        }
+        assert!(t.elapsed().as_secs() < 20, "took {:?}", t.elapsed());
+        // Where both can run, the dynamic programme finds the exhaustive optimum (profile, rounds).
+        for blocks in [[300.0, 40.0, 2000.0], [5000.0, 5000.0, 17.0], [1.0, 900.0, 64.0]] {
+            let few: Vec<AppChar> = blocks.iter().map(|&b| AppChar::predicted(b, 256.0, 8, 60)).collect();
+            let value = |i: usize, j: u32| few[i].speedup_on(j).powf(1.0 / 3.0);
+            // Same score and distance to Even (exact ties may pick a different, equal split).
+            let key = |p: &[u32], v: &dyn Fn(usize, u32) -> f64| {
+                ((p.iter().enumerate().map(|(i, &j)| v(i, j)).sum::<f64>() * 1e6).round(), distance_to_even(p, 60))
+            };
+            let dp = best_separable(&[1, 1, 1], 60, &value);
+            assert_eq!(key(&dp, &value), key(&profile(&few, 60), &value), "{blocks:?}");
+            let b = |i: usize| few[i].blocks.ceil() as u64;
+            let r = |i: usize, j: u32| -(rounds(b(i), few[i].blocks_per_sm, j) as f64);
+            let ev = even(3, 60);
+            let rmin: Vec<u32> = (0..3)
+                .map(|i| {
+                    let bps = few[i].blocks_per_sm;
+                    min_sms_for_rounds(b(i), bps, rounds(b(i), bps, ev[i])).min(ev[i])
+                })
+                .collect();
+            assert_eq!(key(&best_separable(&rmin, 60, &r), &r), key(&rounds_heuristic(&few, 60), &r), "{blocks:?}");
+        }
     }
 
     #[test]
