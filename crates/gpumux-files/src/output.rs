@@ -73,8 +73,8 @@ mod tests {
         std::fs::create_dir_all(&d).expect("dir");
         let f = d.join("f.txt");
         std::fs::write(&f, "keep").expect("file");
-        assert_eq!(check_dir(&f).as_deref(), Err("is a file, not a folder"));
-        assert_eq!(check_file(&d).as_deref(), Err("is a folder, not a file"));
+        assert_eq!(check_dir(&f), Err("is a file, not a folder".to_string()));
+        assert_eq!(check_file(&d), Err("is a folder, not a file".to_string()));
         // An existing file is checked without being changed.
         assert_eq!(check_file(&f), Ok(()));
         assert_eq!(std::fs::read_to_string(&f).ok().as_deref(), Some("keep"));

@@ -121,7 +121,7 @@ mod tests {
     #[test]
     fn names_are_checked() {
         assert_eq!(check_name("lbm#2"), Ok(()));
-        assert_eq!(check_name("  ").as_deref(), Err("must not be empty"));
+        assert_eq!(check_name("  "), Err("must not be empty".to_string()));
         let e = check_name("red\u{1b}[31m").expect_err("escape");
         assert!(e.contains("U+001B") && e.contains("\\u{1b}"), "{e}");
         let e = check_name("abc\u{202E}fed").expect_err("override");

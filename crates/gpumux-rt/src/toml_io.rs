@@ -45,13 +45,28 @@ struct Ctx<'a> {
     file: &'a str,
 }
 
-/// A key as part of a field path: as written when it is short plain text,
-/// quoted (escaped, cut short) otherwise.
+/// Short plain text (at most 40 printable ASCII characters, spaces allowed):
+/// safe to print as written.
+fn plain(s: &str) -> bool {
+    s.len() <= 40 && s.chars().all(|c| c.is_ascii_graphic() || c == ' ')
+}
+
+/// A key as part of a field path: as written when plain, else quoted
+/// (escaped, cut short).
 fn key_shown(key: &str) -> String {
-    if key.len() <= 40 && key.chars().all(|c| c.is_ascii_graphic()) {
+    if plain(key) && !key.contains(' ') {
         key.to_string()
     } else {
         quote(key)
+    }
+}
+
+/// A user's value in a message: `in backticks` when plain, else quoted.
+fn code(s: &str) -> String {
+    if plain(s) {
+        format!("`{s}`")
+    } else {
+        quote(s)
     }
 }
 
@@ -165,7 +180,7 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
             }
         };
         if !names.insert(name.clone()) {
-            return Err(cx.err(format!("{path}.name"), format!("duplicate task name {}", quote(&name))));
+            return Err(cx.err(format!("{path}.name"), format!("duplicate task name {}", code(&name))));
         }
         let period = match t.get("period") {
             None => return Err(cx.err(format!("{path}.period"), "missing (required)")),
@@ -211,7 +226,7 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
             Some(v) => {
                 let s = cx.string(v, &format!("{path}.mode"))?;
                 Mode::parse(s).ok_or_else(|| {
-                    cx.err(format!("{path}.mode"), format!("unknown mode {} (expected `single` or `multi`)", quote(s)))
+                    cx.err(format!("{path}.mode"), format!("unknown mode {} (expected `single` or `multi`)", code(s)))
                 })?
             }
         };
@@ -247,7 +262,7 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
                     Resource::parse(r).ok_or_else(|| {
                         cx.err(
                             format!("{sp}.resource"),
-                            format!("unknown resource {} (expected `cpu`, `pci` or `gpu`)", quote(r)),
+                            format!("unknown resource {} (expected `cpu`, `pci` or `gpu`)", code(r)),
                         )
                     })?
                 }
