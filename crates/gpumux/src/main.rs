@@ -111,9 +111,7 @@ fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => cmd_run(args),
         Command::Bench(BenchCommand::Sim { quick, json }) => {
-            if let Some(p) = &json {
-                gpumux_files::output::check_file(p).map_err(|why| anyhow::anyhow!("--json {}: {why}", p.display()))?;
-            }
+            preflight::output_file("--json", json.as_deref())?;
             let rows = bench_sim::sweep(quick)?;
             print!("{}", bench_sim::render(&rows));
             if let Some(path) = json {
@@ -122,7 +120,10 @@ fn dispatch(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Bench(BenchCommand::Cuda(args)) => gpumux_cuda::bench::bench_main(args),
+        Command::Bench(BenchCommand::Cuda(args)) => {
+            preflight::output_file("--json", args.json.as_deref())?;
+            gpumux_cuda::bench::bench_main(args)
+        }
         Command::Rt(cmd) => gpumux_rt::cli::run(cmd),
         Command::Experiment(args) => gpumux_experiments::run(args),
         Command::Policies => {
@@ -166,7 +167,8 @@ fn restore_default_sigpipe() {
 
 fn cmd_run(args: RunArgs) -> Result<()> {
     let policies = preflight::policy_list(&args.policy)?;
-    preflight::outputs(args.trace.as_deref(), args.plot.as_deref())?;
+    preflight::output_file("--trace", args.trace.as_deref())?;
+    preflight::output_dir("--plot", args.plot.as_deref())?;
     let workload = gpumux_workload::resolve(&args.workload)?;
     let device = match &args.device {
         Some(d) => DeviceSpec::parse(d)?,

@@ -1,6 +1,7 @@
-//! What `gpumux run` checks before the first simulated nanosecond, so that a
-//! mistake costs a second, not a whole run: output paths, the policy list,
-//! kernels the device cannot hold, and suite kernels no GPU can run.
+//! What gpumux checks before the work, so that a mistake costs a second, not
+//! a whole run: output paths (every subcommand that writes files), and for
+//! `run` the policy list, kernels the device cannot hold, and suite kernels
+//! no GPU can run.
 
 use crate::devices::DeviceSpec;
 use anyhow::{anyhow, bail, Context, Result};
@@ -9,15 +10,20 @@ use gpumux_engine::policies;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// `--trace FILE` and `--plot DIR` can be written (the folder is created).
-pub fn outputs(trace: Option<&Path>, plot: Option<&Path>) -> Result<()> {
-    if let Some(p) = trace {
-        gpumux_files::output::check_file(p).map_err(|why| anyhow!("--trace {}: {why}", p.display()))?;
+/// The file that `flag` names can be written.
+pub fn output_file(flag: &str, path: Option<&Path>) -> Result<()> {
+    match path {
+        Some(p) => gpumux_files::output::check_file(p).map_err(|why| anyhow!("{flag} {}: {why}", p.display())),
+        None => Ok(()),
     }
-    if let Some(d) = plot {
-        gpumux_files::output::check_dir(d).map_err(|why| anyhow!("--plot {}: {why}", d.display()))?;
+}
+
+/// The folder that `flag` names exists (it is created) and can be written.
+pub fn output_dir(flag: &str, dir: Option<&Path>) -> Result<()> {
+    match dir {
+        Some(d) => gpumux_files::output::check_dir(d).map_err(|why| anyhow!("{flag} {}: {why}", d.display())),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Splits `--policy`, builds each policy once to reject bad names, and

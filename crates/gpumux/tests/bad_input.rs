@@ -135,6 +135,8 @@ fn output_paths_are_checked_before_the_work() {
         (vec!["run", "parboil-k20c:mix=8,seed=1", "--device", "sim:k20c", "-q", "--trace", missing], "--trace"),
         (vec!["run", "parboil-k20c:mix=8,seed=1", "--device", "sim:k20c", "-q", "--plot", "/proc/self"], "--plot"),
         (vec!["bench", "sim", "--quick", "--json", missing], "--json"),
+        // Before the GPU is opened (on a machine without one, that error came first).
+        (vec!["bench", "cuda", "all", "--json", missing], "--json"),
         (vec!["rt", "experiment", "fig7", "--sets", "50", "--quiet", "--out", "/proc/self"], "--out"),
         (vec!["experiment", "adriaens-even", "--quick", "--quiet", "--out", "/proc/self"], "--out"),
     ];
