@@ -40,11 +40,7 @@ pub fn check_dir(dir: &Path) -> Result<(), String> {
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot be created: {e}"))?;
     let probe = dir.join(format!(".gpumux-write-check-{}", std::process::id()));
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-        .map_err(|e| format!("is not writable: {e}"))?;
+    OpenOptions::new().write(true).create_new(true).open(&probe).map_err(|e| format!("is not writable: {e}"))?;
     std::fs::remove_file(&probe).map_err(|e| format!("is not writable: {e}"))?;
     Ok(())
 }

@@ -13,8 +13,8 @@ use crate::assign::{assign_with, Method};
 use crate::experiment::{self, RunOptions, GLOBAL};
 use crate::generate::{random_set, scale_to_gpu_utilisation, GenConfig, MultiCostModel};
 use crate::model::TaskSet;
-use crate::toml_io::MAX_TASKS;
 use crate::rng::Rng;
+use crate::toml_io::MAX_TASKS;
 
 /// Which figure of the paper to reproduce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -333,11 +333,15 @@ fn table(out: &mut String, a: &Analysis) {
 
 /// What the columns and verdicts mean. The analysis bounds response times
 /// from above; a person reading MISSES must not take it for an observed miss.
+const LEGEND: &str = "\
+times in the task-set file's unit (the examples use ms).  R: upper bound on the end-to-end
+response time (holistic analysis), - if unbounded; D: deadline; slack = D - R.  meets: R <= D;
+MISSES: the bound exceeds D. The analysis is sufficient, not exact: a set it rejects may
+still meet its deadlines in practice (docs/rt.md compares with the GPU-SPARC paper's runs).
+";
+
 fn legend(out: &mut String) {
-    let _ = writeln!(out, "times in the task-set file's unit (the examples use ms).  R: upper bound on the end-to-end");
-    let _ = writeln!(out, "response time (holistic analysis), - if unbounded; D: deadline; slack = D - R.  meets: R <= D;");
-    let _ = writeln!(out, "MISSES: the bound exceeds D. The analysis is sufficient, not exact: a set it rejects may");
-    let _ = writeln!(out, "still meet its deadlines in practice (docs/rt.md compares with the GPU-SPARC paper's runs).");
+    out.push_str(LEGEND);
 }
 
 fn report_fig7(out: &mut String, r: &experiment::Fig7Result, secs: f64, jobs: usize) -> anyhow::Result<()> {

@@ -285,7 +285,8 @@ fn long_or_odd_user_text_is_quoted_short() {
     let key = "k".repeat(10_000);
     let e = err(&format!("[[task]]\n{key} = 1\nperiod = 100\nsubtasks = [{{ resource = \"gpu\", single = 1 }}]\n"));
     assert!(e.to_string().len() < 300 && e.to_string().contains("unknown field"), "{}", e.to_string().len());
-    let e = err(&format!("[[task]]\nperiod = 100\nsubtasks = [{{ resource = \"{}\", single = 1 }}]\n", "g".repeat(5000)));
+    let e =
+        err(&format!("[[task]]\nperiod = 100\nsubtasks = [{{ resource = \"{}\", single = 1 }}]\n", "g".repeat(5000)));
     assert!(e.to_string().len() < 300 && e.to_string().contains("(5000 characters)"), "{e}");
 }
 

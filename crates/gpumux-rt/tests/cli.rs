@@ -163,7 +163,8 @@ fn analyze_says_the_unit_and_what_a_verdict_means() {
     let w = Wrapper::try_parse_from(["x", "analyze", &example("table4.toml")]).expect("parses");
     let mut out = String::new();
     run_to(w.cmd, &mut out).expect("analyze");
-    for want in ["file's unit", "R: upper bound", "D: deadline", "slack = D - R", "sufficient, not exact", "docs/rt.md"] {
+    for want in ["file's unit", "R: upper bound", "D: deadline", "slack = D - R", "sufficient, not exact", "docs/rt.md"]
+    {
         assert!(out.contains(want), "`{want}` missing from:\n{out}");
     }
 }

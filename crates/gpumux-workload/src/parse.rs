@@ -2,10 +2,10 @@
 
 use crate::error::WorkloadError;
 use crate::raw::{RawFile, RawKernel, RawOp, RawProcess, RawSuite};
-use gpumux_files::text::{check_name, number, quote};
 use gpumux_engine::kernel::{KernelDesc, SuiteKernelRef};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::time::us_to_ns;
+use gpumux_files::text::{check_name, number, quote};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -166,7 +166,9 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workload, WorkloadError> {
         let spec = process(&top, i, p, &raw.kernels, &mut budget)?;
         if !seen.insert(spec.name.clone()) {
             let c = top.sub(format!("process {} (\"{}\")", i + 1, spec.name));
-            return Err(c.err("name", format!("must be unique, but {} is used by an earlier process", quote(&spec.name))));
+            return Err(
+                c.err("name", format!("must be unique, but {} is used by an earlier process", quote(&spec.name)))
+            );
         }
         processes.push(spec);
     }
@@ -443,9 +445,10 @@ fn suite(c: &Ctx, s: &RawSuite) -> Result<SuiteKernelRef, WorkloadError> {
     };
     if let Some((app, k)) = name.split_once('.') {
         if app.trim().is_empty() || k.trim().is_empty() || k.contains('.') {
-            return Err(
-                c.err("suite.name", format!("must be APP or APP.KERNEL (one '.', both parts named), got {}", quote(&name)))
-            );
+            return Err(c.err(
+                "suite.name",
+                format!("must be APP or APP.KERNEL (one '.', both parts named), got {}", quote(&name)),
+            ));
         }
     }
     for (k, v) in &s.params {
