@@ -133,7 +133,8 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
     if !(0.0..=1e6).contains(&args.preempt_overhead_us) {
         bail!("--preempt-overhead-us must be between 0 and 1e6, got {}", args.preempt_overhead_us);
     }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    // Checked before the first experiment, which can take minutes, not after it.
+    gpumux_files::output::check_dir(&args.out).map_err(|why| anyhow::anyhow!("--out {}: {why}", args.out.display()))?;
     let ctx = Ctx {
         quick: args.quick,
         out: args.out.clone(),

@@ -14,6 +14,7 @@ use crate::experiment::{self, RunOptions, GLOBAL};
 use crate::generate::{random_set, scale_to_gpu_utilisation, GenConfig, MultiCostModel};
 use crate::model::TaskSet;
 use crate::rng::Rng;
+use crate::toml_io::MAX_TASKS;
 
 /// Which figure of the paper to reproduce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -144,6 +145,7 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
                     writeln!(out, "modes chosen by: {m}")?;
                 }
                 table(out, &a);
+                legend(out);
             }
         }
         RtCommand::Assign { file, method, all, json } => {
@@ -174,6 +176,7 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
                     writeln!(out, "\nmethod {}:", r.method)?;
                     table(out, &r.analysis);
                 }
+                legend(out);
             }
         }
         RtCommand::Experiment { figure, sets, seed, out: dir, jobs, quiet, weights, chunk } => {
@@ -197,7 +200,8 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
             let opts = RunOptions { sets: sets.unwrap_or(default_sets), seed, jobs, quiet, gen };
             anyhow::ensure!(opts.sets > 0, "--sets must be at least 1");
             let dir = dir.unwrap_or_else(|| PathBuf::from(default_dir));
-            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create output folder {}", dir.display()))?;
+            // Before the experiment, which can take minutes, not after it.
+            gpumux_files::output::check_dir(&dir).map_err(|why| anyhow::anyhow!("--out {}: {why}", dir.display()))?;
             let t0 = std::time::Instant::now();
             match figure {
                 Figure::Fig7 => {
@@ -218,6 +222,9 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
         }
         RtCommand::Bench { sets, seed, sizes, json } => {
             anyhow::ensure!(sets > 0, "--sets must be at least 1");
+            if let Some(n) = sizes.iter().find(|n| !(1..=MAX_TASKS).contains(*n)) {
+                anyhow::bail!("--sizes: every size must be a task count from 1 to {MAX_TASKS}, got {n}");
+            }
             let rows = crate::bench::run(&sizes, sets, seed, &GenConfig::default());
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
@@ -236,7 +243,7 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
             }
         }
         RtCommand::Generate { tasks, ug, p_dep, seed } => {
-            anyhow::ensure!(tasks > 0, "--tasks must be at least 1");
+            anyhow::ensure!((1..=MAX_TASKS).contains(&tasks), "--tasks must be from 1 to {MAX_TASKS}, got {tasks}");
             anyhow::ensure!((0.0..=1.0).contains(&p_dep), "--p-dep must be in [0, 1]");
             let gen = GenConfig { p_dep, cost: MultiCostModel::default(), ..GenConfig::default() };
             let mut rng = Rng::new(seed);
@@ -322,6 +329,19 @@ fn table(out: &mut String, a: &Analysis) {
         "verdict: {}",
         if a.schedulable { "SCHEDULABLE (every task meets its deadline)" } else { "NOT SCHEDULABLE" }
     );
+}
+
+/// What the columns and verdicts mean. The analysis bounds response times
+/// from above; a person reading MISSES must not take it for an observed miss.
+const LEGEND: &str = "\
+times in the task-set file's unit (the examples use ms).  R: upper bound on the end-to-end
+response time (holistic analysis), - if unbounded; D: deadline; slack = D - R.  meets: R <= D;
+MISSES: the bound exceeds D. The analysis is sufficient, not exact: a set it rejects may
+still meet its deadlines in practice (docs/rt.md compares with the GPU-SPARC paper's runs).
+";
+
+fn legend(out: &mut String) {
+    out.push_str(LEGEND);
 }
 
 fn report_fig7(out: &mut String, r: &experiment::Fig7Result, secs: f64, jobs: usize) -> anyhow::Result<()> {

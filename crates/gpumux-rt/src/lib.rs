@@ -42,3 +42,4 @@ mod toml_io;
 pub use analysis::{Analysis, Analyzer};
 pub use assign::{assign, Assignment, Method};
 pub use model::{Mode, ModelError, Platform, Resource, Subtask, Task, TaskSet};
+pub use toml_io::{MAX_SUBTASKS, MAX_TASKS, MAX_TIME};

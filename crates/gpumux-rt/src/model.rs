@@ -250,8 +250,8 @@ impl TaskSet {
     /// Loads and validates a TOML task-set file.
     pub fn from_file(path: &Path) -> Result<TaskSet, ModelError> {
         let file = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ModelError::Io { file: file.clone(), reason: e.to_string() })?;
+        let text = gpumux_files::read_text(path, gpumux_files::MAX_FILE_BYTES, "a task-set file")
+            .map_err(|reason| ModelError::Io { file: file.clone(), reason })?;
         TaskSet::from_toml_str(&text, &file)
     }
 

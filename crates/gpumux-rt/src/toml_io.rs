@@ -27,13 +27,47 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
+use gpumux_files::text::{check_name, number, quote, toml_error};
 use toml::{Table, Value};
 
 use crate::generate::MultiCostModel;
 use crate::model::{Mode, ModelError, Platform, Resource, Subtask, Task, TaskSet};
 
+/// Most tasks in a set (files, `rt generate --tasks`, `rt bench --sizes`).
+pub const MAX_TASKS: usize = 1000;
+/// Most subtasks in one task's pipeline.
+pub const MAX_SUBTASKS: usize = 100;
+/// Largest time (period, deadline, WCET, chunk) in the file's unit: with
+/// milliseconds about 31 years; larger values only break tables.
+pub const MAX_TIME: f64 = 1e12;
+
 struct Ctx<'a> {
     file: &'a str,
+}
+
+/// Short plain text (at most 40 printable ASCII characters, spaces allowed):
+/// safe to print as written.
+fn plain(s: &str) -> bool {
+    s.len() <= 40 && s.chars().all(|c| c.is_ascii_graphic() || c == ' ')
+}
+
+/// A key as part of a field path: as written when plain, else quoted
+/// (escaped, cut short).
+fn key_shown(key: &str) -> String {
+    if plain(key) && !key.contains(' ') {
+        key.to_string()
+    } else {
+        quote(key)
+    }
+}
+
+/// A user's value in a message: `in backticks` when plain, else quoted.
+fn code(s: &str) -> String {
+    if plain(s) {
+        format!("`{s}`")
+    } else {
+        quote(s)
+    }
 }
 
 impl Ctx<'_> {
@@ -44,7 +78,8 @@ impl Ctx<'_> {
     fn check_keys(&self, table: &Table, path: &str, allowed: &[&str]) -> Result<(), ModelError> {
         for key in table.keys() {
             if !allowed.contains(&key.as_str()) {
-                let field = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                let key = key_shown(key);
+                let field = if path.is_empty() { key } else { format!("{path}.{key}") };
                 return Err(self.err(field, format!("unknown field (expected one of: {})", allowed.join(", "))));
             }
         }
@@ -60,13 +95,16 @@ impl Ctx<'_> {
         if !x.is_finite() {
             return Err(self.err(field, "must be a finite number"));
         }
+        if x.abs() > MAX_TIME {
+            return Err(self.err(field, format!("must be at most {} (got {})", number(MAX_TIME), number(x))));
+        }
         Ok(x)
     }
 
     fn time(&self, v: &Value, field: &str, allow_zero: bool) -> Result<f64, ModelError> {
         let x = self.number(v, field)?;
         if x < 0.0 {
-            return Err(self.err(field, format!("must not be negative (got {x})")));
+            return Err(self.err(field, format!("must not be negative (got {})", number(x))));
         }
         if !allow_zero && x == 0.0 {
             return Err(self.err(field, "must be greater than zero"));
@@ -91,9 +129,10 @@ impl Ctx<'_> {
 
 /// Parses and validates a task-set file's text.
 pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
-    let root: Table = text.parse::<Table>().map_err(|e| ModelError::Syntax {
-        file: file.to_string(),
-        reason: e.to_string().trim_end().replace('\n', " "),
+    let root: Table = text.parse::<Table>().map_err(|e| {
+        // The message only, never the offending line: it can be 100,000 characters long.
+        let (line, column, message) = toml_error(text, &e);
+        ModelError::Syntax { file: file.to_string(), reason: format!("line {line}, column {column}: {message}") }
     })?;
     let cx = Ctx { file };
     cx.check_keys(&root, "", &["platform", "task"])?;
@@ -115,6 +154,9 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
     let raw_tasks = match root.get("task") {
         None => return Err(cx.err("task", "missing: a task set needs at least one [[task]]")),
         Some(Value::Array(a)) if a.is_empty() => return Err(cx.err("task", "a task set needs at least one [[task]]")),
+        Some(Value::Array(a)) if a.len() > MAX_TASKS => {
+            return Err(cx.err("task", format!("has {} tasks, more than the {MAX_TASKS} a set may have", a.len())))
+        }
         Some(Value::Array(a)) => a,
         Some(other) => {
             return Err(cx.err("task", format!("expected an array of tables ([[task]]), found {}", other.type_str())))
@@ -131,10 +173,14 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
         cx.check_keys(t, &path, &["name", "period", "deadline", "priority", "data_dependency", "mode", "subtasks"])?;
         let name = match t.get("name") {
             None => format!("task{i}"),
-            Some(v) => cx.string(v, &format!("{path}.name"))?.to_string(),
+            Some(v) => {
+                let n = cx.string(v, &format!("{path}.name"))?;
+                check_name(n).map_err(|reason| cx.err(format!("{path}.name"), reason))?;
+                n.to_string()
+            }
         };
         if !names.insert(name.clone()) {
-            return Err(cx.err(format!("{path}.name"), format!("duplicate task name `{name}`")));
+            return Err(cx.err(format!("{path}.name"), format!("duplicate task name {}", code(&name))));
         }
         let period = match t.get("period") {
             None => return Err(cx.err(format!("{path}.period"), "missing (required)")),
@@ -148,8 +194,10 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
             return Err(cx.err(
                 format!("{path}.deadline"),
                 format!(
-                    "deadline {deadline} exceeds period {period}: the holistic analysis assumes \
-                     constrained deadlines (D <= T)"
+                    "deadline {} exceeds period {}: the holistic analysis assumes \
+                     constrained deadlines (D <= T)",
+                    number(deadline),
+                    number(period)
                 ),
             ));
         }
@@ -178,7 +226,7 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
             Some(v) => {
                 let s = cx.string(v, &format!("{path}.mode"))?;
                 Mode::parse(s).ok_or_else(|| {
-                    cx.err(format!("{path}.mode"), format!("unknown mode `{s}` (expected `single` or `multi`)"))
+                    cx.err(format!("{path}.mode"), format!("unknown mode {} (expected `single` or `multi`)", code(s)))
                 })?
             }
         };
@@ -189,6 +237,12 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
             None => return Err(cx.err(format!("{path}.subtasks"), "missing (required)")),
             Some(Value::Array(a)) if a.is_empty() => {
                 return Err(cx.err(format!("{path}.subtasks"), "a task needs at least one subtask"))
+            }
+            Some(Value::Array(a)) if a.len() > MAX_SUBTASKS => {
+                return Err(cx.err(
+                    format!("{path}.subtasks"),
+                    format!("has {} subtasks, more than the {MAX_SUBTASKS} a task may have", a.len()),
+                ))
             }
             Some(Value::Array(a)) => a,
             Some(other) => {
@@ -208,7 +262,7 @@ pub fn parse(text: &str, file: &str) -> Result<TaskSet, ModelError> {
                     Resource::parse(r).ok_or_else(|| {
                         cx.err(
                             format!("{sp}.resource"),
-                            format!("unknown resource `{r}` (expected `cpu`, `pci` or `gpu`)"),
+                            format!("unknown resource {} (expected `cpu`, `pci` or `gpu`)", code(r)),
                         )
                     })?
                 }

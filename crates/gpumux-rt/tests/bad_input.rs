@@ -229,3 +229,75 @@ fn omitted_multi_is_derived_from_the_cost_model() {
     // upload ×2, kernel ×½, download ×2, merge (= download time) on the last CPU stage.
     assert_eq!(m, vec![1.0, 4.0, 5.0, 6.0, 4.0]);
 }
+
+// Issue 11: the task-set parser gets the workload parser's checks.
+
+fn named(name: &str) -> String {
+    format!("[[task]]\nname = {name}\nperiod = 100\nsubtasks = [{{ resource = \"gpu\", single = 10 }}]\n")
+}
+
+#[test]
+fn names_are_checked_like_workload_names() {
+    assert_field(&named("\"\""), "task[0].name", "must not be empty");
+    assert_field(&named("\"  \""), "task[0].name", "must not be empty");
+    let e = err(&named("\"red\\u001b[31m\""));
+    assert_eq!(e.field(), Some("task[0].name"));
+    assert!(e.to_string().contains("control characters") && !e.to_string().contains('\u{1b}'), "{e}");
+    let e = err(&named("\"abc\\u202Efed\""));
+    assert!(e.to_string().contains("bidirectional") && !e.to_string().contains('\u{202E}'), "{e}");
+    let e = err(&named(&format!("\"{}\"", "n".repeat(100_000))));
+    assert!(e.to_string().contains("at most 256 characters") && e.to_string().len() < 300, "{}", e.to_string().len());
+}
+
+#[test]
+fn huge_times_are_refused_in_a_few_characters() {
+    let e = err("[[task]]\nperiod = 1e308\nsubtasks = [{ resource = \"gpu\", single = 10 }]\n");
+    assert_eq!(e.field(), Some("task[0].period"));
+    let msg = e.to_string();
+    assert!(msg.contains("must be at most 1000000000000 (got 1e308)") && msg.len() < 200, "{msg}");
+    assert_field(
+        "[[task]]\nperiod = 100\nsubtasks = [{ resource = \"gpu\", single = 1e13 }]\n",
+        "task[0].subtasks[0].single",
+        "at most 1000000000000",
+    );
+}
+
+#[test]
+fn sizes_are_bounded() {
+    let many = OK_TASK.repeat(gpumux_rt::MAX_TASKS + 1);
+    assert_field(&many, "task", "more than the 1000");
+    let subs = vec!["{ resource = \"cpu\", single = 1 }"; gpumux_rt::MAX_SUBTASKS + 1].join(", ");
+    assert_field(&format!("[[task]]\nperiod = 100\nsubtasks = [{subs}]\n"), "task[0].subtasks", "more than the 100");
+}
+
+#[test]
+fn a_syntax_error_on_a_long_line_is_reported_briefly_with_its_place() {
+    let text = format!("[[task]]\nperiod = 100\nname = \"{}\" x\n", "a".repeat(100_000));
+    let e = err(&text);
+    let msg = e.to_string();
+    assert!(matches!(e, ModelError::Syntax { .. }), "{msg}");
+    assert!(msg.contains("line 3, column"), "{msg}");
+    assert!(msg.len() < 400, "{} bytes", msg.len());
+}
+
+#[test]
+fn long_or_odd_user_text_is_quoted_short() {
+    let key = "k".repeat(10_000);
+    let e = err(&format!("[[task]]\n{key} = 1\nperiod = 100\nsubtasks = [{{ resource = \"gpu\", single = 1 }}]\n"));
+    assert!(e.to_string().len() < 300 && e.to_string().contains("unknown field"), "{}", e.to_string().len());
+    let e =
+        err(&format!("[[task]]\nperiod = 100\nsubtasks = [{{ resource = \"{}\", single = 1 }}]\n", "g".repeat(5000)));
+    assert!(e.to_string().len() < 300 && e.to_string().contains("(5000 characters)"), "{e}");
+}
+
+#[test]
+fn non_utf8_and_endless_files_are_refused_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("gpumux-rt-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let p = dir.join("latin1.toml");
+    std::fs::write(&p, b"[[task]]\nname = \"caf\xe9\"\n").expect("write");
+    let e = TaskSet::from_file(&p).expect_err("not UTF-8");
+    assert!(matches!(e, ModelError::Io { .. }) && e.to_string().contains("invalid byte at offset 20"), "{e}");
+    let e = TaskSet::from_file(std::path::Path::new("/dev/zero")).expect_err("endless");
+    assert!(e.to_string().contains("more than the 67108864 bytes"), "{e}");
+}

@@ -142,3 +142,29 @@ fn generate_writes_a_parsable_set() {
     assert_eq!(s.len(), 4);
     assert!((s.gpu_utilisation() - 1.5).abs() < 1e-6);
 }
+
+#[test]
+fn bench_and_generate_refuse_empty_and_huge_sets() {
+    for args in [
+        &["x", "bench", "--sizes", "0", "--sets", "3"][..],
+        &["x", "bench", "--sizes", "5,100000", "--sets", "3"][..],
+        &["x", "generate", "--tasks", "100000"][..],
+    ] {
+        let w = Wrapper::try_parse_from(args).expect("parses");
+        let mut out = String::new();
+        let e = run_to(w.cmd, &mut out).expect_err("a 0-task or oversized set must be refused");
+        assert!(e.to_string().contains("1 to 1000"), "{args:?}: {e}");
+        assert!(out.is_empty(), "{args:?} printed {out}");
+    }
+}
+
+#[test]
+fn analyze_says_the_unit_and_what_a_verdict_means() {
+    let w = Wrapper::try_parse_from(["x", "analyze", &example("table4.toml")]).expect("parses");
+    let mut out = String::new();
+    run_to(w.cmd, &mut out).expect("analyze");
+    for want in ["file's unit", "R: upper bound", "D: deadline", "slack = D - R", "sufficient, not exact", "docs/rt.md"]
+    {
+        assert!(out.contains(want), "`{want}` missing from:\n{out}");
+    }
+}

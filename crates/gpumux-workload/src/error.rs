@@ -49,41 +49,10 @@ impl fmt::Display for Invalid<'_> {
 }
 
 impl WorkloadError {
+    /// A TOML error as line, column and a bounded message (never the
+    /// offending line, which can be very long).
     pub(crate) fn toml(origin: &str, text: &str, err: &toml::de::Error) -> Self {
-        let (line, column) = match err.span() {
-            Some(span) => line_col(text, span.start),
-            None => (1, 1),
-        };
-        WorkloadError::Toml {
-            origin: origin.to_string(),
-            line,
-            column,
-            message: err.message().trim_end().replace('\n', "; "),
-        }
-    }
-}
-
-/// 1-based line and column (in characters) of a byte offset.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let mut off = offset.min(text.len());
-    while !text.is_char_boundary(off) {
-        off -= 1;
-    }
-    let before = &text[..off];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
-    (line, column)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn line_col_counts_from_one() {
-        assert_eq!(line_col("abc", 0), (1, 1));
-        assert_eq!(line_col("a\nbc", 3), (2, 2));
-        assert_eq!(line_col("é\nx", 100), (2, 2));
+        let (line, column, message) = gpumux_files::text::toml_error(text, err);
+        WorkloadError::Toml { origin: origin.to_string(), line, column, message }
     }
 }

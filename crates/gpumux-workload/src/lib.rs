@@ -40,23 +40,17 @@ pub use write::to_toml;
 
 use std::path::Path;
 
-/// Largest workload file we read (a guard against pointing at a disk image).
-pub const MAX_FILE_BYTES: u64 = 64 << 20;
+/// Largest workload file we read (a guard against pointing at a disk image
+/// or a device; the same limit as task-set files).
+pub const MAX_FILE_BYTES: u64 = gpumux_files::MAX_FILE_BYTES;
 
-/// Reads, parses and validates a workload file.
+/// Reads, parses and validates a workload file. Any kind of file is read
+/// through a bounded reader: `/dev/zero` or an endless pipe fails at
+/// [`MAX_FILE_BYTES`] instead of exhausting memory.
 pub fn load_file(path: &Path) -> Result<Workload, WorkloadError> {
     let shown = path.display().to_string();
-    let io = |reason: String| WorkloadError::Io { path: shown.clone(), reason };
-    let meta = std::fs::metadata(path).map_err(|e| io(e.to_string()))?;
-    if meta.is_dir() {
-        return Err(io("is a directory".into()));
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(io(format!("is {} bytes, more than the {MAX_FILE_BYTES} a workload file may have", meta.len())));
-    }
-    let bytes = std::fs::read(path).map_err(|e| io(e.to_string()))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|e| io(format!("is not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to())))?;
+    let text = gpumux_files::read_text(path, MAX_FILE_BYTES, "a workload file")
+        .map_err(|reason| WorkloadError::Io { path: shown.clone(), reason })?;
     parse_str(&text, &shown)
 }
 

@@ -5,6 +5,7 @@ use crate::raw::{RawFile, RawKernel, RawOp, RawProcess, RawSuite};
 use gpumux_engine::kernel::{KernelDesc, SuiteKernelRef};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::time::us_to_ns;
+use gpumux_files::text::{check_name, number, quote};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -69,7 +70,7 @@ impl Ctx<'_> {
         if v.is_finite() {
             Ok(v)
         } else {
-            Err(self.err(field, format!("must be a finite number, got {v}")))
+            Err(self.err(field, format!("must be a finite number, got {}", number(v))))
         }
     }
 
@@ -77,11 +78,11 @@ impl Ctx<'_> {
     fn real(&self, field: &str, v: f64, lo: f64, hi: f64, hi_open: bool) -> Result<f64, WorkloadError> {
         let v = self.finite(field, v)?;
         if v < lo {
-            return Err(self.err(field, format!("must be >= {lo}, got {v}")));
+            return Err(self.err(field, format!("must be >= {}, got {}", number(lo), number(v))));
         }
         if v > hi || (hi_open && v == hi) {
             let op = if hi_open { "<" } else { "<=" };
-            return Err(self.err(field, format!("must be {op} {hi}, got {v}")));
+            return Err(self.err(field, format!("must be {op} {}, got {}", number(hi), number(v))));
         }
         Ok(v)
     }
@@ -89,21 +90,17 @@ impl Ctx<'_> {
     fn positive(&self, field: &str, v: f64, hi: f64) -> Result<f64, WorkloadError> {
         let v = self.finite(field, v)?;
         if v <= 0.0 {
-            return Err(self.err(field, format!("must be > 0, got {v}")));
+            return Err(self.err(field, format!("must be > 0, got {}", number(v))));
         }
         if v > hi {
-            return Err(self.err(field, format!("must be <= {hi}, got {v}")));
+            return Err(self.err(field, format!("must be <= {}, got {}", number(hi), number(v))));
         }
         Ok(v)
     }
 
+    /// The checks every name gets, shared with the task-set parser of gpumux-rt.
     fn name(&self, field: &str, v: &str) -> Result<String, WorkloadError> {
-        if v.trim().is_empty() {
-            return Err(self.err(field, "must not be empty"));
-        }
-        if v.chars().any(char::is_control) {
-            return Err(self.err(field, format!("must not contain control characters, got {v:?}")));
-        }
+        check_name(v).map_err(|reason| self.err(field, reason))?;
         Ok(v.to_string())
     }
 
@@ -155,9 +152,7 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workload, WorkloadError> {
     // Templates: check the fields they have, before any op uses them.
     for (key, k) in &raw.kernels {
         let c = top.sub(format!("kernels.{key}"));
-        if key.trim().is_empty() {
-            return Err(c.err("kernels", "template names must not be empty"));
-        }
+        check_name(key).map_err(|reason| c.err("kernels", format!("template name {reason}")))?;
         check_kernel_fields(&c, k)?;
     }
 
@@ -171,7 +166,9 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workload, WorkloadError> {
         let spec = process(&top, i, p, &raw.kernels, &mut budget)?;
         if !seen.insert(spec.name.clone()) {
             let c = top.sub(format!("process {} (\"{}\")", i + 1, spec.name));
-            return Err(c.err("name", format!("must be unique, but {:?} is used by an earlier process", spec.name)));
+            return Err(
+                c.err("name", format!("must be unique, but {} is used by an earlier process", quote(&spec.name)))
+            );
         }
         processes.push(spec);
     }
@@ -292,7 +289,7 @@ fn op(
             "launches",
             "suite",
         ],
-        other => return Err(c.err("kind", format!("must be one of {KINDS}, got {other:?}"))),
+        other => return Err(c.err("kind", format!("must be one of {KINDS}, got {}", quote(other)))),
     };
     // Name the kernel in the location when we know it.
     let c = if kind == "kernel" {
@@ -343,7 +340,9 @@ fn op(
                         } else {
                             format!("known: {}", known.join(", "))
                         };
-                        return Err(c.err("kernel", format!("refers to an unknown kernel template {t:?} ({known})")));
+                        return Err(
+                            c.err("kernel", format!("refers to an unknown kernel template {} ({known})", quote(t)))
+                        );
                     }
                 },
                 None => RawKernel::default(),
@@ -374,7 +373,7 @@ fn copy_bytes(c: &Ctx, o: &RawOp) -> Result<u64, WorkloadError> {
         let v = c.positive(field, v, MAX_COPY_BYTES as f64 / unit)?;
         let b = (v * unit).round();
         if b < 1.0 {
-            return Err(c.err(field, format!("must be at least 1 byte, got {v}")));
+            return Err(c.err(field, format!("must be at least 1 byte, got {}", number(v))));
         }
         b as i64
     };
@@ -401,7 +400,7 @@ fn check_kernel_fields(c: &Ctx, k: &RawKernel) -> Result<(), WorkloadError> {
     if let Some(t) = k.block_time_us {
         let t = c.positive("block_time_us", t, MAX_BLOCK_US)?;
         if us_to_ns(t) == 0 {
-            return Err(c.err("block_time_us", format!("must be at least 0.001 (1 ns), got {t}")));
+            return Err(c.err("block_time_us", format!("must be at least 0.001 (1 ns), got {}", number(t))));
         }
     }
     if let Some(s) = k.block_time_spread {
@@ -432,12 +431,12 @@ fn suite(c: &Ctx, s: &RawSuite) -> Result<SuiteKernelRef, WorkloadError> {
         Some(k) => {
             let k = c.name("suite.kernel", k)?;
             if k.contains('.') {
-                return Err(c.err("suite.kernel", format!("must not contain '.', got {k:?}")));
+                return Err(c.err("suite.kernel", format!("must not contain '.', got {}", quote(&k))));
             }
             if name.contains('.') {
                 return Err(c.err(
                     "suite.kernel",
-                    format!("is given twice: suite.name {name:?} already names a kernel after its '.'"),
+                    format!("is given twice: suite.name {} already names a kernel after its '.'", quote(&name)),
                 ));
             }
             format!("{name}.{k}")
@@ -446,9 +445,10 @@ fn suite(c: &Ctx, s: &RawSuite) -> Result<SuiteKernelRef, WorkloadError> {
     };
     if let Some((app, k)) = name.split_once('.') {
         if app.trim().is_empty() || k.trim().is_empty() || k.contains('.') {
-            return Err(
-                c.err("suite.name", format!("must be APP or APP.KERNEL (one '.', both parts named), got {name:?}"))
-            );
+            return Err(c.err(
+                "suite.name",
+                format!("must be APP or APP.KERNEL (one '.', both parts named), got {}", quote(&name)),
+            ));
         }
     }
     for (k, v) in &s.params {

@@ -350,3 +350,29 @@ fn load_file_names_the_file() {
     assert!(m.starts_with(&path.display().to_string()), "{m}");
     assert_eq!(m, ok);
 }
+
+// Issue 11: the checks shared with the task-set parser (gpumux-files).
+
+#[test]
+fn bidi_overrides_and_overlong_names_are_refused() {
+    let m = err(&edit("name = \"lbm\"", "name = \"lbm\\u202Etxt\""));
+    assert_has(&m, &["name", "bidirectional", "U+202E"]);
+    assert!(!m.contains('\u{202E}'), "the raw override must not be printed: {m:?}");
+    let m = err(&edit("name = \"lbm\"", &format!("name = \"{}\"", "p".repeat(5000))));
+    assert_has(&m, &["at most 256 characters", "(5000 characters)"]);
+    assert!(m.len() < 400, "{} bytes", m.len());
+}
+
+#[test]
+fn a_syntax_error_on_a_long_line_does_not_echo_the_line() {
+    let m = err(&format!("[[process]]\nname = \"{}\" =\n", "a".repeat(100_000)));
+    assert!(m.starts_with("workload.toml:2:"), "{}", &m[..m.len().min(200)]);
+    assert!(m.len() < 400, "{} bytes", m.len());
+}
+
+#[test]
+fn huge_numbers_are_printed_briefly() {
+    let m = err(&edit("block_time_us = 31.2", "block_time_us = 1e300"));
+    assert_has(&m, &["block_time_us", "got 1e300"]);
+    assert!(m.len() < 300, "{m}");
+}

@@ -7,6 +7,7 @@
 mod bench_sim;
 mod devices;
 mod plot;
+mod preflight;
 mod run;
 mod table;
 mod trace;
@@ -17,8 +18,13 @@ use devices::DeviceSpec;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
-/// Policies compared when `--policy` is not given.
-const DEFAULT_POLICIES: &str = "fcfs,npq,ppq-excl-cs,ppq-excl-drain,ppq-shared-cs,dss-cs,dss-drain,rr";
+/// Policies compared when `--policy` is not given, spelled as the table
+/// prints them (`rr-1000us` is `rr`'s default quantum).
+const DEFAULT_POLICIES: &str = "fcfs,npq,ppq-excl-cs,ppq-excl-drain,ppq-shared-cs,dss-cs,dss-drain,rr-1000us";
+
+/// Most worker threads `run` accepts: more than any host here has, and a run
+/// never starts more threads than it has jobs.
+const MAX_THREADS: u16 = 1024;
 
 #[derive(Parser, Debug)]
 #[command(name = "gpumux", version, about = "Share NVIDIA GPUs between processes the way an OS shares CPUs")]
@@ -68,9 +74,9 @@ struct RunArgs {
     /// Write SVG charts into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Worker threads (default: the host's cores).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Worker threads, 1 to 1024 (default: the host's cores).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=MAX_THREADS as i64))]
+    threads: Option<u16>,
     /// No progress display on stderr.
     #[arg(long, short)]
     quiet: bool,
@@ -93,6 +99,7 @@ enum BenchCommand {
 }
 
 fn main() {
+    restore_default_sigpipe();
     let cli = Cli::parse();
     if let Err(e) = dispatch(cli) {
         eprintln!("error: {e:#}");
@@ -104,6 +111,7 @@ fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => cmd_run(args),
         Command::Bench(BenchCommand::Sim { quick, json }) => {
+            preflight::output_file("--json", json.as_deref())?;
             let rows = bench_sim::sweep(quick)?;
             print!("{}", bench_sim::render(&rows));
             if let Some(path) = json {
@@ -112,7 +120,10 @@ fn dispatch(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Bench(BenchCommand::Cuda(args)) => gpumux_cuda::bench::bench_main(args),
+        Command::Bench(BenchCommand::Cuda(args)) => {
+            preflight::output_file("--json", args.json.as_deref())?;
+            gpumux_cuda::bench::bench_main(args)
+        }
         Command::Rt(cmd) => gpumux_rt::cli::run(cmd),
         Command::Experiment(args) => gpumux_experiments::run(args),
         Command::Policies => {
@@ -136,24 +147,41 @@ fn dispatch(cli: Cli) -> Result<()> {
     }
 }
 
+/// Ends gpumux quietly when the reader of its output goes away
+/// (`gpumux rt analyze FILE | head -1`), as it ends `cat` or `grep`.
+///
+/// Rust starts programs with SIGPIPE ignored, so a write to a closed pipe
+/// fails instead: `println!` panics (exit 101, "failed printing to stdout")
+/// and `write!` returns an error. Restoring the default action once, here,
+/// covers every subcommand, those in other crates included, where mapping
+/// `BrokenPipe` would need all their printing routed through one writer.
+/// gpumux opens no sockets, so the signal can only come from a closed
+/// stdout or stderr pipe.
+fn restore_default_sigpipe() {
+    // SAFETY: called first thing in main, before any thread exists; it only
+    // resets one signal's disposition to the default.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn cmd_run(args: RunArgs) -> Result<()> {
+    let policies = preflight::policy_list(&args.policy)?;
+    preflight::output_file("--trace", args.trace.as_deref())?;
+    preflight::output_dir("--plot", args.plot.as_deref())?;
     let workload = gpumux_workload::resolve(&args.workload)?;
     let device = match &args.device {
         Some(d) => DeviceSpec::parse(d)?,
         None => DeviceSpec::default_for(&workload),
     };
-    let policies: Vec<String> =
-        args.policy.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
-    if policies.is_empty() {
-        anyhow::bail!("--policy names no policy");
-    }
+    preflight::workload(&args.workload, &workload, &device)?;
     let opts = run::RunOptions {
         device,
         policies,
         seed: args.seed,
         trace: args.trace.is_some() || args.plot.is_some(),
         progress: !args.quiet && std::io::stderr().is_terminal(),
-        threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        threads: args.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from),
     };
     let report = run::run_workload(&workload, &opts)?;
     let mut stdout = std::io::stdout().lock();

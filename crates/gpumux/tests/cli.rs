@@ -153,3 +153,43 @@ fn bad_inputs_get_clear_errors() {
         assert!(!e.contains("panicked"), "{args:?} panicked: {e}");
     }
 }
+
+#[test]
+fn the_table_has_a_legend_and_marks_the_best_policy_but_json_does_not() {
+    let args = ["run", "examples/two-procs.toml", "--policy", "fcfs,ppq-excl-cs", "-q"];
+    let o = gpumux(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = String::from_utf8_lossy(&o.stdout);
+    for want in ["ANTT: mean NTT, lower is better", "STP: system throughput", "higher is", "fairness:", "* best"] {
+        assert!(t.contains(want), "legend lacks `{want}`:\n{t}");
+    }
+    // PPQ is better than FCFS on every marked column here: its row carries the marks.
+    let ppq = t.lines().find(|l| l.starts_with("ppq-excl-cs")).expect("ppq row");
+    assert_eq!(ppq.matches('*').count(), 4, "ANTT, STP, fairness and hp turnaround of ppq are best: {ppq}");
+    let fcfs = t.lines().find(|l| l.starts_with("fcfs")).expect("fcfs row");
+    assert_eq!(fcfs.matches('*').count(), 1, "fcfs has the shortest makespan: {fcfs}");
+    let j = gpumux(&[&args[..], &["--json"]].concat());
+    assert!(serde_json::from_slice::<serde_json::Value>(&j.stdout).is_ok(), "--json is JSON only");
+    assert!(!String::from_utf8_lossy(&j.stdout).contains("lower is better"));
+}
+
+#[test]
+fn equal_priorities_are_named_as_why_hp_turnaround_is_empty() {
+    let o = gpumux(&["run", "parboil-k20c:app=sad", "--device", "sim:k20c", "--policy", "fcfs,npq", "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("every process has priority 0"), "{t}");
+}
+
+#[test]
+fn help_names_the_default_policies_as_the_table_prints_them() {
+    let o = gpumux(&["run", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(help.contains("rr-1000us"), "{help}");
+    let t = gpumux(&["run", "examples/two-procs.toml", "-q", "--device", "sim:h100", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&t.stdout).expect("JSON");
+    for p in v["policies"].as_array().expect("policies") {
+        let name = p["policy"].as_str().expect("name");
+        assert!(help.contains(name), "`{name}` is in the table but not in --help's default");
+    }
+}

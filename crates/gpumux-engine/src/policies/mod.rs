@@ -41,9 +41,20 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("spatial-even-dyn", "dynamic spatial: re-split among active processes on kernel arrival/finish, context switch; any spatial-<h>-dyn[-drain|-flush]"),
 ];
 
+/// A policy name `by_name` cannot build: not a policy at all, or a known
+/// policy with a bad parameter (then the message says what is wrong with it).
 #[derive(Debug, thiserror::Error)]
-#[error("unknown policy `{0}`; known: {known}", known = CATALOGUE.iter().map(|c| c.0).collect::<Vec<_>>().join(", "))]
-pub struct UnknownPolicy(pub String);
+pub enum PolicyError {
+    #[error("unknown policy `{0}`; known: {known}", known = CATALOGUE.iter().map(|c| c.0).collect::<Vec<_>>().join(", "))]
+    Unknown(String),
+    #[error("bad policy `{name}`: {reason}")]
+    Bad { name: String, reason: String },
+}
+
+/// Longest round-robin quantum in microseconds (about 11.6 days, the longest
+/// time a workload file may give); also keeps the quantum in nanoseconds far
+/// from overflow.
+pub const MAX_RR_QUANTUM_US: u64 = 1_000_000_000_000;
 
 fn mechanism(s: &str) -> Option<Mechanism> {
     match s {
@@ -55,8 +66,12 @@ fn mechanism(s: &str) -> Option<Mechanism> {
 }
 
 /// Builds a policy from its name, e.g. `ppq-shared-drain` or `rr-500us`.
-pub fn by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
-    let unknown = || UnknownPolicy(name.to_string());
+pub fn by_name(name: &str) -> Result<Box<dyn Policy>, PolicyError> {
+    let unknown = || PolicyError::Unknown(name.to_string());
+    let bad = |reason: String| PolicyError::Bad { name: name.to_string(), reason };
+    let mech = |m: &str| {
+        mechanism(m).ok_or_else(|| bad(format!("unknown preemption mechanism `{m}` (known: cs, drain, flush)")))
+    };
     if let Some(rest) = name.trim().strip_prefix("spatial-") {
         return spatial_by_name(rest).ok_or_else(unknown);
     }
@@ -65,18 +80,35 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
         ["fcfs"] => Box::new(fcfs::Fcfs),
         ["coop"] => Box::new(coop::Coop::default()),
         ["npq"] => Box::new(npq::Npq),
-        ["ppq", m] => Box::new(ppq::Ppq { mechanism: mechanism(m).ok_or_else(unknown)?, exclusive: true }),
-        ["ppq", "excl", m] => Box::new(ppq::Ppq { mechanism: mechanism(m).ok_or_else(unknown)?, exclusive: true }),
-        ["ppq", "shared", m] => Box::new(ppq::Ppq { mechanism: mechanism(m).ok_or_else(unknown)?, exclusive: false }),
+        ["ppq", m] => Box::new(ppq::Ppq { mechanism: mech(m)?, exclusive: true }),
+        ["ppq", "excl", m] => Box::new(ppq::Ppq { mechanism: mech(m)?, exclusive: true }),
+        ["ppq", "shared", m] => Box::new(ppq::Ppq { mechanism: mech(m)?, exclusive: false }),
         ["dss"] => Box::new(dss::Dss { mechanism: Mechanism::ContextSwitch }),
-        ["dss", m] => Box::new(dss::Dss { mechanism: mechanism(m).ok_or_else(unknown)? }),
+        ["dss", m] => Box::new(dss::Dss { mechanism: mech(m)? }),
         ["rr"] => Box::new(round_robin::RoundRobin::new(1000 * NS_PER_US)),
-        ["rr", q] => {
-            let us: u64 = q.strip_suffix("us").and_then(|v| v.parse().ok()).filter(|&v| v > 0).ok_or_else(unknown)?;
-            Box::new(round_robin::RoundRobin::new(us * NS_PER_US))
-        }
+        ["rr", q] => Box::new(round_robin::RoundRobin::new(rr_quantum_us(q).map_err(bad)? * NS_PER_US)),
         _ => return Err(unknown()),
     })
+}
+
+/// The `<N>us` of `rr-<N>us`: a whole number of microseconds in
+/// 1..=[`MAX_RR_QUANTUM_US`]; the error says which of these it is not.
+fn rr_quantum_us(q: &str) -> Result<u64, String> {
+    let Some(v) = q.strip_suffix("us") else {
+        return Err(format!("the quantum `{q}` needs its unit, microseconds: rr-<N>us, e.g. rr-500us"));
+    };
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("the quantum must be a whole number of microseconds (rr-<N>us, N >= 1), got `{v}`"));
+    }
+    let too_long = || format!("the quantum must be at most {MAX_RR_QUANTUM_US}us, got {v}us");
+    let us: u64 = v.parse().map_err(|_| too_long())?;
+    if us == 0 {
+        return Err("the quantum must be at least 1us, got 0us".into());
+    }
+    if us > MAX_RR_QUANTUM_US {
+        return Err(too_long());
+    }
+    Ok(us)
 }
 
 /// `<heuristic>[-dyn[-cs|-drain|-flush]]`, the part after `spatial-`.
@@ -105,6 +137,10 @@ mod tests {
         assert_eq!(by_name("rr-250us").map(|p| p.name()).ok().as_deref(), Some("rr-250us"));
         assert!(by_name("ppq-excl-teleport").is_err());
         assert!(by_name("rr-0us").is_err());
+        assert_eq!(
+            by_name(&format!("rr-{MAX_RR_QUANTUM_US}us")).map(|p| p.name()).ok(),
+            Some(format!("rr-{MAX_RR_QUANTUM_US}us"))
+        );
         assert!(by_name("").is_err());
         assert_eq!(by_name("spatial-fair-dyn-drain").map(|p| p.name()).ok().as_deref(), Some("spatial-fair-dyn-drain"));
         assert_eq!(by_name("spatial-rounds-dyn-cs").map(|p| p.name()).ok().as_deref(), Some("spatial-rounds-dyn"));
