@@ -116,8 +116,7 @@ pub fn plan(chunk: Chunk, facts: LaunchFacts, block_ns: Option<f64>) -> Plan {
         (Chunk::Auto, Some(_)) => return Plan::Workers { chunk: 1, measure: false },
     };
     let waves = facts.blocks.div_ceil(facts.slots.max(1)).max(1);
-    if facts.native_available && facts.whole_grid_on_whole_gpu && (waves == 1 || bt * waves as f64 <= SHORT_LAUNCH_NS)
-    {
+    if facts.native_available && facts.whole_grid_on_whole_gpu && (waves == 1 || bt * waves as f64 <= SHORT_LAUNCH_NS) {
         return Plan::Native;
     }
     Plan::Workers { chunk: auto_chunk(bt), measure: false }

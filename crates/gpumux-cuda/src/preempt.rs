@@ -257,7 +257,9 @@ impl WorkerLaunch {
         // stay at chunk 1 untimed.
         let known = self.func.profiles.get(&self.func.name, self.profile_key());
         match launch_plan::plan(self.chunk, facts, known) {
-            Plan::Workers { chunk, measure: true } if self.measuring.is_some() => Plan::Workers { chunk, measure: false },
+            Plan::Workers { chunk, measure: true } if self.measuring.is_some() => {
+                Plan::Workers { chunk, measure: false }
+            }
             p => p,
         }
     }
@@ -436,8 +438,9 @@ mod tests {
         let d = LaunchDesc { grid: [4, 5, 6], begin: 7, count: 100, chunk: 4, cap: 3, seq: 9, mask, slots: 11 };
         let b = d.to_bytes();
         assert_eq!(&b[64..68], &11u32.to_le_bytes());
-        assert!(crate::transform::PRELUDE
-            .contains("unsigned long long sm_mask[4];   // SMs this launch may run on (bit i = SM i)\n    unsigned int slots;"));
+        assert!(crate::transform::PRELUDE.contains(
+            "unsigned long long sm_mask[4];   // SMs this launch may run on (bit i = SM i)\n    unsigned int slots;"
+        ));
         assert_eq!(&b[0..4], &4u32.to_le_bytes());
         assert_eq!(&b[28..32], &9u32.to_le_bytes());
         assert_eq!(u64::from_le_bytes(b[32..40].try_into().unwrap_or_default()) & 0b1000, 0b1000);

@@ -106,7 +106,10 @@ mod tests {
         assert!(DeviceSpec::Cuda(0).check(&w).is_err());
         // A simulated preference needs no fallback and says nothing.
         let mut quiet = Vec::new();
-        assert_eq!(DeviceSpec::fallback(DeviceSpec::Sim(presets::k20c()), &w, |l| quiet.push(l)), DeviceSpec::Sim(presets::k20c()));
+        assert_eq!(
+            DeviceSpec::fallback(DeviceSpec::Sim(presets::k20c()), &w, |l| quiet.push(l)),
+            DeviceSpec::Sim(presets::k20c())
+        );
         assert!(quiet.is_empty());
     }
 }

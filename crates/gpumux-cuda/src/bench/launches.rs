@@ -162,7 +162,8 @@ fn wavefront(gpu: &Gpu, seed: u64) -> Result<Case> {
     let launches = (0..2 * tiles - 1)
         .map(|d| {
             let width = (d + 1).min(tiles).min(2 * tiles - 1 - d);
-            let args = vec![sb.ptr.to_le_bytes().to_vec(), mb.ptr.to_le_bytes().to_vec(), le(tiles), le(d), le(gap as u32)];
+            let args =
+                vec![sb.ptr.to_le_bytes().to_vec(), mb.ptr.to_le_bytes().to_vec(), le(tiles), le(d), le(gap as u32)];
             ([width, 1, 1], [16, 1, 1], args)
         })
         .collect();
@@ -187,7 +188,8 @@ fn stencil(gpu: &Gpu, seed: u64) -> Result<Case> {
     let launches = (0..20)
         .map(|s| {
             let (out, inp) = if s % 2 == 0 { (&bb, &ab) } else { (&ab, &bb) };
-            let args = vec![out.ptr.to_le_bytes().to_vec(), inp.ptr.to_le_bytes().to_vec(), (n as i32).to_le_bytes().to_vec()];
+            let args =
+                vec![out.ptr.to_le_bytes().to_vec(), inp.ptr.to_le_bytes().to_vec(), (n as i32).to_le_bytes().to_vec()];
             ([t, t, 1], [16, 16, 1], args)
         })
         .collect();
