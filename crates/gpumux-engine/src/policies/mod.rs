@@ -73,7 +73,8 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
         ["rr"] => Box::new(round_robin::RoundRobin::new(1000 * NS_PER_US)),
         ["rr", q] => {
             let us: u64 = q.strip_suffix("us").and_then(|v| v.parse().ok()).filter(|&v| v > 0).ok_or_else(unknown)?;
-            Box::new(round_robin::RoundRobin::new(us * NS_PER_US))
+            // A quantum that does not fit in nanoseconds is not a policy (it would wrap).
+            Box::new(round_robin::RoundRobin::new(us.checked_mul(NS_PER_US).ok_or_else(unknown)?))
         }
         _ => return Err(unknown()),
     })
