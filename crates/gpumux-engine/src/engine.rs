@@ -107,6 +107,8 @@ pub struct Engine {
     preemptions: Vec<PreemptionSample>,
     kernels_completed: u64,
     arrival_order: ArrivalOrder,
+    /// Operations the processes' hosts have issued (progress displays).
+    ops_issued: u64,
     /// An error found where no `Result` can be returned (a timer that does
     /// not fit in `Nanos`); `poll_command` reports it.
     fault: Option<EngineError>,
@@ -212,6 +214,7 @@ impl Engine {
             preemptions: Vec::new(),
             kernels_completed: 0,
             arrival_order: ArrivalOrder::default(),
+            ops_issued: 0,
             fault: None,
         };
         for slot in 0..e.procs.len() {
@@ -262,6 +265,12 @@ impl Engine {
 
     pub fn now(&self) -> Nanos {
         self.now
+    }
+
+    /// Operations (kernels, copies, host ops, syncs) issued so far, over all
+    /// runs of all processes.
+    pub fn ops_issued(&self) -> u64 {
+        self.ops_issued
     }
 
     pub fn handle_timeout(&mut self, now: Nanos) {
@@ -377,9 +386,11 @@ impl Engine {
                     return; // `stream_head_done` steps the host again
                 }
                 self.procs[slot].op_idx += 1;
+                self.ops_issued += 1;
                 continue;
             }
             self.procs[slot].op_idx += 1;
+            self.ops_issued += 1;
             if let Op::Cpu { ns } = spec.ops[op_idx] {
                 self.procs[slot].host_busy = true;
                 let what = || format!("host (cpu) operation {} of process `{}`", op_idx + 1, spec.name);
