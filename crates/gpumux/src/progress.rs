@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 pub const FIRST_LINE: Duration = Duration::from_secs(5);
 /// Off a terminal, the interval between lines.
 pub const LINE_EVERY: Duration = Duration::from_secs(10);
+/// Overrides both (milliseconds): lets tests see lines without a long run,
+/// and a log that wants denser lines get them.
+pub const EVERY_ENV: &str = "GPUMUX_PROGRESS_EVERY_MS";
 /// How often the reporter wakes to redraw or check for the end.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -88,7 +91,8 @@ impl Progress {
             );
             bar
         });
-        let mut next_line = FIRST_LINE;
+        let every = std::env::var(EVERY_ENV).ok().and_then(|v| v.parse::<u64>().ok()).map(Duration::from_millis);
+        let mut next_line = every.unwrap_or(FIRST_LINE);
         while !self.finished.load(Ordering::Relaxed) {
             std::thread::sleep(TICK);
             let done = self.done.load(Ordering::Relaxed) as f64;
@@ -99,7 +103,7 @@ impl Progress {
                 bar.set_message(format!("{runs_done}/{} runs", self.runs));
             } else if mode == Mode::Lines && start.elapsed() >= next_line {
                 eprintln!("gpumux run: {}", self.line(done, runs_done, start.elapsed()));
-                next_line += LINE_EVERY;
+                next_line += every.unwrap_or(LINE_EVERY);
             }
         }
         if let Some(bar) = bar {
