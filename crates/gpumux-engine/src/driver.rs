@@ -85,7 +85,11 @@ pub fn run_with_progress(
         }
         steps += 1;
         if steps.is_multiple_of(4096) {
-            progress(Progress { now, blocks_completed: device.stats().blocks_completed, ops_issued: engine.ops_issued() });
+            progress(Progress {
+                now,
+                blocks_completed: device.stats().blocks_completed,
+                ops_issued: engine.ops_issued(),
+            });
         }
     }
     progress(Progress { now, blocks_completed: device.stats().blocks_completed, ops_issued: engine.ops_issued() });

@@ -148,6 +148,9 @@ mod tests {
     #[test]
     fn past_the_estimate_there_is_no_eta() {
         let p = progress(1000.0);
-        assert_eq!(p.line(1500.0, 9, Duration::from_secs(30)), "more work than estimated after 30 s, no ETA (9/10 runs done)");
+        assert_eq!(
+            p.line(1500.0, 9, Duration::from_secs(30)),
+            "more work than estimated after 30 s, no ETA (9/10 runs done)"
+        );
     }
 }

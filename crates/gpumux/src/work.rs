@@ -106,8 +106,7 @@ pub fn estimate(w: &Workload, info: &DeviceInfo, policies: usize) -> Result<Esti
             runs.iter().map(|r| (min, if r.ns > 0.0 { (min * slowest / r.ns).max(min) } else { min })).unzip()
         }
     };
-    let mut e =
-        Estimate { blocks: 0.0, ops: 0.0, total: 0.0, largest_run: 0.0, runs: w.processes.len() + policies };
+    let mut e = Estimate { blocks: 0.0, ops: 0.0, total: 0.0, largest_run: 0.0, runs: w.processes.len() + policies };
     let mut shared = PROCESS_COST * n;
     for ((r, a), s) in runs.iter().zip(&alone_runs).zip(&shared_runs) {
         let alone = PROCESS_COST + a * cost(r);

@@ -171,7 +171,9 @@ fn progress_goes_to_stderr_off_a_terminal_and_leaves_the_json_alone() {
     let err = stderr(&loud);
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("gpumux run: ")).collect();
     assert!(!lines.is_empty(), "no progress line on stderr: {err:?}");
-    assert!(lines.iter().all(|l| l.contains("% of the estimated work after") || l.contains("more work than estimated")));
+    assert!(lines
+        .iter()
+        .all(|l| l.contains("% of the estimated work after") || l.contains("more work than estimated")));
     assert!(lines.iter().any(|l| l.contains(" left (")), "no ETA in {lines:?}");
     let (quiet, _) = gpumux_within(&[&args[..], &["-q"]].concat(), &every, Duration::from_secs(120));
     assert!(quiet.status.success(), "{}", stderr(&quiet));
