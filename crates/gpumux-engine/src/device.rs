@@ -131,6 +131,8 @@ pub enum DeviceError {
     Stalled { now: Nanos },
     #[error("device backend error: {0}")]
     Backend(String),
+    #[error(transparent)]
+    TimeOverflow(#[from] crate::time::TimeOverflow),
 }
 
 /// Counters a device keeps over a run.

@@ -21,12 +21,33 @@ pub struct RunOutcome {
     pub trace: Vec<TraceSpan>,
 }
 
+/// How far a run is, for progress displays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Device time.
+    pub now: Nanos,
+    /// Blocks the device completed so far.
+    pub blocks_completed: u64,
+    /// Operations the processes have issued so far.
+    pub ops_issued: u64,
+}
+
 /// Drives `engine` on `device` to completion. `progress` is called now and
 /// then with the current device time (for progress bars); it must be cheap.
 pub fn run(
     engine: &mut Engine,
     device: &mut dyn Device,
     progress: &mut dyn FnMut(Nanos),
+) -> Result<RunOutcome, RunError> {
+    run_with_progress(engine, device, &mut |p| progress(p.now))
+}
+
+/// [`run`], reporting blocks and operations done as well (ETAs), and once
+/// more when the run completes.
+pub fn run_with_progress(
+    engine: &mut Engine,
+    device: &mut dyn Device,
+    progress: &mut dyn FnMut(Progress),
 ) -> Result<RunOutcome, RunError> {
     let mut events: Vec<Event> = Vec::new();
     let mut now: Nanos = 0;
@@ -64,8 +85,13 @@ pub fn run(
         }
         steps += 1;
         if steps.is_multiple_of(4096) {
-            progress(now);
+            progress(Progress {
+                now,
+                blocks_completed: device.stats().blocks_completed,
+                ops_issued: engine.ops_issued(),
+            });
         }
     }
+    progress(Progress { now, blocks_completed: device.stats().blocks_completed, ops_issued: engine.ops_issued() });
     Ok(RunOutcome { record: engine.record(), stats: device.stats(), trace: device.take_trace() })
 }

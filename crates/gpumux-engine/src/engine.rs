@@ -6,15 +6,16 @@
 //! device commands. A driver (`crate::driver`) moves commands to a device and
 //! events back, at the times the device reports.
 
+use crate::active::ActiveList;
 use crate::device::{Command, CopyDirection, Event, ReleaseCause, SavedBlock};
 use crate::ids::{CopyId, KernelId, LaunchId, ProcessId, SmId};
 use crate::kernel::{DeviceInfo, DoesNotFit};
 use crate::model::{Op, ProcessSpec, Workload};
-use crate::policy::{ActiveKernel, Decision, Policy, SchedView, SmState};
+use crate::policy::{position_of, ActiveKernel, Decision, Policy, SchedView, SmState};
 use crate::ranges::BlockRanges;
 use crate::record::{PreemptionSample, ProcessRecord, RunRecord, RunSpan};
 use crate::smset::SmSet;
-use crate::time::Nanos;
+use crate::time::{later, Nanos, TimeOverflow};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -34,6 +35,8 @@ pub enum EngineError {
     Empty,
     #[error("device has {have} SMs, more than the {max} gpumux supports")]
     TooManySms { have: u16, max: usize },
+    #[error(transparent)]
+    TimeOverflow(#[from] TimeOverflow),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -79,7 +82,12 @@ pub struct Engine {
     /// Workload process id of each slot of `procs`.
     proc_ids: Vec<ProcessId>,
     replay_min_runs: Option<u32>,
-    kernels: Vec<ActiveKernel>,
+    /// With `replay_min_runs`: processes that have completed fewer runs
+    /// (kept as a count so ending a run does not scan every process).
+    short_of_min_runs: usize,
+    /// Processes not finished yet (`is_finished` is asked after every event).
+    unfinished: usize,
+    kernels: ActiveList,
     work: BTreeMap<KernelId, KernelWork>,
     launches: HashMap<LaunchId, LaunchState>,
     copies: HashMap<CopyId, ProcessId>,
@@ -99,6 +107,11 @@ pub struct Engine {
     preemptions: Vec<PreemptionSample>,
     kernels_completed: u64,
     arrival_order: ArrivalOrder,
+    /// Operations the processes' hosts have issued (progress displays).
+    ops_issued: u64,
+    /// An error found where no `Result` can be returned (a timer that does
+    /// not fit in `Nanos`); `poll_command` reports it.
+    fault: Option<EngineError>,
 }
 
 /// What time orders the active kernels (`ActiveKernel::arrival`, the order an
@@ -131,20 +144,23 @@ impl Engine {
         if device.num_sms as usize > crate::smset::MAX_SMS {
             return Err(EngineError::TooManySms { have: device.num_sms, max: crate::smset::MAX_SMS });
         }
+        // Only the processes this run has: an isolated run must not cost
+        // O(all processes), or a workload's N isolated runs cost O(N²).
+        let specs: &[ProcessSpec] = match only {
+            Some(o) => workload.processes.get(o.0 as usize).map(std::slice::from_ref).unwrap_or_default(),
+            None => &workload.processes,
+        };
         // Refuse up front a kernel that can never run, rather than hang later.
-        for p in &workload.processes {
+        for p in specs {
             for op in &p.ops {
                 if let Op::Kernel(k) = op {
                     device.blocks_per_sm(k)?;
                 }
             }
         }
-        let procs: Vec<ProcState> = workload
-            .processes
+        let procs: Vec<ProcState> = specs
             .iter()
-            .enumerate()
-            .filter(|(i, _)| only.is_none_or(|o| o.0 as usize == *i))
-            .map(|(_, p)| ProcState {
+            .map(|p| ProcState {
                 spec: Arc::new(p.clone()),
                 name: Arc::from(p.name.as_str()),
                 arrived: false,
@@ -165,6 +181,11 @@ impl Engine {
             None => (0..procs.len() as u32).map(ProcessId).collect(),
         };
         let n = device.num_sms as usize;
+        let unfinished = procs.len();
+        let short_of_min_runs = match workload.replay_min_runs {
+            Some(min) if min > 0 => procs.len(),
+            _ => 0,
+        };
         let mut e = Engine {
             device,
             policy,
@@ -172,7 +193,9 @@ impl Engine {
             procs,
             proc_ids: ids,
             replay_min_runs: workload.replay_min_runs,
-            kernels: Vec::new(),
+            short_of_min_runs,
+            unfinished,
+            kernels: ActiveList::new(),
             work: BTreeMap::new(),
             launches: HashMap::new(),
             copies: HashMap::new(),
@@ -191,6 +214,8 @@ impl Engine {
             preemptions: Vec::new(),
             kernels_completed: 0,
             arrival_order: ArrivalOrder::default(),
+            ops_issued: 0,
+            fault: None,
         };
         for slot in 0..e.procs.len() {
             let at = e.procs[slot].spec.arrival_ns;
@@ -215,6 +240,9 @@ impl Engine {
 
     /// Next command for the device. Runs the policy first if anything changed.
     pub fn poll_command(&mut self) -> Result<Option<Command>, EngineError> {
+        if let Some(e) = self.fault.take() {
+            return Err(e);
+        }
         if self.out.is_empty() && self.dirty {
             self.dirty = false;
             self.run_policy()?;
@@ -232,11 +260,17 @@ impl Engine {
     }
 
     pub fn is_finished(&self) -> bool {
-        self.procs.iter().all(|p| p.finished)
+        self.unfinished == 0
     }
 
     pub fn now(&self) -> Nanos {
         self.now
+    }
+
+    /// Operations (kernels, copies, host ops, syncs) issued so far, over all
+    /// runs of all processes.
+    pub fn ops_issued(&self) -> u64 {
+        self.ops_issued
     }
 
     pub fn handle_timeout(&mut self, now: Nanos) {
@@ -301,8 +335,18 @@ impl Engine {
         let p = &self.procs[slot];
         match self.replay_min_runs {
             // Keep replaying while anyone (this process included) is short of runs.
-            Some(min) => self.procs.iter().any(|q| (q.runs.len() as u32) < min),
+            Some(_) => self.short_of_min_runs > 0,
             None => p.runs_started < p.spec.repetitions.max(1),
+        }
+    }
+
+    /// Records a completed run of the process in `slot`.
+    fn end_run(&mut self, slot: usize) {
+        let span = RunSpan { start_ns: self.procs[slot].run_start, end_ns: self.now };
+        let runs = &mut self.procs[slot].runs;
+        runs.push(span);
+        if self.replay_min_runs.is_some_and(|min| runs.len() == min as usize) {
+            self.short_of_min_runs -= 1;
         }
     }
 
@@ -319,8 +363,7 @@ impl Engine {
                 if !p.stream.is_empty() {
                     return;
                 }
-                let span = RunSpan { start_ns: p.run_start, end_ns: self.now };
-                self.procs[slot].runs.push(span);
+                self.end_run(slot);
                 if self.wants_another_run(slot) {
                     let p = &mut self.procs[slot];
                     p.runs_started += 1;
@@ -329,7 +372,7 @@ impl Engine {
                     continue;
                 }
                 self.procs[slot].finished = true;
-                // Another process may be waiting for this one's runs to count.
+                self.unfinished -= 1;
                 return;
             }
             // The host may run ahead of its stream by at most `depth` operations.
@@ -343,12 +386,21 @@ impl Engine {
                     return; // `stream_head_done` steps the host again
                 }
                 self.procs[slot].op_idx += 1;
+                self.ops_issued += 1;
                 continue;
             }
             self.procs[slot].op_idx += 1;
+            self.ops_issued += 1;
             if let Op::Cpu { ns } = spec.ops[op_idx] {
                 self.procs[slot].host_busy = true;
-                self.push_timer(self.now + ns, Timer::HostDone(ProcessId(slot as u32)));
+                let what = || format!("host (cpu) operation {} of process `{}`", op_idx + 1, spec.name);
+                match later(self.now, ns, what) {
+                    Ok(at) => self.push_timer(at, Timer::HostDone(ProcessId(slot as u32))),
+                    // The host stays busy: the run stops at the next `poll_command`.
+                    Err(e) => {
+                        self.fault.get_or_insert(e.into());
+                    }
+                }
                 return;
             }
             self.procs[slot].stream.push_back((op_idx, self.now));
@@ -429,21 +481,22 @@ impl Engine {
     fn stream_head_done(&mut self, slot: usize) {
         self.procs[slot].stream.pop_front();
         self.start_stream_head(slot);
+        // Only this process can move: another one's host is waiting on its
+        // own stream or timer, or it is at the end of a run, where it decides
+        // at once whether to replay (no process waits for others' runs to
+        // count), so stepping every process here was O(processes) for nothing.
         self.step_host(slot);
-        // A finished run may let other replaying processes stop.
-        if self.replay_min_runs.is_some() {
-            for s in 0..self.procs.len() {
-                if s != slot {
-                    self.step_host(s);
-                }
-            }
-        }
     }
 
     // ------------------------------------------------------------------ kernels
 
     fn kernel_index(&self, id: KernelId) -> Option<usize> {
-        self.kernels.iter().position(|k| k.id == id)
+        position_of(&self.kernels, id)
+    }
+
+    /// The `procs` slot of a workload process (`proc_ids` is ascending).
+    fn slot_of(&self, id: ProcessId) -> Option<usize> {
+        self.proc_ids.binary_search(&id).ok()
     }
 
     fn finish_kernel(&mut self, id: KernelId) {
@@ -459,7 +512,7 @@ impl Engine {
                 }
             }
         }
-        let slot = self.proc_ids.iter().position(|&p| p == k.process).unwrap_or(0);
+        let slot = self.slot_of(k.process).unwrap_or(0);
         self.stream_head_done(slot);
     }
 

@@ -10,6 +10,7 @@
 //! Progress of a kernel is a set of block ranges ([`ranges::BlockRanges`]), so
 //! preemption, resumption, resizing and splitting are all range operations.
 
+mod active;
 pub mod device;
 pub mod driver;
 pub mod engine;

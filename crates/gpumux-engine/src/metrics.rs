@@ -7,9 +7,11 @@
 //! * fairness = min_i NP_i / max_i NP_i with NP_i = 1 / NTT_i (1 = fair).
 
 use crate::device::DeviceStats;
-use crate::record::RunRecord;
+use crate::ids::ProcessId;
+use crate::record::{ProcessRecord, RunRecord};
 use crate::time::Nanos;
 use serde::Serialize;
+use std::collections::HashMap;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProcessMetrics {
@@ -73,16 +75,18 @@ pub fn compute(
     num_sms: u16,
     alone: &[RunRecord],
 ) -> Result<PolicyMetrics, MetricsError> {
+    // The first isolated record of each process that completed a run (one
+    // pass: a search per process made metrics O(processes²)).
+    let mut alone_of: HashMap<ProcessId, &ProcessRecord> = HashMap::new();
+    for q in alone.iter().flat_map(|r| r.processes.iter()).filter(|q| !q.runs.is_empty()) {
+        alone_of.entry(q.id).or_insert(q);
+    }
     let mut processes = Vec::with_capacity(shared.processes.len());
     for p in &shared.processes {
         if p.runs.is_empty() {
             return Err(MetricsError::NoRuns(p.name.clone()));
         }
-        let a = alone
-            .iter()
-            .flat_map(|r| r.processes.iter())
-            .find(|q| q.id == p.id && !q.runs.is_empty())
-            .ok_or_else(|| MetricsError::NoAlone(p.name.clone()))?;
+        let a = alone_of.get(&p.id).ok_or_else(|| MetricsError::NoAlone(p.name.clone()))?;
         let (shared_ns, alone_ns) = (p.mean_run_ns(), a.mean_run_ns());
         processes.push(ProcessMetrics {
             name: p.name.clone(),
@@ -122,8 +126,7 @@ pub fn compute(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::ProcessId;
-    use crate::record::{ProcessRecord, RunSpan};
+    use crate::record::RunSpan;
 
     fn rec(runs: &[(u64, u64)]) -> RunRecord {
         RunRecord {

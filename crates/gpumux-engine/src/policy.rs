@@ -111,7 +111,7 @@ impl<'a> SchedView<'a> {
     }
 
     pub fn kernel(&self, id: KernelId) -> Option<&ActiveKernel> {
-        self.kernels.iter().find(|k| k.id == id)
+        position_of(self.kernels, id).map(|i| &self.kernels[i])
     }
 
     /// SMs running `id` (not being preempted).
@@ -121,6 +121,19 @@ impl<'a> SchedView<'a> {
             .enumerate()
             .filter(move |(_, s)| matches!(s, SmState::Running { kernel, .. } if *kernel == id))
             .map(|(i, _)| SmId(i as u16))
+    }
+}
+
+/// Where kernel `id` is in `kernels` (arrival order). Kernels arrive in the
+/// order their ids are given out unless processes issue ahead of their
+/// streams with submission order, so a binary search by id almost always
+/// finds it in O(log n); when the order is not by id, a linear scan does.
+/// Either way the answer is the same (ids are unique), only faster than a
+/// scan, which made every lookup O(active kernels).
+pub fn position_of(kernels: &[ActiveKernel], id: KernelId) -> Option<usize> {
+    match kernels.binary_search_by_key(&id, |k| k.id) {
+        Ok(i) => Some(i),
+        _ => kernels.iter().position(|k| k.id == id),
     }
 }
 

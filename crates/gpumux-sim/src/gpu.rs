@@ -17,7 +17,7 @@ use gpumux_engine::ids::{CopyId, KernelId, LaunchId, ProcessId, SmId};
 use gpumux_engine::kernel::{DeviceInfo, KernelDesc};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
-use gpumux_engine::time::Nanos;
+use gpumux_engine::time::{later, ns_from_f64, Nanos, TimeOverflow};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -125,6 +125,28 @@ pub struct SimGpu {
     stats: DeviceStats,
     trace: Option<Vec<TraceSpan>>,
     audit: Option<Audit>,
+    /// The first time that did not fit in `Nanos`, found where no `Result`
+    /// can be returned; `submit` and `advance` report it.
+    fault: Option<TimeOverflow>,
+}
+
+/// `at + plus`; when that overflows, records why in `fault` (first one
+/// wins) and returns `Nanos::MAX`, which no event reaches before the run
+/// stops with the error. A free function so callers can hold other fields.
+fn checked_at(fault: &mut Option<TimeOverflow>, at: Nanos, plus: Nanos, what: impl FnOnce() -> String) -> Nanos {
+    later(at, plus, what).unwrap_or_else(|e| {
+        fault.get_or_insert(e);
+        Nanos::MAX
+    })
+}
+
+/// Whole nanoseconds of a modelled duration, or `Nanos::MAX` and a recorded
+/// fault when it does not fit (huge copies on a slow link, say).
+fn checked_ns(fault: &mut Option<TimeOverflow>, ns: f64, at: Nanos, what: impl FnOnce() -> String) -> Nanos {
+    ns_from_f64(ns).unwrap_or_else(|| {
+        fault.get_or_insert(TimeOverflow { what: what(), at, plus: Nanos::MAX });
+        Nanos::MAX
+    })
 }
 
 /// What the memory model did over a run (`SimGpu::mem_stats`): evidence for
@@ -176,6 +198,7 @@ impl SimGpu {
             stats: DeviceStats::default(),
             trace: None,
             audit: None,
+            fault: None,
         }
     }
 
@@ -206,8 +229,9 @@ impl SimGpu {
         }
         self.sms[sm].saving += 1;
         self.stats.sm_switch_ns += ns as u128;
-        self.span(sm as u32, "preemption overhead".into(), "preempt", self.now, self.now + ns, None);
-        self.schedule(self.now + ns, SimEvent::SaveDone { sm: sm as u16, launch: lid });
+        let until = checked_at(&mut self.fault, self.now, ns, || format!("the preemption overhead on SM {sm}"));
+        self.span(sm as u32, "preemption overhead".into(), "preempt", self.now, until, None);
+        self.schedule(until, SimEvent::SaveDone { sm: sm as u16, launch: lid });
         true
     }
 
@@ -345,10 +369,15 @@ impl SimGpu {
             // A restored block keeps the remaining time it was saved with
             // (already contended); a new one gets its time at the end of the instant.
             let (index, work) = if let Some(sb) = l.restore.pop_front() {
-                let restore_ns =
-                    (l.context_bytes as f64 / (self.info.mem_bandwidth / self.info.num_sms as f64) * 1e9) as Nanos;
+                let what = || format!("restoring block {} of kernel `{}` on SM {sm}", sb.index, l.desc.name);
+                let restore_ns = checked_ns(
+                    &mut self.fault,
+                    l.context_bytes as f64 / (self.info.mem_bandwidth / self.info.num_sms as f64) * 1e9,
+                    self.now,
+                    what,
+                );
                 self.stats.sm_switch_ns += restore_ns as u128;
-                (sb.index, restore_ns + sb.remaining_ns)
+                (sb.index, checked_at(&mut self.fault, restore_ns, sb.remaining_ns, what))
             } else {
                 let Some(b) = l.blocks.pop_first() else { break };
                 (b, block_time(&l.desc, self.seed, l.time_key, b))
@@ -370,7 +399,9 @@ impl SimGpu {
                 s.busy_since = Some(self.now);
             }
             // Provisional end (what a context save in this same instant sees).
-            let end = self.now + work.max(1);
+            let end = checked_at(&mut self.fault, self.now, work.max(1), || {
+                format!("block {index} of kernel `{}` on SM {sm}", d.name)
+            });
             s.resident.push(Resident { token, launch: lid, index, end });
             if restored {
                 self.schedule(end, SimEvent::BlockDone { sm: sm as u16, token });
@@ -394,7 +425,7 @@ impl SimGpu {
             // Gone already: preempted in the same instant.
             let Some(r) = s.resident.iter_mut().find(|r| r.token == p.token) else { continue };
             let work = p.mem.block_time(p.base, demand).max(1);
-            r.end = self.now + work;
+            r.end = checked_at(&mut self.fault, self.now, work, || format!("block {} on SM {}", r.index, p.sm));
             let end = r.end;
             self.mem_stats.issued_ns += work as f64;
             self.mem_stats.alone_ns += p.base as f64;
@@ -544,9 +575,14 @@ impl SimGpu {
                 }
                 Mechanism::ContextSwitch => {
                     let n = mine.len() as u64;
-                    let save_ns = (n as f64 * context_bytes as f64 / self.info.per_sm_bandwidth() * 1e9).ceil()
-                        as Nanos
-                        + self.preempt_overhead_ns;
+                    let what = || format!("a context save of {n} blocks on SM {sm}");
+                    let save_ns = checked_ns(
+                        &mut self.fault,
+                        (n as f64 * context_bytes as f64 / self.info.per_sm_bandwidth() * 1e9).ceil(),
+                        self.now,
+                        what,
+                    );
+                    let save_ns = checked_at(&mut self.fault, save_ns, self.preempt_overhead_ns, what);
                     for p in mine {
                         let r = self.evict(i, p);
                         let remaining_ns = r.end.saturating_sub(self.now);
@@ -556,7 +592,7 @@ impl SimGpu {
                     self.stats.sm_switch_ns += save_ns as u128;
                     self.sms[i].saving += 1;
                     self.launch_mut(lid).leaving.insert(sm);
-                    let until = self.now + save_ns;
+                    let until = checked_at(&mut self.fault, self.now, save_ns, what);
                     self.span(i as u32, "save context".into(), "preempt", self.now, until, None);
                     self.schedule(until, SimEvent::SaveDone { sm: sm.0, launch: lid });
                 }
@@ -587,11 +623,14 @@ impl SimGpu {
             return;
         }
         let Some((id, p, bytes)) = self.copies[e].queue.pop_front() else { return };
-        let ns = self.info.pcie_latency_ns + (bytes as f64 / self.info.pcie_bandwidth * 1e9) as Nanos;
+        let what = || format!("a copy of {bytes} bytes for process {p}");
+        let transfer = checked_ns(&mut self.fault, bytes as f64 / self.info.pcie_bandwidth * 1e9, self.now, what);
+        let ns = checked_at(&mut self.fault, self.info.pcie_latency_ns, transfer, what);
+        let end = checked_at(&mut self.fault, self.now, ns, what);
         self.copies[e].current = Some((id, p, self.now));
-        self.copies[e].busy_until = Some(self.now + ns);
+        self.copies[e].busy_until = Some(end);
         self.stats.bytes_copied += bytes;
-        self.schedule(self.now + ns, SimEvent::CopyDone { engine: e as u8 });
+        self.schedule(end, SimEvent::CopyDone { engine: e as u8 });
     }
 
     fn on_copy_done(&mut self, e: usize) {
@@ -697,17 +736,23 @@ impl Device for SimGpu {
                 self.start_copy(e);
             }
         }
-        Ok(())
+        self.fault.take().map_or(Ok(()), |e| Err(e.into()))
     }
 
     fn advance(&mut self, until: Option<Nanos>, events: &mut Vec<Event>) -> Result<Nanos, DeviceError> {
         loop {
+            if let Some(e) = self.fault.take() {
+                return Err(e.into());
+            }
             if !self.out.is_empty() {
                 events.append(&mut self.out);
                 return Ok(self.now);
             }
             // The caller has submitted everything for this instant: time moves on.
             self.flush_pending();
+            if let Some(e) = self.fault.take() {
+                return Err(e.into());
+            }
             let next = self.queue.peek().map(|Reverse((t, _, _))| *t);
             match (next, until) {
                 (None, None) => return Err(DeviceError::Stalled { now: self.now }),

@@ -104,6 +104,9 @@ impl KernelMem {
         if self.intensity <= 0.0 || (demand <= 1.0 && self.alone_factor <= 1.0) {
             return t;
         }
+        // Cannot saturate: t is at most 2 × 10^12 ns (a validated block time
+        // with its spread) and the factor at most the resident blocks' summed
+        // demand, a few thousand; the caller's `now + t` is checked.
         ((t as f64 * slowdown(self.intensity, demand) / self.alone_factor).round() as Nanos).max(1)
     }
 }

@@ -24,5 +24,6 @@ pub fn block_time(desc: &KernelDesc, seed: u64, time_key: u64, index: u64) -> Na
     let h = mix64(seed ^ mix64(time_key ^ mix64(index)));
     let u = (h >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
     let t = desc.block_time_ns as f64 * (1.0 + desc.block_time_spread.min(1.0) * u);
+    // At most twice the mean (spread < 1), itself a Nanos: no saturation.
     t.max(1.0) as Nanos
 }

@@ -2,15 +2,15 @@
 //! isolated runs that NTT is normalised by, in parallel on the host's cores.
 
 use crate::devices::DeviceSpec;
+use crate::progress::{self, Progress};
+use crate::work;
 use anyhow::{anyhow, Context, Result};
 use gpumux_engine::device::{DeviceStats, TraceSpan};
 use gpumux_engine::ids::ProcessId;
 use gpumux_engine::metrics::{self, PolicyMetrics};
 use gpumux_engine::model::Workload;
 use gpumux_engine::record::RunRecord;
-use gpumux_engine::time::NS_PER_MS;
 use gpumux_engine::{driver, policies, Engine};
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -24,8 +24,10 @@ pub struct RunOptions {
     pub policies: Vec<String>,
     pub seed: u64,
     pub trace: bool,
-    pub progress: bool,
+    pub progress: progress::Mode,
     pub threads: usize,
+    /// Largest estimated work (`work.rs`) run without complaint; `f64::INFINITY`: no limit.
+    pub max_work: f64,
 }
 
 /// The result of `gpumux run`, as printed with `--json`.
@@ -58,7 +60,7 @@ fn run_job(
     opts: &RunOptions,
     policy: &str,
     only: Option<ProcessId>,
-    bar: &ProgressBar,
+    progress: &Progress,
 ) -> Result<JobResult> {
     let info = opts.device.info()?;
     let policy_box = policies::by_name(policy)?;
@@ -67,9 +69,14 @@ fn run_job(
     if opts.trace && only.is_none() {
         device.enable_trace();
     }
-    let out = driver::run(&mut engine, device.as_mut(), &mut |now| {
-        bar.set_message(format!("{:.1} ms simulated", now as f64 / NS_PER_MS as f64));
-        bar.tick();
+    let processes = if only.is_some() { 1 } else { w.processes.len() };
+    progress.add(work::PROCESS_COST * processes as f64);
+    // Work so far in this run, in the estimate's units; the shared counter gets the increments.
+    let mut reported = 0.0;
+    let out = driver::run_with_progress(&mut engine, device.as_mut(), &mut |p| {
+        let done = p.blocks_completed as f64 + work::OP_COST * p.ops_issued as f64;
+        progress.add(done - reported);
+        reported = done;
     })
     .with_context(|| match only {
         Some(p) => format!("isolated run of process {}", w.processes[p.0 as usize].name),
@@ -87,32 +94,39 @@ pub fn run_workload(w: &Workload, opts: &RunOptions) -> Result<RunReport> {
     opts.device.check(w)?;
     let mut jobs: Vec<Job> = (0..w.processes.len() as u32).map(|p| Job::Alone(ProcessId(p))).collect();
     jobs.extend((0..opts.policies.len()).map(Job::Shared));
+    let threads = opts.threads.max(1).min(jobs.len());
+    // Before any work: refuse what would take hours unless asked for.
+    let estimate = work::estimate(w, &info, opts.policies.len())?;
+    work::check(&estimate, opts.max_work, threads)?;
+    let progress = Progress::new(&estimate, jobs.len());
     let results: Vec<Mutex<Option<Result<JobResult>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
-    let multi = if opts.progress {
-        MultiProgress::new()
-    } else {
-        MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
-    };
-    let style = ProgressStyle::with_template("{spinner} {prefix:>24} {wide_msg} [{elapsed}]")
-        .unwrap_or_else(|_| ProgressStyle::default_spinner());
     std::thread::scope(|s| {
-        for _ in 0..opts.threads.max(1).min(jobs.len()) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(job) = jobs.get(i) else { break };
-                let (policy, only, label) = match job {
-                    Job::Alone(p) => (ALONE_POLICY, Some(*p), format!("alone: {}", w.processes[p.0 as usize].name)),
-                    Job::Shared(k) => (opts.policies[*k].as_str(), None, opts.policies[*k].clone()),
-                };
-                let bar = multi.add(ProgressBar::new_spinner().with_style(style.clone()).with_prefix(label));
-                let r = run_job(w, opts, policy, only, &bar);
-                bar.finish_and_clear();
-                if let Ok(mut slot) = results[i].lock() {
-                    *slot = Some(r);
-                }
-            });
+        if opts.progress != progress::Mode::Off {
+            s.spawn(|| progress.report(opts.progress));
         }
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(i) else { break };
+                    let (policy, only) = match job {
+                        Job::Alone(p) => (ALONE_POLICY, Some(*p)),
+                        Job::Shared(k) => (opts.policies[*k].as_str(), None),
+                    };
+                    let r = run_job(w, opts, policy, only, &progress);
+                    progress.run_done();
+                    if let Ok(mut slot) = results[i].lock() {
+                        *slot = Some(r);
+                    }
+                })
+            })
+            .collect();
+        for h in workers {
+            // A panicked worker leaves its slot empty: reported below.
+            let _ = h.join();
+        }
+        progress.finish();
     });
     let mut alone = Vec::new();
     let mut shared = Vec::new();

@@ -7,7 +7,7 @@
 
 use crate::device::Mechanism;
 use crate::ids::SmId;
-use crate::policy::{Decision, Policy, SchedView, SmState};
+use crate::policy::{position_of, Decision, Policy, SchedView, SmState};
 
 #[derive(Debug)]
 pub struct Dss {
@@ -37,7 +37,16 @@ impl Policy for Dss {
             .collect();
         let mut want: Vec<u32> =
             view.kernels.iter().map(|k| k.useful_sms().saturating_sub(k.sms_committed())).collect();
-        let mut running: Vec<Vec<SmId>> = view.kernels.iter().map(|k| view.running_sms(k.id).collect()).collect();
+        // Each kernel's running SMs in SM order, from one pass over the SMs
+        // (asking `running_sms` per kernel cost O(kernels × SMs) a round).
+        let mut running: Vec<Vec<SmId>> = vec![Vec::new(); view.kernels.len()];
+        for (i, s) in view.sms.iter().enumerate() {
+            if let SmState::Running { kernel, .. } = s {
+                if let Some(k) = position_of(view.kernels, *kernel) {
+                    running[k].push(SmId(i as u16));
+                }
+            }
+        }
         let mut idle: Vec<SmId> = view.idle_sms().collect();
         idle.reverse();
         loop {

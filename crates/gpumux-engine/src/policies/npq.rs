@@ -13,7 +13,6 @@ impl Policy for Npq {
     }
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
-        let order = by_priority(view);
-        fill_idle_in_order(view, order.iter().filter_map(|&id| view.kernel(id)), out);
+        fill_idle_in_order(view, by_priority(view).into_iter(), out);
     }
 }

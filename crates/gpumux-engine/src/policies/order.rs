@@ -1,7 +1,6 @@
 //! Shared helper of the non-preemptive policies: hand idle SMs out in a given
 //! kernel order, each kernel taking as many as it can keep busy.
 
-use crate::ids::KernelId;
 use crate::policy::{ActiveKernel, Decision, SchedView};
 
 /// Gives idle SMs to kernels in `order`; a kernel gets at most as many SMs as
@@ -25,10 +24,11 @@ pub fn fill_idle_in_order<'k>(
     }
 }
 
-/// Kernels by priority (highest first), then arrival: the order of priority queues.
-pub fn by_priority(view: &SchedView<'_>) -> Vec<KernelId> {
+/// Kernels by priority (highest first), then arrival: the order of priority
+/// queues. References, not ids: looking each id up again cost O(kernels).
+pub fn by_priority<'v>(view: &SchedView<'v>) -> Vec<&'v ActiveKernel> {
     let mut ks: Vec<&ActiveKernel> = view.kernels.iter().collect();
     // `kernels` is in arrival order and the sort is stable, so ties keep it.
     ks.sort_by_key(|k| std::cmp::Reverse(k.priority));
-    ks.iter().map(|k| k.id).collect()
+    ks
 }

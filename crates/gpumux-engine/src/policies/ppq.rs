@@ -45,8 +45,8 @@ impl Policy for Ppq {
         // Lowest priority first, then most recently arrived (least work lost), then highest SM.
         victims.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
         let mut next_victim = 0;
-        for id in order {
-            let Some(k) = view.kernel(id) else { continue };
+        for k in order {
+            let id = k.id;
             if self.exclusive && Some(k.priority) != top {
                 break;
             }

@@ -23,7 +23,8 @@ impl RoundRobin {
     /// resident blocks, as many waves as fit in the quantum (at least one).
     pub fn slice_blocks(&self, k: &ActiveKernel, num_sms: u16) -> u64 {
         let waves = (self.quantum_ns / k.desc.block_time_ns.max(1)).max(1);
-        waves * k.blocks_per_sm as u64 * num_sms as u64
+        // A block count, used as "at most this many": saturating means "all of them".
+        waves.saturating_mul(k.blocks_per_sm as u64).saturating_mul(num_sms as u64)
     }
 }
 
