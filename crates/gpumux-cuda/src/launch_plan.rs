@@ -151,18 +151,19 @@ pub struct ProfileKey {
 /// Measured block times of one module's kernels, kept as long as the module.
 #[derive(Debug, Default)]
 pub struct ProfileCache {
-    /// (kernel name, shape) → block time in ns.
-    times: Mutex<HashMap<(String, ProfileKey), f64>>,
+    /// kernel name → shape → block time in ns (looked up by `&str`: every
+    /// launch start asks, so no key is built for a lookup).
+    times: Mutex<HashMap<String, HashMap<ProfileKey, f64>>>,
 }
 
 impl ProfileCache {
     pub fn get(&self, kernel: &str, key: ProfileKey) -> Option<f64> {
-        self.times.lock().ok()?.get(&(kernel.to_string(), key)).copied()
+        self.times.lock().ok()?.get(kernel)?.get(&key).copied()
     }
-    /// Keeps the first measurement: later launches are not timed.
+    /// Keeps the first measurement: once one is known, launches are not timed.
     pub fn record(&self, kernel: &str, key: ProfileKey, block_ns: f64) {
         if let Ok(mut t) = self.times.lock() {
-            t.entry((kernel.to_string(), key)).or_insert(block_ns);
+            t.entry(kernel.to_string()).or_default().entry(key).or_insert(block_ns);
         }
     }
 }

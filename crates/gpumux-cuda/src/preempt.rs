@@ -253,15 +253,10 @@ impl WorkerLaunch {
             whole_grid_on_whole_gpu: self.next == 0 && self.end as u64 == total && mask.count() >= self.sm_count,
             native_available: self.native.is_some() && !self.urgent,
         };
-        // One timed launch per kernel shape at a time: while it runs, others
-        // stay at chunk 1 untimed.
+        // Until a timed launch of this kernel shape has finished, every
+        // launch of it is timed (the first to finish is kept by the cache).
         let known = self.func.profiles.get(&self.func.name, self.profile_key());
-        match launch_plan::plan(self.chunk, facts, known) {
-            Plan::Workers { chunk, measure: true } if self.measuring.is_some() => {
-                Plan::Workers { chunk, measure: false }
-            }
-            p => p,
-        }
+        launch_plan::plan(self.chunk, facts, known)
     }
 
     pub fn done(&self) -> bool {
