@@ -2,26 +2,13 @@
 //! output paths that failed only after the work, and names and numbers that
 //! were accepted silently or reported vaguely. Each test drives the binary.
 
+mod common;
+
+use common::{gpumux, repo_root, stderr};
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn gpumux(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpumux"))
-        .args(args)
-        .current_dir(repo_root())
-        .output()
-        .expect("the gpumux binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("gpumux-bad-input-{}-{name}", std::process::id()));

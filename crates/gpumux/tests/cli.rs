@@ -1,30 +1,12 @@
 //! End-to-end tests of the `gpumux` command on the simulated GPU.
 
+mod common;
+
+use common::{gpumux, stderr};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn gpumux(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpumux"))
-        .args(args)
-        .current_dir(repo_root())
-        .output()
-        .expect("the gpumux binary runs")
-}
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpumux-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let p = dir.join(name);
-    std::fs::write(&p, text).expect("write temp file");
-    p
+    common::temp_file("cli", name, text)
 }
 
 #[test]

@@ -4,12 +4,11 @@
 //! there). The quick cases run with every `cargo test`; the slow ones (about
 //! three minutes on two cores) are ignored by default and run by `.ci/run`.
 
+mod common;
+
+use common::repo_root;
 use std::path::PathBuf;
 use std::process::Command;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn golden(name: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);

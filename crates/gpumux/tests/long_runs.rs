@@ -3,8 +3,10 @@
 //! number of processes. Every child gets a deadline, so a regression fails
 //! instead of hanging the suite.
 
+mod common;
+
+use common::stderr;
 use std::io::Read;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,7 +16,7 @@ fn gpumux_within(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (Outpu
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpumux"))
         .args(args)
         .envs(env.iter().copied())
-        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .current_dir(common::repo_root())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -53,16 +55,8 @@ fn gpumux(args: &[&str]) -> Output {
     gpumux_within(args, &[], Duration::from_secs(120)).0
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 fn temp_file(name: &str, text: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("gpumux-long-runs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let p = dir.join(name);
-    std::fs::write(&p, text).expect("write temp file");
-    p.to_string_lossy().into_owned()
+    common::temp_file("long-runs", name, text).to_string_lossy().into_owned()
 }
 
 /// Fails with a message, exit status 1 and nothing on stdout.
