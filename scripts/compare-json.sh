@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# Compares two gpumux binaries' `run --json` outputs, byte for byte, over the
-# README's main job and every examples/*.toml on sim:h100. A change that must
-# not alter any scheduling decision (a speed-up, a check) passes only if every
-# output is identical.
+# Compares two gpumux binaries' outputs, byte for byte: `run --json` of the
+# README's main job and of every examples/*.toml on sim:h100, and `rt experiment
+# fig7 --sets 2000` (JSON and SVG). With --full, also every `experiment NAME
+# --quick` (text report and SVG plots; about 3 minutes per binary on 2 cores).
+# A change that must not alter any scheduling decision (a speed-up, a check, a
+# restructuring) passes only if every output is identical.
 #
-#   scripts/compare-json.sh OLD_BINARY NEW_BINARY [OUTDIR]
+#   scripts/compare-json.sh [--full] OLD_BINARY NEW_BINARY [OUTDIR]
 #
 # OUTDIR (default: a temporary directory) keeps both outputs of every input.
 # Exit status: 0 all identical, 1 some differ or a run failed, 2 usage.
 set -uo pipefail
 
+full=0
+if [ "${1:-}" = --full ]; then
+    full=1
+    shift
+fi
 if [ $# -lt 2 ] || [ ! -x "$1" ] || [ ! -x "$2" ]; then
-    echo "usage: compare-json.sh OLD_BINARY NEW_BINARY [OUTDIR] (both executable)" >&2
+    echo "usage: compare-json.sh [--full] OLD_BINARY NEW_BINARY [OUTDIR] (both executable)" >&2
     exit 2
 fi
 old=$1
@@ -41,6 +48,40 @@ for spec in "${inputs[@]}"; do
         echo "same    $name ($(wc -c <"$out/$name.new.json") bytes)"
     else
         echo "DIFFER  $name: diff $out/$name.old.json $out/$name.new.json"
+        status=1
+    fi
+done
+# Commands that write a folder of files: every file must match.
+# name|arguments (the output folder is appended as --out DIR)
+folders=("rt-fig7|rt experiment fig7 --sets 2000 --quiet")
+if [ $full = 1 ]; then
+    for name in $("$new" experiment list | awk '{print $1}'); do
+        folders+=("experiment-$name|experiment $name --quick --quiet")
+    done
+fi
+for spec in "${folders[@]}"; do
+    IFS='|' read -r name args <<<"$spec"
+    for side in old new; do
+        bin=$old
+        [ "$side" = new ] && bin=$new
+        rm -rf "$out/$name.$side"
+        # shellcheck disable=SC2086 # args is a word list on purpose
+        if ! "$bin" $args --out "$out/$name.$side" >"$out/$name.$side.stdout" 2>"$out/$name.$side.err"; then
+            echo "FAIL    $name: $side binary exited non-zero (see $out/$name.$side.err)"
+            status=1
+        fi
+    done
+    # Wall-clock figures differ run to run: drop them (and the output path) before comparing.
+    for side in old new; do
+        rm -rf "$out/$name.$side.cmp"
+        cp -r "$out/$name.$side" "$out/$name.$side.cmp"
+        find "$out/$name.$side.cmp" -type f -exec sed -i -E '/"(seconds|sets_per_second|wall_s|elapsed_s)":/d' {} +
+        sed -E -e '/^time: /d' -e "s#$out/$name.$side#OUT#g" "$out/$name.$side.stdout" >"$out/$name.$side.cmp/stdout"
+    done
+    if diff -r -q "$out/$name.old.cmp" "$out/$name.new.cmp" >/dev/null; then
+        echo "same    $name ($(find "$out/$name.new" -type f | wc -l) files and stdout, timings left out)"
+    else
+        echo "DIFFER  $name: diff -r $out/$name.old.cmp $out/$name.new.cmp"
         status=1
     fi
 done
