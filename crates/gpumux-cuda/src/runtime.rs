@@ -404,9 +404,39 @@ impl HostMapped {
     pub fn host_ptr(&self) -> *const u8 {
         self.host
     }
+    /// A read-only view of the mapping's 32-bit words that another host
+    /// thread may poll (e.g. to stamp a device signal while this thread is
+    /// busy issuing calls).
+    pub fn words(&self) -> MappedWords<'_> {
+        MappedWords { base: self.host.cast::<u32>(), words: self.bytes / 4, _mapping: std::marker::PhantomData }
+    }
     /// For asynchronous copies into the mapping.
     pub fn host_mut_ptr(&self) -> *mut u8 {
         self.host
+    }
+}
+
+/// Volatile word reads of a [`HostMapped`], shareable between threads.
+#[derive(Clone, Copy)]
+pub struct MappedWords<'a> {
+    base: *const u32,
+    words: usize,
+    _mapping: std::marker::PhantomData<&'a HostMapped>,
+}
+
+// SAFETY: the view only performs volatile loads of aligned words of pinned
+// memory that outlives it ('a); the device writes those words concurrently
+// anyway, so no host thread may assume they are unaliased.
+unsafe impl Send for MappedWords<'_> {}
+// SAFETY: as above: shared access is volatile loads only.
+unsafe impl Sync for MappedWords<'_> {}
+
+impl MappedWords<'_> {
+    /// The word at index `word`, read with a volatile load.
+    pub fn read(&self, word: usize) -> u32 {
+        assert!(word < self.words, "word outside the mapping");
+        // SAFETY: in bounds of a live mapping (lifetime 'a); volatile because the device writes it.
+        unsafe { std::ptr::read_volatile(self.base.add(word)) }
     }
 }
 
