@@ -1,8 +1,9 @@
 //! Runs an engine against a device until the workload completes.
 
 use crate::device::{Device, DeviceError, DeviceStats, Event, TraceSpan};
-use crate::engine::{Engine, EngineError};
+use crate::engine::EngineError;
 use crate::record::RunRecord;
+use crate::replay::Replay;
 use crate::time::Nanos;
 
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +36,7 @@ pub struct Progress {
 /// Drives `engine` on `device` to completion. `progress` is called now and
 /// then with the current device time (for progress bars); it must be cheap.
 pub fn run(
-    engine: &mut Engine,
+    engine: &mut Replay,
     device: &mut dyn Device,
     progress: &mut dyn FnMut(Nanos),
 ) -> Result<RunOutcome, RunError> {
@@ -45,7 +46,7 @@ pub fn run(
 /// [`run`], reporting blocks and operations done as well (ETAs), and once
 /// more when the run completes.
 pub fn run_with_progress(
-    engine: &mut Engine,
+    engine: &mut Replay,
     device: &mut dyn Device,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<RunOutcome, RunError> {
