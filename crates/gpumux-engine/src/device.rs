@@ -153,6 +153,7 @@ pub enum Event {
         launch: LaunchId,
         /// Blocks never issued, or flushed: they must run again.
         remaining: BlockRanges,
+        /// Context-switched blocks: they must be restored.
         saved: Vec<SavedBlock>,
         /// Blocks of this launch that completed.
         completed: u64,

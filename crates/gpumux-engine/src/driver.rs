@@ -6,10 +6,13 @@ use crate::record::RunRecord;
 use crate::replay::Replay;
 use crate::time::Nanos;
 
+/// Why a run stopped early.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The engine (or its front-end) stopped.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The device stopped.
     #[error(transparent)]
     Device(#[from] DeviceError),
 }
@@ -17,8 +20,11 @@ pub enum RunError {
 /// Everything one run produced.
 #[derive(Clone, Debug)]
 pub struct RunOutcome {
+    /// What the processes did.
     pub record: RunRecord,
+    /// The device's counters.
     pub stats: DeviceStats,
+    /// The device's timeline, if it was asked to record one.
     pub trace: Vec<TraceSpan>,
 }
 

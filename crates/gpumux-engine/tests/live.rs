@@ -399,3 +399,94 @@ fn replay_on_the_scripted_device_gives_the_hand_worked_spans() {
     assert_eq!(spans, vec![(2_000, 28_000), (28_000, 54_000)]);
     assert_eq!((out.record.kernels_completed, replay.ops_issued()), (4, 8));
 }
+
+mod chaos {
+    //! Random live changes under every policy: processes come with work, go
+    //! mid-run, change priority and weight. Nobody else's work is lost.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A process of the run: its slot, front-end id, what it was sent and whether it was removed.
+    struct Tracked {
+        slot: Slot,
+        id: u32,
+        ops: Vec<gpumux_engine::OpId>,
+        blocks: u64,
+        removed: bool,
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn live_changes_lose_no_work(
+            policy in 0..policies::CATALOGUE.len(),
+            steps in proptest::collection::vec((0u64..40, 0u8..5, any::<u32>()), 1..24),
+        ) {
+            let name = policies::CATALOGUE[policy].0;
+            let mut b = Bench::new(name);
+            let mut procs: Vec<Tracked> = Vec::new();
+            for (dt, kind, arg) in steps {
+                b.run(Some(b.now + dt * 1_000));
+                let live: Vec<usize> = (0..procs.len()).filter(|&i| !procs[i].removed).collect();
+                let pick = |n: usize| live[arg as usize % n];
+                match kind {
+                    // Static spatial splits the SMs over every live process: at most one SM each.
+                    0..=1 if live.len() < SMS as usize => {
+                        let id = procs.len() as u32;
+                        let slot = b.add(id, (arg % 3) as i32);
+                        let (k1, k2) = (1 + u64::from(arg % 300), 1 + u64::from(arg >> 16) % 100);
+                        let mut ops = vec![b.submit(slot, StreamOp::Kernel { desc: desc("k1", k1), time_key: 0 })];
+                        if arg % 2 == 0 {
+                            ops.push(b.submit(slot, StreamOp::Copy { direction: CopyDirection::DeviceToHost, bytes: 8 }));
+                        }
+                        ops.push(b.submit(slot, StreamOp::Sync));
+                        ops.push(b.submit(slot, StreamOp::Kernel { desc: desc("k2", k2), time_key: 0 }));
+                        procs.push(Tracked { slot, id, ops, blocks: k1 + k2, removed: false });
+                    }
+                    2 if !live.is_empty() => {
+                        let i = pick(live.len());
+                        b.engine.remove_process(b.now, procs[i].slot).expect("a live slot");
+                        procs[i].removed = true;
+                    }
+                    3 if !live.is_empty() => {
+                        b.engine.set_priority(procs[pick(live.len())].slot, (arg % 5) as i32).expect("a live slot");
+                    }
+                    4 if !live.is_empty() => {
+                        b.engine.set_weight(procs[pick(live.len())].slot, f64::from(1 + arg % 4)).expect("a live slot");
+                    }
+                    _ => {}
+                }
+            }
+            b.run(None);
+
+            prop_assert!(b.dev.ran_twice().is_empty(), "{}: {:?}", name, b.dev.ran_twice());
+            for p in &procs {
+                let reported: Vec<_> = b.completions.iter().filter(|(_, c)| c.slot == p.slot).map(|(_, c)| (c.op, c.outcome)).collect();
+                // Every operation is reported once, in order.
+                prop_assert_eq!(reported.iter().map(|r| r.0).collect::<Vec<_>>(), p.ops.clone(), "{}: process {}", name, p.id);
+                if p.removed {
+                    // What ended before the removal completed; the rest was dropped.
+                    let first_dropped = reported.iter().position(|r| r.1 == OpOutcome::Dropped).unwrap_or(reported.len());
+                    prop_assert!(reported[first_dropped..].iter().all(|r| r.1 == OpOutcome::Dropped), "{}", name);
+                } else {
+                    prop_assert!(reported.iter().all(|r| r.1 == OpOutcome::Completed), "{}: process {}", name, p.id);
+                    let blocks: u64 = b
+                        .dev
+                        .log()
+                        .iter()
+                        .filter_map(|(_, c)| match c {
+                            Command::Launch { kernel, process, .. } if process.0 == p.id => Some(*kernel),
+                            _ => None,
+                        })
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .map(|k| b.dev.blocks_done(k))
+                        .sum();
+                    prop_assert_eq!(blocks, p.blocks, "{}: every block of process {} ran", name, p.id);
+                }
+            }
+        }
+    }
+}

@@ -23,20 +23,30 @@ use std::collections::HashMap;
 /// Which partition function.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Heuristic {
+    /// As even as possible.
     Even,
+    /// Even, but no more SMs than a process has blocks.
     SmartEven,
+    /// Even, but no more SMs than needed to hold all blocks at once.
     Packed,
+    /// Fewest total rounds of blocks, none worse than Even.
     Rounds,
+    /// Proportional to blocks per kernel (Eq. 6.2).
     Blocks,
+    /// Proportional to threads per block.
     ThreadsPerBlock,
+    /// Proportional to threads per kernel.
     Threads,
+    /// Maximise Σ speedup^(1/N) (Eq. 6.1).
     Profile,
+    /// Equalise predicted slowdowns.
     Fair,
     /// Counts given in process order (oracle search, QoS reservations).
     Fixed(Vec<u32>),
 }
 
 impl Heuristic {
+    /// The named heuristics, as spelt in policy names (`spatial-<name>`).
     pub const NAMED: [(&'static str, Heuristic); 9] = [
         ("even", Heuristic::Even),
         ("smart-even", Heuristic::SmartEven),
@@ -49,10 +59,12 @@ impl Heuristic {
         ("fair", Heuristic::Fair),
     ];
 
+    /// The heuristic named `s` in [`Heuristic::NAMED`].
     pub fn by_name(s: &str) -> Option<Heuristic> {
         Self::NAMED.iter().find(|(n, _)| *n == s).map(|(_, h)| h.clone())
     }
 
+    /// Its name in policy names (`fixed:a/b/...` for given counts).
     pub fn name(&self) -> String {
         match self {
             Heuristic::Fixed(c) => format!("fixed:{}", c.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("/")),
@@ -80,7 +92,9 @@ impl Heuristic {
 /// A process given a fixed number of SMs (QoS): the heuristic splits what is left among the others.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reservation {
+    /// The process, by name.
     pub process_name: String,
+    /// Its SMs.
     pub sms: u32,
 }
 
