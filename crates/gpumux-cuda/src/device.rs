@@ -57,7 +57,9 @@ use crate::preempt::{SmMask, WorkerLaunch};
 use crate::runtime::{DeviceBuffer, Event as CuEvent, Gpu, HostMapped, Stream};
 use crate::suite::{self, compare, App, HostData, Sequence, Tolerance};
 use cudarc::driver::sys as cu;
-use gpumux_engine::device::{Command, CopyDirection, Device, DeviceError, DeviceStats, Event, ReleaseCause, TraceSpan};
+use gpumux_engine::device::{
+    Command, CopyDirection, Device, DeviceError, DeviceStats, Event, Message, ProtocolError, ReleaseCause, TraceSpan,
+};
 use gpumux_engine::ids::{CopyId, KernelId, LaunchId, ProcessId};
 use gpumux_engine::kernel::{DeviceInfo, KernelDesc, SmLimits, SuiteKernelRef};
 use gpumux_engine::ranges::BlockRanges;
@@ -929,7 +931,7 @@ impl CudaDevice {
         let chunk = self.chunk;
         let now = self.now();
         let Some(mut live) = self.launches.remove(&lid) else {
-            return Err(DeviceError::Protocol(format!("start of unknown launch {lid}")));
+            return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Launch }.into());
         };
         let left = self.left.get(&live.kernel).cloned().unwrap_or_default();
         let mut mask = SmMask::empty();
@@ -1147,16 +1149,14 @@ impl Device for CudaDevice {
         match command {
             Command::Launch { launch, kernel, process, priority, desc, blocks, restore, sms, .. } => {
                 if !restore.is_empty() {
-                    return Err(DeviceError::Protocol(format!(
-                        "launch {launch}: the CUDA device never saves contexts, yet {} are to be restored",
-                        restore.len()
-                    )));
+                    return Err(ProtocolError::CannotRestore { launch, blocks: restore.len() }.into());
                 }
                 if self.launches.contains_key(&launch) {
-                    return Err(DeviceError::Protocol(format!("launch {launch} started twice")));
+                    return Err(ProtocolError::LaunchedTwice { launch }.into());
                 }
                 if let Some(sm) = sms.iter().find(|s| s.0 >= self.info.num_sms) {
-                    return Err(DeviceError::Protocol(format!("launch {launch} on SM {sm}, beyond the device")));
+                    let (device, sms) = (self.info.name.clone(), self.info.num_sms as usize);
+                    return Err(ProtocolError::NoSuchSm { sm, device, sms }.into());
                 }
                 let (k, t) = match self.bound.get(&kernel) {
                     Some(&b) => b,
@@ -1197,7 +1197,7 @@ impl Device for CudaDevice {
             }
             Command::Grow { launch, sms } => {
                 let Some(live) = self.launches.get_mut(&launch) else {
-                    return Err(DeviceError::Protocol(format!("grow of unknown launch {launch}")));
+                    return Err(ProtocolError::UnknownLaunch { launch, by: Message::Grow }.into());
                 };
                 let add = sms.difference(&live.sms);
                 if add.is_empty() {
@@ -1208,7 +1208,7 @@ impl Device for CudaDevice {
             }
             Command::Retreat { launch, sms, mechanism: _ } => {
                 let Some(live) = self.launches.get_mut(&launch) else {
-                    return Err(DeviceError::Protocol(format!("retreat of unknown launch {launch}")));
+                    return Err(ProtocolError::UnknownLaunch { launch, by: Message::Retreat }.into());
                 };
                 let gone = sms.intersection(&live.sms);
                 if gone.is_empty() {

@@ -8,7 +8,7 @@
 use gpumux_cuda::CudaDevice;
 use gpumux_engine::device::Device;
 use gpumux_engine::kernel::{KernelDesc, SuiteKernelRef};
-use gpumux_engine::{driver, policies, Engine, Op, ProcessSpec, Workload};
+use gpumux_engine::{driver, policies, Op, ProcessSpec, Replay, Workload};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -73,7 +73,7 @@ fn engine_runs_suite_kernels_on_the_gpu_with_correct_results() {
     for policy in ["fcfs", "dss-cs", "rr"] {
         let mut dev = CudaDevice::open(0, 1).expect("open cuda:0");
         let mut engine =
-            Engine::new(&w, dev.info().clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
+            Replay::new(&w, dev.info().clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
         let out = driver::run(&mut engine, &mut dev, &mut |_| {}).unwrap_or_else(|e| panic!("{policy}: {e}"));
         assert_eq!(out.record.processes.len(), 3, "{policy}: every process recorded");
         assert_eq!(out.record.kernels_completed, 40, "{policy}: every kernel invocation completed");
@@ -158,7 +158,7 @@ fn engine_runs_multi_kernel_apps_on_the_gpu_with_correct_results() {
     for policy in ["fcfs", "dss-cs", "ppq-excl-cs", "rr"] {
         let mut dev = CudaDevice::open(0, 1).expect("open cuda:0");
         let mut engine =
-            Engine::new(&w, dev.info().clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
+            Replay::new(&w, dev.info().clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
         let out = driver::run(&mut engine, &mut dev, &mut |_| {}).unwrap_or_else(|e| panic!("{policy}: {e}"));
         assert_eq!(out.record.processes.len(), 4, "{policy}: every process recorded");
         assert_eq!(out.record.kernels_completed, invocations, "{policy}: every kernel invocation completed");
@@ -212,7 +212,7 @@ fn the_device_refuses_a_kernel_order_the_app_cannot_run() {
         assert!(pre.contains(want), "check_workload: {pre:?} lacks {want:?}");
         let mut dev = CudaDevice::open(0, 1).expect("open cuda:0");
         let mut engine =
-            Engine::new(&w, dev.info().clone(), policies::by_name("fcfs").expect("policy"), None).expect("engine");
+            Replay::new(&w, dev.info().clone(), policies::by_name("fcfs").expect("policy"), None).expect("engine");
         match driver::run(&mut engine, &mut dev, &mut |_| {}) {
             Ok(_) => panic!("the device ran a workload it must refuse ({want})"),
             Err(e) => assert!(e.to_string().contains(want), "{e} lacks {want:?}"),

@@ -1,5 +1,6 @@
-//! The engine's active kernels in arrival order, as one slice that policies
-//! read, with cheap removal and insertion near the front.
+//! The engine's active kernels: what it keeps of each (`KernelState`), and
+//! the list that holds them in arrival order, with cheap removal and
+//! insertion near the front (`ActiveList`).
 //!
 //! Why not a plain `Vec`: a kernel finishes near the front of the arrival
 //! order (FCFS runs the oldest first), and `Vec::remove(0)` shifts every
@@ -9,28 +10,69 @@
 //! distance to the nearer end, amortised. The slice and its order are exactly
 //! what a `Vec` with `insert`/`remove` would hold.
 
-use crate::policy::ActiveKernel;
+use crate::device::SavedBlock;
+use crate::ids::{KernelId, LaunchId, Slot};
+use crate::kernel::KernelDesc;
+use crate::ranges::BlockRanges;
+use crate::time::Nanos;
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+/// What the engine keeps of an active kernel: its identity and what is left
+/// of it. Who holds SMs for it is in the SM table; its process's priority is
+/// in the process table (`crate::view` puts them together for policies).
+#[derive(Clone, Debug)]
+pub(crate) struct KernelState {
+    pub id: KernelId,
+    /// The process whose stream it heads.
+    pub slot: Slot,
+    /// When it arrived (`ArrivalOrder`); the list is sorted by it.
+    pub arrival: Nanos,
+    pub desc: Arc<KernelDesc>,
+    /// Occupancy on this device.
+    pub blocks_per_sm: u32,
+    /// Seeds the device's per-block timing (`StreamOp::Kernel`).
+    pub time_key: u64,
+    /// Blocks not handed to any launch.
+    pub pending: BlockRanges,
+    /// Context-switched blocks not handed to any launch.
+    pub saved: Vec<SavedBlock>,
+    /// Launches that have not ended.
+    pub launches: Vec<LaunchId>,
+    /// The launch that can still issue blocks (a new SM grows it).
+    pub live: Option<LiveLaunch>,
+}
+
+/// A launch that can still issue blocks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LiveLaunch {
+    pub id: LaunchId,
+    /// Blocks (and saved contexts) it was started with: an upper bound on
+    /// what it has left.
+    pub blocks: u64,
+}
 
 /// Smallest front gap worth compacting (below it a compaction costs more
 /// than it saves).
 const MIN_GAP: usize = 64;
 
-#[derive(Default)]
-pub struct ActiveList {
-    /// `v[head..]` are the active kernels; `v[..head]` are stale copies of
+/// A sequence with `Vec`'s `insert` and `remove`, fast near both ends.
+pub(crate) struct ActiveList<T> {
+    /// `v[head..]` are the live items; `v[..head]` are stale copies of
     /// removed ones, dropped at the next compaction.
-    v: Vec<ActiveKernel>,
+    v: Vec<T>,
     head: usize,
 }
 
-impl ActiveList {
-    pub fn new() -> Self {
-        Self::default()
+impl<T> Default for ActiveList<T> {
+    fn default() -> Self {
+        ActiveList { v: Vec::new(), head: 0 }
     }
+}
 
+impl<T: Clone> ActiveList<T> {
     /// Inserts `k` at position `at` of the slice (`at <= len`).
-    pub fn insert(&mut self, at: usize, k: ActiveKernel) {
+    pub fn insert(&mut self, at: usize, k: T) {
         let len = self.len();
         assert!(at <= len, "insert at {at} beyond {len} active kernels");
         if at == len {
@@ -45,8 +87,11 @@ impl ActiveList {
         }
     }
 
-    /// Removes and returns the kernel at position `at` of the slice.
-    pub fn remove(&mut self, at: usize) -> ActiveKernel {
+    /// Removes and returns the item at position `at` of the slice. Near the
+    /// front it returns a clone and leaves the original in the gap until the
+    /// next compaction (a finished kernel's clone copies no block ranges:
+    /// they are empty by then).
+    pub fn remove(&mut self, at: usize) -> T {
         let len = self.len();
         assert!(at < len, "remove at {at} of {len} active kernels");
         if at >= len / 2 {
@@ -64,15 +109,15 @@ impl ActiveList {
     }
 }
 
-impl Deref for ActiveList {
-    type Target = [ActiveKernel];
-    fn deref(&self) -> &[ActiveKernel] {
+impl<T> Deref for ActiveList<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
         &self.v[self.head..]
     }
 }
 
-impl DerefMut for ActiveList {
-    fn deref_mut(&mut self) -> &mut [ActiveKernel] {
+impl<T> DerefMut for ActiveList<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
         &mut self.v[self.head..]
     }
 }
@@ -80,80 +125,39 @@ impl DerefMut for ActiveList {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{KernelId, ProcessId};
-    use crate::kernel::KernelDesc;
-    use crate::smset::SmSet;
     use proptest::prelude::*;
-    use std::sync::Arc;
-
-    fn kernel(id: u64) -> ActiveKernel {
-        ActiveKernel {
-            id: KernelId(id),
-            process: ProcessId(0),
-            process_name: Arc::from("p"),
-            priority: 0,
-            weight: 1.0,
-            arrival: 0,
-            desc: Arc::new(KernelDesc {
-                name: "k".into(),
-                blocks: 1,
-                threads_per_block: 32,
-                regs_per_thread: 16,
-                smem_per_block: 0,
-                block_time_ns: 1,
-                block_time_spread: 0.0,
-                mem_intensity: 0.0,
-                idempotent: true,
-                max_blocks_per_sm: None,
-                suite: None,
-            }),
-            blocks_per_sm: 1,
-            pending_blocks: 1,
-            saved_blocks: 0,
-            running: SmSet::EMPTY,
-            leaving: SmSet::EMPTY,
-            incoming: 0,
-            live_launch: None,
-            live_launch_blocks: 0,
-        }
-    }
-
-    fn ids(s: &[ActiveKernel]) -> Vec<u64> {
-        s.iter().map(|k| k.id.0).collect()
-    }
 
     proptest! {
         /// Any sequence of inserts and removes leaves the same slice as a Vec.
         #[test]
         fn behaves_like_a_vec(ops in proptest::collection::vec((any::<bool>(), 0usize..1000), 0..600)) {
-            let (mut list, mut model) = (ActiveList::new(), Vec::new());
+            let (mut list, mut model) = (ActiveList::default(), Vec::new());
             for (n, (insert, pos)) in ops.into_iter().enumerate() {
                 // Mostly inserts, so the list grows past the compaction threshold.
                 if insert || n % 3 != 0 || model.is_empty() {
                     let at = pos % (model.len() + 1);
-                    list.insert(at, kernel(n as u64));
+                    list.insert(at, n as u64);
                     model.insert(at, n as u64);
                 } else {
                     let at = pos % model.len();
-                    let k = list.remove(at);
-                    prop_assert_eq!(k.id.0, model.remove(at));
+                    prop_assert_eq!(list.remove(at), model.remove(at));
                 }
-                prop_assert_eq!(ids(&list), model.clone());
+                prop_assert_eq!(&list[..], &model[..]);
             }
         }
     }
 
     #[test]
     fn front_removals_compact_the_gap() {
-        let mut list = ActiveList::new();
-        for i in 0..1000 {
-            list.insert(i as usize, kernel(i));
+        let mut list = ActiveList::default();
+        for i in 0..1000u64 {
+            list.insert(i as usize, i);
         }
         for i in 0..900 {
-            assert_eq!(list.remove(0).id.0, i);
+            assert_eq!(list.remove(0), i);
         }
         assert_eq!(list.len(), 100);
         assert!(list.v.len() < 2 * 100 + MIN_GAP, "gap not closed: {} slots for 100", list.v.len());
-        assert_eq!(ids(&list), (900..1000).collect::<Vec<_>>());
+        assert_eq!(&list[..], &(900..1000).collect::<Vec<_>>()[..]);
     }
 }

@@ -1,14 +1,18 @@
 //! Runs an engine against a device until the workload completes.
 
 use crate::device::{Device, DeviceError, DeviceStats, Event, TraceSpan};
-use crate::engine::{Engine, EngineError};
+use crate::engine::EngineError;
 use crate::record::RunRecord;
+use crate::replay::Replay;
 use crate::time::Nanos;
 
+/// Why a run stopped early.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The engine (or its front-end) stopped.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The device stopped.
     #[error(transparent)]
     Device(#[from] DeviceError),
 }
@@ -16,8 +20,11 @@ pub enum RunError {
 /// Everything one run produced.
 #[derive(Clone, Debug)]
 pub struct RunOutcome {
+    /// What the processes did.
     pub record: RunRecord,
+    /// The device's counters.
     pub stats: DeviceStats,
+    /// The device's timeline, if it was asked to record one.
     pub trace: Vec<TraceSpan>,
 }
 
@@ -35,7 +42,7 @@ pub struct Progress {
 /// Drives `engine` on `device` to completion. `progress` is called now and
 /// then with the current device time (for progress bars); it must be cheap.
 pub fn run(
-    engine: &mut Engine,
+    engine: &mut Replay,
     device: &mut dyn Device,
     progress: &mut dyn FnMut(Nanos),
 ) -> Result<RunOutcome, RunError> {
@@ -45,7 +52,7 @@ pub fn run(
 /// [`run`], reporting blocks and operations done as well (ETAs), and once
 /// more when the run completes.
 pub fn run_with_progress(
-    engine: &mut Engine,
+    engine: &mut Replay,
     device: &mut dyn Device,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<RunOutcome, RunError> {

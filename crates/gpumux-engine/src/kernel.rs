@@ -8,10 +8,13 @@ use std::collections::BTreeMap;
 /// from an SM, and (for the simulator) how long a block takes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KernelDesc {
+    /// Its name, as shown.
     pub name: String,
     /// Number of thread blocks of the linearised grid.
     pub blocks: u64,
+    /// Threads of one block.
     pub threads_per_block: u32,
+    /// 32-bit registers of one thread.
     pub regs_per_thread: u32,
     /// Static plus dynamic shared memory, bytes.
     pub smem_per_block: u32,
@@ -37,7 +40,9 @@ pub struct KernelDesc {
 /// Reference to a kernel of the CUDA benchmark suite.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SuiteKernelRef {
+    /// `APP.KERNEL` in the suite.
     pub name: String,
+    /// Size parameters by name.
     pub params: BTreeMap<String, f64>,
 }
 
@@ -57,17 +62,24 @@ impl KernelDesc {
 /// Per-SM resource limits.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SmLimits {
+    /// Resident threads.
     pub max_threads: u32,
+    /// Resident blocks.
     pub max_blocks: u32,
+    /// 32-bit registers.
     pub registers: u32,
+    /// Shared memory, bytes.
     pub smem_bytes: u32,
 }
 
 /// What a device offers, as the engine and policies need to know it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceInfo {
+    /// Its name, e.g. `H100 (simulated)`.
     pub name: String,
+    /// Streaming multiprocessors.
     pub num_sms: u16,
+    /// What each SM holds.
     pub sm: SmLimits,
     /// Device memory bandwidth, bytes per second.
     pub mem_bandwidth: f64,
@@ -83,8 +95,11 @@ pub struct DeviceInfo {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("kernel `{kernel}` cannot fit one block on an SM of {device}: {reason}")]
 pub struct DoesNotFit {
+    /// The kernel's name.
     pub kernel: String,
+    /// The device's name.
     pub device: String,
+    /// Which limit, with the figures.
     pub reason: String,
 }
 

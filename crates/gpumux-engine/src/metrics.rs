@@ -13,22 +13,35 @@ use crate::time::Nanos;
 use serde::Serialize;
 use std::collections::HashMap;
 
+/// One process's figures under one policy.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProcessMetrics {
+    /// The process's name.
     pub name: String,
+    /// Its priority.
     pub priority: i32,
+    /// Normalised turnaround time: mean run shared / mean run alone.
     pub ntt: f64,
+    /// From its arrival to the end of its last completed run.
     pub turnaround_ns: Nanos,
+    /// Completed runs in the shared run.
     pub runs: usize,
+    /// Mean duration of those runs.
     pub mean_run_ns: f64,
+    /// Mean duration of its runs alone.
     pub alone_run_ns: f64,
 }
 
+/// Percentiles of a set of latencies.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct LatencySummary {
+    /// How many samples.
     pub count: usize,
+    /// Median.
     pub p50_ns: Nanos,
+    /// 99th percentile.
     pub p99_ns: Nanos,
+    /// Largest.
     pub max_ns: Nanos,
 }
 
@@ -44,26 +57,37 @@ impl LatencySummary {
     }
 }
 
+/// The figures of one policy on one workload.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PolicyMetrics {
+    /// The policy's name.
     pub policy: String,
+    /// Average NTT (lower is better).
     pub antt: f64,
+    /// System throughput, Σ 1 / NTT (higher is better).
     pub stp: f64,
+    /// min NP / max NP (1 is fair).
     pub fairness: f64,
+    /// End of the shared run.
     pub makespan_ns: Nanos,
     /// Mean turnaround of the processes at the highest priority, when
     /// priorities differ; `None` when every process has the same priority.
     pub high_priority_turnaround_ns: Option<f64>,
+    /// From asking for an SM back to getting it.
     pub preemption_latency: LatencySummary,
     /// Fraction of SM-time with at least one resident block.
     pub sm_utilisation: f64,
+    /// Per process, in workload order.
     pub processes: Vec<ProcessMetrics>,
 }
 
+/// Why metrics cannot be computed.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
+    /// A process with no completed run has no NTT.
     #[error("process `{0}` completed no run in the shared run")]
     NoRuns(String),
+    /// A process without its isolated run has nothing to normalise by.
     #[error("no isolated run for process `{0}`")]
     NoAlone(String),
 }

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
+/// A set of block indices (see the module doc).
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockRanges {
     /// Sorted by start, disjoint and non-adjacent, none empty.
@@ -15,6 +16,7 @@ pub struct BlockRanges {
 }
 
 impl BlockRanges {
+    /// No blocks.
     pub fn new() -> Self {
         Self::default()
     }
@@ -26,14 +28,17 @@ impl BlockRanges {
         r
     }
 
+    /// How many blocks.
     pub fn len(&self) -> u64 {
         self.ranges.iter().map(|r| r.end - r.start).sum()
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
 
+    /// The ranges, sorted, disjoint and not adjacent.
     pub fn ranges(&self) -> &[Range<u64>] {
         &self.ranges
     }
@@ -111,6 +116,7 @@ impl BlockRanges {
         }
     }
 
+    /// Whether block `b` is in the set.
     pub fn contains(&self, b: u64) -> bool {
         let pos = self.ranges.partition_point(|x| x.end <= b);
         self.ranges.get(pos).is_some_and(|x| x.start <= b)

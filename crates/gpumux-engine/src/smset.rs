@@ -10,14 +10,17 @@ use serde::{Deserialize, Serialize};
 pub const MAX_SMS: usize = 256;
 const WORDS: usize = MAX_SMS / 64;
 
+/// A set of SMs (see the module doc).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SmSet {
     bits: [u64; WORDS],
 }
 
 impl SmSet {
+    /// No SM.
     pub const EMPTY: SmSet = SmSet { bits: [0; WORDS] };
 
+    /// Just `sm`.
     pub fn single(sm: SmId) -> Self {
         let mut s = Self::EMPTY;
         s.insert(sm);
@@ -34,29 +37,35 @@ impl SmSet {
         s
     }
 
+    /// Adds `sm`.
     pub fn insert(&mut self, sm: SmId) {
         let i = sm.0 as usize;
         self.bits[i / 64] |= 1 << (i % 64);
     }
 
+    /// Removes `sm`.
     pub fn remove(&mut self, sm: SmId) {
         let i = sm.0 as usize;
         self.bits[i / 64] &= !(1 << (i % 64));
     }
 
+    /// Whether `sm` is in the set.
     pub fn contains(&self, sm: SmId) -> bool {
         let i = sm.0 as usize;
         i < MAX_SMS && self.bits[i / 64] & (1 << (i % 64)) != 0
     }
 
+    /// How many SMs.
     pub fn len(&self) -> u32 {
         self.bits.iter().map(|w| w.count_ones()).sum()
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.bits.iter().all(|&w| w == 0)
     }
 
+    /// SMs in either set.
     pub fn union(&self, other: &SmSet) -> SmSet {
         let mut s = *self;
         for (a, b) in s.bits.iter_mut().zip(other.bits.iter()) {
@@ -65,6 +74,7 @@ impl SmSet {
         s
     }
 
+    /// SMs in both sets.
     pub fn intersection(&self, other: &SmSet) -> SmSet {
         let mut s = *self;
         for (a, b) in s.bits.iter_mut().zip(other.bits.iter()) {
@@ -73,6 +83,7 @@ impl SmSet {
         s
     }
 
+    /// SMs in this set and not in `other`.
     pub fn difference(&self, other: &SmSet) -> SmSet {
         let mut s = *self;
         for (a, b) in s.bits.iter_mut().zip(other.bits.iter()) {
@@ -81,6 +92,7 @@ impl SmSet {
         s
     }
 
+    /// The SMs in index order.
     pub fn iter(&self) -> impl Iterator<Item = SmId> + '_ {
         self.bits.iter().enumerate().flat_map(|(w, &word)| {
             let mut word = word;
@@ -95,6 +107,7 @@ impl SmSet {
         })
     }
 
+    /// The lowest SM.
     pub fn first(&self) -> Option<SmId> {
         self.iter().next()
     }

@@ -13,8 +13,11 @@
 /// Nanoseconds since the start of a run.
 pub type Nanos = u64;
 
+/// Nanoseconds in a microsecond.
 pub const NS_PER_US: Nanos = 1_000;
+/// Nanoseconds in a millisecond.
 pub const NS_PER_MS: Nanos = 1_000_000;
+/// Nanoseconds in a second.
 pub const NS_PER_S: Nanos = 1_000_000_000;
 
 /// A point in a run's time beyond what [`Nanos`] can hold.
@@ -27,7 +30,9 @@ pub const NS_PER_S: Nanos = 1_000_000_000;
 pub struct TimeOverflow {
     /// What was being timed, e.g. "a host (cpu) operation of process `p`".
     pub what: String,
+    /// When it started.
     pub at: Nanos,
+    /// How long it lasts.
     pub plus: Nanos,
 }
 

@@ -12,7 +12,7 @@ use gpumux_engine::model::Workload;
 use gpumux_engine::policy::Policy;
 use gpumux_engine::record::RunRecord;
 use gpumux_engine::time::Nanos;
-use gpumux_engine::{ArrivalOrder, Engine};
+use gpumux_engine::{ArrivalOrder, Replay};
 use gpumux_sim::memory::MemModel;
 use gpumux_sim::{MemStats, SimGpu};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -181,7 +181,7 @@ pub fn simulate(
     stop_at: Option<Nanos>,
 ) -> Result<Outcome> {
     let name = policy.name();
-    let mut engine = Engine::new(w, info.clone(), policy, only)
+    let mut engine = Replay::new(w, info.clone(), policy, only)
         .with_context(|| format!("policy {name} on {}", info.name))?
         .with_arrival_order(setup.arrival_order);
     let mut dev = setup.device(info);

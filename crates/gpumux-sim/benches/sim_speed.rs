@@ -3,7 +3,7 @@
 //! The wider sweep (SMs, processes, blocks, every policy) is `gpumux bench sim`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use gpumux_engine::{driver, policies, Engine};
+use gpumux_engine::{driver, policies, Replay};
 use gpumux_sim::{presets, SimGpu};
 
 fn bench(c: &mut Criterion) {
@@ -17,7 +17,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 let info = presets::h100();
                 let mut e =
-                    Engine::new(&w, info.clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
+                    Replay::new(&w, info.clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
                 let mut gpu = SimGpu::new(info, 1);
                 driver::run(&mut e, &mut gpu, &mut |_| {}).expect("run")
             })

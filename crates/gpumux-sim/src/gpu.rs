@@ -11,7 +11,8 @@
 use crate::memory::{KernelMem, MemModel};
 use crate::timing::block_time;
 use gpumux_engine::device::{
-    Command, CopyDirection, Device, DeviceError, DeviceStats, Event, Mechanism, ReleaseCause, SavedBlock, TraceSpan,
+    Command, CopyDirection, Device, DeviceError, DeviceStats, Event, Mechanism, Message, ProtocolError, ReleaseCause,
+    SavedBlock, TraceSpan,
 };
 use gpumux_engine::ids::{CopyId, KernelId, LaunchId, ProcessId, SmId};
 use gpumux_engine::kernel::{DeviceInfo, KernelDesc};
@@ -308,7 +309,7 @@ impl SimGpu {
         if i < self.sms.len() {
             Ok(i)
         } else {
-            Err(DeviceError::Protocol(format!("SM {sm} does not exist on {} ({} SMs)", self.info.name, self.sms.len())))
+            Err(ProtocolError::NoSuchSm { sm, device: self.info.name.clone(), sms: self.sms.len() }.into())
         }
     }
 
@@ -528,7 +529,7 @@ impl SimGpu {
 
     fn retreat(&mut self, lid: LaunchId, sms: SmSet, mechanism: Mechanism) -> Result<(), DeviceError> {
         let Some(l) = self.launches.get_mut(&lid) else {
-            return Err(DeviceError::Protocol(format!("retreat of unknown launch {lid}")));
+            return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Retreat }.into());
         };
         // SMs it no longer holds (released on exhaustion meanwhile) are already free.
         let sms = sms.intersection(&l.sms);
@@ -652,25 +653,23 @@ impl Device for SimGpu {
 
     fn submit(&mut self, now: Nanos, command: Command) -> Result<(), DeviceError> {
         if now > self.now {
-            return Err(DeviceError::Protocol(format!("command at {now} ns is ahead of device time {} ns", self.now)));
+            return Err(ProtocolError::AheadOfDevice { at: now, device_now: self.now }.into());
         }
         match command {
             Command::Launch { launch, kernel, process, priority: _, desc, time_key, blocks, restore, sms } => {
                 if self.launches.contains_key(&launch) {
-                    return Err(DeviceError::Protocol(format!("launch {launch} started twice")));
+                    return Err(ProtocolError::LaunchedTwice { launch }.into());
                 }
                 if sms.is_empty() {
-                    return Err(DeviceError::Protocol(format!("launch {launch} of `{}` has no SMs", desc.name)));
+                    return Err(ProtocolError::NoSms { launch, kernel: desc.name.clone() }.into());
                 }
                 for sm in sms.iter() {
                     let i = self.sm_ok(sm)?;
                     if let Some(o) = self.sms[i].owner {
-                        return Err(DeviceError::Protocol(format!(
-                            "launch {launch} given SM {sm}, still owned by launch {o}"
-                        )));
+                        return Err(ProtocolError::SmOwned { launch, sm, owner: o, by: Message::Launch }.into());
                     }
                 }
-                let bps = self.info.blocks_per_sm(&desc).map_err(|e| DeviceError::Protocol(e.to_string()))?;
+                let bps = self.info.blocks_per_sm(&desc).map_err(ProtocolError::from)?;
                 let mem = KernelMem::new(&desc, bps, &self.info, &self.mem);
                 let context_bytes = desc.context_bytes();
                 self.launches.insert(
@@ -703,7 +702,7 @@ impl Device for SimGpu {
             }
             Command::Grow { launch, sms } => {
                 let Some(l) = self.launches.get_mut(&launch) else {
-                    return Err(DeviceError::Protocol(format!("grow of unknown launch {launch}")));
+                    return Err(ProtocolError::UnknownLaunch { launch, by: Message::Grow }.into());
                 };
                 if l.exhausted {
                     // Nothing left to issue: the SMs were never taken, hand them straight back.
@@ -716,9 +715,7 @@ impl Device for SimGpu {
                 for sm in sms.iter() {
                     let i = self.sm_ok(sm)?;
                     if let Some(o) = self.sms[i].owner {
-                        return Err(DeviceError::Protocol(format!(
-                            "launch {launch} grown onto SM {sm}, owned by launch {o}"
-                        )));
+                        return Err(ProtocolError::SmOwned { launch, sm, owner: o, by: Message::Grow }.into());
                     }
                     self.set_owner(i, Some(launch));
                 }

@@ -4,7 +4,7 @@ use gpumux_engine::device::TraceSpan;
 use gpumux_engine::kernel::KernelDesc;
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::record::RunRecord;
-use gpumux_engine::{driver, policies, ArrivalOrder, Engine};
+use gpumux_engine::{driver, policies, ArrivalOrder, Replay};
 use gpumux_sim::{presets, SimGpu};
 use std::sync::Arc;
 
@@ -46,7 +46,7 @@ fn run_full(
 ) -> (RunRecord, Vec<TraceSpan>) {
     let w = Workload { name: "t".into(), processes: procs, replay_min_runs: None };
     let info = presets::k20c();
-    let mut e = Engine::new(&w, info.clone(), policies::by_name(policy).expect("policy"), None)
+    let mut e = Replay::new(&w, info.clone(), policies::by_name(policy).expect("policy"), None)
         .expect("engine")
         .with_arrival_order(order);
     let mut gpu = SimGpu::new(info, 7).with_preempt_overhead(overhead_ns);

@@ -8,7 +8,7 @@ use gpumux_engine::ids::KernelId;
 use gpumux_engine::kernel::KernelDesc;
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::policy::{Decision, Policy, SchedView, SmState};
-use gpumux_engine::{ArrivalOrder, Engine};
+use gpumux_engine::{ArrivalOrder, Replay};
 use gpumux_sim::{presets, SimGpu};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -34,7 +34,7 @@ impl Policy for Chaos {
     }
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
-        let wanting: Vec<KernelId> = view.kernels.iter().filter(|k| k.issuable_blocks() > 0).map(|k| k.id).collect();
+        let wanting: Vec<KernelId> = view.kernels().filter(|k| k.issuable_blocks() > 0).map(|k| k.id()).collect();
         // Preempt some running SMs.
         for (i, s) in view.sms.iter().enumerate() {
             if let SmState::Running { .. } = s {
@@ -126,7 +126,7 @@ fn workload(seed: u64, procs: usize) -> Workload {
 fn run_checked(w: &Workload, policy: Box<dyn Policy>, seed: u64, overhead_ns: u64) -> gpumux_sim::gpu::Audit {
     let info = presets::k20c();
     let order = if seed % 2 == 1 { ArrivalOrder::Submission } else { ArrivalOrder::HeadOfStream };
-    let mut engine = Engine::new(w, info.clone(), policy, None).expect("engine").with_arrival_order(order);
+    let mut engine = Replay::new(w, info.clone(), policy, None).expect("engine").with_arrival_order(order);
     let mut gpu = SimGpu::new(info, seed).with_preempt_overhead(overhead_ns);
     gpu.enable_audit();
     let mut events: Vec<Event> = Vec::new();

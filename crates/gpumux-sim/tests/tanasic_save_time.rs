@@ -6,7 +6,7 @@
 
 use gpumux_engine::kernel::KernelDesc;
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
-use gpumux_engine::{driver, policies, Engine};
+use gpumux_engine::{driver, policies, Replay};
 use gpumux_sim::{presets, SimGpu};
 use std::sync::Arc;
 
@@ -78,7 +78,7 @@ fn context_save_times_match_tanasic_table1() {
         };
         let w = Workload { name: name.into(), processes: vec![low, high], replay_min_runs: None };
         let policy = policies::by_name("ppq-excl-cs").expect("policy");
-        let mut engine = Engine::new(&w, gpu.clone(), policy, None).expect("engine");
+        let mut engine = Replay::new(&w, gpu.clone(), policy, None).expect("engine");
         let mut dev = SimGpu::new(gpu.clone(), 1);
         let out = driver::run(&mut engine, &mut dev, &mut |_| {}).expect("run");
         let lat = &out.record.preemptions;

@@ -3,7 +3,7 @@
 //! and blocks. A run is one engine + simulator on one thread.
 
 use anyhow::Result;
-use gpumux_engine::{driver, policies, Engine};
+use gpumux_engine::{driver, policies, Replay};
 use gpumux_sim::{presets, SimGpu};
 use serde::Serialize;
 use std::time::Instant;
@@ -24,7 +24,7 @@ pub fn measure(sms: u16, processes: usize, blocks: u64, policy: &str) -> Result<
     let mut info = presets::h100();
     info.num_sms = sms;
     let w = gpumux_sim::synthetic::workload(processes, blocks);
-    let mut engine = Engine::new(&w, info.clone(), policies::by_name(policy)?, None)?;
+    let mut engine = Replay::new(&w, info.clone(), policies::by_name(policy)?, None)?;
     let mut gpu = SimGpu::new(info, 1);
     let t0 = Instant::now();
     let out = driver::run(&mut engine, &mut gpu, &mut |_| {})?;

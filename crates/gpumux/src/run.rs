@@ -10,7 +10,7 @@ use gpumux_engine::ids::ProcessId;
 use gpumux_engine::metrics::{self, PolicyMetrics};
 use gpumux_engine::model::Workload;
 use gpumux_engine::record::RunRecord;
-use gpumux_engine::{driver, policies, Engine};
+use gpumux_engine::{driver, policies, Replay};
 use serde::Serialize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -64,7 +64,7 @@ fn run_job(
 ) -> Result<JobResult> {
     let info = opts.device.info()?;
     let policy_box = policies::by_name(policy)?;
-    let mut engine = Engine::new(w, info, policy_box, only)?;
+    let mut engine = Replay::new(w, info, policy_box, only)?;
     let mut device = opts.device.open(opts.seed)?;
     if opts.trace && only.is_none() {
         device.enable_trace();

@@ -7,10 +7,12 @@
 
 use crate::device::Mechanism;
 use crate::ids::SmId;
-use crate::policy::{position_of, Decision, Policy, SchedView, SmState};
+use crate::policy::{Decision, Policy, SchedView, SmState};
 
+/// Dynamic spatial sharing (see the module doc).
 #[derive(Debug)]
 pub struct Dss {
+    /// How SMs are taken from the poorest kernel.
     pub mechanism: Mechanism,
 }
 
@@ -20,29 +22,30 @@ impl Policy for Dss {
     }
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
-        if view.kernels.is_empty() {
+        if view.kernel_count() == 0 {
             return;
         }
-        let total_weight: f64 = view.kernels.iter().map(|k| k.weight.max(0.0)).sum();
+        let total_weight: f64 = view.kernels().map(|k| k.weight().max(0.0)).sum();
         let n = view.device.num_sms as f64;
         // Tokens left per kernel; a committed SM (running or on its way) costs one.
         let mut count: Vec<f64> = view
-            .kernels
-            .iter()
+            .kernels()
             .map(|k| {
-                let share =
-                    if total_weight > 0.0 { k.weight.max(0.0) / total_weight } else { 1.0 / view.kernels.len() as f64 };
+                let share = if total_weight > 0.0 {
+                    k.weight().max(0.0) / total_weight
+                } else {
+                    1.0 / view.kernel_count() as f64
+                };
                 n * share - k.sms_committed() as f64
             })
             .collect();
-        let mut want: Vec<u32> =
-            view.kernels.iter().map(|k| k.useful_sms().saturating_sub(k.sms_committed())).collect();
+        let mut want: Vec<u32> = view.kernels().map(|k| k.useful_sms().saturating_sub(k.sms_committed())).collect();
         // Each kernel's running SMs in SM order, from one pass over the SMs
         // (asking `running_sms` per kernel cost O(kernels × SMs) a round).
-        let mut running: Vec<Vec<SmId>> = vec![Vec::new(); view.kernels.len()];
+        let mut running: Vec<Vec<SmId>> = vec![Vec::new(); view.kernel_count()];
         for (i, s) in view.sms.iter().enumerate() {
             if let SmState::Running { kernel, .. } = s {
-                if let Some(k) = position_of(view.kernels, *kernel) {
+                if let Some(k) = view.position(*kernel) {
                     running[k].push(SmId(i as u16));
                 }
             }
@@ -60,7 +63,7 @@ impl Policy for Dss {
                 return;
             };
             if let Some(sm) = idle.pop() {
-                out.push(Decision::Assign { sm, kernel: view.kernels[kmax].id, slice: None });
+                out.push(Decision::Assign { sm, kernel: view.kernel_at(kmax).id(), slice: None });
                 count[kmax] -= 1.0;
                 want[kmax] -= 1;
                 continue;
@@ -82,7 +85,7 @@ impl Policy for Dss {
             }
             let Some(sm) = running[kmin].pop() else { return };
             debug_assert!(matches!(view.sms[sm.0 as usize], SmState::Running { .. }));
-            out.push(Decision::Preempt { sm, mechanism: self.mechanism, next: Some(view.kernels[kmax].id) });
+            out.push(Decision::Preempt { sm, mechanism: self.mechanism, next: Some(view.kernel_at(kmax).id()) });
             count[kmin] += 1.0;
             count[kmax] -= 1.0;
             want[kmax] -= 1;

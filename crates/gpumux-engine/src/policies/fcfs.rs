@@ -7,6 +7,7 @@
 use super::order::fill_idle_in_order;
 use crate::policy::{ActiveKernel, Decision, Policy, SchedView};
 
+/// First come, first served (see the module doc).
 #[derive(Debug, Default)]
 pub struct Fcfs;
 
@@ -17,7 +18,7 @@ impl Policy for Fcfs {
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
         // No passing a kernel that is ahead in the queue (submission order only).
-        let ahead = |k: &&ActiveKernel| view.in_order_barrier.is_none_or(|b| k.arrival <= b);
-        fill_idle_in_order(view, view.kernels.iter().take_while(ahead), out);
+        let ahead = |k: &ActiveKernel| view.in_order_barrier.is_none_or(|b| k.arrival() <= b);
+        fill_idle_in_order(view, view.kernels().take_while(ahead), out);
     }
 }

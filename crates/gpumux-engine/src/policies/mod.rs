@@ -45,10 +45,17 @@ pub const CATALOGUE: &[(&str, &str)] = &[
 /// policy with a bad parameter (then the message says what is wrong with it).
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
+    /// No policy has this name.
     #[error("unknown policy `{0}`; known: {known}", known = CATALOGUE.iter().map(|c| c.0).collect::<Vec<_>>().join(", "))]
     Unknown(String),
+    /// A known policy with a bad parameter.
     #[error("bad policy `{name}`: {reason}")]
-    Bad { name: String, reason: String },
+    Bad {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// Longest round-robin quantum in microseconds (about 11.6 days, the longest

@@ -4,6 +4,7 @@
 use super::order::{by_priority, fill_idle_in_order};
 use crate::policy::{Decision, Policy, SchedView};
 
+/// Non-preemptive priority queues (see the module doc).
 #[derive(Debug, Default)]
 pub struct Npq;
 

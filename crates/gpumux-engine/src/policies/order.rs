@@ -7,7 +7,7 @@ use crate::policy::{ActiveKernel, Decision, SchedView};
 /// it has work for, the rest go to the next one (back-to-back execution).
 pub fn fill_idle_in_order<'k>(
     view: &SchedView<'_>,
-    order: impl Iterator<Item = &'k ActiveKernel>,
+    order: impl Iterator<Item = ActiveKernel<'k>>,
     out: &mut Vec<Decision>,
 ) {
     let mut idle = view.idle_sms().peekable();
@@ -18,17 +18,17 @@ pub fn fill_idle_in_order<'k>(
         let mut want = k.useful_sms().saturating_sub(k.sms_committed());
         while want > 0 {
             let Some(sm) = idle.next() else { return };
-            out.push(Decision::Assign { sm, kernel: k.id, slice: None });
+            out.push(Decision::Assign { sm, kernel: k.id(), slice: None });
             want -= 1;
         }
     }
 }
 
 /// Kernels by priority (highest first), then arrival: the order of priority
-/// queues. References, not ids: looking each id up again cost O(kernels).
-pub fn by_priority<'v>(view: &SchedView<'v>) -> Vec<&'v ActiveKernel> {
-    let mut ks: Vec<&ActiveKernel> = view.kernels.iter().collect();
+/// queues. Handles, not ids: looking each id up again cost O(kernels).
+pub fn by_priority<'v>(view: &SchedView<'v>) -> Vec<ActiveKernel<'v>> {
+    let mut ks: Vec<ActiveKernel> = view.kernels().collect();
     // `kernels` is in arrival order and the sort is stable, so ties keep it.
-    ks.sort_by_key(|k| std::cmp::Reverse(k.priority));
+    ks.sort_by_key(|k| std::cmp::Reverse(k.priority()));
     ks
 }

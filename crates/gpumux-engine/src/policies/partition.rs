@@ -12,6 +12,7 @@
 pub struct AppChar {
     /// Thread blocks of a kernel (a weighted mean over kernels, Eq. 6.3).
     pub blocks: f64,
+    /// Threads per block.
     pub threads_per_block: f64,
     /// Blocks one SM runs at once (the occupancy the GPU gives this kernel).
     pub blocks_per_sm: u32,

@@ -13,9 +13,12 @@ use crate::device::Mechanism;
 use crate::ids::SmId;
 use crate::policy::{Decision, Policy, SchedView, SmState};
 
+/// Preemptive priority queues (see the module doc).
 #[derive(Debug)]
 pub struct Ppq {
+    /// How SMs are taken from lower priorities.
     pub mechanism: Mechanism,
+    /// Lower priorities get no SM while the top level is active.
     pub exclusive: bool,
 }
 
@@ -26,7 +29,7 @@ impl Policy for Ppq {
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
         let order = by_priority(view);
-        let top = view.kernels.iter().map(|k| k.priority).max();
+        let top = view.kernels().map(|k| k.priority()).max();
         let mut idle: Vec<SmId> = view.idle_sms().collect();
         idle.reverse(); // pop() hands out SM 0 first
                         // Running SMs that may be preempted, with their kernel's priority.
@@ -37,7 +40,7 @@ impl Policy for Ppq {
             .filter_map(|(i, s)| match s {
                 SmState::Running { kernel, .. } => {
                     let k = view.kernel(*kernel)?;
-                    Some((k.priority, k.arrival, SmId(i as u16)))
+                    Some((k.priority(), k.arrival(), SmId(i as u16)))
                 }
                 _ => None,
             })
@@ -46,8 +49,8 @@ impl Policy for Ppq {
         victims.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
         let mut next_victim = 0;
         for k in order {
-            let id = k.id;
-            if self.exclusive && Some(k.priority) != top {
+            let id = k.id();
+            if self.exclusive && Some(k.priority()) != top {
                 break;
             }
             let mut want = k.useful_sms().saturating_sub(k.sms_committed());
@@ -58,7 +61,7 @@ impl Policy for Ppq {
                     continue;
                 }
                 match victims.get(next_victim) {
-                    Some(&(prio, _, sm)) if prio < k.priority => {
+                    Some(&(prio, _, sm)) if prio < k.priority() => {
                         out.push(Decision::Preempt { sm, mechanism: self.mechanism, next: Some(id) });
                         next_victim += 1;
                         want -= 1;

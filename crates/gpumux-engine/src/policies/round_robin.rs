@@ -4,17 +4,21 @@
 //! the block boundary, and the next process with work takes the GPU. No
 //! preemption is needed: slices end by themselves.
 
-use crate::ids::ProcessId;
+use crate::ids::Slot;
 use crate::policy::{ActiveKernel, Decision, Policy, SchedView};
 use crate::time::Nanos;
 
+/// Round-robin time slices (see the module doc).
 #[derive(Debug)]
 pub struct RoundRobin {
+    /// How long a slice should last.
     pub quantum_ns: Nanos,
-    last: Option<ProcessId>,
+    /// The process served last.
+    last: Option<Slot>,
 }
 
 impl RoundRobin {
+    /// Slices of about `quantum_ns` (at least 1 ns).
     pub fn new(quantum_ns: Nanos) -> Self {
         RoundRobin { quantum_ns: quantum_ns.max(1), last: None }
     }
@@ -22,9 +26,9 @@ impl RoundRobin {
     /// Blocks that fill the whole GPU for about one quantum: full waves of
     /// resident blocks, as many waves as fit in the quantum (at least one).
     pub fn slice_blocks(&self, k: &ActiveKernel, num_sms: u16) -> u64 {
-        let waves = (self.quantum_ns / k.desc.block_time_ns.max(1)).max(1);
+        let waves = (self.quantum_ns / k.desc().block_time_ns.max(1)).max(1);
         // A block count, used as "at most this many": saturating means "all of them".
-        waves.saturating_mul(k.blocks_per_sm as u64).saturating_mul(num_sms as u64)
+        waves.saturating_mul(k.blocks_per_sm() as u64).saturating_mul(num_sms as u64)
     }
 }
 
@@ -35,24 +39,23 @@ impl Policy for RoundRobin {
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
         // A slice is in progress while any kernel still runs on an SM it was granted.
-        if view.kernels.iter().any(|k| !k.running.is_empty() || k.incoming > 0) {
-            return;
-        }
-        let ready: Vec<&ActiveKernel> =
-            view.kernels.iter().filter(|k| k.issuable_blocks() > 0 && k.live_launch.is_none()).collect();
-        if ready.is_empty() {
+        if view.kernels().any(|k| !k.running().is_empty() || k.incoming() > 0) {
             return;
         }
         // Next process after the last one served, in process order, wrapping.
-        let after = self.last.map_or(0, |p| p.0 + 1);
-        let Some(k) = ready.iter().min_by_key(|k| (k.process.0.wrapping_sub(after), k.arrival)).copied() else {
+        let after = self.last.map_or(0, |p| p.index() + 1);
+        let Some(k) = view
+            .kernels()
+            .filter(|k| k.issuable_blocks() > 0 && k.live_launch().is_none())
+            .min_by_key(|k| (k.process().index().wrapping_sub(after), k.arrival()))
+        else {
             return;
         };
-        let slice = self.slice_blocks(k, view.device.num_sms);
-        let useful = slice.min(k.issuable_blocks()).div_ceil(k.blocks_per_sm.max(1) as u64);
+        let slice = self.slice_blocks(&k, view.device.num_sms);
+        let useful = slice.min(k.issuable_blocks()).div_ceil(k.blocks_per_sm().max(1) as u64);
         for sm in view.idle_sms().take(useful as usize) {
-            out.push(Decision::Assign { sm, kernel: k.id, slice: Some(slice) });
+            out.push(Decision::Assign { sm, kernel: k.id(), slice: Some(slice) });
         }
-        self.last = Some(k.process);
+        self.last = Some(k.process());
     }
 }

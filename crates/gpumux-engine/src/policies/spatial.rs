@@ -3,8 +3,8 @@
 //! share across its kernels, and its kernels run only on SMs of that share.
 //!
 //! * static (the thesis's GPGPU-Sim set-up): the split is made over every
-//!   process seen so far and changes only when a new process shows up; a
-//!   process with no kernel active leaves its SMs idle.
+//!   process seen so far and changes only when a new process shows up (or
+//!   one is removed); a process with no kernel active leaves its SMs idle.
 //! * dynamic (`-dyn`, what the thesis expected to be better): the split is
 //!   remade over the processes with active kernels whenever a kernel arrives
 //!   or finishes, from the current kernels' characteristics; SMs over a
@@ -16,27 +16,37 @@
 
 use super::partition::{self, AppChar};
 use crate::device::Mechanism;
-use crate::ids::{KernelId, ProcessId, SmId};
+use crate::ids::{KernelId, Slot, SmId};
 use crate::policy::{ActiveKernel, Decision, Policy, SchedView, SmState};
 use std::collections::HashMap;
 
 /// Which partition function.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Heuristic {
+    /// As even as possible.
     Even,
+    /// Even, but no more SMs than a process has blocks.
     SmartEven,
+    /// Even, but no more SMs than needed to hold all blocks at once.
     Packed,
+    /// Fewest total rounds of blocks, none worse than Even.
     Rounds,
+    /// Proportional to blocks per kernel (Eq. 6.2).
     Blocks,
+    /// Proportional to threads per block.
     ThreadsPerBlock,
+    /// Proportional to threads per kernel.
     Threads,
+    /// Maximise Σ speedup^(1/N) (Eq. 6.1).
     Profile,
+    /// Equalise predicted slowdowns.
     Fair,
     /// Counts given in process order (oracle search, QoS reservations).
     Fixed(Vec<u32>),
 }
 
 impl Heuristic {
+    /// The named heuristics, as spelt in policy names (`spatial-<name>`).
     pub const NAMED: [(&'static str, Heuristic); 9] = [
         ("even", Heuristic::Even),
         ("smart-even", Heuristic::SmartEven),
@@ -49,10 +59,12 @@ impl Heuristic {
         ("fair", Heuristic::Fair),
     ];
 
+    /// The heuristic named `s` in [`Heuristic::NAMED`].
     pub fn by_name(s: &str) -> Option<Heuristic> {
         Self::NAMED.iter().find(|(n, _)| *n == s).map(|(_, h)| h.clone())
     }
 
+    /// Its name in policy names (`fixed:a/b/...` for given counts).
     pub fn name(&self) -> String {
         match self {
             Heuristic::Fixed(c) => format!("fixed:{}", c.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("/")),
@@ -80,29 +92,41 @@ impl Heuristic {
 /// A process given a fixed number of SMs (QoS): the heuristic splits what is left among the others.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reservation {
+    /// The process, by name.
     pub process_name: String,
+    /// Its SMs.
     pub sms: u32,
 }
 
+/// Spatial multitasking (see the module doc).
 #[derive(Debug)]
 pub struct Spatial {
+    /// How the SMs are split.
     pub heuristic: Heuristic,
+    /// Remade on every kernel arrival or finish (`-dyn`), or only when the
+    /// set of processes changes.
     pub dynamic: bool,
+    /// How SMs over a share are taken back.
     pub mechanism: Mechanism,
     /// Characteristics by process name (thesis Table 6.1 and measured
     /// profiles); a process not listed is characterised by its current kernel.
     pub profiles: HashMap<String, AppChar>,
+    /// A process given a fixed number of SMs (QoS).
     pub reservation: Option<Reservation>,
     /// Processes the split covers, in order of first appearance, and their share.
-    members: Vec<(ProcessId, AppChar)>,
-    shares: HashMap<ProcessId, u32>,
+    members: Vec<(Slot, AppChar)>,
+    shares: HashMap<Slot, u32>,
     /// What the last split was made for (dynamic: processes and kernels).
-    last_key: Vec<(ProcessId, KernelId)>,
+    last_key: Vec<(Slot, KernelId)>,
+    /// A member was removed: the static split is remade at the next round.
+    member_removed: bool,
     /// Times the split was remade (for tests and experiments).
     pub repartitions: u64,
 }
 
 impl Spatial {
+    /// A spatial policy splitting by `heuristic`; `dynamic` remakes the
+    /// split as kernels come and go, taking SMs back with `mechanism`.
     pub fn new(heuristic: Heuristic, dynamic: bool, mechanism: Mechanism) -> Self {
         Spatial {
             heuristic,
@@ -113,30 +137,36 @@ impl Spatial {
             members: Vec::new(),
             shares: HashMap::new(),
             last_key: Vec::new(),
+            member_removed: false,
             repartitions: 0,
         }
     }
 
+    /// The same, characterising the named processes by `profiles`.
     pub fn with_profiles(mut self, profiles: HashMap<String, AppChar>) -> Self {
         self.profiles = profiles;
         self
     }
 
+    /// The same, with a fixed share for one process.
     pub fn with_reservation(mut self, r: Reservation) -> Self {
         self.reservation = Some(r);
         self
     }
 
     fn characterise(&self, k: &ActiveKernel, sms: u32) -> AppChar {
-        match self.profiles.get(&*k.process_name) {
+        match self.profiles.get(k.process_name()) {
             Some(a) => a.clone(),
-            None => AppChar::predicted(k.desc.blocks as f64, k.desc.threads_per_block as f64, k.blocks_per_sm, sms),
+            None => {
+                let desc = k.desc();
+                AppChar::predicted(desc.blocks as f64, desc.threads_per_block as f64, k.blocks_per_sm(), sms)
+            }
         }
     }
 
     fn resplit(&mut self, view: &SchedView<'_>) {
         let sms = view.device.num_sms as u32;
-        let names: HashMap<ProcessId, &str> = view.kernels.iter().map(|k| (k.process, &*k.process_name)).collect();
+        let names: HashMap<Slot, &str> = view.kernels().map(|k| (k.process(), k.process_name())).collect();
         let mut counts = vec![0u32; self.members.len()];
         let reserved = self.reservation.as_ref().and_then(|r| {
             let i = self.members.iter().position(|(p, _)| names.get(p).is_some_and(|n| *n == r.process_name))?;
@@ -172,43 +202,52 @@ impl Policy for Spatial {
         s
     }
 
+    fn process_removed(&mut self, slot: Slot) {
+        let before = self.members.len();
+        self.members.retain(|(p, _)| *p != slot);
+        self.shares.remove(&slot);
+        // Its share goes back to the others (dynamic: the next key differs anyway).
+        self.member_removed |= self.members.len() != before;
+    }
+
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
         let sms = view.device.num_sms as u32;
         // Each process's oldest active kernel stands for the process.
-        let mut heads: Vec<&ActiveKernel> = Vec::new();
-        for k in view.kernels {
-            if !heads.iter().any(|h| h.process == k.process) {
+        let mut heads: Vec<ActiveKernel> = Vec::new();
+        for k in view.kernels() {
+            if !heads.iter().any(|h| h.process() == k.process()) {
                 heads.push(k);
             }
         }
         if self.dynamic {
-            let key: Vec<(ProcessId, KernelId)> = heads.iter().map(|k| (k.process, k.id)).collect();
+            let key: Vec<(Slot, KernelId)> = heads.iter().map(|k| (k.process(), k.id())).collect();
             if key != self.last_key && !key.is_empty() {
-                self.members = heads.iter().map(|k| (k.process, self.characterise(k, sms))).collect();
+                self.members = heads.iter().map(|k| (k.process(), self.characterise(k, sms))).collect();
                 self.last_key = key;
                 self.resplit(view);
             }
         } else {
             let new: Vec<&ActiveKernel> =
-                heads.iter().copied().filter(|k| !self.members.iter().any(|(p, _)| *p == k.process)).collect();
-            if !new.is_empty() {
+                heads.iter().filter(|k| !self.members.iter().any(|(p, _)| *p == k.process())).collect();
+            if !new.is_empty() || self.member_removed {
                 for k in new {
                     let c = self.characterise(k, sms);
-                    self.members.push((k.process, c));
+                    self.members.push((k.process(), c));
                 }
+                self.member_removed = false;
                 self.resplit(view);
             }
         }
 
         // SMs each process holds or has on the way.
-        let mut committed: HashMap<ProcessId, u32> = HashMap::new();
-        for k in view.kernels {
-            *committed.entry(k.process).or_default() += k.sms_committed();
+        let mut committed: HashMap<Slot, u32> = HashMap::new();
+        for k in view.kernels() {
+            *committed.entry(k.process()).or_default() += k.sms_committed();
         }
-        let share = |p: ProcessId| self.shares.get(&p).copied().unwrap_or(0);
+        let share = |p: Slot| self.shares.get(&p).copied().unwrap_or(0);
         // SMs over a process's share, to be taken back (youngest kernel, highest SM first).
         let mut victims: Vec<SmId> = Vec::new();
-        let mut over: HashMap<ProcessId, u32> = HashMap::new();
+        let mut over: HashMap<Slot, u32> = HashMap::new();
         for (&p, &c) in &committed {
             if c > share(p) {
                 over.insert(p, c - share(p));
@@ -217,7 +256,7 @@ impl Policy for Spatial {
         for (i, s) in view.sms.iter().enumerate().rev() {
             if let SmState::Running { kernel, .. } = s {
                 if let Some(k) = view.kernel(*kernel) {
-                    if let Some(n) = over.get_mut(&k.process).filter(|n| **n > 0) {
+                    if let Some(n) = over.get_mut(&k.process()).filter(|n| **n > 0) {
                         *n -= 1;
                         victims.push(SmId(i as u16));
                     }
@@ -227,21 +266,21 @@ impl Policy for Spatial {
         victims.reverse(); // pop() takes the highest SM first
         let mut idle: Vec<SmId> = view.idle_sms().collect();
         idle.reverse();
-        for k in view.kernels {
-            let have = committed.get(&k.process).copied().unwrap_or(0);
-            let mut room = share(k.process).saturating_sub(have);
+        for k in view.kernels() {
+            let have = committed.get(&k.process()).copied().unwrap_or(0);
+            let mut room = share(k.process()).saturating_sub(have);
             let mut want = k.useful_sms().saturating_sub(k.sms_committed()).min(room);
             while want > 0 {
                 if let Some(sm) = idle.pop() {
-                    out.push(Decision::Assign { sm, kernel: k.id, slice: None });
+                    out.push(Decision::Assign { sm, kernel: k.id(), slice: None });
                 } else if let Some(sm) = victims.pop() {
-                    out.push(Decision::Preempt { sm, mechanism: self.mechanism, next: Some(k.id) });
+                    out.push(Decision::Preempt { sm, mechanism: self.mechanism, next: Some(k.id()) });
                 } else {
                     break;
                 }
                 want -= 1;
                 room -= 1;
-                *committed.entry(k.process).or_default() += 1;
+                *committed.entry(k.process()).or_default() += 1;
             }
             let _ = room;
         }
