@@ -12,10 +12,14 @@ use crate::engine::{Engine, EngineError};
 use crate::record::RunRecord;
 use crate::time::Nanos;
 
+/// Why a run stopped before its end.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The engine failed: a policy decided something invalid, the device broke
+    /// the protocol, or simulated time overflowed.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The device refused a command or could not go on.
     #[error(transparent)]
     Device(#[from] DeviceError),
 }
@@ -23,8 +27,11 @@ pub enum RunError {
 /// Everything one run produced.
 #[derive(Clone, Debug)]
 pub struct RunOutcome {
+    /// The engine's record: each process's runs, preemptions, makespan.
     pub record: RunRecord,
+    /// The device's counters.
     pub stats: DeviceStats,
+    /// The device's timeline, if it was asked to keep one (`Device::enable_trace`).
     pub trace: Vec<TraceSpan>,
     /// Device time when the run ended: the last event's, or the stop time of
     /// [`run_until`].
