@@ -33,8 +33,8 @@ pub struct RunOutcome {
     pub stats: DeviceStats,
     /// The device's timeline, if it was asked to keep one (`Device::enable_trace`).
     pub trace: Vec<TraceSpan>,
-    /// Device time when the run ended: the last event's, or the stop time of
-    /// [`run_until`].
+    /// Device time when the run ended: where the device's last step left it,
+    /// or the stop time of [`run_until`].
     pub end_ns: Nanos,
 }
 
