@@ -74,7 +74,7 @@ fn engine_runs_suite_kernels_on_the_gpu_with_correct_results() {
         let mut dev = CudaDevice::open(0, 1).expect("open cuda:0");
         let mut engine =
             Replay::new(&w, dev.info().clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
-        let out = driver::run(&mut engine, &mut dev, &mut |_| {}).unwrap_or_else(|e| panic!("{policy}: {e}"));
+        let out = driver::run(&mut engine, &mut dev, &mut driver::NoHooks).unwrap_or_else(|e| panic!("{policy}: {e}"));
         assert_eq!(out.record.processes.len(), 3, "{policy}: every process recorded");
         assert_eq!(out.record.kernels_completed, 40, "{policy}: every kernel invocation completed");
         let lines = dev.verify().expect("read outputs back");
@@ -159,7 +159,7 @@ fn engine_runs_multi_kernel_apps_on_the_gpu_with_correct_results() {
         let mut dev = CudaDevice::open(0, 1).expect("open cuda:0");
         let mut engine =
             Replay::new(&w, dev.info().clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
-        let out = driver::run(&mut engine, &mut dev, &mut |_| {}).unwrap_or_else(|e| panic!("{policy}: {e}"));
+        let out = driver::run(&mut engine, &mut dev, &mut driver::NoHooks).unwrap_or_else(|e| panic!("{policy}: {e}"));
         assert_eq!(out.record.processes.len(), 4, "{policy}: every process recorded");
         assert_eq!(out.record.kernels_completed, invocations, "{policy}: every kernel invocation completed");
         let lines = dev.verify().expect("read outputs back");
@@ -213,7 +213,7 @@ fn the_device_refuses_a_kernel_order_the_app_cannot_run() {
         let mut dev = CudaDevice::open(0, 1).expect("open cuda:0");
         let mut engine =
             Replay::new(&w, dev.info().clone(), policies::by_name("fcfs").expect("policy"), None).expect("engine");
-        match driver::run(&mut engine, &mut dev, &mut |_| {}) {
+        match driver::run(&mut engine, &mut dev, &mut driver::NoHooks) {
             Ok(_) => panic!("the device ran a workload it must refuse ({want})"),
             Err(e) => assert!(e.to_string().contains(want), "{e} lacks {want:?}"),
         }

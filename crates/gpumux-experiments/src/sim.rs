@@ -1,11 +1,13 @@
-//! Running workloads on the simulated GPU: a driver loop like the engine's
-//! `driver::run`, plus what the experiments need beyond it: stopping at a
-//! fixed time (Adriaens's fixed-time spatial runs) and counting the blocks
-//! each process completed (his "instructions executed"), and many runs in
-//! parallel with a progress bar.
+//! Running workloads on the simulated GPU through the engine's driver loop,
+//! with what the experiments need beyond a plain run: stopping at a fixed
+//! time (Adriaens's fixed-time spatial runs), counting the blocks each
+//! process completed (his "instructions executed"), where a prioritised
+//! process's time went ([`HpTime`]), and many runs in parallel with a
+//! progress bar.
 
-use anyhow::{anyhow, Context, Result};
-use gpumux_engine::device::{Command, Device, DeviceStats, Event};
+use anyhow::{Context, Result};
+use gpumux_engine::device::{Command, DeviceStats, Event};
+use gpumux_engine::driver::{self, DriverHooks};
 use gpumux_engine::ids::{KernelId, ProcessId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::model::Workload;
@@ -13,12 +15,11 @@ use gpumux_engine::policy::Policy;
 use gpumux_engine::record::RunRecord;
 use gpumux_engine::time::Nanos;
 use gpumux_engine::{ArrivalOrder, Replay};
+use gpumux_jobs::JobPool;
 use gpumux_sim::memory::MemModel;
 use gpumux_sim::{MemStats, SimGpu};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 /// What one simulated run produced.
 #[derive(Clone, Debug)]
@@ -53,7 +54,8 @@ pub struct HpTime {
     pub waits: f64,
 }
 
-/// Intervals collected during a run, clipped to completed runs at the end.
+/// Intervals collected during a run from the driver's commands and events (a
+/// driver hook), clipped to completed runs at the end.
 #[derive(Default)]
 struct HpTracker {
     top: Option<i32>,
@@ -69,35 +71,6 @@ impl HpTracker {
         let top = w.processes.iter().map(|p| p.priority).max();
         let bottom = w.processes.iter().map(|p| p.priority).min();
         HpTracker { top: if top != bottom { top } else { None }, ..Default::default() }
-    }
-
-    fn command(&mut self, now: Nanos, cmd: &Command) {
-        let Some(top) = self.top else { return };
-        match cmd {
-            Command::Retreat { .. } if self.live.is_empty() && self.waiting_since.is_none() => {
-                self.waiting_since = Some(now);
-            }
-            Command::Launch { launch, priority, .. } if *priority >= top => {
-                if let Some(s) = self.waiting_since.take() {
-                    self.waits.push((s, now));
-                }
-                if self.live.is_empty() {
-                    self.kernel_since = Some(now);
-                }
-                self.live.insert(*launch);
-            }
-            _ => {}
-        }
-    }
-
-    fn event(&mut self, now: Nanos, ev: &Event) {
-        if let Event::LaunchEnded { launch, .. } = ev {
-            if self.live.remove(launch) && self.live.is_empty() {
-                if let Some(s) = self.kernel_since.take() {
-                    self.kernels.push((s, now));
-                }
-            }
-        }
     }
 
     fn finish(&self, record: &RunRecord) -> HpTime {
@@ -120,6 +93,37 @@ impl HpTracker {
             run_ns: runs.iter().map(|&(s, e)| (e - s) as f64).sum(),
             wait_first_sm_ns: within(&self.waits),
             kernel_ns: within(&self.kernels),
+        }
+    }
+}
+
+impl DriverHooks for HpTracker {
+    fn on_command(&mut self, now: Nanos, cmd: &Command) {
+        let Some(top) = self.top else { return };
+        match cmd {
+            Command::Retreat { .. } if self.live.is_empty() && self.waiting_since.is_none() => {
+                self.waiting_since = Some(now);
+            }
+            Command::Launch { launch, priority, .. } if *priority >= top => {
+                if let Some(s) = self.waiting_since.take() {
+                    self.waits.push((s, now));
+                }
+                if self.live.is_empty() {
+                    self.kernel_since = Some(now);
+                }
+                self.live.insert(*launch);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_event(&mut self, now: Nanos, ev: &Event) {
+        if let Event::LaunchEnded { launch, .. } = ev {
+            if self.live.remove(launch) && self.live.is_empty() {
+                if let Some(s) = self.kernel_since.take() {
+                    self.kernels.push((s, now));
+                }
+            }
         }
     }
 }
@@ -185,66 +189,43 @@ pub fn simulate(
         .with_context(|| format!("policy {name} on {}", info.name))?
         .with_arrival_order(setup.arrival_order);
     let mut dev = setup.device(info);
-    let count_blocks = stop_at.is_some();
-    if count_blocks {
+    if stop_at.is_some() {
         dev.enable_audit();
     }
     let mut hp = HpTracker::new(w);
-    let mut owner: HashMap<KernelId, ProcessId> = HashMap::new();
+    let mut owners = KernelOwners::default();
+    let hooks = &mut (&mut hp, &mut owners);
+    let out = match stop_at {
+        Some(t) => driver::run_until(&mut engine, &mut dev, t, hooks)?,
+        None => driver::run(&mut engine, &mut dev, hooks)?,
+    };
+    // Blocks per process, from the audit kept for fixed-time runs.
     let mut blocks_done = vec![0u64; w.processes.len()];
-    let mut seen = 0usize;
-    let mut events: Vec<Event> = Vec::new();
-    let mut now: Nanos = 0;
-    engine.handle_timeout(0);
-    loop {
-        while let Some(cmd) = engine.poll_command()? {
-            if let Command::Launch { kernel, process, .. } = &cmd {
-                owner.insert(*kernel, *process);
-            }
-            hp.command(now, &cmd);
-            dev.submit(now, cmd)?;
-        }
-        if engine.is_finished() {
-            break;
-        }
-        let mut deadline = engine.poll_timeout();
-        if let Some(t) = stop_at {
-            deadline = Some(deadline.map_or(t, |d| d.min(t)));
-        }
-        events.clear();
-        now = dev.advance(deadline, &mut events)?;
-        if count_blocks {
-            if let Some(a) = dev.audit() {
-                for (k, _) in &a.completed[seen..] {
-                    if let Some(p) = owner.get(k) {
-                        blocks_done[p.0 as usize] += 1;
-                    }
-                }
-                seen = a.completed.len();
-            }
-        }
-        if stop_at.is_some_and(|t| now >= t) {
-            break;
-        }
-        if events.is_empty() {
-            engine.handle_timeout(now);
-        } else {
-            for ev in events.drain(..) {
-                hp.event(now, &ev);
-                engine.handle_event(now, ev)?;
-            }
-            if deadline.is_some_and(|d| d <= now) {
-                engine.handle_timeout(now);
+    if let Some(audit) = dev.audit() {
+        for (k, _) in &audit.completed {
+            if let Some(p) = owners.0.get(k) {
+                blocks_done[p.0 as usize] += 1;
             }
         }
     }
-    let record = engine.record();
-    let hp = hp.finish(&record);
-    Ok(Outcome { record, stats: dev.stats(), mem: dev.mem_stats(), hp, blocks_done, end_ns: now })
+    let hp = hp.finish(&out.record);
+    Ok(Outcome { record: out.record, stats: out.stats, mem: dev.mem_stats(), hp, blocks_done, end_ns: out.end_ns })
+}
+
+/// The process each launched kernel belongs to, from the driver's commands.
+#[derive(Default)]
+struct KernelOwners(HashMap<KernelId, ProcessId>);
+
+impl DriverHooks for KernelOwners {
+    fn on_command(&mut self, _now: Nanos, command: &Command) {
+        if let Command::Launch { kernel, process, .. } = command {
+            self.0.insert(*kernel, *process);
+        }
+    }
 }
 
 /// Runs `jobs` on `threads` threads with a progress bar on stderr (hidden when
-/// `progress` is false); results in job order; the first error wins.
+/// `progress` is false); results in job order; the first error in job order wins.
 pub fn parallel<J: Sync, R: Send>(
     label: &str,
     jobs: &[J],
@@ -258,28 +239,8 @@ pub fn parallel<J: Sync, R: Send>(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_prefix(label.to_string());
-    let slots: Vec<Mutex<Option<Result<R>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads.max(1).min(jobs.len().max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(j) = jobs.get(i) else { break };
-                let r = f(j);
-                if let Ok(mut slot) = slots[i].lock() {
-                    *slot = Some(r);
-                }
-                bar.inc(1);
-            });
-        }
-    });
+    let job_done = || bar.inc(1);
+    let results = JobPool::new(threads).on_job_done(&job_done).map(jobs, f);
     bar.finish_and_clear();
-    slots
-        .into_iter()
-        .map(|s| {
-            s.into_inner()
-                .map_err(|_| anyhow!("a worker thread panicked"))?
-                .ok_or_else(|| anyhow!("a job did not run"))?
-        })
-        .collect()
+    results
 }

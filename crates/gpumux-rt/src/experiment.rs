@@ -7,8 +7,10 @@
 //! aggregated in order). The run also counts *violations* — sets some heuristic schedules
 //! but GLOBAL does not — which must be zero since GLOBAL is exact.
 
+use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
+use gpumux_jobs::JobPool;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -48,40 +50,20 @@ pub fn evaluate(set: &TaskSet, an: &mut Analyzer, time: &mut [Duration; NM]) -> 
 
 /// Evaluates `sets` on `jobs` threads; outcomes in input order.
 pub fn evaluate_all(sets: &[TaskSet], jobs: usize, time: &mut [Duration; NM]) -> Vec<SetOutcome> {
-    let jobs = jobs.max(1).min(sets.len().max(1));
-    if jobs == 1 {
-        let mut an = Analyzer::new();
-        return sets.iter().map(|s| evaluate(s, &mut an, time)).collect();
+    /// A worker's analyser (reused from set to set) and the time it spent per method.
+    struct Worker {
+        an: Analyzer,
+        time: [Duration; NM],
     }
-    let mut out = vec![SetOutcome::default(); sets.len()];
-    type WorkerResult = (Vec<(usize, SetOutcome)>, [Duration; NM]);
-    let results: Vec<WorkerResult> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..jobs)
-            .map(|w| {
-                sc.spawn(move || {
-                    let mut an = Analyzer::new();
-                    let mut t = [Duration::ZERO; NM];
-                    let mut v = Vec::new();
-                    let mut i = w;
-                    while i < sets.len() {
-                        v.push((i, evaluate(&sets[i], &mut an, &mut t)));
-                        i += jobs;
-                    }
-                    (v, t)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
-    });
-    for (v, t) in results {
-        for (i, o) in v {
-            out[i] = o;
-        }
-        for k in 0..NM {
-            time[k] += t[k];
+    let new_worker = || Worker { an: Analyzer::new(), time: [Duration::ZERO; NM] };
+    let Ok((outcomes, workers)) = JobPool::new(jobs)
+        .map_with(sets, new_worker, |w, set| Ok::<_, Infallible>(evaluate(set, &mut w.an, &mut w.time)));
+    for w in workers {
+        for (total, t) in time.iter_mut().zip(w.time) {
+            *total += t;
         }
     }
-    out
+    outcomes
 }
 
 fn progress(len: u64, msg: &str, quiet: bool) -> ProgressBar {

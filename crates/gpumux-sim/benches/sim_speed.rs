@@ -19,7 +19,7 @@ fn bench(c: &mut Criterion) {
                 let mut e =
                     Replay::new(&w, info.clone(), policies::by_name(policy).expect("policy"), None).expect("engine");
                 let mut gpu = SimGpu::new(info, 1);
-                driver::run(&mut e, &mut gpu, &mut |_| {}).expect("run")
+                driver::run(&mut e, &mut gpu, &mut driver::NoHooks).expect("run")
             })
         });
     }

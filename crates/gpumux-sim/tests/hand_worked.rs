@@ -51,7 +51,7 @@ fn run_full(
         .with_arrival_order(order);
     let mut gpu = SimGpu::new(info, 7).with_preempt_overhead(overhead_ns);
     gpumux_engine::device::Device::enable_trace(&mut gpu);
-    let out = driver::run(&mut e, &mut gpu, &mut |_| {}).expect("run");
+    let out = driver::run(&mut e, &mut gpu, &mut driver::NoHooks).expect("run");
     (out.record, out.trace)
 }
 

@@ -80,7 +80,7 @@ fn context_save_times_match_tanasic_table1() {
         let policy = policies::by_name("ppq-excl-cs").expect("policy");
         let mut engine = Replay::new(&w, gpu.clone(), policy, None).expect("engine");
         let mut dev = SimGpu::new(gpu.clone(), 1);
-        let out = driver::run(&mut engine, &mut dev, &mut |_| {}).expect("run");
+        let out = driver::run(&mut engine, &mut dev, &mut driver::NoHooks).expect("run");
         let lat = &out.record.preemptions;
         assert_eq!(lat.len(), 13, "{name}: every SM preempted once");
         let measured_us = lat.iter().map(|p| p.latency_ns).max().unwrap_or(0) as f64 / 1000.0;

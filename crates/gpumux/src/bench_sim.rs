@@ -3,7 +3,8 @@
 //! and blocks. A run is one engine + simulator on one thread.
 
 use anyhow::Result;
-use gpumux_engine::{driver, policies, Replay};
+use gpumux_engine::driver::{self, NoHooks};
+use gpumux_engine::{policies, Device, Replay};
 use gpumux_sim::{presets, SimGpu};
 use serde::Serialize;
 use std::time::Instant;
@@ -26,8 +27,10 @@ pub fn measure(sms: u16, processes: usize, blocks: u64, policy: &str) -> Result<
     let w = gpumux_sim::synthetic::workload(processes, blocks);
     let mut engine = Replay::new(&w, info.clone(), policies::by_name(policy)?, None)?;
     let mut gpu = SimGpu::new(info, 1);
+    // Through `dyn Device`, as `gpumux run` drives it.
+    let device: &mut dyn Device = &mut gpu;
     let t0 = Instant::now();
-    let out = driver::run(&mut engine, &mut gpu, &mut |_| {})?;
+    let out = driver::run(&mut engine, device, &mut NoHooks)?;
     let wall = t0.elapsed().as_secs_f64();
     Ok(SimBenchRow {
         sms,

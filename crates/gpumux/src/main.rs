@@ -9,6 +9,7 @@ mod devices;
 mod plot;
 mod preflight;
 mod progress;
+mod protocol_log;
 mod run;
 mod table;
 mod trace;

@@ -9,6 +9,7 @@
 //! * `--quiet`: nothing.
 
 use crate::work::{self, Estimate};
+use gpumux_engine::driver::{self, DriverHooks};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -75,12 +76,20 @@ impl Progress {
         self.runs_done.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Stops the reporter (call when every run is done).
-    pub fn finish(&self) {
-        self.finished.store(true, Ordering::Relaxed);
+    /// A driver hook that adds one run's progress to this.
+    pub fn of_run(&self) -> RunProgress<'_> {
+        RunProgress { shared: self, reported: 0.0 }
     }
 
-    /// Reports on stderr in `mode` until `finish` (run it on its own thread).
+    /// Stops the reporter when the guard is dropped: after the last run, or
+    /// when a panic unwinds past the runs (else the reporter's thread would
+    /// keep its scope waiting forever).
+    pub fn finish_on_drop(&self) -> FinishOnDrop<'_> {
+        FinishOnDrop(self)
+    }
+
+    /// Reports on stderr in `mode` until finished ([`Progress::finish_on_drop`]);
+    /// run it on its own thread.
     pub fn report(&self, mode: Mode) {
         let start = Instant::now();
         let bar = (mode == Mode::Bar).then(|| {
@@ -125,6 +134,30 @@ impl Progress {
             (fraction * 100.0).floor(),
             work::duration(secs)
         )
+    }
+}
+
+/// See [`Progress::finish_on_drop`].
+pub struct FinishOnDrop<'a>(&'a Progress);
+
+impl Drop for FinishOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.finished.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Adds a run's work, as the driver reports it, to the shared [`Progress`].
+pub struct RunProgress<'a> {
+    shared: &'a Progress,
+    /// Work of this run already added, in the estimate's units.
+    reported: f64,
+}
+
+impl DriverHooks for RunProgress<'_> {
+    fn on_progress(&mut self, p: driver::Progress) {
+        let done = p.blocks_completed as f64 + work::OP_COST * p.ops_issued as f64;
+        self.shared.add(done - self.reported);
+        self.reported = done;
     }
 }
 

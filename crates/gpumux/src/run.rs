@@ -3,17 +3,17 @@
 
 use crate::devices::DeviceSpec;
 use crate::progress::{self, Progress};
+use crate::protocol_log::ProtocolLog;
 use crate::work;
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use gpumux_engine::device::{DeviceStats, TraceSpan};
 use gpumux_engine::ids::ProcessId;
 use gpumux_engine::metrics::{self, PolicyMetrics};
 use gpumux_engine::model::Workload;
 use gpumux_engine::record::RunRecord;
 use gpumux_engine::{driver, policies, Replay};
+use gpumux_jobs::JobPool;
 use serde::Serialize;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 /// The policy that isolated runs use: the process alone on the GPU, as today.
 pub const ALONE_POLICY: &str = "fcfs";
@@ -61,6 +61,7 @@ fn run_job(
     policy: &str,
     only: Option<ProcessId>,
     progress: &Progress,
+    log: ProtocolLog,
 ) -> Result<JobResult> {
     let info = opts.device.info()?;
     let policy_box = policies::by_name(policy)?;
@@ -71,14 +72,7 @@ fn run_job(
     }
     let processes = if only.is_some() { 1 } else { w.processes.len() };
     progress.add(work::PROCESS_COST * processes as f64);
-    // Work so far in this run, in the estimate's units; the shared counter gets the increments.
-    let mut reported = 0.0;
-    let out = driver::run_with_progress(&mut engine, device.as_mut(), &mut |p| {
-        let done = p.blocks_completed as f64 + work::OP_COST * p.ops_issued as f64;
-        progress.add(done - reported);
-        reported = done;
-    })
-    .with_context(|| match only {
+    let out = driver::run(&mut engine, device.as_mut(), &mut (log, progress.of_run())).with_context(|| match only {
         Some(p) => format!("isolated run of process {}", w.processes[p.0 as usize].name),
         None => format!("run under policy {policy}"),
     })?;
@@ -94,47 +88,29 @@ pub fn run_workload(w: &Workload, opts: &RunOptions) -> Result<RunReport> {
     opts.device.check(w)?;
     let mut jobs: Vec<Job> = (0..w.processes.len() as u32).map(|p| Job::Alone(ProcessId(p))).collect();
     jobs.extend((0..opts.policies.len()).map(Job::Shared));
-    let threads = opts.threads.max(1).min(jobs.len());
     // Before any work: refuse what would take hours unless asked for.
     let estimate = work::estimate(w, &info, opts.policies.len())?;
-    work::check(&estimate, opts.max_work, threads)?;
     let progress = Progress::new(&estimate, jobs.len());
-    let results: Vec<Mutex<Option<Result<JobResult>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|s| {
+    let run_done = || progress.run_done();
+    let pool = JobPool::new(opts.threads).on_job_done(&run_done);
+    work::check(&estimate, opts.max_work, pool.workers(jobs.len()))?;
+    let log = ProtocolLog::from_env();
+    let results = std::thread::scope(|s| {
         if opts.progress != progress::Mode::Off {
             s.spawn(|| progress.report(opts.progress));
         }
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(job) = jobs.get(i) else { break };
-                    let (policy, only) = match job {
-                        Job::Alone(p) => (ALONE_POLICY, Some(*p)),
-                        Job::Shared(k) => (opts.policies[*k].as_str(), None),
-                    };
-                    let r = run_job(w, opts, policy, only, &progress);
-                    progress.run_done();
-                    if let Ok(mut slot) = results[i].lock() {
-                        *slot = Some(r);
-                    }
-                })
-            })
-            .collect();
-        for h in workers {
-            // A panicked worker leaves its slot empty: reported below.
-            let _ = h.join();
-        }
-        progress.finish();
-    });
+        let _finish = progress.finish_on_drop();
+        pool.map(&jobs, |job| {
+            let (policy, only) = match job {
+                Job::Alone(p) => (ALONE_POLICY, Some(*p)),
+                Job::Shared(k) => (opts.policies[*k].as_str(), None),
+            };
+            run_job(w, opts, policy, only, &progress, log)
+        })
+    })?;
     let mut alone = Vec::new();
     let mut shared = Vec::new();
-    for (job, slot) in jobs.iter().zip(results) {
-        let r = slot
-            .into_inner()
-            .map_err(|_| anyhow!("a worker thread panicked"))?
-            .ok_or_else(|| anyhow!("a job did not run"))??;
+    for (job, r) in jobs.iter().zip(results) {
         match job {
             Job::Alone(_) => alone.push(r.record),
             Job::Shared(k) => shared.push((*k, r)),

@@ -175,3 +175,27 @@ fn help_names_the_default_policies_as_the_table_prints_them() {
         assert!(help.contains(name), "`{name}` is in the table but not in --help's default");
     }
 }
+
+#[test]
+fn the_protocol_log_shows_every_command_and_event_only_when_asked() {
+    let run = |log: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_gpumux"));
+        c.args(["run", "examples/two-procs.toml", "--device", "sim:h100", "--policy", "fcfs", "--json", "-q"])
+            .current_dir(common::repo_root());
+        if log {
+            c.env("GPUMUX_LOG_PROTOCOL", "1");
+        } else {
+            c.env_remove("GPUMUX_LOG_PROTOCOL");
+        }
+        c.output().expect("the gpumux binary runs")
+    };
+    let (plain, logged) = (run(false), run(true));
+    assert!(plain.status.success() && logged.status.success(), "{}", stderr(&logged));
+    assert_eq!(plain.stdout, logged.stdout, "the log changes no result");
+    assert!(!stderr(&plain).contains(" -> "), "{}", stderr(&plain));
+    let log = stderr(&logged);
+    let launches = log.lines().filter(|l| l.contains(" -> Launch {")).count();
+    let ends = log.lines().filter(|l| l.contains(" <- LaunchEnded {")).count();
+    assert!(launches > 0, "{log}");
+    assert_eq!(launches, ends, "every launch logged ends, logged");
+}
