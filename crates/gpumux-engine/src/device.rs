@@ -286,6 +286,15 @@ pub enum ProtocolError {
     /// A launch of a kernel that cannot run on the device at all.
     #[error(transparent)]
     DoesNotFit(#[from] DoesNotFit),
+    /// A command the device does not implement (a test double or a backend
+    /// that offers part of the protocol).
+    #[error("{device} does not carry out {command}")]
+    Unsupported {
+        /// The device's name.
+        device: String,
+        /// The command, as a short description.
+        command: String,
+    },
     /// A launch asks a device that never saves contexts to restore some.
     #[error("launch {launch}: this device never saves contexts, yet {blocks} are to be restored")]
     CannotRestore {

@@ -393,7 +393,7 @@ fn replay_on_the_scripted_device_gives_the_hand_worked_spans() {
     let w = Workload { name: "w".into(), processes: vec![spec], replay_min_runs: None };
     let mut replay = Replay::new(&w, device(), policies::by_name("fcfs").expect("fcfs"), None).expect("replay");
     let mut dev = ScriptedDevice::new(device());
-    let out = driver::run(&mut replay, &mut dev, &mut |_| {}).expect("run");
+    let out = driver::run(&mut replay, &mut dev, &mut driver::NoHooks).expect("run");
     // Copy 1 us, kernel 10 us, host 5 us, kernel 10 us: 26 us a run.
     let spans: Vec<(Nanos, Nanos)> = out.record.processes[0].runs.iter().map(|r| (r.start_ns, r.end_ns)).collect();
     assert_eq!(spans, vec![(2_000, 28_000), (28_000, 54_000)]);

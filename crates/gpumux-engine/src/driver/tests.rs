@@ -3,7 +3,7 @@
 //! progress reported.
 
 use super::*;
-use crate::device::ReleaseCause;
+use crate::device::{ProtocolError, ReleaseCause};
 use crate::ids::{LaunchId, SmId};
 use crate::kernel::{DeviceInfo, KernelDesc, SmLimits};
 use crate::model::{Op, ProcessSpec, Workload};
@@ -60,8 +60,8 @@ fn workload(kernels: usize, repetitions: u32) -> Workload {
     }
 }
 
-fn engine(w: &Workload) -> Engine {
-    Engine::new(w, info(), Box::new(Fcfs), None).expect("engine")
+fn engine(w: &Workload) -> Replay {
+    Replay::new(w, info(), Box::new(Fcfs), None).expect("engine")
 }
 
 /// A device double: a launch runs all its blocks in [`LAUNCH_NS`], then
@@ -98,7 +98,7 @@ impl Device for FixedTimeGpu {
         if let Command::Launch { launch, blocks, sms, .. } = &command {
             self.running.push_back((now + LAUNCH_NS, *launch, sms.iter().collect(), blocks.len()));
         } else {
-            return Err(DeviceError::Protocol(format!("the fixed-time GPU only launches: {command:?}")));
+            return Err(ProtocolError::Unsupported { device: self.info.name.clone(), command: format!("{command:?}") }.into());
         }
         self.submitted.push((now, command));
         Ok(())
