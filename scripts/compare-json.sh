@@ -75,8 +75,10 @@ for spec in "${folders[@]}"; do
     for side in old new; do
         rm -rf "$out/$name.$side.cmp"
         cp -r "$out/$name.$side" "$out/$name.$side.cmp"
-        find "$out/$name.$side.cmp" -type f -exec sed -i -E '/"(seconds|sets_per_second|wall_s|elapsed_s)":/d' {} +
-        sed -E -e '/^time: /d' -e "s#$out/$name.$side#OUT#g" "$out/$name.$side.stdout" >"$out/$name.$side.cmp/stdout"
+        # An experiment's header gives its wall time: "== NAME --quick (seed 1, 68.5 s) ==".
+        wall='s/^(== .*\(seed [0-9]+), [0-9.]+ s\) ==$/\1, WALL s) ==/'
+        find "$out/$name.$side.cmp" -type f -exec sed -i -E -e '/"(seconds|sets_per_second|wall_s|elapsed_s)":/d' -e "$wall" {} +
+        sed -E -e '/^time: /d' -e "$wall" -e "s#$out/$name.$side#OUT#g" "$out/$name.$side.stdout" >"$out/$name.$side.cmp/stdout"
     done
     if diff -r -q "$out/$name.old.cmp" "$out/$name.new.cmp" >/dev/null; then
         echo "same    $name ($(find "$out/$name.new" -type f | wc -l) files and stdout, timings left out)"
