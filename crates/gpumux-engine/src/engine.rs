@@ -70,6 +70,10 @@ pub enum EngineError {
     /// A request for a process that is not live (never added, or removed).
     #[error("no live process in slot {0}")]
     UnknownSlot(Slot),
+    /// A weight that is not a finite number >= 0 (proportional shares
+    /// would be meaningless).
+    #[error("a process's weight must be a finite number >= 0, not {0}")]
+    BadWeight(f64),
     /// Time would overflow.
     #[error(transparent)]
     TimeOverflow(#[from] TimeOverflow),
@@ -91,6 +95,14 @@ pub enum ArrivalOrder {
     /// queue fed by asynchronous launches (Tanasic et al.'s applications
     /// "asynchronously enqueue many kernel invocations").
     Submission,
+}
+
+fn check_weight(weight: f64) -> Result<(), EngineError> {
+    if weight.is_finite() && weight >= 0.0 {
+        Ok(())
+    } else {
+        Err(EngineError::BadWeight(weight))
+    }
 }
 
 /// Whose a device launch is.
@@ -208,8 +220,9 @@ impl Engine {
 
     /// Adds a process with an empty stream; the policy sees it once it has
     /// a kernel.
-    pub fn add_process(&mut self, info: ProcessInfo) -> Slot {
-        self.processes.insert(info)
+    pub fn add_process(&mut self, info: ProcessInfo) -> Result<Slot, EngineError> {
+        check_weight(info.weight)?;
+        Ok(self.processes.insert(info))
     }
 
     /// What the engine knows of the process in `slot`, if it is live.
@@ -276,6 +289,7 @@ impl Engine {
 
     /// Gives a process a new weight; the next scheduling round uses it.
     pub fn set_weight(&mut self, slot: Slot, weight: f64) -> Result<(), EngineError> {
+        check_weight(weight)?;
         self.processes.get_mut(slot).ok_or(EngineError::UnknownSlot(slot))?.info.weight = weight;
         self.dirty = true;
         Ok(())

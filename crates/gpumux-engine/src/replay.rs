@@ -108,7 +108,7 @@ impl Replay {
         for (i, spec) in specs.iter().enumerate() {
             let id = ProcessId(first_id + i as u32);
             let info = ProcessInfo::new(id, spec.name.as_str()).with_priority(spec.priority).with_weight(spec.weight);
-            let slot = engine.add_process(info);
+            let slot = engine.add_process(info)?;
             let at = slot.index() as usize;
             if host_of_slot.len() <= at {
                 host_of_slot.resize(at + 1, usize::MAX);

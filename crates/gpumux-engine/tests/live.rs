@@ -68,7 +68,8 @@ impl Bench {
     }
 
     fn add(&mut self, id: u32, priority: i32) -> Slot {
-        self.engine.add_process(ProcessInfo::new(ProcessId(id), format!("p{id}")).with_priority(priority))
+        let info = ProcessInfo::new(ProcessId(id), format!("p{id}")).with_priority(priority);
+        self.engine.add_process(info).expect("a valid process")
     }
 
     fn submit(&mut self, slot: Slot, op: StreamOp) -> gpumux_engine::OpId {
@@ -330,6 +331,19 @@ fn requests_for_a_process_that_is_not_live_are_refused() {
     assert_ne!(next, gone);
     assert!(unknown(b.engine.set_priority(gone, 1)));
     assert!(b.engine.process(next).is_some() && b.engine.process(gone).is_none());
+}
+
+#[test]
+fn a_weight_that_is_not_a_finite_number_at_least_zero_is_refused() {
+    let mut b = Bench::new("dss-cs");
+    let p = b.add(0, 0);
+    for w in [f64::NAN, f64::INFINITY, -1.0] {
+        assert!(matches!(b.engine.set_weight(p, w), Err(EngineError::BadWeight(_))), "{w}");
+        let info = ProcessInfo::new(ProcessId(1), "q").with_weight(w);
+        assert!(matches!(b.engine.add_process(info), Err(EngineError::BadWeight(_))), "{w}");
+    }
+    assert_eq!(b.engine.process(p).map(|i| i.weight), Some(1.0), "a refused weight changes nothing");
+    b.engine.set_weight(p, 0.0).expect("zero is a weight");
 }
 
 #[test]
