@@ -81,7 +81,7 @@ impl DerefMut for ActiveList {
 mod tests {
     use super::*;
     use crate::ids::{KernelId, ProcessId};
-    use crate::kernel::KernelDesc;
+    use crate::kernel::{KernelDesc, KernelShape};
     use crate::smset::SmSet;
     use proptest::prelude::*;
     use std::sync::Arc;
@@ -94,19 +94,7 @@ mod tests {
             priority: 0,
             weight: 1.0,
             arrival: 0,
-            desc: Arc::new(KernelDesc {
-                name: "k".into(),
-                blocks: 1,
-                threads_per_block: 32,
-                regs_per_thread: 16,
-                smem_per_block: 0,
-                block_time_ns: 1,
-                block_time_spread: 0.0,
-                mem_intensity: 0.0,
-                idempotent: true,
-                max_blocks_per_sm: None,
-                suite: None,
-            }),
+            desc: Arc::new(KernelDesc::new("k", KernelShape::new(1, 32, 16))),
             blocks_per_sm: 1,
             pending_blocks: 1,
             saved_blocks: 0,

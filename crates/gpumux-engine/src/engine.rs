@@ -436,7 +436,7 @@ impl Engine {
                 self.work.insert(
                     id,
                     KernelWork {
-                        pending: BlockRanges::full(desc.blocks),
+                        pending: BlockRanges::full(desc.shape.blocks),
                         saved: Vec::new(),
                         launches: Vec::new(),
                         time_key,
@@ -459,7 +459,7 @@ impl Engine {
                         arrival,
                         desc: Arc::clone(desc),
                         blocks_per_sm,
-                        pending_blocks: desc.blocks,
+                        pending_blocks: desc.shape.blocks,
                         saved_blocks: 0,
                         running: SmSet::EMPTY,
                         leaving: SmSet::EMPTY,
@@ -469,7 +469,7 @@ impl Engine {
                     },
                 );
                 self.dirty = true;
-                if desc.blocks == 0 {
+                if desc.shape.blocks == 0 {
                     // An empty grid completes at once, as on a real GPU.
                     self.finish_kernel(id);
                 }

@@ -27,6 +27,6 @@ pub mod time;
 
 pub use device::{Command, Device, DeviceError, Event, Mechanism};
 pub use engine::{ArrivalOrder, Engine, EngineError};
-pub use kernel::{DeviceInfo, KernelDesc, SmLimits};
+pub use kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
 pub use model::{Op, ProcessSpec, Workload};
 pub use policy::{Decision, Policy, SchedView};

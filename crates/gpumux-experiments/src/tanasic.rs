@@ -538,12 +538,12 @@ fn stp_by_class(mixes: &[Mix], res: &[Vec<PolicyMetrics>], pols: &[&str]) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpumux_engine::kernel::KernelDesc;
+    use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
     use std::sync::Arc;
 
     #[test]
     fn launch_gaps_go_between_consecutive_kernels_only() {
-        let k = || Op::Kernel(Arc::new(KernelDesc { name: "k".into(), ..parboil_kernel() }));
+        let k = || Op::Kernel(Arc::new(kernel()));
         let ops = vec![Op::Cpu { ns: 5 }, k(), k(), k(), Op::CopyToHost { bytes: 1 }, k()];
         let out = with_launch_gaps(ops, 7);
         let shape: Vec<&str> = out
@@ -560,7 +560,7 @@ mod tests {
 
     #[test]
     fn async_hosts_sync_only_after_reading_back() {
-        let k = || Op::Kernel(Arc::new(KernelDesc { name: "k".into(), ..parboil_kernel() }));
+        let k = || Op::Kernel(Arc::new(kernel()));
         let ops = vec![
             Op::Cpu { ns: 5 },
             Op::CopyToDevice { bytes: 1 },
@@ -582,19 +582,8 @@ mod tests {
         assert_eq!(shape, ["cpu", "h2d", "k", "k", "d2h", "sync", "cpu"]);
     }
 
-    fn parboil_kernel() -> KernelDesc {
-        KernelDesc {
-            name: String::new(),
-            blocks: 1,
-            threads_per_block: 32,
-            regs_per_thread: 1,
-            smem_per_block: 0,
-            block_time_ns: 1,
-            block_time_spread: 0.0,
-            mem_intensity: 0.0,
-            idempotent: true,
-            max_blocks_per_sm: None,
-            suite: None,
-        }
+    /// Only the operation kinds matter here, not the kernel.
+    fn kernel() -> KernelDesc {
+        KernelDesc::new("k", KernelShape::new(1, 32, 1)).with_sim_timing(SimTiming::new(1))
     }
 }

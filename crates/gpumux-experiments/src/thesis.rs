@@ -5,7 +5,7 @@
 //! the length of one run alone, block-time spread, memory intensity.
 
 use anyhow::Result;
-use gpumux_engine::kernel::{DeviceInfo, KernelDesc, SmLimits};
+use gpumux_engine::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::policies::partition::AppChar;
 use gpumux_engine::time::Nanos;
@@ -139,19 +139,11 @@ fn kernel(row: &Row, dev: &DeviceInfo, blocks: u64, bound: Bound) -> KernelDesc 
     // Block time that makes this kernel's calls take its share of a run on all SMs.
     let per_call_ns = RUN_ALONE_NS as f64 * row.share / 100.0 / row.calls as f64;
     let waves = row.blocks.div_ceil(bps as u64 * dev.num_sms as u64).max(1);
-    KernelDesc {
-        name: row.kernel.to_string(),
-        blocks,
-        threads_per_block: row.threads,
-        regs_per_thread: 8,
-        smem_per_block: 0,
-        block_time_ns: ((per_call_ns / waves as f64).round() as Nanos).max(100),
-        block_time_spread: 0.1,
-        mem_intensity: bound.mem_intensity(),
-        idempotent: true,
-        max_blocks_per_sm: Some(bps),
-        suite: None,
-    }
+    let shape = KernelShape::new(blocks, row.threads, 8).with_max_blocks_per_sm(bps);
+    let timing = SimTiming::new(((per_call_ns / waves as f64).round() as Nanos).max(100))
+        .with_spread(0.1)
+        .with_mem_intensity(bound.mem_intensity());
+    KernelDesc::new(row.kernel, shape).with_sim_timing(timing)
 }
 
 /// Calls in the order one run makes them: the table gives counts, not order,
@@ -223,12 +215,14 @@ pub fn fixed_work(apps: &[&App], dev: &DeviceInfo, blocks: &[u64]) -> Result<Wor
                 break;
             }
             if let Op::Kernel(k) = op {
-                let n = k.blocks.min(left);
+                let n = k.shape.blocks.min(left);
                 left -= n;
-                ops.push(Op::Kernel(if n == k.blocks {
+                ops.push(Op::Kernel(if n == k.shape.blocks {
                     k.clone()
                 } else {
-                    Arc::new(KernelDesc { blocks: n, ..(**k).clone() })
+                    let mut part = (**k).clone();
+                    part.shape.blocks = n;
+                    Arc::new(part)
                 }));
             }
         }
@@ -311,7 +305,8 @@ mod tests {
         let a = app("radix").expect("radix");
         let per = run_blocks(a);
         let w = fixed_work(&[a], &dev, &[per + 300]).expect("work");
-        let total: u64 = w.processes[0].ops.iter().map(|o| if let Op::Kernel(k) = o { k.blocks } else { 0 }).sum();
+        let total: u64 =
+            w.processes[0].ops.iter().map(|o| if let Op::Kernel(k) = o { k.shape.blocks } else { 0 }).sum();
         assert_eq!(total, per + 300);
     }
 

@@ -9,12 +9,12 @@
 //! Two copy engines (H2D, D2H) move data over PCIe, FIFO.
 
 use crate::memory::{KernelMem, MemModel};
-use crate::timing::block_time;
+use crate::timing::{block_time, NoSimTiming};
 use gpumux_engine::device::{
     Command, CopyDirection, Device, DeviceError, DeviceStats, Event, Mechanism, ReleaseCause, SavedBlock, TraceSpan,
 };
 use gpumux_engine::ids::{CopyId, KernelId, LaunchId, ProcessId, SmId};
-use gpumux_engine::kernel::{DeviceInfo, KernelDesc};
+use gpumux_engine::kernel::{DeviceInfo, KernelDesc, SimTiming};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::{later, ns_from_f64, Nanos, TimeOverflow};
@@ -68,6 +68,8 @@ struct Launch {
     kernel: KernelId,
     process: ProcessId,
     desc: Arc<KernelDesc>,
+    /// `desc`'s timing, checked present when the launch started.
+    timing: SimTiming,
     time_key: u64,
     blocks: BlockRanges,
     restore: VecDeque<SavedBlock>,
@@ -342,7 +344,7 @@ impl SimGpu {
     /// Whether one more block of `l` fits on SM `sm` now.
     fn fits(&self, sm: usize, lid: LaunchId, l: &Launch) -> bool {
         let s = &self.sms[sm];
-        let d = &l.desc;
+        let d = &l.desc.shape;
         let mine = s.resident.iter().filter(|r| r.launch == lid).count() as u32;
         s.saving == 0
             && mine < l.bps
@@ -380,7 +382,7 @@ impl SimGpu {
                 (sb.index, checked_at(&mut self.fault, restore_ns, sb.remaining_ns, what))
             } else {
                 let Some(b) = l.blocks.pop_first() else { break };
-                (b, block_time(&l.desc, self.seed, l.time_key, b))
+                (b, block_time(&l.timing, self.seed, l.time_key, b))
             };
             l.resident += 1;
             if let Some(a) = self.audit.as_mut() {
@@ -391,10 +393,10 @@ impl SimGpu {
             let token = self.next_token;
             self.next_token += 1;
             let s = &mut self.sms[sm];
-            s.threads += d.threads_per_block;
+            s.threads += d.shape.threads_per_block;
             s.blocks += 1;
-            s.regs += d.regs_per_block();
-            s.smem += d.smem_per_block as u64;
+            s.regs += d.shape.regs_per_block();
+            s.smem += d.shape.smem_per_block as u64;
             if s.resident.is_empty() {
                 s.busy_since = Some(self.now);
             }
@@ -476,7 +478,7 @@ impl SimGpu {
         if let Some(l) = self.launches.get_mut(&r.launch) {
             l.resident -= 1;
             self.mem_demand -= l.mem.demand_per_block;
-            let d = &l.desc;
+            let d = &l.desc.shape;
             let s = &mut self.sms[sm];
             s.threads -= d.threads_per_block;
             s.blocks -= 1;
@@ -670,15 +672,19 @@ impl Device for SimGpu {
                         )));
                     }
                 }
+                let Some(timing) = desc.sim_timing else {
+                    return Err(DeviceError::Backend(NoSimTiming { kernel: desc.name.clone() }.to_string()));
+                };
                 let bps = self.info.blocks_per_sm(&desc).map_err(|e| DeviceError::Protocol(e.to_string()))?;
-                let mem = KernelMem::new(&desc, bps, &self.info, &self.mem);
-                let context_bytes = desc.context_bytes();
+                let mem = KernelMem::new(timing.mem_intensity, desc.shape.blocks, bps, &self.info, &self.mem);
+                let context_bytes = desc.shape.context_bytes();
                 self.launches.insert(
                     launch,
                     Launch {
                         kernel,
                         process,
                         desc,
+                        timing,
                         time_key,
                         blocks,
                         restore: restore.into(),
@@ -800,5 +806,32 @@ impl Device for SimGpu {
             }
         }
         self.trace.take().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumux_engine::kernel::KernelShape;
+
+    #[test]
+    fn a_kernel_without_timing_is_refused_at_launch_with_its_name() {
+        let mut gpu = SimGpu::new(crate::presets::k20c(), 1);
+        let desc = Arc::new(KernelDesc::new("cuda-only", KernelShape::new(10, 128, 32)));
+        let launch = Command::Launch {
+            launch: LaunchId(0),
+            kernel: KernelId(0),
+            process: ProcessId(0),
+            priority: 0,
+            desc: Arc::clone(&desc),
+            time_key: 0,
+            blocks: BlockRanges::full(desc.shape.blocks),
+            restore: Vec::new(),
+            sms: SmSet::range(0, 13),
+        };
+        let err = gpu.submit(0, launch).expect_err("no timing");
+        assert!(err.to_string().contains("kernel `cuda-only` has no simulator timing"), "{err}");
+        // Nothing was started: the device holds no launch and no SM owner.
+        assert!(gpu.launches.is_empty() && gpu.sms.iter().all(|s| s.owner.is_none()));
     }
 }

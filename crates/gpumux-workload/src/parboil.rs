@@ -3,7 +3,7 @@
 //! docs/workloads.md for how the table's columns become `KernelDesc`s and for
 //! what is our estimate rather than the paper's.
 
-use gpumux_engine::kernel::KernelDesc;
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::model::{Op, ProcessSpec};
 use gpumux_engine::time::us_to_ns;
 use std::fmt;
@@ -255,15 +255,19 @@ impl TableRow {
         let occ = k20c_occupancy(self.threads, self.regs_per_tb, self.smem_per_tb);
         KernelDesc {
             name: self.kernel.to_string(),
-            blocks: self.blocks,
-            threads_per_block: self.threads,
-            regs_per_thread: self.regs_per_thread(),
-            smem_per_block: self.smem_per_tb,
-            block_time_ns: us_to_ns(self.block_time_us(mode)),
-            block_time_spread: BLOCK_TIME_SPREAD,
-            mem_intensity: self.mem_intensity,
+            shape: KernelShape {
+                blocks: self.blocks,
+                threads_per_block: self.threads,
+                regs_per_thread: self.regs_per_thread(),
+                smem_per_block: self.smem_per_tb,
+                max_blocks_per_sm: (occ != self.tbs_per_sm).then_some(self.tbs_per_sm),
+            },
             idempotent: self.idempotent,
-            max_blocks_per_sm: (occ != self.tbs_per_sm).then_some(self.tbs_per_sm),
+            sim_timing: Some(SimTiming {
+                block_time_ns: us_to_ns(self.block_time_us(mode)),
+                block_time_spread: BLOCK_TIME_SPREAD,
+                mem_intensity: self.mem_intensity,
+            }),
             suite: None,
         }
     }

@@ -130,7 +130,12 @@ impl Spatial {
     fn characterise(&self, k: &ActiveKernel, sms: u32) -> AppChar {
         match self.profiles.get(&*k.process_name) {
             Some(a) => a.clone(),
-            None => AppChar::predicted(k.desc.blocks as f64, k.desc.threads_per_block as f64, k.blocks_per_sm, sms),
+            None => AppChar::predicted(
+                k.desc.shape.blocks as f64,
+                k.desc.shape.threads_per_block as f64,
+                k.blocks_per_sm,
+                sms,
+            ),
         }
     }
 
