@@ -152,7 +152,7 @@ impl SimSetup {
         let mut m = if info.name == crate::thesis::FX5800_NAME {
             crate::thesis::fx5800_memory()
         } else {
-            MemModel::for_device(info)
+            gpumux_sim::presets::memory_model(info)
         };
         if let Some(ratio) = self.mem_ratio {
             // Same ratio on the calibration device (cut-down copies keep its per-SM ceiling).

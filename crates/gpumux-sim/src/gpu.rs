@@ -176,10 +176,10 @@ pub struct Audit {
 }
 
 impl SimGpu {
-    /// A simulated `info` with its preset's memory model (`MemModel::for_device`).
+    /// A simulated `info` with its preset's memory model ([`presets::memory_model`](crate::presets::memory_model)).
     pub fn new(info: DeviceInfo, seed: u64) -> Self {
         let n = info.num_sms as usize;
-        let mem = MemModel::for_device(&info);
+        let mem = crate::presets::memory_model(&info);
         let engine = || CopyEngine { queue: VecDeque::new(), busy_until: None, current: None };
         SimGpu {
             info,

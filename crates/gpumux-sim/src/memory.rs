@@ -36,10 +36,6 @@
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
 
-/// κ for devices with no measurement of their own: the H100's measured ratio
-/// (see [`crate::presets::h100_memory`]), rounded.
-pub const DEFAULT_SATURATION_RATIO: f64 = 2.5;
-
 /// The memory parameters of a simulated device beyond `DeviceInfo`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemModel {
@@ -55,11 +51,6 @@ impl MemModel {
     /// A model in which a memory-bound kernel saturates DRAM with `num_sms / ratio` SMs.
     pub fn with_ratio(info: &DeviceInfo, ratio: f64) -> Self {
         MemModel { sm_bandwidth: ratio * info.per_sm_bandwidth(), calibration_sms: None }
-    }
-
-    /// The preset's model for a known device name, else [`DEFAULT_SATURATION_RATIO`].
-    pub fn for_device(info: &DeviceInfo) -> Self {
-        crate::presets::memory(info).unwrap_or_else(|| Self::with_ratio(info, DEFAULT_SATURATION_RATIO))
     }
 
     /// κ = SMs' summed ceiling / DRAM bandwidth on `info`.
@@ -121,7 +112,7 @@ mod tests {
     #[test]
     fn compute_bound_is_never_stretched() {
         let info = presets::k20c();
-        let k = KernelMem::new(0.0, 10_000, 4, &info, &MemModel::for_device(&info));
+        let k = KernelMem::new(0.0, 10_000, 4, &info, &MemModel::with_ratio(&info, 2.5));
         assert_eq!(k.block_time(1_000, 0.1), 1_000);
         assert_eq!(k.block_time(1_000, 50.0), 1_000);
     }
@@ -139,16 +130,5 @@ mod tests {
         assert_eq!(k.block_time(1_000, 0.5), 400);
         // Twice the alone demand: twice the time.
         assert_eq!(k.block_time(1_000, 5.0), 2_000);
-    }
-
-    #[test]
-    fn the_ratio_matches_the_preset() {
-        let info = presets::h100();
-        let r = MemModel::for_device(&info).saturation_ratio(&info);
-        assert!((r - 2.5).abs() < 1e-9, "{r}");
-        let h200 = presets::h200();
-        let r200 = MemModel::for_device(&h200).saturation_ratio(&h200);
-        // Same SMs, same per-SM ceiling, 4.8 / 3.35 times the DRAM bandwidth.
-        assert!((r200 - 2.5 * 3350.0 / 4800.0).abs() < 1e-9, "{r200}");
     }
 }
