@@ -151,6 +151,14 @@ fn checked_ns(fault: &mut Option<TimeOverflow>, ns: f64, at: Nanos, what: impl F
     })
 }
 
+/// Nanoseconds, before rounding, to move `blocks` contexts of `context_bytes`
+/// each between one SM and DRAM, at the SM's share of the device's bandwidth
+/// (Tanasic's assumption; `tests/tanasic_save_time.rs` pins it): the cost of
+/// a context save and of a restore.
+fn context_move_ns(info: &DeviceInfo, blocks: u64, context_bytes: u64) -> f64 {
+    blocks as f64 * context_bytes as f64 / info.per_sm_bandwidth() * 1e9
+}
+
 /// What the memory model did over a run (`SimGpu::mem_stats`): evidence for
 /// how much DRAM contention shaped a result.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -372,12 +380,11 @@ impl SimGpu {
             // (already contended); a new one gets its time at the end of the instant.
             let (index, work) = if let Some(sb) = l.restore.pop_front() {
                 let what = || format!("restoring block {} of kernel `{}` on SM {sm}", sb.index, l.desc.name);
-                let restore_ns = checked_ns(
-                    &mut self.fault,
-                    l.context_bytes as f64 / (self.info.mem_bandwidth / self.info.num_sms as f64) * 1e9,
-                    self.now,
-                    what,
-                );
+                // Truncated, where a save rounds up: rounding up here too (the
+                // consistent choice) moves every context-switching result by
+                // a little, so it waits for a decision of its own.
+                let restore_ns =
+                    checked_ns(&mut self.fault, context_move_ns(&self.info, 1, l.context_bytes), self.now, what);
                 self.stats.sm_switch_ns += restore_ns as u128;
                 (sb.index, checked_at(&mut self.fault, restore_ns, sb.remaining_ns, what))
             } else {
@@ -580,7 +587,7 @@ impl SimGpu {
                     let what = || format!("a context save of {n} blocks on SM {sm}");
                     let save_ns = checked_ns(
                         &mut self.fault,
-                        (n as f64 * context_bytes as f64 / self.info.per_sm_bandwidth() * 1e9).ceil(),
+                        context_move_ns(&self.info, n, context_bytes).ceil(),
                         self.now,
                         what,
                     );
@@ -833,5 +840,83 @@ mod tests {
         assert!(err.to_string().contains("kernel `cuda-only` has no simulator timing"), "{err}");
         // Nothing was started: the device holds no launch and no SM owner.
         assert!(gpu.launches.is_empty() && gpu.sms.iter().all(|s| s.owner.is_none()));
+    }
+
+    /// A 2-block kernel of one thread with `context_bytes` of registers, one
+    /// block resident per SM, 10 µs blocks, on SM 0 of a K20c (16 GB/s per SM:
+    /// 16 bytes a nanosecond).
+    fn switching(context_bytes: u32) -> (SimGpu, Arc<KernelDesc>) {
+        let shape = KernelShape::new(2, 1, context_bytes / 4).with_max_blocks_per_sm(1);
+        let desc = Arc::new(KernelDesc::new("k", shape).with_sim_timing(SimTiming::new(10_000)));
+        (SimGpu::new(crate::presets::k20c(), 1), desc)
+    }
+
+    fn launch(id: u64, desc: &Arc<KernelDesc>, blocks: BlockRanges, restore: Vec<SavedBlock>) -> Command {
+        Command::Launch {
+            launch: LaunchId(id),
+            kernel: KernelId(0),
+            process: ProcessId(0),
+            priority: 0,
+            desc: Arc::clone(desc),
+            time_key: 0,
+            blocks,
+            restore,
+            sms: SmSet::range(0, 1),
+        }
+    }
+
+    /// Saves block 0 at 5 µs, restores it at once; returns the save's
+    /// length and when the relaunch ends.
+    fn save_and_restore(context_bytes: u32) -> (Nanos, Nanos, DeviceStats) {
+        let (mut gpu, desc) = switching(context_bytes);
+        let mut events = Vec::new();
+        gpu.submit(0, launch(0, &desc, BlockRanges::full(2), Vec::new())).expect("launch");
+        assert_eq!(gpu.advance(Some(5_000), &mut events).expect("run"), 5_000);
+        let retreat =
+            Command::Retreat { launch: LaunchId(0), sms: SmSet::range(0, 1), mechanism: Mechanism::ContextSwitch };
+        gpu.submit(5_000, retreat).expect("retreat");
+        let mut saved = None;
+        let mut t = 5_000;
+        while saved.is_none() {
+            t = gpu.advance(None, &mut events).expect("save");
+            for e in events.drain(..) {
+                if let Event::LaunchEnded { saved: s, remaining, .. } = e {
+                    assert_eq!(remaining.ranges(), &[1..2]);
+                    saved = Some(s);
+                }
+            }
+        }
+        let saved = saved.unwrap_or_default();
+        assert_eq!(saved, vec![SavedBlock { index: 0, remaining_ns: 5_000 }]);
+        let save_ns = t - 5_000;
+        let mut rest = BlockRanges::new();
+        rest.insert(1..2);
+        gpu.submit(t, launch(1, &desc, rest, saved)).expect("relaunch");
+        loop {
+            let now = gpu.advance(None, &mut events).expect("rest");
+            if events.drain(..).any(|e| matches!(e, Event::LaunchEnded { .. })) {
+                return (save_ns, now, gpu.stats());
+            }
+        }
+    }
+
+    #[test]
+    fn a_restore_costs_what_a_save_of_one_block_costs() {
+        // 16 000 bytes at 16 bytes/ns: 1 000 ns each way, no rounding.
+        let (save_ns, end, stats) = save_and_restore(16_000);
+        assert_eq!(save_ns, 1_000);
+        // Relaunch at 6 000: restore 1 000 + the 5 000 left, then block 1's 10 000.
+        assert_eq!(end, 6_000 + 1_000 + 5_000 + 10_000);
+        assert_eq!((stats.sm_switch_ns, stats.context_saves), (2_000, 1));
+    }
+
+    #[test]
+    fn a_fractional_move_is_rounded_up_when_saved_and_down_when_restored() {
+        // 16 008 bytes: 1 000.5 ns. The save takes 1 001, the restore 1 000
+        // (kept as it was; see the comment in `fill_sm`).
+        let (save_ns, end, stats) = save_and_restore(16_008);
+        assert_eq!(save_ns, 1_001);
+        assert_eq!(end, 6_001 + 1_000 + 5_000 + 10_000);
+        assert_eq!(stats.sm_switch_ns, 2_001);
     }
 }
