@@ -15,6 +15,7 @@ use gpumux_engine::model::Workload;
 use gpumux_engine::policies::coop::Coop;
 use gpumux_engine::policies::partition::{qos_reservation, AppChar};
 use gpumux_engine::policies::spatial::{Heuristic, Reservation, Spatial};
+use gpumux_svg::lines::Series;
 use std::collections::HashMap;
 
 /// The thesis's numbers (labelled; never computed).
@@ -248,10 +249,10 @@ pub fn even(ctx: &Ctx) -> Result<String> {
         rows[6].push(Some(cs.len() as f64));
         let mut sorted = st.clone();
         sorted.sort_by(f64::total_cmp);
-        dist.push((
-            format!("{k} apps"),
-            sorted.iter().enumerate().map(|(i, s)| (i as f64 / sorted.len().max(1) as f64, *s)).collect(),
-        ));
+        dist.push(Series {
+            name: format!("{k} apps"),
+            points: sorted.iter().enumerate().map(|(i, s)| (i as f64 / sorted.len().max(1) as f64, *s)).collect(),
+        });
         if k == 2 {
             for (c, s) in cs.iter().zip(&st) {
                 detail.push_str(&format!("  {:<22} {s:.2}\n", combo_name(c)));
@@ -555,14 +556,14 @@ pub fn qos(ctx: &Ctx) -> Result<String> {
     }
     let res = run_trials(ctx, "adriaens-qos (Table 7.1)", &trials, &ch)?;
     let mut t = Table::new(&["SMs for SAD", "even", "smart-even", "fair", "rounds", "profile", "paper (same order)"]);
-    let mut series: Vec<(String, Vec<(f64, f64)>)> = hs.iter().map(|h| (h.name(), Vec::new())).collect();
+    let mut series: Vec<Series> = hs.iter().map(|h| Series { name: h.name(), points: Vec::new() }).collect();
     let mut it = res.iter();
     for (ri, &r) in reserves.iter().enumerate() {
         let mut cells = vec![r.to_string()];
         for (hi, _) in hs.iter().enumerate() {
             let v: Vec<f64> = pairs.iter().filter_map(|_| it.next().map(|x| x.speedup)).collect();
             let g = geomean(&v);
-            series[hi].1.push((r as f64, g.unwrap_or(f64::NAN)));
+            series[hi].points.push((r as f64, g.unwrap_or(f64::NAN)));
             cells.push(f2(g));
         }
         cells.push(paper::TABLE_7_1[ri].1.map(|v| format!("{v:.2}")).join(" "));

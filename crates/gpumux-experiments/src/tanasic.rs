@@ -12,6 +12,7 @@ use gpumux_engine::model::{Op, Workload};
 use gpumux_engine::policies;
 use gpumux_engine::record::RunRecord;
 use gpumux_sim::MemStats;
+use gpumux_svg::lines::Series;
 use gpumux_workload::{parboil_app, parboil_class1, parboil_class2, parboil_mix_apps, AppClass, PARBOIL_APPS};
 use std::collections::HashMap;
 
@@ -459,13 +460,13 @@ pub fn dss(ctx: &Ctx) -> Result<String> {
     }
     // Fig. 8: ANTT of every workload, sorted, per policy.
     for n in NS {
-        let series: Vec<(String, Vec<(f64, f64)>)> = pols
+        let series: Vec<Series> = pols
             .iter()
             .enumerate()
             .map(|(j, p)| {
                 let mut v: Vec<f64> = by_n(&mixes, &res, n).map(|(_, r)| r[j].antt).collect();
                 v.sort_by(f64::total_cmp);
-                (p.to_string(), v.into_iter().enumerate().map(|(i, a)| (i as f64, a)).collect())
+                Series { name: p.to_string(), points: v.into_iter().enumerate().map(|(i, a)| (i as f64, a)).collect() }
             })
             .collect();
         lines(
