@@ -20,9 +20,11 @@ use std::collections::HashMap;
 
 /// The thesis's numbers (labelled; never computed).
 pub mod paper {
-    /// Table 5.1: even spatial vs cooperative, 2/3/4 applications.
+    /// Table 5.1: even spatial vs cooperative, 2/3/4 applications, mean speedup.
     pub const EVEN_MEAN: [f64; 3] = [1.14, 1.22, 1.30];
+    /// Table 5.1: the largest speedup, 2/3/4 applications.
     pub const EVEN_MAX: [f64; 3] = [2.00, 2.91, 3.83];
+    /// Table 5.1: the smallest speedup, 2/3/4 applications.
     pub const EVEN_MIN: [f64; 3] = [0.99, 0.99, 0.99];
     /// Table 6.2: (heuristic, geo mean, min, max), two applications.
     pub const TABLE_6_2: [(&str, f64, f64, f64); 13] = [
@@ -49,8 +51,9 @@ pub mod paper {
         (20, [1.20, 1.20, 1.20, 1.20, 1.20]),
         (25, [1.12, 1.12, 1.13, 1.13, 1.13]),
     ];
-    /// Table 7.3: SAD needs 16-22 SMs for 75 % of its performance alone; dynamic QoS 1.35x.
+    /// Table 7.3: SAD needs 16-22 SMs for 75 % of its performance alone.
     pub const SAD_QOS_MIN_MAX_SMS: (u32, u32) = (16, 22);
+    /// Table 7.3: speedup over cooperative with dynamic QoS.
     pub const SAD_DYNAMIC_QOS_SPEEDUP: f64 = 1.35;
 }
 
@@ -216,6 +219,8 @@ fn pct3(v: &[f64]) -> String {
     format!("{} / {} / {}", f2(crate::report::mean(&p)), f2(max(&p)), f2(min(&p)))
 }
 
+/// `adriaens-even` (Table 5.1, Fig. 5.1): even spatial partitioning against
+/// cooperative multitasking over 2-, 3- and 4-application mixes; returns the report.
 pub fn even(ctx: &Ctx) -> Result<String> {
     let mut t = Table::new(&["even vs coop", "2 apps", "3 apps", "4 apps", "paper 2/3/4"]);
     let mut dram = String::new();
@@ -325,6 +330,8 @@ impl FairLoss {
     }
 }
 
+/// `adriaens-heuristics` (Table 6.2, Fig. 6.2): every SM-partitioning
+/// heuristic, static and dynamic, against cooperative; returns the report.
 pub fn heuristics(ctx: &Ctx) -> Result<String> {
     let profiles = measure_profiles(ctx)?;
     let ch = chars(&profiles);
@@ -535,6 +542,8 @@ fn profile_table(p: &[Vec<f64>]) -> String {
     format!("measured speedup alone vs SMs (Fig. 6.1 analogue):\n{}", t.render())
 }
 
+/// `adriaens-qos` (Tables 7.1 and 7.3): SAD kept at a quality of service by
+/// reserved SMs, and by a performance target; returns the report.
 pub fn qos(ctx: &Ctx) -> Result<String> {
     let profiles = measure_profiles(ctx)?;
     let ch = chars(&profiles);

@@ -10,19 +10,24 @@ use std::path::Path;
 /// A plain-text table: first column left-aligned, the rest right-aligned.
 #[derive(Default)]
 pub struct Table {
+    /// Column titles.
     pub header: Vec<String>,
+    /// Cells, row by row (cells beyond the header's columns are not shown).
     pub rows: Vec<Vec<String>>,
 }
 
 impl Table {
+    /// An empty table with these column titles.
     pub fn new(header: &[&str]) -> Self {
         Table { header: header.iter().map(|s| s.to_string()).collect(), rows: Vec::new() }
     }
 
+    /// Adds a row.
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
+    /// The table as text, columns padded to their widest cell.
     pub fn render(&self) -> String {
         let cols = self.header.len();
         let mut w = vec![0usize; cols];
@@ -51,19 +56,23 @@ pub fn f2(x: Option<f64>) -> String {
     x.filter(|v| v.is_finite()).map_or("-".into(), |v| format!("{v:.2}"))
 }
 
+/// Arithmetic mean, `None` for no values.
 pub fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
+/// Geometric mean (of speedups and ratios), `None` for no values or any value <= 0.
 pub fn geomean(v: &[f64]) -> Option<f64> {
     (!v.is_empty() && v.iter().all(|x| *x > 0.0))
         .then(|| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp())
 }
 
+/// Largest value, `None` for no values.
 pub fn max(v: &[f64]) -> Option<f64> {
     v.iter().cloned().reduce(f64::max)
 }
 
+/// Smallest value, `None` for no values.
 pub fn min(v: &[f64]) -> Option<f64> {
     v.iter().cloned().reduce(f64::min)
 }

@@ -23,7 +23,9 @@ use std::sync::Mutex;
 /// What one simulated run produced.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// What the engine recorded: runs, preemptions, SM use.
     pub record: RunRecord,
+    /// The simulator's counters (blocks, context saves, switch time).
     pub stats: DeviceStats,
     /// What the simulator's memory model did (DRAM utilisation, saturation).
     pub mem: MemStats,
@@ -48,8 +50,9 @@ pub struct HpTime {
     pub wait_first_sm_ns: f64,
     /// Time with at least one kernel of theirs on the GPU.
     pub kernel_ns: f64,
-    /// Completed runs, and the waits for a first SM that began in them.
+    /// Completed runs.
     pub runs: f64,
+    /// Waits for a first SM that began in the completed runs.
     pub waits: f64,
 }
 
@@ -129,6 +132,7 @@ impl HpTracker {
 /// `--preempt-overhead-us`, `--async-launches`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SimSetup {
+    /// Seed of per-block time variation.
     pub seed: u64,
     /// Saturation ratio κ for every device instead of its preset's
     /// (`gpumux_sim::memory`); 1 is the memory model before 2026-11-23.

@@ -28,6 +28,7 @@ pub fn fx5800() -> DeviceInfo {
     }
 }
 
+/// The device name of [`fx5800`], by which [`crate::sim::SimSetup::memory_of`] gives it its own memory model.
 pub const FX5800_NAME: &str = "sim:fx5800";
 
 /// The FX 5800's memory model. The thesis reports no per-SM bandwidth
@@ -47,12 +48,17 @@ pub const FX5800_SATURATION_RATIO: f64 = 1.5;
 /// One kernel row of thesis Table 3.2.
 #[derive(Clone, Copy, Debug)]
 pub struct Row {
+    /// Kernel name as the table gives it.
     pub kernel: &'static str,
     /// Share of the application's GPU time, %.
     pub share: f64,
+    /// Launches of the kernel in one run.
     pub calls: u32,
+    /// Thread blocks per launch.
     pub blocks: u64,
+    /// Threads per block.
     pub threads: u32,
+    /// Resident blocks per SM the thesis measured (our occupancy cap).
     pub blocks_per_sm: u32,
 }
 
@@ -60,15 +66,23 @@ pub struct Row {
 /// memory-intensity estimate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bound {
+    /// Limited by arithmetic.
     Compute,
+    /// Limited by the size of its problem (too few blocks to fill the GPU).
     ProblemSize,
+    /// Limited by DRAM bandwidth.
     Memory,
+    /// Any other class the thesis gives (fractals, raytrace).
     Other,
 }
 
+/// One application of thesis Table 3.2: its kernels and how it is bound.
 pub struct App {
+    /// Short name, as the experiments print it.
     pub name: &'static str,
+    /// The thesis's class, which sets our memory-intensity estimate.
     pub bound: Bound,
+    /// Its kernels, as Table 3.2 lists them.
     pub rows: &'static [Row],
 }
 
@@ -175,6 +189,7 @@ pub fn run_blocks(app: &App) -> u64 {
     app.rows.iter().map(|r| r.blocks * r.calls as u64).sum()
 }
 
+/// The application called `name`, if the table has one.
 pub fn app(name: &str) -> Option<&'static App> {
     APPS.iter().find(|a| a.name == name)
 }

@@ -23,9 +23,9 @@
 //! ```
 //!
 //! Module map: [`model`] (task model), [`cost`] (multi-GPU times from single-GPU ones),
-//! task-set files (TOML, [`TaskSet::from_file`]), [`analysis`] (response times), [`assign`]
+//! task-set files (TOML, [`TaskSet::from_file`]), [`analysis`] (response times), [`assign`](mod@assign)
 //! (methods), [`generate`] (synthetic sets), [`experiment`] (Fig. 7/8), [`plot`] (SVG),
-//! [`bench`] (throughput), [`cli`] (the `gpumux rt` subcommand).
+//! [`bench`](mod@bench) (throughput), [`cli`] (the `gpumux rt` subcommand).
 
 #![warn(missing_docs)]
 

@@ -167,10 +167,11 @@ pub struct MemStats {
     pub busy_ns: f64,
     /// Time with summed demand D > 1 (DRAM saturated).
     pub saturated_ns: f64,
-    /// Σ of new blocks' times as issued, and Σ of their times alone on the whole
-    /// device: their ratio is the mean factor contention applied (< 1: faster
-    /// than alone on the whole GPU, e.g. a memory-bound kernel on few SMs).
+    /// Σ of new blocks' times as issued: over `alone_ns`, the mean factor
+    /// contention applied (< 1: faster than alone on the whole GPU, e.g. a
+    /// memory-bound kernel on few SMs).
     pub issued_ns: f64,
+    /// Σ of the same blocks' times had each run alone on the whole device.
     pub alone_ns: f64,
 }
 
@@ -178,8 +179,9 @@ pub struct MemStats {
 /// or run twice and that resumed kernels continue where they stopped.
 #[derive(Clone, Debug, Default)]
 pub struct Audit {
-    /// (kernel, block index, restored from a saved context)
+    /// (kernel, block index, restored from a saved context), in issue order.
     pub issued: Vec<(KernelId, u64, bool)>,
+    /// (kernel, block index), in completion order.
     pub completed: Vec<(KernelId, u64)>,
 }
 
@@ -245,10 +247,12 @@ impl SimGpu {
         true
     }
 
+    /// The DRAM model this device runs with (its preset's, or one set by [`SimGpu::with_memory`]).
     pub fn memory(&self) -> &MemModel {
         &self.mem
     }
 
+    /// What DRAM contention did so far, for reports that explain a result by it.
     pub fn mem_stats(&self) -> MemStats {
         self.mem_stats
     }
@@ -270,6 +274,7 @@ impl SimGpu {
         self.audit = Some(Audit::default());
     }
 
+    /// Issues and completions recorded since [`SimGpu::enable_audit`], if it was called.
     pub fn audit(&self) -> Option<&Audit> {
         self.audit.as_ref()
     }

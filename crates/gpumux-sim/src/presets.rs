@@ -90,6 +90,7 @@ pub fn memory(info: &DeviceInfo) -> Option<MemModel> {
     }
 }
 
+/// The presets [`by_name`] knows, as `--device sim:NAME` takes them (listed by `gpumux devices`).
 pub const NAMES: &[&str] = &["k20c", "h100", "h200"];
 
 /// A preset by name (`k20c`, `h100`, `h200`), with or without `sim:`.

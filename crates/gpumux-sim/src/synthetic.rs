@@ -6,6 +6,7 @@ use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use std::sync::Arc;
 
+/// `processes` processes sharing about `blocks_total` blocks, arriving 10 µs apart.
 pub fn workload(processes: usize, blocks_total: u64) -> Workload {
     let per = (blocks_total / processes as u64).max(1);
     let procs = (0..processes)

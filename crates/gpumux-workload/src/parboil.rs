@@ -27,8 +27,11 @@ pub const APPS: [&str; 10] =
 /// Tanasic's length classes of an application (Table 1, columns Class 1 and 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum AppClass {
+    /// Among the shortest applications of the table.
     Short,
+    /// Neither short nor long.
     Medium,
+    /// Among the longest applications of the table.
     Long,
 }
 
@@ -60,14 +63,23 @@ pub enum BlockTime {
 /// memory intensity, idempotence).
 #[derive(Clone, Copy, Debug)]
 pub struct TableRow {
+    /// Parboil application (one of [`APPS`]).
     pub app: &'static str,
+    /// Kernel name as the table gives it.
     pub kernel: &'static str,
+    /// Launches of the kernel in one run of the application.
     pub launches: u32,
+    /// Average time of one launch on the K20c, µs.
     pub avg_time_us: f64,
+    /// Thread blocks per launch.
     pub blocks: u64,
+    /// The table's time per thread block, µs (see [`BlockTime::Table`]).
     pub time_per_tb_us: f64,
+    /// Shared memory per thread block, bytes.
     pub smem_per_tb: u32,
+    /// Registers per thread block.
     pub regs_per_tb: u32,
+    /// Resident thread blocks per SM the table reports.
     pub tbs_per_sm: u32,
     /// Ours: threads per block (regs_per_tb / threads is exact).
     pub threads: u32,
@@ -236,10 +248,12 @@ pub fn k20c_occupancy(threads: u32, regs_per_block: u32, smem: u32) -> u32 {
 }
 
 impl TableRow {
+    /// Registers of one thread (`regs_per_tb / threads`, exact for every row).
     pub fn regs_per_thread(&self) -> u32 {
         self.regs_per_tb / self.threads
     }
 
+    /// Mean time of one block under `mode`, µs.
     pub fn block_time_us(&self, mode: BlockTime) -> f64 {
         match mode {
             BlockTime::Table => self.time_per_tb_us,
@@ -251,6 +265,9 @@ impl TableRow {
         }
     }
 
+    /// The kernel as gpumux runs it: the row's shape, an occupancy cap where
+    /// resources alone would allow more than the table's TBs/SM, and `mode`'s
+    /// block time.
     pub fn desc(&self, mode: BlockTime) -> KernelDesc {
         let occ = k20c_occupancy(self.threads, self.regs_per_tb, self.smem_per_tb);
         KernelDesc {
