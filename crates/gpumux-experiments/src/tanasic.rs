@@ -21,10 +21,9 @@ const NS: [u32; 4] = [2, 4, 6, 8];
 const CLASSES: [AppClass; 3] = [AppClass::Short, AppClass::Medium, AppClass::Long];
 
 /// The paper's numbers, as printed in section 4 (only the ends of each
-/// range, 2 and 8 processes, are given in the text).
+/// range, 2 and 8 processes, are given in the text): each pair is (2
+/// processes, 8 processes).
 pub mod paper {
-    //! Each pair is (2 processes, 8 processes), the two ends of a curve.
-
     /// Fig. 5, improvement of the high-priority NTT by NPQ, averaged over all apps.
     pub const NPQ_ALL: (f64, f64) = (1.1, 1.6); // "for 4 or more processes"; ~1.0 at 2
     /// Fig. 5, the same by exclusive PPQ with context switching, all apps.
