@@ -1165,7 +1165,7 @@ impl Device for CudaDevice {
                 let s = self.shared()?;
                 let m = s.kernels[k].blocks[t];
                 let stream = s.stream(priority).map_err(backend)?;
-                let map = BlockMap { engine: desc.blocks.max(1), suite: m };
+                let map = BlockMap { engine: desc.shape.blocks.max(1), suite: m };
                 self.left.entry(kernel).or_insert_with(|| if m > 0 { vec![0..m] } else { Vec::new() });
                 let now = self.now();
                 self.launches.insert(
@@ -1302,6 +1302,7 @@ impl Device for CudaDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpumux_engine::kernel::KernelShape;
     use gpumux_engine::model::{Op, ProcessSpec, Workload};
     use std::collections::BTreeMap;
     use std::sync::Arc;
@@ -1360,19 +1361,7 @@ mod tests {
     }
 
     fn kdesc(name: &str, suite: &str, params: &[(&str, f64)]) -> Arc<KernelDesc> {
-        Arc::new(KernelDesc {
-            name: name.into(),
-            blocks: 16,
-            threads_per_block: 256,
-            regs_per_thread: 32,
-            smem_per_block: 0,
-            block_time_ns: 1000,
-            block_time_spread: 0.0,
-            mem_intensity: 0.0,
-            idempotent: true,
-            max_blocks_per_sm: None,
-            suite: Some(r(suite, params)),
-        })
+        Arc::new(KernelDesc::new(name, KernelShape::new(16, 256, 32)).with_suite(r(suite, params)))
     }
 
     fn workload(procs: Vec<Vec<Arc<KernelDesc>>>) -> Workload {

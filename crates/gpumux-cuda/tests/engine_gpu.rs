@@ -7,7 +7,7 @@
 
 use gpumux_cuda::CudaDevice;
 use gpumux_engine::device::Device;
-use gpumux_engine::kernel::{KernelDesc, SuiteKernelRef};
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming, SuiteKernelRef};
 use gpumux_engine::{driver, policies, Op, ProcessSpec, Replay, Workload};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,22 +17,17 @@ fn kernel(name: &str, suite: &str, n: f64, blocks: u64, idempotent: bool) -> Arc
 }
 
 fn kernel_with(name: &str, suite: &str, params: &[(&str, f64)], blocks: u64, idempotent: bool) -> Arc<KernelDesc> {
-    Arc::new(KernelDesc {
-        name: name.into(),
-        blocks,
-        threads_per_block: 256,
-        regs_per_thread: 32,
-        smem_per_block: 1024,
-        block_time_ns: 5_000,
-        block_time_spread: 0.0,
-        mem_intensity: 0.5,
-        idempotent,
-        max_blocks_per_sm: None,
-        suite: Some(SuiteKernelRef {
-            name: suite.into(),
-            params: params.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>(),
-        }),
-    })
+    let suite = SuiteKernelRef {
+        name: suite.into(),
+        params: params.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>(),
+    };
+    // The block time sizes round-robin slices; the CUDA backend itself ignores it.
+    Arc::new(
+        KernelDesc::new(name, KernelShape::new(blocks, 256, 32).with_smem_per_block(1024))
+            .with_sim_timing(SimTiming::new(5_000).with_mem_intensity(0.5))
+            .with_idempotent(idempotent)
+            .with_suite(suite),
+    )
 }
 
 fn process(name: &str, priority: i32, arrival_ns: u64, k: Arc<KernelDesc>, launches: usize) -> ProcessSpec {

@@ -343,7 +343,7 @@ impl Engine {
                     self.next_kernel += 1;
                     head.kernel = Some(id);
                     self.dirty = true;
-                    if desc.blocks == 0 {
+                    if desc.shape.blocks == 0 {
                         // An empty grid completes at once, as on a real GPU.
                         self.kernels_completed += 1;
                     } else {
@@ -358,7 +358,7 @@ impl Engine {
                             desc: Arc::clone(desc),
                             blocks_per_sm: *blocks_per_sm,
                             time_key: *time_key,
-                            pending: BlockRanges::full(desc.blocks),
+                            pending: BlockRanges::full(desc.shape.blocks),
                             saved: Vec::new(),
                             launches: Vec::new(),
                             live: None,

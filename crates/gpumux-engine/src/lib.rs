@@ -38,7 +38,7 @@ mod view;
 pub use device::{Command, Device, DeviceError, Event, Mechanism, Message, ProtocolError};
 pub use engine::{ArrivalOrder, Engine, EngineError};
 pub use ids::{KernelId, LaunchId, OpId, ProcessId, Slot, SmId};
-pub use kernel::{DeviceInfo, KernelDesc, SmLimits};
+pub use kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
 pub use model::{Op, ProcessSpec, Workload};
 pub use policy::{ActiveKernel, Decision, Policy, SchedView, SmState};
 pub use process::{Completion, OpOutcome, ProcessInfo, StreamOp};

@@ -231,7 +231,12 @@ impl Device for ScriptedDevice {
                 let per_wave = sms.len() as u64 * self.info.blocks_per_sm(&desc).map_err(ProtocolError::from)? as u64;
                 let waves = blocks.len().div_ceil(per_wave);
                 let what = || format!("launch {launch} of `{}`", desc.name);
-                let done_at = later(self.now, desc.block_time_ns.saturating_mul(waves), what)?;
+                // A wave takes the kernel's block time: the one timing rule this device has.
+                let block_ns = desc.sim_timing.map(|t| t.block_time_ns).ok_or_else(|| ProtocolError::Unsupported {
+                    device: self.info.name.clone(),
+                    command: format!("launch {launch} of `{}`, a kernel with no block time", desc.name),
+                })?;
+                let done_at = later(self.now, block_ns.saturating_mul(waves), what)?;
                 self.launches.insert(launch, Run { kernel, blocks, held: sms, leaving: Vec::new(), done_at });
             }
             Command::Grow { launch, sms } => {

@@ -4,7 +4,7 @@
 
 use gpumux_engine::device::{CopyDirection, Event, ReleaseCause};
 use gpumux_engine::driver;
-use gpumux_engine::kernel::{DeviceInfo, KernelDesc, SmLimits};
+use gpumux_engine::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
 use gpumux_engine::scripted::ScriptedDevice;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
@@ -37,19 +37,7 @@ fn kernel(name: &str, waves: u64) -> StreamOp {
 }
 
 fn desc(name: &str, blocks: u64) -> Arc<KernelDesc> {
-    Arc::new(KernelDesc {
-        name: name.into(),
-        blocks,
-        threads_per_block: 256,
-        regs_per_thread: 32,
-        smem_per_block: 0,
-        block_time_ns: WAVE_NS,
-        block_time_spread: 0.0,
-        mem_intensity: 0.0,
-        idempotent: true,
-        max_blocks_per_sm: None,
-        suite: None,
-    })
+    Arc::new(KernelDesc::new(name, KernelShape::new(blocks, 256, 32)).with_sim_timing(SimTiming::new(WAVE_NS)))
 }
 
 /// An engine and a scripted device, stepped by hand.
@@ -351,7 +339,7 @@ fn a_kernel_that_cannot_fit_is_refused_when_submitted() {
     let mut b = Bench::new("fcfs");
     let p = b.add(0, 0);
     let mut huge = (*desc("huge", 1)).clone();
-    huge.threads_per_block = 4096;
+    huge.shape.threads_per_block = 4096;
     let r = b.engine.submit(0, p, StreamOp::Kernel { desc: Arc::new(huge), time_key: 0 });
     assert!(matches!(r, Err(EngineError::DoesNotFit(_))), "{r:?}");
 }

@@ -15,13 +15,16 @@ use gpumux_engine::model::Workload;
 use gpumux_engine::policies::coop::Coop;
 use gpumux_engine::policies::partition::{qos_reservation, AppChar};
 use gpumux_engine::policies::spatial::{Heuristic, Reservation, Spatial};
+use gpumux_svg::lines::Series;
 use std::collections::HashMap;
 
 /// The thesis's numbers (labelled; never computed).
 pub mod paper {
-    /// Table 5.1: even spatial vs cooperative, 2/3/4 applications.
+    /// Table 5.1: even spatial vs cooperative, 2/3/4 applications, mean speedup.
     pub const EVEN_MEAN: [f64; 3] = [1.14, 1.22, 1.30];
+    /// Table 5.1: the largest speedup, 2/3/4 applications.
     pub const EVEN_MAX: [f64; 3] = [2.00, 2.91, 3.83];
+    /// Table 5.1: the smallest speedup, 2/3/4 applications.
     pub const EVEN_MIN: [f64; 3] = [0.99, 0.99, 0.99];
     /// Table 6.2: (heuristic, geo mean, min, max), two applications.
     pub const TABLE_6_2: [(&str, f64, f64, f64); 13] = [
@@ -48,8 +51,9 @@ pub mod paper {
         (20, [1.20, 1.20, 1.20, 1.20, 1.20]),
         (25, [1.12, 1.12, 1.13, 1.13, 1.13]),
     ];
-    /// Table 7.3: SAD needs 16-22 SMs for 75 % of its performance alone; dynamic QoS 1.35x.
+    /// Table 7.3: SAD needs 16-22 SMs for 75 % of its performance alone.
     pub const SAD_QOS_MIN_MAX_SMS: (u32, u32) = (16, 22);
+    /// Table 7.3: speedup over cooperative with dynamic QoS.
     pub const SAD_DYNAMIC_QOS_SPEEDUP: f64 = 1.35;
 }
 
@@ -215,6 +219,8 @@ fn pct3(v: &[f64]) -> String {
     format!("{} / {} / {}", f2(crate::report::mean(&p)), f2(max(&p)), f2(min(&p)))
 }
 
+/// `adriaens-even` (Table 5.1, Fig. 5.1): even spatial partitioning against
+/// cooperative multitasking over 2-, 3- and 4-application mixes; returns the report.
 pub fn even(ctx: &Ctx) -> Result<String> {
     let mut t = Table::new(&["even vs coop", "2 apps", "3 apps", "4 apps", "paper 2/3/4"]);
     let mut dram = String::new();
@@ -248,10 +254,10 @@ pub fn even(ctx: &Ctx) -> Result<String> {
         rows[6].push(Some(cs.len() as f64));
         let mut sorted = st.clone();
         sorted.sort_by(f64::total_cmp);
-        dist.push((
-            format!("{k} apps"),
-            sorted.iter().enumerate().map(|(i, s)| (i as f64 / sorted.len().max(1) as f64, *s)).collect(),
-        ));
+        dist.push(Series {
+            name: format!("{k} apps"),
+            points: sorted.iter().enumerate().map(|(i, s)| (i as f64 / sorted.len().max(1) as f64, *s)).collect(),
+        });
         if k == 2 {
             for (c, s) in cs.iter().zip(&st) {
                 detail.push_str(&format!("  {:<22} {s:.2}\n", combo_name(c)));
@@ -324,6 +330,8 @@ impl FairLoss {
     }
 }
 
+/// `adriaens-heuristics` (Table 6.2, Fig. 6.2): every SM-partitioning
+/// heuristic, static and dynamic, against cooperative; returns the report.
 pub fn heuristics(ctx: &Ctx) -> Result<String> {
     let profiles = measure_profiles(ctx)?;
     let ch = chars(&profiles);
@@ -534,6 +542,8 @@ fn profile_table(p: &[Vec<f64>]) -> String {
     format!("measured speedup alone vs SMs (Fig. 6.1 analogue):\n{}", t.render())
 }
 
+/// `adriaens-qos` (Tables 7.1 and 7.3): SAD kept at a quality of service by
+/// reserved SMs, and by a performance target; returns the report.
 pub fn qos(ctx: &Ctx) -> Result<String> {
     let profiles = measure_profiles(ctx)?;
     let ch = chars(&profiles);
@@ -555,14 +565,14 @@ pub fn qos(ctx: &Ctx) -> Result<String> {
     }
     let res = run_trials(ctx, "adriaens-qos (Table 7.1)", &trials, &ch)?;
     let mut t = Table::new(&["SMs for SAD", "even", "smart-even", "fair", "rounds", "profile", "paper (same order)"]);
-    let mut series: Vec<(String, Vec<(f64, f64)>)> = hs.iter().map(|h| (h.name(), Vec::new())).collect();
+    let mut series: Vec<Series> = hs.iter().map(|h| Series { name: h.name(), points: Vec::new() }).collect();
     let mut it = res.iter();
     for (ri, &r) in reserves.iter().enumerate() {
         let mut cells = vec![r.to_string()];
         for (hi, _) in hs.iter().enumerate() {
             let v: Vec<f64> = pairs.iter().filter_map(|_| it.next().map(|x| x.speedup)).collect();
             let g = geomean(&v);
-            series[hi].1.push((r as f64, g.unwrap_or(f64::NAN)));
+            series[hi].points.push((r as f64, g.unwrap_or(f64::NAN)));
             cells.push(f2(g));
         }
         cells.push(paper::TABLE_7_1[ri].1.map(|v| format!("{v:.2}")).join(" "));

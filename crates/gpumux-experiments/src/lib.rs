@@ -9,6 +9,8 @@
 //!
 //! See docs/experiments.md for what reproduces and what does not, and why.
 
+#![warn(missing_docs)]
+
 pub mod adriaens;
 pub mod report;
 pub mod sim;
@@ -37,6 +39,7 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
     ("adriaens-qos", "Ch. 7: QoS by SM reservation (Table 7.1) and by performance target (Table 7.3)"),
 ];
 
+/// The command line of `gpumux experiment`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ExperimentArgs {
     /// Experiment name, or `all` / `list`.
@@ -86,18 +89,26 @@ pub struct ExperimentArgs {
 
 /// What every experiment needs to know about the run.
 pub struct Ctx {
+    /// `--quick`: fewer workloads and runs.
     pub quick: bool,
+    /// Folder the report and SVG plots go to.
     pub out: PathBuf,
     /// Seed and model knobs of every simulated device.
     pub sim: sim::SimSetup,
+    /// Simulations run side by side.
     pub threads: usize,
+    /// Show a progress bar on stderr.
     pub progress: bool,
+    /// Which Parboil block times the Tanasic experiments use (`--tb`).
     pub tb: BlockTime,
+    /// Host time between consecutive kernels of a Parboil app (`--launch-gap-us`).
     pub launch_gap_ns: u64,
     /// `--async-launches`.
     pub async_launches: bool,
 }
 
+/// Runs the experiment(s) `args` names (or lists them, for `list`): each
+/// prints its report, and writes it as `NAME.txt` next to its plots in `--out`.
 pub fn run(args: ExperimentArgs) -> Result<()> {
     if args.name == "list" {
         for (n, what) in EXPERIMENTS {

@@ -1,6 +1,8 @@
 //! Text tables and SVG charts for the experiments.
 
 use anyhow::{Context, Result};
+use gpumux_svg::lines::{self, LineChart, LineStyle, Series};
+use gpumux_svg::palette;
 use plotters::prelude::*;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -8,19 +10,24 @@ use std::path::Path;
 /// A plain-text table: first column left-aligned, the rest right-aligned.
 #[derive(Default)]
 pub struct Table {
+    /// Column titles.
     pub header: Vec<String>,
+    /// Cells, row by row (cells beyond the header's columns are not shown).
     pub rows: Vec<Vec<String>>,
 }
 
 impl Table {
+    /// An empty table with these column titles.
     pub fn new(header: &[&str]) -> Self {
         Table { header: header.iter().map(|s| s.to_string()).collect(), rows: Vec::new() }
     }
 
+    /// Adds a row.
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
+    /// The table as text, columns padded to their widest cell.
     pub fn render(&self) -> String {
         let cols = self.header.len();
         let mut w = vec![0usize; cols];
@@ -49,33 +56,26 @@ pub fn f2(x: Option<f64>) -> String {
     x.filter(|v| v.is_finite()).map_or("-".into(), |v| format!("{v:.2}"))
 }
 
+/// Arithmetic mean, `None` for no values.
 pub fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
+/// Geometric mean (of speedups and ratios), `None` for no values or any value <= 0.
 pub fn geomean(v: &[f64]) -> Option<f64> {
     (!v.is_empty() && v.iter().all(|x| *x > 0.0))
         .then(|| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp())
 }
 
+/// Largest value, `None` for no values.
 pub fn max(v: &[f64]) -> Option<f64> {
     v.iter().cloned().reduce(f64::max)
 }
 
+/// Smallest value, `None` for no values.
 pub fn min(v: &[f64]) -> Option<f64> {
     v.iter().cloned().reduce(f64::min)
 }
-
-const COLOURS: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-];
 
 /// Grouped bars: `values[group][series]` (NaN: no bar).
 pub fn bars(
@@ -100,7 +100,7 @@ pub fn bars(
     let k = series.len().max(1) as f64;
     let width = 0.8 / k;
     for (j, name) in series.iter().enumerate() {
-        let colour = COLOURS[j % COLOURS.len()];
+        let colour = palette::cycle(&palette::TAB10[..8], j);
         let rects = values.iter().enumerate().filter_map(move |(i, row)| {
             let v = *row.get(j)?;
             v.is_finite().then(|| {
@@ -130,37 +130,11 @@ pub fn bars(
     Ok(())
 }
 
-/// Lines with points: each series is (name, [(x, y)]).
-pub fn lines(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &[(String, Vec<(f64, f64)>)]) -> Result<()> {
-    let pts = || series.iter().flat_map(|s| s.1.iter()).filter(|p| p.0.is_finite() && p.1.is_finite());
-    let (x0, x1) = pts().fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.0), a.1.max(p.0)));
-    let (y0, y1) = pts().fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.1), a.1.max(p.1)));
-    let (x0, x1) = if x0 <= x1 { (x0, x1.max(x0 + 1e-9)) } else { (0.0, 1.0) };
-    let (y0, y1) = if y0 <= y1 { (y0.min(0.0), y1.max(y0 + 1e-9) * 1.1) } else { (0.0, 1.0) };
-    let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x0..x1, y0..y1)?;
-    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).label_style(("sans-serif", 13)).draw()?;
-    for (j, (name, s)) in series.iter().enumerate() {
-        let colour = COLOURS[j % COLOURS.len()];
-        chart
-            .draw_series(LineSeries::new(s.iter().cloned(), colour.stroke_width(2)))?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], colour.stroke_width(2)));
-        chart.draw_series(s.iter().map(|p| Circle::new(*p, 3, colour.filled())))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    root.present().with_context(|| format!("writing {}", path.display()))?;
+/// Lines with points, on axes that fit them (`gpumux-svg`'s report style).
+pub fn lines(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> Result<()> {
+    let (x_range, y_range) = lines::fit_ranges(series);
+    let chart = LineChart { title, x_desc, y_desc, x_range, y_range };
+    lines::draw(path, &chart, &LineStyle::report(), series)?;
     Ok(())
 }
 

@@ -24,7 +24,9 @@ use std::collections::HashMap;
 /// What one simulated run produced.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// What the engine recorded: runs, preemptions, SM use.
     pub record: RunRecord,
+    /// The simulator's counters (blocks, context saves, switch time).
     pub stats: DeviceStats,
     /// What the simulator's memory model did (DRAM utilisation, saturation).
     pub mem: MemStats,
@@ -49,8 +51,9 @@ pub struct HpTime {
     pub wait_first_sm_ns: f64,
     /// Time with at least one kernel of theirs on the GPU.
     pub kernel_ns: f64,
-    /// Completed runs, and the waits for a first SM that began in them.
+    /// Completed runs.
     pub runs: f64,
+    /// Waits for a first SM that began in the completed runs.
     pub waits: f64,
 }
 
@@ -133,6 +136,7 @@ impl DriverHooks for HpTracker {
 /// `--preempt-overhead-us`, `--async-launches`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SimSetup {
+    /// Seed of per-block time variation.
     pub seed: u64,
     /// Saturation ratio κ for every device instead of its preset's
     /// (`gpumux_sim::memory`); 1 is the memory model before 2026-11-23.
@@ -156,7 +160,7 @@ impl SimSetup {
         let mut m = if info.name == crate::thesis::FX5800_NAME {
             crate::thesis::fx5800_memory()
         } else {
-            MemModel::for_device(info)
+            gpumux_sim::presets::memory_model(info)
         };
         if let Some(ratio) = self.mem_ratio {
             // Same ratio on the calibration device (cut-down copies keep its per-SM ceiling).

@@ -12,6 +12,7 @@ use gpumux_engine::model::{Op, Workload};
 use gpumux_engine::policies;
 use gpumux_engine::record::RunRecord;
 use gpumux_sim::MemStats;
+use gpumux_svg::lines::Series;
 use gpumux_workload::{parboil_app, parboil_class1, parboil_class2, parboil_mix_apps, AppClass, PARBOIL_APPS};
 use std::collections::HashMap;
 
@@ -20,33 +21,52 @@ const NS: [u32; 4] = [2, 4, 6, 8];
 const CLASSES: [AppClass; 3] = [AppClass::Short, AppClass::Medium, AppClass::Long];
 
 /// The paper's numbers, as printed in section 4 (only the ends of each
-/// range, 2 and 8 processes, are given in the text).
+/// range, 2 and 8 processes, are given in the text): each pair is (2
+/// processes, 8 processes).
 pub mod paper {
-    /// Fig. 5, improvement of the high-priority NTT, averaged over all apps.
+    /// Fig. 5, improvement of the high-priority NTT by NPQ, averaged over all apps.
     pub const NPQ_ALL: (f64, f64) = (1.1, 1.6); // "for 4 or more processes"; ~1.0 at 2
+    /// Fig. 5, the same by exclusive PPQ with context switching, all apps.
     pub const PPQ_CS_ALL: (f64, f64) = (2.0, 15.6);
+    /// Fig. 5, exclusive PPQ with draining, all apps.
     pub const PPQ_DRAIN_ALL: (f64, f64) = (1.6, 6.0);
+    /// Fig. 5, PPQ with context switching, high-priority app of Class 1 SHORT.
     pub const PPQ_CS_SHORT: (f64, f64) = (5.1, 63.7);
+    /// Fig. 5, PPQ with draining, Class 1 SHORT.
     pub const PPQ_DRAIN_SHORT: (f64, f64) = (2.84, 16.2);
+    /// Fig. 5, PPQ with context switching, Class 1 MEDIUM.
     pub const PPQ_CS_MEDIUM: (f64, f64) = (1.06, 4.6);
+    /// Fig. 5, PPQ with draining, Class 1 MEDIUM.
     pub const PPQ_DRAIN_MEDIUM: (f64, f64) = (1.33, 4.5);
+    /// Fig. 5, PPQ with context switching, Class 1 LONG.
     pub const PPQ_CS_LONG: (f64, f64) = (1.26, 1.76);
+    /// Fig. 5, PPQ with draining, Class 1 LONG.
     pub const PPQ_DRAIN_LONG: (f64, f64) = (1.0, 1.54); // start not given
-    /// Fig. 6a, STP overhead of exclusive PPQ over NPQ.
+    /// Fig. 6a, STP overhead of exclusive PPQ with context switching over NPQ.
     pub const OVERHEAD_EXCL_CS: (f64, f64) = (1.08, 1.12);
+    /// Fig. 6a, STP overhead of exclusive PPQ with draining over NPQ.
     pub const OVERHEAD_EXCL_DRAIN: (f64, f64) = (1.09, 1.38);
-    /// Fig. 7a, NTT improvement of DSS over FCFS by Class 2.
+    /// Fig. 7a, NTT improvement of DSS (context switching) over FCFS, Class 2 SHORT.
     pub const DSS_CS_SHORT: (f64, f64) = (2.45, 4.0);
+    /// Fig. 7a, DSS with draining, Class 2 SHORT.
     pub const DSS_DRAIN_SHORT: (f64, f64) = (2.2, 3.7);
+    /// Fig. 7a, DSS with context switching, Class 2 MEDIUM.
     pub const DSS_CS_MEDIUM: (f64, f64) = (1.3, 1.7);
+    /// Fig. 7a, DSS with draining, Class 2 MEDIUM.
     pub const DSS_DRAIN_MEDIUM: (f64, f64) = (1.2, 1.4);
+    /// Fig. 7a, DSS (either mechanism), Class 2 LONG: a slowdown at 8 processes.
     pub const DSS_LONG: (f64, f64) = (0.9, 0.55);
+    /// Fig. 7a, DSS with context switching, all apps.
     pub const DSS_CS_ALL: (f64, f64) = (1.5, 2.0);
+    /// Fig. 7a, DSS with draining, all apps.
     pub const DSS_DRAIN_ALL: (f64, f64) = (1.4, 1.65);
-    /// Fig. 7b fairness improvement, Fig. 7c STP degradation.
+    /// Fig. 7b, fairness improvement of DSS with context switching over FCFS.
     pub const DSS_CS_FAIRNESS: (f64, f64) = (1.1, 3.35);
+    /// Fig. 7b, the same with draining.
     pub const DSS_DRAIN_FAIRNESS: (f64, f64) = (1.05, 2.7);
+    /// Fig. 7c, STP degradation of DSS with context switching against FCFS.
     pub const DSS_CS_STP_LOSS: (f64, f64) = (1.06, 1.34);
+    /// Fig. 7c, the same with draining.
     pub const DSS_DRAIN_STP_LOSS: (f64, f64) = (1.08, 1.5);
 }
 
@@ -242,6 +262,8 @@ fn row_by_n(label: String, mut values: impl FnMut(u32) -> Vec<f64>) -> Vec<Strin
 
 const PRIO_POLICIES: [&str; 6] = ["fcfs", "npq", "ppq-excl-cs", "ppq-excl-drain", "ppq-shared-cs", "ppq-shared-drain"];
 
+/// `tanasic-priority` (Fig. 5): how much NPQ and PPQ speed up a high-priority
+/// process over FCFS, by mechanism and by its length class; returns the report.
 pub fn priority(ctx: &Ctx) -> Result<String> {
     let mixes = priority_mixes(ctx)?;
     let (res, extra) = run_all(ctx, "tanasic-priority", &mixes, &PRIO_POLICIES[..4])?;
@@ -373,6 +395,8 @@ fn hp_breakdown(mixes: &[Mix], res: &[Vec<PolicyMetrics>], extra: &[Vec<Extra>])
     )
 }
 
+/// `tanasic-overhead` (Fig. 6): what preemptive priorities cost in system
+/// throughput (STP) against NPQ; returns the report.
 pub fn overhead(ctx: &Ctx) -> Result<String> {
     let mixes = priority_mixes(ctx)?;
     let pols = ["npq", "ppq-excl-cs", "ppq-excl-drain", "ppq-shared-cs", "ppq-shared-drain"];
@@ -412,6 +436,8 @@ pub fn overhead(ctx: &Ctx) -> Result<String> {
     ))
 }
 
+/// `tanasic-dss` (Figs. 7 and 8): dynamic spatial sharing against FCFS in NTT,
+/// fairness and STP; returns the report.
 pub fn dss(ctx: &Ctx) -> Result<String> {
     let mixes = dss_mixes(ctx)?;
     let pols = ["fcfs", "dss-cs", "dss-drain"];
@@ -459,13 +485,13 @@ pub fn dss(ctx: &Ctx) -> Result<String> {
     }
     // Fig. 8: ANTT of every workload, sorted, per policy.
     for n in NS {
-        let series: Vec<(String, Vec<(f64, f64)>)> = pols
+        let series: Vec<Series> = pols
             .iter()
             .enumerate()
             .map(|(j, p)| {
                 let mut v: Vec<f64> = by_n(&mixes, &res, n).map(|(_, r)| r[j].antt).collect();
                 v.sort_by(f64::total_cmp);
-                (p.to_string(), v.into_iter().enumerate().map(|(i, a)| (i as f64, a)).collect())
+                Series { name: p.to_string(), points: v.into_iter().enumerate().map(|(i, a)| (i as f64, a)).collect() }
             })
             .collect();
         lines(
@@ -538,12 +564,12 @@ fn stp_by_class(mixes: &[Mix], res: &[Vec<PolicyMetrics>], pols: &[&str]) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpumux_engine::kernel::KernelDesc;
+    use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
     use std::sync::Arc;
 
     #[test]
     fn launch_gaps_go_between_consecutive_kernels_only() {
-        let k = || Op::Kernel(Arc::new(KernelDesc { name: "k".into(), ..parboil_kernel() }));
+        let k = || Op::Kernel(Arc::new(kernel()));
         let ops = vec![Op::Cpu { ns: 5 }, k(), k(), k(), Op::CopyToHost { bytes: 1 }, k()];
         let out = with_launch_gaps(ops, 7);
         let shape: Vec<&str> = out
@@ -560,7 +586,7 @@ mod tests {
 
     #[test]
     fn async_hosts_sync_only_after_reading_back() {
-        let k = || Op::Kernel(Arc::new(KernelDesc { name: "k".into(), ..parboil_kernel() }));
+        let k = || Op::Kernel(Arc::new(kernel()));
         let ops = vec![
             Op::Cpu { ns: 5 },
             Op::CopyToDevice { bytes: 1 },
@@ -582,19 +608,8 @@ mod tests {
         assert_eq!(shape, ["cpu", "h2d", "k", "k", "d2h", "sync", "cpu"]);
     }
 
-    fn parboil_kernel() -> KernelDesc {
-        KernelDesc {
-            name: String::new(),
-            blocks: 1,
-            threads_per_block: 32,
-            regs_per_thread: 1,
-            smem_per_block: 0,
-            block_time_ns: 1,
-            block_time_spread: 0.0,
-            mem_intensity: 0.0,
-            idempotent: true,
-            max_blocks_per_sm: None,
-            suite: None,
-        }
+    /// Only the operation kinds matter here, not the kernel.
+    fn kernel() -> KernelDesc {
+        KernelDesc::new("k", KernelShape::new(1, 32, 1)).with_sim_timing(SimTiming::new(1))
     }
 }

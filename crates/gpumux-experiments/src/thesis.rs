@@ -5,7 +5,7 @@
 //! the length of one run alone, block-time spread, memory intensity.
 
 use anyhow::Result;
-use gpumux_engine::kernel::{DeviceInfo, KernelDesc, SmLimits};
+use gpumux_engine::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::policies::partition::AppChar;
 use gpumux_engine::time::Nanos;
@@ -28,6 +28,7 @@ pub fn fx5800() -> DeviceInfo {
     }
 }
 
+/// The device name of [`fx5800`], by which [`crate::sim::SimSetup::memory_of`] gives it its own memory model.
 pub const FX5800_NAME: &str = "sim:fx5800";
 
 /// The FX 5800's memory model. The thesis reports no per-SM bandwidth
@@ -47,12 +48,17 @@ pub const FX5800_SATURATION_RATIO: f64 = 1.5;
 /// One kernel row of thesis Table 3.2.
 #[derive(Clone, Copy, Debug)]
 pub struct Row {
+    /// Kernel name as the table gives it.
     pub kernel: &'static str,
     /// Share of the application's GPU time, %.
     pub share: f64,
+    /// Launches of the kernel in one run.
     pub calls: u32,
+    /// Thread blocks per launch.
     pub blocks: u64,
+    /// Threads per block.
     pub threads: u32,
+    /// Resident blocks per SM the thesis measured (our occupancy cap).
     pub blocks_per_sm: u32,
 }
 
@@ -60,15 +66,23 @@ pub struct Row {
 /// memory-intensity estimate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bound {
+    /// Limited by arithmetic.
     Compute,
+    /// Limited by the size of its problem (too few blocks to fill the GPU).
     ProblemSize,
+    /// Limited by DRAM bandwidth.
     Memory,
+    /// Any other class the thesis gives (fractals, raytrace).
     Other,
 }
 
+/// One application of thesis Table 3.2: its kernels and how it is bound.
 pub struct App {
+    /// Short name, as the experiments print it.
     pub name: &'static str,
+    /// The thesis's class, which sets our memory-intensity estimate.
     pub bound: Bound,
+    /// Its kernels, as Table 3.2 lists them.
     pub rows: &'static [Row],
 }
 
@@ -139,19 +153,11 @@ fn kernel(row: &Row, dev: &DeviceInfo, blocks: u64, bound: Bound) -> KernelDesc 
     // Block time that makes this kernel's calls take its share of a run on all SMs.
     let per_call_ns = RUN_ALONE_NS as f64 * row.share / 100.0 / row.calls as f64;
     let waves = row.blocks.div_ceil(bps as u64 * dev.num_sms as u64).max(1);
-    KernelDesc {
-        name: row.kernel.to_string(),
-        blocks,
-        threads_per_block: row.threads,
-        regs_per_thread: 8,
-        smem_per_block: 0,
-        block_time_ns: ((per_call_ns / waves as f64).round() as Nanos).max(100),
-        block_time_spread: 0.1,
-        mem_intensity: bound.mem_intensity(),
-        idempotent: true,
-        max_blocks_per_sm: Some(bps),
-        suite: None,
-    }
+    let shape = KernelShape::new(blocks, row.threads, 8).with_max_blocks_per_sm(bps);
+    let timing = SimTiming::new(((per_call_ns / waves as f64).round() as Nanos).max(100))
+        .with_spread(0.1)
+        .with_mem_intensity(bound.mem_intensity());
+    KernelDesc::new(row.kernel, shape).with_sim_timing(timing)
 }
 
 /// Calls in the order one run makes them: the table gives counts, not order,
@@ -183,6 +189,7 @@ pub fn run_blocks(app: &App) -> u64 {
     app.rows.iter().map(|r| r.blocks * r.calls as u64).sum()
 }
 
+/// The application called `name`, if the table has one.
 pub fn app(name: &str) -> Option<&'static App> {
     APPS.iter().find(|a| a.name == name)
 }
@@ -223,12 +230,14 @@ pub fn fixed_work(apps: &[&App], dev: &DeviceInfo, blocks: &[u64]) -> Result<Wor
                 break;
             }
             if let Op::Kernel(k) = op {
-                let n = k.blocks.min(left);
+                let n = k.shape.blocks.min(left);
                 left -= n;
-                ops.push(Op::Kernel(if n == k.blocks {
+                ops.push(Op::Kernel(if n == k.shape.blocks {
                     k.clone()
                 } else {
-                    Arc::new(KernelDesc { blocks: n, ..(**k).clone() })
+                    let mut part = (**k).clone();
+                    part.shape.blocks = n;
+                    Arc::new(part)
                 }));
             }
         }
@@ -311,7 +320,8 @@ mod tests {
         let a = app("radix").expect("radix");
         let per = run_blocks(a);
         let w = fixed_work(&[a], &dev, &[per + 300]).expect("work");
-        let total: u64 = w.processes[0].ops.iter().map(|o| if let Op::Kernel(k) = o { k.blocks } else { 0 }).sum();
+        let total: u64 =
+            w.processes[0].ops.iter().map(|o| if let Op::Kernel(k) = o { k.shape.blocks } else { 0 }).sum();
         assert_eq!(total, per + 300);
     }
 

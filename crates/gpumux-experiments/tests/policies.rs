@@ -3,7 +3,7 @@
 //! end time can be worked out by hand.
 
 use gpumux_engine::device::Mechanism;
-use gpumux_engine::kernel::KernelDesc;
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::policies::{self, spatial::Heuristic, spatial::Spatial};
 use gpumux_engine::policy::Policy;
@@ -12,19 +12,8 @@ use gpumux_experiments::sim::{simulate, SimSetup};
 use std::sync::Arc;
 
 fn kernel(blocks: u64) -> Op {
-    Op::Kernel(Arc::new(KernelDesc {
-        name: format!("k{blocks}"),
-        blocks,
-        threads_per_block: 64,
-        regs_per_thread: 8,
-        smem_per_block: 0,
-        block_time_ns: NS_PER_MS,
-        block_time_spread: 0.0,
-        mem_intensity: 0.0,
-        idempotent: true,
-        max_blocks_per_sm: Some(1),
-        suite: None,
-    }))
+    let shape = KernelShape::new(blocks, 64, 8).with_max_blocks_per_sm(1);
+    Op::Kernel(Arc::new(KernelDesc::new(format!("k{blocks}"), shape).with_sim_timing(SimTiming::new(NS_PER_MS))))
 }
 
 fn workload(procs: &[&[u64]]) -> Workload {

@@ -13,6 +13,8 @@
 //!   characters, bounded length), short quotes of user text, readable
 //!   numbers, and TOML syntax errors as line, column and a bounded message.
 
+#![warn(missing_docs)]
+
 pub mod output;
 pub mod read;
 pub mod text;

@@ -10,8 +10,9 @@ use serde::Serialize;
 
 use crate::analysis::{Analysis, Analyzer, Status, DEFAULT_HORIZON};
 use crate::assign::{assign_with, Method};
+use crate::cost::MultiCostModel;
 use crate::experiment::{self, RunOptions, GLOBAL};
-use crate::generate::{random_set, scale_to_gpu_utilisation, GenConfig, MultiCostModel};
+use crate::generate::{random_set, scale_to_gpu_utilisation, GenConfig};
 use crate::model::TaskSet;
 use crate::rng::Rng;
 use crate::toml_io::MAX_TASKS;

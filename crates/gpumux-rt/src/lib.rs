@@ -22,9 +22,10 @@
 //! assert_eq!(report.tasks[0].response, Some(80.0));
 //! ```
 //!
-//! Module map: [`model`] (task model, TOML), [`analysis`] (response times), [`assign`]
+//! Module map: [`model`] (task model), [`cost`] (multi-GPU times from single-GPU ones),
+//! task-set files (TOML, [`TaskSet::from_file`]), [`analysis`] (response times), [`assign`](mod@assign)
 //! (methods), [`generate`] (synthetic sets), [`experiment`] (Fig. 7/8), [`plot`] (SVG),
-//! [`bench`] (throughput), [`cli`] (the `gpumux rt` subcommand).
+//! [`bench`](mod@bench) (throughput), [`cli`] (the `gpumux rt` subcommand).
 
 #![warn(missing_docs)]
 
@@ -32,6 +33,7 @@ pub mod analysis;
 pub mod assign;
 pub mod bench;
 pub mod cli;
+pub mod cost;
 pub mod experiment;
 pub mod generate;
 pub mod model;
@@ -41,5 +43,5 @@ mod toml_io;
 
 pub use analysis::{Analysis, Analyzer};
 pub use assign::{assign, Assignment, Method};
-pub use model::{Mode, ModelError, Platform, Resource, Subtask, Task, TaskSet};
-pub use toml_io::{MAX_SUBTASKS, MAX_TASKS, MAX_TIME};
+pub use model::{Mode, Platform, Resource, Subtask, Task, TaskSet};
+pub use toml_io::{ModelError, MAX_SUBTASKS, MAX_TASKS, MAX_TIME};

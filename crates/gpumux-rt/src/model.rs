@@ -1,19 +1,17 @@
-//! Task model of GPU-SPARC (seed 004, Section IV-A) and its TOML task-set files.
+//! Task model of GPU-SPARC (seed 004, Section IV-A).
 //!
 //! A task `τ_i = (T_i, D_i, M_i, {C^S_ij, C^M_ij, H_ij})` is a pipeline of subtasks, each
 //! holding one kind of resource (CPU, PCI bus, GPU) for `C^S` time units in single-GPU mode
 //! and `C^M` in multi-GPU mode. Tasks are kept in priority order (index 0 = highest), which
 //! is what the holistic analysis walks.
 //!
-//! Loading never panics on user input: every problem is a [`ModelError`] naming the file,
-//! the field (as a path such as `task[2].subtasks[1].single`) and the reason.
+//! The model depends on nothing else in the crate: its file format (`toml_io.rs`, which
+//! adds [`TaskSet::from_file`] and [`TaskSet::to_toml`]) and its generator
+//! ([`crate::generate`]) build on it.
 
 use std::fmt;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-
-use crate::generate::MultiCostModel;
 
 /// Kind of resource a subtask holds (`H_ij`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -245,73 +243,5 @@ impl TaskSet {
     /// The modes declared in the file.
     pub fn declared_modes(&self) -> Vec<Mode> {
         self.tasks.iter().map(|t| t.mode).collect()
-    }
-
-    /// Loads and validates a TOML task-set file.
-    pub fn from_file(path: &Path) -> Result<TaskSet, ModelError> {
-        let file = path.display().to_string();
-        let text = gpumux_files::read_text(path, gpumux_files::MAX_FILE_BYTES, "a task-set file")
-            .map_err(|reason| ModelError::Io { file: file.clone(), reason })?;
-        TaskSet::from_toml_str(&text, &file)
-    }
-
-    /// Parses and validates TOML text; `file` is only used in error messages.
-    pub fn from_toml_str(text: &str, file: &str) -> Result<TaskSet, ModelError> {
-        crate::toml_io::parse(text, file)
-    }
-
-    /// Serialises to the TOML format that [`TaskSet::from_toml_str`] reads (tasks in
-    /// priority order, with explicit priorities so a round trip is exact).
-    pub fn to_toml(&self) -> String {
-        crate::toml_io::write(self)
-    }
-
-    /// Fills in `C^M` from `model` for every subtask of every task (used for files that omit
-    /// `multi`, and by the generator).
-    pub fn derive_multi_costs(&mut self, model: &MultiCostModel) {
-        for t in &mut self.tasks {
-            model.apply(t);
-        }
-    }
-}
-
-/// A bad task-set file: always names the file, and the field when there is one.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum ModelError {
-    /// The file could not be read.
-    #[error("{file}: cannot read file: {reason}")]
-    Io {
-        /// File name.
-        file: String,
-        /// OS error.
-        reason: String,
-    },
-    /// The text is not TOML.
-    #[error("{file}: malformed TOML: {reason}")]
-    Syntax {
-        /// File name.
-        file: String,
-        /// Parser message (with line and column).
-        reason: String,
-    },
-    /// A field is missing, of the wrong type, or out of range.
-    #[error("{file}: field `{field}`: {reason}")]
-    Field {
-        /// File name.
-        file: String,
-        /// Path of the field, e.g. `task[1].subtasks[0].single`.
-        field: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-impl ModelError {
-    /// The offending field path, when the error is about one.
-    pub fn field(&self) -> Option<&str> {
-        match self {
-            ModelError::Field { field, .. } => Some(field),
-            _ => None,
-        }
     }
 }

@@ -26,12 +26,13 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
+use std::path::Path;
 
 use gpumux_files::text::{check_name, number, quote, toml_error};
 use toml::{Table, Value};
 
-use crate::generate::MultiCostModel;
-use crate::model::{Mode, ModelError, Platform, Resource, Subtask, Task, TaskSet};
+use crate::cost::MultiCostModel;
+use crate::model::{Mode, Platform, Resource, Subtask, Task, TaskSet};
 
 /// Most tasks in a set (files, `rt generate --tasks`, `rt bench --sizes`).
 pub const MAX_TASKS: usize = 1000;
@@ -40,6 +41,70 @@ pub const MAX_SUBTASKS: usize = 100;
 /// Largest time (period, deadline, WCET, chunk) in the file's unit: with
 /// milliseconds about 31 years; larger values only break tables.
 pub const MAX_TIME: f64 = 1e12;
+
+/// Task sets to and from their files (here rather than in `model.rs`, so the
+/// model does not depend on its file format).
+impl TaskSet {
+    /// Loads and validates a TOML task-set file.
+    pub fn from_file(path: &Path) -> Result<TaskSet, ModelError> {
+        let file = path.display().to_string();
+        let text = gpumux_files::read_text(path, gpumux_files::MAX_FILE_BYTES, "a task-set file")
+            .map_err(|reason| ModelError::Io { file: file.clone(), reason })?;
+        TaskSet::from_toml_str(&text, &file)
+    }
+
+    /// Parses and validates TOML text; `file` is only used in error messages.
+    pub fn from_toml_str(text: &str, file: &str) -> Result<TaskSet, ModelError> {
+        parse(text, file)
+    }
+
+    /// Serialises to the TOML format that [`TaskSet::from_toml_str`] reads (tasks in
+    /// priority order, with explicit priorities so a round trip is exact).
+    pub fn to_toml(&self) -> String {
+        write(self)
+    }
+}
+
+/// A bad task-set file: always names the file, and the field when there is one.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ModelError {
+    /// The file could not be read.
+    #[error("{file}: cannot read file: {reason}")]
+    Io {
+        /// File name.
+        file: String,
+        /// OS error.
+        reason: String,
+    },
+    /// The text is not TOML.
+    #[error("{file}: malformed TOML: {reason}")]
+    Syntax {
+        /// File name.
+        file: String,
+        /// Parser message (with line and column).
+        reason: String,
+    },
+    /// A field is missing, of the wrong type, or out of range.
+    #[error("{file}: field `{field}`: {reason}")]
+    Field {
+        /// File name.
+        file: String,
+        /// Path of the field, e.g. `task[1].subtasks[0].single`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl ModelError {
+    /// The offending field path, when the error is about one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ModelError::Field { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
 
 struct Ctx<'a> {
     file: &'a str,

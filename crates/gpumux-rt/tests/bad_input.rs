@@ -1,6 +1,6 @@
 //! Every kind of bad task-set file gets an error naming the file, the field and the reason.
 
-use gpumux_rt::model::{ModelError, TaskSet};
+use gpumux_rt::{ModelError, TaskSet};
 
 const OK_TASK: &str = r#"
 [[task]]

@@ -9,13 +9,13 @@
 //! Two copy engines (H2D, D2H) move data over PCIe, FIFO.
 
 use crate::memory::{KernelMem, MemModel};
-use crate::timing::block_time;
+use crate::timing::{block_time, NoSimTiming};
 use gpumux_engine::device::{
     Command, CopyDirection, Device, DeviceError, DeviceStats, Event, Mechanism, Message, ProtocolError, ReleaseCause,
     SavedBlock, TraceSpan,
 };
 use gpumux_engine::ids::{CopyId, KernelId, LaunchId, ProcessId, SmId};
-use gpumux_engine::kernel::{DeviceInfo, KernelDesc};
+use gpumux_engine::kernel::{DeviceInfo, KernelDesc, SimTiming};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::{later, ns_from_f64, Nanos, TimeOverflow};
@@ -69,6 +69,8 @@ struct Launch {
     kernel: KernelId,
     process: ProcessId,
     desc: Arc<KernelDesc>,
+    /// `desc`'s timing, checked present when the launch started.
+    timing: SimTiming,
     time_key: u64,
     blocks: BlockRanges,
     restore: VecDeque<SavedBlock>,
@@ -150,6 +152,14 @@ fn checked_ns(fault: &mut Option<TimeOverflow>, ns: f64, at: Nanos, what: impl F
     })
 }
 
+/// Nanoseconds, before rounding, to move `blocks` contexts of `context_bytes`
+/// each between one SM and DRAM, at the SM's share of the device's bandwidth
+/// (Tanasic's assumption; `tests/tanasic_save_time.rs` pins it): the cost of
+/// a context save and of a restore.
+fn context_move_ns(info: &DeviceInfo, blocks: u64, context_bytes: u64) -> f64 {
+    blocks as f64 * context_bytes as f64 / info.per_sm_bandwidth() * 1e9
+}
+
 /// What the memory model did over a run (`SimGpu::mem_stats`): evidence for
 /// how much DRAM contention shaped a result.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -158,10 +168,11 @@ pub struct MemStats {
     pub busy_ns: f64,
     /// Time with summed demand D > 1 (DRAM saturated).
     pub saturated_ns: f64,
-    /// Σ of new blocks' times as issued, and Σ of their times alone on the whole
-    /// device: their ratio is the mean factor contention applied (< 1: faster
-    /// than alone on the whole GPU, e.g. a memory-bound kernel on few SMs).
+    /// Σ of new blocks' times as issued: over `alone_ns`, the mean factor
+    /// contention applied (< 1: faster than alone on the whole GPU, e.g. a
+    /// memory-bound kernel on few SMs).
     pub issued_ns: f64,
+    /// Σ of the same blocks' times had each run alone on the whole device.
     pub alone_ns: f64,
 }
 
@@ -169,16 +180,17 @@ pub struct MemStats {
 /// or run twice and that resumed kernels continue where they stopped.
 #[derive(Clone, Debug, Default)]
 pub struct Audit {
-    /// (kernel, block index, restored from a saved context)
+    /// (kernel, block index, restored from a saved context), in issue order.
     pub issued: Vec<(KernelId, u64, bool)>,
+    /// (kernel, block index), in completion order.
     pub completed: Vec<(KernelId, u64)>,
 }
 
 impl SimGpu {
-    /// A simulated `info` with its preset's memory model (`MemModel::for_device`).
+    /// A simulated `info` with its preset's memory model ([`presets::memory_model`](crate::presets::memory_model)).
     pub fn new(info: DeviceInfo, seed: u64) -> Self {
         let n = info.num_sms as usize;
-        let mem = MemModel::for_device(&info);
+        let mem = crate::presets::memory_model(&info);
         let engine = || CopyEngine { queue: VecDeque::new(), busy_until: None, current: None };
         SimGpu {
             info,
@@ -236,10 +248,12 @@ impl SimGpu {
         true
     }
 
+    /// The DRAM model this device runs with (its preset's, or one set by [`SimGpu::with_memory`]).
     pub fn memory(&self) -> &MemModel {
         &self.mem
     }
 
+    /// What DRAM contention did so far, for reports that explain a result by it.
     pub fn mem_stats(&self) -> MemStats {
         self.mem_stats
     }
@@ -261,6 +275,7 @@ impl SimGpu {
         self.audit = Some(Audit::default());
     }
 
+    /// Issues and completions recorded since [`SimGpu::enable_audit`], if it was called.
     pub fn audit(&self) -> Option<&Audit> {
         self.audit.as_ref()
     }
@@ -343,7 +358,7 @@ impl SimGpu {
     /// Whether one more block of `l` fits on SM `sm` now.
     fn fits(&self, sm: usize, lid: LaunchId, l: &Launch) -> bool {
         let s = &self.sms[sm];
-        let d = &l.desc;
+        let d = &l.desc.shape;
         let mine = s.resident.iter().filter(|r| r.launch == lid).count() as u32;
         s.saving == 0
             && mine < l.bps
@@ -371,17 +386,16 @@ impl SimGpu {
             // (already contended); a new one gets its time at the end of the instant.
             let (index, work) = if let Some(sb) = l.restore.pop_front() {
                 let what = || format!("restoring block {} of kernel `{}` on SM {sm}", sb.index, l.desc.name);
-                let restore_ns = checked_ns(
-                    &mut self.fault,
-                    l.context_bytes as f64 / (self.info.mem_bandwidth / self.info.num_sms as f64) * 1e9,
-                    self.now,
-                    what,
-                );
+                // Truncated, where a save rounds up: rounding up here too (the
+                // consistent choice) moves every context-switching result by
+                // a little, so it waits for a decision of its own.
+                let restore_ns =
+                    checked_ns(&mut self.fault, context_move_ns(&self.info, 1, l.context_bytes), self.now, what);
                 self.stats.sm_switch_ns += restore_ns as u128;
                 (sb.index, checked_at(&mut self.fault, restore_ns, sb.remaining_ns, what))
             } else {
                 let Some(b) = l.blocks.pop_first() else { break };
-                (b, block_time(&l.desc, self.seed, l.time_key, b))
+                (b, block_time(&l.timing, self.seed, l.time_key, b))
             };
             l.resident += 1;
             if let Some(a) = self.audit.as_mut() {
@@ -392,10 +406,10 @@ impl SimGpu {
             let token = self.next_token;
             self.next_token += 1;
             let s = &mut self.sms[sm];
-            s.threads += d.threads_per_block;
+            s.threads += d.shape.threads_per_block;
             s.blocks += 1;
-            s.regs += d.regs_per_block();
-            s.smem += d.smem_per_block as u64;
+            s.regs += d.shape.regs_per_block();
+            s.smem += d.shape.smem_per_block as u64;
             if s.resident.is_empty() {
                 s.busy_since = Some(self.now);
             }
@@ -477,7 +491,7 @@ impl SimGpu {
         if let Some(l) = self.launches.get_mut(&r.launch) {
             l.resident -= 1;
             self.mem_demand -= l.mem.demand_per_block;
-            let d = &l.desc;
+            let d = &l.desc.shape;
             let s = &mut self.sms[sm];
             s.threads -= d.threads_per_block;
             s.blocks -= 1;
@@ -579,7 +593,7 @@ impl SimGpu {
                     let what = || format!("a context save of {n} blocks on SM {sm}");
                     let save_ns = checked_ns(
                         &mut self.fault,
-                        (n as f64 * context_bytes as f64 / self.info.per_sm_bandwidth() * 1e9).ceil(),
+                        context_move_ns(&self.info, n, context_bytes).ceil(),
                         self.now,
                         what,
                     );
@@ -669,15 +683,19 @@ impl Device for SimGpu {
                         return Err(ProtocolError::SmOwned { launch, sm, owner: o, by: Message::Launch }.into());
                     }
                 }
+                let Some(timing) = desc.sim_timing else {
+                    return Err(DeviceError::Backend(NoSimTiming { kernel: desc.name.clone() }.to_string()));
+                };
                 let bps = self.info.blocks_per_sm(&desc).map_err(ProtocolError::from)?;
-                let mem = KernelMem::new(&desc, bps, &self.info, &self.mem);
-                let context_bytes = desc.context_bytes();
+                let mem = KernelMem::new(timing.mem_intensity, desc.shape.blocks, bps, &self.info, &self.mem);
+                let context_bytes = desc.shape.context_bytes();
                 self.launches.insert(
                     launch,
                     Launch {
                         kernel,
                         process,
                         desc,
+                        timing,
                         time_key,
                         blocks,
                         restore: restore.into(),
@@ -797,5 +815,114 @@ impl Device for SimGpu {
             }
         }
         self.trace.take().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumux_engine::kernel::KernelShape;
+
+    #[test]
+    fn a_kernel_without_timing_is_refused_at_launch_with_its_name() {
+        let mut gpu = SimGpu::new(crate::presets::k20c(), 1);
+        let desc = Arc::new(KernelDesc::new("cuda-only", KernelShape::new(10, 128, 32)));
+        let launch = Command::Launch {
+            launch: LaunchId(0),
+            kernel: KernelId(0),
+            process: ProcessId(0),
+            priority: 0,
+            desc: Arc::clone(&desc),
+            time_key: 0,
+            blocks: BlockRanges::full(desc.shape.blocks),
+            restore: Vec::new(),
+            sms: SmSet::range(0, 13),
+        };
+        let err = gpu.submit(0, launch).expect_err("no timing");
+        assert!(err.to_string().contains("kernel `cuda-only` has no simulator timing"), "{err}");
+        // Nothing was started: the device holds no launch and no SM owner.
+        assert!(gpu.launches.is_empty() && gpu.sms.iter().all(|s| s.owner.is_none()));
+    }
+
+    /// A 2-block kernel of one thread with `context_bytes` of registers, one
+    /// block resident per SM, 10 µs blocks, on SM 0 of a K20c (16 GB/s per SM:
+    /// 16 bytes a nanosecond).
+    fn switching(context_bytes: u32) -> (SimGpu, Arc<KernelDesc>) {
+        let shape = KernelShape::new(2, 1, context_bytes / 4).with_max_blocks_per_sm(1);
+        let desc = Arc::new(KernelDesc::new("k", shape).with_sim_timing(SimTiming::new(10_000)));
+        (SimGpu::new(crate::presets::k20c(), 1), desc)
+    }
+
+    fn launch(id: u64, desc: &Arc<KernelDesc>, blocks: BlockRanges, restore: Vec<SavedBlock>) -> Command {
+        Command::Launch {
+            launch: LaunchId(id),
+            kernel: KernelId(0),
+            process: ProcessId(0),
+            priority: 0,
+            desc: Arc::clone(desc),
+            time_key: 0,
+            blocks,
+            restore,
+            sms: SmSet::range(0, 1),
+        }
+    }
+
+    /// Saves block 0 at 5 µs, restores it at once; returns the save's
+    /// length and when the relaunch ends.
+    fn save_and_restore(context_bytes: u32) -> (Nanos, Nanos, DeviceStats) {
+        let (mut gpu, desc) = switching(context_bytes);
+        let mut events = Vec::new();
+        gpu.submit(0, launch(0, &desc, BlockRanges::full(2), Vec::new())).expect("launch");
+        assert_eq!(gpu.advance(Some(5_000), &mut events).expect("run"), 5_000);
+        let retreat =
+            Command::Retreat { launch: LaunchId(0), sms: SmSet::range(0, 1), mechanism: Mechanism::ContextSwitch };
+        gpu.submit(5_000, retreat).expect("retreat");
+        let mut saved = None;
+        let mut t = 5_000;
+        while saved.is_none() {
+            t = gpu.advance(None, &mut events).expect("save");
+            for e in events.drain(..) {
+                if let Event::LaunchEnded { saved: s, remaining, .. } = e {
+                    assert_eq!(
+                        (remaining.len(), remaining.ranges().first()),
+                        (1, Some(&(1..2))),
+                        "block 1 never issued"
+                    );
+                    saved = Some(s);
+                }
+            }
+        }
+        let saved = saved.unwrap_or_default();
+        assert_eq!(saved, vec![SavedBlock { index: 0, remaining_ns: 5_000 }]);
+        let save_ns = t - 5_000;
+        let mut rest = BlockRanges::new();
+        rest.insert(1..2);
+        gpu.submit(t, launch(1, &desc, rest, saved)).expect("relaunch");
+        loop {
+            let now = gpu.advance(None, &mut events).expect("rest");
+            if events.drain(..).any(|e| matches!(e, Event::LaunchEnded { .. })) {
+                return (save_ns, now, gpu.stats());
+            }
+        }
+    }
+
+    #[test]
+    fn a_restore_costs_what_a_save_of_one_block_costs() {
+        // 16 000 bytes at 16 bytes/ns: 1 000 ns each way, no rounding.
+        let (save_ns, end, stats) = save_and_restore(16_000);
+        assert_eq!(save_ns, 1_000);
+        // Relaunch at 6 000: restore 1 000 + the 5 000 left, then block 1's 10 000.
+        assert_eq!(end, 6_000 + 1_000 + 5_000 + 10_000);
+        assert_eq!((stats.sm_switch_ns, stats.context_saves), (2_000, 1));
+    }
+
+    #[test]
+    fn a_fractional_move_is_rounded_up_when_saved_and_down_when_restored() {
+        // 16 008 bytes: 1 000.5 ns. The save takes 1 001, the restore 1 000
+        // (kept as it was; see the comment in `fill_sm`).
+        let (save_ns, end, stats) = save_and_restore(16_008);
+        assert_eq!(save_ns, 1_001);
+        assert_eq!(end, 6_001 + 1_000 + 5_000 + 10_000);
+        assert_eq!(stats.sm_switch_ns, 2_001);
     }
 }

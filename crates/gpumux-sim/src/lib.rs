@@ -5,6 +5,8 @@
 //! shared DRAM), copy engines, and the three hardware preemption mechanisms
 //! of Tanasic et al. that real GPUs do not expose. [`presets`] holds the K20c of Tanasic Table 2 and the H100/H200.
 
+#![warn(missing_docs)]
+
 pub mod gpu;
 pub mod memory;
 pub mod presets;

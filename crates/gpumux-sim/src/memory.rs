@@ -33,12 +33,8 @@
 //! (Tanasic's assumption, pinned by `tests/tanasic_save_time.rs`) and are not
 //! counted as demand.
 
-use gpumux_engine::kernel::{DeviceInfo, KernelDesc};
+use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
-
-/// κ for devices with no measurement of their own: the H100's measured ratio
-/// (see [`crate::presets::h100_memory`]), rounded.
-pub const DEFAULT_SATURATION_RATIO: f64 = 2.5;
 
 /// The memory parameters of a simulated device beyond `DeviceInfo`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -55,11 +51,6 @@ impl MemModel {
     /// A model in which a memory-bound kernel saturates DRAM with `num_sms / ratio` SMs.
     pub fn with_ratio(info: &DeviceInfo, ratio: f64) -> Self {
         MemModel { sm_bandwidth: ratio * info.per_sm_bandwidth(), calibration_sms: None }
-    }
-
-    /// The preset's model for a known device name, else [`DEFAULT_SATURATION_RATIO`].
-    pub fn for_device(info: &DeviceInfo) -> Self {
-        crate::presets::memory(info).unwrap_or_else(|| Self::with_ratio(info, DEFAULT_SATURATION_RATIO))
     }
 
     /// κ = SMs' summed ceiling / DRAM bandwidth on `info`.
@@ -86,14 +77,16 @@ fn slowdown(m: f64, d: f64) -> f64 {
 }
 
 impl KernelMem {
-    pub fn new(desc: &KernelDesc, bps: u32, info: &DeviceInfo, model: &MemModel) -> Self {
-        let m = desc.mem_intensity.clamp(0.0, 1.0);
+    /// The model of a kernel of `blocks` blocks with memory intensity
+    /// `mem_intensity`, `bps` of them resident per SM.
+    pub fn new(mem_intensity: f64, blocks: u64, bps: u32, info: &DeviceInfo, model: &MemModel) -> Self {
+        let m = mem_intensity.clamp(0.0, 1.0);
         let bandwidth = info.mem_bandwidth.max(1.0);
         let demand_per_block = m * model.sm_bandwidth / (bps.max(1) as f64 * bandwidth);
         // Alone on the whole (calibration) device: as many blocks resident as
         // fit, or as the grid has.
         let sms = model.calibration_sms.unwrap_or(info.num_sms).max(1) as u64;
-        let resident = desc.blocks.min(sms * bps.max(1) as u64) as f64;
+        let resident = blocks.min(sms * bps.max(1) as u64) as f64;
         KernelMem { intensity: m, demand_per_block, alone_factor: slowdown(m, resident * demand_per_block) }
     }
 
@@ -116,26 +109,10 @@ mod tests {
     use super::*;
     use crate::presets;
 
-    fn kernel(m: f64, blocks: u64) -> KernelDesc {
-        KernelDesc {
-            name: "k".into(),
-            blocks,
-            threads_per_block: 256,
-            regs_per_thread: 16,
-            smem_per_block: 0,
-            block_time_ns: 1_000,
-            block_time_spread: 0.0,
-            mem_intensity: m,
-            idempotent: true,
-            max_blocks_per_sm: Some(4),
-            suite: None,
-        }
-    }
-
     #[test]
     fn compute_bound_is_never_stretched() {
         let info = presets::k20c();
-        let k = KernelMem::new(&kernel(0.0, 10_000), 4, &info, &MemModel::for_device(&info));
+        let k = KernelMem::new(0.0, 10_000, 4, &info, &MemModel::with_ratio(&info, 2.5));
         assert_eq!(k.block_time(1_000, 0.1), 1_000);
         assert_eq!(k.block_time(1_000, 50.0), 1_000);
     }
@@ -145,7 +122,7 @@ mod tests {
         // κ = 2.5, m = 1, 4 blocks per SM on all 13 SMs: D_alone = 2.5.
         let info = presets::k20c();
         let model = MemModel::with_ratio(&info, 2.5);
-        let k = KernelMem::new(&kernel(1.0, 10_000), 4, &info, &model);
+        let k = KernelMem::new(1.0, 10_000, 4, &info, &model);
         assert!((k.demand_per_block - 2.5 / 52.0).abs() < 1e-12);
         assert!((k.alone_factor - 2.5).abs() < 1e-12);
         assert_eq!(k.block_time(1_000, 2.5), 1_000);
@@ -153,16 +130,5 @@ mod tests {
         assert_eq!(k.block_time(1_000, 0.5), 400);
         // Twice the alone demand: twice the time.
         assert_eq!(k.block_time(1_000, 5.0), 2_000);
-    }
-
-    #[test]
-    fn the_ratio_matches_the_preset() {
-        let info = presets::h100();
-        let r = MemModel::for_device(&info).saturation_ratio(&info);
-        assert!((r - 2.5).abs() < 1e-9, "{r}");
-        let h200 = presets::h200();
-        let r200 = MemModel::for_device(&h200).saturation_ratio(&h200);
-        // Same SMs, same per-SM ceiling, 4.8 / 3.35 times the DRAM bandwidth.
-        assert!((r200 - 2.5 * 3350.0 / 4800.0).abs() < 1e-9, "{r200}");
     }
 }

@@ -1,7 +1,7 @@
 //! Device presets. Numbers are the vendors' published limits; where a paper
 //! fixes them (Tanasic Table 2 for the K20c) the paper's numbers win.
 
-use crate::memory::{MemModel, DEFAULT_SATURATION_RATIO};
+use crate::memory::MemModel;
 use gpumux_engine::kernel::{DeviceInfo, SmLimits};
 
 const KB: u32 = 1024;
@@ -70,6 +70,16 @@ pub fn k20c_memory() -> MemModel {
     MemModel::with_ratio(&k20c(), DEFAULT_SATURATION_RATIO)
 }
 
+/// κ for devices with no measurement of their own: the H100's measured ratio
+/// (see [`h100_memory`]), rounded.
+pub const DEFAULT_SATURATION_RATIO: f64 = 2.5;
+
+/// The memory model the simulator gives `info`: its preset's ([`memory`]),
+/// else κ = [`DEFAULT_SATURATION_RATIO`].
+pub fn memory_model(info: &DeviceInfo) -> MemModel {
+    memory(info).unwrap_or_else(|| MemModel::with_ratio(info, DEFAULT_SATURATION_RATIO))
+}
+
 /// The memory model of a preset, by the device's name (with or without `sim:`).
 pub fn memory(info: &DeviceInfo) -> Option<MemModel> {
     match info.name.strip_prefix("sim:").unwrap_or(&info.name) {
@@ -80,6 +90,7 @@ pub fn memory(info: &DeviceInfo) -> Option<MemModel> {
     }
 }
 
+/// The presets [`by_name`] knows, as `--device sim:NAME` takes them (listed by `gpumux devices`).
 pub const NAMES: &[&str] = &["k20c", "h100", "h200"];
 
 /// A preset by name (`k20c`, `h100`, `h200`), with or without `sim:`.
@@ -89,5 +100,29 @@ pub fn by_name(name: &str) -> Option<DeviceInfo> {
         "h100" => Some(h100()),
         "h200" => Some(h200()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ratio_matches_the_preset() {
+        let info = h100();
+        let r = memory_model(&info).saturation_ratio(&info);
+        assert!((r - 2.5).abs() < 1e-9, "{r}");
+        let h200 = h200();
+        let r200 = memory_model(&h200).saturation_ratio(&h200);
+        // Same SMs, same per-SM ceiling, 4.8 / 3.35 times the DRAM bandwidth.
+        assert!((r200 - 2.5 * 3350.0 / 4800.0).abs() < 1e-9, "{r200}");
+    }
+
+    #[test]
+    fn other_devices_get_the_default_ratio() {
+        let other = DeviceInfo { name: "sim:custom".into(), ..k20c() };
+        assert_eq!(memory(&other), None);
+        let r = memory_model(&other).saturation_ratio(&other);
+        assert!((r - DEFAULT_SATURATION_RATIO).abs() < 1e-9, "{r}");
     }
 }

@@ -2,10 +2,11 @@
 //! and `cargo bench -p gpumux-sim`): P processes, each running two kernels of
 //! different shapes so SMs mix them, with priorities alternating.
 
-use gpumux_engine::kernel::KernelDesc;
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use std::sync::Arc;
 
+/// `processes` processes sharing about `blocks_total` blocks, arriving 10 µs apart.
 pub fn workload(processes: usize, blocks_total: u64) -> Workload {
     let per = (blocks_total / processes as u64).max(1);
     let procs = (0..processes)
@@ -18,32 +19,14 @@ pub fn workload(processes: usize, blocks_total: u64) -> Workload {
             async_depth: 0,
             // Two kernels with different shapes, so SMs mix them.
             ops: vec![
-                Op::Kernel(Arc::new(KernelDesc {
-                    name: format!("k{p}a"),
-                    blocks: per / 2,
-                    threads_per_block: 256,
-                    regs_per_thread: 32,
-                    smem_per_block: 8192,
-                    block_time_ns: 5_000,
-                    block_time_spread: 0.2,
-                    mem_intensity: 0.5,
-                    idempotent: true,
-                    max_blocks_per_sm: None,
-                    suite: None,
-                })),
-                Op::Kernel(Arc::new(KernelDesc {
-                    name: format!("k{p}b"),
-                    blocks: per - per / 2,
-                    threads_per_block: 128,
-                    regs_per_thread: 64,
-                    smem_per_block: 0,
-                    block_time_ns: 20_000,
-                    block_time_spread: 0.1,
-                    mem_intensity: 0.1,
-                    idempotent: true,
-                    max_blocks_per_sm: None,
-                    suite: None,
-                })),
+                Op::Kernel(Arc::new(
+                    KernelDesc::new(format!("k{p}a"), KernelShape::new(per / 2, 256, 32).with_smem_per_block(8192))
+                        .with_sim_timing(SimTiming::new(5_000).with_spread(0.2).with_mem_intensity(0.5)),
+                )),
+                Op::Kernel(Arc::new(
+                    KernelDesc::new(format!("k{p}b"), KernelShape::new(per - per / 2, 128, 64))
+                        .with_sim_timing(SimTiming::new(20_000).with_spread(0.1).with_mem_intensity(0.1)),
+                )),
             ],
         })
         .collect();

@@ -1,7 +1,7 @@
 //! Small runs whose outcome can be worked out by hand.
 
 use gpumux_engine::device::TraceSpan;
-use gpumux_engine::kernel::KernelDesc;
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::record::RunRecord;
 use gpumux_engine::{driver, policies, ArrivalOrder, Replay};
@@ -9,20 +9,9 @@ use gpumux_sim::{presets, SimGpu};
 use std::sync::Arc;
 
 fn k(name: &str, blocks: u64, bps: u32, t_ns: u64) -> Op {
-    Op::Kernel(Arc::new(KernelDesc {
-        name: name.into(),
-        blocks,
-        // Threads decide occupancy, so blocks of other kernels cannot squeeze in.
-        threads_per_block: 2048 / bps,
-        regs_per_thread: 16,
-        smem_per_block: 0,
-        block_time_ns: t_ns,
-        block_time_spread: 0.0,
-        mem_intensity: 0.0,
-        idempotent: true,
-        max_blocks_per_sm: None,
-        suite: None,
-    }))
+    // Threads decide occupancy, so blocks of other kernels cannot squeeze in.
+    let shape = KernelShape::new(blocks, 2048 / bps, 16);
+    Op::Kernel(Arc::new(KernelDesc::new(name, shape).with_sim_timing(SimTiming::new(t_ns))))
 }
 
 fn proc_(name: &str, priority: i32, arrival_ns: u64, ops: Vec<Op>) -> ProcessSpec {

@@ -5,7 +5,7 @@
 
 use gpumux_engine::device::{Device, Event, Mechanism};
 use gpumux_engine::ids::KernelId;
-use gpumux_engine::kernel::KernelDesc;
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::policy::{Decision, Policy, SchedView, SmState};
 use gpumux_engine::{ArrivalOrder, Replay};
@@ -69,19 +69,11 @@ impl Policy for Chaos {
 }
 
 fn kernel(name: &str, blocks: u64, threads: u32, regs: u32, smem: u32, t_ns: u64, idempotent: bool) -> Arc<KernelDesc> {
-    Arc::new(KernelDesc {
-        name: name.into(),
-        blocks,
-        threads_per_block: threads,
-        regs_per_thread: regs,
-        smem_per_block: smem,
-        block_time_ns: t_ns,
-        block_time_spread: 0.5,
-        mem_intensity: 0.6,
-        idempotent,
-        max_blocks_per_sm: None,
-        suite: None,
-    })
+    Arc::new(
+        KernelDesc::new(name, KernelShape::new(blocks, threads, regs).with_smem_per_block(smem))
+            .with_sim_timing(SimTiming::new(t_ns).with_spread(0.5).with_mem_intensity(0.6))
+            .with_idempotent(idempotent),
+    )
 }
 
 fn workload(seed: u64, procs: usize) -> Workload {
@@ -160,7 +152,8 @@ fn expected_blocks(w: &Workload) -> u64 {
     w.processes
         .iter()
         .map(|p| {
-            p.repetitions as u64 * p.ops.iter().map(|o| if let Op::Kernel(k) = o { k.blocks } else { 0 }).sum::<u64>()
+            p.repetitions as u64
+                * p.ops.iter().map(|o| if let Op::Kernel(k) = o { k.shape.blocks } else { 0 }).sum::<u64>()
         })
         .sum()
 }

@@ -10,7 +10,7 @@
 
 use gpumux_engine::device::{Command, Device, Event};
 use gpumux_engine::ids::{KernelId, LaunchId, ProcessId};
-use gpumux_engine::kernel::{DeviceInfo, KernelDesc, SmLimits};
+use gpumux_engine::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
@@ -32,19 +32,10 @@ fn device() -> DeviceInfo {
 }
 
 fn kernel(name: &str, mem_intensity: f64) -> Arc<KernelDesc> {
-    Arc::new(KernelDesc {
-        name: name.into(),
-        blocks: 32,
-        threads_per_block: 256,
-        regs_per_thread: 16,
-        smem_per_block: 0,
-        block_time_ns: 1_000,
-        block_time_spread: 0.0,
-        mem_intensity,
-        idempotent: true,
-        max_blocks_per_sm: Some(1),
-        suite: None,
-    })
+    Arc::new(
+        KernelDesc::new(name, KernelShape::new(32, 256, 16).with_max_blocks_per_sm(1))
+            .with_sim_timing(SimTiming::new(1_000).with_mem_intensity(mem_intensity)),
+    )
 }
 
 /// Launches each kernel on its SM range at time 0; returns when each ended.
@@ -63,7 +54,7 @@ fn run_stats(launches: &[(Arc<KernelDesc>, u16, u16)]) -> (Vec<Nanos>, MemStats)
             priority: 0,
             desc: Arc::clone(desc),
             time_key: i as u64,
-            blocks: BlockRanges::full(desc.blocks),
+            blocks: BlockRanges::full(desc.shape.blocks),
             restore: Vec::new(),
             sms: SmSet::range(*a, *b),
         };

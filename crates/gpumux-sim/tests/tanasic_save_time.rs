@@ -4,7 +4,7 @@
 //! switch and compare the preemption latency the engine measures with the
 //! table. The table rounds to 0.01 µs; we match within 0.5%.
 
-use gpumux_engine::kernel::KernelDesc;
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::{driver, policies, Replay};
 use gpumux_sim::{presets, SimGpu};
@@ -39,20 +39,9 @@ const TABLE1: &[(&str, u32, u32, u32, f64)] = &[
 ];
 
 fn kernel(name: &str, regs_per_block: u32, smem: u32, bps: u32, blocks: u64, t_ns: u64) -> Arc<KernelDesc> {
-    Arc::new(KernelDesc {
-        name: name.into(),
-        blocks,
-        // One "thread" carrying the block's registers: Table 1 gives registers per block only.
-        threads_per_block: 1,
-        regs_per_thread: regs_per_block,
-        smem_per_block: smem,
-        block_time_ns: t_ns,
-        block_time_spread: 0.0,
-        mem_intensity: 0.0,
-        idempotent: true,
-        max_blocks_per_sm: Some(bps),
-        suite: None,
-    })
+    // One "thread" carrying the block's registers: Table 1 gives registers per block only.
+    let shape = KernelShape::new(blocks, 1, regs_per_block).with_smem_per_block(smem).with_max_blocks_per_sm(bps);
+    Arc::new(KernelDesc::new(name, shape).with_sim_timing(SimTiming::new(t_ns)))
 }
 
 #[test]

@@ -16,6 +16,7 @@ use crate::error::WorkloadError;
 use crate::parboil::{parboil_app, BlockTime, APPS};
 use gpumux_engine::model::Workload;
 
+/// The name of the built-in Parboil workload, before its `:` options.
 pub const PARBOIL: &str = "parboil-k20c";
 /// Most processes in a generated mix.
 pub const MAX_MIX: u32 = 16;

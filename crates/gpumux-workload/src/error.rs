@@ -3,20 +3,36 @@
 
 use std::fmt;
 
+/// Why a workload file or spec was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     /// The file could not be read (missing, a directory, no permission, not UTF-8).
     #[error("{path}: cannot read workload file: {reason}")]
-    Io { path: String, reason: String },
+    Io {
+        /// The file as the user named it.
+        path: String,
+        /// What reading it reported.
+        reason: String,
+    },
 
     /// TOML that does not parse, or a table with a field the format does not
     /// have (typos), or a value of the wrong type. Line and column are 1-based.
     #[error("{origin}:{line}:{column}: {message}")]
-    Toml { origin: String, line: usize, column: usize, message: String },
+    Toml {
+        /// The file name (or `inline.toml` for text), as messages show it.
+        origin: String,
+        /// 1-based line of the problem.
+        line: usize,
+        /// 1-based column of the problem.
+        column: usize,
+        /// The TOML parser's message, cut to a bounded length.
+        message: String,
+    },
 
     /// Well-formed TOML that is not a valid workload.
     #[error("{}", Invalid { origin, at, field, reason })]
     Invalid {
+        /// The file name, as messages show it.
         origin: String,
         /// Where: e.g. `process "lbm" op 3 (kernel "StreamCollide")`; empty at top level.
         at: String,
@@ -28,7 +44,12 @@ pub enum WorkloadError {
 
     /// A built-in workload spec (`parboil-k20c:...`) that does not parse.
     #[error("bad workload spec `{spec}`: {reason}")]
-    Spec { spec: String, reason: String },
+    Spec {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it, and the grammar.
+        reason: String,
+    },
 }
 
 struct Invalid<'a> {

@@ -18,6 +18,8 @@
 //! assert_eq!(w.processes[0].ops.len(), 1);
 //! ```
 
+#![warn(missing_docs)]
+
 mod builtin;
 mod error;
 mod parboil;

@@ -3,7 +3,7 @@
 //! docs/workloads.md for how the table's columns become `KernelDesc`s and for
 //! what is our estimate rather than the paper's.
 
-use gpumux_engine::kernel::KernelDesc;
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::model::{Op, ProcessSpec};
 use gpumux_engine::time::us_to_ns;
 use std::fmt;
@@ -27,8 +27,11 @@ pub const APPS: [&str; 10] =
 /// Tanasic's length classes of an application (Table 1, columns Class 1 and 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum AppClass {
+    /// Among the shortest applications of the table.
     Short,
+    /// Neither short nor long.
     Medium,
+    /// Among the longest applications of the table.
     Long,
 }
 
@@ -60,14 +63,23 @@ pub enum BlockTime {
 /// memory intensity, idempotence).
 #[derive(Clone, Copy, Debug)]
 pub struct TableRow {
+    /// Parboil application (one of [`APPS`]).
     pub app: &'static str,
+    /// Kernel name as the table gives it.
     pub kernel: &'static str,
+    /// Launches of the kernel in one run of the application.
     pub launches: u32,
+    /// Average time of one launch on the K20c, µs.
     pub avg_time_us: f64,
+    /// Thread blocks per launch.
     pub blocks: u64,
+    /// The table's time per thread block, µs (see [`BlockTime::Table`]).
     pub time_per_tb_us: f64,
+    /// Shared memory per thread block, bytes.
     pub smem_per_tb: u32,
+    /// Registers per thread block.
     pub regs_per_tb: u32,
+    /// Resident thread blocks per SM the table reports.
     pub tbs_per_sm: u32,
     /// Ours: threads per block (regs_per_tb / threads is exact).
     pub threads: u32,
@@ -236,10 +248,12 @@ pub fn k20c_occupancy(threads: u32, regs_per_block: u32, smem: u32) -> u32 {
 }
 
 impl TableRow {
+    /// Registers of one thread (`regs_per_tb / threads`, exact for every row).
     pub fn regs_per_thread(&self) -> u32 {
         self.regs_per_tb / self.threads
     }
 
+    /// Mean time of one block under `mode`, µs.
     pub fn block_time_us(&self, mode: BlockTime) -> f64 {
         match mode {
             BlockTime::Table => self.time_per_tb_us,
@@ -251,19 +265,26 @@ impl TableRow {
         }
     }
 
+    /// The kernel as gpumux runs it: the row's shape, an occupancy cap where
+    /// resources alone would allow more than the table's TBs/SM, and `mode`'s
+    /// block time.
     pub fn desc(&self, mode: BlockTime) -> KernelDesc {
         let occ = k20c_occupancy(self.threads, self.regs_per_tb, self.smem_per_tb);
         KernelDesc {
             name: self.kernel.to_string(),
-            blocks: self.blocks,
-            threads_per_block: self.threads,
-            regs_per_thread: self.regs_per_thread(),
-            smem_per_block: self.smem_per_tb,
-            block_time_ns: us_to_ns(self.block_time_us(mode)),
-            block_time_spread: BLOCK_TIME_SPREAD,
-            mem_intensity: self.mem_intensity,
+            shape: KernelShape {
+                blocks: self.blocks,
+                threads_per_block: self.threads,
+                regs_per_thread: self.regs_per_thread(),
+                smem_per_block: self.smem_per_tb,
+                max_blocks_per_sm: (occ != self.tbs_per_sm).then_some(self.tbs_per_sm),
+            },
             idempotent: self.idempotent,
-            max_blocks_per_sm: (occ != self.tbs_per_sm).then_some(self.tbs_per_sm),
+            sim_timing: Some(SimTiming {
+                block_time_ns: us_to_ns(self.block_time_us(mode)),
+                block_time_spread: BLOCK_TIME_SPREAD,
+                mem_intensity: self.mem_intensity,
+            }),
             suite: None,
         }
     }

@@ -2,7 +2,7 @@
 
 use crate::error::WorkloadError;
 use crate::raw::{RawFile, RawKernel, RawOp, RawProcess, RawSuite};
-use gpumux_engine::kernel::{KernelDesc, SuiteKernelRef};
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming, SuiteKernelRef};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_engine::time::us_to_ns;
 use gpumux_files::text::{check_name, number, quote};
@@ -517,15 +517,19 @@ fn kernel(c: &Ctx, k: &RawKernel) -> Result<(KernelDesc, u64), WorkloadError> {
     };
     let desc = KernelDesc {
         name,
-        blocks,
-        threads_per_block: threads as u32,
-        regs_per_thread: regs as u32,
-        smem_per_block: k.smem_per_block.unwrap_or(0) as u32,
-        block_time_ns: us_to_ns(t),
-        block_time_spread: k.block_time_spread.unwrap_or(0.0),
-        mem_intensity: k.mem_intensity.unwrap_or(0.0),
+        shape: KernelShape {
+            blocks,
+            threads_per_block: threads as u32,
+            regs_per_thread: regs as u32,
+            smem_per_block: k.smem_per_block.unwrap_or(0) as u32,
+            max_blocks_per_sm: k.max_blocks_per_sm.map(|m| m as u32),
+        },
         idempotent: k.idempotent.unwrap_or(true),
-        max_blocks_per_sm: k.max_blocks_per_sm.map(|m| m as u32),
+        sim_timing: Some(SimTiming {
+            block_time_ns: us_to_ns(t),
+            block_time_spread: k.block_time_spread.unwrap_or(0.0),
+            mem_intensity: k.mem_intensity.unwrap_or(0.0),
+        }),
         suite,
     };
     Ok((desc, k.launches.unwrap_or(1) as u64))

@@ -15,15 +15,20 @@ fn int(v: u64) -> Value {
 }
 
 fn kernel_fields(k: &KernelDesc, t: &mut Table) {
-    t.insert("grid".into(), int(k.blocks));
-    t.insert("block".into(), int(k.threads_per_block as u64));
-    t.insert("regs_per_thread".into(), int(k.regs_per_thread as u64));
-    t.insert("smem_per_block".into(), int(k.smem_per_block as u64));
-    t.insert("block_time_us".into(), us(k.block_time_ns));
-    t.insert("block_time_spread".into(), Value::Float(k.block_time_spread));
-    t.insert("mem_intensity".into(), Value::Float(k.mem_intensity));
+    let shape = &k.shape;
+    t.insert("grid".into(), int(shape.blocks));
+    t.insert("block".into(), int(shape.threads_per_block as u64));
+    t.insert("regs_per_thread".into(), int(shape.regs_per_thread as u64));
+    t.insert("smem_per_block".into(), int(shape.smem_per_block as u64));
+    // Without timing the file lacks the required `block_time_us`: a
+    // description for a real device only is no workload file.
+    if let Some(timing) = &k.sim_timing {
+        t.insert("block_time_us".into(), us(timing.block_time_ns));
+        t.insert("block_time_spread".into(), Value::Float(timing.block_time_spread));
+        t.insert("mem_intensity".into(), Value::Float(timing.mem_intensity));
+    }
     t.insert("idempotent".into(), Value::Boolean(k.idempotent));
-    if let Some(m) = k.max_blocks_per_sm {
+    if let Some(m) = shape.max_blocks_per_sm {
         t.insert("max_blocks_per_sm".into(), int(m as u64));
     }
     if let Some(s) = &k.suite {

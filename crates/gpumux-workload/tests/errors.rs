@@ -41,7 +41,8 @@ fn valid_base_parses() {
     assert_eq!(w.name, "workload");
     assert_eq!(w.processes.len(), 1);
     let Op::Kernel(k) = &w.processes[0].ops[0] else { panic!() };
-    assert_eq!((k.blocks, k.threads_per_block, k.block_time_ns), (18000, 120, 31_200));
+    assert_eq!((k.shape.blocks, k.shape.threads_per_block), (18000, 120));
+    assert_eq!(k.sim_timing.map(|t| t.block_time_ns), Some(31_200));
     assert!(k.idempotent);
 }
 
@@ -178,7 +179,7 @@ fn template_and_override() {
     assert_eq!(w.name, "t");
     assert_eq!(w.processes[0].ops.len(), 3);
     let Op::Kernel(k) = &w.processes[0].ops[0] else { panic!() };
-    assert_eq!((k.name.as_str(), k.blocks, k.threads_per_block), ("a", 20, 32));
+    assert_eq!((k.name.as_str(), k.shape.blocks, k.shape.threads_per_block), ("a", 20, 32));
 }
 
 #[test]

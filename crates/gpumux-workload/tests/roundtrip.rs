@@ -1,6 +1,6 @@
 //! Property tests: valid workloads survive TOML and back; no input panics the parser.
 
-use gpumux_engine::kernel::{KernelDesc, SuiteKernelRef};
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming, SuiteKernelRef};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
 use gpumux_workload::{parse_str, to_toml};
 use proptest::prelude::*;
@@ -23,15 +23,15 @@ fn kernel() -> impl Strategy<Value = KernelDesc> {
     )
         .prop_map(|((name, blocks, threads, regs, smem), (t, spread, mem, idem, maxb), suite)| KernelDesc {
             name,
-            blocks,
-            threads_per_block: threads,
-            regs_per_thread: regs,
-            smem_per_block: smem,
-            block_time_ns: t,
-            block_time_spread: spread,
-            mem_intensity: mem,
+            shape: KernelShape {
+                blocks,
+                threads_per_block: threads,
+                regs_per_thread: regs,
+                smem_per_block: smem,
+                max_blocks_per_sm: maxb,
+            },
             idempotent: idem,
-            max_blocks_per_sm: maxb,
+            sim_timing: Some(SimTiming { block_time_ns: t, block_time_spread: spread, mem_intensity: mem }),
             suite: suite.map(|(name, params)| SuiteKernelRef { name, params }),
         })
 }

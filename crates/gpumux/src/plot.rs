@@ -7,32 +7,18 @@
 use anyhow::{bail, Context, Result};
 use gpumux_engine::device::TraceSpan;
 use gpumux_engine::metrics::PolicyMetrics;
-use plotters::coord::ranged1d::{AsRangedCoord, KeyPointHint, NoDefaultFormatting, Ranged, ValueFormatter};
+use gpumux_svg::axis::{short_number, LabelledAxis};
+use gpumux_svg::palette;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// Most rectangles drawn in one timeline; beyond this an SVG gets too large
 /// for a browser to render comfortably (each rectangle is ~100 bytes).
 const MAX_RECTS: usize = 200_000;
-
-/// Tableau 10: distinct and readable; processes beyond ten fall back to
-/// plotters' 99-colour palette.
-const TAB10: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-];
 
 /// Preemption spans are drawn over kernels, so they need a colour no
 /// process gets.
@@ -40,21 +26,11 @@ const PREEMPT_COLOUR: RGBColor = RGBColor(0, 0, 0);
 /// Spans without a process (e.g. device-internal work).
 const NO_PROCESS_COLOUR: RGBColor = RGBColor(190, 190, 190);
 
-fn colour_for(index: usize) -> RGBColor {
-    match TAB10.get(index) {
-        Some(c) => *c,
-        None => {
-            let c = Palette99::pick(index).to_rgba();
-            RGBColor(c.0, c.1, c.2)
-        }
-    }
-}
-
 /// Stable colour per process id, so a process looks the same in every
 /// policy's timeline.
 fn process_colour(process: Option<u32>) -> RGBColor {
     match process {
-        Some(p) => colour_for(p as usize),
+        Some(p) => palette::series(p as usize),
         None => NO_PROCESS_COLOUR,
     }
 }
@@ -111,48 +87,6 @@ fn sanitise(name: &str) -> String {
         "policy".to_string()
     } else {
         s
-    }
-}
-
-/// A linear f64 axis whose ticks sit exactly at the given points (category
-/// centres, lane rows), which a label formatter then names. plotters'
-/// `with_key_points` would do, but it loses the f64 value formatter that
-/// `configure_mesh` requires.
-struct LabelledAxis {
-    range: Range<f64>,
-    ticks: Vec<f64>,
-}
-
-impl Ranged for LabelledAxis {
-    type FormatOption = NoDefaultFormatting;
-    type ValueType = f64;
-
-    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
-        let span = self.range.end - self.range.start;
-        if span == 0.0 {
-            return limit.0;
-        }
-        let frac = (value - self.range.start) / span;
-        limit.0 + (frac * f64::from(limit.1 - limit.0)).round() as i32
-    }
-
-    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
-        // Ticks are bold points only; light mesh lines would add nothing.
-        if hint.weight().allow_light_points() {
-            Vec::new()
-        } else {
-            self.ticks.clone()
-        }
-    }
-
-    fn range(&self) -> Range<f64> {
-        self.range.clone()
-    }
-}
-
-impl ValueFormatter<f64> for LabelledAxis {
-    fn format(value: &f64) -> String {
-        format_value(*value)
     }
 }
 
@@ -227,7 +161,7 @@ where
             String::new()
         }
     };
-    let y_fmt = |y: &f64| format_value(*y);
+    let y_fmt = |y: &f64| short_number(*y);
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -260,7 +194,7 @@ where
                 bars.drawable(v).then(|| {
                     let x = i as f64 + 0.1 + (j as f64 + 0.5) * width;
                     let style = ("sans-serif", 13).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom));
-                    Text::new(format_value(v), (x, v), style)
+                    Text::new(short_number(v), (x, v), style)
                 })
             });
             chart.draw_series(labels)?;
@@ -276,22 +210,6 @@ where
             .draw()?;
     }
     Ok(())
-}
-
-/// Short numbers for axis ticks and bar labels.
-fn format_value(v: f64) -> String {
-    let a = v.abs();
-    if a == 0.0 {
-        "0".to_string()
-    } else if !(1e-3..1e6).contains(&a) {
-        format!("{v:.1e}")
-    } else if a >= 100.0 {
-        format!("{v:.0}")
-    } else if a >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
 }
 
 fn policy_names(metrics: &[PolicyMetrics]) -> Vec<String> {
@@ -321,7 +239,7 @@ fn write_summary(path: &Path, metrics: &[PolicyMetrics]) -> Result<()> {
             title: title.to_string(),
             y_desc,
             groups: policy_names(metrics),
-            series: vec![(y_desc.to_string(), colour_for(colour))],
+            series: vec![(y_desc.to_string(), palette::series(colour))],
             values: metrics.iter().map(|m| vec![get(m)]).collect(),
             log_y: false,
             legend: false,
@@ -350,7 +268,7 @@ fn write_ntt(path: &Path, metrics: &[PolicyMetrics]) -> Result<()> {
         title: "Normalised turnaround time per process (1 = as fast as alone)".to_string(),
         y_desc: "NTT",
         groups: policy_names(metrics),
-        series: names.iter().enumerate().map(|(i, n)| (n.to_string(), colour_for(i))).collect(),
+        series: names.iter().enumerate().map(|(i, n)| (n.to_string(), palette::series(i))).collect(),
         values,
         log_y: false,
         legend: true,
@@ -407,9 +325,9 @@ fn write_preemption(path: &Path, metrics: &[PolicyMetrics]) -> Result<()> {
         y_desc: "latency (µs)",
         groups: with.iter().map(|m| m.policy.clone()).collect(),
         series: vec![
-            ("p50".to_string(), colour_for(0)),
-            ("p99".to_string(), colour_for(1)),
-            ("max".to_string(), colour_for(3)),
+            ("p50".to_string(), palette::series(0)),
+            ("p99".to_string(), palette::series(1)),
+            ("max".to_string(), palette::series(3)),
         ],
         values,
         log_y,

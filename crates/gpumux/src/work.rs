@@ -59,10 +59,13 @@ fn per_run(p: &ProcessSpec, info: &DeviceInfo) -> PerRun {
     for op in &p.ops {
         match op {
             Op::Kernel(k) => {
-                r.blocks += k.blocks as f64;
-                // Full waves of resident blocks on every SM, each a mean block time.
+                let blocks = k.shape.blocks as f64;
+                r.blocks += blocks;
+                // Full waves of resident blocks on every SM, each a mean block
+                // time (none known: no time, still a lower bound).
                 let slots = info.blocks_per_sm(k).unwrap_or(1).max(1) as f64 * info.num_sms.max(1) as f64;
-                r.ns += (k.blocks as f64 / slots).ceil() * k.block_time_ns as f64;
+                let block_ns = k.sim_timing.map_or(0, |t| t.block_time_ns);
+                r.ns += (blocks / slots).ceil() * block_ns as f64;
             }
             Op::CopyToDevice { bytes } | Op::CopyToHost { bytes } => {
                 r.ns += info.pcie_latency_ns as f64 + *bytes as f64 / info.pcie_bandwidth.max(1.0) * 1e9;

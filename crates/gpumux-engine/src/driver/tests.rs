@@ -5,7 +5,7 @@
 use super::*;
 use crate::device::{ProtocolError, ReleaseCause};
 use crate::ids::{LaunchId, SmId};
-use crate::kernel::{DeviceInfo, KernelDesc, SmLimits};
+use crate::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
 use crate::model::{Op, ProcessSpec, Workload};
 use crate::policies::fcfs::Fcfs;
 use crate::ranges::BlockRanges;
@@ -28,19 +28,11 @@ fn info() -> DeviceInfo {
 }
 
 fn kernel(blocks: u64) -> Op {
-    Op::Kernel(Arc::new(KernelDesc {
-        name: "k".into(),
-        blocks,
-        threads_per_block: 128,
-        regs_per_thread: 16,
-        smem_per_block: 0,
-        block_time_ns: 100,
-        block_time_spread: 0.0,
-        mem_intensity: 0.0,
-        idempotent: false,
-        max_blocks_per_sm: None,
-        suite: None,
-    }))
+    Op::Kernel(Arc::new(
+        KernelDesc::new("k", KernelShape::new(blocks, 128, 16))
+            .with_sim_timing(SimTiming::new(100))
+            .with_idempotent(false),
+    ))
 }
 
 /// One process that runs `kernels` kernels of 8 blocks, one after the other, `repetitions` times.

@@ -5,6 +5,7 @@
 //! preemption is needed: slices end by themselves.
 
 use crate::ids::Slot;
+use crate::kernel::KernelDesc;
 use crate::policy::{ActiveKernel, Decision, Policy, SchedView};
 use crate::time::Nanos;
 
@@ -26,9 +27,18 @@ impl RoundRobin {
     /// Blocks that fill the whole GPU for about one quantum: full waves of
     /// resident blocks, as many waves as fit in the quantum (at least one).
     pub fn slice_blocks(&self, k: &ActiveKernel, num_sms: u16) -> u64 {
-        let waves = (self.quantum_ns / k.desc().block_time_ns.max(1)).max(1);
+        let waves = self.waves(k.desc());
         // A block count, used as "at most this many": saturating means "all of them".
         waves.saturating_mul(k.blocks_per_sm() as u64).saturating_mul(num_sms as u64)
+    }
+}
+
+impl RoundRobin {
+    /// Waves of `k`'s blocks that fit in one quantum, at least one. A kernel
+    /// with no block-time estimate ([`SimTiming`](crate::kernel::SimTiming))
+    /// gets one wave: the shortest slice that still fills the GPU.
+    fn waves(&self, k: &KernelDesc) -> u64 {
+        k.sim_timing.map_or(1, |t| (self.quantum_ns / t.block_time_ns.max(1)).max(1))
     }
 }
 
@@ -57,5 +67,24 @@ impl Policy for RoundRobin {
             out.push(Decision::Assign { sm, kernel: k.id(), slice: Some(slice) });
         }
         self.last = Some(k.process());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::{KernelShape, SimTiming};
+
+    #[test]
+    fn a_slice_is_as_many_waves_as_fit_in_the_quantum_and_one_without_a_block_time() {
+        let rr = RoundRobin::new(100_000);
+        let shape = KernelShape::new(1_000, 128, 32);
+        let timed = |ns| KernelDesc::new("k", shape.clone()).with_sim_timing(SimTiming::new(ns));
+        assert_eq!(rr.waves(&timed(30_000)), 3);
+        // Blocks longer than the quantum still get a whole wave.
+        assert_eq!(rr.waves(&timed(250_000)), 1);
+        // A zero block time counts as 1 ns, not a division by zero.
+        assert_eq!(rr.waves(&timed(0)), 100_000);
+        assert_eq!(rr.waves(&KernelDesc::new("k", shape)), 1);
     }
 }
