@@ -5,7 +5,7 @@
 //! cudarc's safe wrappers: the backend needs stream priorities, stream memory
 //! operations, host-mapped memory and exact control over every launch.
 
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, DriverError, Result};
 use crate::launch_plan::ProfileCache;
 use crate::nvrtc;
 use crate::suite::Arg;
@@ -28,7 +28,13 @@ pub struct DeviceSummary {
     pub memory_bytes: u64,
 }
 
+/// `Err` with the driver's message when a driver call did not succeed.
 pub(crate) fn check(call: &'static str, r: cu::CUresult) -> Result<()> {
+    Ok(driver_result(call, r)?)
+}
+
+/// The driver's answer to `call`, as a typed error when it is not success.
+fn driver_result(call: &'static str, r: cu::CUresult) -> Result<(), DriverError> {
     if r == cu::CUresult::CUDA_SUCCESS {
         return Ok(());
     }
@@ -42,7 +48,7 @@ pub(crate) fn check(call: &'static str, r: cu::CUresult) -> Result<()> {
             CStr::from_ptr(p).to_string_lossy().into_owned()
         }
     };
-    Err(CudaError::Driver { call, code: r as i32, msg })
+    Err(DriverError { call, code: r as i32, msg })
 }
 
 /// True when libcuda can be opened. Never panics (cudarc's loader would).
@@ -85,11 +91,11 @@ impl Gpu {
         }
         // SAFETY: the driver library is present; every call gets valid out-pointers.
         unsafe {
-            check("cuInit", cu::cuInit(0)).map_err(|e| CudaError::NoDevice(e.to_string()))?;
+            driver_result("cuInit", cu::cuInit(0)).map_err(CudaError::NoGpu)?;
             let mut count = 0;
             check("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
             if ordinal >= count {
-                return Err(CudaError::NoDevice(format!("asked for GPU {ordinal}, the driver sees {count}")));
+                return Err(CudaError::NoSuchGpu { ordinal, count });
             }
             let mut dev = 0;
             check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
@@ -143,7 +149,7 @@ impl Gpu {
     /// Compiles (NVRTC, cached by source hash) and loads a module (cached too).
     pub fn module(&self, name: &str, src: &str) -> Result<Arc<Module>> {
         let compiled = nvrtc::compile(name, src, self.arch(), &[])?;
-        let mut m = self.modules.lock().map_err(|_| CudaError::Invalid("module cache poisoned".into()))?;
+        let mut m = self.modules.lock().map_err(|_| CudaError::Poisoned("the module cache"))?;
         if let Some(x) = m.get(&compiled.key) {
             return Ok(x.clone());
         }
@@ -164,6 +170,11 @@ impl Gpu {
     pub fn attr(&self, a: cu::CUdevice_attribute) -> Result<i32> {
         attr(self.dev, a)
     }
+
+    /// Whether this process is an MPS client (`CU_DEVICE_ATTRIBUTE_MPS_ENABLED`).
+    pub fn mps_enabled(&self) -> Result<bool> {
+        Ok(self.attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED)? == 1)
+    }
 }
 
 /// A loaded module.
@@ -180,11 +191,12 @@ unsafe impl Sync for Module {}
 
 impl Module {
     pub fn function(&self, name: &str) -> Result<Function> {
-        let c = std::ffi::CString::new(name).map_err(|_| CudaError::Invalid("kernel name contains NUL".into()))?;
+        let c = std::ffi::CString::new(name)
+            .map_err(|source| CudaError::Nul { what: format!("kernel name {name:?}"), source })?;
         let mut f = std::ptr::null_mut();
         // SAFETY: valid module and C string.
-        check("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr()) })
-            .map_err(|e| CudaError::Invalid(format!("kernel `{name}` not in module `{}`: {e}", self.name)))?;
+        driver_result("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr()) })
+            .map_err(|source| CudaError::MissingKernel { kernel: name.into(), module: self.name.clone(), source })?;
         Ok(Function { raw: f, name: name.to_string(), profiles: self.profiles.clone() })
     }
 }

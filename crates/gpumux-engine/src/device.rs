@@ -129,10 +129,23 @@ pub enum DeviceError {
     Protocol(String),
     #[error("nothing is running on the device and no timer is set at {now} ns: the run cannot progress")]
     Stalled { now: Nanos },
-    #[error("device backend error: {0}")]
-    Backend(String),
+    /// The device's own machinery failed (a driver call, a kernel it cannot
+    /// run): `what` says what it was doing, `source` why it failed.
+    #[error("device backend error: {what}")]
+    Backend {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error(transparent)]
     TimeOverflow(#[from] crate::time::TimeOverflow),
+}
+
+impl DeviceError {
+    /// A backend failure while doing `what`, keeping the error that caused it.
+    pub fn backend(what: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        DeviceError::Backend { what: what.into(), source: source.into() }
+    }
 }
 
 /// Counters a device keeps over a run.

@@ -67,18 +67,19 @@ fn run_job(
     let mut engine = Engine::new(w, info, policy_box, only)?;
     let mut device = opts.device.open(opts.seed)?;
     if opts.trace && only.is_none() {
-        device.enable_trace();
+        device.device().enable_trace();
     }
     let processes = if only.is_some() { 1 } else { w.processes.len() };
     progress.add(work::PROCESS_COST * processes as f64);
     // Work so far in this run, in the estimate's units; the shared counter gets the increments.
     let mut reported = 0.0;
-    let out = driver::run_with_progress(&mut engine, device.as_mut(), &mut |p| {
+    let out = driver::run_with_progress(&mut engine, device.device(), &mut |p| {
         let done = p.blocks_completed as f64 + work::OP_COST * p.ops_issued as f64;
         progress.add(done - reported);
         reported = done;
-    })
-    .with_context(|| match only {
+    });
+    device.finish();
+    let out = out.with_context(|| match only {
         Some(p) => format!("isolated run of process {}", w.processes[p.0 as usize].name),
         None => format!("run under policy {policy}"),
     })?;

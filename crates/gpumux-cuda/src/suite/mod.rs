@@ -7,12 +7,12 @@ mod multi;
 mod reference;
 
 pub use apps::{build, build_sized, build_with, KMEANS_K};
-pub use multi::{cpu_cost, outputs_from_bytes, sequence_outputs, sequence_workload, Sequence};
+pub use multi::{cpu_cost, outputs_from_bytes, sequence_outputs, sequence_workload, Sequence, SequenceError};
 
 use serde::Serialize;
 
 /// The suite's applications.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum App {
     /// STREAM triad (memory-bound).
     Triad,
@@ -69,6 +69,22 @@ impl App {
         App::ALL.into_iter().find(|a| a.name() == s)
     }
 
+    /// One line on what the app is and what it stresses (for `--help`).
+    pub fn summary(self) -> &'static str {
+        match self {
+            App::Triad => "STREAM triad (memory-bound)",
+            App::Transpose => "Batched tiled transpose, 3-D grid (memory-bound, shared memory)",
+            App::Spmv => "CSR SpMV, warp per row (memory-bound, irregular)",
+            App::Sgemm => "Tiled SGEMM (compute-bound, shared memory)",
+            App::Nbody => "All-pairs n-body (compute-bound)",
+            App::Histogram => "256-bin byte histogram (atomics)",
+            App::Stencil => "5-point stencil, ping-pong, helpers read blockIdx (shared memory)",
+            App::Reduction => "Two-kernel sum reduction, dynamic shared memory",
+            App::Bfs => "BFS level steps (irregular, many launches)",
+            App::Kmeans => "k-means iterations (multi-kernel application)",
+        }
+    }
+
     /// The app's CUDA C source.
     pub fn source(self) -> &'static str {
         match self {
@@ -86,6 +102,19 @@ impl App {
     }
 }
 
+/// A name that is not one of the suite's apps.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown suite app `{0}`; the suite has: {apps}", apps = App::ALL.map(App::name).join(", "))]
+pub struct UnknownApp(pub String);
+
+impl std::str::FromStr for App {
+    type Err = UnknownApp;
+
+    fn from_str(s: &str) -> Result<App, UnknownApp> {
+        App::from_name(s).ok_or_else(|| UnknownApp(s.to_string()))
+    }
+}
+
 /// Source of the preemption benchmark's `spin` and `probe` kernels.
 pub const SYNTHETIC_SOURCE: &str = include_str!("../../cuda/suite/synthetic.cu");
 
@@ -97,7 +126,7 @@ pub fn all_sources() -> Vec<(&'static str, &'static str)> {
 }
 
 /// How big to make a workload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Scale {
     /// Small enough for a CPU reference in well under a second.
     Check,

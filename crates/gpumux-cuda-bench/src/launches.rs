@@ -13,12 +13,12 @@
 //!
 //! Outputs of every mode are checked bitwise against the native run first.
 
-use super::median;
-use crate::error::{CudaError, Result};
-use crate::launch_plan::{Chunk, Plan};
-use crate::preempt::{SmMask, WorkerLaunch};
-use crate::runtime::{DeviceBuffer, Event, Function, Gpu, Params, Stream};
-use crate::suite::Rng;
+use crate::median;
+use gpumux_cuda::error::{CudaError, Result};
+use gpumux_cuda::launch_plan::{Chunk, Plan};
+use gpumux_cuda::preempt::{SmMask, WorkerLaunch};
+use gpumux_cuda::runtime::{DeviceBuffer, Event, Function, Gpu, Params, Stream};
+use gpumux_cuda::suite::Rng;
 use serde::Serialize;
 
 /// Needleman-Wunsch-style alignment scores over T×T tiles of 16×16 cells; launch

@@ -1,11 +1,11 @@
 //! Correctness on the GPU: native vs CPU reference, then transformed under
 //! random retreat/resume/SM-set changes vs native, bitwise.
 
-use crate::error::Result;
-use crate::exec::{random_mask, spin_for, Prepared};
-use crate::preempt::{SmMask, WorkerLaunch};
-use crate::runtime::{DeviceBuffer, Gpu, Stream};
-use crate::suite::{self, compare, App, Rng, Scale, Tolerance};
+use gpumux_cuda::error::Result;
+use gpumux_cuda::exec::{random_mask, spin_for, Prepared};
+use gpumux_cuda::preempt::{SmMask, WorkerLaunch};
+use gpumux_cuda::runtime::{DeviceBuffer, Gpu, Stream};
+use gpumux_cuda::suite::{self, compare, App, Rng, Scale, Tolerance};
 use serde::Serialize;
 use std::time::Duration;
 

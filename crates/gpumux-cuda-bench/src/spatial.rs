@@ -17,12 +17,12 @@
 //! event) and time them with device events. MPS rows are timed by each child on the host
 //! clock from the moment it reads the common start signal to its stream's end.
 
-use super::median;
-use crate::error::{CudaError, Result};
-use crate::exec::Prepared;
-use crate::preempt::{SmMask, WorkerLaunch};
-use crate::runtime::{Event, Function, Gpu, GreenContext, HostMapped, Params, SmResource, SmSplit, Stream};
-use crate::suite::{self, App, Scale};
+use crate::median;
+use gpumux_cuda::error::{CudaError, Result};
+use gpumux_cuda::exec::Prepared;
+use gpumux_cuda::preempt::{SmMask, WorkerLaunch};
+use gpumux_cuda::runtime::{Event, Function, Gpu, GreenContext, HostMapped, Params, SmResource, SmSplit, Stream};
+use gpumux_cuda::suite::{self, App, Scale};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::{BufRead as _, Write as _};
@@ -228,9 +228,7 @@ impl<'a> Side<'a> {
 
 /// Driver codes that mean "this handle does not belong to that stream's context".
 fn refused(e: &CudaError) -> bool {
-    matches!(e, CudaError::Driver { code, .. }
-        if *code == cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32
-            || *code == cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_CONTEXT as i32)
+    matches!(e, CudaError::Driver(d) if d.is_foreign_handle())
 }
 
 /// The workload's native launches with the given kernels (same as `Prepared::enqueue_native`).
@@ -539,7 +537,7 @@ pub fn spatial(gpu: &Gpu, cfg: &SpatialConfig) -> Result<Vec<SpatialRow>> {
     }
     let n = gpu.sm_count();
     let reps = cfg.reps.max(1);
-    if gpu.attr(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED).unwrap_or(0) == 1 {
+    if gpu.mps_enabled().unwrap_or(false) {
         println!(
             "note: this process is itself an MPS client: every in-process row below runs under MPS, \
              and green contexts may be refused (run without CUDA_MPS_PIPE_DIRECTORY; pass the pipe \
@@ -966,7 +964,7 @@ pub fn spatial_child(ordinal: i32, app: App, seed: u64) -> anyhow::Result<()> {
     // Warm-up: module load and first-launch costs stay out of the times.
     p.enqueue_native(&s)?;
     s.sync()?;
-    let mps = gpu.attr(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED).unwrap_or(-1);
+    let mps = gpu.mps_enabled().map(i32::from).unwrap_or(-1);
     let mut out = std::io::stdout();
     writeln!(out, "ready sms={} mps={}", gpu.sm_count(), mps)?;
     out.flush()?;

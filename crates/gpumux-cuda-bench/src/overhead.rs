@@ -1,13 +1,13 @@
 //! Solo overhead: the transformed workload vs the native one, same GPU, same
 //! inputs, interleaved repetitions, median of device-event times.
 
-use super::median;
-use crate::error::{CudaError, Result};
-use crate::exec::Prepared;
-use crate::launch_plan::{Chunk, Plan, ProfileKey};
-use crate::preempt::SmMask;
-use crate::runtime::{Event, Gpu, Stream};
-use crate::suite::{self, compare, App, Scale, Tolerance};
+use crate::median;
+use gpumux_cuda::error::{CudaError, Result};
+use gpumux_cuda::exec::Prepared;
+use gpumux_cuda::launch_plan::{Chunk, Plan, ProfileKey};
+use gpumux_cuda::preempt::SmMask;
+use gpumux_cuda::runtime::{Event, Gpu, Stream};
+use gpumux_cuda::suite::{self, compare, App, Scale, Tolerance};
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]

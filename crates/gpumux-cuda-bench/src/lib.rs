@@ -1,5 +1,15 @@
-//! `gpumux bench`: correctness under preemption, solo overhead, preemption
-//! latency and spatial sharing, measured side by side on one GPU.
+//! Measurements of gpumux's CUDA backend on a real GPU: correctness of the
+//! transformed kernels under preemption, solo overhead, preemption latency
+//! and spatial sharing, side by side on one GPU, printed as tables and
+//! written as JSON.
+//!
+//! [`bench_main`] runs them for `gpumux bench cuda` and for the
+//! `gpumux-cuda-check` program (the same flags: [`BenchArgs`]). Two
+//! measurements start copies of the running program as child processes (a
+//! second GPU client for time slicing and MPS): the hidden `lp-hog` and
+//! `spatial-child` subcommands.
+
+#![warn(missing_docs)]
 
 mod check;
 mod launches;
@@ -13,10 +23,18 @@ pub use overhead::{overhead, OverheadRow};
 pub use preemption::{lp_hog, preemption, PreemptRow};
 pub use spatial::{spatial, spatial_child, SpatialConfig, SpatialRow};
 
-use crate::runtime::Gpu;
 use anyhow::Context as _;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use gpumux_cuda::runtime::Gpu;
+use gpumux_cuda::suite::App;
 use serde::Serialize;
 use std::path::PathBuf;
+
+/// Parses a suite app's name; `--help` lists the apps, one line each.
+fn app_parser() -> impl TypedValueParser<Value = App> {
+    let values = App::ALL.map(|a| PossibleValue::new(a.name()).help(a.summary()));
+    PossibleValuesParser::new(values).try_map(|name| name.parse::<App>())
+}
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -48,14 +66,14 @@ pub enum BenchCommand {
         /// Blocks per claim: `auto` (the default path: chosen per launch from the
         /// kernel's measured block time, short launches native) and fixed sizes.
         #[arg(long, value_delimiter = ',', default_value = "auto,1,4,16")]
-        chunks: Vec<crate::launch_plan::Chunk>,
+        chunks: Vec<gpumux_cuda::launch_plan::Chunk>,
         #[arg(long, default_value_t = 7)]
         reps: u32,
         /// Only these apps (default: all).
-        #[arg(long, value_delimiter = ',')]
-        apps: Vec<crate::suite::App>,
+        #[arg(long, value_delimiter = ',', value_parser = app_parser())]
+        apps: Vec<App>,
         /// Claims per worker below which a launch's chunk shrinks.
-        #[arg(long, default_value_t = crate::preempt::DEFAULT_MIN_CLAIMS)]
+        #[arg(long, default_value_t = gpumux_cuda::preempt::DEFAULT_MIN_CLAIMS)]
         min_claims: u32,
     },
     /// Arrival-to-first-block and arrival-to-completion of a short
@@ -101,14 +119,14 @@ pub enum BenchCommand {
     /// (internal) One app of the spatial bench's MPS rows, run once per `go` line on stdin.
     #[command(hide = true)]
     SpatialChild {
-        #[arg(long)]
-        app: crate::suite::App,
+        #[arg(long, value_parser = app_parser())]
+        app: App,
     },
 }
 
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
-    pub device: Option<crate::runtime::DeviceSummary>,
+    pub device: Option<gpumux_cuda::runtime::DeviceSummary>,
     pub date_unix: u64,
     pub check: Vec<CheckRow>,
     pub exactly_once: Option<check::ExactlyOnce>,
@@ -160,9 +178,9 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
         save(&rep)?;
         rep.launches = launches(&gpu, *reps, args.seed)?;
     } else if all {
-        use crate::launch_plan::Chunk;
+        use gpumux_cuda::launch_plan::Chunk;
         let chunks = [Chunk::Auto, Chunk::Fixed(1), Chunk::Fixed(4), Chunk::Fixed(16)];
-        rep.overhead = overhead(&gpu, &chunks, crate::preempt::DEFAULT_MIN_CLAIMS, 7, &[], args.seed)?;
+        rep.overhead = overhead(&gpu, &chunks, gpumux_cuda::preempt::DEFAULT_MIN_CLAIMS, 7, &[], args.seed)?;
         save(&rep)?;
         rep.launches = launches(&gpu, 7, args.seed)?;
     }

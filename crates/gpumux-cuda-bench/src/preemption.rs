@@ -11,13 +11,13 @@
 //! * `timeslice` / `mps`: the spin kernel runs in a second process (`lp-hog`),
 //!   under the driver's default time slicing or under MPS if its daemon runs.
 
-use super::percentile;
-use crate::error::{CudaError, Result};
-use crate::exec::spin_for;
-use crate::launch_plan::Chunk;
-use crate::preempt::{SmMask, WorkerLaunch};
-use crate::runtime::{DeviceBuffer, Function, Gpu, HostMapped, Params, Stream};
-use crate::suite::{self, Rng};
+use crate::percentile;
+use gpumux_cuda::error::{CudaError, Result};
+use gpumux_cuda::exec::spin_for;
+use gpumux_cuda::launch_plan::Chunk;
+use gpumux_cuda::preempt::{SmMask, WorkerLaunch};
+use gpumux_cuda::runtime::{DeviceBuffer, Function, Gpu, HostMapped, Params, Stream};
+use gpumux_cuda::suite::{self, Rng};
 use serde::Serialize;
 use std::io::BufRead as _;
 use std::time::{Duration, Instant};
