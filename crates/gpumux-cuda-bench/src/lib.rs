@@ -17,7 +17,7 @@ mod overhead;
 mod preemption;
 mod spatial;
 
-pub use check::{check_suite, exactly_once, CheckRow};
+pub use check::{check_suite, exactly_once, CheckRow, ExactlyOnce};
 pub use launches::{launches, LaunchesRow, STENCIL_SMEM_SOURCE, WAVEFRONT_SOURCE};
 pub use overhead::{overhead, OverheadRow};
 pub use preemption::{lp_hog, preemption, PreemptRow};
@@ -36,8 +36,11 @@ fn app_parser() -> impl TypedValueParser<Value = App> {
     PossibleValuesParser::new(values).try_map(|name| name.parse::<App>())
 }
 
+/// What to measure, and where (the flags of `gpumux bench cuda` and of
+/// `gpumux-cuda-check`).
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
+    /// The measurement.
     #[command(subcommand)]
     pub command: BenchCommand,
     /// Write all results as JSON here.
@@ -51,12 +54,16 @@ pub struct BenchArgs {
     pub seed: u64,
 }
 
+/// One measurement, or all of them.
+// `help = None` keeps an option's `--help` line as it was before its doc
+// comment was written: the comment is for readers of the code.
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
     /// Every suite kernel, transformed, under random retreat/resume and SM-set
     /// changes, against the native result and the CPU reference.
     Check {
-        #[arg(long, default_value_t = 2)]
+        /// Random preemption rounds per app.
+        #[arg(long, default_value_t = 2, help = None::<&str>)]
         rounds: u32,
     },
     /// Transformed vs native time per suite kernel, for several chunk sizes;
@@ -67,7 +74,8 @@ pub enum BenchCommand {
         /// kernel's measured block time, short launches native) and fixed sizes.
         #[arg(long, value_delimiter = ',', default_value = "auto,1,4,16")]
         chunks: Vec<gpumux_cuda::launch_plan::Chunk>,
-        #[arg(long, default_value_t = 7)]
+        /// Interleaved repetitions per measurement (the median is reported).
+        #[arg(long, default_value_t = 7, help = None::<&str>)]
         reps: u32,
         /// Only these apps (default: all).
         #[arg(long, value_delimiter = ',', value_parser = app_parser())]
@@ -79,9 +87,11 @@ pub enum BenchCommand {
     /// Arrival-to-first-block and arrival-to-completion of a short
     /// high-priority kernel while a long low-priority one fills the GPU.
     Preempt {
-        #[arg(long, value_delimiter = ',', default_value = "10,20,100,1000")]
+        /// Block times of the low-priority kernel, µs.
+        #[arg(long, value_delimiter = ',', default_value = "10,20,100,1000", help = None::<&str>)]
         block_us: Vec<u64>,
-        #[arg(long, default_value_t = 200)]
+        /// High-priority arrivals per block time and mode.
+        #[arg(long, default_value_t = 200, help = None::<&str>)]
         trials: u32,
         /// native-priority, gpumux (default path), gpumux-chunk1 (workers, one block per claim),
         /// timeslice (two processes), mps (two processes; MPS must be running).
@@ -92,7 +102,8 @@ pub enum BenchCommand {
     /// hardware's scheduling, on disjoint SM sets (gpumux workers, green contexts), and as
     /// two processes under MPS (MPS must be running; else those rows are skipped).
     Spatial {
-        #[arg(long, default_value_t = 5)]
+        /// Repetitions per row (the median is reported).
+        #[arg(long, default_value_t = 5, help = None::<&str>)]
         reps: u32,
         /// SMs of the memory-bound app in each split (multiples of the green-context group
         /// size, 8 on an H100); the compute-bound app gets the other whole groups.
@@ -111,32 +122,48 @@ pub enum BenchCommand {
     /// (internal) A second process that keeps the GPU busy with low-priority spin kernels.
     #[command(hide = true)]
     LpHog {
-        #[arg(long)]
+        /// Block time of the spin kernels, µs.
+        #[arg(long, help = None::<&str>)]
         block_us: u64,
-        #[arg(long)]
+        /// How long to keep the GPU busy.
+        #[arg(long, help = None::<&str>)]
         seconds: f64,
     },
     /// (internal) One app of the spatial bench's MPS rows, run once per `go` line on stdin.
     #[command(hide = true)]
     SpatialChild {
-        #[arg(long, value_parser = app_parser())]
+        /// The app to run.
+        #[arg(long, value_parser = app_parser(), help = None::<&str>)]
         app: App,
     },
 }
 
+/// Everything one invocation measured: the JSON written with `--json`
+/// (rewritten after each measurement, so a crash keeps what was done).
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
+    /// The GPU.
     pub device: Option<gpumux_cuda::runtime::DeviceSummary>,
+    /// When the run started, seconds since 1970.
     pub date_unix: u64,
+    /// `check`: one row per app and round.
     pub check: Vec<CheckRow>,
-    pub exactly_once: Option<check::ExactlyOnce>,
+    /// `check`: the exactly-once storm.
+    pub exactly_once: Option<ExactlyOnce>,
+    /// `overhead`: one row per app.
     pub overhead: Vec<OverheadRow>,
+    /// `overhead`: the many-short-launches cases.
     pub launches: Vec<LaunchesRow>,
+    /// `preempt`: one row per mode and block time.
     pub preempt: Vec<PreemptRow>,
+    /// `spatial`: one row per binding and split.
     pub spatial: Vec<SpatialRow>,
 }
 
-/// Entry point for the CLI's `gpumux bench`.
+/// Runs the measurements `args` asks for, printing a table for each (and
+/// the JSON report with `--json`); the entry point of `gpumux bench cuda`
+/// and of `gpumux-cuda-check`. `Err` when the GPU cannot be opened, a
+/// measurement fails, or a correctness check does not pass.
 pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
     if let BenchCommand::LpHog { block_us, seconds } = args.command {
         return lp_hog(args.gpu, block_us, seconds);

@@ -22,12 +22,18 @@ use serde::Serialize;
 use std::io::BufRead as _;
 use std::time::{Duration, Instant};
 
+/// One way of preempting, at one block time of the low-priority kernel.
 #[derive(Clone, Debug, Serialize)]
 pub struct PreemptRow {
+    /// How the urgent kernel gets the GPU (`native-priority`, `gpumux`, ...).
     pub mode: String,
+    /// Block time of the low-priority kernel, µs.
     pub block_us: u64,
+    /// Urgent arrivals measured.
     pub trials: u32,
+    /// Arrival to the urgent kernel's first block, µs: p50, p99, max.
     pub first_us: [f64; 3],
+    /// Arrival to the urgent kernel's completion, µs: p50, p99, max.
     pub done_us: [f64; 3],
     /// Probe alone on an idle GPU, same measurement (median µs to completion).
     pub idle_done_us: f64,
@@ -137,6 +143,9 @@ fn summarize(
     }
 }
 
+/// Latency of a short urgent kernel while a long low-priority one fills
+/// the GPU, for each block time and mode, `trials` arrivals each. Prints the
+/// table. Modes `timeslice` and `mps` start a second process ([`lp_hog`]).
 pub fn preemption(gpu: &Gpu, block_us: &[u64], trials: u32, modes: &[String], seed: u64) -> Result<Vec<PreemptRow>> {
     let (native_m, worker_m, _) = gpu.native_and_worker("synthetic", suite::SYNTHETIC_SOURCE)?;
     let spin_n = native_m.function("spin")?;

@@ -18,6 +18,7 @@ pub struct Compiled {
     pub log: String,
     /// (name expression, mangled name) for the name expressions asked for.
     pub lowered: Vec<(String, String)>,
+    /// SHA-256 of source, architecture, options and name expressions: the cache key.
     pub key: [u8; 32],
 }
 

@@ -21,10 +21,15 @@ pub use green::{GreenContext, SmResource, SmSplit};
 /// What `cuda_available` reports about the GPU.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct DeviceSummary {
+    /// The driver's name for the GPU (`NVIDIA H100 80GB HBM3`).
     pub name: String,
+    /// (major, minor): (9, 0) for Hopper.
     pub compute_capability: (u32, u32),
+    /// Streaming multiprocessors.
     pub sm_count: u32,
+    /// The driver's CUDA API version (13000 for 13.0).
     pub driver_version: i32,
+    /// Device memory, bytes.
     pub memory_bytes: u64,
 }
 
@@ -64,9 +69,11 @@ pub fn cuda_available() -> Result<DeviceSummary> {
 
 /// One GPU and its primary context.
 pub struct Gpu {
+    /// The driver's index of the GPU.
     pub ordinal: i32,
     dev: cu::CUdevice,
     ctx: cu::CUcontext,
+    /// What it is.
     pub summary: DeviceSummary,
     /// (least, greatest) stream priority; numerically lower is more urgent.
     pub priority_range: (i32, i32),
@@ -85,6 +92,8 @@ fn attr(dev: cu::CUdevice, a: cu::CUdevice_attribute) -> Result<i32> {
 }
 
 impl Gpu {
+    /// Opens GPU `ordinal` (its primary context, made current on this
+    /// thread). A clear error, never a panic, without a driver or a GPU.
     pub fn open(ordinal: i32) -> Result<Gpu> {
         if !driver_present() {
             return Err(CudaError::NoDriver("libcuda.so not found on the loader path".into()));
@@ -138,10 +147,12 @@ impl Gpu {
         check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.ctx) })
     }
 
+    /// Streaming multiprocessors.
     pub fn sm_count(&self) -> u32 {
         self.summary.sm_count
     }
 
+    /// The `sm_XY` architecture number (90 for compute capability 9.0).
     pub fn arch(&self) -> u32 {
         self.summary.compute_capability.0 * 10 + self.summary.compute_capability.1
     }
@@ -167,6 +178,7 @@ impl Gpu {
         Ok((self.module(name, src)?, self.module(&format!("{name}_gmx"), &t.source)?, t))
     }
 
+    /// A device attribute (`cuDeviceGetAttribute`).
     pub fn attr(&self, a: cu::CUdevice_attribute) -> Result<i32> {
         attr(self.dev, a)
     }
@@ -180,6 +192,7 @@ impl Gpu {
 /// A loaded module.
 pub struct Module {
     raw: cu::CUmodule,
+    /// The name it was compiled under.
     pub name: String,
     /// Block times of its kernels, measured on their first launch ([`crate::launch_plan`]).
     pub profiles: Arc<ProfileCache>,
@@ -190,6 +203,7 @@ unsafe impl Send for Module {}
 unsafe impl Sync for Module {}
 
 impl Module {
+    /// The kernel `name` (its exported, `extern "C"` name).
     pub fn function(&self, name: &str) -> Result<Function> {
         let c = std::ffi::CString::new(name)
             .map_err(|source| CudaError::Nul { what: format!("kernel name {name:?}"), source })?;
@@ -201,9 +215,11 @@ impl Module {
     }
 }
 
+/// A kernel of a loaded module.
 #[derive(Clone, Debug)]
 pub struct Function {
     raw: cu::CUfunction,
+    /// Its exported name.
     pub name: String,
     /// The module's measured block times (shared by every handle of the module).
     pub profiles: Arc<ProfileCache>,
@@ -266,6 +282,7 @@ pub struct Params {
 }
 
 impl Params {
+    /// An argument of these bytes (a struct passed by value).
     pub fn push_bytes(&mut self, b: &[u8]) -> &mut Self {
         let mut slot = vec![0u64; b.len().div_ceil(8).max(1)];
         // SAFETY: the slot holds at least b.len() bytes.
@@ -273,15 +290,19 @@ impl Params {
         self.slots.push(slot);
         self
     }
+    /// A device pointer.
     pub fn ptr(&mut self, p: u64) -> &mut Self {
         self.push_bytes(&p.to_le_bytes())
     }
+    /// A 32-bit unsigned value.
     pub fn u32(&mut self, v: u32) -> &mut Self {
         self.push_bytes(&v.to_le_bytes())
     }
+    /// A 64-bit unsigned value.
     pub fn u64(&mut self, v: u64) -> &mut Self {
         self.push_bytes(&v.to_le_bytes())
     }
+    /// A `uint3`.
     pub fn uint3(&mut self, v: [u32; 3]) -> &mut Self {
         let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         self.push_bytes(&b)
@@ -324,11 +345,14 @@ fn settle_legacy_stream() -> Result<()> {
 /// of this backend's (non-blocking) streams wrote must synchronise that stream
 /// (or an event recorded on it) first.
 pub struct DeviceBuffer {
+    /// Device address.
     pub ptr: u64,
+    /// Size.
     pub bytes: usize,
 }
 
 impl DeviceBuffer {
+    /// Allocates `bytes` of device memory (contents undefined).
     pub fn new(bytes: usize) -> Result<DeviceBuffer> {
         let mut ptr = 0;
         // SAFETY: out-pointer to a local.
@@ -350,9 +374,11 @@ impl DeviceBuffer {
         check("cuMemsetD8", unsafe { cu::cuMemsetD8_v2(self.ptr, byte, self.bytes) })?;
         settle_legacy_stream()
     }
+    /// The whole buffer's contents.
     pub fn download(&self) -> Result<Vec<u8>> {
         self.download_prefix(self.bytes)
     }
+    /// Its first `n` bytes (at most the whole buffer).
     pub fn download_prefix(&self, n: usize) -> Result<Vec<u8>> {
         let n = n.min(self.bytes);
         let mut v = vec![0u8; n];
@@ -374,7 +400,9 @@ impl Drop for DeviceBuffer {
 /// Pinned host memory mapped into the device's address space.
 pub struct HostMapped {
     host: *mut u8,
+    /// Its address on the device.
     pub dev: u64,
+    /// Size.
     pub bytes: usize,
 }
 
@@ -382,6 +410,7 @@ pub struct HostMapped {
 unsafe impl Send for HostMapped {}
 
 impl HostMapped {
+    /// Allocates `bytes` of pinned, zeroed host memory mapped for the device.
     pub fn new(bytes: usize) -> Result<HostMapped> {
         let mut host: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-pointers; flags request a device mapping.
@@ -396,16 +425,19 @@ impl HostMapped {
             Ok(HostMapped { host: host.cast(), dev, bytes })
         }
     }
+    /// The 32-bit word `word` as the device last wrote it.
     pub fn read_u32(&self, word: usize) -> u32 {
         assert!(word * 4 + 4 <= self.bytes, "word outside the mapping");
         // SAFETY: in bounds; the device writes it concurrently, hence volatile.
         unsafe { std::ptr::read_volatile(self.host.cast::<u32>().add(word)) }
     }
+    /// Writes `b` at byte `offset`.
     pub fn write_bytes(&self, offset: usize, b: &[u8]) {
         assert!(offset + b.len() <= self.bytes, "write outside the mapping");
         // SAFETY: in bounds.
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.host.add(offset), b.len()) }
     }
+    /// `n` bytes from byte `offset`.
     pub fn read_bytes(&self, offset: usize, n: usize) -> Vec<u8> {
         assert!(offset + n <= self.bytes, "read outside the mapping");
         let mut v = vec![0u8; n];
@@ -413,6 +445,7 @@ impl HostMapped {
         unsafe { std::ptr::copy_nonoverlapping(self.host.add(offset), v.as_mut_ptr(), n) };
         v
     }
+    /// Its address on the host, for asynchronous copies out of the mapping.
     pub fn host_ptr(&self) -> *const u8 {
         self.host
     }
@@ -431,8 +464,10 @@ impl Drop for HostMapped {
     }
 }
 
+/// A non-blocking CUDA stream with a priority.
 pub struct Stream {
     pub(crate) raw: cu::CUstream,
+    /// CUDA priority: numerically lower is more urgent.
     pub priority: i32,
 }
 
@@ -460,6 +495,7 @@ impl Stream {
     pub fn high(gpu: &Gpu) -> Result<Stream> {
         Stream::new(gpu, gpu.priority_range.1)
     }
+    /// Waits until everything queued on the stream has run.
     pub fn sync(&self) -> Result<()> {
         // SAFETY: valid stream.
         check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(self.raw) })
@@ -513,6 +549,7 @@ impl Drop for Stream {
     }
 }
 
+/// A CUDA event: a point in a stream, to wait for or to time.
 pub struct Event {
     raw: cu::CUevent,
 }
@@ -522,6 +559,7 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
+    /// An event that records a timestamp.
     pub fn new() -> Result<Event> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer.
@@ -537,10 +575,12 @@ impl Event {
         })?;
         Ok(Event { raw })
     }
+    /// Places the event at the current end of stream `s`.
     pub fn record(&self, s: &Stream) -> Result<()> {
         // SAFETY: valid handles.
         check("cuEventRecord", unsafe { cu::cuEventRecord(self.raw, s.raw) })
     }
+    /// Waits until the work before the record has run.
     pub fn sync(&self) -> Result<()> {
         // SAFETY: valid handle.
         check("cuEventSynchronize", unsafe { cu::cuEventSynchronize(self.raw) })

@@ -17,7 +17,7 @@
 //! "hEvent and hCtx must be from the same primary context"). Kernels of modules loaded in
 //! the primary context are therefore launched on green-context streams as they are;
 //! [`GreenContext::module`] loads a module with the green context current, for the case a
-//! driver refuses that (see `bench/spatial.rs`).
+//! driver refuses that (see `spatial.rs` in the gpumux-cuda-bench crate).
 //!
 //! Unlike a worker's SM mask, a green context's SMs are fixed when it is created and a
 //! kernel cannot move between green contexts while it runs.
@@ -129,6 +129,7 @@ impl SmResource {
     pub fn is_sm(&self) -> bool {
         self.raw.type_ == cu::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM
     }
+    /// SMs in the resource (0 when it is not an SM resource).
     pub fn sm_count(&self) -> u32 {
         if !self.is_sm() {
             return 0;
@@ -158,6 +159,7 @@ impl SmResource {
 /// may be combined into one descriptor.
 #[derive(Clone, Debug)]
 pub struct SmSplit {
+    /// The groups, each of the split's size.
     pub groups: Vec<SmResource>,
     /// SMs no group got (4 on an H100 split into groups of 8), when there are any.
     pub remainder: Option<SmResource>,

@@ -37,6 +37,7 @@ pub enum App {
 }
 
 impl App {
+    /// Every app, in the order tables list them.
     pub const ALL: [App; 10] = [
         App::Triad,
         App::Transpose,
@@ -50,6 +51,7 @@ impl App {
         App::Kmeans,
     ];
 
+    /// The app's name in workload files and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             App::Triad => "triad",
@@ -65,6 +67,7 @@ impl App {
         }
     }
 
+    /// The app named `s`, if any.
     pub fn from_name(s: &str) -> Option<App> {
         App::ALL.into_iter().find(|a| a.name() == s)
     }
@@ -134,13 +137,17 @@ pub enum Scale {
     Bench,
 }
 
+/// A buffer's contents on the host, by element type.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HostData {
+    /// 32-bit floats.
     F32(Vec<f32>),
+    /// 32-bit unsigned integers.
     U32(Vec<u32>),
 }
 
 impl HostData {
+    /// Bytes the data takes on the GPU.
     pub fn byte_len(&self) -> usize {
         match self {
             HostData::F32(v) => v.len() * 4,
@@ -169,18 +176,22 @@ impl HostData {
 /// How a buffer starts every run.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Init {
+    /// Input: these contents.
     Data(HostData),
     /// Output: every byte 0xFF (NaN for floats), so unwritten elements show.
     Poison {
+        /// The buffer's size.
         bytes: usize,
     },
     /// Accumulator that the kernels expect at zero.
     Zero {
+        /// The buffer's size.
         bytes: usize,
     },
 }
 
 impl Init {
+    /// The buffer's size in bytes.
     pub fn byte_len(&self) -> usize {
         match self {
             Init::Data(d) => d.byte_len(),
@@ -189,31 +200,47 @@ impl Init {
     }
 }
 
+/// One buffer of a workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BufferSpec {
+    /// Its name in the app's source and in messages (`cent`).
     pub name: &'static str,
+    /// What it holds when a run starts.
     pub init: Init,
 }
 
+/// One kernel argument.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Arg {
+    /// The device address of buffer `i` of the workload.
     Buf(usize),
+    /// A 32-bit unsigned value.
     U32(u32),
+    /// A 32-bit signed value.
     I32(i32),
+    /// A 32-bit float.
     F32(f32),
+    /// A 64-bit unsigned value.
     U64(u64),
 }
 
+/// One kernel launch of a workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaunchSpec {
+    /// The kernel's (`extern "C"`) name in the app's source.
     pub kernel: &'static str,
+    /// Blocks, x y z.
     pub grid: [u32; 3],
+    /// Threads per block, x y z.
     pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes.
     pub shared_bytes: u32,
+    /// The kernel's arguments, in order.
     pub args: Vec<Arg>,
 }
 
 impl LaunchSpec {
+    /// Blocks of the grid.
     pub fn blocks(&self) -> u64 {
         self.grid.iter().map(|&g| g as u64).product()
     }
@@ -222,6 +249,7 @@ impl LaunchSpec {
 /// How an output is compared with its reference.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub enum Tolerance {
+    /// Bitwise equal.
     Exact,
     /// ‖out − ref‖₂ / ‖ref‖₂ at most this (floats only; NaN never passes).
     RelL2(f64),
@@ -230,8 +258,10 @@ pub enum Tolerance {
     Mismatches(f64),
 }
 
+/// A buffer whose contents a run is judged by.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutputSpec {
+    /// Index into the workload's buffers.
     pub buffer: usize,
     /// Against the CPU reference (the GPU-vs-GPU comparison is always bitwise).
     pub tolerance: Tolerance,
@@ -240,10 +270,15 @@ pub struct OutputSpec {
 /// One app at one size: what to allocate, what to launch, what to check.
 #[derive(Clone, Debug)]
 pub struct Workload {
+    /// The app.
     pub app: App,
+    /// Its main dimension ([`App::default_size`] says which).
     pub size: u64,
+    /// Buffers, in the order launches name them.
     pub buffers: Vec<BufferSpec>,
+    /// Launches, in the order they run.
     pub launches: Vec<LaunchSpec>,
+    /// What a run is judged by.
     pub outputs: Vec<OutputSpec>,
     /// Some(how) when the GPU-vs-GPU comparison cannot be bitwise.
     pub nondeterministic: Option<&'static str>,
@@ -255,6 +290,7 @@ impl Workload {
         reference::compute(self)
     }
 
+    /// Blocks of all its launches together.
     pub fn total_blocks(&self) -> u64 {
         self.launches.iter().map(LaunchSpec::blocks).sum()
     }
@@ -345,10 +381,12 @@ pub fn compare(got: &HostData, want: &HostData, tol: Tolerance) -> Result<(), St
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator seeded with `seed` (any value, 0 included).
     pub fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -356,6 +394,7 @@ impl Rng {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
+    /// The next 32 random bits.
     pub fn next_u32(&mut self) -> u32 {
         (self.next_u64() >> 32) as u32
     }
@@ -365,6 +404,7 @@ impl Rng {
         (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
     }
 
+    /// Uniform in [0, n) (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }

@@ -70,10 +70,12 @@ pub struct Sequence {
 }
 
 impl Sequence {
+    /// A fresh instance of `app` that has run nothing.
     pub fn new(app: App) -> Sequence {
         Sequence { app, done: Vec::new(), counts: [0; 2], running: None }
     }
 
+    /// The app it is an instance of.
     pub fn app(&self) -> App {
         self.app
     }
