@@ -181,7 +181,7 @@ pub struct SpatialConfig {
     pub reps: u32,
     /// SMs of the memory-bound app in each split.
     pub mem_sms: Vec<u32>,
-    /// Subset of [`MODES`]; empty = all.
+    /// Row groups to run (hardware, workers, green, green-cost, mps); empty = all.
     pub modes: Vec<String>,
     /// MPS pipe directory for the child processes (None: $GPUMUX_MPS_PIPE_DIRECTORY,
     /// else $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps).
