@@ -7,7 +7,7 @@
 #
 # BINARY: a prebuilt `gpumux-cuda-check` (default: target/release/gpumux-cuda-check,
 #         or $GPUMUX_CUDA_CHECK). Build it elsewhere with
-#         `cargo build --release -p gpumux-cuda --bin gpumux-cuda-check`.
+#         `cargo build --release -p gpumux-cuda-bench --bin gpumux-cuda-check`.
 # OUTDIR: where JSON results and logs go (default: gpu-check-out).
 # GPUMUX_PHASES: which phases to run (default "check overhead preempt mps spatial").
 #   spatial: triad + sgemm alone, one after the other, together (hardware), on disjoint SM
@@ -26,7 +26,7 @@ PHASES=${GPUMUX_PHASES:-check overhead preempt mps spatial}
 mkdir -p "$OUTDIR"
 
 if [ ! -x "$BIN" ]; then
-    echo "gpu-check: no executable at $BIN (build it with cargo build --release -p gpumux-cuda)" >&2
+    echo "gpu-check: no executable at $BIN (build it with cargo build --release -p gpumux-cuda-bench --bin gpumux-cuda-check)" >&2
     exit 2
 fi
 

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 /// A workload with its buffers allocated and its kernels loaded both ways.
 pub struct Prepared {
+    /// What runs: buffers and launches.
     pub workload: Workload,
+    /// The workload's buffers on the GPU, in its order.
     pub buffers: Vec<DeviceBuffer>,
     native: HashMap<&'static str, Function>,
     worker: HashMap<&'static str, Function>,
@@ -20,13 +22,17 @@ pub struct Prepared {
 /// Counters of a chaotic run.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct ChaosStats {
+    /// Worker launches started (first starts and resumes).
     pub starts: u64,
+    /// Retreats asked for.
     pub retreats: u64,
     /// Retreats that stopped a launch before it had finished.
     pub effective_retreats: u64,
 }
 
 impl Prepared {
+    /// Compiles the workload's app both as written and transformed (cached),
+    /// loads its kernels and allocates its buffers (not yet initialised: [`Prepared::reset`]).
     pub fn new(gpu: &Gpu, workload: Workload) -> Result<Prepared> {
         let (native_m, worker_m, _) = gpu.native_and_worker(workload.app.name(), workload.app.source())?;
         let mut native = HashMap::new();

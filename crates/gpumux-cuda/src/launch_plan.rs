@@ -89,7 +89,12 @@ pub enum Plan {
     Native,
     /// Preemptible workers claiming `chunk` blocks at a time; `measure`: time
     /// this launch to learn the kernel's block time.
-    Workers { chunk: u32, measure: bool },
+    Workers {
+        /// Blocks per claim.
+        chunk: u32,
+        /// Time this launch to learn the kernel's block time.
+        measure: bool,
+    },
 }
 
 /// What [`plan`] needs to know about one launch.
@@ -144,7 +149,9 @@ pub fn block_ns_of(elapsed_ns: f64, blocks: u64, slots: u64) -> Option<f64> {
 /// dynamic shared memory (the grid only sets how many blocks there are).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ProfileKey {
+    /// Threads per block, x y z.
     pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes.
     pub smem: u32,
 }
 
@@ -157,6 +164,7 @@ pub struct ProfileCache {
 }
 
 impl ProfileCache {
+    /// The block time measured for `kernel` at shape `key`, if any.
     pub fn get(&self, kernel: &str, key: ProfileKey) -> Option<f64> {
         self.times.lock().ok()?.get(kernel)?.get(&key).copied()
     }

@@ -5,29 +5,40 @@
 //! input belongs to exactly one token, so concatenating the tokens' text gives
 //! the input back.
 
+/// What a token is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// An identifier or keyword.
     Ident,
+    /// A numeric literal, suffixes included.
     Number,
     /// String literal, raw strings included (`R"(...)"`).
     Str,
+    /// Character literal.
     Char,
     /// One punctuation character.
     Punct,
+    /// `//` or `/* */` comment.
     Comment,
     /// A whole preprocessor directive, continuation lines included.
     Preproc,
+    /// Whitespace, newlines included.
     Space,
 }
 
+/// A token: its kind and where it lies in the source (byte offsets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Token {
+    /// What it is.
     pub kind: Kind,
+    /// First byte.
     pub start: usize,
+    /// One past the last byte.
     pub end: usize,
 }
 
 impl Token {
+    /// The token's text in `src` (the source it was lexed from).
     pub fn text<'a>(&self, src: &'a str) -> &'a str {
         &src[self.start..self.end]
     }

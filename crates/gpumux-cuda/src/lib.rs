@@ -10,23 +10,25 @@
 //! * [`launch_plan`]: native or workers, and the chunk, from a kernel's measured block time;
 //! * [`preempt`]: control records, launch on an SM set, retreat, resume;
 //! * [`exec`]: runs a suite workload natively, as workers, or under random preemption;
-//! * [`bench`]: overhead, preemption and spatial-sharing measurements;
 //! * [`device`]: the engine's `Device` trait on a real GPU (`gpumux run --device cuda:N`).
+//!
+//! The measurements (overhead, preemption latency, spatial sharing) and the
+//! `gpumux-cuda-check` program live in the `gpumux-cuda-bench` crate, on top
+//! of this one: the backend prints nothing and parses no command line.
 
-pub mod bench;
+#![warn(missing_docs)]
+
 pub mod device;
 pub mod error;
 pub mod exec;
 pub mod launch_plan;
 pub mod lex;
 pub mod nvrtc;
+pub mod preempt;
+pub mod runtime;
 pub mod suite;
 pub mod transform;
 
+pub use device::{device_info, CudaDevice};
 pub use error::CudaError;
-pub mod preempt;
-pub mod runtime;
-
-pub use bench::{bench_main, BenchArgs, BenchCommand};
-pub use device::{device_info, open_device, CudaDevice};
 pub use runtime::{cuda_available, DeviceSummary};

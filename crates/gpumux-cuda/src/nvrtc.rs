@@ -18,6 +18,7 @@ pub struct Compiled {
     pub log: String,
     /// (name expression, mangled name) for the name expressions asked for.
     pub lowered: Vec<(String, String)>,
+    /// SHA-256 of source, architecture, options and name expressions: the cache key.
     pub key: [u8; 32],
 }
 
@@ -74,21 +75,27 @@ pub fn compile(name: &str, src: &str, arch: u32, name_exprs: &[&str]) -> Result<
         h.update(o.as_bytes());
     }
     let key: [u8; 32] = h.finalize().into();
-    if let Some(c) = cache().lock().map_err(|_| CudaError::Invalid("compile cache poisoned".into()))?.get(&key) {
+    let poisoned = |_| CudaError::Poisoned("the compile cache");
+    if let Some(c) = cache().lock().map_err(poisoned)?.get(&key) {
         return Ok(c.clone());
     }
     let compiled = Arc::new(compile_uncached(name, src, &opts, name_exprs, key)?);
-    cache().lock().map_err(|_| CudaError::Invalid("compile cache poisoned".into()))?.insert(key, compiled.clone());
+    cache().lock().map_err(poisoned)?.insert(key, compiled.clone());
     Ok(compiled)
 }
 
 fn compile_uncached(name: &str, src: &str, opts: &[String], name_exprs: &[&str], key: [u8; 32]) -> Result<Compiled> {
-    let bad = |_| CudaError::Invalid(format!("source of `{name}` contains a NUL byte"));
-    let c_src = CString::new(src).map_err(bad)?;
-    let c_name = CString::new(format!("{name}.cu")).map_err(bad)?;
-    let c_opts: Vec<CString> = opts.iter().map(|o| CString::new(o.as_str())).collect::<Result<_, _>>().map_err(bad)?;
+    let nul = |what: &str| {
+        let what = format!("{what} of `{name}`");
+        move |source| CudaError::Nul { what, source }
+    };
+    let c_src = CString::new(src).map_err(nul("the source"))?;
+    let c_name = CString::new(format!("{name}.cu")).map_err(nul("the name"))?;
+    let c_opts: Vec<CString> =
+        opts.iter().map(|o| CString::new(o.as_str())).collect::<Result<_, _>>().map_err(nul("an option"))?;
     let c_opt_ptrs: Vec<*const std::ffi::c_char> = c_opts.iter().map(|o| o.as_ptr()).collect();
-    let c_exprs: Vec<CString> = name_exprs.iter().map(|e| CString::new(*e)).collect::<Result<_, _>>().map_err(bad)?;
+    let c_exprs: Vec<CString> =
+        name_exprs.iter().map(|e| CString::new(*e)).collect::<Result<_, _>>().map_err(nul("a name expression"))?;
 
     let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: all pointers outlive the calls; the program is destroyed below on every path.

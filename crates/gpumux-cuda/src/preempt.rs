@@ -21,6 +21,7 @@ pub const NO_CAP: u32 = u32::MAX;
 pub struct SmMask(pub [u64; 4]);
 
 impl SmMask {
+    /// No SM.
     pub fn empty() -> SmMask {
         SmMask([0; 4])
     }
@@ -32,14 +33,17 @@ impl SmMask {
         }
         m
     }
+    /// Adds SM `sm` (SMs from 256 on are ignored).
     pub fn insert(&mut self, sm: u32) {
         if sm < 256 {
             self.0[(sm / 64) as usize] |= 1u64 << (sm % 64);
         }
     }
+    /// Whether SM `sm` is in the set.
     pub fn contains(&self, sm: u32) -> bool {
         sm < 256 && self.0[(sm / 64) as usize] >> (sm % 64) & 1 == 1
     }
+    /// SMs in the set.
     pub fn count(&self) -> u32 {
         self.0.iter().map(|w| w.count_ones()).sum()
     }
@@ -48,12 +52,19 @@ impl SmMask {
 /// The immutable launch description (`gmx_launch_t`), passed by value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchDesc {
+    /// The user's grid, for `blockIdx`/`gridDim`.
     pub grid: [u32; 3],
+    /// First linear block index of this launch.
     pub begin: u32,
+    /// Blocks in this launch.
     pub count: u32,
+    /// Blocks per claim.
     pub chunk: u32,
+    /// Workers per SM at most (balances small grids); [`NO_CAP`]: no cap.
     pub cap: u32,
+    /// Nonzero launch number; a retreat names it.
     pub seq: u32,
+    /// SMs this launch may run on.
     pub mask: SmMask,
     /// Workers that can run blocks at once: SMs in the mask × workers per SM
     /// (the claims shrink towards the end of the launch by this share).
@@ -79,15 +90,22 @@ impl LaunchDesc {
 /// The header of the control record (`gmx_ctl_t`) as the host reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CtlHeader {
+    /// Next block to claim, relative to the launch's `begin`.
     pub claim: u32,
+    /// `seq` of the launch asked to retreat (0: none).
     pub retreat_seq: u32,
+    /// Lowest relative index claimed after the retreat request (`u32::MAX`: none).
     pub resume: u32,
+    /// Published by the last worker out: the first block not done.
     pub result_next: u32,
+    /// Published by the last worker out: workers that ran blocks.
     pub result_workers: u32,
+    /// Which launch the published result belongs to.
     pub result_seq: u32,
 }
 
 impl CtlHeader {
+    /// Reads the header from the record's first bytes (`None` if fewer than 24).
     pub fn from_bytes(b: &[u8]) -> Option<CtlHeader> {
         let w = |i: usize| Some(u32::from_le_bytes(b.get(i * 4..i * 4 + 4)?.try_into().ok()?));
         Some(CtlHeader {
@@ -112,12 +130,14 @@ impl CtlHeader {
 pub struct Outcome {
     /// Blocks [next, end) are still to run.
     pub next: u32,
+    /// End of the launch's range.
     pub end: u32,
     /// Workers that found themselves on an allowed SM.
     pub workers: u32,
 }
 
 impl Outcome {
+    /// No block of the range is left.
     pub fn done(&self) -> bool {
         self.next >= self.end
     }
@@ -161,7 +181,9 @@ pub struct WorkerLaunch {
     measuring: Option<Measuring>,
     /// Claims per worker below which the chunk shrinks (see `describe`).
     pub min_claims: u32,
+    /// First block of the range still to run (a start runs [next, end)).
     pub next: u32,
+    /// End of the range (suite block index, exclusive).
     pub end: u32,
     workers_per_sm: u32,
     sm_count: u32,
@@ -259,12 +281,15 @@ impl WorkerLaunch {
         launch_plan::plan(self.chunk, facts, known)
     }
 
+    /// No block of the range is left.
     pub fn done(&self) -> bool {
         self.next >= self.end
     }
+    /// Started and not yet finished (see [`WorkerLaunch::finish`]).
     pub fn running(&self) -> bool {
         self.running
     }
+    /// Resident workers per SM (the kernel's occupancy).
     pub fn workers_per_sm(&self) -> u32 {
         self.workers_per_sm
     }

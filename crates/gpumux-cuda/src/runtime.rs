@@ -5,7 +5,7 @@
 //! cudarc's safe wrappers: the backend needs stream priorities, stream memory
 //! operations, host-mapped memory and exact control over every launch.
 
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, DriverError, Result};
 use crate::launch_plan::ProfileCache;
 use crate::nvrtc;
 use crate::suite::Arg;
@@ -21,14 +21,25 @@ pub use green::{GreenContext, SmResource, SmSplit};
 /// What `cuda_available` reports about the GPU.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct DeviceSummary {
+    /// The driver's name for the GPU (`NVIDIA H100 80GB HBM3`).
     pub name: String,
+    /// (major, minor): (9, 0) for Hopper.
     pub compute_capability: (u32, u32),
+    /// Streaming multiprocessors.
     pub sm_count: u32,
+    /// The driver's CUDA API version (13000 for 13.0).
     pub driver_version: i32,
+    /// Device memory, bytes.
     pub memory_bytes: u64,
 }
 
+/// `Err` with the driver's message when a driver call did not succeed.
 pub(crate) fn check(call: &'static str, r: cu::CUresult) -> Result<()> {
+    Ok(driver_result(call, r)?)
+}
+
+/// The driver's answer to `call`, as a typed error when it is not success.
+fn driver_result(call: &'static str, r: cu::CUresult) -> Result<(), DriverError> {
     if r == cu::CUresult::CUDA_SUCCESS {
         return Ok(());
     }
@@ -42,7 +53,7 @@ pub(crate) fn check(call: &'static str, r: cu::CUresult) -> Result<()> {
             CStr::from_ptr(p).to_string_lossy().into_owned()
         }
     };
-    Err(CudaError::Driver { call, code: r as i32, msg })
+    Err(DriverError { call, code: r as i32, msg })
 }
 
 /// True when libcuda can be opened. Never panics (cudarc's loader would).
@@ -58,9 +69,11 @@ pub fn cuda_available() -> Result<DeviceSummary> {
 
 /// One GPU and its primary context.
 pub struct Gpu {
+    /// The driver's index of the GPU.
     pub ordinal: i32,
     dev: cu::CUdevice,
     ctx: cu::CUcontext,
+    /// What it is.
     pub summary: DeviceSummary,
     /// (least, greatest) stream priority; numerically lower is more urgent.
     pub priority_range: (i32, i32),
@@ -79,17 +92,19 @@ fn attr(dev: cu::CUdevice, a: cu::CUdevice_attribute) -> Result<i32> {
 }
 
 impl Gpu {
+    /// Opens GPU `ordinal` (its primary context, made current on this
+    /// thread). A clear error, never a panic, without a driver or a GPU.
     pub fn open(ordinal: i32) -> Result<Gpu> {
         if !driver_present() {
             return Err(CudaError::NoDriver("libcuda.so not found on the loader path".into()));
         }
         // SAFETY: the driver library is present; every call gets valid out-pointers.
         unsafe {
-            check("cuInit", cu::cuInit(0)).map_err(|e| CudaError::NoDevice(e.to_string()))?;
+            driver_result("cuInit", cu::cuInit(0)).map_err(CudaError::NoGpu)?;
             let mut count = 0;
             check("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
             if ordinal >= count {
-                return Err(CudaError::NoDevice(format!("asked for GPU {ordinal}, the driver sees {count}")));
+                return Err(CudaError::NoSuchGpu { ordinal, count });
             }
             let mut dev = 0;
             check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
@@ -132,10 +147,12 @@ impl Gpu {
         check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.ctx) })
     }
 
+    /// Streaming multiprocessors.
     pub fn sm_count(&self) -> u32 {
         self.summary.sm_count
     }
 
+    /// The `sm_XY` architecture number (90 for compute capability 9.0).
     pub fn arch(&self) -> u32 {
         self.summary.compute_capability.0 * 10 + self.summary.compute_capability.1
     }
@@ -143,7 +160,7 @@ impl Gpu {
     /// Compiles (NVRTC, cached by source hash) and loads a module (cached too).
     pub fn module(&self, name: &str, src: &str) -> Result<Arc<Module>> {
         let compiled = nvrtc::compile(name, src, self.arch(), &[])?;
-        let mut m = self.modules.lock().map_err(|_| CudaError::Invalid("module cache poisoned".into()))?;
+        let mut m = self.modules.lock().map_err(|_| CudaError::Poisoned("the module cache"))?;
         if let Some(x) = m.get(&compiled.key) {
             return Ok(x.clone());
         }
@@ -161,14 +178,21 @@ impl Gpu {
         Ok((self.module(name, src)?, self.module(&format!("{name}_gmx"), &t.source)?, t))
     }
 
+    /// A device attribute (`cuDeviceGetAttribute`).
     pub fn attr(&self, a: cu::CUdevice_attribute) -> Result<i32> {
         attr(self.dev, a)
+    }
+
+    /// Whether this process is an MPS client (`CU_DEVICE_ATTRIBUTE_MPS_ENABLED`).
+    pub fn mps_enabled(&self) -> Result<bool> {
+        Ok(self.attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED)? == 1)
     }
 }
 
 /// A loaded module.
 pub struct Module {
     raw: cu::CUmodule,
+    /// The name it was compiled under.
     pub name: String,
     /// Block times of its kernels, measured on their first launch ([`crate::launch_plan`]).
     pub profiles: Arc<ProfileCache>,
@@ -179,19 +203,23 @@ unsafe impl Send for Module {}
 unsafe impl Sync for Module {}
 
 impl Module {
+    /// The kernel `name` (its exported, `extern "C"` name).
     pub fn function(&self, name: &str) -> Result<Function> {
-        let c = std::ffi::CString::new(name).map_err(|_| CudaError::Invalid("kernel name contains NUL".into()))?;
+        let c = std::ffi::CString::new(name)
+            .map_err(|source| CudaError::Nul { what: format!("kernel name {name:?}"), source })?;
         let mut f = std::ptr::null_mut();
         // SAFETY: valid module and C string.
-        check("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr()) })
-            .map_err(|e| CudaError::Invalid(format!("kernel `{name}` not in module `{}`: {e}", self.name)))?;
+        driver_result("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr()) })
+            .map_err(|source| CudaError::MissingKernel { kernel: name.into(), module: self.name.clone(), source })?;
         Ok(Function { raw: f, name: name.to_string(), profiles: self.profiles.clone() })
     }
 }
 
+/// A kernel of a loaded module.
 #[derive(Clone, Debug)]
 pub struct Function {
     raw: cu::CUfunction,
+    /// Its exported name.
     pub name: String,
     /// The module's measured block times (shared by every handle of the module).
     pub profiles: Arc<ProfileCache>,
@@ -254,6 +282,7 @@ pub struct Params {
 }
 
 impl Params {
+    /// An argument of these bytes (a struct passed by value).
     pub fn push_bytes(&mut self, b: &[u8]) -> &mut Self {
         let mut slot = vec![0u64; b.len().div_ceil(8).max(1)];
         // SAFETY: the slot holds at least b.len() bytes.
@@ -261,15 +290,19 @@ impl Params {
         self.slots.push(slot);
         self
     }
+    /// A device pointer.
     pub fn ptr(&mut self, p: u64) -> &mut Self {
         self.push_bytes(&p.to_le_bytes())
     }
+    /// A 32-bit unsigned value.
     pub fn u32(&mut self, v: u32) -> &mut Self {
         self.push_bytes(&v.to_le_bytes())
     }
+    /// A 64-bit unsigned value.
     pub fn u64(&mut self, v: u64) -> &mut Self {
         self.push_bytes(&v.to_le_bytes())
     }
+    /// A `uint3`.
     pub fn uint3(&mut self, v: [u32; 3]) -> &mut Self {
         let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         self.push_bytes(&b)
@@ -312,11 +345,14 @@ fn settle_legacy_stream() -> Result<()> {
 /// of this backend's (non-blocking) streams wrote must synchronise that stream
 /// (or an event recorded on it) first.
 pub struct DeviceBuffer {
+    /// Device address.
     pub ptr: u64,
+    /// Size.
     pub bytes: usize,
 }
 
 impl DeviceBuffer {
+    /// Allocates `bytes` of device memory (contents undefined).
     pub fn new(bytes: usize) -> Result<DeviceBuffer> {
         let mut ptr = 0;
         // SAFETY: out-pointer to a local.
@@ -338,9 +374,11 @@ impl DeviceBuffer {
         check("cuMemsetD8", unsafe { cu::cuMemsetD8_v2(self.ptr, byte, self.bytes) })?;
         settle_legacy_stream()
     }
+    /// The whole buffer's contents.
     pub fn download(&self) -> Result<Vec<u8>> {
         self.download_prefix(self.bytes)
     }
+    /// Its first `n` bytes (at most the whole buffer).
     pub fn download_prefix(&self, n: usize) -> Result<Vec<u8>> {
         let n = n.min(self.bytes);
         let mut v = vec![0u8; n];
@@ -362,7 +400,9 @@ impl Drop for DeviceBuffer {
 /// Pinned host memory mapped into the device's address space.
 pub struct HostMapped {
     host: *mut u8,
+    /// Its address on the device.
     pub dev: u64,
+    /// Size.
     pub bytes: usize,
 }
 
@@ -370,6 +410,7 @@ pub struct HostMapped {
 unsafe impl Send for HostMapped {}
 
 impl HostMapped {
+    /// Allocates `bytes` of pinned, zeroed host memory mapped for the device.
     pub fn new(bytes: usize) -> Result<HostMapped> {
         let mut host: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-pointers; flags request a device mapping.
@@ -384,16 +425,19 @@ impl HostMapped {
             Ok(HostMapped { host: host.cast(), dev, bytes })
         }
     }
+    /// The 32-bit word `word` as the device last wrote it.
     pub fn read_u32(&self, word: usize) -> u32 {
         assert!(word * 4 + 4 <= self.bytes, "word outside the mapping");
         // SAFETY: in bounds; the device writes it concurrently, hence volatile.
         unsafe { std::ptr::read_volatile(self.host.cast::<u32>().add(word)) }
     }
+    /// Writes `b` at byte `offset`.
     pub fn write_bytes(&self, offset: usize, b: &[u8]) {
         assert!(offset + b.len() <= self.bytes, "write outside the mapping");
         // SAFETY: in bounds.
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.host.add(offset), b.len()) }
     }
+    /// `n` bytes from byte `offset`.
     pub fn read_bytes(&self, offset: usize, n: usize) -> Vec<u8> {
         assert!(offset + n <= self.bytes, "read outside the mapping");
         let mut v = vec![0u8; n];
@@ -401,6 +445,7 @@ impl HostMapped {
         unsafe { std::ptr::copy_nonoverlapping(self.host.add(offset), v.as_mut_ptr(), n) };
         v
     }
+    /// Its address on the host, for asynchronous copies out of the mapping.
     pub fn host_ptr(&self) -> *const u8 {
         self.host
     }
@@ -449,8 +494,10 @@ impl Drop for HostMapped {
     }
 }
 
+/// A non-blocking CUDA stream with a priority.
 pub struct Stream {
     pub(crate) raw: cu::CUstream,
+    /// CUDA priority: numerically lower is more urgent.
     pub priority: i32,
 }
 
@@ -478,6 +525,7 @@ impl Stream {
     pub fn high(gpu: &Gpu) -> Result<Stream> {
         Stream::new(gpu, gpu.priority_range.1)
     }
+    /// Waits until everything queued on the stream has run.
     pub fn sync(&self) -> Result<()> {
         // SAFETY: valid stream.
         check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(self.raw) })
@@ -531,6 +579,7 @@ impl Drop for Stream {
     }
 }
 
+/// A CUDA event: a point in a stream, to wait for or to time.
 pub struct Event {
     raw: cu::CUevent,
 }
@@ -540,6 +589,7 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
+    /// An event that records a timestamp.
     pub fn new() -> Result<Event> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer.
@@ -555,10 +605,12 @@ impl Event {
         })?;
         Ok(Event { raw })
     }
+    /// Places the event at the current end of stream `s`.
     pub fn record(&self, s: &Stream) -> Result<()> {
         // SAFETY: valid handles.
         check("cuEventRecord", unsafe { cu::cuEventRecord(self.raw, s.raw) })
     }
+    /// Waits until the work before the record has run.
     pub fn sync(&self) -> Result<()> {
         // SAFETY: valid handle.
         check("cuEventSynchronize", unsafe { cu::cuEventSynchronize(self.raw) })

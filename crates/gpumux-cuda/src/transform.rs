@@ -28,19 +28,41 @@ pub const PRELUDE: &str = include_str!("../cuda/prelude.cuh");
 /// Suffix of the device function that holds a kernel's original body.
 pub const BODY_SUFFIX: &str = "__gmx_body";
 
+/// Why a source cannot be turned into preemptible workers, with its line.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TransformError {
+    /// A construct that needs blocks to run side by side or the whole grid at once.
     #[error("line {line}: `{what}` cannot be preempted block by block: {why}")]
-    Unsupported { line: usize, what: String, why: &'static str },
+    Unsupported {
+        /// 1-based line of the source.
+        line: usize,
+        /// The construct (`this_grid`).
+        what: String,
+        /// Why workers cannot run it.
+        why: &'static str,
+    },
+    /// A name the transformation itself uses.
     #[error("line {line}: the name `{ident}` is reserved for gpumux's transformation (prefix gmx_)")]
-    Reserved { line: usize, ident: String },
+    Reserved {
+        /// 1-based line of the source.
+        line: usize,
+        /// The name.
+        ident: String,
+    },
+    /// A `__global__` declaration the transformation cannot read.
     #[error("line {line}: cannot parse the kernel declaration: {msg}")]
-    Parse { line: usize, msg: String },
+    Parse {
+        /// 1-based line of the source.
+        line: usize,
+        /// What is wrong with it.
+        msg: String,
+    },
 }
 
 /// What the transformation learnt about one kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelInfo {
+    /// The kernel's name as written.
     pub name: String,
     /// Parameter names, in order (generated for unnamed parameters).
     pub params: Vec<String>,
@@ -55,9 +77,12 @@ pub struct KernelInfo {
     pub defined: bool,
 }
 
+/// A transformed source and what the transformation found in it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transformed {
+    /// The worker source: prelude, body functions and workers.
     pub source: String,
+    /// Every `__global__` function, in source order.
     pub kernels: Vec<KernelInfo>,
     /// Some function other than a kernel reads `blockIdx`/`gridDim`, so the
     /// workers maintain the file-scope shared copies.
@@ -69,6 +94,7 @@ pub struct Transformed {
 }
 
 impl Transformed {
+    /// The kernel named `name`, if the source has one.
     pub fn kernel(&self, name: &str) -> Option<&KernelInfo> {
         self.kernels.iter().find(|k| k.name == name)
     }

@@ -5,6 +5,8 @@
 //! process; their final outputs match a native run of the same kernel
 //! sequence. Elsewhere the tests print why they skipped.
 
+use gpumux_cuda::device::{KernelCheck, Verdict};
+use gpumux_cuda::error::Chain;
 use gpumux_cuda::CudaDevice;
 use gpumux_engine::device::Device;
 use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming, SuiteKernelRef};
@@ -12,21 +14,26 @@ use gpumux_engine::{driver, policies, Op, ProcessSpec, Replay, Workload};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// A suite reference as a workload file writes it: `APP` or `APP.KERNEL`.
+fn suite_ref(name: &str, params: &[(&str, f64)]) -> SuiteKernelRef {
+    let (app, kernel) = match name.split_once('.') {
+        Some((a, k)) => (a.to_string(), Some(k.to_string())),
+        None => (name.to_string(), None),
+    };
+    SuiteKernelRef { app, kernel, params: params.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>() }
+}
+
 fn kernel(name: &str, suite: &str, n: f64, blocks: u64, idempotent: bool) -> Arc<KernelDesc> {
     kernel_with(name, suite, &[("n", n)], blocks, idempotent)
 }
 
 fn kernel_with(name: &str, suite: &str, params: &[(&str, f64)], blocks: u64, idempotent: bool) -> Arc<KernelDesc> {
-    let suite = SuiteKernelRef {
-        name: suite.into(),
-        params: params.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>(),
-    };
     // The block time sizes round-robin slices; the CUDA backend itself ignores it.
     Arc::new(
         KernelDesc::new(name, KernelShape::new(blocks, 256, 32).with_smem_per_block(1024))
             .with_sim_timing(SimTiming::new(5_000).with_mem_intensity(0.5))
             .with_idempotent(idempotent)
-            .with_suite(suite),
+            .with_suite(suite_ref(suite, params)),
     )
 }
 
@@ -72,12 +79,12 @@ fn engine_runs_suite_kernels_on_the_gpu_with_correct_results() {
         let out = driver::run(&mut engine, &mut dev, &mut driver::NoHooks).unwrap_or_else(|e| panic!("{policy}: {e}"));
         assert_eq!(out.record.processes.len(), 3, "{policy}: every process recorded");
         assert_eq!(out.record.kernels_completed, 40, "{policy}: every kernel invocation completed");
-        let lines = dev.verify().expect("read outputs back");
-        // Apps of other tests in this binary (the GPU's state is shared) say "not run".
-        let lines: Vec<&String> = lines.iter().filter(|l| !l.ends_with(": not run")).collect();
-        assert_eq!(lines.len(), 3, "{policy}: three kernels run: {lines:?}");
-        for l in &lines {
-            assert!(l.contains(": OK"), "{policy}: {l}");
+        let v = dev.finish().expect("read outputs back");
+        // Apps of other tests in this binary (the GPU's state is shared) did not run.
+        let ran: Vec<&KernelCheck> = v.ran().collect();
+        assert_eq!(ran.len(), 3, "{policy}: three kernels run: {ran:?}");
+        for c in &ran {
+            assert!(matches!(c.verdict, Verdict::Ok(_)), "{policy}: {c}");
         }
     }
 }
@@ -157,11 +164,12 @@ fn engine_runs_multi_kernel_apps_on_the_gpu_with_correct_results() {
         let out = driver::run(&mut engine, &mut dev, &mut driver::NoHooks).unwrap_or_else(|e| panic!("{policy}: {e}"));
         assert_eq!(out.record.processes.len(), 4, "{policy}: every process recorded");
         assert_eq!(out.record.kernels_completed, invocations, "{policy}: every kernel invocation completed");
-        let lines = dev.verify().expect("read outputs back");
-        let lines: Vec<&String> = lines.iter().filter(|l| !l.ends_with(": not run")).collect();
+        let v = dev.finish().expect("read outputs back");
+        let lines: Vec<String> = v.ran().map(|c| c.to_string()).collect();
         for l in &lines {
             eprintln!("{policy}: {l}");
         }
+        assert!(v.passed(), "{policy}: {lines:?}");
         assert_eq!(lines.len(), 4, "{policy}: one instance per process: {lines:?}");
         for want in [
             "kmeans(65536, k=16) of process 0: OK after 9 kernels (assign ×5, update ×4)",
@@ -203,14 +211,17 @@ fn the_device_refuses_a_kernel_order_the_app_cannot_run() {
             processes: vec![process_of("p", 0, 0, ops)],
             replay_min_runs: None,
         };
-        let pre = gpumux_cuda::device::check_workload(&w).err().map(|e| e.to_string()).unwrap_or_default();
+        let pre = gpumux_cuda::device::check_workload(&w).err().map(|e| Chain(&e).to_string()).unwrap_or_default();
         assert!(pre.contains(want), "check_workload: {pre:?} lacks {want:?}");
         let mut dev = CudaDevice::open(0, 1).expect("open cuda:0");
         let mut engine =
             Replay::new(&w, dev.info().clone(), policies::by_name("fcfs").expect("policy"), None).expect("engine");
         match driver::run(&mut engine, &mut dev, &mut driver::NoHooks) {
             Ok(_) => panic!("the device ran a workload it must refuse ({want})"),
-            Err(e) => assert!(e.to_string().contains(want), "{e} lacks {want:?}"),
+            Err(e) => {
+                let e = Chain(&e).to_string();
+                assert!(e.contains(want), "{e} lacks {want:?}");
+            }
         }
     }
 }

@@ -18,9 +18,7 @@ fn every_suite_kernel_compiles_native_and_transformed() {
     }
     let (major, minor) = nvrtc::version().expect("nvrtc version");
     eprintln!("NVRTC {major}.{minor}");
-    let bench =
-        [("nw_diag", gpumux_cuda::bench::WAVEFRONT_SOURCE), ("stencil_smem", gpumux_cuda::bench::STENCIL_SMEM_SOURCE)];
-    for (name, src) in suite::all_sources().into_iter().chain(bench) {
+    for (name, src) in suite::all_sources() {
         nvrtc::compile(name, src, 90, &[]).unwrap_or_else(|e| panic!("native {name}: {e}"));
         let t = transform::transform(src).unwrap_or_else(|e| panic!("transform {name}: {e}"));
         let c = nvrtc::compile(&format!("{name}_gmx"), &t.source, 90, &[])

@@ -317,12 +317,26 @@ pub enum DeviceError {
         /// The device's time.
         now: Nanos,
     },
-    /// The backend (e.g. the CUDA driver) failed.
-    #[error("device backend error: {0}")]
-    Backend(String),
+    /// The device's own machinery failed (a driver call, a kernel it cannot
+    /// run): `what` says what it was doing, `source` why it failed.
+    #[error("device backend error: {what}")]
+    Backend {
+        /// What the device was doing.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Device time would overflow.
     #[error(transparent)]
     TimeOverflow(#[from] crate::time::TimeOverflow),
+}
+
+impl DeviceError {
+    /// A backend failure while doing `what`, keeping the error that caused it.
+    pub fn backend(what: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        DeviceError::Backend { what: what.into(), source: source.into() }
+    }
 }
 
 /// Counters a device keeps over a run.

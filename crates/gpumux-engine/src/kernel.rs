@@ -68,13 +68,29 @@ pub struct SimTiming {
     pub mem_intensity: f64,
 }
 
-/// Reference to a kernel of the CUDA benchmark suite.
+/// Reference to a kernel of the CUDA benchmark suite, as a workload file
+/// writes it: `suite = { name = "kmeans", kernel = "assign", params = { n = 65536 } }`
+/// (or `name = "kmeans.assign"`). The workload parser fills the fields once;
+/// which apps, kernels and params exist is the CUDA backend's to check
+/// (`gpumux_cuda::device::SuiteTarget::resolve`), since only it knows the suite.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SuiteKernelRef {
-    /// `APP.KERNEL` in the suite.
-    pub name: String,
-    /// Size parameters by name.
+    /// The suite app (`kmeans`).
+    pub app: String,
+    /// One kernel of the app (`assign`); `None` names a single-kernel app's kernel.
+    pub kernel: Option<String>,
+    /// Size parameters (`n`, `k`, ...), as the file gives them.
     pub params: BTreeMap<String, f64>,
+}
+
+impl std::fmt::Display for SuiteKernelRef {
+    /// `APP` or `APP.KERNEL`, the way messages name a suite kernel.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kernel {
+            Some(k) => write!(f, "{}.{k}", self.app),
+            None => f.write_str(&self.app),
+        }
+    }
 }
 
 impl KernelDesc {

@@ -121,6 +121,32 @@ impl BlockRanges {
         let pos = self.ranges.partition_point(|x| x.end <= b);
         self.ranges.get(pos).is_some_and(|x| x.start <= b)
     }
+
+    /// The parts of the set inside `r`, in order (`self ∩ r`).
+    pub fn within(&self, r: Range<u64>) -> impl Iterator<Item = Range<u64>> + '_ {
+        let first = self.ranges.partition_point(|x| x.end <= r.start);
+        self.ranges[first..].iter().map_while(move |x| {
+            let (a, b) = (x.start.max(r.start), x.end.min(r.end));
+            (a < b).then_some(a..b)
+        })
+    }
+
+    /// Removes every block of `r` that the set holds (`self − r`).
+    pub fn remove(&mut self, r: Range<u64>) {
+        if r.start >= r.end {
+            return;
+        }
+        let first = self.ranges.partition_point(|x| x.end <= r.start);
+        let last = self.ranges.partition_point(|x| x.start < r.end);
+        if first >= last {
+            return;
+        }
+        // What is left of the first and last overlapping ranges, outside `r`.
+        let head = self.ranges[first].start..r.start;
+        let tail = r.end..self.ranges[last - 1].end;
+        let kept = [head, tail].into_iter().filter(|x| x.start < x.end);
+        self.ranges.splice(first..last, kept);
+    }
 }
 
 impl std::fmt::Debug for BlockRanges {
@@ -157,7 +183,51 @@ mod tests {
         assert_eq!(r.len(), 8);
     }
 
+    #[test]
+    fn within_clips_and_remove_cuts() {
+        let mut r = BlockRanges::new();
+        r.insert(0..10);
+        r.insert(20..30);
+        assert_eq!(r.within(3..27).collect::<Vec<_>>(), vec![3..10, 20..27]);
+        assert_eq!(r.within(10..20).count(), 0);
+        r.remove(5..25);
+        assert_eq!(r.ranges(), &[0..5, 25..30]);
+        r.remove(26..27);
+        assert_eq!(r.ranges(), &[0..5, 25..26, 27..30]);
+        r.remove(40..50);
+        r.remove(7..7);
+        assert_eq!(r.len(), 9);
+        r.remove(0..100);
+        assert!(r.is_empty());
+    }
+
     proptest! {
+        /// `within` and `remove` agree with the same operations on a set of single blocks.
+        #[test]
+        fn within_and_remove_match_single_blocks(
+            parts in proptest::collection::vec((0u64..200, 1u64..20), 0..10),
+            cut in (0u64..220, 0u64..60),
+        ) {
+            let mut r = BlockRanges::new();
+            for (s, len) in parts {
+                for b in s..s + len {
+                    if !r.contains(b) {
+                        r.insert_block(b);
+                    }
+                }
+            }
+            let cut = cut.0..cut.0 + cut.1;
+            let want_in: Vec<u64> = (0..300).filter(|&b| r.contains(b) && cut.contains(&b)).collect();
+            let got_in: Vec<u64> = r.within(cut.clone()).flatten().collect();
+            prop_assert_eq!(got_in, want_in);
+            let want_left: Vec<u64> = (0..300).filter(|&b| r.contains(b) && !cut.contains(&b)).collect();
+            r.remove(cut);
+            let got_left: Vec<u64> = r.ranges().iter().cloned().flatten().collect();
+            prop_assert_eq!(got_left, want_left);
+            prop_assert!(r.ranges().windows(2).all(|w| w[0].end < w[1].start));
+        }
+
+
         /// Splitting a set into prefixes and putting blocks back in any order
         /// never loses or duplicates a block.
         #[test]

@@ -421,13 +421,14 @@ fn check_kernel_fields(c: &Ctx, k: &RawKernel) -> Result<(), WorkloadError> {
     Ok(())
 }
 
-/// `suite = { name, kernel, params }`. A kernel of a multi-kernel app is
-/// kept as the name `APP.KERNEL` (`kernel = "assign"` with `name = "kmeans"`
-/// gives `kmeans.assign`; a file may also write that name directly).
+/// `suite = { name, kernel, params }`, read once into its parts: the app and,
+/// for one kernel of a multi-kernel app, the kernel (`name = "kmeans", kernel =
+/// "assign"`, or the same as `name = "kmeans.assign"`). Whether the app, the
+/// kernel and the params exist is the CUDA backend's to say.
 fn suite(c: &Ctx, s: &RawSuite) -> Result<SuiteKernelRef, WorkloadError> {
     let name = c.required("suite.name", s.name.as_deref(), "the CUDA suite kernel's name")?;
     let name = c.name("suite.name", name)?;
-    let name = match &s.kernel {
+    let kernel = match &s.kernel {
         Some(k) => {
             let k = c.name("suite.kernel", k)?;
             if k.contains('.') {
@@ -439,57 +440,58 @@ fn suite(c: &Ctx, s: &RawSuite) -> Result<SuiteKernelRef, WorkloadError> {
                     format!("is given twice: suite.name {} already names a kernel after its '.'", quote(&name)),
                 ));
             }
-            format!("{name}.{k}")
+            Some(k)
         }
-        None => name,
+        None => None,
     };
-    if let Some((app, k)) = name.split_once('.') {
-        if app.trim().is_empty() || k.trim().is_empty() || k.contains('.') {
-            return Err(c.err(
-                "suite.name",
-                format!("must be APP or APP.KERNEL (one '.', both parts named), got {}", quote(&name)),
-            ));
+    let (app, kernel) = match (name.split_once('.'), kernel) {
+        (Some((app, k)), _) => {
+            if app.trim().is_empty() || k.trim().is_empty() || k.contains('.') {
+                return Err(c.err(
+                    "suite.name",
+                    format!("must be APP or APP.KERNEL (one '.', both parts named), got {}", quote(&name)),
+                ));
+            }
+            (app.to_string(), Some(k.to_string()))
         }
-    }
+        (None, kernel) => (name, kernel),
+    };
     for (k, v) in &s.params {
         c.finite(&format!("suite.params.{k}"), *v)?;
     }
-    Ok(SuiteKernelRef { name, params: s.params.clone() })
+    Ok(SuiteKernelRef { app, kernel, params: s.params.clone() })
 }
 
-/// The kernels of a multi-kernel suite app that one process names
-/// (`APP.KERNEL`) share one instance of the app, so they must agree on its
+/// The kernels of a multi-kernel suite app that one process names (with a
+/// kernel part, `APP.KERNEL`) share one instance of the app, so they must agree on its
 /// size parameters.
 fn check_suite_instances(c: &Ctx, ops: &[Op]) -> Result<(), WorkloadError> {
     let mut first: BTreeMap<&str, &KernelDesc> = BTreeMap::new();
     for op in ops {
         let Op::Kernel(k) = op else { continue };
         let Some(s) = &k.suite else { continue };
-        let Some((app, _)) = s.name.split_once('.') else {
+        if s.kernel.is_none() {
             continue;
-        };
+        }
+        let app = s.app.as_str();
         match first.get(app) {
             None => {
                 first.insert(app, k);
             }
             Some(f) if std::ptr::eq(*f, &**k) => {}
             Some(f) => {
-                let fs = f.suite.as_ref().map(|x| (&x.name, &x.params));
-                if let Some((fname, fparams)) = fs {
-                    if *fparams != s.params {
-                        return Err(c.err(
-                            "suite.params",
-                            format!(
-                                "kernel {:?} ({}) has {}, but kernel {:?} ({fname}) has {}: the kernels of \
-                                 suite app {app:?} in one process share one instance and must have the same params",
-                                k.name,
-                                s.name,
-                                show_params(&s.params),
-                                f.name,
-                                show_params(fparams)
-                            ),
-                        ));
-                    }
+                if let Some(fs) = f.suite.as_ref().filter(|fs| fs.params != s.params) {
+                    return Err(c.err(
+                        "suite.params",
+                        format!(
+                            "kernel {:?} ({s}) has {}, but kernel {:?} ({fs}) has {}: the kernels of \
+                             suite app {app:?} in one process share one instance and must have the same params",
+                            k.name,
+                            show_params(&s.params),
+                            f.name,
+                            show_params(&fs.params)
+                        ),
+                    ));
                 }
             }
         }

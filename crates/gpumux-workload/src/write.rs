@@ -33,7 +33,10 @@ fn kernel_fields(k: &KernelDesc, t: &mut Table) {
     }
     if let Some(s) = &k.suite {
         let mut st = Table::new();
-        st.insert("name".into(), Value::String(s.name.clone()));
+        st.insert("name".into(), Value::String(s.app.clone()));
+        if let Some(k) = &s.kernel {
+            st.insert("kernel".into(), Value::String(k.clone()));
+        }
         let params: Table = s.params.iter().map(|(k, v)| (k.clone(), Value::Float(*v))).collect();
         st.insert("params".into(), Value::Table(params));
         t.insert("suite".into(), Value::Table(st));

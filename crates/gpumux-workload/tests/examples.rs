@@ -26,7 +26,7 @@ fn suite_example_names_suite_kernels() {
         .iter()
         .flat_map(|p| p.ops.iter())
         .filter_map(|o| match o {
-            gpumux_engine::model::Op::Kernel(k) => k.suite.as_ref().map(|s| s.name.clone()),
+            gpumux_engine::model::Op::Kernel(k) => k.suite.as_ref().map(|s| s.to_string()),
             _ => None,
         })
         .collect();

@@ -10,7 +10,9 @@ fn name() -> impl Strategy<Value = String> {
     "[A-Za-z][A-Za-z0-9_ .#-]{0,8}"
 }
 
-/// A suite name: no '.' (`APP.KERNEL` names have rules of their own, tested in errors.rs).
+/// A suite app: no '.', and no kernel part (`APP.KERNEL` names have rules of
+/// their own, and one process's kernels of an app must agree on params: tested
+/// in errors.rs and suite_kernels.rs).
 fn suite_name() -> impl Strategy<Value = String> {
     "[A-Za-z][A-Za-z0-9_ #-]{0,8}"
 }
@@ -32,7 +34,7 @@ fn kernel() -> impl Strategy<Value = KernelDesc> {
             },
             idempotent: idem,
             sim_timing: Some(SimTiming { block_time_ns: t, block_time_spread: spread, mem_intensity: mem }),
-            suite: suite.map(|(name, params)| SuiteKernelRef { name, params }),
+            suite: suite.map(|(app, params)| SuiteKernelRef { app, kernel: None, params }),
         })
 }
 

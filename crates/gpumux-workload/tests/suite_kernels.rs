@@ -33,7 +33,7 @@ fn suite_names(text: &str) -> Vec<String> {
         .ops
         .iter()
         .filter_map(|o| match o {
-            Op::Kernel(k) => k.suite.as_ref().map(|s| s.name.clone()),
+            Op::Kernel(k) => k.suite.as_ref().map(|s| s.to_string()),
             _ => None,
         })
         .collect()
@@ -52,6 +52,17 @@ fn kernel_field_names_the_apps_kernel() {
     assert_eq!(names.len(), 6);
     assert_eq!(names[0], "kmeans.assign");
     assert_eq!(names[1], "kmeans.update");
+    // Read once into its parts: the app and the kernel.
+    let w = parse_str(KMEANS, "w.toml").unwrap_or_else(|e| panic!("{e}"));
+    let parts: Vec<(&str, Option<&str>)> = w.processes[0]
+        .ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::Kernel(k) => k.suite.as_ref().map(|s| (s.app.as_str(), s.kernel.as_deref())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(parts[..2], [("kmeans", Some("assign")), ("kmeans", Some("update"))]);
     // The dotted name means the same.
     let dotted = KMEANS
         .replace(r#"name = "kmeans", kernel = "assign""#, r#"name = "kmeans.assign""#)
@@ -141,7 +152,7 @@ fn the_device_script_workload_parses() {
         .iter()
         .flat_map(|p| p.ops.iter())
         .filter_map(|o| match o {
-            Op::Kernel(k) => k.suite.as_ref().map(|s| s.name.clone()),
+            Op::Kernel(k) => k.suite.as_ref().map(|s| s.to_string()),
             _ => None,
         })
         .collect();

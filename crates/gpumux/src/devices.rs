@@ -1,6 +1,8 @@
 //! Choosing and opening the device a run uses (`--device`).
 
 use anyhow::{bail, Context, Result};
+use gpumux_cuda::error::Chain;
+use gpumux_cuda::CudaDevice;
 use gpumux_engine::device::Device;
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_sim::{presets, SimGpu};
@@ -63,7 +65,6 @@ impl DeviceSpec {
         }
     }
 
-    /// A fresh device for one run. Runs on one GPU are serialised: opening
     /// Rejects, before any run, what this device cannot run (a real GPU runs
     /// only suite kernels, multi-kernel apps in an order the app allows).
     pub fn check(&self, w: &gpumux_engine::model::Workload) -> Result<()> {
@@ -75,11 +76,49 @@ impl DeviceSpec {
         }
     }
 
+    /// A fresh device for one run. Runs on one GPU are serialised: opening
     /// `cuda:N` waits while another run in this process holds it.
-    pub fn open(&self, seed: u64) -> Result<Box<dyn Device + Send>> {
+    pub fn open(&self, seed: u64) -> Result<OpenedDevice> {
         match self {
-            DeviceSpec::Sim(info) => Ok(Box::new(SimGpu::new(info.clone(), seed))),
-            DeviceSpec::Cuda(n) => gpumux_cuda::open_device(*n, seed).with_context(|| cuda_unavailable(*n)),
+            DeviceSpec::Sim(info) => Ok(OpenedDevice::Sim(SimGpu::new(info.clone(), seed))),
+            DeviceSpec::Cuda(n) => {
+                let device = CudaDevice::open(*n, seed).with_context(|| cuda_unavailable(*n))?;
+                Ok(OpenedDevice::Cuda { device, ordinal: *n, seed })
+            }
+        }
+    }
+}
+
+/// A device opened for one run; [`OpenedDevice::finish`] ends the run.
+pub enum OpenedDevice {
+    /// The simulator.
+    Sim(SimGpu),
+    /// A real GPU, whose outputs are checked when the run ends.
+    Cuda { device: CudaDevice, ordinal: u32, seed: u64 },
+}
+
+impl OpenedDevice {
+    /// The device, for the engine's driver.
+    pub fn device(&mut self) -> &mut (dyn Device + Send) {
+        match self {
+            OpenedDevice::Sim(d) => d,
+            OpenedDevice::Cuda { device, .. } => device,
+        }
+    }
+
+    /// Ends the run, after it finished or failed. A real GPU checks every
+    /// kernel's outputs and hands the GPU to the next run; the outcome goes
+    /// to stderr, one `gpumux-cuda verify` line per kernel, and fails nothing
+    /// (scripts/cuda-device-run.sh counts the MISMATCH lines).
+    pub fn finish(self) {
+        let OpenedDevice::Cuda { device, ordinal, seed } = self else { return };
+        match device.finish() {
+            Ok(v) => {
+                for check in &v.kernels {
+                    eprintln!("gpumux-cuda verify cuda:{ordinal} seed {seed}: {check}");
+                }
+            }
+            Err(e) => eprintln!("gpumux-cuda verify cuda:{ordinal}: could not read outputs back: {}", Chain(&e)),
         }
     }
 }

@@ -105,7 +105,7 @@ enum BenchCommand {
     },
     /// On a real NVIDIA GPU: correctness of transformed kernels, solo
     /// overhead, preemption latency, spatial sharing.
-    Cuda(gpumux_cuda::bench::BenchArgs),
+    Cuda(gpumux_cuda_bench::BenchArgs),
 }
 
 fn main() {
@@ -132,7 +132,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Bench(BenchCommand::Cuda(args)) => {
             preflight::output_file("--json", args.json.as_deref())?;
-            gpumux_cuda::bench::bench_main(args)
+            gpumux_cuda_bench::bench_main(args)
         }
         Command::Rt(cmd) => gpumux_rt::cli::run(cmd),
         Command::Experiment(args) => gpumux_experiments::run(args),

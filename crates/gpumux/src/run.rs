@@ -68,11 +68,13 @@ fn run_job(
     let mut engine = Replay::new(w, info, policy_box, only)?;
     let mut device = opts.device.open(opts.seed)?;
     if opts.trace && only.is_none() {
-        device.enable_trace();
+        device.device().enable_trace();
     }
     let processes = if only.is_some() { 1 } else { w.processes.len() };
     progress.add(work::PROCESS_COST * processes as f64);
-    let out = driver::run(&mut engine, device.as_mut(), &mut (log, progress.of_run())).with_context(|| match only {
+    let out = driver::run(&mut engine, device.device(), &mut (log, progress.of_run()));
+    device.finish();
+    let out = out.with_context(|| match only {
         Some(p) => format!("isolated run of process {}", w.processes[p.0 as usize].name),
         None => format!("run under policy {policy}"),
     })?;

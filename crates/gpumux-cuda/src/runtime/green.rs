@@ -17,7 +17,7 @@
 //! "hEvent and hCtx must be from the same primary context"). Kernels of modules loaded in
 //! the primary context are therefore launched on green-context streams as they are;
 //! [`GreenContext::module`] loads a module with the green context current, for the case a
-//! driver refuses that (see `bench/spatial.rs`).
+//! driver refuses that (see `spatial.rs` in the gpumux-cuda-bench crate).
 //!
 //! Unlike a worker's SM mask, a green context's SMs are fixed when it is created and a
 //! kernel cannot move between green contexts while it runs.
@@ -44,25 +44,42 @@ const SYMBOLS: [&str; 9] = [
     "cuCtxFromGreenCtx",
 ];
 
+/// Why this driver offers no green contexts.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GreenUnsupported {
+    /// The driver predates CUDA 12.4.
+    #[error(
+        "green contexts need a CUDA {}.{} driver or newer; this driver implements CUDA {}.{}",
+        MIN_DRIVER_VERSION / 1000, MIN_DRIVER_VERSION % 1000 / 10, .driver_version / 1000, .driver_version % 1000 / 10
+    )]
+    OldDriver {
+        /// The driver's API version (`cuDriverGetVersion`, 12030 for 12.3).
+        driver_version: i32,
+    },
+    /// The driver library lacks entry points the wrapper calls.
+    #[error(
+        "green contexts unavailable: libcuda (CUDA {}.{}) lacks {}",
+        .driver_version / 1000, .driver_version % 1000 / 10, .missing.join(", ")
+    )]
+    MissingSymbols {
+        /// The driver's API version.
+        driver_version: i32,
+        /// The symbols it lacks.
+        missing: Vec<String>,
+    },
+}
+
 /// Whether green contexts can be used with a driver of API version `driver_version`
 /// whose library lacks the symbols in `missing`: `Err` says why not.
-pub fn support_from(driver_version: i32, missing: &[&str]) -> std::result::Result<(), String> {
+pub fn support_from(driver_version: i32, missing: &[&str]) -> std::result::Result<(), GreenUnsupported> {
     if driver_version < MIN_DRIVER_VERSION {
-        return Err(format!(
-            "green contexts need a CUDA {}.{} driver or newer; this driver implements CUDA {}.{}",
-            MIN_DRIVER_VERSION / 1000,
-            MIN_DRIVER_VERSION % 1000 / 10,
-            driver_version / 1000,
-            driver_version % 1000 / 10
-        ));
+        return Err(GreenUnsupported::OldDriver { driver_version });
     }
     if !missing.is_empty() {
-        return Err(format!(
-            "green contexts unavailable: libcuda (CUDA {}.{}) lacks {}",
-            driver_version / 1000,
-            driver_version % 1000 / 10,
-            missing.join(", ")
-        ));
+        return Err(GreenUnsupported::MissingSymbols {
+            driver_version,
+            missing: missing.iter().map(|s| s.to_string()).collect(),
+        });
     }
     Ok(())
 }
@@ -80,7 +97,7 @@ pub fn supported(gpu: &Gpu) -> Result<()> {
         .copied()
         .filter(|s| unsafe { lib.get::<unsafe extern "C" fn()>(s.as_bytes()) }.is_err())
         .collect();
-    support_from(gpu.summary.driver_version, &missing).map_err(CudaError::Invalid)
+    Ok(support_from(gpu.summary.driver_version, &missing)?)
 }
 
 /// An SM resource: the whole device's, a group of a split, or a split's remainder.
@@ -112,6 +129,7 @@ impl SmResource {
     pub fn is_sm(&self) -> bool {
         self.raw.type_ == cu::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM
     }
+    /// SMs in the resource (0 when it is not an SM resource).
     pub fn sm_count(&self) -> u32 {
         if !self.is_sm() {
             return 0;
@@ -141,6 +159,7 @@ impl SmResource {
 /// may be combined into one descriptor.
 #[derive(Clone, Debug)]
 pub struct SmSplit {
+    /// The groups, each of the split's size.
     pub groups: Vec<SmResource>,
     /// SMs no group got (4 on an H100 split into groups of 8), when there are any.
     pub remainder: Option<SmResource>,
@@ -364,10 +383,10 @@ mod tests {
     fn support_needs_12_4_and_every_symbol() {
         assert!(support_from(12040, &[]).is_ok());
         assert!(support_from(13000, &[]).is_ok());
-        let old = support_from(12030, &[]).unwrap_err();
-        assert!(old.contains("12.4") && old.contains("12.3"), "{old}");
-        let lacking = support_from(13000, &["cuGreenCtxCreate"]).unwrap_err();
-        assert!(lacking.contains("cuGreenCtxCreate") && lacking.contains("13.0"), "{lacking}");
+        let old = support_from(12030, &[]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(old, "green contexts need a CUDA 12.4 driver or newer; this driver implements CUDA 12.3");
+        let lacking = support_from(13000, &["cuGreenCtxCreate"]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(lacking, "green contexts unavailable: libcuda (CUDA 13.0) lacks cuGreenCtxCreate");
     }
 
     #[test]

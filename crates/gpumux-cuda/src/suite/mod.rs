@@ -7,12 +7,12 @@ mod multi;
 mod reference;
 
 pub use apps::{build, build_sized, build_with, KMEANS_K};
-pub use multi::{cpu_cost, outputs_from_bytes, sequence_outputs, sequence_workload, Sequence};
+pub use multi::{cpu_cost, outputs_from_bytes, sequence_outputs, sequence_workload, Sequence, SequenceError};
 
 use serde::Serialize;
 
 /// The suite's applications.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum App {
     /// STREAM triad (memory-bound).
     Triad,
@@ -37,6 +37,7 @@ pub enum App {
 }
 
 impl App {
+    /// Every app, in the order tables list them.
     pub const ALL: [App; 10] = [
         App::Triad,
         App::Transpose,
@@ -50,6 +51,7 @@ impl App {
         App::Kmeans,
     ];
 
+    /// The app's name in workload files and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             App::Triad => "triad",
@@ -65,8 +67,25 @@ impl App {
         }
     }
 
+    /// The app named `s`, if any.
     pub fn from_name(s: &str) -> Option<App> {
         App::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    /// One line on what the app is and what it stresses (for `--help`).
+    pub fn summary(self) -> &'static str {
+        match self {
+            App::Triad => "STREAM triad (memory-bound)",
+            App::Transpose => "Batched tiled transpose, 3-D grid (memory-bound, shared memory)",
+            App::Spmv => "CSR SpMV, warp per row (memory-bound, irregular)",
+            App::Sgemm => "Tiled SGEMM (compute-bound, shared memory)",
+            App::Nbody => "All-pairs n-body (compute-bound)",
+            App::Histogram => "256-bin byte histogram (atomics)",
+            App::Stencil => "5-point stencil, ping-pong, helpers read blockIdx (shared memory)",
+            App::Reduction => "Two-kernel sum reduction, dynamic shared memory",
+            App::Bfs => "BFS level steps (irregular, many launches)",
+            App::Kmeans => "k-means iterations (multi-kernel application)",
+        }
     }
 
     /// The app's CUDA C source.
@@ -86,6 +105,19 @@ impl App {
     }
 }
 
+/// A name that is not one of the suite's apps.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown suite app `{0}`; the suite has: {apps}", apps = App::ALL.map(App::name).join(", "))]
+pub struct UnknownApp(pub String);
+
+impl std::str::FromStr for App {
+    type Err = UnknownApp;
+
+    fn from_str(s: &str) -> Result<App, UnknownApp> {
+        App::from_name(s).ok_or_else(|| UnknownApp(s.to_string()))
+    }
+}
+
 /// Source of the preemption benchmark's `spin` and `probe` kernels.
 pub const SYNTHETIC_SOURCE: &str = include_str!("../../cuda/suite/synthetic.cu");
 
@@ -97,7 +129,7 @@ pub fn all_sources() -> Vec<(&'static str, &'static str)> {
 }
 
 /// How big to make a workload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Scale {
     /// Small enough for a CPU reference in well under a second.
     Check,
@@ -105,13 +137,17 @@ pub enum Scale {
     Bench,
 }
 
+/// A buffer's contents on the host, by element type.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HostData {
+    /// 32-bit floats.
     F32(Vec<f32>),
+    /// 32-bit unsigned integers.
     U32(Vec<u32>),
 }
 
 impl HostData {
+    /// Bytes the data takes on the GPU.
     pub fn byte_len(&self) -> usize {
         match self {
             HostData::F32(v) => v.len() * 4,
@@ -140,18 +176,22 @@ impl HostData {
 /// How a buffer starts every run.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Init {
+    /// Input: these contents.
     Data(HostData),
     /// Output: every byte 0xFF (NaN for floats), so unwritten elements show.
     Poison {
+        /// The buffer's size.
         bytes: usize,
     },
     /// Accumulator that the kernels expect at zero.
     Zero {
+        /// The buffer's size.
         bytes: usize,
     },
 }
 
 impl Init {
+    /// The buffer's size in bytes.
     pub fn byte_len(&self) -> usize {
         match self {
             Init::Data(d) => d.byte_len(),
@@ -160,31 +200,47 @@ impl Init {
     }
 }
 
+/// One buffer of a workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BufferSpec {
+    /// Its name in the app's source and in messages (`cent`).
     pub name: &'static str,
+    /// What it holds when a run starts.
     pub init: Init,
 }
 
+/// One kernel argument.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Arg {
+    /// The device address of buffer `i` of the workload.
     Buf(usize),
+    /// A 32-bit unsigned value.
     U32(u32),
+    /// A 32-bit signed value.
     I32(i32),
+    /// A 32-bit float.
     F32(f32),
+    /// A 64-bit unsigned value.
     U64(u64),
 }
 
+/// One kernel launch of a workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaunchSpec {
+    /// The kernel's (`extern "C"`) name in the app's source.
     pub kernel: &'static str,
+    /// Blocks, x y z.
     pub grid: [u32; 3],
+    /// Threads per block, x y z.
     pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes.
     pub shared_bytes: u32,
+    /// The kernel's arguments, in order.
     pub args: Vec<Arg>,
 }
 
 impl LaunchSpec {
+    /// Blocks of the grid.
     pub fn blocks(&self) -> u64 {
         self.grid.iter().map(|&g| g as u64).product()
     }
@@ -193,6 +249,7 @@ impl LaunchSpec {
 /// How an output is compared with its reference.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub enum Tolerance {
+    /// Bitwise equal.
     Exact,
     /// ‖out − ref‖₂ / ‖ref‖₂ at most this (floats only; NaN never passes).
     RelL2(f64),
@@ -201,8 +258,10 @@ pub enum Tolerance {
     Mismatches(f64),
 }
 
+/// A buffer whose contents a run is judged by.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutputSpec {
+    /// Index into the workload's buffers.
     pub buffer: usize,
     /// Against the CPU reference (the GPU-vs-GPU comparison is always bitwise).
     pub tolerance: Tolerance,
@@ -211,10 +270,15 @@ pub struct OutputSpec {
 /// One app at one size: what to allocate, what to launch, what to check.
 #[derive(Clone, Debug)]
 pub struct Workload {
+    /// The app.
     pub app: App,
+    /// Its main dimension ([`App::default_size`] says which).
     pub size: u64,
+    /// Buffers, in the order launches name them.
     pub buffers: Vec<BufferSpec>,
+    /// Launches, in the order they run.
     pub launches: Vec<LaunchSpec>,
+    /// What a run is judged by.
     pub outputs: Vec<OutputSpec>,
     /// Some(how) when the GPU-vs-GPU comparison cannot be bitwise.
     pub nondeterministic: Option<&'static str>,
@@ -226,6 +290,7 @@ impl Workload {
         reference::compute(self)
     }
 
+    /// Blocks of all its launches together.
     pub fn total_blocks(&self) -> u64 {
         self.launches.iter().map(LaunchSpec::blocks).sum()
     }
@@ -316,10 +381,12 @@ pub fn compare(got: &HostData, want: &HostData, tol: Tolerance) -> Result<(), St
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator seeded with `seed` (any value, 0 included).
     pub fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -327,6 +394,7 @@ impl Rng {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
+    /// The next 32 random bits.
     pub fn next_u32(&mut self) -> u32 {
         (self.next_u64() >> 32) as u32
     }
@@ -336,6 +404,7 @@ impl Rng {
         (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
     }
 
+    /// Uniform in [0, n) (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }

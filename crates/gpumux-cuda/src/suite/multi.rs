@@ -70,10 +70,12 @@ pub struct Sequence {
 }
 
 impl Sequence {
+    /// A fresh instance of `app` that has run nothing.
     pub fn new(app: App) -> Sequence {
         Sequence { app, done: Vec::new(), counts: [0; 2], running: None }
     }
 
+    /// The app it is an instance of.
     pub fn app(&self) -> App {
         self.app
     }
@@ -95,48 +97,31 @@ impl Sequence {
 
     /// Starts kernel `kernel`; returns the template it runs, or why the
     /// instance cannot run it now.
-    pub fn begin(&mut self, kernel: usize) -> Result<usize, String> {
+    pub fn begin(&mut self, kernel: usize) -> Result<usize, SequenceError> {
         let app = self.app;
-        let names = app.kernel_names();
-        let name = names
-            .get(kernel)
-            .ok_or_else(|| format!("{} has no kernel #{kernel} (its kernels: {})", app.name(), names.join(", ")))?;
-        if let Some((k, _)) = self.running {
-            return Err(format!(
-                "{} `{name}` started while `{}` (kernel {} of this instance) has not finished: \
-                 the kernels of one instance run one after the other",
-                app.name(),
-                names.get(k).copied().unwrap_or("?"),
-                self.done.len() + 1
-            ));
+        if kernel >= app.kernel_names().len() {
+            return Err(SequenceError::NoSuchKernel { app, kernel });
+        }
+        if let Some((running, _)) = self.running {
+            return Err(SequenceError::StillRunning { app, kernel, running, position: self.done.len() + 1 });
         }
         let template = match app {
             App::Stencil => self.done.len() % 2,
             App::Reduction | App::Kmeans => {
                 if kernel == 1 && self.counts[0] == 0 {
-                    return Err(format!(
-                        "{} `{name}` cannot run before any `{}`: it reads what `{}` writes \
-                         (the order is {})",
-                        app.name(),
-                        names[0],
-                        names[0],
-                        app.kernel_order()
-                    ));
+                    return Err(SequenceError::BeforeFirst { app, kernel });
                 }
                 kernel
             }
-            _ => return Err(format!("{} is a single-kernel app, not an instance", app.name())),
+            _ => return Err(SequenceError::SingleKernelApp(app)),
         };
         self.running = Some((kernel, template as u8));
         Ok(template)
     }
 
     /// The kernel in progress has run all its blocks; returns its template.
-    pub fn complete(&mut self) -> Result<usize, String> {
-        let (_, t) = self
-            .running
-            .take()
-            .ok_or_else(|| format!("{}: a kernel completed, but none was running", self.app.name()))?;
+    pub fn complete(&mut self) -> Result<usize, SequenceError> {
+        let (_, t) = self.running.take().ok_or(SequenceError::NoneRunning(self.app))?;
         self.done.push(t);
         self.counts[t as usize & 1] += 1;
         Ok(t as usize)
@@ -156,6 +141,57 @@ impl Sequence {
                 .join(", "),
         }
     }
+}
+
+/// Why an instance cannot start or complete a kernel.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SequenceError {
+    /// A kernel index beyond the app's kernels.
+    #[error("{} has no kernel #{kernel} (its kernels: {})", .app.name(), .app.kernel_names().join(", "))]
+    NoSuchKernel {
+        /// The app.
+        app: App,
+        /// The index asked for.
+        kernel: usize,
+    },
+    /// A kernel started before the previous one of the instance finished.
+    #[error(
+        "{} `{}` started while `{}` (kernel {position} of this instance) has not finished: \
+         the kernels of one instance run one after the other",
+        .app.name(), kernel_name(*.app, *.kernel), kernel_name(*.app, *.running)
+    )]
+    StillRunning {
+        /// The app.
+        app: App,
+        /// The kernel that would start.
+        kernel: usize,
+        /// The kernel still running.
+        running: usize,
+        /// Its position in the instance's sequence (1 for the first).
+        position: usize,
+    },
+    /// A kernel that reads what the app's first kernel writes, before any first kernel ran.
+    #[error(
+        "{} `{}` cannot run before any `{first}`: it reads what `{first}` writes (the order is {})",
+        .app.name(), kernel_name(*.app, *.kernel), .app.kernel_order(), first = kernel_name(*.app, 0)
+    )]
+    BeforeFirst {
+        /// The app.
+        app: App,
+        /// The kernel that would start.
+        kernel: usize,
+    },
+    /// A single-kernel app has no instances.
+    #[error("{} is a single-kernel app, not an instance", .0.name())]
+    SingleKernelApp(App),
+    /// A completion with no kernel in progress.
+    #[error("{}: a kernel completed, but none was running", .0.name())]
+    NoneRunning(App),
+}
+
+/// Name of kernel `k` of `app` ("?" beyond its kernels).
+fn kernel_name(app: App, k: usize) -> &'static str {
+    app.kernel_names().get(k).copied().unwrap_or("?")
 }
 
 /// The buffers a sequence of templates has written and how each compares
@@ -276,12 +312,20 @@ mod tests {
     #[test]
     fn order_errors() {
         let mut s = Sequence::new(App::Kmeans);
-        let e = s.begin(1).err().unwrap_or_default();
-        assert!(e.contains("`update` cannot run before any `assign`"), "{e}");
+        let e = s.begin(1).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            e,
+            "kmeans `update` cannot run before any `assign`: it reads what `assign` writes \
+             (the order is assign, update, assign, update, ...)"
+        );
         assert_eq!(s.running(), None, "a refused kernel does not start");
         assert_eq!(s.begin(0), Ok(0));
-        let e = s.begin(1).err().unwrap_or_default();
-        assert!(e.contains("has not finished"), "{e}");
+        let e = s.begin(1).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            e,
+            "kmeans `update` started while `assign` (kernel 1 of this instance) has not finished: \
+             the kernels of one instance run one after the other"
+        );
         assert_eq!(s.complete(), Ok(0));
         assert_eq!(s.begin(1), Ok(1));
         assert_eq!(s.complete(), Ok(1));
@@ -291,13 +335,13 @@ mod tests {
             assert_eq!(s.complete(), Ok(k));
         }
         assert_eq!(s.describe(), "assign ×3, update ×3");
-        assert!(s.complete().is_err(), "nothing running");
-        assert!(s.begin(2).is_err(), "no third kernel");
+        assert_eq!(s.complete(), Err(SequenceError::NoneRunning(App::Kmeans)), "nothing running");
+        assert_eq!(s.begin(2), Err(SequenceError::NoSuchKernel { app: App::Kmeans, kernel: 2 }), "no third kernel");
 
         let mut r = Sequence::new(App::Reduction);
-        let e = r.begin(1).err().unwrap_or_default();
+        let e = r.begin(1).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("`final` cannot run before any `partial`"), "{e}");
-        assert!(Sequence::new(App::Triad).begin(0).is_err());
+        assert_eq!(Sequence::new(App::Triad).begin(0), Err(SequenceError::SingleKernelApp(App::Triad)));
     }
 
     #[test]

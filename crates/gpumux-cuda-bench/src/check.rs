@@ -1,25 +1,36 @@
 //! Correctness on the GPU: native vs CPU reference, then transformed under
 //! random retreat/resume/SM-set changes vs native, bitwise.
 
-use crate::error::Result;
-use crate::exec::{random_mask, spin_for, Prepared};
-use crate::preempt::{SmMask, WorkerLaunch};
-use crate::runtime::{DeviceBuffer, Gpu, Stream};
-use crate::suite::{self, compare, App, Rng, Scale, Tolerance};
+use gpumux_cuda::error::Result;
+use gpumux_cuda::exec::{random_mask, spin_for, Prepared};
+use gpumux_cuda::preempt::{SmMask, WorkerLaunch};
+use gpumux_cuda::runtime::{DeviceBuffer, Gpu, Stream};
+use gpumux_cuda::suite::{self, compare, App, Rng, Scale, Tolerance};
 use serde::Serialize;
 use std::time::Duration;
 
+/// One app, one round of random preemption.
 #[derive(Clone, Debug, Serialize)]
 pub struct CheckRow {
+    /// The app.
     pub app: &'static str,
+    /// Seed of its inputs and of the random schedule.
     pub seed: u64,
+    /// Blocks per claim of the workers.
     pub chunk: u32,
+    /// Blocks of the workload.
     pub blocks: u64,
+    /// The native run against the CPU reference: `ok` or `FAIL: why`.
     pub native_vs_cpu: String,
+    /// The workers' run against the native one (bitwise): `ok` or `FAIL: why`.
     pub workers_vs_native: String,
+    /// Worker launches started.
     pub starts: u64,
+    /// Retreats asked for.
     pub retreats: u64,
+    /// Retreats that stopped a launch before it had finished.
     pub effective_retreats: u64,
+    /// Both comparisons passed.
     pub ok: bool,
 }
 
@@ -30,6 +41,9 @@ fn verdict(r: &std::result::Result<(), String>) -> String {
     }
 }
 
+/// Every suite app at check size, `rounds` times: the native run against the
+/// CPU reference, then the transformed kernels under random retreats, resumes
+/// and SM-set changes against the native run, bitwise. Prints the table.
 pub fn check_suite(gpu: &Gpu, rounds: u32, seed: u64) -> Result<Vec<CheckRow>> {
     let native_stream = Stream::low(gpu)?;
     let stream = Stream::low(gpu)?;
@@ -91,11 +105,16 @@ pub fn check_suite(gpu: &Gpu, rounds: u32, seed: u64) -> Result<Vec<CheckRow>> {
     Ok(rows)
 }
 
+/// The exactly-once storm: how often each block of a spin kernel ran.
 #[derive(Clone, Debug, Serialize)]
 pub struct ExactlyOnce {
+    /// Blocks of the spin kernel.
     pub blocks: u32,
+    /// Time each block spins, µs.
     pub block_us: u64,
+    /// Retreats asked for.
     pub retreats: u64,
+    /// Retreats that stopped a launch before it had finished.
     pub effective_retreats: u64,
     /// Blocks whose run count is not exactly one.
     pub wrong: u64,

@@ -17,12 +17,12 @@
 //! event) and time them with device events. MPS rows are timed by each child on the host
 //! clock from the moment it reads the common start signal to its stream's end.
 
-use super::median;
-use crate::error::{CudaError, Result};
-use crate::exec::Prepared;
-use crate::preempt::{SmMask, WorkerLaunch};
-use crate::runtime::{Event, Function, Gpu, GreenContext, HostMapped, Params, SmResource, SmSplit, Stream};
-use crate::suite::{self, App, Scale};
+use crate::median;
+use gpumux_cuda::error::{CudaError, Result};
+use gpumux_cuda::exec::Prepared;
+use gpumux_cuda::preempt::{SmMask, WorkerLaunch};
+use gpumux_cuda::runtime::{Event, Function, Gpu, GreenContext, HostMapped, Params, SmResource, SmSplit, Stream};
+use gpumux_cuda::suite::{self, App, Scale};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::{BufRead as _, Write as _};
@@ -40,6 +40,7 @@ pub const MODES: [&str; 5] = ["hardware", "workers", "green", "green-cost", "mps
 /// Two bindings closer than this (relative) are a tie.
 pub const TIE: f64 = 0.02;
 
+/// One binding of the memory-bound and the compute-bound app.
 #[derive(Clone, Debug, Serialize)]
 pub struct SpatialRow {
     /// What the row measured, as printed.
@@ -48,26 +49,33 @@ pub struct SpatialRow {
     pub kind: String,
     /// SMs given to each app (None: no restriction).
     pub mem_sms: Option<u32>,
+    /// SMs of the compute-bound app (None: no restriction).
     pub compute_sms: Option<u32>,
     /// MPS rows: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` of each process (None: not set).
     pub mem_percent: Option<u32>,
+    /// MPS rows: the compute-bound process's percentage.
     pub compute_percent: Option<u32>,
     /// MPS rows: SMs each child process saw (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`).
     pub mem_sms_seen: Option<u32>,
+    /// MPS rows: SMs the compute-bound child saw.
     pub compute_sms_seen: Option<u32>,
     /// Completion times from the common start, ms (median over the repetitions). In
     /// rows of kind alone*, green-cost and mps-alone each app ran alone.
     pub mem_ms: f64,
+    /// The compute-bound app's completion time, ms.
     pub compute_ms: f64,
     /// Time over the app's native time alone in the primary context.
     pub mem_slowdown: f64,
+    /// The compute-bound app's time over its native time alone.
     pub compute_slowdown: f64,
     /// System throughput, sum of alone/shared (None where the apps did not share).
     pub stp: Option<f64>,
     /// Workers and green rows at equal SM counts: which binding finished first
     /// ("workers", "green" or "tie" within 2%) for each app and for the pair (makespan).
     pub mem_faster: Option<String>,
+    /// The same for the compute-bound app.
     pub compute_faster: Option<String>,
+    /// The same for the pair's makespan.
     pub makespan_faster: Option<String>,
     /// "device events" or "host clock".
     pub timing: String,
@@ -169,17 +177,21 @@ pub fn child_args(args: &[String], subcommands: &[&str], tail: &[String]) -> Vec
 /// What `spatial` measures.
 #[derive(Clone, Debug)]
 pub struct SpatialConfig {
+    /// Repetitions per row (the median is reported).
     pub reps: u32,
+    /// SMs of the memory-bound app in each split.
     pub mem_sms: Vec<u32>,
-    /// Subset of [`MODES`]; empty = all.
+    /// Row groups to run (hardware, workers, green, green-cost, mps); empty = all.
     pub modes: Vec<String>,
     /// MPS pipe directory for the child processes (None: $GPUMUX_MPS_PIPE_DIRECTORY,
     /// else $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps).
     pub mps_pipe_dir: Option<PathBuf>,
+    /// Seed of the apps' inputs.
     pub seed: u64,
 }
 
 impl SpatialConfig {
+    /// Every mode, the default splits, `reps` repetitions.
     pub fn new(reps: u32, seed: u64) -> SpatialConfig {
         SpatialConfig { reps, mem_sms: DEFAULT_MEM_SMS.to_vec(), modes: Vec::new(), mps_pipe_dir: None, seed }
     }
@@ -228,9 +240,7 @@ impl<'a> Side<'a> {
 
 /// Driver codes that mean "this handle does not belong to that stream's context".
 fn refused(e: &CudaError) -> bool {
-    matches!(e, CudaError::Driver { code, .. }
-        if *code == cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32
-            || *code == cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_CONTEXT as i32)
+    matches!(e, CudaError::Driver(d) if d.is_foreign_handle())
 }
 
 /// The workload's native launches with the given kernels (same as `Prepared::enqueue_native`).
@@ -531,6 +541,10 @@ fn green_pair(
     Ok((t.0, t.1, ga.sm_count(), gb.sm_count()))
 }
 
+/// triad (memory-bound) and sgemm (compute-bound): alone, one after the
+/// other, together under the hardware's scheduling, on disjoint SM sets
+/// (gpumux workers, green contexts) and as two MPS client processes
+/// ([`spatial_child`]), as `cfg` selects. Prints the table.
 pub fn spatial(gpu: &Gpu, cfg: &SpatialConfig) -> Result<Vec<SpatialRow>> {
     for m in &cfg.modes {
         if !MODES.contains(&m.as_str()) {
@@ -539,7 +553,7 @@ pub fn spatial(gpu: &Gpu, cfg: &SpatialConfig) -> Result<Vec<SpatialRow>> {
     }
     let n = gpu.sm_count();
     let reps = cfg.reps.max(1);
-    if gpu.attr(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED).unwrap_or(0) == 1 {
+    if gpu.mps_enabled().unwrap_or(false) {
         println!(
             "note: this process is itself an MPS client: every in-process row below runs under MPS, \
              and green contexts may be refused (run without CUDA_MPS_PIPE_DIRECTORY; pass the pipe \
@@ -966,7 +980,7 @@ pub fn spatial_child(ordinal: i32, app: App, seed: u64) -> anyhow::Result<()> {
     // Warm-up: module load and first-launch costs stay out of the times.
     p.enqueue_native(&s)?;
     s.sync()?;
-    let mps = gpu.attr(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED).unwrap_or(-1);
+    let mps = gpu.mps_enabled().map(i32::from).unwrap_or(-1);
     let mut out = std::io::stdout();
     writeln!(out, "ready sms={} mps={}", gpu.sm_count(), mps)?;
     out.flush()?;

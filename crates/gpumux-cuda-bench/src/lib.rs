@@ -1,5 +1,15 @@
-//! `gpumux bench`: correctness under preemption, solo overhead, preemption
-//! latency and spatial sharing, measured side by side on one GPU.
+//! Measurements of gpumux's CUDA backend on a real GPU: correctness of the
+//! transformed kernels under preemption, solo overhead, preemption latency
+//! and spatial sharing, side by side on one GPU, printed as tables and
+//! written as JSON.
+//!
+//! [`bench_main`] runs them for `gpumux bench cuda` and for the
+//! `gpumux-cuda-check` program (the same flags: [`BenchArgs`]). Two
+//! measurements start copies of the running program as child processes (a
+//! second GPU client for time slicing and MPS): the hidden `lp-hog` and
+//! `spatial-child` subcommands.
+
+#![warn(missing_docs)]
 
 mod check;
 mod launches;
@@ -7,19 +17,30 @@ mod overhead;
 mod preemption;
 mod spatial;
 
-pub use check::{check_suite, exactly_once, CheckRow};
+pub use check::{check_suite, exactly_once, CheckRow, ExactlyOnce};
 pub use launches::{launches, LaunchesRow, STENCIL_SMEM_SOURCE, WAVEFRONT_SOURCE};
 pub use overhead::{overhead, OverheadRow};
 pub use preemption::{lp_hog, preemption, PreemptRow};
 pub use spatial::{spatial, spatial_child, SpatialConfig, SpatialRow};
 
-use crate::runtime::Gpu;
 use anyhow::Context as _;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use gpumux_cuda::runtime::Gpu;
+use gpumux_cuda::suite::App;
 use serde::Serialize;
 use std::path::PathBuf;
 
+/// Parses a suite app's name; `--help` lists the apps, one line each.
+fn app_parser() -> impl TypedValueParser<Value = App> {
+    let values = App::ALL.map(|a| PossibleValue::new(a.name()).help(a.summary()));
+    PossibleValuesParser::new(values).try_map(|name| name.parse::<App>())
+}
+
+/// What to measure, and where (the flags of `gpumux bench cuda` and of
+/// `gpumux-cuda-check`).
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
+    /// The measurement.
     #[command(subcommand)]
     pub command: BenchCommand,
     /// Write all results as JSON here.
@@ -33,12 +54,16 @@ pub struct BenchArgs {
     pub seed: u64,
 }
 
+/// One measurement, or all of them.
+// `help = None` keeps an option's `--help` line as it was before its doc
+// comment was written: the comment is for readers of the code.
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
     /// Every suite kernel, transformed, under random retreat/resume and SM-set
     /// changes, against the native result and the CPU reference.
     Check {
-        #[arg(long, default_value_t = 2)]
+        /// Random preemption rounds per app.
+        #[arg(long, default_value_t = 2, help = None::<&str>)]
         rounds: u32,
     },
     /// Transformed vs native time per suite kernel, for several chunk sizes;
@@ -48,22 +73,25 @@ pub enum BenchCommand {
         /// Blocks per claim: `auto` (the default path: chosen per launch from the
         /// kernel's measured block time, short launches native) and fixed sizes.
         #[arg(long, value_delimiter = ',', default_value = "auto,1,4,16")]
-        chunks: Vec<crate::launch_plan::Chunk>,
-        #[arg(long, default_value_t = 7)]
+        chunks: Vec<gpumux_cuda::launch_plan::Chunk>,
+        /// Interleaved repetitions per measurement (the median is reported).
+        #[arg(long, default_value_t = 7, help = None::<&str>)]
         reps: u32,
         /// Only these apps (default: all).
-        #[arg(long, value_delimiter = ',')]
-        apps: Vec<crate::suite::App>,
+        #[arg(long, value_delimiter = ',', value_parser = app_parser())]
+        apps: Vec<App>,
         /// Claims per worker below which a launch's chunk shrinks.
-        #[arg(long, default_value_t = crate::preempt::DEFAULT_MIN_CLAIMS)]
+        #[arg(long, default_value_t = gpumux_cuda::preempt::DEFAULT_MIN_CLAIMS)]
         min_claims: u32,
     },
     /// Arrival-to-first-block and arrival-to-completion of a short
     /// high-priority kernel while a long low-priority one fills the GPU.
     Preempt {
-        #[arg(long, value_delimiter = ',', default_value = "10,20,100,1000")]
+        /// Block times of the low-priority kernel, µs.
+        #[arg(long, value_delimiter = ',', default_value = "10,20,100,1000", help = None::<&str>)]
         block_us: Vec<u64>,
-        #[arg(long, default_value_t = 200)]
+        /// High-priority arrivals per block time and mode.
+        #[arg(long, default_value_t = 200, help = None::<&str>)]
         trials: u32,
         /// native-priority, gpumux (default path), gpumux-chunk1 (workers, one block per claim),
         /// timeslice (two processes), mps (two processes; MPS must be running).
@@ -74,7 +102,8 @@ pub enum BenchCommand {
     /// hardware's scheduling, on disjoint SM sets (gpumux workers, green contexts), and as
     /// two processes under MPS (MPS must be running; else those rows are skipped).
     Spatial {
-        #[arg(long, default_value_t = 5)]
+        /// Repetitions per row (the median is reported).
+        #[arg(long, default_value_t = 5, help = None::<&str>)]
         reps: u32,
         /// SMs of the memory-bound app in each split (multiples of the green-context group
         /// size, 8 on an H100); the compute-bound app gets the other whole groups.
@@ -93,32 +122,48 @@ pub enum BenchCommand {
     /// (internal) A second process that keeps the GPU busy with low-priority spin kernels.
     #[command(hide = true)]
     LpHog {
-        #[arg(long)]
+        /// Block time of the spin kernels, µs.
+        #[arg(long, help = None::<&str>)]
         block_us: u64,
-        #[arg(long)]
+        /// How long to keep the GPU busy.
+        #[arg(long, help = None::<&str>)]
         seconds: f64,
     },
     /// (internal) One app of the spatial bench's MPS rows, run once per `go` line on stdin.
     #[command(hide = true)]
     SpatialChild {
-        #[arg(long)]
-        app: crate::suite::App,
+        /// The app to run.
+        #[arg(long, value_parser = app_parser(), help = None::<&str>)]
+        app: App,
     },
 }
 
+/// Everything one invocation measured: the JSON written with `--json`
+/// (rewritten after each measurement, so a crash keeps what was done).
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
-    pub device: Option<crate::runtime::DeviceSummary>,
+    /// The GPU.
+    pub device: Option<gpumux_cuda::runtime::DeviceSummary>,
+    /// When the run started, seconds since 1970.
     pub date_unix: u64,
+    /// `check`: one row per app and round.
     pub check: Vec<CheckRow>,
-    pub exactly_once: Option<check::ExactlyOnce>,
+    /// `check`: the exactly-once storm.
+    pub exactly_once: Option<ExactlyOnce>,
+    /// `overhead`: one row per app.
     pub overhead: Vec<OverheadRow>,
+    /// `overhead`: the many-short-launches cases.
     pub launches: Vec<LaunchesRow>,
+    /// `preempt`: one row per mode and block time.
     pub preempt: Vec<PreemptRow>,
+    /// `spatial`: one row per binding and split.
     pub spatial: Vec<SpatialRow>,
 }
 
-/// Entry point for the CLI's `gpumux bench`.
+/// Runs the measurements `args` asks for, printing a table for each (and
+/// the JSON report with `--json`); the entry point of `gpumux bench cuda`
+/// and of `gpumux-cuda-check`. `Err` when the GPU cannot be opened, a
+/// measurement fails, or a correctness check does not pass.
 pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
     if let BenchCommand::LpHog { block_us, seconds } = args.command {
         return lp_hog(args.gpu, block_us, seconds);
@@ -160,9 +205,9 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
         save(&rep)?;
         rep.launches = launches(&gpu, *reps, args.seed)?;
     } else if all {
-        use crate::launch_plan::Chunk;
+        use gpumux_cuda::launch_plan::Chunk;
         let chunks = [Chunk::Auto, Chunk::Fixed(1), Chunk::Fixed(4), Chunk::Fixed(16)];
-        rep.overhead = overhead(&gpu, &chunks, crate::preempt::DEFAULT_MIN_CLAIMS, 7, &[], args.seed)?;
+        rep.overhead = overhead(&gpu, &chunks, gpumux_cuda::preempt::DEFAULT_MIN_CLAIMS, 7, &[], args.seed)?;
         save(&rep)?;
         rep.launches = launches(&gpu, 7, args.seed)?;
     }

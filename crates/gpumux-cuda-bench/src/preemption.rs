@@ -12,25 +12,31 @@
 //! * `timeslice` / `mps`: the spin kernel runs in a second process (`lp-hog`),
 //!   under the driver's default time slicing or under MPS if its daemon runs.
 
-use super::percentile;
-use crate::error::{CudaError, Result};
-use crate::exec::spin_for;
-use crate::launch_plan::Chunk;
-use crate::preempt::{SmMask, WorkerLaunch};
-use crate::runtime::{DeviceBuffer, Function, Gpu, HostMapped, MappedWords, Params, Stream};
-use crate::suite::{self, Rng};
+use crate::percentile;
+use gpumux_cuda::error::{CudaError, Result};
+use gpumux_cuda::exec::spin_for;
+use gpumux_cuda::launch_plan::Chunk;
+use gpumux_cuda::preempt::{SmMask, WorkerLaunch};
+use gpumux_cuda::runtime::{DeviceBuffer, Function, Gpu, HostMapped, MappedWords, Params, Stream};
+use gpumux_cuda::suite::{self, Rng};
 use serde::Serialize;
 use std::io::BufRead as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// One way of preempting, at one block time of the low-priority kernel.
 #[derive(Clone, Debug, Serialize)]
 pub struct PreemptRow {
+    /// How the urgent kernel gets the GPU (`native-priority`, `gpumux`, ...).
     pub mode: String,
+    /// Block time of the low-priority kernel, µs.
     pub block_us: u64,
+    /// Urgent arrivals measured.
     pub trials: u32,
+    /// Arrival to the urgent kernel's first block, µs: p50, p99, max.
     pub first_us: [f64; 3],
+    /// Arrival to the urgent kernel's completion, µs: p50, p99, max.
     pub done_us: [f64; 3],
     /// Probe alone on an idle GPU, same measurement (median µs to completion).
     pub idle_done_us: f64,
@@ -256,6 +262,9 @@ fn summarize(mode: &str, block_us: u64, trials: &[Trial], idle: f64, lost: Optio
     }
 }
 
+/// Latency of a short urgent kernel while a long low-priority one fills
+/// the GPU, for each block time and mode, `trials` arrivals each. Prints the
+/// table. Modes `timeslice` and `mps` start a second process ([`lp_hog`]).
 pub fn preemption(gpu: &Gpu, block_us: &[u64], trials: u32, modes: &[String], seed: u64) -> Result<Vec<PreemptRow>> {
     let probe = Probe::new(gpu)?;
     let watcher = Watcher::new();

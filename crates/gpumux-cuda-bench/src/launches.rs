@@ -13,12 +13,12 @@
 //!
 //! Outputs of every mode are checked bitwise against the native run first.
 
-use super::median;
-use crate::error::{CudaError, Result};
-use crate::launch_plan::{Chunk, Plan};
-use crate::preempt::{SmMask, WorkerLaunch};
-use crate::runtime::{DeviceBuffer, Event, Function, Gpu, Params, Stream};
-use crate::suite::Rng;
+use crate::median;
+use gpumux_cuda::error::{CudaError, Result};
+use gpumux_cuda::launch_plan::{Chunk, Plan};
+use gpumux_cuda::preempt::{SmMask, WorkerLaunch};
+use gpumux_cuda::runtime::{DeviceBuffer, Event, Function, Gpu, Params, Stream};
+use gpumux_cuda::suite::Rng;
 use serde::Serialize;
 
 /// Needleman-Wunsch-style alignment scores over T×T tiles of 16×16 cells; launch
@@ -61,28 +61,37 @@ extern "C" __global__ void stencil_smem(float* __restrict__ out, const float* __
 }
 "#;
 
+/// One chain of short launches, native against gpumux's default path.
 #[derive(Clone, Debug, Serialize)]
 pub struct LaunchesRow {
+    /// Which chain (`nw wavefront`, `stencil smem`).
     pub case: String,
+    /// Launches in the chain.
     pub launches: usize,
-    /// Median ms of: native back to back, native with a sync after each launch,
-    /// the auto chain, the chunk-4 chain, auto with a sync after each launch.
+    /// Native launches back to back, median ms.
     pub native_ms: f64,
+    /// Native launches, a sync after each, median ms.
     pub native_sync_ms: f64,
+    /// The default path (`auto`) back to back, median ms.
     pub auto_chain_ms: f64,
+    /// Workers at chunk 4 back to back, median ms.
     pub chunk4_chain_ms: f64,
+    /// The default path, a sync after each launch, median ms.
     pub auto_sync_ms: f64,
     /// Launches of the timed auto chain that ran natively.
     pub auto_native_launches: usize,
+    /// Every path's outputs equal the native ones, bitwise.
     pub outputs_bitwise_equal: bool,
 }
+
+/// One launch of a case: grid, block, and each argument's bytes.
+type CaseLaunch = ([u32; 3], [u32; 3], Vec<Vec<u8>>);
 
 struct Case {
     name: String,
     native: Function,
     worker: Function,
-    /// (grid, block, shared bytes, arguments) per launch.
-    launches: Vec<([u32; 3], [u32; 3], Vec<Vec<u8>>)>,
+    launches: Vec<CaseLaunch>,
     /// Buffers and their initial bytes.
     buffers: Vec<(DeviceBuffer, Vec<u8>)>,
     /// Index of the buffer compared between modes.
@@ -203,6 +212,9 @@ fn stencil(gpu: &Gpu, seed: u64) -> Result<Case> {
     })
 }
 
+/// Many short dependent launches (a Needleman-Wunsch wavefront, a barrier
+/// stencil), native against the default path, `reps` interleaved
+/// repetitions. Prints the table.
 pub fn launches(gpu: &Gpu, reps: u32, seed: u64) -> Result<Vec<LaunchesRow>> {
     let s = Stream::low(gpu)?;
     let all = SmMask::range(0, gpu.sm_count());

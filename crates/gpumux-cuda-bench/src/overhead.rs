@@ -1,21 +1,27 @@
 //! Solo overhead: the transformed workload vs the native one, same GPU, same
 //! inputs, interleaved repetitions, median of device-event times.
 
-use super::median;
-use crate::error::{CudaError, Result};
-use crate::exec::Prepared;
-use crate::launch_plan::{Chunk, Plan, ProfileKey};
-use crate::preempt::SmMask;
-use crate::runtime::{Event, Gpu, Stream};
-use crate::suite::{self, compare, App, Scale, Tolerance};
+use crate::median;
+use gpumux_cuda::error::{CudaError, Result};
+use gpumux_cuda::exec::Prepared;
+use gpumux_cuda::launch_plan::{Chunk, Plan, ProfileKey};
+use gpumux_cuda::preempt::SmMask;
+use gpumux_cuda::runtime::{Event, Gpu, Stream};
+use gpumux_cuda::suite::{self, compare, App, Scale, Tolerance};
 use serde::Serialize;
 
+/// One app at bench size: native time and the workers' time per chunk.
 #[derive(Clone, Debug, Serialize)]
 pub struct OverheadRow {
+    /// The app.
     pub app: &'static str,
+    /// Its main dimension.
     pub size: u64,
+    /// Launches of its workload.
     pub launches: usize,
+    /// Blocks of all its launches.
     pub blocks: u64,
+    /// Native time, median ms.
     pub native_ms: f64,
     /// Native launches each followed by an event record (a worker launch
     /// records one to be polled), ms: the share of the overhead that is the
@@ -26,9 +32,11 @@ pub struct OverheadRow {
     /// What `auto` chose for the timed runs: launches run natively, and the
     /// chunks of the others.
     pub auto_native_launches: usize,
+    /// Chunks `auto` chose for the launches it ran as workers.
     pub auto_chunks: Vec<u32>,
     /// Spread of the native time: (max - min) / median over the repetitions, %.
     pub native_spread_pct: f64,
+    /// Every chunk's outputs equal the native ones, bitwise.
     pub outputs_bitwise_equal: bool,
     /// Per chunk size: workers that ran blocks in the first launch, and workers per SM allowed.
     pub workers_first_launch: Vec<(u32, u32)>,
@@ -36,6 +44,9 @@ pub struct OverheadRow {
     pub block_ns: Vec<(String, f64)>,
 }
 
+/// Transformed against native time of each app (all when `apps` is empty)
+/// at each chunk of `chunks`, `reps` interleaved repetitions, device-event
+/// times. Prints the table.
 pub fn overhead(
     gpu: &Gpu,
     chunks: &[Chunk],
