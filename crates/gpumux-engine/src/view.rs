@@ -321,3 +321,31 @@ pub(crate) fn position_of(kernels: &[KernelState], id: KernelId) -> Option<usize
         _ => kernels.iter().position(|k| k.id == id),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holdings_are_what_the_sm_table_says() {
+        let (k1, k2, k3, l) = (KernelId(1), KernelId(2), KernelId(3), LaunchId(0));
+        let sms = [
+            SmState::Running { kernel: k2, launch: l },
+            SmState::Idle,
+            SmState::Reserved { kernel: k2, launch: l, next: Some(k1) },
+            SmState::Running { kernel: k3, launch: l },
+            SmState::Running { kernel: k2, launch: l },
+            SmState::Reserved { kernel: k3, launch: l, next: Some(k1) },
+        ];
+        let mut h = SmHoldings::default();
+        h.rebuild(&sms);
+        let set = |ids: &[u16]| ids.iter().map(|&i| SmId(i)).collect::<SmSet>();
+        assert_eq!(*h.of(k1), SmShare { running: SmSet::EMPTY, leaving: SmSet::EMPTY, incoming: 2 });
+        assert_eq!(*h.of(k2), SmShare { running: set(&[0, 4]), leaving: set(&[2]), incoming: 0 });
+        assert_eq!(*h.of(k3), SmShare { running: set(&[3]), leaving: set(&[5]), incoming: 0 });
+        assert_eq!(*h.of(KernelId(9)), NO_SMS);
+        // A round starts afresh.
+        h.rebuild(&[SmState::Idle; 6]);
+        assert_eq!(*h.of(k2), NO_SMS);
+    }
+}
