@@ -839,7 +839,10 @@ mod tests {
             sms: SmSet::range(0, 13),
         };
         let err = gpu.submit(0, launch).expect_err("no timing");
-        assert!(err.to_string().contains("kernel `cuda-only` has no simulator timing"), "{err}");
+        // The error says what the device was doing; its source, why.
+        assert!(err.to_string().contains("of `cuda-only`"), "{err}");
+        let why = std::error::Error::source(&err).map(|e| e.to_string()).unwrap_or_default();
+        assert!(why.contains("kernel `cuda-only` has no simulator timing"), "{err}: {why}");
         // Nothing was started: the device holds no launch and no SM owner.
         assert!(gpu.launches.is_empty() && gpu.sms.iter().all(|s| s.owner.is_none()));
     }
