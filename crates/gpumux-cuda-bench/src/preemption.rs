@@ -271,10 +271,19 @@ pub fn preemption(gpu: &Gpu, block_us: &[u64], trials: u32, modes: &[String], se
     let words = probe.flags.words();
     std::thread::scope(|scope| {
         scope.spawn(|| watcher.run(words));
-        let rows = measure(gpu, &probe, &watcher, block_us, trials, modes, seed);
-        watcher.quit.store(true, Ordering::Release);
-        rows
+        // Stops the watcher however `measure` ends (a panic too), so the scope can join it.
+        let _stop = StopOnDrop(&watcher.quit);
+        measure(gpu, &probe, &watcher, block_us, trials, modes, seed)
     })
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// Every mode at every block time, with `watcher` stamping the probe's signals.

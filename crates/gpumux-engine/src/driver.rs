@@ -9,8 +9,8 @@
 
 use crate::device::{Command, Device, DeviceError, DeviceStats, Event, TraceSpan};
 use crate::engine::EngineError;
-use crate::replay::Replay;
 use crate::record::RunRecord;
+use crate::replay::Replay;
 use crate::time::Nanos;
 
 /// Why a run stopped before its end.

@@ -684,7 +684,10 @@ impl Device for SimGpu {
                     }
                 }
                 let Some(timing) = desc.sim_timing else {
-                    return Err(DeviceError::backend(format!("launch {launch} of `{}`", desc.name), NoSimTiming { kernel: desc.name.clone() }));
+                    return Err(DeviceError::backend(
+                        format!("launch {launch} of `{}`", desc.name),
+                        NoSimTiming { kernel: desc.name.clone() },
+                    ));
                 };
                 let bps = self.info.blocks_per_sm(&desc).map_err(ProtocolError::from)?;
                 let mem = KernelMem::new(timing.mem_intensity, desc.shape.blocks, bps, &self.info, &self.mem);

@@ -90,7 +90,9 @@ impl Device for FixedTimeGpu {
         if let Command::Launch { launch, blocks, sms, .. } = &command {
             self.running.push_back((now + LAUNCH_NS, *launch, sms.iter().collect(), blocks.len()));
         } else {
-            return Err(ProtocolError::Unsupported { device: self.info.name.clone(), command: format!("{command:?}") }.into());
+            return Err(
+                ProtocolError::Unsupported { device: self.info.name.clone(), command: format!("{command:?}") }.into()
+            );
         }
         self.submitted.push((now, command));
         Ok(())

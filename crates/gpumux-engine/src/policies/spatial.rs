@@ -159,7 +159,12 @@ impl Spatial {
             Some(a) => a.clone(),
             None => {
                 let desc = k.desc();
-                AppChar::predicted(desc.shape.blocks as f64, desc.shape.threads_per_block as f64, k.blocks_per_sm(), sms)
+                AppChar::predicted(
+                    desc.shape.blocks as f64,
+                    desc.shape.threads_per_block as f64,
+                    k.blocks_per_sm(),
+                    sms,
+                )
             }
         }
     }
