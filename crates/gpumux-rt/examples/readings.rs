@@ -228,7 +228,7 @@ fn breakdown(cfg: &GenConfig, sets: usize) {
                 continue; // unbounded: no per-subtask terms
             }
             let sum = |r: Option<Resource>, f: fn(&SubtaskReport) -> f64| {
-                t.subtasks.iter().filter(|s| r.map_or(true, |r| s.resource == r)).map(f).sum::<f64>() / t.deadline
+                t.subtasks.iter().filter(|s| r.is_none_or(|r| s.resource == r)).map(f).sum::<f64>() / t.deadline
             };
             let interference = |s: &SubtaskReport| s.w - s.cost - s.blocking;
             terms[0] += sum(None, |s| s.cost);
