@@ -427,9 +427,7 @@ impl HostMapped {
     }
     /// The 32-bit word `word` as the device last wrote it.
     pub fn read_u32(&self, word: usize) -> u32 {
-        assert!(word * 4 + 4 <= self.bytes, "word outside the mapping");
-        // SAFETY: in bounds; the device writes it concurrently, hence volatile.
-        unsafe { std::ptr::read_volatile(self.host.cast::<u32>().add(word)) }
+        self.words().read(word)
     }
     /// Writes `b` at byte `offset`.
     pub fn write_bytes(&self, offset: usize, b: &[u8]) {
