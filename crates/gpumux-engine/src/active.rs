@@ -11,7 +11,7 @@
 //! what a `Vec` with `insert`/`remove` would hold.
 
 use crate::device::SavedBlock;
-use crate::ids::{KernelId, LaunchId, Slot};
+use crate::ids::{KernelId, LaunchId, OpId, Slot};
 use crate::kernel::KernelDesc;
 use crate::ranges::BlockRanges;
 use crate::time::Nanos;
@@ -24,6 +24,8 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub(crate) struct KernelState {
     pub id: KernelId,
+    /// The stream operation it is, passed to the device with each launch.
+    pub op: OpId,
     /// The process whose stream it heads.
     pub slot: Slot,
     /// When it arrived (`ArrivalOrder`); the list is sorted by it.

@@ -19,7 +19,7 @@
 //!   ranges never issued (or flushed) and saved contexts.
 //! * Every SM of a launch is released before its `LaunchEnded`.
 
-use crate::ids::{CopyId, KernelId, LaunchId, ProcessId, SmId};
+use crate::ids::{CopyId, KernelId, LaunchId, OpId, ProcessId, SmId};
 use crate::kernel::{DeviceInfo, DoesNotFit, KernelDesc};
 use crate::ranges::BlockRanges;
 use crate::smset::SmSet;
@@ -69,6 +69,9 @@ pub enum CopyDirection {
     HostToDevice,
     /// Device memory to host memory.
     DeviceToHost,
+    /// Within device memory (a device-to-device copy or a memset): no PCIe
+    /// transfer, it runs at device memory bandwidth.
+    DeviceToDevice,
 }
 
 /// What the engine asks of a device (see the module doc for the contract).
@@ -80,6 +83,10 @@ pub enum Command {
         launch: LaunchId,
         /// The kernel it runs blocks of.
         kernel: KernelId,
+        /// The stream operation the kernel is (what [`Engine::submit`](crate::Engine::submit)
+        /// returned): a front-end that keeps per-operation data (the daemon's
+        /// arguments and code) finds it by this id.
+        op: OpId,
         /// The front-end's id of the kernel's process.
         process: ProcessId,
         /// The process's priority at launch (a device may map it to a
@@ -117,6 +124,8 @@ pub enum Command {
     Copy {
         /// The copy's id.
         copy: CopyId,
+        /// The stream operation the copy is (what [`Engine::submit`](crate::Engine::submit) returned).
+        op: OpId,
         /// The front-end's id of the process it is for.
         process: ProcessId,
         /// Which way.

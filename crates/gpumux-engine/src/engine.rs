@@ -334,8 +334,8 @@ impl Engine {
                     let copy = CopyId(self.next_copy);
                     self.next_copy += 1;
                     self.copies.insert(copy, slot);
-                    let (direction, bytes, process) = (*direction, *bytes, p.info.id);
-                    self.out.push_back(Command::Copy { copy, process, direction, bytes });
+                    let (direction, bytes, process, op) = (*direction, *bytes, p.info.id, head.id);
+                    self.out.push_back(Command::Copy { copy, op, process, direction, bytes });
                     return;
                 }
                 Work::Kernel { desc, time_key, blocks_per_sm } => {
@@ -353,6 +353,7 @@ impl Engine {
                         };
                         let k = KernelState {
                             id,
+                            op: head.id,
                             slot,
                             arrival,
                             desc: Arc::clone(desc),
@@ -664,6 +665,7 @@ impl Engine {
                 self.out.push_back(Command::Launch {
                     launch: id,
                     kernel,
+                    op: k.op,
                     process: p.id,
                     priority: p.priority,
                     desc: Arc::clone(&k.desc),

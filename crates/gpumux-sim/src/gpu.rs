@@ -6,7 +6,9 @@
 //! execution). Preemption is per SM, by context switch, draining or flushing
 //! (Tanasic 3.2). Memory bandwidth is shared: each SM draws at most its own
 //! ceiling and all blocks share the device's DRAM bandwidth (`memory.rs`).
-//! Two copy engines (H2D, D2H) move data over PCIe, FIFO.
+//! Two copy engines (H2D, D2H) move data over PCIe, FIFO; device-to-device
+//! copies (and memsets) go through a third queue at device memory bandwidth
+//! (each byte read and written once; they do not slow co-running blocks).
 
 use crate::memory::{KernelMem, MemModel};
 use crate::timing::{block_time, NoSimTiming};
@@ -114,7 +116,8 @@ pub struct SimGpu {
     queue: BinaryHeap<Reverse<(Nanos, u64, SimEvent)>>,
     sms: Vec<SmModel>,
     launches: HashMap<LaunchId, Launch>,
-    copies: [CopyEngine; 2],
+    /// H2D, D2H (PCIe) and D2D (device memory).
+    copies: [CopyEngine; 3],
     out: Vec<Event>,
     next_token: u64,
     /// Summed demand of resident blocks, in units of the device's bandwidth.
@@ -187,6 +190,17 @@ pub struct Audit {
 }
 
 impl SimGpu {
+    /// When the simulator next has something to do: now if events wait to be
+    /// reported, else its earliest internal event (`None`: nothing runs).
+    /// A driver that follows wall-clock time (the daemon) sleeps until then
+    /// and calls `advance(Some(wall_now))`.
+    pub fn next_event_at(&self) -> Option<Nanos> {
+        if !self.out.is_empty() {
+            return Some(self.now);
+        }
+        self.queue.peek().map(|Reverse((t, _, _))| *t)
+    }
+
     /// A simulated `info` with its preset's memory model ([`presets::memory_model`](crate::presets::memory_model)).
     pub fn new(info: DeviceInfo, seed: u64) -> Self {
         let n = info.num_sms as usize;
@@ -200,7 +214,7 @@ impl SimGpu {
             queue: BinaryHeap::new(),
             sms: (0..n).map(|_| SmModel::default()).collect(),
             launches: HashMap::new(),
-            copies: [engine(), engine()],
+            copies: [engine(), engine(), engine()],
             out: Vec::new(),
             next_token: 0,
             mem_demand: 0.0,
@@ -639,8 +653,13 @@ impl SimGpu {
         }
         let Some((id, p, bytes)) = self.copies[e].queue.pop_front() else { return };
         let what = || format!("a copy of {bytes} bytes for process {p}");
-        let transfer = checked_ns(&mut self.fault, bytes as f64 / self.info.pcie_bandwidth * 1e9, self.now, what);
-        let ns = checked_at(&mut self.fault, self.info.pcie_latency_ns, transfer, what);
+        let ns = if e == 2 {
+            // Read and write every byte in device memory; no link latency.
+            checked_ns(&mut self.fault, 2.0 * bytes as f64 / self.info.mem_bandwidth * 1e9, self.now, what)
+        } else {
+            let transfer = checked_ns(&mut self.fault, bytes as f64 / self.info.pcie_bandwidth * 1e9, self.now, what);
+            checked_at(&mut self.fault, self.info.pcie_latency_ns, transfer, what)
+        };
         let end = checked_at(&mut self.fault, self.now, ns, what);
         self.copies[e].current = Some((id, p, self.now));
         self.copies[e].busy_until = Some(end);
@@ -651,7 +670,7 @@ impl SimGpu {
     fn on_copy_done(&mut self, e: usize) {
         if let Some((id, p, start)) = self.copies[e].current.take() {
             let lane = self.info.num_sms as u32 + e as u32;
-            let name = if e == 0 { "H2D" } else { "D2H" };
+            let name = ["H2D", "D2H", "D2D"][e];
             self.span(lane, name.into(), "copy", start, self.now, Some(p));
             self.out.push(Event::CopyDone { copy: id });
         }
@@ -670,7 +689,7 @@ impl Device for SimGpu {
             return Err(ProtocolError::AheadOfDevice { at: now, device_now: self.now }.into());
         }
         match command {
-            Command::Launch { launch, kernel, process, priority: _, desc, time_key, blocks, restore, sms } => {
+            Command::Launch { launch, kernel, process, op: _, priority: _, desc, time_key, blocks, restore, sms } => {
                 if self.launches.contains_key(&launch) {
                     return Err(ProtocolError::LaunchedTwice { launch }.into());
                 }
@@ -745,10 +764,11 @@ impl Device for SimGpu {
                 }
             }
             Command::Retreat { launch, sms, mechanism } => self.retreat(launch, sms, mechanism)?,
-            Command::Copy { copy, process, direction, bytes } => {
+            Command::Copy { copy, op: _, process, direction, bytes } => {
                 let e = match direction {
                     CopyDirection::HostToDevice => 0,
                     CopyDirection::DeviceToHost => 1,
+                    CopyDirection::DeviceToDevice => 2,
                 };
                 self.copies[e].queue.push_back((copy, process, bytes));
                 self.start_copy(e);
@@ -824,6 +844,7 @@ impl Device for SimGpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpumux_engine::ids::OpId;
     use gpumux_engine::kernel::KernelShape;
 
     #[test]
@@ -833,6 +854,7 @@ mod tests {
         let launch = Command::Launch {
             launch: LaunchId(0),
             kernel: KernelId(0),
+            op: OpId(0),
             process: ProcessId(0),
             priority: 0,
             desc: Arc::clone(&desc),
@@ -863,6 +885,7 @@ mod tests {
         Command::Launch {
             launch: LaunchId(id),
             kernel: KernelId(0),
+            op: OpId(0),
             process: ProcessId(0),
             priority: 0,
             desc: Arc::clone(desc),

@@ -9,7 +9,7 @@
 //! 1 µs × max(1, D) / 2.
 
 use gpumux_engine::device::{Command, Device, Event};
-use gpumux_engine::ids::{KernelId, LaunchId, ProcessId};
+use gpumux_engine::ids::{KernelId, LaunchId, OpId, ProcessId};
 use gpumux_engine::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
@@ -50,6 +50,7 @@ fn run_stats(launches: &[(Arc<KernelDesc>, u16, u16)]) -> (Vec<Nanos>, MemStats)
         let cmd = Command::Launch {
             launch: LaunchId(i as u64),
             kernel: KernelId(i as u64),
+            op: OpId(i as u64),
             process: ProcessId(i as u32),
             priority: 0,
             desc: Arc::clone(desc),

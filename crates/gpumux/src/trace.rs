@@ -68,6 +68,7 @@ pub fn lane_name(lane: u32, num_sms: u16) -> String {
         l if l < sms => format!("SM {l}"),
         l if l == sms => "copy H2D".to_string(),
         l if l == sms + 1 => "copy D2H".to_string(),
+        l if l == sms + 2 => "copy D2D".to_string(),
         l => format!("lane {l}"),
     }
 }

@@ -367,6 +367,10 @@ impl CudaDevice {
         let d = match direction {
             CopyDirection::HostToDevice => 0,
             CopyDirection::DeviceToHost => 1,
+            // Workload files name host copies only; the daemon has its own device.
+            CopyDirection::DeviceToDevice => {
+                return Err(CudaError::Invalid("a workload run has no device-to-device copies".into()))
+            }
         };
         let stream = &self.copy_streams[d];
         let (host, dev) = (&self.state.staging_host, &self.state.staging_dev);
@@ -376,9 +380,10 @@ impl CudaDevice {
             // SAFETY: both staging buffers hold STAGING_BYTES and live as long as the
             // GPU's state, which outlives every stream operation (drained before it is handed on).
             unsafe {
-                match direction {
-                    CopyDirection::HostToDevice => stream.copy_to_device_async(dev.ptr, host.host_ptr(), n)?,
-                    CopyDirection::DeviceToHost => stream.copy_to_host_async(host.host_mut_ptr(), dev.ptr, n)?,
+                if d == 0 {
+                    stream.copy_to_device_async(dev.ptr, host.host_ptr(), n)?
+                } else {
+                    stream.copy_to_host_async(host.host_mut_ptr(), dev.ptr, n)?
                 }
             }
             left -= n as u64;

@@ -1,0 +1,113 @@
+//! Frames: a 4-byte little-endian length, then that many bytes of postcard.
+
+use crate::MAX_FRAME_BYTES;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Why bytes are not a frame.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    /// The length prefix is 0 or over [`MAX_FRAME_BYTES`]; nothing was read past it.
+    #[error("frame length {len} is outside 1..={MAX_FRAME_BYTES}")]
+    Length {
+        /// The length the prefix claims.
+        len: u32,
+    },
+    /// The body is not a message of the expected type.
+    #[error("frame body does not decode: {0}")]
+    Decode(String),
+    /// The body decoded but bytes were left over.
+    #[error("frame body has {0} bytes after the message")]
+    Trailing(usize),
+    /// A message too large to send (over [`MAX_FRAME_BYTES`] encoded).
+    #[error("message of {0} bytes is over the frame limit of {MAX_FRAME_BYTES} bytes")]
+    TooLarge(usize),
+    /// Encoding failed (a type serde cannot write).
+    #[error("message does not encode: {0}")]
+    Encode(String),
+}
+
+/// Encodes `msg` as one frame, length prefix included.
+pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    // Room for the length first, filled in once the body's size is known.
+    let mut out = postcard::to_extend(msg, vec![0u8; 4]).map_err(|e| FrameError::Encode(e.to_string()))?;
+    let body = out.len() - 4;
+    if body > MAX_FRAME_BYTES as usize {
+        return Err(FrameError::TooLarge(body));
+    }
+    out[..4].copy_from_slice(&(body as u32).to_le_bytes());
+    Ok(out)
+}
+
+/// Decodes one frame body (without its length prefix) as a `T`; every byte
+/// must belong to the message.
+pub fn decode_frame_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
+    let (msg, rest) = postcard::take_from_bytes::<T>(body).map_err(|e| FrameError::Decode(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(FrameError::Trailing(rest.len()));
+    }
+    Ok(msg)
+}
+
+/// Cuts a byte stream into frame bodies. Feed it what the socket gave
+/// ([`FrameReader::extend`]), then take bodies ([`FrameReader::next_body`])
+/// until it has none. A bad length is reported as soon as its 4 bytes are
+/// in, before the body is waited for or buffered.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+    /// Start of unread bytes in `buf`.
+    start: usize,
+}
+
+impl FrameReader {
+    /// An empty reader.
+    pub fn new() -> Self {
+        FrameReader::default()
+    }
+
+    /// Appends bytes read from the stream.
+    pub fn extend(&mut self, bytes: &[u8]) {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes held that are not yet part of a returned body.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// The next complete frame body, `Ok(None)` if more bytes are needed,
+    /// or the length error of the next frame (the stream cannot be resynchronised
+    /// after it: close the connection).
+    pub fn next_body(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let avail = &self.buf[self.start..];
+        if avail.len() < 4 {
+            self.compact();
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]);
+        if len == 0 || len > MAX_FRAME_BYTES {
+            return Err(FrameError::Length { len });
+        }
+        let end = 4 + len as usize;
+        if avail.len() < end {
+            self.compact();
+            return Ok(None);
+        }
+        let body = avail[4..end].to_vec();
+        self.start += end;
+        Ok(Some(body))
+    }
+
+    /// Moves unread bytes to the front once the consumed part dominates.
+    fn compact(&mut self) {
+        if self.start > 0 && self.start >= self.buf.len() / 2 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+    }
+}

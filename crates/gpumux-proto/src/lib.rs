@@ -1,0 +1,528 @@
+//! The wire protocol between gpumuxd and its clients (docs/daemon.md, "Protocol").
+//!
+//! No I/O here: message types, the frame codec and the limits both sides
+//! check. The daemon (`gpumuxd`) and the client library (`gpumux-client`)
+//! share this crate, so the two cannot disagree on a byte.
+//!
+//! **Frames.** Over a Unix stream socket each message is one frame: a 4-byte
+//! little-endian length `n` (1 ≤ n ≤ [`MAX_FRAME_BYTES`]) followed by `n`
+//! bytes of the message, encoded with postcard (a compact, documented serde
+//! format). The length is checked before anything is read into memory, and
+//! decoding checks every tag, length and UTF-8 string; the receiver then
+//! checks every field's meaning (handles, sizes, ranges) before use.
+//!
+//! **Conversation.** The client speaks first with [`Request::Hello`] (magic,
+//! version, name, priority, weight); the daemon answers [`Reply::Welcome`]
+//! or an error and closes. After that the client sends requests, each with an
+//! id of its choice; the daemon answers each with one [`ServerFrame::Reply`]
+//! carrying the same id, not necessarily in order (a `SyncStream` is answered
+//! when the stream is done, a `Status` at once). The daemon may also send a
+//! [`ServerFrame::Notice`] at any time (the context was lost, the daemon is
+//! shutting down). A client that breaks a rule gets an error frame with
+//! [`ErrorKind::BadFrame`] or [`ErrorKind::Protocol`] and is disconnected.
+//!
+//! **Bulk data** never goes through the socket: the client creates a sealed
+//! memfd and passes it with `SCM_RIGHTS` alongside [`Request::AttachShm`];
+//! copies name offsets in it.
+
+#![warn(missing_docs)]
+
+use serde::{Deserialize, Serialize};
+
+mod codec;
+pub use codec::{decode_frame_body, encode_frame, FrameError, FrameReader};
+
+/// The first bytes of every `Hello`.
+pub const MAGIC: [u8; 4] = *b"GMUX";
+/// The protocol version this crate speaks. A daemon answers a client of
+/// another version with [`ErrorKind::Version`] naming both.
+pub const VERSION: u16 = 1;
+/// The largest frame body either side accepts (module sources are the big ones).
+pub const MAX_FRAME_BYTES: u32 = 8 << 20;
+/// The longest client or kernel name.
+pub const MAX_NAME_BYTES: usize = 256;
+/// The largest module source.
+pub const MAX_SOURCE_BYTES: usize = 4 << 20;
+/// At most this many compile options, each at most [`MAX_NAME_BYTES`].
+pub const MAX_OPTIONS: usize = 64;
+/// At most this many kernel arguments.
+pub const MAX_ARGS: usize = 256;
+/// The most bytes of kernel parameters (CUDA's limit on Hopper is 32764).
+pub const MAX_PARAM_BYTES: usize = 32764;
+
+/// A client's device buffer, valid only on the connection that allocated it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BufferId(pub u64);
+/// A loaded module, per connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ModuleId(pub u64);
+/// A kernel of a loaded module, per connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KernelId(pub u64);
+/// A stream of a client; stream 0 exists from the handshake on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StreamId(pub u32);
+/// An event recorded on a stream, per connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct EventId(pub u64);
+
+impl StreamId {
+    /// The stream every client has.
+    pub const DEFAULT: StreamId = StreamId(0);
+}
+
+/// What a client sends: a request and the id its reply will carry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientFrame {
+    /// Chosen by the client; echoed in the reply. Id 0 is reserved for notices.
+    pub id: u64,
+    /// What is asked.
+    pub request: Request,
+}
+
+/// What the daemon sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ServerFrame {
+    /// The answer to the request with id `id`.
+    Reply {
+        /// The request's id.
+        id: u64,
+        /// What came of it.
+        result: Result<Reply, ErrorReply>,
+    },
+    /// Something the client did not ask about.
+    Notice(Notice),
+}
+
+/// A place in a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferSlice {
+    /// The buffer.
+    pub buffer: BufferId,
+    /// Byte offset from its start.
+    pub offset: u64,
+}
+
+/// A kernel argument, as the kernel's parameter expects it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Arg {
+    /// A device pointer: the buffer's address plus `offset` (checked to lie in it).
+    Buffer(BufferSlice),
+    /// `int` / `int32_t`.
+    I32(i32),
+    /// `unsigned` / `uint32_t`.
+    U32(u32),
+    /// `long long` / `int64_t`.
+    I64(i64),
+    /// `unsigned long long` / `size_t` / `uint64_t`.
+    U64(u64),
+    /// `float`.
+    F32(f32),
+    /// `double`.
+    F64(f64),
+    /// Anything else (a struct by value), laid out as the kernel expects.
+    Bytes(Vec<u8>),
+}
+
+impl Arg {
+    /// Bytes the argument takes in the kernel's parameter block.
+    pub fn size(&self) -> usize {
+        match self {
+            Arg::Buffer(_) | Arg::I64(_) | Arg::U64(_) | Arg::F64(_) => 8,
+            Arg::I32(_) | Arg::U32(_) | Arg::F32(_) => 4,
+            Arg::Bytes(b) => b.len(),
+        }
+    }
+}
+
+/// Everything a client can ask.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// The first request of a connection, and only the first.
+    Hello {
+        /// Must be [`MAGIC`].
+        magic: [u8; 4],
+        /// The client's [`VERSION`].
+        version: u16,
+        /// Shown by `gpumux ps`; at most [`MAX_NAME_BYTES`].
+        name: String,
+        /// Larger is more urgent; at most the config's limit for the client's uid.
+        priority: i32,
+        /// Share for proportional policies, > 0 and at most the config's limit.
+        weight: f64,
+    },
+    /// Changes the client's priority (next scheduling round).
+    SetPriority(i32),
+    /// Changes the client's weight (next scheduling round).
+    SetWeight(f64),
+    /// Attaches the shared-memory region sent with this frame (`SCM_RIGHTS`,
+    /// one memfd sealed against shrinking, at least `bytes` long); it replaces
+    /// any region attached before. Copies then name offsets in it.
+    AttachShm {
+        /// Its size.
+        bytes: u64,
+    },
+    /// Allocates device memory (counted against the client's quota).
+    Alloc {
+        /// How much; > 0.
+        bytes: u64,
+    },
+    /// Frees a buffer once the work queued on its streams before now is done.
+    Free(BufferId),
+    /// Fills `bytes` bytes from `dst` with `value`, in stream order.
+    Memset {
+        /// Where.
+        dst: BufferSlice,
+        /// The byte.
+        value: u8,
+        /// How many.
+        bytes: u64,
+        /// Ordered after the stream's earlier work.
+        stream: StreamId,
+    },
+    /// Copies `bytes` bytes from the shared region at `shm_offset` to `dst`.
+    /// Answered when the region may be reused (the copy is done).
+    CopyToDevice {
+        /// Where in device memory.
+        dst: BufferSlice,
+        /// Where in the shared region.
+        shm_offset: u64,
+        /// How many.
+        bytes: u64,
+        /// Ordered after the stream's earlier work.
+        stream: StreamId,
+    },
+    /// Copies `bytes` bytes from `src` into the shared region at
+    /// `shm_offset`. Answered when the data is there.
+    CopyToHost {
+        /// Where in device memory.
+        src: BufferSlice,
+        /// Where in the shared region.
+        shm_offset: u64,
+        /// How many.
+        bytes: u64,
+        /// Ordered after the stream's earlier work.
+        stream: StreamId,
+    },
+    /// Copies between two of the client's buffers, in stream order.
+    CopyDevice {
+        /// From.
+        src: BufferSlice,
+        /// To.
+        dst: BufferSlice,
+        /// How many.
+        bytes: u64,
+        /// Ordered after the stream's earlier work.
+        stream: StreamId,
+    },
+    /// Compiles CUDA C source into preemptible workers (cached by source and
+    /// options) and answers with its kernels.
+    LoadModule {
+        /// Shown in errors (`vector_add.cu`).
+        name: String,
+        /// The CUDA C source; at most [`MAX_SOURCE_BYTES`].
+        source: String,
+        /// NVRTC options (`-DN=4`, `--use_fast_math`); `-arch` is the daemon's.
+        options: Vec<String>,
+    },
+    /// Launches a kernel, in stream order. Answered once accepted; its end
+    /// (or its failure) is seen through `SyncStream` or an event.
+    Launch(Launch),
+    /// A new stream; its work runs in order, independent of other streams.
+    CreateStream,
+    /// Ends a stream after its queued work.
+    DestroyStream(StreamId),
+    /// Answered when every operation queued on the stream before it is done.
+    SyncStream(StreamId),
+    /// Records an event at this point of the stream.
+    RecordEvent(StreamId),
+    /// Whether the event's work is done (never blocks).
+    QueryEvent(EventId),
+    /// Answered when the event's work is done.
+    WaitEvent(EventId),
+    /// Forgets an event.
+    DestroyEvent(EventId),
+    /// The daemon's table of clients (`gpumux ps`); open to every allowed uid.
+    Status,
+    /// The client is done: its work is retreated and its memory freed, as on
+    /// a disconnect, and the daemon answers before closing.
+    Goodbye,
+}
+
+/// A kernel launch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// Which kernel.
+    pub kernel: KernelId,
+    /// Grid, in blocks, x y z, each ≥ 1.
+    pub grid: [u32; 3],
+    /// Block, in threads, x y z, each ≥ 1, at most 1024 in all.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes.
+    pub shared_bytes: u32,
+    /// The kernel's parameters, in order.
+    pub args: Vec<Arg>,
+    /// The stream it is ordered on.
+    pub stream: StreamId,
+    /// How long one block takes, for a simulated device (which computes
+    /// nothing and takes the time instead); a real GPU ignores it.
+    pub block_time_ns: Option<u64>,
+}
+
+/// A kernel of a loaded module.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelEntry {
+    /// Its name in the source.
+    pub name: String,
+    /// Its handle for `Launch`.
+    pub kernel: KernelId,
+    /// Its parameter sizes in bytes, in order, where the device knows them
+    /// (a real GPU does; the simulated one reports what the source declares,
+    /// or nothing).
+    pub param_sizes: Option<Vec<u32>>,
+}
+
+/// A successful answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    /// The handshake succeeded.
+    Welcome(Welcome),
+    /// Done (or accepted, for a launch).
+    Done,
+    /// The new buffer.
+    Buffer(BufferId),
+    /// The loaded module.
+    Module {
+        /// Its handle.
+        module: ModuleId,
+        /// Its kernels.
+        kernels: Vec<KernelEntry>,
+        /// The compiler's log (warnings), if any.
+        log: String,
+        /// Whether it came from the daemon's cache.
+        cached: bool,
+    },
+    /// The new stream.
+    Stream(StreamId),
+    /// The recorded event.
+    Event(EventId),
+    /// An event's state.
+    Query(bool),
+    /// The table of clients.
+    Status(Status),
+}
+
+/// What the daemon tells a client at the handshake.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// The daemon's protocol version.
+    pub version: u16,
+    /// The client's number in `gpumux ps`.
+    pub client: u64,
+    /// The device, in words (`NVIDIA H100 80GB HBM3 (cuda:0)`, `sim:h100`).
+    pub device: String,
+    /// The scheduling policy.
+    pub policy: String,
+    /// The SMs.
+    pub sms: u32,
+    /// The limits the client has.
+    pub limits: Limits,
+}
+
+/// A client's limits, from the daemon's config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// The highest priority it may ask for.
+    pub max_priority: i32,
+    /// The largest weight it may ask for.
+    pub max_weight: f64,
+    /// Device memory it may hold, bytes.
+    pub memory_bytes: u64,
+    /// Operations it may have queued or running at once.
+    pub queued_ops: u32,
+    /// The largest shared region it may attach, bytes.
+    pub shm_bytes: u64,
+}
+
+/// Why a request failed. `kind` is for programs, `message` for people.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// What to do about it, in words.
+    pub message: String,
+}
+
+/// The kinds of failure a client can get.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// The frame could not be decoded; the connection is closed.
+    BadFrame,
+    /// A request out of turn (a second `Hello`, anything before `Hello`); the connection is closed.
+    Protocol,
+    /// The other side speaks another protocol version.
+    Version {
+        /// The daemon's version.
+        daemon: u16,
+        /// The client's.
+        client: u16,
+    },
+    /// The config does not allow this uid, or this priority or weight.
+    NotPermitted,
+    /// Over a limit of the config (memory, queued operations, shared region).
+    Quota,
+    /// The device has no memory left (under the client's quota).
+    OutOfMemory,
+    /// A handle that is not this client's (never allocated, freed, or another's).
+    NoSuchHandle,
+    /// An offset or size outside its buffer or shared region.
+    OutOfRange,
+    /// A malformed value (zero size, a grid of 0, a block over 1024 threads, args that do not match).
+    Invalid,
+    /// The module does not compile; the message holds the compiler's log.
+    Compile,
+    /// The transformation refuses a kernel; the message names the line and the reason.
+    Transform {
+        /// 1-based line of the source.
+        line: u32,
+    },
+    /// A kernel of this client faulted; the context was rebuilt.
+    KernelFault,
+    /// Work of this client was lost when another client's kernel broke the
+    /// context; the message lists it.
+    ContextLost,
+    /// The device failed in a way not listed above.
+    Device,
+    /// The daemon is shutting down.
+    ShuttingDown,
+}
+
+/// What the daemon tells a client unasked.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Notice {
+    /// The CUDA context was lost and rebuilt: `lost` says what of this
+    /// client's went with it. Its buffers are gone (their handles stay
+    /// valid names but must be re-filled), its modules reloaded.
+    ContextLost {
+        /// Whether this client's kernel caused it.
+        caused_by_you: bool,
+        /// What happened, in words (the driver's error).
+        what: String,
+        /// The client's work that was lost.
+        lost: LostWork,
+    },
+    /// The daemon is stopping; the connection closes next.
+    ShuttingDown,
+}
+
+/// A client's work lost with a context.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LostWork {
+    /// Kernel launches queued or running, as `name` per launch.
+    pub launches: Vec<String>,
+    /// Copies and memsets queued or running.
+    pub copies: u32,
+    /// Buffers whose contents are gone (the handles stay allocated, contents undefined).
+    pub buffers: Vec<BufferId>,
+}
+
+/// The daemon's table of clients.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// The device, in words.
+    pub device: String,
+    /// The policy.
+    pub policy: String,
+    /// SMs of the device.
+    pub sms: u32,
+    /// Device memory the daemon's clients hold, bytes.
+    pub memory_used: u64,
+    /// Device memory in all, bytes.
+    pub memory_total: u64,
+    /// Seconds since the daemon started.
+    pub uptime_s: f64,
+    /// Contexts rebuilt after a fault.
+    pub context_rebuilds: u32,
+    /// One row per client.
+    pub clients: Vec<ClientStatus>,
+}
+
+/// One client in [`Status`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientStatus {
+    /// Its number.
+    pub client: u64,
+    /// Process id, uid and gid, as the kernel reported them (`SO_PEERCRED`).
+    pub pid: i32,
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+    /// Name from its `Hello`.
+    pub name: String,
+    /// Priority now.
+    pub priority: i32,
+    /// Weight now.
+    pub weight: f64,
+    /// Device memory held, bytes.
+    pub memory_used: u64,
+    /// Its memory quota, bytes.
+    pub memory_quota: u64,
+    /// Operations queued (not started).
+    pub ops_queued: u32,
+    /// Operations running.
+    pub ops_running: u32,
+    /// SMs its kernels hold now.
+    pub sms_held: u32,
+    /// Times its kernels were preempted.
+    pub preemptions: u64,
+    /// Kernels completed.
+    pub kernels_done: u64,
+}
+
+impl Request {
+    /// The request's name, for messages (`Launch`, `CopyToDevice`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Hello { .. } => "Hello",
+            Request::SetPriority(_) => "SetPriority",
+            Request::SetWeight(_) => "SetWeight",
+            Request::AttachShm { .. } => "AttachShm",
+            Request::Alloc { .. } => "Alloc",
+            Request::Free(_) => "Free",
+            Request::Memset { .. } => "Memset",
+            Request::CopyToDevice { .. } => "CopyToDevice",
+            Request::CopyToHost { .. } => "CopyToHost",
+            Request::CopyDevice { .. } => "CopyDevice",
+            Request::LoadModule { .. } => "LoadModule",
+            Request::Launch(_) => "Launch",
+            Request::CreateStream => "CreateStream",
+            Request::DestroyStream(_) => "DestroyStream",
+            Request::SyncStream(_) => "SyncStream",
+            Request::RecordEvent(_) => "RecordEvent",
+            Request::QueryEvent(_) => "QueryEvent",
+            Request::WaitEvent(_) => "WaitEvent",
+            Request::DestroyEvent(_) => "DestroyEvent",
+            Request::Status => "Status",
+            Request::Goodbye => "Goodbye",
+        }
+    }
+}
+
+impl ErrorReply {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ErrorReply { kind, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for ErrorReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ErrorReply {}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,71 @@
+use super::*;
+use proptest::prelude::*;
+
+fn hello() -> ClientFrame {
+    ClientFrame {
+        id: 1,
+        request: Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 },
+    }
+}
+
+#[test]
+fn a_frame_round_trips_through_the_reader_byte_by_byte() {
+    let launch = ClientFrame {
+        id: 7,
+        request: Request::Launch(Launch {
+            kernel: KernelId(3),
+            grid: [4, 1, 1],
+            block: [256, 1, 1],
+            shared_bytes: 0,
+            args: vec![
+                Arg::Buffer(BufferSlice { buffer: BufferId(1), offset: 16 }),
+                Arg::F32(2.5),
+                Arg::Bytes(vec![1, 2, 3]),
+            ],
+            stream: StreamId::DEFAULT,
+            block_time_ns: Some(1000),
+        }),
+    };
+    let mut bytes = encode_frame(&hello()).unwrap();
+    bytes.extend(encode_frame(&launch).unwrap());
+    let mut r = FrameReader::new();
+    let mut got = Vec::new();
+    for b in bytes {
+        r.extend(&[b]);
+        while let Some(body) = r.next_body().unwrap() {
+            got.push(decode_frame_body::<ClientFrame>(&body).unwrap());
+        }
+    }
+    assert_eq!(got, vec![hello(), launch]);
+    assert_eq!(r.pending(), 0);
+}
+
+#[test]
+fn a_zero_or_oversized_length_is_refused_before_the_body() {
+    let mut r = FrameReader::new();
+    r.extend(&0u32.to_le_bytes());
+    assert_eq!(r.next_body(), Err(FrameError::Length { len: 0 }));
+    let mut r = FrameReader::new();
+    r.extend(&(MAX_FRAME_BYTES + 1).to_le_bytes());
+    assert_eq!(r.next_body(), Err(FrameError::Length { len: MAX_FRAME_BYTES + 1 }));
+}
+
+#[test]
+fn trailing_bytes_are_refused() {
+    let mut bytes = encode_frame(&hello()).unwrap();
+    bytes.push(0);
+    let body = &bytes[4..];
+    assert_eq!(decode_frame_body::<ClientFrame>(body), Err(FrameError::Trailing(1)));
+}
+
+proptest! {
+    /// Random bytes never panic the decoder, and what decodes re-encodes to the same bytes.
+    #[test]
+    fn garbage_never_panics(body in proptest::collection::vec(any::<u8>(), 1..512)) {
+        if let Ok(frame) = decode_frame_body::<ClientFrame>(&body) {
+            let again = encode_frame(&frame).unwrap();
+            prop_assert_eq!(&again[4..], &body[..]);
+        }
+        let _ = decode_frame_body::<ServerFrame>(&body);
+    }
+}

@@ -1,0 +1,1 @@
+//! The CUDA device behind the daemon (to be written).

@@ -1,0 +1,247 @@
+//! What the daemon needs of a device (docs/daemon.md, "Devices").
+//!
+//! A [`Backend`] is three things at once: device memory (allocations the
+//! daemon hands out as buffer handles), a module compiler (CUDA C source →
+//! preemptible workers, cached by source and options), and the engine's
+//! device contract ([`gpumux_engine::Device`]'s commands and events) driven
+//! in **real time**: device time is nanoseconds since the backend opened,
+//! [`Backend::poll`] never blocks, and the core thread sleeps until
+//! [`Backend::next_wake`] when no request comes in.
+//!
+//! The engine's commands carry the stream operation they serve (`op`); the
+//! daemon binds each operation's real work (code and arguments, addresses
+//! and host spans) with [`Backend::bind`] before the engine can start it,
+//! and the backend looks it up when the command comes.
+//!
+//! Two backends: [`sim`] (host memory, simulated time, kernels compute
+//! nothing) and [`cuda`] (one CUDA context on a real GPU).
+
+use crate::shm::ShmRegion;
+use gpumux_engine::device::{Command, DeviceError, Event};
+use gpumux_engine::ids::OpId;
+use gpumux_engine::kernel::DeviceInfo;
+use gpumux_engine::time::Nanos;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub mod cuda;
+pub mod sim;
+
+/// A device address (the simulated device's are made up, but stable).
+pub type DevAddr = u64;
+
+/// Device memory, as the device reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemInfo {
+    /// Free, bytes.
+    pub free: u64,
+    /// In all, bytes.
+    pub total: u64,
+}
+
+/// The backend's handle on one compiled kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelCode(pub u64);
+
+/// One kernel of a loaded module, with what the engine needs to know of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelImage {
+    /// Its name in the source.
+    pub name: String,
+    /// Its code, for [`OpWork::Kernel`].
+    pub code: KernelCode,
+    /// Parameter sizes in bytes, in order, where the device knows them
+    /// (launches with other sizes are refused before they reach the engine).
+    pub param_sizes: Option<Vec<u32>>,
+    /// Registers per thread (occupancy).
+    pub regs_per_thread: u32,
+    /// Static shared memory per block, bytes.
+    pub static_smem: u32,
+    /// The most threads per block it can be launched with.
+    pub max_threads_per_block: u32,
+}
+
+/// A compiled module.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModuleImage {
+    /// Its kernels.
+    pub kernels: Vec<KernelImage>,
+    /// The compiler's log (warnings).
+    pub log: String,
+    /// Found in the cache rather than compiled now.
+    pub cached: bool,
+}
+
+/// Why a module did not load.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The transformation refuses a kernel of it.
+    #[error("{message}")]
+    Transform {
+        /// 1-based line.
+        line: u32,
+        /// The transformation's message (line and reason).
+        message: String,
+    },
+    /// The compiler refuses it; the log says why.
+    #[error("{log}")]
+    Compile {
+        /// NVRTC's log.
+        log: String,
+    },
+    /// The device failed (no NVRTC, a driver error).
+    #[error("{0}")]
+    Device(String),
+}
+
+/// Why a memory request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MemError {
+    /// The device has not that much free.
+    #[error("the device has no {bytes} bytes free ({free} of {total} free)")]
+    OutOfMemory {
+        /// Asked for.
+        bytes: u64,
+        /// Free now.
+        free: u64,
+        /// In all.
+        total: u64,
+    },
+    /// The device failed.
+    #[error("{0}")]
+    Device(String),
+}
+
+/// A span of a client's shared region: what a copy reads or writes on the host.
+#[derive(Clone, Debug)]
+pub struct HostSpan {
+    /// The region, kept mapped (and registered) while the operation lives.
+    pub region: Arc<ShmRegion>,
+    /// Offset in it.
+    pub offset: u64,
+}
+
+/// The real work behind one engine operation.
+#[derive(Clone, Debug)]
+pub enum OpWork {
+    /// A kernel launch: code, shape and its parameters, each as the bytes the
+    /// kernel expects (buffer handles already turned into device addresses).
+    Kernel {
+        /// The code.
+        code: KernelCode,
+        /// Grid, blocks.
+        grid: [u32; 3],
+        /// Block, threads.
+        block: [u32; 3],
+        /// Dynamic shared memory per block.
+        shared_bytes: u32,
+        /// One entry per parameter.
+        params: Vec<Vec<u8>>,
+    },
+    /// `bytes` from the host span to `dst`.
+    ToDevice {
+        /// Destination.
+        dst: DevAddr,
+        /// Source.
+        src: HostSpan,
+        /// How many.
+        bytes: u64,
+    },
+    /// `bytes` from `src` to the host span.
+    ToHost {
+        /// Source.
+        src: DevAddr,
+        /// Destination.
+        dst: HostSpan,
+        /// How many.
+        bytes: u64,
+    },
+    /// Device to device.
+    DeviceCopy {
+        /// Source.
+        src: DevAddr,
+        /// Destination.
+        dst: DevAddr,
+        /// How many.
+        bytes: u64,
+    },
+    /// Fill with a byte.
+    Memset {
+        /// Destination.
+        dst: DevAddr,
+        /// The byte.
+        value: u8,
+        /// How many.
+        bytes: u64,
+    },
+}
+
+/// What the core should do about a device error.
+#[derive(Debug)]
+pub enum Failure {
+    /// The context is broken (a kernel faulted): every device allocation,
+    /// module and operation is gone. `suspects` are the operations that were
+    /// running on the device when it happened (the culprit is among them; the
+    /// driver does not say which); `what` is the driver's message.
+    ContextLost {
+        /// Operations running at the time.
+        suspects: Vec<OpId>,
+        /// The driver's words.
+        what: String,
+    },
+    /// Anything else: the daemon logs it and stops (a bug, or a device gone).
+    Fatal(DeviceError),
+}
+
+/// When the core must look at the device again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// Nothing is in flight: wait for requests only.
+    Idle,
+    /// Not before this long from now.
+    After(Duration),
+    /// Poll again at once (a real GPU: completions are seen by polling).
+    Spin,
+}
+
+/// A device the daemon serves (module doc).
+pub trait Backend: Send {
+    /// The device in words, for `Welcome` and `gpumux ps`.
+    fn describe(&self) -> String;
+    /// What the engine needs of it (SMs, limits).
+    fn info(&self) -> &DeviceInfo;
+
+    /// Device memory now.
+    fn mem_info(&mut self) -> Result<MemInfo, MemError>;
+    /// Allocates `bytes` (> 0).
+    fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError>;
+    /// Frees an allocation of [`Backend::alloc`]. The daemon frees only
+    /// when no bound operation uses it.
+    fn free(&mut self, addr: DevAddr) -> Result<(), MemError>;
+    /// Makes a client's shared region usable by copies (a real GPU pins it).
+    fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError>;
+    /// Undoes [`Backend::register_host`] once no bound operation uses the region.
+    fn unregister_host(&mut self, region: &ShmRegion);
+
+    /// Transforms and compiles a module (or finds it in the cache).
+    fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError>;
+
+    /// Binds the work of engine operation `op`, before the engine may start it.
+    fn bind(&mut self, op: OpId, work: OpWork);
+    /// Forgets an operation that completed or was dropped.
+    fn unbind(&mut self, op: OpId);
+
+    /// Device time now, ns since the backend opened.
+    fn now(&self) -> Nanos;
+    /// Carries out an engine command at device time now.
+    fn submit(&mut self, command: Command) -> Result<(), Failure>;
+    /// Appends what happened by now (never blocks) and returns the device time.
+    fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure>;
+    /// When to poll next if no request comes.
+    fn next_wake(&self) -> Wake;
+
+    /// After [`Failure::ContextLost`]: a fresh context, with no memory,
+    /// modules or operations (the daemon re-allocates and reloads what its
+    /// clients had).
+    fn rebuild(&mut self) -> Result<(), MemError>;
+}

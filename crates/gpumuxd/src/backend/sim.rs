@@ -1,0 +1,1 @@
+//! The simulated device behind the daemon (to be written).

@@ -1,0 +1,17 @@
+//! gpumuxd: real processes share a real GPU through gpumux (docs/daemon.md).
+//!
+//! One daemon owns one device (one CUDA context, or the simulator), the
+//! engine with a policy, and a Unix socket. Clients speak `gpumux-proto`.
+//!
+//! * [`config`]: who may connect and with which limits (TOML).
+//! * [`server`]: the socket, `SO_PEERCRED`, one reader and one writer thread per client.
+//! * [`core`]: the one thread that owns the engine, the backend and every
+//!   client's state; requests come to it over a channel.
+//! * [`session`]: a client's state in the core (buffers, modules, streams, events, quota use).
+//! * [`backend`]: what the daemon needs of a device; the simulated and the CUDA one.
+//! * [`shm`]: a client's shared-memory region.
+
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod shm;
