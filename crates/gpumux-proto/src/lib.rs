@@ -524,5 +524,16 @@ impl std::fmt::Display for ErrorReply {
 
 impl std::error::Error for ErrorReply {}
 
+
+/// Where a daemon listens and a client connects when no path is given:
+/// `$XDG_RUNTIME_DIR/gpumux.sock` for a user's daemon, else
+/// `/run/gpumux/gpumux.sock`, a system service's (packaging/gpumuxd.service).
+pub fn default_socket_path() -> std::path::PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => std::path::Path::new(&dir).join("gpumux.sock"),
+        _ => std::path::PathBuf::from("/run/gpumux/gpumux.sock"),
+    }
+}
+
 #[cfg(test)]
 mod tests;
