@@ -4,14 +4,27 @@
 //! engine with a policy, and a Unix socket. Clients speak `gpumux-proto`.
 //!
 //! * [`config`]: who may connect and with which limits (TOML).
+//! * [`conn`]: one connection's bytes → requests, with no I/O (what the
+//!   reader thread, the tests and the fuzz target all drive).
 //! * [`server`]: the socket, `SO_PEERCRED`, one reader and one writer thread per client.
 //! * [`core`]: the one thread that owns the engine, the backend and every
 //!   client's state; requests come to it over a channel.
 //! * [`session`]: a client's state in the core (buffers, modules, streams, events, quota use).
 //! * [`backend`]: what the daemon needs of a device; the simulated and the CUDA one.
 //! * [`shm`]: a client's shared-memory region.
+//! * [`validate`]: the checks every request field passes before use.
+//! * [`daemon`]: the options and [`run`], what `gpumuxd` and `gpumux daemon` call.
 
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod config;
+pub mod conn;
+pub mod core;
+pub mod daemon;
+pub mod server;
+pub mod session;
 pub mod shm;
+pub mod validate;
+
+pub use daemon::{run, Options};

@@ -1,1 +1,520 @@
-//! The simulated device behind the daemon (to be written).
+//! The simulated device behind the daemon (`--device sim:h100`, or any
+//! preset of [`gpumux_sim::presets`]).
+//!
+//! Time is real: device time is wall-clock nanoseconds since the backend
+//! opened (or was rebuilt), and [`SimGpu`] is advanced to it on each poll.
+//! Memory is real too, in host RAM: one zeroed anonymous mapping per
+//! allocation, so copies and memsets move the client's bytes when the
+//! simulator says they are done and data round-trips bitwise. Kernels compute
+//! nothing: they take their simulated time (from the launch's
+//! `block_time_ns`). Modules go through the real transformation, so a kernel
+//! the GPU would refuse is refused here with the same message, but nothing is
+//! compiled. A kernel whose body calls `__trap()` breaks the context when its
+//! first block ends: the deterministic stand-in for a GPU fault that lets CI
+//! test recovery.
+
+use super::{
+    Backend, DevAddr, Failure, KernelCode, KernelImage, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake,
+};
+use crate::shm::ShmRegion;
+use gpumux_cuda::lex::{lex, Kind};
+use gpumux_cuda::transform::{transform, TransformError, BODY_SUFFIX};
+use gpumux_engine::device::{Command, Device, DeviceError, Event};
+use gpumux_engine::ids::{CopyId, OpId};
+use gpumux_engine::kernel::DeviceInfo;
+use gpumux_engine::time::Nanos;
+use gpumux_sim::{presets, SimGpu};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Device memory when a preset does not say (an H100's).
+const DEFAULT_CAPACITY: u64 = 80 << 30;
+/// Where made-up device addresses start (far from 0, so a zero pointer is never valid).
+const ADDRESS_BASE: DevAddr = 1 << 40;
+/// Alignment of every allocation (what `cudaMalloc` guarantees).
+const ALIGN: u64 = 256;
+/// Registers per thread the simulator assumes of a kernel (nothing is compiled to say).
+const SIM_REGS_PER_THREAD: u32 = 32;
+
+/// Why a `sim:` device name was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown simulated device `{0}`; known: {known}", known = presets::NAMES.iter().map(|n| format!("sim:{n}")).collect::<Vec<_>>().join(", "))]
+pub struct UnknownPreset(pub String);
+
+/// One allocation's bytes: an anonymous private mapping, zeroed by the
+/// kernel and only backed where touched, so a client may "allocate" more
+/// than the host would want to zero up front, and a failure is an error,
+/// not an abort.
+struct HostBlock {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value and only touched through &/&mut self.
+unsafe impl Send for HostBlock {}
+
+impl HostBlock {
+    fn new(len: usize) -> Option<HostBlock> {
+        // SAFETY: a fresh anonymous mapping; checked for MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then(|| HostBlock { ptr: p.cast(), len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes mapped while self lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for HostBlock {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`.
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+/// A pending context fault: the trapping launch's first block ends at `at`.
+struct Fault {
+    at: Nanos,
+    op: OpId,
+    kernel: String,
+}
+
+/// The simulated backend (module doc).
+pub struct SimBackend {
+    info: DeviceInfo,
+    seed: u64,
+    sim: SimGpu,
+    /// Wall-clock origin of device time.
+    origin: Instant,
+    /// The simulator's time: where the last `advance` left it.
+    sim_now: Nanos,
+    /// Commands went in since the last poll (the simulator settles them then).
+    unsettled: bool,
+    capacity: u64,
+    used: u64,
+    memory: BTreeMap<DevAddr, HostBlock>,
+    next_addr: DevAddr,
+    bound: HashMap<OpId, OpWork>,
+    copies: HashMap<CopyId, OpId>,
+    modules: HashMap<(String, Vec<String>), ModuleImage>,
+    trapping: HashSet<KernelCode>,
+    next_code: u64,
+    fault: Option<Fault>,
+}
+
+impl SimBackend {
+    /// Opens the preset `name` (`h100`, `sim:h100`, ...).
+    pub fn open(name: &str) -> Result<SimBackend, UnknownPreset> {
+        let info = presets::by_name(name).ok_or_else(|| UnknownPreset(name.to_string()))?;
+        Ok(SimBackend::with_info(info))
+    }
+
+    /// Opens a simulated `info` (its memory: `mem_bytes`, or 80 GiB if 0).
+    pub fn with_info(info: DeviceInfo) -> SimBackend {
+        let seed = 0;
+        let capacity = if info.mem_bytes > 0 { info.mem_bytes } else { DEFAULT_CAPACITY };
+        SimBackend {
+            sim: SimGpu::new(info.clone(), seed),
+            info,
+            seed,
+            origin: Instant::now(),
+            sim_now: 0,
+            unsettled: false,
+            capacity,
+            used: 0,
+            memory: BTreeMap::new(),
+            next_addr: ADDRESS_BASE,
+            bound: HashMap::new(),
+            copies: HashMap::new(),
+            modules: HashMap::new(),
+            trapping: HashSet::new(),
+            next_code: 0,
+            fault: None,
+        }
+    }
+
+    /// The allocation holding `[addr, addr + bytes)`, with the offset of `addr` in it.
+    fn span_mut(&mut self, addr: DevAddr, bytes: u64) -> Result<(&mut HostBlock, usize), Failure> {
+        let found = self.memory.range_mut(..=addr).next_back();
+        match found {
+            Some((&base, block)) if addr - base + bytes <= block.len as u64 => Ok((block, (addr - base) as usize)),
+            _ => Err(fatal(format!("a copy names device memory {addr:#x}+{bytes} outside every allocation"))),
+        }
+    }
+
+    /// Moves the bytes of copy operation `op`, now that the simulator says it is done.
+    fn carry_out(&mut self, op: OpId) -> Result<(), Failure> {
+        let Some(work) = self.bound.get(&op).cloned() else {
+            return Err(fatal(format!("copy operation {op} finished but was never bound")));
+        };
+        match work {
+            OpWork::ToDevice { dst, src, bytes } => {
+                let (block, at) = self.span_mut(dst, bytes)?;
+                if !src.region.contains(src.offset, bytes) {
+                    return Err(fatal(format!("copy {op} reads outside its shared region")));
+                }
+                src.region.read(src.offset, &mut block.bytes_mut()[at..at + bytes as usize]);
+            }
+            OpWork::ToHost { src, dst, bytes } => {
+                let (block, at) = self.span_mut(src, bytes)?;
+                if !dst.region.contains(dst.offset, bytes) {
+                    return Err(fatal(format!("copy {op} writes outside its shared region")));
+                }
+                dst.region.write(dst.offset, &block.bytes()[at..at + bytes as usize]);
+            }
+            OpWork::DeviceCopy { src, dst, bytes } => {
+                let (block, at) = self.span_mut(src, bytes)?;
+                let data = block.bytes()[at..at + bytes as usize].to_vec();
+                let (block, at) = self.span_mut(dst, bytes)?;
+                block.bytes_mut()[at..at + bytes as usize].copy_from_slice(&data);
+            }
+            OpWork::Memset { dst, value, bytes } => {
+                let (block, at) = self.span_mut(dst, bytes)?;
+                block.bytes_mut()[at..at + bytes as usize].fill(value);
+            }
+            OpWork::Kernel { .. } => return Err(fatal(format!("operation {op} is a kernel, not a copy"))),
+        }
+        Ok(())
+    }
+}
+
+fn fatal(what: String) -> Failure {
+    Failure::Fatal(DeviceError::backend("the simulated device", what))
+}
+
+fn transform_error(e: TransformError) -> LoadError {
+    let line = match &e {
+        TransformError::Unsupported { line, .. }
+        | TransformError::Reserved { line, .. }
+        | TransformError::Parse { line, .. } => *line,
+    };
+    LoadError::Transform { line: u32::try_from(line).unwrap_or(u32::MAX), message: e.to_string() }
+}
+
+/// Whether the body of kernel `name` in a transformed `source` calls
+/// `__trap` directly (a helper function that traps is not seen: the
+/// stand-in needs to be deterministic, not complete).
+fn body_traps(source: &str, name: &str) -> bool {
+    let body_fn = format!("{name}{BODY_SUFFIX}");
+    let toks: Vec<_> = lex(source).into_iter().filter(|t| t.significant()).collect();
+    let Some(start) = toks.iter().position(|t| t.kind == Kind::Ident && t.text(source) == body_fn) else {
+        return false;
+    };
+    let mut depth = 0usize;
+    let mut in_body = false;
+    for t in &toks[start..] {
+        match (t.kind, t.text(source)) {
+            (Kind::Punct, "{") => {
+                in_body = true;
+                depth += 1;
+            }
+            (Kind::Punct, "}") if in_body => {
+                depth -= 1;
+                if depth == 0 {
+                    return false;
+                }
+            }
+            (Kind::Ident, "__trap") if in_body => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+impl Backend for SimBackend {
+    fn describe(&self) -> String {
+        self.info.name.clone()
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn mem_info(&mut self) -> Result<MemInfo, MemError> {
+        Ok(MemInfo { free: self.capacity - self.used, total: self.capacity })
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+        let free = self.capacity - self.used;
+        let oom = || MemError::OutOfMemory { bytes, free, total: self.capacity };
+        let len = usize::try_from(bytes).map_err(|_| oom())?;
+        if bytes == 0 || bytes > free {
+            return Err(oom());
+        }
+        let block = HostBlock::new(len).ok_or_else(oom)?;
+        let addr = self.next_addr;
+        let span = bytes.div_ceil(ALIGN).saturating_add(1).saturating_mul(ALIGN);
+        self.next_addr = self.next_addr.saturating_add(span);
+        self.memory.insert(addr, block);
+        self.used += bytes;
+        Ok(addr)
+    }
+
+    fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
+        let block =
+            self.memory.remove(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not an allocation")))?;
+        self.used -= block.len as u64;
+        Ok(())
+    }
+
+    fn register_host(&mut self, _region: &Arc<ShmRegion>) -> Result<(), MemError> {
+        Ok(())
+    }
+
+    fn unregister_host(&mut self, _region: &ShmRegion) {}
+
+    fn load_module(&mut self, _name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
+        let key = (source.to_string(), options.to_vec());
+        if let Some(m) = self.modules.get(&key) {
+            return Ok(ModuleImage { cached: true, ..m.clone() });
+        }
+        let t = transform(source).map_err(transform_error)?;
+        let mut kernels = Vec::new();
+        for k in t.kernels.iter().filter(|k| k.defined && !k.template) {
+            let code = KernelCode(self.next_code);
+            self.next_code += 1;
+            if body_traps(&t.source, &k.name) {
+                self.trapping.insert(code);
+            }
+            kernels.push(KernelImage {
+                name: k.name.clone(),
+                code,
+                param_sizes: None,
+                regs_per_thread: SIM_REGS_PER_THREAD,
+                static_smem: 0,
+                max_threads_per_block: 1024,
+            });
+        }
+        let image = ModuleImage { kernels, log: String::new(), cached: false };
+        self.modules.insert(key, image.clone());
+        Ok(image)
+    }
+
+    fn bind(&mut self, op: OpId, work: OpWork) {
+        self.bound.insert(op, work);
+    }
+
+    fn unbind(&mut self, op: OpId) {
+        self.bound.remove(&op);
+    }
+
+    fn now(&self) -> Nanos {
+        Nanos::try_from(self.origin.elapsed().as_nanos()).unwrap_or(Nanos::MAX)
+    }
+
+    fn submit(&mut self, command: Command) -> Result<(), Failure> {
+        match &command {
+            Command::Launch { op, desc, .. } => {
+                if let Some(OpWork::Kernel { code, .. }) = self.bound.get(op) {
+                    if self.trapping.contains(code) && self.fault.is_none() {
+                        let block = desc.sim_timing.map_or(0, |t| t.block_time_ns);
+                        self.fault =
+                            Some(Fault { at: self.sim_now.saturating_add(block), op: *op, kernel: desc.name.clone() });
+                    }
+                }
+            }
+            Command::Copy { copy, op, .. } => {
+                self.copies.insert(*copy, *op);
+            }
+            Command::Grow { .. } | Command::Retreat { .. } => {}
+        }
+        self.unsettled = true;
+        self.sim.submit(self.sim_now, command).map_err(Failure::Fatal)
+    }
+
+    fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
+        let wall = self.now().max(self.sim_now);
+        if let Some(f) = self.fault.as_ref().filter(|f| f.at <= wall) {
+            return Err(Failure::ContextLost {
+                suspects: vec![f.op],
+                what: format!("kernel `{}` called __trap() (an illegal instruction on a GPU)", f.kernel),
+            });
+        }
+        self.unsettled = false;
+        let start = events.len();
+        self.sim_now = self.sim.advance(Some(wall), events).map_err(Failure::Fatal)?;
+        for e in &events[start..] {
+            if let Event::CopyDone { copy } = e {
+                let op = self.copies.remove(copy).ok_or_else(|| fatal(format!("unknown copy {copy} finished")))?;
+                self.carry_out(op)?;
+            }
+        }
+        Ok(self.sim_now)
+    }
+
+    fn next_wake(&self) -> Wake {
+        if self.unsettled {
+            return Wake::After(Duration::ZERO);
+        }
+        let next = [self.sim.next_event_at(), self.fault.as_ref().map(|f| f.at)].into_iter().flatten().min();
+        match next {
+            None => Wake::Idle,
+            Some(t) => Wake::After(Duration::from_nanos(t.saturating_sub(self.now()))),
+        }
+    }
+
+    fn rebuild(&mut self) -> Result<(), MemError> {
+        self.sim = SimGpu::new(self.info.clone(), self.seed);
+        self.origin = Instant::now();
+        self.sim_now = 0;
+        self.unsettled = false;
+        self.used = 0;
+        self.memory.clear();
+        self.bound.clear();
+        self.copies.clear();
+        self.modules.clear();
+        self.fault = None;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumux_engine::ids::{LaunchId, ProcessId};
+    use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
+    use gpumux_engine::ranges::BlockRanges;
+    use gpumux_engine::smset::SmSet;
+    use gpumux_engine::SmId;
+
+    const TRAP_SRC: &str =
+        "__global__ void ok(float* x) { x[0] = 1; }\n__global__ void bad(int* p) { if (p) __trap(); }\n";
+
+    fn poll_until(b: &mut SimBackend, mut done: impl FnMut(&[Event]) -> bool) -> Result<Vec<Event>, Failure> {
+        let mut all = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            b.poll(&mut all)?;
+            if done(&all) {
+                return Ok(all);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        panic!("nothing happened in 5 s: {all:?}");
+    }
+
+    fn launch(op: u64, kernel: &str, block_ns: u64) -> Command {
+        let desc = KernelDesc::new(kernel, KernelShape::new(4, 128, 32)).with_sim_timing(SimTiming::new(block_ns));
+        Command::Launch {
+            launch: LaunchId(op),
+            kernel: gpumux_engine::KernelId(op),
+            op: OpId(op),
+            process: ProcessId(0),
+            priority: 0,
+            desc: Arc::new(desc),
+            time_key: op,
+            blocks: BlockRanges::full(4),
+            restore: Vec::new(),
+            sms: SmSet::single(SmId(op as u16)),
+        }
+    }
+
+    #[test]
+    fn presets_come_from_the_simulator_and_unknown_names_list_them() {
+        assert_eq!(SimBackend::open("sim:h100").map(|b| b.info.num_sms).ok(), Some(132));
+        assert_eq!(SimBackend::open("k20c").map(|b| b.capacity).ok(), Some(5 << 30));
+        let e = SimBackend::open("sim:h900").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("sim:h900") && e.contains("sim:h200"), "{e}");
+    }
+
+    #[test]
+    fn memory_is_counted_aligned_and_refused_past_capacity() {
+        let mut b = SimBackend::open("k20c").unwrap();
+        let a = b.alloc(1000).unwrap();
+        let c = b.alloc(1).unwrap();
+        assert_eq!((a % ALIGN, c % ALIGN), (0, 0));
+        assert!(c >= a + 1000);
+        assert_eq!(b.mem_info().unwrap().free, (5 << 30) - 1001);
+        assert!(matches!(b.alloc(5 << 30), Err(MemError::OutOfMemory { .. })));
+        b.free(a).unwrap();
+        assert!(b.free(a).is_err(), "a double free is an error, not a panic");
+        assert_eq!(b.mem_info().unwrap().free, (5 << 30) - 1);
+    }
+
+    #[test]
+    fn memset_and_device_copy_move_bytes_when_the_simulator_says_done() {
+        use gpumux_engine::device::CopyDirection;
+        let mut b = SimBackend::open("h100").unwrap();
+        let (x, y) = (b.alloc(4096).unwrap(), b.alloc(4096).unwrap());
+        b.bind(OpId(1), OpWork::Memset { dst: x + 16, value: 0xab, bytes: 100 });
+        b.bind(OpId(2), OpWork::DeviceCopy { src: x, dst: y, bytes: 4096 });
+        let copy = |c, op| Command::Copy {
+            copy: CopyId(c),
+            op: OpId(op),
+            process: ProcessId(0),
+            direction: CopyDirection::DeviceToDevice,
+            bytes: 4096,
+        };
+        b.submit(copy(1, 1)).unwrap();
+        poll_until(&mut b, |e| !e.is_empty()).unwrap();
+        b.submit(copy(2, 2)).unwrap();
+        poll_until(&mut b, |e| !e.is_empty()).unwrap();
+        let (block, at) = b.span_mut(y, 4096).unwrap();
+        let data = &block.bytes()[at..at + 4096];
+        assert!(data[..16].iter().all(|&v| v == 0));
+        assert!(data[16..116].iter().all(|&v| v == 0xab));
+        assert!(data[116..].iter().all(|&v| v == 0));
+    }
+
+    #[test]
+    fn refused_kernels_name_the_line_and_modules_are_cached() {
+        let mut b = SimBackend::open("h100").unwrap();
+        let e = b.load_module("g.cu", "__global__ void k() {\n  cooperative_groups::this_grid().sync();\n}\n", &[]);
+        assert!(matches!(e, Err(LoadError::Transform { line: 2, .. })), "{e:?}");
+        let m = b.load_module("t.cu", TRAP_SRC, &[]).unwrap();
+        assert_eq!(m.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["ok", "bad"]);
+        assert!(!m.cached);
+        assert!(b.load_module("t.cu", TRAP_SRC, &[]).unwrap().cached);
+        assert!(!b.load_module("t.cu", TRAP_SRC, &["-DX".into()]).unwrap().cached);
+    }
+
+    #[test]
+    fn a_trapping_kernel_loses_the_context_at_its_first_block_end() {
+        let mut b = SimBackend::open("h100").unwrap();
+        let m = b.load_module("t.cu", TRAP_SRC, &[]).unwrap();
+        let work = |code| OpWork::Kernel { code, grid: [4, 1, 1], block: [128, 1, 1], shared_bytes: 0, params: vec![] };
+        b.bind(OpId(1), work(m.kernels[0].code));
+        b.bind(OpId(2), work(m.kernels[1].code));
+        b.submit(launch(1, "ok", 1_000)).unwrap();
+        poll_until(&mut b, |e| e.iter().any(|e| matches!(e, Event::LaunchEnded { .. }))).unwrap();
+        b.submit(launch(2, "bad", 1_000)).unwrap();
+        match poll_until(&mut b, |_| false) {
+            Err(Failure::ContextLost { suspects, what }) => {
+                assert_eq!(suspects, vec![OpId(2)]);
+                assert!(what.contains("bad") && what.contains("__trap"), "{what}");
+            }
+            other => panic!("expected a lost context, got {other:?}"),
+        }
+        b.rebuild().unwrap();
+        assert_eq!(b.mem_info().unwrap().free, b.capacity);
+        assert!(!b.load_module("t.cu", TRAP_SRC, &[]).unwrap().cached, "a new context has no modules");
+    }
+
+    #[test]
+    fn the_trap_finder_reads_only_the_kernel_body() {
+        let t = transform(
+            "__device__ void h() { __trap(); }\n__global__ void a() { h(); }\n__global__ void b() { { __trap(); } }\n",
+        )
+        .unwrap();
+        assert!(!body_traps(&t.source, "a"));
+        assert!(body_traps(&t.source, "b"));
+    }
+}

@@ -1,0 +1,172 @@
+//! One client connection's byte stream, with no I/O: bytes and received
+//! descriptors in, decoded requests (or the rule the client broke) out.
+//!
+//! The reader thread feeds it what `recvmsg` returned; tests and the fuzz
+//! target feed it bytes directly, so the whole request path up to the core
+//! runs without a socket. Rules enforced here, before the core sees a thing:
+//! every frame's length is in range and its body decodes completely, the
+//! first request is `Hello` and no other request is. A broken rule yields
+//! one [`Inbound::Violation`] and the connection ignores everything after it.
+
+use gpumux_proto::{decode_frame_body, ClientFrame, ErrorKind, ErrorReply, FrameReader, Request};
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+
+/// Descriptors a client may have in flight before we call it abuse: one
+/// region at a time is what the protocol needs, a few more is slack.
+const MAX_PENDING_FDS: usize = 4;
+
+/// What a connection yields.
+#[derive(Debug)]
+pub enum Inbound {
+    /// A well-formed request, in turn. `fd` is the memfd that came with an
+    /// `AttachShm` (`None` if none did; the core refuses that).
+    Request {
+        /// The client's id for the reply.
+        id: u64,
+        /// The request.
+        request: Request,
+        /// The descriptor sent with it (only for `AttachShm`).
+        fd: Option<OwnedFd>,
+    },
+    /// The client broke a rule: send it this error and disconnect it.
+    Violation(ErrorReply),
+}
+
+/// The state of one connection's input (see the module doc).
+#[derive(Debug, Default)]
+pub struct Connection {
+    reader: FrameReader,
+    /// Descriptors received and not yet claimed by an `AttachShm`.
+    fds: VecDeque<OwnedFd>,
+    greeted: bool,
+    broken: bool,
+}
+
+impl Connection {
+    /// A fresh connection, waiting for `Hello`.
+    pub fn new() -> Self {
+        Connection::default()
+    }
+
+    /// Whether a rule was broken (nothing more will be yielded).
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Takes bytes (and descriptors that came with them) and appends what
+    /// they complete to `out`.
+    pub fn receive(&mut self, bytes: &[u8], fds: Vec<OwnedFd>, out: &mut Vec<Inbound>) {
+        if self.broken {
+            return;
+        }
+        self.fds.extend(fds);
+        if self.fds.len() > MAX_PENDING_FDS {
+            let n = self.fds.len();
+            return self.violate(
+                ErrorKind::Protocol,
+                format!("{n} file descriptors sent without AttachShm requests"),
+                out,
+            );
+        }
+        self.reader.extend(bytes);
+        loop {
+            let body = match self.reader.next_body() {
+                Ok(Some(body)) => body,
+                Ok(None) => break,
+                Err(e) => return self.violate(ErrorKind::BadFrame, e.to_string(), out),
+            };
+            let frame: ClientFrame = match decode_frame_body(&body) {
+                Ok(f) => f,
+                Err(e) => return self.violate(ErrorKind::BadFrame, e.to_string(), out),
+            };
+            let is_hello = matches!(frame.request, Request::Hello { .. });
+            if is_hello == self.greeted {
+                let msg = if is_hello {
+                    "a second Hello; a connection has one".to_string()
+                } else {
+                    format!("{} before Hello; the first request must be Hello", frame.request.name())
+                };
+                return self.violate(ErrorKind::Protocol, msg, out);
+            }
+            self.greeted = true;
+            let fd = match frame.request {
+                Request::AttachShm { .. } => self.fds.pop_front(),
+                _ => None,
+            };
+            out.push(Inbound::Request { id: frame.id, request: frame.request, fd });
+        }
+        // A descriptor sent with a frame arrives with the frame's first byte;
+        // with no partial frame left, any still unclaimed came with no
+        // AttachShm: close them.
+        if self.reader.pending() == 0 {
+            self.fds.clear();
+        }
+    }
+
+    fn violate(&mut self, kind: ErrorKind, message: String, out: &mut Vec<Inbound>) {
+        self.broken = true;
+        self.fds.clear();
+        out.push(Inbound::Violation(ErrorReply::new(kind, message)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumux_proto::{encode_frame, MAGIC, VERSION};
+
+    fn hello() -> Vec<u8> {
+        let request = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+        encode_frame(&ClientFrame { id: 1, request }).unwrap()
+    }
+
+    fn kinds(out: &[Inbound]) -> Vec<Option<ErrorKind>> {
+        out.iter()
+            .map(|i| match i {
+                Inbound::Request { .. } => None,
+                Inbound::Violation(e) => Some(e.kind.clone()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hello_then_requests_byte_by_byte() {
+        let mut c = Connection::new();
+        let mut bytes = hello();
+        bytes.extend(encode_frame(&ClientFrame { id: 2, request: Request::Status }).unwrap());
+        let mut out = Vec::new();
+        for b in &bytes {
+            c.receive(std::slice::from_ref(b), Vec::new(), &mut out);
+        }
+        assert_eq!(kinds(&out), vec![None, None]);
+    }
+
+    #[test]
+    fn a_request_before_hello_and_a_second_hello_break_the_rules() {
+        let mut out = Vec::new();
+        let status = encode_frame(&ClientFrame { id: 2, request: Request::Status }).unwrap();
+        Connection::new().receive(&status, Vec::new(), &mut out);
+        assert_eq!(kinds(&out), vec![Some(ErrorKind::Protocol)]);
+        out.clear();
+        let mut c = Connection::new();
+        c.receive(&[hello(), hello(), status].concat(), Vec::new(), &mut out);
+        assert_eq!(kinds(&out), vec![None, Some(ErrorKind::Protocol)]);
+        assert!(c.is_broken());
+    }
+
+    #[test]
+    fn bad_lengths_and_bodies_are_bad_frames_and_end_the_connection() {
+        let mut out = Vec::new();
+        let mut c = Connection::new();
+        c.receive(&[0, 0, 0, 0], Vec::new(), &mut out);
+        c.receive(&hello(), Vec::new(), &mut out);
+        assert_eq!(kinds(&out), vec![Some(ErrorKind::BadFrame)], "nothing after the violation");
+        out.clear();
+        Connection::new().receive(&[3, 0, 0, 0, 0xff, 0xff, 0xff], Vec::new(), &mut out);
+        assert_eq!(kinds(&out), vec![Some(ErrorKind::BadFrame)]);
+        out.clear();
+        Connection::new().receive(&u32::MAX.to_le_bytes(), Vec::new(), &mut out);
+        assert_eq!(kinds(&out), vec![Some(ErrorKind::BadFrame)]);
+    }
+}

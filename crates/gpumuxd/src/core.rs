@@ -1,0 +1,1186 @@
+//! The core: one thread owns the engine, the backend and every client's
+//! state. Requests come in over a channel ([`CoreMsg`]); replies go out to
+//! each client's writer thread; the core never blocks on a socket.
+//!
+//! [`Core`] itself does no I/O and reads no channel: [`Core::connect`],
+//! [`Core::inbound`], [`Core::disconnect`] and [`Core::pump`] are what
+//! [`Core::run`] calls and what the tests and the fuzz target call directly.
+//! Replies follow the engine's completions in the order the engine reports
+//! them, so the core is as deterministic as the device under it.
+
+use crate::backend::{Backend, DevAddr, Failure, HostSpan, LoadError, MemError, OpWork, Wake};
+use crate::config::ClientLimits;
+use crate::conn::Inbound;
+use crate::session::{Buffer, EventState, LoadedModule, Peer, Phase, Session, Stream};
+use crate::shm::ShmRegion;
+use crate::validate::{self, err};
+use gpumux_engine::device::{Command, CopyDirection, Event};
+use gpumux_engine::ids::{CopyId, LaunchId, OpId, ProcessId};
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
+use gpumux_engine::policies;
+use gpumux_engine::smset::SmSet;
+use gpumux_engine::{Engine, EngineError, OpOutcome, ProcessInfo, StreamOp};
+use gpumux_proto::{
+    BufferId, ClientStatus, ErrorKind, ErrorReply, EventId, KernelEntry, KernelId, LostWork, ModuleId, Notice, Reply,
+    Request, ServerFrame, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES, MAX_OPTIONS, MAX_SOURCE_BYTES, VERSION,
+};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::OwnedFd;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The policy when none is named: preemptive priority queues where low
+/// priorities use the SMs high ones leave idle ("shared"), freeing SMs by
+/// draining. Clients ask for priorities, so the policy must honour them and
+/// preempt; sharing idle SMs wastes none; draining is the one mechanism both
+/// devices have (a real GPU cannot save a block's context in software).
+pub const DEFAULT_POLICY: &str = "ppq-shared-drain";
+
+/// How long the core sleeps at most with nothing to do (it wakes on any request anyway).
+const IDLE_WAIT: Duration = Duration::from_secs(1);
+/// A `Spin` device is polled this often while work is on it.
+const SPIN_WAIT: Duration = Duration::from_micros(20);
+/// Rounds of command/event exchange in one pump before the core lets requests in.
+const MAX_ROUNDS: usize = 10_000;
+
+/// Why the core stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// The engine failed (a policy or engine bug).
+    #[error("the scheduling engine failed")]
+    Engine(#[from] EngineError),
+    /// No such policy.
+    #[error(transparent)]
+    Policy(#[from] policies::PolicyError),
+    /// The device failed in a way the daemon cannot recover from.
+    #[error("the device failed")]
+    Device(#[source] gpumux_engine::DeviceError),
+    /// A context could not be rebuilt after a fault.
+    #[error("the device context could not be rebuilt after a fault")]
+    Rebuild(#[source] MemError),
+}
+
+/// What the server tells the core.
+#[derive(Debug)]
+pub enum CoreMsg {
+    /// A peer was admitted.
+    Connected {
+        /// Its number.
+        client: u64,
+        /// Its credentials.
+        peer: Peer,
+        /// Its limits.
+        limits: ClientLimits,
+        /// Its writer's channel.
+        out: Sender<ServerFrame>,
+    },
+    /// A request or a broken rule from a client.
+    Inbound {
+        /// Whose.
+        client: u64,
+        /// What.
+        inbound: Inbound,
+    },
+    /// A client's socket closed.
+    Disconnected {
+        /// Whose.
+        client: u64,
+    },
+    /// SIGINT/SIGTERM: tell every client and stop.
+    Shutdown,
+}
+
+/// What an engine operation is to the core.
+#[derive(Debug)]
+enum OpKind {
+    Kernel {
+        name: String,
+    },
+    /// A copy or memset; `reply` is the request to answer when it is done.
+    Copy {
+        reply: Option<u64>,
+    },
+    Sync {
+        reply: u64,
+    },
+    Event(EventId),
+}
+
+#[derive(Debug)]
+struct OpEntry {
+    client: u64,
+    stream: StreamId,
+    kind: OpKind,
+    /// The engine reported its end.
+    ended: bool,
+    /// Device launches of it not yet ended.
+    launches: u32,
+    /// A device copy of it not yet done.
+    copying: bool,
+}
+
+/// Something to release once operations are off the device.
+#[derive(Debug)]
+enum Release {
+    Buffer(DevAddr),
+    Region(Arc<ShmRegion>),
+}
+
+#[derive(Debug)]
+struct Deferred {
+    waiting_for: Vec<OpId>,
+    release: Release,
+}
+
+/// The core's state (module doc).
+pub struct Core {
+    backend: Box<dyn Backend>,
+    engine: Engine,
+    policy: String,
+    sessions: BTreeMap<u64, Session>,
+    ops: HashMap<OpId, OpEntry>,
+    launches: HashMap<LaunchId, (OpId, SmSet)>,
+    copies: HashMap<CopyId, OpId>,
+    deferred: Vec<Deferred>,
+    /// The id the engine gives the next submitted operation (it counts
+    /// successful submits from 0), used as the kernel's `time_key`.
+    next_op: u64,
+    started: Instant,
+    rebuilds: u32,
+    events: Vec<Event>,
+}
+
+fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> {
+    Ok(Engine::new(backend.info().clone(), policies::by_name(policy)?)?)
+}
+
+impl Core {
+    /// A core serving `backend` with `policy` ([`DEFAULT_POLICY`] if `None`).
+    pub fn new(backend: Box<dyn Backend>, policy: Option<&str>) -> Result<Core, CoreError> {
+        let name = policy.unwrap_or(DEFAULT_POLICY);
+        let engine = new_engine(backend.as_ref(), name)?;
+        Ok(Core {
+            policy: engine.policy_name(),
+            backend,
+            engine,
+            sessions: BTreeMap::new(),
+            ops: HashMap::new(),
+            launches: HashMap::new(),
+            copies: HashMap::new(),
+            deferred: Vec::new(),
+            next_op: 0,
+            started: Instant::now(),
+            rebuilds: 0,
+            events: Vec::new(),
+        })
+    }
+
+    /// The policy's name.
+    pub fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    /// The device in words.
+    pub fn device(&self) -> String {
+        self.backend.describe()
+    }
+
+    /// Clients the core holds, gone ones whose work is still on the device included.
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Serves messages until [`CoreMsg::Shutdown`] or every sender is gone.
+    pub fn run(mut self, rx: Receiver<CoreMsg>) -> Result<(), CoreError> {
+        loop {
+            let wait = self.wait();
+            match rx.recv_timeout(wait) {
+                Ok(msg) => {
+                    if !self.handle(msg) {
+                        self.shutdown();
+                        return Ok(());
+                    }
+                    // Take everything queued before touching the device again.
+                    while let Ok(msg) = rx.try_recv() {
+                        if !self.handle(msg) {
+                            self.shutdown();
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.shutdown();
+                    return Ok(());
+                }
+            }
+            self.pump()?;
+        }
+    }
+
+    /// Takes one message; false for shutdown.
+    pub fn handle(&mut self, msg: CoreMsg) -> bool {
+        match msg {
+            CoreMsg::Connected { client, peer, limits, out } => self.connect(client, peer, limits, out),
+            CoreMsg::Inbound { client, inbound } => self.inbound(client, inbound),
+            CoreMsg::Disconnected { client } => self.disconnect(client),
+            CoreMsg::Shutdown => return false,
+        }
+        true
+    }
+
+    /// How long to sleep before the device or the engine needs a look.
+    pub fn wait(&self) -> Duration {
+        let device = match self.backend.next_wake() {
+            Wake::Idle => IDLE_WAIT,
+            Wake::After(d) => d.min(IDLE_WAIT),
+            Wake::Spin => SPIN_WAIT,
+        };
+        let timer = self.engine.poll_timeout().map(|at| Duration::from_nanos(at.saturating_sub(self.backend.now())));
+        timer.map_or(device, |t| t.min(device))
+    }
+
+    // ------------------------------------------------------------ clients
+
+    /// A peer was admitted with `limits`; its frames go to `out`.
+    pub fn connect(&mut self, client: u64, peer: Peer, limits: ClientLimits, out: Sender<ServerFrame>) {
+        self.sessions.insert(client, Session::new(client, peer, limits, out));
+    }
+
+    /// A client's socket closed: its work is retreated, its memory freed once off the device.
+    pub fn disconnect(&mut self, client: u64) {
+        let Some(s) = self.sessions.get_mut(&client) else { return };
+        if s.phase == Phase::Gone {
+            return;
+        }
+        s.phase = Phase::Gone;
+        s.out = None;
+        let now = self.backend.now();
+        let slots: Vec<_> = s.streams.values().map(|st| st.slot).collect();
+        s.streams.clear();
+        s.events.clear();
+        for slot in slots {
+            // The slot is live (streams leave the table when removed), so this cannot fail.
+            if let Err(e) = self.engine.remove_process(now, slot) {
+                tracing::error!("removing client {client}'s stream: {e}");
+            }
+        }
+        self.drain_completions();
+        self.reap(client);
+    }
+
+    /// Drops a gone client once none of its operations is tracked, freeing its memory.
+    fn reap(&mut self, client: u64) {
+        let done = self.sessions.get(&client).is_some_and(|s| s.phase == Phase::Gone && s.in_flight == 0);
+        if !done {
+            return;
+        }
+        let Some(s) = self.sessions.remove(&client) else { return };
+        for b in s.buffers.values() {
+            if let Err(e) = self.backend.free(b.addr) {
+                tracing::error!("freeing client {client}'s buffer: {e}");
+            }
+        }
+        if let Some(r) = &s.region {
+            self.backend.unregister_host(r);
+        }
+        tracing::info!("client {client} ({}) is gone; its memory is freed", s.name);
+    }
+
+    fn send(&self, client: u64, frame: ServerFrame) {
+        if let Some(s) = self.sessions.get(&client) {
+            s.send(frame);
+        }
+    }
+
+    fn reply(&self, client: u64, id: u64, result: Result<Reply, ErrorReply>) {
+        self.send(client, ServerFrame::Reply { id, result });
+    }
+
+    /// Sends an error and disconnects.
+    fn refuse(&mut self, client: u64, id: u64, e: ErrorReply) {
+        tracing::debug!("client {client}: {:?}: {}", e.kind, e.message);
+        self.reply(client, id, Err(e));
+        self.disconnect(client);
+    }
+
+    /// A request (or a broken rule) from `client`.
+    pub fn inbound(&mut self, client: u64, inbound: Inbound) {
+        let phase = match self.sessions.get(&client) {
+            Some(s) => s.phase,
+            None => return,
+        };
+        if phase == Phase::Gone {
+            return;
+        }
+        match inbound {
+            Inbound::Violation(e) => self.refuse(client, 0, e),
+            Inbound::Request { id, request: Request::Hello { magic, version, name, priority, weight }, .. } => {
+                match self.hello(client, magic, version, name, priority, weight) {
+                    Ok(w) => self.reply(client, id, Ok(Reply::Welcome(w))),
+                    Err(e) => self.refuse(client, id, e),
+                }
+            }
+            Inbound::Request { id, .. } if phase == Phase::AwaitingHello => {
+                // The connection state machine lets nothing but Hello through first.
+                self.refuse(client, id, err(ErrorKind::Protocol, "the first request must be Hello"))
+            }
+            Inbound::Request { id, request: Request::Goodbye, .. } => {
+                self.reply(client, id, Ok(Reply::Done));
+                self.disconnect(client);
+            }
+            Inbound::Request { id, request, fd } => {
+                if let Some(result) = self.request(client, id, request, fd) {
+                    self.reply(client, id, result);
+                }
+            }
+        }
+    }
+
+    fn hello(
+        &mut self,
+        client: u64,
+        magic: [u8; 4],
+        version: u16,
+        name: String,
+        priority: i32,
+        weight: f64,
+    ) -> Result<Welcome, ErrorReply> {
+        if magic != MAGIC {
+            return Err(err(ErrorKind::Protocol, "Hello without the GMUX magic: not a gpumux client"));
+        }
+        if version != VERSION {
+            return Err(err(
+                ErrorKind::Version { daemon: VERSION, client: version },
+                format!("the daemon speaks protocol version {VERSION}, the client {version}: use matching versions"),
+            ));
+        }
+        if name.len() > MAX_NAME_BYTES {
+            return Err(err(ErrorKind::Invalid, format!("a name of {} bytes, over {MAX_NAME_BYTES}", name.len())));
+        }
+        let device_memory = self.backend.info().mem_bytes;
+        let sms = self.backend.info().num_sms as u32;
+        let (device, policy) = (self.backend.describe(), self.policy.clone());
+        let Some(s) = self.sessions.get_mut(&client) else {
+            return Err(err(ErrorKind::Protocol, "unknown client"));
+        };
+        check_priority(&s.limits, priority)?;
+        check_weight(&s.limits, weight)?;
+        let info = ProcessInfo::new(ProcessId(client as u32), format!("{name}#{client}"))
+            .with_priority(priority)
+            .with_weight(weight);
+        let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
+        s.streams.insert(StreamId::DEFAULT, Stream { slot, pending: 0, closing: false });
+        s.name = name;
+        s.priority = priority;
+        s.weight = weight;
+        s.phase = Phase::Open;
+        tracing::info!("client {client} `{}` (pid {}, uid {}) connected", s.name, s.peer.pid, s.peer.uid);
+        Ok(Welcome { version: VERSION, client, device, policy, sms, limits: s.limits.to_proto(device_memory) })
+    }
+
+    /// Serves one request; `None` when the answer comes later (from a completion).
+    fn request(
+        &mut self,
+        client: u64,
+        id: u64,
+        request: Request,
+        fd: Option<OwnedFd>,
+    ) -> Option<Result<Reply, ErrorReply>> {
+        let r = match request {
+            Request::Hello { .. } | Request::Goodbye => Err(err(ErrorKind::Protocol, "out of turn")),
+            Request::SetPriority(p) => self.set_priority(client, p),
+            Request::SetWeight(w) => self.set_weight(client, w),
+            Request::AttachShm { bytes } => self.attach_shm(client, bytes, fd),
+            Request::Alloc { bytes } => self.alloc(client, bytes),
+            Request::Free(b) => self.free(client, b),
+            Request::Memset { dst, value, bytes, stream } => self
+                .session(client)
+                .and_then(|s| validate::device_span(s, dst, bytes))
+                .and_then(|dst| {
+                    let work = OpWork::Memset { dst, value, bytes };
+                    self.submit_copy(client, stream, CopyDirection::DeviceToDevice, bytes, work, None)
+                })
+                .map(|_| Reply::Done),
+            Request::CopyDevice { src, dst, bytes, stream } => self
+                .session(client)
+                .and_then(|s| Ok((validate::device_span(s, src, bytes)?, validate::device_span(s, dst, bytes)?)))
+                .and_then(|(src, dst)| {
+                    let work = OpWork::DeviceCopy { src, dst, bytes };
+                    self.submit_copy(client, stream, CopyDirection::DeviceToDevice, bytes, work, None)
+                })
+                .map(|_| Reply::Done),
+            Request::CopyToDevice { dst, shm_offset, bytes, stream } => {
+                let checked = self.session(client).and_then(|s| {
+                    Ok((validate::device_span(s, dst, bytes)?, validate::shm_span(s, shm_offset, bytes)?))
+                });
+                return match checked.and_then(|(dst, region)| {
+                    let work = OpWork::ToDevice { dst, src: HostSpan { region, offset: shm_offset }, bytes };
+                    self.submit_copy(client, stream, CopyDirection::HostToDevice, bytes, work, Some(id))
+                }) {
+                    Ok(()) => None,
+                    Err(e) => Some(Err(e)),
+                };
+            }
+            Request::CopyToHost { src, shm_offset, bytes, stream } => {
+                let checked = self.session(client).and_then(|s| {
+                    Ok((validate::device_span(s, src, bytes)?, validate::shm_span(s, shm_offset, bytes)?))
+                });
+                return match checked.and_then(|(src, region)| {
+                    let work = OpWork::ToHost { src, dst: HostSpan { region, offset: shm_offset }, bytes };
+                    self.submit_copy(client, stream, CopyDirection::DeviceToHost, bytes, work, Some(id))
+                }) {
+                    Ok(()) => None,
+                    Err(e) => Some(Err(e)),
+                };
+            }
+            Request::LoadModule { name, source, options } => self.load_module(client, name, source, options),
+            Request::Launch(l) => self.launch(client, &l),
+            Request::CreateStream => self.create_stream(client),
+            Request::DestroyStream(st) => self.destroy_stream(client, st),
+            Request::SyncStream(st) => {
+                return match self.submit_op(client, st, StreamOp::Sync, None, OpKind::Sync { reply: id }) {
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e)),
+                }
+            }
+            Request::RecordEvent(st) => self.record_event(client, st),
+            Request::QueryEvent(e) => self.event(client, e).map(|ev| Reply::Query(ev.op.is_none())),
+            Request::WaitEvent(e) => {
+                return match self.sessions.get_mut(&client).and_then(|s| s.events.get_mut(&e)) {
+                    Some(ev) if ev.op.is_none() => Some(Ok(Reply::Done)),
+                    Some(ev) => {
+                        ev.waiters.push(id);
+                        None
+                    }
+                    None => Some(Err(no_event(e))),
+                }
+            }
+            Request::DestroyEvent(e) => match self.sessions.get_mut(&client).and_then(|s| s.events.remove(&e)) {
+                Some(ev) => {
+                    for w in ev.waiters {
+                        self.reply(client, w, Err(err(ErrorKind::Invalid, format!("event {} was destroyed", e.0))));
+                    }
+                    Ok(Reply::Done)
+                }
+                None => Err(no_event(e)),
+            },
+            Request::Status => Ok(Reply::Status(self.status())),
+        };
+        Some(r)
+    }
+
+    fn session(&self, client: u64) -> Result<&Session, ErrorReply> {
+        self.sessions.get(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))
+    }
+
+    fn session_mut(&mut self, client: u64) -> Result<&mut Session, ErrorReply> {
+        self.sessions.get_mut(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))
+    }
+
+    fn event(&self, client: u64, e: EventId) -> Result<&EventState, ErrorReply> {
+        self.session(client)?.events.get(&e).ok_or_else(|| no_event(e))
+    }
+
+    fn set_priority(&mut self, client: u64, p: i32) -> Result<Reply, ErrorReply> {
+        let s = self.sessions.get_mut(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))?;
+        check_priority(&s.limits, p)?;
+        s.priority = p;
+        for st in s.streams.values() {
+            self.engine.set_priority(st.slot, p).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
+        }
+        Ok(Reply::Done)
+    }
+
+    fn set_weight(&mut self, client: u64, w: f64) -> Result<Reply, ErrorReply> {
+        let s = self.sessions.get_mut(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))?;
+        check_weight(&s.limits, w)?;
+        s.weight = w;
+        let per_stream = s.stream_weight();
+        for st in s.streams.values() {
+            self.engine.set_weight(st.slot, per_stream).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
+        }
+        Ok(Reply::Done)
+    }
+
+    fn attach_shm(&mut self, client: u64, bytes: u64, fd: Option<OwnedFd>) -> Result<Reply, ErrorReply> {
+        let limit = self.session(client)?.limits.shm;
+        let fd =
+            fd.ok_or_else(|| err(ErrorKind::Invalid, "AttachShm came without a memfd (send it with SCM_RIGHTS)"))?;
+        if bytes > limit {
+            return Err(err(
+                ErrorKind::Quota,
+                format!("a shared region of {bytes} bytes is over your limit of {limit} bytes"),
+            ));
+        }
+        let region = Arc::new(ShmRegion::map(fd, bytes).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?);
+        self.backend.register_host(&region).map_err(|e| err(ErrorKind::Device, e.to_string()))?;
+        let waiting_for = self.client_ops(client);
+        let old = self.session_mut(client)?.region.replace(region);
+        if let Some(old) = old {
+            self.defer(waiting_for, Release::Region(old));
+        }
+        Ok(Reply::Done)
+    }
+
+    fn alloc(&mut self, client: u64, bytes: u64) -> Result<Reply, ErrorReply> {
+        let s = self.session(client)?;
+        if bytes == 0 {
+            return Err(err(ErrorKind::Invalid, "an allocation of 0 bytes"));
+        }
+        // Beyond the quota, the device's own memory is the limit (OutOfMemory).
+        let quota = s.limits.memory;
+        if s.memory_used.checked_add(bytes).is_none_or(|total| total > quota) {
+            return Err(err(
+                ErrorKind::Quota,
+                format!(
+                    "allocating {bytes} bytes would bring your device memory to {} bytes, over your quota of {quota} bytes (you hold {} bytes)",
+                    s.memory_used as u128 + bytes as u128,
+                    s.memory_used
+                ),
+            ));
+        }
+        let addr = self.backend.alloc(bytes).map_err(|e| match e {
+            MemError::OutOfMemory { .. } => err(ErrorKind::OutOfMemory, e.to_string()),
+            MemError::Device(m) => err(ErrorKind::Device, m),
+        })?;
+        let s = self.session_mut(client)?;
+        let id = BufferId(s.next_handle());
+        s.buffers.insert(id, Buffer { addr, bytes });
+        s.memory_used += bytes;
+        Ok(Reply::Buffer(id))
+    }
+
+    fn free(&mut self, client: u64, b: BufferId) -> Result<Reply, ErrorReply> {
+        let waiting_for = self.client_ops(client);
+        let s = self.session_mut(client)?;
+        let buf = s
+            .buffers
+            .remove(&b)
+            .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("buffer {} is not yours (or was freed)", b.0)))?;
+        s.memory_used -= buf.bytes;
+        self.defer(waiting_for, Release::Buffer(buf.addr));
+        Ok(Reply::Done)
+    }
+
+    /// The client's operations tracked now (what a release must wait for).
+    fn client_ops(&self, client: u64) -> Vec<OpId> {
+        let mut v: Vec<OpId> = self.ops.iter().filter(|(_, e)| e.client == client).map(|(op, _)| *op).collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn defer(&mut self, waiting_for: Vec<OpId>, release: Release) {
+        self.deferred.push(Deferred { waiting_for, release });
+        self.release_ready();
+    }
+
+    fn release_ready(&mut self) {
+        let ops = &self.ops;
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|d| d.waiting_for.iter().all(|op| !ops.contains_key(op)));
+        self.deferred = waiting;
+        for d in ready {
+            match d.release {
+                Release::Buffer(addr) => {
+                    if let Err(e) = self.backend.free(addr) {
+                        tracing::error!("freeing a buffer: {e}");
+                    }
+                }
+                Release::Region(r) => self.backend.unregister_host(&r),
+            }
+        }
+    }
+
+    fn load_module(
+        &mut self,
+        client: u64,
+        name: String,
+        source: String,
+        options: Vec<String>,
+    ) -> Result<Reply, ErrorReply> {
+        if name.len() > MAX_NAME_BYTES || source.len() > MAX_SOURCE_BYTES || options.len() > MAX_OPTIONS {
+            return Err(err(ErrorKind::Invalid, "module name, source or options over the protocol's limits"));
+        }
+        if options.iter().any(|o| o.len() > MAX_NAME_BYTES) {
+            return Err(err(ErrorKind::Invalid, format!("a compile option over {MAX_NAME_BYTES} bytes")));
+        }
+        self.session(client)?;
+        let image = self.backend.load_module(&name, &source, &options).map_err(|e| load_error(&name, e))?;
+        let s = self.session_mut(client)?;
+        let module = ModuleId(s.next_handle());
+        let mut entries = Vec::new();
+        let mut handles = Vec::new();
+        for k in image.kernels {
+            let kid = KernelId(s.next_handle());
+            entries.push(KernelEntry { name: k.name.clone(), kernel: kid, param_sizes: k.param_sizes.clone() });
+            handles.push(kid);
+            s.kernels.insert(kid, k);
+        }
+        s.modules.insert(module, LoadedModule { name, source, options, kernels: handles });
+        Ok(Reply::Module { module, kernels: entries, log: image.log, cached: image.cached })
+    }
+
+    fn launch(&mut self, client: u64, l: &gpumux_proto::Launch) -> Result<Reply, ErrorReply> {
+        let s = self.session(client)?;
+        let image = s
+            .kernels
+            .get(&l.kernel)
+            .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("kernel {} is not yours", l.kernel.0)))?;
+        let c = validate::launch(s, image, self.backend.info(), l)?;
+        let shape = KernelShape::new(c.blocks, c.threads, image.regs_per_thread).with_smem_per_block(c.smem);
+        // A client's kernel may write in place: a dropped block must not rerun.
+        let desc = KernelDesc::new(image.name.clone(), shape)
+            .with_idempotent(false)
+            .with_sim_timing(SimTiming::new(c.block_time_ns));
+        let work = OpWork::Kernel {
+            code: image.code,
+            grid: l.grid,
+            block: l.block,
+            shared_bytes: l.shared_bytes,
+            params: c.params,
+        };
+        let name = image.name.clone();
+        let op = StreamOp::Kernel { desc: Arc::new(desc), time_key: self.next_op };
+        self.submit_op(client, l.stream, op, Some(work), OpKind::Kernel { name })?;
+        Ok(Reply::Done)
+    }
+
+    fn submit_copy(
+        &mut self,
+        client: u64,
+        stream: StreamId,
+        direction: CopyDirection,
+        bytes: u64,
+        work: OpWork,
+        reply: Option<u64>,
+    ) -> Result<(), ErrorReply> {
+        self.submit_op(client, stream, StreamOp::Copy { direction, bytes }, Some(work), OpKind::Copy { reply })
+            .map(|_| ())
+    }
+
+    /// Submits an operation to a client's stream after the queued-ops check,
+    /// binding its work before the engine can start it.
+    fn submit_op(
+        &mut self,
+        client: u64,
+        stream: StreamId,
+        op: StreamOp,
+        work: Option<OpWork>,
+        kind: OpKind,
+    ) -> Result<OpId, ErrorReply> {
+        let now = self.backend.now();
+        let s = self.session(client)?;
+        let st = s.streams.get(&stream).filter(|st| !st.closing).ok_or_else(|| {
+            err(ErrorKind::NoSuchHandle, format!("stream {} is not yours (or was destroyed)", stream.0))
+        })?;
+        if s.in_flight >= s.limits.queued_ops {
+            return Err(err(
+                ErrorKind::Quota,
+                format!(
+                    "{} operations queued or running, your limit is {}: sync first",
+                    s.in_flight, s.limits.queued_ops
+                ),
+            ));
+        }
+        let slot = st.slot;
+        let id = self.engine.submit(now, slot, op).map_err(|e| match e {
+            EngineError::DoesNotFit(d) => err(ErrorKind::Invalid, d.to_string()),
+            other => err(ErrorKind::Invalid, other.to_string()),
+        })?;
+        self.next_op = id.0 + 1;
+        if let Some(w) = work {
+            self.backend.bind(id, w);
+        }
+        self.ops.insert(id, OpEntry { client, stream, kind, ended: false, launches: 0, copying: false });
+        if let Ok(s) = self.session_mut(client) {
+            s.in_flight += 1;
+            if let Some(st) = s.streams.get_mut(&stream) {
+                st.pending += 1;
+            }
+        }
+        Ok(id)
+    }
+
+    fn create_stream(&mut self, client: u64) -> Result<Reply, ErrorReply> {
+        let s = self.session_mut(client)?;
+        if s.streams.len() >= s.limits.queued_ops as usize {
+            return Err(err(ErrorKind::Quota, "as many streams as your queued-ops limit"));
+        }
+        let id = s.next_stream().ok_or_else(|| err(ErrorKind::Quota, "no stream ids left"))?;
+        let info = ProcessInfo::new(ProcessId(client as u32), format!("{}#{client}.{}", s.name, id.0))
+            .with_priority(s.priority)
+            .with_weight(0.0);
+        let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
+        let s = self.session_mut(client)?;
+        s.streams.insert(id, Stream { slot, pending: 0, closing: false });
+        self.reweigh(client);
+        Ok(Reply::Stream(id))
+    }
+
+    /// Splits a client's weight evenly among its streams again.
+    fn reweigh(&mut self, client: u64) {
+        let Some(s) = self.sessions.get(&client) else { return };
+        let w = s.stream_weight();
+        for st in s.streams.values() {
+            if let Err(e) = self.engine.set_weight(st.slot, w) {
+                tracing::error!("re-weighing client {client}: {e}");
+            }
+        }
+    }
+
+    fn destroy_stream(&mut self, client: u64, stream: StreamId) -> Result<Reply, ErrorReply> {
+        if stream == StreamId::DEFAULT {
+            return Err(err(ErrorKind::Invalid, "stream 0 lives as long as the connection"));
+        }
+        let s = self.session_mut(client)?;
+        let st = s
+            .streams
+            .get_mut(&stream)
+            .filter(|st| !st.closing)
+            .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("stream {} is not yours", stream.0)))?;
+        st.closing = true;
+        self.close_stream_if_idle(client, stream);
+        Ok(Reply::Done)
+    }
+
+    fn close_stream_if_idle(&mut self, client: u64, stream: StreamId) {
+        let Some(s) = self.sessions.get_mut(&client) else { return };
+        let Some(st) = s.streams.get(&stream).copied() else { return };
+        if !st.closing || st.pending > 0 {
+            return;
+        }
+        s.streams.remove(&stream);
+        if let Err(e) = self.engine.remove_process(self.backend.now(), st.slot) {
+            tracing::error!("removing client {client}'s stream {}: {e}", stream.0);
+        }
+        self.reweigh(client);
+    }
+
+    fn record_event(&mut self, client: u64, stream: StreamId) -> Result<Reply, ErrorReply> {
+        let e = EventId(self.session_mut(client)?.next_handle());
+        let op = self.submit_op(client, stream, StreamOp::Sync, None, OpKind::Event(e))?;
+        self.session_mut(client)?.events.insert(e, EventState { op: Some(op), waiters: Vec::new() });
+        Ok(Reply::Event(e))
+    }
+
+    /// The table of clients.
+    pub fn status(&self) -> Status {
+        let mut rows: BTreeMap<u64, ClientStatus> = BTreeMap::new();
+        for s in self.sessions.values().filter(|s| s.phase == Phase::Open) {
+            rows.insert(
+                s.id,
+                ClientStatus {
+                    client: s.id,
+                    pid: s.peer.pid,
+                    uid: s.peer.uid,
+                    gid: s.peer.gid,
+                    name: s.name.clone(),
+                    priority: s.priority,
+                    weight: s.weight,
+                    memory_used: s.memory_used,
+                    memory_quota: s.limits.memory.min(self.backend.info().mem_bytes),
+                    ops_queued: 0,
+                    ops_running: 0,
+                    sms_held: 0,
+                    preemptions: s.counters.preemptions,
+                    kernels_done: s.counters.kernels_done,
+                },
+            );
+        }
+        for e in self.ops.values() {
+            if let Some(r) = rows.get_mut(&e.client) {
+                if e.launches > 0 || e.copying {
+                    r.ops_running += 1;
+                } else if !e.ended {
+                    r.ops_queued += 1;
+                }
+            }
+        }
+        for (op, sms) in self.launches.values() {
+            if let Some(r) = self.ops.get(op).and_then(|e| rows.get_mut(&e.client)) {
+                r.sms_held += sms.len();
+            }
+        }
+        let memory_used = self.sessions.values().map(|s| s.buffers.values().map(|b| b.bytes).sum::<u64>()).sum();
+        Status {
+            device: self.backend.describe(),
+            policy: self.policy.clone(),
+            sms: self.backend.info().num_sms as u32,
+            memory_used,
+            memory_total: self.backend.info().mem_bytes,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            context_rebuilds: self.rebuilds,
+            clients: rows.into_values().collect(),
+        }
+    }
+
+    /// SMs held by device launches now, over all clients (gone ones included).
+    pub fn sms_held(&self) -> u32 {
+        self.launches.values().map(|(_, s)| s.len()).sum()
+    }
+
+    /// Device memory held by all sessions, gone ones included, and by frees
+    /// waiting for their operations.
+    pub fn memory_held(&self) -> u64 {
+        self.sessions.values().map(|s| s.buffers.values().map(|b| b.bytes).sum::<u64>()).sum()
+    }
+
+    // ------------------------------------------------------------- device
+
+    /// Exchanges commands, events and completions with the engine and the
+    /// device until nothing is left to do at this instant.
+    pub fn pump(&mut self) -> Result<(), CoreError> {
+        if let Some(at) = self.engine.poll_timeout() {
+            let now = self.backend.now();
+            if at <= now {
+                self.engine.handle_timeout(now);
+            }
+        }
+        for _ in 0..MAX_ROUNDS {
+            self.drain_completions();
+            let sent = self.drain_commands()?;
+            let mut events = std::mem::take(&mut self.events);
+            events.clear();
+            let t = match self.backend.poll(&mut events) {
+                Ok(t) => t,
+                Err(f) => {
+                    self.events = events;
+                    self.failure(f)?;
+                    continue;
+                }
+            };
+            if events.is_empty() && !sent {
+                self.events = events;
+                break;
+            }
+            for e in events.drain(..) {
+                self.track_event(&e);
+                self.engine.handle_event(t, e)?;
+            }
+            self.events = events;
+        }
+        self.drain_completions();
+        Ok(())
+    }
+
+    /// Sends the engine's commands to the device; true if any went.
+    fn drain_commands(&mut self) -> Result<bool, CoreError> {
+        let mut sent = false;
+        while let Some(cmd) = self.engine.poll_command()? {
+            sent = true;
+            self.track_command(&cmd);
+            if let Err(f) = self.backend.submit(cmd) {
+                self.failure(f)?;
+                return Ok(true);
+            }
+        }
+        Ok(sent)
+    }
+
+    fn track_command(&mut self, cmd: &Command) {
+        match cmd {
+            Command::Launch { launch, op, sms, .. } => {
+                self.launches.insert(*launch, (*op, *sms));
+                if let Some(e) = self.ops.get_mut(op) {
+                    e.launches += 1;
+                }
+            }
+            Command::Grow { launch, sms } => {
+                if let Some((_, held)) = self.launches.get_mut(launch) {
+                    *held = held.union(sms);
+                }
+            }
+            Command::Retreat { launch, .. } => {
+                let client = self.launches.get(launch).and_then(|(op, _)| self.ops.get(op)).map(|e| e.client);
+                if let Some(s) = client.and_then(|c| self.sessions.get_mut(&c)) {
+                    s.counters.preemptions += 1;
+                }
+            }
+            Command::Copy { copy, op, .. } => {
+                self.copies.insert(*copy, *op);
+                if let Some(e) = self.ops.get_mut(op) {
+                    e.copying = true;
+                }
+            }
+        }
+    }
+
+    fn track_event(&mut self, event: &Event) {
+        match event {
+            Event::SmReleased { launch, sm, .. } => {
+                if let Some((_, held)) = self.launches.get_mut(launch) {
+                    held.remove(*sm);
+                }
+            }
+            Event::LaunchEnded { launch, .. } => {
+                if let Some((op, _)) = self.launches.remove(launch) {
+                    if let Some(e) = self.ops.get_mut(&op) {
+                        e.launches = e.launches.saturating_sub(1);
+                    }
+                    self.maybe_finish(op);
+                }
+            }
+            Event::CopyDone { copy } => {
+                if let Some(op) = self.copies.remove(copy) {
+                    if let Some(e) = self.ops.get_mut(&op) {
+                        e.copying = false;
+                    }
+                    self.maybe_finish(op);
+                }
+            }
+        }
+    }
+
+    /// Turns the engine's completions into replies.
+    fn drain_completions(&mut self) {
+        while let Some(c) = self.engine.poll_completion() {
+            let Some(e) = self.ops.get_mut(&c.op) else { continue };
+            e.ended = true;
+            let (client, stream) = (e.client, e.stream);
+            let completed = c.outcome == OpOutcome::Completed;
+            // What to do, decided while `e` is borrowed, done after.
+            let (kernel_done, reply, event) = match &e.kind {
+                OpKind::Kernel { .. } => (completed, None, None),
+                OpKind::Copy { reply } => (false, reply.filter(|_| completed), None),
+                OpKind::Sync { reply } => (false, Some(*reply).filter(|_| completed), None),
+                OpKind::Event(ev) => (false, None, Some(*ev).filter(|_| completed)),
+            };
+            if kernel_done {
+                if let Some(s) = self.sessions.get_mut(&client) {
+                    s.counters.kernels_done += 1;
+                }
+            }
+            if let Some(id) = reply {
+                self.reply(client, id, Ok(Reply::Done));
+            }
+            if let Some(ev) = event {
+                let waiters = self
+                    .sessions
+                    .get_mut(&client)
+                    .and_then(|s| s.events.get_mut(&ev))
+                    .map(|st| {
+                        st.op = None;
+                        std::mem::take(&mut st.waiters)
+                    })
+                    .unwrap_or_default();
+                for w in waiters {
+                    self.reply(client, w, Ok(Reply::Done));
+                }
+            }
+            if let Some(st) = self.sessions.get_mut(&client).and_then(|s| s.streams.get_mut(&stream)) {
+                st.pending = st.pending.saturating_sub(1);
+            }
+            self.close_stream_if_idle(client, stream);
+            self.maybe_finish(c.op);
+        }
+    }
+
+    /// Forgets an operation that the engine ended and the device let go of.
+    fn maybe_finish(&mut self, op: OpId) {
+        let Some(e) = self.ops.get(&op) else { return };
+        if !e.ended || e.launches > 0 || e.copying {
+            return;
+        }
+        let client = e.client;
+        self.ops.remove(&op);
+        self.backend.unbind(op);
+        if let Some(s) = self.sessions.get_mut(&client) {
+            s.in_flight = s.in_flight.saturating_sub(1);
+        }
+        self.release_ready();
+        self.reap(client);
+    }
+
+    fn failure(&mut self, f: Failure) -> Result<(), CoreError> {
+        match f {
+            Failure::Fatal(e) => Err(CoreError::Device(e)),
+            Failure::ContextLost { suspects, what } => self.context_lost(&suspects, &what),
+        }
+    }
+
+    /// A kernel broke the context: tell every client what of its was lost,
+    /// fail what it waits for, and rebuild everything on a fresh context.
+    fn context_lost(&mut self, suspects: &[OpId], what: &str) -> Result<(), CoreError> {
+        self.rebuilds += 1;
+        tracing::warn!("the device context was lost ({what}); rebuilding it");
+        let culprits: HashSet<u64> = suspects.iter().filter_map(|op| self.ops.get(op)).map(|e| e.client).collect();
+        let mut ops: Vec<(OpId, OpEntry)> = self.ops.drain().collect();
+        ops.sort_by_key(|(op, _)| *op);
+        let mut lost: BTreeMap<u64, LostWork> = BTreeMap::new();
+        for (_, e) in &ops {
+            let l = lost.entry(e.client).or_default();
+            match &e.kind {
+                OpKind::Kernel { name } if !e.ended || e.launches > 0 => l.launches.push(name.clone()),
+                OpKind::Copy { .. } if !e.ended || e.copying => l.copies += 1,
+                _ => {}
+            }
+        }
+        // Notices first, then the failed waits, so a client reads why before what.
+        for s in self.sessions.values().filter(|s| s.phase == Phase::Open) {
+            let mut work = lost.get(&s.id).cloned().unwrap_or_default();
+            work.buffers = s.buffers.keys().copied().collect();
+            s.send(ServerFrame::Notice(Notice::ContextLost {
+                caused_by_you: culprits.contains(&s.id),
+                what: what.to_string(),
+                lost: work,
+            }));
+        }
+        for (_, e) in &ops {
+            let kind = if culprits.contains(&e.client) { ErrorKind::KernelFault } else { ErrorKind::ContextLost };
+            let launches = lost.get(&e.client).map(|l| l.launches.join(", ")).unwrap_or_default();
+            let message = if kind == ErrorKind::KernelFault {
+                format!("your kernel broke the device context ({what}); lost launches: [{launches}]; buffers must be re-filled")
+            } else {
+                format!("another client's kernel broke the device context ({what}); your lost launches: [{launches}]; buffers must be re-filled")
+            };
+            match &e.kind {
+                OpKind::Copy { reply: Some(id) } | OpKind::Sync { reply: id } if !e.ended => {
+                    self.reply(e.client, *id, Err(err(kind, message)))
+                }
+                OpKind::Event(ev) => {
+                    let waiters = self
+                        .sessions
+                        .get_mut(&e.client)
+                        .and_then(|s| s.events.get_mut(ev))
+                        .map(|st| {
+                            st.op = None;
+                            std::mem::take(&mut st.waiters)
+                        })
+                        .unwrap_or_default();
+                    for w in waiters {
+                        self.reply(e.client, w, Err(err(kind.clone(), message.clone())));
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.launches.clear();
+        self.copies.clear();
+        // Their memory went with the context.
+        self.deferred.clear();
+        self.sessions.retain(|_, s| s.phase != Phase::Gone);
+        self.backend.rebuild().map_err(CoreError::Rebuild)?;
+        self.engine = new_engine(self.backend.as_ref(), &self.policy)?;
+        self.next_op = 0;
+        let ids: Vec<u64> = self.sessions.keys().copied().collect();
+        for id in ids {
+            self.restore(id)?;
+        }
+        Ok(())
+    }
+
+    /// Puts a client back on a fresh context: its streams, buffers (same
+    /// handles, new addresses, contents undefined), region and modules.
+    fn restore(&mut self, client: u64) -> Result<(), CoreError> {
+        let Some(mut s) = self.sessions.remove(&client) else { return Ok(()) };
+        s.in_flight = 0;
+        s.streams.retain(|_, st| !st.closing);
+        let per_stream = s.stream_weight();
+        for (sid, st) in s.streams.iter_mut() {
+            let info = ProcessInfo::new(ProcessId(client as u32), format!("{}#{client}.{}", s.name, sid.0))
+                .with_priority(s.priority)
+                .with_weight(per_stream);
+            st.slot = self.engine.add_process(info)?;
+            st.pending = 0;
+        }
+        let mut dropped = Vec::new();
+        for (id, b) in s.buffers.iter_mut() {
+            match self.backend.alloc(b.bytes) {
+                Ok(addr) => b.addr = addr,
+                Err(e) => {
+                    tracing::error!("client {client}'s buffer {} cannot be re-allocated: {e}", id.0);
+                    dropped.push(*id);
+                }
+            }
+        }
+        for id in dropped {
+            if let Some(b) = s.buffers.remove(&id) {
+                s.memory_used -= b.bytes;
+            }
+        }
+        if let Some(r) = &s.region {
+            if let Err(e) = self.backend.register_host(r) {
+                tracing::error!("client {client}'s shared region cannot be registered again: {e}");
+                s.region = None;
+            }
+        }
+        for m in s.modules.values() {
+            match self.backend.load_module(&m.name, &m.source, &m.options) {
+                Ok(image) => {
+                    for (kid, k) in m.kernels.iter().zip(image.kernels) {
+                        s.kernels.insert(*kid, k);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!("client {client}'s module `{}` does not reload: {e}", m.name);
+                    for kid in &m.kernels {
+                        s.kernels.remove(kid);
+                    }
+                }
+            }
+        }
+        self.sessions.insert(client, s);
+        Ok(())
+    }
+
+    /// Tells every client the daemon stops, fails what they wait for, and lets them go.
+    pub fn shutdown(&mut self) {
+        let mut ops: Vec<_> = self.ops.iter().collect();
+        ops.sort_by_key(|(op, _)| **op);
+        for (_, e) in ops {
+            let id = match &e.kind {
+                OpKind::Copy { reply: Some(id) } | OpKind::Sync { reply: id } => Some(*id),
+                _ => None,
+            };
+            if let Some(id) = id {
+                self.reply(e.client, id, Err(err(ErrorKind::ShuttingDown, "the daemon is shutting down")));
+            }
+        }
+        for s in self.sessions.values_mut() {
+            let waiters: Vec<u64> = s.events.values_mut().flat_map(|ev| std::mem::take(&mut ev.waiters)).collect();
+            for id in waiters {
+                s.send(ServerFrame::Reply {
+                    id,
+                    result: Err(err(ErrorKind::ShuttingDown, "the daemon is shutting down")),
+                });
+            }
+            s.send(ServerFrame::Notice(Notice::ShuttingDown));
+            s.out = None;
+        }
+    }
+}
+
+fn check_priority(limits: &ClientLimits, p: i32) -> Result<(), ErrorReply> {
+    if p > limits.max_priority {
+        return Err(err(
+            ErrorKind::NotPermitted,
+            format!("priority {p} is over your limit of {}", limits.max_priority),
+        ));
+    }
+    Ok(())
+}
+
+fn check_weight(limits: &ClientLimits, w: f64) -> Result<(), ErrorReply> {
+    if !(w.is_finite() && w > 0.0) {
+        return Err(err(ErrorKind::Invalid, format!("a weight must be a number > 0, not {w}")));
+    }
+    if w > limits.max_weight {
+        return Err(err(ErrorKind::NotPermitted, format!("weight {w} is over your limit of {}", limits.max_weight)));
+    }
+    Ok(())
+}
+
+fn no_event(e: EventId) -> ErrorReply {
+    err(ErrorKind::NoSuchHandle, format!("event {} is not yours (or was destroyed)", e.0))
+}
+
+fn load_error(name: &str, e: LoadError) -> ErrorReply {
+    match e {
+        LoadError::Transform { line, message } => err(ErrorKind::Transform { line }, format!("{name}: {message}")),
+        LoadError::Compile { log } => err(ErrorKind::Compile, format!("{name} does not compile:\n{log}")),
+        LoadError::Device(m) => err(ErrorKind::Device, m),
+    }
+}

@@ -1,0 +1,253 @@
+//! The socket side: bind, accept, check the peer's credentials against the
+//! config before anything else, then one reader and one writer thread per
+//! client. Readers turn bytes into [`Inbound`]s through a [`Connection`] and
+//! pass them to the core; writers send what the core queues for them.
+
+use crate::config::Config;
+use crate::conn::{Connection, Inbound};
+use crate::core::CoreMsg;
+use crate::session::Peer;
+use gpumux_proto::{encode_frame, ErrorKind, ErrorReply, ServerFrame};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Bytes one `recvmsg` reads at most.
+const READ_CHUNK: usize = 64 << 10;
+/// Descriptors one `recvmsg` takes at most (more are closed by the kernel's truncation, reported as MSG_CTRUNC).
+const MAX_FDS_PER_READ: usize = 4;
+/// A writer gives up on a client that does not read for this long.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the accept loop looks at the shutdown flag.
+const ACCEPT_POLL_MS: i32 = 100;
+
+/// Why the socket could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Another daemon answers on the path.
+    #[error("a daemon already answers on {0} (stop it, or give another --socket)")]
+    InUse(String),
+    /// Creating the directory, removing a stale socket or binding failed.
+    #[error("cannot listen on {path}: {source}")]
+    Bind {
+        /// The socket path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Binds `path`: creates its directory if missing, refuses if a live daemon
+/// answers there, replaces a stale socket file.
+pub fn bind(path: &Path) -> Result<UnixListener, ServerError> {
+    let bind_err = |source| ServerError::Bind { path: path.display().to_string(), source };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(bind_err)?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(ServerError::InUse(path.display().to_string()));
+        }
+        tracing::info!("removing the stale socket {}", path.display());
+        std::fs::remove_file(path).map_err(bind_err)?;
+    }
+    let listener = UnixListener::bind(path).map_err(bind_err)?;
+    // Anyone may reach the socket; who may talk is the config's to decide (SO_PEERCRED).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(bind_err)?;
+    Ok(listener)
+}
+
+/// The kernel's word on who is at the other end.
+pub fn peer_credentials(stream: &UnixStream) -> std::io::Result<Peer> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt fills a ucred of the size given on a socket we own.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(Peer { pid: cred.pid, uid: cred.uid, gid: cred.gid })
+}
+
+/// Reads what is there (blocking): bytes into `buf`, and the descriptors that
+/// came with them. `Ok(0)` at end of stream.
+fn recv_with_fds(stream: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> std::io::Result<usize> {
+    let space = unsafe { libc::CMSG_SPACE((MAX_FDS_PER_READ * std::mem::size_of::<libc::c_int>()) as u32) } as usize;
+    let mut cmsg = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cmsg.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    let n = loop {
+        // SAFETY: msg describes live buffers of the lengths given.
+        let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    // SAFETY: walking the control messages recvmsg wrote, with the libc macros.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<libc::c_int>();
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<libc::c_int>();
+                for i in 0..count {
+                    // Each descriptor is ours now: owned, so closed if unused.
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(n)
+}
+
+/// Set by SIGINT/SIGTERM.
+static SHUTDOWN: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    SHUTDOWN.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGINT and SIGTERM ask the accept loop to stop.
+pub fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Whether a signal asked the daemon to stop.
+pub fn shutdown_requested() -> bool {
+    SHUTDOWN.load(Ordering::SeqCst)
+}
+
+fn send_frame(stream: &mut UnixStream, frame: &ServerFrame) -> std::io::Result<()> {
+    let bytes = encode_frame(frame).map_err(std::io::Error::other)?;
+    stream.write_all(&bytes)
+}
+
+/// Accepts clients until `stop()` says so; their threads' handles go to `threads`.
+pub fn serve(
+    listener: &UnixListener,
+    config: &Config,
+    core: &Sender<CoreMsg>,
+    threads: &mut Vec<JoinHandle<()>>,
+    mut stop: impl FnMut() -> bool,
+) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let mut next_client = 1u64;
+    while !stop() {
+        let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd, valid for the call.
+        unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL_MS) };
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => continue,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                continue;
+            }
+        };
+        threads.retain(|t| !t.is_finished());
+        let client = next_client;
+        next_client += 1;
+        if let Err(e) = admit(client, stream, config, core, threads) {
+            tracing::warn!("client {client}: {e}");
+        }
+    }
+    Ok(())
+}
+
+fn admit(
+    client: u64,
+    mut stream: UnixStream,
+    config: &Config,
+    core: &Sender<CoreMsg>,
+    threads: &mut Vec<JoinHandle<()>>,
+) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let peer = peer_credentials(&stream)?;
+    let Some(limits) = config.limits_for(peer.uid, peer.gid).cloned() else {
+        tracing::info!("refused pid {} uid {} gid {}: not allowed by the config", peer.pid, peer.uid, peer.gid);
+        let e = ErrorReply::new(
+            ErrorKind::NotPermitted,
+            format!(
+                "uid {} (gid {}) may not use this daemon: its config has no [[allow]] entry for it",
+                peer.uid, peer.gid
+            ),
+        );
+        send_frame(&mut stream, &ServerFrame::Reply { id: 0, result: Err(e) })?;
+        return Ok(());
+    };
+    let (tx, rx) = channel::<ServerFrame>();
+    let mut writer = stream.try_clone()?;
+    let reader = stream;
+    threads.push(std::thread::Builder::new().name(format!("gpumuxd-w{client}")).spawn(move || {
+        for frame in rx {
+            if let Err(e) = send_frame(&mut writer, &frame) {
+                tracing::debug!("client {client}: write failed: {e}");
+                break;
+            }
+        }
+        let _ = writer.shutdown(std::net::Shutdown::Both);
+    })?);
+    core.send(CoreMsg::Connected { client, peer, limits, out: tx }).map_err(std::io::Error::other)?;
+    let core = core.clone();
+    threads.push(std::thread::Builder::new().name(format!("gpumuxd-r{client}")).spawn(move || {
+        read_loop(client, &reader, &core);
+    })?);
+    Ok(())
+}
+
+fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>) {
+    let mut conn = Connection::new();
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut out: Vec<Inbound> = Vec::new();
+    loop {
+        let mut fds = Vec::new();
+        let n = match recv_with_fds(stream, &mut buf, &mut fds) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        conn.receive(&buf[..n], fds, &mut out);
+        for inbound in out.drain(..) {
+            if core.send(CoreMsg::Inbound { client, inbound }).is_err() {
+                return;
+            }
+        }
+        if conn.is_broken() {
+            // The core answers the violation and closes the connection.
+            return;
+        }
+    }
+    let _ = core.send(CoreMsg::Disconnected { client });
+}

@@ -1,0 +1,183 @@
+//! A client's state in the core: who it is, its limits, and the handles it
+//! holds. Every handle table is per session, so another client's handle is
+//! simply unknown here (`NoSuchHandle`), never someone else's buffer.
+
+use crate::backend::{DevAddr, KernelImage};
+use crate::config::ClientLimits;
+use crate::shm::ShmRegion;
+use gpumux_engine::ids::{OpId, Slot};
+use gpumux_proto::{BufferId, EventId, KernelId, ModuleId, ServerFrame, StreamId};
+use std::collections::BTreeMap;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+/// The peer's credentials, as `SO_PEERCRED` reported them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Process id.
+    pub pid: i32,
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+/// Where a session is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Connected; its `Hello` has not come yet.
+    AwaitingHello,
+    /// Welcomed; requests are served.
+    Open,
+    /// Disconnected; kept only until none of its work is on the device, then
+    /// its memory is freed and the session dropped.
+    Gone,
+}
+
+/// A device buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Buffer {
+    /// Where it lives now (a rebuilt context gives a new one).
+    pub addr: DevAddr,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// A loaded module, kept so it can be reloaded into a rebuilt context.
+#[derive(Clone, Debug)]
+pub struct LoadedModule {
+    /// Its name, for errors.
+    pub name: String,
+    /// Its source.
+    pub source: String,
+    /// Its compile options.
+    pub options: Vec<String>,
+    /// Its kernels' handles, in the order the device listed them.
+    pub kernels: Vec<KernelId>,
+}
+
+/// A stream: one engine process.
+#[derive(Clone, Copy, Debug)]
+pub struct Stream {
+    /// The engine's handle.
+    pub slot: Slot,
+    /// Operations submitted to the engine and not yet completed there.
+    pub pending: u32,
+    /// `DestroyStream` came: removed once `pending` is 0.
+    pub closing: bool,
+}
+
+/// An event: a sync operation on a stream.
+#[derive(Clone, Debug, Default)]
+pub struct EventState {
+    /// The sync operation, while it has not completed.
+    pub op: Option<OpId>,
+    /// Ids of `WaitEvent` requests to answer when it completes.
+    pub waiters: Vec<u64>,
+}
+
+/// Counters for `Status`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    /// Retreat commands against its launches.
+    pub preemptions: u64,
+    /// Kernels completed.
+    pub kernels_done: u64,
+}
+
+/// One client (module doc).
+#[derive(Debug)]
+pub struct Session {
+    /// Its number.
+    pub id: u64,
+    /// Its credentials.
+    pub peer: Peer,
+    /// Its limits, from the config.
+    pub limits: ClientLimits,
+    /// Frames to its writer; `None` once it is gone.
+    pub out: Option<Sender<ServerFrame>>,
+    /// Where it is in its life.
+    pub phase: Phase,
+    /// From its `Hello`.
+    pub name: String,
+    /// Priority of all its streams.
+    pub priority: i32,
+    /// Weight, split evenly among its streams.
+    pub weight: f64,
+    /// Its buffers.
+    pub buffers: BTreeMap<BufferId, Buffer>,
+    /// Bytes of its buffers (freed ones no longer count).
+    pub memory_used: u64,
+    /// Its shared region.
+    pub region: Option<Arc<ShmRegion>>,
+    /// Its modules.
+    pub modules: BTreeMap<ModuleId, LoadedModule>,
+    /// Its kernels.
+    pub kernels: BTreeMap<KernelId, KernelImage>,
+    /// Its streams (stream 0 from the handshake).
+    pub streams: BTreeMap<StreamId, Stream>,
+    /// Its events.
+    pub events: BTreeMap<EventId, EventState>,
+    /// Operations of it the core tracks (in the engine or on the device).
+    pub in_flight: u32,
+    /// For `Status`.
+    pub counters: Counters,
+    next_handle: u64,
+    next_stream: u32,
+}
+
+impl Session {
+    /// A session for a peer that connected and was admitted with `limits`.
+    pub fn new(id: u64, peer: Peer, limits: ClientLimits, out: Sender<ServerFrame>) -> Session {
+        Session {
+            id,
+            peer,
+            limits,
+            out: Some(out),
+            phase: Phase::AwaitingHello,
+            name: String::new(),
+            priority: 0,
+            weight: 1.0,
+            buffers: BTreeMap::new(),
+            memory_used: 0,
+            region: None,
+            modules: BTreeMap::new(),
+            kernels: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            events: BTreeMap::new(),
+            in_flight: 0,
+            counters: Counters::default(),
+            next_handle: 1,
+            next_stream: 1,
+        }
+    }
+
+    /// A fresh handle number (buffers, modules, kernels and events share the
+    /// counter, so a handle of one kind is never valid as another by accident).
+    pub fn next_handle(&mut self) -> u64 {
+        let h = self.next_handle;
+        self.next_handle += 1;
+        h
+    }
+
+    /// A fresh stream id.
+    pub fn next_stream(&mut self) -> Option<StreamId> {
+        let s = self.next_stream;
+        self.next_stream = s.checked_add(1)?;
+        Some(StreamId(s))
+    }
+
+    /// Sends a frame to its writer (dropped if it is gone).
+    pub fn send(&self, frame: ServerFrame) {
+        if let Some(out) = &self.out {
+            // A writer that has ended means the client is going away; its
+            // reader's disconnect will follow.
+            let _ = out.send(frame);
+        }
+    }
+
+    /// The weight each of its streams gets in the engine.
+    pub fn stream_weight(&self) -> f64 {
+        self.weight / self.streams.len().max(1) as f64
+    }
+}
