@@ -13,6 +13,7 @@
 //! * [`backend`]: what the daemon needs of a device; the simulated and the CUDA one.
 //! * [`shm`]: a client's shared-memory region.
 //! * [`validate`]: the checks every request field passes before use.
+//! * [`harness`]: the request path in-process (property tests, fuzzing).
 //! * [`daemon`]: the options and [`run`], what `gpumuxd` and `gpumux daemon` call.
 
 #![warn(missing_docs)]
@@ -22,6 +23,7 @@ pub mod config;
 pub mod conn;
 pub mod core;
 pub mod daemon;
+pub mod harness;
 pub mod server;
 pub mod session;
 pub mod shm;

@@ -1,0 +1,220 @@
+//! A daemon process on the simulated device and a minimal client speaking
+//! only `gpumux-proto` over a real socket (the client library is not used).
+#![allow(dead_code)]
+
+use gpumux_proto::*;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// A `gpumuxd` child on `sim:h100`, stopped with SIGTERM on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub socket: PathBuf,
+    dir: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(config: Option<&str>) -> Daemon {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("gpumuxd-test-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("sub").join("g.sock");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpumuxd"));
+        cmd.env("RUST_LOG", "warn");
+        cmd.args(["--device", "sim:h100", "--socket"]).arg(&socket);
+        if let Some(text) = config {
+            let path = dir.join("config.toml");
+            std::fs::write(&path, text).unwrap();
+            cmd.arg("--config").arg(path);
+        }
+        let child = cmd.spawn().expect("gpumuxd starts");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while UnixStream::connect(&socket).is_err() {
+            assert!(Instant::now() < deadline, "gpumuxd did not listen on {}", socket.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child, socket, dir }
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().unwrap()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.alive() {
+            self.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub struct Client {
+    pub sock: UnixStream,
+    reader: FrameReader,
+    next_id: u64,
+    pub notices: Vec<Notice>,
+    /// Replies that came while waiting for another.
+    early: Vec<(u64, Result<Reply, ErrorReply>)>,
+}
+
+impl Client {
+    pub fn connect(d: &Daemon) -> Client {
+        Client::connect_to(&d.socket)
+    }
+
+    pub fn connect_to(socket: &std::path::Path) -> Client {
+        let sock = UnixStream::connect(socket).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Client { sock, reader: FrameReader::new(), next_id: 1, notices: Vec::new(), early: Vec::new() }
+    }
+
+    pub fn hello(d: &Daemon, name: &str, priority: i32) -> (Client, Welcome) {
+        let mut c = Client::connect(d);
+        let w = c.call(Request::Hello { magic: MAGIC, version: VERSION, name: name.into(), priority, weight: 1.0 });
+        match w {
+            Ok(Reply::Welcome(w)) => (c, w),
+            other => panic!("no welcome: {other:?}"),
+        }
+    }
+
+    pub fn send(&mut self, request: Request) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.sock.write_all(&encode_frame(&ClientFrame { id, request }).unwrap()).unwrap();
+        id
+    }
+
+    /// Sends `AttachShm` with `fd` alongside (SCM_RIGHTS).
+    pub fn attach(&mut self, fd: &OwnedFd, bytes: u64) -> Result<Reply, ErrorReply> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let frame = encode_frame(&ClientFrame { id, request: Request::AttachShm { bytes } }).unwrap();
+        unsafe {
+            let space = libc::CMSG_SPACE(4) as usize;
+            let mut cmsg = vec![0u64; space.div_ceil(8)];
+            let mut iov = libc::iovec { iov_base: frame.as_ptr() as *mut _, iov_len: frame.len() };
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cmsg.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd.as_raw_fd());
+            assert_eq!(libc::sendmsg(self.sock.as_raw_fd(), &msg, 0), frame.len() as isize);
+        }
+        self.wait(id)
+    }
+
+    /// The next frame, or None at end of stream.
+    pub fn next_frame(&mut self) -> Option<ServerFrame> {
+        loop {
+            if let Some(body) = self.reader.next_body().unwrap() {
+                return Some(decode_frame_body(&body).unwrap());
+            }
+            let mut buf = [0u8; 65536];
+            match self.sock.read(&mut buf) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.reader.extend(&buf[..n]),
+            }
+        }
+    }
+
+    pub fn wait(&mut self, id: u64) -> Result<Reply, ErrorReply> {
+        if let Some(i) = self.early.iter().position(|(i, _)| *i == id) {
+            return self.early.remove(i).1;
+        }
+        loop {
+            match self.next_frame().expect("the daemon closed the connection") {
+                ServerFrame::Reply { id: got, result } if got == id => return result,
+                ServerFrame::Reply { id: got, result } => self.early.push((got, result)),
+                ServerFrame::Notice(n) => self.notices.push(n),
+            }
+        }
+    }
+
+    pub fn call(&mut self, request: Request) -> Result<Reply, ErrorReply> {
+        let id = self.send(request);
+        self.wait(id)
+    }
+
+    pub fn ok(&mut self, request: Request) -> Reply {
+        let name = request.name();
+        self.call(request).unwrap_or_else(|e| panic!("{name}: {e:?}"))
+    }
+
+    pub fn alloc(&mut self, bytes: u64) -> BufferId {
+        match self.ok(Request::Alloc { bytes }) {
+            Reply::Buffer(b) => b,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    pub fn load(&mut self, source: &str) -> Vec<KernelEntry> {
+        match self.ok(Request::LoadModule { name: "t.cu".into(), source: source.into(), options: vec![] }) {
+            Reply::Module { kernels, .. } => kernels,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    pub fn status(&mut self) -> Status {
+        match self.ok(Request::Status) {
+            Reply::Status(s) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+pub fn launch(kernel: KernelId, blocks: u32, block_time_ns: u64, args: Vec<Arg>) -> Request {
+    Request::Launch(Launch {
+        kernel,
+        grid: [blocks, 1, 1],
+        block: [128, 1, 1],
+        shared_bytes: 0,
+        args,
+        stream: StreamId(0),
+        block_time_ns: Some(block_time_ns),
+    })
+}
+
+/// A memfd of `bytes`, sealed against shrinking, as the client library makes it.
+pub fn memfd(bytes: u64) -> OwnedFd {
+    unsafe {
+        let fd = libc::memfd_create(c"gpumux-test".as_ptr(), libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, bytes as i64), 0);
+        assert_eq!(libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK), 0);
+        OwnedFd::from_raw_fd(fd)
+    }
+}
+
+pub fn pwrite(fd: &OwnedFd, offset: u64, data: &[u8]) {
+    let n = unsafe { libc::pwrite(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), offset as i64) };
+    assert_eq!(n, data.len() as isize);
+}
+
+pub fn pread(fd: &OwnedFd, offset: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    let n = unsafe { libc::pread(fd.as_raw_fd(), v.as_mut_ptr().cast(), len, offset as i64) };
+    assert_eq!(n, len as isize);
+    v
+}
+
+pub fn own_uid() -> u32 {
+    unsafe { libc::geteuid() }
+}
