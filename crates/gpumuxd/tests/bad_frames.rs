@@ -81,7 +81,10 @@ fn bad_client(r: &mut Rng, frames: &mut u64) -> (Vec<Vec<u8>>, bool) {
             let mut b = (n as u32).to_le_bytes().to_vec();
             let body = r.bytes(n);
             // A body that happens to decode as a Hello is a good client.
-            let hello = matches!(decode_frame_body::<ClientFrame>(&body), Ok(ClientFrame { request: Request::Hello { .. }, .. }));
+            let hello = matches!(
+                decode_frame_body::<ClientFrame>(&body),
+                Ok(ClientFrame { request: Request::Hello { .. }, .. })
+            );
             b.extend(body);
             *frames += 1;
             (vec![b], !hello)
@@ -170,7 +173,12 @@ fn a_million_bad_frames_never_break_the_daemon() {
     let alloc = frame(2, Request::Alloc { bytes: 4096 });
     let memset = frame(
         3,
-        Request::Memset { dst: BufferSlice { buffer: BufferId(1), offset: 0 }, value: 7, bytes: 4096, stream: StreamId(0) },
+        Request::Memset {
+            dst: BufferSlice { buffer: BufferId(1), offset: 0 },
+            value: 7,
+            bytes: 4096,
+            stream: StreamId(0),
+        },
     );
     let sync = frame(4, Request::SyncStream(StreamId(0)));
     let out = h.connection(&[&hello(), &alloc, &memset, &sync]).expect("core works");
