@@ -191,7 +191,8 @@ fn a_trapping_kernel_loses_the_context_and_both_clients_go_on() {
     let gsync = good.send(Request::SyncStream(StreamId(0)));
     std::thread::sleep(Duration::from_millis(50));
     let bbuf = bad.alloc(64);
-    bad.ok(launch(kb[1].kernel, 4, 1_000_000, vec![Arg::Buffer(slice(bbuf, 0))]));
+    // Its first block ends (and the context breaks) 200 ms after launch: time for the sync to queue behind it.
+    bad.ok(launch(kb[1].kernel, 4, 200_000_000, vec![Arg::Buffer(slice(bbuf, 0))]));
     let e = bad.call(Request::SyncStream(StreamId(0))).unwrap_err();
     assert_eq!(e.kind, ErrorKind::KernelFault, "{e:?}");
     match bad.notices.as_slice() {
