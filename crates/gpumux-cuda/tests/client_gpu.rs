@@ -35,9 +35,17 @@ fn device_or_skip(test: &str) -> Option<(MutexGuard<'static, ()>, ClientDevice)>
     }
 }
 
+/// An example client kernel's source (compiled in, so the test binary runs anywhere).
 fn example(name: &str) -> String {
-    let path = format!("{}/../../examples/clients/kernels/{name}.cu", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    let src = match name {
+        "vector_add" => include_str!("../../../examples/clients/kernels/vector_add.cu"),
+        "matmul" => include_str!("../../../examples/clients/kernels/matmul.cu"),
+        "histogram" => include_str!("../../../examples/clients/kernels/histogram.cu"),
+        "stencil" => include_str!("../../../examples/clients/kernels/stencil.cu"),
+        "fault" => include_str!("../../../examples/clients/kernels/fault.cu"),
+        other => panic!("no example kernel {other}"),
+    };
+    src.to_string()
 }
 
 /// Advances until `done` says the events seen so far are enough (10 s at most).
@@ -212,8 +220,9 @@ fn a_preempted_client_kernel_equals_its_native_launch() {
 }
 
 #[test]
-fn a_faulting_kernel_loses_the_context_and_a_rebuild_recovers() {
-    let Some((_gpu, mut d)) = device_or_skip("a_faulting_kernel_loses_the_context_and_a_rebuild_recovers") else {
+fn z_a_faulting_kernel_loses_the_context_last_as_it_poisons_the_process() {
+    let Some((_gpu, mut d)) = device_or_skip("z_a_faulting_kernel_loses_the_context_last_as_it_poisons_the_process")
+    else {
         return;
     };
     let compiled = module::compile("fault", &example("fault"), &[], d.arch()).expect("compile");
@@ -232,27 +241,25 @@ fn a_faulting_kernel_loses_the_context_and_a_rebuild_recovers() {
     let all = SmSet::range(0, d.info().num_sms);
     let err = match d.submit(d.now(), launch(7, 1, BlockRanges::full(1), all, 1)) {
         Err(e) => e,
-        Ok(()) => run_until(&mut d, ended(LaunchId(1))).err().expect("the fault is seen"),
+        Ok(()) => run_until(&mut d, ended(LaunchId(1))).expect_err("the fault is seen"),
     };
     let lost = ContextLost::find(&err).unwrap_or_else(|| panic!("not a lost context: {err:?}"));
     eprintln!("{lost}");
     assert_eq!(d.in_flight(), vec![OpId(7)], "the faulting launch is the suspect");
-    d.rebuild().expect("rebuild");
-    assert_eq!(d.allocated(), 0, "allocations are lost with the context");
-    assert!(d.free(p).is_err(), "an allocation of the old context is not one of the new");
-    // SAFETY: a kernel binds no host memory.
-    let stale = unsafe {
-        d.bind(
-            OpId(8),
-            ClientWork::Kernel {
-                kernel: h,
-                grid: [1, 1, 1],
-                block: [32, 1, 1],
-                shared_bytes: 0,
-                params: vec![vec![0; 8]],
-            },
-        )
-    };
-    assert!(stale.is_err(), "kernels are lost with the context");
-    round_trip(&mut d, 20);
+    // On an H100 with driver 580 the driver keeps the fault for the whole
+    // process: a new context fails too, and the rebuild says the process
+    // must restart (docs/daemon-cuda.md). Where a rebuild succeeds, the new
+    // context must work and hold nothing of the old.
+    match d.rebuild() {
+        Err(e) => assert!(e.to_string().contains("must be restarted"), "{e}"),
+        Ok(()) => {
+            assert_eq!(d.allocated(), 0, "allocations are lost with the context");
+            assert!(d.free(p).is_err(), "an allocation of the old context is not one of the new");
+            let params = vec![vec![0; 8]];
+            let stale = ClientWork::Kernel { kernel: h, grid: [1, 1, 1], block: [32, 1, 1], shared_bytes: 0, params };
+            // SAFETY: a kernel binds no host memory.
+            assert!(unsafe { d.bind(OpId(8), stale) }.is_err(), "kernels are lost with the context");
+            round_trip(&mut d, 20);
+        }
+    }
 }

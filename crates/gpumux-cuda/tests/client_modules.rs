@@ -15,9 +15,17 @@ fn nvrtc_or_skip(test: &str) -> bool {
     false
 }
 
+/// An example client kernel's source (compiled in, so the test binary runs anywhere).
 fn example(name: &str) -> String {
-    let path = format!("{}/../../examples/clients/kernels/{name}.cu", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    let src = match name {
+        "vector_add" => include_str!("../../../examples/clients/kernels/vector_add.cu"),
+        "matmul" => include_str!("../../../examples/clients/kernels/matmul.cu"),
+        "histogram" => include_str!("../../../examples/clients/kernels/histogram.cu"),
+        "stencil" => include_str!("../../../examples/clients/kernels/stencil.cu"),
+        "fault" => include_str!("../../../examples/clients/kernels/fault.cu"),
+        other => panic!("no example kernel {other}"),
+    };
+    src.to_string()
 }
 
 #[test]

@@ -310,7 +310,16 @@ impl ClientDevice {
         // context (the driver may give its value to a new object).
         self.st = None;
         self.out.clear();
-        self.ctx.recreate()?;
+        self.ctx.recreate().map_err(|e| match ContextLost::of(&e) {
+            // Seen on an H100 (driver 580): after an illegal address, a new
+            // context in the same process fails with the same error. The
+            // driver poisons the process, not only the context.
+            Some(lost) => CudaError::Invalid(format!(
+                "a new context could not be created ({lost}): the CUDA driver keeps a fault's error for the \
+                 whole process, which must be restarted to use the GPU again"
+            )),
+            None => e,
+        })?;
         self.st = Some(InContext::new(&self.ctx)?);
         for &(ptr, bytes) in &self.host {
             super::memory::register(ptr as *mut u8, bytes)?;
