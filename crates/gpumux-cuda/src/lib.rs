@@ -10,7 +10,8 @@
 //! * [`launch_plan`]: native or workers, and the chunk, from a kernel's measured block time;
 //! * [`preempt`]: control records, launch on an SM set, retreat, resume;
 //! * [`exec`]: runs a suite workload natively, as workers, or under random preemption;
-//! * [`device`]: the engine's `Device` trait on a real GPU (`gpumux run --device cuda:N`).
+//! * [`device`]: the engine's `Device` trait on a real GPU (`gpumux run --device cuda:N`);
+//! * [`client`]: the same machinery for clients' own kernels, memory and copies (the daemon's).
 //!
 //! The measurements (overhead, preemption latency, spatial sharing) and the
 //! `gpumux-cuda-check` program live in the `gpumux-cuda-bench` crate, on top
@@ -18,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod device;
 pub mod error;
 pub mod exec;

@@ -64,10 +64,28 @@ pub fn compile_log(name: &str, src: &str, arch: u32) -> Result<String> {
 
 /// Compiles `src` for compute capability `arch` (e.g. 90) to CUBIN, from cache when seen before.
 pub fn compile(name: &str, src: &str, arch: u32, name_exprs: &[&str]) -> Result<Arc<Compiled>> {
+    compile_with(name, src, arch, &[], name_exprs).map(|(c, _)| c)
+}
+
+/// [`compile`] with `extra` options after gpumux's own (the architecture,
+/// `-lineinfo`, and `-std=c++17` unless `extra` names a standard); also
+/// says whether the result came from the cache. The caller vets `extra`
+/// (options that change the architecture or the output are its to refuse).
+pub fn compile_with(
+    name: &str,
+    src: &str,
+    arch: u32,
+    extra: &[String],
+    name_exprs: &[&str],
+) -> Result<(Arc<Compiled>, bool)> {
     if !nvrtc_present() {
         return Err(CudaError::NoNvrtc);
     }
-    let opts = [format!("--gpu-architecture=sm_{arch}"), "-std=c++17".to_string(), "-lineinfo".to_string()];
+    let mut opts = vec![format!("--gpu-architecture=sm_{arch}"), "-lineinfo".to_string()];
+    if !extra.iter().any(|o| o.starts_with("-std") || o.starts_with("--std")) {
+        opts.insert(1, "-std=c++17".to_string());
+    }
+    opts.extend(extra.iter().cloned());
     let mut h = Sha256::new();
     h.update(src.as_bytes());
     for o in opts.iter().map(String::as_str).chain(name_exprs.iter().copied()) {
@@ -77,11 +95,11 @@ pub fn compile(name: &str, src: &str, arch: u32, name_exprs: &[&str]) -> Result<
     let key: [u8; 32] = h.finalize().into();
     let poisoned = |_| CudaError::Poisoned("the compile cache");
     if let Some(c) = cache().lock().map_err(poisoned)?.get(&key) {
-        return Ok(c.clone());
+        return Ok((c.clone(), true));
     }
     let compiled = Arc::new(compile_uncached(name, src, &opts, name_exprs, key)?);
     cache().lock().map_err(poisoned)?.insert(key, compiled.clone());
-    Ok(compiled)
+    Ok((compiled, false))
 }
 
 fn compile_uncached(name: &str, src: &str, opts: &[String], name_exprs: &[&str], key: [u8; 32]) -> Result<Compiled> {

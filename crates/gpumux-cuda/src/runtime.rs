@@ -91,40 +91,50 @@ fn attr(dev: cu::CUdevice, a: cu::CUdevice_attribute) -> Result<i32> {
     Ok(v)
 }
 
+/// Initialises the driver and describes GPU `ordinal`, creating no context.
+/// A clear error, never a panic, without a driver or a GPU.
+pub(crate) fn query_device(ordinal: i32) -> Result<(cu::CUdevice, DeviceSummary)> {
+    if !driver_present() {
+        return Err(CudaError::NoDriver("libcuda.so not found on the loader path".into()));
+    }
+    // SAFETY: the driver library is present; every call gets valid out-pointers.
+    unsafe {
+        driver_result("cuInit", cu::cuInit(0)).map_err(CudaError::NoGpu)?;
+        let mut count = 0;
+        check("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
+        if ordinal >= count {
+            return Err(CudaError::NoSuchGpu { ordinal, count });
+        }
+        let mut dev = 0;
+        check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
+        let mut name = [0 as std::ffi::c_char; 256];
+        check("cuDeviceGetName", cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev))?;
+        let mut driver_version = 0;
+        check("cuDriverGetVersion", cu::cuDriverGetVersion(&mut driver_version))?;
+        let mut mem = 0usize;
+        check("cuDeviceTotalMem", cu::cuDeviceTotalMem_v2(&mut mem, dev))?;
+        use cu::CUdevice_attribute as A;
+        let summary = DeviceSummary {
+            name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
+            compute_capability: (
+                attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
+                attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
+            ),
+            sm_count: attr(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+            driver_version,
+            memory_bytes: mem as u64,
+        };
+        Ok((dev, summary))
+    }
+}
+
 impl Gpu {
     /// Opens GPU `ordinal` (its primary context, made current on this
     /// thread). A clear error, never a panic, without a driver or a GPU.
     pub fn open(ordinal: i32) -> Result<Gpu> {
-        if !driver_present() {
-            return Err(CudaError::NoDriver("libcuda.so not found on the loader path".into()));
-        }
-        // SAFETY: the driver library is present; every call gets valid out-pointers.
+        let (dev, summary) = query_device(ordinal)?;
+        // SAFETY: dev is a device of the initialised driver; out-pointers to locals.
         unsafe {
-            driver_result("cuInit", cu::cuInit(0)).map_err(CudaError::NoGpu)?;
-            let mut count = 0;
-            check("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
-            if ordinal >= count {
-                return Err(CudaError::NoSuchGpu { ordinal, count });
-            }
-            let mut dev = 0;
-            check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
-            let mut name = [0 as std::ffi::c_char; 256];
-            check("cuDeviceGetName", cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev))?;
-            let mut driver_version = 0;
-            check("cuDriverGetVersion", cu::cuDriverGetVersion(&mut driver_version))?;
-            let mut mem = 0usize;
-            check("cuDeviceTotalMem", cu::cuDeviceTotalMem_v2(&mut mem, dev))?;
-            use cu::CUdevice_attribute as A;
-            let summary = DeviceSummary {
-                name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
-                compute_capability: (
-                    attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
-                    attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
-                ),
-                sm_count: attr(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
-                driver_version,
-                memory_bytes: mem as u64,
-            };
             let mut ctx = std::ptr::null_mut();
             check("cuDevicePrimaryCtxRetain", cu::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
             check("cuCtxSetCurrent", cu::cuCtxSetCurrent(ctx))?;
@@ -164,10 +174,7 @@ impl Gpu {
         if let Some(x) = m.get(&compiled.key) {
             return Ok(x.clone());
         }
-        let mut module = std::ptr::null_mut();
-        // SAFETY: the CUBIN outlives the call; the driver copies it.
-        check("cuModuleLoadData", unsafe { cu::cuModuleLoadData(&mut module, compiled.cubin.as_ptr().cast()) })?;
-        let module = Arc::new(Module { raw: module, name: name.to_string(), profiles: Arc::default() });
+        let module = Arc::new(Module::load(name, &compiled.cubin)?);
         m.insert(compiled.key, module.clone());
         Ok(module)
     }
@@ -203,6 +210,14 @@ unsafe impl Send for Module {}
 unsafe impl Sync for Module {}
 
 impl Module {
+    /// Loads a CUBIN into the current context (unloaded when dropped).
+    pub fn load(name: &str, cubin: &[u8]) -> Result<Module> {
+        let mut module = std::ptr::null_mut();
+        // SAFETY: the CUBIN outlives the call; the driver copies it.
+        check("cuModuleLoadData", unsafe { cu::cuModuleLoadData(&mut module, cubin.as_ptr().cast()) })?;
+        Ok(Module { raw: module, name: name.to_string(), profiles: Arc::default() })
+    }
+
     /// The kernel `name` (its exported, `extern "C"` name).
     pub fn function(&self, name: &str) -> Result<Function> {
         let c = std::ffi::CString::new(name)
@@ -212,6 +227,17 @@ impl Module {
         driver_result("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr()) })
             .map_err(|source| CudaError::MissingKernel { kernel: name.into(), module: self.name.clone(), source })?;
         Ok(Function { raw: f, name: name.to_string(), profiles: self.profiles.clone() })
+    }
+}
+
+impl Drop for Module {
+    /// Unloads it; its [`Function`]s must not be launched afterwards (owners
+    /// keep the module as long as its functions).
+    fn drop(&mut self) {
+        // SAFETY: loaded by cuModuleLoadData; errors at teardown have no one to go to.
+        unsafe {
+            cu::cuModuleUnload(self.raw);
+        }
     }
 }
 
@@ -230,6 +256,26 @@ unsafe impl Send for Function {}
 unsafe impl Sync for Function {}
 
 impl Function {
+    /// A function attribute (`cuFuncGetAttribute`): registers, static shared memory, ….
+    pub fn attribute(&self, a: cu::CUfunction_attribute) -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: out-pointer to a local; valid function.
+        check("cuFuncGetAttribute", unsafe { cu::cuFuncGetAttribute(&mut v, a, self.raw) })?;
+        Ok(v)
+    }
+
+    /// (offset, size) in bytes of its first `count` parameters (`cuFuncGetParamInfo`, CUDA 12.4+).
+    pub fn param_layout(&self, count: usize) -> Result<Vec<(usize, usize)>> {
+        (0..count)
+            .map(|i| {
+                let (mut offset, mut size) = (0usize, 0usize);
+                // SAFETY: out-pointers to locals; valid function.
+                check("cuFuncGetParamInfo", unsafe { cu::cuFuncGetParamInfo(self.raw, i, &mut offset, &mut size) })?;
+                Ok((offset, size))
+            })
+            .collect()
+    }
+
     /// Resident blocks per SM for this block size and dynamic shared memory.
     pub fn blocks_per_sm(&self, threads: u32, dyn_smem: u32) -> Result<u32> {
         let mut n = 0;
@@ -506,7 +552,11 @@ unsafe impl Sync for Stream {}
 impl Stream {
     /// A non-blocking stream; `priority` is clamped to the device's range.
     pub fn new(gpu: &Gpu, priority: i32) -> Result<Stream> {
-        let (least, greatest) = gpu.priority_range;
+        Stream::in_range(gpu.priority_range, priority)
+    }
+    /// A non-blocking stream in the current context; `priority` is clamped
+    /// to `(least, greatest)`, the context's range.
+    pub fn in_range((least, greatest): (i32, i32), priority: i32) -> Result<Stream> {
         let p = priority.clamp(greatest.min(least), greatest.max(least));
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
@@ -558,6 +608,20 @@ impl Stream {
     /// `src` must point to `bytes` readable bytes that live until the copy ran.
     pub unsafe fn copy_to_device_async(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
         check("cuMemcpyHtoDAsync", unsafe { cu::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.raw) })
+    }
+    /// Asynchronous device-to-device copy.
+    ///
+    /// # Safety
+    /// Both ranges must be device memory of `bytes` bytes that lives until the copy ran.
+    pub unsafe fn copy_on_device_async(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        check("cuMemcpyDtoDAsync", unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.raw) })
+    }
+    /// Asynchronously sets `bytes` bytes at `dst` to `value`.
+    ///
+    /// # Safety
+    /// The range must be device memory that lives until the memset ran.
+    pub unsafe fn memset_async(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        check("cuMemsetD8Async", unsafe { cu::cuMemsetD8Async(dst, value, bytes, self.raw) })
     }
     /// Asynchronous device-to-host copy.
     ///

@@ -59,6 +59,17 @@ pub enum TransformError {
     },
 }
 
+impl TransformError {
+    /// The 1-based source line it names.
+    pub fn line(&self) -> usize {
+        match self {
+            TransformError::Unsupported { line, .. }
+            | TransformError::Reserved { line, .. }
+            | TransformError::Parse { line, .. } => *line,
+        }
+    }
+}
+
 /// What the transformation learnt about one kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelInfo {

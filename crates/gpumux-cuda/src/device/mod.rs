@@ -47,5 +47,6 @@ pub mod verify;
 
 pub use cuda_device::CudaDevice;
 pub use registry::device_info;
+pub(crate) use state::info_of;
 pub use suite_ref::{check_workload, Refusal, SuiteTarget, WorkloadRefused, SUPPORTED};
 pub use verify::{KernelCheck, Verdict, Verification};

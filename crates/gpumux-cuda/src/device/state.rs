@@ -14,7 +14,7 @@ use super::suite_ref::AppConfig;
 use crate::error::CudaError;
 use crate::exec::Prepared;
 use crate::preempt::WorkerLaunch;
-use crate::runtime::{DeviceBuffer, Gpu, HostMapped, Stream};
+use crate::runtime::{DeviceBuffer, DeviceSummary, Gpu, HostMapped, Stream};
 use crate::suite::{self, compare, App, HostData, Sequence};
 use cudarc::driver::sys as cu;
 use gpumux_engine::ids::ProcessId;
@@ -127,35 +127,7 @@ impl GpuState {
 
     /// What the engine needs to know about the GPU.
     pub fn info(&self) -> Result<DeviceInfo, CudaError> {
-        use cu::CUdevice_attribute as A;
-        let gpu = &self.gpu;
-        let sum = &gpu.summary;
-        // Peak memory bandwidth from clock and bus width (DDR: two transfers a clock).
-        let bw = match (
-            gpu.attr(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
-            gpu.attr(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
-        ) {
-            (Ok(khz), Ok(bits)) if khz > 0 && bits > 0 => 2.0 * khz as f64 * 1e3 * bits as f64 / 8.0,
-            _ => DEFAULT_BANDWIDTH,
-        };
-        Ok(DeviceInfo {
-            name: format!("cuda:{} {}", gpu.ordinal, sum.name),
-            num_sms: u16::try_from(sum.sm_count)
-                .ok()
-                .filter(|&n| n as usize <= gpumux_engine::smset::MAX_SMS)
-                .ok_or_else(|| CudaError::Invalid(format!("{} SMs: more than gpumux handles", sum.sm_count)))?,
-            sm: SmLimits {
-                max_threads: gpu.attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)? as u32,
-                max_blocks: gpu.attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)? as u32,
-                registers: gpu.attr(A::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR)? as u32,
-                smem_bytes: gpu.attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u32,
-            },
-            mem_bandwidth: bw,
-            // Not queryable: PCIe 5 x16 as measured by pinned copies, order of magnitude.
-            pcie_bandwidth: 50e9,
-            pcie_latency_ns: 10_000,
-            mem_bytes: sum.memory_bytes,
-        })
+        info_of(&self.gpu.summary, self.gpu.ordinal, |a| self.gpu.attr(a))
     }
 
     /// Starts a new run: every kernel's inputs back to their initial state,
@@ -270,4 +242,38 @@ fn cpu_reference_is_cheap(app: App, size: u64) -> bool {
         App::Nbody => size <= 16384,
         _ => size <= 1 << 28,
     }
+}
+
+/// What the engine needs to know about GPU `ordinal`, described by `sum`,
+/// whose attributes `attr` reads.
+pub(crate) fn info_of(
+    sum: &DeviceSummary,
+    ordinal: i32,
+    attr: impl Fn(cu::CUdevice_attribute) -> Result<i32, CudaError>,
+) -> Result<DeviceInfo, CudaError> {
+    use cu::CUdevice_attribute as A;
+    // Peak memory bandwidth from clock and bus width (DDR: two transfers a clock).
+    let bw =
+        match (attr(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE), attr(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)) {
+            (Ok(khz), Ok(bits)) if khz > 0 && bits > 0 => 2.0 * khz as f64 * 1e3 * bits as f64 / 8.0,
+            _ => DEFAULT_BANDWIDTH,
+        };
+    Ok(DeviceInfo {
+        name: format!("cuda:{ordinal} {}", sum.name),
+        num_sms: u16::try_from(sum.sm_count)
+            .ok()
+            .filter(|&n| n as usize <= gpumux_engine::smset::MAX_SMS)
+            .ok_or_else(|| CudaError::Invalid(format!("{} SMs: more than gpumux handles", sum.sm_count)))?,
+        sm: SmLimits {
+            max_threads: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)? as u32,
+            max_blocks: attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)? as u32,
+            registers: attr(A::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR)? as u32,
+            smem_bytes: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u32,
+        },
+        mem_bandwidth: bw,
+        // Not queryable: PCIe 5 x16 as measured by pinned copies, order of magnitude.
+        pcie_bandwidth: 50e9,
+        pcie_latency_ns: 10_000,
+        mem_bytes: sum.memory_bytes,
+    })
 }

@@ -1,12 +1,247 @@
-//! The CUDA device behind the daemon.
-//!
-//! PLACEHOLDER in branch i13-d only: another helper writes the real backend
-//! (branch i13-c); the lead replaces this file at merge. Until then
-//! `--device cuda:N` fails with the error below rather than pretending.
+//! The CUDA device behind the daemon: [`gpumux_cuda::client::ClientDevice`]
+//! (clients' kernels as preemptible workers on a context of the daemon's
+//! own) behind the [`Backend`] trait (docs/daemon.md, "The CUDA backend").
 
-use super::Backend;
+use super::{
+    Backend, DevAddr, Failure, HostSpan, KernelCode, KernelImage, LoadError, MemError, MemInfo, ModuleImage, OpWork,
+    Wake,
+};
+use crate::shm::ShmRegion;
+use gpumux_cuda::client::module::{self, ModuleError};
+use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, MemoryError};
+use gpumux_cuda::error::Chain;
+use gpumux_cuda::CudaError;
+use gpumux_engine::device::{Command, Device, DeviceError, Event, ReleaseCause};
+use gpumux_engine::ids::OpId;
+use gpumux_engine::kernel::DeviceInfo;
+use gpumux_engine::time::Nanos;
+use std::collections::HashMap;
+use std::sync::Arc;
 
-/// Opens GPU `ordinal` as a daemon backend.
-pub fn open(ordinal: i32) -> Result<Box<dyn Backend>, anyhow::Error> {
-    anyhow::bail!("the CUDA backend is not built yet in this branch (cuda:{ordinal}); use --device sim:h100")
+/// Opens GPU `ordinal` for the daemon.
+pub fn open(ordinal: i32) -> anyhow::Result<Box<dyn Backend>> {
+    let device = ClientDevice::open(ordinal).map_err(|e| anyhow::anyhow!("opening cuda:{ordinal}: {}", Chain(&e)))?;
+    Ok(Box::new(CudaBackend {
+        device,
+        regions: Vec::new(),
+        refused: HashMap::new(),
+        bound: HashMap::new(),
+        pending: Vec::new(),
+    }))
+}
+
+/// [`ClientDevice`] as a [`Backend`].
+pub struct CudaBackend {
+    device: ClientDevice,
+    /// Registered regions, kept mapped while registered (and registered again by a rebuild).
+    regions: Vec<Arc<ShmRegion>>,
+    /// Operations whose binding the device refused (the daemon checks first,
+    /// so this is a bug's trace): their launches end at once, having run nothing.
+    refused: HashMap<OpId, String>,
+    /// Host spans of bound copies, kept alive with them.
+    bound: HashMap<OpId, HostSpan>,
+    /// Events of refused operations, for the next poll.
+    pending: Vec<Event>,
+}
+
+fn mem_error(e: MemoryError) -> MemError {
+    match e {
+        MemoryError::OutOfMemory { bytes, free, total } => MemError::OutOfMemory { bytes, free, total },
+        other => MemError::Device(Chain(&other).to_string()),
+    }
+}
+
+fn cuda_mem_error(e: CudaError) -> MemError {
+    MemError::Device(Chain(&e).to_string())
+}
+
+impl CudaBackend {
+    /// A device error as the core's failure: a lost context with its suspects, or fatal.
+    fn failure(&self, e: DeviceError) -> Failure {
+        match ContextLost::find(&e) {
+            Some(lost) => Failure::ContextLost { suspects: self.device.in_flight(), what: lost.to_string() },
+            None => Failure::Fatal(e),
+        }
+    }
+
+    fn host_ptr(span: &HostSpan, bytes: u64) -> Option<HostPtr> {
+        let offset = usize::try_from(span.offset).ok()?;
+        span.region.contains(span.offset, bytes).then(|| {
+            // SAFETY: offset + bytes is within the mapped region (checked above).
+            HostPtr(unsafe { span.region.as_ptr().add(offset) })
+        })
+    }
+}
+
+impl Backend for CudaBackend {
+    fn describe(&self) -> String {
+        self.device.describe()
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        self.device.info()
+    }
+
+    fn mem_info(&mut self) -> Result<MemInfo, MemError> {
+        let (free, total) = self.device.mem_info().map_err(cuda_mem_error)?;
+        Ok(MemInfo { free, total })
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+        self.device.alloc(bytes).map_err(mem_error)
+    }
+
+    fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
+        self.device.free(addr).map_err(mem_error)
+    }
+
+    fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {
+        if region.is_empty() || self.regions.iter().any(|r| Arc::ptr_eq(r, region)) {
+            return Ok(());
+        }
+        // SAFETY: the region stays mapped while `self.regions` holds it, until unregister_host.
+        unsafe { self.device.register_host(region.as_ptr(), region.len()) }.map_err(cuda_mem_error)?;
+        self.regions.push(region.clone());
+        Ok(())
+    }
+
+    fn unregister_host(&mut self, region: &ShmRegion) {
+        let Some(i) = self.regions.iter().position(|r| std::ptr::eq(Arc::as_ptr(r), region)) else { return };
+        let r = self.regions.swap_remove(i);
+        self.device.unregister_host(r.as_ptr());
+    }
+
+    fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
+        let compiled = module::compile(name, source, options, self.device.arch()).map_err(|e| match e {
+            ModuleError::Transform(t) => {
+                LoadError::Transform { line: u32::try_from(t.line()).unwrap_or(u32::MAX), message: t.to_string() }
+            }
+            ModuleError::Compile { log } => LoadError::Compile { log },
+            other => LoadError::Device(Chain(&other).to_string()),
+        })?;
+        let (kernels, log) =
+            self.device.load_module(name, &compiled).map_err(|e| LoadError::Device(Chain(&e).to_string()))?;
+        let kernels = kernels
+            .into_iter()
+            .map(|(h, k)| KernelImage {
+                name: k.name,
+                code: KernelCode(h.0),
+                param_sizes: Some(k.param_sizes),
+                regs_per_thread: k.regs_per_thread,
+                static_smem: k.static_smem,
+                max_threads_per_block: k.max_threads_per_block,
+            })
+            .collect();
+        Ok(ModuleImage { kernels, log, cached: compiled.cached })
+    }
+
+    fn bind(&mut self, op: OpId, work: OpWork) {
+        let (work, span) = match work {
+            OpWork::Kernel { code, grid, block, shared_bytes, params } => {
+                (Some(ClientWork::Kernel { kernel: KernelHandle(code.0), grid, block, shared_bytes, params }), None)
+            }
+            OpWork::ToDevice { dst, src, bytes } => {
+                (Self::host_ptr(&src, bytes).map(|src| ClientWork::ToDevice { dst, src, bytes }), Some(src))
+            }
+            OpWork::ToHost { src, dst, bytes } => {
+                (Self::host_ptr(&dst, bytes).map(|dst| ClientWork::ToHost { src, dst, bytes }), Some(dst))
+            }
+            OpWork::DeviceCopy { src, dst, bytes } => (Some(ClientWork::DeviceCopy { src, dst, bytes }), None),
+            OpWork::Memset { dst, value, bytes } => (Some(ClientWork::Memset { dst, value, bytes }), None),
+        };
+        let Some(work) = work else {
+            self.refused.insert(op, "a host span outside its shared region".into());
+            return;
+        };
+        // SAFETY: host spans point into regions the daemon registered; the
+        // span (an Arc of its region) is kept in `self.bound` until unbind.
+        match unsafe { self.device.bind(op, work) } {
+            Ok(()) => {
+                if let Some(span) = span {
+                    self.bound.insert(op, span);
+                }
+            }
+            Err(e) => {
+                tracing::error!("the CUDA device refused operation {op}: {e}");
+                self.refused.insert(op, e.to_string());
+            }
+        }
+    }
+
+    fn unbind(&mut self, op: OpId) {
+        self.refused.remove(&op);
+        self.device.unbind(op);
+        self.bound.remove(&op);
+    }
+
+    fn now(&self) -> Nanos {
+        self.device.now()
+    }
+
+    fn submit(&mut self, command: Command) -> Result<(), Failure> {
+        if let Some(why) = refused_op(&command).and_then(|op| self.refused.get(&op)) {
+            tracing::error!("not running {command:?}: its binding was refused ({why})");
+            self.pending.extend(ended_at_once(&command));
+            return Ok(());
+        }
+        let now = self.device.now();
+        match self.device.submit(now, command) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.failure(e)),
+        }
+    }
+
+    fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
+        events.append(&mut self.pending);
+        let now = self.device.now();
+        match self.device.advance(Some(now), events) {
+            Ok(t) => Ok(t),
+            Err(e) => Err(self.failure(e)),
+        }
+    }
+
+    fn next_wake(&self) -> Wake {
+        if self.device.busy() || !self.pending.is_empty() {
+            Wake::Spin
+        } else {
+            Wake::Idle
+        }
+    }
+
+    fn rebuild(&mut self) -> Result<(), MemError> {
+        self.pending.clear();
+        self.refused.clear();
+        self.bound.clear();
+        self.device.rebuild().map_err(cuda_mem_error)
+    }
+}
+
+/// The operation a launch or copy serves.
+fn refused_op(command: &Command) -> Option<OpId> {
+    match command {
+        Command::Launch { op, .. } | Command::Copy { op, .. } => Some(*op),
+        Command::Grow { .. } | Command::Retreat { .. } => None,
+    }
+}
+
+/// What the engine hears of a launch or copy that ends without running:
+/// its SMs released, its blocks reported done, the copy done.
+fn ended_at_once(command: &Command) -> Vec<Event> {
+    match command {
+        Command::Launch { launch, blocks, sms, .. } => {
+            let mut out: Vec<Event> = sms
+                .iter()
+                .map(|sm| Event::SmReleased { launch: *launch, sm, cause: ReleaseCause::Exhausted })
+                .collect();
+            out.push(Event::LaunchEnded {
+                launch: *launch,
+                remaining: Default::default(),
+                saved: Vec::new(),
+                completed: blocks.len(),
+            });
+            out
+        }
+        Command::Copy { copy, .. } => vec![Event::CopyDone { copy: *copy }],
+        Command::Grow { .. } | Command::Retreat { .. } => Vec::new(),
+    }
 }

@@ -1,0 +1,650 @@
+//! [`ClientDevice`]: the engine's [`Device`] contract over clients' own
+//! kernels and copies, on a context of its own ([`ClientContext`]).
+//!
+//! The command machinery is the suite device's ([`crate::device`] says how
+//! each command is realised): launches as preemptible workers
+//! ([`WorkerLaunch`]) restricted to the launch's SMs, on a stream of the
+//! launch's priority; every retreat mechanism as a drain at the next chunk
+//! boundary; grow as retreat + restart on the larger set; copies on copy
+//! streams (host to device, device to host, on the device), each answered
+//! by an event. What differs is what a launch runs: the work bound to the
+//! command's operation ([`ClientWork`]), and engine block `i` *is* the
+//! client kernel's linearised block `i` (no mapping).
+
+use super::context::ClientContext;
+use super::fault::ContextLost;
+use super::module::{ClientKernel, CompiledModule};
+use super::work::{BindError, ClientWork, KernelHandle};
+use crate::error::CudaError;
+use crate::launch_plan::Chunk;
+use crate::preempt::{SmMask, WorkerLaunch};
+use crate::runtime::{Event as CuEvent, Module, Stream};
+use gpumux_engine::device::{Command, Device, DeviceError, DeviceStats, Event, Message, ProtocolError, ReleaseCause};
+use gpumux_engine::ids::{CopyId, LaunchId, OpId};
+use gpumux_engine::kernel::DeviceInfo;
+use gpumux_engine::ranges::BlockRanges;
+use gpumux_engine::smset::SmSet;
+use gpumux_engine::time::Nanos;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A bound kernel operation.
+struct KernelOp {
+    kernel: ClientKernel,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    params: Vec<Vec<u8>>,
+    /// Blocks not yet run.
+    left: BlockRanges,
+    /// Idle workers (control records) of this operation, reused by its relaunches.
+    pool: Vec<WorkerLaunch>,
+    /// Unbound while launched: forgotten when its launch ends.
+    unbound: bool,
+}
+
+/// One engine launch in flight.
+struct Live {
+    op: OpId,
+    requested: BlockRanges,
+    /// SMs the launch holds (its workers' mask after the next restart).
+    sms: SmSet,
+    /// SMs to announce as released once the current workers have left.
+    releasing: SmSet,
+    stream: Stream,
+    /// Workers queued or running on `stream`.
+    segs: Vec<WorkerLaunch>,
+    /// Workers have been asked to retreat.
+    stopping: bool,
+    /// SMs the current workers run on.
+    mask: SmSet,
+    started: Nanos,
+}
+
+struct CopyInFlight {
+    copy: CopyId,
+    op: OpId,
+    done: CuEvent,
+}
+
+/// Which copy stream serves a copy: host to device, device to host, on the device.
+const H2D: usize = 0;
+const D2H: usize = 1;
+const ON_DEVICE: usize = 2;
+
+/// Everything that lives in the context: dropped before the context is
+/// destroyed (so no stale handle outlives it), made again after.
+pub(super) struct InContext {
+    ctl: Stream,
+    copy_streams: [Stream; 3],
+    copies: [VecDeque<CopyInFlight>; 3],
+    /// Idle launch streams by CUDA priority.
+    streams: HashMap<i32, Vec<Stream>>,
+    pub(super) kernels: HashMap<KernelHandle, (ClientKernel, Arc<Module>)>,
+    ops: HashMap<OpId, KernelOp>,
+    copy_ops: HashMap<OpId, ClientWork>,
+    launches: HashMap<LaunchId, Live>,
+    /// Allocations: address → bytes.
+    pub(super) allocations: HashMap<u64, u64>,
+}
+
+impl InContext {
+    fn new(ctx: &ClientContext) -> Result<InContext, CudaError> {
+        let low = |_| Stream::in_range(ctx.priority_range, ctx.priority_range.0);
+        Ok(InContext {
+            ctl: Stream::in_range(ctx.priority_range, ctx.priority_range.1)?,
+            copy_streams: [low(())?, low(())?, low(())?],
+            copies: Default::default(),
+            streams: HashMap::new(),
+            kernels: HashMap::new(),
+            ops: HashMap::new(),
+            copy_ops: HashMap::new(),
+            launches: HashMap::new(),
+            allocations: HashMap::new(),
+        })
+    }
+}
+
+/// A real GPU serving clients' kernels and copies (module doc).
+pub struct ClientDevice {
+    pub(super) ctx: ClientContext,
+    /// `None` only while a rebuild is under way or after one failed.
+    pub(super) st: Option<InContext>,
+    /// Host ranges registered (address, bytes): registered again after a rebuild.
+    pub(super) host: Vec<(usize, usize)>,
+    info: DeviceInfo,
+    start: Instant,
+    chunk: Chunk,
+    next_kernel: u64,
+    out: Vec<Event>,
+    stats: DeviceStats,
+}
+
+/// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
+pub(super) fn failed(what: impl Into<String>) -> impl FnOnce(CudaError) -> DeviceError {
+    move |e| match ContextLost::of(&e) {
+        Some(lost) => DeviceError::backend(what, lost),
+        None => DeviceError::backend(what, e),
+    }
+}
+
+/// `st`, with `ctx` made current (a free function, so that callers may
+/// borrow the device's other fields meanwhile).
+fn state_of<'a>(ctx: &ClientContext, st: &'a mut Option<InContext>) -> Result<&'a mut InContext, CudaError> {
+    ctx.bind()?;
+    st.as_mut().ok_or_else(|| CudaError::Invalid("the device's context failed to rebuild".into()))
+}
+
+fn sm_mask(sms: SmSet) -> SmMask {
+    let mut mask = SmMask::empty();
+    for sm in sms.iter() {
+        mask.insert(sm.0 as u32);
+    }
+    mask
+}
+
+/// Blocks of `requested` still in `left`.
+fn still_to_run(requested: &BlockRanges, left: &BlockRanges) -> BlockRanges {
+    let mut out = BlockRanges::new();
+    for r in requested.ranges() {
+        for w in left.within(r.clone()) {
+            out.insert(w);
+        }
+    }
+    out
+}
+
+impl ClientDevice {
+    /// Opens GPU `ordinal` with a context of its own.
+    pub fn open(ordinal: i32) -> Result<ClientDevice, CudaError> {
+        let ctx = ClientContext::create(ordinal)?;
+        let info = crate::device::info_of(&ctx.summary, ordinal, |a| ctx.attr(a))?;
+        let st = InContext::new(&ctx)?;
+        let chunk = std::env::var("GPUMUX_CUDA_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or_default();
+        Ok(ClientDevice {
+            ctx,
+            st: Some(st),
+            host: Vec::new(),
+            info,
+            start: Instant::now(),
+            chunk,
+            next_kernel: 1,
+            out: Vec::new(),
+            stats: DeviceStats::default(),
+        })
+    }
+
+    /// The GPU, in words (`NVIDIA H100 80GB HBM3 (cuda:0)`).
+    pub fn describe(&self) -> String {
+        format!("{} (cuda:{})", self.ctx.summary.name, self.ctx.ordinal)
+    }
+
+    /// The architecture modules are compiled for (90 on Hopper).
+    pub fn arch(&self) -> u32 {
+        self.ctx.arch()
+    }
+
+    /// Device time now: ns since the device opened.
+    pub fn now(&self) -> Nanos {
+        self.start.elapsed().as_nanos() as Nanos
+    }
+
+    /// The context-bound state, with the context made current.
+    pub(super) fn state(&mut self) -> Result<&mut InContext, CudaError> {
+        state_of(&self.ctx, &mut self.st)
+    }
+
+    /// Loads a compiled client module; each kernel gets a handle.
+    pub fn load_module(
+        &mut self,
+        name: &str,
+        compiled: &CompiledModule,
+    ) -> Result<(Vec<(KernelHandle, ClientKernel)>, String), CudaError> {
+        let first = self.next_kernel;
+        let loaded = {
+            let _ = self.state()?;
+            super::module::load(name, compiled)?
+        };
+        self.next_kernel += loaded.kernels.len() as u64;
+        let st = self.state()?;
+        let mut out = Vec::new();
+        for (i, k) in loaded.kernels.into_iter().enumerate() {
+            let h = KernelHandle(first + i as u64);
+            st.kernels.insert(h, (k.clone(), loaded.module.clone()));
+            out.push((h, k));
+        }
+        Ok((out, loaded.log))
+    }
+
+    /// Forgets a kernel (its module is unloaded with its last kernel).
+    /// Operations bound to it keep it until they are unbound.
+    pub fn unload_kernel(&mut self, kernel: KernelHandle) {
+        if let Some(st) = self.st.as_mut() {
+            st.kernels.remove(&kernel);
+        }
+    }
+
+    /// Binds operation `op`'s work before the engine may start it.
+    ///
+    /// # Safety
+    /// The host addresses of a copy must point to `bytes` bytes registered
+    /// with [`ClientDevice::register_host`] that stay mapped until the
+    /// operation is unbound (or the device dropped).
+    pub unsafe fn bind(&mut self, op: OpId, work: ClientWork) -> Result<(), BindError> {
+        let Some(st) = self.st.as_mut() else { return Err(BindError::UnknownKernel(KernelHandle(0))) };
+        if st.ops.contains_key(&op) || st.copy_ops.contains_key(&op) {
+            return Err(BindError::Twice(op.0));
+        }
+        let ClientWork::Kernel { kernel, grid, block, shared_bytes, params } = work else {
+            st.copy_ops.insert(op, work);
+            return Ok(());
+        };
+        let (k, _) = st.kernels.get(&kernel).ok_or(BindError::UnknownKernel(kernel))?;
+        let got: Vec<u32> = params.iter().map(|p| p.len() as u32).collect();
+        if got != k.param_sizes {
+            return Err(BindError::Params { kernel: k.name.clone(), want: k.param_sizes.clone(), got });
+        }
+        let shape = |what: String| BindError::Shape { kernel: k.name.clone(), what };
+        let threads = block.iter().map(|&b| b as u64).product::<u64>();
+        let blocks = grid.iter().map(|&g| g as u64).product::<u64>();
+        if threads == 0 || threads > k.max_threads_per_block as u64 {
+            return Err(shape(format!("{threads} threads per block (at most {})", k.max_threads_per_block)));
+        }
+        if blocks == 0 || blocks >= (u32::MAX / 2) as u64 {
+            return Err(shape(format!("a grid of {blocks} blocks (1 to {})", u32::MAX / 2 - 1)));
+        }
+        if shared_bytes > k.max_dynamic_smem {
+            return Err(shape(format!(
+                "{shared_bytes} bytes of dynamic shared memory (at most {})",
+                k.max_dynamic_smem
+            )));
+        }
+        let left = BlockRanges::full(blocks);
+        let kernel = k.clone();
+        st.ops.insert(
+            op,
+            KernelOp { kernel, grid, block, smem: shared_bytes, params, left, pool: Vec::new(), unbound: false },
+        );
+        Ok(())
+    }
+
+    /// Forgets an operation that completed or was dropped (a launched kernel
+    /// is forgotten once its launch ends).
+    pub fn unbind(&mut self, op: OpId) {
+        let Some(st) = self.st.as_mut() else { return };
+        st.copy_ops.remove(&op);
+        if st.launches.values().any(|l| l.op == op) {
+            if let Some(k) = st.ops.get_mut(&op) {
+                k.unbound = true;
+            }
+        } else {
+            st.ops.remove(&op);
+        }
+    }
+
+    /// Operations on the device now (running launches, copies in flight):
+    /// the suspects when the context is lost.
+    pub fn in_flight(&self) -> Vec<OpId> {
+        let Some(st) = self.st.as_ref() else { return Vec::new() };
+        let mut ops: Vec<OpId> = st.launches.values().filter(|l| !l.segs.is_empty()).map(|l| l.op).collect();
+        ops.extend(st.copies.iter().flatten().map(|c| c.op));
+        ops.sort();
+        ops.dedup();
+        ops
+    }
+
+    /// Whether anything is on the device (the daemon polls while so).
+    pub fn busy(&self) -> bool {
+        self.st.as_ref().is_some_and(|st| {
+            st.launches.values().any(|l| !l.segs.is_empty()) || st.copies.iter().any(|q| !q.is_empty())
+        })
+    }
+
+    /// After a lost context: drops every handle of the old context (launches,
+    /// copies, streams, events, modules, kernels, bound operations,
+    /// allocations), destroys it, creates a fresh one and registers the host
+    /// ranges again. Kernel handles are never reused: old ones are refused.
+    pub fn rebuild(&mut self) -> Result<(), CudaError> {
+        // Handles first, context second: a stale handle must not outlive its
+        // context (the driver may give its value to a new object).
+        self.st = None;
+        self.out.clear();
+        self.ctx.recreate().map_err(|e| match ContextLost::of(&e) {
+            // Seen on an H100 (driver 580): after an illegal address, a new
+            // context in the same process fails with the same error. The
+            // driver poisons the process, not only the context.
+            Some(lost) => CudaError::Invalid(format!(
+                "a new context could not be created ({lost}): the CUDA driver keeps a fault's error for the \
+                 whole process, which must be restarted to use the GPU again"
+            )),
+            None => e,
+        })?;
+        self.st = Some(InContext::new(&self.ctx)?);
+        for &(ptr, bytes) in &self.host {
+            super::memory::register(ptr as *mut u8, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Starts workers for the launch's blocks still to run, on its SMs.
+    fn start_workers(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
+        let (chunk, now, sm_count) = (self.chunk, self.now(), self.info.num_sms as u32);
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        let Some(mut live) = st.launches.remove(&lid) else {
+            return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Launch }.into());
+        };
+        let mask = sm_mask(live.sms);
+        let r = (|| -> Result<(), CudaError> {
+            let op =
+                st.ops.get_mut(&live.op).ok_or_else(|| CudaError::Invalid(format!("no work bound to {}", live.op)))?;
+            for r in still_to_run(&live.requested, &op.left).ranges() {
+                let mut w = match op.pool.pop() {
+                    Some(w) => w,
+                    None => WorkerLaunch::new(
+                        op.kernel.worker.clone(),
+                        op.params.clone(),
+                        op.grid,
+                        op.block,
+                        op.smem,
+                        chunk,
+                        sm_count,
+                    )?,
+                };
+                w.next = r.start as u32;
+                w.end = r.end as u32;
+                let started = w.start(&live.stream, mask);
+                live.segs.push(w);
+                started?;
+            }
+            Ok(())
+        })();
+        live.mask = live.sms;
+        live.stopping = false;
+        live.started = now;
+        st.launches.insert(lid, live);
+        r.map_err(failed(format!("starting the workers of launch {lid}")))
+    }
+
+    /// Ends a launch: SMs released, remaining blocks handed back.
+    fn end_launch(&mut self, lid: LaunchId) {
+        let Some(st) = self.st.as_mut() else { return };
+        let Some(mut live) = st.launches.remove(&lid) else { return };
+        let op = st.ops.get_mut(&live.op);
+        let remaining = op.as_ref().map(|o| still_to_run(&live.requested, &o.left)).unwrap_or_default();
+        for sm in live.releasing.iter() {
+            self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Retreated });
+        }
+        for sm in live.sms.difference(&live.releasing).iter() {
+            self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Exhausted });
+        }
+        let completed = live.requested.len().saturating_sub(remaining.len());
+        self.stats.blocks_completed += completed;
+        self.out.push(Event::LaunchEnded { launch: lid, remaining, saved: Vec::new(), completed });
+        if let Some(o) = op {
+            o.pool.append(&mut live.segs);
+            if o.unbound {
+                st.ops.remove(&live.op);
+            }
+        }
+        st.streams.entry(live.stream.priority).or_default().push(live.stream);
+    }
+
+    /// Handles launches whose workers have all left.
+    fn poll_launches(&mut self) -> Result<(), DeviceError> {
+        let now = self.now();
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        let mut ended: Vec<LaunchId> = Vec::new();
+        for (&lid, live) in st.launches.iter() {
+            let mut all = true;
+            for w in &live.segs {
+                if w.running() && !w.poll().map_err(failed(format!("polling launch {lid}")))? {
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                ended.push(lid);
+            }
+        }
+        ended.sort();
+        for lid in ended {
+            let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+            let Some(mut live) = st.launches.remove(&lid) else { continue };
+            let Some(op) = st.ops.get_mut(&live.op) else {
+                st.launches.insert(lid, live);
+                self.end_launch(lid);
+                continue;
+            };
+            for w in live.segs.iter_mut() {
+                let from = w.next as u64;
+                let o = w.finish().map_err(failed(format!("reading where launch {lid} stopped")))?;
+                op.left.remove(from..o.next as u64);
+            }
+            let work_left = !still_to_run(&live.requested, &op.left).is_empty();
+            op.pool.append(&mut live.segs);
+            self.stats.sm_busy_ns += now.saturating_sub(live.started) as u128 * live.mask.len() as u128;
+            if work_left && !live.stopping {
+                let why = CudaError::Check("its workers stopped with work left though no retreat was asked".into());
+                return Err(DeviceError::backend(format!("launch {lid}"), why));
+            }
+            if work_left && !live.sms.is_empty() {
+                for sm in live.releasing.iter() {
+                    self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Retreated });
+                }
+                live.releasing = SmSet::EMPTY;
+                st.launches.insert(lid, live);
+                self.start_workers(lid)?;
+            } else {
+                st.launches.insert(lid, live);
+                self.end_launch(lid);
+            }
+        }
+        Ok(())
+    }
+
+    fn poll_copies(&mut self) -> Result<(), DeviceError> {
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        for q in st.copies.iter_mut() {
+            while let Some(c) = q.front() {
+                if !c.done.done().map_err(failed(format!("polling copy {}", c.copy)))? {
+                    break;
+                }
+                self.out.push(Event::CopyDone { copy: c.copy });
+                q.pop_front();
+            }
+        }
+        Ok(())
+    }
+
+    fn retreat_workers(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
+        let st = self.state().map_err(failed("making the context current"))?;
+        let Some(live) = st.launches.get_mut(&lid) else { return Ok(()) };
+        if live.stopping {
+            return Ok(());
+        }
+        live.stopping = true;
+        for w in &live.segs {
+            w.retreat(&st.ctl).map_err(failed(format!("asking launch {lid} to retreat")))?;
+        }
+        Ok(())
+    }
+
+    /// Queues copy `copy`, the work bound to `op`, on its copy stream.
+    fn copy(&mut self, copy: CopyId, op: OpId) -> Result<(), CudaError> {
+        let st = state_of(&self.ctx, &mut self.st)?;
+        let work = st.copy_ops.get(&op).cloned().ok_or_else(|| CudaError::Invalid(format!("no copy bound to {op}")))?;
+        let (lane, bytes) = match work {
+            ClientWork::ToDevice { bytes, .. } => (H2D, bytes),
+            ClientWork::ToHost { bytes, .. } => (D2H, bytes),
+            ClientWork::DeviceCopy { bytes, .. } | ClientWork::Memset { bytes, .. } => (ON_DEVICE, bytes),
+            ClientWork::Kernel { .. } => return Err(CudaError::Invalid(format!("{op} is a launch, not a copy"))),
+        };
+        let n = usize::try_from(bytes).map_err(|_| CudaError::Invalid(format!("a copy of {bytes} bytes")))?;
+        let s = &st.copy_streams[lane];
+        // SAFETY: the binder guaranteed (ClientDevice::bind) that the device
+        // and host ranges are live and registered until the operation is unbound.
+        unsafe {
+            match work {
+                ClientWork::ToDevice { dst, src, .. } => s.copy_to_device_async(dst, src.0, n)?,
+                ClientWork::ToHost { src, dst, .. } => s.copy_to_host_async(dst.0, src, n)?,
+                ClientWork::DeviceCopy { src, dst, .. } => s.copy_on_device_async(dst, src, n)?,
+                ClientWork::Memset { dst, value, .. } => s.memset_async(dst, value, n)?,
+                ClientWork::Kernel { .. } => {}
+            }
+        }
+        let done = CuEvent::new_sync_only()?;
+        done.record(s)?;
+        st.copies[lane].push_back(CopyInFlight { copy, op, done });
+        self.stats.bytes_copied += bytes;
+        Ok(())
+    }
+
+    /// A launch stream for engine priority `priority` (higher is more
+    /// urgent): CUDA priority `least - priority`, clamped.
+    fn stream(&mut self, priority: i32) -> Result<Stream, CudaError> {
+        let range @ (least, greatest) = self.ctx.priority_range;
+        let p = least.saturating_sub(priority).clamp(greatest.min(least), greatest.max(least));
+        match self.state()?.streams.get_mut(&p).and_then(Vec::pop) {
+            Some(s) => Ok(s),
+            None => Stream::in_range(range, p),
+        }
+    }
+}
+
+impl Drop for ClientDevice {
+    /// Stops every launch (retreat, then wait) and waits for the copies, so
+    /// no worker reads memory that is being freed. Errors are ignored: the
+    /// context is destroyed right after.
+    fn drop(&mut self) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        if let Some(st) = self.st.as_mut() {
+            for live in st.launches.values_mut() {
+                for w in live.segs.iter_mut() {
+                    let _ = w.retreat(&st.ctl);
+                    let _ = w.finish();
+                }
+            }
+            for s in &st.copy_streams {
+                let _ = s.sync();
+            }
+        }
+        self.st = None;
+        for &(ptr, _) in &self.host {
+            super::memory::unregister(ptr as *mut u8);
+        }
+    }
+}
+
+impl Device for ClientDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn submit(&mut self, _now: Nanos, command: Command) -> Result<(), DeviceError> {
+        match command {
+            Command::Launch { launch, op, priority, blocks, restore, sms, .. } => {
+                if !restore.is_empty() {
+                    return Err(ProtocolError::CannotRestore { launch, blocks: restore.len() }.into());
+                }
+                if let Some(sm) = sms.iter().find(|s| s.0 >= self.info.num_sms) {
+                    let (device, sms) = (self.info.name.clone(), self.info.num_sms as usize);
+                    return Err(ProtocolError::NoSuchSm { sm, device, sms }.into());
+                }
+                let now = self.now();
+                let stream = self.stream(priority).map_err(failed(format!("a stream for launch {launch}")))?;
+                let st = self.state().map_err(failed("making the context current"))?;
+                if st.launches.contains_key(&launch) {
+                    return Err(ProtocolError::LaunchedTwice { launch }.into());
+                }
+                if !st.ops.contains_key(&op) {
+                    let why = CudaError::Invalid(format!("no kernel is bound to operation {op}"));
+                    return Err(DeviceError::backend(format!("launch {launch}"), why));
+                }
+                let live = Live {
+                    op,
+                    requested: blocks,
+                    sms,
+                    releasing: SmSet::EMPTY,
+                    stream,
+                    segs: Vec::new(),
+                    stopping: false,
+                    mask: sms,
+                    started: now,
+                };
+                st.launches.insert(launch, live);
+                if !sms.is_empty() {
+                    self.start_workers(launch)?;
+                }
+                // Nothing to run on, or nothing left to run: it ends with what it has.
+                if self.st.as_ref().and_then(|st| st.launches.get(&launch)).is_some_and(|l| l.segs.is_empty()) {
+                    self.end_launch(launch);
+                }
+            }
+            Command::Grow { launch, sms } => {
+                let st = self.state().map_err(failed("making the context current"))?;
+                let Some(live) = st.launches.get_mut(&launch) else {
+                    return Err(ProtocolError::UnknownLaunch { launch, by: Message::Grow }.into());
+                };
+                let add = sms.difference(&live.sms);
+                if add.is_empty() {
+                    return Ok(());
+                }
+                live.sms = live.sms.union(&add);
+                self.retreat_workers(launch)?;
+            }
+            Command::Retreat { launch, sms, mechanism: _ } => {
+                let st = self.state().map_err(failed("making the context current"))?;
+                let Some(live) = st.launches.get_mut(&launch) else {
+                    return Err(ProtocolError::UnknownLaunch { launch, by: Message::Retreat }.into());
+                };
+                let gone = sms.intersection(&live.sms);
+                if gone.is_empty() {
+                    return Ok(());
+                }
+                live.sms = live.sms.difference(&gone);
+                live.releasing = live.releasing.union(&gone);
+                // Every mechanism is a drain at the next chunk boundary (module doc).
+                self.retreat_workers(launch)?;
+            }
+            Command::Copy { copy, op, bytes, .. } => {
+                self.copy(copy, op).map_err(failed(format!("copy {copy} of {bytes} bytes")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls once when `until` is now or past (the daemon's use); otherwise
+    /// spins (sleeping while nothing runs) until something happens or `until`.
+    fn advance(&mut self, until: Option<Nanos>, events: &mut Vec<Event>) -> Result<Nanos, DeviceError> {
+        loop {
+            if self.out.is_empty() {
+                self.poll_launches()?;
+                self.poll_copies()?;
+            }
+            let now = self.now();
+            if !self.out.is_empty() {
+                self.stats.events += self.out.len() as u64;
+                events.append(&mut self.out);
+                return Ok(now);
+            }
+            if until.is_some_and(|u| now >= u) {
+                return Ok(now);
+            }
+            if !self.busy() {
+                match until {
+                    None => return Err(DeviceError::Stalled { now }),
+                    Some(u) if u - now > 200_000 => std::thread::sleep(Duration::from_nanos(u - now - 100_000)),
+                    Some(_) => {}
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    fn stats(&self) -> DeviceStats {
+        self.stats.clone()
+    }
+}

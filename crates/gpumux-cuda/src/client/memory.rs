@@ -1,0 +1,106 @@
+//! Clients' device memory and the host memory their copies go through.
+
+use super::device::ClientDevice;
+use crate::error::CudaError;
+use crate::runtime::check;
+use cudarc::driver::sys as cu;
+
+/// Why a memory request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    /// The device has not that much free.
+    #[error("the device has no {bytes} bytes free ({free} of {total} free)")]
+    OutOfMemory {
+        /// Asked for.
+        bytes: u64,
+        /// Free now.
+        free: u64,
+        /// In all.
+        total: u64,
+    },
+    /// An address this device did not allocate (or allocated in a context since lost).
+    #[error("{0:#x} is not an allocation of this device")]
+    NotAllocated(u64),
+    /// Anything else the driver says.
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+}
+
+/// Pins `bytes` bytes at `ptr` for DMA in the current context.
+pub(super) fn register(ptr: *mut u8, bytes: usize) -> Result<(), CudaError> {
+    // SAFETY: the caller keeps the range mapped while registered (ClientDevice::register_host).
+    check("cuMemHostRegister", unsafe { cu::cuMemHostRegister_v2(ptr.cast(), bytes, 0) })
+}
+
+/// Undoes [`register`]; errors (a context already lost) have no one to go to.
+pub(super) fn unregister(ptr: *mut u8) {
+    // SAFETY: registered by `register`.
+    unsafe {
+        cu::cuMemHostUnregister(ptr.cast());
+    }
+}
+
+impl ClientDevice {
+    /// (free, total) device memory, bytes (`cuMemGetInfo`).
+    pub fn mem_info(&mut self) -> Result<(u64, u64), CudaError> {
+        self.state()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: out-pointers to locals; the context is current.
+        check("cuMemGetInfo", unsafe { cu::cuMemGetInfo_v2(&mut free, &mut total) })?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// Allocates `bytes` (> 0) of device memory.
+    pub fn alloc(&mut self, bytes: u64) -> Result<u64, MemoryError> {
+        let n = usize::try_from(bytes.max(1)).map_err(|_| CudaError::Invalid(format!("{bytes} bytes")))?;
+        let mut ptr = 0;
+        self.state()?;
+        // SAFETY: out-pointer to a local; the context is current.
+        let r = unsafe { cu::cuMemAlloc_v2(&mut ptr, n) };
+        if r == cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            let (free, total) = self.mem_info()?;
+            return Err(MemoryError::OutOfMemory { bytes, free, total });
+        }
+        check("cuMemAlloc", r)?;
+        self.state()?.allocations.insert(ptr, bytes);
+        Ok(ptr)
+    }
+
+    /// Frees an allocation of [`ClientDevice::alloc`].
+    pub fn free(&mut self, ptr: u64) -> Result<(), MemoryError> {
+        let st = self.state()?;
+        if st.allocations.remove(&ptr).is_none() {
+            return Err(MemoryError::NotAllocated(ptr));
+        }
+        // SAFETY: allocated by cuMemAlloc in this context and no longer used (the caller's rule).
+        check("cuMemFree", unsafe { cu::cuMemFree_v2(ptr) })?;
+        Ok(())
+    }
+
+    /// Bytes allocated now.
+    pub fn allocated(&self) -> u64 {
+        self.st.as_ref().map_or(0, |st| st.allocations.values().sum())
+    }
+
+    /// Pins host memory so that copies to and from it are single DMA
+    /// transfers; it stays registered across rebuilds.
+    ///
+    /// # Safety
+    /// `bytes` bytes at `ptr` must stay mapped until [`ClientDevice::unregister_host`]
+    /// (or the device is dropped).
+    pub unsafe fn register_host(&mut self, ptr: *mut u8, bytes: usize) -> Result<(), CudaError> {
+        self.state()?;
+        register(ptr, bytes)?;
+        self.host.push((ptr as usize, bytes));
+        Ok(())
+    }
+
+    /// Undoes [`ClientDevice::register_host`] (no bound operation may use the memory).
+    pub fn unregister_host(&mut self, ptr: *mut u8) {
+        let Some(i) = self.host.iter().position(|&(p, _)| p == ptr as usize) else { return };
+        self.host.swap_remove(i);
+        if self.ctx.bind().is_ok() {
+            unregister(ptr);
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Clients' own CUDA C kernels on a real GPU: what the daemon (`gpumuxd`)
+//! runs for the processes that connect to it.
+//!
+//! * [`module`]: client source → preemptible workers → CUBIN (NVRTC, cached)
+//!   → kernels with their parameter sizes and resources;
+//! * [`memory`]: device allocations, host registration of clients' shared regions;
+//! * [`work`]: the work bound to an engine operation (a launch or a copy);
+//! * [`fault`]: faults that lose the context, told by the driver's code;
+//! * `context`: the context of its own that a fault can break and a rebuild replaces;
+//! * `device`: [`ClientDevice`], the engine's `Device` over all of it.
+
+mod context;
+mod device;
+pub mod fault;
+pub mod memory;
+pub mod module;
+pub mod work;
+
+pub use context::ClientContext;
+pub use device::ClientDevice;
+pub use fault::ContextLost;
+pub use memory::MemoryError;
+pub use module::{ClientKernel, CompiledModule, ModuleError};
+pub use work::{BindError, ClientWork, HostPtr, KernelHandle};

@@ -1,0 +1,265 @@
+//! Clients' kernels, memory and copies on a real GPU through
+//! [`ClientDevice`] and the engine's commands: a copy round trip, a client
+//! kernel preempted and resumed equal to its native launch, and a faulting
+//! kernel reported as a lost context and survived by a rebuild. Without a
+//! GPU (or NVRTC) each test says it skipped and why.
+
+use gpumux_cuda::client::module;
+use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle};
+use gpumux_cuda::nvrtc;
+use gpumux_cuda::runtime::{Module, Params, Stream};
+use gpumux_engine::device::{Command, CopyDirection, Device, DeviceError, Event, Mechanism};
+use gpumux_engine::ids::{CopyId, KernelId, LaunchId, OpId, ProcessId};
+use gpumux_engine::kernel::{KernelDesc, KernelShape};
+use gpumux_engine::ranges::BlockRanges;
+use gpumux_engine::smset::SmSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One test on the GPU at a time: the fault test breaks a context on purpose,
+/// and the others' timing (the preemption test's retreat) should not depend on it.
+static GPU: Mutex<()> = Mutex::new(());
+
+fn device_or_skip(test: &str) -> Option<(MutexGuard<'static, ()>, ClientDevice)> {
+    if !nvrtc::nvrtc_present() {
+        eprintln!("SKIPPED {test}: libnvrtc not found (source .ci/install-nvrtc.sh)");
+        return None;
+    }
+    let guard = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    match ClientDevice::open(0) {
+        Ok(d) => Some((guard, d)),
+        Err(e) => {
+            eprintln!("SKIPPED {test}: {}", gpumux_cuda::error::Chain(&e));
+            None
+        }
+    }
+}
+
+/// An example client kernel's source (compiled in, so the test binary runs anywhere).
+fn example(name: &str) -> String {
+    let src = match name {
+        "vector_add" => include_str!("../../../examples/clients/kernels/vector_add.cu"),
+        "matmul" => include_str!("../../../examples/clients/kernels/matmul.cu"),
+        "histogram" => include_str!("../../../examples/clients/kernels/histogram.cu"),
+        "stencil" => include_str!("../../../examples/clients/kernels/stencil.cu"),
+        "fault" => include_str!("../../../examples/clients/kernels/fault.cu"),
+        other => panic!("no example kernel {other}"),
+    };
+    src.to_string()
+}
+
+/// Advances until `done` says the events seen so far are enough (10 s at most).
+fn run_until(d: &mut ClientDevice, mut done: impl FnMut(&[Event]) -> bool) -> Result<Vec<Event>, DeviceError> {
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done(&events) {
+        assert!(Instant::now() < deadline, "no progress in 10 s: {events:?}");
+        let now = d.now();
+        d.advance(Some(now + 1_000_000), &mut events)?;
+    }
+    Ok(events)
+}
+
+fn copy_done(copy: CopyId) -> impl FnMut(&[Event]) -> bool {
+    move |ev| ev.iter().any(|e| matches!(e, Event::CopyDone { copy: c } if *c == copy))
+}
+
+fn ended(launch: LaunchId) -> impl FnMut(&[Event]) -> bool {
+    move |ev| ev.iter().any(|e| matches!(e, Event::LaunchEnded { launch: l, .. } if *l == launch))
+}
+
+/// Binds and runs one copy to its end.
+fn copy(d: &mut ClientDevice, id: u64, work: ClientWork) {
+    let bytes = match &work {
+        ClientWork::ToDevice { bytes, .. }
+        | ClientWork::ToHost { bytes, .. }
+        | ClientWork::DeviceCopy { bytes, .. }
+        | ClientWork::Memset { bytes, .. } => *bytes,
+        ClientWork::Kernel { .. } => 0,
+    };
+    // SAFETY: the tests' host buffers are registered and outlive the copy.
+    unsafe { d.bind(OpId(id), work) }.expect("bind");
+    let c = CopyId(id);
+    let cmd =
+        Command::Copy { copy: c, op: OpId(id), process: ProcessId(0), direction: CopyDirection::DeviceToDevice, bytes };
+    d.submit(d.now(), cmd).expect("submit copy");
+    run_until(d, copy_done(c)).expect("copy");
+    d.unbind(OpId(id));
+}
+
+fn launch(op: u64, launch: u64, blocks: BlockRanges, sms: SmSet, total: u64) -> Command {
+    Command::Launch {
+        launch: LaunchId(launch),
+        kernel: KernelId(op),
+        op: OpId(op),
+        process: ProcessId(0),
+        priority: 0,
+        desc: Arc::new(KernelDesc::new("client", KernelShape::new(total, 256, 32))),
+        time_key: op,
+        blocks,
+        restore: Vec::new(),
+        sms,
+    }
+}
+
+/// Host memory registered with the device for the test's copies.
+struct Pinned(Vec<u8>);
+
+impl Pinned {
+    fn new(d: &mut ClientDevice, bytes: Vec<u8>) -> Pinned {
+        let mut p = Pinned(bytes);
+        // SAFETY: the vector is neither moved nor resized while registered (the test unregisters it).
+        unsafe { d.register_host(p.0.as_mut_ptr(), p.0.len()) }.expect("register host");
+        p
+    }
+    fn ptr(&mut self) -> HostPtr {
+        HostPtr(self.0.as_mut_ptr())
+    }
+}
+
+fn round_trip(d: &mut ClientDevice, first_op: u64) {
+    let n = 1 << 20;
+    let data: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+    let mut src = Pinned::new(d, data.clone());
+    let mut back = Pinned::new(d, vec![0u8; n]);
+    let a = d.alloc(n as u64).expect("alloc a");
+    let b = d.alloc(n as u64).expect("alloc b");
+    copy(d, first_op, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 });
+    copy(d, first_op + 1, ClientWork::DeviceCopy { src: a, dst: b, bytes: n as u64 });
+    copy(d, first_op + 2, ClientWork::Memset { dst: b, value: 0xab, bytes: 16 });
+    copy(d, first_op + 3, ClientWork::ToHost { src: b, dst: back.ptr(), bytes: n as u64 });
+    assert!(back.0[..16].iter().all(|&x| x == 0xab), "memset");
+    assert_eq!(&back.0[16..], &data[16..], "host → device → device → host");
+    d.free(a).expect("free");
+    d.free(b).expect("free");
+    assert_eq!(d.allocated(), 0);
+    d.unregister_host(src.ptr().0);
+    d.unregister_host(back.ptr().0);
+}
+
+#[test]
+fn memory_round_trips_through_copies() {
+    let Some((_gpu, mut d)) = device_or_skip("memory_round_trips_through_copies") else { return };
+    let (free, total) = d.mem_info().expect("mem info");
+    assert!(free > 0 && free <= total);
+    round_trip(&mut d, 1);
+    let huge = d.alloc(total * 2);
+    assert!(matches!(huge, Err(gpumux_cuda::client::MemoryError::OutOfMemory { .. })), "{huge:?}");
+}
+
+#[test]
+fn a_preempted_client_kernel_equals_its_native_launch() {
+    let Some((_gpu, mut d)) = device_or_skip("a_preempted_client_kernel_equals_its_native_launch") else { return };
+    let src = example("matmul");
+    let n: u32 = 2048;
+    let bytes = (n * n * 4) as u64;
+    let inputs: Vec<u8> =
+        (0..n * n).flat_map(|i| (((i * 2654435761u32) >> 20) as f32 / 4096.0 - 0.5).to_le_bytes()).collect();
+    let mut host = Pinned::new(&mut d, inputs);
+    let (a, b, c, c_native) =
+        (d.alloc(bytes).unwrap(), d.alloc(bytes).unwrap(), d.alloc(bytes).unwrap(), d.alloc(bytes).unwrap());
+    copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: host.ptr(), bytes });
+    copy(&mut d, 2, ClientWork::ToDevice { dst: b, src: host.ptr(), bytes });
+
+    // Native: the untransformed kernel, in the device's context (current after its calls).
+    let native_cubin = nvrtc::compile("matmul_native", &src, d.arch(), &[]).expect("native compile");
+    let native = Module::load("matmul_native", &native_cubin.cubin).expect("load native");
+    let f = native.function("matmul").expect("native kernel");
+    let s = Stream::in_range((0, 0), 0).expect("stream");
+    let (grid, block) = ([n / 16, n / 16, 1], [16, 16, 1]);
+    let mut p = Params::default();
+    p.ptr(a).ptr(b).ptr(c_native).u32(n);
+    // SAFETY: the arguments follow matmul's signature.
+    unsafe { f.launch(grid, block, 0, &s, &mut p) }.expect("native launch");
+    s.sync().expect("native run");
+
+    // Workers: launched on every SM, half the SMs taken away at once, then
+    // all; then resumed with what was left.
+    let compiled = module::compile("matmul", &src, &[], d.arch()).expect("compile");
+    let (kernels, _) = d.load_module("matmul", &compiled).expect("load");
+    let (h, k) = kernels.into_iter().next().expect("one kernel");
+    assert_eq!(k.param_sizes, vec![8, 8, 8, 4]);
+    assert!(k.static_smem >= 2 * 16 * 16 * 4, "two tiles of shared memory: {}", k.static_smem);
+    let params =
+        vec![a.to_le_bytes().to_vec(), b.to_le_bytes().to_vec(), c.to_le_bytes().to_vec(), n.to_le_bytes().to_vec()];
+    let work = ClientWork::Kernel { kernel: h, grid, block, shared_bytes: 0, params };
+    // SAFETY: a kernel binds no host memory.
+    unsafe { d.bind(OpId(10), work) }.expect("bind");
+    let total = (grid[0] * grid[1]) as u64;
+    let all = SmSet::range(0, d.info().num_sms);
+    let half = SmSet::range(0, d.info().num_sms / 2);
+    d.submit(d.now(), launch(10, 1, BlockRanges::full(total), all, total)).expect("launch");
+    d.submit(d.now(), Command::Retreat { launch: LaunchId(1), sms: half, mechanism: Mechanism::Drain })
+        .expect("retreat half");
+    d.submit(d.now(), Command::Retreat { launch: LaunchId(1), sms: all, mechanism: Mechanism::Drain })
+        .expect("retreat all");
+    let events = run_until(&mut d, ended(LaunchId(1))).expect("first launch");
+    let remaining = events
+        .iter()
+        .find_map(|e| match e {
+            Event::LaunchEnded { remaining, .. } => Some(remaining.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    eprintln!("retreated with {} of {total} blocks left", remaining.len());
+    assert!(!remaining.is_empty(), "the retreat came after every block had run: nothing was preempted");
+    d.submit(d.now(), launch(10, 2, remaining, all, total)).expect("resume");
+    let events = run_until(&mut d, ended(LaunchId(2))).expect("resumed launch");
+    assert!(events.iter().any(|e| matches!(e, Event::LaunchEnded { remaining, .. } if remaining.is_empty())));
+    d.unbind(OpId(10));
+
+    let mut out = Pinned::new(&mut d, vec![0u8; 2 * bytes as usize]);
+    let o = out.ptr().0;
+    copy(&mut d, 3, ClientWork::ToHost { src: c, dst: HostPtr(o), bytes });
+    // SAFETY: the second half of `out`.
+    copy(&mut d, 4, ClientWork::ToHost { src: c_native, dst: HostPtr(unsafe { o.add(bytes as usize) }), bytes });
+    let (workers, native_out) = out.0.split_at(bytes as usize);
+    assert!(workers == native_out, "preempted workers differ from the native launch");
+    d.unregister_host(o);
+    d.unregister_host(host.ptr().0);
+}
+
+#[test]
+fn z_a_faulting_kernel_loses_the_context_last_as_it_poisons_the_process() {
+    let Some((_gpu, mut d)) = device_or_skip("z_a_faulting_kernel_loses_the_context_last_as_it_poisons_the_process")
+    else {
+        return;
+    };
+    let compiled = module::compile("fault", &example("fault"), &[], d.arch()).expect("compile");
+    let (kernels, _) = d.load_module("fault", &compiled).expect("load");
+    let h: KernelHandle = kernels[0].0;
+    let p = d.alloc(4).expect("alloc");
+    let work = ClientWork::Kernel {
+        kernel: h,
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_bytes: 0,
+        params: vec![p.to_le_bytes().to_vec()],
+    };
+    // SAFETY: a kernel binds no host memory.
+    unsafe { d.bind(OpId(7), work) }.expect("bind");
+    let all = SmSet::range(0, d.info().num_sms);
+    let err = match d.submit(d.now(), launch(7, 1, BlockRanges::full(1), all, 1)) {
+        Err(e) => e,
+        Ok(()) => run_until(&mut d, ended(LaunchId(1))).expect_err("the fault is seen"),
+    };
+    let lost = ContextLost::find(&err).unwrap_or_else(|| panic!("not a lost context: {err:?}"));
+    eprintln!("{lost}");
+    assert_eq!(d.in_flight(), vec![OpId(7)], "the faulting launch is the suspect");
+    // On an H100 with driver 580 the driver keeps the fault for the whole
+    // process: a new context fails too, and the rebuild says the process
+    // must restart (docs/daemon-cuda.md). Where a rebuild succeeds, the new
+    // context must work and hold nothing of the old.
+    match d.rebuild() {
+        Err(e) => assert!(e.to_string().contains("must be restarted"), "{e}"),
+        Ok(()) => {
+            assert_eq!(d.allocated(), 0, "allocations are lost with the context");
+            assert!(d.free(p).is_err(), "an allocation of the old context is not one of the new");
+            let params = vec![vec![0; 8]];
+            let stale = ClientWork::Kernel { kernel: h, grid: [1, 1, 1], block: [32, 1, 1], shared_bytes: 0, params };
+            // SAFETY: a kernel binds no host memory.
+            assert!(unsafe { d.bind(OpId(8), stale) }.is_err(), "kernels are lost with the context");
+            round_trip(&mut d, 20);
+        }
+    }
+}
