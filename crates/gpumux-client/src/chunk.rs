@@ -30,7 +30,11 @@ pub struct Chunk {
 pub fn plan(total: u64, region: u64) -> Vec<Chunk> {
     let half = (region / 2).max(1);
     if total <= half {
-        return if total == 0 { Vec::new() } else { vec![Chunk { offset: 0, shm_offset: 0, bytes: total, reuses: None }] };
+        return if total == 0 {
+            Vec::new()
+        } else {
+            vec![Chunk { offset: 0, shm_offset: 0, bytes: total, reuses: None }]
+        };
     }
     let halves: u64 = if region >= 2 { 2 } else { 1 };
     let mut chunks = Vec::with_capacity(total.div_ceil(half) as usize);
@@ -93,10 +97,9 @@ mod tests {
     #[test]
     fn a_one_byte_region_serialises_byte_by_byte() {
         let chunks = plan(3, 1);
-        assert_eq!(chunks.iter().map(|c| (c.shm_offset, c.bytes, c.reuses)).collect::<Vec<_>>(), vec![
-            (0, 1, None),
-            (0, 1, Some(0)),
-            (0, 1, Some(1))
-        ]);
+        assert_eq!(
+            chunks.iter().map(|c| (c.shm_offset, c.bytes, c.reuses)).collect::<Vec<_>>(),
+            vec![(0, 1, None), (0, 1, Some(0)), (0, 1, Some(1))]
+        );
     }
 }

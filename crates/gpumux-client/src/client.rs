@@ -8,9 +8,9 @@ use crate::shm::SharedRegion;
 use gpumux_proto::{
     EventId, Launch, Notice, Reply, Request, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES, VERSION,
 };
+use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
@@ -175,19 +175,23 @@ impl Client {
         let region = self.region("copy to the device")?;
         let region = region.lock().unwrap_or_else(PoisonError::into_inner);
         let chunks = chunk::plan(data.len() as u64, region.len() as u64);
-        run_chunks(&chunks, |c| {
-            let at = c.offset as usize;
-            region.write(c.shm_offset as usize, &data[at..at + c.bytes as usize]);
-            self.conn.send(
-                Request::CopyToDevice {
-                    dst: buffer.slice(offset + c.offset, c.bytes, "copy to the device")?,
-                    shm_offset: c.shm_offset,
-                    bytes: c.bytes,
-                    stream,
-                },
-                None,
-            )
-        }, |_| ())
+        run_chunks(
+            &chunks,
+            |c| {
+                let at = c.offset as usize;
+                region.write(c.shm_offset as usize, &data[at..at + c.bytes as usize]);
+                self.conn.send(
+                    Request::CopyToDevice {
+                        dst: buffer.slice(offset + c.offset, c.bytes, "copy to the device")?,
+                        shm_offset: c.shm_offset,
+                        bytes: c.bytes,
+                        stream,
+                    },
+                    None,
+                )
+            },
+            |_| (),
+        )
     }
 
     /// Copies `out.len()` bytes of `buffer` from `offset` into `out`, in
@@ -197,20 +201,24 @@ impl Client {
         let region = self.region("copy to the host")?;
         let region = region.lock().unwrap_or_else(PoisonError::into_inner);
         let chunks = chunk::plan(out.len() as u64, region.len() as u64);
-        run_chunks(&chunks, |c| {
-            self.conn.send(
-                Request::CopyToHost {
-                    src: buffer.slice(offset + c.offset, c.bytes, "copy to the host")?,
-                    shm_offset: c.shm_offset,
-                    bytes: c.bytes,
-                    stream,
-                },
-                None,
-            )
-        }, |c| {
-            let at = c.offset as usize;
-            region.read(c.shm_offset as usize, &mut out[at..at + c.bytes as usize]);
-        })
+        run_chunks(
+            &chunks,
+            |c| {
+                self.conn.send(
+                    Request::CopyToHost {
+                        src: buffer.slice(offset + c.offset, c.bytes, "copy to the host")?,
+                        shm_offset: c.shm_offset,
+                        bytes: c.bytes,
+                        stream,
+                    },
+                    None,
+                )
+            },
+            |c| {
+                let at = c.offset as usize;
+                region.read(c.shm_offset as usize, &mut out[at..at + c.bytes as usize]);
+            },
+        )
     }
 
     /// Copies `bytes` bytes between two of this client's buffers, in stream order.
@@ -238,7 +246,9 @@ impl Client {
             options: options.iter().map(|&o| o.to_owned()).collect(),
         };
         match self.conn.call(request)? {
-            Reply::Module { module, kernels, log, cached } => Ok(Module::new(module, name.to_owned(), kernels, log, cached)),
+            Reply::Module { module, kernels, log, cached } => {
+                Ok(Module::new(module, name.to_owned(), kernels, log, cached))
+            }
             other => Err(unexpected("LoadModule", &other)),
         }
     }

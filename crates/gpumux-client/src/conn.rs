@@ -7,7 +7,9 @@
 //! the socket closes, every waiting caller gets [`ClientError::DaemonGone`].
 
 use crate::error::{ClientError, Result};
-use gpumux_proto::{decode_frame_body, encode_frame, ClientFrame, ErrorReply, FrameReader, Notice, Reply, Request, ServerFrame};
+use gpumux_proto::{
+    decode_frame_body, encode_frame, ClientFrame, ErrorReply, FrameReader, Notice, Reply, Request, ServerFrame,
+};
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -114,7 +116,10 @@ impl Connection {
         let written = send_all(lock(&self.writer).as_raw_fd(), &bytes, fd.map(|f| f.as_raw_fd()));
         if let Err(e) = written {
             lock(&self.routing).waiting.remove(&id);
-            return Err(e.into());
+            return Err(match e.kind() {
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => ClientError::DaemonGone,
+                _ => e.into(),
+            });
         }
         Ok(PendingReply { request: name, rx })
     }

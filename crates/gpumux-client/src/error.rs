@@ -28,10 +28,14 @@ pub enum ClientError {
     #[error("talking to gpumuxd failed: {0}")]
     Io(#[from] std::io::Error),
     /// The daemon closed the connection, or it was closed after an earlier error.
-    #[error("gpumuxd closed the connection (it stopped, or it disconnected this client after a bad request: see its log)")]
+    #[error(
+        "gpumuxd closed the connection (it stopped, or it disconnected this client after a bad request: see its log)"
+    )]
     DaemonGone,
     /// A frame could not be encoded or decoded.
-    #[error("a frame to or from gpumuxd is malformed: {0} (are the client library and the daemon the same gpumux version?)")]
+    #[error(
+        "a frame to or from gpumuxd is malformed: {0} (are the client library and the daemon the same gpumux version?)"
+    )]
     Frame(#[from] FrameError),
     /// The daemon answered something this request cannot get.
     #[error("gpumuxd answered {request} with {got} (are the client library and the daemon the same gpumux version?)")]

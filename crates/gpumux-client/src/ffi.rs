@@ -310,7 +310,11 @@ pub unsafe extern "C" fn gpumux_set_weight(client: *const gpumux_client, weight:
 
 /// Allocates `bytes` of device memory into `*out_buffer`.
 #[no_mangle]
-pub unsafe extern "C" fn gpumux_alloc(client: *const gpumux_client, bytes: u64, out_buffer: *mut Buffer) -> gpumux_status {
+pub unsafe extern "C" fn gpumux_alloc(
+    client: *const gpumux_client,
+    bytes: u64,
+    out_buffer: *mut Buffer,
+) -> gpumux_status {
     guard(|| {
         let out_buffer = unsafe { out(out_buffer, "out_buffer") }?;
         *out_buffer = unsafe { client_ref(client) }?.alloc(bytes)?;
@@ -398,7 +402,9 @@ pub unsafe extern "C" fn gpumux_copy_device(
     bytes: u64,
     stream: u32,
 ) -> gpumux_status {
-    guard(|| Ok(unsafe { client_ref(client) }?.copy_device(&src, src_offset, &dst, dst_offset, bytes, StreamId(stream))?))
+    guard(|| {
+        Ok(unsafe { client_ref(client) }?.copy_device(&src, src_offset, &dst, dst_offset, bytes, StreamId(stream))?)
+    })
 }
 
 /// Compiles CUDA C `source` with `n_options` NVRTC options into `*out_module`.
@@ -494,7 +500,8 @@ pub unsafe extern "C" fn gpumux_launch(
 
 unsafe fn to_arg(a: &gpumux_arg) -> Result<Arg, Failure> {
     use gpumux_arg_kind::*;
-    let out_of = |what| Failure(GPUMUX_ERR_INVALID_ARGUMENT, format!("a {what} argument's value does not fit its type"));
+    let out_of =
+        |what| Failure(GPUMUX_ERR_INVALID_ARGUMENT, format!("a {what} argument's value does not fit its type"));
     Ok(match a.kind {
         GPUMUX_ARG_BUFFER => Arg::buffer_at(&a.buffer, a.offset),
         GPUMUX_ARG_I32 => i32::try_from(a.i).map_err(|_| out_of("GPUMUX_ARG_I32"))?.into(),
@@ -614,7 +621,11 @@ pub unsafe extern "C" fn gpumux_record_event(
 
 /// Whether the event's work is done, into `*out_done` (never blocks).
 #[no_mangle]
-pub unsafe extern "C" fn gpumux_query_event(client: *const gpumux_client, event: u64, out_done: *mut bool) -> gpumux_status {
+pub unsafe extern "C" fn gpumux_query_event(
+    client: *const gpumux_client,
+    event: u64,
+    out_done: *mut bool,
+) -> gpumux_status {
     guard(|| {
         let out_done = unsafe { out(out_done, "out_done") }?;
         *out_done = unsafe { client_ref(client) }?.query_event(Event(EventId(event)))?;

@@ -6,9 +6,10 @@ use gpumux_proto::{BufferId, BufferSlice, KernelEntry, KernelId, ModuleId, Strea
 
 /// A device buffer of this client: an opaque handle and its size. Freed with
 /// [`crate::Client::free`] (or when the client disconnects). `repr(C)` so the
-/// C ABI passes the same value.
+/// C ABI passes the same value. `Default` names no buffer (handle 0): a
+/// placeholder for out-parameters.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Buffer {
     pub(crate) handle: u64,
     pub(crate) bytes: u64,

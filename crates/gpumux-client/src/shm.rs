@@ -43,7 +43,8 @@ impl SharedRegion {
         }
         // SAFETY: `raw` is a fresh descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let off = libc::off_t::try_from(bytes).map_err(|_| err(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+        let off =
+            libc::off_t::try_from(bytes).map_err(|_| err(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
         // SAFETY: plain syscalls on a descriptor we own.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), off) } != 0 {
             return Err(err(std::io::Error::last_os_error()));
@@ -55,7 +56,14 @@ impl SharedRegion {
         }
         // SAFETY: a shared mapping of exactly the file's (sealed) length; checked below.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(err(std::io::Error::last_os_error()));
