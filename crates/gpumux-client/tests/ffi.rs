@@ -2,8 +2,8 @@
 
 mod support;
 
-use gpumux_client::ffi::*;
-use gpumux_client::Buffer;
+use ::gpumux_client::ffi::*;
+use ::gpumux_client::Buffer;
 use std::ffi::{CStr, CString};
 use std::ptr::{null, null_mut};
 use support::{Behaviour, FakeDaemon};
