@@ -81,6 +81,8 @@ pub struct Client {
     welcome: Welcome,
     /// Held for a whole host copy: the region's halves are the copy's.
     region: Option<Mutex<SharedRegion>>,
+    /// The region's size (0: none), readable while a copy holds the lock.
+    shm_bytes: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -114,14 +116,15 @@ impl Client {
             return Err(unexpected("Hello", &reply));
         };
         let shm_bytes = options.shm_bytes.min(welcome.limits.shm_bytes);
-        let region = if shm_bytes >= 2 {
+        let shm_bytes = if shm_bytes >= 2 { shm_bytes } else { 0 };
+        let region = if shm_bytes > 0 {
             let region = SharedRegion::create(shm_bytes)?;
             expect_done(conn.send(Request::AttachShm { bytes: shm_bytes }, Some(region.fd().as_fd()))?)?;
             Some(Mutex::new(region))
         } else {
             None
         };
-        Ok(Client { conn, welcome, region })
+        Ok(Client { conn, welcome, region, shm_bytes })
     }
 
     /// What the daemon said at the handshake: device, policy, SMs, this client's limits.
@@ -136,7 +139,7 @@ impl Client {
 
     /// The size of the attached shared region, bytes (0: none).
     pub fn shm_bytes(&self) -> u64 {
-        self.region.as_ref().map_or(0, |r| r.lock().unwrap_or_else(PoisonError::into_inner).len() as u64)
+        self.shm_bytes
     }
 
     /// Changes this client's priority (from the next scheduling round).

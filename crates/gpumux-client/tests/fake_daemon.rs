@@ -117,3 +117,49 @@ fn no_daemon_says_how_to_start_one() {
         format!("no daemon listens on {}: start one with `gpumuxd` or set GPUMUX_SOCKET", socket.display())
     );
 }
+
+#[test]
+fn notices_are_kept_until_taken() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(options(&fake)).unwrap();
+    assert!(client.take_notices().is_empty());
+    client.sync(StreamId::DEFAULT).unwrap();
+    let notices = client.take_notices();
+    assert!(
+        matches!(&notices[..], [gpumux_client::Notice::ContextLost { caused_by_you: false, lost, .. }] if lost.copies == 1),
+        "{notices:?}"
+    );
+    assert!(client.take_notices().is_empty(), "taken once");
+}
+
+#[test]
+fn a_wrong_reply_is_a_protocol_error_naming_both() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(options(&fake)).unwrap();
+    let e = client.status().unwrap_err();
+    assert!(e.to_string().starts_with("gpumuxd answered Status with a Done reply"), "{e}");
+    assert!(e.is_fatal());
+}
+
+#[test]
+fn threads_share_one_client() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(options(&fake)).unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..4u8 {
+            let client = &client;
+            scope.spawn(move || {
+                let data: Vec<u8> = (0..6000u32).map(|i| (i as u8).wrapping_mul(t + 3)).collect();
+                let buf = client.alloc(data.len() as u64).unwrap();
+                client.copy_to_device(&buf, 0, &data, StreamId::DEFAULT).unwrap();
+                let mut back = vec![0u8; data.len()];
+                client.copy_to_host(&buf, 0, &mut back, StreamId::DEFAULT).unwrap();
+                assert!(back == data, "thread {t}'s data round-trips while others copy");
+            });
+        }
+    });
+    drop(client);
+    let log = fake.finish();
+    assert_eq!(log.requests.iter().filter(|r| matches!(r, Request::Alloc { .. })).count(), 4);
+    assert!(log.max_outstanding <= 2, "copies take turns through the region");
+}

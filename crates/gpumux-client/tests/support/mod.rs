@@ -231,10 +231,24 @@ fn serve(stream: UnixStream, behaviour: Behaviour) -> Log {
                         finish(id, &request, &region, &mut buffers);
                     }
                 }
+                Request::SyncStream(_) => {
+                    // A notice first: the client must keep it for take_notices.
+                    let notice = Notice::ContextLost {
+                        caused_by_you: false,
+                        what: "another client's kernel faulted".into(),
+                        lost: LostWork { launches: vec!["vector_add".into()], copies: 1, buffers: vec![BufferId(1)] },
+                    };
+                    let bytes = encode_frame(&ServerFrame::Notice(notice)).unwrap();
+                    use std::io::Write;
+                    let _ = (&stream).write_all(&bytes);
+                    reply(&stream, id, Ok(Reply::Done));
+                }
                 Request::Goodbye => {
                     reply(&stream, id, Ok(Reply::Done));
                     return log;
                 }
+                // Everything else, Status included, gets Done: a wrong reply
+                // for the requests that expect another.
                 _ => reply(&stream, id, Ok(Reply::Done)),
             }
         }
