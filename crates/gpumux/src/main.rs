@@ -2,7 +2,8 @@
 //!
 //! Subcommands: `run` (a workload under several policies, on the simulated
 //! GPU by default), `bench` (measurements), `rt` (real-time schedulability
-//! analysis), `policies` and `devices` (what is available).
+//! analysis), `policies` and `devices` (what is available), `ps` and `top`
+//! (gpumuxd's clients).
 
 mod bench_sim;
 mod devices;
@@ -10,6 +11,7 @@ mod plot;
 mod preflight;
 mod progress;
 mod protocol_log;
+mod ps;
 mod run;
 mod table;
 mod trace;
@@ -52,6 +54,10 @@ enum Command {
     Policies,
     /// List the devices.
     Devices,
+    /// List gpumuxd's clients: memory, operations, SMs, preemptions.
+    Ps(ps::PsArgs),
+    /// The same as `ps`, live, refreshed every second (`q` quits).
+    Top(ps::TopArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -142,6 +148,8 @@ fn dispatch(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Ps(args) => ps::ps(args),
+        Command::Top(args) => ps::top(args),
         Command::Devices => {
             for n in gpumux_sim::presets::NAMES {
                 if let Some(d) = gpumux_sim::presets::by_name(n) {
@@ -165,8 +173,8 @@ fn dispatch(cli: Cli) -> Result<()> {
 /// and `write!` returns an error. Restoring the default action once, here,
 /// covers every subcommand, those in other crates included, where mapping
 /// `BrokenPipe` would need all their printing routed through one writer.
-/// gpumux opens no sockets, so the signal can only come from a closed
-/// stdout or stderr pipe.
+/// gpumux's one socket (`ps`, `top`: the daemon's) is written with
+/// MSG_NOSIGNAL, so the signal can only come from a closed stdout or stderr pipe.
 fn restore_default_sigpipe() {
     // SAFETY: called first thing in main, before any thread exists; it only
     // resets one signal's disposition to the default.

@@ -1,19 +1,12 @@
-// bins[v % nbins] += 1 for every value v of data[0..n): a per-block histogram
-// in shared memory, merged into the global one with atomics.
-// Launch with dynamic shared memory nbins * 4 bytes.
-extern "C" __global__ void histogram(const unsigned int* data, unsigned int n, unsigned int* bins, unsigned int nbins) {
-    extern __shared__ unsigned int local[];
-    for (unsigned int i = threadIdx.x; i < nbins; i += blockDim.x) {
-        local[i] = 0u;
-    }
+// bins[v] counts the bytes of data equal to v (256 bins, zeroed beforehand),
+// through a per-block shared histogram merged with global atomics.
+extern "C" __global__ void histogram(const unsigned char* data, int n, unsigned int* bins) {
+    __shared__ unsigned int local[256];
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) local[b] = 0;
     __syncthreads();
-    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
-        atomicAdd(&local[data[i] % nbins], 1u);
-    }
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        atomicAdd(&local[data[i]], 1u);
     __syncthreads();
-    for (unsigned int i = threadIdx.x; i < nbins; i += blockDim.x) {
-        if (local[i] != 0u) {
-            atomicAdd(&bins[i], local[i]);
-        }
-    }
+    for (int b = threadIdx.x; b < 256; b += blockDim.x)
+        if (local[b]) atomicAdd(&bins[b], local[b]);
 }

@@ -1,16 +1,13 @@
-// One Jacobi step of a 5-point stencil on a w x h grid (row-major): each
-// interior point becomes the mean of itself and its four neighbours; the
-// border is copied. Launch with a 2-D grid covering w x h.
-extern "C" __global__ void stencil(const float* in, float* out, unsigned int w, unsigned int h) {
-    unsigned int x = blockIdx.x * blockDim.x + threadIdx.x;
-    unsigned int y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= w || y >= h) {
-        return;
-    }
-    unsigned int i = y * w + x;
-    if (x == 0 || y == 0 || x == w - 1 || y == h - 1) {
+// 5-point stencil on an nx x ny row-major grid: interior points become
+// 0.5 * centre + 0.125 * (north + south + east + west); the border is copied.
+extern "C" __global__ void stencil(const float* in, float* out, int nx, int ny) {
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= nx || y >= ny) return;
+    int i = y * nx + x;
+    if (x == 0 || y == 0 || x == nx - 1 || y == ny - 1) {
         out[i] = in[i];
-        return;
+    } else {
+        out[i] = 0.5f * in[i] + 0.125f * (in[i - nx] + in[i + nx] + in[i - 1] + in[i + 1]);
     }
-    out[i] = 0.2f * (in[i] + in[i - 1] + in[i + 1] + in[i - w] + in[i + w]);
 }

@@ -1,7 +1,5 @@
-// c[i] = a[i] + b[i] for i < n. One thread per element.
-extern "C" __global__ void vector_add(const float* a, const float* b, float* c, unsigned int n) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        c[i] = a[i] + b[i];
-    }
+// c[i] = a[i] + b[i] for i < n.
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
 }

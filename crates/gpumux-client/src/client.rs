@@ -1,0 +1,423 @@
+//! [`Client`]: one connection to gpumuxd, usable from several threads.
+
+use crate::chunk;
+use crate::conn::{Connection, PendingReply};
+use crate::error::{ClientError, Result};
+use crate::handles::{check_args, Arg, Buffer, Kernel, LaunchConfig, Module};
+use crate::shm::SharedRegion;
+use gpumux_proto::{
+    EventId, Launch, Notice, Reply, Request, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES, VERSION,
+};
+use std::collections::VecDeque;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+
+/// The shared region a client asks for unless told otherwise (clamped to the
+/// daemon's limit): big enough that copies of a few MiB go in one or two
+/// requests, small enough to cost nothing much per client.
+pub const DEFAULT_SHM_BYTES: u64 = 8 << 20;
+
+/// The environment variable naming the daemon's socket.
+pub const SOCKET_ENV: &str = "GPUMUX_SOCKET";
+
+/// How to connect.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// The daemon's socket; `None`: `$GPUMUX_SOCKET`, else
+    /// [`gpumux_proto::default_socket_path`].
+    pub socket: Option<PathBuf>,
+    /// Shown by `gpumux ps` (cut to the protocol's limit).
+    pub name: String,
+    /// Larger is more urgent, up to the config's limit for this user.
+    pub priority: i32,
+    /// Share for proportional policies, > 0.
+    pub weight: f64,
+    /// Size of the shared region for host copies (clamped to the daemon's
+    /// limit); 0 attaches none (a client that only asks `Status`).
+    pub shm_bytes: u64,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions { socket: None, name: program_name(), priority: 0, weight: 1.0, shm_bytes: DEFAULT_SHM_BYTES }
+    }
+}
+
+impl ConnectOptions {
+    /// Defaults, named `name`.
+    pub fn named(name: impl Into<String>) -> ConnectOptions {
+        ConnectOptions { name: name.into(), ..ConnectOptions::default() }
+    }
+
+    /// The socket this connects to.
+    pub fn socket_path(&self) -> PathBuf {
+        match (&self.socket, std::env::var_os(SOCKET_ENV)) {
+            (Some(path), _) => path.clone(),
+            (None, Some(env)) if !env.is_empty() => PathBuf::from(env),
+            _ => gpumux_proto::default_socket_path(),
+        }
+    }
+}
+
+/// This program's file name, the default client name.
+fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .and_then(|a| PathBuf::from(a).file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "client".to_owned())
+}
+
+/// An event recorded on a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Event(pub EventId);
+
+/// A connection to gpumuxd. `Sync`: share it between threads by reference or
+/// `Arc`; requests from several threads proceed at once, and host copies take
+/// turns through the one shared region. Says goodbye on drop.
+pub struct Client {
+    conn: Connection,
+    welcome: Welcome,
+    /// Held for a whole host copy: the region's halves are the copy's.
+    region: Option<Mutex<SharedRegion>>,
+    /// The region's size (0: none), readable while a copy holds the lock.
+    shm_bytes: u64,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("welcome", &self.welcome).finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects, greets the daemon, and attaches a shared region.
+    pub fn connect(options: ConnectOptions) -> Result<Client> {
+        let socket = options.socket_path();
+        let stream = UnixStream::connect(&socket).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                ClientError::NoDaemon { socket: socket.clone(), source }
+            }
+            _ => ClientError::Connect { socket: socket.clone(), source },
+        })?;
+        let mut name = options.name;
+        if name.len() > MAX_NAME_BYTES {
+            let mut end = MAX_NAME_BYTES;
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            name.truncate(end);
+        }
+        let hello =
+            Request::Hello { magic: MAGIC, version: VERSION, name, priority: options.priority, weight: options.weight };
+        let (conn, reply) = Connection::handshake(stream, hello)?;
+        let Reply::Welcome(welcome) = reply else {
+            return Err(unexpected("Hello", &reply));
+        };
+        let shm_bytes = options.shm_bytes.min(welcome.limits.shm_bytes);
+        let shm_bytes = if shm_bytes >= 2 { shm_bytes } else { 0 };
+        let region = if shm_bytes > 0 {
+            let region = SharedRegion::create(shm_bytes)?;
+            expect_done(conn.send(Request::AttachShm { bytes: shm_bytes }, Some(region.fd().as_fd()))?)?;
+            Some(Mutex::new(region))
+        } else {
+            None
+        };
+        Ok(Client { conn, welcome, region, shm_bytes })
+    }
+
+    /// What the daemon said at the handshake: device, policy, SMs, this client's limits.
+    pub fn welcome(&self) -> &Welcome {
+        &self.welcome
+    }
+
+    /// Whether the device is simulated (`sim:…`): kernels take time there but compute nothing.
+    pub fn is_simulated(&self) -> bool {
+        self.welcome.device.starts_with("sim:")
+    }
+
+    /// The size of the attached shared region, bytes (0: none).
+    pub fn shm_bytes(&self) -> u64 {
+        self.shm_bytes
+    }
+
+    /// Changes this client's priority (from the next scheduling round).
+    pub fn set_priority(&self, priority: i32) -> Result<()> {
+        self.done(Request::SetPriority(priority))
+    }
+
+    /// Changes this client's weight (from the next scheduling round).
+    pub fn set_weight(&self, weight: f64) -> Result<()> {
+        self.done(Request::SetWeight(weight))
+    }
+
+    /// Allocates `bytes` of device memory (counted against the quota).
+    pub fn alloc(&self, bytes: u64) -> Result<Buffer> {
+        match self.conn.call(Request::Alloc { bytes })? {
+            Reply::Buffer(id) => Ok(Buffer { handle: id.0, bytes }),
+            other => Err(unexpected("Alloc", &other)),
+        }
+    }
+
+    /// Frees a buffer once the work queued before now is done.
+    pub fn free(&self, buffer: Buffer) -> Result<()> {
+        self.done(Request::Free(buffer.id()))
+    }
+
+    /// Fills `bytes` bytes of `buffer` from `offset` with `value`, in stream order.
+    pub fn memset(&self, buffer: &Buffer, offset: u64, value: u8, bytes: u64, stream: StreamId) -> Result<()> {
+        let dst = buffer.slice(offset, bytes, "memset")?;
+        self.done(Request::Memset { dst, value, bytes, stream })
+    }
+
+    /// Copies `data` to `buffer` at `offset`, in stream order; returns when
+    /// the data is on the device.
+    pub fn copy_to_device(&self, buffer: &Buffer, offset: u64, data: &[u8], stream: StreamId) -> Result<()> {
+        buffer.slice(offset, data.len() as u64, "copy to the device")?;
+        let region = self.region("copy to the device")?;
+        let region = region.lock().unwrap_or_else(PoisonError::into_inner);
+        let chunks = chunk::plan(data.len() as u64, region.len() as u64);
+        run_chunks(
+            &chunks,
+            |c| {
+                let at = c.offset as usize;
+                region.write(c.shm_offset as usize, &data[at..at + c.bytes as usize]);
+                self.conn.send(
+                    Request::CopyToDevice {
+                        dst: buffer.slice(offset + c.offset, c.bytes, "copy to the device")?,
+                        shm_offset: c.shm_offset,
+                        bytes: c.bytes,
+                        stream,
+                    },
+                    None,
+                )
+            },
+            |_| (),
+        )
+    }
+
+    /// Copies `out.len()` bytes of `buffer` from `offset` into `out`, in
+    /// stream order (after the stream's earlier work).
+    pub fn copy_to_host(&self, buffer: &Buffer, offset: u64, out: &mut [u8], stream: StreamId) -> Result<()> {
+        buffer.slice(offset, out.len() as u64, "copy to the host")?;
+        let region = self.region("copy to the host")?;
+        let region = region.lock().unwrap_or_else(PoisonError::into_inner);
+        let chunks = chunk::plan(out.len() as u64, region.len() as u64);
+        run_chunks(
+            &chunks,
+            |c| {
+                self.conn.send(
+                    Request::CopyToHost {
+                        src: buffer.slice(offset + c.offset, c.bytes, "copy to the host")?,
+                        shm_offset: c.shm_offset,
+                        bytes: c.bytes,
+                        stream,
+                    },
+                    None,
+                )
+            },
+            |c| {
+                let at = c.offset as usize;
+                region.read(c.shm_offset as usize, &mut out[at..at + c.bytes as usize]);
+            },
+        )
+    }
+
+    /// Copies `bytes` bytes between two of this client's buffers, in stream order.
+    pub fn copy_device(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        bytes: u64,
+        stream: StreamId,
+    ) -> Result<()> {
+        let src = src.slice(src_offset, bytes, "device copy source")?;
+        let dst = dst.slice(dst_offset, bytes, "device copy destination")?;
+        self.done(Request::CopyDevice { src, dst, bytes, stream })
+    }
+
+    /// Compiles CUDA C `source` (NVRTC `options` such as `-DN=4`) into a
+    /// module. A kernel the transformation refuses fails with
+    /// [`gpumux_proto::ErrorKind::Transform`] naming the line and the reason.
+    pub fn load_module(&self, name: &str, source: &str, options: &[&str]) -> Result<Module> {
+        let request = Request::LoadModule {
+            name: name.to_owned(),
+            source: source.to_owned(),
+            options: options.iter().map(|&o| o.to_owned()).collect(),
+        };
+        match self.conn.call(request)? {
+            Reply::Module { module, kernels, log, cached } => {
+                Ok(Module::new(module, name.to_owned(), kernels, log, cached))
+            }
+            other => Err(unexpected("LoadModule", &other)),
+        }
+    }
+
+    /// Launches `kernel` with `args`, in stream order; returns once the
+    /// daemon accepted it (its end is seen by [`Client::sync`] or an event).
+    pub fn launch(&self, kernel: &Kernel, config: &LaunchConfig, args: &[Arg]) -> Result<()> {
+        check_args(kernel, args)?;
+        self.done(Request::Launch(Launch {
+            kernel: kernel.id,
+            grid: config.grid,
+            block: config.block,
+            shared_bytes: config.shared_bytes,
+            args: args.iter().map(|a| a.0.clone()).collect(),
+            stream: config.stream,
+            block_time_ns: config.block_time_ns,
+        }))
+    }
+
+    /// A new stream, independent of the others.
+    pub fn create_stream(&self) -> Result<StreamId> {
+        match self.conn.call(Request::CreateStream)? {
+            Reply::Stream(s) => Ok(s),
+            other => Err(unexpected("CreateStream", &other)),
+        }
+    }
+
+    /// Ends a stream after its queued work.
+    pub fn destroy_stream(&self, stream: StreamId) -> Result<()> {
+        self.done(Request::DestroyStream(stream))
+    }
+
+    /// Waits until everything queued on `stream` before now is done (a
+    /// kernel that failed fails this).
+    pub fn sync(&self, stream: StreamId) -> Result<()> {
+        self.done(Request::SyncStream(stream))
+    }
+
+    /// Records an event at this point of `stream`.
+    pub fn record_event(&self, stream: StreamId) -> Result<Event> {
+        match self.conn.call(Request::RecordEvent(stream))? {
+            Reply::Event(e) => Ok(Event(e)),
+            other => Err(unexpected("RecordEvent", &other)),
+        }
+    }
+
+    /// Whether the event's work is done (never blocks).
+    pub fn query_event(&self, event: Event) -> Result<bool> {
+        match self.conn.call(Request::QueryEvent(event.0))? {
+            Reply::Query(done) => Ok(done),
+            other => Err(unexpected("QueryEvent", &other)),
+        }
+    }
+
+    /// Waits until the event's work is done.
+    pub fn wait_event(&self, event: Event) -> Result<()> {
+        self.done(Request::WaitEvent(event.0))
+    }
+
+    /// Forgets an event.
+    pub fn destroy_event(&self, event: Event) -> Result<()> {
+        self.done(Request::DestroyEvent(event.0))
+    }
+
+    /// The daemon's table of clients (what `gpumux ps` shows).
+    pub fn status(&self) -> Result<Status> {
+        match self.conn.call(Request::Status)? {
+            Reply::Status(s) => Ok(s),
+            other => Err(unexpected("Status", &other)),
+        }
+    }
+
+    /// The notices the daemon sent since the last call (a lost context, a shutdown).
+    pub fn take_notices(&self) -> Vec<Notice> {
+        self.conn.take_notices()
+    }
+
+    /// Says goodbye and waits for the daemon's answer: its work is retreated
+    /// and its memory freed. Dropping a client does the same, silently.
+    pub fn close(self) -> Result<()> {
+        self.goodbye()
+    }
+
+    fn goodbye(&self) -> Result<()> {
+        if self.conn.is_closed() {
+            return Ok(());
+        }
+        self.done(Request::Goodbye)
+    }
+
+    fn done(&self, request: Request) -> Result<()> {
+        expect_done(self.conn.send(request, None)?)
+    }
+
+    fn region(&self, what: &str) -> Result<&Mutex<SharedRegion>> {
+        self.region.as_ref().ok_or_else(|| {
+            ClientError::Invalid(format!(
+                "a {what} needs a shared region, and this client has none (connected with shm_bytes 0, or the daemon allows none)"
+            ))
+        })
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // Best effort: a daemon that is gone has cleaned up already.
+        let _ = self.goodbye();
+    }
+}
+
+/// Sends planned chunks with at most two in flight. `send` writes a chunk
+/// (into the region, for a copy to the device) and sends its request;
+/// `landed` runs once a chunk's reply is in (reading the region, for a copy
+/// to the host). A chunk is sent only after the one whose half it reuses has
+/// landed. On an error, the replies still in flight are awaited before
+/// returning, so the region is idle when the caller lets go of it.
+fn run_chunks(
+    chunks: &[chunk::Chunk],
+    mut send: impl FnMut(&chunk::Chunk) -> Result<PendingReply>,
+    mut landed: impl FnMut(&chunk::Chunk),
+) -> Result<()> {
+    let mut in_flight: VecDeque<(usize, PendingReply)> = VecDeque::new();
+    let outcome = (|| {
+        for (i, c) in chunks.iter().enumerate() {
+            if let Some(reused) = c.reuses {
+                while in_flight.front().is_some_and(|(j, _)| *j <= reused) {
+                    if let Some((j, pending)) = in_flight.pop_front() {
+                        expect_done(pending)?;
+                        landed(&chunks[j]);
+                    }
+                }
+            }
+            in_flight.push_back((i, send(c)?));
+        }
+        while let Some((j, pending)) = in_flight.pop_front() {
+            expect_done(pending)?;
+            landed(&chunks[j]);
+        }
+        Ok(())
+    })();
+    // After an error: the daemon may still be using the region for these.
+    for (_, pending) in in_flight {
+        let _ = pending.wait();
+    }
+    outcome
+}
+
+/// Waits for a reply that must be `Done`.
+fn expect_done(pending: PendingReply) -> Result<()> {
+    let request = pending.request();
+    match pending.wait()? {
+        Reply::Done => Ok(()),
+        other => Err(unexpected(request, &other)),
+    }
+}
+
+fn unexpected(request: &'static str, reply: &Reply) -> ClientError {
+    let got = match reply {
+        Reply::Welcome(_) => "Welcome",
+        Reply::Done => "Done",
+        Reply::Buffer(_) => "Buffer",
+        Reply::Module { .. } => "Module",
+        Reply::Stream(_) => "Stream",
+        Reply::Event(_) => "Event",
+        Reply::Query(_) => "Query",
+        Reply::Status(_) => "Status",
+    };
+    ClientError::Protocol { request, got: format!("a {got} reply") }
+}

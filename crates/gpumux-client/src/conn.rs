@@ -1,0 +1,249 @@
+//! The connection: frames out under a lock, one reader thread that routes
+//! replies to the callers waiting for them by request id.
+//!
+//! Any thread may send; each request registers a one-shot channel under a
+//! fresh id before its frame is written, and the reader thread fills it when
+//! the reply with that id comes. Notices are kept for `take_notices`. When
+//! the socket closes, every waiting caller gets [`ClientError::DaemonGone`].
+
+use crate::error::{ClientError, Result};
+use gpumux_proto::{
+    decode_frame_body, encode_frame, ClientFrame, ErrorReply, FrameReader, Notice, Reply, Request, ServerFrame,
+};
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+type Answer = std::result::Result<Reply, ErrorReply>;
+
+/// What the reader thread and the callers share.
+#[derive(Default)]
+struct Routing {
+    /// Callers waiting, by request id.
+    waiting: HashMap<u64, Sender<Answer>>,
+    /// Set once the socket is closed: nothing more will be answered.
+    closed: bool,
+    /// Notices not yet taken.
+    notices: Vec<Notice>,
+}
+
+/// Takes a lock even if a thread panicked holding it: the data under these
+/// locks stays consistent at every await point (a map insert, a push).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A reply to come.
+#[must_use = "a request's reply says whether it worked"]
+pub(crate) struct PendingReply {
+    request: &'static str,
+    rx: Receiver<Answer>,
+}
+
+impl PendingReply {
+    /// Waits for the reply; a daemon error becomes [`ClientError::Daemon`].
+    pub(crate) fn wait(self) -> Result<Reply> {
+        match self.rx.recv() {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(error)) => Err(ClientError::Daemon { request: self.request, error }),
+            Err(_) => Err(ClientError::DaemonGone),
+        }
+    }
+
+    /// The request's name, for messages.
+    pub(crate) fn request(&self) -> &'static str {
+        self.request
+    }
+}
+
+/// A connected, greeted socket with its reader thread.
+pub(crate) struct Connection {
+    writer: Mutex<UnixStream>,
+    routing: Arc<Mutex<Routing>>,
+    next_id: AtomicU64,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Connection {
+    /// Sends `hello` on `stream` and waits for its answer (before any other
+    /// thread exists), then starts the reader thread.
+    pub(crate) fn handshake(stream: UnixStream, hello: Request) -> Result<(Connection, Reply)> {
+        let mut frames = FrameReader::new();
+        send_all(stream.as_raw_fd(), &encode_frame(&ClientFrame { id: 1, request: hello })?, None)?;
+        let reply = loop {
+            match read_frame(&stream, &mut frames)? {
+                ServerFrame::Reply { id: 1, result: Ok(reply) } => break reply,
+                ServerFrame::Reply { id: 1, result: Err(error) } => {
+                    return Err(ClientError::Daemon { request: "Hello", error });
+                }
+                ServerFrame::Reply { id, .. } => {
+                    return Err(ClientError::Protocol { request: "Hello", got: format!("a reply to request {id}") });
+                }
+                // Nothing to keep before the handshake: a ShuttingDown here is
+                // followed by the close, which ends the loop with DaemonGone.
+                ServerFrame::Notice(_) => continue,
+            }
+        };
+        let routing = Arc::new(Mutex::new(Routing::default()));
+        let reader_stream = stream.try_clone()?;
+        let reader_routing = Arc::clone(&routing);
+        let reader = std::thread::Builder::new()
+            .name("gpumux-client-reader".into())
+            .spawn(move || read_loop(reader_stream, frames, reader_routing))?;
+        let conn = Connection { writer: Mutex::new(stream), routing, next_id: AtomicU64::new(2), reader: Some(reader) };
+        Ok((conn, reply))
+    }
+
+    /// Sends a request (with `fd` passed alongside, for `AttachShm`) and
+    /// returns its reply to come.
+    pub(crate) fn send(&self, request: Request, fd: Option<BorrowedFd<'_>>) -> Result<PendingReply> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let name = request.name();
+        let bytes = encode_frame(&ClientFrame { id, request })?;
+        let (tx, rx) = channel();
+        {
+            let mut routing = lock(&self.routing);
+            if routing.closed {
+                return Err(ClientError::DaemonGone);
+            }
+            routing.waiting.insert(id, tx);
+        }
+        let written = send_all(lock(&self.writer).as_raw_fd(), &bytes, fd.map(|f| f.as_raw_fd()));
+        if let Err(e) = written {
+            lock(&self.routing).waiting.remove(&id);
+            return Err(match e.kind() {
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => ClientError::DaemonGone,
+                _ => e.into(),
+            });
+        }
+        Ok(PendingReply { request: name, rx })
+    }
+
+    /// Sends a request and waits for its reply.
+    pub(crate) fn call(&self, request: Request) -> Result<Reply> {
+        self.send(request, None)?.wait()
+    }
+
+    /// The notices received since the last call.
+    pub(crate) fn take_notices(&self) -> Vec<Notice> {
+        std::mem::take(&mut lock(&self.routing).notices)
+    }
+
+    /// Whether the daemon closed the connection.
+    pub(crate) fn is_closed(&self) -> bool {
+        lock(&self.routing).closed
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // Ends the reader's blocking read; it then marks the routing closed.
+        let _ = lock(&self.writer).shutdown(std::net::Shutdown::Both);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// Reads the next whole frame from `stream` (blocking).
+fn read_frame(mut stream: &UnixStream, frames: &mut FrameReader) -> Result<ServerFrame> {
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        if let Some(body) = frames.next_body()? {
+            return Ok(decode_frame_body(&body)?);
+        }
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Err(ClientError::DaemonGone);
+        }
+        frames.extend(&buf[..n]);
+    }
+}
+
+/// The reader thread: routes replies and keeps notices until the socket
+/// closes or a frame does not decode (then closes it: the stream cannot be
+/// trusted past a bad frame).
+fn read_loop(stream: UnixStream, mut frames: FrameReader, routing: Arc<Mutex<Routing>>) {
+    while let Ok(frame) = read_frame(&stream, &mut frames) {
+        let mut routing = lock(&routing);
+        match frame {
+            ServerFrame::Reply { id, result } => {
+                // A reply nobody waits for (an id never sent) is dropped.
+                if let Some(tx) = routing.waiting.remove(&id) {
+                    let _ = tx.send(result);
+                }
+            }
+            ServerFrame::Notice(notice) => routing.notices.push(notice),
+        }
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    let mut routing = lock(&routing);
+    routing.closed = true;
+    // Dropping the senders wakes every waiting caller with DaemonGone.
+    routing.waiting.clear();
+}
+
+/// Writes all of `bytes` to the socket, with `pass` sent as `SCM_RIGHTS`
+/// alongside the first byte. `MSG_NOSIGNAL`: a closed peer is an error
+/// here, not a SIGPIPE that ends the program.
+pub(crate) fn send_all(sock: RawFd, bytes: &[u8], pass: Option<RawFd>) -> std::io::Result<()> {
+    let mut sent = 0;
+    if let Some(fd) = pass {
+        sent = send_with_fd(sock, bytes, fd)?;
+    }
+    while sent < bytes.len() {
+        let rest = &bytes[sent..];
+        // SAFETY: sends from a live slice of `rest.len()` bytes.
+        let n = unsafe { libc::send(sock, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        sent += n as usize;
+    }
+    Ok(())
+}
+
+/// One `sendmsg` carrying `fd` in an `SCM_RIGHTS` message; returns the bytes sent (≥ 1).
+fn send_with_fd(sock: RawFd, bytes: &[u8], fd: RawFd) -> std::io::Result<usize> {
+    const FD_BYTES: u32 = std::mem::size_of::<RawFd>() as u32;
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(FD_BYTES) } as usize;
+    // u64 words keep the control buffer aligned for cmsghdr.
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
+    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: the control buffer holds one cmsghdr with room for one fd
+    // (CMSG_SPACE above), so CMSG_FIRSTHDR is non-null and CMSG_DATA in bounds.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(FD_BYTES) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+    }
+    loop {
+        // SAFETY: msg points at live buffers (above).
+        let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}

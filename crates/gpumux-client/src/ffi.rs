@@ -1,0 +1,646 @@
+//! The C ABI (`libgpumux_client.so`, `include/gpumux.h`).
+//!
+//! Every function returns a [`gpumux_status`]; on failure,
+//! [`gpumux_last_error`] gives the message of the thread's last failed call.
+//! Pointers are checked for null, strings for UTF-8, and no panic crosses
+//! the boundary (it becomes `GPUMUX_ERR_PANIC`). Handles: a client and a
+//! module are opaque pointers (freed by `gpumux_disconnect` and
+//! `gpumux_module_free`); a buffer is a small struct passed by value; a
+//! kernel is a pointer into its module, valid while the module lives;
+//! streams and events are integers.
+
+#![allow(non_camel_case_types, clippy::missing_safety_doc)]
+
+use crate::error::ClientError;
+use crate::handles::{Arg, Buffer, Kernel, LaunchConfig, Module};
+use crate::{Client, ConnectOptions, Event};
+use gpumux_proto::{ErrorKind, EventId, StreamId};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+
+/// What a call came to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum gpumux_status {
+    /// It worked.
+    GPUMUX_OK = 0,
+    /// A required pointer was NULL.
+    GPUMUX_ERR_NULL = 1,
+    /// A bad argument caught before sending (a range past a buffer, arguments
+    /// that do not match the kernel, a string that is not UTF-8).
+    GPUMUX_ERR_INVALID_ARGUMENT = 2,
+    /// No daemon at the socket, or it cannot be opened.
+    GPUMUX_ERR_CONNECT = 3,
+    /// The daemon closed the connection, or reading or writing it failed.
+    GPUMUX_ERR_DAEMON_GONE = 4,
+    /// The daemon sent something this library does not understand.
+    GPUMUX_ERR_PROTOCOL = 5,
+    /// The shared-memory region could not be created.
+    GPUMUX_ERR_SHM = 6,
+    /// The module has no kernel of that name.
+    GPUMUX_ERR_NO_SUCH_KERNEL = 7,
+    /// Another protocol version.
+    GPUMUX_ERR_VERSION = 8,
+    /// The config does not allow this uid, priority or weight.
+    GPUMUX_ERR_NOT_PERMITTED = 9,
+    /// Over a limit of the config.
+    GPUMUX_ERR_QUOTA = 10,
+    /// The device has no memory left.
+    GPUMUX_ERR_OUT_OF_MEMORY = 11,
+    /// A handle that is not this client's.
+    GPUMUX_ERR_NO_SUCH_HANDLE = 12,
+    /// An offset or size outside its buffer or region.
+    GPUMUX_ERR_OUT_OF_RANGE = 13,
+    /// The daemon found a value malformed.
+    GPUMUX_ERR_INVALID = 14,
+    /// The module does not compile (the message holds the log).
+    GPUMUX_ERR_COMPILE = 15,
+    /// The transformation refuses a kernel (the message names line and reason).
+    GPUMUX_ERR_TRANSFORM = 16,
+    /// A kernel of this client faulted; the context was rebuilt.
+    GPUMUX_ERR_KERNEL_FAULT = 17,
+    /// This client's work was lost with a context another client broke.
+    GPUMUX_ERR_CONTEXT_LOST = 18,
+    /// The device failed otherwise.
+    GPUMUX_ERR_DEVICE = 19,
+    /// The daemon is shutting down.
+    GPUMUX_ERR_SHUTTING_DOWN = 20,
+    /// The daemon refused a frame of this client (a bug in this library).
+    GPUMUX_ERR_BAD_FRAME = 21,
+    /// The library panicked (a bug: please report it with the message).
+    GPUMUX_ERR_PANIC = 22,
+}
+
+use gpumux_status::*;
+
+/// A connected client (opaque).
+pub struct gpumux_client {
+    client: Client,
+    device: CString,
+    policy: CString,
+}
+
+/// A loaded module (opaque).
+pub struct gpumux_module(Module);
+
+/// What a [`gpumux_arg`] holds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum gpumux_arg_kind {
+    /// `buffer` + `offset`: a device pointer.
+    GPUMUX_ARG_BUFFER = 0,
+    /// `i` as `int32_t`.
+    GPUMUX_ARG_I32 = 1,
+    /// `u` as `uint32_t`.
+    GPUMUX_ARG_U32 = 2,
+    /// `i` as `int64_t`.
+    GPUMUX_ARG_I64 = 3,
+    /// `u` as `uint64_t`.
+    GPUMUX_ARG_U64 = 4,
+    /// `f` as `float`.
+    GPUMUX_ARG_F32 = 5,
+    /// `f` as `double`.
+    GPUMUX_ARG_F64 = 6,
+    /// `len` bytes at `bytes` (a struct by value).
+    GPUMUX_ARG_BYTES = 7,
+}
+
+/// One kernel argument, tagged by `kind`; make it with `gpumux_arg_i32()` etc.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumux_arg {
+    /// Which field holds the value.
+    pub kind: gpumux_arg_kind,
+    /// For `GPUMUX_ARG_BUFFER`.
+    pub buffer: Buffer,
+    /// For `GPUMUX_ARG_BUFFER`: bytes into the buffer.
+    pub offset: u64,
+    /// For the signed kinds.
+    pub i: i64,
+    /// For the unsigned kinds.
+    pub u: u64,
+    /// For the float kinds.
+    pub f: f64,
+    /// For `GPUMUX_ARG_BYTES`: the bytes (copied at the launch call).
+    pub bytes: *const u8,
+    /// For `GPUMUX_ARG_BYTES`: how many.
+    pub len: usize,
+}
+
+/// A launch's shape and stream.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumux_launch_config {
+    /// Grid, in blocks, x y z.
+    pub grid: [u32; 3],
+    /// Block, in threads, x y z.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes.
+    pub shared_bytes: u32,
+    /// The stream (0: the default one).
+    pub stream: u32,
+    /// Block time on a simulated device, ns; 0: the daemon's default.
+    pub block_time_ns: u64,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// A failed call: its status and message.
+struct Failure(gpumux_status, String);
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Failure {
+        let status = match &e {
+            ClientError::NoDaemon { .. } | ClientError::Connect { .. } => GPUMUX_ERR_CONNECT,
+            ClientError::Io(_) | ClientError::DaemonGone => GPUMUX_ERR_DAEMON_GONE,
+            ClientError::Frame(_) | ClientError::Protocol { .. } => GPUMUX_ERR_PROTOCOL,
+            ClientError::Shm { .. } => GPUMUX_ERR_SHM,
+            ClientError::NoSuchKernel { .. } => GPUMUX_ERR_NO_SUCH_KERNEL,
+            ClientError::Invalid(_) => GPUMUX_ERR_INVALID_ARGUMENT,
+            ClientError::Daemon { error, .. } => match error.kind {
+                ErrorKind::BadFrame => GPUMUX_ERR_BAD_FRAME,
+                ErrorKind::Protocol => GPUMUX_ERR_PROTOCOL,
+                ErrorKind::Version { .. } => GPUMUX_ERR_VERSION,
+                ErrorKind::NotPermitted => GPUMUX_ERR_NOT_PERMITTED,
+                ErrorKind::Quota => GPUMUX_ERR_QUOTA,
+                ErrorKind::OutOfMemory => GPUMUX_ERR_OUT_OF_MEMORY,
+                ErrorKind::NoSuchHandle => GPUMUX_ERR_NO_SUCH_HANDLE,
+                ErrorKind::OutOfRange => GPUMUX_ERR_OUT_OF_RANGE,
+                ErrorKind::Invalid => GPUMUX_ERR_INVALID,
+                ErrorKind::Compile => GPUMUX_ERR_COMPILE,
+                ErrorKind::Transform { .. } => GPUMUX_ERR_TRANSFORM,
+                ErrorKind::KernelFault => GPUMUX_ERR_KERNEL_FAULT,
+                ErrorKind::ContextLost => GPUMUX_ERR_CONTEXT_LOST,
+                ErrorKind::Device => GPUMUX_ERR_DEVICE,
+                ErrorKind::ShuttingDown => GPUMUX_ERR_SHUTTING_DOWN,
+            },
+        };
+        Failure(status, e.to_string())
+    }
+}
+
+fn null(what: &str) -> Failure {
+    Failure(GPUMUX_ERR_NULL, format!("{what} is NULL"))
+}
+
+/// Runs a call's body: catches panics, records the message of a failure.
+fn guard(body: impl FnOnce() -> Result<(), Failure>) -> gpumux_status {
+    let (status, message) = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => return GPUMUX_OK,
+        Ok(Err(Failure(status, message))) => (status, message),
+        Err(_) => (GPUMUX_ERR_PANIC, "the gpumux client library panicked (a bug: please report it)".to_owned()),
+    };
+    // A message with a NUL (from a daemon's text) keeps what precedes it.
+    let bytes: Vec<u8> = message.into_bytes().into_iter().take_while(|&b| b != 0).collect();
+    let c = CString::new(bytes).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    status
+}
+
+unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Failure> {
+    if p.is_null() {
+        return Err(null(what));
+    }
+    // SAFETY: the caller passes a NUL-terminated string (checked non-null).
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Failure(GPUMUX_ERR_INVALID_ARGUMENT, format!("{what} is not UTF-8")))
+}
+
+unsafe fn client_ref<'a>(c: *const gpumux_client) -> Result<&'a Client, Failure> {
+    // SAFETY: the caller passes a pointer from gpumux_connect, or NULL.
+    unsafe { c.as_ref() }.map(|c| &c.client).ok_or_else(|| null("the client"))
+}
+
+unsafe fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, Failure> {
+    // SAFETY: the caller passes a writable pointer, or NULL.
+    unsafe { p.as_mut() }.ok_or_else(|| null(what))
+}
+
+/// The message of this thread's last failed call ("" if none). Valid until
+/// the thread's next failed call.
+#[no_mangle]
+pub extern "C" fn gpumux_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Connects to the daemon at `socket` (NULL: `$GPUMUX_SOCKET`, else the
+/// default path) as `name` (NULL: the program's name), with a shared region
+/// of `shm_bytes` (0: the default of 8 MiB).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_connect(
+    socket: *const c_char,
+    name: *const c_char,
+    priority: i32,
+    weight: f64,
+    shm_bytes: u64,
+    out_client: *mut *mut gpumux_client,
+) -> gpumux_status {
+    guard(|| {
+        let out_client = unsafe { out(out_client, "out_client") }?;
+        let mut options = ConnectOptions { priority, weight, ..ConnectOptions::default() };
+        if !socket.is_null() {
+            options.socket = Some(PathBuf::from(unsafe { text(socket, "socket") }?));
+        }
+        if !name.is_null() {
+            options.name = unsafe { text(name, "name") }?.to_owned();
+        }
+        if shm_bytes > 0 {
+            options.shm_bytes = shm_bytes;
+        }
+        let client = Client::connect(options)?;
+        let cstring = |s: &str| CString::new(s.replace('\0', "")).unwrap_or_default();
+        let device = cstring(&client.welcome().device);
+        let policy = cstring(&client.welcome().policy);
+        *out_client = Box::into_raw(Box::new(gpumux_client { client, device, policy }));
+        Ok(())
+    })
+}
+
+/// Says goodbye and frees the client (NULL is accepted and does nothing).
+/// Buffers, modules' kernels and streams of the client are gone after it.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_disconnect(client: *mut gpumux_client) -> gpumux_status {
+    guard(|| {
+        if client.is_null() {
+            return Ok(());
+        }
+        // SAFETY: a pointer from gpumux_connect, given back once.
+        let client = unsafe { Box::from_raw(client) };
+        Ok(client.client.close()?)
+    })
+}
+
+/// The device, in words (`sim:h100`, `NVIDIA H100 ... (cuda:0)`); valid while the client lives.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_device(client: *const gpumux_client) -> *const c_char {
+    // SAFETY: a pointer from gpumux_connect, or NULL.
+    unsafe { client.as_ref() }.map_or(std::ptr::null(), |c| c.device.as_ptr())
+}
+
+/// The daemon's scheduling policy; valid while the client lives.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_policy(client: *const gpumux_client) -> *const c_char {
+    // SAFETY: a pointer from gpumux_connect, or NULL.
+    unsafe { client.as_ref() }.map_or(std::ptr::null(), |c| c.policy.as_ptr())
+}
+
+/// Whether the device is simulated: kernels take time but compute nothing.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_is_simulated(client: *const gpumux_client) -> bool {
+    // SAFETY: a pointer from gpumux_connect, or NULL.
+    unsafe { client.as_ref() }.is_some_and(|c| c.client.is_simulated())
+}
+
+/// Changes the client's priority.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_set_priority(client: *const gpumux_client, priority: i32) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.set_priority(priority)?))
+}
+
+/// Changes the client's weight.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_set_weight(client: *const gpumux_client, weight: f64) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.set_weight(weight)?))
+}
+
+/// Allocates `bytes` of device memory into `*out_buffer`.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_alloc(
+    client: *const gpumux_client,
+    bytes: u64,
+    out_buffer: *mut Buffer,
+) -> gpumux_status {
+    guard(|| {
+        let out_buffer = unsafe { out(out_buffer, "out_buffer") }?;
+        *out_buffer = unsafe { client_ref(client) }?.alloc(bytes)?;
+        Ok(())
+    })
+}
+
+/// Frees a buffer once the work queued before now is done.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_free(client: *const gpumux_client, buffer: Buffer) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.free(buffer)?))
+}
+
+/// Fills `bytes` bytes of `buffer` from `offset` with `value`, in stream order.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_memset(
+    client: *const gpumux_client,
+    buffer: Buffer,
+    offset: u64,
+    value: u8,
+    bytes: u64,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.memset(&buffer, offset, value, bytes, StreamId(stream))?))
+}
+
+/// Copies `bytes` bytes from `src` to `buffer` at `offset`; returns when they are on the device.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_copy_to_device(
+    client: *const gpumux_client,
+    buffer: Buffer,
+    offset: u64,
+    src: *const c_void,
+    bytes: usize,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| {
+        let client = unsafe { client_ref(client) }?;
+        if src.is_null() && bytes > 0 {
+            return Err(null("src"));
+        }
+        let data: &[u8] = if bytes == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller passes `bytes` readable bytes at `src` (checked non-null).
+            unsafe { std::slice::from_raw_parts(src.cast::<u8>(), bytes) }
+        };
+        Ok(client.copy_to_device(&buffer, offset, data, StreamId(stream))?)
+    })
+}
+
+/// Copies `bytes` bytes of `buffer` from `offset` into `dst`, after the stream's earlier work.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_copy_to_host(
+    client: *const gpumux_client,
+    buffer: Buffer,
+    offset: u64,
+    dst: *mut c_void,
+    bytes: usize,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| {
+        let client = unsafe { client_ref(client) }?;
+        if dst.is_null() && bytes > 0 {
+            return Err(null("dst"));
+        }
+        let data: &mut [u8] = if bytes == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller passes `bytes` writable bytes at `dst` (checked non-null).
+            unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), bytes) }
+        };
+        Ok(client.copy_to_host(&buffer, offset, data, StreamId(stream))?)
+    })
+}
+
+/// Copies `bytes` bytes between two of the client's buffers, in stream order.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_copy_device(
+    client: *const gpumux_client,
+    src: Buffer,
+    src_offset: u64,
+    dst: Buffer,
+    dst_offset: u64,
+    bytes: u64,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| {
+        Ok(unsafe { client_ref(client) }?.copy_device(&src, src_offset, &dst, dst_offset, bytes, StreamId(stream))?)
+    })
+}
+
+/// Compiles CUDA C `source` with `n_options` NVRTC options into `*out_module`.
+/// A compile or transformation error's message is in `gpumux_last_error()`.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_load_module(
+    client: *const gpumux_client,
+    name: *const c_char,
+    source: *const c_char,
+    options: *const *const c_char,
+    n_options: usize,
+    out_module: *mut *mut gpumux_module,
+) -> gpumux_status {
+    guard(|| {
+        let client = unsafe { client_ref(client) }?;
+        let out_module = unsafe { out(out_module, "out_module") }?;
+        let name = unsafe { text(name, "name") }?;
+        let source = unsafe { text(source, "source") }?;
+        if options.is_null() && n_options > 0 {
+            return Err(null("options"));
+        }
+        let mut opts = Vec::with_capacity(n_options);
+        for i in 0..n_options {
+            // SAFETY: the caller passes `n_options` string pointers (checked non-null).
+            opts.push(unsafe { text(*options.add(i), "an option") }?);
+        }
+        let module = client.load_module(name, source, &opts)?;
+        *out_module = Box::into_raw(Box::new(gpumux_module(module)));
+        Ok(())
+    })
+}
+
+/// Frees a module's handle (NULL does nothing); its kernel pointers die with it.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_module_free(module: *mut gpumux_module) {
+    if !module.is_null() {
+        // SAFETY: a pointer from gpumux_load_module, given back once.
+        drop(unsafe { Box::from_raw(module) });
+    }
+}
+
+/// The module's kernel named `name`, into `*out_kernel` (valid while the module lives).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_module_kernel(
+    module: *const gpumux_module,
+    name: *const c_char,
+    out_kernel: *mut *const Kernel,
+) -> gpumux_status {
+    guard(|| {
+        // SAFETY: a pointer from gpumux_load_module, or NULL.
+        let module = unsafe { module.as_ref() }.ok_or_else(|| null("the module"))?;
+        let out_kernel = unsafe { out(out_kernel, "out_kernel") }?;
+        let name = unsafe { text(name, "name") }?;
+        *out_kernel = module.0.kernel_ref(name)?;
+        Ok(())
+    })
+}
+
+/// Launches `kernel` with `n_args` arguments; returns once the daemon accepted it.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_launch(
+    client: *const gpumux_client,
+    kernel: *const Kernel,
+    config: *const gpumux_launch_config,
+    args: *const gpumux_arg,
+    n_args: usize,
+) -> gpumux_status {
+    guard(|| {
+        let client = unsafe { client_ref(client) }?;
+        // SAFETY: pointers the caller got from this library, or NULL.
+        let kernel = unsafe { kernel.as_ref() }.ok_or_else(|| null("the kernel"))?;
+        let config = unsafe { config.as_ref() }.ok_or_else(|| null("the launch config"))?;
+        if args.is_null() && n_args > 0 {
+            return Err(null("args"));
+        }
+        let args: &[gpumux_arg] = if n_args == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller passes `n_args` arguments (checked non-null).
+            unsafe { std::slice::from_raw_parts(args, n_args) }
+        };
+        let args = args.iter().map(|a| unsafe { to_arg(a) }).collect::<Result<Vec<_>, _>>()?;
+        let cfg = LaunchConfig {
+            grid: config.grid,
+            block: config.block,
+            shared_bytes: config.shared_bytes,
+            stream: StreamId(config.stream),
+            block_time_ns: (config.block_time_ns > 0).then_some(config.block_time_ns),
+        };
+        Ok(client.launch(kernel, &cfg, &args)?)
+    })
+}
+
+unsafe fn to_arg(a: &gpumux_arg) -> Result<Arg, Failure> {
+    use gpumux_arg_kind::*;
+    let out_of =
+        |what| Failure(GPUMUX_ERR_INVALID_ARGUMENT, format!("a {what} argument's value does not fit its type"));
+    Ok(match a.kind {
+        GPUMUX_ARG_BUFFER => Arg::buffer_at(&a.buffer, a.offset),
+        GPUMUX_ARG_I32 => i32::try_from(a.i).map_err(|_| out_of("GPUMUX_ARG_I32"))?.into(),
+        GPUMUX_ARG_U32 => u32::try_from(a.u).map_err(|_| out_of("GPUMUX_ARG_U32"))?.into(),
+        GPUMUX_ARG_I64 => a.i.into(),
+        GPUMUX_ARG_U64 => a.u.into(),
+        GPUMUX_ARG_F32 => (a.f as f32).into(),
+        GPUMUX_ARG_F64 => a.f.into(),
+        GPUMUX_ARG_BYTES => {
+            if a.bytes.is_null() && a.len > 0 {
+                return Err(null("a GPUMUX_ARG_BYTES argument's bytes"));
+            }
+            if a.len == 0 {
+                Arg::bytes(Vec::new())
+            } else {
+                // SAFETY: the caller passes `len` readable bytes (checked non-null).
+                Arg::bytes(unsafe { std::slice::from_raw_parts(a.bytes, a.len) })
+            }
+        }
+    })
+}
+
+const EMPTY_ARG: gpumux_arg = gpumux_arg {
+    kind: gpumux_arg_kind::GPUMUX_ARG_I32,
+    buffer: Buffer { handle: 0, bytes: 0 },
+    offset: 0,
+    i: 0,
+    u: 0,
+    f: 0.0,
+    bytes: std::ptr::null(),
+    len: 0,
+};
+
+/// A pointer `offset` bytes into `buffer`.
+#[no_mangle]
+pub extern "C" fn gpumux_arg_buffer(buffer: Buffer, offset: u64) -> gpumux_arg {
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_BUFFER, buffer, offset, ..EMPTY_ARG }
+}
+
+/// An `int32_t`.
+#[no_mangle]
+pub extern "C" fn gpumux_arg_i32(value: i32) -> gpumux_arg {
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_I32, i: value.into(), ..EMPTY_ARG }
+}
+
+/// A `uint32_t`.
+#[no_mangle]
+pub extern "C" fn gpumux_arg_u32(value: u32) -> gpumux_arg {
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_U32, u: value.into(), ..EMPTY_ARG }
+}
+
+/// An `int64_t`.
+#[no_mangle]
+pub extern "C" fn gpumux_arg_i64(value: i64) -> gpumux_arg {
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_I64, i: value, ..EMPTY_ARG }
+}
+
+/// A `uint64_t`.
+#[no_mangle]
+pub extern "C" fn gpumux_arg_u64(value: u64) -> gpumux_arg {
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_U64, u: value, ..EMPTY_ARG }
+}
+
+/// A `float`.
+#[no_mangle]
+pub extern "C" fn gpumux_arg_f32(value: f32) -> gpumux_arg {
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_F32, f: value.into(), ..EMPTY_ARG }
+}
+
+/// A `double`.
+#[no_mangle]
+pub extern "C" fn gpumux_arg_f64(value: f64) -> gpumux_arg {
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_F64, f: value, ..EMPTY_ARG }
+}
+
+/// `len` bytes at `bytes`, passed by value (they are copied at the launch call).
+#[no_mangle]
+pub extern "C" fn gpumux_arg_bytes(bytes: *const u8, len: usize) -> gpumux_arg {
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_BYTES, bytes, len, ..EMPTY_ARG }
+}
+
+/// A new stream, into `*out_stream`.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_create_stream(client: *const gpumux_client, out_stream: *mut u32) -> gpumux_status {
+    guard(|| {
+        let out_stream = unsafe { out(out_stream, "out_stream") }?;
+        *out_stream = unsafe { client_ref(client) }?.create_stream()?.0;
+        Ok(())
+    })
+}
+
+/// Ends a stream after its queued work.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_destroy_stream(client: *const gpumux_client, stream: u32) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.destroy_stream(StreamId(stream))?))
+}
+
+/// Waits until everything queued on `stream` before now is done.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_sync(client: *const gpumux_client, stream: u32) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.sync(StreamId(stream))?))
+}
+
+/// Records an event on `stream`, into `*out_event`.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_record_event(
+    client: *const gpumux_client,
+    stream: u32,
+    out_event: *mut u64,
+) -> gpumux_status {
+    guard(|| {
+        let out_event = unsafe { out(out_event, "out_event") }?;
+        *out_event = unsafe { client_ref(client) }?.record_event(StreamId(stream))?.0 .0;
+        Ok(())
+    })
+}
+
+/// Whether the event's work is done, into `*out_done` (never blocks).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_query_event(
+    client: *const gpumux_client,
+    event: u64,
+    out_done: *mut bool,
+) -> gpumux_status {
+    guard(|| {
+        let out_done = unsafe { out(out_done, "out_done") }?;
+        *out_done = unsafe { client_ref(client) }?.query_event(Event(EventId(event)))?;
+        Ok(())
+    })
+}
+
+/// Waits until the event's work is done.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_wait_event(client: *const gpumux_client, event: u64) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.wait_event(Event(EventId(event)))?))
+}
+
+/// Forgets an event.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_destroy_event(client: *const gpumux_client, event: u64) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.destroy_event(Event(EventId(event)))?))
+}

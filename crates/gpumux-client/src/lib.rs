@@ -1,0 +1,42 @@
+//! Talk to gpumuxd: allocate device memory, copy data, load CUDA C modules,
+//! launch kernels, and order work with streams and events, sharing one GPU
+//! with every other client of the daemon (docs/daemon.md).
+//!
+//! This crate links no CUDA: a client needs no GPU driver and makes no CUDA
+//! context. It speaks [`gpumux_proto`] over the daemon's Unix socket, and
+//! moves bulk data through a sealed memfd it shares with the daemon.
+//!
+//! ```no_run
+//! use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
+//! # fn main() -> gpumux_client::Result<()> {
+//! let client = Client::connect(ConnectOptions::named("example"))?;
+//! let n = 1024u32;
+//! let x = client.alloc(u64::from(n) * 4)?;
+//! client.copy_to_device(&x, 0, &vec![0u8; n as usize * 4], StreamId::DEFAULT)?;
+//! let module = client.load_module("scale.cu", "extern \"C\" __global__ void scale(float* x, int n) {\
+//!     int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }", &[])?;
+//! let scale = module.kernel("scale")?;
+//! client.launch(&scale, &LaunchConfig::for_threads(n, 256), &[Arg::buffer(&x), (n as i32).into()])?;
+//! client.sync(StreamId::DEFAULT)?;
+//! # Ok(()) }
+//! ```
+//!
+//! The C ABI (`libgpumux_client.so`, `include/gpumux.h`) wraps the same calls.
+
+#![warn(missing_docs)]
+
+mod chunk;
+mod client;
+mod conn;
+mod error;
+pub mod ffi;
+mod handles;
+mod shm;
+
+pub use client::{Client, ConnectOptions, Event, DEFAULT_SHM_BYTES, SOCKET_ENV};
+pub use error::{ClientError, Result};
+pub use gpumux_proto::{ClientStatus, ErrorKind, Limits, LostWork, Notice, Status, StreamId, Welcome};
+pub use handles::{Arg, Buffer, Kernel, LaunchConfig, Module};
+
+#[doc(hidden)]
+pub use chunk::{plan as plan_chunks, Chunk};

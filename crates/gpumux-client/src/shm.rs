@@ -1,0 +1,108 @@
+//! The client's side of the shared-memory region: a sealed memfd, mapped
+//! here and sent to the daemon, through which host copies move.
+//!
+//! The daemon maps the same file, so a copy is one `memcpy` into the region
+//! here and one DMA there. The daemon refuses a region that could shrink
+//! under it (a shrink would turn its next access into SIGBUS), so the file is
+//! sealed against shrinking and growing, and the seals themselves are sealed.
+
+use crate::error::{ClientError, Result};
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+/// A mapped, sealed memfd of a fixed size. Unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct SharedRegion {
+    ptr: NonNull<u8>,
+    len: usize,
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping is owned by this value and valid until drop; who may
+// touch which bytes when is the client's business (it holds the region's
+// lock for a whole copy).
+unsafe impl Send for SharedRegion {}
+unsafe impl Sync for SharedRegion {}
+
+/// The memfd's name (seen in /proc/PID/fd and the daemon's log).
+const MEMFD_NAME: &CStr = c"gpumux-shm";
+
+impl SharedRegion {
+    /// Creates, sizes, seals and maps a region of `bytes` bytes (> 0).
+    pub(crate) fn create(bytes: u64) -> Result<SharedRegion> {
+        let err = |source| ClientError::Shm { bytes, source };
+        let len = usize::try_from(bytes)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| err(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+        // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+        let raw = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        if raw < 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let off =
+            libc::off_t::try_from(bytes).map_err(|_| err(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+        // SAFETY: plain syscalls on a descriptor we own.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), off) } != 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: as above; F_ADD_SEALS takes an int.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        // SAFETY: a shared mapping of exactly the file's (sealed) length; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| err(std::io::Error::other("mmap returned null")))?;
+        Ok(SharedRegion { ptr, len, fd })
+    }
+
+    /// Its size, bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The memfd, to send to the daemon.
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// Copies `src` into the region at `offset`. The caller plans offsets
+    /// inside the region ([`crate::chunk::plan`]); out of range panics.
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) {
+        assert!(offset.checked_add(src.len()).is_some_and(|end| end <= self.len), "shared region write out of range");
+        // SAFETY: in range (asserted); mapped while self lives.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) }
+    }
+
+    /// Copies bytes out of the region from `offset` into `dst` (range as for [`SharedRegion::write`]).
+    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) {
+        assert!(offset.checked_add(dst.len()).is_some_and(|end| end <= self.len), "shared region read out of range");
+        // SAFETY: in range (asserted); mapped while self lives.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) }
+    }
+}
+
+impl Drop for SharedRegion {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `create`.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}

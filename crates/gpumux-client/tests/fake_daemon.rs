@@ -1,0 +1,165 @@
+//! The client library against a fake daemon (tests/support): handshake,
+//! the shared region, chunked double-buffered copies, errors.
+
+mod support;
+
+use gpumux_client::{Client, ClientError, ConnectOptions, ErrorKind, StreamId};
+use gpumux_proto::{BufferId, BufferSlice, Request};
+use support::{Behaviour, FakeDaemon};
+
+fn options(fake: &FakeDaemon) -> ConnectOptions {
+    ConnectOptions { socket: Some(fake.socket.clone()), ..ConnectOptions::named("test") }
+}
+
+#[test]
+fn handshake_attaches_a_sealed_region_clamped_to_the_limit() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(options(&fake)).unwrap();
+    assert_eq!(client.welcome().device, "sim:h100");
+    assert!(client.is_simulated());
+    assert_eq!(client.shm_bytes(), 4096, "8 MiB asked, the daemon allows 4096");
+    drop(client);
+    let log = fake.finish();
+    assert!(matches!(&log.requests[0], Request::Hello { name, .. } if name == "test"));
+    assert_eq!(log.requests[1], Request::AttachShm { bytes: 4096 });
+    assert_eq!(log.requests.last(), Some(&Request::Goodbye), "drop says goodbye");
+    assert!(log.fd_came_with_attach, "the memfd travels with the AttachShm frame");
+    let want = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    assert_eq!(log.seals & want, want, "sealed against shrink and grow, seals sealed");
+    assert_eq!(log.shm_size, 4096);
+}
+
+#[test]
+fn a_copy_larger_than_the_region_round_trips_in_double_buffered_chunks() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(options(&fake)).unwrap();
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let buf = client.alloc(10_100).unwrap();
+    client.copy_to_device(&buf, 100, &data, StreamId::DEFAULT).unwrap();
+    let mut back = vec![0u8; data.len()];
+    client.copy_to_host(&buf, 100, &mut back, StreamId::DEFAULT).unwrap();
+    assert!(back == data, "data round-trips bitwise through 5 chunks each way");
+    client.close().unwrap();
+    let log = fake.finish();
+    let to_device: Vec<_> = log
+        .requests
+        .iter()
+        .filter_map(|r| match r {
+            Request::CopyToDevice { dst, shm_offset, bytes, .. } => Some((*dst, *shm_offset, *bytes)),
+            _ => None,
+        })
+        .collect();
+    let at = |offset| BufferSlice { buffer: BufferId(1), offset };
+    assert_eq!(
+        to_device,
+        vec![
+            (at(100), 0, 2048),
+            (at(2148), 2048, 2048),
+            (at(4196), 0, 2048),
+            (at(6244), 2048, 2048),
+            (at(8292), 0, 1808)
+        ]
+    );
+    let to_host = log.requests.iter().filter(|r| matches!(r, Request::CopyToHost { .. })).count();
+    assert_eq!(to_host, 5);
+    assert_eq!(log.max_outstanding, 2, "two chunks in flight, never more");
+}
+
+#[test]
+fn a_small_copy_is_one_request() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(options(&fake)).unwrap();
+    let buf = client.alloc(16).unwrap();
+    client.copy_to_device(&buf, 0, &[7; 16], StreamId::DEFAULT).unwrap();
+    drop(client);
+    let log = fake.finish();
+    assert_eq!(log.requests.iter().filter(|r| matches!(r, Request::CopyToDevice { .. })).count(), 1);
+}
+
+#[test]
+fn daemon_errors_carry_their_kind_and_message() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(options(&fake)).unwrap();
+    let e = client.alloc(0).unwrap_err();
+    assert_eq!(e.kind(), Some(&ErrorKind::Invalid));
+    assert_eq!(e.to_string(), "Alloc: an allocation of 0 bytes; ask for at least 1");
+    assert!(!e.is_fatal());
+    let buf = client.alloc(8).unwrap();
+    let past = client.copy_to_device(&buf, 4, &[0; 8], StreamId::DEFAULT).unwrap_err();
+    assert!(matches!(past, ClientError::Invalid(_)), "checked before sending: {past}");
+}
+
+#[test]
+fn a_closed_connection_fails_calls_with_daemon_gone() {
+    let fake = FakeDaemon::start(Behaviour { close_after_welcome: true, ..Behaviour::default() });
+    let e = Client::connect(options(&fake)).unwrap_err();
+    assert!(matches!(e, ClientError::DaemonGone), "AttachShm after the close: {e}");
+    assert!(e.is_fatal());
+}
+
+#[test]
+fn no_shared_region_means_host_copies_say_why() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(ConnectOptions { shm_bytes: 0, ..options(&fake) }).unwrap();
+    let buf = client.alloc(8).unwrap();
+    let e = client.copy_to_device(&buf, 0, &[1; 8], StreamId::DEFAULT).unwrap_err().to_string();
+    assert!(e.contains("needs a shared region"), "{e}");
+    drop(client);
+    assert!(!fake.finish().requests.iter().any(|r| matches!(r, Request::AttachShm { .. })));
+}
+
+#[test]
+fn no_daemon_says_how_to_start_one() {
+    let socket = std::env::temp_dir().join("gpumux-client-test-nobody-here.sock");
+    let e = Client::connect(ConnectOptions { socket: Some(socket.clone()), ..ConnectOptions::default() }).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("no daemon listens on {}: start one with `gpumuxd` or set GPUMUX_SOCKET", socket.display())
+    );
+}
+
+#[test]
+fn notices_are_kept_until_taken() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(options(&fake)).unwrap();
+    assert!(client.take_notices().is_empty());
+    client.sync(StreamId::DEFAULT).unwrap();
+    let notices = client.take_notices();
+    assert!(
+        matches!(&notices[..], [gpumux_client::Notice::ContextLost { caused_by_you: false, lost, .. }] if lost.copies == 1),
+        "{notices:?}"
+    );
+    assert!(client.take_notices().is_empty(), "taken once");
+}
+
+#[test]
+fn a_wrong_reply_is_a_protocol_error_naming_both() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(options(&fake)).unwrap();
+    let e = client.status().unwrap_err();
+    assert!(e.to_string().starts_with("gpumuxd answered Status with a Done reply"), "{e}");
+    assert!(e.is_fatal());
+}
+
+#[test]
+fn threads_share_one_client() {
+    let fake = FakeDaemon::start(Behaviour::default());
+    let client = Client::connect(options(&fake)).unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..4u8 {
+            let client = &client;
+            scope.spawn(move || {
+                let data: Vec<u8> = (0..6000u32).map(|i| (i as u8).wrapping_mul(t + 3)).collect();
+                let buf = client.alloc(data.len() as u64).unwrap();
+                client.copy_to_device(&buf, 0, &data, StreamId::DEFAULT).unwrap();
+                let mut back = vec![0u8; data.len()];
+                client.copy_to_host(&buf, 0, &mut back, StreamId::DEFAULT).unwrap();
+                assert!(back == data, "thread {t}'s data round-trips while others copy");
+            });
+        }
+    });
+    drop(client);
+    let log = fake.finish();
+    assert_eq!(log.requests.iter().filter(|r| matches!(r, Request::Alloc { .. })).count(), 4);
+    assert!(log.max_outstanding <= 2, "copies take turns through the region");
+}

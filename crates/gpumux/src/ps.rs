@@ -1,0 +1,288 @@
+//! `gpumux ps` and `gpumux top`: the daemon's clients, once or live.
+//!
+//! Both connect to gpumuxd as a client without a shared region (they move
+//! no data) and ask `Status`, which the daemon answers for any allowed uid;
+//! the asking connection shows up in its own table.
+
+use anyhow::{bail, Context, Result};
+use gpumux_client::{Client, ConnectOptions, Status};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options shared by `ps` and `top`.
+#[derive(clap::Args, Debug)]
+pub struct PsArgs {
+    /// The daemon's socket (default: $GPUMUX_SOCKET, else $XDG_RUNTIME_DIR/gpumux.sock or /run/gpumux/gpumux.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// JSON instead of a table (`top`: one line per refresh).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `top` only.
+#[derive(clap::Args, Debug)]
+pub struct TopArgs {
+    #[command(flatten)]
+    common: PsArgs,
+    /// Stop after this many refreshes (default: until `q` or Ctrl-C).
+    #[arg(long, short = 'n')]
+    iterations: Option<u64>,
+}
+
+fn connect(socket: Option<PathBuf>, name: &str) -> Result<Client> {
+    let options = ConnectOptions { socket, shm_bytes: 0, ..ConnectOptions::named(name) };
+    Ok(Client::connect(options)?)
+}
+
+/// `gpumux ps`.
+pub fn ps(args: PsArgs) -> Result<()> {
+    let client = connect(args.socket, "gpumux ps")?;
+    let status = client.status()?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{}", render(&status));
+    }
+    Ok(())
+}
+
+/// `gpumux top`.
+pub fn top(args: TopArgs) -> Result<()> {
+    let client = connect(args.common.socket, "gpumux top")?;
+    let mut refreshes = 0u64;
+    let more = |n: u64| args.iterations.is_none_or(|max| n < max);
+    if args.common.json {
+        while more(refreshes) {
+            println!("{}", serde_json::to_string(&client.status()?)?);
+            refreshes += 1;
+            if more(refreshes) {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        return Ok(());
+    }
+    let terminal = Terminal::enter()?;
+    while more(refreshes) {
+        let frame = render(&client.status()?);
+        terminal.draw(&frame)?;
+        refreshes += 1;
+        if more(refreshes) && terminal.quit_within(Duration::from_secs(1))? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// The table: device, policy and totals, then one row per client.
+pub fn render(s: &Status) -> String {
+    let mut out = String::new();
+    let queued: u32 = s.clients.iter().map(|c| c.ops_queued).sum();
+    let running: u32 = s.clients.iter().map(|c| c.ops_running).sum();
+    let held: u32 = s.clients.iter().map(|c| c.sms_held).sum();
+    let _ = writeln!(
+        out,
+        "device {}   policy {}   up {:.0} s   context rebuilds {}",
+        s.device, s.policy, s.uptime_s, s.context_rebuilds
+    );
+    let _ = writeln!(
+        out,
+        "{} clients   memory {} / {}   ops {} queued, {} running   SMs {} / {} held",
+        s.clients.len(),
+        bytes(s.memory_used),
+        bytes(s.memory_total),
+        queued,
+        running,
+        held,
+        s.sms
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6} {:>21} {:>6} {:>5} {:>4} {:>8} {:>8}",
+        "ID", "PID", "UID", "NAME", "PRIO", "WEIGHT", "MEMORY / QUOTA", "QUEUED", "RUN", "SMS", "PREEMPT", "KERNELS"
+    );
+    for c in &s.clients {
+        let name: String = c.name.chars().take(20).collect();
+        let memory = format!("{} / {}", bytes(c.memory_used), bytes(c.memory_quota));
+        let _ = writeln!(
+            out,
+            "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6.2} {:>21} {:>6} {:>5} {:>4} {:>8} {:>8}",
+            c.client,
+            c.pid,
+            c.uid,
+            name,
+            c.priority,
+            c.weight,
+            memory,
+            c.ops_queued,
+            c.ops_running,
+            c.sms_held,
+            c.preemptions,
+            c.kernels_done
+        );
+    }
+    out
+}
+
+/// The terminal while `top` runs: alternate screen, no echo, keys read one
+/// by one (Ctrl-C arrives as a byte, so the screen is always restored).
+/// Plain ANSI and termios: a crate for this would be bigger than the view.
+struct Terminal {
+    saved: libc::termios,
+}
+
+impl Terminal {
+    fn enter() -> Result<Terminal> {
+        // SAFETY: isatty only inspects the descriptors.
+        if unsafe { libc::isatty(0) != 1 || libc::isatty(1) != 1 } {
+            bail!("gpumux top needs a terminal; use `gpumux top --json` or `gpumux ps` in scripts");
+        }
+        // SAFETY: tcgetattr fills a zeroed termios for stdin, a terminal (checked).
+        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
+        if unsafe { libc::tcgetattr(0, &mut saved) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("reading the terminal's settings");
+        }
+        let mut raw = saved;
+        raw.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG);
+        raw.c_cc[libc::VMIN] = 1;
+        raw.c_cc[libc::VTIME] = 0;
+        // SAFETY: sets settings derived from the terminal's own.
+        if unsafe { libc::tcsetattr(0, libc::TCSANOW, &raw) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("setting the terminal up");
+        }
+        let mut stdout = std::io::stdout().lock();
+        write!(stdout, "\x1b[?1049h\x1b[?25l")?;
+        stdout.flush()?;
+        Ok(Terminal { saved })
+    }
+
+    fn draw(&self, frame: &str) -> Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        write!(stdout, "\x1b[H\x1b[2J{}\r\n(q quits)", frame.replace('\n', "\r\n"))?;
+        stdout.flush()?;
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for a key; true if it was `q`, `Q` or Ctrl-C.
+    fn quit_within(&self, timeout: Duration) -> Result<bool> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            let mut fds = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
+            // SAFETY: polls one descriptor, described by a live pollfd.
+            let ready = unsafe { libc::poll(&mut fds, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+            if ready <= 0 {
+                continue;
+            }
+            let mut key = [0u8; 1];
+            // SAFETY: reads at most one byte into a live buffer.
+            let n = unsafe { libc::read(0, key.as_mut_ptr().cast(), 1) };
+            if n <= 0 || matches!(key[0], b'q' | b'Q' | 3) {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let mut stdout = std::io::stdout().lock();
+        let _ = write!(stdout, "\x1b[?25h\x1b[?1049l");
+        let _ = stdout.flush();
+        // SAFETY: restores the settings read in `enter`.
+        unsafe {
+            libc::tcsetattr(0, libc::TCSANOW, &self.saved);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumux_client::ClientStatus;
+
+    #[test]
+    fn the_table_shows_totals_and_one_row_per_client() {
+        let row = |client, name: &str, used, queued, running, sms| ClientStatus {
+            client,
+            pid: 4242,
+            uid: 1000,
+            gid: 1000,
+            name: name.into(),
+            priority: 2,
+            weight: 1.5,
+            memory_used: used,
+            memory_quota: 1 << 30,
+            ops_queued: queued,
+            ops_running: running,
+            sms_held: sms,
+            preemptions: 7,
+            kernels_done: 12,
+        };
+        let status = Status {
+            device: "sim:h100".into(),
+            policy: "dss-cs".into(),
+            sms: 132,
+            memory_used: 3 << 20,
+            memory_total: 80 << 30,
+            uptime_s: 12.4,
+            context_rebuilds: 0,
+            clients: vec![row(1, "vector_add", 1 << 20, 2, 1, 66), row(2, "matmul", 2 << 20, 0, 1, 66)],
+        };
+        let text = render(&status);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "device sim:h100   policy dss-cs   up 12 s   context rebuilds 0");
+        assert_eq!(lines[1], "2 clients   memory 3.0 MiB / 80.0 GiB   ops 2 queued, 2 running   SMs 132 / 132 held");
+        assert!(lines[3].split_whitespace().eq([
+            "ID", "PID", "UID", "NAME", "PRIO", "WEIGHT", "MEMORY", "/", "QUOTA", "QUEUED", "RUN", "SMS", "PREEMPT",
+            "KERNELS"
+        ]));
+        assert!(lines[4].split_whitespace().eq([
+            "1",
+            "4242",
+            "1000",
+            "vector_add",
+            "2",
+            "1.50",
+            "1.0",
+            "MiB",
+            "/",
+            "1.0",
+            "GiB",
+            "2",
+            "1",
+            "66",
+            "7",
+            "12"
+        ]));
+        assert_eq!(lines.len(), 6);
+    }
+
+    #[test]
+    fn sizes_read_in_binary_units() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(80 << 30), "80.0 GiB");
+    }
+}
