@@ -36,7 +36,7 @@ fn the_example_kernels_become_workers_with_their_parameters() {
     for (file, kernel, params) in [
         ("vector_add", "vector_add", 4),
         ("matmul", "matmul", 4),
-        ("histogram", "histogram", 4),
+        ("histogram", "histogram", 3),
         ("stencil", "stencil", 4),
         ("fault", "fault", 1),
     ] {
