@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# gpumuxd on a real GPU (issue 13's GPU part). Needs a GPU, python3 with CuPy,
+# and binaries built elsewhere (the GPU machine has no Rust): scripts/daemon-gpu-prep.sh
+# puts them in $BIN (default carry/daemon). Writes logs and outputs under $OUT.
+#
+#   1. four client programs (Rust vector_add and histogram, C matmul and stencil)
+#      at once under fcfs, ppq-excl-cs, dss-cs and spatial-even: each output must
+#      equal the same kernel run natively (examples/clients/native.py), byte for byte;
+#   2. the kill test: 20 clients killed with SIGKILL at random points while three
+#      others run; afterwards the daemon holds no client memory and no SM, device
+#      memory (cuMemGetInfo, from a fresh process) is back at its baseline, and a
+#      new client still runs correctly;
+#   3. a faulting kernel (out-of-bounds write) in one client while another runs
+#      matmuls: the culprit gets KernelFault, the bystander ContextLost naming
+#      its lost work, the daemon rebuilds its device and both go on.
+# Prints PASS/FAIL per check and a table last; exits non-zero if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-carry/daemon}
+OUT=${OUT:-/tmp/daemon-gpu-check}
+CHECKS=${DAEMON_CHECKS:-clients kill fault}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NVRTC for the daemon's compiles: the CUDA toolkit's, or the pip wheel's.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/libnvrtc.so.13" ] && export LD_LIBRARY_PATH="$d:$LD_LIBRARY_PATH"
+done
+wheel=$(python3 -c 'import nvidia, os; print([os.path.join(p, "cu13", "lib") for p in nvidia.__path__][0])' 2>/dev/null || true)
+[ -n "$wheel" ] && [ -d "$wheel" ] && export LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH"
+wants() { [[ " $CHECKS " == *" $1 "* ]]; }
+fails=0
+results=()
+note() { results+=("$1"); echo "$1"; }
+pass() { note "PASS $1"; }
+fail() { note "FAIL $1"; fails=$((fails + 1)); }
+
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+# Free device memory as cuMemGetInfo reports it, from a fresh process (its own
+# context costs the same every time, so before and after compare).
+free_mem() { python3 -c 'import cupy; print(cupy.cuda.runtime.memGetInfo()[0])'; }
+
+start_daemon() { # policy socket log
+    rm -f "$2"
+    "$BIN/gpumuxd" --device "${DAEMON_DEVICE:-cuda:0}" --policy "$1" --socket "$2" 2>"$3" &
+    daemon_pid=$!
+    for _ in $(seq 1 300); do
+        [ -S "$2" ] && return 0
+        kill -0 "$daemon_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "daemon did not start; its log:"; tail -20 "$3"; return 1
+}
+stop_daemon() { kill -TERM "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; }
+
+# Every client takes --socket, --out and --check.
+clients=(vector_add histogram matmul stencil)
+run_client() { # name socket outfile log
+    timeout 120 "$BIN/$1" --socket "$2" --check --out "$3" >"$4" 2>&1
+}
+
+echo "== native reference (CuPy)"
+if python3 examples/clients/native.py --out-dir "$OUT/native" >"$OUT/native.log" 2>&1; then
+    pass "native reference written"
+else
+    fail "native reference: $(tail -3 "$OUT/native.log")"
+fi
+
+echo "== 1. four clients at once, per policy"
+wants clients && for policy in fcfs ppq-excl-cs dss-cs spatial-even; do
+    dir="$OUT/$policy"; mkdir -p "$dir"
+    sock="$OUT/$policy.sock"
+    start_daemon "$policy" "$sock" "$dir/daemon.log" || { fail "$policy: daemon start"; continue; }
+    t0=$(date +%s%N)
+    pids=()
+    for c in "${clients[@]}"; do
+        run_client "$c" "$sock" "$dir/$c.bin" "$dir/$c.log" & pids+=($!)
+    done
+    ok=1
+    for i in "${!clients[@]}"; do
+        c=${clients[$i]}
+        if ! wait "${pids[$i]}"; then ok=0; echo "  $c failed: $(tail -3 "$dir/$c.log")"; continue; fi
+        if ! cmp -s "$dir/$c.bin" "$OUT/native/$c.bin"; then ok=0; echo "  $c: output differs from native"; fi
+    done
+    t=$((($(date +%s%N) - t0) / 1000000))
+    "$BIN/gpumux" ps --socket "$sock" --json >"$dir/ps.json" 2>&1
+    stop_daemon
+    if [ $ok = 1 ]; then pass "$policy: 4 clients, outputs equal native (${t} ms)"; else fail "$policy: see $dir"; fi
+done
+
+echo "== 2. kill test: 20 SIGKILLs while 3 clients run"
+dir="$OUT/kill"; mkdir -p "$dir"; sock="$OUT/kill.sock"
+if ! wants kill; then echo "  (not asked for)"
+elif start_daemon ppq-shared-drain "$sock" "$dir/daemon.log"; then
+    # Warm up first: the daemon's own pools (streams, control records, the
+    # compile cache) grow on first use and stay; the baseline is after that.
+    for c in vector_add histogram matmul; do run_client "$c" "$sock" "$dir/$c.bin" "$dir/$c.warm.log"; done
+    "$BIN/gpumux" ps --socket "$sock" --json >"$dir/ps-before.json"
+    before=$(free_mem)
+    others=()
+    for c in vector_add histogram matmul; do
+        ( for r in 1 2 3 4 5; do run_client "$c" "$sock" "$dir/$c.bin" "$dir/$c.$r.log" || exit 1; \
+          cmp -s "$dir/$c.bin" "$OUT/native/$c.bin" || exit 2; done ) & others+=($!)
+    done
+    RANDOM=13
+    for k in $(seq 1 20); do
+        "$BIN/fault_check" churn --socket "$sock" >"$dir/churn.$k.log" 2>&1 &
+        victim=$!
+        sleep "0.$((RANDOM % 9 + 1))"
+        kill -9 "$victim"; wait "$victim" 2>/dev/null
+    done
+    ok=1
+    for i in "${!others[@]}"; do wait "${others[$i]}" || { ok=0; echo "  other client $i failed"; }; done
+    sleep 1
+    "$BIN/gpumux" ps --socket "$sock" --json >"$dir/ps.json"
+    used=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["memory_used"], sum(c["sms_held"] for c in s["clients"]), sum(c["memory_used"] for c in s["clients"]))' "$dir/ps.json")
+    after=$(free_mem)
+    run_client vector_add "$sock" "$dir/new.bin" "$dir/new.log" && cmp -s "$dir/new.bin" "$OUT/native/vector_add.bin" || ok=0
+    stop_daemon
+    echo "  daemon accounting (memory_used, SMs held, client memory): $used; free before $before, after $after"
+    [ "$used" = "0 0 0" ] || ok=0
+    [ "$before" = "$after" ] || { echo "  device free memory changed by $((after - before)) bytes"; ok=0; }
+    if [ $ok = 1 ]; then pass "kill test: others correct, accounting 0, free memory back to baseline ($after B), new client ok"; else fail "kill test: see $dir"; fi
+else
+    fail "kill test: daemon start"
+fi
+
+echo "== 3. a faulting kernel"
+dir="$OUT/fault"; mkdir -p "$dir"; sock="$OUT/fault.sock"
+if ! wants fault; then echo "  (not asked for)"
+elif start_daemon ppq-shared-drain "$sock" "$dir/daemon.log"; then
+    "$BIN/fault_check" bystander --socket "$sock" --seconds 60 >"$dir/bystander.log" 2>&1 & by=$!
+    sleep 3
+    "$BIN/fault_check" culprit --socket "$sock" >"$dir/culprit.log" 2>&1; culprit=$?
+    wait $by; bystander=$?
+    run_client vector_add "$sock" "$dir/after.bin" "$dir/after.log" && cmp -s "$dir/after.bin" "$OUT/native/vector_add.bin"; after=$?
+    "$BIN/gpumux" ps --socket "$sock" --json >"$dir/ps.json"
+    stop_daemon
+    cat "$dir/culprit.log" "$dir/bystander.log"
+    if [ $culprit = 0 ] && [ $bystander = 0 ] && [ $after = 0 ]; then
+        pass "fault: culprit told, bystander told what it lost, daemon rebuilt and serves new clients correctly"
+    else
+        fail "fault: culprit $culprit, bystander $bystander, new client $after (see $dir)"
+    fi
+else
+    fail "fault: daemon start"
+fi
+
+echo
+echo "== summary"
+printf '%s\n' "${results[@]}"
+exit $((fails > 0))
