@@ -24,11 +24,21 @@ use std::time::Duration;
 /// How long to sleep between polls of a device that wants to be spun
 /// (a real GPU, whose completions are seen by polling): what the core does in-process.
 const SPIN_WAIT: Duration = Duration::from_micros(20);
+/// Polls of the device in a row before the daemon's messages are read again.
+const MAX_POLLS: usize = 10_000;
 
 /// Serves device `spec` over the inherited socket `fd` until the daemon lets
 /// go. `Ok(false)`: the device could not be opened, and the daemon was told
 /// why (it reports it; the process should just exit with a failure).
 pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
+    // Ctrl-C in a terminal (and a service manager's stop) signal the whole
+    // process group: the daemon stops its device process itself, after
+    // telling its clients, so the device must not die first.
+    // SAFETY: setting signal dispositions to "ignore" at start-up, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+    }
     let mut link = Link::new(inherited_socket(fd)?).context("the device link")?;
     let backend = match crate::daemon::open_in_process(spec) {
         Ok(b) => b,
@@ -81,17 +91,7 @@ impl DeviceHost {
                 }
             }
             if !self.broken {
-                match self.backend.poll(&mut events) {
-                    Ok(_) => {
-                        if !events.is_empty() {
-                            self.send(FromDevice::Events(std::mem::take(&mut events)))?;
-                        }
-                    }
-                    Err(f) => {
-                        events.clear();
-                        self.failed(f)?;
-                    }
-                }
+                self.poll_device(&mut events)?;
             }
             let timeout = match self.backend.next_wake() {
                 _ if self.broken => None,
@@ -101,6 +101,26 @@ impl DeviceHost {
             };
             self.link.wait_readable(timeout).context("waiting for the daemon")?;
         }
+    }
+
+    /// Polls the device until it has nothing more to report now (a device
+    /// reports one instant per poll, and may only settle what was submitted
+    /// on the next), then sends what it reported as one message.
+    fn poll_device(&mut self, events: &mut Vec<Event>) -> Result<()> {
+        for _ in 0..MAX_POLLS {
+            let before = events.len();
+            if let Err(f) = self.backend.poll(events) {
+                events.clear();
+                return self.failed(f);
+            }
+            if events.len() == before {
+                break;
+            }
+        }
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.send(FromDevice::Events(std::mem::take(events)))
     }
 
     fn send(&mut self, msg: FromDevice) -> Result<()> {
@@ -185,10 +205,8 @@ impl DeviceHost {
 
     /// Maps the memfd that came with `RegisterHost` and registers it with the device.
     fn register(&mut self, region: RegionId, bytes: u64) -> Result<(), MemError> {
-        let fd = self
-            .link
-            .take_fd()
-            .ok_or_else(|| MemError::Device("the shared region came without its memfd".into()))?;
+        let fd =
+            self.link.take_fd().ok_or_else(|| MemError::Device("the shared region came without its memfd".into()))?;
         let mapped = Arc::new(ShmRegion::map(fd, bytes).map_err(|e| MemError::Device(e.to_string()))?);
         self.backend.register_host(&mapped)?;
         self.regions.insert(region, mapped);

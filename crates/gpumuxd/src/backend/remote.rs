@@ -363,9 +363,11 @@ impl RemoteBackend {
             return Ok(*id);
         }
         self.register_host(region)?;
-        self.regions.iter().find(|(_, r)| Arc::ptr_eq(r, region)).map(|(id, _)| *id).ok_or_else(|| {
-            MemError::Device("the shared region was not registered with the device process".into())
-        })
+        self.regions
+            .iter()
+            .find(|(_, r)| Arc::ptr_eq(r, region))
+            .map(|(id, _)| *id)
+            .ok_or_else(|| MemError::Device("the shared region was not registered with the device process".into()))
     }
 }
 
@@ -439,9 +441,8 @@ impl Backend for RemoteBackend {
     }
 
     fn bind(&mut self, op: OpId, work: OpWork) {
-        let work = work.map_spans(|span| {
-            self.region_id(&span.region).map(|region| HostRef { region, offset: span.offset })
-        });
+        let work =
+            work.map_spans(|span| self.region_id(&span.region).map(|region| HostRef { region, offset: span.offset }));
         let work = match work {
             Ok(w) => w,
             Err(e) => {
