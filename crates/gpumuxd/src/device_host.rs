@@ -26,6 +26,8 @@ use std::time::Duration;
 const SPIN_WAIT: Duration = Duration::from_micros(20);
 /// Polls of the device in a row before the daemon's messages are read again.
 const MAX_POLLS: usize = 10_000;
+/// Events in one message at most (a frame has a size limit).
+const EVENTS_PER_MESSAGE: usize = 4096;
 
 /// Serves device `spec` over the inherited socket `fd` until the daemon lets
 /// go. `Ok(false)`: the device could not be opened, and the daemon was told
@@ -105,7 +107,7 @@ impl DeviceHost {
 
     /// Polls the device until it has nothing more to report now (a device
     /// reports one instant per poll, and may only settle what was submitted
-    /// on the next), then sends what it reported as one message.
+    /// on the next), and sends what it reported, in batches.
     fn poll_device(&mut self, events: &mut Vec<Event>) -> Result<()> {
         for _ in 0..MAX_POLLS {
             let before = events.len();
@@ -115,6 +117,9 @@ impl DeviceHost {
             }
             if events.len() == before {
                 break;
+            }
+            if events.len() >= EVENTS_PER_MESSAGE {
+                self.send(FromDevice::Events(std::mem::take(events)))?;
             }
         }
         if events.is_empty() {

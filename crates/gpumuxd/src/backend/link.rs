@@ -140,6 +140,14 @@ impl Link {
         Ok(())
     }
 
+    /// Tells the peer we are done (it reads end of stream), keeping the socket.
+    pub fn close(&mut self) {
+        // SAFETY: shutdown on a descriptor we own; an error (already closed) changes nothing.
+        unsafe {
+            libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR);
+        }
+    }
+
     /// The oldest descriptor received and not yet claimed (the one sent with
     /// the message just taken, for messages that carry one).
     pub fn take_fd(&mut self) -> Option<OwnedFd> {

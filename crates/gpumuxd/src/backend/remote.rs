@@ -372,8 +372,11 @@ impl RemoteBackend {
 }
 
 impl Drop for RemoteBackend {
+    /// The daemon stops: the device process sees the link close and exits
+    /// (a CUDA context is destroyed cleanly); killed if it takes too long.
     fn drop(&mut self) {
-        kill(&mut self.process.child);
+        self.process.link.close();
+        reap(&mut self.process.child);
     }
 }
 
