@@ -112,7 +112,9 @@ impl DeviceProcess {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                // The device must not outlive the daemon.
+                // The device must not outlive the daemon (the signal follows the
+                // forking thread: the main thread at start-up, the core thread
+                // after a restart; both live as long as the daemon serves).
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -294,7 +296,7 @@ impl RemoteBackend {
         self.broken.get_or_insert(what);
     }
 
-    /// Takes a pushed message; false if it is not one.
+    /// Takes a pushed message (events, a failure); an answer to a call is handed back.
     fn pushed(&mut self, msg: FromDevice, events: &mut Vec<Event>) -> Option<FromDevice> {
         match msg {
             FromDevice::Events(got) => {
