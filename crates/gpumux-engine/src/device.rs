@@ -75,7 +75,8 @@ pub enum CopyDirection {
 }
 
 /// What the engine asks of a device (see the module doc for the contract).
-#[derive(Clone, Debug, PartialEq)]
+/// Serializable so a device may live in another process (gpumuxd's device process).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Start a launch of `blocks` (after restoring `restore`) of `kernel` on `sms`.
     Launch {
@@ -144,8 +145,8 @@ pub enum ReleaseCause {
     Retreated,
 }
 
-/// What a device tells the engine.
-#[derive(Clone, Debug, PartialEq)]
+/// What a device tells the engine (serializable, as [`Command`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Event {
     /// An SM holds no more of the launch's state to issue from.
     SmReleased {

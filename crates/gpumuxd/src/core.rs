@@ -8,7 +8,7 @@
 //! Replies follow the engine's completions in the order the engine reports
 //! them, so the core is as deterministic as the device under it.
 
-use crate::backend::{Backend, DevAddr, Failure, HostSpan, LoadError, MemError, OpWork, Wake};
+use crate::backend::{Backend, DevAddr, Failure, HostSpan, LoadError, MemError, MemInfo, OpWork, Wake};
 use crate::config::ClientLimits;
 use crate::conn::Inbound;
 use crate::session::{Buffer, EventState, LoadedModule, Peer, Phase, Session, Stream};
@@ -815,6 +815,11 @@ impl Core {
             context_rebuilds: self.rebuilds,
             clients: rows.into_values().collect(),
         }
+    }
+
+    /// The device's own account of its memory (for checks against [`Core::memory_held`]).
+    pub fn device_memory(&mut self) -> Result<MemInfo, MemError> {
+        self.backend.mem_info()
     }
 
     /// SMs held by device launches now, over all clients (gone ones included).

@@ -1,7 +1,8 @@
 //! The daemon as a whole: options, the device, the core thread, the accept
 //! loop, and a clean stop on SIGINT/SIGTERM.
 
-use crate::backend::sim::SimBackend;
+use crate::backend::remote::RemoteBackend;
+use crate::backend::sim::{SimBackend, UnknownPreset};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::core::{Core, CoreMsg};
@@ -22,11 +23,35 @@ pub struct Options {
     pub policy: Option<String>,
     /// The config file (default: only this uid and root may connect).
     pub config: Option<PathBuf>,
+    /// Where the device runs (default: [`DeviceHosting::default_for`] the device).
+    pub hosting: Option<DeviceHosting>,
 }
 
-/// Opens the device named `spec`, or picks one.
-pub fn open_device(spec: Option<&str>) -> Result<Box<dyn Backend>> {
-    let spec = match spec {
+/// Where the device runs (docs/daemon.md, "Isolation and faults").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceHosting {
+    /// In the daemon's process: no message passing, but a GPU fault poisons
+    /// the daemon's CUDA state for good, so it must stop.
+    InProcess,
+    /// In a child process the daemon restarts after a fault (or a crash).
+    ChildProcess,
+}
+
+impl DeviceHosting {
+    /// A GPU in a child (a fault must not end the daemon); the simulator,
+    /// which recovers in-process, in the daemon.
+    pub fn default_for(spec: &str) -> DeviceHosting {
+        if spec.starts_with("cuda:") {
+            DeviceHosting::ChildProcess
+        } else {
+            DeviceHosting::InProcess
+        }
+    }
+}
+
+/// The device to serve: `spec`, or `cuda:0` if a GPU is usable, else `sim:h100`.
+pub fn pick_device(spec: Option<&str>) -> String {
+    match spec {
         Some(s) => s.to_string(),
         None => match gpumux_cuda::cuda_available() {
             Ok(_) => {
@@ -38,12 +63,38 @@ pub fn open_device(spec: Option<&str>) -> Result<Box<dyn Backend>> {
                 "sim:h100".to_string()
             }
         },
-    };
+    }
+}
+
+/// Opens device `spec` in this process.
+pub fn open_in_process(spec: &str) -> Result<Box<dyn Backend>> {
     if let Some(n) = spec.strip_prefix("cuda:") {
         let Ok(ordinal) = n.parse::<i32>() else { bail!("bad device `{spec}`: expected cuda:<index>, e.g. cuda:0") };
         return crate::backend::cuda::open(ordinal);
     }
-    Ok(Box::new(SimBackend::open(&spec)?))
+    Ok(Box::new(SimBackend::open(spec)?))
+}
+
+/// Opens device `spec` where `hosting` says; a child process is this
+/// executable run with `--device-host` ([`crate::device_host`]).
+pub fn open_device(spec: &str, hosting: DeviceHosting) -> Result<Box<dyn Backend>> {
+    match hosting {
+        DeviceHosting::InProcess => open_in_process(spec),
+        DeviceHosting::ChildProcess => {
+            if let Some(n) = spec.strip_prefix("cuda:") {
+                if n.parse::<i32>().is_err() {
+                    bail!("bad device `{spec}`: expected cuda:<index>, e.g. cuda:0");
+                }
+            } else {
+                // Refuse an unknown preset here, with the list, not from the child.
+                if gpumux_sim::presets::by_name(spec).is_none() {
+                    return Err(UnknownPreset(spec.to_string()).into());
+                }
+            }
+            let exe = std::env::current_exe().context("cannot find this executable to start the device process")?;
+            Ok(Box::new(RemoteBackend::start(&exe, spec)?))
+        }
+    }
 }
 
 /// Runs the daemon until SIGINT/SIGTERM (Ok) or a device failure it cannot
@@ -58,7 +109,9 @@ pub fn run(opts: Options) -> Result<()> {
     let socket = opts.socket.clone().or(config.daemon.socket.clone()).unwrap_or_else(gpumux_proto::default_socket_path);
     let device = opts.device.clone().or(config.daemon.device.clone());
     let policy = opts.policy.clone().or(config.daemon.policy.clone());
-    let backend = open_device(device.as_deref())?;
+    let device = pick_device(device.as_deref());
+    let hosting = opts.hosting.unwrap_or_else(|| DeviceHosting::default_for(&device));
+    let backend = open_device(&device, hosting)?;
     let core = Core::new(backend, policy.as_deref()).context("cannot start the scheduling engine")?;
     tracing::info!("device {}, policy {}", core.device(), core.policy());
     let listener = server::bind(&socket)?;

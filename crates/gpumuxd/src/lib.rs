@@ -10,7 +10,9 @@
 //! * [`core`]: the one thread that owns the engine, the backend and every
 //!   client's state; requests come to it over a channel.
 //! * [`session`]: a client's state in the core (buffers, modules, streams, events, quota use).
-//! * [`backend`]: what the daemon needs of a device; the simulated and the CUDA one.
+//! * [`backend`]: what the daemon needs of a device; the simulated and the CUDA
+//!   one, in this process or behind [`backend::remote`] in a child process.
+//! * [`device_host`]: that child process (`gpumuxd --device-host`).
 //! * [`shm`]: a client's shared-memory region.
 //! * [`validate`]: the checks every request field passes before use.
 //! * [`harness`]: the request path in-process (property tests, fuzzing).
@@ -23,10 +25,11 @@ pub mod config;
 pub mod conn;
 pub mod core;
 pub mod daemon;
+pub mod device_host;
 pub mod harness;
 pub mod server;
 pub mod session;
 pub mod shm;
 pub mod validate;
 
-pub use daemon::{run, Options};
+pub use daemon::{run, DeviceHosting, Options};

@@ -19,6 +19,21 @@ struct Cli {
     /// Config file: who may connect, with which limits [default: only this user and root].
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Run the device in the daemon's process: a little less latency per
+    /// operation, but a GPU fault then stops the daemon (CUDA cannot recover
+    /// in the faulting process). Default for sim:*.
+    #[arg(long, conflicts_with = "device_process")]
+    device_in_process: bool,
+    /// Run the device in a child process the daemon restarts after a fault
+    /// or a crash. Default for cuda:N; for sim:* it tests that path.
+    #[arg(long)]
+    device_process: bool,
+    /// Internal: serve this device over --host-fd (the daemon runs this as its device process).
+    #[arg(long, hide = true, requires = "host_fd")]
+    device_host: Option<String>,
+    /// Internal: the socket the daemon passed to its device process.
+    #[arg(long, hide = true, requires = "device_host")]
+    host_fd: Option<i32>,
     /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -34,7 +49,23 @@ fn main() -> std::process::ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    let opts = gpumuxd::Options { socket: cli.socket, device: cli.device, policy: cli.policy, config: cli.config };
+    if let (Some(spec), Some(fd)) = (&cli.device_host, cli.host_fd) {
+        return match gpumuxd::device_host::serve(spec, fd) {
+            Ok(true) => std::process::ExitCode::SUCCESS,
+            Ok(false) => std::process::ExitCode::FAILURE,
+            Err(e) => {
+                tracing::error!("device process: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    let hosting = match (cli.device_in_process, cli.device_process) {
+        (true, _) => Some(gpumuxd::DeviceHosting::InProcess),
+        (_, true) => Some(gpumuxd::DeviceHosting::ChildProcess),
+        _ => None,
+    };
+    let opts =
+        gpumuxd::Options { socket: cli.socket, device: cli.device, policy: cli.policy, config: cli.config, hosting };
     match gpumuxd::run(opts) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

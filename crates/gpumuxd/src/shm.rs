@@ -6,7 +6,7 @@
 //! only if the memfd is sealed against shrinking (`F_SEAL_SHRINK`, which the
 //! client library sets) and is at least as long as the client says.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
 /// Why a region was refused.
@@ -39,7 +39,7 @@ pub enum ShmError {
 pub struct ShmRegion {
     ptr: NonNull<u8>,
     len: usize,
-    _fd: OwnedFd,
+    fd: OwnedFd,
 }
 
 // SAFETY: the mapping is plain shared memory owned by this value; concurrent
@@ -79,7 +79,7 @@ impl ShmRegion {
             return Err(ShmError::Map(std::io::Error::last_os_error()));
         }
         let ptr = NonNull::new(p.cast::<u8>()).ok_or(ShmError::BadSize(bytes))?;
-        Ok(ShmRegion { ptr, len, _fd: fd })
+        Ok(ShmRegion { ptr, len, fd })
     }
 
     /// Its length, bytes.
@@ -90,6 +90,11 @@ impl ShmRegion {
     /// Never true (a region has at least one byte); for clippy's sake.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The memfd, to hand the same region to the device process (`SCM_RIGHTS`).
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Start of the mapping.

@@ -1,4 +1,6 @@
-//! The whole daemon, as a process on the simulated device, over real sockets.
+//! The whole daemon, as a process on the simulated device, over real sockets;
+//! the round trip and the fault also with the device in a child process
+//! (`--device-process`, how `cuda:N` runs).
 
 mod common;
 
@@ -13,9 +15,23 @@ fn slice(buffer: BufferId, offset: u64) -> BufferSlice {
     BufferSlice { buffer, offset }
 }
 
+/// The device in the daemon's process (the default for `sim:`).
+const IN_PROCESS: &[&str] = &[];
+/// The device in a child process.
+const CHILD: &[&str] = &["--device-process"];
+
 #[test]
 fn data_round_trips_bitwise_through_a_memfd_around_a_kernel() {
-    let d = Daemon::start(None);
+    round_trip(IN_PROCESS);
+}
+
+#[test]
+fn data_round_trips_bitwise_with_the_device_in_a_child_process() {
+    round_trip(CHILD);
+}
+
+fn round_trip(args: &[&str]) {
+    let d = Daemon::start_with(None, args);
     let (mut c, w) = Client::hello(&d, "roundtrip", 0);
     assert_eq!((w.version, w.sms, w.device.as_str()), (VERSION, 132, "sim:h100"));
     let region = memfd(1 << 20);
@@ -180,7 +196,19 @@ fn a_client_gone_mid_kernel_frees_its_memory_and_sms_for_others() {
 
 #[test]
 fn a_trapping_kernel_loses_the_context_and_both_clients_go_on() {
-    let d = Daemon::start(None);
+    trap(IN_PROCESS);
+}
+
+#[test]
+fn a_trap_in_the_device_process_restarts_it_and_both_clients_go_on() {
+    let d = trap(CHILD);
+    assert_eq!(d.children().len(), 1, "one device process, the fresh one");
+}
+
+/// A trapping kernel and a bystander; returns the daemon, still serving.
+fn trap(args: &[&str]) -> Daemon {
+    let d = Daemon::start_with(None, args);
+    let first_device = (args == CHILD).then(|| d.device_process());
     let (mut good, _) = Client::hello(&d, "bystander", 0);
     let (mut bad, _) = Client::hello(&d, "culprit", 5);
     let kg = good.load(KERNELS);
@@ -218,4 +246,78 @@ fn a_trapping_kernel_loses_the_context_and_both_clients_go_on() {
     bad.ok(launch(kb[0].kernel, 8, 1_000, vec![]));
     bad.ok(Request::SyncStream(StreamId(0)));
     assert_eq!(good.status().context_rebuilds, 1);
+    if let Some(old) = first_device {
+        assert_ne!(d.device_process(), old, "the faulted device process was replaced");
+    }
+    d
+}
+
+#[test]
+fn a_killed_device_process_is_restarted_and_its_clients_go_on() {
+    let d = Daemon::start_with(None, CHILD);
+    let (mut c, _) = Client::hello(&d, "survivor", 0);
+    let region = memfd(1 << 20);
+    assert_eq!(c.attach(&region, 1 << 20), Ok(Reply::Done));
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let n = data.len() as u64;
+    pwrite(&region, 0, &data);
+    let b = c.alloc(n);
+    let b2 = c.alloc(n);
+    c.ok(Request::CopyToDevice { dst: slice(b, 0), shm_offset: 0, bytes: n, stream: StreamId(0) });
+    let k = c.load(KERNELS);
+    // Work on the device and a sync queued behind it when the device process dies.
+    c.ok(launch(k[0].kernel, 8, 2_000_000_000, vec![Arg::Buffer(slice(b, 0)), Arg::U32(n as u32)]));
+    let sync = c.send(Request::SyncStream(StreamId(0)));
+    std::thread::sleep(Duration::from_millis(100));
+    let old = d.device_process();
+    assert_eq!(unsafe { libc::kill(old, libc::SIGKILL) }, 0);
+
+    let e = c.wait(sync).unwrap_err();
+    assert!(matches!(e.kind, ErrorKind::KernelFault | ErrorKind::ContextLost), "{e:?}");
+    assert!(e.message.contains("scale"), "{}", e.message);
+    match c.notices.as_slice() {
+        [Notice::ContextLost { what, lost, .. }] => {
+            assert!(what.contains("device process") && what.contains("signal 9"), "{what}");
+            assert_eq!(lost.launches, ["scale"]);
+            assert_eq!(lost.buffers, [b, b2]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let fresh = d.device_process();
+    assert_ne!(fresh, old, "a fresh device process serves");
+
+    // Same handles, a fresh device: allocate, copy and launch again; the bytes round-trip.
+    let b3 = c.alloc(4096);
+    c.ok(Request::CopyToDevice { dst: slice(b, 0), shm_offset: 0, bytes: n, stream: StreamId(0) });
+    c.ok(launch(k[0].kernel, 8, 1_000, vec![Arg::Buffer(slice(b, 0)), Arg::U32(n as u32)]));
+    c.ok(Request::CopyDevice { src: slice(b, 0), dst: slice(b2, 0), bytes: n, stream: StreamId(0) });
+    c.ok(Request::Memset { dst: slice(b3, 0), value: 7, bytes: 4096, stream: StreamId(0) });
+    c.ok(Request::SyncStream(StreamId(0)));
+    c.ok(Request::CopyToHost { src: slice(b2, 0), shm_offset: 200_000, bytes: n, stream: StreamId(0) });
+    assert!(pread(&region, 200_000, data.len()) == data, "the bytes came back changed");
+    c.ok(Request::CopyToHost { src: slice(b3, 0), shm_offset: 400_000, bytes: 4096, stream: StreamId(0) });
+    assert!(pread(&region, 400_000, 4096).iter().all(|&x| x == 7));
+    let s = c.status();
+    assert_eq!((s.context_rebuilds, s.memory_used), (1, 2 * n + 4096));
+    assert_eq!(s.clients[0].kernels_done, 1);
+}
+
+#[test]
+fn a_gpu_that_cannot_be_opened_fails_start_up_fast_with_the_reason() {
+    // cuda:0 where there is no GPU (CI); a device that does not exist where there is one.
+    let spec = if gpumux_cuda::cuda_available().is_ok() { "cuda:99" } else { "cuda:0" };
+    let dir = std::env::temp_dir().join(format!("gpumuxd-nogpu-{}", std::process::id()));
+    let t0 = Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpumuxd"))
+        .args(["--device", spec, "--socket"])
+        .arg(dir.join("g.sock"))
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(t0.elapsed() < Duration::from_secs(30), "start-up took {:?}", t0.elapsed());
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("gpumuxd: ") && last.contains(spec), "{stderr}");
 }

@@ -13,25 +13,31 @@
 //! and host spans) with [`Backend::bind`] before the engine can start it,
 //! and the backend looks it up when the command comes.
 //!
-//! Two backends: [`sim`] (host memory, simulated time, kernels compute
-//! nothing) and [`cuda`] (one CUDA context on a real GPU).
+//! Two devices: [`sim`] (host memory, simulated time, kernels compute
+//! nothing) and [`cuda`] (one CUDA context on a real GPU). Either runs in
+//! the daemon's process or, behind [`remote`], in a child process the daemon
+//! restarts after a fault ([`link`] and [`wire`] are how the two talk).
 
 use crate::shm::ShmRegion;
 use gpumux_engine::device::{Command, DeviceError, Event};
 use gpumux_engine::ids::OpId;
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
 pub mod cuda;
+pub mod link;
+pub mod remote;
 pub mod sim;
+pub mod wire;
 
 /// A device address (the simulated device's are made up, but stable).
 pub type DevAddr = u64;
 
 /// Device memory, as the device reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemInfo {
     /// Free, bytes.
     pub free: u64,
@@ -40,11 +46,11 @@ pub struct MemInfo {
 }
 
 /// The backend's handle on one compiled kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct KernelCode(pub u64);
 
 /// One kernel of a loaded module, with what the engine needs to know of it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KernelImage {
     /// Its name in the source.
     pub name: String,
@@ -62,7 +68,7 @@ pub struct KernelImage {
 }
 
 /// A compiled module.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModuleImage {
     /// Its kernels.
     pub kernels: Vec<KernelImage>,
@@ -73,7 +79,7 @@ pub struct ModuleImage {
 }
 
 /// Why a module did not load.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
 pub enum LoadError {
     /// The transformation refuses a kernel of it.
     #[error("{message}")]
@@ -95,7 +101,7 @@ pub enum LoadError {
 }
 
 /// Why a memory request failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
 pub enum MemError {
     /// The device has not that much free.
     #[error("the device has no {bytes} bytes free ({free} of {total} free)")]
@@ -121,9 +127,11 @@ pub struct HostSpan {
     pub offset: u64,
 }
 
-/// The real work behind one engine operation.
-#[derive(Clone, Debug)]
-pub enum OpWork {
+/// The real work behind one engine operation. `S` is how a host span is
+/// named: a [`HostSpan`] in the daemon, a [`wire::HostRef`] on the way to
+/// the device process (the region's number there instead of its mapping).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum OpWork<S = HostSpan> {
     /// A kernel launch: code, shape and its parameters, each as the bytes the
     /// kernel expects (buffer handles already turned into device addresses).
     Kernel {
@@ -143,7 +151,7 @@ pub enum OpWork {
         /// Destination.
         dst: DevAddr,
         /// Source.
-        src: HostSpan,
+        src: S,
         /// How many.
         bytes: u64,
     },
@@ -152,7 +160,7 @@ pub enum OpWork {
         /// Source.
         src: DevAddr,
         /// Destination.
-        dst: HostSpan,
+        dst: S,
         /// How many.
         bytes: u64,
     },
@@ -174,6 +182,21 @@ pub enum OpWork {
         /// How many.
         bytes: u64,
     },
+}
+
+impl<S> OpWork<S> {
+    /// The same work with each host span turned into another form by `f`.
+    pub fn map_spans<T, E>(self, mut f: impl FnMut(S) -> Result<T, E>) -> Result<OpWork<T>, E> {
+        Ok(match self {
+            OpWork::Kernel { code, grid, block, shared_bytes, params } => {
+                OpWork::Kernel { code, grid, block, shared_bytes, params }
+            }
+            OpWork::ToDevice { dst, src, bytes } => OpWork::ToDevice { dst, src: f(src)?, bytes },
+            OpWork::ToHost { src, dst, bytes } => OpWork::ToHost { src, dst: f(dst)?, bytes },
+            OpWork::DeviceCopy { src, dst, bytes } => OpWork::DeviceCopy { src, dst, bytes },
+            OpWork::Memset { dst, value, bytes } => OpWork::Memset { dst, value, bytes },
+        })
+    }
 }
 
 /// What the core should do about a device error.

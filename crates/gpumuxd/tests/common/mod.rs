@@ -19,14 +19,19 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: Option<&str>) -> Daemon {
+        Daemon::start_with(config, &[])
+    }
+
+    /// With more command-line arguments (`--device-process`).
+    pub fn start_with(config: Option<&str>, args: &[&str]) -> Daemon {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!("gpumuxd-test-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("sub").join("g.sock");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpumuxd"));
-        cmd.env("RUST_LOG", "warn");
-        cmd.args(["--device", "sim:h100", "--socket"]).arg(&socket);
+        cmd.env("RUST_LOG", std::env::var("GPUMUXD_TEST_LOG").unwrap_or_else(|_| "warn".into()));
+        cmd.args(["--device", "sim:h100", "--socket"]).arg(&socket).args(args);
         if let Some(text) = config {
             let path = dir.join("config.toml");
             std::fs::write(&path, text).unwrap();
@@ -49,6 +54,36 @@ impl Daemon {
 
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
+    }
+
+    /// The pids of the daemon's child processes (its device process).
+    pub fn children(&self) -> Vec<i32> {
+        let me = self.child.id() as i32;
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            // pid (comm) state ppid ...: comm may hold spaces, so read after its last ')'.
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+            let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok());
+            let zombie = rest.split_whitespace().next() == Some("Z");
+            if ppid == Some(me) && !zombie {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// The one device process, waiting up to 10 s for it to be there.
+    pub fn device_process(&self) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let [pid] = self.children().as_slice() {
+                return *pid;
+            }
+            assert!(Instant::now() < deadline, "no single device process: {:?}", self.children());
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 

@@ -1,0 +1,538 @@
+//! The device in a child process (docs/daemon.md, "Isolation and faults").
+//!
+//! A GPU fault poisons the whole CUDA process, not only its context: no new
+//! context can be made in it. So the daemon keeps the device in a child,
+//! `gpumuxd --device-host SPEC --host-fd N` ([`crate::device_host`]), and
+//! talks to it over a `socketpair` ([`super::wire`] messages). After a fault,
+//! [`RemoteBackend::rebuild`] kills the child and starts a fresh one; the
+//! core's recovery then allocates and loads again through it.
+//!
+//! A child that dies on its own (a crash, `kill -9`) is a lost context too:
+//! every operation on the device is a suspect, and the daemon restarts it.
+//!
+//! Time: the engine sees this process's clock (ns since the backend opened,
+//! monotonic across restarts); the child's device has its own. Events are
+//! stamped when they are read here, which is how late the engine learns of
+//! them anyway.
+
+use super::link::{socket_pair, Link, LinkError};
+use super::wire::{FromDevice, HostRef, RegionId, ToDevice};
+use super::{Backend, DevAddr, Failure, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
+use crate::shm::ShmRegion;
+use gpumux_engine::device::{Command, DeviceError, Event};
+use gpumux_engine::ids::{CopyId, LaunchId, OpId};
+use gpumux_engine::kernel::DeviceInfo;
+use gpumux_engine::time::Nanos;
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a device process may take to open its device (CUDA's first
+/// initialisation on a large machine takes seconds, rarely tens).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a call may take (a module's compile is the longest) before the
+/// device process is taken for hung and killed.
+const CALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a device process that closed its end may take to exit before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// Why a device process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The executable could not be run.
+    #[error("cannot start the device process `{exe}`: {source}")]
+    Spawn {
+        /// What was run.
+        exe: PathBuf,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The socket pair could not be made.
+    #[error("cannot make the device process's socket: {0}")]
+    Socket(std::io::Error),
+    /// The child could not open the device (its message names the device).
+    #[error("{message}")]
+    Unavailable {
+        /// The device.
+        spec: String,
+        /// The child's words.
+        message: String,
+    },
+    /// The child died before it said it was ready.
+    #[error("the device process for {spec} exited before it was ready ({status}); its log is above")]
+    Died {
+        /// The device.
+        spec: String,
+        /// How it ended.
+        status: String,
+    },
+    /// The child said nothing for too long.
+    #[error("the device process for {spec} was not ready after {}s; it was killed", timeout.as_secs())]
+    Timeout {
+        /// The device.
+        spec: String,
+        /// How long it had.
+        timeout: Duration,
+    },
+    /// The child said something else than hello.
+    #[error("the device process for {spec} broke the protocol: {what}")]
+    Protocol {
+        /// The device.
+        spec: String,
+        /// What it did.
+        what: String,
+    },
+}
+
+/// One running device process and its end of the link.
+struct DeviceProcess {
+    child: Child,
+    link: Link,
+    describe: String,
+    info: DeviceInfo,
+}
+
+impl DeviceProcess {
+    /// Starts `exe --device-host spec --host-fd N` and waits for it to be ready.
+    fn start(exe: &Path, spec: &str) -> Result<DeviceProcess, StartError> {
+        let (ours, theirs) = socket_pair().map_err(StartError::Socket)?;
+        let fd = theirs.as_raw_fd();
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("--device-host").arg(spec).arg("--host-fd").arg(fd.to_string());
+        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        // SAFETY: between fork and exec only async-signal-safe calls: fcntl
+        // and prctl on values computed before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                // The child's end crosses exec (both ends are close-on-exec in the daemon).
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The device must not outlive the daemon (the signal follows the
+                // forking thread: the main thread at start-up, the core thread
+                // after a restart; both live as long as the daemon serves).
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|source| StartError::Spawn { exe: exe.to_path_buf(), source })?;
+        // Only the child holds its end now: its exit closes the link.
+        drop(theirs);
+        let mut link = match Link::new(ours) {
+            Ok(link) => link,
+            Err(e) => {
+                kill(&mut child);
+                return Err(StartError::Socket(e));
+            }
+        };
+        let spec = spec.to_string();
+        match link.recv_timeout::<FromDevice>(READY_TIMEOUT) {
+            Ok(Some(FromDevice::Ready { describe, info })) => Ok(DeviceProcess { child, link, describe, info }),
+            Ok(Some(FromDevice::Unavailable { message })) => {
+                reap(&mut child);
+                Err(StartError::Unavailable { spec, message })
+            }
+            Ok(Some(other)) => {
+                kill(&mut child);
+                Err(StartError::Protocol { spec, what: format!("{} before Ready", other.name()) })
+            }
+            Ok(None) => {
+                kill(&mut child);
+                Err(StartError::Timeout { spec, timeout: READY_TIMEOUT })
+            }
+            Err(LinkError::Closed) => Err(StartError::Died { spec, status: reap(&mut child) }),
+            Err(e) => {
+                kill(&mut child);
+                Err(StartError::Protocol { spec, what: e.to_string() })
+            }
+        }
+    }
+}
+
+/// Waits for a child that closed its end of the link to exit (killing it if
+/// it does not), and says how it ended.
+fn reap(child: &mut Child) -> String {
+    let deadline = Instant::now() + EXIT_GRACE;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return exit_words(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => return format!("{}; it was killed", kill(child)),
+            Err(e) => return format!("its status is unknown: {e}"),
+        }
+    }
+}
+
+/// SIGKILL and reap; says how it ended.
+fn kill(child: &mut Child) -> String {
+    if let Err(e) = child.kill() {
+        tracing::debug!("killing device process {}: {e}", child.id());
+    }
+    match child.wait() {
+        Ok(status) => exit_words(status),
+        Err(e) => format!("its status is unknown: {e}"),
+    }
+}
+
+fn exit_words(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => status.to_string(),
+    }
+}
+
+/// Operations on the device now: what a dead device process takes with it.
+#[derive(Debug, Default)]
+struct InFlight {
+    launches: HashMap<LaunchId, OpId>,
+    copies: HashMap<CopyId, OpId>,
+}
+
+impl InFlight {
+    fn command(&mut self, c: &Command) {
+        match c {
+            Command::Launch { launch, op, .. } => {
+                self.launches.insert(*launch, *op);
+            }
+            Command::Copy { copy, op, .. } => {
+                self.copies.insert(*copy, *op);
+            }
+            Command::Grow { .. } | Command::Retreat { .. } => {}
+        }
+    }
+
+    fn event(&mut self, e: &Event) {
+        match e {
+            Event::LaunchEnded { launch, .. } => {
+                self.launches.remove(launch);
+            }
+            Event::CopyDone { copy } => {
+                self.copies.remove(copy);
+            }
+            Event::SmReleased { .. } => {}
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.launches.is_empty() && self.copies.is_empty()
+    }
+
+    fn ops(&self) -> Vec<OpId> {
+        let mut ops: Vec<OpId> = self.launches.values().chain(self.copies.values()).copied().collect();
+        ops.sort_unstable();
+        ops.dedup();
+        ops
+    }
+}
+
+/// The device behind a child process (module doc).
+pub struct RemoteBackend {
+    exe: PathBuf,
+    spec: String,
+    process: DeviceProcess,
+    origin: Instant,
+    regions: Vec<(RegionId, Arc<ShmRegion>)>,
+    next_region: u64,
+    in_flight: InFlight,
+    /// Events read while waiting for an answer, for the next poll.
+    pending: Vec<Event>,
+    /// A failure read while waiting for an answer, or the child's death, for the next poll.
+    failure: Option<Failure>,
+    /// The child is dead or its device broken: calls fail until [`Backend::rebuild`].
+    broken: Option<String>,
+}
+
+impl RemoteBackend {
+    /// Starts `exe` (a `gpumuxd`) serving device `spec` and waits until it is ready.
+    pub fn start(exe: &Path, spec: &str) -> Result<RemoteBackend, StartError> {
+        let process = DeviceProcess::start(exe, spec)?;
+        tracing::info!("device {spec} runs in process {}", process.child.id());
+        Ok(RemoteBackend {
+            exe: exe.to_path_buf(),
+            spec: spec.to_string(),
+            process,
+            origin: Instant::now(),
+            regions: Vec::new(),
+            next_region: 0,
+            in_flight: InFlight::default(),
+            pending: Vec::new(),
+            failure: None,
+            broken: None,
+        })
+    }
+
+    /// The device process's pid.
+    pub fn pid(&self) -> u32 {
+        self.process.child.id()
+    }
+
+    /// The link failed (the child died, or spoke nonsense): the device is lost.
+    /// Records the failure for the next poll and returns its words.
+    fn lost(&mut self, e: LinkError) -> String {
+        let pid = self.process.child.id();
+        let what = match e {
+            LinkError::Closed => format!("the device process (pid {pid}) died: {}", reap(&mut self.process.child)),
+            other => format!("the device process (pid {pid}) was killed: {other}; {}", kill(&mut self.process.child)),
+        };
+        tracing::error!("{what}");
+        self.device_lost(what.clone());
+        what
+    }
+
+    /// From now on the device is gone: `what` is reported once, with every
+    /// operation on it as a suspect.
+    fn device_lost(&mut self, what: String) {
+        if self.failure.is_none() && self.broken.is_none() {
+            self.failure = Some(Failure::ContextLost { suspects: self.in_flight.ops(), what: what.clone() });
+        }
+        self.broken.get_or_insert(what);
+    }
+
+    /// Takes a pushed message (events, a failure); an answer to a call is handed back.
+    fn pushed(&mut self, msg: FromDevice, events: &mut Vec<Event>) -> Option<FromDevice> {
+        match msg {
+            FromDevice::Events(got) => {
+                for e in &got {
+                    self.in_flight.event(e);
+                }
+                events.extend(got);
+                None
+            }
+            FromDevice::ContextLost { suspects, what } => {
+                if self.failure.is_none() {
+                    self.failure = Some(Failure::ContextLost { suspects, what: what.clone() });
+                }
+                self.broken.get_or_insert(what);
+                None
+            }
+            FromDevice::Fatal { what } => {
+                self.failure = Some(Failure::Fatal(DeviceError::backend("the device process", what.clone())));
+                self.broken.get_or_insert(what);
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// Sends a call and waits for its answer, keeping what is pushed meanwhile.
+    fn call(&mut self, msg: &ToDevice, fd: Option<BorrowedFd<'_>>) -> Result<FromDevice, String> {
+        if let Some(why) = &self.broken {
+            return Err(format!("the device is lost ({why}); it is being restarted"));
+        }
+        if let Err(e) = self.process.link.send(msg, fd) {
+            return Err(self.lost(e));
+        }
+        let mut events = std::mem::take(&mut self.pending);
+        let answer = loop {
+            match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
+                Ok(Some(m)) => {
+                    if let Some(answer) = self.pushed(m, &mut events) {
+                        break Ok(answer);
+                    }
+                }
+                Ok(None) => {
+                    let what = format!(
+                        "the device process (pid {}) did not answer in {}s: {}",
+                        self.process.child.id(),
+                        CALL_TIMEOUT.as_secs(),
+                        kill(&mut self.process.child)
+                    );
+                    self.device_lost(what.clone());
+                    break Err(what);
+                }
+                Err(e) => break Err(self.lost(e)),
+            }
+        };
+        self.pending = events;
+        answer
+    }
+
+    fn unexpected(asked: &str, got: &FromDevice) -> String {
+        format!("the device process answered {} to {asked} (a bug)", got.name())
+    }
+
+    /// The region's number in the device process, registering it there first if needed.
+    fn region_id(&mut self, region: &Arc<ShmRegion>) -> Result<RegionId, MemError> {
+        if let Some((id, _)) = self.regions.iter().find(|(_, r)| Arc::ptr_eq(r, region)) {
+            return Ok(*id);
+        }
+        self.register_host(region)?;
+        self.regions
+            .iter()
+            .find(|(_, r)| Arc::ptr_eq(r, region))
+            .map(|(id, _)| *id)
+            .ok_or_else(|| MemError::Device("the shared region was not registered with the device process".into()))
+    }
+}
+
+impl Drop for RemoteBackend {
+    /// The daemon stops: the device process sees the link close and exits
+    /// (a CUDA context is destroyed cleanly); killed if it takes too long.
+    fn drop(&mut self) {
+        self.process.link.close();
+        reap(&mut self.process.child);
+    }
+}
+
+impl Backend for RemoteBackend {
+    fn describe(&self) -> String {
+        self.process.describe.clone()
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.process.info
+    }
+
+    fn mem_info(&mut self) -> Result<MemInfo, MemError> {
+        match self.call(&ToDevice::MemInfo, None).map_err(MemError::Device)? {
+            FromDevice::MemInfo(r) => r,
+            other => Err(MemError::Device(Self::unexpected("MemInfo", &other))),
+        }
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+        match self.call(&ToDevice::Alloc { bytes }, None).map_err(MemError::Device)? {
+            FromDevice::Alloc(r) => r,
+            other => Err(MemError::Device(Self::unexpected("Alloc", &other))),
+        }
+    }
+
+    fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
+        match self.call(&ToDevice::Free { addr }, None).map_err(MemError::Device)? {
+            FromDevice::Free(r) => r,
+            other => Err(MemError::Device(Self::unexpected("Free", &other))),
+        }
+    }
+
+    fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {
+        if self.regions.iter().any(|(_, r)| Arc::ptr_eq(r, region)) {
+            return Ok(());
+        }
+        let id = RegionId(self.next_region);
+        self.next_region += 1;
+        let msg = ToDevice::RegisterHost { region: id, bytes: region.len() as u64 };
+        match self.call(&msg, Some(region.as_fd())).map_err(MemError::Device)? {
+            FromDevice::Registered(r) => r?,
+            other => return Err(MemError::Device(Self::unexpected("RegisterHost", &other))),
+        }
+        self.regions.push((id, region.clone()));
+        Ok(())
+    }
+
+    fn unregister_host(&mut self, region: &ShmRegion) {
+        let Some(i) = self.regions.iter().position(|(_, r)| std::ptr::eq(Arc::as_ptr(r), region)) else { return };
+        let (id, _) = self.regions.swap_remove(i);
+        if self.broken.is_none() {
+            if let Err(e) = self.process.link.send(&ToDevice::UnregisterHost { region: id }, None) {
+                self.lost(e);
+            }
+        }
+    }
+
+    fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
+        let msg = ToDevice::LoadModule { name: name.into(), source: source.into(), options: options.to_vec() };
+        match self.call(&msg, None).map_err(LoadError::Device)? {
+            FromDevice::Module(r) => r,
+            other => Err(LoadError::Device(Self::unexpected("LoadModule", &other))),
+        }
+    }
+
+    fn bind(&mut self, op: OpId, work: OpWork) {
+        let work =
+            work.map_spans(|span| self.region_id(&span.region).map(|region| HostRef { region, offset: span.offset }));
+        let work = match work {
+            Ok(w) => w,
+            Err(e) => {
+                // The core registers every region before a copy can name it;
+                // the device process reports the unbound operation when it runs.
+                tracing::error!("operation {op}: its shared region is unknown to the device process: {e}");
+                return;
+            }
+        };
+        if self.broken.is_none() {
+            if let Err(e) = self.process.link.send(&ToDevice::Bind { op, work }, None) {
+                self.lost(e);
+            }
+        }
+    }
+
+    fn unbind(&mut self, op: OpId) {
+        if self.broken.is_none() {
+            if let Err(e) = self.process.link.send(&ToDevice::Unbind { op }, None) {
+                self.lost(e);
+            }
+        }
+    }
+
+    fn now(&self) -> Nanos {
+        Nanos::try_from(self.origin.elapsed().as_nanos()).unwrap_or(Nanos::MAX)
+    }
+
+    fn submit(&mut self, command: Command) -> Result<(), Failure> {
+        if self.broken.is_some() {
+            // Lost already: the failure is reported by the next poll, if not yet.
+            return Ok(());
+        }
+        self.in_flight.command(&command);
+        if let Err(e) = self.process.link.send(&ToDevice::Submit(command), None) {
+            self.lost(e);
+            return self.failure.take().map_or(Ok(()), Err);
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
+        events.append(&mut self.pending);
+        while self.failure.is_none() && self.broken.is_none() {
+            match self.process.link.try_recv::<FromDevice>() {
+                Ok(Some(m)) => {
+                    if let Some(other) = self.pushed(m, events) {
+                        let what = format!("the device process sent {} unasked (a bug)", other.name());
+                        let kill = kill(&mut self.process.child);
+                        self.device_lost(format!("{what}; {kill}"));
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.lost(e);
+                }
+            }
+        }
+        match self.failure.take() {
+            Some(f) => Err(f),
+            None => Ok(self.now()),
+        }
+    }
+
+    fn next_wake(&self) -> Wake {
+        if !self.pending.is_empty() || self.failure.is_some() {
+            Wake::After(Duration::ZERO)
+        } else if self.in_flight.is_empty() {
+            Wake::Idle
+        } else {
+            Wake::Spin
+        }
+    }
+
+    fn rebuild(&mut self) -> Result<(), MemError> {
+        let old = self.process.child.id();
+        let status = kill(&mut self.process.child);
+        tracing::info!("device process {old} stopped ({status}); starting a fresh one");
+        self.process = DeviceProcess::start(&self.exe, &self.spec).map_err(|e| MemError::Device(e.to_string()))?;
+        tracing::info!("device {} runs in process {}", self.spec, self.process.child.id());
+        self.regions.clear();
+        self.in_flight = InFlight::default();
+        self.pending.clear();
+        self.failure = None;
+        self.broken = None;
+        Ok(())
+    }
+}

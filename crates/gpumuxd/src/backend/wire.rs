@@ -1,0 +1,140 @@
+//! The messages between the daemon ([`super::remote`]) and its device
+//! process ([`crate::device_host`]), sent over a [`super::link::Link`].
+//!
+//! The daemon calls; the device process answers the calls the core waits
+//! for (memory, registration, modules) in order, and pushes what the device
+//! does (events, a lost context) as it happens. Work and commands need no
+//! answer: a device failure they cause comes back pushed.
+
+use super::{DevAddr, LoadError, MemError, MemInfo, ModuleImage, OpWork};
+use gpumux_engine::device::{Command, Event};
+use gpumux_engine::ids::OpId;
+use gpumux_engine::kernel::DeviceInfo;
+use serde::{Deserialize, Serialize};
+
+/// The device process's number for a client's shared region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RegionId(pub u64);
+
+/// A host span as the device process knows it: a region by number, an offset in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostRef {
+    /// The region (registered before with [`ToDevice::RegisterHost`]).
+    pub region: RegionId,
+    /// Offset in it.
+    pub offset: u64,
+}
+
+/// Daemon → device process.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ToDevice {
+    /// Answered by [`FromDevice::Alloc`].
+    Alloc {
+        /// Bytes.
+        bytes: u64,
+    },
+    /// Answered by [`FromDevice::Free`].
+    Free {
+        /// The allocation.
+        addr: DevAddr,
+    },
+    /// Answered by [`FromDevice::MemInfo`].
+    MemInfo,
+    /// A client's region; its memfd comes with this message (`SCM_RIGHTS`).
+    /// Answered by [`FromDevice::Registered`].
+    RegisterHost {
+        /// Its number from now on.
+        region: RegionId,
+        /// Its length, bytes.
+        bytes: u64,
+    },
+    /// Forget (and unmap) a region. No answer.
+    UnregisterHost {
+        /// The region.
+        region: RegionId,
+    },
+    /// Answered by [`FromDevice::Module`].
+    LoadModule {
+        /// The module's name.
+        name: String,
+        /// CUDA C source.
+        source: String,
+        /// Compile options.
+        options: Vec<String>,
+    },
+    /// [`super::Backend::bind`]. No answer.
+    Bind {
+        /// The operation.
+        op: OpId,
+        /// Its work.
+        work: OpWork<HostRef>,
+    },
+    /// [`super::Backend::unbind`]. No answer.
+    Unbind {
+        /// The operation.
+        op: OpId,
+    },
+    /// [`super::Backend::submit`]. No answer (a failure comes pushed).
+    Submit(Command),
+}
+
+/// Device process → daemon.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum FromDevice {
+    /// The first message: the device is open.
+    Ready {
+        /// The device in words.
+        describe: String,
+        /// What the engine needs of it.
+        info: DeviceInfo,
+    },
+    /// The first message instead of `Ready`: the device could not be opened
+    /// (no GPU, no driver); the process exits after it.
+    Unavailable {
+        /// Why, for the person starting the daemon.
+        message: String,
+    },
+    /// Answer to [`ToDevice::Alloc`].
+    Alloc(Result<DevAddr, MemError>),
+    /// Answer to [`ToDevice::Free`].
+    Free(Result<(), MemError>),
+    /// Answer to [`ToDevice::MemInfo`].
+    MemInfo(Result<MemInfo, MemError>),
+    /// Answer to [`ToDevice::RegisterHost`].
+    Registered(Result<(), MemError>),
+    /// Answer to [`ToDevice::LoadModule`].
+    Module(Result<ModuleImage, LoadError>),
+    /// Pushed: what the device reported, in its order.
+    Events(Vec<Event>),
+    /// Pushed: the context is broken ([`super::Failure::ContextLost`]); the
+    /// process does nothing more with the device and waits to be killed.
+    ContextLost {
+        /// Operations on the device at the time.
+        suspects: Vec<OpId>,
+        /// The driver's words.
+        what: String,
+    },
+    /// Pushed: the device failed in a way no restart fixes ([`super::Failure::Fatal`]).
+    Fatal {
+        /// The error, with its causes.
+        what: String,
+    },
+}
+
+impl FromDevice {
+    /// The message's name, for errors about an unexpected one.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FromDevice::Ready { .. } => "Ready",
+            FromDevice::Unavailable { .. } => "Unavailable",
+            FromDevice::Alloc(_) => "Alloc",
+            FromDevice::Free(_) => "Free",
+            FromDevice::MemInfo(_) => "MemInfo",
+            FromDevice::Registered(_) => "Registered",
+            FromDevice::Module(_) => "Module",
+            FromDevice::Events(_) => "Events",
+            FromDevice::ContextLost { .. } => "ContextLost",
+            FromDevice::Fatal { .. } => "Fatal",
+        }
+    }
+}
