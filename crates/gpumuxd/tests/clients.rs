@@ -41,8 +41,8 @@ fn repo_root() -> PathBuf {
 fn no_c_compiler() -> Option<String> {
     match Command::new("cc").arg("--version").output() {
         Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!("`cc --version` failed ({})", o.status)),
-        Err(e) => Some(format!("no C compiler: `cc` cannot run ({e})")),
+        Ok(o) => Some(format!("no working C compiler (`cc --version`: {})", o.status)),
+        Err(e) => Some(format!("no C compiler (`cc`: {e})")),
     }
 }
 
@@ -101,7 +101,7 @@ fn four_example_clients_at_once_round_trip_their_inputs_and_leave_nothing_held()
             std::fs::create_dir_all(&c_dir).expect("a temporary directory");
             programs.extend(["matmul", "stencil"].map(|name| compile_c_example(name, &c_dir)));
         }
-        Some(why) => eprintln!("SKIPPED the C example clients (matmul.c, stencil.c): {why}"),
+        Some(why) => eprintln!("SKIPPED clients, C examples matmul.c and stencil.c: {why}"),
     }
 
     let children: Vec<_> = programs
