@@ -191,17 +191,17 @@ fn status_at_baseline(observer: &Client, memory: u64) -> gpumux_proto::Status {
     }
 }
 
-/// A kernel of 20 rounds of every SM's resident blocks: while it runs, its
+/// A kernel of 40 rounds of every SM's resident blocks: while it runs, its
 /// client holds every SM of the device.
 fn a_new_clients_big_kernel_gets_every_sm(socket: &Path, observer: &Client) {
     let fresh = connect(socket, "fresh", 0).expect("the daemon accepts a new client after the kills");
     let sms = fresh.welcome().sms;
     let kernel = fresh.load_module("kill.cu", KERNEL, &[]).and_then(|m| m.kernel("scale")).expect("load");
     let buf = fresh.alloc(4096).expect("alloc");
-    // 16 resident blocks of 128 threads per SM; 20 rounds of 20 ms: 400 ms alone.
-    let config = LaunchConfig::new([sms * 16 * 20, 1, 1], [128, 1, 1]).block_time_ns(20_000_000);
+    // 16 resident blocks of 128 threads per SM; 40 rounds of 20 ms: 800 ms alone.
+    let config = LaunchConfig::new([sms * 16 * 40, 1, 1], [128, 1, 1]).block_time_ns(20_000_000);
     fresh.launch(&kernel, &config, &[Arg::buffer(&buf), 1024i32.into()]).expect("launch");
-    let deadline = Instant::now() + Duration::from_millis(300);
+    let deadline = Instant::now() + Duration::from_millis(600);
     let held = loop {
         let s = observer.status().expect("Status");
         let held = s.clients.iter().find(|c| c.name == "fresh").map_or(0, |c| c.sms_held);
