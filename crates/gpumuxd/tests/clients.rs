@@ -3,8 +3,9 @@
 //! `--check`: on a simulated device that checks that their inputs
 //! round-trip bitwise through alloc, copy, launch, sync and copy back.
 //!
-//! The programs are cargo's build outputs, found beside this test binary:
-//! `cargo test` builds the Rust examples and `libgpumux_client.so`; the C
+//! The programs are cargo's build outputs, found from this test binary's
+//! path: `cargo test` builds the Rust examples (`<profile>/examples/`) and
+//! `libgpumux_client.so` (`<profile>/deps/`); the C
 //! programs are compiled here with `cc` against `include/gpumux.h` (skipped,
 //! saying so on stderr, where there is no `cc`).
 
@@ -24,7 +25,7 @@ fn profile_dir() -> PathBuf {
 /// `cargo build` with this profile's flag: how to build what is missing.
 fn cargo_build(what: &str) -> String {
     let release = if profile_dir().ends_with("release") { " --release" } else { "" };
-    format!("cargo build{release} -p gpumux-client {what}")
+    format!("cargo build{release} -p gpumux-client{what}")
 }
 
 /// A build output that must be there, or the command that makes it.
@@ -50,7 +51,9 @@ fn no_c_compiler() -> Option<String> {
 /// returns the program.
 fn compile_c_example(name: &str, dir: &Path) -> PathBuf {
     let root = repo_root();
-    let lib_dir = profile_dir();
+    // `cargo test` leaves the cdylib in deps/ (`cargo build` also links it
+    // one level up): the one this build made.
+    let lib_dir = profile_dir().join("deps");
     built(lib_dir.join("libgpumux_client.so"), "");
     let out = dir.join(name);
     let kernel_dir = root.join("examples/clients/kernels");
@@ -94,7 +97,7 @@ fn four_example_clients_at_once_round_trip_their_inputs_and_leave_nothing_held()
 
     let examples = profile_dir().join("examples");
     let mut programs =
-        vec![built(examples.join("vector_add"), "--examples"), built(examples.join("histogram"), "--examples")];
+        vec![built(examples.join("vector_add"), " --examples"), built(examples.join("histogram"), " --examples")];
     let c_dir = std::env::temp_dir().join(format!("gpumuxd-clients-{}", std::process::id()));
     match no_c_compiler() {
         None => {
