@@ -3,7 +3,7 @@
 //! Subcommands: `run` (a workload under several policies, on the simulated
 //! GPU by default), `bench` (measurements), `rt` (real-time schedulability
 //! analysis), `policies` and `devices` (what is available), `ps` and `top`
-//! (gpumuxd's clients).
+//! (gpumuxd's clients), `daemon` (gpumuxd itself).
 
 mod bench_sim;
 mod devices;
@@ -58,6 +58,8 @@ enum Command {
     Ps(ps::PsArgs),
     /// The same as `ps`, live, refreshed every second (`q` quits).
     Top(ps::TopArgs),
+    /// Run the daemon that processes share a GPU through (the same as `gpumuxd`).
+    Daemon(gpumuxd::cli::DaemonArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -150,6 +152,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Ps(args) => ps::ps(args),
         Command::Top(args) => ps::top(args),
+        Command::Daemon(args) => gpumuxd::cli::run_logged(&args),
         Command::Devices => {
             for n in gpumux_sim::presets::NAMES {
                 if let Some(d) = gpumux_sim::presets::by_name(n) {

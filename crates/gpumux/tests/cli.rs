@@ -199,3 +199,26 @@ fn the_protocol_log_shows_every_command_and_event_only_when_asked() {
     assert!(launches > 0, "{log}");
     assert_eq!(launches, ends, "every launch logged ends, logged");
 }
+
+/// The lines of a `--help` text's `Options:` section, but `--version` (only
+/// a top-level command has it).
+fn option_lines(help: &[u8]) -> Vec<String> {
+    let help = String::from_utf8_lossy(help);
+    let options = help.split_once("\nOptions:\n").map_or("", |(_, rest)| rest);
+    options.lines().filter(|l| !l.contains("--version")).map(str::to_string).collect()
+}
+
+#[test]
+fn gpumux_daemon_takes_the_same_options_as_gpumuxd() {
+    // Cargo builds gpumuxd beside gpumux when it tests the workspace.
+    let bin_dir = PathBuf::from(env!("CARGO_BIN_EXE_gpumux")).parent().map(PathBuf::from).unwrap_or_default();
+    let gpumuxd = bin_dir.join("gpumuxd");
+    let release = if bin_dir.ends_with("release") { " --release" } else { "" };
+    assert!(gpumuxd.exists(), "{} is missing: build it with `cargo build{release} -p gpumuxd`", gpumuxd.display());
+    let theirs = std::process::Command::new(&gpumuxd).arg("--help").output().expect("gpumuxd runs");
+    let ours = gpumux(&["daemon", "--help"]);
+    assert!(ours.status.success() && theirs.status.success(), "{}", stderr(&ours));
+    let (ours, theirs) = (option_lines(&ours.stdout), option_lines(&theirs.stdout));
+    assert!(ours.iter().any(|l| l.contains("--device")), "no options in `gpumux daemon --help`: {ours:?}");
+    assert_eq!(ours, theirs, "`gpumux daemon --help` and `gpumuxd --help` list different options");
+}

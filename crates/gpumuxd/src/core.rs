@@ -876,6 +876,16 @@ impl Core {
         let mut sent = false;
         while let Some(cmd) = self.engine.poll_command()? {
             sent = true;
+            if let Command::Copy { copy, op, .. } = cmd {
+                if !self.ops.contains_key(&op) {
+                    // The engine starts a copy when it reaches its stream's
+                    // head, queuing the command; a client gone before the
+                    // command got here had the copy dropped and its work
+                    // unbound. It moves no bytes; the engine has its end.
+                    self.engine.handle_event(self.backend.now(), Event::CopyDone { copy })?;
+                    continue;
+                }
+            }
             self.track_command(&cmd);
             if let Err(f) = self.backend.submit(cmd) {
                 self.failure(f)?;
@@ -1187,5 +1197,45 @@ fn load_error(name: &str, e: LoadError) -> ErrorReply {
         LoadError::Transform { line, message } => err(ErrorKind::Transform { line }, format!("{name}: {message}")),
         LoadError::Compile { log } => err(ErrorKind::Compile, format!("{name} does not compile:\n{log}")),
         LoadError::Device(m) => err(ErrorKind::Device, m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimBackend;
+    use gpumux_proto::{BufferSlice, MAGIC, VERSION};
+
+    fn request(core: &mut Core, client: u64, id: u64, request: Request) {
+        core.inbound(client, Inbound::Request { id, request, fd: None });
+    }
+
+    /// The engine queues a copy's command as soon as the copy reaches its
+    /// stream's head; a client that leaves before the core sends it (its
+    /// request and its hang-up in one batch) must not have that copy reach the
+    /// device with its work already unbound (that stopped the daemon).
+    #[test]
+    fn a_client_gone_right_after_a_copy_request_leaves_the_device_consistent() {
+        let backend = SimBackend::with_info(gpumux_sim::presets::h100());
+        let mut core = Core::new(Box::new(backend), None).expect("a core on sim:h100");
+        let (tx, _rx) = std::sync::mpsc::channel();
+        core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
+        let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+        request(&mut core, 1, 1, hello);
+        request(&mut core, 1, 2, Request::Alloc { bytes: 4096 });
+        request(&mut core, 1, 3, Request::Alloc { bytes: 4096 });
+        core.pump().expect("pump");
+        let buffers: Vec<BufferId> = core.sessions[&1].buffers.keys().copied().collect();
+        let (src, dst) = (BufferSlice { buffer: buffers[0], offset: 0 }, BufferSlice { buffer: buffers[1], offset: 0 });
+        request(&mut core, 1, 4, Request::CopyDevice { src, dst, bytes: 4096, stream: StreamId(0) });
+        core.disconnect(1);
+        // The copy (4 KiB at memory bandwidth) is long done after 20 ms.
+        let until = Instant::now() + Duration::from_millis(20);
+        while Instant::now() < until {
+            core.pump().expect("the device stays consistent");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(core.sessions(), 0, "the gone client was never reaped");
+        assert_eq!(core.status().memory_used, 0);
     }
 }

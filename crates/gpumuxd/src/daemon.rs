@@ -91,10 +91,26 @@ pub fn open_device(spec: &str, hosting: DeviceHosting) -> Result<Box<dyn Backend
                     return Err(UnknownPreset(spec.to_string()).into());
                 }
             }
-            let exe = std::env::current_exe().context("cannot find this executable to start the device process")?;
-            Ok(Box::new(RemoteBackend::start(&exe, spec)?))
+            Ok(Box::new(RemoteBackend::start(&device_host_exe()?, spec)?))
         }
     }
+}
+
+/// The executable that serves as the device process: `gpumuxd` itself, or,
+/// when the daemon runs as `gpumux daemon`, the `gpumuxd` installed beside it.
+fn device_host_exe() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find this executable to start the device process")?;
+    if exe.file_stem().is_some_and(|n| n == "gpumuxd") {
+        return Ok(exe);
+    }
+    let beside = exe.with_file_name("gpumuxd");
+    if beside.is_file() {
+        return Ok(beside);
+    }
+    bail!(
+        "the device process is `gpumuxd`, and there is none beside {}: install it there, or run with --device-in-process",
+        exe.display()
+    )
 }
 
 /// Runs the daemon until SIGINT/SIGTERM (Ok) or a device failure it cannot

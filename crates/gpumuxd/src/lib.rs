@@ -17,10 +17,12 @@
 //! * [`validate`]: the checks every request field passes before use.
 //! * [`harness`]: the request path in-process (property tests, fuzzing).
 //! * [`daemon`]: the options and [`run`], what `gpumuxd` and `gpumux daemon` call.
+//! * [`cli`]: the command line both of them parse.
 
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod cli;
 pub mod config;
 pub mod conn;
 pub mod core;

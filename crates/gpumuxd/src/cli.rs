@@ -1,0 +1,79 @@
+//! The daemon's command line, shared by `gpumuxd` and `gpumux daemon`: one
+//! clap struct, so the two commands take exactly the same options.
+
+use crate::daemon::{run, DeviceHosting, Options};
+use clap::ArgAction;
+use std::path::PathBuf;
+
+/// The daemon's options on the command line (each overrides the config's `[daemon]` table).
+#[derive(clap::Args, Debug, Clone)]
+pub struct DaemonArgs {
+    /// Unix socket to listen on [default: $XDG_RUNTIME_DIR/gpumux.sock, else /run/gpumux/gpumux.sock].
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Device: cuda:<index>, or sim:k20c, sim:h100, sim:h200 [default: cuda:0 if a GPU is found, else sim:h100].
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Scheduling policy (gpumux policies lists them) [default: ppq-shared-drain].
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Config file: who may connect, with which limits [default: only this user and root].
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Run the device in the daemon's process: a little less latency per
+    /// operation, but a GPU fault then stops the daemon (CUDA cannot recover
+    /// in the faulting process). Default for sim:*.
+    #[arg(long, conflicts_with = "device_process")]
+    pub device_in_process: bool,
+    /// Run the device in a child process (`gpumuxd`, found beside this
+    /// executable) that the daemon restarts after a fault or a crash.
+    /// Default for cuda:N; for sim:* it tests that path.
+    #[arg(long)]
+    pub device_process: bool,
+    /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
+    #[arg(short, long, action = ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl DaemonArgs {
+    /// The daemon's options (logging is not one of them).
+    pub fn options(&self) -> Options {
+        Options {
+            socket: self.socket.clone(),
+            device: self.device.clone(),
+            policy: self.policy.clone(),
+            config: self.config.clone(),
+            hosting: match (self.device_in_process, self.device_process) {
+                (true, _) => Some(DeviceHosting::InProcess),
+                (_, true) => Some(DeviceHosting::ChildProcess),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Sends logs to stderr at the level `-v` asks for (RUST_LOG overrides), then
+/// runs the daemon until SIGINT/SIGTERM. The error is already logged.
+pub fn run_logged(args: &DaemonArgs) -> anyhow::Result<()> {
+    init_logging(args.verbose);
+    run(args.options()).inspect_err(|e| tracing::error!("{e:#}"))
+}
+
+/// Logs to stderr at the level `-v` asks for (RUST_LOG overrides); colours
+/// only on a terminal, so a log file or journald gets plain text.
+pub fn init_logging(verbose: u8) {
+    use std::io::IsTerminal;
+    let level = match verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // A host program may have set a subscriber already; its choice stands.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
