@@ -11,13 +11,13 @@ use gpumux_engine::smset::SmSet;
 use gpumux_proto::{Notice, Reply, Request, ServerFrame, MAGIC, VERSION};
 use gpumuxd::backend::remote::RemoteBackend;
 use gpumuxd::backend::Backend;
-use std::sync::Arc;
 use gpumuxd::config::ClientLimits;
 use gpumuxd::conn::Inbound;
 use gpumuxd::core::Core;
 use gpumuxd::session::Peer;
 use std::path::Path;
 use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn start() -> RemoteBackend {
