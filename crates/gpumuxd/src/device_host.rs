@@ -2,32 +2,28 @@
 //! started by the daemon ([`crate::backend::remote`]), never by hand.
 //!
 //! It opens the device in-process and serves it over the socket it
-//! inherited as descriptor N: it answers the daemon's calls, carries out
-//! bindings and commands, and pushes the device's events as they happen. Its
-//! loop: take every message that has arrived; poll the device and send what
-//! it reported; then sleep in `ppoll(2)` on the socket until a message comes
-//! or the device next needs a look. After the device reports a lost context
-//! it touches the device no more (a faulted CUDA process cannot recover) and
-//! waits to be killed. It exits when the daemon closes its end.
+//! inherited as descriptor N, in lockstep with the daemon: it carries out
+//! each message in the order sent (calls, bindings, commands, polls) and
+//! sends only answers. It never polls or advances its device on its own:
+//! the device must see `submit`s and `poll`s in exactly the order the
+//! daemon's core makes them, as it would in-process (the engine's device
+//! contract relies on it; [`crate::backend::remote`] has the race that
+//! polling on its own caused). Between messages it sleeps on the socket.
+//!
+//! A failure of a command (or of a binding) is kept and is the answer to the
+//! next `Poll`. After the device reports a lost context it touches the
+//! device no more (a faulted CUDA process cannot recover) and waits to be
+//! killed. It exits when the daemon closes its end.
 
 use crate::backend::link::{Link, LinkError};
 use crate::backend::wire::{FromDevice, RegionId, ToDevice};
 use crate::backend::{Backend, Failure, MemError, Wake};
 use crate::shm::ShmRegion;
 use anyhow::{bail, Context, Result};
-use gpumux_engine::device::Event;
+use gpumux_engine::device::DeviceError;
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How long to sleep between polls of a device that wants to be spun
-/// (a real GPU, whose completions are seen by polling): what the core does in-process.
-const SPIN_WAIT: Duration = Duration::from_micros(20);
-/// Polls of the device in a row before the daemon's messages are read again.
-const MAX_POLLS: usize = 10_000;
-/// Events in one message at most (a frame has a size limit).
-const EVENTS_PER_MESSAGE: usize = 4096;
 
 /// Serves device `spec` over the inherited socket `fd` until the daemon lets
 /// go. `Ok(false)`: the device could not be opened, and the daemon was told
@@ -52,7 +48,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
     };
     link.send(&FromDevice::Ready { describe: backend.describe(), info: backend.info().clone() }, None)
         .context("telling the daemon the device is ready")?;
-    let mut host = DeviceHost { backend, link, regions: HashMap::new(), broken: false };
+    let mut host = DeviceHost { backend, link, regions: HashMap::new(), failure: None, broken: false };
     host.run()?;
     Ok(true)
 }
@@ -76,56 +72,42 @@ struct DeviceHost {
     backend: Box<dyn Backend>,
     link: Link,
     regions: HashMap<RegionId, Arc<ShmRegion>>,
+    /// A failure since the last poll, the answer to the next one.
+    failure: Option<Failure>,
     /// The context is lost: nothing more is done with the device.
     broken: bool,
 }
 
 impl DeviceHost {
+    /// Carries out the daemon's messages in order; sleeps on the socket in between.
     fn run(&mut self) -> Result<()> {
-        let mut events: Vec<Event> = Vec::new();
         loop {
-            loop {
-                match self.link.try_recv::<ToDevice>() {
-                    Ok(Some(msg)) => self.handle(msg)?,
-                    Ok(None) => break,
-                    Err(LinkError::Closed) => return Ok(()),
-                    Err(e) => return Err(e).context("reading the daemon's messages"),
-                }
+            match self.link.try_recv::<ToDevice>() {
+                Ok(Some(msg)) => self.handle(msg)?,
+                Ok(None) => self.link.wait_readable(None).context("waiting for the daemon")?,
+                Err(LinkError::Closed) => return Ok(()),
+                Err(e) => return Err(e).context("reading the daemon's messages"),
             }
-            if !self.broken {
-                self.poll_device(&mut events)?;
-            }
-            let timeout = match self.backend.next_wake() {
-                _ if self.broken => None,
-                Wake::Idle => None,
-                Wake::After(d) => Some(d),
-                Wake::Spin => Some(SPIN_WAIT),
-            };
-            self.link.wait_readable(timeout).context("waiting for the daemon")?;
         }
     }
 
-    /// Polls the device until it has nothing more to report now (a device
-    /// reports one instant per poll, and may only settle what was submitted
-    /// on the next), and sends what it reported, in batches.
-    fn poll_device(&mut self, events: &mut Vec<Event>) -> Result<()> {
-        for _ in 0..MAX_POLLS {
-            let before = events.len();
-            if let Err(f) = self.backend.poll(events) {
-                events.clear();
-                return self.failed(f);
-            }
-            if events.len() == before {
-                break;
-            }
-            if events.len() >= EVENTS_PER_MESSAGE {
-                self.send(FromDevice::Events(std::mem::take(events)))?;
+    /// One poll of the device, as the daemon's core would make it in-process.
+    fn poll(&mut self) -> FromDevice {
+        if let Some(f) = self.failure.take() {
+            return failure_message(f);
+        }
+        let mut events = Vec::new();
+        if self.broken {
+            // Reported already; the daemon is about to replace this process.
+            return FromDevice::Polled { events, wake: Wake::Idle };
+        }
+        match self.backend.poll(&mut events) {
+            Ok(_) => FromDevice::Polled { events, wake: self.backend.next_wake() },
+            Err(f) => {
+                self.broken = true;
+                failure_message(f)
             }
         }
-        if events.is_empty() {
-            return Ok(());
-        }
-        self.send(FromDevice::Events(std::mem::take(events)))
     }
 
     fn send(&mut self, msg: FromDevice) -> Result<()> {
@@ -136,20 +118,18 @@ impl DeviceHost {
         }
     }
 
-    /// Reports a device failure; after a lost context the device is left alone.
-    fn failed(&mut self, f: Failure) -> Result<()> {
+    /// Keeps a device failure for the next poll; after it the device is left alone.
+    fn failed(&mut self, f: Failure) {
         self.broken = true;
-        match f {
-            Failure::ContextLost { suspects, what } => self.send(FromDevice::ContextLost { suspects, what }),
-            Failure::Fatal(e) => {
-                let what = format!("{:#}", anyhow::Error::new(e));
-                self.send(FromDevice::Fatal { what })
-            }
-        }
+        self.failure.get_or_insert(f);
     }
 
     fn handle(&mut self, msg: ToDevice) -> Result<()> {
         match msg {
+            ToDevice::Poll => {
+                let r = self.poll();
+                self.send(r)
+            }
             ToDevice::Alloc { bytes } => {
                 let r = self.backend.alloc(bytes);
                 self.send(FromDevice::Alloc(r))
@@ -186,8 +166,7 @@ impl DeviceHost {
                     Err(region) => {
                         // The daemon registers a region before it names it: a bug.
                         let what = format!("operation {op} names shared region {} that was never registered", region.0);
-                        self.broken = true;
-                        self.send(FromDevice::Fatal { what })?;
+                        self.failed(Failure::Fatal(DeviceError::backend("the device process", what)));
                     }
                 }
                 Ok(())
@@ -200,10 +179,10 @@ impl DeviceHost {
                 if self.broken {
                     return Ok(());
                 }
-                match self.backend.submit(command) {
-                    Ok(()) => Ok(()),
-                    Err(f) => self.failed(f),
+                if let Err(f) = self.backend.submit(command) {
+                    self.failed(f);
                 }
+                Ok(())
             }
         }
     }
@@ -216,5 +195,13 @@ impl DeviceHost {
         self.backend.register_host(&mapped)?;
         self.regions.insert(region, mapped);
         Ok(())
+    }
+}
+
+/// A failure as the answer to a poll.
+fn failure_message(f: Failure) -> FromDevice {
+    match f {
+        Failure::ContextLost { suspects, what } => FromDevice::ContextLost { suspects, what },
+        Failure::Fatal(e) => FromDevice::Fatal { what: format!("{:#}", anyhow::Error::new(e)) },
     }
 }

@@ -252,6 +252,39 @@ fn trap(args: &[&str]) -> Daemon {
     d
 }
 
+/// The H100's race (remote.rs's module doc): under `spatial-even` a client
+/// that leaves makes the engine re-split its SMs, growing the others'
+/// launches, while launches end on the device. With the device in a child,
+/// a `Grow` and a launch's end must not cross: the daemon keeps serving.
+#[test]
+fn spatial_even_in_a_device_process_grows_launches_while_others_end_and_keeps_serving() {
+    let mut d = Daemon::start_with(None, &["--device-process", "--policy", "spatial-even"]);
+    for round in 0..3u64 {
+        std::thread::scope(|scope| {
+            for i in 0..4u64 {
+                let d = &d;
+                scope.spawn(move || {
+                    let (mut c, _) = Client::hello(d, &format!("r{round}c{i}"), 0);
+                    let k = c.load(KERNELS);
+                    // Staggered: client i runs 3 + 3i kernels of uneven lengths, then leaves
+                    // while the others still run; a full wave of blocks on all 132 SMs each.
+                    for j in 0..3 + 3 * i {
+                        let block_ns = 100_000 * (1 + (i * 7 + j * 3 + round) % 5);
+                        c.ok(launch(k[0].kernel, 132 * 16, block_ns, vec![]));
+                        c.ok(Request::SyncStream(StreamId(0)));
+                    }
+                });
+            }
+        });
+    }
+    let (mut observer, _) = Client::hello(&d, "observer", 0);
+    let s = observer.status();
+    assert_eq!(s.clients.len(), 1, "every worker is gone: {s:?}");
+    assert!(s.clients.iter().all(|c| c.sms_held == 0), "{s:?}");
+    assert_eq!(s.context_rebuilds, 0, "the device process never failed");
+    assert!(d.stop().success(), "the daemon stopped cleanly, not on an engine error");
+}
+
 #[test]
 fn a_killed_device_process_is_restarted_and_its_clients_go_on() {
     let d = Daemon::start_with(None, CHILD);

@@ -1,15 +1,23 @@
-//! The core on a device in a child process ([`RemoteBackend`]), driven
-//! directly: after the device process is killed and restarted, the device's
-//! own memory account matches the buffers the sessions hold again.
+//! A device in a child process ([`RemoteBackend`]), driven directly: it
+//! keeps the engine's device contract when commands and the launch's end
+//! cross, and after the device process is killed and restarted, the
+//! device's own memory account matches the buffers the sessions hold again.
 
+use gpumux_engine::device::{Command, Event, ReleaseCause};
+use gpumux_engine::ids::{KernelId, LaunchId, OpId, ProcessId, SmId};
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
+use gpumux_engine::ranges::BlockRanges;
+use gpumux_engine::smset::SmSet;
 use gpumux_proto::{Notice, Reply, Request, ServerFrame, MAGIC, VERSION};
 use gpumuxd::backend::remote::RemoteBackend;
+use gpumuxd::backend::Backend;
 use gpumuxd::config::ClientLimits;
 use gpumuxd::conn::Inbound;
 use gpumuxd::core::Core;
 use gpumuxd::session::Peer;
 use std::path::Path;
 use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn start() -> RemoteBackend {
@@ -73,4 +81,93 @@ fn after_a_restart_the_device_holds_exactly_the_restored_buffers() {
     assert_eq!(lost.buffers, [buffers[0], buffers[2]]);
     assert_eq!(core.memory_held(), held, "the sessions keep their buffers");
     assert_eq!(used(&mut core) - baseline, held, "the fresh device holds exactly those");
+}
+
+/// A launch of `blocks` blocks of 10 ms on SM 0, at most 4 resident at once.
+fn launch_on_sm0(blocks: u64) -> Command {
+    let shape = KernelShape::new(blocks, 128, 32).with_max_blocks_per_sm(4);
+    let desc = KernelDesc::new("k", shape).with_sim_timing(SimTiming::new(10_000_000));
+    Command::Launch {
+        launch: LaunchId(1),
+        kernel: KernelId(1),
+        op: OpId(1),
+        process: ProcessId(0),
+        priority: 0,
+        desc: Arc::new(desc),
+        time_key: 1,
+        blocks: BlockRanges::full(blocks),
+        restore: Vec::new(),
+        sms: SmSet::single(SmId(0)),
+    }
+}
+
+/// Polls until launch 1 ends; every event, in order.
+fn poll_until_ended(b: &mut RemoteBackend, mut events: Vec<Event>) -> Vec<Event> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !events.iter().any(|e| matches!(e, Event::LaunchEnded { .. })) {
+        assert!(Instant::now() < deadline, "launch 1 did not end: {events:?}");
+        if let Err(f) = b.poll(&mut events) {
+            panic!("the device failed: {f:?} (after {events:?})");
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    events
+}
+
+/// The engine's contract: every SM the launch was given (`Launch` and
+/// `Grow`) is released, each before the launch's end, which comes once
+/// with every block completed.
+fn assert_released_before_end(events: &[Event], sms: &[u16], blocks: u64) {
+    let end = events.iter().position(|e| matches!(e, Event::LaunchEnded { .. })).unwrap();
+    let mut released: Vec<u16> = events[..end]
+        .iter()
+        .filter_map(|e| match e {
+            Event::SmReleased { launch: LaunchId(1), sm, cause: ReleaseCause::Exhausted } => Some(sm.0),
+            _ => None,
+        })
+        .collect();
+    released.sort_unstable();
+    assert_eq!(released, sms, "SMs released before the end: {events:?}");
+    match &events[end] {
+        Event::LaunchEnded { launch: LaunchId(1), remaining, saved, completed } => {
+            assert!(remaining.is_empty() && saved.is_empty(), "{events:?}");
+            assert_eq!(*completed, blocks);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(events.len(), end + 1, "nothing of launch 1 after its end: {events:?}");
+}
+
+/// The race of the H100 (remote.rs's module doc): the launch's last blocks
+/// end on the device while a `Grow` for it is on its way. The device must
+/// take the `Grow` first and release the grown SMs before the end.
+#[test]
+fn a_grow_sent_after_the_launch_finished_but_before_the_poll_is_released_before_its_end() {
+    let mut b = start();
+    let mut events = Vec::new();
+    // The device's time is now (it runs commands at its last poll's time).
+    b.poll(&mut events).unwrap();
+    // 12 blocks, 4 at a time: three 10 ms waves, not exhausted at the next poll.
+    b.submit(launch_on_sm0(12)).unwrap();
+    b.poll(&mut events).unwrap();
+    assert!(events.is_empty(), "the first wave just started: {events:?}");
+    // In wall time the launch is over; the device has not been polled since.
+    std::thread::sleep(Duration::from_millis(100));
+    b.submit(Command::Grow { launch: LaunchId(1), sms: SmSet::range(1, 3) }).unwrap();
+    let events = poll_until_ended(&mut b, events);
+    assert_released_before_end(&events, &[0, 1, 2], 12);
+}
+
+/// The same with a launch that was exhausted at once (all its blocks fit),
+/// not yet reported when the `Grow` comes: the grown SMs are handed back.
+#[test]
+fn a_grow_of_an_exhausted_unreported_launch_hands_the_sms_back_before_its_end() {
+    let mut b = start();
+    let mut events = Vec::new();
+    b.poll(&mut events).unwrap();
+    b.submit(launch_on_sm0(4)).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    b.submit(Command::Grow { launch: LaunchId(1), sms: SmSet::range(1, 3) }).unwrap();
+    let events = poll_until_ended(&mut b, events);
+    assert_released_before_end(&events, &[0, 1, 2], 4);
 }

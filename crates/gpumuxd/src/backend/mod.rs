@@ -216,8 +216,9 @@ pub enum Failure {
     Fatal(DeviceError),
 }
 
-/// When the core must look at the device again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// When the core must look at the device again (serializable: a device
+/// process reports its device's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Wake {
     /// Nothing is in flight: wait for requests only.
     Idle,

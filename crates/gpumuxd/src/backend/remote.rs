@@ -7,13 +7,29 @@
 //! [`RemoteBackend::rebuild`] kills the child and starts a fresh one; the
 //! core's recovery then allocates and loads again through it.
 //!
-//! A child that dies on its own (a crash, `kill -9`) is a lost context too:
-//! every operation on the device is a suspect, and the daemon restarts it.
+//! A child that dies on its own (a crash, `kill -9`) is a lost context too,
+//! noticed at the next call (the core polls at least once a second): every
+//! operation on the device is a suspect, and the daemon restarts it.
+//!
+//! Lockstep: the child never polls its device on its own. [`Backend::submit`]
+//! sends the command without waiting; [`Backend::poll`] sends `Poll` and waits
+//! for the child's one poll of its device (events, or the failure of a command
+//! since the last poll) and the device's next wake. So the device sees
+//! commands and polls in the order the core makes them, as in-process. The
+//! engine's device contract (`gpumux_engine::device`) needs that order: it
+//! holds what it last sent as true until events say otherwise. A child that
+//! polled on its own broke it on an H100 (`spatial-even`, a client leaving):
+//! the device saw launch 3's last blocks end and sent its `SmReleased`s and
+//! `LaunchEnded`, while the engine, not yet having read them, sent `Grow`
+//! (SMs 33-43) to launch 3; it then read `LaunchEnded(3)` with launch 3 still
+//! holding 33-43, and the daemon stopped ("launch 3 ended still holding SMs
+//! {33-43}"). In lockstep the device takes the `Grow` before it looks for
+//! finished work, and releases the grown SMs before the launch's end.
 //!
 //! Time: the engine sees this process's clock (ns since the backend opened,
 //! monotonic across restarts); the child's device has its own. Events are
-//! stamped when they are read here, which is how late the engine learns of
-//! them anyway.
+//! stamped when their poll's answer is read here, which is how late the
+//! engine learns of them anyway.
 
 use super::link::{socket_pair, Link, LinkError};
 use super::wire::{FromDevice, HostRef, RegionId, ToDevice};
@@ -221,10 +237,6 @@ impl InFlight {
         }
     }
 
-    fn is_empty(&self) -> bool {
-        self.launches.is_empty() && self.copies.is_empty()
-    }
-
     fn ops(&self) -> Vec<OpId> {
         let mut ops: Vec<OpId> = self.launches.values().chain(self.copies.values()).copied().collect();
         ops.sort_unstable();
@@ -242,9 +254,11 @@ pub struct RemoteBackend {
     regions: Vec<(RegionId, Arc<ShmRegion>)>,
     next_region: u64,
     in_flight: InFlight,
-    /// Events read while waiting for an answer, for the next poll.
-    pending: Vec<Event>,
-    /// A failure read while waiting for an answer, or the child's death, for the next poll.
+    /// Commands went to the child since its last poll (it settles them at the next).
+    unpolled: bool,
+    /// The child's device's [`Backend::next_wake`] at its last poll, and when it said so.
+    wake: (Wake, Instant),
+    /// The child's death, or a call's failure, for the next poll.
     failure: Option<Failure>,
     /// The child is dead or its device broken: calls fail until [`Backend::rebuild`].
     broken: Option<String>,
@@ -263,7 +277,8 @@ impl RemoteBackend {
             regions: Vec::new(),
             next_region: 0,
             in_flight: InFlight::default(),
-            pending: Vec::new(),
+            unpolled: false,
+            wake: (Wake::Idle, Instant::now()),
             failure: None,
             broken: None,
         })
@@ -296,33 +311,7 @@ impl RemoteBackend {
         self.broken.get_or_insert(what);
     }
 
-    /// Takes a pushed message (events, a failure); an answer to a call is handed back.
-    fn pushed(&mut self, msg: FromDevice, events: &mut Vec<Event>) -> Option<FromDevice> {
-        match msg {
-            FromDevice::Events(got) => {
-                for e in &got {
-                    self.in_flight.event(e);
-                }
-                events.extend(got);
-                None
-            }
-            FromDevice::ContextLost { suspects, what } => {
-                if self.failure.is_none() {
-                    self.failure = Some(Failure::ContextLost { suspects, what: what.clone() });
-                }
-                self.broken.get_or_insert(what);
-                None
-            }
-            FromDevice::Fatal { what } => {
-                self.failure = Some(Failure::Fatal(DeviceError::backend("the device process", what.clone())));
-                self.broken.get_or_insert(what);
-                None
-            }
-            other => Some(other),
-        }
-    }
-
-    /// Sends a call and waits for its answer, keeping what is pushed meanwhile.
+    /// Sends a call and waits for its answer.
     fn call(&mut self, msg: &ToDevice, fd: Option<BorrowedFd<'_>>) -> Result<FromDevice, String> {
         if let Some(why) = &self.broken {
             return Err(format!("the device is lost ({why}); it is being restarted"));
@@ -330,29 +319,27 @@ impl RemoteBackend {
         if let Err(e) = self.process.link.send(msg, fd) {
             return Err(self.lost(e));
         }
-        let mut events = std::mem::take(&mut self.pending);
-        let answer = loop {
-            match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
-                Ok(Some(m)) => {
-                    if let Some(answer) = self.pushed(m, &mut events) {
-                        break Ok(answer);
-                    }
-                }
-                Ok(None) => {
-                    let what = format!(
-                        "the device process (pid {}) did not answer in {}s: {}",
-                        self.process.child.id(),
-                        CALL_TIMEOUT.as_secs(),
-                        kill(&mut self.process.child)
-                    );
-                    self.device_lost(what.clone());
-                    break Err(what);
-                }
-                Err(e) => break Err(self.lost(e)),
+        match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) => {
+                let what = format!(
+                    "the device process (pid {}) did not answer in {}s: {}",
+                    self.process.child.id(),
+                    CALL_TIMEOUT.as_secs(),
+                    kill(&mut self.process.child)
+                );
+                self.device_lost(what.clone());
+                Err(what)
             }
-        };
-        self.pending = events;
-        answer
+            Err(e) => Err(self.lost(e)),
+        }
+    }
+
+    /// The device failed (the answer to a poll): reported now, and calls
+    /// fail until [`Backend::rebuild`].
+    fn device_failed(&mut self, failure: Failure, what: String) -> Failure {
+        self.broken.get_or_insert(what);
+        failure
     }
 
     fn unexpected(asked: &str, got: &FromDevice) -> String {
@@ -482,6 +469,7 @@ impl Backend for RemoteBackend {
             return Ok(());
         }
         self.in_flight.command(&command);
+        self.unpolled = true;
         if let Err(e) = self.process.link.send(&ToDevice::Submit(command), None) {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
@@ -490,21 +478,36 @@ impl Backend for RemoteBackend {
     }
 
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
-        events.append(&mut self.pending);
-        while self.failure.is_none() && self.broken.is_none() {
-            match self.process.link.try_recv::<FromDevice>() {
-                Ok(Some(m)) => {
-                    if let Some(other) = self.pushed(m, events) {
-                        let what = format!("the device process sent {} unasked (a bug)", other.name());
-                        let kill = kill(&mut self.process.child);
-                        self.device_lost(format!("{what}; {kill}"));
-                    }
+        if let Some(f) = self.failure.take() {
+            return Err(f);
+        }
+        if self.broken.is_some() {
+            // Reported already; the core rebuilds.
+            return Ok(self.now());
+        }
+        self.unpolled = false;
+        match self.call(&ToDevice::Poll, None) {
+            Ok(FromDevice::Polled { events: got, wake }) => {
+                for e in &got {
+                    self.in_flight.event(e);
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    self.lost(e);
-                }
+                events.extend(got);
+                self.wake = (wake, Instant::now());
             }
+            Ok(FromDevice::ContextLost { suspects, what }) => {
+                return Err(self.device_failed(Failure::ContextLost { suspects, what: what.clone() }, what));
+            }
+            Ok(FromDevice::Fatal { what }) => {
+                let f = Failure::Fatal(DeviceError::backend("the device process", what.clone()));
+                return Err(self.device_failed(f, what));
+            }
+            Ok(other) => {
+                let what = Self::unexpected("Poll", &other);
+                let kill = kill(&mut self.process.child);
+                self.device_lost(format!("{what}; {kill}"));
+            }
+            // The call recorded the loss.
+            Err(_) => {}
         }
         match self.failure.take() {
             Some(f) => Err(f),
@@ -513,12 +516,15 @@ impl Backend for RemoteBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        if !self.pending.is_empty() || self.failure.is_some() {
-            Wake::After(Duration::ZERO)
-        } else if self.in_flight.is_empty() {
-            Wake::Idle
-        } else {
-            Wake::Spin
+        if self.failure.is_some() || self.unpolled {
+            return Wake::After(Duration::ZERO);
+        }
+        if self.broken.is_some() {
+            return Wake::Idle;
+        }
+        match self.wake {
+            (Wake::After(d), at) => Wake::After(d.saturating_sub(at.elapsed())),
+            (wake, _) => wake,
         }
     }
 
@@ -530,7 +536,8 @@ impl Backend for RemoteBackend {
         tracing::info!("device {} runs in process {}", self.spec, self.process.child.id());
         self.regions.clear();
         self.in_flight = InFlight::default();
-        self.pending.clear();
+        self.unpolled = false;
+        self.wake = (Wake::Idle, Instant::now());
         self.failure = None;
         self.broken = None;
         Ok(())

@@ -1,12 +1,14 @@
 //! The messages between the daemon ([`super::remote`]) and its device
 //! process ([`crate::device_host`]), sent over a [`super::link::Link`].
 //!
-//! The daemon calls; the device process answers the calls the core waits
-//! for (memory, registration, modules) in order, and pushes what the device
-//! does (events, a lost context) as it happens. Work and commands need no
-//! answer: a device failure they cause comes back pushed.
+//! The daemon calls; the device process carries out every message in the
+//! order sent and never speaks unasked. Memory, registration, modules and
+//! [`ToDevice::Poll`] are answered; bindings and commands are not, and a
+//! device failure they cause is the answer to the next `Poll`. Lockstep, so
+//! the device sees commands and polls in the order the engine made them
+//! ([`super::remote`] says why that matters).
 
-use super::{DevAddr, LoadError, MemError, MemInfo, ModuleImage, OpWork};
+use super::{DevAddr, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
 use gpumux_engine::device::{Command, Event};
 use gpumux_engine::ids::OpId;
 use gpumux_engine::kernel::DeviceInfo;
@@ -74,8 +76,12 @@ pub enum ToDevice {
         /// The operation.
         op: OpId,
     },
-    /// [`super::Backend::submit`]. No answer (a failure comes pushed).
+    /// [`super::Backend::submit`]. No answer (a failure answers the next `Poll`).
     Submit(Command),
+    /// [`super::Backend::poll`], after every message sent before it.
+    /// Answered by [`FromDevice::Polled`], or by [`FromDevice::ContextLost`]
+    /// or [`FromDevice::Fatal`] if the device failed since the last poll.
+    Poll,
 }
 
 /// Device process → daemon.
@@ -104,17 +110,24 @@ pub enum FromDevice {
     Registered(Result<(), MemError>),
     /// Answer to [`ToDevice::LoadModule`].
     Module(Result<ModuleImage, LoadError>),
-    /// Pushed: what the device reported, in its order.
-    Events(Vec<Event>),
-    /// Pushed: the context is broken ([`super::Failure::ContextLost`]); the
-    /// process does nothing more with the device and waits to be killed.
+    /// Answer to [`ToDevice::Poll`]: what the device's poll reported, in its order.
+    Polled {
+        /// The events.
+        events: Vec<Event>,
+        /// The device's [`super::Backend::next_wake`] right after that poll.
+        wake: Wake,
+    },
+    /// Answer to [`ToDevice::Poll`]: the context is broken
+    /// ([`super::Failure::ContextLost`]); the process does nothing more with
+    /// the device and waits to be killed.
     ContextLost {
         /// Operations on the device at the time.
         suspects: Vec<OpId>,
         /// The driver's words.
         what: String,
     },
-    /// Pushed: the device failed in a way no restart fixes ([`super::Failure::Fatal`]).
+    /// Answer to [`ToDevice::Poll`]: the device failed in a way no restart
+    /// fixes ([`super::Failure::Fatal`]).
     Fatal {
         /// The error, with its causes.
         what: String,
@@ -132,7 +145,7 @@ impl FromDevice {
             FromDevice::MemInfo(_) => "MemInfo",
             FromDevice::Registered(_) => "Registered",
             FromDevice::Module(_) => "Module",
-            FromDevice::Events(_) => "Events",
+            FromDevice::Polled { .. } => "Polled",
             FromDevice::ContextLost { .. } => "ContextLost",
             FromDevice::Fatal { .. } => "Fatal",
         }
