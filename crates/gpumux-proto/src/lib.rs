@@ -386,7 +386,11 @@ pub enum ErrorKind {
         /// 1-based line of the source.
         line: u32,
     },
-    /// A kernel of this client faulted; the context was rebuilt.
+    /// The context broke while a kernel of this client was running: it
+    /// faulted, or, when kernels of several clients were on the device, it is
+    /// one of the suspects (the driver does not say which kernel faulted;
+    /// the message says how many clients share the suspicion). The context
+    /// was rebuilt.
     KernelFault,
     /// Work of this client was lost when another client's kernel broke the
     /// context; the message lists it.
@@ -523,7 +527,6 @@ impl std::fmt::Display for ErrorReply {
 }
 
 impl std::error::Error for ErrorReply {}
-
 
 /// Where a daemon listens and a client connects when no path is given:
 /// `$XDG_RUNTIME_DIR/gpumux.sock` for a user's daemon, else

@@ -1046,8 +1046,15 @@ impl Core {
         for (_, e) in &ops {
             let kind = if culprits.contains(&e.client) { ErrorKind::KernelFault } else { ErrorKind::ContextLost };
             let launches = lost.get(&e.client).map(|l| l.launches.join(", ")).unwrap_or_default();
-            let message = if kind == ErrorKind::KernelFault {
+            let message = if kind == ErrorKind::KernelFault && culprits.len() == 1 {
                 format!("your kernel broke the device context ({what}); lost launches: [{launches}]; buffers must be re-filled")
+            } else if kind == ErrorKind::KernelFault {
+                // The driver names no kernel: every client with one running is a suspect.
+                format!(
+                    "the device context broke while your kernel ran beside kernels of {} other client(s); \
+                     the driver does not say which faulted ({what}); lost launches: [{launches}]; buffers must be re-filled",
+                    culprits.len() - 1
+                )
             } else {
                 format!("another client's kernel broke the device context ({what}); your lost launches: [{launches}]; buffers must be re-filled")
             };
