@@ -82,6 +82,9 @@ fn culprit(client: &Client) -> Result<()> {
     let p = client.alloc(4096)?;
     let module = client.load_module("fault.cu", include_str!("kernels/fault.cu"), &[])?;
     let kernel = module.kernel("fault")?;
+    // Compiling blocks the daemon's scheduling for a moment; let the
+    // bystander's launches flow again, so the fault lands among them.
+    std::thread::sleep(Duration::from_secs(1));
     client.launch(&kernel, &LaunchConfig::new([1, 1, 1], [32, 1, 1]).block_time_ns(1_000), &[Arg::buffer(&p)])?;
     match client.sync(StreamId::DEFAULT) {
         Err(e) if e.kind() == Some(&ErrorKind::KernelFault) => println!("culprit: sync failed with KernelFault: {e}"),
@@ -125,7 +128,10 @@ fn bystander(client: &Client, patience: Duration) -> Result<()> {
     let args = [Arg::buffer(&da), Arg::buffer(&db), Arg::buffer(&dc), (n as i32).into()];
     let start = Instant::now();
     let mut launches = 0u64;
-    let err: ClientError = loop {
+    // Either the loss takes work of ours with it (a sync fails), or it falls
+    // between two of our syncs (nothing of ours was queued or running): then
+    // only the notice tells, and it must list no launch, only our buffers.
+    let err: Option<ClientError> = loop {
         if start.elapsed() > patience {
             return Err(format!("bystander: no context loss in {patience:?} ({launches} matmuls ran)").into());
         }
@@ -137,14 +143,27 @@ fn bystander(client: &Client, patience: Duration) -> Result<()> {
             launches += 1;
         }
         if let Err(e) = client.sync(s) {
-            break e;
+            break Some(e);
         }
-        // A loss between two launches costs no work in flight, only the
-        // buffers' contents: the notice says so, and no sync fails.
-        if client.take_notices().iter().any(|n| matches!(n, Notice::ContextLost { .. })) {
-            return Err("bystander: the context was lost between its launches, not under one; run it again".into());
+        if let Some(n) = client.take_notices().into_iter().find(|n| matches!(n, Notice::ContextLost { .. })) {
+            let Notice::ContextLost { caused_by_you: false, lost, .. } = &n else {
+                return Err(format!("bystander: unexpected notice {n:?}").into());
+            };
+            if !lost.launches.is_empty() || lost.buffers.len() != 3 {
+                return Err(format!("bystander: a loss between its syncs must list no launch and its 3 buffers: {lost:?}").into());
+            }
+            println!("bystander: the context was lost between two of its syncs (after {launches} matmuls): nothing of its was running; the notice lists its 3 buffers");
+            break None;
         }
     };
+    if let Some(err) = err {
+        lost_under_work(client, &err, launches)?;
+    }
+    rerun_after_loss(client, &kernel, (&da, &db, &dc))
+}
+
+/// The loss took work of the bystander's: the error and the notice must say which.
+fn lost_under_work(client: &Client, err: &ClientError, launches: u64) -> Result<()> {
     // Its matmul may have been on the device beside the faulting kernel: then
     // it is a suspect too (the driver does not say which kernel faulted), and
     // the message must say it shared the suspicion, not that it was the culprit.
@@ -171,16 +190,22 @@ fn bystander(client: &Client, patience: Duration) -> Result<()> {
         }
         other => return Err(format!("bystander: unexpected notice {other:?}").into()),
     }
-    // Same handles, new memory: upload again and check a small product.
+    Ok(())
+}
+
+/// Same handles, new memory: upload again and check a small product.
+fn rerun_after_loss(client: &Client, kernel: &gpumux_client::Kernel, bufs: (&gpumux_client::Buffer, &gpumux_client::Buffer, &gpumux_client::Buffer)) -> Result<()> {
+    let (da, db, dc) = bufs;
+    let s = StreamId::DEFAULT;
     let m = 256usize;
     let (a, b) = matrices(m);
-    client.copy_to_device(&da, 0, &f32_bytes(&a), s)?;
-    client.copy_to_device(&db, 0, &f32_bytes(&b), s)?;
+    client.copy_to_device(da, 0, &f32_bytes(&a), s)?;
+    client.copy_to_device(db, 0, &f32_bytes(&b), s)?;
     let config = LaunchConfig::new([(m / 16) as u32, (m / 16) as u32, 1], [16, 16, 1]).block_time_ns(5_000);
-    client.launch(&kernel, &config, &[Arg::buffer(&da), Arg::buffer(&db), Arg::buffer(&dc), (m as i32).into()])?;
+    client.launch(kernel, &config, &[Arg::buffer(da), Arg::buffer(db), Arg::buffer(dc), (m as i32).into()])?;
     client.sync(s)?;
     let mut out = vec![0u8; m * m * 4];
-    client.copy_to_host(&dc, 0, &mut out, s)?;
+    client.copy_to_host(dc, 0, &mut out, s)?;
     if client.is_simulated() {
         println!("bystander: simulated device, kernels do not compute; the rerun completed");
         return Ok(());
