@@ -96,11 +96,15 @@ elif start_daemon ppq-shared-drain "$sock" "$dir/daemon.log"; then
     # churning one at once): the daemon's own pools (streams, worker control
     # records, the compile cache) grow to the most used at once and stay; the
     # baseline is after that. Run 13 measured -4 MiB without this warm-up.
-    "$BIN/fault_check" churn --socket "$sock" >"$dir/churn.warm.log" 2>&1 & warm=$!
+    # The warm-up kills ${KILL_WARMUP:-1} churning client(s) too (run 17: the first
+    # kills on the H100 cost 4 MiB once, and no more over 20 further kills).
     warmers=()
     for c in vector_add histogram matmul; do run_client "$c" "$sock" "$dir/$c.bin" "$dir/$c.warm.log" & warmers+=($!); done
-    wait "${warmers[@]}"
-    kill -9 "$warm"; wait "$warm" 2>/dev/null; sleep 0.5
+    for w in $(seq 1 "${KILL_WARMUP:-1}"); do
+        "$BIN/fault_check" churn --socket "$sock" >"$dir/churn.warm$w.log" 2>&1 & warm=$!
+        sleep 0.3; kill -9 "$warm"; wait "$warm" 2>/dev/null
+    done
+    wait "${warmers[@]}"; sleep 0.5
     "$BIN/gpumux" ps --socket "$sock" --json >"$dir/ps-before.json"
     before=$(free_mem)
     others=()
