@@ -28,6 +28,7 @@ pub mod conn;
 pub mod core;
 pub mod daemon;
 pub mod device_host;
+mod fdpass;
 pub mod harness;
 pub mod server;
 pub mod session;

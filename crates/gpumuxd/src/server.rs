@@ -9,7 +9,7 @@ use crate::core::CoreMsg;
 use crate::session::Peer;
 use gpumux_proto::{encode_frame, ErrorKind, ErrorReply, ServerFrame};
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,8 +19,6 @@ use std::time::Duration;
 
 /// Bytes one `recvmsg` reads at most.
 const READ_CHUNK: usize = 64 << 10;
-/// Descriptors one `recvmsg` takes at most (more are closed by the kernel's truncation, reported as MSG_CTRUNC).
-const MAX_FDS_PER_READ: usize = 4;
 /// A writer gives up on a client that does not read for this long.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the accept loop looks at the shutdown flag.
@@ -81,47 +79,6 @@ pub fn peer_credentials(stream: &UnixStream) -> std::io::Result<Peer> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(Peer { pid: cred.pid, uid: cred.uid, gid: cred.gid })
-}
-
-/// Reads what is there (blocking): bytes into `buf`, and the descriptors that
-/// came with them. `Ok(0)` at end of stream.
-fn recv_with_fds(stream: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> std::io::Result<usize> {
-    let space = unsafe { libc::CMSG_SPACE((MAX_FDS_PER_READ * std::mem::size_of::<libc::c_int>()) as u32) } as usize;
-    let mut cmsg = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cmsg.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    let n = loop {
-        // SAFETY: msg describes live buffers of the lengths given.
-        let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    };
-    // SAFETY: walking the control messages recvmsg wrote, with the libc macros.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c).cast::<libc::c_int>();
-                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<libc::c_int>();
-                for i in 0..count {
-                    // Each descriptor is ours now: owned, so closed if unused.
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    Ok(n)
 }
 
 /// Set by SIGINT/SIGTERM.
@@ -234,7 +191,7 @@ fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>) {
     let mut out: Vec<Inbound> = Vec::new();
     loop {
         let mut fds = Vec::new();
-        let n = match recv_with_fds(stream, &mut buf, &mut fds) {
+        let n = match crate::fdpass::recv_with_fds(stream.as_raw_fd(), &mut buf, &mut fds) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };

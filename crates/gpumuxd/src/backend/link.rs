@@ -18,8 +18,6 @@ use std::time::{Duration, Instant};
 
 /// Bytes one read takes at most.
 const READ_CHUNK: usize = 64 << 10;
-/// Descriptors one read takes at most (one message carries at most one).
-const MAX_FDS_PER_READ: usize = 4;
 
 /// Why a link failed.
 #[derive(Debug, thiserror::Error)]
@@ -157,7 +155,7 @@ impl Link {
     /// Reads everything available now into the frame buffer.
     fn fill(&mut self) -> Result<(), LinkError> {
         while !self.closed {
-            match recv_some(&self.sock, &mut self.buf, &mut self.fds) {
+            match crate::fdpass::recv_with_fds(self.sock.as_raw_fd(), &mut self.buf, &mut self.fds) {
                 Ok(0) => self.closed = true,
                 Ok(n) => self.reader.extend(&self.buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -215,40 +213,6 @@ fn send_some(sock: &OwnedFd, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Re
     let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
     if n < 0 {
         return Err(io::Error::last_os_error());
-    }
-    Ok(n as usize)
-}
-
-/// One `recvmsg` into `buf`, the descriptors that came appended to `fds`. `Ok(0)` at end of stream.
-fn recv_some(sock: &OwnedFd, buf: &mut [u8], fds: &mut VecDeque<OwnedFd>) -> io::Result<usize> {
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE((MAX_FDS_PER_READ * std::mem::size_of::<libc::c_int>()) as u32) } as usize;
-    let mut cmsg = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cmsg.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: msg describes live buffers of the lengths given.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: walking the control messages recvmsg wrote, with the libc macros.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c).cast::<libc::c_int>();
-                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<libc::c_int>();
-                for i in 0..count {
-                    fds.push_back(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
     }
     Ok(n as usize)
 }
