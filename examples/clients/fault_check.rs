@@ -150,7 +150,10 @@ fn bystander(client: &Client, patience: Duration) -> Result<()> {
                 return Err(format!("bystander: unexpected notice {n:?}").into());
             };
             if !lost.launches.is_empty() || lost.buffers.len() != 3 {
-                return Err(format!("bystander: a loss between its syncs must list no launch and its 3 buffers: {lost:?}").into());
+                return Err(format!(
+                    "bystander: a loss between its syncs must list no launch and its 3 buffers: {lost:?}"
+                )
+                .into());
             }
             println!("bystander: the context was lost between two of its syncs (after {launches} matmuls): nothing of its was running; the notice lists its 3 buffers");
             break None;
@@ -194,7 +197,11 @@ fn lost_under_work(client: &Client, err: &ClientError, launches: u64) -> Result<
 }
 
 /// Same handles, new memory: upload again and check a small product.
-fn rerun_after_loss(client: &Client, kernel: &gpumux_client::Kernel, bufs: (&gpumux_client::Buffer, &gpumux_client::Buffer, &gpumux_client::Buffer)) -> Result<()> {
+fn rerun_after_loss(
+    client: &Client,
+    kernel: &gpumux_client::Kernel,
+    bufs: (&gpumux_client::Buffer, &gpumux_client::Buffer, &gpumux_client::Buffer),
+) -> Result<()> {
     let (da, db, dc) = bufs;
     let s = StreamId::DEFAULT;
     let m = 256usize;
