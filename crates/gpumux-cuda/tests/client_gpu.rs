@@ -4,6 +4,8 @@
 //! kernel reported as a lost context and survived by a rebuild. Without a
 //! GPU (or NVRTC) each test says it skipped and why.
 
+mod examples;
+use examples::example;
 use gpumux_cuda::client::module;
 use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle};
 use gpumux_cuda::nvrtc;
@@ -33,19 +35,6 @@ fn device_or_skip(test: &str) -> Option<(MutexGuard<'static, ()>, ClientDevice)>
             None
         }
     }
-}
-
-/// An example client kernel's source (compiled in, so the test binary runs anywhere).
-fn example(name: &str) -> String {
-    let src = match name {
-        "vector_add" => include_str!("../../../examples/clients/kernels/vector_add.cu"),
-        "matmul" => include_str!("../../../examples/clients/kernels/matmul.cu"),
-        "histogram" => include_str!("../../../examples/clients/kernels/histogram.cu"),
-        "stencil" => include_str!("../../../examples/clients/kernels/stencil.cu"),
-        "fault" => include_str!("../../../examples/clients/kernels/fault.cu"),
-        other => panic!("no example kernel {other}"),
-    };
-    src.to_string()
 }
 
 /// Advances until `done` says the events seen so far are enough (10 s at most).

@@ -2,6 +2,8 @@
 //! NVRTC, cache) for the example client kernels of `examples/clients/kernels`.
 //! Needs libnvrtc (no GPU); without it the tests say they skipped and why.
 
+mod examples;
+use examples::example;
 use gpumux_cuda::client::module::{compile, ModuleError};
 use gpumux_cuda::nvrtc;
 
@@ -13,19 +15,6 @@ fn nvrtc_or_skip(test: &str) -> bool {
     }
     eprintln!("SKIPPED {test}: libnvrtc not found (source .ci/install-nvrtc.sh to install it and set LD_LIBRARY_PATH)");
     false
-}
-
-/// An example client kernel's source (compiled in, so the test binary runs anywhere).
-fn example(name: &str) -> String {
-    let src = match name {
-        "vector_add" => include_str!("../../../examples/clients/kernels/vector_add.cu"),
-        "matmul" => include_str!("../../../examples/clients/kernels/matmul.cu"),
-        "histogram" => include_str!("../../../examples/clients/kernels/histogram.cu"),
-        "stencil" => include_str!("../../../examples/clients/kernels/stencil.cu"),
-        "fault" => include_str!("../../../examples/clients/kernels/fault.cu"),
-        other => panic!("no example kernel {other}"),
-    };
-    src.to_string()
 }
 
 #[test]
