@@ -240,6 +240,45 @@ impl WorkerLaunch {
         })
     }
 
+    /// Re-targets an idle launch record (not running) to another launch, of
+    /// this or another kernel: what a launch costs to make is its control
+    /// record and event (`cuMemAlloc`, and a `cuMemFree` that waits for the
+    /// whole device when the record goes), so a device serving a stream of
+    /// one-off launches (gpumuxd's clients) keeps records and reuses them.
+    /// The record is idle between launches (its last worker resets it).
+    pub fn reuse(
+        &mut self,
+        func: Function,
+        args: Vec<Vec<u8>>,
+        grid: [u32; 3],
+        block: [u32; 3],
+        smem: u32,
+    ) -> Result<()> {
+        if self.running {
+            return Err(CudaError::Invalid("reuse: the launch is still running".into()));
+        }
+        let blocks: u64 = grid.iter().map(|&g| g as u64).product();
+        if blocks >= (u32::MAX / 2) as u64 {
+            return Err(CudaError::Invalid(format!("grid of {blocks} blocks is too large to linearise in 31 bits")));
+        }
+        let threads = block[0] * block[1] * block[2];
+        if func.name != self.func.name || block != self.block || smem != self.smem {
+            self.workers_per_sm = func.blocks_per_sm(threads, smem)?;
+        }
+        self.func = func;
+        self.native = None;
+        self.args = args;
+        self.grid = grid;
+        self.block = block;
+        self.smem = smem;
+        self.last_plan = None;
+        self.measuring = None;
+        self.next = 0;
+        self.end = blocks as u32;
+        self.urgent = false;
+        Ok(())
+    }
+
     /// Marks a launch that arrives while other work retreats for it (a
     /// high-priority kernel): it always runs as workers. Measured on the H100
     /// (docs/benchmarks.md): a native probe grid waiting for draining workers

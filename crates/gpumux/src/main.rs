@@ -5,6 +5,7 @@
 //! analysis), `policies` and `devices` (what is available), `ps` and `top`
 //! (gpumuxd's clients), `daemon` (gpumuxd itself).
 
+mod bench_daemon;
 mod bench_sim;
 mod devices;
 mod plot;
@@ -60,6 +61,9 @@ enum Command {
     Top(ps::TopArgs),
     /// Run the daemon that processes share a GPU through (the same as `gpumuxd`).
     Daemon(gpumuxd::cli::DaemonArgs),
+    /// A client program of `gpumux bench daemon` (started by the bench).
+    #[command(hide = true)]
+    BenchRole(bench_daemon::role::RoleArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -114,6 +118,10 @@ enum BenchCommand {
     /// On a real NVIDIA GPU: correctness of transformed kernels, solo
     /// overhead, preemption latency, spatial sharing.
     Cuda(gpumux_cuda_bench::BenchArgs),
+    /// On a real NVIDIA GPU: gpumuxd against time slicing and MPS
+    /// (cross-process priority, co-run throughput, request overhead),
+    /// every baseline in the same run.
+    Daemon(bench_daemon::DaemonBenchArgs),
 }
 
 fn main() {
@@ -142,6 +150,11 @@ fn dispatch(cli: Cli) -> Result<()> {
             preflight::output_file("--json", args.json.as_deref())?;
             gpumux_cuda_bench::bench_main(args)
         }
+        Command::Bench(BenchCommand::Daemon(args)) => {
+            preflight::output_file("--json", args.json.as_deref())?;
+            bench_daemon::run(args)
+        }
+        Command::BenchRole(args) => bench_daemon::role::main(args),
         Command::Rt(cmd) => gpumux_rt::cli::run(cmd),
         Command::Experiment(args) => gpumux_experiments::run(args),
         Command::Policies => {

@@ -68,6 +68,10 @@ struct CopyInFlight {
     done: CuEvent,
 }
 
+/// Idle launch records kept for reuse at most (each holds a 1.3 KB control
+/// record and an event); more are freed.
+const MAX_SPARE: usize = 1024;
+
 /// Which copy stream serves a copy: host to device, device to host, on the device.
 const H2D: usize = 0;
 const D2H: usize = 1;
@@ -85,6 +89,9 @@ pub(super) struct InContext {
     ops: HashMap<OpId, KernelOp>,
     copy_ops: HashMap<OpId, ClientWork>,
     launches: HashMap<LaunchId, Live>,
+    /// Idle launch records of operations that are gone, reused by any
+    /// kernel's next launch ([`WorkerLaunch::reuse`] says why).
+    spare: Vec<WorkerLaunch>,
     /// Allocations: address → bytes.
     pub(super) allocations: HashMap<u64, u64>,
 }
@@ -101,8 +108,20 @@ impl InContext {
             ops: HashMap::new(),
             copy_ops: HashMap::new(),
             launches: HashMap::new(),
+            spare: Vec::new(),
             allocations: HashMap::new(),
         })
+    }
+}
+
+impl InContext {
+    /// Forgets a kernel operation; its idle launch records become spares.
+    fn retire(&mut self, op: OpId) {
+        if let Some(mut k) = self.ops.remove(&op) {
+            let room = MAX_SPARE.saturating_sub(self.spare.len());
+            let keep = k.pool.len().min(room);
+            self.spare.extend(k.pool.drain(..keep));
+        }
     }
 }
 
@@ -279,7 +298,7 @@ impl ClientDevice {
                 k.unbound = true;
             }
         } else {
-            st.ops.remove(&op);
+            st.retire(op);
         }
     }
 
@@ -339,7 +358,17 @@ impl ClientDevice {
             let op =
                 st.ops.get_mut(&live.op).ok_or_else(|| CudaError::Invalid(format!("no work bound to {}", live.op)))?;
             for r in still_to_run(&live.requested, &op.left).ranges() {
-                let mut w = match op.pool.pop() {
+                let spare = match op.pool.pop() {
+                    Some(w) => Some(w),
+                    None => st
+                        .spare
+                        .pop()
+                        .map(|mut w| {
+                            w.reuse(op.kernel.worker.clone(), op.params.clone(), op.grid, op.block, op.smem).map(|_| w)
+                        })
+                        .transpose()?,
+                };
+                let mut w = match spare {
                     Some(w) => w,
                     None => WorkerLaunch::new(
                         op.kernel.worker.clone(),
@@ -384,7 +413,7 @@ impl ClientDevice {
         if let Some(o) = op {
             o.pool.append(&mut live.segs);
             if o.unbound {
-                st.ops.remove(&live.op);
+                st.retire(live.op);
             }
         }
         st.streams.entry(live.stream.priority).or_default().push(live.stream);

@@ -1,0 +1,543 @@
+//! The three experiments of `gpumux bench daemon`, as plans of role
+//! processes per setting, and the figures drawn from their results.
+//!
+//! Settings are run grouped by what they need started (native processes,
+//! then the MPS daemon once, then one gpumuxd per policy), so each daemon
+//! and MPS start once per run.
+
+use super::jobs::{Job, JobResult, LoopKernel};
+use super::procs::{run_setting, Daemon, Env, Mps, ProcPlan};
+use super::report::{percentile, stp_fairness, CorunRow, OverheadReport, PriorityRow, Report};
+use super::DaemonBenchArgs;
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The co-run pairs.
+pub const PAIRS: [(LoopKernel, LoopKernel); 3] = [
+    (LoopKernel::Triad, LoopKernel::Fma),
+    (LoopKernel::Sgemm, LoopKernel::Histogram),
+    (LoopKernel::Sgemm, LoopKernel::Sgemm),
+];
+/// GPU time each urgent block spins: with the launch, about 15 µs of turnaround alone.
+const URGENT_SPIN_NS: u64 = 10_000;
+/// Gap before each urgent launch, µs (uniform).
+const URGENT_GAP_US: (u64, u64) = (500, 2500);
+/// Launches of the empty kernel timed for the latency figures.
+const LATENCY_TRIALS: u32 = 2000;
+/// Asynchronous launches per client for the throughput figures.
+const RATE_LAUNCHES: u32 = 20_000;
+/// Clients of the throughput figures.
+const RATE_CLIENTS: [u32; 4] = [1, 2, 4, 8];
+
+/// One run's context.
+pub struct Bench {
+    pub exe: PathBuf,
+    pub dir: PathBuf,
+    pub device: String,
+    /// The CUDA ordinal; `None` on a simulated device (no native baselines).
+    pub ordinal: Option<i32>,
+    pub args: DaemonBenchArgs,
+}
+
+/// A daemon configuration: policy and extra arguments (`policy@K` = `--sm-slots K`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct DaemonConfig {
+    policy: String,
+    slots: Option<u32>,
+}
+
+impl DaemonConfig {
+    fn parse(s: &str) -> Result<DaemonConfig> {
+        match s.split_once('@') {
+            None => Ok(DaemonConfig { policy: s.trim().to_owned(), slots: None }),
+            Some((p, k)) => {
+                let k: u32 = k.trim().parse().with_context(|| format!("bad SM slots in `{s}`"))?;
+                Ok(DaemonConfig { policy: p.trim().to_owned(), slots: Some(k) })
+            }
+        }
+    }
+    fn label(&self) -> String {
+        match self.slots {
+            None => format!("gpumux {}", self.policy),
+            Some(k) => format!("gpumux {} @{k} slots", self.policy),
+        }
+    }
+}
+
+/// The shapes the plans need: SMs, and resident `spin` blocks per SM.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    sms: u32,
+    per_sm: u32,
+}
+
+/// What a priority setting returned, before the figures.
+struct PriorityRaw {
+    urgent: Vec<u64>,
+    fill_rate: Option<f64>,
+    ok: bool,
+}
+
+fn urgent_of(r: &JobResult) -> Option<(&[u64], bool)> {
+    match r {
+        JobResult::Urgent { turnaround_ns, blocks_done, blocks_launched } => {
+            Some((turnaround_ns, blocks_done == blocks_launched))
+        }
+        _ => None,
+    }
+}
+
+fn fill_of(r: &JobResult) -> Option<(f64, bool)> {
+    match r {
+        JobResult::Fill { blocks_per_s, blocks_done, blocks_launched, .. } => {
+            Some((*blocks_per_s, blocks_done == blocks_launched))
+        }
+        _ => None,
+    }
+}
+
+fn priority_raw(results: &[Vec<JobResult>]) -> PriorityRaw {
+    let mut raw = PriorityRaw { urgent: Vec::new(), fill_rate: None, ok: true };
+    for r in results.iter().flatten() {
+        if let Some((t, ok)) = urgent_of(r) {
+            raw.urgent.extend_from_slice(t);
+            raw.ok &= ok;
+        }
+        if let Some((rate, ok)) = fill_of(r) {
+            raw.fill_rate = Some(rate);
+            raw.ok &= ok;
+        }
+    }
+    raw
+}
+
+fn loop_of(r: &JobResult) -> Result<(u64, u64)> {
+    match r {
+        JobResult::Loop { elapsed_ns, checksum } => Ok((*elapsed_ns, *checksum)),
+        other => bail!("expected a loop result, got {other:?}"),
+    }
+}
+
+impl Bench {
+    fn wants(&self, experiment: &str) -> bool {
+        self.args.only.iter().any(|o| o.trim() == experiment)
+    }
+
+    fn env(&self, socket: Option<PathBuf>, vars: &[(String, String)]) -> Env {
+        Env { socket, vars: vars.to_vec(), ordinal: self.ordinal.unwrap_or(0) }
+    }
+
+    fn say(&self, what: &str) {
+        eprintln!("[bench daemon] {what}");
+    }
+
+    fn setting(
+        &self,
+        label: &str,
+        plans: &[ProcPlan],
+        env: &Env,
+        stop_after: Option<Duration>,
+    ) -> Result<Vec<Vec<JobResult>>> {
+        self.say(label);
+        run_setting(&self.exe, plans, env, stop_after).with_context(|| format!("setting `{label}`"))
+    }
+
+    fn start_daemon(&self, c: &DaemonConfig) -> Result<Daemon> {
+        let mut extra: Vec<String> = self.args.daemon_args.split_whitespace().map(str::to_owned).collect();
+        if let Some(k) = c.slots {
+            extra.push("--sm-slots".into());
+            extra.push(k.to_string());
+        }
+        let name: String =
+            c.label().chars().map(|ch| if ch.is_ascii_alphanumeric() || ch == '-' { ch } else { '_' }).collect();
+        let log = self.args.logs.join(format!("{name}.log"));
+        self.say(&format!("starting {} (log: {})", c.label(), log.display()));
+        Daemon::start(&self.exe, &self.device, &c.policy, &extra, &self.dir, &log)
+    }
+
+    fn urgent(&self, shape: Shape, seed: u64) -> Job {
+        Job::Urgent {
+            launches: self.args.urgent_launches,
+            blocks: shape.sms,
+            spin_ns: URGENT_SPIN_NS,
+            gap_us: URGENT_GAP_US,
+            seed,
+        }
+    }
+
+    /// Low-priority launches of about 2 ms (20 waves of 20 or 100 µs blocks,
+    /// 2 of 1000 µs), so a stop is seen within a few ms.
+    fn fill(&self, shape: Shape, block_us: u64) -> Job {
+        let waves = (2000 / block_us.max(1)).clamp(2, 20) as u32;
+        Job::Fill { block_us, blocks: shape.sms * shape.per_sm * waves }
+    }
+
+    fn lp_alone_window(&self) -> Duration {
+        if self.args.quick {
+            Duration::from_millis(300)
+        } else {
+            Duration::from_secs(1)
+        }
+    }
+
+    /// Runs every experiment asked for (module doc).
+    pub fn run_all(&self) -> Result<Report> {
+        let mut report =
+            Report { device: self.device.clone(), default_policy: self.args.policy.clone(), ..Report::default() };
+        let shape = self.probe()?;
+        let native = self.ordinal.is_some();
+        if !native {
+            report.notes.push(format!(
+                "{} is simulated: no native, time-slicing or MPS baselines; the daemon rows show the bench works, not GPU figures",
+                self.device
+            ));
+        }
+        let mut configs: BTreeMap<DaemonConfig, ()> = BTreeMap::new();
+        let default = DaemonConfig::parse(&self.args.policy)?;
+        let priority_configs: Vec<DaemonConfig> = std::iter::once(Ok(default.clone()))
+            .chain(self.args.priority_policies.iter().filter(|p| !p.trim().is_empty()).map(|p| DaemonConfig::parse(p)))
+            .collect::<Result<_>>()?;
+        let corun_configs: Vec<DaemonConfig> =
+            self.args.corun_policies.iter().map(|p| DaemonConfig::parse(p)).collect::<Result<_>>()?;
+        if self.wants("priority") {
+            priority_configs.iter().for_each(|c| {
+                configs.insert(c.clone(), ());
+            });
+        }
+        if self.wants("corun") {
+            corun_configs.iter().for_each(|c| {
+                configs.insert(c.clone(), ());
+            });
+        }
+        if self.wants("overhead") {
+            configs.insert(default.clone(), ());
+        }
+
+        // Native settings first (no other daemon running), then MPS, then each gpumuxd.
+        let mut prio: BTreeMap<(u64, String), PriorityRaw> = BTreeMap::new();
+        let mut lp_alone: BTreeMap<u64, f64> = BTreeMap::new();
+        let mut corun: BTreeMap<(usize, String), Vec<(u64, u64)>> = BTreeMap::new();
+        let mut alone: BTreeMap<LoopKernel, (u64, u64)> = BTreeMap::new();
+        let mut launches: BTreeMap<LoopKernel, u32> = BTreeMap::new();
+        let mut overhead = OverheadReport::default();
+        let kernels: Vec<LoopKernel> = {
+            let mut k: Vec<LoopKernel> = PAIRS.iter().flat_map(|&(a, b)| [a, b]).collect();
+            k.sort_by_key(|k| k.name());
+            k.dedup();
+            k
+        };
+        if native {
+            let env = self.env(None, &[]);
+            if self.wants("priority") {
+                for &b in &self.args.block_us {
+                    let r = self.setting(
+                        &format!("priority {b} µs: low priority alone"),
+                        &[ProcPlan::native(vec![self.fill(shape, b)])],
+                        &env,
+                        Some(self.lp_alone_window()),
+                    )?;
+                    let raw = priority_raw(&r);
+                    lp_alone.insert(b, raw.fill_rate.unwrap_or(0.0));
+                    let r = self.setting(
+                        &format!("priority {b} µs: high priority alone"),
+                        &[ProcPlan::native(vec![self.urgent(shape, b)])],
+                        &env,
+                        None,
+                    )?;
+                    prio.insert((b, "high priority alone".into()), priority_raw(&r));
+                    let r = self.setting(
+                        &format!("priority {b} µs: one process, two streams"),
+                        &[ProcPlan::native(vec![self.urgent(shape, b), self.fill(shape, b)])],
+                        &env,
+                        None,
+                    )?;
+                    prio.insert((b, "one process, 2 streams".into()), priority_raw(&r));
+                    let r = self.setting(
+                        &format!("priority {b} µs: time slicing"),
+                        &[ProcPlan::native(vec![self.urgent(shape, b)]), ProcPlan::native(vec![self.fill(shape, b)])],
+                        &env,
+                        None,
+                    )?;
+                    prio.insert((b, "time slicing".into()), priority_raw(&r));
+                }
+            }
+            if self.wants("corun") {
+                let target = self.args.corun_seconds;
+                for &k in &kernels {
+                    let cal = 20;
+                    let r = self.setting(
+                        &format!("co-run: calibrating {}", k.name()),
+                        &[ProcPlan::native(vec![Job::Loop { kernel: k, launches: cal }])],
+                        &env,
+                        None,
+                    )?;
+                    let (ns, _) = loop_of(first(&r)?)?;
+                    let n = ((target * 1e9 / (ns as f64 / cal as f64)).round() as u32).max(1);
+                    launches.insert(k, n);
+                    let r = self.setting(
+                        &format!("co-run: {} alone, {n} launches", k.name()),
+                        &[ProcPlan::native(vec![Job::Loop { kernel: k, launches: n }])],
+                        &env,
+                        None,
+                    )?;
+                    alone.insert(k, loop_of(first(&r)?)?);
+                }
+                for (i, &(a, b)) in PAIRS.iter().enumerate() {
+                    let (ja, jb) = (self.loop_job(a, &launches), self.loop_job(b, &launches));
+                    let r = self.setting(
+                        &format!("co-run {}+{}: time slicing", a.name(), b.name()),
+                        &[ProcPlan::native(vec![ja.clone()]), ProcPlan::native(vec![jb.clone()])],
+                        &env,
+                        None,
+                    )?;
+                    corun.insert((i, "time slicing".into()), loops(&r)?);
+                    let r = self.setting(
+                        &format!("co-run {}+{}: one process, two streams", a.name(), b.name()),
+                        &[ProcPlan::native(vec![ja, jb])],
+                        &env,
+                        None,
+                    )?;
+                    corun.insert((i, "one process, 2 streams".into()), loops(&r)?);
+                }
+            }
+            if self.wants("overhead") {
+                let r = self.setting(
+                    "overhead: native launch + sync",
+                    &[ProcPlan::native(vec![Job::Latency { trials: LATENCY_TRIALS }])],
+                    &env,
+                    None,
+                )?;
+                let ns = latency_of(&r)?;
+                overhead.native_p50_us = Some(percentile(&ns, 50.0) as f64 / 1e3);
+                overhead.native_p99_us = Some(percentile(&ns, 99.0) as f64 / 1e3);
+                let r = self.setting(
+                    "overhead: native launch rate",
+                    &[ProcPlan::native(vec![Job::Rate { launches: RATE_LAUNCHES }])],
+                    &env,
+                    None,
+                )?;
+                overhead.native_launches_per_s = Some(rate_of(&r)?);
+            }
+            // MPS: both clients of one private control daemon.
+            if self.wants("priority") || self.wants("corun") {
+                match Mps::start(&self.dir) {
+                    Err(e) => report.notes.push(format!("MPS not measured: {e:#}")),
+                    Ok(mps) => {
+                        let env = self.env(None, mps.vars());
+                        if self.wants("priority") {
+                            for &b in &self.args.block_us {
+                                let r = self.setting(
+                                    &format!("priority {b} µs: MPS"),
+                                    &[
+                                        ProcPlan::native(vec![self.urgent(shape, b)]),
+                                        ProcPlan::native(vec![self.fill(shape, b)]),
+                                    ],
+                                    &env,
+                                    None,
+                                )?;
+                                prio.insert((b, "MPS".into()), priority_raw(&r));
+                            }
+                        }
+                        if self.wants("corun") {
+                            for (i, &(a, b)) in PAIRS.iter().enumerate() {
+                                let r = self.setting(
+                                    &format!("co-run {}+{}: MPS", a.name(), b.name()),
+                                    &[
+                                        ProcPlan::native(vec![self.loop_job(a, &launches)]),
+                                        ProcPlan::native(vec![self.loop_job(b, &launches)]),
+                                    ],
+                                    &env,
+                                    None,
+                                )?;
+                                corun.insert((i, "MPS".into()), loops(&r)?);
+                            }
+                        }
+                    }
+                }
+            }
+        } else if self.wants("corun") {
+            // No native reference on a simulated device: the daemon's own
+            // alone runs under the default policy stand in for it.
+            let d = self.start_daemon(&default)?;
+            let env = self.env(Some(d.socket.clone()), &[]);
+            for &k in &kernels {
+                let n = 3;
+                launches.insert(k, n);
+                let r = self.setting(
+                    &format!("co-run: {} alone through gpumuxd", k.name()),
+                    &[ProcPlan::daemon(vec![Job::Loop { kernel: k, launches: n }])],
+                    &env,
+                    None,
+                )?;
+                alone.insert(k, loop_of(first(&r)?)?);
+            }
+        }
+
+        for c in configs.keys() {
+            let d = self.start_daemon(c)?;
+            let env = self.env(Some(d.socket.clone()), &[]);
+            let label = c.label();
+            if self.wants("priority") && priority_configs.contains(c) {
+                for &b in &self.args.block_us {
+                    let r = self.setting(
+                        &format!("priority {b} µs: {label}"),
+                        &[ProcPlan::daemon(vec![self.urgent(shape, b)]), ProcPlan::daemon(vec![self.fill(shape, b)])],
+                        &env,
+                        None,
+                    )?;
+                    prio.insert((b, label.clone()), priority_raw(&r));
+                }
+            }
+            if self.wants("corun") && corun_configs.contains(c) {
+                for (i, &(a, b)) in PAIRS.iter().enumerate() {
+                    let r = self.setting(
+                        &format!("co-run {}+{}: {label}", a.name(), b.name()),
+                        &[
+                            ProcPlan::daemon(vec![self.loop_job(a, &launches)]),
+                            ProcPlan::daemon(vec![self.loop_job(b, &launches)]),
+                        ],
+                        &env,
+                        None,
+                    )?;
+                    corun.insert((i, label.clone()), loops(&r)?);
+                }
+            }
+            if self.wants("overhead") && *c == default {
+                let r = self.setting(
+                    &format!("overhead: launch + sync through {label}"),
+                    &[ProcPlan::daemon(vec![Job::Latency { trials: LATENCY_TRIALS }])],
+                    &env,
+                    None,
+                )?;
+                let ns = latency_of(&r)?;
+                overhead.daemon_p50_us = percentile(&ns, 50.0) as f64 / 1e3;
+                overhead.daemon_p99_us = percentile(&ns, 99.0) as f64 / 1e3;
+                for k in RATE_CLIENTS {
+                    let plans: Vec<ProcPlan> =
+                        (0..k).map(|_| ProcPlan::daemon(vec![Job::Rate { launches: RATE_LAUNCHES / k }])).collect();
+                    let r =
+                        self.setting(&format!("overhead: launch rate, {k} clients of {label}"), &plans, &env, None)?;
+                    overhead.daemon_launches_per_s.push((k, rate_of(&r)?));
+                }
+            }
+        }
+
+        // Figures.
+        for ((b, setting), raw) in &prio {
+            let alone = lp_alone.get(b).copied();
+            let streams = prio.get(&(*b, "one process, 2 streams".to_owned())).and_then(|r| r.fill_rate);
+            let share = match (raw.fill_rate, alone) {
+                (Some(r), Some(a)) if a > 0.0 => Some(r / a),
+                _ => None,
+            };
+            let vs_streams = match (raw.fill_rate, streams) {
+                (Some(r), Some(s)) if s > 0.0 => Some(r / s),
+                _ => None,
+            };
+            report.priority.push(PriorityRow {
+                block_us: *b,
+                setting: setting.clone(),
+                hp_p50_us: percentile(&raw.urgent, 50.0) as f64 / 1e3,
+                hp_p99_us: percentile(&raw.urgent, 99.0) as f64 / 1e3,
+                hp_max_us: percentile(&raw.urgent, 100.0) as f64 / 1e3,
+                lp_blocks_per_s: raw.fill_rate,
+                lp_share_of_alone: share,
+                lp_vs_streams: vs_streams,
+                no_work_lost: native.then_some(raw.ok),
+            });
+        }
+        for ((i, setting), times) in &corun {
+            let (a, b) = PAIRS[*i];
+            let mut ntt = Vec::new();
+            let mut equal = true;
+            for (k, (t, sum)) in [a, b].iter().zip(times) {
+                let (ta, sa) = alone.get(k).copied().unwrap_or((0, 0));
+                ntt.push(if ta > 0 { *t as f64 / ta as f64 } else { f64::NAN });
+                equal &= *sum == sa;
+            }
+            let (stp, fairness) = stp_fairness(&ntt);
+            report.corun.push(CorunRow {
+                pair: format!("{}+{}", a.name(), b.name()),
+                setting: setting.clone(),
+                ntt,
+                stp,
+                fairness,
+                outputs_equal: equal,
+            });
+        }
+        if self.wants("overhead") {
+            overhead.added_p50_us = overhead.native_p50_us.map(|n| overhead.daemon_p50_us - n);
+            overhead.added_p99_us = overhead.native_p99_us.map(|n| overhead.daemon_p99_us - n);
+            report.overhead = Some(overhead);
+        }
+        Ok(report)
+    }
+
+    fn loop_job(&self, k: LoopKernel, launches: &BTreeMap<LoopKernel, u32>) -> Job {
+        Job::Loop { kernel: k, launches: launches.get(&k).copied().unwrap_or(1) }
+    }
+
+    /// SMs and resident `spin` blocks per SM, asked of a role process (the
+    /// bench itself never opens the GPU: a context held here would sit beside
+    /// the MPS clients). On a simulated device, a daemon's.
+    fn probe(&self) -> Result<Shape> {
+        let r = match self.ordinal {
+            Some(_) => self.setting("probe", &[ProcPlan::native(vec![Job::Probe])], &self.env(None, &[]), None)?,
+            None => {
+                let d = self.start_daemon(&DaemonConfig::parse(&self.args.policy)?)?;
+                self.setting(
+                    "probe",
+                    &[ProcPlan::daemon(vec![Job::Probe])],
+                    &self.env(Some(d.socket.clone()), &[]),
+                    None,
+                )?
+            }
+        };
+        match first(&r)? {
+            JobResult::Probe { sms, per_sm } => {
+                self.say(&format!("{sms} SMs, {per_sm} spin blocks of 256 threads per SM"));
+                Ok(Shape { sms: *sms, per_sm: *per_sm })
+            }
+            other => bail!("expected a probe result, got {other:?}"),
+        }
+    }
+}
+
+fn first(r: &[Vec<JobResult>]) -> Result<&JobResult> {
+    r.first().and_then(|p| p.first()).context("a role returned no result")
+}
+
+/// (elapsed, checksum) of each process's loop job, in plan order (one
+/// process with two jobs counts as two).
+fn loops(r: &[Vec<JobResult>]) -> Result<Vec<(u64, u64)>> {
+    r.iter().flatten().map(loop_of).collect()
+}
+
+fn latency_of(r: &[Vec<JobResult>]) -> Result<Vec<u64>> {
+    match first(r)? {
+        JobResult::Latency { ns } => Ok(ns.clone()),
+        other => bail!("expected a latency result, got {other:?}"),
+    }
+}
+
+/// Aggregate launches per second: all launches over the span from the
+/// first process's start to the last one's end.
+fn rate_of(r: &[Vec<JobResult>]) -> Result<f64> {
+    let (mut lo, mut hi, mut n) = (u64::MAX, 0u64, 0u64);
+    for j in r.iter().flatten() {
+        match j {
+            JobResult::Rate { start_ns, end_ns, launches } => {
+                lo = lo.min(*start_ns);
+                hi = hi.max(*end_ns);
+                n += launches;
+            }
+            other => bail!("expected a rate result, got {other:?}"),
+        }
+    }
+    if hi <= lo {
+        bail!("no launch-rate span measured");
+    }
+    Ok(n as f64 / ((hi - lo) as f64 / 1e9))
+}

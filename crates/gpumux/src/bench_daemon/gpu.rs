@@ -1,0 +1,245 @@
+//! What a bench job runs on: a stream of its own, natively in a CUDA context
+//! of its process ([`NativeGpu`]) or through gpumuxd as a client
+//! ([`DaemonGpu`]). The jobs ([`super::jobs`]) are written once against
+//! [`JobGpu`], so every setting runs the same kernels the same way.
+
+use anyhow::{anyhow, Context, Result};
+use gpumux_client::StreamId;
+use gpumux_client::{Arg, Buffer, Client, ConnectOptions, Kernel, LaunchConfig, Module as ClientModule};
+use gpumux_cuda::runtime::{DeviceBuffer, Event, Function, Gpu, Module, Params, Stream};
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The bench's kernels (one module).
+pub const SOURCE: &str = include_str!("kernels.cu");
+/// The module's name, as the daemon and NVRTC see it.
+pub const MODULE: &str = "gpumux_bench";
+
+/// A kernel argument.
+#[derive(Clone, Copy, Debug)]
+pub enum KArg {
+    /// A buffer of the job, by the index [`JobGpu::alloc`] returned.
+    Buf(usize),
+    U32(u32),
+    U64(u64),
+    F32(f32),
+    I32(i32),
+}
+
+/// One job's stream on a GPU (module doc).
+pub trait JobGpu {
+    /// A zeroed device buffer of `bytes`; returns its index.
+    fn alloc(&mut self, bytes: u64) -> Result<usize>;
+    /// Queues `kernel` on the job's stream. `block_ns` is the block time the
+    /// simulated device assumes (the real GPU ignores it).
+    fn launch(&mut self, kernel: &str, grid: [u32; 3], block: [u32; 3], args: &[KArg], block_ns: u64) -> Result<()>;
+    /// Marks this point of the stream; [`JobGpu::wait_marks`] waits for marks.
+    fn mark(&mut self) -> Result<()>;
+    /// Waits until at most `keep` marks are still ahead of the GPU.
+    fn wait_marks(&mut self, keep: usize) -> Result<()>;
+    /// Waits for everything queued.
+    fn sync(&mut self) -> Result<()>;
+    /// The first `bytes` of buffer `buf`.
+    fn download(&mut self, buf: usize, bytes: u64) -> Result<Vec<u8>>;
+    /// SMs, and resident blocks of `threads` threads of `kernel` per SM.
+    fn shape(&mut self, kernel: &str, threads: u32) -> Result<(u32, u32)>;
+}
+
+/// A process's native CUDA context and the bench module, shared by its jobs.
+pub struct NativeProcess {
+    gpu: Arc<Gpu>,
+    module: Arc<Module>,
+}
+
+impl NativeProcess {
+    /// Opens GPU `ordinal` (the primary context) and compiles the bench's kernels with NVRTC.
+    pub fn open(ordinal: i32) -> Result<NativeProcess> {
+        let gpu = Arc::new(Gpu::open(ordinal).with_context(|| format!("opening cuda:{ordinal}"))?);
+        let module = gpu.module(MODULE, SOURCE).context("compiling the bench kernels with NVRTC")?;
+        Ok(NativeProcess { gpu, module })
+    }
+
+    /// A job's stream on this context, urgent (the highest stream priority) or not (the lowest).
+    pub fn job(&self, urgent: bool) -> Result<NativeGpu> {
+        self.gpu.bind()?;
+        let stream = if urgent { Stream::high(&self.gpu)? } else { Stream::low(&self.gpu)? };
+        Ok(NativeGpu {
+            gpu: self.gpu.clone(),
+            module: self.module.clone(),
+            functions: HashMap::new(),
+            stream,
+            buffers: Vec::new(),
+            marks: VecDeque::new(),
+        })
+    }
+}
+
+/// A job's stream in its process's native context.
+pub struct NativeGpu {
+    gpu: Arc<Gpu>,
+    module: Arc<Module>,
+    functions: HashMap<String, Function>,
+    stream: Stream,
+    buffers: Vec<DeviceBuffer>,
+    marks: VecDeque<Event>,
+}
+
+impl NativeGpu {
+    /// Makes the context current on the calling thread (each job runs on a thread of its own).
+    pub fn bind(&self) -> Result<()> {
+        Ok(self.gpu.bind()?)
+    }
+
+    fn function(&mut self, name: &str) -> Result<Function> {
+        if let Some(f) = self.functions.get(name) {
+            return Ok(f.clone());
+        }
+        let f = self.module.function(name)?;
+        self.functions.insert(name.to_owned(), f.clone());
+        Ok(f)
+    }
+}
+
+impl JobGpu for NativeGpu {
+    fn alloc(&mut self, bytes: u64) -> Result<usize> {
+        let b = DeviceBuffer::new(usize::try_from(bytes)?)?;
+        b.fill(0)?;
+        self.buffers.push(b);
+        Ok(self.buffers.len() - 1)
+    }
+
+    fn launch(&mut self, kernel: &str, grid: [u32; 3], block: [u32; 3], args: &[KArg], _block_ns: u64) -> Result<()> {
+        let f = self.function(kernel)?;
+        let mut p = Params::default();
+        for a in args {
+            match *a {
+                KArg::Buf(i) => p.ptr(self.buffers.get(i).ok_or_else(|| anyhow!("no buffer {i}"))?.ptr),
+                KArg::U32(v) => p.u32(v),
+                KArg::U64(v) => p.u64(v),
+                KArg::F32(v) => p.push_bytes(&v.to_le_bytes()),
+                KArg::I32(v) => p.push_bytes(&v.to_le_bytes()),
+            };
+        }
+        // SAFETY: the jobs pass each kernel's arguments in its signature's
+        // order and types (kernels.cu), and buffers of the sizes it indexes.
+        unsafe { f.launch(grid, block, 0, &self.stream, &mut p)? };
+        Ok(())
+    }
+
+    fn mark(&mut self) -> Result<()> {
+        let e = Event::new_sync_only()?;
+        e.record(&self.stream)?;
+        self.marks.push_back(e);
+        Ok(())
+    }
+
+    fn wait_marks(&mut self, keep: usize) -> Result<()> {
+        while self.marks.len() > keep {
+            if let Some(e) = self.marks.pop_front() {
+                e.sync()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.marks.clear();
+        Ok(self.stream.sync()?)
+    }
+
+    fn download(&mut self, buf: usize, bytes: u64) -> Result<Vec<u8>> {
+        let b = self.buffers.get(buf).ok_or_else(|| anyhow!("no buffer {buf}"))?;
+        Ok(b.download_prefix(usize::try_from(bytes)?)?)
+    }
+
+    fn shape(&mut self, kernel: &str, threads: u32) -> Result<(u32, u32)> {
+        Ok((self.gpu.sm_count(), self.function(kernel)?.blocks_per_sm(threads, 0)?))
+    }
+}
+
+/// A job as a client of gpumuxd: a connection of its own (its priority is the client's).
+pub struct DaemonGpu {
+    client: Client,
+    module: ClientModule,
+    kernels: HashMap<String, Kernel>,
+    stream: StreamId,
+    buffers: Vec<Buffer>,
+    marks: VecDeque<gpumux_client::Event>,
+}
+
+impl DaemonGpu {
+    /// Connects to the daemon at `socket` as `name` with `priority`, and loads the bench module.
+    pub fn connect(socket: &PathBuf, name: &str, priority: i32) -> Result<DaemonGpu> {
+        let options = ConnectOptions { socket: Some(socket.clone()), priority, ..ConnectOptions::named(name) };
+        let client =
+            Client::connect(options).with_context(|| format!("connecting to gpumuxd at {}", socket.display()))?;
+        let module = client.load_module(MODULE, SOURCE, &[]).context("loading the bench kernels into gpumuxd")?;
+        let stream = client.create_stream()?;
+        Ok(DaemonGpu { client, module, kernels: HashMap::new(), stream, buffers: Vec::new(), marks: VecDeque::new() })
+    }
+}
+
+impl JobGpu for DaemonGpu {
+    fn alloc(&mut self, bytes: u64) -> Result<usize> {
+        let b = self.client.alloc(bytes)?;
+        self.client.memset(&b, 0, 0, bytes, self.stream)?;
+        self.buffers.push(b);
+        Ok(self.buffers.len() - 1)
+    }
+
+    fn launch(&mut self, kernel: &str, grid: [u32; 3], block: [u32; 3], args: &[KArg], block_ns: u64) -> Result<()> {
+        if !self.kernels.contains_key(kernel) {
+            self.kernels.insert(kernel.to_owned(), self.module.kernel(kernel)?);
+        }
+        let k = &self.kernels[kernel];
+        let mut a = Vec::with_capacity(args.len());
+        for arg in args {
+            a.push(match *arg {
+                KArg::Buf(i) => Arg::buffer(self.buffers.get(i).ok_or_else(|| anyhow!("no buffer {i}"))?),
+                KArg::U32(v) => Arg::bytes(v.to_le_bytes()),
+                KArg::U64(v) => Arg::bytes(v.to_le_bytes()),
+                KArg::F32(v) => Arg::bytes(v.to_le_bytes()),
+                KArg::I32(v) => Arg::bytes(v.to_le_bytes()),
+            });
+        }
+        let config = LaunchConfig::new(grid, block).stream(self.stream).block_time_ns(block_ns.max(1));
+        Ok(self.client.launch(k, &config, &a)?)
+    }
+
+    fn mark(&mut self) -> Result<()> {
+        let e = self.client.record_event(self.stream)?;
+        self.marks.push_back(e);
+        Ok(())
+    }
+
+    fn wait_marks(&mut self, keep: usize) -> Result<()> {
+        while self.marks.len() > keep {
+            if let Some(e) = self.marks.pop_front() {
+                self.client.wait_event(e)?;
+                self.client.destroy_event(e)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        for e in self.marks.drain(..) {
+            self.client.destroy_event(e)?;
+        }
+        Ok(self.client.sync(self.stream)?)
+    }
+
+    fn download(&mut self, buf: usize, bytes: u64) -> Result<Vec<u8>> {
+        let b = self.buffers.get(buf).ok_or_else(|| anyhow!("no buffer {buf}"))?;
+        let mut out = vec![0u8; usize::try_from(bytes.min(b.len()))?];
+        self.client.copy_to_host(b, 0, &mut out, self.stream)?;
+        Ok(out)
+    }
+
+    /// The daemon's SM count (what its engine schedules) and, as the daemon
+    /// does not say, 2048 threads per SM (every GPU since Volta).
+    fn shape(&mut self, _kernel: &str, threads: u32) -> Result<(u32, u32)> {
+        Ok((self.client.welcome().sms, (2048 / threads.max(1)).max(1)))
+    }
+}

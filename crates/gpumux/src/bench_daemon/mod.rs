@@ -1,0 +1,114 @@
+//! `gpumux bench daemon`: gpumuxd against what people share a GPU with
+//! today (issue 14; docs/daemon.md, "Measured against MPS and time
+//! slicing"), every baseline in the same run:
+//!
+//! * **priority**: a high-priority client's small kernels at random moments
+//!   while a low-priority client fills the GPU ([`experiments::priority`]);
+//! * **co-run**: pairs of kernels started together, STP and fairness
+//!   ([`experiments::corun`]);
+//! * **overhead**: an empty kernel's launch + sync, and launch throughput
+//!   of 1-8 clients ([`experiments::overhead`]).
+//!
+//! Baselines: plain CUDA processes under the driver's time slicing, the
+//! same under MPS (a private control daemon, started and stopped here), and
+//! two streams of one process. The client programs are this executable's
+//! hidden `bench-role` ([`role`]), the jobs they run are in [`jobs`], the
+//! kernels in `kernels.cu`. The bench builds nothing: it needs `gpumux` and
+//! `gpumuxd` side by side and a GPU (or `--device sim:h100`, where only the
+//! daemon rows run, on the simulated GPU).
+
+mod experiments;
+pub mod gpu;
+pub mod jobs;
+mod procs;
+mod report;
+pub mod role;
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+
+/// `gpumux bench daemon`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DaemonBenchArgs {
+    /// `cuda:<index>` or `sim:h100` (daemon rows only). Default: cuda:0 when
+    /// a CUDA driver is present, else sim:h100.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Experiments to run (comma-separated): priority, corun, overhead.
+    #[arg(long, default_value = "priority,corun,overhead", value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// The daemon policy of the priority and overhead experiments (the candidate default).
+    #[arg(long, default_value = gpumuxd::core::DEFAULT_POLICY)]
+    pub policy: String,
+    /// More policies for the priority experiment (comma-separated).
+    #[arg(long, default_value = "ppq-excl-drain", value_delimiter = ',')]
+    pub priority_policies: Vec<String>,
+    /// Daemon policies of the co-run experiment (comma-separated); each may
+    /// end in `@K` for the daemon's --sm-slots K.
+    #[arg(
+        long,
+        default_value = "fcfs,coop,rr,npq,ppq-excl-drain,ppq-shared-drain,dss-drain,spatial-even,spatial-even-dyn-drain",
+        value_delimiter = ','
+    )]
+    pub corun_policies: Vec<String>,
+    /// Low-priority block times, µs (comma-separated).
+    #[arg(long, default_value = "20,100,1000", value_delimiter = ',')]
+    pub block_us: Vec<u64>,
+    /// High-priority launches per setting.
+    #[arg(long, default_value_t = 200)]
+    pub urgent_launches: u32,
+    /// How long each co-run kernel runs alone, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub corun_seconds: f64,
+    /// Extra arguments for every daemon the bench starts (e.g. `--sm-slots 2`), space-separated.
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    pub daemon_args: String,
+    /// Where each daemon's log goes (one file per configuration).
+    #[arg(long, default_value = "gpumux-bench-daemon-logs")]
+    pub logs: PathBuf,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Fewer launches and shorter runs (checks the bench itself, not the figures).
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// Runs the bench (module doc): prints the tables, writes the JSON.
+pub fn run(mut args: DaemonBenchArgs) -> Result<()> {
+    let device = args.device.clone().unwrap_or_else(|| {
+        if gpumux_cuda::runtime::driver_present() {
+            "cuda:0".into()
+        } else {
+            "sim:h100".into()
+        }
+    });
+    let ordinal = match device.strip_prefix("cuda:") {
+        Some(n) => Some(n.parse::<i32>().with_context(|| format!("bad device `{device}`"))?),
+        None if device.starts_with("sim:") => None,
+        None => bail!("bad device `{device}`: expected cuda:<index> or sim:<preset>"),
+    };
+    if args.quick {
+        args.urgent_launches = args.urgent_launches.min(40);
+        args.corun_seconds = args.corun_seconds.min(0.3);
+    }
+    // The bench writes `go`/`stop` to role processes that may have ended:
+    // a closed pipe must be an error to handle, not the end of the bench
+    // (gpumux restores SIGPIPE's default action for its printing commands).
+    // SAFETY: setting a signal's disposition to SIG_IGN.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    std::fs::create_dir_all(&args.logs).with_context(|| format!("creating {}", args.logs.display()))?;
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let dir = std::env::temp_dir().join(format!("gpumux-bench-daemon-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let bench = experiments::Bench { exe, dir: dir.clone(), device: device.clone(), ordinal, args: args.clone() };
+    let result = bench.run_all();
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = result?;
+    print!("{}", report.render());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

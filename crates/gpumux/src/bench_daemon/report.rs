@@ -1,0 +1,210 @@
+//! The bench's figures (percentiles, STP, fairness) and its tables.
+
+use serde::Serialize;
+
+/// Nearest-rank percentile `p` (0-100) of `xs` (any order); 0 for none.
+pub fn percentile(xs: &[u64], p: f64) -> u64 {
+    if xs.is_empty() {
+        return 0;
+    }
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1]
+}
+
+/// System throughput and fairness of a co-run from each job's normalised
+/// turnaround time (time shared / time alone): STP = Σ 1/NTT; fairness =
+/// the lower NTT over the higher (Eyerman & Eeckhout's metrics, as in the issue).
+pub fn stp_fairness(ntt: &[f64]) -> (f64, f64) {
+    let stp = ntt.iter().map(|n| 1.0 / n).sum();
+    let lo = ntt.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = ntt.iter().cloned().fold(0.0, f64::max);
+    (stp, if hi > 0.0 { lo / hi } else { 0.0 })
+}
+
+/// One row of the priority table.
+#[derive(Clone, Debug, Serialize)]
+pub struct PriorityRow {
+    pub block_us: u64,
+    pub setting: String,
+    /// High-priority turnaround, µs.
+    pub hp_p50_us: f64,
+    pub hp_p99_us: f64,
+    pub hp_max_us: f64,
+    /// Low-priority blocks per second, and as a share of its rate alone (native).
+    pub lp_blocks_per_s: Option<f64>,
+    pub lp_share_of_alone: Option<f64>,
+    /// Its rate over the rate with the same urgent kernels interleaved natively (one process, two streams).
+    pub lp_vs_streams: Option<f64>,
+    /// Every block of both clients ran exactly once (`None` on a simulated
+    /// device, which runs no kernel code, so nothing counts the blocks).
+    pub no_work_lost: Option<bool>,
+}
+
+/// One row of the co-run table.
+#[derive(Clone, Debug, Serialize)]
+pub struct CorunRow {
+    pub pair: String,
+    pub setting: String,
+    /// Time of each kernel's loop, shared / alone.
+    pub ntt: Vec<f64>,
+    pub stp: f64,
+    pub fairness: f64,
+    /// Each output equals the native run alone's, bitwise.
+    pub outputs_equal: bool,
+}
+
+/// The request-overhead figures.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OverheadReport {
+    /// Native figures: `None` on a simulated device (no native baseline).
+    pub native_p50_us: Option<f64>,
+    pub native_p99_us: Option<f64>,
+    pub daemon_p50_us: f64,
+    pub daemon_p99_us: f64,
+    pub added_p50_us: Option<f64>,
+    pub added_p99_us: Option<f64>,
+    /// One native process's asynchronous launches per second.
+    pub native_launches_per_s: Option<f64>,
+    /// (clients, aggregate launches per second through the daemon).
+    pub daemon_launches_per_s: Vec<(u32, f64)>,
+}
+
+/// Everything one run measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    pub device: String,
+    pub default_policy: String,
+    pub priority: Vec<PriorityRow>,
+    pub corun: Vec<CorunRow>,
+    pub overhead: Option<OverheadReport>,
+    /// What could not be measured, and why.
+    pub notes: Vec<String>,
+}
+
+/// Left-aligned first column, right-aligned others.
+fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i == 0 {
+                s += &format!("{c:<w$}", w = w[0]);
+            } else {
+                s += &format!("  {c:>w$}", w = w[i]);
+            }
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(head.to_vec());
+    for r in rows {
+        out += &line(r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
+impl Report {
+    /// The three tables, as printed.
+    pub fn render(&self) -> String {
+        let mut out =
+            format!("gpumux bench daemon on {} (daemon default policy {})\n", self.device, self.default_policy);
+        if !self.priority.is_empty() {
+            out +=
+                "\nCross-process priority: high-priority turnaround (µs) while a low-priority client fills the GPU\n";
+            let rows: Vec<Vec<String>> = self
+                .priority
+                .iter()
+                .map(|r| {
+                    vec![
+                        format!("{} µs blocks: {}", r.block_us, r.setting),
+                        format!("{:.0}", r.hp_p50_us),
+                        format!("{:.0}", r.hp_p99_us),
+                        format!("{:.0}", r.hp_max_us),
+                        opt(r.lp_share_of_alone, 3),
+                        opt(r.lp_vs_streams, 3),
+                        match r.no_work_lost {
+                            Some(true) => "yes".into(),
+                            Some(false) => "NO".into(),
+                            None => "-".into(),
+                        },
+                    ]
+                })
+                .collect();
+            out += &table(&["setting", "p50", "p99", "max", "LP share", "LP/streams", "no loss"], &rows);
+        }
+        if !self.corun.is_empty() {
+            out += "\nCo-run throughput: two kernels started together (NTT = time shared / time alone, native)\n";
+            let rows: Vec<Vec<String>> = self
+                .corun
+                .iter()
+                .map(|r| {
+                    vec![
+                        format!("{}: {}", r.pair, r.setting),
+                        r.ntt.iter().map(|n| format!("{n:.2}")).collect::<Vec<_>>().join(" / "),
+                        format!("{:.3}", r.stp),
+                        format!("{:.3}", r.fairness),
+                        if r.outputs_equal { "yes".into() } else { "NO".into() },
+                    ]
+                })
+                .collect();
+            out += &table(&["pair: setting", "NTT", "STP", "fairness", "outputs equal"], &rows);
+        }
+        if let Some(o) = &self.overhead {
+            out += "\nRequest overhead: empty kernel launch + sync (µs)\n";
+            let us = |v: Option<f64>| opt(v, 1);
+            let rows = vec![
+                vec!["native".into(), us(o.native_p50_us), us(o.native_p99_us)],
+                vec!["gpumuxd".into(), us(Some(o.daemon_p50_us)), us(Some(o.daemon_p99_us))],
+                vec!["added".into(), us(o.added_p50_us), us(o.added_p99_us)],
+            ];
+            out += &table(&["", "p50", "p99"], &rows);
+            out += "\nAggregate asynchronous launches per second\n";
+            let mut rows = vec![vec!["native, 1 process".into(), opt(o.native_launches_per_s, 0), "1.00".into()]];
+            for &(k, r) in &o.daemon_launches_per_s {
+                let ratio = o.native_launches_per_s.filter(|&n| n > 0.0).map(|n| r / n);
+                rows.push(vec![format!("gpumuxd, {k} clients"), format!("{r:.0}"), opt(ratio, 2)]);
+            }
+            out += &table(&["", "launches/s", "vs native"], &rows);
+        }
+        for n in &self.notes {
+            out += &format!("\nnote: {n}");
+        }
+        if !self.notes.is_empty() {
+            out += "\n";
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let xs: Vec<u64> = (1..=100).rev().collect();
+        assert_eq!(percentile(&xs, 50.0), 50);
+        assert_eq!(percentile(&xs, 99.0), 99);
+        assert_eq!(percentile(&xs, 100.0), 100);
+        assert_eq!(percentile(&[7], 99.0), 7);
+        assert_eq!(percentile(&[], 50.0), 0);
+    }
+
+    #[test]
+    fn stp_and_fairness_match_the_issues_mps_figures() {
+        // MPS in issue 14: NTT 1.74 / 1.04 gives STP 1.54, fairness 0.60.
+        let (stp, fair) = stp_fairness(&[1.74, 1.04]);
+        assert!((stp - 1.536).abs() < 0.001, "{stp}");
+        assert!((fair - 0.598).abs() < 0.001, "{fair}");
+    }
+}

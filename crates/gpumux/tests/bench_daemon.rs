@@ -1,0 +1,47 @@
+//! `gpumux bench daemon` end to end on the simulated GPU: every role
+//! process, the daemon starts and stops, the line protocol and the report
+//! (the GPU figures themselves come from a GPU run: docs/benchmarks.md).
+
+use std::process::Command;
+
+#[test]
+fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
+    let dir = std::env::temp_dir().join(format!("gpumux-bench-daemon-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumux"))
+        .args(["bench", "daemon", "--device", "sim:h100", "--quick", "--block-us", "100"])
+        .args(["--priority-policies", "", "--corun-policies", "ppq-shared-drain,fcfs"])
+        .arg("--logs")
+        .arg(dir.join("logs"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for table in ["Cross-process priority", "Co-run throughput", "Request overhead", "launches per second"] {
+        assert!(stdout.contains(table), "no `{table}` table:\n{stdout}");
+    }
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let prio = r["priority"].as_array().unwrap();
+    assert_eq!(prio.len(), 1, "{prio:?}");
+    assert_eq!(prio[0]["setting"], "gpumux ppq-shared-drain");
+    assert!(prio[0]["hp_p50_us"].as_f64().unwrap() > 0.0);
+    assert!(prio[0]["lp_blocks_per_s"].as_f64().unwrap() > 0.0);
+    // Three pairs under two policies; the sim's outputs equal its alone runs'.
+    let corun = r["corun"].as_array().unwrap();
+    assert_eq!(corun.len(), 6, "{corun:?}");
+    for row in corun {
+        assert_eq!(row["outputs_equal"], true, "{row}");
+        let stp = row["stp"].as_f64().unwrap();
+        assert!(stp.is_finite() && stp > 0.0, "{row}");
+    }
+    let rates = r["overhead"]["daemon_launches_per_s"].as_array().unwrap();
+    assert_eq!(rates.len(), 4);
+    assert!(rates.iter().all(|x| x[1].as_f64().unwrap() > 0.0), "{rates:?}");
+    // No native baseline on a simulated device, and the report says so.
+    assert!(r["overhead"]["native_p50_us"].is_null());
+    assert!(r["notes"][0].as_str().unwrap().contains("simulated"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
