@@ -7,7 +7,7 @@
 
 use super::jobs::{Job, JobResult, LoopKernel};
 use super::procs::{run_setting, Daemon, Env, Mps, ProcPlan};
-use super::report::{percentile, stp_fairness, CorunRow, OverheadReport, PriorityRow, Report};
+use super::report::{percentile, stp_fairness, CorunRow, LatencyRow, OverheadReport, PriorityRow, Report};
 use super::DaemonBenchArgs;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -41,28 +41,55 @@ pub struct Bench {
     pub args: DaemonBenchArgs,
 }
 
-/// A daemon configuration: policy and extra arguments (`policy@K` = `--sm-slots K`).
+/// A daemon configuration: `policy[@K][+in-process][+sim]`: `@K` adds
+/// `--sm-slots K`; `+in-process` runs the device in the daemon's process
+/// (`--device-in-process`) instead of a child; `+sim` serves the simulated
+/// H100 instead of the GPU (the request path without a device: the
+/// overhead experiment's breakdown).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct DaemonConfig {
     policy: String,
     slots: Option<u32>,
+    in_process: bool,
+    sim: bool,
 }
 
 impl DaemonConfig {
     fn parse(s: &str) -> Result<DaemonConfig> {
-        match s.split_once('@') {
-            None => Ok(DaemonConfig { policy: s.trim().to_owned(), slots: None }),
+        let mut parts = s.trim().split('+');
+        let head = parts.next().unwrap_or_default();
+        let (policy, slots) = match head.split_once('@') {
+            None => (head.to_owned(), None),
             Some((p, k)) => {
                 let k: u32 = k.trim().parse().with_context(|| format!("bad SM slots in `{s}`"))?;
-                Ok(DaemonConfig { policy: p.trim().to_owned(), slots: Some(k) })
+                (p.trim().to_owned(), Some(k))
+            }
+        };
+        let mut c = DaemonConfig { policy, slots, in_process: false, sim: false };
+        for p in parts {
+            match p.trim() {
+                "in-process" => c.in_process = true,
+                "sim" => c.sim = true,
+                other => bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +in-process, +sim)"),
             }
         }
+        Ok(c)
     }
     fn label(&self) -> String {
-        match self.slots {
-            None => format!("gpumux {}", self.policy),
-            Some(k) => format!("gpumux {} @{k} slots", self.policy),
+        let mut l = format!("gpumux {}", self.policy);
+        if let Some(k) = self.slots {
+            l += &format!(" @{k} slots");
         }
+        if self.in_process {
+            l += ", device in-process";
+        }
+        if self.sim {
+            l += ", simulated device";
+        }
+        l
+    }
+    fn with(&self, in_process: bool, sim: bool) -> DaemonConfig {
+        DaemonConfig { in_process, sim, ..self.clone() }
     }
 }
 
@@ -150,11 +177,15 @@ impl Bench {
             extra.push("--sm-slots".into());
             extra.push(k.to_string());
         }
+        if c.in_process && !c.sim && self.ordinal.is_some() {
+            extra.push("--device-in-process".into());
+        }
+        let device = if c.sim { "sim:h100" } else { self.device.as_str() };
         let name: String =
             c.label().chars().map(|ch| if ch.is_ascii_alphanumeric() || ch == '-' { ch } else { '_' }).collect();
         let log = self.args.logs.join(format!("{name}.log"));
         self.say(&format!("starting {} (log: {})", c.label(), log.display()));
-        Daemon::start(&self.exe, &self.device, &c.policy, &extra, &self.dir, &log)
+        Daemon::start(&self.exe, device, &c.policy, &extra, &self.dir, &log)
     }
 
     fn urgent(&self, shape: Shape, seed: u64) -> Job {
@@ -211,8 +242,15 @@ impl Bench {
                 configs.insert(c.clone(), ());
             });
         }
+        // The overhead's breakdown: the same daemon with its device in-process, and serving the simulator.
+        let breakdown = [default.with(true, false), default.with(false, true)];
         if self.wants("overhead") {
             configs.insert(default.clone(), ());
+            if native {
+                for c in &breakdown {
+                    configs.insert(c.clone(), ());
+                }
+            }
         }
 
         // Native settings first (no other daemon running), then MPS, then each gpumuxd.
@@ -403,6 +441,27 @@ impl Bench {
                     )?;
                     corun.insert((i, label.clone()), loops(&r)?);
                 }
+            }
+            if self.wants("overhead") && breakdown.contains(c) {
+                let r = self.setting(
+                    &format!("overhead: launch + sync through {label}"),
+                    &[ProcPlan::daemon(vec![Job::Latency { trials: LATENCY_TRIALS }])],
+                    &env,
+                    None,
+                )?;
+                let ns = latency_of(&r)?;
+                overhead.breakdown.push(LatencyRow {
+                    setting: label.clone(),
+                    p50_us: percentile(&ns, 50.0) as f64 / 1e3,
+                    p99_us: percentile(&ns, 99.0) as f64 / 1e3,
+                });
+                let r = self.setting(
+                    &format!("overhead: launch rate, 8 clients of {label}"),
+                    &(0..8).map(|_| ProcPlan::daemon(vec![Job::Rate { launches: RATE_LAUNCHES / 8 }])).collect::<Vec<_>>(),
+                    &env,
+                    None,
+                )?;
+                overhead.breakdown_rates.push((label.clone(), rate_of(&r)?));
             }
             if self.wants("overhead") && *c == default {
                 let r = self.setting(

@@ -52,7 +52,7 @@ pub enum Job {
     /// Low priority: keeps the GPU full with launches of `blocks` blocks that
     /// spin `block_us` each, two in flight, until told to stop.
     Fill { block_us: u64, blocks: u32 },
-    /// `launches` launches of `kernel`, at most four in flight.
+    /// `launches` launches of `kernel`, at most 24 queued.
     Loop { kernel: LoopKernel, launches: u32 },
     /// An empty kernel's launch + sync, `trials` times.
     Latency { trials: u32 },
@@ -286,10 +286,15 @@ pub fn run(gpu: &mut dyn JobGpu, mut p: Prepared, stop: &AtomicBool) -> Result<J
         Job::Loop { launches, .. } => {
             let Some(l) = p.launch.take() else { bail!("a loop job without its launch") };
             let t0 = Instant::now();
-            for _ in 0..launches {
+            for i in 0..launches {
                 gpu.launch(l.kernel, l.grid, l.block, &l.args, l.block_ns)?;
-                gpu.mark()?;
-                gpu.wait_marks(3)?;
+                // A mark every 8 launches, at most 2 marks ahead: up to 24
+                // launches queued, as a program that launches a loop of
+                // kernels and syncs now and then keeps them.
+                if i % 8 == 7 {
+                    gpu.mark()?;
+                    gpu.wait_marks(2)?;
+                }
             }
             gpu.sync()?;
             let elapsed_ns = t0.elapsed().as_nanos() as u64;

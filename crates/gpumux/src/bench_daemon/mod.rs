@@ -40,8 +40,10 @@ pub struct DaemonBenchArgs {
     /// The daemon policy of the priority and overhead experiments (the candidate default).
     #[arg(long, default_value = gpumuxd::core::DEFAULT_POLICY)]
     pub policy: String,
-    /// More policies for the priority experiment (comma-separated).
-    #[arg(long, default_value = "ppq-excl-drain", value_delimiter = ',')]
+    /// More daemon configurations for the priority experiment (comma-separated;
+    /// `policy[@K][+in-process][+sim]`: K SM slots, the device in the
+    /// daemon's process, the simulated GPU).
+    #[arg(long, default_value = "ppq-excl-drain,ppq-shared-drain+in-process", value_delimiter = ',')]
     pub priority_policies: Vec<String>,
     /// Daemon policies of the co-run experiment (comma-separated); each may
     /// end in `@K` for the daemon's --sm-slots K.

@@ -69,6 +69,19 @@ pub struct OverheadReport {
     pub native_launches_per_s: Option<f64>,
     /// (clients, aggregate launches per second through the daemon).
     pub daemon_launches_per_s: Vec<(u32, f64)>,
+    /// Where the added latency goes: the same daemon with its device
+    /// in-process, and serving the simulator (no GPU, no device process).
+    pub breakdown: Vec<LatencyRow>,
+    /// 8 clients' launches per second through those.
+    pub breakdown_rates: Vec<(String, f64)>,
+}
+
+/// Launch + sync latency through one daemon configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencyRow {
+    pub setting: String,
+    pub p50_us: f64,
+    pub p99_us: f64,
 }
 
 /// Everything one run measured.
@@ -167,12 +180,20 @@ impl Report {
                 vec!["gpumuxd".into(), us(Some(o.daemon_p50_us)), us(Some(o.daemon_p99_us))],
                 vec!["added".into(), us(o.added_p50_us), us(o.added_p99_us)],
             ];
+            let mut rows = rows;
+            for b in &o.breakdown {
+                rows.push(vec![b.setting.clone(), format!("{:.1}", b.p50_us), format!("{:.1}", b.p99_us)]);
+            }
             out += &table(&["", "p50", "p99"], &rows);
             out += "\nAggregate asynchronous launches per second\n";
             let mut rows = vec![vec!["native, 1 process".into(), opt(o.native_launches_per_s, 0), "1.00".into()]];
             for &(k, r) in &o.daemon_launches_per_s {
                 let ratio = o.native_launches_per_s.filter(|&n| n > 0.0).map(|n| r / n);
                 rows.push(vec![format!("gpumuxd, {k} clients"), format!("{r:.0}"), opt(ratio, 2)]);
+            }
+            for (setting, r) in &o.breakdown_rates {
+                let ratio = o.native_launches_per_s.filter(|&n| n > 0.0).map(|n| r / n);
+                rows.push(vec![format!("{setting}, 8 clients"), format!("{r:.0}"), opt(ratio, 2)]);
             }
             out += &table(&["", "launches/s", "vs native"], &rows);
         }
