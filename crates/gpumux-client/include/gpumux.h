@@ -231,7 +231,10 @@ enum gpumux_status gpumux_module_kernel(const struct gpumux_module *module,
                                         const char *name,
                                         const struct gpumux_kernel **out_kernel);
 
-// Launches `kernel` with `n_args` arguments; returns once the daemon accepted it.
+// Launches `kernel` with `n_args` arguments without waiting for the daemon (like a CUDA
+// launch): a launch the daemon refuses reports its error at the next `gpumux_sync`,
+// `gpumux_wait_event` or `gpumux_query_event`, or at the next launch (which is then not
+// sent); each such error once.
 enum gpumux_status gpumux_launch(const struct gpumux_client *client,
                                  const struct gpumux_kernel *kernel,
                                  const struct gpumux_launch_config *config,

@@ -256,11 +256,19 @@ impl Client {
         }
     }
 
-    /// Launches `kernel` with `args`, in stream order; returns once the
-    /// daemon accepted it (its end is seen by [`Client::sync`] or an event).
+    /// Launches `kernel` with `args`, in stream order, without waiting for
+    /// the daemon (like a CUDA launch): the arguments are checked here
+    /// against the kernel's parameters, and a launch the daemon refuses
+    /// (a quota, a shape the kernel cannot take) reports its error at the
+    /// next call that waits for stream work ([`Client::sync`],
+    /// [`Client::wait_event`], [`Client::query_event`]) or at the next
+    /// launch, which is then not sent. Each such error is reported once.
     pub fn launch(&self, kernel: &Kernel, config: &LaunchConfig, args: &[Arg]) -> Result<()> {
         check_args(kernel, args)?;
-        self.done(Request::Launch(Launch {
+        if let Some(e) = self.conn.take_deferred_error() {
+            return Err(e);
+        }
+        self.conn.send_deferred(Request::Launch(Launch {
             kernel: kernel.id,
             grid: config.grid,
             block: config.block,
@@ -287,7 +295,8 @@ impl Client {
     /// Waits until everything queued on `stream` before now is done (a
     /// kernel that failed fails this).
     pub fn sync(&self, stream: StreamId) -> Result<()> {
-        self.done(Request::SyncStream(stream))
+        let r = self.done(Request::SyncStream(stream));
+        self.deferred_first(r)
     }
 
     /// Records an event at this point of `stream`.
@@ -300,15 +309,18 @@ impl Client {
 
     /// Whether the event's work is done (never blocks).
     pub fn query_event(&self, event: Event) -> Result<bool> {
-        match self.conn.call(Request::QueryEvent(event.0))? {
-            Reply::Query(done) => Ok(done),
-            other => Err(unexpected("QueryEvent", &other)),
-        }
+        let r = match self.conn.call(Request::QueryEvent(event.0)) {
+            Ok(Reply::Query(done)) => Ok(done),
+            Ok(other) => Err(unexpected("QueryEvent", &other)),
+            Err(e) => Err(e),
+        };
+        self.deferred_first(r)
     }
 
     /// Waits until the event's work is done.
     pub fn wait_event(&self, event: Event) -> Result<()> {
-        self.done(Request::WaitEvent(event.0))
+        let r = self.done(Request::WaitEvent(event.0));
+        self.deferred_first(r)
     }
 
     /// Forgets an event.
@@ -340,6 +352,20 @@ impl Client {
             return Ok(());
         }
         self.done(Request::Goodbye)
+    }
+
+    /// `r`, unless an earlier launch's error is still unreported: that
+    /// error first (an error of `r` itself then stays for the next call).
+    fn deferred_first<T>(&self, r: Result<T>) -> Result<T> {
+        match self.conn.take_deferred_error() {
+            None => r,
+            Some(earlier) => {
+                if let Err(e) = r {
+                    self.conn.defer_error(e);
+                }
+                Err(earlier)
+            }
+        }
     }
 
     fn done(&self, request: Request) -> Result<()> {

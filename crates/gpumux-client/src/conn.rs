@@ -5,12 +5,19 @@
 //! fresh id before its frame is written, and the reader thread fills it when
 //! the reply with that id comes. Notices are kept for `take_notices`. When
 //! the socket closes, every waiting caller gets [`ClientError::DaemonGone`].
+//!
+//! A request sent with [`Connection::send_deferred`] (a launch) has no
+//! caller waiting: its reply is dropped if it is `Done` and its error kept
+//! for [`Connection::take_deferred_error`], which the calls that wait for
+//! stream work (sync, events) and the next launch consult. The daemon answers
+//! one connection's requests in order, so by the time a sync's reply is
+//! here, every earlier launch's answer is too.
 
 use crate::error::{ClientError, Result};
 use gpumux_proto::{
     decode_frame_body, encode_frame, ClientFrame, ErrorReply, FrameReader, Notice, Reply, Request, ServerFrame,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -30,7 +37,17 @@ struct Routing {
     closed: bool,
     /// Notices not yet taken.
     notices: Vec<Notice>,
+    /// Requests sent without a caller waiting (launches), by id.
+    deferred: HashSet<u64>,
+    /// Their errors, oldest first, not yet reported.
+    deferred_errors: VecDeque<(&'static str, ErrorReply)>,
 }
+
+/// How long a caller polls for its reply before it sleeps: a daemon
+/// answers a request in tens of µs, and a thread woken from a futex sleep
+/// costs several µs more at the median and far more at the tail. The cost
+/// is one core busy for at most this long per request.
+const SPIN_FOR_REPLY: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Takes a lock even if a thread panicked holding it: the data under these
 /// locks stays consistent at every await point (a map insert, a push).
@@ -48,7 +65,18 @@ pub(crate) struct PendingReply {
 impl PendingReply {
     /// Waits for the reply; a daemon error becomes [`ClientError::Daemon`].
     pub(crate) fn wait(self) -> Result<Reply> {
-        match self.rx.recv() {
+        let start = std::time::Instant::now();
+        let answer = loop {
+            match self.rx.try_recv() {
+                Ok(a) => break Ok(a),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => break Err(()),
+                Err(std::sync::mpsc::TryRecvError::Empty) if start.elapsed() < SPIN_FOR_REPLY => {
+                    std::thread::yield_now()
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => break self.rx.recv().map_err(|_| ()),
+            }
+        };
+        match answer {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(error)) => Err(ClientError::Daemon { request: self.request, error }),
             Err(_) => Err(ClientError::DaemonGone),
@@ -124,6 +152,44 @@ impl Connection {
         Ok(PendingReply { request: name, rx })
     }
 
+    /// Sends a request no caller waits for (module doc): an error in its
+    /// reply is kept for [`Connection::take_deferred_error`].
+    pub(crate) fn send_deferred(&self, request: Request) -> Result<()> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let bytes = encode_frame(&ClientFrame { id, request })?;
+        {
+            let mut routing = lock(&self.routing);
+            if routing.closed {
+                return Err(ClientError::DaemonGone);
+            }
+            routing.deferred.insert(id);
+        }
+        let written = send_all(lock(&self.writer).as_raw_fd(), &bytes, None);
+        if let Err(e) = written {
+            lock(&self.routing).deferred.remove(&id);
+            return Err(match e.kind() {
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => ClientError::DaemonGone,
+                _ => e.into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The oldest error of a deferred request not yet reported, if any.
+    pub(crate) fn take_deferred_error(&self) -> Option<ClientError> {
+        let (request, error) = lock(&self.routing).deferred_errors.pop_front()?;
+        Some(ClientError::Daemon { request, error })
+    }
+
+    /// Keeps an error a call could not report (an earlier one went first)
+    /// for the next call; errors that are not the daemon's (the socket
+    /// closed) are seen again by every later call anyway.
+    pub(crate) fn defer_error(&self, e: ClientError) {
+        if let ClientError::Daemon { request, error } = e {
+            lock(&self.routing).deferred_errors.push_back((request, error));
+        }
+    }
+
     /// Sends a request and waits for its reply.
     pub(crate) fn call(&self, request: Request) -> Result<Reply> {
         self.send(request, None)?.wait()
@@ -176,6 +242,10 @@ fn read_loop(stream: UnixStream, mut frames: FrameReader, routing: Arc<Mutex<Rou
                 // A reply nobody waits for (an id never sent) is dropped.
                 if let Some(tx) = routing.waiting.remove(&id) {
                     let _ = tx.send(result);
+                } else if routing.deferred.remove(&id) {
+                    if let Err(error) = result {
+                        routing.deferred_errors.push_back(("Launch", error));
+                    }
                 }
             }
             ServerFrame::Notice(notice) => routing.notices.push(notice),

@@ -463,7 +463,10 @@ pub unsafe extern "C" fn gpumux_module_kernel(
     })
 }
 
-/// Launches `kernel` with `n_args` arguments; returns once the daemon accepted it.
+/// Launches `kernel` with `n_args` arguments without waiting for the daemon (like a CUDA
+/// launch): a launch the daemon refuses reports its error at the next `gpumux_sync`,
+/// `gpumux_wait_event` or `gpumux_query_event`, or at the next launch (which is then not
+/// sent); each such error once.
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_launch(
     client: *const gpumux_client,

@@ -15,7 +15,7 @@
 //! device no more (a faulted CUDA process cannot recover) and waits to be
 //! killed. It exits when the daemon closes its end.
 
-use crate::backend::link::{Link, LinkError};
+use crate::backend::link::{self, Link, LinkError};
 use crate::backend::wire::{FromDevice, RegionId, ToDevice};
 use crate::backend::{Backend, Failure, MemError, Wake};
 use crate::shm::ShmRegion;
@@ -79,10 +79,12 @@ struct DeviceHost {
 }
 
 impl DeviceHost {
-    /// Carries out the daemon's messages in order; sleeps on the socket in between.
+    /// Carries out the daemon's messages in order; polls the socket for a
+    /// while after each (the next poll comes within µs while work is in
+    /// flight: [`link::SPIN`]), then sleeps on it.
     fn run(&mut self) -> Result<()> {
         loop {
-            match self.link.try_recv::<ToDevice>() {
+            match self.link.recv_spin::<ToDevice>(link::SPIN) {
                 Ok(Some(msg)) => self.handle(msg)?,
                 Ok(None) => self.link.wait_readable(None).context("waiting for the daemon")?,
                 Err(LinkError::Closed) => return Ok(()),

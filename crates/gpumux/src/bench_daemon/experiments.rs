@@ -457,7 +457,9 @@ impl Bench {
                 });
                 let r = self.setting(
                     &format!("overhead: launch rate, 8 clients of {label}"),
-                    &(0..8).map(|_| ProcPlan::daemon(vec![Job::Rate { launches: RATE_LAUNCHES / 8 }])).collect::<Vec<_>>(),
+                    &(0..8)
+                        .map(|_| ProcPlan::daemon(vec![Job::Rate { launches: RATE_LAUNCHES / 8 }]))
+                        .collect::<Vec<_>>(),
                     &env,
                     None,
                 )?;

@@ -16,6 +16,14 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+/// How long a reader polls before it sleeps on the socket (see
+/// [`Link::recv_spin`]): one core busy for at most this long after each
+/// message, which is what a reply within the window saves a wake-up for.
+/// Every such poll in gpumuxd and its client library yields the CPU
+/// between tries (`sched_yield`), so on a machine with fewer free cores
+/// than polling threads the threads with work still run.
+pub const SPIN: Duration = Duration::from_micros(200);
+
 /// Bytes one read takes at most.
 const READ_CHUNK: usize = 64 << 10;
 
@@ -114,9 +122,30 @@ impl Link {
         Ok(None)
     }
 
-    /// The next message, waiting for it at most `timeout` (`Ok(None)` then).
+    /// The next message, polling for it without sleeping for at most
+    /// `spin` (`Ok(None)` then): the daemon and its device process answer
+    /// each other within µs while work is in flight, and a sleep in
+    /// `ppoll` costs a wake-up of several µs (tens at the tail) per hop.
+    pub fn recv_spin<T: DeserializeOwned>(&mut self, spin: Duration) -> Result<Option<T>, LinkError> {
+        let start = Instant::now();
+        loop {
+            if let Some(msg) = self.try_recv()? {
+                return Ok(Some(msg));
+            }
+            if start.elapsed() >= spin {
+                return Ok(None);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// The next message, waiting for it at most `timeout` (`Ok(None)` then);
+    /// it polls for [`SPIN`] first, then sleeps on the socket.
     pub fn recv_timeout<T: DeserializeOwned>(&mut self, timeout: Duration) -> Result<Option<T>, LinkError> {
-        let deadline = Instant::now() + timeout;
+        if let Some(msg) = self.recv_spin(SPIN.min(timeout))? {
+            return Ok(Some(msg));
+        }
+        let deadline = Instant::now() + timeout.saturating_sub(SPIN);
         loop {
             if let Some(msg) = self.try_recv()? {
                 return Ok(Some(msg));
