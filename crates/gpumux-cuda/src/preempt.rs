@@ -16,6 +16,23 @@ pub const DEFAULT_MIN_CLAIMS: u32 = 4;
 /// `gmx_launch_t::cap` for "no per-SM cap": the workers skip the per-SM counter.
 pub const NO_CAP: u32 = u32::MAX;
 
+/// Workers to launch for `count` blocks on `mask_sms` of `sm_count` SMs.
+/// Enough to reach every SM: those outside the mask or over the cap leave
+/// at once. On the whole GPU a small launch needs fewer: the first worker
+/// on any SM always enters (every SM is in the mask and the cap is at least
+/// 1), and every worker that enters claims until no block is left, so
+/// 2 × count (at least one per SM) is plenty, and a full grid of workers
+/// that mostly leave costs more than the launch (an empty one-block kernel
+/// of 32 threads would start 32 × 132 workers on an H100).
+pub fn worker_grid(workers_per_sm: u32, sm_count: u32, mask_sms: u32, count: u32) -> u32 {
+    let full = workers_per_sm * sm_count;
+    if mask_sms >= sm_count {
+        full.min(count.saturating_mul(2).max(sm_count)).max(1)
+    } else {
+        full
+    }
+}
+
 /// A set of SMs as a 256-bit mask (bit i = SM i).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SmMask(pub [u64; 4]);
@@ -195,6 +212,9 @@ pub struct WorkerLaunch {
     running_native: bool,
     /// Started to displace other work: never native (see [`WorkerLaunch::urgent`]).
     urgent: bool,
+    /// Workers per SM at most, set by a device that co-locates launches on
+    /// the same SMs (each keeps to its share of every SM); `None`: the occupancy.
+    pub share_cap: Option<u32>,
 }
 
 impl WorkerLaunch {
@@ -237,6 +257,7 @@ impl WorkerLaunch {
             running: false,
             running_native: false,
             urgent: false,
+            share_cap: None,
         })
     }
 
@@ -276,6 +297,7 @@ impl WorkerLaunch {
         self.next = 0;
         self.end = blocks as u32;
         self.urgent = false;
+        self.share_cap = None;
         Ok(())
     }
 
@@ -346,7 +368,10 @@ impl WorkerLaunch {
     pub fn describe(&self, mask: SmMask, chunk: u32) -> LaunchDesc {
         let count = self.end - self.next;
         let sms = mask.count().max(1);
-        let cap = count.div_ceil(sms).clamp(1, self.workers_per_sm);
+        let mut cap = count.div_ceil(sms).clamp(1, self.workers_per_sm);
+        if let Some(share) = self.share_cap {
+            cap = cap.min(share.max(1));
+        }
         let slots = (sms * cap).max(1);
         // At least about `min_claims` claims per worker before the chunk grows.
         let chunk = (count / (slots * self.min_claims.max(1))).clamp(1, chunk.max(1));
@@ -389,8 +414,7 @@ impl WorkerLaunch {
         self.seq = self.seq.wrapping_add(1).max(1);
         let desc = self.describe(mask, chunk);
         p.ptr(self.ctl.ptr).push_bytes(&desc.to_bytes());
-        // Enough workers to reach every SM: those outside the mask or over the cap leave at once.
-        let workers = self.workers_per_sm * self.sm_count;
+        let workers = worker_grid(self.workers_per_sm, self.sm_count, mask.count(), desc.count);
         let measuring = match plan {
             Plan::Workers { measure: true, .. } => {
                 let m = Measuring {
@@ -488,6 +512,16 @@ impl WorkerLaunch {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn small_launches_on_the_whole_gpu_start_fewer_workers_others_a_full_grid() {
+        // H100: 132 SMs; an empty 32-thread kernel fits 32 per SM.
+        assert_eq!(worker_grid(32, 132, 132, 1), 132);
+        assert_eq!(worker_grid(8, 132, 132, 132), 264);
+        assert_eq!(worker_grid(8, 132, 132, 100_000), 8 * 132);
+        // A subset of the SMs: workers land anywhere, so a full grid reaches them all.
+        assert_eq!(worker_grid(8, 132, 66, 1), 8 * 132);
+    }
+
     use super::*;
 
     #[test]

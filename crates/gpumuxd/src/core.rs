@@ -40,7 +40,7 @@ pub const DEFAULT_POLICY: &str = "ppq-shared-drain";
 /// How long the core sleeps at most with nothing to do (it wakes on any request anyway).
 const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// A `Spin` device is polled this often while work is on it.
-const SPIN_WAIT: Duration = Duration::from_micros(20);
+const SPIN_WAIT: Duration = Duration::from_micros(5);
 /// While the device is busy, or for this long after the last request, the
 /// core polls its channel without sleeping: a request then reaches the
 /// engine within a µs instead of a futex wake-up later (several µs, tens at

@@ -66,11 +66,30 @@ pub fn pick_device(spec: Option<&str>) -> String {
     }
 }
 
+/// A GPU spec, `cuda:<index>[,co-locate]`: the ordinal, and whether
+/// launches given a share of the SMs run at that share of every SM
+/// (`ClientDevice::open_co_located`) instead of on SMs of their own.
+/// `None`: not a GPU spec.
+pub fn parse_cuda_spec(spec: &str) -> Option<Result<(i32, bool)>> {
+    let rest = spec.strip_prefix("cuda:")?;
+    let (n, co_locate) = match rest.split_once(',') {
+        None => (rest, false),
+        Some((n, "co-locate")) => (n, true),
+        Some((_, other)) => {
+            return Some(Err(anyhow::anyhow!("bad device `{spec}`: unknown option `{other}` (known: co-locate)")));
+        }
+    };
+    Some(match n.parse::<i32>() {
+        Ok(o) if o >= 0 => Ok((o, co_locate)),
+        _ => Err(anyhow::anyhow!("bad device `{spec}`: expected cuda:<index>[,co-locate], e.g. cuda:0")),
+    })
+}
+
 /// Opens device `spec` in this process.
 pub fn open_in_process(spec: &str) -> Result<Box<dyn Backend>> {
-    if let Some(n) = spec.strip_prefix("cuda:") {
-        let Ok(ordinal) = n.parse::<i32>() else { bail!("bad device `{spec}`: expected cuda:<index>, e.g. cuda:0") };
-        return crate::backend::cuda::open(ordinal);
+    if let Some(parsed) = parse_cuda_spec(spec) {
+        let (ordinal, co_locate) = parsed?;
+        return crate::backend::cuda::open(ordinal, co_locate);
     }
     Ok(Box::new(SimBackend::open(spec)?))
 }
@@ -81,10 +100,8 @@ pub fn open_device(spec: &str, hosting: DeviceHosting) -> Result<Box<dyn Backend
     match hosting {
         DeviceHosting::InProcess => open_in_process(spec),
         DeviceHosting::ChildProcess => {
-            if let Some(n) = spec.strip_prefix("cuda:") {
-                if n.parse::<i32>().is_err() {
-                    bail!("bad device `{spec}`: expected cuda:<index>, e.g. cuda:0");
-                }
+            if let Some(parsed) = parse_cuda_spec(spec) {
+                parsed?;
             } else {
                 // Refuse an unknown preset here, with the list, not from the child.
                 if gpumux_sim::presets::by_name(spec).is_none() {
@@ -158,5 +175,21 @@ pub fn run(opts: Options) -> Result<()> {
     match outcome {
         Ok(r) => r.context("the daemon stopped"),
         Err(_) => bail!("the core thread panicked"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cuda_spec;
+
+    #[test]
+    fn gpu_specs_parse_with_their_option_and_bad_ones_say_why() {
+        assert_eq!(parse_cuda_spec("cuda:0").map(|r| r.ok()), Some(Some((0, false))));
+        assert_eq!(parse_cuda_spec("cuda:3,co-locate").map(|r| r.ok()), Some(Some((3, true))));
+        assert!(parse_cuda_spec("sim:h100").is_none());
+        let bad = parse_cuda_spec("cuda:0,fast").and_then(|r| r.err()).map(|e| e.to_string()).unwrap_or_default();
+        assert!(bad.contains("unknown option `fast`"), "{bad}");
+        assert!(parse_cuda_spec("cuda:x").is_some_and(|r| r.is_err()));
+        assert!(parse_cuda_spec("cuda:-1").is_some_and(|r| r.is_err()));
     }
 }

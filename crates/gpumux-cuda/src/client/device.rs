@@ -138,6 +138,8 @@ pub struct ClientDevice {
     next_kernel: u64,
     out: Vec<Event>,
     stats: DeviceStats,
+    /// Co-location ([`ClientDevice::open_co_located`]).
+    co_locate: bool,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -177,6 +179,24 @@ fn still_to_run(requested: &BlockRanges, left: &BlockRanges) -> BlockRanges {
 impl ClientDevice {
     /// Opens GPU `ordinal` with a context of its own.
     pub fn open(ordinal: i32) -> Result<ClientDevice, CudaError> {
+        Self::open_with(ordinal, false)
+    }
+
+    /// Opens GPU `ordinal` **co-locating** launches: a launch given a share
+    /// of the SMs (k of P) runs its workers on *every* SM, each SM taking at
+    /// most round(k / P × its occupancy) of them (at least 1). The engine's
+    /// spatial decisions become shares of each SM, so a memory-bound and a
+    /// compute-bound kernel split "in half" both stay resident everywhere:
+    /// the memory-bound one needs bandwidth from every SM, not SMs of its
+    /// own (issue 14's co-run measurements). A launch given every SM runs
+    /// as without co-location. Shares are exact for even splits; with
+    /// three or more launches the rounded shares may add up to a little
+    /// more than an SM holds, and the hardware then fits what it can.
+    pub fn open_co_located(ordinal: i32) -> Result<ClientDevice, CudaError> {
+        Self::open_with(ordinal, true)
+    }
+
+    fn open_with(ordinal: i32, co_locate: bool) -> Result<ClientDevice, CudaError> {
         let ctx = ClientContext::create(ordinal)?;
         let info = crate::device::info_of(&ctx.summary, ordinal, |a| ctx.attr(a))?;
         let st = InContext::new(&ctx)?;
@@ -191,6 +211,7 @@ impl ClientDevice {
             next_kernel: 1,
             out: Vec::new(),
             stats: DeviceStats::default(),
+            co_locate,
         })
     }
 
@@ -353,7 +374,10 @@ impl ClientDevice {
         let Some(mut live) = st.launches.remove(&lid) else {
             return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Launch }.into());
         };
-        let mask = sm_mask(live.sms);
+        // Co-located: every SM, at the launch's share of each (open_co_located).
+        let share = self.co_locate && !live.sms.is_empty() && (live.sms.len() as u32) < sm_count;
+        let mask = if share { SmMask::range(0, sm_count) } else { sm_mask(live.sms) };
+        let held = live.sms.len() as u32;
         let r = (|| -> Result<(), CudaError> {
             let op =
                 st.ops.get_mut(&live.op).ok_or_else(|| CudaError::Invalid(format!("no work bound to {}", live.op)))?;
@@ -382,6 +406,10 @@ impl ClientDevice {
                 };
                 w.next = r.start as u32;
                 w.end = r.end as u32;
+                w.share_cap = share.then(|| {
+                    let wps = w.workers_per_sm() as u64;
+                    ((wps * held as u64 + sm_count as u64 / 2) / sm_count as u64).max(1) as u32
+                });
                 let started = w.start(&live.stream, mask);
                 live.segs.push(w);
                 started?;

@@ -41,15 +41,17 @@ pub struct Bench {
     pub args: DaemonBenchArgs,
 }
 
-/// A daemon configuration: `policy[@K][+in-process][+sim]`: `@K` adds
-/// `--sm-slots K`; `+in-process` runs the device in the daemon's process
+/// A daemon configuration: `policy[+co-locate][+in-process][+sim]`:
+/// `+co-locate` serves `cuda:N,co-locate` (a
+/// launch's share of the SMs becomes that share of every SM);
+/// `+in-process` runs the device in the daemon's process
 /// (`--device-in-process`) instead of a child; `+sim` serves the simulated
 /// H100 instead of the GPU (the request path without a device: the
 /// overhead experiment's breakdown).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct DaemonConfig {
     policy: String,
-    slots: Option<u32>,
+    co_locate: bool,
     in_process: bool,
     sim: bool,
 }
@@ -57,28 +59,24 @@ struct DaemonConfig {
 impl DaemonConfig {
     fn parse(s: &str) -> Result<DaemonConfig> {
         let mut parts = s.trim().split('+');
-        let head = parts.next().unwrap_or_default();
-        let (policy, slots) = match head.split_once('@') {
-            None => (head.to_owned(), None),
-            Some((p, k)) => {
-                let k: u32 = k.trim().parse().with_context(|| format!("bad SM slots in `{s}`"))?;
-                (p.trim().to_owned(), Some(k))
-            }
-        };
-        let mut c = DaemonConfig { policy, slots, in_process: false, sim: false };
+        let policy = parts.next().unwrap_or_default().trim().to_owned();
+        let mut c = DaemonConfig { policy, co_locate: false, in_process: false, sim: false };
         for p in parts {
             match p.trim() {
                 "in-process" => c.in_process = true,
+                "co-locate" => c.co_locate = true,
                 "sim" => c.sim = true,
-                other => bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +in-process, +sim)"),
+                other => {
+                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +co-locate, +in-process, +sim)")
+                }
             }
         }
         Ok(c)
     }
     fn label(&self) -> String {
         let mut l = format!("gpumux {}", self.policy);
-        if let Some(k) = self.slots {
-            l += &format!(" @{k} slots");
+        if self.co_locate {
+            l += ", co-located";
         }
         if self.in_process {
             l += ", device in-process";
@@ -173,19 +171,19 @@ impl Bench {
 
     fn start_daemon(&self, c: &DaemonConfig) -> Result<Daemon> {
         let mut extra: Vec<String> = self.args.daemon_args.split_whitespace().map(str::to_owned).collect();
-        if let Some(k) = c.slots {
-            extra.push("--sm-slots".into());
-            extra.push(k.to_string());
-        }
         if c.in_process && !c.sim && self.ordinal.is_some() {
             extra.push("--device-in-process".into());
         }
-        let device = if c.sim { "sim:h100" } else { self.device.as_str() };
+        let device = match (c.sim, c.co_locate && self.ordinal.is_some()) {
+            (true, _) => "sim:h100".to_owned(),
+            (false, true) => format!("{},co-locate", self.device),
+            (false, false) => self.device.clone(),
+        };
         let name: String =
             c.label().chars().map(|ch| if ch.is_ascii_alphanumeric() || ch == '-' { ch } else { '_' }).collect();
         let log = self.args.logs.join(format!("{name}.log"));
         self.say(&format!("starting {} (log: {})", c.label(), log.display()));
-        Daemon::start(&self.exe, device, &c.policy, &extra, &self.dir, &log)
+        Daemon::start(&self.exe, &device, &c.policy, &extra, &self.dir, &log)
     }
 
     fn urgent(&self, shape: Shape, seed: u64) -> Job {

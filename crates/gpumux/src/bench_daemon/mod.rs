@@ -41,15 +41,15 @@ pub struct DaemonBenchArgs {
     #[arg(long, default_value = gpumuxd::core::DEFAULT_POLICY)]
     pub policy: String,
     /// More daemon configurations for the priority experiment (comma-separated;
-    /// `policy[@K][+in-process][+sim]`: K SM slots, the device in the
-    /// daemon's process, the simulated GPU).
+    /// `policy[+co-locate][+in-process][+sim]`: shares of every SM instead of
+    /// SMs of their own, the device in the daemon's process, the simulated GPU).
     #[arg(long, default_value = "ppq-excl-drain,ppq-shared-drain+in-process", value_delimiter = ',')]
     pub priority_policies: Vec<String>,
-    /// Daemon policies of the co-run experiment (comma-separated); each may
-    /// end in `@K` for the daemon's --sm-slots K.
+    /// Daemon configurations of the co-run experiment (comma-separated,
+    /// `policy[+co-locate][+in-process]`).
     #[arg(
         long,
-        default_value = "fcfs,coop,rr,npq,ppq-excl-drain,ppq-shared-drain,dss-drain,spatial-even,spatial-even-dyn-drain",
+        default_value = "fcfs,coop,rr,npq,ppq-excl-drain,ppq-shared-drain,dss-drain,spatial-even,spatial-even-dyn-drain,ppq-shared-drain+co-locate,dss-drain+co-locate,spatial-even+co-locate",
         value_delimiter = ','
     )]
     pub corun_policies: Vec<String>,

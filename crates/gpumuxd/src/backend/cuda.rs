@@ -19,8 +19,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Opens GPU `ordinal` for the daemon.
-pub fn open(ordinal: i32) -> anyhow::Result<Box<dyn Backend>> {
-    let device = ClientDevice::open(ordinal).map_err(|e| anyhow::anyhow!("opening cuda:{ordinal}: {}", Chain(&e)))?;
+/// Opens GPU `ordinal`, co-locating launches on shares of every SM if
+/// `co_locate` (`ClientDevice::open_co_located`).
+pub fn open(ordinal: i32, co_locate: bool) -> anyhow::Result<Box<dyn Backend>> {
+    let opened = if co_locate { ClientDevice::open_co_located(ordinal) } else { ClientDevice::open(ordinal) };
+    let device = opened.map_err(|e| anyhow::anyhow!("opening cuda:{ordinal}: {}", Chain(&e)))?;
     Ok(Box::new(CudaBackend {
         device,
         regions: Vec::new(),
