@@ -43,13 +43,13 @@ pub struct DaemonBenchArgs {
     /// More daemon configurations for the priority experiment (comma-separated;
     /// `policy[+co-locate][+in-process][+sim]`: shares of every SM instead of
     /// SMs of their own, the device in the daemon's process, the simulated GPU).
-    #[arg(long, default_value = "ppq-excl-drain,ppq-shared-drain+in-process", value_delimiter = ',')]
+    #[arg(long, default_value = "ppq-excl-drain,ppq-shared-drain+in-process,ppq-shared-drain+co-locate", value_delimiter = ',')]
     pub priority_policies: Vec<String>,
     /// Daemon configurations of the co-run experiment (comma-separated,
     /// `policy[+co-locate][+in-process]`).
     #[arg(
         long,
-        default_value = "fcfs,coop,rr,npq,ppq-excl-drain,ppq-shared-drain,dss-drain,spatial-even,spatial-even-dyn-drain,ppq-shared-drain+co-locate,dss-drain+co-locate,spatial-even+co-locate",
+        default_value = "fcfs,coop,rr,npq,ppq-excl-drain,ppq-shared-drain,dss-drain,spatial-even,spatial-even-dyn-drain,ppq-shared-drain+co-locate,dss-drain+co-locate,spatial-even+co-locate,spatial-even-dyn-drain+co-locate",
         value_delimiter = ','
     )]
     pub corun_policies: Vec<String>,
