@@ -375,9 +375,9 @@ impl ClientDevice {
             return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Launch }.into());
         };
         // Co-located: every SM, at the launch's share of each (open_co_located).
-        let share = self.co_locate && !live.sms.is_empty() && (live.sms.len() as u32) < sm_count;
+        let share = self.co_locate && !live.sms.is_empty() && live.sms.len() < sm_count;
         let mask = if share { SmMask::range(0, sm_count) } else { sm_mask(live.sms) };
-        let held = live.sms.len() as u32;
+        let held = live.sms.len();
         let r = (|| -> Result<(), CudaError> {
             let op =
                 st.ops.get_mut(&live.op).ok_or_else(|| CudaError::Invalid(format!("no work bound to {}", live.op)))?;

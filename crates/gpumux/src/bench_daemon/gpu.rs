@@ -8,7 +8,7 @@ use gpumux_client::StreamId;
 use gpumux_client::{Arg, Buffer, Client, ConnectOptions, Kernel, LaunchConfig, Module as ClientModule};
 use gpumux_cuda::runtime::{DeviceBuffer, Event, Function, Gpu, Module, Params, Stream};
 use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 /// The bench's kernels (one module).
@@ -170,8 +170,8 @@ pub struct DaemonGpu {
 
 impl DaemonGpu {
     /// Connects to the daemon at `socket` as `name` with `priority`, and loads the bench module.
-    pub fn connect(socket: &PathBuf, name: &str, priority: i32) -> Result<DaemonGpu> {
-        let options = ConnectOptions { socket: Some(socket.clone()), priority, ..ConnectOptions::named(name) };
+    pub fn connect(socket: &Path, name: &str, priority: i32) -> Result<DaemonGpu> {
+        let options = ConnectOptions { socket: Some(socket.to_path_buf()), priority, ..ConnectOptions::named(name) };
         let client =
             Client::connect(options).with_context(|| format!("connecting to gpumuxd at {}", socket.display()))?;
         let module = client.load_module(MODULE, SOURCE, &[]).context("loading the bench kernels into gpumuxd")?;
