@@ -43,7 +43,11 @@ pub struct DaemonBenchArgs {
     /// More daemon configurations for the priority experiment (comma-separated;
     /// `policy[+co-locate][+in-process][+sim]`: shares of every SM instead of
     /// SMs of their own, the device in the daemon's process, the simulated GPU).
-    #[arg(long, default_value = "ppq-excl-drain,ppq-shared-drain+in-process,ppq-shared-drain+co-locate", value_delimiter = ',')]
+    #[arg(
+        long,
+        default_value = "ppq-excl-drain,ppq-shared-drain+in-process,ppq-shared-drain+co-locate",
+        value_delimiter = ','
+    )]
     pub priority_policies: Vec<String>,
     /// Daemon configurations of the co-run experiment (comma-separated,
     /// `policy[+co-locate][+in-process]`).
