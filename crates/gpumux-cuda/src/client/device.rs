@@ -165,6 +165,14 @@ fn sm_mask(sms: SmSet) -> SmMask {
     mask
 }
 
+/// Workers per SM of a co-located launch that holds `held` of `sm_count`
+/// SMs: its share of each SM's `workers_per_sm`, rounded, at least 1
+/// ([`ClientDevice::open_co_located`]).
+fn share_of_each_sm(workers_per_sm: u32, held: u32, sm_count: u32) -> u32 {
+    let (w, h, p) = (workers_per_sm as u64, held as u64, sm_count.max(1) as u64);
+    ((w * h + p / 2) / p).max(1) as u32
+}
+
 /// Blocks of `requested` still in `left`.
 fn still_to_run(requested: &BlockRanges, left: &BlockRanges) -> BlockRanges {
     let mut out = BlockRanges::new();
@@ -406,10 +414,7 @@ impl ClientDevice {
                 };
                 w.next = r.start as u32;
                 w.end = r.end as u32;
-                w.share_cap = share.then(|| {
-                    let wps = w.workers_per_sm() as u64;
-                    ((wps * held as u64 + sm_count as u64 / 2) / sm_count as u64).max(1) as u32
-                });
+                w.share_cap = share.then(|| share_of_each_sm(w.workers_per_sm(), held, sm_count));
                 let started = w.start(&live.stream, mask);
                 live.segs.push(w);
                 started?;
@@ -703,5 +708,25 @@ impl Device for ClientDevice {
 
     fn stats(&self) -> DeviceStats {
         self.stats.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share_of_each_sm;
+
+    #[test]
+    fn co_located_shares_split_an_sm_by_the_sms_held() {
+        // H100, 8 workers of 256 threads per SM: an even split is 4 + 4.
+        assert_eq!(share_of_each_sm(8, 66, 132), 4);
+        assert_eq!(share_of_each_sm(8, 66, 132) * 2, 8);
+        // Uneven: 3/4 of the SMs, 6 of 8.
+        assert_eq!(share_of_each_sm(8, 99, 132), 6);
+        // Three ways: 44 SMs each is 2.67 workers, rounded to 3 (a little
+        // more than an SM holds in all; the hardware fits what it can).
+        assert_eq!(share_of_each_sm(8, 44, 132), 3);
+        // Never nothing: one SM of 132 still gets a worker per SM.
+        assert_eq!(share_of_each_sm(8, 1, 132), 1);
+        assert_eq!(share_of_each_sm(2, 132, 132), 2);
     }
 }

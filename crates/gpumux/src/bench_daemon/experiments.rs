@@ -600,3 +600,28 @@ fn rate_of(r: &[Vec<JobResult>]) -> Result<f64> {
     }
     Ok(n as f64 / ((hi - lo) as f64 / 1e9))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daemon_configurations_parse_with_their_variants_and_bad_ones_say_why() {
+        let c = DaemonConfig::parse("spatial-even+co-locate+in-process").unwrap();
+        assert_eq!((c.policy.as_str(), c.co_locate, c.in_process, c.sim), ("spatial-even", true, true, false));
+        assert_eq!(c.label(), "gpumux spatial-even, co-located, device in-process");
+        assert_eq!(DaemonConfig::parse(" fcfs ").unwrap().label(), "gpumux fcfs");
+        let e = DaemonConfig::parse("fcfs+fast").unwrap_err().to_string();
+        assert!(e.contains("unknown `+fast`"), "{e}");
+    }
+
+    #[test]
+    fn aggregate_launch_rate_spans_the_first_start_to_the_last_end() {
+        let r = vec![
+            vec![JobResult::Rate { start_ns: 1_000, end_ns: 1_000_001_000, launches: 1000 }],
+            vec![JobResult::Rate { start_ns: 500_001_000, end_ns: 2_000_001_000, launches: 2000 }],
+        ];
+        assert!((rate_of(&r).unwrap() - 1500.0).abs() < 1e-9);
+        assert!(rate_of(&[vec![JobResult::Latency { ns: vec![1] }]]).is_err());
+    }
+}
