@@ -3,15 +3,13 @@
 
 use crate::error::{CudaError, Result};
 use crate::launch_plan::{self, Chunk, LaunchFacts, Plan, ProfileKey};
-use crate::runtime::{DeviceBuffer, Event, Function, HostMapped, Params, Stream};
+use crate::runtime::{DeviceBuffer, Event, Function, Params, Stream};
 
 /// Bytes of one control record (`gmx_ctl_t`): a 128-byte line with the claim
 /// word and the result (the host reads its first 32 bytes), a 128-byte line
 /// with the exit count, and 256 per-SM counters.
 pub const CTL_BYTES: usize = 128 + 128 + 256 * 4;
 const NO_RESUME: u32 = u32::MAX;
-/// Bytes of the control record's header the host reads after a launch.
-const RESULT_BYTES: usize = 32;
 /// Claims per worker a launch is cut into at least (when its chunk allows):
 /// fewer claims cost fewer atomic round trips, more balance the tail.
 pub const DEFAULT_MIN_CLAIMS: u32 = 4;
@@ -207,11 +205,6 @@ pub struct WorkerLaunch {
     workers_per_sm: u32,
     sm_count: u32,
     ctl: DeviceBuffer,
-    /// The control record's header, copied to pinned host memory on the
-    /// launch's stream right after the workers (so it is there when `ended`
-    /// is: [`WorkerLaunch::finish`] reads it without a synchronous copy,
-    /// ~10 µs off every launch's end).
-    result: HostMapped,
     seq: u32,
     ended: Event,
     running: bool,
@@ -259,7 +252,6 @@ impl WorkerLaunch {
             workers_per_sm,
             sm_count,
             ctl,
-            result: HostMapped::new(RESULT_BYTES)?,
             seq: 0,
             ended: Event::new_sync_only()?,
             running: false,
@@ -442,9 +434,6 @@ impl WorkerLaunch {
             m.end.record(stream)?;
         }
         self.measuring = measuring;
-        // SAFETY: `result` is pinned host memory of RESULT_BYTES that lives
-        // as long as `self`; the copy is ordered after the workers on `stream`.
-        unsafe { stream.copy_to_host_async(self.result.host_mut_ptr(), self.ctl.ptr, RESULT_BYTES)? };
         self.ended.record(stream)?;
         self.running = true;
         self.running_native = false;
@@ -483,7 +472,7 @@ impl WorkerLaunch {
             return Ok(Outcome { next: self.next, end: self.end, workers: 0 });
         }
         let measured = self.measuring.take();
-        let h = CtlHeader::from_bytes(&self.result.read_bytes(0, RESULT_BYTES))
+        let h = CtlHeader::from_bytes(&self.ctl.download_prefix(32)?)
             .ok_or_else(|| CudaError::Invalid("control record too short".into()))?;
         if h.result_seq != self.seq {
             return Err(CudaError::Check(format!(
