@@ -8,6 +8,7 @@
 use super::jobs::{Job, JobResult, LoopKernel};
 use super::procs::{run_setting, Daemon, Env, Mps, ProcPlan};
 use super::report::{percentile, stp_fairness, CorunRow, LatencyRow, OverheadReport, PriorityRow, Report};
+use super::role::Mode;
 use super::DaemonBenchArgs;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -283,20 +284,12 @@ impl Bench {
                         None,
                     )?;
                     prio.insert((b, "high priority alone".into()), priority_raw(&r));
-                    let r = self.setting(
-                        &format!("priority {b} µs: one process, two streams"),
-                        &[ProcPlan::native(vec![self.urgent(shape, b), self.fill(shape, b)])],
-                        &env,
-                        None,
-                    )?;
-                    prio.insert((b, "one process, 2 streams".into()), priority_raw(&r));
-                    let r = self.setting(
-                        &format!("priority {b} µs: time slicing"),
-                        &[ProcPlan::native(vec![self.urgent(shape, b)]), ProcPlan::native(vec![self.fill(shape, b)])],
-                        &env,
-                        None,
-                    )?;
-                    prio.insert((b, "time slicing".into()), priority_raw(&r));
+                    for (label, together) in [("one process, 2 streams", true), ("time slicing", false)] {
+                        prio.insert(
+                            (b, label.into()),
+                            self.priority_setting(b, label, Mode::Native, together, shape, &env)?,
+                        );
+                    }
                 }
             }
             if self.wants("corun") {
@@ -320,22 +313,13 @@ impl Bench {
                     )?;
                     alone.insert(k, loop_of(first(&r)?)?);
                 }
-                for (i, &(a, b)) in PAIRS.iter().enumerate() {
-                    let (ja, jb) = (self.loop_job(a, &launches), self.loop_job(b, &launches));
-                    let r = self.setting(
-                        &format!("co-run {}+{}: time slicing", a.name(), b.name()),
-                        &[ProcPlan::native(vec![ja.clone()]), ProcPlan::native(vec![jb.clone()])],
-                        &env,
-                        None,
-                    )?;
-                    corun.insert((i, "time slicing".into()), loops(&r)?);
-                    let r = self.setting(
-                        &format!("co-run {}+{}: one process, two streams", a.name(), b.name()),
-                        &[ProcPlan::native(vec![ja, jb])],
-                        &env,
-                        None,
-                    )?;
-                    corun.insert((i, "one process, 2 streams".into()), loops(&r)?);
+                for i in 0..PAIRS.len() {
+                    for (label, together) in [("time slicing", false), ("one process, 2 streams", true)] {
+                        corun.insert(
+                            (i, label.into()),
+                            self.corun_setting(i, label, Mode::Native, together, &launches, &env)?,
+                        );
+                    }
                 }
             }
             if self.wants("overhead") {
@@ -364,30 +348,14 @@ impl Bench {
                         let env = self.env(None, mps.vars());
                         if self.wants("priority") {
                             for &b in &self.args.block_us {
-                                let r = self.setting(
-                                    &format!("priority {b} µs: MPS"),
-                                    &[
-                                        ProcPlan::native(vec![self.urgent(shape, b)]),
-                                        ProcPlan::native(vec![self.fill(shape, b)]),
-                                    ],
-                                    &env,
-                                    None,
-                                )?;
-                                prio.insert((b, "MPS".into()), priority_raw(&r));
+                                let raw = self.priority_setting(b, "MPS", Mode::Native, false, shape, &env)?;
+                                prio.insert((b, "MPS".into()), raw);
                             }
                         }
                         if self.wants("corun") {
-                            for (i, &(a, b)) in PAIRS.iter().enumerate() {
-                                let r = self.setting(
-                                    &format!("co-run {}+{}: MPS", a.name(), b.name()),
-                                    &[
-                                        ProcPlan::native(vec![self.loop_job(a, &launches)]),
-                                        ProcPlan::native(vec![self.loop_job(b, &launches)]),
-                                    ],
-                                    &env,
-                                    None,
-                                )?;
-                                corun.insert((i, "MPS".into()), loops(&r)?);
+                            for i in 0..PAIRS.len() {
+                                let times = self.corun_setting(i, "MPS", Mode::Native, false, &launches, &env)?;
+                                corun.insert((i, "MPS".into()), times);
                             }
                         }
                     }
@@ -417,27 +385,18 @@ impl Bench {
             let label = c.label();
             if self.wants("priority") && priority_configs.contains(c) {
                 for &b in &self.args.block_us {
-                    let r = self.setting(
-                        &format!("priority {b} µs: {label}"),
-                        &[ProcPlan::daemon(vec![self.urgent(shape, b)]), ProcPlan::daemon(vec![self.fill(shape, b)])],
-                        &env,
-                        None,
-                    )?;
-                    prio.insert((b, label.clone()), priority_raw(&r));
+                    prio.insert(
+                        (b, label.clone()),
+                        self.priority_setting(b, &label, Mode::Daemon, false, shape, &env)?,
+                    );
                 }
             }
             if self.wants("corun") && corun_configs.contains(c) {
-                for (i, &(a, b)) in PAIRS.iter().enumerate() {
-                    let r = self.setting(
-                        &format!("co-run {}+{}: {label}", a.name(), b.name()),
-                        &[
-                            ProcPlan::daemon(vec![self.loop_job(a, &launches)]),
-                            ProcPlan::daemon(vec![self.loop_job(b, &launches)]),
-                        ],
-                        &env,
-                        None,
-                    )?;
-                    corun.insert((i, label.clone()), loops(&r)?);
+                for i in 0..PAIRS.len() {
+                    corun.insert(
+                        (i, label.clone()),
+                        self.corun_setting(i, &label, Mode::Daemon, false, &launches, &env)?,
+                    );
                 }
             }
             if self.wants("overhead") && breakdown.contains(c) {
@@ -532,6 +491,49 @@ impl Bench {
             report.overhead = Some(overhead);
         }
         Ok(report)
+    }
+
+    /// One priority setting: the urgent and the filling job, in one
+    /// process (`together`) or in two of `mode`.
+    fn priority_setting(
+        &self,
+        b: u64,
+        label: &str,
+        mode: Mode,
+        together: bool,
+        shape: Shape,
+        env: &Env,
+    ) -> Result<PriorityRaw> {
+        let (urgent, fill) = (self.urgent(shape, b), self.fill(shape, b));
+        let plans = if together {
+            vec![ProcPlan { mode, jobs: vec![urgent, fill] }]
+        } else {
+            vec![ProcPlan { mode, jobs: vec![urgent] }, ProcPlan { mode, jobs: vec![fill] }]
+        };
+        let r = self.setting(&format!("priority {b} µs: {label}"), &plans, env, None)?;
+        Ok(priority_raw(&r))
+    }
+
+    /// One co-run setting of pair `i`: its two loops in one process
+    /// (`together`) or in two of `mode`; (elapsed, checksum) of each.
+    fn corun_setting(
+        &self,
+        i: usize,
+        label: &str,
+        mode: Mode,
+        together: bool,
+        launches: &BTreeMap<LoopKernel, u32>,
+        env: &Env,
+    ) -> Result<Vec<(u64, u64)>> {
+        let (a, b) = PAIRS[i];
+        let (ja, jb) = (self.loop_job(a, launches), self.loop_job(b, launches));
+        let plans = if together {
+            vec![ProcPlan { mode, jobs: vec![ja, jb] }]
+        } else {
+            vec![ProcPlan { mode, jobs: vec![ja] }, ProcPlan { mode, jobs: vec![jb] }]
+        };
+        let r = self.setting(&format!("co-run {}+{}: {label}", a.name(), b.name()), &plans, env, None)?;
+        loops(&r)
     }
 
     fn loop_job(&self, k: LoopKernel, launches: &BTreeMap<LoopKernel, u32>) -> Job {
