@@ -16,7 +16,12 @@ struct gmx_ctl_t {
     // -- second line: the exit count, apart from the claim word so that
     // workers leaving do not queue behind workers still claiming --
     unsigned long long exit_word;    // low 32 bits: workers that left (all of the grid); high 32: those that ran blocks
-    unsigned int pad1[30];
+    // Per-SM retreat, written by the host only (one 32-bit store each, so no
+    // reset is needed): word i holds SMs 16i..16i+15 in its low 16 bits and the
+    // low 16 bits of the launch's seq in its high 16. A worker whose SM's bit
+    // is set for its launch claims nothing more and leaves; the others go on.
+    unsigned int gone[16];
+    unsigned int pad1[14];
     unsigned int sm_workers[256];    // workers per SM, for the per-SM cap (only when the launch has one)
 };
 
@@ -48,6 +53,15 @@ static __device__ __forceinline__ uint3 gmx_unlinear(unsigned int i, const uint3
     return b;
 }
 
+// Leader only: has the host asked this launch's workers to leave SM `s`
+// (`gone`)? Read before every claim, so a worker leaves after the chunk it is
+// running: blocks are never claimed and then abandoned, and the workers on
+// the other SMs claim what is left.
+static __device__ __forceinline__ bool gmx_gone(const gmx_ctl_t* c, const gmx_launch_t& L, unsigned int s) {
+    const unsigned int w = *((const volatile unsigned int*)&c->gone[s >> 4]);
+    return (w >> 16) == (L.seq & 0xffffu) && ((w >> (s & 15u)) & 1u) != 0u;
+}
+
 // Leader only: may this block work here? (SM in the mask, SM under its cap.)
 // `st[1]` remembers whether the block counted itself on its SM, so that it
 // can uncount itself when it leaves (no serial reset of 256 counters at the end).
@@ -58,20 +72,26 @@ static __device__ __forceinline__ unsigned int gmx_enter(gmx_ctl_t* c, const gmx
     st[1] = 0u;
     st[2] = 0u;
     const unsigned int s = gmx_smid();
+    st[3] = s;
     // Constant indices only: a run-time index into a parameter would copy the
     // whole launch description to local memory.
     const unsigned long long w = s < 64u ? L.sm_mask[0] : s < 128u ? L.sm_mask[1] : s < 192u ? L.sm_mask[2] : L.sm_mask[3];
-    if (s >= 256u || ((w >> (s & 63u)) & 1ull) == 0ull) return 0u;
+    if (s >= 256u || ((w >> (s & 63u)) & 1ull) == 0ull || gmx_gone(c, L, s)) return 0u;
     if (L.cap == 0xffffffffu) return 1u;
     st[1] = 1u;
     return atomicAdd(&c->sm_workers[s], 1u) < L.cap ? 1u : 0u;
 }
 
-// Leader only. Claims up to `L.chunk` blocks. Guided self-scheduling: the
+// Leader only. Claims up to `L.chunk` blocks (none on an SM the launch must leave). Guided self-scheduling: the
 // claim shrinks to a share of what is left (estimated from this worker's
 // previous claim, st[2]) as the launch nears its end, so the last claims are
 // single blocks and no worker keeps a long tail while the others are done.
 static __device__ __forceinline__ void gmx_claim(gmx_ctl_t* c, const gmx_launch_t& L, volatile unsigned int* slot, unsigned int* st) {
+    if (gmx_gone(c, L, st[3])) {
+        slot[0] = L.begin;
+        slot[1] = 0u;
+        return;
+    }
     unsigned int want = L.chunk;
     if (want > 1u) {
         const unsigned int seen = st[2];

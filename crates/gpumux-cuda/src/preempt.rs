@@ -15,6 +15,16 @@ const NO_RESUME: u32 = u32::MAX;
 pub const DEFAULT_MIN_CLAIMS: u32 = 4;
 /// `gmx_launch_t::cap` for "no per-SM cap": the workers skip the per-SM counter.
 pub const NO_CAP: u32 = u32::MAX;
+/// Byte offset of `gmx_ctl_t::gone` (16 words, per-SM retreat) in the control record.
+const GONE_OFFSET: u64 = 128 + 8;
+/// `gone` words: SMs 16i..16i+15 each.
+const GONE_WORDS: usize = 16;
+
+/// `gone` word `i` for SMs `sms` and launch `seq`: the SMs' bits low, the seq's tag high.
+fn gone_word(sms: &SmMask, i: usize, seq: u32) -> u32 {
+    let bits = (sms.0[i / 4] >> (16 * (i % 4))) as u32 & 0xffff;
+    ((seq & 0xffff) << 16) | bits
+}
 
 /// Workers to launch for `count` blocks on `mask_sms` of `sm_count` SMs.
 /// Enough to reach every SM: those outside the mask or over the cap leave
@@ -215,6 +225,8 @@ pub struct WorkerLaunch {
     /// Workers per SM at most, set by a device that co-locates launches on
     /// the same SMs (each keeps to its share of every SM); `None`: the occupancy.
     pub share_cap: Option<u32>,
+    /// What the host last wrote to each `gone` word of the record (0: nothing).
+    gone: [u32; GONE_WORDS],
 }
 
 impl WorkerLaunch {
@@ -258,6 +270,7 @@ impl WorkerLaunch {
             running_native: false,
             urgent: false,
             share_cap: None,
+            gone: [0; GONE_WORDS],
         })
     }
 
@@ -412,6 +425,15 @@ impl WorkerLaunch {
             (Plan::Native, None) => 1,
         };
         self.seq = self.seq.wrapping_add(1).max(1);
+        // A `gone` word left by the launch 65,536 starts ago carries this
+        // launch's tag: clear it first (in stream order, before the workers).
+        for i in 0..GONE_WORDS {
+            let w = self.gone[i];
+            if w >> 16 == self.seq & 0xffff && w & 0xffff != 0 {
+                stream.write_u32(self.ctl.ptr + GONE_OFFSET + 4 * i as u64, 0)?;
+                self.gone[i] = 0;
+            }
+        }
         let desc = self.describe(mask, chunk);
         p.ptr(self.ctl.ptr).push_bytes(&desc.to_bytes());
         let workers = worker_grid(self.workers_per_sm, self.sm_count, mask.count(), desc.count);
@@ -450,6 +472,31 @@ impl WorkerLaunch {
             return Ok(());
         }
         ctl_stream.write_u32(self.ctl.ptr + 4, self.seq)
+    }
+
+    /// Per-SM retreat: tells the running launch's workers to leave the SMs of
+    /// `gone` after their current chunk and not to enter them; the workers
+    /// on the launch's other SMs go on claiming, so the launch's blocks are
+    /// all run by them. `gone` is the whole set (an SM taken out of it may
+    /// be entered again by workers not yet started). One stream write per
+    /// 16 SMs whose bits change, on `ctl_stream` (idle, so it lands at once).
+    /// If every SM of the launch is gone its workers all leave with blocks
+    /// left, as after [`WorkerLaunch::retreat`]. A native launch ignores it.
+    pub fn leave(&mut self, ctl_stream: &Stream, gone: &SmMask) -> Result<()> {
+        if !self.running || self.running_native {
+            return Ok(());
+        }
+        let tag = self.seq & 0xffff;
+        for i in 0..GONE_WORDS {
+            let want = gone_word(gone, i, self.seq);
+            let old = self.gone[i];
+            let old_bits = if old >> 16 == tag { old & 0xffff } else { 0 };
+            if want & 0xffff != old_bits {
+                ctl_stream.write_u32(self.ctl.ptr + GONE_OFFSET + 4 * i as u64, want)?;
+                self.gone[i] = want;
+            }
+        }
+        Ok(())
     }
 
     /// Has the running launch ended (finished or retreated)?
@@ -560,13 +607,33 @@ mod tests {
                 "unsigned int result_seq",
                 "unsigned int pad0[26]",
                 "unsigned long long exit_word",
-                "unsigned int pad1[30]",
+                "unsigned int gone[16]",
+                "unsigned int pad1[14]",
                 "unsigned int sm_workers[256]",
             ]
         );
         assert_eq!(8 + 4 * 4 + 26 * 4, 128);
-        assert_eq!(128 + 8 + 30 * 4, 256);
+        assert_eq!(128 + 8 + 16 * 4 + 14 * 4, 256);
+        assert_eq!(GONE_OFFSET, 128 + 8);
         assert_eq!(CTL_BYTES, 256 + 256 * 4);
+    }
+
+    #[test]
+    fn gone_words_tag_the_launch_and_hold_sixteen_sms_each() {
+        let mut m = SmMask::empty();
+        for sm in [0, 15, 16, 115, 131] {
+            m.insert(sm);
+        }
+        assert_eq!(gone_word(&m, 0, 7), (7 << 16) | 0x8001);
+        assert_eq!(gone_word(&m, 1, 7), (7 << 16) | 1);
+        // SM 115 is bit 3 of word 7; SM 131 bit 3 of word 8.
+        assert_eq!(gone_word(&m, 7, 0x1_0005), (5 << 16) | (1 << 3));
+        assert_eq!(gone_word(&m, 8, 5), (5 << 16) | (1 << 3));
+        assert_eq!(gone_word(&m, 15, 5) & 0xffff, 0);
+        // The prelude reads the same layout.
+        let p = crate::transform::PRELUDE;
+        assert!(p.contains("(w >> 16) == (L.seq & 0xffffu) && ((w >> (s & 15u)) & 1u) != 0u"));
+        assert!(p.contains("c->gone[s >> 4]"));
     }
 
     #[test]

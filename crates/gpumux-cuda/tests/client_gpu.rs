@@ -1,6 +1,7 @@
 //! Clients' kernels, memory and copies on a real GPU through
 //! [`ClientDevice`] and the engine's commands: a copy round trip, a client
-//! kernel preempted and resumed equal to its native launch, and a faulting
+//! kernel preempted and resumed equal to its native launch, a per-SM retreat
+//! (released at once, the other SMs finish the launch), and a faulting
 //! kernel reported as a lost context and survived by a rebuild. Without a
 //! GPU (or NVRTC) each test says it skipped and why.
 
@@ -206,6 +207,120 @@ fn a_preempted_client_kernel_equals_its_native_launch() {
     assert!(workers == native_out, "preempted workers differ from the native launch");
     d.unregister_host(o);
     d.unregister_host(host.ptr().0);
+}
+
+/// A kernel whose blocks spin `spin_ns` and count themselves and the SM they ran on.
+const STAMP: &str = r#"
+extern "C" __global__ void stamp(unsigned int* runs, unsigned int* sm_of, unsigned long long spin_ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < spin_ns);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int s;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+        atomicAdd(&runs[blockIdx.x], 1u);
+        sm_of[blockIdx.x] = s;
+    }
+}
+"#;
+
+/// Runs `stamp` with `total` blocks of 10 µs on every SM, takes `gone` away
+/// right after the launch, optionally gives it back, and returns the events,
+/// each block's run count and the SM each ran on.
+fn stamp_with_retreat(d: &mut ClientDevice, op: u64, gone: SmSet, give_back: bool) -> (Vec<Event>, Vec<u32>, Vec<u32>) {
+    let compiled = module::compile("stamp", STAMP, &[], d.arch()).expect("compile");
+    let (kernels, _) = d.load_module("stamp", &compiled).expect("load");
+    let h = kernels[0].0;
+    let sms = d.info().num_sms;
+    let total = sms as u64 * 8 * 40;
+    let bytes = total * 4;
+    let (runs, sm_of) = (d.alloc(bytes).expect("alloc"), d.alloc(bytes).expect("alloc"));
+    copy(d, op + 1, ClientWork::Memset { dst: runs, value: 0, bytes });
+    let params = vec![runs.to_le_bytes().to_vec(), sm_of.to_le_bytes().to_vec(), 10_000u64.to_le_bytes().to_vec()];
+    let work = ClientWork::Kernel { kernel: h, grid: [total as u32, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
+    // SAFETY: a kernel binds no host memory.
+    unsafe { d.bind(OpId(op), work) }.expect("bind");
+    let all = SmSet::range(0, sms);
+    d.submit(d.now(), launch(op, op, BlockRanges::full(total), all, total)).expect("launch");
+    d.submit(d.now(), Command::Retreat { launch: LaunchId(op), sms: gone, mechanism: Mechanism::Drain })
+        .expect("retreat");
+    // The SMs are released at once: the next poll says so, long before the launch ends.
+    let mut events = Vec::new();
+    d.advance(Some(d.now()), &mut events).expect("poll");
+    let released: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SmReleased { sm, .. } => Some(sm.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(released, gone.iter().map(|s| s.0).collect::<Vec<_>>(), "released at once: {events:?}");
+    if give_back {
+        d.submit(d.now(), Command::Grow { launch: LaunchId(op), sms: gone }).expect("grow");
+    }
+    events.extend(run_until(d, ended(LaunchId(op))).expect("launch"));
+    d.unbind(OpId(op));
+    let mut host = Pinned::new(d, vec![0u8; 2 * bytes as usize]);
+    let o = host.ptr().0;
+    copy(d, op + 2, ClientWork::ToHost { src: runs, dst: HostPtr(o), bytes });
+    // SAFETY: the second half of `host`.
+    copy(d, op + 3, ClientWork::ToHost { src: sm_of, dst: HostPtr(unsafe { o.add(bytes as usize) }), bytes });
+    let words = |b: &[u8]| b.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect::<Vec<_>>();
+    let (r, s) = host.0.split_at(bytes as usize);
+    let out = (events, words(r), words(s));
+    d.unregister_host(o);
+    d.free(runs).expect("free");
+    d.free(sm_of).expect("free");
+    out
+}
+
+#[test]
+fn a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch() {
+    let Some((_gpu, mut d)) =
+        device_or_skip("a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch")
+    else {
+        return;
+    };
+    let sms = d.info().num_sms;
+    // Half the SMs taken away for good.
+    let half = SmSet::range(sms / 2, sms);
+    let (events, runs, sm_of) = stamp_with_retreat(&mut d, 100, half, false);
+    assert!(runs.iter().all(|&r| r == 1), "every block ran exactly once");
+    let end = events.iter().find_map(|e| match e {
+        Event::LaunchEnded { remaining, completed, .. } => Some((remaining.len(), *completed)),
+        _ => None,
+    });
+    assert_eq!(end, Some((0, runs.len() as u64)), "the other SMs finished the launch without a restart");
+    let on_gone = sm_of.iter().filter(|&&s| s >= (sms / 2) as u32).count();
+    eprintln!("{on_gone} of {} blocks ran on the SMs taken away", runs.len());
+    // Workers there finish the chunk they hold (a claim of at most 2 blocks of
+    // 10 µs) and leave: a few blocks per worker, far from half the launch.
+    assert!(on_gone * 10 < runs.len(), "{on_gone} of {} blocks ran on SMs taken away", runs.len());
+    let exhausted: Vec<u16> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SmReleased { sm, cause: gpumux_engine::device::ReleaseCause::Exhausted, .. } => Some(sm.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(exhausted, (0..sms / 2).collect::<Vec<_>>(), "each SM released once");
+
+    // Sixteen SMs taken away and given back: the launch goes on where its
+    // workers are (no drain, no restart) and still holds every SM at its end.
+    let few = SmSet::range(sms - 16, sms);
+    let (events, runs, _) = stamp_with_retreat(&mut d, 200, few, true);
+    assert!(runs.iter().all(|&r| r == 1), "every block ran exactly once");
+    let released: Vec<u16> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SmReleased { sm, .. } => Some(sm.0),
+            _ => None,
+        })
+        .collect();
+    let mut want: Vec<u16> = few.iter().map(|s| s.0).collect();
+    want.extend(0..sms);
+    assert_eq!(released, want, "the sixteen at once, then every SM at the end");
 }
 
 #[test]

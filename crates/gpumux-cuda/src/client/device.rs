@@ -59,6 +59,14 @@ struct Live {
     stopping: bool,
     /// SMs the current workers run on.
     mask: SmSet,
+    /// The current workers run on every SM at a share of each (co-location):
+    /// retreats and grows restart them.
+    shared: bool,
+    /// SMs of `mask` the current workers are told to stay off (per-SM retreat).
+    gone: SmSet,
+    /// SMs of `mask` the current workers were ever told to leave: none of
+    /// them works there any more, even if a grow gave the SM back.
+    vacated: SmSet,
     started: Nanos,
 }
 
@@ -422,6 +430,9 @@ impl ClientDevice {
             Ok(())
         })();
         live.mask = live.sms;
+        live.shared = share;
+        live.gone = SmSet::EMPTY;
+        live.vacated = SmSet::EMPTY;
         live.stopping = false;
         live.started = now;
         st.launches.insert(lid, live);
@@ -486,7 +497,9 @@ impl ClientDevice {
             let work_left = !still_to_run(&live.requested, &op.left).is_empty();
             op.pool.append(&mut live.segs);
             self.stats.sm_busy_ns += now.saturating_sub(live.started) as u128 * live.mask.len() as u128;
-            if work_left && !live.stopping {
+            // Workers left with blocks to run only when asked: a retreat, or
+            // per-SM retreats that happened to cover every SM a worker ran on.
+            if work_left && !live.stopping && live.vacated.is_empty() {
                 let why = CudaError::Check("its workers stopped with work left though no retreat was asked".into());
                 return Err(DeviceError::backend(format!("launch {lid}"), why));
             }
@@ -530,6 +543,58 @@ impl ClientDevice {
             w.retreat(&st.ctl).map_err(failed(format!("asking launch {lid} to retreat")))?;
         }
         Ok(())
+    }
+
+    /// Per-SM retreat of `gone` (SMs the launch no longer holds). The SMs are
+    /// announced released **at once**: the workers there leave after their
+    /// current chunk, and whatever the engine starts there next (on a stream
+    /// of its own priority) gets their places as they leave, the way the
+    /// hardware slips a high-priority kernel's blocks in as blocks retire.
+    /// The drain overlaps the next launch instead of preceding it. Workers on
+    /// the launch's other SMs go on (`WorkerLaunch::leave`); only when none
+    /// is left does the launch drain and restart, or end, as after a retreat.
+    fn leave_sms(&mut self, lid: LaunchId, gone: SmSet) -> Result<(), DeviceError> {
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        let Some(live) = st.launches.get_mut(&lid) else { return Ok(()) };
+        for sm in gone.iter() {
+            self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Retreated });
+        }
+        if live.stopping {
+            // Its workers are leaving already; the restart runs on what it holds.
+            return Ok(());
+        }
+        let here = gone.intersection(&live.mask);
+        live.gone = live.gone.union(&here);
+        live.vacated = live.vacated.union(&here);
+        if live.mask.difference(&live.vacated).is_empty() {
+            return self.retreat_workers(lid);
+        }
+        let mask = sm_mask(live.gone);
+        for w in live.segs.iter_mut() {
+            w.leave(&st.ctl, &mask).map_err(failed(format!("asking launch {lid} to leave {} SMs", gone.len())))?;
+        }
+        Ok(())
+    }
+
+    /// A grow that gives back SMs the current workers left (per-SM retreat):
+    /// their bits are cleared (workers not yet started may enter again), and
+    /// the launch goes on where its workers are rather than drain and restart
+    /// on the larger set, as long as they still cover 3/4 of what it holds
+    /// (a restart costs the whole launch a drain; the SMs stay idle only
+    /// until the launch ends). False: the caller drains and restarts.
+    fn regrow_in_place(&mut self, lid: LaunchId, add: SmSet) -> Result<bool, DeviceError> {
+        let st = self.state().map_err(failed("making the context current"))?;
+        let Some(live) = st.launches.get_mut(&lid) else { return Ok(true) };
+        if live.shared || live.stopping || !add.difference(&live.mask).is_empty() {
+            return Ok(false);
+        }
+        live.gone = live.gone.difference(&add);
+        let mask = sm_mask(live.gone);
+        for w in live.segs.iter_mut() {
+            w.leave(&st.ctl, &mask).map_err(failed(format!("giving launch {lid} {} SMs back", add.len())))?;
+        }
+        let working = live.mask.difference(&live.vacated).len();
+        Ok(working * 4 >= live.sms.len() * 3)
     }
 
     /// Queues copy `copy`, the work bound to `op`, on its copy stream.
@@ -634,6 +699,9 @@ impl Device for ClientDevice {
                     segs: Vec::new(),
                     stopping: false,
                     mask: sms,
+                    shared: false,
+                    gone: SmSet::EMPTY,
+                    vacated: SmSet::EMPTY,
                     started: now,
                 };
                 st.launches.insert(launch, live);
@@ -655,7 +723,9 @@ impl Device for ClientDevice {
                     return Ok(());
                 }
                 live.sms = live.sms.union(&add);
-                self.retreat_workers(launch)?;
+                if !self.regrow_in_place(launch, add)? {
+                    self.retreat_workers(launch)?;
+                }
             }
             Command::Retreat { launch, sms, mechanism: _ } => {
                 let st = self.state().map_err(failed("making the context current"))?;
@@ -667,9 +737,14 @@ impl Device for ClientDevice {
                     return Ok(());
                 }
                 live.sms = live.sms.difference(&gone);
-                live.releasing = live.releasing.union(&gone);
-                // Every mechanism is a drain at the next chunk boundary (module doc).
-                self.retreat_workers(launch)?;
+                if live.shared {
+                    // Co-located workers share every SM: drain them all and
+                    // restart on the launch's smaller share.
+                    live.releasing = live.releasing.union(&gone);
+                    self.retreat_workers(launch)?;
+                } else {
+                    self.leave_sms(launch, gone)?;
+                }
             }
             Command::Copy { copy, op, bytes, .. } => {
                 self.copy(copy, op).map_err(failed(format!("copy {copy} of {bytes} bytes")))?;
