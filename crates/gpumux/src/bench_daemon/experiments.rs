@@ -255,6 +255,8 @@ impl Bench {
         // Native settings first (no other daemon running), then MPS, then each gpumuxd.
         let mut prio: BTreeMap<(u64, String), PriorityRaw> = BTreeMap::new();
         let mut lp_alone: BTreeMap<u64, f64> = BTreeMap::new();
+        // The low-priority client alone through each daemon configuration.
+        let mut lp_alone_daemon: BTreeMap<(u64, String), (f64, bool)> = BTreeMap::new();
         let mut corun: BTreeMap<(usize, String), Vec<(u64, u64)>> = BTreeMap::new();
         let mut alone: BTreeMap<LoopKernel, (u64, u64)> = BTreeMap::new();
         let mut launches: BTreeMap<LoopKernel, u32> = BTreeMap::new();
@@ -385,6 +387,16 @@ impl Bench {
             let label = c.label();
             if self.wants("priority") && priority_configs.contains(c) {
                 for &b in &self.args.block_us {
+                    let r = self.setting(
+                        &format!("priority {b} µs: low priority alone through {label}"),
+                        &[ProcPlan::daemon(vec![self.fill(shape, b)])],
+                        &env,
+                        Some(self.lp_alone_window()),
+                    )?;
+                    let raw = priority_raw(&r);
+                    if let Some(rate) = raw.fill_rate {
+                        lp_alone_daemon.insert((b, label.clone()), (rate, raw.ok));
+                    }
                     prio.insert(
                         (b, label.clone()),
                         self.priority_setting(b, &label, Mode::Daemon, false, shape, &env)?,
@@ -454,6 +466,8 @@ impl Bench {
                 (Some(r), Some(s)) if s > 0.0 => Some(r / s),
                 _ => None,
             };
+            let own_alone = lp_alone_daemon.get(&(*b, setting.clone())).copied();
+            let alone_ok = own_alone.is_none_or(|(_, ok)| ok);
             report.priority.push(PriorityRow {
                 block_us: *b,
                 setting: setting.clone(),
@@ -463,7 +477,11 @@ impl Bench {
                 lp_blocks_per_s: raw.fill_rate,
                 lp_share_of_alone: share,
                 lp_vs_streams: vs_streams,
-                no_work_lost: native.then_some(raw.ok),
+                lp_alone_share: match (own_alone, alone) {
+                    (Some((r, _)), Some(a)) if a > 0.0 => Some(r / a),
+                    _ => None,
+                },
+                no_work_lost: native.then_some(raw.ok && alone_ok),
             });
         }
         for ((i, setting), times) in &corun {

@@ -37,6 +37,10 @@ pub struct PriorityRow {
     pub lp_share_of_alone: Option<f64>,
     /// Its rate over the rate with the same urgent kernels interleaved natively (one process, two streams).
     pub lp_vs_streams: Option<f64>,
+    /// Through a daemon: the low-priority client's rate with no urgent
+    /// client, as a share of its native rate alone (what the daemon costs it
+    /// by itself; the rest of `lp_share_of_alone`'s loss is the urgent's).
+    pub lp_alone_share: Option<f64>,
     /// Every block of both clients ran exactly once (`None` on a simulated
     /// device, which runs no kernel code, so nothing counts the blocks).
     pub no_work_lost: Option<bool>,
@@ -145,6 +149,7 @@ impl Report {
                         format!("{:.0}", r.hp_max_us),
                         opt(r.lp_share_of_alone, 3),
                         opt(r.lp_vs_streams, 3),
+                        opt(r.lp_alone_share, 3),
                         match r.no_work_lost {
                             Some(true) => "yes".into(),
                             Some(false) => "NO".into(),
@@ -153,7 +158,7 @@ impl Report {
                     ]
                 })
                 .collect();
-            out += &table(&["setting", "p50", "p99", "max", "LP share", "LP/streams", "no loss"], &rows);
+            out += &table(&["setting", "p50", "p99", "max", "LP share", "LP/streams", "LP alone", "no loss"], &rows);
         }
         if !self.corun.is_empty() {
             out += "\nCo-run throughput: two kernels started together (NTT = time shared / time alone, native)\n";
