@@ -19,6 +19,7 @@ use gpumux_engine::ids::{CopyId, LaunchId, OpId, ProcessId};
 use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::policies;
 use gpumux_engine::smset::SmSet;
+use gpumux_engine::time::Nanos;
 use gpumux_engine::{Engine, EngineError, OpOutcome, ProcessInfo, StreamOp};
 use gpumux_proto::{
     BufferId, ClientStatus, ErrorKind, ErrorReply, EventId, KernelEntry, KernelId, LostWork, ModuleId, Notice, Reply,
@@ -123,7 +124,21 @@ struct OpEntry {
     launches: u32,
     /// A device copy of it not yet done.
     copying: bool,
+    /// When it was queued, first launched (and on how many SMs), and how
+    /// many launches it took: logged for a slow urgent kernel ([`SLOW_URGENT`]).
+    queued: Nanos,
+    first_launch: Option<(Nanos, u32)>,
+    launched: u32,
+    /// Its stream's priority when it was queued.
+    priority: i32,
 }
+
+/// A kernel of a stream of priority above 0 that takes longer than this from
+/// its request to its end is logged (info) with its timeline: how long it
+/// waited for its first launch, and how long it then ran. Urgent kernels are
+/// short, so this says where a priority tail comes from without tracing
+/// every operation.
+const SLOW_URGENT: Nanos = 1_000_000;
 
 /// Something to release once operations are off the device.
 #[derive(Debug)]
@@ -707,7 +722,7 @@ impl Core {
                 ),
             ));
         }
-        let slot = st.slot;
+        let (slot, priority) = (st.slot, s.priority);
         let id = self.engine.submit(now, slot, op).map_err(|e| match e {
             EngineError::DoesNotFit(d) => err(ErrorKind::Invalid, d.to_string()),
             other => err(ErrorKind::Invalid, other.to_string()),
@@ -716,7 +731,21 @@ impl Core {
         if let Some(w) = work {
             self.backend.bind(id, w);
         }
-        self.ops.insert(id, OpEntry { client, stream, kind, ended: false, launches: 0, copying: false });
+        self.ops.insert(
+            id,
+            OpEntry {
+                client,
+                stream,
+                kind,
+                ended: false,
+                launches: 0,
+                copying: false,
+                queued: now,
+                first_launch: None,
+                launched: 0,
+                priority,
+            },
+        );
         if let Ok(s) = self.session_mut(client) {
             s.in_flight += 1;
             if let Some(st) = s.streams.get_mut(&stream) {
@@ -921,8 +950,11 @@ impl Core {
         match cmd {
             Command::Launch { launch, op, sms, .. } => {
                 self.launches.insert(*launch, (*op, *sms));
+                let now = self.backend.now();
                 if let Some(e) = self.ops.get_mut(op) {
                     e.launches += 1;
+                    e.launched += 1;
+                    e.first_launch.get_or_insert((now, sms.len()));
                 }
             }
             Command::Grow { launch, sms } => {
@@ -1022,13 +1054,49 @@ impl Core {
             return;
         }
         let client = e.client;
-        self.ops.remove(&op);
+        if let Some(e) = self.ops.remove(&op) {
+            self.log_if_slow_urgent(op, &e);
+        }
         self.backend.unbind(op);
         if let Some(s) = self.sessions.get_mut(&client) {
             s.in_flight = s.in_flight.saturating_sub(1);
         }
         self.release_ready();
         self.reap(client);
+    }
+
+    /// Logs an urgent kernel that took longer than [`SLOW_URGENT`] (see there).
+    fn log_if_slow_urgent(&self, op: OpId, e: &OpEntry) {
+        if e.priority <= 0 || !matches!(e.kind, OpKind::Kernel { .. }) {
+            return;
+        }
+        let now = self.backend.now();
+        let total = now.saturating_sub(e.queued);
+        if total <= SLOW_URGENT {
+            return;
+        }
+        let us = |ns: Nanos| ns as f64 / 1e3;
+        let name = self.sessions.get(&e.client).map_or("?", |s| s.name.as_str());
+        match e.first_launch {
+            Some((at, sms)) => tracing::info!(
+                "slow urgent kernel: client {} ({name}) {op} at priority {}: {:.0} µs from request to end: \
+                 {:.0} µs before its first launch (on {sms} SMs), {:.0} µs from there to its end, {} launch(es); \
+                 device launches in flight now: {}",
+                e.client,
+                e.priority,
+                us(total),
+                us(at.saturating_sub(e.queued)),
+                us(now.saturating_sub(at)),
+                e.launched,
+                self.launches.len()
+            ),
+            None => tracing::info!(
+                "slow urgent kernel: client {} ({name}) {op} at priority {}: {:.0} µs, never launched",
+                e.client,
+                e.priority,
+                us(total)
+            ),
+        }
     }
 
     fn failure(&mut self, f: Failure) -> Result<(), CoreError> {
