@@ -1,7 +1,8 @@
 //! Clients' kernels, memory and copies on a real GPU through
 //! [`ClientDevice`] and the engine's commands: a copy round trip, a client
 //! kernel preempted and resumed equal to its native launch, a per-SM retreat
-//! (released at once, the other SMs finish the launch), and a faulting
+//! (released at once, the other SMs finish the launch), an urgent launch on
+//! the SMs a retreat took (run there, once, as the workers left), and a faulting
 //! kernel reported as a lost context and survived by a rebuild. Without a
 //! GPU (or NVRTC) each test says it skipped and why.
 
@@ -321,6 +322,123 @@ fn a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch() {
     let mut want: Vec<u16> = few.iter().map(|s| s.0).collect();
     want.extend(0..sms);
     assert_eq!(released, want, "the sixteen at once, then every SM at the end");
+}
+
+/// `stamp` with each block's start (globaltimer, ns) kept too.
+const STAMP_TIMED: &str = r#"
+extern "C" __global__ void stamp_timed(unsigned int* runs, unsigned int* sm_of, unsigned long long* start, unsigned long long spin_ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < spin_ns);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int s;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+        atomicAdd(&runs[blockIdx.x], 1u);
+        sm_of[blockIdx.x] = s;
+        start[blockIdx.x] = t0;
+    }
+}
+"#;
+
+#[test]
+fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leave() {
+    let Some((_gpu, mut d)) =
+        device_or_skip("an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leave")
+    else {
+        return;
+    };
+    let d = &mut d;
+    let compiled = module::compile("stamp_timed", STAMP_TIMED, &[], d.arch()).expect("compile");
+    let (kernels, _) = d.load_module("stamp_timed", &compiled).expect("load");
+    let h = kernels[0].0;
+    let sms = d.info().num_sms;
+    // Low priority: 2 waves of 1 ms blocks on every SM. Urgent: 132 blocks of 15 µs.
+    let (lp_total, hp_total) = (sms as u64 * 8 * 2, 132u64);
+    let buffers = |d: &mut ClientDevice, n: u64| {
+        let b = (d.alloc(n * 4).expect("alloc"), d.alloc(n * 4).expect("alloc"), d.alloc(n * 8).expect("alloc"));
+        b
+    };
+    let (lp, hp) = (buffers(d, lp_total), buffers(d, hp_total));
+    copy(d, 301, ClientWork::Memset { dst: lp.0, value: 0, bytes: lp_total * 4 });
+    copy(d, 302, ClientWork::Memset { dst: hp.0, value: 0, bytes: hp_total * 4 });
+    let work = |b: &(u64, u64, u64), n: u64, ns: u64| ClientWork::Kernel {
+        kernel: h,
+        grid: [n as u32, 1, 1],
+        block: [256, 1, 1],
+        shared_bytes: 0,
+        params: vec![
+            b.0.to_le_bytes().to_vec(),
+            b.1.to_le_bytes().to_vec(),
+            b.2.to_le_bytes().to_vec(),
+            ns.to_le_bytes().to_vec(),
+        ],
+    };
+    // SAFETY: kernels bind no host memory.
+    unsafe { d.bind(OpId(310), work(&lp, lp_total, 1_000_000)) }.expect("bind");
+    unsafe { d.bind(OpId(311), work(&hp, hp_total, 15_000)) }.expect("bind");
+    let all = SmSet::range(0, sms);
+    let taken = SmSet::range(sms - 17, sms);
+    d.submit(d.now(), launch(310, 310, BlockRanges::full(lp_total), all, lp_total)).expect("launch");
+    // Let the low-priority blocks get going, then take 17 SMs for the urgent launch.
+    std::thread::sleep(Duration::from_micros(300));
+    let t_retreat = d.now();
+    d.submit(d.now(), Command::Retreat { launch: LaunchId(310), sms: taken, mechanism: Mechanism::Drain })
+        .expect("retreat");
+    let mut urgent = launch(311, 311, BlockRanges::full(hp_total), taken, hp_total);
+    if let Command::Launch { priority, .. } = &mut urgent {
+        *priority = 1;
+    }
+    d.submit(d.now(), urgent).expect("urgent launch");
+    let t_launched = d.now();
+    let events = run_until(d, ended(LaunchId(311))).expect("urgent");
+    let t_urgent_end = d.now();
+    drop(events);
+    run_until(d, ended(LaunchId(310))).expect("low priority");
+    let t_lp_end = d.now();
+    d.unbind(OpId(310));
+    d.unbind(OpId(311));
+    let read = |d: &mut ClientDevice, b: &(u64, u64, u64), n: u64, op: u64| {
+        let mut host = Pinned::new(d, vec![0u8; (n * 16) as usize]);
+        let o = host.ptr().0;
+        copy(d, op, ClientWork::ToHost { src: b.0, dst: HostPtr(o), bytes: n * 4 });
+        // SAFETY: the rest of `host`.
+        copy(d, op + 1, ClientWork::ToHost { src: b.1, dst: HostPtr(unsafe { o.add((n * 4) as usize) }), bytes: n * 4 });
+        copy(d, op + 2, ClientWork::ToHost { src: b.2, dst: HostPtr(unsafe { o.add((n * 8) as usize) }), bytes: n * 8 });
+        let v = host.0.clone();
+        d.unregister_host(o);
+        let u32s = |b: &[u8]| b.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect::<Vec<_>>();
+        let u64s = |b: &[u8]| {
+            b.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))).collect::<Vec<_>>()
+        };
+        let n = n as usize;
+        (u32s(&v[..n * 4]), u32s(&v[n * 4..n * 8]), u64s(&v[n * 8..n * 16]))
+    };
+    let (lp_runs, _, lp_start) = read(d, &lp, lp_total, 320);
+    let (hp_runs, hp_sm, hp_start) = read(d, &hp, hp_total, 330);
+    assert!(lp_runs.iter().all(|&r| r == 1), "every low-priority block ran exactly once");
+    assert!(hp_runs.iter().all(|&r| r == 1), "every urgent block ran exactly once");
+    assert!(hp_sm.iter().all(|&s| s >= (sms - 17) as u32), "urgent blocks ran only on the SMs taken: {hp_sm:?}");
+    // Where the time went (printed, not asserted: tests are not timed).
+    let lp0 = lp_start.iter().copied().min().unwrap_or(0);
+    let (h0, h1) = (hp_start.iter().copied().min().unwrap_or(0), hp_start.iter().copied().max().unwrap_or(0));
+    eprintln!(
+        "urgent: launched {:.0} µs after the retreat, ended {:.0} µs after its launch (host); its blocks started \
+         {:.0} .. {:.0} µs after the first low-priority block (GPU clock); low priority ended {:.0} µs after the retreat",
+        (t_launched - t_retreat) as f64 / 1e3,
+        (t_urgent_end - t_launched) as f64 / 1e3,
+        h0.saturating_sub(lp0) as f64 / 1e3,
+        h1.saturating_sub(lp0) as f64 / 1e3,
+        (t_lp_end - t_retreat) as f64 / 1e3,
+    );
+    let mut starts: Vec<u64> = hp_start.iter().map(|t| t.saturating_sub(h0) / 1000).collect();
+    starts.sort();
+    eprintln!("urgent block starts, µs after the first: {:?}", starts.iter().step_by(11).collect::<Vec<_>>());
+    for b in [lp, hp] {
+        for a in [b.0, b.1, b.2] {
+            d.free(a).expect("free");
+        }
+    }
 }
 
 #[test]
