@@ -239,7 +239,8 @@ fn stamp_with_retreat(d: &mut ClientDevice, op: u64, gone: SmSet, give_back: boo
     let (runs, sm_of) = (d.alloc(bytes).expect("alloc"), d.alloc(bytes).expect("alloc"));
     copy(d, op + 1, ClientWork::Memset { dst: runs, value: 0, bytes });
     let params = vec![runs.to_le_bytes().to_vec(), sm_of.to_le_bytes().to_vec(), 10_000u64.to_le_bytes().to_vec()];
-    let work = ClientWork::Kernel { kernel: h, grid: [total as u32, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
+    let work =
+        ClientWork::Kernel { kernel: h, grid: [total as u32, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
     // SAFETY: a kernel binds no host memory.
     unsafe { d.bind(OpId(op), work) }.expect("bind");
     let all = SmSet::range(0, sms);
@@ -278,8 +279,7 @@ fn stamp_with_retreat(d: &mut ClientDevice, op: u64, gone: SmSet, give_back: boo
 
 #[test]
 fn a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch")
+    let Some((_gpu, mut d)) = device_or_skip("a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch")
     else {
         return;
     };
@@ -356,8 +356,7 @@ fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leav
     // Low priority: 2 waves of 1 ms blocks on every SM. Urgent: 132 blocks of 15 µs.
     let (lp_total, hp_total) = (sms as u64 * 8 * 2, 132u64);
     let buffers = |d: &mut ClientDevice, n: u64| {
-        let b = (d.alloc(n * 4).expect("alloc"), d.alloc(n * 4).expect("alloc"), d.alloc(n * 8).expect("alloc"));
-        b
+        (d.alloc(n * 4).expect("alloc"), d.alloc(n * 4).expect("alloc"), d.alloc(n * 8).expect("alloc"))
     };
     let (lp, hp) = (buffers(d, lp_total), buffers(d, hp_total));
     copy(d, 301, ClientWork::Memset { dst: lp.0, value: 0, bytes: lp_total * 4 });
@@ -403,11 +402,20 @@ fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leav
         let o = host.ptr().0;
         copy(d, op, ClientWork::ToHost { src: b.0, dst: HostPtr(o), bytes: n * 4 });
         // SAFETY: the rest of `host`.
-        copy(d, op + 1, ClientWork::ToHost { src: b.1, dst: HostPtr(unsafe { o.add((n * 4) as usize) }), bytes: n * 4 });
-        copy(d, op + 2, ClientWork::ToHost { src: b.2, dst: HostPtr(unsafe { o.add((n * 8) as usize) }), bytes: n * 8 });
+        copy(
+            d,
+            op + 1,
+            ClientWork::ToHost { src: b.1, dst: HostPtr(unsafe { o.add((n * 4) as usize) }), bytes: n * 4 },
+        );
+        copy(
+            d,
+            op + 2,
+            ClientWork::ToHost { src: b.2, dst: HostPtr(unsafe { o.add((n * 8) as usize) }), bytes: n * 8 },
+        );
         let v = host.0.clone();
         d.unregister_host(o);
-        let u32s = |b: &[u8]| b.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect::<Vec<_>>();
+        let u32s =
+            |b: &[u8]| b.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect::<Vec<_>>();
         let u64s = |b: &[u8]| {
             b.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))).collect::<Vec<_>>()
         };

@@ -47,6 +47,23 @@ const SPIN_WAIT: Duration = Duration::from_micros(5);
 /// engine within a µs instead of a futex wake-up later (several µs, tens at
 /// the tail). One core is busy while clients are active, none when idle.
 const SPIN_AFTER_ACTIVITY: Duration = Duration::from_micros(500);
+/// A turn of the core's loop (requests handled, then the device pumped) longer
+/// than this is logged (info) with where its time went: requests wait for it.
+const SLOW_ROUND: Duration = Duration::from_micros(500);
+
+/// What one [`Core::pump`] did.
+#[derive(Debug, Default)]
+pub struct PumpStats {
+    /// Command/event exchanges with the device.
+    pub rounds: u32,
+    /// Events the device reported.
+    pub events: u32,
+    /// Commands sent to the device.
+    pub commands: u32,
+    /// The longest single poll or submit.
+    pub slowest_call: Duration,
+}
+
 /// Rounds of command/event exchange in one pump before the core lets requests in.
 const MAX_ROUNDS: usize = 10_000;
 
@@ -87,6 +104,8 @@ pub enum CoreMsg {
         client: u64,
         /// What.
         inbound: Inbound,
+        /// When its reader thread decoded it (how long it waits for the core is logged past [`SLOW_ROUND`]).
+        read_at: Instant,
     },
     /// A client's socket closed.
     Disconnected {
@@ -231,15 +250,19 @@ impl Core {
             let wait = self.wait();
             let spin = wait <= SPIN_WAIT || active.elapsed() < SPIN_AFTER_ACTIVITY;
             let got = if spin { spin_recv(&rx, wait.min(SPIN_WAIT)) } else { rx.recv_timeout(wait) };
+            let busy_from = Instant::now();
+            let mut handled = 0u32;
             match got {
                 Ok(msg) => {
                     active = Instant::now();
+                    handled += 1;
                     if !self.handle(msg) {
                         self.shutdown();
                         return Ok(());
                     }
                     // Take everything queued before touching the device again.
                     while let Ok(msg) = rx.try_recv() {
+                        handled += 1;
                         if !self.handle(msg) {
                             self.shutdown();
                             return Ok(());
@@ -252,7 +275,29 @@ impl Core {
                     return Ok(());
                 }
             }
-            self.pump()?;
+            let handling = busy_from.elapsed();
+            let pump = self.pump()?;
+            let busy = busy_from.elapsed();
+            if busy > SLOW_ROUND {
+                // A slow request says so itself (`inbound`): this line is news
+                // (info) when the device exchange was the slow part.
+                let line = format!(
+                    "core busy {:.0} µs without reading requests: {handled} message(s) in {:.0} µs, then {} \
+                     device round(s) in {:.0} µs ({} event(s), {} command(s); slowest device call {:.0} µs)",
+                    busy.as_secs_f64() * 1e6,
+                    handling.as_secs_f64() * 1e6,
+                    pump.rounds,
+                    (busy - handling).as_secs_f64() * 1e6,
+                    pump.events,
+                    pump.commands,
+                    pump.slowest_call.as_secs_f64() * 1e6
+                );
+                if busy - handling > SLOW_ROUND {
+                    tracing::info!("{line}");
+                } else {
+                    tracing::debug!("{line}");
+                }
+            }
         }
     }
 
@@ -260,7 +305,28 @@ impl Core {
     pub fn handle(&mut self, msg: CoreMsg) -> bool {
         match msg {
             CoreMsg::Connected { client, peer, limits, out } => self.connect(client, peer, limits, out),
-            CoreMsg::Inbound { client, inbound } => self.inbound(client, inbound),
+            CoreMsg::Inbound { client, inbound, read_at } => {
+                let waited = read_at.elapsed();
+                if waited > SLOW_ROUND {
+                    tracing::info!(
+                        "a request of client {client} waited {:.0} µs for the core",
+                        waited.as_secs_f64() * 1e6
+                    );
+                }
+                let what = match &inbound {
+                    Inbound::Request { request, .. } => request.name(),
+                    Inbound::Violation(_) => "a violation",
+                };
+                let start = Instant::now();
+                self.inbound(client, inbound);
+                let took = start.elapsed();
+                if took > SLOW_ROUND {
+                    tracing::info!(
+                        "client {client}'s {what} took the core {:.0} µs (requests wait meanwhile)",
+                        took.as_secs_f64() * 1e6
+                    );
+                }
+            }
             CoreMsg::Disconnected { client } => self.disconnect(client),
             CoreMsg::Shutdown => return false,
         }
@@ -888,7 +954,8 @@ impl Core {
 
     /// Exchanges commands, events and completions with the engine and the
     /// device until nothing is left to do at this instant.
-    pub fn pump(&mut self) -> Result<(), CoreError> {
+    pub fn pump(&mut self) -> Result<PumpStats, CoreError> {
+        let mut stats = PumpStats::default();
         if let Some(at) = self.engine.poll_timeout() {
             let now = self.backend.now();
             if at <= now {
@@ -896,11 +963,16 @@ impl Core {
             }
         }
         for _ in 0..MAX_ROUNDS {
+            stats.rounds += 1;
             self.drain_completions();
-            let sent = self.drain_commands()?;
+            let sent = self.drain_commands(&mut stats)?;
             let mut events = std::mem::take(&mut self.events);
             events.clear();
-            let t = match self.backend.poll(&mut events) {
+            let call = Instant::now();
+            let polled = self.backend.poll(&mut events);
+            stats.slowest_call = stats.slowest_call.max(call.elapsed());
+            stats.events += events.len() as u32;
+            let t = match polled {
                 Ok(t) => t,
                 Err(f) => {
                     self.events = events;
@@ -919,11 +991,11 @@ impl Core {
             self.events = events;
         }
         self.drain_completions();
-        Ok(())
+        Ok(stats)
     }
 
     /// Sends the engine's commands to the device; true if any went.
-    fn drain_commands(&mut self) -> Result<bool, CoreError> {
+    fn drain_commands(&mut self, stats: &mut PumpStats) -> Result<bool, CoreError> {
         let mut sent = false;
         while let Some(cmd) = self.engine.poll_command()? {
             sent = true;
@@ -938,7 +1010,11 @@ impl Core {
                 }
             }
             self.track_command(&cmd);
-            if let Err(f) = self.backend.submit(cmd) {
+            stats.commands += 1;
+            let call = Instant::now();
+            let submitted = self.backend.submit(cmd);
+            stats.slowest_call = stats.slowest_call.max(call.elapsed());
+            if let Err(f) = submitted {
                 self.failure(f)?;
                 return Ok(true);
             }

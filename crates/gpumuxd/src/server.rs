@@ -215,8 +215,9 @@ fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>) {
             Ok(n) => n,
         };
         conn.receive(&buf[..n], fds, &mut out);
+        let read_at = Instant::now();
         for inbound in out.drain(..) {
-            if core.send(CoreMsg::Inbound { client, inbound }).is_err() {
+            if core.send(CoreMsg::Inbound { client, inbound, read_at }).is_err() {
                 return;
             }
         }

@@ -76,6 +76,17 @@ struct CopyInFlight {
     done: CuEvent,
 }
 
+/// A device step longer than this is logged (info): the daemon's core waits for it.
+const SLOW_STEP: Duration = Duration::from_micros(500);
+
+/// Logs `what` if it took longer than [`SLOW_STEP`] since `start`.
+fn log_if_slow(start: Instant, what: impl FnOnce() -> String) {
+    let took = start.elapsed();
+    if took > SLOW_STEP {
+        tracing::info!("CUDA device: {} took {:.0} µs", what(), took.as_secs_f64() * 1e6);
+    }
+}
+
 /// Idle launch records kept for reuse at most (each holds a 1.3 KB control
 /// record and an event); more are freed.
 const MAX_SPARE: usize = 1024;
@@ -408,6 +419,7 @@ impl ClientDevice {
                         })
                         .transpose()?,
                 };
+                let t = Instant::now();
                 let mut w = match spare {
                     Some(w) => w,
                     None => WorkerLaunch::new(
@@ -422,8 +434,11 @@ impl ClientDevice {
                 };
                 w.next = r.start as u32;
                 w.end = r.end as u32;
+                log_if_slow(t, || format!("a launch record for launch {lid}"));
                 w.share_cap = share.then(|| share_of_each_sm(w.workers_per_sm(), held, sm_count));
+                let t = Instant::now();
                 let started = w.start(&live.stream, mask);
+                log_if_slow(t, || format!("launching launch {lid}'s workers"));
                 live.segs.push(w);
                 started?;
             }
@@ -491,7 +506,9 @@ impl ClientDevice {
             };
             for w in live.segs.iter_mut() {
                 let from = w.next as u64;
+                let t = Instant::now();
                 let o = w.finish().map_err(failed(format!("reading where launch {lid} stopped")))?;
+                log_if_slow(t, || format!("reading where launch {lid} ended (event sync, control record copy)"));
                 op.left.remove(from..o.next as u64);
             }
             let work_left = !still_to_run(&live.requested, &op.left).is_empty();
@@ -509,7 +526,9 @@ impl ClientDevice {
                 }
                 live.releasing = SmSet::EMPTY;
                 st.launches.insert(lid, live);
+                let t = Instant::now();
                 self.start_workers(lid)?;
+                log_if_slow(t, || format!("restarting launch {lid}'s workers"));
             } else {
                 st.launches.insert(lid, live);
                 self.end_launch(lid);
@@ -681,7 +700,9 @@ impl Device for ClientDevice {
                     return Err(ProtocolError::NoSuchSm { sm, device, sms }.into());
                 }
                 let now = self.now();
+                let t = Instant::now();
                 let stream = self.stream(priority).map_err(failed(format!("a stream for launch {launch}")))?;
+                log_if_slow(t, || format!("a stream for launch {launch}"));
                 let st = self.state().map_err(failed("making the context current"))?;
                 if st.launches.contains_key(&launch) {
                     return Err(ProtocolError::LaunchedTwice { launch }.into());
@@ -706,7 +727,9 @@ impl Device for ClientDevice {
                 };
                 st.launches.insert(launch, live);
                 if !sms.is_empty() {
+                    let t = Instant::now();
                     self.start_workers(launch)?;
+                    log_if_slow(t, || format!("starting launch {launch}'s workers"));
                 }
                 // Nothing to run on, or nothing left to run: it ends with what it has.
                 if self.st.as_ref().and_then(|st| st.launches.get(&launch)).is_some_and(|l| l.segs.is_empty()) {
