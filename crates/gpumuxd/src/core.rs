@@ -148,7 +148,7 @@ struct OpEntry {
     queued: Nanos,
     first_launch: Option<(Nanos, u32)>,
     launched: u32,
-    /// Its stream's priority when it was queued.
+    /// Its client's priority when it was queued.
     priority: i32,
 }
 

@@ -526,9 +526,7 @@ impl ClientDevice {
                 }
                 live.releasing = SmSet::EMPTY;
                 st.launches.insert(lid, live);
-                let t = Instant::now();
                 self.start_workers(lid)?;
-                log_if_slow(t, || format!("restarting launch {lid}'s workers"));
             } else {
                 st.launches.insert(lid, live);
                 self.end_launch(lid);
@@ -727,9 +725,7 @@ impl Device for ClientDevice {
                 };
                 st.launches.insert(launch, live);
                 if !sms.is_empty() {
-                    let t = Instant::now();
                     self.start_workers(launch)?;
-                    log_if_slow(t, || format!("starting launch {launch}'s workers"));
                 }
                 // Nothing to run on, or nothing left to run: it ends with what it has.
                 if self.st.as_ref().and_then(|st| st.launches.get(&launch)).is_some_and(|l| l.segs.is_empty()) {
