@@ -271,13 +271,7 @@ impl Bench {
             let env = self.env(None, &[]);
             if self.wants("priority") {
                 for &b in &self.args.block_us {
-                    let r = self.setting(
-                        &format!("priority {b} µs: low priority alone"),
-                        &[ProcPlan::native(vec![self.fill(shape, b)])],
-                        &env,
-                        Some(self.lp_alone_window()),
-                    )?;
-                    let raw = priority_raw(&r);
+                    let raw = self.lp_alone(b, "low priority alone", Mode::Native, shape, &env)?;
                     lp_alone.insert(b, raw.fill_rate.unwrap_or(0.0));
                     let r = self.setting(
                         &format!("priority {b} µs: high priority alone"),
@@ -387,13 +381,8 @@ impl Bench {
             let label = c.label();
             if self.wants("priority") && priority_configs.contains(c) {
                 for &b in &self.args.block_us {
-                    let r = self.setting(
-                        &format!("priority {b} µs: low priority alone through {label}"),
-                        &[ProcPlan::daemon(vec![self.fill(shape, b)])],
-                        &env,
-                        Some(self.lp_alone_window()),
-                    )?;
-                    let raw = priority_raw(&r);
+                    let what = format!("low priority alone through {label}");
+                    let raw = self.lp_alone(b, &what, Mode::Daemon, shape, &env)?;
                     if let Some(rate) = raw.fill_rate {
                         lp_alone_daemon.insert((b, label.clone()), (rate, raw.ok));
                     }
@@ -529,6 +518,13 @@ impl Bench {
             vec![ProcPlan { mode, jobs: vec![urgent] }, ProcPlan { mode, jobs: vec![fill] }]
         };
         let r = self.setting(&format!("priority {b} µs: {label}"), &plans, env, None)?;
+        Ok(priority_raw(&r))
+    }
+
+    /// The low-priority client of block size `b` alone for the alone window, in `mode`.
+    fn lp_alone(&self, b: u64, label: &str, mode: Mode, shape: Shape, env: &Env) -> Result<PriorityRaw> {
+        let plans = [ProcPlan { mode, jobs: vec![self.fill(shape, b)] }];
+        let r = self.setting(&format!("priority {b} µs: {label}"), &plans, env, Some(self.lp_alone_window()))?;
         Ok(priority_raw(&r))
     }
 
