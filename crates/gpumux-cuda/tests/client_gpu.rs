@@ -210,9 +210,10 @@ fn a_preempted_client_kernel_equals_its_native_launch() {
     d.unregister_host(host.ptr().0);
 }
 
-/// A kernel whose blocks spin `spin_ns` and count themselves and the SM they ran on.
+/// A kernel whose blocks spin `spin_ns` and record, each, that they ran
+/// (a count), the SM they ran on and when they started (globaltimer, ns).
 const STAMP: &str = r#"
-extern "C" __global__ void stamp(unsigned int* runs, unsigned int* sm_of, unsigned long long spin_ns) {
+extern "C" __global__ void stamp(unsigned int* runs, unsigned int* sm_of, unsigned long long* start, unsigned long long spin_ns) {
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < spin_ns);
@@ -222,27 +223,84 @@ extern "C" __global__ void stamp(unsigned int* runs, unsigned int* sm_of, unsign
         asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
         atomicAdd(&runs[blockIdx.x], 1u);
         sm_of[blockIdx.x] = s;
+        start[blockIdx.x] = t0;
     }
 }
 "#;
 
-/// Runs `stamp` with `total` blocks of 10 µs on every SM, takes `gone` away
-/// right after the launch, optionally gives it back, and returns the events,
-/// each block's run count and the SM each ran on.
-fn stamp_with_retreat(d: &mut ClientDevice, op: u64, gone: SmSet, give_back: bool) -> (Vec<Event>, Vec<u32>, Vec<u32>) {
-    let compiled = module::compile("stamp", STAMP, &[], d.arch()).expect("compile");
-    let (kernels, _) = d.load_module("stamp", &compiled).expect("load");
-    let h = kernels[0].0;
+/// What `stamp`'s blocks recorded, per block.
+struct Stamped {
+    runs: Vec<u32>,
+    sm_of: Vec<u32>,
+    start: Vec<u64>,
+}
+
+/// `stamp`'s output buffers for `n` blocks (run counts zeroed).
+struct Stamps {
+    n: u64,
+    runs: u64,
+    sm_of: u64,
+    start: u64,
+}
+
+impl Stamps {
+    /// Loads `stamp` (once per test: each test has a device of its own).
+    fn kernel(d: &mut ClientDevice) -> KernelHandle {
+        let compiled = module::compile("stamp", STAMP, &[], d.arch()).expect("compile");
+        d.load_module("stamp", &compiled).expect("load").0[0].0
+    }
+
+    /// Buffers for `n` blocks; `op` is the memset's operation id.
+    fn new(d: &mut ClientDevice, n: u64, op: u64) -> Stamps {
+        let st = Stamps {
+            n,
+            runs: d.alloc(n * 4).expect("alloc"),
+            sm_of: d.alloc(n * 4).expect("alloc"),
+            start: d.alloc(n * 8).expect("alloc"),
+        };
+        copy(d, op, ClientWork::Memset { dst: st.runs, value: 0, bytes: n * 4 });
+        st
+    }
+
+    /// `stamp` over these buffers, one 256-thread block per entry, spinning `spin_ns`.
+    fn work(&self, kernel: KernelHandle, spin_ns: u64) -> ClientWork {
+        let params = [self.runs, self.sm_of, self.start, spin_ns].iter().map(|v| v.to_le_bytes().to_vec()).collect();
+        ClientWork::Kernel { kernel, grid: [self.n as u32, 1, 1], block: [256, 1, 1], shared_bytes: 0, params }
+    }
+
+    /// Reads what the blocks recorded (three copies, operations `op`..`op + 3`) and frees the buffers.
+    fn read_and_free(self, d: &mut ClientDevice, op: u64) -> Stamped {
+        let n = self.n as usize;
+        let mut host = Pinned::new(d, vec![0u8; n * 16]);
+        let o = host.ptr().0;
+        for (i, (src, at, bytes)) in
+            [(self.runs, 0, n * 4), (self.sm_of, n * 4, n * 4), (self.start, n * 8, n * 8)].into_iter().enumerate()
+        {
+            // SAFETY: `at + bytes` is within `host` (16 bytes per block).
+            let dst = HostPtr(unsafe { o.add(at) });
+            copy(d, op + i as u64, ClientWork::ToHost { src, dst, bytes: bytes as u64 });
+        }
+        d.unregister_host(o);
+        for a in [self.runs, self.sm_of, self.start] {
+            d.free(a).expect("free");
+        }
+        let v = &host.0;
+        let u32s = |b: &[u8]| b.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+        let u64s = |b: &[u8]| b.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))).collect();
+        Stamped { runs: u32s(&v[..n * 4]), sm_of: u32s(&v[n * 4..n * 8]), start: u64s(&v[n * 8..]) }
+    }
+}
+
+/// Runs `stamp` with blocks of 10 µs (40 waves) on every SM, takes `gone`
+/// away right after the launch, optionally gives it back, and returns the
+/// events and what the blocks recorded.
+fn stamp_with_retreat(d: &mut ClientDevice, op: u64, gone: SmSet, give_back: bool) -> (Vec<Event>, Stamped) {
+    let h = Stamps::kernel(d);
     let sms = d.info().num_sms;
     let total = sms as u64 * 8 * 40;
-    let bytes = total * 4;
-    let (runs, sm_of) = (d.alloc(bytes).expect("alloc"), d.alloc(bytes).expect("alloc"));
-    copy(d, op + 1, ClientWork::Memset { dst: runs, value: 0, bytes });
-    let params = vec![runs.to_le_bytes().to_vec(), sm_of.to_le_bytes().to_vec(), 10_000u64.to_le_bytes().to_vec()];
-    let work =
-        ClientWork::Kernel { kernel: h, grid: [total as u32, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
+    let out = Stamps::new(d, total, op + 1);
     // SAFETY: a kernel binds no host memory.
-    unsafe { d.bind(OpId(op), work) }.expect("bind");
+    unsafe { d.bind(OpId(op), out.work(h, 10_000)) }.expect("bind");
     let all = SmSet::range(0, sms);
     d.submit(d.now(), launch(op, op, BlockRanges::full(total), all, total)).expect("launch");
     d.submit(d.now(), Command::Retreat { launch: LaunchId(op), sms: gone, mechanism: Mechanism::Drain })
@@ -263,18 +321,8 @@ fn stamp_with_retreat(d: &mut ClientDevice, op: u64, gone: SmSet, give_back: boo
     }
     events.extend(run_until(d, ended(LaunchId(op))).expect("launch"));
     d.unbind(OpId(op));
-    let mut host = Pinned::new(d, vec![0u8; 2 * bytes as usize]);
-    let o = host.ptr().0;
-    copy(d, op + 2, ClientWork::ToHost { src: runs, dst: HostPtr(o), bytes });
-    // SAFETY: the second half of `host`.
-    copy(d, op + 3, ClientWork::ToHost { src: sm_of, dst: HostPtr(unsafe { o.add(bytes as usize) }), bytes });
-    let words = |b: &[u8]| b.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect::<Vec<_>>();
-    let (r, s) = host.0.split_at(bytes as usize);
-    let out = (events, words(r), words(s));
-    d.unregister_host(o);
-    d.free(runs).expect("free");
-    d.free(sm_of).expect("free");
-    out
+    let stamped = out.read_and_free(d, op + 2);
+    (events, stamped)
 }
 
 #[test]
@@ -286,7 +334,7 @@ fn a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch() {
     let sms = d.info().num_sms;
     // Half the SMs taken away for good.
     let half = SmSet::range(sms / 2, sms);
-    let (events, runs, sm_of) = stamp_with_retreat(&mut d, 100, half, false);
+    let (events, Stamped { runs, sm_of, .. }) = stamp_with_retreat(&mut d, 100, half, false);
     assert!(runs.iter().all(|&r| r == 1), "every block ran exactly once");
     let end = events.iter().find_map(|e| match e {
         Event::LaunchEnded { remaining, completed, .. } => Some((remaining.len(), *completed)),
@@ -310,7 +358,7 @@ fn a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch() {
     // Sixteen SMs taken away and given back: the launch goes on where its
     // workers are (no drain, no restart) and still holds every SM at its end.
     let few = SmSet::range(sms - 16, sms);
-    let (events, runs, _) = stamp_with_retreat(&mut d, 200, few, true);
+    let (events, Stamped { runs, .. }) = stamp_with_retreat(&mut d, 200, few, true);
     assert!(runs.iter().all(|&r| r == 1), "every block ran exactly once");
     let released: Vec<u16> = events
         .iter()
@@ -324,23 +372,6 @@ fn a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch() {
     assert_eq!(released, want, "the sixteen at once, then every SM at the end");
 }
 
-/// `stamp` with each block's start (globaltimer, ns) kept too.
-const STAMP_TIMED: &str = r#"
-extern "C" __global__ void stamp_timed(unsigned int* runs, unsigned int* sm_of, unsigned long long* start, unsigned long long spin_ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < spin_ns);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned int s;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-        atomicAdd(&runs[blockIdx.x], 1u);
-        sm_of[blockIdx.x] = s;
-        start[blockIdx.x] = t0;
-    }
-}
-"#;
-
 #[test]
 fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leave() {
     let Some((_gpu, mut d)) =
@@ -349,33 +380,14 @@ fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leav
         return;
     };
     let d = &mut d;
-    let compiled = module::compile("stamp_timed", STAMP_TIMED, &[], d.arch()).expect("compile");
-    let (kernels, _) = d.load_module("stamp_timed", &compiled).expect("load");
-    let h = kernels[0].0;
+    let h = Stamps::kernel(d);
     let sms = d.info().num_sms;
     // Low priority: 2 waves of 1 ms blocks on every SM. Urgent: 132 blocks of 15 µs.
     let (lp_total, hp_total) = (sms as u64 * 8 * 2, 132u64);
-    let buffers = |d: &mut ClientDevice, n: u64| {
-        (d.alloc(n * 4).expect("alloc"), d.alloc(n * 4).expect("alloc"), d.alloc(n * 8).expect("alloc"))
-    };
-    let (lp, hp) = (buffers(d, lp_total), buffers(d, hp_total));
-    copy(d, 301, ClientWork::Memset { dst: lp.0, value: 0, bytes: lp_total * 4 });
-    copy(d, 302, ClientWork::Memset { dst: hp.0, value: 0, bytes: hp_total * 4 });
-    let work = |b: &(u64, u64, u64), n: u64, ns: u64| ClientWork::Kernel {
-        kernel: h,
-        grid: [n as u32, 1, 1],
-        block: [256, 1, 1],
-        shared_bytes: 0,
-        params: vec![
-            b.0.to_le_bytes().to_vec(),
-            b.1.to_le_bytes().to_vec(),
-            b.2.to_le_bytes().to_vec(),
-            ns.to_le_bytes().to_vec(),
-        ],
-    };
+    let (lp, hp) = (Stamps::new(d, lp_total, 301), Stamps::new(d, hp_total, 302));
     // SAFETY: kernels bind no host memory.
-    unsafe { d.bind(OpId(310), work(&lp, lp_total, 1_000_000)) }.expect("bind");
-    unsafe { d.bind(OpId(311), work(&hp, hp_total, 15_000)) }.expect("bind");
+    unsafe { d.bind(OpId(310), lp.work(h, 1_000_000)) }.expect("bind");
+    unsafe { d.bind(OpId(311), hp.work(h, 15_000)) }.expect("bind");
     let all = SmSet::range(0, sms);
     let taken = SmSet::range(sms - 17, sms);
     d.submit(d.now(), launch(310, 310, BlockRanges::full(lp_total), all, lp_total)).expect("launch");
@@ -397,33 +409,8 @@ fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leav
     let t_lp_end = d.now();
     d.unbind(OpId(310));
     d.unbind(OpId(311));
-    let read = |d: &mut ClientDevice, b: &(u64, u64, u64), n: u64, op: u64| {
-        let mut host = Pinned::new(d, vec![0u8; (n * 16) as usize]);
-        let o = host.ptr().0;
-        copy(d, op, ClientWork::ToHost { src: b.0, dst: HostPtr(o), bytes: n * 4 });
-        // SAFETY: the rest of `host`.
-        copy(
-            d,
-            op + 1,
-            ClientWork::ToHost { src: b.1, dst: HostPtr(unsafe { o.add((n * 4) as usize) }), bytes: n * 4 },
-        );
-        copy(
-            d,
-            op + 2,
-            ClientWork::ToHost { src: b.2, dst: HostPtr(unsafe { o.add((n * 8) as usize) }), bytes: n * 8 },
-        );
-        let v = host.0.clone();
-        d.unregister_host(o);
-        let u32s =
-            |b: &[u8]| b.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect::<Vec<_>>();
-        let u64s = |b: &[u8]| {
-            b.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))).collect::<Vec<_>>()
-        };
-        let n = n as usize;
-        (u32s(&v[..n * 4]), u32s(&v[n * 4..n * 8]), u64s(&v[n * 8..n * 16]))
-    };
-    let (lp_runs, _, lp_start) = read(d, &lp, lp_total, 320);
-    let (hp_runs, hp_sm, hp_start) = read(d, &hp, hp_total, 330);
+    let Stamped { runs: lp_runs, start: lp_start, .. } = lp.read_and_free(d, 320);
+    let Stamped { runs: hp_runs, sm_of: hp_sm, start: hp_start } = hp.read_and_free(d, 330);
     assert!(lp_runs.iter().all(|&r| r == 1), "every low-priority block ran exactly once");
     assert!(hp_runs.iter().all(|&r| r == 1), "every urgent block ran exactly once");
     assert!(hp_sm.iter().all(|&s| s >= (sms - 17) as u32), "urgent blocks ran only on the SMs taken: {hp_sm:?}");
@@ -442,11 +429,6 @@ fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leav
     let mut starts: Vec<u64> = hp_start.iter().map(|t| t.saturating_sub(h0) / 1000).collect();
     starts.sort();
     eprintln!("urgent block starts, µs after the first: {:?}", starts.iter().step_by(11).collect::<Vec<_>>());
-    for b in [lp, hp] {
-        for a in [b.0, b.1, b.2] {
-            d.free(a).expect("free");
-        }
-    }
 }
 
 #[test]
