@@ -3,7 +3,7 @@
 
 use crate::error::{CudaError, Result};
 use crate::launch_plan::{self, Chunk, LaunchFacts, Plan, ProfileKey};
-use crate::runtime::{DeviceBuffer, Event, Function, Params, Stream};
+use crate::runtime::{DeviceBuffer, Event, Function, HostMapped, Params, Stream};
 
 /// Bytes of one control record (`gmx_ctl_t`): a 128-byte line with the claim
 /// word and the result (the host reads its first 32 bytes), a 128-byte line
@@ -19,6 +19,11 @@ pub const NO_CAP: u32 = u32::MAX;
 const GONE_OFFSET: u64 = 128 + 8;
 /// `gone` words: SMs 16i..16i+15 each.
 const GONE_WORDS: usize = 16;
+/// Byte offset of `gmx_ctl_t::host_result` (where the last worker also
+/// publishes the result, in host memory) in the control record.
+const HOST_RESULT_OFFSET: usize = 128 + 8 + 4 * GONE_WORDS;
+/// Bytes of the host copy of the result: next, workers, seq (and a pad word).
+const HOST_RESULT_BYTES: usize = 16;
 
 /// `gone` word `i` for SMs `sms` and launch `seq`: the SMs' bits low, the seq's tag high.
 fn gone_word(sms: &SmMask, i: usize, seq: u32) -> u32 {
@@ -144,10 +149,12 @@ impl CtlHeader {
             result_seq: w(5)?,
         })
     }
-    /// The state a record must hold between launches.
-    pub fn idle_bytes() -> Vec<u8> {
+    /// The state a record must hold between launches; `host_result` is the
+    /// device address of the host copy of the result (0: none).
+    pub fn idle_bytes(host_result: u64) -> Vec<u8> {
         let mut b = vec![0u8; CTL_BYTES];
         b[8..12].copy_from_slice(&NO_RESUME.to_le_bytes());
+        b[HOST_RESULT_OFFSET..HOST_RESULT_OFFSET + 8].copy_from_slice(&host_result.to_le_bytes());
         b
     }
 }
@@ -215,6 +222,12 @@ pub struct WorkerLaunch {
     workers_per_sm: u32,
     sm_count: u32,
     ctl: DeviceBuffer,
+    /// Where the last worker also publishes the result ([`HOST_RESULT_BYTES`],
+    /// pinned and mapped): a launch's end is then a read of host memory, not
+    /// an event query and a copy of the record. `None` where the pinned
+    /// allocation failed: the event and the copy, as before. Declared after
+    /// `ctl` so that it is freed after the record that points to it.
+    host: Option<HostMapped>,
     seq: u32,
     ended: Event,
     running: bool,
@@ -247,7 +260,14 @@ impl WorkerLaunch {
         let threads = block[0] * block[1] * block[2];
         let workers_per_sm = func.blocks_per_sm(threads, smem)?;
         let ctl = DeviceBuffer::new(CTL_BYTES)?;
-        ctl.upload(&CtlHeader::idle_bytes())?;
+        let host = match HostMapped::new(HOST_RESULT_BYTES) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::warn!("launch results are copied back from the device: no mapped host memory for them ({e})");
+                None
+            }
+        };
+        ctl.upload(&CtlHeader::idle_bytes(host.as_ref().map_or(0, |h| h.dev)))?;
         Ok(WorkerLaunch {
             func,
             native: None,
@@ -264,6 +284,7 @@ impl WorkerLaunch {
             workers_per_sm,
             sm_count,
             ctl,
+            host,
             seq: 0,
             ended: Event::new_sync_only()?,
             running: false,
@@ -499,18 +520,48 @@ impl WorkerLaunch {
         Ok(())
     }
 
-    /// Has the running launch ended (finished or retreated)?
+    /// Has the running launch ended (finished or retreated)? A read of host
+    /// memory when its last worker has published the result there; else an
+    /// event query (which also reports a fault).
     pub fn poll(&self) -> Result<bool> {
         if !self.running {
             return Ok(true);
         }
+        if self.host_result().is_some() {
+            return Ok(true);
+        }
         self.ended.done()
+    }
+
+    /// The result (next, workers) the running launch's last worker published
+    /// in host memory, once it has. Not for a native launch (no worker
+    /// publishes) or a timed one (its end event must be complete to read the
+    /// time, so it ends by the event).
+    fn host_result(&self) -> Option<(u32, u32)> {
+        if self.running_native || self.measuring.is_some() {
+            return None;
+        }
+        let words = self.host.as_ref()?.words();
+        if words.read(2) != self.seq {
+            return None;
+        }
+        // The device wrote the fields, then (after a system fence) the seq.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        Some((words.read(0), words.read(1)))
     }
 
     /// Waits for the launch to end and records where it stopped.
     pub fn finish(&mut self) -> Result<Outcome> {
         if !self.running {
             return Ok(Outcome { next: self.next, end: self.end, workers: 0 });
+        }
+        if let Some((next, workers)) = self.host_result() {
+            // Every worker has left: the record is idle and may start again
+            // (the grid's last block may still be exiting; it touches nothing more).
+            self.running = false;
+            self.check_result(next, self.seq)?;
+            self.next = next;
+            return Ok(Outcome { next, end: self.end, workers });
         }
         self.ended.sync()?;
         self.running = false;
@@ -521,18 +572,7 @@ impl WorkerLaunch {
         let measured = self.measuring.take();
         let h = CtlHeader::from_bytes(&self.ctl.download_prefix(32)?)
             .ok_or_else(|| CudaError::Invalid("control record too short".into()))?;
-        if h.result_seq != self.seq {
-            return Err(CudaError::Check(format!(
-                "control record holds launch {} after launch {} ended",
-                h.result_seq, self.seq
-            )));
-        }
-        if h.result_next < self.next || h.result_next > self.end {
-            return Err(CudaError::Check(format!(
-                "control record moved from {} to {} (end {})",
-                self.next, h.result_next, self.end
-            )));
-        }
+        self.check_result(h.result_next, h.result_seq)?;
         // A timed launch that ran all its blocks gives the kernel's block time
         // (a retreated one ran an unknown share of its time on fewer blocks).
         if let Some(m) = measured {
@@ -545,6 +585,20 @@ impl WorkerLaunch {
         }
         self.next = h.result_next;
         Ok(Outcome { next: self.next, end: self.end, workers: h.result_workers })
+    }
+
+    /// A published result must be this launch's and lie in its range.
+    fn check_result(&self, next: u32, seq: u32) -> Result<()> {
+        if seq != self.seq {
+            return Err(CudaError::Check(format!("control record holds launch {seq} after launch {} ended", self.seq)));
+        }
+        if next < self.next || next > self.end {
+            return Err(CudaError::Check(format!(
+                "control record moved from {} to {next} (end {})",
+                self.next, self.end
+            )));
+        }
+        Ok(())
     }
 
     /// Starts over from block 0 (a new run of the same launch).
@@ -608,13 +662,16 @@ mod tests {
                 "unsigned int pad0[26]",
                 "unsigned long long exit_word",
                 "unsigned int gone[16]",
-                "unsigned int pad1[14]",
+                "unsigned long long host_result",
+                "unsigned int pad1[12]",
                 "unsigned int sm_workers[256]",
             ]
         );
         assert_eq!(8 + 4 * 4 + 26 * 4, 128);
-        assert_eq!(128 + 8 + 16 * 4 + 14 * 4, 256);
+        assert_eq!(128 + 8 + 16 * 4 + 8 + 12 * 4, 256);
         assert_eq!(GONE_OFFSET, 128 + 8);
+        assert_eq!(HOST_RESULT_OFFSET, 128 + 8 + 16 * 4);
+        assert_eq!(HOST_RESULT_OFFSET % 8, 0);
         assert_eq!(CTL_BYTES, 256 + 256 * 4);
     }
 
@@ -638,8 +695,10 @@ mod tests {
 
     #[test]
     fn idle_record_has_no_resume_point() {
-        let h = CtlHeader::from_bytes(&CtlHeader::idle_bytes()).expect("header");
+        let b = CtlHeader::idle_bytes(0xdead_beef_0000);
+        let h = CtlHeader::from_bytes(&b).expect("header");
         assert_eq!(h.resume, NO_RESUME);
+        assert_eq!(&b[HOST_RESULT_OFFSET..HOST_RESULT_OFFSET + 8], &0xdead_beef_0000u64.to_le_bytes());
         assert_eq!((h.claim, h.retreat_seq, h.result_next, h.result_seq), (0, 0, 0, 0));
     }
 

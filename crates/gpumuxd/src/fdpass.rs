@@ -10,8 +10,16 @@ const MAX_FDS_PER_READ: usize = 4;
 
 /// One `recvmsg` on `sock` into `buf` (retried if a signal interrupts it);
 /// the descriptors that came with the bytes are appended to `fds`, owned, so
-/// an unused one is closed. `Ok(0)` at end of stream.
-pub(crate) fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut impl Extend<OwnedFd>) -> io::Result<usize> {
+/// an unused one is closed. `Ok(0)` at end of stream. With `dont_wait` it
+/// returns `WouldBlock` at once where nothing is there, even on a blocking
+/// socket (`MSG_DONTWAIT`).
+pub(crate) fn recv_with_fds(
+    sock: RawFd,
+    buf: &mut [u8],
+    fds: &mut impl Extend<OwnedFd>,
+    dont_wait: bool,
+) -> io::Result<usize> {
+    let flags = libc::MSG_CMSG_CLOEXEC | if dont_wait { libc::MSG_DONTWAIT } else { 0 };
     // SAFETY: CMSG_SPACE is a pure computation.
     let space = unsafe { libc::CMSG_SPACE((MAX_FDS_PER_READ * std::mem::size_of::<libc::c_int>()) as u32) } as usize;
     let mut cmsg = vec![0u64; space.div_ceil(8)];
@@ -24,7 +32,7 @@ pub(crate) fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut impl Extend<O
     msg.msg_controllen = space as _;
     let n = loop {
         // SAFETY: msg describes live buffers of the lengths given.
-        let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        let n = unsafe { libc::recvmsg(sock, &mut msg, flags) };
         if n >= 0 {
             break n as usize;
         }

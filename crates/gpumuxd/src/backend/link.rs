@@ -184,7 +184,7 @@ impl Link {
     /// Reads everything available now into the frame buffer.
     fn fill(&mut self) -> Result<(), LinkError> {
         while !self.closed {
-            match crate::fdpass::recv_with_fds(self.sock.as_raw_fd(), &mut self.buf, &mut self.fds) {
+            match crate::fdpass::recv_with_fds(self.sock.as_raw_fd(), &mut self.buf, &mut self.fds, false) {
                 Ok(0) => self.closed = true,
                 Ok(n) => self.reader.extend(&self.buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
