@@ -12,12 +12,14 @@
 #![warn(missing_docs)]
 
 mod check;
+mod fill;
 mod launches;
 mod overhead;
 mod preemption;
 mod spatial;
 
 pub use check::{check_suite, exactly_once, CheckRow, ExactlyOnce};
+pub use fill::{fill, FillRow};
 pub use launches::{launches, LaunchesRow, STENCIL_SMEM_SOURCE, WAVEFRONT_SOURCE};
 pub use overhead::{overhead, OverheadRow};
 pub use preemption::{lp_hog, preemption, PreemptRow};
@@ -117,7 +119,21 @@ pub enum BenchCommand {
         #[arg(long)]
         mps_pipe_dir: Option<PathBuf>,
     },
-    /// Everything above, in that order, with default settings.
+    /// A GPU full of fixed-time blocks, natively and as workers: the block rate
+    /// workers keep, and (from the GPU clock) blocks per SM, block time and the
+    /// gap before an SM's next block. Not part of `all`.
+    Fill {
+        /// Block times, µs.
+        #[arg(long, value_delimiter = ',', default_value = "20,100,1000", help = None::<&str>)]
+        block_us: Vec<u64>,
+        /// Repetitions per row (the median is reported).
+        #[arg(long, default_value_t = 5, help = None::<&str>)]
+        reps: u32,
+        /// Sleeps of the spinning threads between clock reads, ns (0: busy spin), one table each.
+        #[arg(long, value_delimiter = ',', default_value = "0", help = None::<&str>)]
+        pause_ns: Vec<u32>,
+    },
+    /// Everything above but `fill`, in that order, with default settings.
     All,
     /// (internal) A second process that keeps the GPU busy with low-priority spin kernels.
     #[command(hide = true)]
@@ -158,6 +174,8 @@ pub struct Report {
     pub preempt: Vec<PreemptRow>,
     /// `spatial`: one row per binding and split.
     pub spatial: Vec<SpatialRow>,
+    /// `fill`: one row per mode and block time.
+    pub fill: Vec<FillRow>,
 }
 
 /// Runs the measurements `args` asks for, printing a table for each (and
@@ -219,6 +237,11 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
         rep.preempt = preemption(&gpu, &[10, 20, 100, 1000], 200, &modes, args.seed)?;
     }
     save(&rep)?;
+    if let BenchCommand::Fill { block_us, reps, pause_ns } = &args.command {
+        for &p in pause_ns {
+            rep.fill.extend(fill(&gpu, block_us, *reps, p)?);
+        }
+    }
     if let BenchCommand::Spatial { reps, mem_sms, modes, mps_pipe_dir } = &args.command {
         let cfg = SpatialConfig {
             mem_sms: mem_sms.clone(),

@@ -187,7 +187,7 @@ pub fn overhead(
                 continue;
             }
             let key = ProfileKey { block: l.block, smem: l.shared_bytes };
-            if let Some(bt) = p.worker_profiles().get(l.kernel, key) {
+            if let Some(bt) = p.worker_profiles().get(l.kernel, key).map(|t| t.block_ns) {
                 block_ns.push((l.kernel.to_string(), bt));
             }
         }

@@ -24,6 +24,11 @@ const GONE_WORDS: usize = 16;
 const HOST_RESULT_OFFSET: usize = 128 + 8 + 4 * GONE_WORDS;
 /// Bytes of the host copy of the result: next, workers, seq (and a pad word).
 const HOST_RESULT_BYTES: usize = 16;
+/// A launch whose end shows in host memory is polled there alone for this
+/// long after its start; only later does a poll also query its end event,
+/// which is what reports a fault (its workers then never publish). An event
+/// query takes the driver's lock, and a daemon polls every few µs.
+const EVENT_QUERY_AFTER: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// `gone` word `i` for SMs `sms` and launch `seq`: the SMs' bits low, the seq's tag high.
 fn gone_word(sms: &SmMask, i: usize, seq: u32) -> u32 {
@@ -230,6 +235,8 @@ pub struct WorkerLaunch {
     host: Option<HostMapped>,
     seq: u32,
     ended: Event,
+    /// When the running launch started (see [`EVENT_QUERY_AFTER`]).
+    started: std::time::Instant,
     running: bool,
     /// The running launch is the native kernel (it cannot retreat; it runs to the end).
     running_native: bool,
@@ -287,6 +294,7 @@ impl WorkerLaunch {
             host,
             seq: 0,
             ended: Event::new_sync_only()?,
+            started: std::time::Instant::now(),
             running: false,
             running_native: false,
             urgent: false,
@@ -373,7 +381,15 @@ impl WorkerLaunch {
         // Until a timed launch of this kernel shape has finished, every
         // launch of it is timed (the first to finish is kept by the cache).
         let known = self.func.profiles.get(&self.func.name, self.profile_key());
-        launch_plan::plan(self.chunk, facts, known)
+        match launch_plan::plan(self.chunk, facts, known.map(|t| t.block_ns)) {
+            // Timed until enough launches were (`TIMED_LAUNCHES`).
+            Plan::Workers { chunk, measure: false }
+                if self.chunk == Chunk::Auto && known.is_some_and(|t| t.timing()) =>
+            {
+                Plan::Workers { chunk, measure: true }
+            }
+            plan => plan,
+        }
     }
 
     /// No block of the range is left.
@@ -478,6 +494,7 @@ impl WorkerLaunch {
         }
         self.measuring = measuring;
         self.ended.record(stream)?;
+        self.started = std::time::Instant::now();
         self.running = true;
         self.running_native = false;
         Ok(())
@@ -530,6 +547,10 @@ impl WorkerLaunch {
         if self.host_result().is_some() {
             return Ok(true);
         }
+        let published_on_host = self.host.is_some() && !self.running_native && self.measuring.is_none();
+        if published_on_host && self.started.elapsed() < EVENT_QUERY_AFTER {
+            return Ok(false);
+        }
         self.ended.done()
     }
 
@@ -579,7 +600,28 @@ impl WorkerLaunch {
             if h.result_next == self.end {
                 let ns = m.start.elapsed_ms(&m.end)? as f64 * 1e6;
                 if let Some(bt) = launch_plan::block_ns_of(ns, m.blocks, m.slots) {
-                    self.func.profiles.record(&self.func.name, self.profile_key(), bt);
+                    if let Some(t) = self.func.profiles.record(&self.func.name, self.profile_key(), bt) {
+                        // Once per kernel shape: what every later launch of it is planned with.
+                        tracing::info!(
+                            "kernel {} with {:?} threads per block and {} B of dynamic shared memory: \
+                             {} workers per SM, block time {:.1} µs (the least of {} timed launches; \
+                             this one {:.1} µs over {} blocks on {} slots); later launches claim up to {} \
+                             block(s) at a time",
+                            self.func.name,
+                            self.block,
+                            self.smem,
+                            self.workers_per_sm,
+                            t.block_ns / 1e3,
+                            t.launches,
+                            bt / 1e3,
+                            m.blocks,
+                            m.slots,
+                            match self.chunk {
+                                Chunk::Fixed(n) => n,
+                                Chunk::Auto => launch_plan::auto_chunk(t.block_ns),
+                            }
+                        );
+                    }
                 }
             }
         }

@@ -11,6 +11,7 @@
 use crate::backend::{Backend, DevAddr, Failure, HostSpan, LoadError, MemError, MemInfo, OpWork, Wake};
 use crate::config::ClientLimits;
 use crate::conn::Inbound;
+use crate::latency::{KernelStamps, SUMMARY_AFTER};
 use crate::session::{Buffer, EventState, LoadedModule, Peer, Phase, Session, Stream};
 use crate::shm::ShmRegion;
 use crate::validate::{self, err};
@@ -40,8 +41,11 @@ pub const DEFAULT_POLICY: &str = "ppq-shared-drain";
 
 /// How long the core sleeps at most with nothing to do (it wakes on any request anyway).
 const IDLE_WAIT: Duration = Duration::from_secs(1);
-/// A `Spin` device is polled this often while work is on it.
-const SPIN_WAIT: Duration = Duration::from_micros(5);
+/// A `Spin` device is polled this often while work is on it, by default
+/// (`gpumuxd --poll-us`): a launch's end is seen on average half of this
+/// after it happened, plus the poll (a read of host memory on a CUDA device;
+/// a round trip of a few µs to a device process).
+pub const SPIN_WAIT: Duration = Duration::from_micros(5);
 /// While the device is busy, or for this long after the last request, the
 /// core polls its channel without sleeping: a request then reaches the
 /// engine within a µs instead of a futex wake-up later (several µs, tens at
@@ -150,6 +154,8 @@ struct OpEntry {
     launched: u32,
     /// Its client's priority when it was queued.
     priority: i32,
+    /// When it went through each stage (a kernel's; see `latency`).
+    stamps: KernelStamps,
 }
 
 /// A kernel of a stream of priority above 0 that takes longer than this from
@@ -188,6 +194,11 @@ pub struct Core {
     started: Instant,
     rebuilds: u32,
     events: Vec<Event>,
+    /// How long the request being handled waited between its reader thread
+    /// and the core, ns (0 outside `handle`): a kernel's `wait` stage.
+    request_waited: Nanos,
+    /// How often a busy device is polled ([`SPIN_WAIT`] unless set).
+    poll_every: Duration,
 }
 
 fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> {
@@ -225,7 +236,15 @@ impl Core {
             started: Instant::now(),
             rebuilds: 0,
             events: Vec::new(),
+            request_waited: 0,
+            poll_every: SPIN_WAIT,
         })
+    }
+
+    /// Polls a busy device every `every` instead of [`SPIN_WAIT`] (at least 1 µs).
+    pub fn with_poll_interval(mut self, every: Duration) -> Core {
+        self.poll_every = every.max(Duration::from_micros(1));
+        self
     }
 
     /// The policy's name.
@@ -248,8 +267,12 @@ impl Core {
         let mut active = Instant::now();
         loop {
             let wait = self.wait();
-            let spin = wait <= SPIN_WAIT || active.elapsed() < SPIN_AFTER_ACTIVITY;
-            let got = if spin { spin_recv(&rx, wait.min(SPIN_WAIT)) } else { rx.recv_timeout(wait) };
+            let spin = wait <= self.poll_every || active.elapsed() < SPIN_AFTER_ACTIVITY;
+            let got = if spin { spin_recv(&rx, wait.min(self.poll_every)) } else { rx.recv_timeout(wait) };
+            // A full sleep that ended pumps whatever the device says: that is
+            // how a device process that died while idle is noticed (at least
+            // once a second, `IDLE_WAIT`).
+            let slept = !spin && matches!(got, Err(RecvTimeoutError::Timeout));
             let busy_from = Instant::now();
             let mut handled = 0u32;
             match got {
@@ -276,6 +299,13 @@ impl Core {
                 }
             }
             let handling = busy_from.elapsed();
+            // A request may have made work; else the device is pumped only
+            // when it asked to be (busy, or a timer due). Pumping an idle
+            // device process costs a round trip on its link that requests
+            // would wait behind, every few µs while the core spins.
+            if handled == 0 && !slept && !self.device_due() {
+                continue;
+            }
             let pump = self.pump()?;
             let busy = busy_from.elapsed();
             if busy > SLOW_ROUND {
@@ -318,7 +348,9 @@ impl Core {
                     Inbound::Violation(_) => "a violation",
                 };
                 let start = Instant::now();
+                self.request_waited = waited.as_nanos() as Nanos;
                 self.inbound(client, inbound);
+                self.request_waited = 0;
                 let took = start.elapsed();
                 if took > SLOW_ROUND {
                     tracing::info!(
@@ -333,12 +365,22 @@ impl Core {
         true
     }
 
+    /// Whether the device or the engine needs a look now.
+    fn device_due(&self) -> bool {
+        let device = match self.backend.next_wake() {
+            Wake::Idle => false,
+            Wake::After(d) => d.is_zero(),
+            Wake::Spin => true,
+        };
+        device || self.engine.poll_timeout().is_some_and(|at| at <= self.backend.now())
+    }
+
     /// How long to sleep before the device or the engine needs a look.
     pub fn wait(&self) -> Duration {
         let device = match self.backend.next_wake() {
             Wake::Idle => IDLE_WAIT,
             Wake::After(d) => d.min(IDLE_WAIT),
-            Wake::Spin => SPIN_WAIT,
+            Wake::Spin => self.poll_every,
         };
         let timer = self.engine.poll_timeout().map(|at| Duration::from_nanos(at.saturating_sub(self.backend.now())));
         timer.map_or(device, |t| t.min(device))
@@ -389,6 +431,15 @@ impl Core {
             self.backend.unregister_host(r);
         }
         tracing::info!("client {client} ({}) is gone; its memory is freed", s.name);
+        if s.counters.kernels_done >= SUMMARY_AFTER {
+            tracing::info!(
+                "client {client} ({}) ran {} kernels; where they spent their time in the daemon, p50 / p99 / max µs \
+                 (docs/daemon.md, \"Where a launch's time goes\"): {}",
+                s.name,
+                s.counters.kernels_done,
+                s.stages.summary()
+            );
+        }
     }
 
     fn send(&self, client: u64, frame: ServerFrame) {
@@ -810,6 +861,7 @@ impl Core {
                 first_launch: None,
                 launched: 0,
                 priority,
+                stamps: KernelStamps { waited: self.request_waited, queued: now, launched: None, ended: None },
             },
         );
         if let Ok(s) = self.session_mut(client) {
@@ -1011,9 +1063,13 @@ impl Core {
             }
             self.track_command(&cmd);
             stats.commands += 1;
+            let launched_op = if let Command::Launch { op, .. } = &cmd { Some(*op) } else { None };
             let call = Instant::now();
             let submitted = self.backend.submit(cmd);
             stats.slowest_call = stats.slowest_call.max(call.elapsed());
+            if let Some(e) = launched_op.and_then(|op| self.ops.get_mut(&op)) {
+                e.stamps.launched.get_or_insert(self.backend.now());
+            }
             if let Err(f) = submitted {
                 self.failure(f)?;
                 return Ok(true);
@@ -1064,6 +1120,7 @@ impl Core {
                 if let Some((op, _)) = self.launches.remove(launch) {
                     if let Some(e) = self.ops.get_mut(&op) {
                         e.launches = e.launches.saturating_sub(1);
+                        e.stamps.ended = Some(self.backend.now());
                     }
                     self.maybe_finish(op);
                 }
@@ -1093,9 +1150,15 @@ impl Core {
                 OpKind::Sync { reply } => (false, Some(*reply).filter(|_| completed), None),
                 OpKind::Event(ev) => (false, None, Some(*ev).filter(|_| completed)),
             };
-            if kernel_done {
+            if kernel_done || reply.is_some() {
+                let now = self.backend.now();
                 if let Some(s) = self.sessions.get_mut(&client) {
-                    s.counters.kernels_done += 1;
+                    if kernel_done {
+                        s.counters.kernels_done += 1;
+                        s.stages.kernel(&e.stamps, now);
+                    } else if matches!(e.kind, OpKind::Sync { .. }) {
+                        s.stages.sync(e.queued, now);
+                    }
                 }
             }
             if let Some(id) = reply {

@@ -25,6 +25,8 @@ pub struct Options {
     pub config: Option<PathBuf>,
     /// Where the device runs (default: [`DeviceHosting::default_for`] the device).
     pub hosting: Option<DeviceHosting>,
+    /// How often a busy device is polled (default [`crate::core::SPIN_WAIT`]).
+    pub poll_every: Option<std::time::Duration>,
 }
 
 /// Where the device runs (docs/daemon.md, "Isolation and faults").
@@ -145,7 +147,10 @@ pub fn run(opts: Options) -> Result<()> {
     let device = pick_device(device.as_deref());
     let hosting = opts.hosting.unwrap_or_else(|| DeviceHosting::default_for(&device));
     let backend = open_device(&device, hosting)?;
-    let core = Core::new(backend, policy.as_deref()).context("cannot start the scheduling engine")?;
+    let mut core = Core::new(backend, policy.as_deref()).context("cannot start the scheduling engine")?;
+    if let Some(every) = opts.poll_every {
+        core = core.with_poll_interval(every);
+    }
     tracing::info!("device {}, policy {}", core.device(), core.policy());
     let listener = server::bind(&socket)?;
     tracing::info!("listening on {}", socket.display());

@@ -30,6 +30,7 @@ pub mod daemon;
 pub mod device_host;
 mod fdpass;
 pub mod harness;
+pub mod latency;
 pub mod server;
 pub mod session;
 pub mod shm;

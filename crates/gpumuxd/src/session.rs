@@ -4,6 +4,7 @@
 
 use crate::backend::{DevAddr, KernelImage};
 use crate::config::ClientLimits;
+use crate::latency::StageTimes;
 use crate::shm::ShmRegion;
 use gpumux_engine::ids::{OpId, Slot};
 use gpumux_proto::{BufferId, EventId, KernelId, ModuleId, ServerFrame, StreamId};
@@ -122,6 +123,8 @@ pub struct Session {
     pub in_flight: u32,
     /// For `Status`.
     pub counters: Counters,
+    /// Where its kernels spent their time in the daemon (logged when it leaves).
+    pub stages: StageTimes,
     next_handle: u64,
     next_stream: u32,
 }
@@ -147,6 +150,7 @@ impl Session {
             events: BTreeMap::new(),
             in_flight: 0,
             counters: Counters::default(),
+            stages: StageTimes::default(),
             next_handle: 1,
             next_stream: 1,
         }

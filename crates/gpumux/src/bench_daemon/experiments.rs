@@ -201,7 +201,7 @@ impl Bench {
     /// 2 of 1000 µs), so a stop is seen within a few ms.
     fn fill(&self, shape: Shape, block_us: u64) -> Job {
         let waves = (2000 / block_us.max(1)).clamp(2, 20) as u32;
-        Job::Fill { block_us, blocks: shape.sms * shape.per_sm * waves }
+        Job::Fill { block_us, blocks: shape.sms * shape.per_sm * waves, pause_ns: self.args.lp_pause_ns }
     }
 
     fn lp_alone_window(&self) -> Duration {
@@ -222,6 +222,13 @@ impl Bench {
             report.notes.push(format!(
                 "{} is simulated: no native, time-slicing or MPS baselines; the daemon rows show the bench works, not GPU figures",
                 self.device
+            ));
+        }
+        if self.args.lp_pause_ns != 0 && self.wants("priority") {
+            report.notes.push(format!(
+                "the low-priority blocks sleep {} ns between reads of the clock they spin on (--lp-pause-ns); \
+                 the urgent ones busy-spin",
+                self.args.lp_pause_ns
             ));
         }
         let mut configs: BTreeMap<DaemonConfig, ()> = BTreeMap::new();

@@ -51,7 +51,7 @@ pub enum Job {
     Urgent { launches: u32, blocks: u32, spin_ns: u64, gap_us: (u64, u64), seed: u64 },
     /// Low priority: keeps the GPU full with launches of `blocks` blocks that
     /// spin `block_us` each, two in flight, until told to stop.
-    Fill { block_us: u64, blocks: u32 },
+    Fill { block_us: u64, blocks: u32, pause_ns: u32 },
     /// `launches` launches of `kernel`, at most 24 queued.
     Loop { kernel: LoopKernel, launches: u32 },
     /// An empty kernel's launch + sync, `trials` times.
@@ -209,15 +209,22 @@ pub fn prepare(gpu: &mut dyn JobGpu, job: &Job) -> Result<Prepared> {
         Job::Urgent { blocks, spin_ns, .. } => {
             p.out = gpu.alloc(4)?;
             for _ in 0..WARMUP {
-                gpu.launch("spin", grid(blocks), BLOCK, &[KArg::U64(spin_ns), KArg::Buf(p.out)], spin_ns)?;
+                gpu.launch(
+                    "spin",
+                    grid(blocks),
+                    BLOCK,
+                    &[KArg::U64(spin_ns), KArg::Buf(p.out), KArg::U32(0)],
+                    spin_ns,
+                )?;
                 p.launched += blocks as u64;
             }
         }
-        Job::Fill { block_us, blocks } => {
+        Job::Fill { block_us, blocks, pause_ns } => {
             p.out = gpu.alloc(4)?;
             // One launch of a single wave: the daemon measures the block time on it.
             let ns = block_us * 1000;
-            gpu.launch("spin", grid(blocks.min(1024)), BLOCK, &[KArg::U64(ns), KArg::Buf(p.out)], ns)?;
+            let args = [KArg::U64(ns), KArg::Buf(p.out), KArg::U32(pause_ns)];
+            gpu.launch("spin", grid(blocks.min(1024)), BLOCK, &args, ns)?;
             p.launched += blocks.min(1024) as u64;
         }
         Job::Loop { kernel, .. } => {
@@ -249,7 +256,13 @@ pub fn run(gpu: &mut dyn JobGpu, mut p: Prepared, stop: &AtomicBool) -> Result<J
                 let gap = lo + next_random(&mut rng) % (hi.saturating_sub(lo) + 1);
                 std::thread::sleep(Duration::from_micros(gap));
                 let t0 = Instant::now();
-                gpu.launch("spin", grid(blocks), BLOCK, &[KArg::U64(spin_ns), KArg::Buf(p.out)], spin_ns)?;
+                gpu.launch(
+                    "spin",
+                    grid(blocks),
+                    BLOCK,
+                    &[KArg::U64(spin_ns), KArg::Buf(p.out), KArg::U32(0)],
+                    spin_ns,
+                )?;
                 gpu.sync()?;
                 turnaround_ns.push(t0.elapsed().as_nanos() as u64);
                 p.launched += blocks as u64;
@@ -257,13 +270,13 @@ pub fn run(gpu: &mut dyn JobGpu, mut p: Prepared, stop: &AtomicBool) -> Result<J
             let blocks_done = read_u32(gpu, p.out)?;
             Ok(JobResult::Urgent { turnaround_ns, blocks_done, blocks_launched: p.launched })
         }
-        Job::Fill { block_us, blocks } => {
+        Job::Fill { block_us, blocks, pause_ns } => {
             let ns = block_us * 1000;
             let t0 = Instant::now();
             let (mut issued, mut completed, mut last_done) = (0u64, 0u64, t0);
             let mut counted: Option<(u64, Instant)> = None;
             while !stop.load(Ordering::Relaxed) || issued == 0 {
-                gpu.launch("spin", grid(blocks), BLOCK, &[KArg::U64(ns), KArg::Buf(p.out)], ns)?;
+                gpu.launch("spin", grid(blocks), BLOCK, &[KArg::U64(ns), KArg::Buf(p.out), KArg::U32(pause_ns)], ns)?;
                 gpu.mark()?;
                 issued += 1;
                 p.launched += blocks as u64;
@@ -362,7 +375,7 @@ mod tests {
     fn jobs_round_trip_through_json() {
         let jobs = vec![
             Job::Urgent { launches: 200, blocks: 132, spin_ns: 10_000, gap_us: (500, 3000), seed: 1 },
-            Job::Fill { block_us: 100, blocks: 21_120 },
+            Job::Fill { block_us: 100, blocks: 21_120, pause_ns: 0 },
             Job::Loop { kernel: LoopKernel::Triad, launches: 10 },
         ];
         let text = serde_json::to_string(&jobs).unwrap();

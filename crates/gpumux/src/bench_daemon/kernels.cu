@@ -14,9 +14,12 @@ static __device__ __forceinline__ unsigned long long bench_now() {
 // Every block spins for `ns` of GPU time, then counts itself in `done`: the
 // priority experiment's urgent kernel and its low-priority filler. `done`
 // proves that no block was lost or run twice.
-extern "C" __global__ void spin(unsigned long long ns, unsigned int* done) {
+// With `pause_ns`, the threads sleep that long between clock reads, leaving
+// the SM's issue slots to other warps (`gpumux bench daemon --lp-pause-ns`).
+extern "C" __global__ void spin(unsigned long long ns, unsigned int* done, unsigned int pause_ns) {
     const unsigned long long t0 = bench_now();
     while (bench_now() - t0 < ns) {
+        if (pause_ns != 0u) __nanosleep(pause_ns);
     }
     __syncthreads();
     if (threadIdx.x == 0) atomicAdd(done, 1u);

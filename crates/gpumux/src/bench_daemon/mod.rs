@@ -60,6 +60,12 @@ pub struct DaemonBenchArgs {
     /// Low-priority block times, µs (comma-separated).
     #[arg(long, default_value = "20,100,1000", value_delimiter = ',')]
     pub block_us: Vec<u64>,
+    /// The low-priority blocks sleep this long between reads of the clock they
+    /// spin on, ns (0: a busy spin). A busy spin starves the warps around it
+    /// of issue slots, which hardware block launches do not notice and the
+    /// workers' claims between blocks do (`gpumux-cuda-check fill`).
+    #[arg(long, default_value_t = 0)]
+    pub lp_pause_ns: u32,
     /// High-priority launches per setting.
     #[arg(long, default_value_t = 200)]
     pub urgent_launches: u32,

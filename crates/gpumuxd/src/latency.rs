@@ -1,0 +1,154 @@
+//! Where a client's kernels spend their time inside the daemon, stage by
+//! stage, logged when the client leaves: the answer to "the daemon adds
+//! N µs to my launch + sync; where?" without a tracer.
+//!
+//! Stages of one kernel (times in the core's clock, `Backend::now`):
+//!
+//! * `wait`: its request decoded by the client's reader thread → the core
+//!   took it (the core was busy, or asleep);
+//! * `start`: the core took it → its first device launch returned (the
+//!   engine's decision, then the device's launch calls);
+//! * `run`: that launch returned → the core saw the launch's end (the GPU,
+//!   plus how late the device was polled);
+//! * `finish`: the end seen → the engine completed the kernel;
+//! * `sync`: the client's kernel completed → its `SyncStream` answered,
+//!   for a sync waiting on it (the reply then goes to the writer thread).
+//!
+//! Each stage keeps its last [`KEEP`] samples; memory per client is fixed.
+
+use gpumux_engine::time::Nanos;
+use std::fmt::Write as _;
+
+/// Samples kept per stage (the most recent).
+const KEEP: usize = 4096;
+/// A client with fewer kernels than this leaves without a summary.
+pub const SUMMARY_AFTER: u64 = 100;
+
+/// One stage's recent samples, ns.
+#[derive(Debug, Default)]
+struct Ring {
+    samples: Vec<u32>,
+    next: usize,
+}
+
+impl Ring {
+    fn push(&mut self, ns: Nanos) {
+        let ns = ns.min(u32::MAX as Nanos) as u32;
+        if self.samples.len() < KEEP {
+            self.samples.push(ns);
+        } else {
+            self.samples[self.next] = ns;
+            self.next = (self.next + 1) % KEEP;
+        }
+    }
+
+    /// p50, p99 and max in µs, or `None` without samples.
+    fn percentiles(&self) -> Option<(f64, f64, f64)> {
+        if self.samples.is_empty() {
+            return None;
+        }
+        let mut v = self.samples.clone();
+        v.sort_unstable();
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
+        Some((at(0.5), at(0.99), at(1.0)))
+    }
+}
+
+/// The stages of one client's kernels (module doc).
+#[derive(Debug, Default)]
+pub struct StageTimes {
+    wait: Ring,
+    start: Ring,
+    run: Ring,
+    finish: Ring,
+    sync: Ring,
+    /// When its last kernel completed (for the `sync` stage).
+    pub last_kernel_done: Option<Nanos>,
+}
+
+/// One kernel's stamps, as the core took them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KernelStamps {
+    /// Reader → core, ns.
+    pub waited: Nanos,
+    /// The core took the request.
+    pub queued: Nanos,
+    /// Its first launch's device call returned.
+    pub launched: Option<Nanos>,
+    /// The core saw its last launch end.
+    pub ended: Option<Nanos>,
+}
+
+impl StageTimes {
+    /// A kernel completed at `done` with `stamps`.
+    pub fn kernel(&mut self, stamps: &KernelStamps, done: Nanos) {
+        self.wait.push(stamps.waited);
+        if let (Some(l), Some(e)) = (stamps.launched, stamps.ended) {
+            self.start.push(l.saturating_sub(stamps.queued));
+            self.run.push(e.saturating_sub(l));
+            self.finish.push(done.saturating_sub(e));
+        }
+        self.last_kernel_done = Some(done);
+    }
+
+    /// A sync queued at `queued` was answered at `now`: the time since the
+    /// later of its request and the client's last kernel's completion.
+    pub fn sync(&mut self, queued: Nanos, now: Nanos) {
+        let from = self.last_kernel_done.map_or(queued, |k| k.max(queued));
+        self.sync.push(now.saturating_sub(from));
+    }
+
+    /// One line: each stage's p50 / p99 / max in µs.
+    pub fn summary(&self) -> String {
+        let mut line = String::new();
+        for (name, ring) in [
+            ("wait", &self.wait),
+            ("start", &self.start),
+            ("run", &self.run),
+            ("finish", &self.finish),
+            ("sync", &self.sync),
+        ] {
+            if let Some((p50, p99, max)) = ring.percentiles() {
+                let _ =
+                    write!(line, "{}{name} {p50:.1} / {p99:.1} / {max:.1}", if line.is_empty() { "" } else { "; " });
+            }
+        }
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_are_the_differences_of_the_stamps() {
+        let mut t = StageTimes::default();
+        for i in 0..100u64 {
+            let q = i * 1_000_000;
+            let s = KernelStamps { waited: 2_000, queued: q, launched: Some(q + 10_000), ended: Some(q + 30_000) };
+            t.kernel(&s, q + 31_000);
+            t.sync(q + 1_000, q + 35_000);
+        }
+        assert_eq!(t.start.percentiles(), Some((10.0, 10.0, 10.0)));
+        assert_eq!(t.run.percentiles(), Some((20.0, 20.0, 20.0)));
+        assert_eq!(t.finish.percentiles(), Some((1.0, 1.0, 1.0)));
+        // The sync was asked before the kernel ended: counted from the end.
+        assert_eq!(t.sync.percentiles(), Some((4.0, 4.0, 4.0)));
+        assert_eq!(
+            t.summary(),
+            "wait 2.0 / 2.0 / 2.0; start 10.0 / 10.0 / 10.0; run 20.0 / 20.0 / 20.0; finish 1.0 / 1.0 / 1.0; \
+             sync 4.0 / 4.0 / 4.0"
+        );
+    }
+
+    #[test]
+    fn a_ring_keeps_the_most_recent_samples() {
+        let mut r = Ring::default();
+        for i in 0..(KEEP as u64 + 10) {
+            r.push(if i < 10 { 1_000_000 } else { 1_000 });
+        }
+        assert_eq!(r.samples.len(), KEEP);
+        assert_eq!(r.percentiles(), Some((1.0, 1.0, 1.0)));
+    }
+}
