@@ -49,6 +49,19 @@ struct Routing {
 /// is one core busy for at most this long per request.
 const SPIN_FOR_REPLY: std::time::Duration = std::time::Duration::from_micros(100);
 
+/// `GPUMUX_SPIN_US`, read once: how long the reader thread and a waiting
+/// caller poll before they sleep, in place of their defaults (as
+/// `gpumuxd --spin-us` for the daemon's threads). An urgent client whose
+/// requests come a few ms apart sets it above that gap, so that no wake-up
+/// of its own threads lies on its path (each tens of µs in a virtual machine).
+fn spin_window(default: std::time::Duration) -> std::time::Duration {
+    static SPIN_US: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let us = SPIN_US.get_or_init(|| {
+        std::env::var("GPUMUX_SPIN_US").ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|&us| us > 0)
+    });
+    us.map_or(default, |us| std::time::Duration::from_micros(us.min(1_000_000)))
+}
+
 /// Takes a lock even if a thread panicked holding it: the data under these
 /// locks stays consistent at every await point (a map insert, a push).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -66,13 +79,12 @@ impl PendingReply {
     /// Waits for the reply; a daemon error becomes [`ClientError::Daemon`].
     pub(crate) fn wait(self) -> Result<Reply> {
         let start = std::time::Instant::now();
+        let spin = spin_window(SPIN_FOR_REPLY);
         let answer = loop {
             match self.rx.try_recv() {
                 Ok(a) => break Ok(a),
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => break Err(()),
-                Err(std::sync::mpsc::TryRecvError::Empty) if start.elapsed() < SPIN_FOR_REPLY => {
-                    std::thread::yield_now()
-                }
+                Err(std::sync::mpsc::TryRecvError::Empty) if start.elapsed() < spin => std::thread::yield_now(),
                 Err(std::sync::mpsc::TryRecvError::Empty) => break self.rx.recv().map_err(|_| ()),
             }
         };
@@ -242,7 +254,8 @@ fn read_frame(
             return Ok(decode_frame_body(&body)?);
         }
         let mut n = None;
-        while spin_from.is_some_and(|t| t.elapsed() < READER_SPIN) {
+        let spin = spin_window(READER_SPIN);
+        while spin_from.is_some_and(|t| t.elapsed() < spin) {
             // SAFETY: `buf` is valid for writes of its length.
             let got = unsafe { libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
             if got >= 0 {

@@ -22,6 +22,12 @@
 //! ```
 //!
 //! The C ABI (`libgpumux_client.so`, `include/gpumux.h`) wraps the same calls.
+//!
+//! Environment (both APIs): `GPUMUX_SOCKET`, the daemon's socket when none is
+//! given; `GPUMUX_SPIN_US`, how long the library's reader thread and a call
+//! waiting for its answer poll before they sleep, in µs (default 100): a
+//! client whose requests come a few ms apart sets it above that gap to find
+//! its threads awake (docs/daemon.md, "Latency and the CPU it costs").
 
 #![warn(missing_docs)]
 

@@ -34,6 +34,12 @@ pub struct DaemonArgs {
     /// [default: 5]. Lower sees launch ends sooner for more CPU.
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub poll_us: Option<u64>,
+    /// How long each of the daemon's threads polls after traffic before it
+    /// sleeps, µs [default: 100 to 500, per thread]. A client whose requests
+    /// come at most this far apart finds every thread awake (no wake-ups on its
+    /// path), for a core busy per thread that long after its traffic.
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub spin_us: Option<u64>,
     /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
@@ -61,6 +67,7 @@ impl DaemonArgs {
 /// runs the daemon until SIGINT/SIGTERM. The error is already logged.
 pub fn run_logged(args: &DaemonArgs) -> anyhow::Result<()> {
     init_logging(args.verbose);
+    crate::spin::set(args.spin_us.unwrap_or(0));
     run(args.options()).inspect_err(|e| tracing::error!("{e:#}"))
 }
 

@@ -267,7 +267,7 @@ impl Core {
         let mut active = Instant::now();
         loop {
             let wait = self.wait();
-            let spin = wait <= self.poll_every || active.elapsed() < SPIN_AFTER_ACTIVITY;
+            let spin = wait <= self.poll_every || active.elapsed() < crate::spin::window(SPIN_AFTER_ACTIVITY);
             let got = if spin { spin_recv(&rx, wait.min(self.poll_every)) } else { rx.recv_timeout(wait) };
             // A full sleep that ended pumps whatever the device says: that is
             // how a device process that died while idle is noticed (at least

@@ -84,7 +84,7 @@ impl DeviceHost {
     /// flight: [`link::SPIN`]), then sleeps on it.
     fn run(&mut self) -> Result<()> {
         loop {
-            match self.link.recv_spin::<ToDevice>(link::SPIN) {
+            match self.link.recv_spin::<ToDevice>(crate::spin::window(link::SPIN)) {
                 Ok(Some(msg)) => self.handle(msg)?,
                 Ok(None) => self.link.wait_readable(None).context("waiting for the daemon")?,
                 Err(LinkError::Closed) => return Ok(()),

@@ -34,6 +34,7 @@ pub mod latency;
 pub mod server;
 pub mod session;
 pub mod shm;
+pub mod spin;
 pub mod validate;
 
 pub use daemon::{run, DeviceHosting, Options};

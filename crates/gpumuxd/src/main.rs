@@ -23,6 +23,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     if let (Some(spec), Some(fd)) = (&cli.device_host, cli.host_fd) {
         gpumuxd::cli::init_logging(cli.args.verbose);
+        gpumuxd::spin::set(cli.args.spin_us.unwrap_or(0));
         return match gpumuxd::device_host::serve(spec, fd) {
             Ok(true) => std::process::ExitCode::SUCCESS,
             Ok(false) => std::process::ExitCode::FAILURE,

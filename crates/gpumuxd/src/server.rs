@@ -126,7 +126,7 @@ fn next_frame(rx: &Receiver<ServerFrame>) -> Option<ServerFrame> {
         match rx.try_recv() {
             Ok(f) => return Some(f),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if start.elapsed() < WRITER_SPIN => std::thread::yield_now(),
+            Err(TryRecvError::Empty) if start.elapsed() < crate::spin::window(WRITER_SPIN) => std::thread::yield_now(),
             Err(TryRecvError::Empty) => return rx.recv().ok(),
         }
     }
@@ -215,7 +215,8 @@ fn admit(
 /// after the last bytes (a client's requests come in bursts: a launch, its
 /// sync, the next launch), then a blocking read. `None` at its end or error.
 fn read_some(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, last: Instant) -> Option<usize> {
-    while last.elapsed() < READER_SPIN {
+    let spin = crate::spin::window(READER_SPIN);
+    while last.elapsed() < spin {
         match crate::fdpass::recv_with_fds(sock, buf, fds, true) {
             Ok(0) => return None,
             Ok(n) => return Some(n),

@@ -27,6 +27,10 @@ const URGENT_SPIN_NS: u64 = 10_000;
 const URGENT_GAP_US: (u64, u64) = (500, 2500);
 /// Launches of the empty kernel timed for the latency figures.
 const LATENCY_TRIALS: u32 = 2000;
+/// Launch + sync after this long idle (the threads on the path have gone to
+/// sleep, as between an urgent client's kernels), and how many.
+const IDLE_LATENCY_US: u32 = 2000;
+const IDLE_LATENCY_TRIALS: u32 = 500;
 /// Asynchronous launches per client for the throughput figures.
 const RATE_LAUNCHES: u32 = 20_000;
 /// Clients of the throughput figures.
@@ -204,6 +208,14 @@ impl Bench {
         Job::Fill { block_us, blocks: shape.sms * shape.per_sm * waves, pause_ns: self.args.lp_pause_ns }
     }
 
+    fn idle_trials(&self) -> u32 {
+        if self.args.quick {
+            20
+        } else {
+            IDLE_LATENCY_TRIALS
+        }
+    }
+
     fn lp_alone_window(&self) -> Duration {
         if self.args.quick {
             Duration::from_millis(300)
@@ -328,13 +340,25 @@ impl Bench {
             if self.wants("overhead") {
                 let r = self.setting(
                     "overhead: native launch + sync",
-                    &[ProcPlan::native(vec![Job::Latency { trials: LATENCY_TRIALS }])],
+                    &[ProcPlan::native(vec![Job::Latency { trials: LATENCY_TRIALS, idle_us: 0 }])],
                     &env,
                     None,
                 )?;
                 let ns = latency_of(&r)?;
                 overhead.native_p50_us = Some(percentile(&ns, 50.0) as f64 / 1e3);
                 overhead.native_p99_us = Some(percentile(&ns, 99.0) as f64 / 1e3);
+                let r = self.setting(
+                    "overhead: native launch + sync, 2 ms apart",
+                    &[ProcPlan::native(vec![Job::Latency { trials: self.idle_trials(), idle_us: IDLE_LATENCY_US }])],
+                    &env,
+                    None,
+                )?;
+                let ns = latency_of(&r)?;
+                overhead.idle.push(LatencyRow {
+                    setting: format!("native, {} ms apart", IDLE_LATENCY_US / 1000),
+                    p50_us: percentile(&ns, 50.0) as f64 / 1e3,
+                    p99_us: percentile(&ns, 99.0) as f64 / 1e3,
+                });
                 let r = self.setting(
                     "overhead: native launch rate",
                     &[ProcPlan::native(vec![Job::Rate { launches: RATE_LAUNCHES }])],
@@ -410,7 +434,7 @@ impl Bench {
             if self.wants("overhead") && breakdown.contains(c) {
                 let r = self.setting(
                     &format!("overhead: launch + sync through {label}"),
-                    &[ProcPlan::daemon(vec![Job::Latency { trials: LATENCY_TRIALS }])],
+                    &[ProcPlan::daemon(vec![Job::Latency { trials: LATENCY_TRIALS, idle_us: 0 }])],
                     &env,
                     None,
                 )?;
@@ -433,13 +457,25 @@ impl Bench {
             if self.wants("overhead") && *c == default {
                 let r = self.setting(
                     &format!("overhead: launch + sync through {label}"),
-                    &[ProcPlan::daemon(vec![Job::Latency { trials: LATENCY_TRIALS }])],
+                    &[ProcPlan::daemon(vec![Job::Latency { trials: LATENCY_TRIALS, idle_us: 0 }])],
                     &env,
                     None,
                 )?;
                 let ns = latency_of(&r)?;
                 overhead.daemon_p50_us = percentile(&ns, 50.0) as f64 / 1e3;
                 overhead.daemon_p99_us = percentile(&ns, 99.0) as f64 / 1e3;
+                let r = self.setting(
+                    &format!("overhead: launch + sync through {label}, 2 ms apart"),
+                    &[ProcPlan::daemon(vec![Job::Latency { trials: self.idle_trials(), idle_us: IDLE_LATENCY_US }])],
+                    &env,
+                    None,
+                )?;
+                let ns = latency_of(&r)?;
+                overhead.idle.push(LatencyRow {
+                    setting: format!("gpumuxd, {} ms apart", IDLE_LATENCY_US / 1000),
+                    p50_us: percentile(&ns, 50.0) as f64 / 1e3,
+                    p99_us: percentile(&ns, 99.0) as f64 / 1e3,
+                });
                 for k in RATE_CLIENTS {
                     let plans: Vec<ProcPlan> =
                         (0..k).map(|_| ProcPlan::daemon(vec![Job::Rate { launches: RATE_LAUNCHES / k }])).collect();

@@ -54,8 +54,10 @@ pub enum Job {
     Fill { block_us: u64, blocks: u32, pause_ns: u32 },
     /// `launches` launches of `kernel`, at most 24 queued.
     Loop { kernel: LoopKernel, launches: u32 },
-    /// An empty kernel's launch + sync, `trials` times.
-    Latency { trials: u32 },
+    /// An empty kernel's launch + sync, `trials` times, `idle_us` apart
+    /// (0: back to back; else the client and the daemon's threads have gone
+    /// to sleep between two, as an urgent client's have).
+    Latency { trials: u32, idle_us: u32 },
     /// `launches` asynchronous launches of an empty kernel, then one sync.
     Rate { launches: u32 },
     /// The GPU's SMs and resident `spin` blocks per SM (what the plans need).
@@ -314,9 +316,12 @@ pub fn run(gpu: &mut dyn JobGpu, mut p: Prepared, stop: &AtomicBool) -> Result<J
             let checksum = fnv1a(&gpu.download(p.out, CHECKSUM_BYTES)?);
             Ok(JobResult::Loop { elapsed_ns, checksum })
         }
-        Job::Latency { trials } => {
+        Job::Latency { trials, idle_us } => {
             let mut ns = Vec::with_capacity(trials as usize);
             for _ in 0..trials {
+                if idle_us > 0 {
+                    std::thread::sleep(std::time::Duration::from_micros(idle_us as u64));
+                }
                 let t0 = Instant::now();
                 gpu.launch("empty", grid(1), [32, 1, 1], &[], 1_000)?;
                 gpu.sync()?;

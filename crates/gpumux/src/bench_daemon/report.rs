@@ -78,6 +78,8 @@ pub struct OverheadReport {
     pub breakdown: Vec<LatencyRow>,
     /// 8 clients' launches per second through those.
     pub breakdown_rates: Vec<(String, f64)>,
+    /// Launch + sync after the path's threads went to sleep: native, then the daemon.
+    pub idle: Vec<LatencyRow>,
 }
 
 /// Launch + sync latency through one daemon configuration.
@@ -186,7 +188,7 @@ impl Report {
                 vec!["added".into(), us(o.added_p50_us), us(o.added_p99_us)],
             ];
             let mut rows = rows;
-            for b in &o.breakdown {
+            for b in o.breakdown.iter().chain(&o.idle) {
                 rows.push(vec![b.setting.clone(), format!("{:.1}", b.p50_us), format!("{:.1}", b.p99_us)]);
             }
             out += &table(&["", "p50", "p99"], &rows);

@@ -142,10 +142,11 @@ impl Link {
     /// The next message, waiting for it at most `timeout` (`Ok(None)` then);
     /// it polls for [`SPIN`] first, then sleeps on the socket.
     pub fn recv_timeout<T: DeserializeOwned>(&mut self, timeout: Duration) -> Result<Option<T>, LinkError> {
-        if let Some(msg) = self.recv_spin(SPIN.min(timeout))? {
+        let spin = crate::spin::window(SPIN);
+        if let Some(msg) = self.recv_spin(spin.min(timeout))? {
             return Ok(Some(msg));
         }
-        let deadline = Instant::now() + timeout.saturating_sub(SPIN);
+        let deadline = Instant::now() + timeout.saturating_sub(spin);
         loop {
             if let Some(msg) = self.try_recv()? {
                 return Ok(Some(msg));

@@ -119,6 +119,9 @@ impl DeviceProcess {
         let fd = theirs.as_raw_fd();
         let mut cmd = std::process::Command::new(exe);
         cmd.arg("--device-host").arg(spec).arg("--host-fd").arg(fd.to_string());
+        if crate::spin::get() != 0 {
+            cmd.arg("--spin-us").arg(crate::spin::get().to_string());
+        }
         cmd.stdin(Stdio::null()).stdout(Stdio::null());
         // SAFETY: between fork and exec only async-signal-safe calls: fcntl
         // and prctl on values computed before the fork.
