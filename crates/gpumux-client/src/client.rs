@@ -112,6 +112,7 @@ impl Client {
         let hello =
             Request::Hello { magic: MAGIC, version: VERSION, name, priority: options.priority, weight: options.weight };
         let (conn, reply) = Connection::handshake(stream, hello)?;
+        conn.set_urgent(options.priority > 0);
         let Reply::Welcome(welcome) = reply else {
             return Err(unexpected("Hello", &reply));
         };
@@ -144,7 +145,9 @@ impl Client {
 
     /// Changes this client's priority (from the next scheduling round).
     pub fn set_priority(&self, priority: i32) -> Result<()> {
-        self.done(Request::SetPriority(priority))
+        self.done(Request::SetPriority(priority))?;
+        self.conn.set_urgent(priority > 0);
+        Ok(())
     }
 
     /// Changes this client's weight (from the next scheduling round).

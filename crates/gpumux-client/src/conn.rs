@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -49,17 +49,26 @@ struct Routing {
 /// is one core busy for at most this long per request.
 const SPIN_FOR_REPLY: std::time::Duration = std::time::Duration::from_micros(100);
 
-/// `GPUMUX_SPIN_US`, read once: how long the reader thread and a waiting
-/// caller poll before they sleep, in place of their defaults (as
-/// `gpumuxd --spin-us` for the daemon's threads). An urgent client whose
-/// requests come a few ms apart sets it above that gap, so that no wake-up
-/// of its own threads lies on its path (each tens of µs in a virtual machine).
-fn spin_window(default: std::time::Duration) -> std::time::Duration {
+/// How long the reader thread and a waiting caller of an urgent client
+/// (priority above 0) poll before they sleep: above the gaps between the
+/// kernels of a client that launches every few ms, so that no wake-up of its
+/// own threads lies on its path (each tens of µs in a virtual machine). The
+/// daemon does the same for it (gpumuxd's `spin` module).
+const URGENT_SPIN: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The poll window of a thread whose own default is `default`:
+/// `GPUMUX_SPIN_US` (read once) if set, else [`URGENT_SPIN`] for an urgent
+/// client, else the default.
+fn spin_window(default: std::time::Duration, urgent: bool) -> std::time::Duration {
     static SPIN_US: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     let us = SPIN_US.get_or_init(|| {
         std::env::var("GPUMUX_SPIN_US").ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|&us| us > 0)
     });
-    us.map_or(default, |us| std::time::Duration::from_micros(us.min(1_000_000)))
+    match *us {
+        Some(us) => std::time::Duration::from_micros(us.min(1_000_000)),
+        None if urgent => default.max(URGENT_SPIN),
+        None => default,
+    }
 }
 
 /// Takes a lock even if a thread panicked holding it: the data under these
@@ -73,13 +82,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct PendingReply {
     request: &'static str,
     rx: Receiver<Answer>,
+    /// How long to poll for it before sleeping.
+    spin: std::time::Duration,
 }
 
 impl PendingReply {
     /// Waits for the reply; a daemon error becomes [`ClientError::Daemon`].
     pub(crate) fn wait(self) -> Result<Reply> {
         let start = std::time::Instant::now();
-        let spin = spin_window(SPIN_FOR_REPLY);
+        let spin = self.spin;
         let answer = loop {
             match self.rx.try_recv() {
                 Ok(a) => break Ok(a),
@@ -107,6 +118,8 @@ pub(crate) struct Connection {
     routing: Arc<Mutex<Routing>>,
     next_id: AtomicU64,
     reader: Option<JoinHandle<()>>,
+    /// The client's priority is above 0 (`spin_window`); the reader thread reads it too.
+    urgent: Arc<AtomicBool>,
 }
 
 impl Connection {
@@ -117,7 +130,7 @@ impl Connection {
         let mut buf = vec![0u8; READ_CHUNK];
         send_all(stream.as_raw_fd(), &encode_frame(&ClientFrame { id: 1, request: hello })?, None)?;
         let reply = loop {
-            match read_frame(&stream, &mut frames, &mut buf, None)? {
+            match read_frame(&stream, &mut frames, &mut buf, None, false)? {
                 ServerFrame::Reply { id: 1, result: Ok(reply) } => break reply,
                 ServerFrame::Reply { id: 1, result: Err(error) } => {
                     return Err(ClientError::Daemon { request: "Hello", error });
@@ -133,10 +146,18 @@ impl Connection {
         let routing = Arc::new(Mutex::new(Routing::default()));
         let reader_stream = stream.try_clone()?;
         let reader_routing = Arc::clone(&routing);
+        let urgent = Arc::new(AtomicBool::new(false));
+        let reader_urgent = Arc::clone(&urgent);
         let reader = std::thread::Builder::new()
             .name("gpumux-client-reader".into())
-            .spawn(move || read_loop(reader_stream, frames, reader_routing))?;
-        let conn = Connection { writer: Mutex::new(stream), routing, next_id: AtomicU64::new(2), reader: Some(reader) };
+            .spawn(move || read_loop(reader_stream, frames, reader_routing, reader_urgent))?;
+        let conn = Connection {
+            writer: Mutex::new(stream),
+            routing,
+            next_id: AtomicU64::new(2),
+            reader: Some(reader),
+            urgent,
+        };
         Ok((conn, reply))
     }
 
@@ -162,7 +183,7 @@ impl Connection {
                 _ => e.into(),
             });
         }
-        Ok(PendingReply { request: name, rx })
+        Ok(PendingReply { request: name, rx, spin: spin_window(SPIN_FOR_REPLY, self.urgent.load(Ordering::Relaxed)) })
     }
 
     /// Sends a request no caller waits for (module doc): an error in its
@@ -213,6 +234,11 @@ impl Connection {
         std::mem::take(&mut lock(&self.routing).notices)
     }
 
+    /// Marks the client urgent (priority above 0): its threads poll longer.
+    pub(crate) fn set_urgent(&self, urgent: bool) {
+        self.urgent.store(urgent, Ordering::Relaxed);
+    }
+
     /// Whether the daemon closed the connection.
     pub(crate) fn is_closed(&self) -> bool {
         lock(&self.routing).closed
@@ -248,13 +274,14 @@ fn read_frame(
     frames: &mut FrameReader,
     buf: &mut [u8],
     spin_from: Option<std::time::Instant>,
+    urgent: bool,
 ) -> Result<ServerFrame> {
     loop {
         if let Some(body) = frames.next_body()? {
             return Ok(decode_frame_body(&body)?);
         }
         let mut n = None;
-        let spin = spin_window(READER_SPIN);
+        let spin = spin_window(READER_SPIN, urgent);
         while spin_from.is_some_and(|t| t.elapsed() < spin) {
             // SAFETY: `buf` is valid for writes of its length.
             let got = unsafe { libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
@@ -283,10 +310,10 @@ fn read_frame(
 /// The reader thread: routes replies and keeps notices until the socket
 /// closes or a frame does not decode (then closes it: the stream cannot be
 /// trusted past a bad frame).
-fn read_loop(stream: UnixStream, mut frames: FrameReader, routing: Arc<Mutex<Routing>>) {
+fn read_loop(stream: UnixStream, mut frames: FrameReader, routing: Arc<Mutex<Routing>>, urgent: Arc<AtomicBool>) {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut last = std::time::Instant::now();
-    while let Ok(frame) = read_frame(&stream, &mut frames, &mut buf, Some(last)) {
+    while let Ok(frame) = read_frame(&stream, &mut frames, &mut buf, Some(last), urgent.load(Ordering::Relaxed)) {
         last = std::time::Instant::now();
         let mut routing = lock(&routing);
         match frame {

@@ -25,9 +25,9 @@
 //!
 //! Environment (both APIs): `GPUMUX_SOCKET`, the daemon's socket when none is
 //! given; `GPUMUX_SPIN_US`, how long the library's reader thread and a call
-//! waiting for its answer poll before they sleep, in µs (default 100): a
-//! client whose requests come a few ms apart sets it above that gap to find
-//! its threads awake (docs/daemon.md, "Latency and the CPU it costs").
+//! waiting for its answer poll before they sleep, in µs (default 100, and
+//! 5,000 for a client of priority above 0, whose requests a few ms apart then
+//! find its threads awake; docs/daemon.md, "Latency and the CPU it costs").
 
 #![warn(missing_docs)]
 

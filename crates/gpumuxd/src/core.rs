@@ -14,6 +14,7 @@ use crate::conn::Inbound;
 use crate::latency::{KernelStamps, SUMMARY_AFTER};
 use crate::session::{Buffer, EventState, LoadedModule, Peer, Phase, Session, Stream};
 use crate::shm::ShmRegion;
+use crate::spin::{ConnSpin, URGENT_WINDOW};
 use crate::validate::{self, err};
 use gpumux_engine::device::{Command, CopyDirection, Event};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId, ProcessId};
@@ -101,6 +102,8 @@ pub enum CoreMsg {
         limits: ClientLimits,
         /// Its writer's channel.
         out: Sender<ServerFrame>,
+        /// Its reader's and writer's poll window (set urgent by its priority).
+        spin: ConnSpin,
     },
     /// A request or a broken rule from a client.
     Inbound {
@@ -199,6 +202,8 @@ pub struct Core {
     request_waited: Nanos,
     /// How often a busy device is polled ([`SPIN_WAIT`] unless set).
     poll_every: Duration,
+    /// A client of priority above 0 is connected (`update_urgent`).
+    urgent_connected: bool,
 }
 
 fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> {
@@ -238,6 +243,7 @@ impl Core {
             events: Vec::new(),
             request_waited: 0,
             poll_every: SPIN_WAIT,
+            urgent_connected: false,
         })
     }
 
@@ -267,7 +273,8 @@ impl Core {
         let mut active = Instant::now();
         loop {
             let wait = self.wait();
-            let spin = wait <= self.poll_every || active.elapsed() < crate::spin::window(SPIN_AFTER_ACTIVITY);
+            let spin = wait <= self.poll_every
+                || active.elapsed() < crate::spin::window_for(SPIN_AFTER_ACTIVITY, self.urgent_connected);
             let got = if spin { spin_recv(&rx, wait.min(self.poll_every)) } else { rx.recv_timeout(wait) };
             // A full sleep that ended pumps whatever the device says: that is
             // how a device process that died while idle is noticed (at least
@@ -334,7 +341,12 @@ impl Core {
     /// Takes one message; false for shutdown.
     pub fn handle(&mut self, msg: CoreMsg) -> bool {
         match msg {
-            CoreMsg::Connected { client, peer, limits, out } => self.connect(client, peer, limits, out),
+            CoreMsg::Connected { client, peer, limits, out, spin } => {
+                self.connect(client, peer, limits, out);
+                if let Some(s) = self.sessions.get_mut(&client) {
+                    s.spin = spin;
+                }
+            }
             CoreMsg::Inbound { client, inbound, read_at } => {
                 let waited = read_at.elapsed();
                 if waited > SLOW_ROUND {
@@ -401,6 +413,7 @@ impl Core {
         }
         s.phase = Phase::Gone;
         s.out = None;
+        s.spin.set_urgent(false);
         let now = self.backend.now();
         let slots: Vec<_> = s.streams.values().map(|st| st.slot).collect();
         s.streams.clear();
@@ -413,6 +426,7 @@ impl Core {
         }
         self.drain_completions();
         self.reap(client);
+        self.update_urgent();
     }
 
     /// Drops a gone client once none of its operations is tracked, freeing its memory.
@@ -530,8 +544,11 @@ impl Core {
         s.priority = priority;
         s.weight = weight;
         s.phase = Phase::Open;
+        s.spin.set_urgent(priority > 0);
         tracing::info!("client {client} `{}` (pid {}, uid {}) connected", s.name, s.peer.pid, s.peer.uid);
-        Ok(Welcome { version: VERSION, client, device, policy, sms, limits: s.limits.to_proto(device_memory) })
+        let limits = s.limits.to_proto(device_memory);
+        self.update_urgent();
+        Ok(Welcome { version: VERSION, client, device, policy, sms, limits })
     }
 
     /// Serves one request; `None` when the answer comes later (from a completion).
@@ -641,10 +658,24 @@ impl Core {
         let s = self.sessions.get_mut(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))?;
         check_priority(&s.limits, p)?;
         s.priority = p;
+        s.spin.set_urgent(p > 0);
         for st in s.streams.values() {
             self.engine.set_priority(st.slot, p).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
         }
+        self.update_urgent();
         Ok(Reply::Done)
+    }
+
+    /// Whether an urgent client (priority above 0) is connected changed:
+    /// the core and the device process poll [`URGENT_WINDOW`] after traffic
+    /// while one is (`crate::spin`).
+    fn update_urgent(&mut self) {
+        let any = self.sessions.values().any(|s| s.phase == Phase::Open && s.priority > 0);
+        if any != self.urgent_connected {
+            self.urgent_connected = any;
+            let window = if any { URGENT_WINDOW } else { Duration::ZERO };
+            self.backend.spin_for(crate::spin::window_for(window, any));
+        }
     }
 
     fn set_weight(&mut self, client: u64, w: f64) -> Result<Reply, ErrorReply> {

@@ -24,6 +24,7 @@ use gpumux_engine::device::DeviceError;
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Serves device `spec` over the inherited socket `fd` until the daemon lets
 /// go. `Ok(false)`: the device could not be opened, and the daemon was told
@@ -48,7 +49,8 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
     };
     link.send(&FromDevice::Ready { describe: backend.describe(), info: backend.info().clone() }, None)
         .context("telling the daemon the device is ready")?;
-    let mut host = DeviceHost { backend, link, regions: HashMap::new(), failure: None, broken: false };
+    let spin = crate::spin::window(link::SPIN);
+    let mut host = DeviceHost { backend, link, regions: HashMap::new(), failure: None, broken: false, spin };
     host.run()?;
     Ok(true)
 }
@@ -76,6 +78,8 @@ struct DeviceHost {
     failure: Option<Failure>,
     /// The context is lost: nothing more is done with the device.
     broken: bool,
+    /// How long to poll the link after each message (`ToDevice::Spin`).
+    spin: Duration,
 }
 
 impl DeviceHost {
@@ -84,7 +88,7 @@ impl DeviceHost {
     /// flight: [`link::SPIN`]), then sleeps on it.
     fn run(&mut self) -> Result<()> {
         loop {
-            match self.link.recv_spin::<ToDevice>(crate::spin::window(link::SPIN)) {
+            match self.link.recv_spin::<ToDevice>(self.spin) {
                 Ok(Some(msg)) => self.handle(msg)?,
                 Ok(None) => self.link.wait_readable(None).context("waiting for the daemon")?,
                 Err(LinkError::Closed) => return Ok(()),
@@ -131,6 +135,10 @@ impl DeviceHost {
             ToDevice::Poll => {
                 let r = self.poll();
                 self.send(r)
+            }
+            ToDevice::Spin { us } => {
+                self.spin = if us == 0 { crate::spin::window(link::SPIN) } else { Duration::from_micros(us) };
+                Ok(())
             }
             ToDevice::Alloc { bytes } => {
                 let r = self.backend.alloc(bytes);

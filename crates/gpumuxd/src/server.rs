@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::conn::{Connection, Inbound};
 use crate::core::CoreMsg;
 use crate::session::Peer;
+use crate::spin::ConnSpin;
 use gpumux_proto::{encode_frame, ErrorKind, ErrorReply, ServerFrame};
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -120,13 +121,14 @@ pub fn shutdown_requested() -> bool {
 const WRITER_SPIN: Duration = Duration::from_micros(100);
 
 /// The writer's next frame (`None` once the core dropped its sender).
-fn next_frame(rx: &Receiver<ServerFrame>) -> Option<ServerFrame> {
+fn next_frame(rx: &Receiver<ServerFrame>, spin: &ConnSpin) -> Option<ServerFrame> {
     let start = Instant::now();
+    let window = spin.window(WRITER_SPIN);
     loop {
         match rx.try_recv() {
             Ok(f) => return Some(f),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if start.elapsed() < crate::spin::window(WRITER_SPIN) => std::thread::yield_now(),
+            Err(TryRecvError::Empty) if start.elapsed() < window => std::thread::yield_now(),
             Err(TryRecvError::Empty) => return rx.recv().ok(),
         }
     }
@@ -194,8 +196,10 @@ fn admit(
     let (tx, rx) = channel::<ServerFrame>();
     let mut writer = stream.try_clone()?;
     let reader = stream;
+    let spin = ConnSpin::default();
+    let writer_spin = spin.clone();
     threads.push(std::thread::Builder::new().name(format!("gpumuxd-w{client}")).spawn(move || {
-        while let Some(frame) = next_frame(&rx) {
+        while let Some(frame) = next_frame(&rx, &writer_spin) {
             if let Err(e) = send_frame(&mut writer, &frame) {
                 tracing::debug!("client {client}: write failed: {e}");
                 break;
@@ -203,10 +207,11 @@ fn admit(
         }
         let _ = writer.shutdown(std::net::Shutdown::Both);
     })?);
-    core.send(CoreMsg::Connected { client, peer, limits, out: tx }).map_err(std::io::Error::other)?;
+    let reader_spin = spin.clone();
+    core.send(CoreMsg::Connected { client, peer, limits, out: tx, spin }).map_err(std::io::Error::other)?;
     let core = core.clone();
     threads.push(std::thread::Builder::new().name(format!("gpumuxd-r{client}")).spawn(move || {
-        read_loop(client, &reader, &core);
+        read_loop(client, &reader, &core, &reader_spin);
     })?);
     Ok(())
 }
@@ -214,8 +219,8 @@ fn admit(
 /// One read of the client's socket: polled without blocking for [`READER_SPIN`]
 /// after the last bytes (a client's requests come in bursts: a launch, its
 /// sync, the next launch), then a blocking read. `None` at its end or error.
-fn read_some(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, last: Instant) -> Option<usize> {
-    let spin = crate::spin::window(READER_SPIN);
+fn read_some(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, last: Instant, spin: &ConnSpin) -> Option<usize> {
+    let spin = spin.window(READER_SPIN);
     while last.elapsed() < spin {
         match crate::fdpass::recv_with_fds(sock, buf, fds, true) {
             Ok(0) => return None,
@@ -230,14 +235,14 @@ fn read_some(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, last: Instant)
     }
 }
 
-fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>) {
+fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>, spin: &ConnSpin) {
     let mut conn = Connection::new();
     let mut buf = vec![0u8; READ_CHUNK];
     let mut out: Vec<Inbound> = Vec::new();
     let mut last = Instant::now();
     loop {
         let mut fds = Vec::new();
-        let Some(n) = read_some(stream.as_raw_fd(), &mut buf, &mut fds, last) else { break };
+        let Some(n) = read_some(stream.as_raw_fd(), &mut buf, &mut fds, last, spin) else { break };
         last = Instant::now();
         conn.receive(&buf[..n], fds, &mut out);
         let read_at = Instant::now();

@@ -6,6 +6,7 @@ use crate::backend::{DevAddr, KernelImage};
 use crate::config::ClientLimits;
 use crate::latency::StageTimes;
 use crate::shm::ShmRegion;
+use crate::spin::ConnSpin;
 use gpumux_engine::ids::{OpId, Slot};
 use gpumux_proto::{BufferId, EventId, KernelId, ModuleId, ServerFrame, StreamId};
 use std::collections::BTreeMap;
@@ -125,6 +126,8 @@ pub struct Session {
     pub counters: Counters,
     /// Where its kernels spent their time in the daemon (logged when it leaves).
     pub stages: StageTimes,
+    /// Its reader's and writer's poll window: urgent while its priority is above 0.
+    pub spin: ConnSpin,
     next_handle: u64,
     next_stream: u32,
 }
@@ -151,6 +154,7 @@ impl Session {
             in_flight: 0,
             counters: Counters::default(),
             stages: StageTimes::default(),
+            spin: ConnSpin::default(),
             next_handle: 1,
             next_stream: 1,
         }

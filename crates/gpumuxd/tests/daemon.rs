@@ -288,7 +288,9 @@ fn spatial_even_in_a_device_process_grows_launches_while_others_end_and_keeps_se
 #[test]
 fn a_killed_device_process_is_restarted_and_its_clients_go_on() {
     let d = Daemon::start_with(None, CHILD);
-    let (mut c, _) = Client::hello(&d, "survivor", 0);
+    // Urgent (priority above 0): the device process is asked to poll longer,
+    // and the fresh one is asked again after the restart.
+    let (mut c, _) = Client::hello(&d, "survivor", 1);
     let region = memfd(1 << 20);
     assert_eq!(c.attach(&region, 1 << 20), Ok(Reply::Done));
     let data: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();

@@ -263,6 +263,9 @@ pub trait Backend: Send {
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure>;
     /// When to poll next if no request comes.
     fn next_wake(&self) -> Wake;
+    /// How long a device in another process should poll for the next message
+    /// after each (`Duration::ZERO`: its default); see `crate::spin`.
+    fn spin_for(&mut self, _window: Duration) {}
 
     /// After [`Failure::ContextLost`]: a fresh context, with no memory,
     /// modules or operations (the daemon re-allocates and reloads what its

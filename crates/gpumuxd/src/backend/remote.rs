@@ -265,6 +265,8 @@ pub struct RemoteBackend {
     failure: Option<Failure>,
     /// The child is dead or its device broken: calls fail until [`Backend::rebuild`].
     broken: Option<String>,
+    /// The child's poll window asked for ([`Backend::spin_for`]; sent again to a new child).
+    spin: Duration,
 }
 
 impl RemoteBackend {
@@ -284,6 +286,7 @@ impl RemoteBackend {
             wake: (Wake::Idle, Instant::now()),
             failure: None,
             broken: None,
+            spin: Duration::ZERO,
         })
     }
 
@@ -531,6 +534,15 @@ impl Backend for RemoteBackend {
         }
     }
 
+    fn spin_for(&mut self, window: Duration) {
+        self.spin = window;
+        if self.broken.is_none() {
+            if let Err(e) = self.process.link.send(&ToDevice::Spin { us: window.as_micros() as u64 }, None) {
+                self.lost(e);
+            }
+        }
+    }
+
     fn rebuild(&mut self) -> Result<(), MemError> {
         let old = self.process.child.id();
         let status = kill(&mut self.process.child);
@@ -543,6 +555,10 @@ impl Backend for RemoteBackend {
         self.wake = (Wake::Idle, Instant::now());
         self.failure = None;
         self.broken = None;
+        if !self.spin.is_zero() {
+            let spin = self.spin;
+            self.spin_for(spin);
+        }
         Ok(())
     }
 }

@@ -78,6 +78,12 @@ pub enum ToDevice {
     },
     /// [`super::Backend::submit`]. No answer (a failure answers the next `Poll`).
     Submit(Command),
+    /// [`super::Backend::spin_for`]: poll the link this long after each
+    /// message from now on (0: the default). No answer.
+    Spin {
+        /// µs.
+        us: u64,
+    },
     /// [`super::Backend::poll`], after every message sent before it.
     /// Answered by [`FromDevice::Polled`], or by [`FromDevice::ContextLost`]
     /// or [`FromDevice::Fatal`] if the device failed since the last poll.
