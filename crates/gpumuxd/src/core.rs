@@ -892,7 +892,13 @@ impl Core {
                 first_launch: None,
                 launched: 0,
                 priority,
-                stamps: KernelStamps { waited: self.request_waited, queued: now, launched: None, ended: None },
+                stamps: KernelStamps {
+                    waited: self.request_waited,
+                    queued: now,
+                    commanded: None,
+                    launched: None,
+                    ended: None,
+                },
             },
         );
         if let Ok(s) = self.session_mut(client) {
@@ -1118,6 +1124,7 @@ impl Core {
                     e.launches += 1;
                     e.launched += 1;
                     e.first_launch.get_or_insert((now, sms.len()));
+                    e.stamps.commanded.get_or_insert(now);
                 }
             }
             Command::Grow { launch, sms } => {

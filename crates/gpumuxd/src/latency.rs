@@ -6,8 +6,11 @@
 //!
 //! * `wait`: its request decoded by the client's reader thread → the core
 //!   took it (the core was busy, or asleep);
-//! * `start`: the core took it → its first device launch returned (the
-//!   engine's decision, then the device's launch calls);
+//! * `decide`: the core took it → the engine's first launch command for it
+//!   (the policy's turn; for an urgent kernel, the retreat of other work from
+//!   the SMs it gets and their release, which is a device exchange);
+//! * `launch`: that command → the device call returned (the CUDA launch
+//!   calls; in a device process, the command sent);
 //! * `run`: that launch returned → the core saw the launch's end (the GPU,
 //!   plus how late the device was polled);
 //! * `finish`: the end seen → the engine completed the kernel;
@@ -58,7 +61,8 @@ impl Ring {
 #[derive(Debug, Default)]
 pub struct StageTimes {
     wait: Ring,
-    start: Ring,
+    decide: Ring,
+    launch: Ring,
     run: Ring,
     finish: Ring,
     sync: Ring,
@@ -73,6 +77,8 @@ pub struct KernelStamps {
     pub waited: Nanos,
     /// The core took the request.
     pub queued: Nanos,
+    /// The engine's first launch command for it.
+    pub commanded: Option<Nanos>,
     /// Its first launch's device call returned.
     pub launched: Option<Nanos>,
     /// The core saw its last launch end.
@@ -83,8 +89,9 @@ impl StageTimes {
     /// A kernel completed at `done` with `stamps`.
     pub fn kernel(&mut self, stamps: &KernelStamps, done: Nanos) {
         self.wait.push(stamps.waited);
-        if let (Some(l), Some(e)) = (stamps.launched, stamps.ended) {
-            self.start.push(l.saturating_sub(stamps.queued));
+        if let (Some(c), Some(l), Some(e)) = (stamps.commanded, stamps.launched, stamps.ended) {
+            self.decide.push(c.saturating_sub(stamps.queued));
+            self.launch.push(l.saturating_sub(c));
             self.run.push(e.saturating_sub(l));
             self.finish.push(done.saturating_sub(e));
         }
@@ -103,7 +110,8 @@ impl StageTimes {
         let mut line = String::new();
         for (name, ring) in [
             ("wait", &self.wait),
-            ("start", &self.start),
+            ("decide", &self.decide),
+            ("launch", &self.launch),
             ("run", &self.run),
             ("finish", &self.finish),
             ("sync", &self.sync),
@@ -126,19 +134,26 @@ mod tests {
         let mut t = StageTimes::default();
         for i in 0..100u64 {
             let q = i * 1_000_000;
-            let s = KernelStamps { waited: 2_000, queued: q, launched: Some(q + 10_000), ended: Some(q + 30_000) };
+            let s = KernelStamps {
+                waited: 2_000,
+                queued: q,
+                commanded: Some(q + 6_000),
+                launched: Some(q + 10_000),
+                ended: Some(q + 30_000),
+            };
             t.kernel(&s, q + 31_000);
             t.sync(q + 1_000, q + 35_000);
         }
-        assert_eq!(t.start.percentiles(), Some((10.0, 10.0, 10.0)));
+        assert_eq!(t.decide.percentiles(), Some((6.0, 6.0, 6.0)));
+        assert_eq!(t.launch.percentiles(), Some((4.0, 4.0, 4.0)));
         assert_eq!(t.run.percentiles(), Some((20.0, 20.0, 20.0)));
         assert_eq!(t.finish.percentiles(), Some((1.0, 1.0, 1.0)));
         // The sync was asked before the kernel ended: counted from the end.
         assert_eq!(t.sync.percentiles(), Some((4.0, 4.0, 4.0)));
         assert_eq!(
             t.summary(),
-            "wait 2.0 / 2.0 / 2.0; start 10.0 / 10.0 / 10.0; run 20.0 / 20.0 / 20.0; finish 1.0 / 1.0 / 1.0; \
-             sync 4.0 / 4.0 / 4.0"
+            "wait 2.0 / 2.0 / 2.0; decide 6.0 / 6.0 / 6.0; launch 4.0 / 4.0 / 4.0; run 20.0 / 20.0 / 20.0; \
+             finish 1.0 / 1.0 / 1.0; sync 4.0 / 4.0 / 4.0"
         );
     }
 
