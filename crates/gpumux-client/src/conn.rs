@@ -267,8 +267,8 @@ const READER_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Reads the next whole frame from `stream` (blocking), reading through `buf`
 /// (kept by the caller: zeroing 64 KiB for every frame cost a few µs on
-/// every reply's path). With `spin_from`, polls without blocking until
-/// [`READER_SPIN`] after that instant first.
+/// every reply's path). With `spin_from`, polls without blocking until its
+/// window (`spin_window` of [`READER_SPIN`]) after that instant first.
 fn read_frame(
     mut stream: &UnixStream,
     frames: &mut FrameReader,

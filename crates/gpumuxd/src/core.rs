@@ -673,8 +673,8 @@ impl Core {
         let any = self.sessions.values().any(|s| s.phase == Phase::Open && s.priority > 0);
         if any != self.urgent_connected {
             self.urgent_connected = any;
-            let window = if any { URGENT_WINDOW } else { Duration::ZERO };
-            self.backend.spin_for(crate::spin::window_for(window, any));
+            // ZERO: the device process's own window (`--spin-us` included).
+            self.backend.spin_for(if any { crate::spin::window_for(URGENT_WINDOW, true) } else { Duration::ZERO });
         }
     }
 
