@@ -67,6 +67,14 @@ pub struct PumpStats {
     pub commands: u32,
     /// The longest single poll or submit.
     pub slowest_call: Duration,
+    /// Time in the engine (its commands, with the policy's turns, and events).
+    pub engine: Duration,
+    /// Time in the device's `submit` of retreats.
+    pub retreat_calls: Duration,
+    /// Time in the device's `submit` of launches.
+    pub launch_calls: Duration,
+    /// Time in the device's `poll`.
+    pub poll_calls: Duration,
 }
 
 /// Rounds of command/event exchange in one pump before the core lets requests in.
@@ -1060,6 +1068,7 @@ impl Core {
             let call = Instant::now();
             let polled = self.backend.poll(&mut events);
             stats.slowest_call = stats.slowest_call.max(call.elapsed());
+            stats.poll_calls += call.elapsed();
             stats.events += events.len() as u32;
             let t = match polled {
                 Ok(t) => t,
@@ -1073,20 +1082,40 @@ impl Core {
                 self.events = events;
                 break;
             }
+            let engine = Instant::now();
             for e in events.drain(..) {
                 self.track_event(&e);
                 self.engine.handle_event(t, e)?;
             }
+            stats.engine += engine.elapsed();
             self.events = events;
         }
         self.drain_completions();
+        if !stats.retreat_calls.is_zero() {
+            // Where a preemption's turn went (an urgent kernel's `decide`: docs/daemon.md).
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
+            tracing::debug!(
+                "a turn with a retreat: engine {:.1} µs, retreat calls {:.1} µs, launch calls {:.1} µs, \
+                 polls {:.1} µs ({} events), {} rounds",
+                us(stats.engine),
+                us(stats.retreat_calls),
+                us(stats.launch_calls),
+                us(stats.poll_calls),
+                stats.events,
+                stats.rounds
+            );
+        }
         Ok(stats)
     }
 
     /// Sends the engine's commands to the device; true if any went.
     fn drain_commands(&mut self, stats: &mut PumpStats) -> Result<bool, CoreError> {
         let mut sent = false;
-        while let Some(cmd) = self.engine.poll_command()? {
+        loop {
+            let engine = Instant::now();
+            let next = self.engine.poll_command()?;
+            stats.engine += engine.elapsed();
+            let Some(cmd) = next else { break };
             sent = true;
             if let Command::Copy { copy, op, .. } = cmd {
                 if !self.ops.contains_key(&op) {
@@ -1101,9 +1130,15 @@ impl Core {
             self.track_command(&cmd);
             stats.commands += 1;
             let launched_op = if let Command::Launch { op, .. } = &cmd { Some(*op) } else { None };
+            let retreat = matches!(cmd, Command::Retreat { .. });
             let call = Instant::now();
             let submitted = self.backend.submit(cmd);
             stats.slowest_call = stats.slowest_call.max(call.elapsed());
+            if retreat {
+                stats.retreat_calls += call.elapsed();
+            } else if launched_op.is_some() {
+                stats.launch_calls += call.elapsed();
+            }
             if let Some(e) = launched_op.and_then(|op| self.ops.get_mut(&op)) {
                 e.stamps.launched.get_or_insert(self.backend.now());
             }
