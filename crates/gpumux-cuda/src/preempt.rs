@@ -547,8 +547,7 @@ impl WorkerLaunch {
         if self.host_result().is_some() {
             return Ok(true);
         }
-        let published_on_host = self.host.is_some() && !self.running_native && self.measuring.is_none();
-        if published_on_host && self.started.elapsed() < EVENT_QUERY_AFTER {
+        if self.host_words().is_some() && self.started.elapsed() < EVENT_QUERY_AFTER {
             return Ok(false);
         }
         self.ended.done()
@@ -559,16 +558,22 @@ impl WorkerLaunch {
     /// publishes) or a timed one (its end event must be complete to read the
     /// time, so it ends by the event).
     fn host_result(&self) -> Option<(u32, u32)> {
-        if self.running_native || self.measuring.is_some() {
-            return None;
-        }
-        let words = self.host.as_ref()?.words();
+        let words = self.host_words()?;
         if words.read(2) != self.seq {
             return None;
         }
         // The device wrote the fields, then (after a system fence) the seq.
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         Some((words.read(0), words.read(1)))
+    }
+
+    /// The host copy of the result, where the running launch publishes one
+    /// there (see [`WorkerLaunch::host_result`]).
+    fn host_words(&self) -> Option<crate::runtime::MappedWords<'_>> {
+        if self.running_native || self.measuring.is_some() {
+            return None;
+        }
+        self.host.as_ref().map(HostMapped::words)
     }
 
     /// Waits for the launch to end and records where it stopped.

@@ -354,11 +354,7 @@ impl Bench {
                     None,
                 )?;
                 let ns = latency_of(&r)?;
-                overhead.idle.push(LatencyRow {
-                    setting: format!("native, {} ms apart", IDLE_LATENCY_US / 1000),
-                    p50_us: percentile(&ns, 50.0) as f64 / 1e3,
-                    p99_us: percentile(&ns, 99.0) as f64 / 1e3,
-                });
+                overhead.idle.push(LatencyRow::of(format!("native, {} ms apart", IDLE_LATENCY_US / 1000), &ns));
                 let r = self.setting(
                     "overhead: native launch rate",
                     &[ProcPlan::native(vec![Job::Rate { launches: RATE_LAUNCHES }])],
@@ -439,11 +435,7 @@ impl Bench {
                     None,
                 )?;
                 let ns = latency_of(&r)?;
-                overhead.breakdown.push(LatencyRow {
-                    setting: label.clone(),
-                    p50_us: percentile(&ns, 50.0) as f64 / 1e3,
-                    p99_us: percentile(&ns, 99.0) as f64 / 1e3,
-                });
+                overhead.breakdown.push(LatencyRow::of(label.clone(), &ns));
                 let r = self.setting(
                     &format!("overhead: launch rate, 8 clients of {label}"),
                     &(0..8)
@@ -471,11 +463,7 @@ impl Bench {
                     None,
                 )?;
                 let ns = latency_of(&r)?;
-                overhead.idle.push(LatencyRow {
-                    setting: format!("gpumuxd, {} ms apart", IDLE_LATENCY_US / 1000),
-                    p50_us: percentile(&ns, 50.0) as f64 / 1e3,
-                    p99_us: percentile(&ns, 99.0) as f64 / 1e3,
-                });
+                overhead.idle.push(LatencyRow::of(format!("gpumuxd, {} ms apart", IDLE_LATENCY_US / 1000), &ns));
                 for k in RATE_CLIENTS {
                     let plans: Vec<ProcPlan> =
                         (0..k).map(|_| ProcPlan::daemon(vec![Job::Rate { launches: RATE_LAUNCHES / k }])).collect();

@@ -204,6 +204,12 @@ fn prepare_loop(gpu: &mut dyn JobGpu, kernel: LoopKernel) -> Result<(usize, Loop
     })
 }
 
+/// One launch of `spin`: `blocks` blocks spinning `ns` each (sleeping
+/// `pause_ns` between clock reads), counting themselves in `out`.
+fn launch_spin(gpu: &mut dyn JobGpu, blocks: u32, ns: u64, out: usize, pause_ns: u32) -> Result<()> {
+    gpu.launch("spin", grid(blocks), BLOCK, &[KArg::U64(ns), KArg::Buf(out), KArg::U32(pause_ns)], ns)
+}
+
 /// Buffers, inputs and warm-up launches of `job` (everything before the start).
 pub fn prepare(gpu: &mut dyn JobGpu, job: &Job) -> Result<Prepared> {
     let mut p = Prepared { job: job.clone(), out: 0, launch: None, launched: 0 };
@@ -211,13 +217,7 @@ pub fn prepare(gpu: &mut dyn JobGpu, job: &Job) -> Result<Prepared> {
         Job::Urgent { blocks, spin_ns, .. } => {
             p.out = gpu.alloc(4)?;
             for _ in 0..WARMUP {
-                gpu.launch(
-                    "spin",
-                    grid(blocks),
-                    BLOCK,
-                    &[KArg::U64(spin_ns), KArg::Buf(p.out), KArg::U32(0)],
-                    spin_ns,
-                )?;
+                launch_spin(gpu, blocks, spin_ns, p.out, 0)?;
                 p.launched += blocks as u64;
             }
         }
@@ -225,8 +225,7 @@ pub fn prepare(gpu: &mut dyn JobGpu, job: &Job) -> Result<Prepared> {
             p.out = gpu.alloc(4)?;
             // One launch of a single wave: the daemon measures the block time on it.
             let ns = block_us * 1000;
-            let args = [KArg::U64(ns), KArg::Buf(p.out), KArg::U32(pause_ns)];
-            gpu.launch("spin", grid(blocks.min(1024)), BLOCK, &args, ns)?;
+            launch_spin(gpu, blocks.min(1024), ns, p.out, pause_ns)?;
             p.launched += blocks.min(1024) as u64;
         }
         Job::Loop { kernel, .. } => {
@@ -258,13 +257,7 @@ pub fn run(gpu: &mut dyn JobGpu, mut p: Prepared, stop: &AtomicBool) -> Result<J
                 let gap = lo + next_random(&mut rng) % (hi.saturating_sub(lo) + 1);
                 std::thread::sleep(Duration::from_micros(gap));
                 let t0 = Instant::now();
-                gpu.launch(
-                    "spin",
-                    grid(blocks),
-                    BLOCK,
-                    &[KArg::U64(spin_ns), KArg::Buf(p.out), KArg::U32(0)],
-                    spin_ns,
-                )?;
+                launch_spin(gpu, blocks, spin_ns, p.out, 0)?;
                 gpu.sync()?;
                 turnaround_ns.push(t0.elapsed().as_nanos() as u64);
                 p.launched += blocks as u64;
@@ -278,7 +271,7 @@ pub fn run(gpu: &mut dyn JobGpu, mut p: Prepared, stop: &AtomicBool) -> Result<J
             let (mut issued, mut completed, mut last_done) = (0u64, 0u64, t0);
             let mut counted: Option<(u64, Instant)> = None;
             while !stop.load(Ordering::Relaxed) || issued == 0 {
-                gpu.launch("spin", grid(blocks), BLOCK, &[KArg::U64(ns), KArg::Buf(p.out), KArg::U32(pause_ns)], ns)?;
+                launch_spin(gpu, blocks, ns, p.out, pause_ns)?;
                 gpu.mark()?;
                 issued += 1;
                 p.launched += blocks as u64;

@@ -90,6 +90,13 @@ pub struct LatencyRow {
     pub p99_us: f64,
 }
 
+impl LatencyRow {
+    /// The row of `setting` from its samples, ns.
+    pub fn of(setting: String, ns: &[u64]) -> LatencyRow {
+        LatencyRow { setting, p50_us: percentile(ns, 50.0) as f64 / 1e3, p99_us: percentile(ns, 99.0) as f64 / 1e3 }
+    }
+}
+
 /// Everything one run measured.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
