@@ -67,7 +67,7 @@ else
 fi
 
 echo "== 1. four clients at once, per policy"
-wants clients && for policy in fcfs ppq-excl-cs dss-cs spatial-even; do
+wants clients && for policy in ppq-even-drain fcfs ppq-excl-cs dss-cs spatial-even; do
     dir="$OUT/$policy"; mkdir -p "$dir"
     sock="$OUT/$policy.sock"
     start_daemon "$policy" "$sock" "$dir/daemon.log" || { fail "$policy: daemon start"; continue; }
@@ -91,7 +91,7 @@ done
 echo "== 2. kill test: 20 SIGKILLs while 3 clients run"
 dir="$OUT/kill"; mkdir -p "$dir"; sock="$OUT/kill.sock"
 if ! wants kill; then echo "  (not asked for)"
-elif start_daemon ppq-shared-drain "$sock" "$dir/daemon.log"; then
+elif start_daemon ppq-even-drain "$sock" "$dir/daemon.log"; then
     # Warm up first, at the concurrency of the test (the three clients and a
     # churning one at once): the daemon's own pools (streams, worker control
     # records, the compile cache) grow to the most used at once and stay; the
@@ -152,7 +152,7 @@ fi
 echo "== 3. a faulting kernel"
 dir="$OUT/fault"; mkdir -p "$dir"; sock="$OUT/fault.sock"
 if ! wants fault; then echo "  (not asked for)"
-elif start_daemon ppq-shared-drain "$sock" "$dir/daemon.log"; then
+elif start_daemon ppq-even-drain "$sock" "$dir/daemon.log"; then
     "$BIN/fault_check" bystander --socket "$sock" --seconds 60 >"$dir/bystander.log" 2>&1 & by=$!
     sleep 3
     "$BIN/fault_check" culprit --socket "$sock" >"$dir/culprit.log" 2>&1; culprit=$?

@@ -11,7 +11,7 @@ fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
     let json = dir.join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_gpumux"))
         .args(["bench", "daemon", "--device", "sim:h100", "--quick", "--block-us", "100"])
-        .args(["--priority-policies", "", "--corun-policies", "ppq-shared-drain,fcfs"])
+        .args(["--priority-policies", "", "--corun-policies", "ppq-even-drain,fcfs"])
         .arg("--logs")
         .arg(dir.join("logs"))
         .arg("--json")
@@ -26,7 +26,7 @@ fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let prio = r["priority"].as_array().unwrap();
     assert_eq!(prio.len(), 1, "{prio:?}");
-    assert_eq!(prio[0]["setting"], "gpumux ppq-shared-drain");
+    assert_eq!(prio[0]["setting"], "gpumux ppq-even-drain");
     assert!(prio[0]["hp_p50_us"].as_f64().unwrap() > 0.0);
     assert!(prio[0]["lp_blocks_per_s"].as_f64().unwrap() > 0.0);
     // Three pairs under two policies; the sim's outputs equal its alone runs'.

@@ -11,10 +11,12 @@ pub struct DaemonArgs {
     /// Unix socket to listen on [default: $XDG_RUNTIME_DIR/gpumux.sock, else /run/gpumux/gpumux.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// Device: cuda:<index>, or sim:k20c, sim:h100, sim:h200 [default: cuda:0 if a GPU is found, else sim:h100].
+    /// Device: cuda:<index>[,own-sms], or sim:k20c, sim:h100, sim:h200 [default: cuda:0 if a GPU is found,
+    /// else sim:h100]. On a GPU, launches given part of the SMs share every SM their priority level may use;
+    /// `,own-sms` gives each launch SMs of its own.
     #[arg(long)]
     pub device: Option<String>,
-    /// Scheduling policy (gpumux policies lists them) [default: ppq-shared-drain].
+    /// Scheduling policy (gpumux policies lists them) [default: ppq-even-drain].
     #[arg(long)]
     pub policy: Option<String>,
     /// Config file: who may connect, with which limits [default: only this user and root].

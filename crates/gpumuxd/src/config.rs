@@ -4,7 +4,7 @@
 //! [daemon]                  # optional; the command line wins over it
 //! socket = "/run/gpumux/gpumux.sock"
 //! device = "cuda:0"
-//! policy = "ppq-shared-drain"
+//! policy = "ppq-even-drain"
 //!
 //! [[allow]]                 # entries are tried in order: the FIRST match wins
 //! uid = 1000

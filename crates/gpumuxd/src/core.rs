@@ -33,12 +33,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The policy when none is named: preemptive priority queues where low
-/// priorities use the SMs high ones leave idle ("shared"), freeing SMs by
-/// draining. Clients ask for priorities, so the policy must honour them and
-/// preempt; sharing idle SMs wastes none; draining is the one mechanism both
-/// devices have (a real GPU cannot save a block's context in software).
-pub const DEFAULT_POLICY: &str = "ppq-shared-drain";
+/// The policy when none is named: preemptive priority queues between
+/// priority levels, the SMs split evenly among the clients of one level
+/// (`ppq-even`), freeing SMs by draining. Clients ask for priorities, so the
+/// policy must honour them and preempt; clients of one level run side by
+/// side instead of taking turns kernel by kernel (co-run STP, issue 14);
+/// draining is the one mechanism both devices have (a real GPU cannot save
+/// a block's context in software). docs/daemon.md, "The default policy".
+pub const DEFAULT_POLICY: &str = "ppq-even-drain";
 
 /// How long the core sleeps at most with nothing to do (it wakes on any request anyway).
 const IDLE_WAIT: Duration = Duration::from_secs(1);

@@ -68,22 +68,26 @@ pub fn pick_device(spec: Option<&str>) -> String {
     }
 }
 
-/// A GPU spec, `cuda:<index>[,co-locate]`: the ordinal, and whether
-/// launches given a share of the SMs run at that share of every SM
-/// (`ClientDevice::open_co_located`) instead of on SMs of their own.
-/// `None`: not a GPU spec.
+/// A GPU spec, `cuda:<index>[,own-sms|,co-locate]`: the ordinal, and
+/// whether launches given a share of the SMs run at that share of every SM
+/// their priority level may use (`ClientDevice::open_co_located`, the
+/// default: docs/daemon.md, "The default policy") or on SMs of their own
+/// (`,own-sms`). `None`: not a GPU spec.
 pub fn parse_cuda_spec(spec: &str) -> Option<Result<(i32, bool)>> {
     let rest = spec.strip_prefix("cuda:")?;
     let (n, co_locate) = match rest.split_once(',') {
-        None => (rest, false),
+        None => (rest, true),
         Some((n, "co-locate")) => (n, true),
+        Some((n, "own-sms")) => (n, false),
         Some((_, other)) => {
-            return Some(Err(anyhow::anyhow!("bad device `{spec}`: unknown option `{other}` (known: co-locate)")));
+            return Some(Err(anyhow::anyhow!(
+                "bad device `{spec}`: unknown option `{other}` (known: own-sms, co-locate)"
+            )));
         }
     };
     Some(match n.parse::<i32>() {
         Ok(o) if o >= 0 => Ok((o, co_locate)),
-        _ => Err(anyhow::anyhow!("bad device `{spec}`: expected cuda:<index>[,co-locate], e.g. cuda:0")),
+        _ => Err(anyhow::anyhow!("bad device `{spec}`: expected cuda:<index>[,own-sms], e.g. cuda:0")),
     })
 }
 
@@ -189,8 +193,9 @@ mod tests {
 
     #[test]
     fn gpu_specs_parse_with_their_option_and_bad_ones_say_why() {
-        assert_eq!(parse_cuda_spec("cuda:0").map(|r| r.ok()), Some(Some((0, false))));
+        assert_eq!(parse_cuda_spec("cuda:0").map(|r| r.ok()), Some(Some((0, true))));
         assert_eq!(parse_cuda_spec("cuda:3,co-locate").map(|r| r.ok()), Some(Some((3, true))));
+        assert_eq!(parse_cuda_spec("cuda:1,own-sms").map(|r| r.ok()), Some(Some((1, false))));
         assert!(parse_cuda_spec("sim:h100").is_none());
         let bad = parse_cuda_spec("cuda:0,fast").and_then(|r| r.err()).map(|e| e.to_string()).unwrap_or_default();
         assert!(bad.contains("unknown option `fast`"), "{bad}");

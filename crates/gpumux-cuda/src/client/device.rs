@@ -68,6 +68,9 @@ struct Live {
     /// them works there any more, even if a grow gave the SM back.
     vacated: SmSet,
     started: Nanos,
+    /// The engine's priority of its process: co-location spreads a launch
+    /// only over SMs no launch of another priority holds.
+    priority: i32,
 }
 
 struct CopyInFlight {
@@ -190,6 +193,18 @@ fn sm_mask(sms: SmSet) -> SmMask {
 fn share_of_each_sm(workers_per_sm: u32, held: u32, sm_count: u32) -> u32 {
     let (w, h, p) = (workers_per_sm as u64, held as u64, sm_count.max(1) as u64);
     ((w * h + p / 2) / p).max(1) as u32
+}
+
+/// The SMs a co-located launch of `priority` spreads over: every SM but
+/// those the launches of other priorities hold (`others`: each one's
+/// priority and SMs). Peers of one priority share SMs; an urgent launch
+/// does not spread onto SMs still full of low-priority blocks (its workers
+/// would wait there for those blocks to end, a whole block time), and a
+/// low-priority one does not spread onto an urgent launch's SMs.
+fn co_location_spread(sm_count: u32, priority: i32, others: impl Iterator<Item = (i32, SmSet)>) -> SmSet {
+    others
+        .filter(|(p, _)| *p != priority)
+        .fold(SmSet::range(0, sm_count as u16), |spread, (_, sms)| spread.difference(&sms))
 }
 
 /// Blocks of `requested` still in `left`.
@@ -401,10 +416,12 @@ impl ClientDevice {
         let Some(mut live) = st.launches.remove(&lid) else {
             return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Launch }.into());
         };
-        // Co-located: every SM, at the launch's share of each (open_co_located).
-        let share = self.co_locate && !live.sms.is_empty() && live.sms.len() < sm_count;
-        let mask = if share { SmMask::range(0, sm_count) } else { sm_mask(live.sms) };
-        let held = live.sms.len();
+        // Co-located: every SM no launch of another priority holds, at the
+        // launch's share of each (open_co_located, co_location_spread).
+        let spread = co_location_spread(sm_count, live.priority, st.launches.values().map(|l| (l.priority, l.sms)));
+        let share = self.co_locate && !live.sms.is_empty() && live.sms.len() < spread.len();
+        let mask = if share { sm_mask(spread) } else { sm_mask(live.sms) };
+        let (held, over) = (live.sms.len(), spread.len());
         let r = (|| -> Result<(), CudaError> {
             let op =
                 st.ops.get_mut(&live.op).ok_or_else(|| CudaError::Invalid(format!("no work bound to {}", live.op)))?;
@@ -435,7 +452,7 @@ impl ClientDevice {
                 w.next = r.start as u32;
                 w.end = r.end as u32;
                 log_if_slow(t, || format!("a launch record for launch {lid}"));
-                w.share_cap = share.then(|| share_of_each_sm(w.workers_per_sm(), held, sm_count));
+                w.share_cap = share.then(|| share_of_each_sm(w.workers_per_sm(), held, over));
                 let t = Instant::now();
                 let started = w.start(&live.stream, mask);
                 log_if_slow(t, || format!("launching launch {lid}'s workers"));
@@ -722,6 +739,7 @@ impl Device for ClientDevice {
                     gone: SmSet::EMPTY,
                     vacated: SmSet::EMPTY,
                     started: now,
+                    priority,
                 };
                 st.launches.insert(launch, live);
                 if !sms.is_empty() {
@@ -807,7 +825,20 @@ impl Device for ClientDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::share_of_each_sm;
+    use super::{co_location_spread, share_of_each_sm};
+    use gpumux_engine::smset::SmSet;
+
+    #[test]
+    fn co_location_spreads_over_peers_sms_but_not_other_priorities() {
+        let (low, urgent) = (SmSet::range(17, 132), SmSet::range(0, 17));
+        // An urgent launch beside a low-priority one holding the rest: its own SMs only.
+        assert_eq!(co_location_spread(132, 5, [(0, low)].into_iter()), urgent);
+        // Two peers: each spreads over every SM.
+        assert_eq!(co_location_spread(132, 0, [(0, SmSet::range(66, 132))].into_iter()), SmSet::range(0, 132));
+        // A peer and an urgent launch: the peers share what the urgent one does not hold.
+        let spread = co_location_spread(132, 0, [(0, SmSet::range(66, 132)), (5, urgent)].into_iter());
+        assert_eq!(spread, SmSet::range(17, 132));
+    }
 
     #[test]
     fn co_located_shares_split_an_sm_by_the_sms_held() {

@@ -7,6 +7,7 @@ pub mod npq;
 mod order;
 pub mod partition;
 pub mod ppq;
+pub mod ppq_even;
 pub mod round_robin;
 pub mod spatial;
 
@@ -24,6 +25,9 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("ppq-shared-cs", "preemptive priority queues, low priority uses idle SMs, context switch"),
     ("ppq-shared-drain", "preemptive priority queues, low priority uses idle SMs, draining"),
     ("ppq-shared-flush", "preemptive priority queues, low priority uses idle SMs, flushing"),
+    ("ppq-even-cs", "preemptive priority queues; inside a level the SMs split evenly among processes; context switch"),
+    ("ppq-even-drain", "preemptive priority queues; inside a level the SMs split evenly among processes; draining"),
+    ("ppq-even-flush", "preemptive priority queues; inside a level the SMs split evenly among processes; flushing"),
     ("dss-cs", "dynamic spatial sharing by tokens, context switch (alias dss)"),
     ("dss-drain", "dynamic spatial sharing by tokens, draining"),
     ("dss-flush", "dynamic spatial sharing by tokens, flushing"),
@@ -90,6 +94,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>, PolicyError> {
         ["ppq", m] => Box::new(ppq::Ppq { mechanism: mech(m)?, exclusive: true }),
         ["ppq", "excl", m] => Box::new(ppq::Ppq { mechanism: mech(m)?, exclusive: true }),
         ["ppq", "shared", m] => Box::new(ppq::Ppq { mechanism: mech(m)?, exclusive: false }),
+        ["ppq", "even", m] => Box::new(ppq_even::PpqEven::new(mech(m)?)),
         ["dss"] => Box::new(dss::Dss { mechanism: Mechanism::ContextSwitch }),
         ["dss", m] => Box::new(dss::Dss { mechanism: mech(m)? }),
         ["rr"] => Box::new(round_robin::RoundRobin::new(1000 * NS_PER_US)),

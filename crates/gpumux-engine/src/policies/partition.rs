@@ -74,7 +74,7 @@ pub fn even(n: usize, sms: u32) -> Vec<u32> {
 
 /// Even with a cap per application; what a capped application cannot use is
 /// split evenly among the others (water filling).
-fn even_capped(caps: &[u32], sms: u32) -> Vec<u32> {
+pub fn even_capped(caps: &[u32], sms: u32) -> Vec<u32> {
     let n = caps.len();
     let mut out = vec![0u32; n];
     let mut left = sms;

@@ -7,7 +7,7 @@
 
 use super::jobs::{Job, JobResult, LoopKernel};
 use super::procs::{run_setting, Daemon, Env, Mps, ProcPlan};
-use super::report::{percentile, stp_fairness, CorunRow, LatencyRow, OverheadReport, PriorityRow, Report};
+use super::report::{percentile, stp_fairness, CorunRow, LatencyRow, OverheadReport, PriorityRow, Report, SoloRow};
 use super::role::Mode;
 use super::DaemonBenchArgs;
 use anyhow::{bail, Context, Result};
@@ -46,9 +46,10 @@ pub struct Bench {
     pub args: DaemonBenchArgs,
 }
 
-/// A daemon configuration: `policy[+co-locate][+in-process][+sim]`:
-/// `+co-locate` serves `cuda:N,co-locate` (a
-/// launch's share of the SMs becomes that share of every SM);
+/// A daemon configuration: `policy[+own-sms][+in-process][+sim]`: the
+/// daemon co-locates launches by default (a launch's share of the SMs
+/// becomes that share of every SM its priority level may use); `+own-sms`
+/// serves `cuda:N,own-sms` instead (each launch on SMs of its own);
 /// `+in-process` runs the device in the daemon's process
 /// (`--device-in-process`) instead of a child; `+sim` serves the simulated
 /// H100 instead of the GPU (the request path without a device: the
@@ -56,7 +57,7 @@ pub struct Bench {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct DaemonConfig {
     policy: String,
-    co_locate: bool,
+    own_sms: bool,
     in_process: bool,
     sim: bool,
 }
@@ -65,14 +66,18 @@ impl DaemonConfig {
     fn parse(s: &str) -> Result<DaemonConfig> {
         let mut parts = s.trim().split('+');
         let policy = parts.next().unwrap_or_default().trim().to_owned();
-        let mut c = DaemonConfig { policy, co_locate: false, in_process: false, sim: false };
+        let mut c = DaemonConfig { policy, own_sms: false, in_process: false, sim: false };
         for p in parts {
             match p.trim() {
                 "in-process" => c.in_process = true,
-                "co-locate" => c.co_locate = true,
+                "own-sms" => c.own_sms = true,
+                "co-locate" => bail!(
+                    "bad daemon configuration `{s}`: co-location is the daemon's default now \
+                     (`+own-sms` gives each launch SMs of its own)"
+                ),
                 "sim" => c.sim = true,
                 other => {
-                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +co-locate, +in-process, +sim)")
+                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +in-process, +sim)")
                 }
             }
         }
@@ -80,8 +85,8 @@ impl DaemonConfig {
     }
     fn label(&self) -> String {
         let mut l = format!("gpumux {}", self.policy);
-        if self.co_locate {
-            l += ", co-located";
+        if self.own_sms {
+            l += ", own SMs";
         }
         if self.in_process {
             l += ", device in-process";
@@ -179,9 +184,9 @@ impl Bench {
         if c.in_process && !c.sim && self.ordinal.is_some() {
             extra.push("--device-in-process".into());
         }
-        let device = match (c.sim, c.co_locate && self.ordinal.is_some()) {
+        let device = match (c.sim, c.own_sms && self.ordinal.is_some()) {
             (true, _) => "sim:h100".to_owned(),
-            (false, true) => format!("{},co-locate", self.device),
+            (false, true) => format!("{},own-sms", self.device),
             (false, false) => self.device.clone(),
         };
         let name: String =
@@ -278,6 +283,7 @@ impl Bench {
         let mut lp_alone_daemon: BTreeMap<(u64, String), (f64, bool)> = BTreeMap::new();
         let mut corun: BTreeMap<(usize, String), Vec<(u64, u64)>> = BTreeMap::new();
         let mut alone: BTreeMap<LoopKernel, (u64, u64)> = BTreeMap::new();
+        let mut solo: Vec<(LoopKernel, String, (u64, u64))> = Vec::new();
         let mut launches: BTreeMap<LoopKernel, u32> = BTreeMap::new();
         let mut overhead = OverheadReport::default();
         let kernels: Vec<LoopKernel> = {
@@ -426,6 +432,21 @@ impl Bench {
                         self.corun_setting(i, &label, Mode::Daemon, false, &launches, &env)?,
                     );
                 }
+                // The default policy's kernels alone: what the daemon costs each
+                // with nobody to share with (on a simulated device the alone
+                // times are the daemon's own already).
+                if native && c.policy == default.policy {
+                    for &k in &kernels {
+                        let n = launches.get(&k).copied().unwrap_or(1);
+                        let r = self.setting(
+                            &format!("co-run: {} alone through {label}, {n} launches", k.name()),
+                            &[ProcPlan::daemon(vec![Job::Loop { kernel: k, launches: n }])],
+                            &env,
+                            None,
+                        )?;
+                        solo.push((k, label.clone(), loop_of(first(&r)?)?));
+                    }
+                }
             }
             if self.wants("overhead") && breakdown.contains(c) {
                 let r = self.setting(
@@ -521,6 +542,15 @@ impl Bench {
                 stp,
                 fairness,
                 outputs_equal: equal,
+            });
+        }
+        for (k, setting, (t, sum)) in solo {
+            let (ta, sa) = alone.get(&k).copied().unwrap_or((0, 0));
+            report.solo.push(SoloRow {
+                kernel: k.name().into(),
+                setting,
+                slowdown: if ta > 0 { t as f64 / ta as f64 } else { f64::NAN },
+                output_equal: sum == sa,
             });
         }
         if self.wants("overhead") {
@@ -654,9 +684,9 @@ mod tests {
 
     #[test]
     fn daemon_configurations_parse_with_their_variants_and_bad_ones_say_why() {
-        let c = DaemonConfig::parse("spatial-even+co-locate+in-process").unwrap();
-        assert_eq!((c.policy.as_str(), c.co_locate, c.in_process, c.sim), ("spatial-even", true, true, false));
-        assert_eq!(c.label(), "gpumux spatial-even, co-located, device in-process");
+        let c = DaemonConfig::parse("spatial-even+own-sms+in-process").unwrap();
+        assert_eq!((c.policy.as_str(), c.own_sms, c.in_process, c.sim), ("spatial-even", true, true, false));
+        assert_eq!(c.label(), "gpumux spatial-even, own SMs, device in-process");
         assert_eq!(DaemonConfig::parse(" fcfs ").unwrap().label(), "gpumux fcfs");
         let e = DaemonConfig::parse("fcfs+fast").unwrap_err().to_string();
         assert!(e.contains("unknown `+fast`"), "{e}");

@@ -41,19 +41,21 @@ pub struct DaemonBenchArgs {
     #[arg(long, default_value = gpumuxd::core::DEFAULT_POLICY)]
     pub policy: String,
     /// More daemon configurations for the priority experiment (comma-separated;
-    /// `policy[+co-locate][+in-process][+sim]`: shares of every SM instead of
-    /// SMs of their own, the device in the daemon's process, the simulated GPU).
+    /// `policy[+own-sms][+in-process][+sim]`: SMs of their own instead of
+    /// shares of every SM, the device in the daemon's process, the simulated GPU).
     #[arg(
         long,
-        default_value = "ppq-excl-drain,ppq-shared-drain+in-process,ppq-shared-drain+co-locate",
+        default_value = "ppq-shared-drain,ppq-even-drain+own-sms,ppq-even-drain+in-process",
         value_delimiter = ','
     )]
     pub priority_policies: Vec<String>,
     /// Daemon configurations of the co-run experiment (comma-separated,
-    /// `policy[+co-locate][+in-process]`).
+    /// `policy[+own-sms][+in-process]`). Policies that run one kernel at a
+    /// time give it every SM, where co-location changes nothing: they run
+    /// once.
     #[arg(
         long,
-        default_value = "fcfs,coop,rr,npq,ppq-excl-drain,ppq-shared-drain,dss-drain,spatial-even,spatial-even-dyn-drain,ppq-shared-drain+co-locate,dss-drain+co-locate,spatial-even+co-locate,spatial-even-dyn-drain+co-locate",
+        default_value = "fcfs,coop,rr,npq,ppq-excl-drain,ppq-shared-drain,ppq-even-drain,ppq-even-drain+own-sms,ppq-even-drain+in-process,dss-drain,dss-drain+own-sms,spatial-even,spatial-even+own-sms,spatial-even-dyn-drain,spatial-even-dyn-drain+own-sms",
         value_delimiter = ','
     )]
     pub corun_policies: Vec<String>,

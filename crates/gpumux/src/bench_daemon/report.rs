@@ -59,6 +59,19 @@ pub struct CorunRow {
     pub outputs_equal: bool,
 }
 
+/// One kernel's loop alone through a daemon configuration, against the
+/// same loop alone natively: what gpumux costs a kernel with nobody to
+/// share with (the floor under its co-run NTTs).
+#[derive(Clone, Debug, Serialize)]
+pub struct SoloRow {
+    pub kernel: String,
+    pub setting: String,
+    /// Time alone through the daemon / time alone natively.
+    pub slowdown: f64,
+    /// Its output equals the native run's, bitwise.
+    pub output_equal: bool,
+}
+
 /// The request-overhead figures.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct OverheadReport {
@@ -104,6 +117,7 @@ pub struct Report {
     pub default_policy: String,
     pub priority: Vec<PriorityRow>,
     pub corun: Vec<CorunRow>,
+    pub solo: Vec<SoloRow>,
     pub overhead: Option<OverheadReport>,
     /// What could not be measured, and why.
     pub notes: Vec<String>,
@@ -185,6 +199,21 @@ impl Report {
                 })
                 .collect();
             out += &table(&["pair: setting", "NTT", "STP", "fairness", "outputs equal"], &rows);
+        }
+        if !self.solo.is_empty() {
+            out += "\nEach co-run kernel alone through the daemon (time / native time alone)\n";
+            let rows: Vec<Vec<String>> = self
+                .solo
+                .iter()
+                .map(|r| {
+                    vec![
+                        format!("{}: {}", r.kernel, r.setting),
+                        format!("{:.3}", r.slowdown),
+                        if r.output_equal { "yes".into() } else { "NO".into() },
+                    ]
+                })
+                .collect();
+            out += &table(&["kernel: setting", "slowdown", "output equal"], &rows);
         }
         if let Some(o) = &self.overhead {
             out += "\nRequest overhead: empty kernel launch + sync (µs)\n";

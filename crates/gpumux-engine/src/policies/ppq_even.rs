@@ -1,0 +1,227 @@
+//! Preemptive priority queues with an even split inside each level
+//! (`ppq-even-<mechanism>`): PPQ between priority levels (Tanasic 4.2-4.3,
+//! the shared variant), spatial sharing among the processes of one level.
+//!
+//! PPQ alone gives one priority level's kernels the SMs in arrival order, so
+//! two equal clients take turns kernel by kernel: co-run throughput is that
+//! of running them one after the other (issue 14: STP 0.80-1.04 on the H100
+//! where MPS reaches 1.06-1.34). Here the SMs a level can have (those the
+//! levels above it do not use) are split evenly among the level's processes,
+//! each share capped by what the process can keep busy and the rest
+//! water-filled to the others (`partition::even_capped`), so equal clients
+//! run side by side, as under spatial-even, while an urgent client still
+//! takes every SM it can use from the levels below.
+//!
+//! A process's share goes to its kernels in arrival order. SMs come from
+//! idle ones first, then from lower levels (lowest priority, then youngest
+//! process, first), then from peers of the same level holding more than
+//! their share (when a new peer arrives). SMs no share covers go to whoever
+//! can use them, in priority order (lower levels use what higher ones leave
+//! idle, and are taken back from when the higher ones want more).
+//!
+//! **Linger.** A process whose kernels have all finished keeps its share
+//! from its *peers* for [`DEFAULT_LINGER`]: a client that syncs between
+//! launches (launch, wait, launch) would otherwise lose its SMs to a peer at
+//! every sync and wait, at its next launch, for the peer's blocks on them to
+//! drain. Lower levels may still use a lingering share: they accept being
+//! taken back from, which is what priority means.
+
+use super::partition::even_capped;
+use crate::device::Mechanism;
+use crate::ids::{Slot, SmId};
+use crate::policy::{ActiveKernel, Decision, Policy, SchedView, SmState};
+use crate::time::{Nanos, NS_PER_US};
+use std::collections::HashMap;
+
+/// How long a process that went idle keeps its share from its peers: a few
+/// round trips of a client that syncs between launches through gpumuxd
+/// (~50 µs each on an H100 host), short enough that a client gone idle for
+/// good costs its peers half a millisecond of half the GPU, once.
+pub const DEFAULT_LINGER: Nanos = 500 * NS_PER_US;
+
+/// Preemptive priority queues, even split inside a level (see the module doc).
+#[derive(Debug)]
+pub struct PpqEven {
+    /// How SMs are taken from lower levels and from peers over their share.
+    pub mechanism: Mechanism,
+    /// How long an idle process keeps its share from its peers.
+    pub linger: Nanos,
+    /// Processes with active kernels at the last round: (priority, SMs they could use).
+    active_before: HashMap<Slot, (i32, u32)>,
+    /// Processes whose kernels all finished lately: (priority, SMs they could use, until when).
+    lingering: HashMap<Slot, (i32, u32, Nanos)>,
+}
+
+impl PpqEven {
+    /// The policy, taking SMs back with `mechanism`.
+    pub fn new(mechanism: Mechanism) -> Self {
+        PpqEven { mechanism, linger: DEFAULT_LINGER, active_before: HashMap::new(), lingering: HashMap::new() }
+    }
+}
+
+/// One process with active kernels, as this round sees it.
+struct Proc<'v> {
+    slot: Slot,
+    priority: i32,
+    /// Its active kernels, in arrival order.
+    kernels: Vec<ActiveKernel<'v>>,
+    /// SMs its kernels could keep busy (at most the device's).
+    demand: u32,
+    /// SMs it holds or has on their way.
+    committed: u32,
+    /// Its share.
+    target: u32,
+    /// SMs it runs on (not being preempted), highest last.
+    running: Vec<SmId>,
+}
+
+impl Policy for PpqEven {
+    fn name(&self) -> String {
+        format!("ppq-even-{}", self.mechanism.short())
+    }
+
+    fn wake_at(&self) -> Option<Nanos> {
+        self.lingering.values().map(|&(_, _, until)| until).min()
+    }
+
+    fn process_removed(&mut self, slot: Slot) {
+        self.active_before.remove(&slot);
+        self.lingering.remove(&slot);
+    }
+
+    fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
+        let n = view.device.num_sms as u32;
+        // Processes in the order of their oldest active kernel.
+        let mut procs: Vec<Proc> = Vec::new();
+        let mut index: HashMap<Slot, usize> = HashMap::new();
+        for k in view.kernels() {
+            let i = *index.entry(k.process()).or_insert_with(|| {
+                procs.push(Proc {
+                    slot: k.process(),
+                    priority: k.priority(),
+                    kernels: Vec::new(),
+                    demand: 0,
+                    committed: 0,
+                    target: 0,
+                    running: Vec::new(),
+                });
+                procs.len() - 1
+            });
+            let p = &mut procs[i];
+            p.demand = p.demand.saturating_add(k.useful_sms()).min(n);
+            p.committed += k.sms_committed();
+            p.kernels.push(k);
+        }
+        for (i, s) in view.sms.iter().enumerate() {
+            if let SmState::Running { kernel, .. } = s {
+                if let Some(p) = view.kernel(*kernel).and_then(|k| index.get(&k.process())) {
+                    procs[*p].running.push(SmId(i as u16));
+                }
+            }
+        }
+
+        // Who lingers: active at the last round, not now, for `linger` after.
+        let now = view.now;
+        for (slot, (prio, demand)) in self.active_before.drain() {
+            if !index.contains_key(&slot) {
+                self.lingering.insert(slot, (prio, demand, now.saturating_add(self.linger)));
+            }
+        }
+        self.lingering.retain(|slot, &mut (_, _, until)| until > now && !index.contains_key(slot));
+        self.active_before = procs.iter().map(|p| (p.slot, (p.priority, p.demand))).collect();
+
+        // Shares, level by level from the top: a level splits what the
+        // levels above it use none of; lingering peers take part in the
+        // split (their share is kept from the level, `reserve`), but the
+        // levels below may use it.
+        let mut levels: Vec<i32> = procs.iter().map(|p| p.priority).collect();
+        levels.sort_unstable_by(|a, b| b.cmp(a));
+        levels.dedup();
+        let mut budget = n;
+        let mut reserve: HashMap<i32, u32> = HashMap::new();
+        for &level in &levels {
+            let members: Vec<usize> = (0..procs.len()).filter(|&i| procs[i].priority == level).collect();
+            let idle_peers: Vec<u32> =
+                self.lingering.values().filter(|(p, _, _)| *p == level).map(|&(_, d, _)| d.min(n)).collect();
+            let caps: Vec<u32> = members.iter().map(|&i| procs[i].demand).chain(idle_peers.iter().copied()).collect();
+            let shares = even_capped(&caps, budget);
+            for (&i, &s) in members.iter().zip(&shares) {
+                procs[i].target = s;
+                budget -= s;
+            }
+            reserve.insert(level, shares[members.len()..].iter().sum());
+        }
+
+        // Each process, by priority then arrival, takes what its share is owed.
+        let mut order: Vec<usize> = (0..procs.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(procs[i].priority)); // stable: arrival order within a level
+        let mut idle: Vec<SmId> = view.idle_sms().collect();
+        idle.reverse(); // pop() hands out SM 0 first
+                        // SMs each kernel could still use, kept up to date through the round.
+        let mut wants: Vec<Vec<u32>> = procs
+            .iter()
+            .map(|p| p.kernels.iter().map(|k| k.useful_sms().saturating_sub(k.sms_committed())).collect())
+            .collect();
+        for &i in &order {
+            let mut need = procs[i].target.saturating_sub(procs[i].committed);
+            for k in 0..procs[i].kernels.len() {
+                let kernel = procs[i].kernels[k].id();
+                while need > 0 && wants[i][k] > 0 {
+                    if let Some(sm) = idle.pop() {
+                        out.push(Decision::Assign { sm, kernel, slice: None });
+                    } else if let Some(sm) = take_from_others(&mut procs, i) {
+                        out.push(Decision::Preempt { sm, mechanism: self.mechanism, next: Some(kernel) });
+                    } else {
+                        break;
+                    }
+                    wants[i][k] -= 1;
+                    need -= 1;
+                    procs[i].committed += 1;
+                }
+            }
+        }
+
+        // SMs no share covers go to whoever can use them, by priority; a
+        // level leaves its lingering peers' shares alone.
+        for &i in &order {
+            let keep = reserve.get(&procs[i].priority).copied().unwrap_or(0) as usize;
+            for (k, kernel) in procs[i].kernels.iter().enumerate() {
+                while wants[i][k] > 0 && idle.len() > keep {
+                    let Some(sm) = idle.pop() else { break };
+                    out.push(Decision::Assign { sm, kernel: kernel.id(), slice: None });
+                    wants[i][k] -= 1;
+                }
+            }
+        }
+    }
+}
+
+/// An SM for process `i`, preempted from a lower level (lowest priority,
+/// then the youngest process, first) or else from a peer holding more than
+/// its share (the one most over it first); highest SM first.
+fn take_from_others(procs: &mut [Proc], i: usize) -> Option<SmId> {
+    let me = procs[i].priority;
+    let lower = (0..procs.len())
+        .filter(|&j| procs[j].priority < me && !procs[j].running.is_empty())
+        .min_by_key(|&j| (procs[j].priority, std::cmp::Reverse(j)));
+    let from = lower.or_else(|| {
+        (0..procs.len())
+            .filter(|&j| j != i && procs[j].priority == me && procs[j].committed > procs[j].target)
+            .filter(|&j| !procs[j].running.is_empty())
+            .max_by_key(|&j| (procs[j].committed - procs[j].target, std::cmp::Reverse(j)))
+    })?;
+    let sm = procs[from].running.pop()?;
+    procs[from].committed = procs[from].committed.saturating_sub(1);
+    Some(sm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_says_the_mechanism() {
+        assert_eq!(PpqEven::new(Mechanism::Drain).name(), "ppq-even-drain");
+        assert_eq!(PpqEven::new(Mechanism::ContextSwitch).name(), "ppq-even-cs");
+    }
+}

@@ -1,0 +1,155 @@
+//! The scripted-device harness the engine's integration tests share: an
+//! engine and a `ScriptedDevice` stepped by hand, and what the device was told.
+#![allow(dead_code)] // each test file uses a part of it
+
+use gpumux_engine::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
+use gpumux_engine::scripted::ScriptedDevice;
+use gpumux_engine::smset::SmSet;
+use gpumux_engine::time::Nanos;
+use gpumux_engine::{
+    policies, Command, Completion, Device, DeviceError, Engine, KernelId, LaunchId, OpOutcome, ProcessId, ProcessInfo,
+    Slot, StreamOp,
+};
+use std::sync::Arc;
+
+pub const SMS: u16 = 8;
+/// Blocks of `kernel` one SM holds at once on `device()`.
+pub const PER_SM: u64 = 8;
+pub const WAVE_NS: Nanos = 10_000;
+
+pub fn device() -> DeviceInfo {
+    DeviceInfo {
+        name: "scripted-8".into(),
+        num_sms: SMS,
+        sm: SmLimits { max_threads: 2048, max_blocks: 16, registers: 65536, smem_bytes: 48 * 1024 },
+        mem_bandwidth: 1e11,
+        pcie_bandwidth: 1e10,
+        pcie_latency_ns: 1_000,
+        mem_bytes: 1 << 30,
+    }
+}
+
+/// A kernel of `waves` full waves of the whole device, each taking `WAVE_NS`.
+pub fn kernel(name: &str, waves: u64) -> StreamOp {
+    StreamOp::Kernel { desc: desc(name, waves * PER_SM * SMS as u64), time_key: 0 }
+}
+
+pub fn desc(name: &str, blocks: u64) -> Arc<KernelDesc> {
+    Arc::new(KernelDesc::new(name, KernelShape::new(blocks, 256, 32)).with_sim_timing(SimTiming::new(WAVE_NS)))
+}
+
+/// An engine and a scripted device, stepped by hand.
+pub struct Bench {
+    pub engine: Engine,
+    pub dev: ScriptedDevice,
+    pub now: Nanos,
+    pub completions: Vec<(Nanos, Completion)>,
+}
+
+impl Bench {
+    pub fn new(policy: &str) -> Self {
+        let policy = policies::by_name(policy).expect("a catalogued policy");
+        let engine = Engine::new(device(), policy).expect("engine");
+        Bench { engine, dev: ScriptedDevice::new(device()), now: 0, completions: Vec::new() }
+    }
+
+    pub fn add(&mut self, id: u32, priority: i32) -> Slot {
+        let info = ProcessInfo::new(ProcessId(id), format!("p{id}")).with_priority(priority);
+        self.engine.add_process(info).expect("a valid process")
+    }
+
+    pub fn submit(&mut self, slot: Slot, op: StreamOp) -> gpumux_engine::OpId {
+        self.engine.submit(self.now, slot, op).expect("submit")
+    }
+
+    /// Hands the engine's commands to the device, and its completions to `completions`.
+    pub fn flush(&mut self) {
+        while let Some(cmd) = self.engine.poll_command().expect("engine") {
+            self.dev.submit(self.now, cmd).expect("device accepts engine commands");
+        }
+        while let Some(c) = self.engine.poll_completion() {
+            self.completions.push((self.now, c));
+        }
+    }
+
+    /// Runs until `stop` (or until nothing is left to do, without it).
+    pub fn run(&mut self, stop: Option<Nanos>) {
+        let mut events = Vec::new();
+        loop {
+            self.flush();
+            let deadline = match (self.engine.poll_timeout(), stop) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            events.clear();
+            self.now = match self.dev.advance(deadline, &mut events) {
+                Ok(t) => t,
+                Err(DeviceError::Stalled { .. }) => return,
+                Err(e) => panic!("device: {e}"),
+            };
+            for ev in events.drain(..) {
+                self.engine.handle_event(self.now, ev).expect("engine accepts device events");
+            }
+            if deadline.is_some_and(|d| d <= self.now) {
+                self.engine.handle_timeout(self.now);
+            }
+            if stop.is_some_and(|s| self.now >= s) {
+                self.flush();
+                return;
+            }
+        }
+    }
+
+    /// Commands (with their times) sent at or after `from`.
+    pub fn commands_since(&self, from: Nanos) -> impl Iterator<Item = &Command> {
+        self.dev.log().iter().filter(move |(t, _)| *t >= from).map(|(_, c)| c)
+    }
+
+    /// The kernel of the first launch for front-end process `id`.
+    pub fn kernel_of(&self, id: u32) -> Option<KernelId> {
+        self.dev.log().iter().find_map(|(_, c)| match c {
+            Command::Launch { kernel, process, .. } if process.0 == id => Some(*kernel),
+            _ => None,
+        })
+    }
+
+    /// SMs the launches of `kernel` were given (launched on or grown onto) at or after `from`.
+    pub fn sms_given(&self, kernel: KernelId, from: Nanos) -> SmSet {
+        let mine: Vec<LaunchId> = self
+            .dev
+            .log()
+            .iter()
+            .filter_map(|(_, c)| match c {
+                Command::Launch { launch, kernel: k, .. } if *k == kernel => Some(*launch),
+                _ => None,
+            })
+            .collect();
+        self.commands_since(from).fold(SmSet::EMPTY, |acc, c| match c {
+            Command::Launch { kernel: k, sms, .. } if *k == kernel => acc.union(sms),
+            Command::Grow { launch, sms } if mine.contains(launch) => acc.union(sms),
+            _ => acc,
+        })
+    }
+
+    /// SMs running launches of front-end process `id`, from the commands so far.
+    pub fn sms_running(&self, id: u32) -> SmSet {
+        let mut mine: Vec<LaunchId> = Vec::new();
+        let mut held = SmSet::EMPTY;
+        for (_, c) in self.dev.log() {
+            match c {
+                Command::Launch { launch, process, sms, .. } if process.0 == id => {
+                    mine.push(*launch);
+                    held = held.union(sms);
+                }
+                Command::Grow { launch, sms } if mine.contains(launch) => held = held.union(sms),
+                Command::Retreat { launch, sms, .. } if mine.contains(launch) => held = held.difference(sms),
+                _ => {}
+            }
+        }
+        held
+    }
+
+    pub fn outcomes(&self, slot: Slot) -> Vec<OpOutcome> {
+        self.completions.iter().filter(|(_, c)| c.slot == slot).map(|(_, c)| c.outcome).collect()
+    }
+}
