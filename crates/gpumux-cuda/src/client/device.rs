@@ -225,8 +225,12 @@ impl ClientDevice {
     }
 
     /// Opens GPU `ordinal` **co-locating** launches: a launch given a share
-    /// of the SMs (k of P) runs its workers on *every* SM, each SM taking at
-    /// most round(k / P × its occupancy) of them (at least 1). The engine's
+    /// of the SMs (k of P) while a launch of its priority runs beside it
+    /// spreads its workers over *every* SM no launch of another priority
+    /// holds (P of them), each SM taking at most round(k / P × its
+    /// occupancy) of them (at least 1). Urgent and low-priority launches
+    /// keep SMs of their own: an urgent one spread onto SMs full of
+    /// low-priority blocks would wait for them to end. The engine's
     /// spatial decisions become shares of each SM, so a memory-bound and a
     /// compute-bound kernel split "in half" both stay resident everywhere:
     /// the memory-bound one needs bandwidth from every SM, not SMs of its
@@ -417,9 +421,12 @@ impl ClientDevice {
             return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Launch }.into());
         };
         // Co-located: every SM no launch of another priority holds, at the
-        // launch's share of each (open_co_located, co_location_spread).
+        // launch's share of each (open_co_located, co_location_spread), when
+        // a peer of its priority runs (with nobody to share SMs with, a
+        // small launch spread over every SM would only start more workers).
         let spread = co_location_spread(sm_count, live.priority, st.launches.values().map(|l| (l.priority, l.sms)));
-        let share = self.co_locate && !live.sms.is_empty() && live.sms.len() < spread.len();
+        let peer = st.launches.values().any(|l| l.priority == live.priority && !l.sms.is_empty());
+        let share = self.co_locate && peer && !live.sms.is_empty() && live.sms.len() < spread.len();
         let mask = if share { sm_mask(spread) } else { sm_mask(live.sms) };
         let (held, over) = (live.sms.len(), spread.len());
         let r = (|| -> Result<(), CudaError> {

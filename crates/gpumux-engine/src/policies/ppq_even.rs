@@ -164,8 +164,8 @@ impl Policy for PpqEven {
             .collect();
         for &i in &order {
             let mut need = procs[i].target.saturating_sub(procs[i].committed);
-            for k in 0..procs[i].kernels.len() {
-                let kernel = procs[i].kernels[k].id();
+            let ids: Vec<_> = procs[i].kernels.iter().map(|k| k.id()).collect();
+            for (k, kernel) in ids.into_iter().enumerate() {
                 while need > 0 && wants[i][k] > 0 {
                     if let Some(sm) = idle.pop() {
                         out.push(Decision::Assign { sm, kernel, slice: None });
