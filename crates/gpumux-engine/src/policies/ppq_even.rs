@@ -71,6 +71,8 @@ struct Proc<'v> {
     committed: u32,
     /// Its share.
     target: u32,
+    /// Idle SMs it leaves alone beyond its share: its lingering peers' shares.
+    keep: u32,
     /// SMs it runs on (not being preempted), highest last.
     running: Vec<SmId>,
 }
@@ -103,6 +105,7 @@ impl Policy for PpqEven {
                     demand: 0,
                     committed: 0,
                     target: 0,
+                    keep: 0,
                     running: Vec::new(),
                 });
                 procs.len() - 1
@@ -132,13 +135,12 @@ impl Policy for PpqEven {
 
         // Shares, level by level from the top: a level splits what the
         // levels above it use none of; lingering peers take part in the
-        // split (their share is kept from the level, `reserve`), but the
+        // split (their share is kept from the level, `keep`), but the
         // levels below may use it.
         let mut levels: Vec<i32> = procs.iter().map(|p| p.priority).collect();
         levels.sort_unstable_by(|a, b| b.cmp(a));
         levels.dedup();
         let mut budget = n;
-        let mut reserve: HashMap<i32, u32> = HashMap::new();
         for &level in &levels {
             let members: Vec<usize> = (0..procs.len()).filter(|&i| procs[i].priority == level).collect();
             let idle_peers: Vec<u32> =
@@ -149,15 +151,19 @@ impl Policy for PpqEven {
                 procs[i].target = s;
                 budget -= s;
             }
-            reserve.insert(level, shares[members.len()..].iter().sum());
+            let keep = shares[members.len()..].iter().sum();
+            for &i in &members {
+                procs[i].keep = keep;
+            }
         }
 
         // Each process, by priority then arrival, takes what its share is owed.
         let mut order: Vec<usize> = (0..procs.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(procs[i].priority)); // stable: arrival order within a level
         let mut idle: Vec<SmId> = view.idle_sms().collect();
-        idle.reverse(); // pop() hands out SM 0 first
-                        // SMs each kernel could still use, kept up to date through the round.
+        // pop() hands out SM 0 first.
+        idle.reverse();
+        // SMs each kernel could still use, kept up to date through the round.
         let mut wants: Vec<Vec<u32>> = procs
             .iter()
             .map(|p| p.kernels.iter().map(|k| k.useful_sms().saturating_sub(k.sms_committed())).collect())
@@ -184,7 +190,7 @@ impl Policy for PpqEven {
         // SMs no share covers go to whoever can use them, by priority; a
         // level leaves its lingering peers' shares alone.
         for &i in &order {
-            let keep = reserve.get(&procs[i].priority).copied().unwrap_or(0) as usize;
+            let keep = procs[i].keep as usize;
             for (k, kernel) in procs[i].kernels.iter().enumerate() {
                 while wants[i][k] > 0 && idle.len() > keep {
                     let Some(sm) = idle.pop() else { break };

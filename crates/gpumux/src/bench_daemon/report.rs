@@ -149,6 +149,11 @@ fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A check's cell: "yes", or a loud "NO".
+fn yes_no(ok: bool) -> String {
+    if ok { "yes" } else { "NO" }.into()
+}
+
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
@@ -173,11 +178,7 @@ impl Report {
                         opt(r.lp_share_of_alone, 3),
                         opt(r.lp_vs_streams, 3),
                         opt(r.lp_alone_share, 3),
-                        match r.no_work_lost {
-                            Some(true) => "yes".into(),
-                            Some(false) => "NO".into(),
-                            None => "-".into(),
-                        },
+                        r.no_work_lost.map_or("-".into(), yes_no),
                     ]
                 })
                 .collect();
@@ -194,7 +195,7 @@ impl Report {
                         r.ntt.iter().map(|n| format!("{n:.2}")).collect::<Vec<_>>().join(" / "),
                         format!("{:.3}", r.stp),
                         format!("{:.3}", r.fairness),
-                        if r.outputs_equal { "yes".into() } else { "NO".into() },
+                        yes_no(r.outputs_equal),
                     ]
                 })
                 .collect();
@@ -206,11 +207,7 @@ impl Report {
                 .solo
                 .iter()
                 .map(|r| {
-                    vec![
-                        format!("{}: {}", r.kernel, r.setting),
-                        format!("{:.3}", r.slowdown),
-                        if r.output_equal { "yes".into() } else { "NO".into() },
-                    ]
+                    vec![format!("{}: {}", r.kernel, r.setting), format!("{:.3}", r.slowdown), yes_no(r.output_equal)]
                 })
                 .collect();
             out += &table(&["kernel: setting", "slowdown", "output equal"], &rows);
