@@ -2,7 +2,9 @@
 //! [`ClientDevice`] and the engine's commands: a copy round trip, a client
 //! kernel preempted and resumed equal to its native launch, a per-SM retreat
 //! (released at once, the other SMs finish the launch), an urgent launch on
-//! the SMs a retreat took (run there, once, as the workers left), and a faulting
+//! the SMs a retreat took (run there, once, as the workers left), a stream of
+//! dependent kernels queued ahead on the GPU (in order under retreats, a
+//! dropped one never run), and a faulting
 //! kernel reported as a lost context and survived by a rebuild. Without a
 //! GPU (or NVRTC) each test says it skipped and why.
 
@@ -429,6 +431,160 @@ fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leav
     let mut starts: Vec<u64> = hp_start.iter().map(|t| t.saturating_sub(h0) / 1000).collect();
     starts.sort();
     eprintln!("urgent block starts, µs after the first: {:?}", starts.iter().step_by(11).collect::<Vec<_>>());
+}
+
+/// One step of a stream whose kernels depend on each other: each block
+/// spins `spin_ns`, then each thread does `x = 3x + k`. Steps in another
+/// order, overlapping, run twice or skipped give another `x`.
+const STEP: &str = r#"
+extern "C" __global__ void step(unsigned int* x, unsigned int k, unsigned long long spin_ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < spin_ns);
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    x[i] = x[i] * 3u + k;
+}
+"#;
+
+/// What the engine would do to a launch of the dependent stream (the test's stand-in for a policy).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Disturb {
+    /// Nothing: it runs on every SM.
+    None,
+    /// Half its SMs taken away right after its launch (a per-SM retreat).
+    Half,
+    /// Every SM taken away right after its launch; the rest relaunched.
+    All,
+    /// Launched on the first half of the SMs only.
+    Fewer,
+}
+
+/// Runs `steps` dependent kernels (`STEP`, 3 waves of 20 µs blocks) as one
+/// stream, each bound as following the one before, each launched when the
+/// one before ended as a policy would, disturbed as `disturb` says; returns
+/// `x` and the queue-ahead counts.
+fn dependent_stream(d: &mut ClientDevice, steps: u32, disturb: impl Fn(u32) -> Disturb) -> (Vec<u32>, Vec<u32>) {
+    let compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
+    let h = d.load_module("step", &compiled).expect("load").0[0].0;
+    let sms = d.info().num_sms;
+    let blocks = sms as u32 * 8 * 3;
+    let n = blocks as usize * 256;
+    let start: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2654435761)).collect();
+    let mut host = Pinned::new(d, start.iter().flat_map(|v| v.to_le_bytes()).collect());
+    let x = d.alloc(n as u64 * 4).expect("alloc");
+    copy(d, 1, ClientWork::ToDevice { dst: x, src: host.ptr(), bytes: n as u64 * 4 });
+    let op = |k: u32| 100 + k as u64;
+    for k in 0..steps {
+        let params = vec![x.to_le_bytes().to_vec(), (k + 1).to_le_bytes().to_vec(), 20_000u64.to_le_bytes().to_vec()];
+        let work = ClientWork::Kernel { kernel: h, grid: [blocks, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
+        let after = k.checked_sub(1).map(|p| OpId(op(p)));
+        // SAFETY: a kernel binds no host memory.
+        unsafe { d.bind_after(OpId(op(k)), work, after) }.expect("bind");
+    }
+    let (all, first_half) = (SmSet::range(0, sms), SmSet::range(0, sms / 2));
+    let mut next_launch = 1000;
+    for k in 0..steps {
+        let mut left = BlockRanges::full(blocks as u64);
+        let how = disturb(k);
+        while !left.is_empty() {
+            let lid = next_launch;
+            next_launch += 1;
+            let on = if how == Disturb::Fewer { first_half } else { all };
+            d.submit(d.now(), launch(op(k), lid, left.clone(), on, blocks as u64)).expect("launch");
+            let take = match how {
+                Disturb::Half => Some(SmSet::range(sms / 2, sms)),
+                Disturb::All if left.len() == blocks as u64 => Some(all),
+                _ => None,
+            };
+            if let Some(sms) = take {
+                let retreat = Command::Retreat { launch: LaunchId(lid), sms, mechanism: Mechanism::Drain };
+                d.submit(d.now(), retreat).expect("retreat");
+            }
+            let events = run_until(d, ended(LaunchId(lid))).expect("launch");
+            left = events
+                .iter()
+                .find_map(|e| match e {
+                    Event::LaunchEnded { launch, remaining, .. } if *launch == LaunchId(lid) => Some(remaining.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+        }
+        d.unbind(OpId(op(k)));
+    }
+    assert!(!d.busy(), "nothing left on the device once every step ended");
+    copy(d, 2, ClientWork::ToHost { src: x, dst: host.ptr(), bytes: n as u64 * 4 });
+    d.unregister_host(host.ptr().0);
+    d.free(x).expect("free");
+    let got = host.0.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+    let want = start.iter().map(|&v| (1..=steps).fold(v, |v, k| v.wrapping_mul(3).wrapping_add(k))).collect();
+    (got, want)
+}
+
+#[test]
+fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
+    let Some((_gpu, mut d)) = device_or_skip("a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats")
+    else {
+        return;
+    };
+    // Undisturbed: each kernel's workers wait on the GPU behind the one
+    // before, and each launch takes them as they are.
+    let (got, want) = dependent_stream(&mut d, 24, |_| Disturb::None);
+    assert!(got == want, "24 undisturbed steps: x differs from the host's");
+    let c = d.ahead_counts();
+    eprintln!("undisturbed: {c:?}");
+    assert_eq!((c.queued, c.adopted, c.restarted, c.cancelled), (23, 23, 0, 0), "every step after the first queued");
+
+    // Disturbed: per-SM retreats, whole retreats and relaunches, launches
+    // on fewer SMs than the queued workers run on; every kind cancels or
+    // moves the queued workers, and x must still be the host's.
+    let (got, want) = dependent_stream(&mut d, 24, |k| match k % 4 {
+        0 => Disturb::None,
+        1 => Disturb::Half,
+        2 => Disturb::All,
+        _ => Disturb::Fewer,
+    });
+    assert!(got == want, "24 disturbed steps: x differs from the host's");
+    let c2 = d.ahead_counts();
+    eprintln!("disturbed: {c2:?}");
+    assert!(c2.cancelled > c.cancelled, "retreats cancelled queued workers");
+    assert!(c2.restarted > c.restarted, "launches restarted queued workers elsewhere");
+    assert!(c2.adopted > c.adopted, "undisturbed steps still took their queued workers");
+
+    // A kernel dropped while queued (its client died): it never runs.
+    let (got, want) = {
+        let compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
+        let h = d.load_module("step", &compiled).expect("load").0[0].0;
+        let sms = d.info().num_sms;
+        let blocks = sms as u32 * 8 * 3;
+        let n = blocks as usize * 256;
+        let mut host = Pinned::new(&mut d, vec![0u8; n * 4]);
+        let x = d.alloc(n as u64 * 4).expect("alloc");
+        copy(&mut d, 3, ClientWork::Memset { dst: x, value: 0, bytes: n as u64 * 4 });
+        for (k, after) in [(1u32, None), (2, Some(OpId(501)))] {
+            let params = vec![x.to_le_bytes().to_vec(), k.to_le_bytes().to_vec(), 20_000u64.to_le_bytes().to_vec()];
+            let work =
+                ClientWork::Kernel { kernel: h, grid: [blocks, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
+            // SAFETY: a kernel binds no host memory.
+            unsafe { d.bind_after(OpId(500 + k as u64), work, after) }.expect("bind");
+        }
+        let all = SmSet::range(0, sms);
+        d.submit(d.now(), launch(501, 2000, BlockRanges::full(blocks as u64), all, blocks as u64)).expect("launch");
+        d.unbind(OpId(502));
+        run_until(&mut d, ended(LaunchId(2000))).expect("launch");
+        d.unbind(OpId(501));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while d.busy() {
+            assert!(Instant::now() < deadline, "the dropped kernel's queued workers were never reaped");
+            d.advance(Some(d.now()), &mut Vec::new()).expect("poll");
+        }
+        copy(&mut d, 4, ClientWork::ToHost { src: x, dst: host.ptr(), bytes: n as u64 * 4 });
+        d.unregister_host(host.ptr().0);
+        d.free(x).expect("free");
+        let got: Vec<u32> = host.0.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+        (got, vec![1u32; n])
+    };
+    assert!(got == want, "the dropped kernel ran (or the first did not run once)");
+    eprintln!("after a dropped kernel: {:?}", d.ahead_counts());
 }
 
 #[test]

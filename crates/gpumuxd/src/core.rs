@@ -549,7 +549,7 @@ impl Core {
             .with_priority(priority)
             .with_weight(weight);
         let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
-        s.streams.insert(StreamId::DEFAULT, Stream { slot, pending: 0, closing: false });
+        s.streams.insert(StreamId::DEFAULT, Stream { slot, pending: 0, closing: false, last_kernel: None });
         s.name = name;
         s.priority = priority;
         s.weight = weight;
@@ -836,6 +836,7 @@ impl Core {
             block: l.block,
             shared_bytes: l.shared_bytes,
             params: c.params,
+            after: None,
         };
         let name = image.name.clone();
         let op = StreamOp::Kernel { desc: Arc::new(desc), time_key: self.next_op };
@@ -880,13 +881,17 @@ impl Core {
                 ),
             ));
         }
-        let (slot, priority) = (st.slot, s.priority);
+        let (slot, priority, last_kernel) = (st.slot, s.priority, st.last_kernel);
+        let is_kernel = matches!(op, StreamOp::Kernel { .. });
         let id = self.engine.submit(now, slot, op).map_err(|e| match e {
             EngineError::DoesNotFit(d) => err(ErrorKind::Invalid, d.to_string()),
             other => err(ErrorKind::Invalid, other.to_string()),
         })?;
         self.next_op = id.0 + 1;
-        if let Some(w) = work {
+        if let Some(mut w) = work {
+            if let OpWork::Kernel { after, .. } = &mut w {
+                *after = last_kernel;
+            }
             self.backend.bind(id, w);
         }
         self.ops.insert(
@@ -915,6 +920,7 @@ impl Core {
             s.in_flight += 1;
             if let Some(st) = s.streams.get_mut(&stream) {
                 st.pending += 1;
+                st.last_kernel = is_kernel.then_some(id);
             }
         }
         Ok(id)
@@ -931,7 +937,7 @@ impl Core {
             .with_weight(0.0);
         let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
         let s = self.session_mut(client)?;
-        s.streams.insert(id, Stream { slot, pending: 0, closing: false });
+        s.streams.insert(id, Stream { slot, pending: 0, closing: false, last_kernel: None });
         self.reweigh(client);
         Ok(Reply::Stream(id))
     }

@@ -68,34 +68,51 @@ pub fn pick_device(spec: Option<&str>) -> String {
     }
 }
 
-/// A GPU spec, `cuda:<index>[,own-sms|,co-locate]`: the ordinal, and
-/// whether launches given a share of the SMs run at that share of every SM
-/// their priority level may use (`ClientDevice::open_co_located`, the
-/// default: docs/daemon.md, "The default policy") or on SMs of their own
-/// (`,own-sms`). `None`: not a GPU spec.
-pub fn parse_cuda_spec(spec: &str) -> Option<Result<(i32, bool)>> {
+/// A GPU spec, `cuda:<index>[,own-sms][,no-queue-ahead]` (docs/daemon.md, "Devices").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaSpec {
+    /// The GPU's ordinal.
+    pub ordinal: i32,
+    /// Launches given a share of the SMs run at that share of every SM
+    /// their priority level may use (`ClientDevice::open_co_located`, the
+    /// default: docs/daemon.md, "The default policy"); `,own-sms`: on SMs
+    /// of their own.
+    pub co_locate: bool,
+    /// A stream's next kernel is queued on the GPU behind the running one
+    /// (`ClientDevice::set_queue_ahead`, the default); `,no-queue-ahead`: not.
+    pub queue_ahead: bool,
+}
+
+/// Parses a GPU spec ([`CudaSpec`]). `None`: not a GPU spec.
+pub fn parse_cuda_spec(spec: &str) -> Option<Result<CudaSpec>> {
     let rest = spec.strip_prefix("cuda:")?;
-    let (n, co_locate) = match rest.split_once(',') {
-        None => (rest, true),
-        Some((n, "co-locate")) => (n, true),
-        Some((n, "own-sms")) => (n, false),
-        Some((_, other)) => {
-            return Some(Err(anyhow::anyhow!(
-                "bad device `{spec}`: unknown option `{other}` (known: own-sms, co-locate)"
-            )));
-        }
+    let mut parts = rest.split(',');
+    let n = parts.next().unwrap_or_default();
+    let Ok(ordinal) = n.parse::<i32>().map_err(|_| ()).and_then(|o| if o >= 0 { Ok(o) } else { Err(()) }) else {
+        return Some(Err(anyhow::anyhow!(
+            "bad device `{spec}`: expected cuda:<index>[,own-sms][,no-queue-ahead], e.g. cuda:0"
+        )));
     };
-    Some(match n.parse::<i32>() {
-        Ok(o) if o >= 0 => Ok((o, co_locate)),
-        _ => Err(anyhow::anyhow!("bad device `{spec}`: expected cuda:<index>[,own-sms], e.g. cuda:0")),
-    })
+    let mut parsed = CudaSpec { ordinal, co_locate: true, queue_ahead: true };
+    for option in parts {
+        match option {
+            "co-locate" => parsed.co_locate = true,
+            "own-sms" => parsed.co_locate = false,
+            "no-queue-ahead" => parsed.queue_ahead = false,
+            other => {
+                return Some(Err(anyhow::anyhow!(
+                    "bad device `{spec}`: unknown option `{other}` (known: own-sms, no-queue-ahead)"
+                )));
+            }
+        }
+    }
+    Some(Ok(parsed))
 }
 
 /// Opens device `spec` in this process.
 pub fn open_in_process(spec: &str) -> Result<Box<dyn Backend>> {
     if let Some(parsed) = parse_cuda_spec(spec) {
-        let (ordinal, co_locate) = parsed?;
-        return crate::backend::cuda::open(ordinal, co_locate);
+        return crate::backend::cuda::open(parsed?);
     }
     Ok(Box::new(SimBackend::open(spec)?))
 }
@@ -189,13 +206,16 @@ pub fn run(opts: Options) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_cuda_spec;
+    use super::{parse_cuda_spec, CudaSpec};
 
     #[test]
     fn gpu_specs_parse_with_their_option_and_bad_ones_say_why() {
-        assert_eq!(parse_cuda_spec("cuda:0").map(|r| r.ok()), Some(Some((0, true))));
-        assert_eq!(parse_cuda_spec("cuda:3,co-locate").map(|r| r.ok()), Some(Some((3, true))));
-        assert_eq!(parse_cuda_spec("cuda:1,own-sms").map(|r| r.ok()), Some(Some((1, false))));
+        let spec = |ordinal, co_locate, queue_ahead| Some(Some(CudaSpec { ordinal, co_locate, queue_ahead }));
+        assert_eq!(parse_cuda_spec("cuda:0").map(|r| r.ok()), spec(0, true, true));
+        assert_eq!(parse_cuda_spec("cuda:3,co-locate").map(|r| r.ok()), spec(3, true, true));
+        assert_eq!(parse_cuda_spec("cuda:1,own-sms").map(|r| r.ok()), spec(1, false, true));
+        assert_eq!(parse_cuda_spec("cuda:0,no-queue-ahead").map(|r| r.ok()), spec(0, true, false));
+        assert_eq!(parse_cuda_spec("cuda:2,own-sms,no-queue-ahead").map(|r| r.ok()), spec(2, false, false));
         assert!(parse_cuda_spec("sim:h100").is_none());
         let bad = parse_cuda_spec("cuda:0,fast").and_then(|r| r.err()).map(|e| e.to_string()).unwrap_or_default();
         assert!(bad.contains("unknown option `fast`"), "{bad}");

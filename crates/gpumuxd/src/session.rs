@@ -67,6 +67,9 @@ pub struct Stream {
     pub pending: u32,
     /// `DestroyStream` came: removed once `pending` is 0.
     pub closing: bool,
+    /// The last operation submitted, if it is a kernel (the next kernel
+    /// is bound as following it: `OpWork::Kernel::after`).
+    pub last_kernel: Option<OpId>,
 }
 
 /// An event: a sync operation on a stream.

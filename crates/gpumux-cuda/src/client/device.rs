@@ -15,6 +15,9 @@ use super::context::ClientContext;
 use super::fault::ContextLost;
 use super::module::{ClientKernel, CompiledModule};
 use super::work::{BindError, ClientWork, KernelHandle};
+
+mod ahead;
+pub use ahead::AheadCounts;
 use crate::error::CudaError;
 use crate::launch_plan::Chunk;
 use crate::preempt::{SmMask, WorkerLaunch};
@@ -42,6 +45,9 @@ struct KernelOp {
     pool: Vec<WorkerLaunch>,
     /// Unbound while launched: forgotten when its launch ends.
     unbound: bool,
+    /// The kernel operation right after it on its stream, once bound: its
+    /// workers may be queued behind this one's ([`ahead`]).
+    next: Option<OpId>,
 }
 
 /// One engine launch in flight.
@@ -71,6 +77,16 @@ struct Live {
     /// The engine's priority of its process: co-location spreads a launch
     /// only over SMs no launch of another priority holds.
     priority: i32,
+    /// Where the current workers were placed.
+    place: Placement,
+}
+
+/// Where a launch's workers run: on the SMs of `mask`, and, co-located, at
+/// the share `(held, over)` of each (`share_of_each_sm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Placement {
+    mask: SmSet,
+    share: Option<(u32, u32)>,
 }
 
 struct CopyInFlight {
@@ -116,6 +132,12 @@ pub(super) struct InContext {
     spare: Vec<WorkerLaunch>,
     /// Allocations: address → bytes.
     pub(super) allocations: HashMap<u64, u64>,
+    /// Workers of an operation queued behind the launch before it on its
+    /// stream, by operation, until the engine launches it ([`ahead`]).
+    ahead: HashMap<OpId, ahead::Ahead>,
+    /// Queued workers of operations unbound before the engine launched
+    /// them, leaving: reaped once their workers are gone.
+    orphans: Vec<(OpId, ahead::Ahead)>,
 }
 
 impl InContext {
@@ -132,6 +154,8 @@ impl InContext {
             launches: HashMap::new(),
             spare: Vec::new(),
             allocations: HashMap::new(),
+            ahead: HashMap::new(),
+            orphans: Vec::new(),
         })
     }
 }
@@ -162,6 +186,10 @@ pub struct ClientDevice {
     stats: DeviceStats,
     /// Co-location ([`ClientDevice::open_co_located`]).
     co_locate: bool,
+    /// Queue a stream's next kernel behind the running one ([`ahead`];
+    /// [`ClientDevice::set_queue_ahead`]).
+    queue_ahead: bool,
+    ahead_counts: AheadCounts,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -205,6 +233,82 @@ fn co_location_spread(sm_count: u32, priority: i32, others: impl Iterator<Item =
     others
         .filter(|(p, _)| *p != priority)
         .fold(SmSet::range(0, sm_count as u16), |spread, (_, sms)| spread.difference(&sms))
+}
+
+/// Where `live`'s workers go (co-located: every SM no launch of another
+/// priority holds, at the launch's share of each, when a peer of its
+/// priority runs; with nobody to share SMs with, a small launch spread over
+/// every SM would only start more workers). `live` is not in `st.launches`.
+fn placement(co_locate: bool, sm_count: u32, st: &InContext, live: &Live) -> Placement {
+    let spread = co_location_spread(sm_count, live.priority, st.launches.values().map(|l| (l.priority, l.sms)));
+    let peer = st.launches.values().any(|l| l.priority == live.priority && !l.sms.is_empty());
+    if co_locate && peer && !live.sms.is_empty() && live.sms.len() < spread.len() {
+        Placement { mask: spread, share: Some((live.sms.len(), spread.len())) }
+    } else {
+        Placement { mask: live.sms, share: None }
+    }
+}
+
+/// How [`start_segs`] starts workers.
+#[derive(Clone, Copy)]
+struct SegPlan {
+    place: Placement,
+    /// Never the native kernel (it cannot retreat): workers queued ahead
+    /// must be able to leave unrun if the launch before them retreats.
+    never_native: bool,
+    chunk: Chunk,
+    sm_count: u32,
+}
+
+/// Starts workers for `ranges` of kernel operation `op` on `stream`, one
+/// launch record per range (the operation's idle ones first, then spares);
+/// each joins `segs` as it starts. `lid` names the launch in logs.
+#[allow(clippy::too_many_arguments)]
+fn start_segs(
+    ops: &mut HashMap<OpId, KernelOp>,
+    spare: &mut Vec<WorkerLaunch>,
+    op: OpId,
+    ranges: &BlockRanges,
+    stream: &Stream,
+    how: SegPlan,
+    lid: LaunchId,
+    segs: &mut Vec<WorkerLaunch>,
+) -> Result<(), CudaError> {
+    let op = ops.get_mut(&op).ok_or_else(|| CudaError::Invalid(format!("no work bound to {op}")))?;
+    let mask = sm_mask(how.place.mask);
+    for r in ranges.ranges() {
+        let reused = match op.pool.pop() {
+            Some(w) => Some(w),
+            None => spare
+                .pop()
+                .map(|mut w| w.reuse(op.kernel.worker.clone(), op.params.clone(), op.grid, op.block, op.smem).map(|_| w))
+                .transpose()?,
+        };
+        let t = Instant::now();
+        let w = match reused {
+            Some(w) => w,
+            None => WorkerLaunch::new(
+                op.kernel.worker.clone(),
+                op.params.clone(),
+                op.grid,
+                op.block,
+                op.smem,
+                how.chunk,
+                how.sm_count,
+            )?,
+        };
+        let mut w = w.urgent(how.never_native);
+        w.next = r.start as u32;
+        w.end = r.end as u32;
+        log_if_slow(t, || format!("a launch record for launch {lid}"));
+        w.share_cap = how.place.share.map(|(held, over)| share_of_each_sm(w.workers_per_sm(), held, over));
+        let t = Instant::now();
+        let started = w.start(stream, mask);
+        log_if_slow(t, || format!("launching launch {lid}'s workers"));
+        segs.push(w);
+        started?;
+    }
+    Ok(())
 }
 
 /// Blocks of `requested` still in `left`.
@@ -258,6 +362,8 @@ impl ClientDevice {
             out: Vec::new(),
             stats: DeviceStats::default(),
             co_locate,
+            queue_ahead: true,
+            ahead_counts: AheadCounts::default(),
         })
     }
 
@@ -348,19 +454,41 @@ impl ClientDevice {
         }
         let left = BlockRanges::full(blocks);
         let kernel = k.clone();
-        st.ops.insert(
-            op,
-            KernelOp { kernel, grid, block, smem: shared_bytes, params, left, pool: Vec::new(), unbound: false },
-        );
+        let (pool, unbound, next) = (Vec::new(), false, None);
+        st.ops.insert(op, KernelOp { kernel, grid, block, smem: shared_bytes, params, left, pool, unbound, next });
         Ok(())
+    }
+
+    /// [`ClientDevice::bind`] for a kernel that follows kernel operation
+    /// `after` on its stream (the operation right before it there): its
+    /// workers may be queued on the GPU behind `after`'s ([`ahead`]).
+    ///
+    /// # Safety
+    /// As for [`ClientDevice::bind`].
+    pub unsafe fn bind_after(&mut self, op: OpId, work: ClientWork, after: Option<OpId>) -> Result<(), BindError> {
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.bind(op, work)? };
+        if let Some(a) = after {
+            self.follow(a, op);
+        }
+        Ok(())
+    }
+
+    /// Queues the next kernel of a stream on the GPU behind the one running
+    /// (the default; [`ahead`] says why and how), or not.
+    pub fn set_queue_ahead(&mut self, on: bool) {
+        self.queue_ahead = on;
     }
 
     /// Forgets an operation that completed or was dropped (a launched kernel
     /// is forgotten once its launch ends).
     pub fn unbind(&mut self, op: OpId) {
+        if let Err(e) = self.drop_ahead(op) {
+            tracing::warn!("CUDA device: cancelling the queued workers of {op}: {e}");
+        }
         let Some(st) = self.st.as_mut() else { return };
         st.copy_ops.remove(&op);
-        if st.launches.values().any(|l| l.op == op) {
+        if st.launches.values().any(|l| l.op == op) || st.orphans.iter().any(|o| o.0 == op) {
             if let Some(k) = st.ops.get_mut(&op) {
                 k.unbound = true;
             }
@@ -375,6 +503,7 @@ impl ClientDevice {
         let Some(st) = self.st.as_ref() else { return Vec::new() };
         let mut ops: Vec<OpId> = st.launches.values().filter(|l| !l.segs.is_empty()).map(|l| l.op).collect();
         ops.extend(st.copies.iter().flatten().map(|c| c.op));
+        ops.extend(st.ahead.keys().chain(st.orphans.iter().map(|o| &o.0)));
         ops.sort();
         ops.dedup();
         ops
@@ -383,7 +512,9 @@ impl ClientDevice {
     /// Whether anything is on the device (the daemon polls while so).
     pub fn busy(&self) -> bool {
         self.st.as_ref().is_some_and(|st| {
-            st.launches.values().any(|l| !l.segs.is_empty()) || st.copies.iter().any(|q| !q.is_empty())
+            st.launches.values().any(|l| !l.segs.is_empty())
+                || st.copies.iter().any(|q| !q.is_empty())
+                || !st.orphans.is_empty()
         })
     }
 
@@ -413,69 +544,33 @@ impl ClientDevice {
         Ok(())
     }
 
-    /// Starts workers for the launch's blocks still to run, on its SMs.
+    /// Starts workers for the launch's blocks still to run, on its SMs;
+    /// then queues its stream's next kernel behind them where it can.
     fn start_workers(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
         let (chunk, now, sm_count) = (self.chunk, self.now(), self.info.num_sms as u32);
+        let co_locate = self.co_locate;
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let Some(mut live) = st.launches.remove(&lid) else {
             return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Launch }.into());
         };
-        // Co-located: every SM no launch of another priority holds, at the
-        // launch's share of each (open_co_located, co_location_spread), when
-        // a peer of its priority runs (with nobody to share SMs with, a
-        // small launch spread over every SM would only start more workers).
-        let spread = co_location_spread(sm_count, live.priority, st.launches.values().map(|l| (l.priority, l.sms)));
-        let peer = st.launches.values().any(|l| l.priority == live.priority && !l.sms.is_empty());
-        let share = self.co_locate && peer && !live.sms.is_empty() && live.sms.len() < spread.len();
-        let mask = if share { sm_mask(spread) } else { sm_mask(live.sms) };
-        let (held, over) = (live.sms.len(), spread.len());
-        let r = (|| -> Result<(), CudaError> {
-            let op =
-                st.ops.get_mut(&live.op).ok_or_else(|| CudaError::Invalid(format!("no work bound to {}", live.op)))?;
-            for r in still_to_run(&live.requested, &op.left).ranges() {
-                let spare = match op.pool.pop() {
-                    Some(w) => Some(w),
-                    None => st
-                        .spare
-                        .pop()
-                        .map(|mut w| {
-                            w.reuse(op.kernel.worker.clone(), op.params.clone(), op.grid, op.block, op.smem).map(|_| w)
-                        })
-                        .transpose()?,
-                };
-                let t = Instant::now();
-                let mut w = match spare {
-                    Some(w) => w,
-                    None => WorkerLaunch::new(
-                        op.kernel.worker.clone(),
-                        op.params.clone(),
-                        op.grid,
-                        op.block,
-                        op.smem,
-                        chunk,
-                        sm_count,
-                    )?,
-                };
-                w.next = r.start as u32;
-                w.end = r.end as u32;
-                log_if_slow(t, || format!("a launch record for launch {lid}"));
-                w.share_cap = share.then(|| share_of_each_sm(w.workers_per_sm(), held, over));
-                let t = Instant::now();
-                let started = w.start(&live.stream, mask);
-                log_if_slow(t, || format!("launching launch {lid}'s workers"));
-                live.segs.push(w);
-                started?;
+        let place = placement(co_locate, sm_count, st, &live);
+        let r = match st.ops.get(&live.op) {
+            None => Err(CudaError::Invalid(format!("no work bound to {}", live.op))),
+            Some(op) => {
+                let ranges = still_to_run(&live.requested, &op.left);
+                let how = SegPlan { place, never_native: false, chunk, sm_count };
+                start_segs(&mut st.ops, &mut st.spare, live.op, &ranges, &live.stream, how, lid, &mut live.segs)
             }
-            Ok(())
-        })();
+        };
         live.mask = live.sms;
-        live.shared = share;
+        live.place = place;
         live.gone = SmSet::EMPTY;
         live.vacated = SmSet::EMPTY;
         live.stopping = false;
         live.started = now;
         st.launches.insert(lid, live);
-        r.map_err(failed(format!("starting the workers of launch {lid}")))
+        r.map_err(failed(format!("starting the workers of launch {lid}")))?;
+        self.try_queue_ahead(lid)
     }
 
     /// Ends a launch: SMs released, remaining blocks handed back.
@@ -499,7 +594,10 @@ impl ClientDevice {
                 st.retire(live.op);
             }
         }
-        st.streams.entry(live.stream.priority).or_default().push(live.stream);
+        // Workers queued behind this launch's keep its stream (their order on it).
+        if let Some(stream) = ahead::take_stream(st, lid, live.stream) {
+            st.streams.entry(stream.priority).or_default().push(stream);
+        }
     }
 
     /// Handles launches whose workers have all left.
@@ -689,11 +787,19 @@ impl Drop for ClientDevice {
             return;
         }
         if let Some(st) = self.st.as_mut() {
+            // Queued workers first: they must not start blocks once the
+            // launches before them have left.
+            for a in st.ahead.values_mut().chain(st.orphans.iter_mut().map(|o| &mut o.1)) {
+                a.stop(&st.ctl);
+            }
             for live in st.launches.values_mut() {
                 for w in live.segs.iter_mut() {
                     let _ = w.retreat(&st.ctl);
                     let _ = w.finish();
                 }
+            }
+            for a in st.ahead.values_mut().chain(st.orphans.iter_mut().map(|o| &mut o.1)) {
+                a.wait();
             }
             for s in &st.copy_streams {
                 let _ = s.sync();
@@ -747,10 +853,18 @@ impl Device for ClientDevice {
                     vacated: SmSet::EMPTY,
                     started: now,
                     priority,
+                    place: Placement { mask: sms, share: None },
                 };
-                st.launches.insert(launch, live);
-                if !sms.is_empty() {
-                    self.start_workers(launch)?;
+                // Another kernel's workers queued on these SMs leave them.
+                self.cancel_ahead_on(sms, Some(op))?;
+                let st = self.state().map_err(failed("making the context current"))?;
+                if st.ahead.contains_key(&op) {
+                    self.adopt(launch, live)?;
+                } else {
+                    st.launches.insert(launch, live);
+                    if !sms.is_empty() {
+                        self.start_workers(launch)?;
+                    }
                 }
                 // Nothing to run on, or nothing left to run: it ends with what it has.
                 if self.st.as_ref().and_then(|st| st.launches.get(&launch)).is_some_and(|l| l.segs.is_empty()) {
@@ -758,6 +872,10 @@ impl Device for ClientDevice {
                 }
             }
             Command::Grow { launch, sms } => {
+                // Stream order: what is queued behind it cannot follow a
+                // restart, nor stay on SMs the engine gives out.
+                self.cancel_ahead_behind(launch)?;
+                self.cancel_ahead_on(sms, None)?;
                 let st = self.state().map_err(failed("making the context current"))?;
                 let Some(live) = st.launches.get_mut(&launch) else {
                     return Err(ProtocolError::UnknownLaunch { launch, by: Message::Grow }.into());
@@ -772,6 +890,8 @@ impl Device for ClientDevice {
                 }
             }
             Command::Retreat { launch, sms, mechanism: _ } => {
+                // Before the launch's workers may leave with blocks left.
+                self.cancel_ahead_behind(launch)?;
                 let st = self.state().map_err(failed("making the context current"))?;
                 let Some(live) = st.launches.get_mut(&launch) else {
                     return Err(ProtocolError::UnknownLaunch { launch, by: Message::Retreat }.into());
@@ -804,6 +924,7 @@ impl Device for ClientDevice {
             if self.out.is_empty() {
                 self.poll_launches()?;
                 self.poll_copies()?;
+                self.poll_orphans()?;
             }
             let now = self.now();
             if !self.out.is_empty() {

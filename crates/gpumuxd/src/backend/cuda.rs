@@ -18,12 +18,14 @@ use gpumux_engine::time::Nanos;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Opens GPU `ordinal` for the daemon.
-/// Opens GPU `ordinal`, co-locating launches on shares of every SM if
-/// `co_locate` (`ClientDevice::open_co_located`).
-pub fn open(ordinal: i32, co_locate: bool) -> anyhow::Result<Box<dyn Backend>> {
-    let opened = if co_locate { ClientDevice::open_co_located(ordinal) } else { ClientDevice::open(ordinal) };
-    let device = opened.map_err(|e| anyhow::anyhow!("opening cuda:{ordinal}: {}", Chain(&e)))?;
+/// Opens the GPU of `spec` for the daemon: co-locating launches on shares
+/// of every SM if it says so (`ClientDevice::open_co_located`), queueing a
+/// stream's next kernel ahead unless it says not to.
+pub fn open(spec: crate::daemon::CudaSpec) -> anyhow::Result<Box<dyn Backend>> {
+    let ordinal = spec.ordinal;
+    let opened = if spec.co_locate { ClientDevice::open_co_located(ordinal) } else { ClientDevice::open(ordinal) };
+    let mut device = opened.map_err(|e| anyhow::anyhow!("opening cuda:{ordinal}: {}", Chain(&e)))?;
+    device.set_queue_ahead(spec.queue_ahead);
     Ok(Box::new(CudaBackend {
         device,
         regions: Vec::new(),
@@ -139,8 +141,10 @@ impl Backend for CudaBackend {
     }
 
     fn bind(&mut self, op: OpId, work: OpWork) {
+        let mut follows = None;
         let (work, span) = match work {
-            OpWork::Kernel { code, grid, block, shared_bytes, params } => {
+            OpWork::Kernel { code, grid, block, shared_bytes, params, after } => {
+                follows = after;
                 (Some(ClientWork::Kernel { kernel: KernelHandle(code.0), grid, block, shared_bytes, params }), None)
             }
             OpWork::ToDevice { dst, src, bytes } => {
@@ -158,7 +162,7 @@ impl Backend for CudaBackend {
         };
         // SAFETY: host spans point into regions the daemon registered; the
         // span (an Arc of its region) is kept in `self.bound` until unbind.
-        match unsafe { self.device.bind(op, work) } {
+        match unsafe { self.device.bind_after(op, work, follows) } {
             Ok(()) => {
                 if let Some(span) = span {
                     self.bound.insert(op, span);

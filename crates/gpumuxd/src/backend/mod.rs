@@ -145,6 +145,10 @@ pub enum OpWork<S = HostSpan> {
         shared_bytes: u32,
         /// One entry per parameter.
         params: Vec<Vec<u8>>,
+        /// The kernel right before it on its stream, if the operation there
+        /// is one: a device may queue this kernel's work behind it (the CUDA
+        /// device's queue ahead, `gpumux_cuda::client` docs).
+        after: Option<OpId>,
     },
     /// `bytes` from the host span to `dst`.
     ToDevice {
@@ -188,8 +192,8 @@ impl<S> OpWork<S> {
     /// The same work with each host span turned into another form by `f`.
     pub fn map_spans<T, E>(self, mut f: impl FnMut(S) -> Result<T, E>) -> Result<OpWork<T>, E> {
         Ok(match self {
-            OpWork::Kernel { code, grid, block, shared_bytes, params } => {
-                OpWork::Kernel { code, grid, block, shared_bytes, params }
+            OpWork::Kernel { code, grid, block, shared_bytes, params, after } => {
+                OpWork::Kernel { code, grid, block, shared_bytes, params, after }
             }
             OpWork::ToDevice { dst, src, bytes } => OpWork::ToDevice { dst, src: f(src)?, bytes },
             OpWork::ToHost { src, dst, bytes } => OpWork::ToHost { src, dst: f(dst)?, bytes },

@@ -1,0 +1,303 @@
+//! Queue ahead: a stream's next kernel queued on the GPU behind the launch
+//! running now.
+//!
+//! **Why.** Between two kernels of one stream the daemon takes a round trip:
+//! the device sees the first launch end (a poll), the engine completes it
+//! and runs its policy, the launch command for the next comes back, and the
+//! device makes the CUDA launch calls. On the H100 that is 60-75 µs per
+//! kernel (docs/benchmarks.md, the solo rows of runs 53-55), and the SMs of
+//! the stream idle meanwhile: a client whose kernels are 100 µs long lost a
+//! third of its rate to it.
+//!
+//! **How.** When a launch runs every block its kernel has left, and the
+//! operation right after that kernel on its stream is a kernel already bound
+//! ([`ClientDevice::bind_after`]), that kernel's workers are started on the
+//! same CUDA stream, placed as the running launch's are (same SMs, same
+//! co-located share). The GPU starts them the moment the last worker before
+//! them leaves. When the engine's launch command for the operation comes,
+//! the device **adopts** them as that launch's workers if the engine put it
+//! where they run; otherwise it asks them to retreat and, once they left,
+//! restarts the launch where the engine says (a retreat and restart, as for
+//! a grow). Either way no block runs twice and none is lost: the control
+//! record says where they stopped.
+//!
+//! **Stream order.** Queued workers start only once every worker of the
+//! launch before them has left, and those leave early only when asked (a
+//! retreat, a per-SM leave, a grow's restart). Any such command first
+//! **cancels** what is queued behind the launch: the retreat of the queued
+//! workers is written on the control stream before the launch's own, so
+//! they find it when they start and leave with no block run. Queued workers
+//! are never the kernel's native build (it could not be called back), unless
+//! the launch before them is native too (it cannot retreat either).
+//!
+//! **What the engine sees.** Nothing: for it the SMs are idle from the first
+//! launch's end to the next launch. Mostly the policy gives them straight
+//! back to the stream; if it puts another kernel on them, the queued workers
+//! there are cancelled (they leave after their current chunk, as from a
+//! retreat), and if its process went away, its queued workers are
+//! cancelled and reaped.
+
+use super::{
+    failed, placement, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement, SegPlan,
+};
+use crate::launch_plan::Plan;
+use crate::preempt::WorkerLaunch;
+use crate::runtime::Stream;
+use gpumux_engine::device::DeviceError;
+use gpumux_engine::ids::{LaunchId, OpId};
+use gpumux_engine::ranges::BlockRanges;
+use gpumux_engine::smset::SmSet;
+
+/// What queueing ahead did so far ([`ClientDevice::ahead_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AheadCounts {
+    /// Kernels whose workers were queued behind the launch before them.
+    pub queued: u64,
+    /// Launches that took their queued workers as they were.
+    pub adopted: u64,
+    /// Launches whose queued workers were cancelled or placed elsewhere
+    /// than the engine said: they left and the launch restarted.
+    pub restarted: u64,
+    /// Queued workers cancelled (a retreat or grow of the launch before
+    /// them, another kernel given their SMs, or their operation dropped).
+    pub cancelled: u64,
+}
+
+/// Workers of one kernel operation queued behind the launch before it.
+pub(in crate::client) struct Ahead {
+    /// The launch they are queued behind (it may have ended since).
+    behind: LaunchId,
+    /// The SMs `behind` held when they were queued: the engine gives them
+    /// out again once `behind` ends, and a launch of another kernel there
+    /// cancels these workers.
+    held: SmSet,
+    /// Where they run: `behind`'s placement.
+    place: Placement,
+    /// The operation's blocks left when they were queued (all of them run).
+    covers: BlockRanges,
+    /// `behind`'s stream, handed over when `behind` ends (their order on it).
+    stream: Option<Stream>,
+    segs: Vec<WorkerLaunch>,
+    /// Asked to retreat: they leave, and the launch that adopts them starts over.
+    cancelled: bool,
+}
+
+impl Ahead {
+    /// Asks the workers to leave (errors ignored: for teardown).
+    pub(super) fn stop(&mut self, ctl: &Stream) {
+        for w in &self.segs {
+            let _ = w.retreat(ctl);
+        }
+        self.cancelled = true;
+    }
+
+    /// Waits for the workers to leave (errors ignored: for teardown).
+    pub(super) fn wait(&mut self) {
+        for w in self.segs.iter_mut() {
+            let _ = w.finish();
+        }
+    }
+}
+
+/// `stream` of launch `lid`, which ended: handed to workers queued behind
+/// the launch (their order on it must hold), else returned for reuse.
+pub(super) fn take_stream(st: &mut InContext, lid: LaunchId, stream: Stream) -> Option<Stream> {
+    let waiting = st.ahead.values_mut().chain(st.orphans.iter_mut().map(|o| &mut o.1));
+    match waiting.into_iter().find(|a| a.behind == lid && a.stream.is_none()) {
+        Some(a) => {
+            a.stream = Some(stream);
+            None
+        }
+        None => Some(stream),
+    }
+}
+
+impl ClientDevice {
+    /// What queueing ahead did so far.
+    pub fn ahead_counts(&self) -> AheadCounts {
+        self.ahead_counts
+    }
+
+    /// Kernel operation `op` is the one right after `after` on its stream.
+    pub(super) fn follow(&mut self, after: OpId, op: OpId) {
+        let Some(st) = self.st.as_mut() else { return };
+        let Some(prev) = st.ops.get_mut(&after).filter(|o| !o.unbound) else { return };
+        prev.next = Some(op);
+        let running = st.launches.iter().filter(|(_, l)| l.op == after).map(|(&lid, _)| lid).next();
+        if let Some(lid) = running {
+            if let Err(e) = self.try_queue_ahead(lid) {
+                // Not queued: the launch command starts it as usual.
+                tracing::warn!("CUDA device: queueing {op} behind launch {lid}: {e}");
+            }
+        }
+    }
+
+    /// Queues the next kernel of `lid`'s stream behind `lid`'s workers, if
+    /// `lid` runs every block its kernel has left and was not asked to
+    /// leave any SM, and that kernel is bound and not started.
+    pub(super) fn try_queue_ahead(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
+        if !self.queue_ahead {
+            return Ok(());
+        }
+        let (chunk, sm_count) = (self.chunk, self.info.num_sms as u32);
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        let InContext { launches, ops, spare, ahead, .. } = st;
+        let Some(live) = launches.get(&lid) else { return Ok(()) };
+        if live.stopping || !live.vacated.is_empty() || live.segs.is_empty() || live.sms.is_empty() {
+            return Ok(());
+        }
+        let Some(first) = ops.get(&live.op) else { return Ok(()) };
+        let Some(next) = first.next else { return Ok(()) };
+        // Every block the kernel has left is this launch's, and no other
+        // launch of it is still leaving: its end is the kernel's end.
+        if still_to_run(&live.requested, &first.left) != first.left
+            || launches.iter().any(|(&l, x)| l != lid && (x.op == live.op || x.op == next))
+            || ahead.contains_key(&next)
+        {
+            return Ok(());
+        }
+        let Some(covers) = ops.get(&next).filter(|o| !o.unbound).map(|o| o.left.clone()) else { return Ok(()) };
+        if covers.is_empty() {
+            return Ok(());
+        }
+        let native_before = live.segs.iter().all(|w| w.running() && w.last_plan() == Some(Plan::Native));
+        let how = SegPlan { place: live.place, never_native: !native_before, chunk, sm_count };
+        let mut segs = Vec::new();
+        let started = start_segs(ops, spare, next, &covers, &live.stream, how, lid, &mut segs);
+        let (held, place) = (live.sms, live.place);
+        let a = Ahead { behind: lid, held, place, covers, stream: None, segs, cancelled: false };
+        // Even if a start failed, the ones that started are tracked (and
+        // the error says the context is gone, or the daemon stops).
+        ahead.insert(next, a);
+        self.ahead_counts.queued += 1;
+        started.map_err(failed(format!("queueing {next} behind launch {lid}")))
+    }
+
+    /// Cancels the workers queued behind launch `lid` (before it is asked
+    /// to leave any SM: see the module doc).
+    pub(super) fn cancel_ahead_behind(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
+        self.cancel_where(|_, a| a.behind == lid)
+    }
+
+    /// Cancels queued workers on SMs the engine gives to a launch of
+    /// another operation than `except` (`sms`).
+    pub(super) fn cancel_ahead_on(&mut self, sms: SmSet, except: Option<OpId>) -> Result<(), DeviceError> {
+        self.cancel_where(|op, a| Some(op) != except && !a.held.intersection(&sms).is_empty())
+    }
+
+    fn cancel_where(&mut self, which: impl Fn(OpId, &Ahead) -> bool) -> Result<(), DeviceError> {
+        let hit = |st: &Option<InContext>| {
+            st.as_ref().is_some_and(|st| st.ahead.iter().any(|(&op, a)| !a.cancelled && which(op, a)))
+        };
+        if !hit(&self.st) {
+            return Ok(());
+        }
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        for (&op, a) in st.ahead.iter_mut() {
+            if a.cancelled || !which(op, a) {
+                continue;
+            }
+            a.cancelled = true;
+            self.ahead_counts.cancelled += 1;
+            for w in &a.segs {
+                w.retreat(&st.ctl).map_err(failed(format!("cancelling the workers of {op} queued ahead")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The engine launches `lid` (`live`, not yet in the table) for an
+    /// operation that has workers queued: they become its workers, as they
+    /// are if the engine put the launch where they run and they run all it
+    /// asks for, else asked to leave so that it restarts where the engine
+    /// says (as after a grow).
+    pub(super) fn adopt(&mut self, lid: LaunchId, mut live: Live) -> Result<(), DeviceError> {
+        let (co_locate, sm_count) = (self.co_locate, self.info.num_sms as u32);
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        let Some(mut a) = st.ahead.remove(&live.op) else {
+            st.launches.insert(lid, live);
+            return self.start_workers(lid);
+        };
+        // The stream they are queued on is `behind`'s until it ends (and the
+        // engine launches an operation only after the one before it on its
+        // stream ended, so it has); the fresh one goes back.
+        let mut clean = !a.cancelled;
+        match a.stream.take() {
+            Some(s) => {
+                let fresh = std::mem::replace(&mut live.stream, s);
+                st.streams.entry(fresh.priority).or_default().push(fresh);
+            }
+            None => clean = false,
+        }
+        let place = placement(co_locate, sm_count, st, &live);
+        clean &= place == a.place && !live.sms.is_empty() && still_to_run(&live.requested, &a.covers) == a.covers;
+        if !clean && !a.cancelled {
+            for w in &a.segs {
+                w.retreat(&st.ctl).map_err(failed(format!("moving the queued workers of launch {lid}")))?;
+            }
+        }
+        live.segs = std::mem::take(&mut a.segs);
+        live.place = a.place;
+        live.mask = live.sms;
+        live.stopping = !clean;
+        st.launches.insert(lid, live);
+        if clean {
+            self.ahead_counts.adopted += 1;
+        } else {
+            self.ahead_counts.restarted += 1;
+        }
+        tracing::trace!("CUDA device: launch {lid} adopted its queued workers ({})", if clean { "as they are" } else { "to restart" });
+        if clean {
+            self.try_queue_ahead(lid)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `op` is unbound: workers queued for it are cancelled and reaped once gone.
+    pub(super) fn drop_ahead(&mut self, op: OpId) -> Result<(), DeviceError> {
+        let Some(st) = self.st.as_mut() else { return Ok(()) };
+        let Some(mut a) = st.ahead.remove(&op) else { return Ok(()) };
+        let stopped = if a.cancelled {
+            Ok(())
+        } else {
+            self.ahead_counts.cancelled += 1;
+            a.segs.iter().try_for_each(|w| w.retreat(&st.ctl)).map_err(failed(format!("cancelling {op}'s queued workers")))
+        };
+        a.cancelled = true;
+        st.orphans.push((op, a));
+        stopped
+    }
+
+    /// Reaps orphaned queued workers that have left.
+    pub(super) fn poll_orphans(&mut self) -> Result<(), DeviceError> {
+        let Some(st) = self.st.as_mut() else { return Ok(()) };
+        let mut i = 0;
+        while i < st.orphans.len() {
+            let (op, a) = &st.orphans[i];
+            let mut gone = true;
+            for w in &a.segs {
+                if w.running() && !w.poll().map_err(failed(format!("polling {op}'s queued workers")))? {
+                    gone = false;
+                    break;
+                }
+            }
+            if !gone {
+                i += 1;
+                continue;
+            }
+            let (op, mut a) = st.orphans.swap_remove(i);
+            for w in a.segs.iter_mut() {
+                w.finish().map_err(failed(format!("reading where {op}'s queued workers stopped")))?;
+            }
+            if let Some(s) = a.stream.take() {
+                st.streams.entry(s.priority).or_default().push(s);
+            }
+            if let Some(o) = st.ops.get_mut(&op) {
+                o.pool.append(&mut a.segs);
+            }
+            st.retire(op);
+        }
+        Ok(())
+    }
+}
