@@ -526,6 +526,7 @@ fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
     else {
         return;
     };
+    d.set_queue_ahead(true);
     // Undisturbed: each kernel's workers wait on the GPU behind the one
     // before, and each launch takes them as they are.
     let (got, want) = dependent_stream(&mut d, 24, |_| Disturb::None);

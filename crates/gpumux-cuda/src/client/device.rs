@@ -362,7 +362,7 @@ impl ClientDevice {
             out: Vec::new(),
             stats: DeviceStats::default(),
             co_locate,
-            queue_ahead: true,
+            queue_ahead: false,
             ahead_counts: AheadCounts::default(),
         })
     }
@@ -475,7 +475,8 @@ impl ClientDevice {
     }
 
     /// Queues the next kernel of a stream on the GPU behind the one running
-    /// (the default; [`ahead`] says why and how), or not.
+    /// ([`ahead`] says why and how), or not (the default: see [`ahead`]'s
+    /// "Status").
     pub fn set_queue_ahead(&mut self, on: bool) {
         self.queue_ahead = on;
     }
@@ -639,7 +640,15 @@ impl ClientDevice {
             // Workers left with blocks to run only when asked: a retreat, or
             // per-SM retreats that happened to cover every SM a worker ran on.
             if work_left && !live.stopping && live.vacated.is_empty() {
-                let why = CudaError::Check("its workers stopped with work left though no retreat was asked".into());
+                let why = CudaError::Check(format!(
+                    "its workers stopped with work left though no retreat was asked (operation {}, blocks {:?} \
+                     asked, {:?} left, SMs {:?}, placed on {:?})",
+                    live.op,
+                    live.requested,
+                    still_to_run(&live.requested, &op.left),
+                    live.sms,
+                    live.place
+                ));
                 return Err(DeviceError::backend(format!("launch {lid}"), why));
             }
             if work_left && !live.sms.is_empty() {
@@ -779,10 +788,21 @@ impl ClientDevice {
 }
 
 impl Drop for ClientDevice {
-    /// Stops every launch (retreat, then wait) and waits for the copies, so
-    /// no worker reads memory that is being freed. Errors are ignored: the
-    /// context is destroyed right after.
+    /// Logs what queue ahead did (info), then stops every launch (retreat,
+    /// then wait) and waits for the copies, so no worker reads memory that
+    /// is being freed. Errors are ignored: the context is destroyed right after.
     fn drop(&mut self) {
+        let c = self.ahead_counts;
+        if c.queued > 0 {
+            tracing::info!(
+                "CUDA device: queue ahead: {} kernels queued behind the one before, {} adopted as queued, \
+                 {} restarted elsewhere, {} cancelled",
+                c.queued,
+                c.adopted,
+                c.restarted,
+                c.cancelled
+            );
+        }
         if self.ctx.bind().is_err() {
             return;
         }
@@ -818,6 +838,16 @@ impl Device for ClientDevice {
     }
 
     fn submit(&mut self, _now: Nanos, command: Command) -> Result<(), DeviceError> {
+        if tracing::enabled!(tracing::Level::TRACE) {
+            match &command {
+                Command::Launch { launch, op, blocks, sms, .. } => {
+                    tracing::trace!("CUDA device: launch {launch} of {op}: blocks {blocks:?} on {sms:?}")
+                }
+                Command::Grow { launch, sms } => tracing::trace!("CUDA device: grow {launch} by {sms:?}"),
+                Command::Retreat { launch, sms, .. } => tracing::trace!("CUDA device: retreat {launch} from {sms:?}"),
+                Command::Copy { .. } => {}
+            }
+        }
         match command {
             Command::Launch { launch, op, priority, blocks, restore, sms, .. } => {
                 if !restore.is_empty() {

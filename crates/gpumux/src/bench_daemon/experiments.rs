@@ -46,12 +46,12 @@ pub struct Bench {
     pub args: DaemonBenchArgs,
 }
 
-/// A daemon configuration: `policy[+own-sms][+no-ahead][+in-process][+sim]`:
+/// A daemon configuration: `policy[+own-sms][+ahead][+in-process][+sim]`:
 /// the daemon co-locates launches by default (a launch's share of the SMs
 /// becomes that share of every SM its priority level may use); `+own-sms`
 /// serves `cuda:N,own-sms` instead (each launch on SMs of its own);
-/// `+no-ahead` serves `cuda:N,no-queue-ahead` (a stream's next kernel is
-/// not queued on the GPU behind the running one);
+/// `+ahead` serves `cuda:N,queue-ahead` (a stream's next kernel is queued
+/// on the GPU behind the running one);
 /// `+in-process` runs the device in the daemon's process
 /// (`--device-in-process`) instead of a child; `+sim` serves the simulated
 /// H100 instead of the GPU (the request path without a device: the
@@ -60,7 +60,7 @@ pub struct Bench {
 struct DaemonConfig {
     policy: String,
     own_sms: bool,
-    no_ahead: bool,
+    ahead: bool,
     in_process: bool,
     sim: bool,
 }
@@ -69,19 +69,19 @@ impl DaemonConfig {
     fn parse(s: &str) -> Result<DaemonConfig> {
         let mut parts = s.trim().split('+');
         let policy = parts.next().unwrap_or_default().trim().to_owned();
-        let mut c = DaemonConfig { policy, own_sms: false, no_ahead: false, in_process: false, sim: false };
+        let mut c = DaemonConfig { policy, own_sms: false, ahead: false, in_process: false, sim: false };
         for p in parts {
             match p.trim() {
                 "in-process" => c.in_process = true,
                 "own-sms" => c.own_sms = true,
-                "no-ahead" => c.no_ahead = true,
+                "ahead" => c.ahead = true,
                 "co-locate" => bail!(
                     "bad daemon configuration `{s}`: co-location is the daemon's default now \
                      (`+own-sms` gives each launch SMs of its own)"
                 ),
                 "sim" => c.sim = true,
                 other => {
-                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +no-ahead, +in-process, +sim)")
+                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +ahead, +in-process, +sim)")
                 }
             }
         }
@@ -92,8 +92,8 @@ impl DaemonConfig {
         if self.own_sms {
             l += ", own SMs";
         }
-        if self.no_ahead {
-            l += ", no queue ahead";
+        if self.ahead {
+            l += ", queue ahead";
         }
         if self.in_process {
             l += ", device in-process";
@@ -196,8 +196,8 @@ impl Bench {
             if c.own_sms {
                 device += ",own-sms";
             }
-            if c.no_ahead {
-                device += ",no-queue-ahead";
+            if c.ahead {
+                device += ",queue-ahead";
             }
         }
         let name: String =
@@ -697,9 +697,9 @@ mod tests {
     fn daemon_configurations_parse_with_their_variants_and_bad_ones_say_why() {
         let c = DaemonConfig::parse("spatial-even+own-sms+in-process").unwrap();
         assert_eq!((c.policy.as_str(), c.own_sms, c.in_process, c.sim), ("spatial-even", true, true, false));
-        let c = DaemonConfig::parse("ppq-even-drain+no-ahead").unwrap();
-        assert!(c.no_ahead && !c.own_sms && c.label().contains("no queue ahead"));
         assert_eq!(c.label(), "gpumux spatial-even, own SMs, device in-process");
+        let c = DaemonConfig::parse("ppq-even-drain+ahead").unwrap();
+        assert!(c.ahead && !c.own_sms && c.label().ends_with(", queue ahead"));
         assert_eq!(DaemonConfig::parse(" fcfs ").unwrap().label(), "gpumux fcfs");
         let e = DaemonConfig::parse("fcfs+fast").unwrap_err().to_string();
         assert!(e.contains("unknown `+fast`"), "{e}");

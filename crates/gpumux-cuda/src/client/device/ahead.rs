@@ -36,6 +36,14 @@
 //! there are cancelled (they leave after their current chunk, as from a
 //! retreat), and if its process went away, its queued workers are
 //! cancelled and reaped.
+//!
+//! **Status: off by default** ([`ClientDevice::set_queue_ahead`]; gpumuxd's
+//! `cuda:N,queue-ahead`). In two of seven co-runs of two clients on SMs of
+//! their own (H100, docs/benchmarks.md runs 58-59) a launch that had adopted
+//! its queued workers as they were found them gone with blocks left though
+//! nothing had asked them to leave, and the device stopped on its check; the
+//! same runs traced did not fail, and the cause is not found yet. Every
+//! output of every run that finished was bitwise equal to native.
 
 use super::{
     failed, placement, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement, SegPlan,
@@ -168,6 +176,7 @@ impl ClientDevice {
         let a = Ahead { behind: lid, held, place, covers, stream: None, segs, cancelled: false };
         // Even if a start failed, the ones that started are tracked (and
         // the error says the context is gone, or the daemon stops).
+        tracing::trace!("CUDA device: {next} queued behind launch {lid} ({place:?})");
         ahead.insert(next, a);
         self.ahead_counts.queued += 1;
         started.map_err(failed(format!("queueing {next} behind launch {lid}")))
@@ -199,6 +208,7 @@ impl ClientDevice {
             }
             a.cancelled = true;
             self.ahead_counts.cancelled += 1;
+            tracing::trace!("CUDA device: {op}'s queued workers (behind launch {}) cancelled", a.behind);
             for w in &a.segs {
                 w.retreat(&st.ctl).map_err(failed(format!("cancelling the workers of {op} queued ahead")))?;
             }
@@ -246,7 +256,12 @@ impl ClientDevice {
         } else {
             self.ahead_counts.restarted += 1;
         }
-        tracing::trace!("CUDA device: launch {lid} adopted its queued workers ({})", if clean { "as they are" } else { "to restart" });
+        tracing::trace!(
+            "CUDA device: launch {lid} adopted its queued workers ({}; queued {:?}, asked {:?})",
+            if clean { "as they are" } else { "to restart" },
+            a.place,
+            place
+        );
         if clean {
             self.try_queue_ahead(lid)
         } else {
