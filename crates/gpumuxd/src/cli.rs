@@ -11,10 +11,10 @@ pub struct DaemonArgs {
     /// Unix socket to listen on [default: $XDG_RUNTIME_DIR/gpumux.sock, else /run/gpumux/gpumux.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// Device: cuda:<index>[,own-sms][,queue-ahead], or sim:k20c, sim:h100, sim:h200 [default: cuda:0
+    /// Device: cuda:<index>[,own-sms][,no-queue-ahead], or sim:k20c, sim:h100, sim:h200 [default: cuda:0
     /// if a GPU is found, else sim:h100]. On a GPU, launches given part of the SMs share every SM their
-    /// priority level may use (`,own-sms`: SMs of their own); `,queue-ahead` queues a stream's next
-    /// kernel on the GPU behind the running one (experimental: docs/daemon-cuda.md).
+    /// priority level may use (`,own-sms`: SMs of their own), and a stream's next kernel is queued on the
+    /// GPU behind the running one (`,no-queue-ahead`: not; docs/daemon-cuda.md).
     #[arg(long)]
     pub device: Option<String>,
     /// Scheduling policy (gpumux policies lists them) [default: ppq-even-drain].

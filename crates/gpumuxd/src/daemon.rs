@@ -68,7 +68,7 @@ pub fn pick_device(spec: Option<&str>) -> String {
     }
 }
 
-/// A GPU spec, `cuda:<index>[,own-sms][,queue-ahead]` (docs/daemon.md, "Devices").
+/// A GPU spec, `cuda:<index>[,own-sms][,no-queue-ahead]` (docs/daemon.md, "Devices").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CudaSpec {
     /// The GPU's ordinal.
@@ -79,10 +79,7 @@ pub struct CudaSpec {
     /// of their own.
     pub co_locate: bool,
     /// A stream's next kernel is queued on the GPU behind the running one
-    /// (`,queue-ahead`: `ClientDevice::set_queue_ahead`). Off by default: it
-    /// stopped the daemon twice in seven own-SMs co-runs on the H100 (a
-    /// launch's queued workers left with blocks to run though nothing asked
-    /// them to; docs/benchmarks.md, runs 58-59), not yet explained.
+    /// (`ClientDevice::set_queue_ahead`, the default); `,no-queue-ahead`: not.
     pub queue_ahead: bool,
 }
 
@@ -93,10 +90,10 @@ pub fn parse_cuda_spec(spec: &str) -> Option<Result<CudaSpec>> {
     let n = parts.next().unwrap_or_default();
     let Ok(ordinal) = n.parse::<i32>().map_err(|_| ()).and_then(|o| if o >= 0 { Ok(o) } else { Err(()) }) else {
         return Some(Err(anyhow::anyhow!(
-            "bad device `{spec}`: expected cuda:<index>[,own-sms][,queue-ahead], e.g. cuda:0"
+            "bad device `{spec}`: expected cuda:<index>[,own-sms][,no-queue-ahead], e.g. cuda:0"
         )));
     };
-    let mut parsed = CudaSpec { ordinal, co_locate: true, queue_ahead: false };
+    let mut parsed = CudaSpec { ordinal, co_locate: true, queue_ahead: true };
     for option in parts {
         match option {
             "co-locate" => parsed.co_locate = true,
@@ -105,7 +102,7 @@ pub fn parse_cuda_spec(spec: &str) -> Option<Result<CudaSpec>> {
             "no-queue-ahead" => parsed.queue_ahead = false,
             other => {
                 return Some(Err(anyhow::anyhow!(
-                    "bad device `{spec}`: unknown option `{other}` (known: own-sms, queue-ahead)"
+                    "bad device `{spec}`: unknown option `{other}` (known: own-sms, no-queue-ahead)"
                 )));
             }
         }
@@ -215,9 +212,9 @@ mod tests {
     #[test]
     fn gpu_specs_parse_with_their_option_and_bad_ones_say_why() {
         let spec = |ordinal, co_locate, queue_ahead| Some(Some(CudaSpec { ordinal, co_locate, queue_ahead }));
-        assert_eq!(parse_cuda_spec("cuda:0").map(|r| r.ok()), spec(0, true, false));
-        assert_eq!(parse_cuda_spec("cuda:3,co-locate").map(|r| r.ok()), spec(3, true, false));
-        assert_eq!(parse_cuda_spec("cuda:1,own-sms").map(|r| r.ok()), spec(1, false, false));
+        assert_eq!(parse_cuda_spec("cuda:0").map(|r| r.ok()), spec(0, true, true));
+        assert_eq!(parse_cuda_spec("cuda:3,co-locate").map(|r| r.ok()), spec(3, true, true));
+        assert_eq!(parse_cuda_spec("cuda:1,own-sms").map(|r| r.ok()), spec(1, false, true));
         assert_eq!(parse_cuda_spec("cuda:0,queue-ahead").map(|r| r.ok()), spec(0, true, true));
         assert_eq!(parse_cuda_spec("cuda:2,own-sms,queue-ahead").map(|r| r.ok()), spec(2, false, true));
         assert_eq!(parse_cuda_spec("cuda:0,no-queue-ahead").map(|r| r.ok()), spec(0, true, false));

@@ -17,11 +17,11 @@ use super::module::{ClientKernel, CompiledModule};
 use super::work::{BindError, ClientWork, KernelHandle};
 
 mod ahead;
-pub use ahead::AheadCounts;
 use crate::error::CudaError;
 use crate::launch_plan::Chunk;
 use crate::preempt::{SmMask, WorkerLaunch};
 use crate::runtime::{Event as CuEvent, Module, Stream};
+pub use ahead::AheadCounts;
 use gpumux_engine::device::{Command, Device, DeviceError, DeviceStats, Event, Message, ProtocolError, ReleaseCause};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
@@ -79,6 +79,21 @@ struct Live {
     priority: i32,
     /// Where the current workers were placed.
     place: Placement,
+    /// What happened to it, oldest first (the last [`HISTORY`]): named in
+    /// the error if its workers ever leave with blocks left unasked.
+    history: Vec<&'static str>,
+}
+
+/// Events a launch remembers.
+const HISTORY: usize = 12;
+
+impl Live {
+    fn note(&mut self, what: &'static str) {
+        if self.history.len() == HISTORY {
+            self.history.remove(0);
+        }
+        self.history.push(what);
+    }
 }
 
 /// Where a launch's workers run: on the SMs of `mask`, and, co-located, at
@@ -281,7 +296,9 @@ fn start_segs(
             Some(w) => Some(w),
             None => spare
                 .pop()
-                .map(|mut w| w.reuse(op.kernel.worker.clone(), op.params.clone(), op.grid, op.block, op.smem).map(|_| w))
+                .map(|mut w| {
+                    w.reuse(op.kernel.worker.clone(), op.params.clone(), op.grid, op.block, op.smem).map(|_| w)
+                })
                 .transpose()?,
         };
         let t = Instant::now();
@@ -362,7 +379,7 @@ impl ClientDevice {
             out: Vec::new(),
             stats: DeviceStats::default(),
             co_locate,
-            queue_ahead: false,
+            queue_ahead: true,
             ahead_counts: AheadCounts::default(),
         })
     }
@@ -475,8 +492,7 @@ impl ClientDevice {
     }
 
     /// Queues the next kernel of a stream on the GPU behind the one running
-    /// ([`ahead`] says why and how), or not (the default: see [`ahead`]'s
-    /// "Status").
+    /// (the default; [`ahead`] says why and how), or not.
     pub fn set_queue_ahead(&mut self, on: bool) {
         self.queue_ahead = on;
     }
@@ -565,6 +581,7 @@ impl ClientDevice {
         };
         live.mask = live.sms;
         live.place = place;
+        live.note(if live.history.is_empty() { "started" } else { "restarted" });
         live.gone = SmSet::EMPTY;
         live.vacated = SmSet::EMPTY;
         live.stopping = false;
@@ -627,27 +644,48 @@ impl ClientDevice {
                 self.end_launch(lid);
                 continue;
             };
+            let mut outcomes = Vec::new();
             for w in live.segs.iter_mut() {
                 let from = w.next as u64;
                 let t = Instant::now();
                 let o = w.finish().map_err(failed(format!("reading where launch {lid} stopped")))?;
                 log_if_slow(t, || format!("reading where launch {lid} ended (event sync, control record copy)"));
                 op.left.remove(from..o.next as u64);
+                outcomes.push((from, o, w.last_plan()));
             }
             let work_left = !still_to_run(&live.requested, &op.left).is_empty();
             op.pool.append(&mut live.segs);
             self.stats.sm_busy_ns += now.saturating_sub(live.started) as u128 * live.mask.len() as u128;
+            // No worker found room on the launch's SMs: they were full of
+            // workers queued ahead for another stream, which the engine does
+            // not see and which were asked to leave when the engine gave the
+            // SMs to this launch (`ahead`); the grid went through other SMs'
+            // free slots, each worker leaving at once, before those left. No
+            // block ran: start again (they leave within a chunk).
+            let nobody_ran = outcomes.iter().all(|(from, o, _)| o.workers == 0 && o.next as u64 == *from);
+            // (Never with workers queued behind it: they would have run
+            // first. `ahead::try_queue_ahead` queues none where this can
+            // happen; if it did, the check below stops the device.)
+            let queued_behind = ahead::queued_behind(&st.ahead, lid);
+            if work_left && !live.stopping && live.vacated.is_empty() && nobody_ran && !queued_behind {
+                live.note("restarted: no worker found room on its SMs");
+                self.ahead_counts.unplaced += 1;
+                live.stopping = true;
+            }
             // Workers left with blocks to run only when asked: a retreat, or
             // per-SM retreats that happened to cover every SM a worker ran on.
             if work_left && !live.stopping && live.vacated.is_empty() {
                 let why = CudaError::Check(format!(
                     "its workers stopped with work left though no retreat was asked (operation {}, blocks {:?} \
-                     asked, {:?} left, SMs {:?}, placed on {:?})",
+                     asked, {:?} left, SMs {:?}, placed on {:?}; its worker launches (first block, outcome, \
+                     plan): {:?}; what happened to it: {})",
                     live.op,
                     live.requested,
                     still_to_run(&live.requested, &op.left),
                     live.sms,
-                    live.place
+                    live.place,
+                    outcomes,
+                    live.history.join(", ")
                 ));
                 return Err(DeviceError::backend(format!("launch {lid}"), why));
             }
@@ -796,11 +834,12 @@ impl Drop for ClientDevice {
         if c.queued > 0 {
             tracing::info!(
                 "CUDA device: queue ahead: {} kernels queued behind the one before, {} adopted as queued, \
-                 {} restarted elsewhere, {} cancelled",
+                 {} restarted elsewhere, {} cancelled; {} launches started again because no worker found room",
                 c.queued,
                 c.adopted,
                 c.restarted,
-                c.cancelled
+                c.cancelled,
+                c.unplaced
             );
         }
         if self.ctx.bind().is_err() {
@@ -884,6 +923,7 @@ impl Device for ClientDevice {
                     started: now,
                     priority,
                     place: Placement { mask: sms, share: None },
+                    history: Vec::new(),
                 };
                 // Another kernel's workers queued on these SMs leave them.
                 self.cancel_ahead_on(sms, Some(op))?;
@@ -915,6 +955,7 @@ impl Device for ClientDevice {
                     return Ok(());
                 }
                 live.sms = live.sms.union(&add);
+                live.note("grow");
                 if !self.regrow_in_place(launch, add)? {
                     self.retreat_workers(launch)?;
                 }
@@ -931,6 +972,7 @@ impl Device for ClientDevice {
                     return Ok(());
                 }
                 live.sms = live.sms.difference(&gone);
+                live.note("retreat");
                 if live.shared {
                     // Co-located workers share every SM: drain them all and
                     // restart on the launch's smaller share.

@@ -46,12 +46,13 @@ pub struct Bench {
     pub args: DaemonBenchArgs,
 }
 
-/// A daemon configuration: `policy[+own-sms][+ahead][+in-process][+sim]`:
+/// A daemon configuration: `policy[+own-sms][+no-ahead|+ahead][+in-process][+sim]`:
 /// the daemon co-locates launches by default (a launch's share of the SMs
 /// becomes that share of every SM its priority level may use); `+own-sms`
 /// serves `cuda:N,own-sms` instead (each launch on SMs of its own);
-/// `+ahead` serves `cuda:N,queue-ahead` (a stream's next kernel is queued
-/// on the GPU behind the running one);
+/// `+no-ahead` serves `cuda:N,no-queue-ahead` (a stream's next kernel is
+/// not queued on the GPU behind the running one; `+ahead`: it is, as by
+/// default);
 /// `+in-process` runs the device in the daemon's process
 /// (`--device-in-process`) instead of a child; `+sim` serves the simulated
 /// H100 instead of the GPU (the request path without a device: the
@@ -60,7 +61,8 @@ pub struct Bench {
 struct DaemonConfig {
     policy: String,
     own_sms: bool,
-    ahead: bool,
+    /// Queue ahead asked for explicitly (`None`: the daemon's default).
+    ahead: Option<bool>,
     in_process: bool,
     sim: bool,
 }
@@ -69,19 +71,20 @@ impl DaemonConfig {
     fn parse(s: &str) -> Result<DaemonConfig> {
         let mut parts = s.trim().split('+');
         let policy = parts.next().unwrap_or_default().trim().to_owned();
-        let mut c = DaemonConfig { policy, own_sms: false, ahead: false, in_process: false, sim: false };
+        let mut c = DaemonConfig { policy, own_sms: false, ahead: None, in_process: false, sim: false };
         for p in parts {
             match p.trim() {
                 "in-process" => c.in_process = true,
                 "own-sms" => c.own_sms = true,
-                "ahead" => c.ahead = true,
+                "ahead" => c.ahead = Some(true),
+                "no-ahead" => c.ahead = Some(false),
                 "co-locate" => bail!(
                     "bad daemon configuration `{s}`: co-location is the daemon's default now \
                      (`+own-sms` gives each launch SMs of its own)"
                 ),
                 "sim" => c.sim = true,
                 other => {
-                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +ahead, +in-process, +sim)")
+                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +no-ahead, +ahead, +in-process, +sim)")
                 }
             }
         }
@@ -92,8 +95,10 @@ impl DaemonConfig {
         if self.own_sms {
             l += ", own SMs";
         }
-        if self.ahead {
-            l += ", queue ahead";
+        match self.ahead {
+            Some(true) => l += ", queue ahead",
+            Some(false) => l += ", no queue ahead",
+            None => {}
         }
         if self.in_process {
             l += ", device in-process";
@@ -196,8 +201,10 @@ impl Bench {
             if c.own_sms {
                 device += ",own-sms";
             }
-            if c.ahead {
-                device += ",queue-ahead";
+            match c.ahead {
+                Some(true) => device += ",queue-ahead",
+                Some(false) => device += ",no-queue-ahead",
+                None => {}
             }
         }
         let name: String =
@@ -698,8 +705,10 @@ mod tests {
         let c = DaemonConfig::parse("spatial-even+own-sms+in-process").unwrap();
         assert_eq!((c.policy.as_str(), c.own_sms, c.in_process, c.sim), ("spatial-even", true, true, false));
         assert_eq!(c.label(), "gpumux spatial-even, own SMs, device in-process");
-        let c = DaemonConfig::parse("ppq-even-drain+ahead").unwrap();
-        assert!(c.ahead && !c.own_sms && c.label().ends_with(", queue ahead"));
+        let c = DaemonConfig::parse("ppq-even-drain+no-ahead").unwrap();
+        assert!(c.ahead == Some(false) && !c.own_sms && c.label().ends_with(", no queue ahead"));
+        let c = DaemonConfig::parse("ppq-even-drain+own-sms+ahead").unwrap();
+        assert!(c.ahead == Some(true) && c.own_sms && c.label().ends_with(", queue ahead"));
         assert_eq!(DaemonConfig::parse(" fcfs ").unwrap().label(), "gpumux fcfs");
         let e = DaemonConfig::parse("fcfs+fast").unwrap_err().to_string();
         assert!(e.contains("unknown `+fast`"), "{e}");

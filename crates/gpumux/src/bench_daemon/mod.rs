@@ -41,21 +41,21 @@ pub struct DaemonBenchArgs {
     #[arg(long, default_value = gpumuxd::core::DEFAULT_POLICY)]
     pub policy: String,
     /// More daemon configurations for the priority experiment (comma-separated;
-    /// `policy[+own-sms][+ahead][+in-process][+sim]`: SMs of their own instead of
-    /// shares of every SM, queue ahead, the device in the daemon's process, the simulated GPU).
+    /// `policy[+own-sms][+no-ahead][+in-process][+sim]`: SMs of their own instead of
+    /// shares of every SM, no queue ahead, the device in the daemon's process, the simulated GPU).
     #[arg(
         long,
-        default_value = "ppq-shared-drain,ppq-even-drain+own-sms,ppq-even-drain+ahead,ppq-even-drain+in-process",
+        default_value = "ppq-shared-drain,ppq-even-drain+own-sms,ppq-even-drain+no-ahead,ppq-even-drain+in-process",
         value_delimiter = ','
     )]
     pub priority_policies: Vec<String>,
     /// Daemon configurations of the co-run experiment (comma-separated,
-    /// `policy[+own-sms][+ahead][+in-process]`). Policies that run one kernel at a
+    /// `policy[+own-sms][+no-ahead][+in-process]`). Policies that run one kernel at a
     /// time give it every SM, where co-location changes nothing: they run
     /// once.
     #[arg(
         long,
-        default_value = "fcfs,coop,rr,npq,ppq-excl-drain,ppq-shared-drain,ppq-even-drain,ppq-even-drain+own-sms,ppq-even-drain+ahead,ppq-even-drain+in-process,dss-drain,dss-drain+own-sms,spatial-even,spatial-even+own-sms,spatial-even-dyn-drain,spatial-even-dyn-drain+own-sms",
+        default_value = "fcfs,coop,rr,npq,ppq-excl-drain,ppq-shared-drain,ppq-even-drain,ppq-even-drain+own-sms,ppq-even-drain+no-ahead,ppq-even-drain+in-process,dss-drain,dss-drain+own-sms,spatial-even,spatial-even+own-sms,spatial-even-dyn-drain,spatial-even-dyn-drain+own-sms",
         value_delimiter = ','
     )]
     pub corun_policies: Vec<String>,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 /// Opens the GPU of `spec` for the daemon: co-locating launches on shares
 /// of every SM if it says so (`ClientDevice::open_co_located`), queueing a
-/// stream's next kernel ahead if it says so.
+/// stream's next kernel ahead unless it says not to.
 pub fn open(spec: crate::daemon::CudaSpec) -> anyhow::Result<Box<dyn Backend>> {
     let ordinal = spec.ordinal;
     let opened = if spec.co_locate { ClientDevice::open_co_located(ordinal) } else { ClientDevice::open(ordinal) };

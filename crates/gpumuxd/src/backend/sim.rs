@@ -490,7 +490,14 @@ mod tests {
     fn a_trapping_kernel_loses_the_context_at_its_first_block_end() {
         let mut b = SimBackend::open("h100").unwrap();
         let m = b.load_module("t.cu", TRAP_SRC, &[]).unwrap();
-        let work = |code| OpWork::Kernel { code, grid: [4, 1, 1], block: [128, 1, 1], shared_bytes: 0, params: vec![], after: None };
+        let work = |code| OpWork::Kernel {
+            code,
+            grid: [4, 1, 1],
+            block: [128, 1, 1],
+            shared_bytes: 0,
+            params: vec![],
+            after: None,
+        };
         b.bind(OpId(1), work(m.kernels[0].code));
         b.bind(OpId(2), work(m.kernels[1].code));
         b.submit(launch(1, "ok", 1_000)).unwrap();

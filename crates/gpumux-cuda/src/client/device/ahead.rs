@@ -35,19 +35,22 @@
 //! back to the stream; if it puts another kernel on them, the queued workers
 //! there are cancelled (they leave after their current chunk, as from a
 //! retreat), and if its process went away, its queued workers are
-//! cancelled and reaped.
-//!
-//! **Status: off by default** ([`ClientDevice::set_queue_ahead`]; gpumuxd's
-//! `cuda:N,queue-ahead`). In two of seven co-runs of two clients on SMs of
-//! their own (H100, docs/benchmarks.md runs 58-59) a launch that had adopted
-//! its queued workers as they were found them gone with blocks left though
-//! nothing had asked them to leave, and the device stopped on its check; the
-//! same runs traced did not fail, and the cause is not found yet. Every
-//! output of every run that finished was bitwise equal to native.
+//! cancelled and reaped. The other kernel's workers may then find no room
+//! on their SMs: a worker grid fills free slots wherever they are, and its
+//! workers on SMs outside their launch's mask leave at once, so while the
+//! cancelled workers still fill the launch's own SMs the whole grid can go
+//! through another SM's free slots with no worker entering. Such a launch
+//! (no worker ran, no block done, none asked to leave) starts again
+//! ([`AheadCounts::unplaced`]); the cancelled workers leave within a chunk.
+//! This was the "workers stopped with work left though no retreat was
+//! asked" that stopped the daemon in runs 58-59 (found in run 62, whose
+//! error named a launch that had started normally on SMs 66-131 and whose
+//! one worker launch had no worker run). Nothing is queued behind a launch
+//! (not over every SM) whose SMs other workers may still fill, since what
+//! is queued would then run before it; if it were, the device stops on its
+//! check rather than restart the launch after its successor.
 
-use super::{
-    failed, placement, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement, SegPlan,
-};
+use super::{failed, placement, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement, SegPlan};
 use crate::launch_plan::Plan;
 use crate::preempt::WorkerLaunch;
 use crate::runtime::Stream;
@@ -55,6 +58,7 @@ use gpumux_engine::device::DeviceError;
 use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
+use std::collections::HashMap;
 
 /// What queueing ahead did so far ([`ClientDevice::ahead_counts`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,6 +73,11 @@ pub struct AheadCounts {
     /// Queued workers cancelled (a retreat or grow of the launch before
     /// them, another kernel given their SMs, or their operation dropped).
     pub cancelled: u64,
+    /// Launches started again because none of their workers found room on
+    /// their SMs: cancelled queued workers of another stream still held
+    /// them while the grid went through other SMs' free slots (see
+    /// "What the engine sees").
+    pub unplaced: u64,
 }
 
 /// Workers of one kernel operation queued behind the launch before it.
@@ -105,6 +114,11 @@ impl Ahead {
             let _ = w.finish();
         }
     }
+}
+
+/// Workers are queued behind launch `lid` and not cancelled.
+pub(super) fn queued_behind(ahead: &HashMap<OpId, Ahead>, lid: LaunchId) -> bool {
+    ahead.values().any(|a| a.behind == lid && !a.cancelled)
 }
 
 /// `stream` of launch `lid`, which ended: handed to workers queued behind
@@ -149,10 +163,27 @@ impl ClientDevice {
         }
         let (chunk, sm_count) = (self.chunk, self.info.num_sms as u32);
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
-        let InContext { launches, ops, spare, ahead, .. } = st;
+        let InContext { launches, ops, spare, ahead, orphans, .. } = st;
         let Some(live) = launches.get(&lid) else { return Ok(()) };
         if live.stopping || !live.vacated.is_empty() || live.segs.is_empty() || live.sms.is_empty() {
             return Ok(());
+        }
+        // Workers of other launches may still fill some of this launch's
+        // SMs (leaving after a retreat, or cancelled ahead): its grid may
+        // then find no room there and end with no block run (see "What the
+        // engine sees"), and what is queued behind it would run first. Only
+        // a launch over every SM cannot miss its SMs.
+        let mask = live.place.mask;
+        if mask.len() < sm_count {
+            let touches = |m: &SmSet| !m.intersection(&mask).is_empty();
+            let others = launches.iter().any(|(&l, x)| l != lid && !x.segs.is_empty() && touches(&x.place.mask));
+            let queued = ahead
+                .values()
+                .chain(orphans.iter().map(|o| &o.1))
+                .any(|a| !a.segs.is_empty() && touches(&a.place.mask));
+            if others || queued {
+                return Ok(());
+            }
         }
         let Some(first) = ops.get(&live.op) else { return Ok(()) };
         let Some(next) = first.next else { return Ok(()) };
@@ -174,6 +205,9 @@ impl ClientDevice {
         let started = start_segs(ops, spare, next, &covers, &live.stream, how, lid, &mut segs);
         let (held, place) = (live.sms, live.place);
         let a = Ahead { behind: lid, held, place, covers, stream: None, segs, cancelled: false };
+        if let Some(l) = launches.get_mut(&lid) {
+            l.note("the next kernel queued behind it");
+        }
         // Even if a start failed, the ones that started are tracked (and
         // the error says the context is gone, or the daemon stops).
         tracing::trace!("CUDA device: {next} queued behind launch {lid} ({place:?})");
@@ -205,6 +239,9 @@ impl ClientDevice {
         for (&op, a) in st.ahead.iter_mut() {
             if a.cancelled || !which(op, a) {
                 continue;
+            }
+            if let Some(l) = st.launches.get_mut(&a.behind) {
+                l.note("the kernel queued behind it cancelled");
             }
             a.cancelled = true;
             self.ahead_counts.cancelled += 1;
@@ -250,6 +287,11 @@ impl ClientDevice {
         live.place = a.place;
         live.mask = live.sms;
         live.stopping = !clean;
+        live.note(if clean {
+            "adopted its queued workers as they were"
+        } else {
+            "adopted its queued workers to restart"
+        });
         st.launches.insert(lid, live);
         if clean {
             self.ahead_counts.adopted += 1;
@@ -277,7 +319,10 @@ impl ClientDevice {
             Ok(())
         } else {
             self.ahead_counts.cancelled += 1;
-            a.segs.iter().try_for_each(|w| w.retreat(&st.ctl)).map_err(failed(format!("cancelling {op}'s queued workers")))
+            a.segs
+                .iter()
+                .try_for_each(|w| w.retreat(&st.ctl))
+                .map_err(failed(format!("cancelling {op}'s queued workers")))
         };
         a.cancelled = true;
         st.orphans.push((op, a));
