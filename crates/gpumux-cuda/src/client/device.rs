@@ -478,7 +478,8 @@ impl ClientDevice {
 
     /// [`ClientDevice::bind`] for a kernel that follows kernel operation
     /// `after` on its stream (the operation right before it there): its
-    /// workers may be queued on the GPU behind `after`'s ([`ahead`]).
+    /// workers may be queued on the GPU behind `after`'s (queue ahead:
+    /// docs/daemon-cuda.md, and the module `client/device/ahead.rs`).
     ///
     /// # Safety
     /// As for [`ClientDevice::bind`].
@@ -492,7 +493,7 @@ impl ClientDevice {
     }
 
     /// Queues the next kernel of a stream on the GPU behind the one running
-    /// (the default; [`ahead`] says why and how), or not.
+    /// (the default; `client/device/ahead.rs` says why and how), or not.
     pub fn set_queue_ahead(&mut self, on: bool) {
         self.queue_ahead = on;
     }

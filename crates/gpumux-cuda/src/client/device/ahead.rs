@@ -313,7 +313,10 @@ impl ClientDevice {
 
     /// `op` is unbound: workers queued for it are cancelled and reaped once gone.
     pub(super) fn drop_ahead(&mut self, op: OpId) -> Result<(), DeviceError> {
-        let Some(st) = self.st.as_mut() else { return Ok(()) };
+        if !self.st.as_ref().is_some_and(|st| st.ahead.contains_key(&op)) {
+            return Ok(());
+        }
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let Some(mut a) = st.ahead.remove(&op) else { return Ok(()) };
         let stopped = if a.cancelled {
             Ok(())
@@ -331,7 +334,10 @@ impl ClientDevice {
 
     /// Reaps orphaned queued workers that have left.
     pub(super) fn poll_orphans(&mut self) -> Result<(), DeviceError> {
-        let Some(st) = self.st.as_mut() else { return Ok(()) };
+        if self.st.as_ref().is_none_or(|st| st.orphans.is_empty()) {
+            return Ok(());
+        }
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let mut i = 0;
         while i < st.orphans.len() {
             let (op, a) = &st.orphans[i];
