@@ -254,9 +254,13 @@ fn co_location_spread(sm_count: u32, priority: i32, others: impl Iterator<Item =
 /// priority holds, at the launch's share of each, when a peer of its
 /// priority runs; with nobody to share SMs with, a small launch spread over
 /// every SM would only start more workers). `live` is not in `st.launches`.
+/// A peer's next kernel running queued ahead counts as a peer: between its
+/// kernels the engine sees none, and a launch placed then on its own SMs at
+/// full occupancy would leave the peer's next launch no room beside it.
 fn placement(co_locate: bool, sm_count: u32, st: &InContext, live: &Live) -> Placement {
     let spread = co_location_spread(sm_count, live.priority, st.launches.values().map(|l| (l.priority, l.sms)));
-    let peer = st.launches.values().any(|l| l.priority == live.priority && !l.sms.is_empty());
+    let peer = st.launches.values().any(|l| l.priority == live.priority && !l.sms.is_empty())
+        || ahead::peer_running(&st.ahead, live.priority);
     if co_locate && peer && !live.sms.is_empty() && live.sms.len() < spread.len() {
         Placement { mask: spread, share: Some((live.sms.len(), spread.len())) }
     } else {

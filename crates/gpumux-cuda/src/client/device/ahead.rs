@@ -97,6 +97,8 @@ pub(in crate::client) struct Ahead {
     segs: Vec<WorkerLaunch>,
     /// Asked to retreat: they leave, and the launch that adopts them starts over.
     cancelled: bool,
+    /// The engine's priority of their process.
+    priority: i32,
 }
 
 impl Ahead {
@@ -114,6 +116,12 @@ impl Ahead {
             let _ = w.finish();
         }
     }
+}
+
+/// Queued workers of `priority`, not cancelled, are there (running, or
+/// about to run once the launch before them ends).
+pub(super) fn peer_running(ahead: &HashMap<OpId, Ahead>, priority: i32) -> bool {
+    ahead.values().any(|a| a.priority == priority && !a.cancelled)
 }
 
 /// Workers are queued behind launch `lid` and not cancelled.
@@ -204,7 +212,8 @@ impl ClientDevice {
         let mut segs = Vec::new();
         let started = start_segs(ops, spare, next, &covers, &live.stream, how, lid, &mut segs);
         let (held, place) = (live.sms, live.place);
-        let a = Ahead { behind: lid, held, place, covers, stream: None, segs, cancelled: false };
+        let priority = live.priority;
+        let a = Ahead { behind: lid, held, place, covers, stream: None, segs, cancelled: false, priority };
         if let Some(l) = launches.get_mut(&lid) {
             l.note("the next kernel queued behind it");
         }
