@@ -1,0 +1,268 @@
+//! The core's side of the device: engine commands out, device events in,
+//! completions back to the clients, and the stage log of every kernel.
+
+use super::*;
+
+impl Core {
+    /// Exchanges commands, events and completions with the engine and the
+    /// device until nothing is left to do at this instant.
+    pub fn pump(&mut self) -> Result<PumpStats, CoreError> {
+        let mut stats = PumpStats::default();
+        if let Some(at) = self.engine.poll_timeout() {
+            let now = self.backend.now();
+            if at <= now {
+                self.engine.handle_timeout(now);
+            }
+        }
+        for _ in 0..MAX_ROUNDS {
+            stats.rounds += 1;
+            self.drain_completions();
+            let sent = self.drain_commands(&mut stats)?;
+            let mut events = std::mem::take(&mut self.events);
+            events.clear();
+            let call = Instant::now();
+            let polled = self.backend.poll(&mut events);
+            stats.slowest_call = stats.slowest_call.max(call.elapsed());
+            stats.poll_calls += call.elapsed();
+            stats.events += events.len() as u32;
+            let t = match polled {
+                Ok(t) => t,
+                Err(f) => {
+                    self.events = events;
+                    self.failure(f)?;
+                    continue;
+                }
+            };
+            if events.is_empty() && !sent {
+                self.events = events;
+                break;
+            }
+            let engine = Instant::now();
+            for e in events.drain(..) {
+                self.track_event(&e);
+                self.engine.handle_event(t, e)?;
+            }
+            stats.engine += engine.elapsed();
+            self.events = events;
+        }
+        self.drain_completions();
+        if !stats.retreat_calls.is_zero() {
+            // Where a preemption's turn went (an urgent kernel's `decide`: docs/daemon.md).
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
+            tracing::debug!(
+                "a turn with a retreat: engine {:.1} µs, retreat calls {:.1} µs, launch calls {:.1} µs, \
+                 polls {:.1} µs ({} events), {} rounds",
+                us(stats.engine),
+                us(stats.retreat_calls),
+                us(stats.launch_calls),
+                us(stats.poll_calls),
+                stats.events,
+                stats.rounds
+            );
+        }
+        Ok(stats)
+    }
+
+    /// Sends the engine's commands to the device; true if any went.
+    fn drain_commands(&mut self, stats: &mut PumpStats) -> Result<bool, CoreError> {
+        let mut sent = false;
+        loop {
+            let engine = Instant::now();
+            let next = self.engine.poll_command()?;
+            stats.engine += engine.elapsed();
+            let Some(cmd) = next else { break };
+            sent = true;
+            if let Command::Copy { copy, op, .. } = cmd {
+                if !self.ops.contains_key(&op) {
+                    // The engine starts a copy when it reaches its stream's
+                    // head, queuing the command; a client gone before the
+                    // command got here had the copy dropped and its work
+                    // unbound. It moves no bytes; the engine has its end.
+                    self.engine.handle_event(self.backend.now(), Event::CopyDone { copy })?;
+                    continue;
+                }
+            }
+            self.track_command(&cmd);
+            stats.commands += 1;
+            let launched_op = if let Command::Launch { op, .. } = &cmd { Some(*op) } else { None };
+            let retreat = matches!(cmd, Command::Retreat { .. });
+            let call = Instant::now();
+            let submitted = self.backend.submit(cmd);
+            stats.slowest_call = stats.slowest_call.max(call.elapsed());
+            if retreat {
+                stats.retreat_calls += call.elapsed();
+            } else if launched_op.is_some() {
+                stats.launch_calls += call.elapsed();
+            }
+            if let Some(e) = launched_op.and_then(|op| self.ops.get_mut(&op)) {
+                e.stamps.launched.get_or_insert(self.backend.now());
+            }
+            if let Err(f) = submitted {
+                self.failure(f)?;
+                return Ok(true);
+            }
+        }
+        Ok(sent)
+    }
+
+    fn track_command(&mut self, cmd: &Command) {
+        match cmd {
+            Command::Launch { launch, op, sms, .. } => {
+                self.launches.insert(*launch, (*op, *sms));
+                let now = self.backend.now();
+                if let Some(e) = self.ops.get_mut(op) {
+                    e.launches += 1;
+                    e.launched += 1;
+                    e.first_launch.get_or_insert((now, sms.len()));
+                    e.stamps.commanded.get_or_insert(now);
+                }
+            }
+            Command::Grow { launch, sms } => {
+                if let Some((_, held)) = self.launches.get_mut(launch) {
+                    *held = held.union(sms);
+                }
+            }
+            Command::Retreat { launch, .. } => {
+                let client = self.launches.get(launch).and_then(|(op, _)| self.ops.get(op)).map(|e| e.client);
+                if let Some(s) = client.and_then(|c| self.sessions.get_mut(&c)) {
+                    s.counters.preemptions += 1;
+                }
+            }
+            Command::Copy { copy, op, .. } => {
+                self.copies.insert(*copy, *op);
+                if let Some(e) = self.ops.get_mut(op) {
+                    e.copying = true;
+                }
+            }
+        }
+    }
+
+    fn track_event(&mut self, event: &Event) {
+        match event {
+            Event::SmReleased { launch, sm, .. } => {
+                if let Some((_, held)) = self.launches.get_mut(launch) {
+                    held.remove(*sm);
+                }
+            }
+            Event::LaunchEnded { launch, .. } => {
+                if let Some((op, _)) = self.launches.remove(launch) {
+                    if let Some(e) = self.ops.get_mut(&op) {
+                        e.launches = e.launches.saturating_sub(1);
+                        e.stamps.ended = Some(self.backend.now());
+                    }
+                    self.maybe_finish(op);
+                }
+            }
+            Event::CopyDone { copy } => {
+                if let Some(op) = self.copies.remove(copy) {
+                    if let Some(e) = self.ops.get_mut(&op) {
+                        e.copying = false;
+                    }
+                    self.maybe_finish(op);
+                }
+            }
+        }
+    }
+
+    /// Turns the engine's completions into replies.
+    pub(super) fn drain_completions(&mut self) {
+        while let Some(c) = self.engine.poll_completion() {
+            let Some(e) = self.ops.get_mut(&c.op) else { continue };
+            e.ended = true;
+            let (client, stream) = (e.client, e.stream);
+            let completed = c.outcome == OpOutcome::Completed;
+            // What to do, decided while `e` is borrowed, done after.
+            let (kernel_done, reply, event) = match &e.kind {
+                OpKind::Kernel { .. } => (completed, None, None),
+                OpKind::Copy { reply } => (false, reply.filter(|_| completed), None),
+                OpKind::Sync { reply } => (false, Some(*reply).filter(|_| completed), None),
+                OpKind::Event(ev) => (false, None, Some(*ev).filter(|_| completed)),
+            };
+            if kernel_done || reply.is_some() {
+                let now = self.backend.now();
+                if let Some(s) = self.sessions.get_mut(&client) {
+                    if kernel_done {
+                        s.counters.kernels_done += 1;
+                        s.stages.kernel(&e.stamps, now);
+                    } else if matches!(e.kind, OpKind::Sync { .. }) {
+                        s.stages.sync(e.queued, now);
+                    }
+                }
+            }
+            if let Some(id) = reply {
+                self.reply(client, id, Ok(Reply::Done));
+            }
+            if let Some(ev) = event {
+                let waiters = self
+                    .sessions
+                    .get_mut(&client)
+                    .and_then(|s| s.events.get_mut(&ev))
+                    .map(|st| {
+                        st.op = None;
+                        std::mem::take(&mut st.waiters)
+                    })
+                    .unwrap_or_default();
+                for w in waiters {
+                    self.reply(client, w, Ok(Reply::Done));
+                }
+            }
+            if let Some(st) = self.sessions.get_mut(&client).and_then(|s| s.streams.get_mut(&stream)) {
+                st.pending = st.pending.saturating_sub(1);
+            }
+            self.close_stream_if_idle(client, stream);
+            self.maybe_finish(c.op);
+        }
+    }
+
+    /// Forgets an operation that the engine ended and the device let go of.
+    fn maybe_finish(&mut self, op: OpId) {
+        let Some(e) = self.ops.get(&op) else { return };
+        if !e.ended || e.launches > 0 || e.copying {
+            return;
+        }
+        let client = e.client;
+        if let Some(e) = self.ops.remove(&op) {
+            self.log_if_slow_urgent(op, &e);
+        }
+        self.backend.unbind(op);
+        if let Some(s) = self.sessions.get_mut(&client) {
+            s.in_flight = s.in_flight.saturating_sub(1);
+        }
+        self.release_ready();
+        self.reap(client);
+    }
+
+    /// Logs an urgent kernel that took longer than [`SLOW_URGENT`] (see there).
+    fn log_if_slow_urgent(&self, op: OpId, e: &OpEntry) {
+        if e.priority <= 0 || !matches!(e.kind, OpKind::Kernel { .. }) {
+            return;
+        }
+        let now = self.backend.now();
+        let total = now.saturating_sub(e.queued);
+        if total <= SLOW_URGENT {
+            return;
+        }
+        let us = |ns: Nanos| ns as f64 / 1e3;
+        let name = self.sessions.get(&e.client).map_or("?", |s| s.name.as_str());
+        match e.first_launch {
+            Some((at, sms)) => tracing::info!(
+                "slow urgent kernel: client {} ({name}) {op} at priority {}: {:.0} µs from request to end: \
+                 {:.0} µs before its first launch (on {sms} SMs), {:.0} µs from there to its end, {} launch(es); \
+                 device launches in flight now: {}",
+                e.client,
+                e.priority,
+                us(total),
+                us(at.saturating_sub(e.queued)),
+                us(now.saturating_sub(at)),
+                e.launched,
+                self.launches.len()
+            ),
+            None => tracing::info!(
+                "slow urgent kernel: client {} ({name}) {op} at priority {}: {:.0} µs, never launched",
+                e.client,
+                e.priority,
+                us(total)
+            ),
+        }
+    }
+}

@@ -1,0 +1,544 @@
+//! The core's side of the protocol: each client request checked, carried out
+//! (streams, memory, modules, launches and copies submitted to the engine and
+//! bound on the device), and answered.
+
+use super::*;
+
+impl Core {
+    /// A request (or a broken rule) from `client`.
+    pub fn inbound(&mut self, client: u64, inbound: Inbound) {
+        let phase = match self.sessions.get(&client) {
+            Some(s) => s.phase,
+            None => return,
+        };
+        if phase == Phase::Gone {
+            return;
+        }
+        match inbound {
+            Inbound::Violation(e) => self.refuse(client, 0, e),
+            Inbound::Request { id, request: Request::Hello { magic, version, name, priority, weight }, .. } => {
+                match self.hello(client, magic, version, name, priority, weight) {
+                    Ok(w) => self.reply(client, id, Ok(Reply::Welcome(w))),
+                    Err(e) => self.refuse(client, id, e),
+                }
+            }
+            Inbound::Request { id, .. } if phase == Phase::AwaitingHello => {
+                // The connection state machine lets nothing but Hello through first.
+                self.refuse(client, id, err(ErrorKind::Protocol, "the first request must be Hello"))
+            }
+            Inbound::Request { id, request: Request::Goodbye, .. } => {
+                self.reply(client, id, Ok(Reply::Done));
+                self.disconnect(client);
+            }
+            Inbound::Request { id, request, fd } => {
+                if let Some(result) = self.request(client, id, request, fd) {
+                    self.reply(client, id, result);
+                }
+            }
+        }
+    }
+
+    fn hello(
+        &mut self,
+        client: u64,
+        magic: [u8; 4],
+        version: u16,
+        name: String,
+        priority: i32,
+        weight: f64,
+    ) -> Result<Welcome, ErrorReply> {
+        if magic != MAGIC {
+            return Err(err(ErrorKind::Protocol, "Hello without the GMUX magic: not a gpumux client"));
+        }
+        if version != VERSION {
+            return Err(err(
+                ErrorKind::Version { daemon: VERSION, client: version },
+                format!("the daemon speaks protocol version {VERSION}, the client {version}: use matching versions"),
+            ));
+        }
+        if name.len() > MAX_NAME_BYTES {
+            return Err(err(ErrorKind::Invalid, format!("a name of {} bytes, over {MAX_NAME_BYTES}", name.len())));
+        }
+        let device_memory = self.backend.info().mem_bytes;
+        let sms = self.backend.info().num_sms as u32;
+        let (device, policy) = (self.backend.describe(), self.policy.clone());
+        let Some(s) = self.sessions.get_mut(&client) else {
+            return Err(err(ErrorKind::Protocol, "unknown client"));
+        };
+        check_priority(&s.limits, priority)?;
+        check_weight(&s.limits, weight)?;
+        let info = ProcessInfo::new(ProcessId(client as u32), format!("{name}#{client}"))
+            .with_priority(priority)
+            .with_weight(weight);
+        let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
+        s.streams.insert(StreamId::DEFAULT, Stream { slot, pending: 0, closing: false, last_kernel: None });
+        s.name = name;
+        s.priority = priority;
+        s.weight = weight;
+        s.phase = Phase::Open;
+        s.spin.set_urgent(priority > 0);
+        tracing::info!("client {client} `{}` (pid {}, uid {}) connected", s.name, s.peer.pid, s.peer.uid);
+        let limits = s.limits.to_proto(device_memory);
+        self.update_urgent();
+        Ok(Welcome { version: VERSION, client, device, policy, sms, limits })
+    }
+
+    /// Serves one request; `None` when the answer comes later (from a completion).
+    fn request(
+        &mut self,
+        client: u64,
+        id: u64,
+        request: Request,
+        fd: Option<OwnedFd>,
+    ) -> Option<Result<Reply, ErrorReply>> {
+        let r = match request {
+            Request::Hello { .. } | Request::Goodbye => Err(err(ErrorKind::Protocol, "out of turn")),
+            Request::SetPriority(p) => self.set_priority(client, p),
+            Request::SetWeight(w) => self.set_weight(client, w),
+            Request::AttachShm { bytes } => self.attach_shm(client, bytes, fd),
+            Request::Alloc { bytes } => self.alloc(client, bytes),
+            Request::Free(b) => self.free(client, b),
+            Request::Memset { dst, value, bytes, stream } => self
+                .session(client)
+                .and_then(|s| validate::device_span(s, dst, bytes))
+                .and_then(|dst| {
+                    let work = OpWork::Memset { dst, value, bytes };
+                    self.submit_copy(client, stream, CopyDirection::DeviceToDevice, bytes, work, None)
+                })
+                .map(|_| Reply::Done),
+            Request::CopyDevice { src, dst, bytes, stream } => self
+                .session(client)
+                .and_then(|s| Ok((validate::device_span(s, src, bytes)?, validate::device_span(s, dst, bytes)?)))
+                .and_then(|(src, dst)| {
+                    let work = OpWork::DeviceCopy { src, dst, bytes };
+                    self.submit_copy(client, stream, CopyDirection::DeviceToDevice, bytes, work, None)
+                })
+                .map(|_| Reply::Done),
+            Request::CopyToDevice { dst, shm_offset, bytes, stream } => {
+                let checked = self.session(client).and_then(|s| {
+                    Ok((validate::device_span(s, dst, bytes)?, validate::shm_span(s, shm_offset, bytes)?))
+                });
+                return match checked.and_then(|(dst, region)| {
+                    let work = OpWork::ToDevice { dst, src: HostSpan { region, offset: shm_offset }, bytes };
+                    self.submit_copy(client, stream, CopyDirection::HostToDevice, bytes, work, Some(id))
+                }) {
+                    Ok(()) => None,
+                    Err(e) => Some(Err(e)),
+                };
+            }
+            Request::CopyToHost { src, shm_offset, bytes, stream } => {
+                let checked = self.session(client).and_then(|s| {
+                    Ok((validate::device_span(s, src, bytes)?, validate::shm_span(s, shm_offset, bytes)?))
+                });
+                return match checked.and_then(|(src, region)| {
+                    let work = OpWork::ToHost { src, dst: HostSpan { region, offset: shm_offset }, bytes };
+                    self.submit_copy(client, stream, CopyDirection::DeviceToHost, bytes, work, Some(id))
+                }) {
+                    Ok(()) => None,
+                    Err(e) => Some(Err(e)),
+                };
+            }
+            Request::LoadModule { name, source, options } => self.load_module(client, name, source, options),
+            Request::Launch(l) => self.launch(client, &l),
+            Request::CreateStream => self.create_stream(client),
+            Request::DestroyStream(st) => self.destroy_stream(client, st),
+            Request::SyncStream(st) => {
+                return match self.submit_op(client, st, StreamOp::Sync, None, OpKind::Sync { reply: id }) {
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e)),
+                }
+            }
+            Request::RecordEvent(st) => self.record_event(client, st),
+            Request::QueryEvent(e) => self.event(client, e).map(|ev| Reply::Query(ev.op.is_none())),
+            Request::WaitEvent(e) => {
+                return match self.sessions.get_mut(&client).and_then(|s| s.events.get_mut(&e)) {
+                    Some(ev) if ev.op.is_none() => Some(Ok(Reply::Done)),
+                    Some(ev) => {
+                        ev.waiters.push(id);
+                        None
+                    }
+                    None => Some(Err(no_event(e))),
+                }
+            }
+            Request::DestroyEvent(e) => match self.sessions.get_mut(&client).and_then(|s| s.events.remove(&e)) {
+                Some(ev) => {
+                    for w in ev.waiters {
+                        self.reply(client, w, Err(err(ErrorKind::Invalid, format!("event {} was destroyed", e.0))));
+                    }
+                    Ok(Reply::Done)
+                }
+                None => Err(no_event(e)),
+            },
+            Request::Status => Ok(Reply::Status(self.status())),
+        };
+        Some(r)
+    }
+
+    fn session(&self, client: u64) -> Result<&Session, ErrorReply> {
+        self.sessions.get(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))
+    }
+
+    fn session_mut(&mut self, client: u64) -> Result<&mut Session, ErrorReply> {
+        self.sessions.get_mut(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))
+    }
+
+    fn event(&self, client: u64, e: EventId) -> Result<&EventState, ErrorReply> {
+        self.session(client)?.events.get(&e).ok_or_else(|| no_event(e))
+    }
+
+    fn set_priority(&mut self, client: u64, p: i32) -> Result<Reply, ErrorReply> {
+        let s = self.sessions.get_mut(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))?;
+        check_priority(&s.limits, p)?;
+        s.priority = p;
+        s.spin.set_urgent(p > 0);
+        for st in s.streams.values() {
+            self.engine.set_priority(st.slot, p).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
+        }
+        self.update_urgent();
+        Ok(Reply::Done)
+    }
+
+    /// Whether an urgent client (priority above 0) is connected changed:
+    /// the core and the device process poll [`URGENT_WINDOW`] after traffic
+    /// while one is (`crate::spin`).
+    pub(super) fn update_urgent(&mut self) {
+        let any = self.sessions.values().any(|s| s.phase == Phase::Open && s.priority > 0);
+        if any != self.urgent_connected {
+            self.urgent_connected = any;
+            // ZERO: the device process's own window (`--spin-us` included).
+            self.backend.spin_for(if any { crate::spin::window_for(URGENT_WINDOW, true) } else { Duration::ZERO });
+        }
+    }
+
+    fn set_weight(&mut self, client: u64, w: f64) -> Result<Reply, ErrorReply> {
+        let s = self.sessions.get_mut(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))?;
+        check_weight(&s.limits, w)?;
+        s.weight = w;
+        let per_stream = s.stream_weight();
+        for st in s.streams.values() {
+            self.engine.set_weight(st.slot, per_stream).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
+        }
+        Ok(Reply::Done)
+    }
+
+    fn attach_shm(&mut self, client: u64, bytes: u64, fd: Option<OwnedFd>) -> Result<Reply, ErrorReply> {
+        let limit = self.session(client)?.limits.shm;
+        let fd =
+            fd.ok_or_else(|| err(ErrorKind::Invalid, "AttachShm came without a memfd (send it with SCM_RIGHTS)"))?;
+        if bytes > limit {
+            return Err(err(
+                ErrorKind::Quota,
+                format!("a shared region of {bytes} bytes is over your limit of {limit} bytes"),
+            ));
+        }
+        let region = Arc::new(ShmRegion::map(fd, bytes).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?);
+        self.backend.register_host(&region).map_err(|e| err(ErrorKind::Device, e.to_string()))?;
+        let waiting_for = self.client_ops(client);
+        let old = self.session_mut(client)?.region.replace(region);
+        if let Some(old) = old {
+            self.defer(waiting_for, Release::Region(old));
+        }
+        Ok(Reply::Done)
+    }
+
+    fn alloc(&mut self, client: u64, bytes: u64) -> Result<Reply, ErrorReply> {
+        let s = self.session(client)?;
+        if bytes == 0 {
+            return Err(err(ErrorKind::Invalid, "an allocation of 0 bytes"));
+        }
+        // Beyond the quota, the device's own memory is the limit (OutOfMemory).
+        let quota = s.limits.memory;
+        if s.memory_used.checked_add(bytes).is_none_or(|total| total > quota) {
+            return Err(err(
+                ErrorKind::Quota,
+                format!(
+                    "allocating {bytes} bytes would bring your device memory to {} bytes, over your quota of {quota} bytes (you hold {} bytes)",
+                    s.memory_used as u128 + bytes as u128,
+                    s.memory_used
+                ),
+            ));
+        }
+        let addr = self.backend.alloc(bytes).map_err(|e| match e {
+            MemError::OutOfMemory { .. } => err(ErrorKind::OutOfMemory, e.to_string()),
+            MemError::Device(m) => err(ErrorKind::Device, m),
+        })?;
+        let s = self.session_mut(client)?;
+        let id = BufferId(s.next_handle());
+        s.buffers.insert(id, Buffer { addr, bytes });
+        s.memory_used += bytes;
+        Ok(Reply::Buffer(id))
+    }
+
+    fn free(&mut self, client: u64, b: BufferId) -> Result<Reply, ErrorReply> {
+        let waiting_for = self.client_ops(client);
+        let s = self.session_mut(client)?;
+        let buf = s
+            .buffers
+            .remove(&b)
+            .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("buffer {} is not yours (or was freed)", b.0)))?;
+        s.memory_used -= buf.bytes;
+        self.defer(waiting_for, Release::Buffer(buf.addr));
+        Ok(Reply::Done)
+    }
+
+    /// The client's operations tracked now (what a release must wait for).
+    fn client_ops(&self, client: u64) -> Vec<OpId> {
+        let mut v: Vec<OpId> = self.ops.iter().filter(|(_, e)| e.client == client).map(|(op, _)| *op).collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn defer(&mut self, waiting_for: Vec<OpId>, release: Release) {
+        self.deferred.push(Deferred { waiting_for, release });
+        self.release_ready();
+    }
+
+    pub(super) fn release_ready(&mut self) {
+        let ops = &self.ops;
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|d| d.waiting_for.iter().all(|op| !ops.contains_key(op)));
+        self.deferred = waiting;
+        for d in ready {
+            match d.release {
+                Release::Buffer(addr) => {
+                    if let Err(e) = self.backend.free(addr) {
+                        tracing::error!("freeing a buffer: {e}");
+                    }
+                }
+                Release::Region(r) => self.backend.unregister_host(&r),
+            }
+        }
+    }
+
+    fn load_module(
+        &mut self,
+        client: u64,
+        name: String,
+        source: String,
+        options: Vec<String>,
+    ) -> Result<Reply, ErrorReply> {
+        if name.len() > MAX_NAME_BYTES || source.len() > MAX_SOURCE_BYTES || options.len() > MAX_OPTIONS {
+            return Err(err(ErrorKind::Invalid, "module name, source or options over the protocol's limits"));
+        }
+        if options.iter().any(|o| o.len() > MAX_NAME_BYTES) {
+            return Err(err(ErrorKind::Invalid, format!("a compile option over {MAX_NAME_BYTES} bytes")));
+        }
+        self.session(client)?;
+        let image = self.backend.load_module(&name, &source, &options).map_err(|e| load_error(&name, e))?;
+        let s = self.session_mut(client)?;
+        let module = ModuleId(s.next_handle());
+        let mut entries = Vec::new();
+        let mut handles = Vec::new();
+        for k in image.kernels {
+            let kid = KernelId(s.next_handle());
+            entries.push(KernelEntry { name: k.name.clone(), kernel: kid, param_sizes: k.param_sizes.clone() });
+            handles.push(kid);
+            s.kernels.insert(kid, k);
+        }
+        s.modules.insert(module, LoadedModule { name, source, options, kernels: handles });
+        Ok(Reply::Module { module, kernels: entries, log: image.log, cached: image.cached })
+    }
+
+    fn launch(&mut self, client: u64, l: &gpumux_proto::Launch) -> Result<Reply, ErrorReply> {
+        let s = self.session(client)?;
+        let image = s
+            .kernels
+            .get(&l.kernel)
+            .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("kernel {} is not yours", l.kernel.0)))?;
+        let c = validate::launch(s, image, self.backend.info(), l)?;
+        let shape = KernelShape::new(c.blocks, c.threads, image.regs_per_thread).with_smem_per_block(c.smem);
+        // A client's kernel may write in place: a dropped block must not rerun.
+        let desc = KernelDesc::new(image.name.clone(), shape)
+            .with_idempotent(false)
+            .with_sim_timing(SimTiming::new(c.block_time_ns));
+        let work = OpWork::Kernel {
+            code: image.code,
+            grid: l.grid,
+            block: l.block,
+            shared_bytes: l.shared_bytes,
+            params: c.params,
+            after: None,
+        };
+        let name = image.name.clone();
+        let op = StreamOp::Kernel { desc: Arc::new(desc), time_key: self.next_op };
+        self.submit_op(client, l.stream, op, Some(work), OpKind::Kernel { name })?;
+        Ok(Reply::Done)
+    }
+
+    fn submit_copy(
+        &mut self,
+        client: u64,
+        stream: StreamId,
+        direction: CopyDirection,
+        bytes: u64,
+        work: OpWork,
+        reply: Option<u64>,
+    ) -> Result<(), ErrorReply> {
+        self.submit_op(client, stream, StreamOp::Copy { direction, bytes }, Some(work), OpKind::Copy { reply })
+            .map(|_| ())
+    }
+
+    /// Submits an operation to a client's stream after the queued-ops check,
+    /// binding its work before the engine can start it.
+    fn submit_op(
+        &mut self,
+        client: u64,
+        stream: StreamId,
+        op: StreamOp,
+        work: Option<OpWork>,
+        kind: OpKind,
+    ) -> Result<OpId, ErrorReply> {
+        let now = self.backend.now();
+        let s = self.session(client)?;
+        let st = s.streams.get(&stream).filter(|st| !st.closing).ok_or_else(|| {
+            err(ErrorKind::NoSuchHandle, format!("stream {} is not yours (or was destroyed)", stream.0))
+        })?;
+        if s.in_flight >= s.limits.queued_ops {
+            return Err(err(
+                ErrorKind::Quota,
+                format!(
+                    "{} operations queued or running, your limit is {}: sync first",
+                    s.in_flight, s.limits.queued_ops
+                ),
+            ));
+        }
+        let (slot, priority, last_kernel) = (st.slot, s.priority, st.last_kernel);
+        let is_kernel = matches!(op, StreamOp::Kernel { .. });
+        let id = self.engine.submit(now, slot, op).map_err(|e| match e {
+            EngineError::DoesNotFit(d) => err(ErrorKind::Invalid, d.to_string()),
+            other => err(ErrorKind::Invalid, other.to_string()),
+        })?;
+        self.next_op = id.0 + 1;
+        if let Some(mut w) = work {
+            if let OpWork::Kernel { after, .. } = &mut w {
+                *after = last_kernel;
+            }
+            self.backend.bind(id, w);
+        }
+        self.ops.insert(
+            id,
+            OpEntry {
+                client,
+                stream,
+                kind,
+                ended: false,
+                launches: 0,
+                copying: false,
+                queued: now,
+                first_launch: None,
+                launched: 0,
+                priority,
+                stamps: KernelStamps {
+                    waited: self.request_waited,
+                    queued: now,
+                    commanded: None,
+                    launched: None,
+                    ended: None,
+                },
+            },
+        );
+        if let Ok(s) = self.session_mut(client) {
+            s.in_flight += 1;
+            if let Some(st) = s.streams.get_mut(&stream) {
+                st.pending += 1;
+                st.last_kernel = is_kernel.then_some(id);
+            }
+        }
+        Ok(id)
+    }
+
+    fn create_stream(&mut self, client: u64) -> Result<Reply, ErrorReply> {
+        let s = self.session_mut(client)?;
+        if s.streams.len() >= s.limits.queued_ops as usize {
+            return Err(err(ErrorKind::Quota, "as many streams as your queued-ops limit"));
+        }
+        let id = s.next_stream().ok_or_else(|| err(ErrorKind::Quota, "no stream ids left"))?;
+        let info = ProcessInfo::new(ProcessId(client as u32), format!("{}#{client}.{}", s.name, id.0))
+            .with_priority(s.priority)
+            .with_weight(0.0);
+        let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
+        let s = self.session_mut(client)?;
+        s.streams.insert(id, Stream { slot, pending: 0, closing: false, last_kernel: None });
+        self.reweigh(client);
+        Ok(Reply::Stream(id))
+    }
+
+    /// Splits a client's weight evenly among its streams again.
+    fn reweigh(&mut self, client: u64) {
+        let Some(s) = self.sessions.get(&client) else { return };
+        let w = s.stream_weight();
+        for st in s.streams.values() {
+            if let Err(e) = self.engine.set_weight(st.slot, w) {
+                tracing::error!("re-weighing client {client}: {e}");
+            }
+        }
+    }
+
+    fn destroy_stream(&mut self, client: u64, stream: StreamId) -> Result<Reply, ErrorReply> {
+        if stream == StreamId::DEFAULT {
+            return Err(err(ErrorKind::Invalid, "stream 0 lives as long as the connection"));
+        }
+        let s = self.session_mut(client)?;
+        let st = s
+            .streams
+            .get_mut(&stream)
+            .filter(|st| !st.closing)
+            .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("stream {} is not yours", stream.0)))?;
+        st.closing = true;
+        self.close_stream_if_idle(client, stream);
+        Ok(Reply::Done)
+    }
+
+    pub(super) fn close_stream_if_idle(&mut self, client: u64, stream: StreamId) {
+        let Some(s) = self.sessions.get_mut(&client) else { return };
+        let Some(st) = s.streams.get(&stream).copied() else { return };
+        if !st.closing || st.pending > 0 {
+            return;
+        }
+        s.streams.remove(&stream);
+        if let Err(e) = self.engine.remove_process(self.backend.now(), st.slot) {
+            tracing::error!("removing client {client}'s stream {}: {e}", stream.0);
+        }
+        self.reweigh(client);
+    }
+
+    fn record_event(&mut self, client: u64, stream: StreamId) -> Result<Reply, ErrorReply> {
+        let e = EventId(self.session_mut(client)?.next_handle());
+        let op = self.submit_op(client, stream, StreamOp::Sync, None, OpKind::Event(e))?;
+        self.session_mut(client)?.events.insert(e, EventState { op: Some(op), waiters: Vec::new() });
+        Ok(Reply::Event(e))
+    }
+}
+
+fn check_priority(limits: &ClientLimits, p: i32) -> Result<(), ErrorReply> {
+    if p > limits.max_priority {
+        return Err(err(
+            ErrorKind::NotPermitted,
+            format!("priority {p} is over your limit of {}", limits.max_priority),
+        ));
+    }
+    Ok(())
+}
+
+fn check_weight(limits: &ClientLimits, w: f64) -> Result<(), ErrorReply> {
+    if !(w.is_finite() && w > 0.0) {
+        return Err(err(ErrorKind::Invalid, format!("a weight must be a number > 0, not {w}")));
+    }
+    if w > limits.max_weight {
+        return Err(err(ErrorKind::NotPermitted, format!("weight {w} is over your limit of {}", limits.max_weight)));
+    }
+    Ok(())
+}
+
+fn no_event(e: EventId) -> ErrorReply {
+    err(ErrorKind::NoSuchHandle, format!("event {} is not yours (or was destroyed)", e.0))
+}
+
+fn load_error(name: &str, e: LoadError) -> ErrorReply {
+    match e {
+        LoadError::Transform { line, message } => err(ErrorKind::Transform { line }, format!("{name}: {message}")),
+        LoadError::Compile { log } => err(ErrorKind::Compile, format!("{name} does not compile:\n{log}")),
+        LoadError::Device(m) => err(ErrorKind::Device, m),
+    }
+}
