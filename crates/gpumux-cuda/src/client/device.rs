@@ -176,6 +176,11 @@ impl InContext {
 }
 
 impl InContext {
+    /// A launch stream nothing is queued on any more, for the next launch of its priority.
+    fn return_stream(&mut self, stream: Stream) {
+        self.streams.entry(stream.priority).or_default().push(stream);
+    }
+
     /// Forgets a kernel operation; its idle launch records become spares.
     fn retire(&mut self, op: OpId) {
         if let Some(mut k) = self.ops.remove(&op) {
@@ -330,6 +335,16 @@ fn start_segs(
         started?;
     }
     Ok(())
+}
+
+/// Every worker of `segs` has left (a poll of each still running).
+fn all_left(segs: &[WorkerLaunch]) -> Result<bool, CudaError> {
+    for w in segs {
+        if w.running() && !w.poll()? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Blocks of `requested` still in `left`.
@@ -619,7 +634,7 @@ impl ClientDevice {
         }
         // Workers queued behind this launch's keep its stream (their order on it).
         if let Some(stream) = ahead::take_stream(st, lid, live.stream) {
-            st.streams.entry(stream.priority).or_default().push(stream);
+            st.return_stream(stream);
         }
     }
 
@@ -629,14 +644,7 @@ impl ClientDevice {
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let mut ended: Vec<LaunchId> = Vec::new();
         for (&lid, live) in st.launches.iter() {
-            let mut all = true;
-            for w in &live.segs {
-                if w.running() && !w.poll().map_err(failed(format!("polling launch {lid}")))? {
-                    all = false;
-                    break;
-                }
-            }
-            if all {
+            if all_left(&live.segs).map_err(failed(format!("polling launch {lid}")))? {
                 ended.push(lid);
             }
         }

@@ -50,7 +50,9 @@
 //! is queued would then run before it; if it were, the device stops on its
 //! check rather than restart the launch after its successor.
 
-use super::{failed, placement, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement, SegPlan};
+use super::{
+    all_left, failed, placement, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement, SegPlan,
+};
 use crate::launch_plan::Plan;
 use crate::preempt::WorkerLaunch;
 use crate::runtime::Stream;
@@ -281,7 +283,7 @@ impl ClientDevice {
         match a.stream.take() {
             Some(s) => {
                 let fresh = std::mem::replace(&mut live.stream, s);
-                st.streams.entry(fresh.priority).or_default().push(fresh);
+                st.return_stream(fresh);
             }
             None => clean = false,
         }
@@ -350,14 +352,7 @@ impl ClientDevice {
         let mut i = 0;
         while i < st.orphans.len() {
             let (op, a) = &st.orphans[i];
-            let mut gone = true;
-            for w in &a.segs {
-                if w.running() && !w.poll().map_err(failed(format!("polling {op}'s queued workers")))? {
-                    gone = false;
-                    break;
-                }
-            }
-            if !gone {
+            if !all_left(&a.segs).map_err(failed(format!("polling {op}'s queued workers")))? {
                 i += 1;
                 continue;
             }
@@ -366,7 +361,7 @@ impl ClientDevice {
                 w.finish().map_err(failed(format!("reading where {op}'s queued workers stopped")))?;
             }
             if let Some(s) = a.stream.take() {
-                st.streams.entry(s.priority).or_default().push(s);
+                st.return_stream(s);
             }
             if let Some(o) = st.ops.get_mut(&op) {
                 o.pool.append(&mut a.segs);
