@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Session 10, call 12: checks on the build with queued-ahead peers counted (GPU tests, daemon check, gpu-check).
+# Session 10, call 15: checks on the last build (GPU tests, daemon check, gpu-check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 t0=$(date +%s)
-bash scripts/cuda-device-tests.sh carry/t/client_gpu carry/t/engine_gpu carry/t/gpu > "$O/tests.log" 2>&1; echo "tests rc $?"
+bash scripts/cuda-device-tests.sh carry/t/client_gpu carry/t/engine_gpu > "$O/tests.log" 2>&1; echo "tests rc $?"
 grep -E "test result|FAILED|panicked" "$O/tests.log"
 OUT=/tmp/check BIN=carry/daemon bash scripts/daemon-gpu-check.sh > /tmp/check.log 2>&1; echo "check rc $? ($(( $(date +%s) - t0 )) s)"
 grep -E "^(PASS|FAIL)|free device memory" /tmp/check.log | sort -u | tee "$O/check.txt"
