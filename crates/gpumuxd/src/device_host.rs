@@ -26,6 +26,10 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long the device process waits for the daemon to offer the link's
+/// rings (sent right after the daemon starts it).
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves device `spec` over the inherited socket `fd` until the daemon lets
 /// go. `Ok(false)`: the device could not be opened, and the daemon was told
 /// why (it reports it; the process should just exit with a failure).
@@ -38,7 +42,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
     }
-    let mut link = Link::new(inherited_socket(fd)?).context("the device link")?;
+    let mut link = Link::accept(inherited_socket(fd)?, SETUP_TIMEOUT).context("the device link")?;
     let backend = match crate::daemon::open_in_process(spec) {
         Ok(b) => b,
         Err(e) => {

@@ -1,14 +1,25 @@
-//! A framed, two-way channel over one end of a Unix `socketpair`, with
-//! descriptors passed alongside (`SCM_RIGHTS`): how the daemon and its
-//! device process talk ([`super::remote`], [`crate::device_host`]).
+//! A framed, two-way channel between the daemon and its device process
+//! ([`super::remote`], [`crate::device_host`]): messages through two
+//! shared-memory rings (`gpumux-ring`), a Unix `socketpair` beside them.
 //!
 //! Messages are `gpumux-proto` frames (4-byte length, postcard body) of any
-//! serde type. The socket is non-blocking at both ends, and a write that
-//! would block first reads what the peer sent meanwhile (kept for the next
-//! receive) before it waits: so a large message one way (a module's source)
-//! never deadlocks against a stream of events the other way.
+//! serde type, written into the peer's ring and read out of ours: no system
+//! call while both sides poll, which is the common case while work is in
+//! flight (the daemon's `Poll` and its answer every few µs). The socket
+//! carries what the rings cannot: a *doorbell* byte when the peer went to
+//! sleep on it, descriptors (`SCM_RIGHTS`, sent on the socket before the
+//! message they belong to is written into the ring), and the peer's death
+//! (end of stream). A message larger than the ring goes in pieces; a writer
+//! that finds the ring full first reads what the peer sent meanwhile (kept
+//! for the next receive) before it waits, so a large message one way (a
+//! module's source) never deadlocks against a stream of events the other way.
+//!
+//! Setting up: the daemon makes the rings and sends their file as the
+//! socket's first byte ([`Link::connect`]); the device process takes it
+//! ([`Link::accept`]) before anything else.
 
 use gpumux_proto::{decode_frame_body, encode_frame, FrameError, FrameReader};
+use gpumux_ring::{RingError, RingPair, RingReceiver, RingSender};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -24,8 +35,18 @@ use std::time::{Duration, Instant};
 /// than polling threads the threads with work still run.
 pub const SPIN: Duration = Duration::from_micros(200);
 
-/// Bytes one read takes at most.
-const READ_CHUNK: usize = 64 << 10;
+/// Bytes one socket read takes at most (doorbells and descriptor markers only).
+const READ_CHUNK: usize = 4 << 10;
+/// A poll of the rings looks at the socket too (for the peer's end of
+/// stream) once every this many tries: a system call per try would cost
+/// what the rings save.
+const SOCKET_EVERY: u32 = 64;
+/// The socket's first byte: the rings' file comes with it.
+const RING_OFFER: u8 = 0xA5;
+/// A byte sent to wake a peer sleeping on the socket.
+const DOORBELL: u8 = 0;
+/// A byte that carries a descriptor for the next message that needs one.
+const FD_MARKER: u8 = 1;
 
 /// Why a link failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,13 +60,23 @@ pub enum LinkError {
     /// Bytes that are not a message of the expected type (a bug on one side).
     #[error("a malformed message on the device link: {0}")]
     Frame(#[from] FrameError),
+    /// The shared-memory rings could not be made, or were broken.
+    #[error("the device link's rings: {0}")]
+    Ring(#[from] RingError),
+    /// The device process was not offered its rings in time.
+    #[error("the device link was not set up: {0}")]
+    Setup(String),
 }
 
 /// One end of the channel (module doc).
 #[derive(Debug)]
 pub struct Link {
     sock: OwnedFd,
+    tx: RingSender,
+    rx: RingReceiver,
     reader: FrameReader,
+    /// Bytes taken from the ring, waiting for the frame reader.
+    inbox: Vec<u8>,
     /// Descriptors received, in order, not yet claimed by their message.
     fds: VecDeque<OwnedFd>,
     /// The other end closed (bytes already read may still hold messages).
@@ -65,56 +96,126 @@ pub fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Makes a stream socket non-blocking.
+fn non_blocking(sock: &OwnedFd) -> io::Result<()> {
+    let raw = sock.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we own.
+    let flags = unsafe { libc::fcntl(raw, libc::F_GETFL) };
+    if flags < 0 || unsafe { libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 impl Link {
-    /// Takes over a connected stream socket (made non-blocking here).
-    pub fn new(sock: OwnedFd) -> io::Result<Link> {
-        let raw = sock.as_raw_fd();
-        // SAFETY: fcntl on a descriptor we own.
-        let flags = unsafe { libc::fcntl(raw, libc::F_GETFL) };
-        if flags < 0 || unsafe { libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Link {
-            sock,
-            reader: FrameReader::new(),
-            fds: VecDeque::new(),
-            closed: false,
-            buf: vec![0u8; READ_CHUNK].into_boxed_slice(),
-        })
+    /// The daemon's end: makes the rings and offers them on `sock` (made
+    /// non-blocking here). The peer takes them with [`Link::accept`].
+    pub fn connect(sock: OwnedFd) -> Result<Link, LinkError> {
+        non_blocking(&sock)?;
+        let rings = RingPair::create(gpumux_ring::DEFAULT_CAPACITY)?;
+        send_byte(&sock, RING_OFFER, Some(rings.fd()))?;
+        Ok(Link::with(sock, rings))
     }
 
-    /// Sends `msg`, with `fd` attached to its first byte if given.
-    pub fn send<T: Serialize>(&mut self, msg: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), LinkError> {
-        let bytes = encode_frame(msg)?;
-        let mut sent = 0;
-        while sent < bytes.len() {
-            let attach = if sent == 0 { fd } else { None };
-            match send_some(&self.sock, &bytes[sent..], attach) {
-                Ok(n) => sent += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+    /// The device process's end: waits at most `timeout` for the rings
+    /// [`Link::connect`] offers on `sock` (made non-blocking here).
+    pub fn accept(sock: OwnedFd, timeout: Duration) -> Result<Link, LinkError> {
+        non_blocking(&sock)?;
+        let deadline = Instant::now() + timeout;
+        let mut fds = VecDeque::new();
+        let mut first = [0u8; 1];
+        loop {
+            match crate::fdpass::recv_with_fds(sock.as_raw_fd(), &mut first, &mut fds, false) {
+                Ok(0) => return Err(LinkError::Closed),
+                Ok(_) => break,
+                Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // Take what the peer sends meanwhile, so it never blocks on us.
-                    self.fill()?;
-                    wait(&self.sock, libc::POLLIN | libc::POLLOUT, None)?;
-                }
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EPIPE) | Some(libc::ECONNRESET)) => {
-                    return Err(LinkError::Closed)
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(LinkError::Setup(format!("no rings offered within {timeout:?}")));
+                    }
+                    wait(&sock, libc::POLLIN, Some(left))?;
                 }
                 Err(e) => return Err(LinkError::Io(e)),
             }
         }
-        Ok(())
+        let fd = match (first[0], fds.pop_front()) {
+            (RING_OFFER, Some(fd)) => fd,
+            (byte, fd) => {
+                return Err(LinkError::Setup(format!(
+                    "the first byte was {byte:#x} {} a descriptor, not the rings' offer",
+                    if fd.is_some() { "with" } else { "without" }
+                )))
+            }
+        };
+        let rings = RingPair::open(fd, gpumux_ring::DEFAULT_CAPACITY)?;
+        Ok(Link::with(sock, rings))
+    }
+
+    fn with(sock: OwnedFd, rings: RingPair) -> Link {
+        let (tx, rx) = rings.split();
+        Link {
+            sock,
+            tx,
+            rx,
+            reader: FrameReader::new(),
+            inbox: Vec::new(),
+            fds: VecDeque::new(),
+            closed: false,
+            buf: vec![0u8; READ_CHUNK].into_boxed_slice(),
+        }
+    }
+
+    /// Sends `msg`, with `fd` for the peer's [`Link::take_fd`] if given.
+    pub fn send<T: Serialize>(&mut self, msg: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), LinkError> {
+        let bytes = encode_frame(msg)?;
+        if let Some(fd) = fd {
+            // On the socket before its message is in the ring: the peer
+            // finds it there when it reads the message.
+            loop {
+                match send_byte(&self.sock, FD_MARKER, Some(fd)) {
+                    Err(LinkError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.fill()?;
+                        wait(&self.sock, libc::POLLOUT, Some(Duration::from_millis(1)))?;
+                    }
+                    Err(e) => return Err(e),
+                    Ok(()) => break,
+                }
+            }
+        }
+        let mut sent = 0;
+        let start = Instant::now();
+        loop {
+            sent += self.tx.write(&bytes[sent..])?;
+            if self.tx.take_sleeper() {
+                self.ring_doorbell()?;
+            }
+            if sent == bytes.len() {
+                return Ok(());
+            }
+            // The ring is full: take what the peer sends meanwhile, so it
+            // never blocks on us; give up if it is gone.
+            self.fill()?;
+            if self.closed {
+                return Err(LinkError::Closed);
+            }
+            if start.elapsed() < SPIN {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
     }
 
     /// The next message if one has fully arrived; never blocks.
     /// [`LinkError::Closed`] once the peer closed and every message it sent was taken.
     pub fn try_recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, LinkError> {
-        if let Some(body) = self.reader.next_body()? {
-            return Ok(Some(decode_frame_body(&body)?));
+        if let Some(msg) = self.next()? {
+            return Ok(Some(msg));
         }
         self.fill()?;
-        if let Some(body) = self.reader.next_body()? {
-            return Ok(Some(decode_frame_body(&body)?));
+        if let Some(msg) = self.next()? {
+            return Ok(Some(msg));
         }
         if self.closed {
             return Err(LinkError::Closed);
@@ -124,16 +225,26 @@ impl Link {
 
     /// The next message, polling for it without sleeping for at most
     /// `spin` (`Ok(None)` then): the daemon and its device process answer
-    /// each other within µs while work is in flight, and a sleep in
-    /// `ppoll` costs a wake-up of several µs (tens at the tail) per hop.
+    /// each other within µs while work is in flight, and a sleep costs a
+    /// wake-up of several µs (tens at the tail) per hop. The polls read the
+    /// ring; every [`SOCKET_EVERY`]th also reads the socket.
     pub fn recv_spin<T: DeserializeOwned>(&mut self, spin: Duration) -> Result<Option<T>, LinkError> {
         let start = Instant::now();
+        let mut tries = 0u32;
         loop {
-            if let Some(msg) = self.try_recv()? {
-                return Ok(Some(msg));
+            tries = tries.wrapping_add(1);
+            if tries % SOCKET_EVERY == 0 {
+                if let Some(msg) = self.try_recv()? {
+                    return Ok(Some(msg));
+                }
+            } else {
+                self.take_ring()?;
+                if let Some(msg) = self.next()? {
+                    return Ok(Some(msg));
+                }
             }
             if start.elapsed() >= spin {
-                return Ok(None);
+                return self.try_recv();
             }
             std::thread::yield_now();
         }
@@ -159,13 +270,20 @@ impl Link {
         }
     }
 
-    /// Sleeps until bytes (or the peer's close) arrive, or `timeout` passes
-    /// (`None`: no limit). Call it once [`Link::try_recv`] has nothing.
+    /// Sleeps until a message, a doorbell or the peer's close arrives, or
+    /// `timeout` passes (`None`: no limit). Call it once [`Link::try_recv`]
+    /// has nothing.
     pub fn wait_readable(&mut self, timeout: Option<Duration>) -> Result<(), LinkError> {
-        if !self.closed {
-            wait(&self.sock, libc::POLLIN, timeout)?;
+        if self.closed || self.rx.available()? > 0 {
+            return Ok(());
         }
-        Ok(())
+        // Tell the peer to ring, then look once more (gpumux-ring's "Sleeping").
+        if !self.rx.prepare_sleep() {
+            return Ok(());
+        }
+        let slept = wait(&self.sock, libc::POLLIN, timeout);
+        self.rx.woke();
+        Ok(slept?)
     }
 
     /// Tells the peer we are done (it reads end of stream), keeping the socket.
@@ -179,15 +297,44 @@ impl Link {
     /// The oldest descriptor received and not yet claimed (the one sent with
     /// the message just taken, for messages that carry one).
     pub fn take_fd(&mut self) -> Option<OwnedFd> {
+        if self.fds.is_empty() {
+            // Sent before its message: on the socket by now if not read yet.
+            let _ = self.fill_socket();
+        }
         self.fds.pop_front()
     }
 
-    /// Reads everything available now into the frame buffer.
+    /// The next whole message among the bytes taken, if any.
+    fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, LinkError> {
+        match self.reader.next_body()? {
+            Some(body) => Ok(Some(decode_frame_body(&body)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Moves what the ring holds to the frame reader.
+    fn take_ring(&mut self) -> Result<(), LinkError> {
+        self.inbox.clear();
+        if self.rx.read_into(&mut self.inbox, usize::MAX)? > 0 {
+            self.reader.extend(&self.inbox);
+        }
+        Ok(())
+    }
+
+    /// Reads the socket, then the ring: after an end of stream is seen,
+    /// everything the peer wrote before it closed is in the ring.
     fn fill(&mut self) -> Result<(), LinkError> {
+        self.fill_socket()?;
+        self.take_ring()
+    }
+
+    /// Reads everything on the socket now (doorbells, descriptors, the end).
+    fn fill_socket(&mut self) -> Result<(), LinkError> {
         while !self.closed {
             match crate::fdpass::recv_with_fds(self.sock.as_raw_fd(), &mut self.buf, &mut self.fds, false) {
                 Ok(0) => self.closed = true,
-                Ok(n) => self.reader.extend(&self.buf[..n]),
+                // Doorbells and descriptor markers: the bytes say nothing more.
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => self.closed = true,
@@ -195,6 +342,29 @@ impl Link {
             }
         }
         Ok(())
+    }
+
+    /// Wakes the peer sleeping on the socket. A full socket already holds
+    /// bytes that will wake it.
+    fn ring_doorbell(&mut self) -> Result<(), LinkError> {
+        match send_byte(&self.sock, DOORBELL, None) {
+            Err(LinkError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            other => other,
+        }
+    }
+}
+
+/// Sends one byte, with `fd` as `SCM_RIGHTS` if given.
+fn send_byte(sock: &OwnedFd, byte: u8, fd: Option<BorrowedFd<'_>>) -> Result<(), LinkError> {
+    loop {
+        match send_some(sock, &[byte], fd) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EPIPE) | Some(libc::ECONNRESET)) => {
+                return Err(LinkError::Closed)
+            }
+            Err(e) => return Err(LinkError::Io(e)),
+        }
     }
 }
 
@@ -258,13 +428,13 @@ mod tests {
         let big: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
         let expected = big.clone();
         let other = std::thread::spawn(move || {
-            let mut link = Link::new(b).unwrap();
+            let mut link = Link::accept(b, Duration::from_secs(10)).unwrap();
             link.send(&big, None).unwrap();
             let got: Vec<u8> = link.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
             let fd = link.take_fd();
             (got, fd.is_some())
         });
-        let mut link = Link::new(a).unwrap();
+        let mut link = Link::connect(a).unwrap();
         let file = std::fs::File::open("/dev/null").unwrap();
         link.send(&expected, Some(file.as_fd())).unwrap();
         let got: Vec<u8> = link.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();

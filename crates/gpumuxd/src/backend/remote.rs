@@ -70,6 +70,9 @@ pub enum StartError {
     /// The socket pair could not be made.
     #[error("cannot make the device process's socket: {0}")]
     Socket(std::io::Error),
+    /// The link's rings could not be made or offered.
+    #[error("cannot set up the device process's link: {0}")]
+    Link(LinkError),
     /// The child could not open the device (its message names the device).
     #[error("{message}")]
     Unavailable {
@@ -143,11 +146,11 @@ impl DeviceProcess {
         let mut child = cmd.spawn().map_err(|source| StartError::Spawn { exe: exe.to_path_buf(), source })?;
         // Only the child holds its end now: its exit closes the link.
         drop(theirs);
-        let mut link = match Link::new(ours) {
+        let mut link = match Link::connect(ours) {
             Ok(link) => link,
             Err(e) => {
                 kill(&mut child);
-                return Err(StartError::Socket(e));
+                return Err(StartError::Link(e));
             }
         };
         let spec = spec.to_string();
