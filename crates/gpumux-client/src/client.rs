@@ -37,11 +37,22 @@ pub struct ConnectOptions {
     /// Size of the shared region for host copies (clamped to the daemon's
     /// limit); 0 attaches none (a client that only asks `Status`).
     pub shm_bytes: u64,
+    /// Offer the daemon shared-memory rings for the conversation (fewer
+    /// system calls per request; docs/daemon.md, "The protocol"). Default:
+    /// on, unless `GPUMUX_RINGS=0`.
+    pub rings: bool,
 }
 
 impl Default for ConnectOptions {
     fn default() -> Self {
-        ConnectOptions { socket: None, name: program_name(), priority: 0, weight: 1.0, shm_bytes: DEFAULT_SHM_BYTES }
+        ConnectOptions {
+            socket: None,
+            name: program_name(),
+            priority: 0,
+            weight: 1.0,
+            shm_bytes: DEFAULT_SHM_BYTES,
+            rings: crate::conn::rings_from_env(),
+        }
     }
 }
 
@@ -111,7 +122,7 @@ impl Client {
         }
         let hello =
             Request::Hello { magic: MAGIC, version: VERSION, name, priority: options.priority, weight: options.weight };
-        let (conn, reply) = Connection::handshake(stream, hello)?;
+        let (conn, reply) = Connection::handshake(stream, hello, options.rings)?;
         conn.set_urgent(options.priority > 0);
         let Reply::Welcome(welcome) = reply else {
             return Err(unexpected("Hello", &reply));
@@ -126,6 +137,12 @@ impl Client {
             None
         };
         Ok(Client { conn, welcome, region, shm_bytes })
+    }
+
+    /// Whether the conversation goes through shared-memory rings (the daemon
+    /// accepted them; [`ConnectOptions::rings`]).
+    pub fn uses_rings(&self) -> bool {
+        self.conn.uses_rings()
     }
 
     /// What the daemon said at the handshake: device, policy, SMs, this client's limits.

@@ -12,11 +12,21 @@
 //! stream work (sync, events) and the next launch consult. The daemon answers
 //! one connection's requests in order, so by the time a sync's reply is
 //! here, every earlier launch's answer is too.
+//!
+//! **Rings.** Right after `Hello`, the connection offers the daemon two
+//! shared-memory rings (`Request::UseRings`, `gpumux-ring`); once accepted,
+//! frames go both ways through them and the socket carries only doorbells
+//! (a byte for a side that sleeps), the descriptor of an `AttachShm` (sent
+//! before its frame) and the end of the connection. A request then costs no
+//! system call while the daemon's reader polls, and a reply none while ours
+//! does. A daemon that refuses the rings leaves the conversation on the
+//! socket; `GPUMUX_RINGS=0` does not offer them.
 
 use crate::error::{ClientError, Result};
 use gpumux_proto::{
     decode_frame_body, encode_frame, ClientFrame, ErrorReply, FrameReader, Notice, Reply, Request, ServerFrame,
 };
+use gpumux_ring::{RingPair, RingReceiver, RingSender};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -112,9 +122,15 @@ impl PendingReply {
     }
 }
 
+/// Where frames to the daemon go: the socket, or the ring once accepted.
+struct Writer {
+    stream: UnixStream,
+    ring: Option<RingSender>,
+}
+
 /// A connected, greeted socket with its reader thread.
 pub(crate) struct Connection {
-    writer: Mutex<UnixStream>,
+    writer: Mutex<Writer>,
     routing: Arc<Mutex<Routing>>,
     next_id: AtomicU64,
     reader: Option<JoinHandle<()>>,
@@ -124,8 +140,9 @@ pub(crate) struct Connection {
 
 impl Connection {
     /// Sends `hello` on `stream` and waits for its answer (before any other
-    /// thread exists), then starts the reader thread.
-    pub(crate) fn handshake(stream: UnixStream, hello: Request) -> Result<(Connection, Reply)> {
+    /// thread exists), offers the rings if `rings` (module doc), then starts
+    /// the reader thread.
+    pub(crate) fn handshake(stream: UnixStream, hello: Request, rings: bool) -> Result<(Connection, Reply)> {
         let mut frames = FrameReader::new();
         let mut buf = vec![0u8; READ_CHUNK];
         send_all(stream.as_raw_fd(), &encode_frame(&ClientFrame { id: 1, request: hello })?, None)?;
@@ -143,22 +160,67 @@ impl Connection {
                 ServerFrame::Notice(_) => continue,
             }
         };
-        let routing = Arc::new(Mutex::new(Routing::default()));
+        let mut routing = Routing::default();
+        let ring = if rings { offer_rings(&stream, &mut frames, &mut buf, &mut routing.notices)? } else { None };
+        let (ring_tx, ring_rx) = match ring {
+            Some((tx, rx)) => (Some(tx), Some(rx)),
+            None => (None, None),
+        };
+        let routing = Arc::new(Mutex::new(routing));
         let reader_stream = stream.try_clone()?;
         let reader_routing = Arc::clone(&routing);
         let urgent = Arc::new(AtomicBool::new(false));
         let reader_urgent = Arc::clone(&urgent);
         let reader = std::thread::Builder::new()
             .name("gpumux-client-reader".into())
-            .spawn(move || read_loop(reader_stream, frames, reader_routing, reader_urgent))?;
+            .spawn(move || read_loop(reader_stream, ring_rx, frames, reader_routing, reader_urgent))?;
         let conn = Connection {
-            writer: Mutex::new(stream),
+            writer: Mutex::new(Writer { stream, ring: ring_tx }),
             routing,
-            next_id: AtomicU64::new(2),
+            next_id: AtomicU64::new(RINGS_ID + 1),
             reader: Some(reader),
             urgent,
         };
         Ok((conn, reply))
+    }
+
+    /// Whether frames go through the shared-memory rings.
+    pub(crate) fn uses_rings(&self) -> bool {
+        lock(&self.writer).ring.is_some()
+    }
+
+    /// Writes one encoded frame, with `fd` passed alongside.
+    fn write_frame(&self, bytes: &[u8], fd: Option<RawFd>) -> std::io::Result<()> {
+        let mut writer = lock(&self.writer);
+        let Writer { stream, ring } = &mut *writer;
+        let sock = stream.as_raw_fd();
+        let Some(ring) = ring else {
+            return send_all(sock, bytes, fd);
+        };
+        if let Some(fd) = fd {
+            // Before its frame: the daemon reads the socket when the frame asks.
+            send_with_fd(sock, &[FD_MARKER], fd)?;
+        }
+        let mut sent = 0;
+        let start = std::time::Instant::now();
+        loop {
+            sent += ring.write(&bytes[sent..]).map_err(std::io::Error::other)?;
+            if ring.take_sleeper() {
+                doorbell(sock)?;
+            }
+            if sent == bytes.len() {
+                return Ok(());
+            }
+            // Full: the daemon's reader drains it unless it is gone.
+            if lock(&self.routing).closed {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            }
+            if start.elapsed() < SPIN_FOR_REPLY {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+        }
     }
 
     /// Sends a request (with `fd` passed alongside, for `AttachShm`) and
@@ -175,7 +237,7 @@ impl Connection {
             }
             routing.waiting.insert(id, tx);
         }
-        let written = send_all(lock(&self.writer).as_raw_fd(), &bytes, fd.map(|f| f.as_raw_fd()));
+        let written = self.write_frame(&bytes, fd.map(|f| f.as_raw_fd()));
         if let Err(e) = written {
             lock(&self.routing).waiting.remove(&id);
             return Err(match e.kind() {
@@ -198,7 +260,7 @@ impl Connection {
             }
             routing.deferred.insert(id);
         }
-        let written = send_all(lock(&self.writer).as_raw_fd(), &bytes, None);
+        let written = self.write_frame(&bytes, None);
         if let Err(e) = written {
             lock(&self.routing).deferred.remove(&id);
             return Err(match e.kind() {
@@ -248,7 +310,7 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         // Ends the reader's blocking read; it then marks the routing closed.
-        let _ = lock(&self.writer).shutdown(std::net::Shutdown::Both);
+        let _ = lock(&self.writer).stream.shutdown(std::net::Shutdown::Both);
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
@@ -307,13 +369,188 @@ fn read_frame(
     }
 }
 
+/// The id of the `UseRings` request (the second, after `Hello`'s 1).
+const RINGS_ID: u64 = 2;
+/// The socket byte that carries an `AttachShm`'s descriptor (ringed).
+const FD_MARKER: u8 = 1;
+/// A ring poll reads the socket too (for the daemon's end) once every this many tries.
+const SOCKET_EVERY: u32 = 64;
+
+/// Whether `GPUMUX_RINGS` leaves the rings on (anything but `0`, or unset).
+pub(crate) fn rings_from_env() -> bool {
+    std::env::var("GPUMUX_RINGS").map_or(true, |v| v.trim() != "0")
+}
+
+/// Offers the daemon two rings and waits for its answer, reading the ring
+/// (where an acceptance comes) and the socket (where a refusal or a notice
+/// comes). `None`: refused or not made; the conversation stays on the socket.
+fn offer_rings(
+    stream: &UnixStream,
+    frames: &mut FrameReader,
+    buf: &mut [u8],
+    notices: &mut Vec<Notice>,
+) -> Result<Option<(RingSender, RingReceiver)>> {
+    let Ok(pair) = RingPair::create(gpumux_ring::DEFAULT_CAPACITY) else {
+        return Ok(None);
+    };
+    let request = Request::UseRings { capacity: pair.capacity() as u32 };
+    let frame = encode_frame(&ClientFrame { id: RINGS_ID, request })?;
+    send_all(stream.as_raw_fd(), &frame, Some(pair.fd().as_raw_fd())).map_err(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => ClientError::DaemonGone,
+        _ => e.into(),
+    })?;
+    let (tx, mut rx) = pair.split();
+    let mut ring_frames = FrameReader::new();
+    let mut inbox = Vec::new();
+    let answer = |frame: ServerFrame, notices: &mut Vec<Notice>| match frame {
+        ServerFrame::Reply { id: RINGS_ID, result } => Some(result),
+        ServerFrame::Reply { .. } => None,
+        ServerFrame::Notice(n) => {
+            notices.push(n);
+            None
+        }
+    };
+    loop {
+        inbox.clear();
+        rx.read_into(&mut inbox, usize::MAX)
+            .map_err(|e| ClientError::Protocol { request: "UseRings", got: e.to_string() })?;
+        ring_frames.extend(&inbox);
+        while let Some(body) = ring_frames.next_body()? {
+            if let Some(result) = answer(decode_frame_body(&body)?, notices) {
+                // Accepted through the ring: what the socket still holds (a
+                // notice sent before) is read now; after this, only doorbells.
+                if result.is_ok() {
+                    drain_socket(stream, frames, buf)?;
+                    while let Some(body) = frames.next_body()? {
+                        answer(decode_frame_body(&body)?, notices);
+                    }
+                    *frames = ring_frames;
+                    return Ok(Some((tx, rx)));
+                }
+                return Ok(None);
+            }
+        }
+        drain_socket(stream, frames, buf)?;
+        while let Some(body) = frames.next_body()? {
+            if let Some(result) = answer(decode_frame_body(&body)?, notices) {
+                // A refusal comes on the socket; the rings are dropped.
+                return match result {
+                    Ok(_) => Err(ClientError::Protocol { request: "UseRings", got: "an answer on the socket".into() }),
+                    Err(_) => Ok(None),
+                };
+            }
+        }
+        // A once-per-connection wait: a short nap, not a spin.
+        let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd, valid for the call.
+        unsafe { libc::poll(&mut pfd, 1, 1) };
+    }
+}
+
+/// Reads what the socket holds now into `frames`; the daemon's end is [`ClientError::DaemonGone`].
+fn drain_socket(stream: &UnixStream, frames: &mut FrameReader, buf: &mut [u8]) -> Result<()> {
+    loop {
+        // SAFETY: `buf` is valid for writes of its length.
+        let got = unsafe { libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        match got {
+            0 => return Err(ClientError::DaemonGone),
+            n if n > 0 => frames.extend(&buf[..n as usize]),
+            _ => match std::io::Error::last_os_error() {
+                e if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                e if e.kind() == std::io::ErrorKind::Interrupted => {}
+                e => return Err(e.into()),
+            },
+        }
+    }
+}
+
+/// Wakes the daemon's reader sleeping on the socket (a byte 0). A full
+/// socket already holds bytes that will wake it.
+fn doorbell(sock: RawFd) -> std::io::Result<()> {
+    // SAFETY: sends one byte from a live array; MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE.
+    let n = unsafe { libc::send(sock, [0u8].as_ptr().cast(), 1, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// [`read_frame`] once the daemon's frames come through the ring: polls the
+/// ring for the spin window after `spin_from` (the socket every
+/// [`SOCKET_EVERY`]th try, for the daemon's end), then sleeps on the socket
+/// until a doorbell or the end.
+fn read_frame_ring(
+    stream: &UnixStream,
+    rx: &mut RingReceiver,
+    frames: &mut FrameReader,
+    buf: &mut [u8],
+    spin_from: std::time::Instant,
+    urgent: bool,
+) -> Result<ServerFrame> {
+    let mut inbox = Vec::new();
+    let mut tries = 0u32;
+    let mut ended = false;
+    loop {
+        if let Some(body) = frames.next_body()? {
+            return Ok(decode_frame_body(&body)?);
+        }
+        inbox.clear();
+        let n = rx
+            .read_into(&mut inbox, usize::MAX)
+            .map_err(|e| ClientError::Protocol { request: "a reply", got: e.to_string() })?;
+        if n > 0 {
+            frames.extend(&inbox);
+            continue;
+        }
+        if ended {
+            return Err(ClientError::DaemonGone);
+        }
+        tries = tries.wrapping_add(1);
+        let spinning = spin_from.elapsed() < spin_window(READER_SPIN, urgent);
+        if spinning && !tries.is_multiple_of(SOCKET_EVERY) {
+            std::thread::yield_now();
+            continue;
+        }
+        if !spinning {
+            if !rx.prepare_sleep() {
+                continue;
+            }
+            let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one pollfd, valid for the call; the daemon's doorbell or end wakes it.
+            unsafe { libc::poll(&mut pfd, 1, -1) };
+            rx.woke();
+        }
+        // Doorbells say nothing more; the end is read once the ring is empty.
+        let mut doorbells = FrameReader::new();
+        if let Err(ClientError::DaemonGone) = drain_socket(stream, &mut doorbells, buf) {
+            ended = true;
+        }
+    }
+}
+
 /// The reader thread: routes replies and keeps notices until the socket
 /// closes or a frame does not decode (then closes it: the stream cannot be
 /// trusted past a bad frame).
-fn read_loop(stream: UnixStream, mut frames: FrameReader, routing: Arc<Mutex<Routing>>, urgent: Arc<AtomicBool>) {
+fn read_loop(
+    stream: UnixStream,
+    mut ring: Option<RingReceiver>,
+    mut frames: FrameReader,
+    routing: Arc<Mutex<Routing>>,
+    urgent: Arc<AtomicBool>,
+) {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut last = std::time::Instant::now();
-    while let Ok(frame) = read_frame(&stream, &mut frames, &mut buf, Some(last), urgent.load(Ordering::Relaxed)) {
+    let mut next = |last: std::time::Instant, buf: &mut [u8], frames: &mut FrameReader| {
+        let urgent = urgent.load(Ordering::Relaxed);
+        match ring.as_mut() {
+            Some(rx) => read_frame_ring(&stream, rx, frames, buf, last, urgent),
+            None => read_frame(&stream, frames, buf, Some(last), urgent),
+        }
+    };
+    while let Ok(frame) = next(last, &mut buf, &mut frames) {
         last = std::time::Instant::now();
         let mut routing = lock(&routing);
         match frame {

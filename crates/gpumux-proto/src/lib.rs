@@ -36,7 +36,7 @@ pub use codec::{decode_frame_body, encode_frame, FrameError, FrameReader};
 pub const MAGIC: [u8; 4] = *b"GMUX";
 /// The protocol version this crate speaks. A daemon answers a client of
 /// another version with [`ErrorKind::Version`] naming both.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The largest frame body either side accepts (module sources are the big ones).
 pub const MAX_FRAME_BYTES: u32 = 8 << 20;
 /// The longest client or kernel name.
@@ -247,6 +247,20 @@ pub enum Request {
     /// The client is done: its work is retreated and its memory freed, as on
     /// a disconnect, and the daemon answers before closing.
     Goodbye,
+    /// Moves the rest of the conversation onto two shared-memory rings
+    /// (`gpumux-ring`) whose file, a memfd sealed against shrinking of
+    /// `4096 + 2 × capacity` bytes, comes with this frame (`SCM_RIGHTS`).
+    /// Sent right after `Hello`'s answer, with nothing else in flight, over
+    /// the socket. Once answered `Done` (through the rings), every frame both
+    /// ways goes through the rings; the socket then carries only a doorbell
+    /// byte (0) for a side that sleeps, a byte (1) with the descriptor of the
+    /// next `AttachShm`, sent before its frame, and the end of the
+    /// connection. An error answer (on the socket) leaves the conversation
+    /// on the socket.
+    UseRings {
+        /// Each ring's bytes: a power of two from 4 KiB to 16 MiB.
+        capacity: u32,
+    },
 }
 
 /// A kernel launch.
@@ -509,6 +523,7 @@ impl Request {
             Request::DestroyEvent(_) => "DestroyEvent",
             Request::Status => "Status",
             Request::Goodbye => "Goodbye",
+            Request::UseRings { .. } => "UseRings",
         }
     }
 }

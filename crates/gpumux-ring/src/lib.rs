@@ -118,14 +118,14 @@ impl Drop for Mapping {
 
 impl Mapping {
     fn u64_at(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= HEADER);
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= HEADER);
         // SAFETY: inside the header page, 8-aligned (the mapping is page-aligned),
         // and only ever accessed atomically.
         unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(offset).cast()) }
     }
 
     fn u32_at(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset % 4 == 0 && offset + 4 <= HEADER);
+        debug_assert!(offset.is_multiple_of(4) && offset + 4 <= HEADER);
         // SAFETY: as in `u64_at`.
         unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast()) }
     }
@@ -256,10 +256,7 @@ impl RingPair {
         // split of a fresh pair, both are 0) continues where it was.
         let tail = self.map.tail(out).load(Ordering::Acquire);
         let head = self.map.head(inc).load(Ordering::Acquire);
-        (
-            RingSender { map: self.map.clone(), ring: out, tail },
-            RingReceiver { map: self.map, ring: inc, head },
-        )
+        (RingSender { map: self.map.clone(), ring: out, tail }, RingReceiver { map: self.map, ring: inc, head })
     }
 }
 
@@ -410,7 +407,7 @@ impl RingReceiver {
 /// `dst..dst + src.len()` must lie inside the mapping.
 unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
     let mut i = 0;
-    while i < src.len() && (dst as usize + i) % 8 != 0 {
+    while i < src.len() && !(dst as usize + i).is_multiple_of(8) {
         AtomicU8::from_ptr(dst.add(i)).store(src[i], Ordering::Relaxed);
         i += 1;
     }
@@ -433,7 +430,7 @@ unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
 /// `src..src + dst.len()` must lie inside the mapping.
 unsafe fn load_bytes(src: *const u8, dst: &mut [u8]) {
     let mut i = 0;
-    while i < dst.len() && (src as usize + i) % 8 != 0 {
+    while i < dst.len() && !(src as usize + i).is_multiple_of(8) {
         dst[i] = AtomicU8::from_ptr(src.add(i).cast_mut()).load(Ordering::Relaxed);
         i += 1;
     }

@@ -20,7 +20,7 @@ const MAX_PENDING_FDS: usize = 4;
 #[derive(Debug)]
 pub enum Inbound {
     /// A well-formed request, in turn. `fd` is the memfd that came with an
-    /// `AttachShm` (`None` if none did; the core refuses that).
+    /// `AttachShm` or `UseRings` (`None` if none did; that is refused).
     Request {
         /// The client's id for the reply.
         id: u64,
@@ -31,6 +31,14 @@ pub enum Inbound {
     },
     /// The client broke a rule: send it this error and disconnect it.
     Violation(ErrorReply),
+    /// A request the reader thread answered itself (`UseRings`): the core
+    /// only sends the answer, in turn with the others.
+    Answered {
+        /// The client's id for the reply.
+        id: u64,
+        /// The answer.
+        result: Result<gpumux_proto::Reply, ErrorReply>,
+    },
 }
 
 /// The state of one connection's input (see the module doc).
@@ -41,6 +49,10 @@ pub struct Connection {
     fds: VecDeque<OwnedFd>,
     greeted: bool,
     broken: bool,
+    /// The conversation moved to shared-memory rings: descriptors come on
+    /// the socket *before* their frame, so unclaimed ones are kept (up to
+    /// [`MAX_PENDING_FDS`]) rather than closed.
+    ringed: bool,
 }
 
 impl Connection {
@@ -54,20 +66,60 @@ impl Connection {
         self.broken
     }
 
+    /// From now on, frames come from the rings and descriptors ahead of them.
+    pub fn use_rings(&mut self) {
+        self.ringed = true;
+    }
+
+    /// Whether [`Connection::use_rings`] was called.
+    pub fn is_ringed(&self) -> bool {
+        self.ringed
+    }
+
     /// Takes bytes (and descriptors that came with them) and appends what
     /// they complete to `out`.
     pub fn receive(&mut self, bytes: &[u8], fds: Vec<OwnedFd>, out: &mut Vec<Inbound>) {
+        self.receive_with(bytes, fds, out, &mut Vec::new)
+    }
+
+    /// [`Connection::receive`] for bytes from the rings: an `AttachShm` that
+    /// finds no descriptor waiting calls `more_fds` (a read of the socket,
+    /// where its descriptor was sent before the frame).
+    pub fn receive_ringed(&mut self, bytes: &[u8], out: &mut Vec<Inbound>, more_fds: &mut dyn FnMut() -> Vec<OwnedFd>) {
+        self.receive_with(bytes, Vec::new(), out, more_fds)
+    }
+
+    /// Descriptors read from the socket while no frame asked for them (ringed).
+    pub fn take_fds(&mut self, fds: Vec<OwnedFd>, out: &mut Vec<Inbound>) {
         if self.broken {
             return;
         }
         self.fds.extend(fds);
+        self.check_fds(out);
+    }
+
+    fn check_fds(&mut self, out: &mut Vec<Inbound>) -> bool {
         if self.fds.len() > MAX_PENDING_FDS {
             let n = self.fds.len();
-            return self.violate(
-                ErrorKind::Protocol,
-                format!("{n} file descriptors sent without AttachShm requests"),
-                out,
-            );
+            self.violate(ErrorKind::Protocol, format!("{n} file descriptors sent without AttachShm requests"), out);
+            return false;
+        }
+        true
+    }
+
+    fn receive_with(
+        &mut self,
+        bytes: &[u8],
+        fds: Vec<OwnedFd>,
+        out: &mut Vec<Inbound>,
+        more_fds: &mut dyn FnMut() -> Vec<OwnedFd>,
+    ) {
+        if self.broken {
+            return;
+        }
+        self.fds.extend(fds);
+        if !self.check_fds(out) {
+            return;
         }
         self.reader.extend(bytes);
         loop {
@@ -91,15 +143,25 @@ impl Connection {
             }
             self.greeted = true;
             let fd = match frame.request {
-                Request::AttachShm { .. } => self.fds.pop_front(),
+                // The requests that come with a descriptor.
+                Request::AttachShm { .. } | Request::UseRings { .. } => {
+                    if self.fds.is_empty() && self.ringed {
+                        let fds = more_fds();
+                        self.fds.extend(fds);
+                        if !self.check_fds(out) {
+                            return;
+                        }
+                    }
+                    self.fds.pop_front()
+                }
                 _ => None,
             };
             out.push(Inbound::Request { id: frame.id, request: frame.request, fd });
         }
         // A descriptor sent with a frame arrives with the frame's first byte;
         // with no partial frame left, any still unclaimed came with no
-        // AttachShm: close them.
-        if self.reader.pending() == 0 {
+        // AttachShm: close them. (Ringed, one may come ahead of its frame.)
+        if self.reader.pending() == 0 && !self.ringed {
             self.fds.clear();
         }
     }
@@ -126,6 +188,7 @@ mod tests {
             .map(|i| match i {
                 Inbound::Request { .. } => None,
                 Inbound::Violation(e) => Some(e.kind.clone()),
+                Inbound::Answered { .. } => None,
             })
             .collect()
     }

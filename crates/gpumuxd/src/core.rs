@@ -378,6 +378,7 @@ impl Core {
                 let what = match &inbound {
                     Inbound::Request { request, .. } => request.name(),
                     Inbound::Violation(_) => "a violation",
+                    Inbound::Answered { .. } => "an answer",
                 };
                 let start = Instant::now();
                 self.request_waited = waited.as_nanos() as Nanos;

@@ -2,13 +2,21 @@
 //! config before anything else, then one reader and one writer thread per
 //! client. Readers turn bytes into [`Inbound`]s through a [`Connection`] and
 //! pass them to the core; writers send what the core queues for them.
+//!
+//! A client that asks (`UseRings`, right after `Hello`) moves its
+//! conversation onto two shared-memory rings (`gpumux-ring`): its reader
+//! maps them and answers the request itself (the answer goes out in turn,
+//! through the core), hands the writer its ring, and from then on both poll
+//! the rings instead of the socket, which carries only doorbells, the
+//! descriptors of `AttachShm` and the end of the connection.
 
 use crate::config::Config;
 use crate::conn::{Connection, Inbound};
 use crate::core::CoreMsg;
 use crate::session::Peer;
 use crate::spin::ConnSpin;
-use gpumux_proto::{encode_frame, ErrorKind, ErrorReply, ServerFrame};
+use gpumux_proto::{encode_frame, ErrorKind, ErrorReply, Reply, Request, ServerFrame};
+use gpumux_ring::{RingPair, RingReceiver, RingSender};
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -120,6 +128,10 @@ pub fn shutdown_requested() -> bool {
 /// on the reply's path. A writer is busy for at most this long per burst.
 const WRITER_SPIN: Duration = Duration::from_micros(100);
 
+/// A ring poll reads the socket too (for the client's end) once every
+/// this many tries: a system call per try would cost what the ring saves.
+const SOCKET_EVERY: u32 = 64;
+
 /// The writer's next frame (`None` once the core dropped its sender).
 fn next_frame(rx: &Receiver<ServerFrame>, spin: &ConnSpin) -> Option<ServerFrame> {
     let start = Instant::now();
@@ -137,6 +149,48 @@ fn next_frame(rx: &Receiver<ServerFrame>, spin: &ConnSpin) -> Option<ServerFrame
 fn send_frame(stream: &mut UnixStream, frame: &ServerFrame) -> std::io::Result<()> {
     let bytes = encode_frame(frame).map_err(std::io::Error::other)?;
     stream.write_all(&bytes)
+}
+
+/// Writes a frame into the client's ring, waiting (polling, then napping)
+/// while the ring is full for at most [`WRITE_TIMEOUT`], and rings the
+/// client's doorbell if it sleeps.
+fn send_frame_ring(ring: &mut RingSender, stream: &UnixStream, frame: &ServerFrame) -> std::io::Result<()> {
+    let bytes = encode_frame(frame).map_err(std::io::Error::other)?;
+    let mut sent = 0;
+    let start = Instant::now();
+    loop {
+        sent += ring.write(&bytes[sent..]).map_err(std::io::Error::other)?;
+        if ring.take_sleeper() {
+            doorbell(stream)?;
+        }
+        if sent == bytes.len() {
+            return Ok(());
+        }
+        let waited = start.elapsed();
+        if waited > WRITE_TIMEOUT {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client does not read its ring"));
+        }
+        if waited < WRITER_SPIN {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Wakes a peer sleeping on the socket (a byte 0). A full socket already
+/// holds bytes that will wake it.
+fn doorbell(stream: &UnixStream) -> std::io::Result<()> {
+    // SAFETY: sends one byte from a live array; MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE.
+    let n =
+        unsafe { libc::send(stream.as_raw_fd(), [0u8].as_ptr().cast(), 1, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// Accepts clients until `stop()` says so; their threads' handles go to `threads`.
@@ -194,13 +248,23 @@ fn admit(
         return Ok(());
     };
     let (tx, rx) = channel::<ServerFrame>();
+    // The reader hands the writer its ring here when the client asks for rings.
+    let (ring_tx, ring_rx) = channel::<RingSender>();
     let mut writer = stream.try_clone()?;
     let reader = stream;
     let spin = ConnSpin::default();
     let writer_spin = spin.clone();
     threads.push(std::thread::Builder::new().name(format!("gpumuxd-w{client}")).spawn(move || {
+        let mut ring: Option<RingSender> = None;
         while let Some(frame) = next_frame(&rx, &writer_spin) {
-            if let Err(e) = send_frame(&mut writer, &frame) {
+            if ring.is_none() {
+                ring = ring_rx.try_recv().ok();
+            }
+            let sent = match ring.as_mut() {
+                Some(ring) => send_frame_ring(ring, &writer, &frame),
+                None => send_frame(&mut writer, &frame),
+            };
+            if let Err(e) = sent {
                 tracing::debug!("client {client}: write failed: {e}");
                 break;
             }
@@ -211,7 +275,7 @@ fn admit(
     core.send(CoreMsg::Connected { client, peer, limits, out: tx, spin }).map_err(std::io::Error::other)?;
     let core = core.clone();
     threads.push(std::thread::Builder::new().name(format!("gpumuxd-r{client}")).spawn(move || {
-        read_loop(client, &reader, &core, &reader_spin);
+        read_loop(client, &reader, &core, &reader_spin, ring_tx);
     })?);
     Ok(())
 }
@@ -235,11 +299,13 @@ fn read_some(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, last: Instant,
     }
 }
 
-fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>, spin: &ConnSpin) {
+fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>, spin: &ConnSpin, ring_tx: Sender<RingSender>) {
     let mut conn = Connection::new();
     let mut buf = vec![0u8; READ_CHUNK];
     let mut out: Vec<Inbound> = Vec::new();
     let mut last = Instant::now();
+    let mut rings: Option<RingReceiver> = None;
+    // UseRings is answered here, not by the core: see the module doc.
     loop {
         let mut fds = Vec::new();
         let Some(n) = read_some(stream.as_raw_fd(), &mut buf, &mut fds, last, spin) else { break };
@@ -247,6 +313,23 @@ fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>, spin: &Co
         conn.receive(&buf[..n], fds, &mut out);
         let read_at = Instant::now();
         for inbound in out.drain(..) {
+            let inbound = match inbound {
+                Inbound::Request { id, request: Request::UseRings { capacity }, fd } => {
+                    let result = open_rings(capacity, fd, &conn);
+                    match result {
+                        Ok(pair) => {
+                            let (tx, rx) = pair.split();
+                            // Before the answer leaves: the writer sends it through the ring.
+                            let _ = ring_tx.send(tx);
+                            rings = Some(rx);
+                            conn.use_rings();
+                            Inbound::Answered { id, result: Ok(Reply::Done) }
+                        }
+                        Err(e) => Inbound::Answered { id, result: Err(e) },
+                    }
+                }
+                other => other,
+            };
             if core.send(CoreMsg::Inbound { client, inbound, read_at }).is_err() {
                 return;
             }
@@ -254,6 +337,117 @@ fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>, spin: &Co
         if conn.is_broken() {
             // The core answers the violation and closes the connection.
             return;
+        }
+        if let Some(rx) = rings.take() {
+            // Anything the client sent on the socket after UseRings is a doorbell.
+            ring_loop(client, stream, core, spin, &mut conn, rx, &mut buf);
+            return;
+        }
+    }
+    let _ = core.send(CoreMsg::Disconnected { client });
+}
+
+/// Maps the rings a `UseRings` offered, or says why not (the client goes on over the socket).
+fn open_rings(capacity: u32, fd: Option<OwnedFd>, conn: &Connection) -> Result<RingPair, ErrorReply> {
+    if conn.is_ringed() {
+        return Err(ErrorReply::new(ErrorKind::Protocol, "a second UseRings; the connection uses its rings already"));
+    }
+    let fd = fd.ok_or_else(|| {
+        ErrorReply::new(ErrorKind::Invalid, "UseRings came without its memfd (send it with SCM_RIGHTS)")
+    })?;
+    RingPair::open(fd, capacity as usize).map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))
+}
+
+/// The reader once the client's frames come through its ring: polls the
+/// ring for the spin window after the last bytes (and the socket every
+/// [`SOCKET_EVERY`]th try, for its end), then sleeps on the socket until a
+/// doorbell, a descriptor or the end comes.
+fn ring_loop(
+    client: u64,
+    stream: &UnixStream,
+    core: &Sender<CoreMsg>,
+    spin: &ConnSpin,
+    conn: &mut Connection,
+    mut rx: RingReceiver,
+    buf: &mut [u8],
+) {
+    let sock = stream.as_raw_fd();
+    let mut out: Vec<Inbound> = Vec::new();
+    let mut bytes = Vec::new();
+    let mut last = Instant::now();
+    let mut tries = 0u32;
+    let mut ended = false;
+    'serve: loop {
+        bytes.clear();
+        match rx.read_into(&mut bytes, usize::MAX) {
+            Ok(0) => {}
+            Ok(_) => {
+                last = Instant::now();
+                let mut more_fds = || {
+                    let mut fds = Vec::new();
+                    let _ = crate::fdpass::recv_with_fds(sock, buf, &mut fds, true);
+                    fds
+                };
+                conn.receive_ringed(&bytes, &mut out, &mut more_fds);
+            }
+            Err(e) => out.push(Inbound::Violation(ErrorReply::new(ErrorKind::Protocol, e.to_string()))),
+        }
+        let read_at = Instant::now();
+        for inbound in out.drain(..) {
+            let inbound = match inbound {
+                Inbound::Request { id, request: Request::UseRings { capacity }, fd } => {
+                    Inbound::Answered { id, result: open_rings(capacity, fd, conn).map(|_| Reply::Done) }
+                }
+                other => other,
+            };
+            let broke = matches!(inbound, Inbound::Violation(_));
+            if core.send(CoreMsg::Inbound { client, inbound, read_at }).is_err() || broke {
+                // The core answers the violation and closes the connection.
+                return;
+            }
+        }
+        if conn.is_broken() {
+            return;
+        }
+        if !bytes.is_empty() {
+            continue;
+        }
+        if ended {
+            // The ring was read once more after the end: nothing is left.
+            break 'serve;
+        }
+        tries = tries.wrapping_add(1);
+        let spinning = last.elapsed() < spin.window(READER_SPIN);
+        if spinning && !tries.is_multiple_of(SOCKET_EVERY) {
+            std::thread::yield_now();
+            continue;
+        }
+        if !spinning {
+            if !rx.prepare_sleep() {
+                continue;
+            }
+            let mut pfd = libc::pollfd { fd: sock, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one pollfd, valid for the call; no timeout (the client's
+            // bytes, doorbell or end wake us).
+            unsafe { libc::poll(&mut pfd, 1, -1) };
+            rx.woke();
+        }
+        // Doorbells, descriptors ahead of their AttachShm, or the end.
+        loop {
+            let mut fds = Vec::new();
+            match crate::fdpass::recv_with_fds(sock, buf, &mut fds, true) {
+                Ok(0) => {
+                    ended = true;
+                    break;
+                }
+                Ok(_) => conn.take_fds(fds, &mut out),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    ended = true;
+                    break;
+                }
+            }
         }
     }
     let _ = core.send(CoreMsg::Disconnected { client });

@@ -29,6 +29,8 @@ pub struct Log {
     pub fd_came_with_attach: bool,
     /// Most host copies received and not yet answered.
     pub max_outstanding: usize,
+    /// The client offered rings (refused here).
+    pub rings_offered: bool,
 }
 
 pub struct FakeDaemon {
@@ -168,6 +170,15 @@ fn serve(stream: UnixStream, behaviour: Behaviour) -> Log {
         frames.extend(&buf[..n]);
         while let Some(body) = frames.next_body().unwrap() {
             let ClientFrame { id, request } = decode_frame_body(&body).unwrap();
+            if let Request::UseRings { .. } = request {
+                // Refused, as a daemon that cannot map them would: the
+                // client goes on over the socket, which this fake reads.
+                // (The real daemon's rings are tested in gpumuxd's tests.)
+                log.rings_offered = true;
+                fds.clear();
+                reply(&stream, id, Err(ErrorReply::new(ErrorKind::Invalid, "the fake daemon reads the socket only")));
+                continue;
+            }
             log.requests.push(request.clone());
             match &request {
                 Request::Hello { .. } => {

@@ -46,7 +46,7 @@ pub struct Bench {
     pub args: DaemonBenchArgs,
 }
 
-/// A daemon configuration: `policy[+own-sms][+no-ahead|+ahead][+in-process][+sim]`:
+/// A daemon configuration: `policy[+own-sms][+no-ahead|+ahead][+in-process][+sockets][+sim]`:
 /// the daemon co-locates launches by default (a launch's share of the SMs
 /// becomes that share of every SM its priority level may use); `+own-sms`
 /// serves `cuda:N,own-sms` instead (each launch on SMs of its own);
@@ -54,7 +54,9 @@ pub struct Bench {
 /// not queued on the GPU behind the running one; `+ahead`: it is, as by
 /// default);
 /// `+in-process` runs the device in the daemon's process
-/// (`--device-in-process`) instead of a child; `+sim` serves the simulated
+/// (`--device-in-process`) instead of a child; `+sockets` keeps the clients'
+/// conversations on the socket (`GPUMUX_RINGS=0`: no shared-memory rings);
+/// `+sim` serves the simulated
 /// H100 instead of the GPU (the request path without a device: the
 /// overhead experiment's breakdown).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -64,6 +66,8 @@ struct DaemonConfig {
     /// Queue ahead asked for explicitly (`None`: the daemon's default).
     ahead: Option<bool>,
     in_process: bool,
+    /// The clients keep to the socket (no rings).
+    sockets: bool,
     sim: bool,
 }
 
@@ -71,10 +75,11 @@ impl DaemonConfig {
     fn parse(s: &str) -> Result<DaemonConfig> {
         let mut parts = s.trim().split('+');
         let policy = parts.next().unwrap_or_default().trim().to_owned();
-        let mut c = DaemonConfig { policy, own_sms: false, ahead: None, in_process: false, sim: false };
+        let mut c = DaemonConfig { policy, own_sms: false, ahead: None, in_process: false, sockets: false, sim: false };
         for p in parts {
             match p.trim() {
                 "in-process" => c.in_process = true,
+                "sockets" => c.sockets = true,
                 "own-sms" => c.own_sms = true,
                 "ahead" => c.ahead = Some(true),
                 "no-ahead" => c.ahead = Some(false),
@@ -84,7 +89,7 @@ impl DaemonConfig {
                 ),
                 "sim" => c.sim = true,
                 other => {
-                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +no-ahead, +ahead, +in-process, +sim)")
+                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +no-ahead, +ahead, +in-process, +sockets, +sim)")
                 }
             }
         }
@@ -103,6 +108,9 @@ impl DaemonConfig {
         if self.in_process {
             l += ", device in-process";
         }
+        if self.sockets {
+            l += ", clients on sockets";
+        }
         if self.sim {
             l += ", simulated device";
         }
@@ -110,6 +118,9 @@ impl DaemonConfig {
     }
     fn with(&self, in_process: bool, sim: bool) -> DaemonConfig {
         DaemonConfig { in_process, sim, ..self.clone() }
+    }
+    fn on_sockets(&self) -> DaemonConfig {
+        DaemonConfig { sockets: true, ..self.clone() }
     }
 }
 
@@ -283,8 +294,9 @@ impl Bench {
                 configs.insert(c.clone(), ());
             });
         }
-        // The overhead's breakdown: the same daemon with its device in-process, and serving the simulator.
-        let breakdown = [default.with(true, false), default.with(false, true)];
+        // The overhead's breakdown: the same daemon with its device in-process,
+        // serving the simulator, and with its clients on the socket (no rings).
+        let breakdown = [default.with(true, false), default.with(false, true), default.on_sockets()];
         if self.wants("overhead") {
             configs.insert(default.clone(), ());
             if native {
@@ -428,7 +440,8 @@ impl Bench {
 
         for c in configs.keys() {
             let d = self.start_daemon(c)?;
-            let env = self.env(Some(d.socket.clone()), &[]);
+            let no_rings = [("GPUMUX_RINGS".to_owned(), "0".to_owned())];
+            let env = self.env(Some(d.socket.clone()), if c.sockets { &no_rings[..] } else { &[] });
             let label = c.label();
             if self.wants("priority") && priority_configs.contains(c) {
                 for &b in &self.args.block_us {

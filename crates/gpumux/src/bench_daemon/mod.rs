@@ -41,8 +41,9 @@ pub struct DaemonBenchArgs {
     #[arg(long, default_value = gpumuxd::core::DEFAULT_POLICY)]
     pub policy: String,
     /// More daemon configurations for the priority experiment (comma-separated;
-    /// `policy[+own-sms][+no-ahead][+in-process][+sim]`: SMs of their own instead of
-    /// shares of every SM, no queue ahead, the device in the daemon's process, the simulated GPU).
+    /// `policy[+own-sms][+no-ahead][+in-process][+sockets][+sim]`: SMs of their own instead of
+    /// shares of every SM, no queue ahead, the device in the daemon's process, clients
+    /// on the socket instead of shared-memory rings, the simulated GPU).
     #[arg(
         long,
         default_value = "ppq-shared-drain,ppq-even-drain+own-sms,ppq-even-drain+no-ahead,ppq-even-drain+in-process",

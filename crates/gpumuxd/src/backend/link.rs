@@ -233,7 +233,7 @@ impl Link {
         let mut tries = 0u32;
         loop {
             tries = tries.wrapping_add(1);
-            if tries % SOCKET_EVERY == 0 {
+            if tries.is_multiple_of(SOCKET_EVERY) {
                 if let Some(msg) = self.try_recv()? {
                     return Ok(Some(msg));
                 }

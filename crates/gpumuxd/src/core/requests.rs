@@ -16,6 +16,7 @@ impl Core {
         }
         match inbound {
             Inbound::Violation(e) => self.refuse(client, 0, e),
+            Inbound::Answered { id, result } => self.reply(client, id, result),
             Inbound::Request { id, request: Request::Hello { magic, version, name, priority, weight }, .. } => {
                 match self.hello(client, magic, version, name, priority, weight) {
                     Ok(w) => self.reply(client, id, Ok(Reply::Welcome(w))),
@@ -93,6 +94,9 @@ impl Core {
     ) -> Option<Result<Reply, ErrorReply>> {
         let r = match request {
             Request::Hello { .. } | Request::Goodbye => Err(err(ErrorKind::Protocol, "out of turn")),
+            // The connection's reader thread answers it (server.rs); one that
+            // reaches the core came some other way (a test's direct feed).
+            Request::UseRings { .. } => Err(err(ErrorKind::Protocol, "UseRings is answered by the connection")),
             Request::SetPriority(p) => self.set_priority(client, p),
             Request::SetWeight(w) => self.set_weight(client, w),
             Request::AttachShm { bytes } => self.attach_shm(client, bytes, fd),

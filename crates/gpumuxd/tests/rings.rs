@@ -1,0 +1,231 @@
+//! The conversation over shared-memory rings (`UseRings`): the client
+//! library's ringed connections beside socket ones, and what the daemon does
+//! with rings offered wrongly or broken by a client.
+
+mod common;
+
+use common::Daemon;
+use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
+use gpumux_proto::{
+    decode_frame_body, encode_frame, ClientFrame, ErrorKind, FrameReader, Reply, Request, ServerFrame, MAGIC, VERSION,
+};
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+const SOURCE: &str = "extern \"C\" __global__ void k(float* p, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] += 1.0f; }";
+
+/// Copies in and out around many launches and syncs, on two streams; the
+/// bytes must come back as they went (the simulated device moves real bytes).
+fn work(client: &Client, seed: u8) {
+    let module = client.load_module("m", SOURCE, &[]).unwrap();
+    let k = module.kernel("k").unwrap();
+    let buf = client.alloc(1 << 20).unwrap();
+    let data: Vec<u8> = (0..1 << 20).map(|i: u32| (i as u8).wrapping_mul(seed).wrapping_add(seed)).collect();
+    let stream = client.create_stream().unwrap();
+    client.copy_to_device(&buf, 0, &data, stream).unwrap();
+    let args = [Arg::buffer(&buf), Arg::bytes(256i32.to_le_bytes())];
+    for i in 0..300 {
+        let s = if i % 2 == 0 { stream } else { StreamId::DEFAULT };
+        client.launch(&k, &LaunchConfig::new([2, 1, 1], [128, 1, 1]).stream(s).block_time_ns(2_000), &args).unwrap();
+        if i % 10 == 0 {
+            client.sync(s).unwrap();
+        }
+    }
+    client.sync(StreamId::DEFAULT).unwrap();
+    let mut back = vec![0u8; data.len()];
+    client.copy_to_host(&buf, 0, &mut back, stream).unwrap();
+    assert!(back == data, "the bytes came back as they went");
+}
+
+fn both_kinds_of_client_share_a_daemon(args: &[&str]) {
+    let d = Daemon::start_with(None, args);
+    let options =
+        |name: &str, rings| ConnectOptions { socket: Some(d.socket.clone()), rings, ..ConnectOptions::named(name) };
+    let ringed = Client::connect(options("ringed", true)).unwrap();
+    let plain = Client::connect(options("plain", false)).unwrap();
+    assert!(ringed.uses_rings(), "the daemon accepts the rings");
+    assert!(!plain.uses_rings(), "a client may keep to the socket");
+    std::thread::scope(|s| {
+        s.spawn(|| work(&ringed, 3));
+        s.spawn(|| work(&plain, 7));
+    });
+    // Idle for longer than every poll window: both sides sleep, and the
+    // next request must wake the daemon's reader (doorbell) and the reply
+    // the client's.
+    std::thread::sleep(Duration::from_millis(30));
+    let status = ringed.status().unwrap();
+    assert_eq!(status.clients.len(), 2);
+    std::thread::sleep(Duration::from_millis(30));
+    work(&ringed, 11);
+    ringed.close().unwrap();
+    plain.close().unwrap();
+}
+
+#[test]
+fn a_ringed_and_a_socket_client_share_the_daemon_and_lose_nothing() {
+    both_kinds_of_client_share_a_daemon(&[]);
+}
+
+#[test]
+fn a_ringed_client_and_a_device_process_with_rings_of_its_own() {
+    both_kinds_of_client_share_a_daemon(&["--device-process"]);
+}
+
+/// A raw connection: Hello answered, then frames by hand.
+struct Raw {
+    sock: std::os::unix::net::UnixStream,
+    reader: FrameReader,
+}
+
+impl Raw {
+    fn greet(d: &Daemon) -> Raw {
+        let sock = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut raw = Raw { sock, reader: FrameReader::new() };
+        let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "raw".into(), priority: 0, weight: 1.0 };
+        raw.send(1, &hello, None);
+        assert!(matches!(raw.next(), Some(ServerFrame::Reply { id: 1, result: Ok(Reply::Welcome(_)) })));
+        raw
+    }
+
+    fn send(&mut self, id: u64, request: &Request, fd: Option<&OwnedFd>) {
+        let frame = encode_frame(&ClientFrame { id, request: request.clone() }).unwrap();
+        send_with(&self.sock, &frame, fd);
+    }
+
+    fn next(&mut self) -> Option<ServerFrame> {
+        loop {
+            if let Some(body) = self.reader.next_body().unwrap() {
+                return Some(decode_frame_body(&body).unwrap());
+            }
+            let mut buf = [0u8; 4096];
+            match self.sock.read(&mut buf) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.reader.extend(&buf[..n]),
+            }
+        }
+    }
+}
+
+/// Sends `bytes` with `fd` as SCM_RIGHTS if given.
+fn send_with(sock: &std::os::unix::net::UnixStream, bytes: &[u8], fd: Option<&OwnedFd>) {
+    // SAFETY: a msghdr of live buffers; one descriptor in a control buffer sized for it.
+    unsafe {
+        let space = libc::CMSG_SPACE(4) as usize;
+        let mut cmsg = vec![0u64; space.div_ceil(8)];
+        let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if let Some(fd) = fd {
+            msg.msg_control = cmsg.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd.as_raw_fd());
+        }
+        assert_eq!(libc::sendmsg(sock.as_raw_fd(), &msg, 0), bytes.len() as isize);
+    }
+}
+
+fn refused(frame: Option<ServerFrame>, id: u64, kind: ErrorKind, words: &str) {
+    match frame {
+        Some(ServerFrame::Reply { id: got, result: Err(e) }) if got == id => {
+            assert_eq!(e.kind, kind, "{e:?}");
+            assert!(e.message.contains(words), "`{}` should say `{words}`", e.message);
+        }
+        other => panic!("expected request {id} refused ({words}), got {other:?}"),
+    }
+}
+
+#[test]
+fn rings_offered_wrongly_are_refused_on_the_socket_and_the_conversation_goes_on() {
+    let d = Daemon::start(None);
+    let mut raw = Raw::greet(&d);
+    // No descriptor.
+    raw.send(2, &Request::UseRings { capacity: 4096 }, None);
+    refused(raw.next(), 2, ErrorKind::Invalid, "without its memfd");
+    // A file that could shrink under the daemon.
+    raw.send(3, &Request::UseRings { capacity: 4096 }, Some(&common::memfd(4096 + 2 * 4096)));
+    refused(raw.next(), 3, ErrorKind::Invalid, "refused");
+    // A capacity that is not a power of two.
+    let pair = gpumux_ring::RingPair::create(4096).unwrap();
+    let fd = pair.fd().try_clone_to_owned().unwrap();
+    raw.send(4, &Request::UseRings { capacity: 5000 }, Some(&fd));
+    refused(raw.next(), 4, ErrorKind::Invalid, "power of two");
+    // Still on the socket.
+    raw.send(5, &Request::Status, None);
+    assert!(matches!(raw.next(), Some(ServerFrame::Reply { id: 5, result: Ok(Reply::Status(_)) })));
+}
+
+/// Reads the next frame the daemon writes into our ring (polling it).
+fn next_from_ring(rx: &mut gpumux_ring::RingReceiver, frames: &mut FrameReader) -> ServerFrame {
+    let start = Instant::now();
+    let mut inbox = Vec::new();
+    loop {
+        if let Some(body) = frames.next_body().unwrap() {
+            return decode_frame_body(&body).unwrap();
+        }
+        inbox.clear();
+        rx.read_into(&mut inbox, usize::MAX).unwrap();
+        frames.extend(&inbox);
+        assert!(start.elapsed() < Duration::from_secs(20), "no frame in the ring");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+#[test]
+fn a_second_offer_and_a_broken_ring_end_the_client_with_a_protocol_error() {
+    let d = Daemon::start(None);
+    let mut raw = Raw::greet(&d);
+    let pair = gpumux_ring::RingPair::create(4096).unwrap();
+    let fd = pair.fd().try_clone_to_owned().unwrap();
+    // Our own second mapping of the file, to break it as a hostile client would.
+    // SAFETY: a shared mapping of the whole (sealed) file, unmapped below.
+    let len = 4096 + 2 * 4096;
+    let map = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    raw.send(2, &Request::UseRings { capacity: 4096 }, Some(&fd));
+    let (mut tx, mut rx) = pair.split();
+    let mut frames = FrameReader::new();
+    assert!(matches!(next_from_ring(&mut rx, &mut frames), ServerFrame::Reply { id: 2, result: Ok(Reply::Done) }));
+    // A request through the ring works (the daemon's reader may sleep by
+    // now: ring its doorbell as the protocol says); a second offer is refused.
+    let put = |tx: &mut gpumux_ring::RingSender, request: Request, id: u64| {
+        tx.write(&encode_frame(&ClientFrame { id, request }).unwrap()).unwrap();
+        if tx.take_sleeper() {
+            send_with(&raw.sock, &[0], None);
+        }
+    };
+    put(&mut tx, Request::Status, 3);
+    assert!(matches!(next_from_ring(&mut rx, &mut frames), ServerFrame::Reply { id: 3, result: Ok(Reply::Status(_)) }));
+    send_with(&raw.sock, &[1], Some(&fd));
+    put(&mut tx, Request::UseRings { capacity: 4096 }, 4);
+    refused(Some(next_from_ring(&mut rx, &mut frames)), 4, ErrorKind::Protocol, "second UseRings");
+    // Claim more bytes in the daemon's incoming ring (ring 0: ours to write) than it holds.
+    // SAFETY: ring 0's tail index lies at byte 256 of the header page (gpumux-ring's layout).
+    unsafe { std::ptr::write_volatile(map.cast::<u8>().add(256).cast::<u64>(), 1 << 40) };
+    send_with(&raw.sock, &[0], None);
+    refused(Some(next_from_ring(&mut rx, &mut frames)), 0, ErrorKind::Protocol, "corrupt");
+    // And the connection ends.
+    let mut buf = [0u8; 64];
+    let start = Instant::now();
+    loop {
+        match (&raw.sock).read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => assert!(start.elapsed() < Duration::from_secs(20)),
+            Err(e) => panic!("the daemon should close the connection: {e}"),
+        }
+    }
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(map, len) };
+    // The daemon serves others still.
+    let mut other = Raw::greet(&d);
+    other.send(2, &Request::Status, None);
+    assert!(matches!(other.next(), Some(ServerFrame::Reply { id: 2, result: Ok(Reply::Status(_)) })));
+}
