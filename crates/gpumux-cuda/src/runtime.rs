@@ -251,6 +251,14 @@ pub struct Function {
     pub profiles: Arc<ProfileCache>,
 }
 
+impl Function {
+    /// A number that tells this loaded function from every other loaded now
+    /// (its handle's address; reused only after an unload).
+    pub fn key(&self) -> usize {
+        self.raw as usize
+    }
+}
+
 // SAFETY: function handles are immutable once loaded.
 unsafe impl Send for Function {}
 unsafe impl Sync for Function {}

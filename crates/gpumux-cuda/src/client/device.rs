@@ -17,11 +17,14 @@ use super::module::{ClientKernel, CompiledModule};
 use super::work::{BindError, ClientWork, KernelHandle};
 
 mod ahead;
+mod corun;
 use crate::error::CudaError;
 use crate::launch_plan::Chunk;
 use crate::preempt::{SmMask, WorkerLaunch};
 use crate::runtime::{Event as CuEvent, Module, Stream};
 pub use ahead::AheadCounts;
+pub use corun::CoRunCounts;
+use corun::{CoRunChooser, KernelKey, Mode};
 use gpumux_engine::device::{Command, Device, DeviceError, DeviceStats, Event, Message, ProtocolError, ReleaseCause};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
@@ -79,6 +82,9 @@ struct Live {
     priority: i32,
     /// Where the current workers were placed.
     place: Placement,
+    /// The current workers were placed beside a peer kernel by the
+    /// co-run chooser ([`corun`]): told how much they did when they end.
+    corun: Option<CoRunTag>,
     /// What happened to it, oldest first (the last [`HISTORY`]): named in
     /// the error if its workers ever leave with blocks left unasked.
     history: Vec<&'static str>,
@@ -86,6 +92,14 @@ struct Live {
 
 /// Events a launch remembers.
 const HISTORY: usize = 12;
+
+/// A launch placed by the co-run chooser: its kernel, its peer's, how.
+#[derive(Clone, Copy, Debug)]
+struct CoRunTag {
+    kernel: KernelKey,
+    peer: KernelKey,
+    mode: Mode,
+}
 
 impl Live {
     fn note(&mut self, what: &'static str) {
@@ -210,6 +224,9 @@ pub struct ClientDevice {
     /// [`ClientDevice::set_queue_ahead`]).
     queue_ahead: bool,
     ahead_counts: AheadCounts,
+    /// Co-location chosen per pair of kernels by measuring both placements
+    /// ([`corun`]; [`ClientDevice::set_choose_placement`]); off: always co-located.
+    chooser: Option<CoRunChooser>,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -218,6 +235,12 @@ pub(super) fn failed(what: impl Into<String>) -> impl FnOnce(CudaError) -> Devic
         Some(lost) => DeviceError::backend(what, lost),
         None => DeviceError::backend(what, e),
     }
+}
+
+/// [`failed`] with its words made only if it did fail: most of these
+/// name a launch, and a `format!` per launch per poll showed in profiles.
+pub(super) fn failed_with(what: impl FnOnce() -> String) -> impl FnOnce(CudaError) -> DeviceError {
+    move |e| failed(what())(e)
 }
 
 /// `st`, with `ctx` made current (a free function, so that callers may
@@ -271,6 +294,51 @@ fn placement(co_locate: bool, sm_count: u32, st: &InContext, live: &Live) -> Pla
     } else {
         Placement { mask: live.sms, share: None }
     }
+}
+
+/// [`placement`], with co-location decided per pair of kernels by the
+/// co-run chooser if there is one ([`corun`]): a launch that would be
+/// co-located beside exactly one peer kernel goes where the chooser says.
+fn place(
+    co_locate: bool,
+    chooser: Option<&mut CoRunChooser>,
+    sm_count: u32,
+    st: &InContext,
+    live: &Live,
+) -> (Placement, Option<CoRunTag>) {
+    let shared = placement(co_locate, sm_count, st, live);
+    let Some(chooser) = chooser else { return (shared, None) };
+    if shared.share.is_none() {
+        return (shared, None);
+    }
+    let (Some(kernel), Some(peer)) = (kernel_of(st, live.op), sole_peer(st, live.priority)) else {
+        return (shared, None);
+    };
+    if kernel == peer {
+        // One loaded kernel on two streams: nothing to tell apart.
+        return (shared, None);
+    }
+    let mode = chooser.mode(kernel, peer, Instant::now());
+    let placed = match mode {
+        Mode::CoLocated => shared,
+        Mode::OwnSms => Placement { mask: live.sms, share: None },
+    };
+    (placed, Some(CoRunTag { kernel, peer, mode }))
+}
+
+/// The loaded worker function of kernel operation `op`.
+fn kernel_of(st: &InContext, op: OpId) -> Option<KernelKey> {
+    st.ops.get(&op).map(|o| o.kernel.worker.key())
+}
+
+/// The one kernel running (or queued ahead to run) at `priority`, if
+/// exactly one is: the peer a launch of that priority is placed beside.
+fn sole_peer(st: &InContext, priority: i32) -> Option<KernelKey> {
+    let running = st.launches.values().filter(|l| l.priority == priority && !l.sms.is_empty()).map(|l| l.op);
+    let queued = ahead::peers(&st.ahead, priority);
+    let mut keys = running.chain(queued).filter_map(|op| kernel_of(st, op));
+    let first = keys.next()?;
+    keys.all(|k| k == first).then_some(first)
 }
 
 /// How [`start_segs`] starts workers.
@@ -400,6 +468,7 @@ impl ClientDevice {
             co_locate,
             queue_ahead: true,
             ahead_counts: AheadCounts::default(),
+            chooser: co_locate.then(CoRunChooser::default),
         })
     }
 
@@ -449,7 +518,11 @@ impl ClientDevice {
     /// Operations bound to it keep it until they are unbound.
     pub fn unload_kernel(&mut self, kernel: KernelHandle) {
         if let Some(st) = self.st.as_mut() {
-            st.kernels.remove(&kernel);
+            if let Some((k, _)) = st.kernels.remove(&kernel) {
+                if let Some(chooser) = self.chooser.as_mut() {
+                    chooser.forget(k.worker.key());
+                }
+            }
         }
     }
 
@@ -509,6 +582,23 @@ impl ClientDevice {
             self.follow(a, op);
         }
         Ok(())
+    }
+
+    /// Chooses per pair of co-running kernels between co-locating them and
+    /// SMs of their own by measuring both (the default of a co-locating
+    /// device; `client/device/corun.rs` says why and how), or always
+    /// co-locates. No effect on a device opened without co-location.
+    pub fn set_choose_placement(&mut self, on: bool) {
+        self.chooser = match (on && self.co_locate, self.chooser.take()) {
+            (true, Some(c)) => Some(c),
+            (true, None) => Some(CoRunChooser::default()),
+            (false, _) => None,
+        };
+    }
+
+    /// What the co-run chooser did so far (zeros when it is off).
+    pub fn corun_counts(&self) -> CoRunCounts {
+        self.chooser.as_ref().map(CoRunChooser::counts).unwrap_or_default()
     }
 
     /// Queues the next kernel of a stream on the GPU behind the one running
@@ -590,7 +680,8 @@ impl ClientDevice {
         let Some(mut live) = st.launches.remove(&lid) else {
             return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Launch }.into());
         };
-        let place = placement(co_locate, sm_count, st, &live);
+        let (place, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
+        live.corun = corun;
         let r = match st.ops.get(&live.op) {
             None => Err(CudaError::Invalid(format!("no work bound to {}", live.op))),
             Some(op) => {
@@ -607,7 +698,7 @@ impl ClientDevice {
         live.stopping = false;
         live.started = now;
         st.launches.insert(lid, live);
-        r.map_err(failed(format!("starting the workers of launch {lid}")))?;
+        r.map_err(failed_with(|| format!("starting the workers of launch {lid}")))?;
         self.try_queue_ahead(lid)
     }
 
@@ -625,6 +716,9 @@ impl ClientDevice {
         }
         let completed = live.requested.len().saturating_sub(remaining.len());
         self.stats.blocks_completed += completed;
+        if let (Some(tag), Some(chooser)) = (live.corun, self.chooser.as_mut()) {
+            chooser.ended(tag.kernel, tag.peer, tag.mode, completed, Instant::now());
+        }
         self.out.push(Event::LaunchEnded { launch: lid, remaining, saved: Vec::new(), completed });
         if let Some(o) = op {
             o.pool.append(&mut live.segs);
@@ -644,7 +738,7 @@ impl ClientDevice {
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let mut ended: Vec<LaunchId> = Vec::new();
         for (&lid, live) in st.launches.iter() {
-            if all_left(&live.segs).map_err(failed(format!("polling launch {lid}")))? {
+            if all_left(&live.segs).map_err(failed_with(|| format!("polling launch {lid}")))? {
                 ended.push(lid);
             }
         }
@@ -661,7 +755,7 @@ impl ClientDevice {
             for w in live.segs.iter_mut() {
                 let from = w.next as u64;
                 let t = Instant::now();
-                let o = w.finish().map_err(failed(format!("reading where launch {lid} stopped")))?;
+                let o = w.finish().map_err(failed_with(|| format!("reading where launch {lid} stopped")))?;
                 log_if_slow(t, || format!("reading where launch {lid} ended (event sync, control record copy)"));
                 op.left.remove(from..o.next as u64);
                 outcomes.push((from, o, w.last_plan()));
@@ -721,7 +815,7 @@ impl ClientDevice {
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         for q in st.copies.iter_mut() {
             while let Some(c) = q.front() {
-                if !c.done.done().map_err(failed(format!("polling copy {}", c.copy)))? {
+                if !c.done.done().map_err(failed_with(|| format!("polling copy {}", c.copy)))? {
                     break;
                 }
                 self.out.push(Event::CopyDone { copy: c.copy });
@@ -739,7 +833,7 @@ impl ClientDevice {
         }
         live.stopping = true;
         for w in &live.segs {
-            w.retreat(&st.ctl).map_err(failed(format!("asking launch {lid} to retreat")))?;
+            w.retreat(&st.ctl).map_err(failed_with(|| format!("asking launch {lid} to retreat")))?;
         }
         Ok(())
     }
@@ -770,7 +864,8 @@ impl ClientDevice {
         }
         let mask = sm_mask(live.gone);
         for w in live.segs.iter_mut() {
-            w.leave(&st.ctl, &mask).map_err(failed(format!("asking launch {lid} to leave {} SMs", gone.len())))?;
+            w.leave(&st.ctl, &mask)
+                .map_err(failed_with(|| format!("asking launch {lid} to leave {} SMs", gone.len())))?;
         }
         Ok(())
     }
@@ -790,7 +885,7 @@ impl ClientDevice {
         live.gone = live.gone.difference(&add);
         let mask = sm_mask(live.gone);
         for w in live.segs.iter_mut() {
-            w.leave(&st.ctl, &mask).map_err(failed(format!("giving launch {lid} {} SMs back", add.len())))?;
+            w.leave(&st.ctl, &mask).map_err(failed_with(|| format!("giving launch {lid} {} SMs back", add.len())))?;
         }
         let working = live.mask.difference(&live.vacated).len();
         Ok(working * 4 >= live.sms.len() * 3)
@@ -855,6 +950,15 @@ impl Drop for ClientDevice {
                 c.unplaced
             );
         }
+        let c = self.corun_counts();
+        if c.probes > 0 {
+            tracing::info!(
+                "CUDA device: co-run placement: {} probes of a pair, {} chose SMs of their own, {} co-location",
+                c.probes,
+                c.chose_own_sms,
+                c.probes - c.chose_own_sms
+            );
+        }
         if self.ctx.bind().is_err() {
             return;
         }
@@ -911,7 +1015,7 @@ impl Device for ClientDevice {
                 }
                 let now = self.now();
                 let t = Instant::now();
-                let stream = self.stream(priority).map_err(failed(format!("a stream for launch {launch}")))?;
+                let stream = self.stream(priority).map_err(failed_with(|| format!("a stream for launch {launch}")))?;
                 log_if_slow(t, || format!("a stream for launch {launch}"));
                 let st = self.state().map_err(failed("making the context current"))?;
                 if st.launches.contains_key(&launch) {
@@ -936,6 +1040,7 @@ impl Device for ClientDevice {
                     started: now,
                     priority,
                     place: Placement { mask: sms, share: None },
+                    corun: None,
                     history: Vec::new(),
                 };
                 // Another kernel's workers queued on these SMs leave them.
@@ -996,7 +1101,7 @@ impl Device for ClientDevice {
                 }
             }
             Command::Copy { copy, op, bytes, .. } => {
-                self.copy(copy, op).map_err(failed(format!("copy {copy} of {bytes} bytes")))?;
+                self.copy(copy, op).map_err(failed_with(|| format!("copy {copy} of {bytes} bytes")))?;
             }
         }
         Ok(())

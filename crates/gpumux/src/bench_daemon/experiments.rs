@@ -46,10 +46,12 @@ pub struct Bench {
     pub args: DaemonBenchArgs,
 }
 
-/// A daemon configuration: `policy[+own-sms][+no-ahead|+ahead][+in-process][+sockets][+sim]`:
+/// A daemon configuration: `policy[+own-sms|+co-locate][+no-ahead|+ahead][+in-process][+sockets][+sim]`:
 /// the daemon co-locates launches by default (a launch's share of the SMs
-/// becomes that share of every SM its priority level may use); `+own-sms`
-/// serves `cuda:N,own-sms` instead (each launch on SMs of its own);
+/// becomes that share of every SM its priority level may use), or gives a
+/// pair of kernels SMs of their own where that measured better; `+own-sms`
+/// serves `cuda:N,own-sms` instead (each launch on SMs of its own),
+/// `+co-locate` `cuda:N,co-locate` (always co-located);
 /// `+no-ahead` serves `cuda:N,no-queue-ahead` (a stream's next kernel is
 /// not queued on the GPU behind the running one; `+ahead`: it is, as by
 /// default);
@@ -63,6 +65,8 @@ pub struct Bench {
 struct DaemonConfig {
     policy: String,
     own_sms: bool,
+    /// Always co-located (`cuda:N,co-locate`), not chosen per pair.
+    co_locate: bool,
     /// Queue ahead asked for explicitly (`None`: the daemon's default).
     ahead: Option<bool>,
     in_process: bool,
@@ -75,7 +79,15 @@ impl DaemonConfig {
     fn parse(s: &str) -> Result<DaemonConfig> {
         let mut parts = s.trim().split('+');
         let policy = parts.next().unwrap_or_default().trim().to_owned();
-        let mut c = DaemonConfig { policy, own_sms: false, ahead: None, in_process: false, sockets: false, sim: false };
+        let mut c = DaemonConfig {
+            policy,
+            own_sms: false,
+            co_locate: false,
+            ahead: None,
+            in_process: false,
+            sockets: false,
+            sim: false,
+        };
         for p in parts {
             match p.trim() {
                 "in-process" => c.in_process = true,
@@ -83,13 +95,10 @@ impl DaemonConfig {
                 "own-sms" => c.own_sms = true,
                 "ahead" => c.ahead = Some(true),
                 "no-ahead" => c.ahead = Some(false),
-                "co-locate" => bail!(
-                    "bad daemon configuration `{s}`: co-location is the daemon's default now \
-                     (`+own-sms` gives each launch SMs of its own)"
-                ),
+                "co-locate" => c.co_locate = true,
                 "sim" => c.sim = true,
                 other => {
-                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +no-ahead, +ahead, +in-process, +sockets, +sim)")
+                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +co-locate, +no-ahead, +ahead, +in-process, +sockets, +sim)")
                 }
             }
         }
@@ -99,6 +108,9 @@ impl DaemonConfig {
         let mut l = format!("gpumux {}", self.policy);
         if self.own_sms {
             l += ", own SMs";
+        }
+        if self.co_locate {
+            l += ", always co-located";
         }
         match self.ahead {
             Some(true) => l += ", queue ahead",
@@ -211,6 +223,9 @@ impl Bench {
         if !c.sim && self.ordinal.is_some() {
             if c.own_sms {
                 device += ",own-sms";
+            }
+            if c.co_locate {
+                device += ",co-locate";
             }
             match c.ahead {
                 Some(true) => device += ",queue-ahead",
@@ -722,6 +737,8 @@ mod tests {
         assert!(c.ahead == Some(false) && !c.own_sms && c.label().ends_with(", no queue ahead"));
         let c = DaemonConfig::parse("ppq-even-drain+own-sms+ahead").unwrap();
         assert!(c.ahead == Some(true) && c.own_sms && c.label().ends_with(", queue ahead"));
+        let c = DaemonConfig::parse("ppq-even-drain+co-locate+sockets").unwrap();
+        assert!(c.co_locate && c.sockets && c.label().ends_with(", always co-located, clients on sockets"));
         assert_eq!(DaemonConfig::parse(" fcfs ").unwrap().label(), "gpumux fcfs");
         let e = DaemonConfig::parse("fcfs+fast").unwrap_err().to_string();
         assert!(e.contains("unknown `+fast`"), "{e}");

@@ -19,13 +19,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Opens the GPU of `spec` for the daemon: co-locating launches on shares
-/// of every SM if it says so (`ClientDevice::open_co_located`), queueing a
-/// stream's next kernel ahead unless it says not to.
+/// of every SM if it says so (`ClientDevice::open_co_located`), choosing
+/// per pair of kernels between that and SMs of their own unless it says to
+/// always co-locate, queueing a stream's next kernel ahead unless it says not to.
 pub fn open(spec: crate::daemon::CudaSpec) -> anyhow::Result<Box<dyn Backend>> {
     let ordinal = spec.ordinal;
     let opened = if spec.co_locate { ClientDevice::open_co_located(ordinal) } else { ClientDevice::open(ordinal) };
     let mut device = opened.map_err(|e| anyhow::anyhow!("opening cuda:{ordinal}: {}", Chain(&e)))?;
     device.set_queue_ahead(spec.queue_ahead);
+    device.set_choose_placement(spec.choose);
     Ok(Box::new(CudaBackend {
         device,
         regions: Vec::new(),

@@ -51,7 +51,8 @@
 //! check rather than restart the launch after its successor.
 
 use super::{
-    all_left, failed, placement, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement, SegPlan,
+    all_left, failed, failed_with, place, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement,
+    SegPlan,
 };
 use crate::launch_plan::Plan;
 use crate::preempt::WorkerLaunch;
@@ -123,7 +124,12 @@ impl Ahead {
 /// Queued workers of `priority`, not cancelled, are there (running, or
 /// about to run once the launch before them ends).
 pub(super) fn peer_running(ahead: &HashMap<OpId, Ahead>, priority: i32) -> bool {
-    ahead.values().any(|a| a.priority == priority && !a.cancelled)
+    peers(ahead, priority).next().is_some()
+}
+
+/// The operations of `priority` whose workers are queued ahead and not cancelled.
+pub(super) fn peers(ahead: &HashMap<OpId, Ahead>, priority: i32) -> impl Iterator<Item = OpId> + '_ {
+    ahead.iter().filter(move |(_, a)| a.priority == priority && !a.cancelled).map(|(&op, _)| op)
 }
 
 /// Workers are queued behind launch `lid` and not cancelled.
@@ -224,7 +230,7 @@ impl ClientDevice {
         tracing::trace!("CUDA device: {next} queued behind launch {lid} ({place:?})");
         ahead.insert(next, a);
         self.ahead_counts.queued += 1;
-        started.map_err(failed(format!("queueing {next} behind launch {lid}")))
+        started.map_err(failed_with(|| format!("queueing {next} behind launch {lid}")))
     }
 
     /// Cancels the workers queued behind launch `lid` (before it is asked
@@ -258,7 +264,7 @@ impl ClientDevice {
             self.ahead_counts.cancelled += 1;
             tracing::trace!("CUDA device: {op}'s queued workers (behind launch {}) cancelled", a.behind);
             for w in &a.segs {
-                w.retreat(&st.ctl).map_err(failed(format!("cancelling the workers of {op} queued ahead")))?;
+                w.retreat(&st.ctl).map_err(failed_with(|| format!("cancelling the workers of {op} queued ahead")))?;
             }
         }
         Ok(())
@@ -287,11 +293,12 @@ impl ClientDevice {
             }
             None => clean = false,
         }
-        let place = placement(co_locate, sm_count, st, &live);
+        let (place, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
+        live.corun = corun;
         clean &= place == a.place && !live.sms.is_empty() && still_to_run(&live.requested, &a.covers) == a.covers;
         if !clean && !a.cancelled {
             for w in &a.segs {
-                w.retreat(&st.ctl).map_err(failed(format!("moving the queued workers of launch {lid}")))?;
+                w.retreat(&st.ctl).map_err(failed_with(|| format!("moving the queued workers of launch {lid}")))?;
             }
         }
         live.segs = std::mem::take(&mut a.segs);
@@ -336,7 +343,7 @@ impl ClientDevice {
             a.segs
                 .iter()
                 .try_for_each(|w| w.retreat(&st.ctl))
-                .map_err(failed(format!("cancelling {op}'s queued workers")))
+                .map_err(failed_with(|| format!("cancelling {op}'s queued workers")))
         };
         a.cancelled = true;
         st.orphans.push((op, a));
@@ -352,13 +359,13 @@ impl ClientDevice {
         let mut i = 0;
         while i < st.orphans.len() {
             let (op, a) = &st.orphans[i];
-            if !all_left(&a.segs).map_err(failed(format!("polling {op}'s queued workers")))? {
+            if !all_left(&a.segs).map_err(failed_with(|| format!("polling {op}'s queued workers")))? {
                 i += 1;
                 continue;
             }
             let (op, mut a) = st.orphans.swap_remove(i);
             for w in a.segs.iter_mut() {
-                w.finish().map_err(failed(format!("reading where {op}'s queued workers stopped")))?;
+                w.finish().map_err(failed_with(|| format!("reading where {op}'s queued workers stopped")))?;
             }
             if let Some(s) = a.stream.take() {
                 st.return_stream(s);
