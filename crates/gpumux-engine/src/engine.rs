@@ -28,7 +28,7 @@ use crate::record::PreemptionSample;
 use crate::smset::SmSet;
 use crate::time::{Nanos, TimeOverflow};
 use crate::view::{position_of, SchedView, SmHoldings, SmState};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// Scheduling rounds allowed at one instant before the engine calls it a livelock.
@@ -124,8 +124,10 @@ pub struct Engine {
     processes: ProcessTable,
     /// Active kernels in arrival order.
     kernels: ActiveList<KernelState>,
-    launches: HashMap<LaunchId, LaunchOwner>,
-    copies: HashMap<CopyId, Slot>,
+    // Ordered maps: a few live entries each, looked up per device event;
+    // comparing ids is cheaper than SipHashing them.
+    launches: BTreeMap<LaunchId, LaunchOwner>,
+    copies: BTreeMap<CopyId, Slot>,
     /// Who holds each SM: the one record of it.
     sms: Vec<SmState>,
     /// When each reserved SM was asked for, for preemption latency.
@@ -161,8 +163,8 @@ impl Engine {
             now: 0,
             processes: ProcessTable::default(),
             kernels: ActiveList::default(),
-            launches: HashMap::new(),
-            copies: HashMap::new(),
+            launches: BTreeMap::new(),
+            copies: BTreeMap::new(),
             sms: vec![SmState::Idle; n],
             reserved_at: vec![0; n],
             out: VecDeque::new(),

@@ -28,7 +28,7 @@
 
 use super::partition::even_capped;
 use crate::device::Mechanism;
-use crate::ids::{Slot, SmId};
+use crate::ids::{KernelId, Slot, SmId};
 use crate::policy::{ActiveKernel, Decision, Policy, SchedView, SmState};
 use crate::time::{Nanos, NS_PER_US};
 use std::collections::HashMap;
@@ -93,44 +93,67 @@ impl Policy for PpqEven {
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
         let n = view.device.num_sms as u32;
-        // Processes in the order of their oldest active kernel.
+        // Processes in the order of their oldest active kernel. A round runs
+        // at every event batch (an urgent kernel's path has three), so its
+        // lookups are linear scans of the few processes and kernels, not
+        // hashes: this function was half of the engine's time on that path.
         let mut procs: Vec<Proc> = Vec::new();
-        let mut index: HashMap<Slot, usize> = HashMap::new();
+        // Each active kernel's process, by the kernel's arrival index.
+        let mut proc_of_kernel: Vec<usize> = Vec::with_capacity(view.kernel_count());
         for k in view.kernels() {
-            let i = *index.entry(k.process()).or_insert_with(|| {
-                procs.push(Proc {
-                    slot: k.process(),
-                    priority: k.priority(),
-                    kernels: Vec::new(),
-                    demand: 0,
-                    committed: 0,
-                    target: 0,
-                    keep: 0,
-                    running: Vec::new(),
-                });
-                procs.len() - 1
-            });
+            let i = match procs.iter().position(|p| p.slot == k.process()) {
+                Some(i) => i,
+                None => {
+                    procs.push(Proc {
+                        slot: k.process(),
+                        priority: k.priority(),
+                        kernels: Vec::new(),
+                        demand: 0,
+                        committed: 0,
+                        target: 0,
+                        keep: 0,
+                        running: Vec::new(),
+                    });
+                    procs.len() - 1
+                }
+            };
+            proc_of_kernel.push(i);
             let p = &mut procs[i];
             p.demand = p.demand.saturating_add(k.useful_sms()).min(n);
             p.committed += k.sms_committed();
             p.kernels.push(k);
         }
+        // Neighbouring SMs mostly run the same kernel: remember the last one.
+        let mut last: Option<(KernelId, Option<usize>)> = None;
+        let mut running: Vec<(usize, SmId)> = Vec::with_capacity(view.sms.len());
         for (i, s) in view.sms.iter().enumerate() {
             if let SmState::Running { kernel, .. } = s {
-                if let Some(p) = view.kernel(*kernel).and_then(|k| index.get(&k.process())) {
-                    procs[*p].running.push(SmId(i as u16));
+                let p = match last {
+                    Some((k, p)) if k == *kernel => p,
+                    _ => {
+                        let p = view.position(*kernel).map(|at| proc_of_kernel[at]);
+                        last = Some((*kernel, p));
+                        p
+                    }
+                };
+                if let Some(p) = p {
+                    running.push((p, SmId(i as u16)));
                 }
             }
+        }
+        for (p, sm) in running {
+            procs[p].running.push(sm);
         }
 
         // Who lingers: active at the last round, not now, for `linger` after.
         let now = view.now;
+        let is_active = |slot: &Slot| procs.iter().any(|p| p.slot == *slot);
         for (slot, (prio, demand)) in self.active_before.drain() {
-            if !index.contains_key(&slot) {
+            if !is_active(&slot) {
                 self.lingering.insert(slot, (prio, demand, now.saturating_add(self.linger)));
             }
         }
-        self.lingering.retain(|slot, &mut (_, _, until)| until > now && !index.contains_key(slot));
+        self.lingering.retain(|slot, &mut (_, _, until)| until > now && !is_active(slot));
         self.active_before = procs.iter().map(|p| (p.slot, (p.priority, p.demand))).collect();
 
         // Shares, level by level from the top: a level splits what the
