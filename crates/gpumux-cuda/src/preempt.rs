@@ -217,6 +217,9 @@ pub struct WorkerLaunch {
     pub chunk: Chunk,
     /// How the last start ran.
     last_plan: Option<Plan>,
+    /// How long the last start's CUDA calls took, ns: the kernel launch
+    /// and the end event's record (the device's launch timings).
+    pub last_start_calls: (u32, u32),
     measuring: Option<Measuring>,
     /// Claims per worker below which the chunk shrinks (see `describe`).
     pub min_claims: u32,
@@ -284,6 +287,7 @@ impl WorkerLaunch {
             smem,
             chunk: chunk.into(),
             last_plan: None,
+            last_start_calls: (0, 0),
             measuring: None,
             min_claims: DEFAULT_MIN_CLAIMS,
             next: 0,
@@ -451,9 +455,13 @@ impl WorkerLaunch {
         }
         let chunk = match (plan, &self.native) {
             (Plan::Native, Some(native)) => {
+                let t = std::time::Instant::now();
                 // SAFETY: the user's arguments follow the native kernel's signature.
                 unsafe { native.launch(self.grid, self.block, self.smem, stream, &mut p)? };
+                let launched = t.elapsed();
+                let t = std::time::Instant::now();
                 self.ended.record(stream)?;
+                self.last_start_calls = (launched.as_nanos() as u32, t.elapsed().as_nanos() as u32);
                 self.running = true;
                 self.running_native = true;
                 return Ok(());
@@ -487,13 +495,17 @@ impl WorkerLaunch {
             }
             _ => None,
         };
+        let t = std::time::Instant::now();
         // SAFETY: parameters follow the transformed signature (user args, ctl, launch).
         unsafe { self.func.launch([workers, 1, 1], self.block, self.smem, stream, &mut p)? };
+        let launched = t.elapsed();
         if let Some(m) = &measuring {
             m.end.record(stream)?;
         }
         self.measuring = measuring;
+        let t = std::time::Instant::now();
         self.ended.record(stream)?;
+        self.last_start_calls = (launched.as_nanos() as u32, t.elapsed().as_nanos() as u32);
         self.started = std::time::Instant::now();
         self.running = true;
         self.running_native = false;

@@ -17,6 +17,7 @@ use super::module::{ClientKernel, CompiledModule};
 use super::work::{BindError, ClientWork, KernelHandle};
 
 mod ahead;
+mod clock;
 mod corun;
 use crate::error::CudaError;
 use crate::launch_plan::Chunk;
@@ -227,6 +228,8 @@ pub struct ClientDevice {
     /// Co-location chosen per pair of kernels by measuring both placements
     /// ([`corun`]; [`ClientDevice::set_choose_placement`]); off: always co-located.
     chooser: Option<CoRunChooser>,
+    /// Where launch commands' time goes ([`clock`]), logged on close.
+    clock: clock::LaunchClock,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -469,6 +472,7 @@ impl ClientDevice {
             queue_ahead: true,
             ahead_counts: AheadCounts::default(),
             chooser: co_locate.then(CoRunChooser::default),
+            clock: clock::LaunchClock::default(),
         })
     }
 
@@ -950,6 +954,9 @@ impl Drop for ClientDevice {
                 c.unplaced
             );
         }
+        if let Some(s) = self.clock.summary() {
+            tracing::info!("CUDA device: {s}");
+        }
         let c = self.corun_counts();
         if c.probes > 0 {
             tracing::info!(
@@ -1015,8 +1022,10 @@ impl Device for ClientDevice {
                 }
                 let now = self.now();
                 let t = Instant::now();
+                let began = t;
                 let stream = self.stream(priority).map_err(failed_with(|| format!("a stream for launch {launch}")))?;
                 log_if_slow(t, || format!("a stream for launch {launch}"));
+                let got_stream = t.elapsed();
                 let st = self.state().map_err(failed("making the context current"))?;
                 if st.launches.contains_key(&launch) {
                     return Err(ProtocolError::LaunchedTwice { launch }.into());
@@ -1052,8 +1061,14 @@ impl Device for ClientDevice {
                     st.launches.insert(launch, live);
                     if !sms.is_empty() {
                         self.start_workers(launch)?;
+                        if let Some(l) = self.st.as_ref().and_then(|st| st.launches.get(&launch)) {
+                            for w in &l.segs {
+                                self.clock.calls(w.last_start_calls);
+                            }
+                        }
                     }
                 }
+                self.clock.command(began.elapsed(), got_stream);
                 // Nothing to run on, or nothing left to run: it ends with what it has.
                 if self.st.as_ref().and_then(|st| st.launches.get(&launch)).is_some_and(|l| l.segs.is_empty()) {
                     self.end_launch(launch);
