@@ -101,10 +101,21 @@ enum Phase {
     Hold { mode: Mode, until: Instant, hold: Duration },
 }
 
+/// A pair's phase, and when a launch of it was last placed.
+#[derive(Clone, Copy, Debug)]
+struct Pair {
+    phase: Phase,
+    seen: Instant,
+}
+
+/// A pair not placed for this long is forgotten (the daemon keeps kernels
+/// loaded, so pairs would otherwise pile up over a long life).
+const FORGET: Duration = Duration::from_secs(60);
+
 /// The chooser (module doc). Kernel 0 of a pair is the smaller key.
 #[derive(Debug, Default)]
 pub(super) struct CoRunChooser {
-    pairs: HashMap<(KernelKey, KernelKey), Phase>,
+    pairs: HashMap<(KernelKey, KernelKey), Pair>,
     counts: CoRunCounts,
 }
 
@@ -132,7 +143,12 @@ impl CoRunChooser {
     /// The placement for a launch of `kernel` beside a launch of `peer` at `now`.
     pub(super) fn mode(&mut self, kernel: KernelKey, peer: KernelKey, now: Instant) -> Mode {
         let (k, _) = key(kernel, peer);
-        let phase = self.pairs.entry(k).or_insert(Phase::Warm { until: now + WARM });
+        if !self.pairs.contains_key(&k) {
+            self.pairs.retain(|_, p| now.saturating_duration_since(p.seen) < FORGET);
+        }
+        let pair = self.pairs.entry(k).or_insert(Pair { phase: Phase::Warm { until: now + WARM }, seen: now });
+        pair.seen = now;
+        let phase = &mut pair.phase;
         match *phase {
             Phase::Warm { until } if now >= until => *phase = probe(None),
             Phase::Hold { mode, until, hold } if now >= until => *phase = probe(Some((mode, hold))),
@@ -149,7 +165,7 @@ impl CoRunChooser {
     /// having completed `blocks` blocks.
     pub(super) fn ended(&mut self, kernel: KernelKey, peer: KernelKey, mode: Mode, blocks: u64, now: Instant) {
         let (k, i) = key(kernel, peer);
-        let Some(phase) = self.pairs.get_mut(&k) else { return };
+        let Some(phase) = self.pairs.get_mut(&k).map(|p| &mut p.phase) else { return };
         let Phase::Probe { step, mut window, mut totals, last } = *phase else { return };
         if mode != step_mode(step) {
             return;
@@ -236,8 +252,8 @@ mod tests {
         let mut now = start;
         for _ in 0..1000 {
             let (mode_a, mode_b) = (c.mode(A, B, now), c.mode(B, A, now));
-            if let Some(Phase::Hold { mode, .. }) = c.pairs.get(&(A, B)) {
-                return (*mode, now);
+            if let Some(Phase::Hold { mode, .. }) = c.pairs.get(&(A, B)).map(|p| p.phase) {
+                return (mode, now);
             }
             let blocks = |m, i: usize| if m == Mode::CoLocated { co[i] } else { own[i] };
             now += Duration::from_millis(1);
@@ -268,10 +284,10 @@ mod tests {
         let t0 = Instant::now();
         let mut c = CoRunChooser::default();
         assert_eq!(c.mode(A, B, t0), Mode::CoLocated);
-        assert!(matches!(c.pairs[&(A, B)], Phase::Warm { .. }));
+        assert!(matches!(c.pairs[&(A, B)].phase, Phase::Warm { .. }));
         // Ends while warming say nothing.
         c.ended(A, B, Mode::CoLocated, 1_000_000, t0 + WARM / 2);
-        assert!(matches!(c.pairs[&(A, B)], Phase::Warm { .. }));
+        assert!(matches!(c.pairs[&(A, B)].phase, Phase::Warm { .. }));
         let (mode, at) = probe_with(&mut c, [494, 906], [619, 911], t0);
         assert_eq!(mode, Mode::OwnSms);
         assert!(at >= t0 + WARM + 4 * PROBE, "warmed, then four windows");
@@ -285,7 +301,7 @@ mod tests {
         // The kernels changed: now sharing wins, and holds for the first hold.
         let (mode, at) = probe_with(&mut c, [787, 559], [503, 521], at + HOLD * 2);
         assert_eq!(mode, Mode::CoLocated);
-        assert!(matches!(c.pairs[&(A, B)], Phase::Hold { hold: HOLD, .. }));
+        assert!(matches!(c.pairs[&(A, B)].phase, Phase::Hold { hold: HOLD, .. }));
         assert!(at > t0);
         assert_eq!(c.counts().probes, 3);
     }
@@ -311,6 +327,18 @@ mod tests {
         assert_eq!(c.mode(A, B, t + PROBE * 3), Mode::OwnSms, "enough launches: own SMs measured next");
         c.forget(A);
         assert_eq!(c.mode(A, B, t + PROBE * 3), Mode::CoLocated, "a forgotten pair starts over");
-        assert!(matches!(c.pairs[&(A, B)], Phase::Warm { .. }));
+        assert!(matches!(c.pairs[&(A, B)].phase, Phase::Warm { .. }));
+    }
+
+    #[test]
+    fn pairs_not_placed_for_a_minute_are_dropped_when_a_new_one_comes() {
+        let t0 = Instant::now();
+        let mut c = CoRunChooser::default();
+        c.mode(A, B, t0);
+        c.mode(A, 0x3000, t0 + FORGET / 2);
+        assert_eq!(c.pairs.len(), 2);
+        c.mode(B, 0x3000, t0 + FORGET + Duration::from_secs(1));
+        assert!(!c.pairs.contains_key(&(A, B)), "the first pair was not placed for over a minute");
+        assert_eq!(c.pairs.len(), 2);
     }
 }
