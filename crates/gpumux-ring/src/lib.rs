@@ -323,6 +323,24 @@ impl RingSender {
         Ok(n)
     }
 
+    /// Writes all of `bytes` if they fit now, else nothing: `Ok(false)`.
+    /// For a writer that must not wait and must not leave half a message.
+    pub fn try_write_all(&mut self, bytes: &[u8]) -> Result<bool, RingError> {
+        let cap = self.map.capacity;
+        let head = self.map.head(self.ring).load(Ordering::Acquire);
+        let used = self.tail.wrapping_sub(head);
+        if used > cap as u64 {
+            return Err(RingError::Corrupt { index: "head", value: head, ours: self.tail, capacity: cap });
+        }
+        if cap - (used as usize) < bytes.len() {
+            return Ok(false);
+        }
+        // The room can only have grown since: all of it goes.
+        let n = self.write(bytes)?;
+        debug_assert_eq!(n, bytes.len());
+        Ok(n == bytes.len())
+    }
+
     /// Whether the reader went to sleep (and so needs a doorbell); the flag
     /// is cleared, so one doorbell answers one sleep. Call after [`RingSender::write`].
     pub fn take_sleeper(&self) -> bool {

@@ -30,6 +30,11 @@ fn bytes_go_both_ways_and_a_full_ring_takes_no_more() {
     assert_eq!(a_tx.pending(), MIN_CAPACITY as u64);
     let mut out = Vec::new();
     assert_eq!(b_rx.read_into(&mut out, 10).unwrap(), 10, "a read takes at most what it is asked");
+    assert!(!a_tx.try_write_all(&big[..11]).unwrap(), "11 bytes do not fit in 10: none go");
+    assert_eq!(a_tx.pending(), MIN_CAPACITY as u64 - 10);
+    assert!(a_tx.try_write_all(&big[..10]).unwrap(), "10 do");
+    out.clear();
+    b_rx.read_into(&mut out, 10).unwrap();
     assert_eq!(a_tx.write(&big).unwrap(), 10, "room read is room again");
 }
 

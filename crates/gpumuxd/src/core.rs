@@ -124,6 +124,8 @@ pub enum CoreMsg {
         out: Sender<ServerFrame>,
         /// Its reader's and writer's poll window (set urgent by its priority).
         spin: ConnSpin,
+        /// Its way out shared with the writer (rings written directly); `None`: the channel only.
+        outbox: Option<std::sync::Arc<crate::outbox::Outbox>>,
     },
     /// A request or a broken rule from a client.
     Inbound {
@@ -361,10 +363,11 @@ impl Core {
     /// Takes one message; false for shutdown.
     pub fn handle(&mut self, msg: CoreMsg) -> bool {
         match msg {
-            CoreMsg::Connected { client, peer, limits, out, spin } => {
+            CoreMsg::Connected { client, peer, limits, out, spin, outbox } => {
                 self.connect(client, peer, limits, out);
                 if let Some(s) = self.sessions.get_mut(&client) {
                     s.spin = spin;
+                    s.outbox = outbox;
                 }
             }
             CoreMsg::Inbound { client, inbound, read_at } => {

@@ -7,6 +7,8 @@
 //! * [`conn`]: one connection's bytes → requests, with no I/O (what the
 //!   reader thread, the tests and the fuzz target all drive).
 //! * [`server`]: the socket, `SO_PEERCRED`, one reader and one writer thread per client.
+//! * [`outbox`]: a client's way out, shared by the core (which writes into an
+//!   open ring directly) and its writer thread.
 //! * [`core`]: the one thread that owns the engine, the backend and every
 //!   client's state; requests come to it over a channel.
 //! * [`session`]: a client's state in the core (buffers, modules, streams, events, quota use).
@@ -31,6 +33,7 @@ pub mod device_host;
 mod fdpass;
 pub mod harness;
 pub mod latency;
+pub mod outbox;
 pub mod server;
 pub mod session;
 pub mod shm;

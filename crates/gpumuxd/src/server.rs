@@ -13,10 +13,11 @@
 use crate::config::Config;
 use crate::conn::{Connection, Inbound};
 use crate::core::CoreMsg;
+use crate::outbox::Outbox;
 use crate::session::Peer;
 use crate::spin::ConnSpin;
 use gpumux_proto::{encode_frame, ErrorKind, ErrorReply, Reply, Request, ServerFrame};
-use gpumux_ring::{RingPair, RingReceiver, RingSender};
+use gpumux_ring::{RingPair, RingReceiver};
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -151,48 +152,6 @@ fn send_frame(stream: &mut UnixStream, frame: &ServerFrame) -> std::io::Result<(
     stream.write_all(&bytes)
 }
 
-/// Writes a frame into the client's ring, waiting (polling, then napping)
-/// while the ring is full for at most [`WRITE_TIMEOUT`], and rings the
-/// client's doorbell if it sleeps.
-fn send_frame_ring(ring: &mut RingSender, stream: &UnixStream, frame: &ServerFrame) -> std::io::Result<()> {
-    let bytes = encode_frame(frame).map_err(std::io::Error::other)?;
-    let mut sent = 0;
-    let start = Instant::now();
-    loop {
-        sent += ring.write(&bytes[sent..]).map_err(std::io::Error::other)?;
-        if ring.take_sleeper() {
-            doorbell(stream)?;
-        }
-        if sent == bytes.len() {
-            return Ok(());
-        }
-        let waited = start.elapsed();
-        if waited > WRITE_TIMEOUT {
-            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client does not read its ring"));
-        }
-        if waited < WRITER_SPIN {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-    }
-}
-
-/// Wakes a peer sleeping on the socket (a byte 0). A full socket already
-/// holds bytes that will wake it.
-fn doorbell(stream: &UnixStream) -> std::io::Result<()> {
-    // SAFETY: sends one byte from a live array; MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE.
-    let n =
-        unsafe { libc::send(stream.as_raw_fd(), [0u8].as_ptr().cast(), 1, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
 /// Accepts clients until `stop()` says so; their threads' handles go to `threads`.
 pub fn serve(
     listener: &UnixListener,
@@ -248,22 +207,22 @@ fn admit(
         return Ok(());
     };
     let (tx, rx) = channel::<ServerFrame>();
-    // The reader hands the writer its ring here when the client asks for rings.
-    let (ring_tx, ring_rx) = channel::<RingSender>();
+    // Shared by the core and the writer; the reader opens its ring.
+    let outbox = std::sync::Arc::new(Outbox::default());
+    let writer_outbox = outbox.clone();
+    let reader_outbox = outbox.clone();
     let mut writer = stream.try_clone()?;
     let reader = stream;
     let spin = ConnSpin::default();
     let writer_spin = spin.clone();
     threads.push(std::thread::Builder::new().name(format!("gpumuxd-w{client}")).spawn(move || {
-        let mut ring: Option<RingSender> = None;
         while let Some(frame) = next_frame(&rx, &writer_spin) {
-            if ring.is_none() {
-                ring = ring_rx.try_recv().ok();
-            }
-            let sent = match ring.as_mut() {
-                Some(ring) => send_frame_ring(ring, &writer, &frame),
+            let window = writer_spin.window(WRITER_SPIN);
+            let sent = match writer_outbox.write_ring(&frame, window, WRITE_TIMEOUT) {
+                Some(sent) => sent,
                 None => send_frame(&mut writer, &frame),
             };
+            writer_outbox.written();
             if let Err(e) = sent {
                 tracing::debug!("client {client}: write failed: {e}");
                 break;
@@ -272,10 +231,11 @@ fn admit(
         let _ = writer.shutdown(std::net::Shutdown::Both);
     })?);
     let reader_spin = spin.clone();
-    core.send(CoreMsg::Connected { client, peer, limits, out: tx, spin }).map_err(std::io::Error::other)?;
+    core.send(CoreMsg::Connected { client, peer, limits, out: tx, spin, outbox: Some(outbox) })
+        .map_err(std::io::Error::other)?;
     let core = core.clone();
     threads.push(std::thread::Builder::new().name(format!("gpumuxd-r{client}")).spawn(move || {
-        read_loop(client, &reader, &core, &reader_spin, ring_tx);
+        read_loop(client, &reader, &core, &reader_spin, &reader_outbox);
     })?);
     Ok(())
 }
@@ -299,7 +259,7 @@ fn read_some(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, last: Instant,
     }
 }
 
-fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>, spin: &ConnSpin, ring_tx: Sender<RingSender>) {
+fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>, spin: &ConnSpin, outbox: &Outbox) {
     let mut conn = Connection::new();
     let mut buf = vec![0u8; READ_CHUNK];
     let mut out: Vec<Inbound> = Vec::new();
@@ -317,14 +277,23 @@ fn read_loop(client: u64, stream: &UnixStream, core: &Sender<CoreMsg>, spin: &Co
                 Inbound::Request { id, request: Request::UseRings { capacity }, fd } => {
                     let result = open_rings(capacity, fd, &conn);
                     match result {
-                        Ok(pair) => {
-                            let (tx, rx) = pair.split();
-                            // Before the answer leaves: the writer sends it through the ring.
-                            let _ = ring_tx.send(tx);
-                            rings = Some(rx);
-                            conn.use_rings();
-                            Inbound::Answered { id, result: Ok(Reply::Done) }
-                        }
+                        Ok(pair) => match stream.try_clone() {
+                            Ok(sock) => {
+                                let (tx, rx) = pair.split();
+                                // Before the answer leaves: it goes through the ring.
+                                outbox.open(tx, sock);
+                                rings = Some(rx);
+                                conn.use_rings();
+                                Inbound::Answered { id, result: Ok(Reply::Done) }
+                            }
+                            Err(e) => Inbound::Answered {
+                                id,
+                                result: Err(ErrorReply::new(
+                                    ErrorKind::Device,
+                                    format!("no socket for the rings: {e}"),
+                                )),
+                            },
+                        },
                         Err(e) => Inbound::Answered { id, result: Err(e) },
                     }
                 }

@@ -101,6 +101,9 @@ pub struct Session {
     pub limits: ClientLimits,
     /// Frames to its writer; `None` once it is gone.
     pub out: Option<Sender<ServerFrame>>,
+    /// Shared with its writer: once its rings are open, frames are written
+    /// into them directly when nothing is queued (`crate::outbox`).
+    pub outbox: Option<std::sync::Arc<crate::outbox::Outbox>>,
     /// Where it is in its life.
     pub phase: Phase,
     /// From its `Hello`.
@@ -143,6 +146,7 @@ impl Session {
             peer,
             limits,
             out: Some(out),
+            outbox: None,
             phase: Phase::AwaitingHello,
             name: String::new(),
             priority: 0,
@@ -178,9 +182,16 @@ impl Session {
         Some(StreamId(s))
     }
 
-    /// Sends a frame to its writer (dropped if it is gone).
+    /// Sends a frame: into its ring directly if it can go now, else to its
+    /// writer (dropped if it is gone).
     pub fn send(&self, frame: ServerFrame) {
         if let Some(out) = &self.out {
+            if let Some(outbox) = &self.outbox {
+                if outbox.try_direct(&frame) {
+                    return;
+                }
+                outbox.queue();
+            }
             // A writer that has ended means the client is going away; its
             // reader's disconnect will follow.
             let _ = out.send(frame);

@@ -229,3 +229,37 @@ fn a_second_offer_and_a_broken_ring_end_the_client_with_a_protocol_error() {
     other.send(2, &Request::Status, None);
     assert!(matches!(other.next(), Some(ServerFrame::Reply { id: 2, result: Ok(Reply::Status(_)) })));
 }
+
+/// Replies the client does not read fill its ring: the core then hands them
+/// to the connection's writer, which waits for room; once the client reads,
+/// every reply comes, in the order of the requests.
+#[test]
+fn replies_that_overflow_a_small_ring_all_come_in_order_once_the_client_reads() {
+    let d = Daemon::start(None);
+    let mut raw = Raw::greet(&d);
+    let pair = gpumux_ring::RingPair::create(4096).unwrap();
+    raw.send(2, &Request::UseRings { capacity: 4096 }, Some(&pair.fd().try_clone_to_owned().unwrap()));
+    let (mut tx, mut rx) = pair.split();
+    let mut frames = FrameReader::new();
+    assert!(matches!(next_from_ring(&mut rx, &mut frames), ServerFrame::Reply { id: 2, result: Ok(Reply::Done) }));
+    const N: u64 = 200;
+    for id in 3..3 + N {
+        let frame = encode_frame(&ClientFrame { id, request: Request::Status }).unwrap();
+        let mut sent = 0;
+        while sent < frame.len() {
+            sent += tx.write(&frame[sent..]).unwrap();
+            if tx.take_sleeper() {
+                send_with(&raw.sock, &[0], None);
+            }
+        }
+    }
+    // Far more reply bytes than 4 KiB are due; let them pile up unread.
+    std::thread::sleep(Duration::from_millis(200));
+    let ids: Vec<u64> = (0..N)
+        .map(|_| match next_from_ring(&mut rx, &mut frames) {
+            ServerFrame::Reply { id, result: Ok(Reply::Status(_)) } => id,
+            other => panic!("expected a Status reply, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(ids, (3..3 + N).collect::<Vec<_>>(), "every reply, in order");
+}
