@@ -6,9 +6,11 @@
 //! A client that asks (`UseRings`, right after `Hello`) moves its
 //! conversation onto two shared-memory rings (`gpumux-ring`): its reader
 //! maps them and answers the request itself (the answer goes out in turn,
-//! through the core), hands the writer its ring, and from then on both poll
-//! the rings instead of the socket, which carries only doorbells, the
-//! descriptors of `AttachShm` and the end of the connection.
+//! through the core), opens the connection's [`Outbox`] on the outgoing ring
+//! (the core writes replies into it directly, the writer when it must wait
+//! for room), and from then on polls its ring instead of the socket, which
+//! carries only doorbells, the descriptors of `AttachShm` and the end of the
+//! connection.
 
 use crate::config::Config;
 use crate::conn::{Connection, Inbound};
