@@ -227,7 +227,7 @@ impl Link {
     /// `spin` (`Ok(None)` then): the daemon and its device process answer
     /// each other within µs while work is in flight, and a sleep costs a
     /// wake-up of several µs (tens at the tail) per hop. The polls read the
-    /// ring; every [`SOCKET_EVERY`]th also reads the socket.
+    /// ring; every `SOCKET_EVERY`th (64th) also reads the socket.
     pub fn recv_spin<T: DeserializeOwned>(&mut self, spin: Duration) -> Result<Option<T>, LinkError> {
         let start = Instant::now();
         let mut tries = 0u32;
