@@ -29,7 +29,7 @@ use gpumux_proto::{
 use gpumux_ring::{RingPair, RingReceiver, RingSender};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -206,7 +206,7 @@ impl Connection {
         loop {
             sent += ring.write(&bytes[sent..]).map_err(std::io::Error::other)?;
             if ring.take_sleeper() {
-                doorbell(sock)?;
+                gpumux_ring::ring_doorbell(stream.as_fd())?;
             }
             if sent == bytes.len() {
                 return Ok(());
@@ -462,20 +462,6 @@ fn drain_socket(stream: &UnixStream, frames: &mut FrameReader, buf: &mut [u8]) -
             },
         }
     }
-}
-
-/// Wakes the daemon's reader sleeping on the socket (a byte 0). A full
-/// socket already holds bytes that will wake it.
-fn doorbell(sock: RawFd) -> std::io::Result<()> {
-    // SAFETY: sends one byte from a live array; MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE.
-    let n = unsafe { libc::send(sock, [0u8].as_ptr().cast(), 1, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
-            return Err(e);
-        }
-    }
-    Ok(())
 }
 
 /// [`read_frame`] once the daemon's frames come through the ring: polls the

@@ -418,6 +418,27 @@ impl RingReceiver {
     }
 }
 
+/// Wakes a peer sleeping on the socket beside the rings: one byte (0),
+/// sent without waiting. A full socket already holds bytes that will wake it
+/// (not an error); a peer that closed its end is (`BrokenPipe`,
+/// `ConnectionReset`), with no SIGPIPE.
+pub fn ring_doorbell(sock: BorrowedFd<'_>) -> std::io::Result<()> {
+    loop {
+        // SAFETY: sends one byte from a live array on a descriptor the caller holds open.
+        let n =
+            unsafe { libc::send(sock.as_raw_fd(), [0u8].as_ptr().cast(), 1, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::Interrupted => {}
+            std::io::ErrorKind::WouldBlock => return Ok(()),
+            _ => return Err(e),
+        }
+    }
+}
+
 /// Stores `src` at `dst` with relaxed atomic stores (8 bytes at a time
 /// where `dst` is aligned): the peer may read concurrently.
 ///

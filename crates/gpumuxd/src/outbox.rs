@@ -13,7 +13,7 @@
 
 use gpumux_proto::{encode_frame, ServerFrame};
 use gpumux_ring::RingSender;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -55,7 +55,8 @@ impl Outbox {
         match ring.try_write_all(&bytes) {
             Ok(true) => {
                 if ring.take_sleeper() {
-                    doorbell(&out.sock);
+                    // A closed socket is the reader's to notice.
+                    let _ = gpumux_ring::ring_doorbell(out.sock.as_fd());
                 }
                 true
             }
@@ -100,7 +101,8 @@ fn write_waiting(
     loop {
         sent += ring.write(&bytes[sent..]).map_err(std::io::Error::other)?;
         if ring.take_sleeper() {
-            doorbell(sock);
+            // A closed socket is the reader's to notice.
+            let _ = gpumux_ring::ring_doorbell(sock.as_fd());
         }
         if sent == bytes.len() {
             return Ok(());
@@ -114,14 +116,5 @@ fn write_waiting(
         } else {
             std::thread::sleep(Duration::from_micros(50));
         }
-    }
-}
-
-/// Wakes a client sleeping on its socket (a byte 0). A full socket already
-/// holds bytes that will wake it; a closed one is the reader's to notice.
-fn doorbell(sock: &UnixStream) {
-    // SAFETY: sends one byte from a live array; MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE.
-    unsafe {
-        libc::send(sock.as_raw_fd(), [0u8].as_ptr().cast(), 1, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
     }
 }

@@ -43,8 +43,6 @@ const READ_CHUNK: usize = 4 << 10;
 const SOCKET_EVERY: u32 = 64;
 /// The socket's first byte: the rings' file comes with it.
 const RING_OFFER: u8 = 0xA5;
-/// A byte sent to wake a peer sleeping on the socket.
-const DOORBELL: u8 = 0;
 /// A byte that carries a descriptor for the next message that needs one.
 const FD_MARKER: u8 = 1;
 
@@ -344,13 +342,13 @@ impl Link {
         Ok(())
     }
 
-    /// Wakes the peer sleeping on the socket. A full socket already holds
-    /// bytes that will wake it.
+    /// Wakes the peer sleeping on the socket.
     fn ring_doorbell(&mut self) -> Result<(), LinkError> {
-        match send_byte(&self.sock, DOORBELL, None) {
-            Err(LinkError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-            other => other,
-        }
+        use std::os::fd::AsFd;
+        gpumux_ring::ring_doorbell(self.sock.as_fd()).map_err(|e| match e.kind() {
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => LinkError::Closed,
+            _ => LinkError::Io(e),
+        })
     }
 }
 
