@@ -501,13 +501,8 @@ fn read_frame_ring(
             continue;
         }
         if !spinning {
-            if !rx.prepare_sleep() {
-                continue;
-            }
-            let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: one pollfd, valid for the call; the daemon's doorbell or end wakes it.
-            unsafe { libc::poll(&mut pfd, 1, -1) };
-            rx.woke();
+            // Until the daemon's doorbell or end (an error here is seen on the read below).
+            let _ = rx.sleep_on(stream.as_fd(), None);
         }
         // Doorbells say nothing more; the end is read once the ring is empty.
         let mut doorbells = FrameReader::new();

@@ -416,6 +416,31 @@ impl RingReceiver {
     pub fn woke(&self) {
         self.map.sleeping(self.ring).store(0, Ordering::SeqCst);
     }
+
+    /// Sleeps on `sock` (the socket beside the rings) until the writer rings
+    /// its doorbell, the peer closes it, or `timeout` passes (`None`: no
+    /// limit); returns at once if bytes came meanwhile ([`RingReceiver::prepare_sleep`],
+    /// then [`RingReceiver::woke`]). The caller reads the socket afterwards
+    /// (the doorbell byte, or the end).
+    pub fn sleep_on(&self, sock: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -> std::io::Result<()> {
+        if !self.prepare_sleep() {
+            return Ok(());
+        }
+        let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ts = timeout.map(|d| libc::timespec {
+            tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+        });
+        let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: one valid pollfd; `ts_ptr` is null or points to a live timespec.
+        let rc = unsafe { libc::ppoll(&mut pfd, 1, ts_ptr, std::ptr::null()) };
+        let failed = (rc < 0).then(std::io::Error::last_os_error);
+        self.woke();
+        match failed {
+            Some(e) if e.kind() != std::io::ErrorKind::Interrupted => Err(e),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Wakes a peer sleeping on the socket beside the rings: one byte (0),

@@ -151,3 +151,34 @@ fn a_sleeping_reader_is_always_woken_for_what_was_written() {
     assert!(values.iter().enumerate().all(|(i, &v)| v == i as u32), "in order, none lost");
     eprintln!("the reader slept {sleeps} times");
 }
+
+#[test]
+fn sleeping_on_the_socket_returns_for_bytes_already_there_a_doorbell_or_the_timeout() {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::time::{Duration, Instant};
+    let (a, b) = pair(MIN_CAPACITY);
+    let (mut tx, _) = a.split();
+    let (_, mut rx) = b.split();
+    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    // Nothing comes: the timeout ends the sleep, and the flag is down after.
+    let t = Instant::now();
+    rx.sleep_on(theirs.as_fd(), Some(Duration::from_millis(20))).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(15));
+    assert!(!tx.take_sleeper(), "awake again: no doorbell is owed");
+    // Bytes in the ring: no sleep at all.
+    tx.write(b"x").unwrap();
+    let t = Instant::now();
+    rx.sleep_on(theirs.as_fd(), Some(Duration::from_secs(10))).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // Emptied again, a doorbell on the socket wakes it.
+    assert_eq!(read_all(&mut rx), b"x");
+    let ringer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        ours.write_all(&[0]).unwrap();
+    });
+    let t = Instant::now();
+    rx.sleep_on(theirs.as_fd(), Some(Duration::from_secs(10))).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "the doorbell woke it");
+    ringer.join().unwrap();
+}

@@ -21,7 +21,7 @@ use crate::spin::ConnSpin;
 use gpumux_proto::{encode_frame, ErrorKind, ErrorReply, Reply, Request, ServerFrame};
 use gpumux_ring::{RingPair, RingReceiver};
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -394,14 +394,8 @@ fn ring_loop(
             continue;
         }
         if !spinning {
-            if !rx.prepare_sleep() {
-                continue;
-            }
-            let mut pfd = libc::pollfd { fd: sock, events: libc::POLLIN, revents: 0 };
-            // SAFETY: one pollfd, valid for the call; no timeout (the client's
-            // bytes, doorbell or end wake us).
-            unsafe { libc::poll(&mut pfd, 1, -1) };
-            rx.woke();
+            // Until the client's doorbell or end (an error here is seen on the read below).
+            let _ = rx.sleep_on(stream.as_fd(), None);
         }
         // Doorbells, descriptors ahead of their AttachShm, or the end.
         loop {

@@ -276,12 +276,8 @@ impl Link {
             return Ok(());
         }
         // Tell the peer to ring, then look once more (gpumux-ring's "Sleeping").
-        if !self.rx.prepare_sleep() {
-            return Ok(());
-        }
-        let slept = wait(&self.sock, libc::POLLIN, timeout);
-        self.rx.woke();
-        Ok(slept?)
+        use std::os::fd::AsFd;
+        Ok(self.rx.sleep_on(self.sock.as_fd(), timeout)?)
     }
 
     /// Tells the peer we are done (it reads end of stream), keeping the socket.
