@@ -6,11 +6,9 @@ mod common;
 
 use common::Daemon;
 use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
-use gpumux_proto::{
-    decode_frame_body, encode_frame, ClientFrame, ErrorKind, FrameReader, Reply, Request, ServerFrame, MAGIC, VERSION,
-};
+use gpumux_proto::{decode_frame_body, encode_frame, ClientFrame, ErrorKind, FrameReader, Reply, Request, ServerFrame};
 use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 const SOURCE: &str = "extern \"C\" __global__ void k(float* p, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] += 1.0f; }";
@@ -72,65 +70,6 @@ fn a_ringed_client_and_a_device_process_with_rings_of_its_own() {
     both_kinds_of_client_share_a_daemon(&["--device-process"]);
 }
 
-/// A raw connection: Hello answered, then frames by hand.
-struct Raw {
-    sock: std::os::unix::net::UnixStream,
-    reader: FrameReader,
-}
-
-impl Raw {
-    fn greet(d: &Daemon) -> Raw {
-        let sock = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut raw = Raw { sock, reader: FrameReader::new() };
-        let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "raw".into(), priority: 0, weight: 1.0 };
-        raw.send(1, &hello, None);
-        assert!(matches!(raw.next(), Some(ServerFrame::Reply { id: 1, result: Ok(Reply::Welcome(_)) })));
-        raw
-    }
-
-    fn send(&mut self, id: u64, request: &Request, fd: Option<&OwnedFd>) {
-        let frame = encode_frame(&ClientFrame { id, request: request.clone() }).unwrap();
-        send_with(&self.sock, &frame, fd);
-    }
-
-    fn next(&mut self) -> Option<ServerFrame> {
-        loop {
-            if let Some(body) = self.reader.next_body().unwrap() {
-                return Some(decode_frame_body(&body).unwrap());
-            }
-            let mut buf = [0u8; 4096];
-            match self.sock.read(&mut buf) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.reader.extend(&buf[..n]),
-            }
-        }
-    }
-}
-
-/// Sends `bytes` with `fd` as SCM_RIGHTS if given.
-fn send_with(sock: &std::os::unix::net::UnixStream, bytes: &[u8], fd: Option<&OwnedFd>) {
-    // SAFETY: a msghdr of live buffers; one descriptor in a control buffer sized for it.
-    unsafe {
-        let space = libc::CMSG_SPACE(4) as usize;
-        let mut cmsg = vec![0u64; space.div_ceil(8)];
-        let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        if let Some(fd) = fd {
-            msg.msg_control = cmsg.as_mut_ptr().cast();
-            msg.msg_controllen = space as _;
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd.as_raw_fd());
-        }
-        assert_eq!(libc::sendmsg(sock.as_raw_fd(), &msg, 0), bytes.len() as isize);
-    }
-}
-
 fn refused(frame: Option<ServerFrame>, id: u64, kind: ErrorKind, words: &str) {
     match frame {
         Some(ServerFrame::Reply { id: got, result: Err(e) }) if got == id => {
@@ -144,21 +83,20 @@ fn refused(frame: Option<ServerFrame>, id: u64, kind: ErrorKind, words: &str) {
 #[test]
 fn rings_offered_wrongly_are_refused_on_the_socket_and_the_conversation_goes_on() {
     let d = Daemon::start(None);
-    let mut raw = Raw::greet(&d);
+    let (mut raw, _) = common::Client::hello(&d, "raw", 0);
     // No descriptor.
-    raw.send(2, &Request::UseRings { capacity: 4096 }, None);
-    refused(raw.next(), 2, ErrorKind::Invalid, "without its memfd");
+    let id = raw.send_fd(Request::UseRings { capacity: 4096 }, None);
+    refused(raw.next_frame(), id, ErrorKind::Invalid, "without its memfd");
     // A file that could shrink under the daemon.
-    raw.send(3, &Request::UseRings { capacity: 4096 }, Some(&common::memfd(4096 + 2 * 4096)));
-    refused(raw.next(), 3, ErrorKind::Invalid, "refused");
+    let id = raw.send_fd(Request::UseRings { capacity: 4096 }, Some(&common::memfd(4096 + 2 * 4096)));
+    refused(raw.next_frame(), id, ErrorKind::Invalid, "refused");
     // A capacity that is not a power of two.
     let pair = gpumux_ring::RingPair::create(4096).unwrap();
     let fd = pair.fd().try_clone_to_owned().unwrap();
-    raw.send(4, &Request::UseRings { capacity: 5000 }, Some(&fd));
-    refused(raw.next(), 4, ErrorKind::Invalid, "power of two");
+    let id = raw.send_fd(Request::UseRings { capacity: 5000 }, Some(&fd));
+    refused(raw.next_frame(), id, ErrorKind::Invalid, "power of two");
     // Still on the socket.
-    raw.send(5, &Request::Status, None);
-    assert!(matches!(raw.next(), Some(ServerFrame::Reply { id: 5, result: Ok(Reply::Status(_)) })));
+    assert!(matches!(raw.call(Request::Status), Ok(Reply::Status(_))));
 }
 
 /// Reads the next frame the daemon writes into our ring (polling it).
@@ -180,7 +118,7 @@ fn next_from_ring(rx: &mut gpumux_ring::RingReceiver, frames: &mut FrameReader) 
 #[test]
 fn a_second_offer_and_a_broken_ring_end_the_client_with_a_protocol_error() {
     let d = Daemon::start(None);
-    let mut raw = Raw::greet(&d);
+    let (mut raw, _) = common::Client::hello(&d, "raw", 0);
     let pair = gpumux_ring::RingPair::create(4096).unwrap();
     let fd = pair.fd().try_clone_to_owned().unwrap();
     // Our own second mapping of the file, to break it as a hostile client would.
@@ -190,7 +128,7 @@ fn a_second_offer_and_a_broken_ring_end_the_client_with_a_protocol_error() {
         libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
     };
     assert_ne!(map, libc::MAP_FAILED);
-    raw.send(2, &Request::UseRings { capacity: 4096 }, Some(&fd));
+    assert_eq!(raw.send_fd(Request::UseRings { capacity: 4096 }, Some(&fd)), 2);
     let (mut tx, mut rx) = pair.split();
     let mut frames = FrameReader::new();
     assert!(matches!(next_from_ring(&mut rx, &mut frames), ServerFrame::Reply { id: 2, result: Ok(Reply::Done) }));
@@ -199,18 +137,18 @@ fn a_second_offer_and_a_broken_ring_end_the_client_with_a_protocol_error() {
     let put = |tx: &mut gpumux_ring::RingSender, request: Request, id: u64| {
         tx.write(&encode_frame(&ClientFrame { id, request }).unwrap()).unwrap();
         if tx.take_sleeper() {
-            send_with(&raw.sock, &[0], None);
+            common::send_fd(&raw.sock, &[0], None);
         }
     };
     put(&mut tx, Request::Status, 3);
     assert!(matches!(next_from_ring(&mut rx, &mut frames), ServerFrame::Reply { id: 3, result: Ok(Reply::Status(_)) }));
-    send_with(&raw.sock, &[1], Some(&fd));
+    common::send_fd(&raw.sock, &[1], Some(&fd));
     put(&mut tx, Request::UseRings { capacity: 4096 }, 4);
     refused(Some(next_from_ring(&mut rx, &mut frames)), 4, ErrorKind::Protocol, "second UseRings");
     // Claim more bytes in the daemon's incoming ring (ring 0: ours to write) than it holds.
     // SAFETY: ring 0's tail index lies at byte 256 of the header page (gpumux-ring's layout).
     unsafe { std::ptr::write_volatile(map.cast::<u8>().add(256).cast::<u64>(), 1 << 40) };
-    send_with(&raw.sock, &[0], None);
+    common::send_fd(&raw.sock, &[0], None);
     refused(Some(next_from_ring(&mut rx, &mut frames)), 0, ErrorKind::Protocol, "corrupt");
     // And the connection ends.
     let mut buf = [0u8; 64];
@@ -225,9 +163,8 @@ fn a_second_offer_and_a_broken_ring_end_the_client_with_a_protocol_error() {
     // SAFETY: the mapping made above.
     unsafe { libc::munmap(map, len) };
     // The daemon serves others still.
-    let mut other = Raw::greet(&d);
-    other.send(2, &Request::Status, None);
-    assert!(matches!(other.next(), Some(ServerFrame::Reply { id: 2, result: Ok(Reply::Status(_)) })));
+    let (mut other, _) = common::Client::hello(&d, "raw", 0);
+    assert!(matches!(other.call(Request::Status), Ok(Reply::Status(_))));
 }
 
 /// Replies the client does not read fill its ring: the core then hands them
@@ -236,9 +173,9 @@ fn a_second_offer_and_a_broken_ring_end_the_client_with_a_protocol_error() {
 #[test]
 fn replies_that_overflow_a_small_ring_all_come_in_order_once_the_client_reads() {
     let d = Daemon::start(None);
-    let mut raw = Raw::greet(&d);
+    let (mut raw, _) = common::Client::hello(&d, "raw", 0);
     let pair = gpumux_ring::RingPair::create(4096).unwrap();
-    raw.send(2, &Request::UseRings { capacity: 4096 }, Some(&pair.fd().try_clone_to_owned().unwrap()));
+    assert_eq!(raw.send_fd(Request::UseRings { capacity: 4096 }, Some(&pair.fd().try_clone_to_owned().unwrap())), 2);
     let (mut tx, mut rx) = pair.split();
     let mut frames = FrameReader::new();
     assert!(matches!(next_from_ring(&mut rx, &mut frames), ServerFrame::Reply { id: 2, result: Ok(Reply::Done) }));
@@ -249,7 +186,7 @@ fn replies_that_overflow_a_small_ring_all_come_in_order_once_the_client_reads() 
         while sent < frame.len() {
             sent += tx.write(&frame[sent..]).unwrap();
             if tx.take_sleeper() {
-                send_with(&raw.sock, &[0], None);
+                common::send_fd(&raw.sock, &[0], None);
             }
         }
     }

@@ -134,26 +134,16 @@ impl Client {
 
     /// Sends `AttachShm` with `fd` alongside (SCM_RIGHTS).
     pub fn attach(&mut self, fd: &OwnedFd, bytes: u64) -> Result<Reply, ErrorReply> {
+        let id = self.send_fd(Request::AttachShm { bytes }, Some(fd));
+        self.wait(id)
+    }
+
+    /// Sends `request` with `fd` alongside if given (SCM_RIGHTS); its id.
+    pub fn send_fd(&mut self, request: Request, fd: Option<&OwnedFd>) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        let frame = encode_frame(&ClientFrame { id, request: Request::AttachShm { bytes } }).unwrap();
-        unsafe {
-            let space = libc::CMSG_SPACE(4) as usize;
-            let mut cmsg = vec![0u64; space.div_ceil(8)];
-            let mut iov = libc::iovec { iov_base: frame.as_ptr() as *mut _, iov_len: frame.len() };
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cmsg.as_mut_ptr().cast();
-            msg.msg_controllen = space as _;
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd.as_raw_fd());
-            assert_eq!(libc::sendmsg(self.sock.as_raw_fd(), &msg, 0), frame.len() as isize);
-        }
-        self.wait(id)
+        send_fd(&self.sock, &encode_frame(&ClientFrame { id, request }).unwrap(), fd);
+        id
     }
 
     /// The next frame, or None at end of stream.
@@ -225,6 +215,29 @@ pub fn launch(kernel: KernelId, blocks: u32, block_time_ns: u64, args: Vec<Arg>)
         stream: StreamId(0),
         block_time_ns: Some(block_time_ns),
     })
+}
+
+/// Sends `bytes` in one `sendmsg`, with `fd` as SCM_RIGHTS if given.
+pub fn send_fd(sock: &UnixStream, bytes: &[u8], fd: Option<&OwnedFd>) {
+    // SAFETY: a msghdr of live buffers; one descriptor in a control buffer sized for it.
+    unsafe {
+        let space = libc::CMSG_SPACE(4) as usize;
+        let mut cmsg = vec![0u64; space.div_ceil(8)];
+        let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if let Some(fd) = fd {
+            msg.msg_control = cmsg.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd.as_raw_fd());
+        }
+        assert_eq!(libc::sendmsg(sock.as_raw_fd(), &msg, 0), bytes.len() as isize);
+    }
 }
 
 /// A memfd of `bytes`, sealed against shrinking, as the client library makes it.
