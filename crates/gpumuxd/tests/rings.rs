@@ -150,12 +150,14 @@ fn a_second_offer_and_a_broken_ring_end_the_client_with_a_protocol_error() {
     unsafe { std::ptr::write_volatile(map.cast::<u8>().add(256).cast::<u64>(), 1 << 40) };
     common::send_fd(&raw.sock, &[0], None);
     refused(Some(next_from_ring(&mut rx, &mut frames)), 0, ErrorKind::Protocol, "corrupt");
-    // And the connection ends.
+    // And the connection ends: an end of stream, or a reset where the daemon
+    // closed its end with our last doorbell still unread (a race of timing).
     let mut buf = [0u8; 64];
     let start = Instant::now();
     loop {
         match (&raw.sock).read(&mut buf) {
             Ok(0) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
             Ok(_) => assert!(start.elapsed() < Duration::from_secs(20)),
             Err(e) => panic!("the daemon should close the connection: {e}"),
         }
