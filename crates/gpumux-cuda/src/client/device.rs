@@ -69,9 +69,6 @@ struct Live {
     stopping: bool,
     /// SMs the current workers run on.
     mask: SmSet,
-    /// The current workers run on every SM at a share of each (co-location):
-    /// retreats and grows restart them.
-    shared: bool,
     /// SMs of `mask` the current workers are told to stay off (per-SM retreat).
     gone: SmSet,
     /// SMs of `mask` the current workers were ever told to leave: none of
@@ -883,7 +880,7 @@ impl ClientDevice {
     fn regrow_in_place(&mut self, lid: LaunchId, add: SmSet) -> Result<bool, DeviceError> {
         let st = self.state().map_err(failed("making the context current"))?;
         let Some(live) = st.launches.get_mut(&lid) else { return Ok(true) };
-        if live.shared || live.stopping || !add.difference(&live.mask).is_empty() {
+        if live.stopping || !add.difference(&live.mask).is_empty() {
             return Ok(false);
         }
         live.gone = live.gone.difference(&add);
@@ -1043,7 +1040,6 @@ impl Device for ClientDevice {
                     segs: Vec::new(),
                     stopping: false,
                     mask: sms,
-                    shared: false,
                     gone: SmSet::EMPTY,
                     vacated: SmSet::EMPTY,
                     started: now,
@@ -1106,14 +1102,10 @@ impl Device for ClientDevice {
                 }
                 live.sms = live.sms.difference(&gone);
                 live.note("retreat");
-                if live.shared {
-                    // Co-located workers share every SM: drain them all and
-                    // restart on the launch's smaller share.
-                    live.releasing = live.releasing.union(&gone);
-                    self.retreat_workers(launch)?;
-                } else {
-                    self.leave_sms(launch, gone)?;
-                }
+                // Co-located workers too leave only the SMs taken: the rest go
+                // on at their share (draining them all and restarting on a
+                // smaller share cost the launch every block in flight).
+                self.leave_sms(launch, gone)?;
             }
             Command::Copy { copy, op, bytes, .. } => {
                 self.copy(copy, op).map_err(failed_with(|| format!("copy {copy} of {bytes} bytes")))?;
