@@ -404,6 +404,10 @@ impl WorkerLaunch {
     pub fn running(&self) -> bool {
         self.running
     }
+    /// The worker function it launches (kept loaded while this record is).
+    pub fn function(&self) -> &Function {
+        &self.func
+    }
     /// Resident workers per SM (the kernel's occupancy).
     pub fn workers_per_sm(&self) -> u32 {
         self.workers_per_sm

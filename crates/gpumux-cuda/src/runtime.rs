@@ -198,24 +198,61 @@ impl Gpu {
 
 /// A loaded module.
 pub struct Module {
-    raw: cu::CUmodule,
+    code: Arc<LoadedCode>,
     /// The name it was compiled under.
     pub name: String,
     /// Block times of its kernels, measured on their first launch ([`crate::launch_plan`]).
     pub profiles: Arc<ProfileCache>,
 }
 
+/// A module's code in the context: unloaded when the last holder lets go,
+/// the [`Module`] or any of its [`Function`]s. A function that outlives its
+/// module's owner (a launch still running, workers queued on the GPU, a
+/// record kept for reuse) keeps the code it runs.
+#[derive(Debug)]
+struct LoadedCode {
+    raw: cu::CUmodule,
+}
+
 // SAFETY: module handles are context-wide and thread-safe in the driver.
-unsafe impl Send for Module {}
-unsafe impl Sync for Module {}
+unsafe impl Send for LoadedCode {}
+unsafe impl Sync for LoadedCode {}
+
+/// Modules loaded in this process and not yet unloaded (for leak checks).
+static LOADED_MODULES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many modules this process has loaded and not yet unloaded, in every context.
+pub fn loaded_modules() -> usize {
+    LOADED_MODULES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Drop for LoadedCode {
+    /// Unloads it, in the context current on this thread (the device binds its
+    /// context around every call that may drop a function).
+    fn drop(&mut self) {
+        LOADED_MODULES.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: loaded by cuModuleLoadData, and no function of it is left to
+        // launch (each holds this); errors at teardown have no one to go to.
+        unsafe {
+            cu::cuModuleUnload(self.raw);
+        }
+    }
+}
 
 impl Module {
-    /// Loads a CUBIN into the current context (unloaded when dropped).
+    /// Loads a CUBIN into the current context (unloaded when it and its
+    /// functions are dropped).
     pub fn load(name: &str, cubin: &[u8]) -> Result<Module> {
         let mut module = std::ptr::null_mut();
         // SAFETY: the CUBIN outlives the call; the driver copies it.
         check("cuModuleLoadData", unsafe { cu::cuModuleLoadData(&mut module, cubin.as_ptr().cast()) })?;
-        Ok(Module { raw: module, name: name.to_string(), profiles: Arc::default() })
+        Ok(Module::adopt(module, name.to_string()))
+    }
+
+    /// A module loaded by other means (a green context's), owned from now on.
+    pub(crate) fn adopt(raw: cu::CUmodule, name: String) -> Module {
+        LOADED_MODULES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Module { code: Arc::new(LoadedCode { raw }), name, profiles: Arc::default() }
     }
 
     /// The kernel `name` (its exported, `extern "C"` name).
@@ -224,24 +261,13 @@ impl Module {
             .map_err(|source| CudaError::Nul { what: format!("kernel name {name:?}"), source })?;
         let mut f = std::ptr::null_mut();
         // SAFETY: valid module and C string.
-        driver_result("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr()) })
+        driver_result("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, self.code.raw, c.as_ptr()) })
             .map_err(|source| CudaError::MissingKernel { kernel: name.into(), module: self.name.clone(), source })?;
-        Ok(Function { raw: f, name: name.to_string(), profiles: self.profiles.clone() })
+        Ok(Function { raw: f, name: name.to_string(), profiles: self.profiles.clone(), _code: self.code.clone() })
     }
 }
 
-impl Drop for Module {
-    /// Unloads it; its [`Function`]s must not be launched afterwards (owners
-    /// keep the module as long as its functions).
-    fn drop(&mut self) {
-        // SAFETY: loaded by cuModuleLoadData; errors at teardown have no one to go to.
-        unsafe {
-            cu::cuModuleUnload(self.raw);
-        }
-    }
-}
-
-/// A kernel of a loaded module.
+/// A kernel of a loaded module; it keeps the module's code loaded.
 #[derive(Clone, Debug)]
 pub struct Function {
     raw: cu::CUfunction,
@@ -249,6 +275,8 @@ pub struct Function {
     pub name: String,
     /// The module's measured block times (shared by every handle of the module).
     pub profiles: Arc<ProfileCache>,
+    /// Held, never read: the module stays loaded while this function may run.
+    _code: Arc<LoadedCode>,
 }
 
 impl Function {

@@ -4,7 +4,8 @@
 //! (released at once, the other SMs finish the launch), an urgent launch on
 //! the SMs a retreat took (run there, once, as the workers left), a stream of
 //! dependent kernels queued ahead on the GPU (in order under retreats, a
-//! dropped one never run), and a faulting
+//! dropped one never run), a kernel unloaded while it runs (its work runs
+//! out, its module goes with the last of it), and a faulting
 //! kernel reported as a lost context and survived by a rebuild. Without a
 //! GPU (or NVRTC) each test says it skipped and why.
 
@@ -586,6 +587,55 @@ fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
     };
     assert!(got == want, "the dropped kernel ran (or the first did not run once)");
     eprintln!("after a dropped kernel: {:?}", d.ahead_counts());
+}
+
+/// A client that leaves has its kernels unloaded by the daemon while their
+/// last launch may still run and the next wait queued on the GPU: the bound
+/// work runs out whole, and the module goes once nothing holds it.
+#[test]
+fn an_unloaded_kernel_runs_out_its_bound_work_and_its_module_goes_with_the_last_of_it() {
+    let Some((_gpu, mut d)) =
+        device_or_skip("an_unloaded_kernel_runs_out_its_bound_work_and_its_module_goes_with_the_last_of_it")
+    else {
+        return;
+    };
+    d.set_queue_ahead(true);
+    let before = (gpumux_cuda::runtime::loaded_modules(), d.kernels_loaded());
+    let compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
+    let h = d.load_module("step", &compiled).expect("load").0[0].0;
+    assert_eq!(gpumux_cuda::runtime::loaded_modules(), before.0 + 1);
+    let sms = d.info().num_sms;
+    let blocks = sms as u32 * 8 * 3;
+    let n = blocks as usize * 256;
+    let mut host = Pinned::new(&mut d, vec![0u8; n * 4]);
+    let x = d.alloc(n as u64 * 4).expect("alloc");
+    copy(&mut d, 1, ClientWork::Memset { dst: x, value: 0, bytes: n as u64 * 4 });
+    for (k, after) in [(1u32, None), (2, Some(OpId(601)))] {
+        let params = vec![x.to_le_bytes().to_vec(), k.to_le_bytes().to_vec(), 20_000u64.to_le_bytes().to_vec()];
+        let work = ClientWork::Kernel { kernel: h, grid: [blocks, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
+        // SAFETY: a kernel binds no host memory.
+        unsafe { d.bind_after(OpId(600 + k as u64), work, after) }.expect("bind");
+    }
+    let all = SmSet::range(0, sms);
+    d.submit(d.now(), launch(601, 3000, BlockRanges::full(blocks as u64), all, blocks as u64)).expect("launch");
+    // The first kernel runs, the second waits behind it on the GPU: unload now.
+    d.unload_kernel(h);
+    assert_eq!(d.kernels_loaded(), before.1, "the handle is gone");
+    assert_eq!(gpumux_cuda::runtime::loaded_modules(), before.0 + 1, "its bound work keeps the module");
+    run_until(&mut d, ended(LaunchId(3000))).expect("the first kernel");
+    d.unbind(OpId(601));
+    d.submit(d.now(), launch(602, 3001, BlockRanges::full(blocks as u64), all, blocks as u64)).expect("launch");
+    run_until(&mut d, ended(LaunchId(3001))).expect("the second kernel");
+    d.unbind(OpId(602));
+    assert!(!d.busy(), "nothing left on the device");
+    copy(&mut d, 2, ClientWork::ToHost { src: x, dst: host.ptr(), bytes: n as u64 * 4 });
+    d.unregister_host(host.ptr().0);
+    d.free(x).expect("free");
+    let got: Vec<u32> = host.0.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+    // x = (0 * 3 + 1) * 3 + 2 for every element: both kernels ran, once each, in order.
+    assert!(got.iter().all(|&v| v == 5), "x differs from (0 * 3 + 1) * 3 + 2");
+    assert_eq!(gpumux_cuda::runtime::loaded_modules(), before.0, "the module went with the last of its work");
+    eprintln!("unloaded while running: {:?}", d.ahead_counts());
 }
 
 #[test]

@@ -468,7 +468,19 @@ impl Core {
         if let Some(r) = &s.region {
             self.backend.unregister_host(r);
         }
-        tracing::info!("client {client} ({}) is gone; its memory is freed", s.name);
+        // Its modules: a daemon that serves clients for months would
+        // otherwise keep every module any of them ever loaded.
+        for m in s.modules.values() {
+            let codes: Vec<crate::backend::KernelCode> =
+                m.kernels.iter().filter_map(|k| s.kernels.get(k)).map(|k| k.code).collect();
+            self.backend.unload_module(&codes);
+        }
+        tracing::info!(
+            "client {client} ({}) is gone; its memory is freed and its {} module(s) unloaded ({} kernels loaded in all)",
+            s.name,
+            s.modules.len(),
+            self.backend.kernels_loaded()
+        );
         if s.counters.kernels_done >= SUMMARY_AFTER {
             tracing::info!(
                 "client {client} ({}) ran {} kernels; where they spent their time in the daemon, p50 / p99 / max µs \
@@ -628,5 +640,40 @@ mod tests {
         }
         assert_eq!(core.sessions(), 0, "the gone client was never reaped");
         assert_eq!(core.status().memory_used, 0);
+    }
+
+    /// A client's modules are unloaded when it is reaped (a daemon serving
+    /// clients for months would otherwise keep every module ever loaded),
+    /// and a module another client loaded too (a cached image) stays for it.
+    #[test]
+    fn a_gone_clients_modules_are_unloaded_and_a_shared_one_stays_for_the_other() {
+        let backend = SimBackend::with_info(gpumux_sim::presets::h100());
+        let mut core = Core::new(Box::new(backend), None).expect("a core on sim:h100");
+        let source = "__global__ void k(float* y) { y[blockIdx.x] = 1.0f; }\n__global__ void j() {}\n";
+        let load = |core: &mut Core, client: u64, source: &str| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            core.connect(client, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
+            let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+            request(core, client, 1, hello);
+            let module = Request::LoadModule { name: "m.cu".into(), source: source.into(), options: Vec::new() };
+            request(core, client, 2, module);
+            let loaded =
+                rx.try_iter().any(|f| matches!(f, ServerFrame::Reply { id: 2, result: Ok(Reply::Module { .. }) }));
+            assert!(loaded, "client {client} loaded its module");
+            rx
+        };
+        let _one = load(&mut core, 1, source);
+        let _two = load(&mut core, 2, source);
+        let _three = load(&mut core, 3, "__global__ void other() {}\n");
+        assert_eq!(core.backend.kernels_loaded(), 3, "two clients share one image of two kernels");
+        core.disconnect(1);
+        core.pump().expect("pump");
+        assert_eq!(core.sessions(), 2);
+        assert_eq!(core.backend.kernels_loaded(), 3, "client 2 still holds the shared image");
+        core.disconnect(2);
+        core.disconnect(3);
+        core.pump().expect("pump");
+        assert_eq!(core.sessions(), 0);
+        assert_eq!(core.backend.kernels_loaded(), 0, "every module unloaded with its last client");
     }
 }

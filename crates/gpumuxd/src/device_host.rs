@@ -189,6 +189,10 @@ impl DeviceHost {
                 self.backend.unbind(op);
                 Ok(())
             }
+            ToDevice::UnloadModule { kernels } => {
+                self.backend.unload_module(&kernels);
+                Ok(())
+            }
             ToDevice::Submit(command) => {
                 if self.broken {
                     return Ok(());

@@ -38,6 +38,8 @@ use std::time::{Duration, Instant};
 
 /// A bound kernel operation.
 struct KernelOp {
+    /// The handle it was bound with (unloaded maybe since: [`ClientDevice::unload_kernel`]).
+    handle: KernelHandle,
     kernel: ClientKernel,
     grid: [u32; 3],
     block: [u32; 3],
@@ -193,9 +195,14 @@ impl InContext {
         self.streams.entry(stream.priority).or_default().push(stream);
     }
 
-    /// Forgets a kernel operation; its idle launch records become spares.
+    /// Forgets a kernel operation; its idle launch records become spares,
+    /// unless its kernel was unloaded (a record holds its function, and so
+    /// its module: the records are freed and the module with the last).
     fn retire(&mut self, op: OpId) {
         if let Some(mut k) = self.ops.remove(&op) {
+            if !self.kernels.contains_key(&k.handle) {
+                return;
+            }
             let room = MAX_SPARE.saturating_sub(self.spare.len());
             let keep = k.pool.len().min(room);
             self.spare.extend(k.pool.drain(..keep));
@@ -515,14 +522,24 @@ impl ClientDevice {
         Ok((out, loaded.log))
     }
 
+    /// Kernels loaded and not unloaded ([`ClientDevice::unload_kernel`]).
+    pub fn kernels_loaded(&self) -> usize {
+        self.st.as_ref().map_or(0, |st| st.kernels.len())
+    }
+
     /// Forgets a kernel (its module is unloaded with its last kernel).
-    /// Operations bound to it keep it until they are unbound.
+    /// Operations bound to it keep its code loaded until they are unbound,
+    /// and workers of it still on the GPU (queued, or leaving after a
+    /// client died) until they are reaped: a [`crate::runtime::Function`]
+    /// holds its module.
     pub fn unload_kernel(&mut self, kernel: KernelHandle) {
-        if let Some(st) = self.st.as_mut() {
-            if let Some((k, _)) = st.kernels.remove(&kernel) {
-                if let Some(chooser) = self.chooser.as_mut() {
-                    chooser.forget(k.worker.key());
-                }
+        let Ok(st) = state_of(&self.ctx, &mut self.st) else { return };
+        if let Some((k, _)) = st.kernels.remove(&kernel) {
+            // Idle records of it kept for other kernels would keep its module.
+            let key = k.worker.key();
+            st.spare.retain(|w| w.function().key() != key);
+            if let Some(chooser) = self.chooser.as_mut() {
+                chooser.forget(key);
             }
         }
     }
@@ -563,9 +580,12 @@ impl ClientDevice {
             )));
         }
         let left = BlockRanges::full(blocks);
-        let kernel = k.clone();
+        let (handle, kernel) = (kernel, k.clone());
         let (pool, unbound, next) = (Vec::new(), false, None);
-        st.ops.insert(op, KernelOp { kernel, grid, block, smem: shared_bytes, params, left, pool, unbound, next });
+        st.ops.insert(
+            op,
+            KernelOp { handle, kernel, grid, block, smem: shared_bytes, params, left, pool, unbound, next },
+        );
         Ok(())
     }
 

@@ -362,7 +362,7 @@ impl GreenContext {
         let popped = check("cuCtxPopCurrent", unsafe { cu::cuCtxPopCurrent_v2(&mut prev) });
         loaded?;
         popped?;
-        Ok(Module { raw: module, name: format!("{name} (green context)"), profiles: Default::default() })
+        Ok(Module::adopt(module, format!("{name} (green context)")))
     }
 }
 

@@ -142,6 +142,16 @@ impl Backend for CudaBackend {
         Ok(ModuleImage { kernels, log, cached: compiled.cached })
     }
 
+    fn unload_module(&mut self, kernels: &[KernelCode]) {
+        for k in kernels {
+            self.device.unload_kernel(KernelHandle(k.0));
+        }
+    }
+
+    fn kernels_loaded(&self) -> usize {
+        self.device.kernels_loaded()
+    }
+
     fn bind(&mut self, op: OpId, work: OpWork) {
         let mut follows = None;
         let (work, span) = match work {

@@ -253,6 +253,13 @@ pub trait Backend: Send {
 
     /// Transforms and compiles a module (or finds it in the cache).
     fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError>;
+    /// Undoes one [`Backend::load_module`] whose kernels (`kernels`, all of
+    /// that load's) no client can launch any more. Operations still bound to
+    /// them keep their code until unbound; a load that returned the same
+    /// kernels as another (a cached image) keeps them for the other.
+    fn unload_module(&mut self, kernels: &[KernelCode]);
+    /// Kernels loaded and not unloaded (a long-lived daemon's leak check).
+    fn kernels_loaded(&self) -> usize;
 
     /// Binds the work of engine operation `op`, before the engine may start it.
     fn bind(&mut self, op: OpId, work: OpWork);

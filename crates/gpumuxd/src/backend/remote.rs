@@ -33,7 +33,7 @@
 
 use super::link::{socket_pair, Link, LinkError};
 use super::wire::{FromDevice, HostRef, RegionId, ToDevice};
-use super::{Backend, DevAddr, Failure, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
+use super::{Backend, DevAddr, Failure, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
 use crate::shm::ShmRegion;
 use gpumux_engine::device::{Command, DeviceError, Event};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
@@ -270,6 +270,9 @@ pub struct RemoteBackend {
     broken: Option<String>,
     /// The child's poll window asked for ([`Backend::spin_for`]; sent again to a new child).
     spin: Duration,
+    /// Kernels the child loaded for the daemon and was not told to unload
+    /// (counted here: asking the child would be a round trip).
+    kernels_loaded: usize,
 }
 
 impl RemoteBackend {
@@ -290,6 +293,7 @@ impl RemoteBackend {
             failure: None,
             broken: None,
             spin: Duration::ZERO,
+            kernels_loaded: 0,
         })
     }
 
@@ -435,10 +439,25 @@ impl Backend for RemoteBackend {
 
     fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
         let msg = ToDevice::LoadModule { name: name.into(), source: source.into(), options: options.to_vec() };
-        match self.call(&msg, None).map_err(LoadError::Device)? {
+        let image = match self.call(&msg, None).map_err(LoadError::Device)? {
             FromDevice::Module(r) => r,
             other => Err(LoadError::Device(Self::unexpected("LoadModule", &other))),
+        }?;
+        self.kernels_loaded += image.kernels.len();
+        Ok(image)
+    }
+
+    fn unload_module(&mut self, kernels: &[KernelCode]) {
+        self.kernels_loaded = self.kernels_loaded.saturating_sub(kernels.len());
+        if self.broken.is_none() {
+            if let Err(e) = self.process.link.send(&ToDevice::UnloadModule { kernels: kernels.to_vec() }, None) {
+                self.lost(e);
+            }
         }
+    }
+
+    fn kernels_loaded(&self) -> usize {
+        self.kernels_loaded
     }
 
     fn bind(&mut self, op: OpId, work: OpWork) {
@@ -554,6 +573,7 @@ impl Backend for RemoteBackend {
         tracing::info!("device {} runs in process {}", self.spec, self.process.child.id());
         self.regions.clear();
         self.in_flight = InFlight::default();
+        self.kernels_loaded = 0;
         self.unpolled = false;
         self.wake = (Wake::Idle, Instant::now());
         self.failure = None;

@@ -114,7 +114,9 @@ pub struct SimBackend {
     next_addr: DevAddr,
     bound: HashMap<OpId, OpWork>,
     copies: HashMap<CopyId, OpId>,
-    modules: HashMap<(String, Vec<String>), ModuleImage>,
+    /// Compiled modules by source and options, and how many loads hold each
+    /// (a load of the same source gets the same kernels).
+    modules: HashMap<(String, Vec<String>), (ModuleImage, usize)>,
     trapping: HashSet<KernelCode>,
     next_code: u64,
     fault: Option<Fault>,
@@ -283,7 +285,8 @@ impl Backend for SimBackend {
 
     fn load_module(&mut self, _name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
         let key = (source.to_string(), options.to_vec());
-        if let Some(m) = self.modules.get(&key) {
+        if let Some((m, loads)) = self.modules.get_mut(&key) {
+            *loads += 1;
             return Ok(ModuleImage { cached: true, ..m.clone() });
         }
         let t = transform(source).map_err(transform_error)?;
@@ -304,8 +307,36 @@ impl Backend for SimBackend {
             });
         }
         let image = ModuleImage { kernels, log: String::new(), cached: false };
-        self.modules.insert(key, image.clone());
+        self.modules.insert(key, (image.clone(), 1));
         Ok(image)
+    }
+
+    fn unload_module(&mut self, kernels: &[KernelCode]) {
+        let Some(first) = kernels.first() else { return };
+        let key = self
+            .modules
+            .iter()
+            .find(|(_, (m, _))| m.kernels.first().map(|k| k.code) == Some(*first))
+            .map(|(k, _)| k.clone());
+        let Some(key) = key else { return };
+        let gone = match self.modules.get_mut(&key) {
+            Some((_, loads)) => {
+                *loads -= 1;
+                *loads == 0
+            }
+            None => false,
+        };
+        if gone {
+            if let Some((m, _)) = self.modules.remove(&key) {
+                for k in m.kernels {
+                    self.trapping.remove(&k.code);
+                }
+            }
+        }
+    }
+
+    fn kernels_loaded(&self) -> usize {
+        self.modules.values().map(|(m, _)| m.kernels.len()).sum()
     }
 
     fn bind(&mut self, op: OpId, work: OpWork) {
@@ -484,6 +515,18 @@ mod tests {
         assert!(!m.cached);
         assert!(b.load_module("t.cu", TRAP_SRC, &[]).unwrap().cached);
         assert!(!b.load_module("t.cu", TRAP_SRC, &["-DX".into()]).unwrap().cached);
+        // Two loads of one image, one of another: each unload undoes one load.
+        let codes: Vec<KernelCode> = m.kernels.iter().map(|k| k.code).collect();
+        assert_eq!(b.kernels_loaded(), 4);
+        b.unload_module(&codes);
+        assert_eq!(b.kernels_loaded(), 4, "the other load still holds it");
+        assert!(b.trapping.contains(&codes[1]));
+        b.unload_module(&codes);
+        assert_eq!(b.kernels_loaded(), 2);
+        assert!(!b.trapping.contains(&codes[1]), "its kernels are forgotten");
+        let again = b.load_module("t.cu", TRAP_SRC, &[]).unwrap();
+        assert!(!again.cached, "compiled again after its last unload");
+        assert!(again.kernels.iter().all(|k| !codes.contains(&k.code)), "codes are not reused");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! the device sees commands and polls in the order the engine made them
 //! ([`super::remote`] says why that matters).
 
-use super::{DevAddr, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
+use super::{DevAddr, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
 use gpumux_engine::device::{Command, Event};
 use gpumux_engine::ids::OpId;
 use gpumux_engine::kernel::DeviceInfo;
@@ -75,6 +75,11 @@ pub enum ToDevice {
     Unbind {
         /// The operation.
         op: OpId,
+    },
+    /// [`super::Backend::unload_module`]. No answer.
+    UnloadModule {
+        /// That load's kernels.
+        kernels: Vec<KernelCode>,
     },
     /// [`super::Backend::submit`]. No answer (a failure answers the next `Poll`).
     Submit(Command),
