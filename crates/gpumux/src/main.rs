@@ -70,7 +70,7 @@ enum Command {
 struct RunArgs {
     /// Workload: a TOML file, or a built-in such as `parboil-k20c:mix=8,seed=1`.
     workload: String,
-    /// sim:k20c, sim:h100, sim:h200 or cuda:<index>. Default: a real GPU when
+    /// sim:k20c, sim:h100, sim:h200 or cuda:N (the GPU's index). Default: a real GPU when
     /// its backend is available, else sim:h100.
     #[arg(long)]
     device: Option<String>,

@@ -11,8 +11,8 @@ pub struct DaemonArgs {
     /// Unix socket to listen on [default: $XDG_RUNTIME_DIR/gpumux.sock, else /run/gpumux/gpumux.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// Device: cuda:<index>[,co-locate|,own-sms][,no-queue-ahead], or sim:k20c, sim:h100, sim:h200
-    /// [default: cuda:0 if a GPU is found, else sim:h100]. On a GPU, launches given part of the SMs share
+    /// Device: cuda:N (the GPU's index; options after commas: co-locate or own-sms, no-queue-ahead), or
+    /// sim:k20c, sim:h100, sim:h200 [default: cuda:0 if a GPU is found, else sim:h100]. On a GPU, launches given part of the SMs share
     /// every SM their priority level may use or keep SMs of their own, whichever measured better for the
     /// pair of kernels (`,co-locate`: always share; `,own-sms`: always their own), and a stream's next
     /// kernel is queued on the GPU behind the running one (`,no-queue-ahead`: not; docs/daemon-cuda.md).

@@ -133,7 +133,7 @@ pub enum CoreMsg {
         client: u64,
         /// What.
         inbound: Inbound,
-        /// When its reader thread decoded it (how long it waits for the core is logged past [`SLOW_ROUND`]).
+        /// When its reader thread decoded it (how long it waits for the core is logged past `SLOW_ROUND`).
         read_at: Instant,
     },
     /// A client's socket closed.

@@ -17,7 +17,7 @@
 //! * `sync`: the client's kernel completed → its `SyncStream` answered,
 //!   for a sync waiting on it (the reply then goes to the writer thread).
 //!
-//! Each stage keeps its last [`KEEP`] samples; memory per client is fixed.
+//! Each stage keeps its last `KEEP` samples; memory per client is fixed.
 
 use gpumux_engine::time::Nanos;
 use std::fmt::Write as _;

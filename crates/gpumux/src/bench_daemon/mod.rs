@@ -3,11 +3,11 @@
 //! slicing"), every baseline in the same run:
 //!
 //! * **priority**: a high-priority client's small kernels at random moments
-//!   while a low-priority client fills the GPU ([`experiments::priority`]);
+//!   while a low-priority client fills the GPU (`experiments.rs`, `priority_setting`);
 //! * **co-run**: pairs of kernels started together, STP and fairness
-//!   ([`experiments::corun`]);
+//!   (`experiments.rs`, `corun_setting`);
 //! * **overhead**: an empty kernel's launch + sync, and launch throughput
-//!   of 1-8 clients ([`experiments::overhead`]).
+//!   of 1-8 clients (`experiments.rs`, the `overhead` part of `run_all`).
 //!
 //! Baselines: plain CUDA processes under the driver's time slicing, the
 //! same under MPS (a private control daemon, started and stopped here), and
