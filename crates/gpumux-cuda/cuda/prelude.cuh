@@ -4,7 +4,9 @@
 // claims work and reads the request: a claim that saw no request is run to the
 // end, one that saw it runs nothing and lowers `resume`, so [resume, end) is
 // exactly the work left. The last worker to leave publishes the result and
-// resets the state, so the next launch needs no host-side reset.
+// resets the state, so the next launch needs no host-side reset. A request
+// made with a compare-and-swap (`gmx_cut`) also returns the next block index
+// at that instant: the exact point where the workers stop.
 struct gmx_ctl_t {
     // -- first 128-byte line: claims, and what the host reads back (32 bytes) --
     unsigned long long claim;        // low 32 bits: next block (relative to begin); high 32: seq to retreat
@@ -131,7 +133,11 @@ static __device__ __forceinline__ void gmx_leave(gmx_ctl_t* c, const gmx_launch_
     // and every per-SM counter is back at zero. The exchanges read and reset
     // in one round trip each, issued back to back.
     __threadfence();
-    const unsigned long long claim = atomicExch(&c->claim, 0ull);
+    // The reset leaves this launch's seq as a (moot) retreat request: a cut
+    // (`gmx_cut`, the host's refill) that comes after the end sees that the
+    // launch is over instead of taking a fresh record for an unstarted one.
+    // The next launch has another seq and ignores it.
+    const unsigned long long claim = atomicExch(&c->claim, ((unsigned long long)L.seq) << 32);
     const unsigned int resume = atomicExch(&c->resume, 0xffffffffu);
     atomicExch(&c->exit_word, 0ull);
     const unsigned int claimed = (unsigned int)claim;

@@ -404,6 +404,12 @@ impl WorkerLaunch {
     pub fn running(&self) -> bool {
         self.running
     }
+    /// What a cut of the running launch needs (`client/device/refill.rs`):
+    /// its control record's device address and the launch's number; `None`
+    /// when no worker launch is running (or a native one, which cannot stop).
+    pub fn cut_target(&self) -> Option<(u64, u32)> {
+        (self.running && !self.running_native).then_some((self.ctl.ptr, self.seq))
+    }
     /// The worker function it launches (kept loaded while this record is).
     pub fn function(&self) -> &Function {
         &self.func

@@ -4,7 +4,8 @@
 //! (released at once, the other SMs finish the launch), an urgent launch on
 //! the SMs a retreat took (run there, once, as the workers left), a stream of
 //! dependent kernels queued ahead on the GPU (in order under retreats, a
-//! dropped one never run), a kernel unloaded while it runs (its work runs
+//! dropped one never run), a launch refilled on SMs it was given back (every
+//! block once), a kernel unloaded while it runs (its work runs
 //! out, its module goes with the last of it), and a faulting
 //! kernel reported as a lost context and survived by a rebuild. Without a
 //! GPU (or NVRTC) each test says it skipped and why.
@@ -587,6 +588,93 @@ fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
     };
     assert!(got == want, "the dropped kernel ran (or the first did not run once)");
     eprintln!("after a dropped kernel: {:?}", d.ahead_counts());
+}
+
+/// A launch that lost half its SMs to a per-SM retreat and gets them back
+/// is refilled: its workers are cut where they are and fresh ones start over
+/// every SM at once. Every block runs exactly once (x is the host's), with
+/// and without refills, and with a retreat of the whole launch while its cut
+/// is on the way.
+#[test]
+fn a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once() {
+    let Some((_gpu, mut d)) =
+        device_or_skip("a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once")
+    else {
+        return;
+    };
+    let compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
+    let h = d.load_module("step", &compiled).expect("load").0[0].0;
+    let sms = d.info().num_sms;
+    // 3 waves of 200 µs blocks: a launch of about 600 µs.
+    let blocks = sms as u32 * 8 * 3;
+    let n = blocks as usize * 256;
+    let start: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2654435761)).collect();
+    let mut host = Pinned::new(&mut d, start.iter().flat_map(|v| v.to_le_bytes()).collect());
+    let x = d.alloc(n as u64 * 4).expect("alloc");
+    copy(&mut d, 1, ClientWork::ToDevice { dst: x, src: host.ptr(), bytes: n as u64 * 4 });
+    let (all, half) = (SmSet::range(0, sms), SmSet::range(sms / 2, sms));
+    let mut next_launch = 4000;
+    // (refill on, and a whole retreat right after the grow), per step.
+    let steps = [(true, false), (false, false), (true, false), (false, false), (true, true), (true, false)];
+    for (k, &(refill, retreat_after)) in steps.iter().enumerate() {
+        d.set_refill(refill);
+        let began = Instant::now();
+        let op = 700 + k as u64;
+        let params =
+            vec![x.to_le_bytes().to_vec(), (k as u32 + 1).to_le_bytes().to_vec(), 200_000u64.to_le_bytes().to_vec()];
+        let work = ClientWork::Kernel { kernel: h, grid: [blocks, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
+        // SAFETY: a kernel binds no host memory.
+        unsafe { d.bind(OpId(op), work) }.expect("bind");
+        let mut left = BlockRanges::full(blocks as u64);
+        let mut first = true;
+        while !left.is_empty() {
+            let lid = next_launch;
+            next_launch += 1;
+            d.submit(d.now(), launch(op, lid, left.clone(), all, blocks as u64)).expect("launch");
+            if first {
+                first = false;
+                let retreat = Command::Retreat { launch: LaunchId(lid), sms: half, mechanism: Mechanism::Drain };
+                d.submit(d.now(), retreat).expect("retreat half");
+                // Let the workers there leave (a block is 200 µs), then give the SMs back.
+                let until = Instant::now() + Duration::from_micros(300);
+                while Instant::now() < until {
+                    d.advance(Some(d.now()), &mut Vec::new()).expect("poll");
+                }
+                d.submit(d.now(), Command::Grow { launch: LaunchId(lid), sms: half }).expect("grow back");
+                if retreat_after {
+                    let all_back = Command::Retreat { launch: LaunchId(lid), sms: all, mechanism: Mechanism::Drain };
+                    d.submit(d.now(), all_back).expect("retreat all");
+                }
+            }
+            let events = run_until(&mut d, ended(LaunchId(lid))).expect("launch");
+            left = events
+                .iter()
+                .find_map(|e| match e {
+                    Event::LaunchEnded { launch, remaining, .. } if *launch == LaunchId(lid) => Some(remaining.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+        }
+        // What a refill buys: the step's time with half its SMs back after 300 µs
+        // (without a refill the launch drains and restarts; alone it takes ~600 µs).
+        eprintln!(
+            "step {k}: refill {refill}, retreat after the grow {retreat_after}: {:.0} µs",
+            began.elapsed().as_secs_f64() * 1e6
+        );
+        d.unbind(OpId(op));
+    }
+    let (asked, started) = d.refills();
+    eprintln!("refills: {asked} cut, {started} started fresh workers");
+    assert!(asked >= 4, "each step with refills on and SMs given back was cut ({asked})");
+    assert!(started >= 2, "cuts of launches with blocks left started fresh workers ({started})");
+    assert!(!d.busy(), "nothing left on the device");
+    copy(&mut d, 2, ClientWork::ToHost { src: x, dst: host.ptr(), bytes: n as u64 * 4 });
+    d.unregister_host(host.ptr().0);
+    d.free(x).expect("free");
+    let got: Vec<u32> = host.0.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+    let want: Vec<u32> =
+        start.iter().map(|&v| (1..=steps.len() as u32).fold(v, |v, k| v.wrapping_mul(3).wrapping_add(k))).collect();
+    assert!(got == want, "x differs from the host's: a block ran twice or not at all");
 }
 
 /// A client that leaves has its kernels unloaded by the daemon while their

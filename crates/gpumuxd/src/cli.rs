@@ -11,11 +11,12 @@ pub struct DaemonArgs {
     /// Unix socket to listen on [default: $XDG_RUNTIME_DIR/gpumux.sock, else /run/gpumux/gpumux.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// Device: cuda:N (the GPU's index; options after commas: co-locate or own-sms, no-queue-ahead), or
+    /// Device: cuda:N (the GPU's index; options after commas: co-locate or own-sms, no-queue-ahead, no-refill), or
     /// sim:k20c, sim:h100, sim:h200 [default: cuda:0 if a GPU is found, else sim:h100]. On a GPU, launches given part of the SMs share
     /// every SM their priority level may use or keep SMs of their own, whichever measured better for the
     /// pair of kernels (`,co-locate`: always share; `,own-sms`: always their own), and a stream's next
-    /// kernel is queued on the GPU behind the running one (`,no-queue-ahead`: not; docs/daemon-cuda.md).
+    /// kernel is queued on the GPU behind the running one (`,no-queue-ahead`: not), and SMs given back
+    /// to a launch whose workers left them are filled at once (`,no-refill`: not; docs/daemon-cuda.md).
     #[arg(long)]
     pub device: Option<String>,
     /// Scheduling policy (gpumux policies lists them) [default: ppq-even-drain].

@@ -19,6 +19,7 @@ use super::work::{BindError, ClientWork, KernelHandle};
 mod ahead;
 mod clock;
 mod corun;
+mod refill;
 use crate::error::CudaError;
 use crate::launch_plan::Chunk;
 use crate::preempt::{SmMask, WorkerLaunch};
@@ -32,6 +33,7 @@ use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
+use refill::{CutKernel, PendingCut};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,6 +69,12 @@ struct Live {
     stream: Stream,
     /// Workers queued or running on `stream`.
     segs: Vec<WorkerLaunch>,
+    /// Worker launches a refill cut ([`refill`]): leaving after the blocks
+    /// they claimed, on the streams of `leaving_streams`.
+    leaving: Vec<WorkerLaunch>,
+    leaving_streams: Vec<Stream>,
+    /// A refill's cut, asked and not answered yet.
+    cut: Option<PendingCut>,
     /// Workers have been asked to retreat.
     stopping: bool,
     /// SMs the current workers run on.
@@ -167,11 +175,27 @@ pub(super) struct InContext {
     /// Queued workers of operations unbound before the engine launched
     /// them, leaving: reaped once their workers are gone.
     orphans: Vec<(OpId, ahead::Ahead)>,
+    /// The refills' cut kernel ([`refill`]), loaded with the context;
+    /// `Some(None)`: it would not load (refills are off in this context).
+    cut_kernel: Option<Option<CutKernel>>,
+    /// Where cuts run: a stream of their own at the highest priority, so that
+    /// a cut waiting for a free slot holds up no retreat on `ctl`.
+    cut_stream: Stream,
+    /// Answer words of cuts, kept for the next.
+    cut_buffers: Vec<crate::runtime::HostMapped>,
 }
 
 impl InContext {
     fn new(ctx: &ClientContext) -> Result<InContext, CudaError> {
         let low = |_| Stream::in_range(ctx.priority_range, ctx.priority_range.0);
+        let cut_kernel = match CutKernel::load(ctx.arch()) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                let e = crate::error::Chain(&e);
+                tracing::warn!("CUDA device: SMs given back stay idle until their launch ends: no cut kernel ({e})");
+                None
+            }
+        };
         Ok(InContext {
             ctl: Stream::in_range(ctx.priority_range, ctx.priority_range.1)?,
             copy_streams: [low(())?, low(())?, low(())?],
@@ -185,6 +209,11 @@ impl InContext {
             allocations: HashMap::new(),
             ahead: HashMap::new(),
             orphans: Vec::new(),
+            // Loaded with the context: device memory the first refill would take
+            // otherwise (2 MiB on the H100) counts in the context's baseline.
+            cut_kernel: Some(cut_kernel),
+            cut_stream: Stream::in_range(ctx.priority_range, ctx.priority_range.1)?,
+            cut_buffers: Vec::new(),
         })
     }
 }
@@ -234,6 +263,11 @@ pub struct ClientDevice {
     chooser: Option<CoRunChooser>,
     /// Where launch commands' time goes ([`clock`]), logged on close.
     clock: clock::LaunchClock,
+    /// SMs given back to a launch whose workers left them are filled at once
+    /// ([`refill`]; [`ClientDevice::set_refill`]).
+    refill: bool,
+    /// Refills asked and carried out (logged on close).
+    refills: (u64, u64),
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -477,6 +511,8 @@ impl ClientDevice {
             ahead_counts: AheadCounts::default(),
             chooser: co_locate.then(CoRunChooser::default),
             clock: clock::LaunchClock::default(),
+            refill: true,
+            refills: (0, 0),
         })
     }
 
@@ -617,6 +653,21 @@ impl ClientDevice {
         };
     }
 
+    /// Fills SMs given back to a launch whose workers left them at once, by
+    /// cutting its workers and starting fresh ones over all its SMs (the
+    /// default; `client/device/refill.rs` says why and how), or leaves them
+    /// idle until the launch ends (or drains and restarts it once a quarter
+    /// of its SMs are so).
+    pub fn set_refill(&mut self, on: bool) {
+        self.refill = on;
+    }
+
+    /// Refills so far: launches cut to fill SMs given back, and of those the
+    /// ones that started fresh workers ([`ClientDevice::set_refill`]).
+    pub fn refills(&self) -> (u64, u64) {
+        self.refills
+    }
+
     /// What the co-run chooser did so far (zeros when it is off).
     pub fn corun_counts(&self) -> CoRunCounts {
         self.chooser.as_ref().map(CoRunChooser::counts).unwrap_or_default()
@@ -649,7 +700,8 @@ impl ClientDevice {
     /// the suspects when the context is lost.
     pub fn in_flight(&self) -> Vec<OpId> {
         let Some(st) = self.st.as_ref() else { return Vec::new() };
-        let mut ops: Vec<OpId> = st.launches.values().filter(|l| !l.segs.is_empty()).map(|l| l.op).collect();
+        let mut ops: Vec<OpId> =
+            st.launches.values().filter(|l| !l.segs.is_empty() || !l.leaving.is_empty()).map(|l| l.op).collect();
         ops.extend(st.copies.iter().flatten().map(|c| c.op));
         ops.extend(st.ahead.keys().chain(st.orphans.iter().map(|o| &o.0)));
         ops.sort();
@@ -660,7 +712,7 @@ impl ClientDevice {
     /// Whether anything is on the device (the daemon polls while so).
     pub fn busy(&self) -> bool {
         self.st.as_ref().is_some_and(|st| {
-            st.launches.values().any(|l| !l.segs.is_empty())
+            st.launches.values().any(|l| !l.segs.is_empty() || !l.leaving.is_empty())
                 || st.copies.iter().any(|q| !q.is_empty())
                 || !st.orphans.is_empty()
         })
@@ -743,9 +795,13 @@ impl ClientDevice {
         self.out.push(Event::LaunchEnded { launch: lid, remaining, saved: Vec::new(), completed });
         if let Some(o) = op {
             o.pool.append(&mut live.segs);
+            o.pool.append(&mut live.leaving);
             if o.unbound {
                 st.retire(live.op);
             }
+        }
+        for s in live.leaving_streams.drain(..) {
+            st.return_stream(s);
         }
         // Workers queued behind this launch's keep its stream (their order on it).
         if let Some(stream) = ahead::take_stream(st, lid, live.stream) {
@@ -759,7 +815,10 @@ impl ClientDevice {
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let mut ended: Vec<LaunchId> = Vec::new();
         for (&lid, live) in st.launches.iter() {
-            if all_left(&live.segs).map_err(failed_with(|| format!("polling launch {lid}")))? {
+            if live.cut.is_none()
+                && all_left(&live.segs).map_err(failed_with(|| format!("polling launch {lid}")))?
+                && all_left(&live.leaving).map_err(failed_with(|| format!("polling launch {lid}'s cut workers")))?
+            {
                 ended.push(lid);
             }
         }
@@ -773,6 +832,11 @@ impl ClientDevice {
                 continue;
             };
             let mut outcomes = Vec::new();
+            // A refill's cut workers first: their blocks end where the fresh ones' begin.
+            live.segs.splice(0..0, std::mem::take(&mut live.leaving));
+            for s in live.leaving_streams.drain(..) {
+                st.streams.entry(s.priority).or_default().push(s);
+            }
             for w in live.segs.iter_mut() {
                 let from = w.next as u64;
                 let t = Instant::now();
@@ -974,6 +1038,13 @@ impl Drop for ClientDevice {
         if let Some(s) = self.clock.summary() {
             tracing::info!("CUDA device: {s}");
         }
+        if self.refills.0 > 0 {
+            tracing::info!(
+                "CUDA device: refills: {} launches cut to fill SMs given back, {} started fresh workers (the others were done or retreating)",
+                self.refills.0,
+                self.refills.1
+            );
+        }
         let c = self.corun_counts();
         if c.probes > 0 {
             tracing::info!(
@@ -993,7 +1064,7 @@ impl Drop for ClientDevice {
                 a.stop(&st.ctl);
             }
             for live in st.launches.values_mut() {
-                for w in live.segs.iter_mut() {
+                for w in live.segs.iter_mut().chain(live.leaving.iter_mut()) {
                     let _ = w.retreat(&st.ctl);
                     let _ = w.finish();
                 }
@@ -1058,6 +1129,9 @@ impl Device for ClientDevice {
                     releasing: SmSet::EMPTY,
                     stream,
                     segs: Vec::new(),
+                    leaving: Vec::new(),
+                    leaving_streams: Vec::new(),
+                    cut: None,
                     stopping: false,
                     mask: sms,
                     gone: SmSet::EMPTY,
@@ -1105,7 +1179,14 @@ impl Device for ClientDevice {
                 }
                 live.sms = live.sms.union(&add);
                 live.note("grow");
-                if !self.regrow_in_place(launch, add)? {
+                if live.cut.is_some() {
+                    // The refill under way starts its workers on every SM held then.
+                    return Ok(());
+                }
+                // In place while the workers still cover 3/4 of its SMs (those
+                // that had not left yet go on there); else refilled, or, if it
+                // cannot be, drained and restarted.
+                if !self.regrow_in_place(launch, add)? && !self.ask_refill(launch)? {
                     self.retreat_workers(launch)?;
                 }
             }
@@ -1139,6 +1220,7 @@ impl Device for ClientDevice {
     fn advance(&mut self, until: Option<Nanos>, events: &mut Vec<Event>) -> Result<Nanos, DeviceError> {
         loop {
             if self.out.is_empty() {
+                self.poll_cuts()?;
                 self.poll_launches()?;
                 self.poll_copies()?;
                 self.poll_orphans()?;

@@ -46,7 +46,7 @@ pub struct Bench {
     pub args: DaemonBenchArgs,
 }
 
-/// A daemon configuration: `policy[+own-sms|+co-locate][+no-ahead|+ahead][+in-process][+sockets][+sim]`:
+/// A daemon configuration: `policy[+own-sms|+co-locate][+no-ahead|+ahead][+no-refill][+in-process][+sockets][+sim]`:
 /// the daemon co-locates launches by default (a launch's share of the SMs
 /// becomes that share of every SM its priority level may use), or gives a
 /// pair of kernels SMs of their own where that measured better; `+own-sms`
@@ -54,7 +54,8 @@ pub struct Bench {
 /// `+co-locate` `cuda:N,co-locate` (always co-located);
 /// `+no-ahead` serves `cuda:N,no-queue-ahead` (a stream's next kernel is
 /// not queued on the GPU behind the running one; `+ahead`: it is, as by
-/// default);
+/// default); `+no-refill` serves `cuda:N,no-refill` (SMs given back to a
+/// launch whose workers left them stay idle until it ends);
 /// `+in-process` runs the device in the daemon's process
 /// (`--device-in-process`) instead of a child; `+sockets` keeps the clients'
 /// conversations on the socket (`GPUMUX_RINGS=0`: no shared-memory rings);
@@ -69,6 +70,8 @@ struct DaemonConfig {
     co_locate: bool,
     /// Queue ahead asked for explicitly (`None`: the daemon's default).
     ahead: Option<bool>,
+    /// Refills off (`cuda:N,no-refill`).
+    no_refill: bool,
     in_process: bool,
     /// The clients keep to the socket (no rings).
     sockets: bool,
@@ -84,6 +87,7 @@ impl DaemonConfig {
             own_sms: false,
             co_locate: false,
             ahead: None,
+            no_refill: false,
             in_process: false,
             sockets: false,
             sim: false,
@@ -97,8 +101,9 @@ impl DaemonConfig {
                 "no-ahead" => c.ahead = Some(false),
                 "co-locate" => c.co_locate = true,
                 "sim" => c.sim = true,
+                "no-refill" => c.no_refill = true,
                 other => {
-                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +co-locate, +no-ahead, +ahead, +in-process, +sockets, +sim)")
+                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +co-locate, +no-ahead, +ahead, +no-refill, +in-process, +sockets, +sim)")
                 }
             }
         }
@@ -116,6 +121,9 @@ impl DaemonConfig {
             Some(true) => l += ", queue ahead",
             Some(false) => l += ", no queue ahead",
             None => {}
+        }
+        if self.no_refill {
+            l += ", no refill";
         }
         if self.in_process {
             l += ", device in-process";
@@ -231,6 +239,9 @@ impl Bench {
                 Some(true) => device += ",queue-ahead",
                 Some(false) => device += ",no-queue-ahead",
                 None => {}
+            }
+            if c.no_refill {
+                device += ",no-refill";
             }
         }
         let name: String =
@@ -739,6 +750,10 @@ mod tests {
         assert!(c.ahead == Some(true) && c.own_sms && c.label().ends_with(", queue ahead"));
         let c = DaemonConfig::parse("ppq-even-drain+co-locate+sockets").unwrap();
         assert!(c.co_locate && c.sockets && c.label().ends_with(", always co-located, clients on sockets"));
+        assert_eq!(
+            DaemonConfig::parse("ppq-even-drain+no-refill").unwrap().label(),
+            "gpumux ppq-even-drain, no refill"
+        );
         assert_eq!(DaemonConfig::parse(" fcfs ").unwrap().label(), "gpumux fcfs");
         let e = DaemonConfig::parse("fcfs+fast").unwrap_err().to_string();
         assert!(e.contains("unknown `+fast`"), "{e}");

@@ -28,6 +28,7 @@ pub fn open(spec: crate::daemon::CudaSpec) -> anyhow::Result<Box<dyn Backend>> {
     let mut device = opened.map_err(|e| anyhow::anyhow!("opening cuda:{ordinal}: {}", Chain(&e)))?;
     device.set_queue_ahead(spec.queue_ahead);
     device.set_choose_placement(spec.choose);
+    device.set_refill(spec.refill);
     Ok(Box::new(CudaBackend {
         device,
         regions: Vec::new(),

@@ -181,7 +181,14 @@ impl ClientDevice {
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let InContext { launches, ops, spare, ahead, orphans, .. } = st;
         let Some(live) = launches.get(&lid) else { return Ok(()) };
-        if live.stopping || !live.vacated.is_empty() || live.segs.is_empty() || live.sms.is_empty() {
+        // A refilled launch runs on two streams: what queues behind one would not wait for the other.
+        if live.stopping
+            || !live.vacated.is_empty()
+            || live.segs.is_empty()
+            || live.sms.is_empty()
+            || !live.leaving.is_empty()
+            || live.cut.is_some()
+        {
             return Ok(());
         }
         // Workers of other launches may still fill some of this launch's
