@@ -253,3 +253,24 @@ impl super::ClientDevice {
         r.map_err(failed_with(|| format!("starting the fresh workers of launch {lid}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::CUT_KERNEL;
+
+    /// The cut kernel compiles with the prelude it reads the record through
+    /// (NVRTC, no GPU needed; skipped where NVRTC is missing).
+    #[test]
+    fn the_cut_kernel_compiles_against_the_prelude() {
+        if !crate::nvrtc::nvrtc_present() {
+            eprintln!(
+                "SKIPPED the_cut_kernel_compiles_against_the_prelude: libnvrtc not found (source .ci/install-nvrtc.sh)"
+            );
+            return;
+        }
+        let src = format!("{}\n{CUT_KERNEL}", crate::transform::PRELUDE);
+        let compiled = crate::nvrtc::compile("gmx_cut_test", &src, 90, &[]).expect("gmx_cut compiles for sm_90");
+        assert!(!compiled.cubin.is_empty());
+        assert!(CUT_KERNEL.contains("atomicCAS(&c->claim"), "the request and the stopping point in one atomic");
+    }
+}
