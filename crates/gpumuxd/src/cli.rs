@@ -15,8 +15,8 @@ pub struct DaemonArgs {
     /// sim:k20c, sim:h100, sim:h200 [default: cuda:0 if a GPU is found, else sim:h100]. On a GPU, launches given part of the SMs share
     /// every SM their priority level may use or keep SMs of their own, whichever measured better for the
     /// pair of kernels (`,co-locate`: always share; `,own-sms`: always their own), and a stream's next
-    /// kernel is queued on the GPU behind the running one (`,no-queue-ahead`: not), and SMs given back
-    /// to a launch whose workers left them are filled at once (`,no-refill`: not; docs/daemon-cuda.md).
+    /// kernel is queued on the GPU behind the running one (`,no-queue-ahead`: not), and a launch given back
+    /// SMs it cannot go on in is refilled at once (`,no-refill`: drained and restarted; docs/daemon-cuda.md).
     #[arg(long)]
     pub device: Option<String>,
     /// Scheduling policy (gpumux policies lists them) [default: ppq-even-drain].

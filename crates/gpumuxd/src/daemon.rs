@@ -86,8 +86,9 @@ pub struct CudaSpec {
     /// A stream's next kernel is queued on the GPU behind the running one
     /// (`ClientDevice::set_queue_ahead`, the default); `,no-queue-ahead`: not.
     pub queue_ahead: bool,
-    /// SMs given back to a launch whose workers left them are filled at once
-    /// (`ClientDevice::set_refill`, the default); `,no-refill`: not.
+    /// A grow that cannot go on in place refills the launch (fresh workers
+    /// over all its SMs at once) instead of draining and restarting it
+    /// (`ClientDevice::set_refill`, the default); `,no-refill`: drains.
     pub refill: bool,
 }
 

@@ -263,8 +263,8 @@ pub struct ClientDevice {
     chooser: Option<CoRunChooser>,
     /// Where launch commands' time goes ([`clock`]), logged on close.
     clock: clock::LaunchClock,
-    /// SMs given back to a launch whose workers left them are filled at once
-    /// ([`refill`]; [`ClientDevice::set_refill`]).
+    /// A grow that cannot go on in place refills the launch instead of
+    /// draining and restarting it ([`refill`]; [`ClientDevice::set_refill`]).
     refill: bool,
     /// Refills asked and carried out (logged on close).
     refills: (u64, u64),
@@ -653,11 +653,11 @@ impl ClientDevice {
         };
     }
 
-    /// Fills SMs given back to a launch whose workers left them at once, by
-    /// cutting its workers and starting fresh ones over all its SMs (the
-    /// default; `client/device/refill.rs` says why and how), or leaves them
-    /// idle until the launch ends (or drains and restarts it once a quarter
-    /// of its SMs are so).
+    /// Where a grow cannot go on in place (the launch's workers cover less
+    /// than 3/4 of its SMs, or it is given SMs it never had), cuts its
+    /// workers where they are and starts fresh ones over all its SMs at once
+    /// (the default; `client/device/refill.rs` says why and how), or drains
+    /// every worker and restarts on the larger set (off).
     pub fn set_refill(&mut self, on: bool) {
         self.refill = on;
     }

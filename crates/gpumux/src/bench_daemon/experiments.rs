@@ -54,8 +54,8 @@ pub struct Bench {
 /// `+co-locate` `cuda:N,co-locate` (always co-located);
 /// `+no-ahead` serves `cuda:N,no-queue-ahead` (a stream's next kernel is
 /// not queued on the GPU behind the running one; `+ahead`: it is, as by
-/// default); `+no-refill` serves `cuda:N,no-refill` (SMs given back to a
-/// launch whose workers left them stay idle until it ends);
+/// default); `+no-refill` serves `cuda:N,no-refill` (a launch given back SMs
+/// it cannot go on in drains and restarts instead of being refilled);
 /// `+in-process` runs the device in the daemon's process
 /// (`--device-in-process`) instead of a child; `+sockets` keeps the clients'
 /// conversations on the socket (`GPUMUX_RINGS=0`: no shared-memory rings);

@@ -1,32 +1,39 @@
-//! Refill: SMs given back to a launch whose workers left them are filled
-//! again at once, not when the launch ends.
+//! Refill: a launch given back SMs it cannot go on in is cut where its
+//! workers are and fresh workers start over all its SMs at once, instead of
+//! a drain of every worker and a restart.
 //!
 //! **Why.** A per-SM retreat (docs/daemon-cuda.md) asks the workers on the
-//! SMs taken to leave; they exit, and a worker that has exited cannot come
-//! back. When the engine gives the SMs back (the urgent kernel that took
-//! them ended), the launch's remaining workers are on the other SMs only:
-//! the SMs given back stayed idle until the launch ended, or, once a quarter
-//! of its SMs were lost so, the launch drained every worker and restarted.
-//! A low-priority kernel long enough to see several urgent kernels lost a
-//! seventh of the GPU per urgent kernel for the rest of its run (the
-//! priority experiment's 1000 µs blocks: 0.87 of its rate alone, 0.70-0.72
-//! with the urgent client; docs/benchmarks.md).
+//! SMs taken to leave; a worker that has left cannot come back. When the
+//! engine gives SMs back, the launch goes on in place if its workers still
+//! cover 3/4 of its SMs (those that had not left yet go on; the slots of
+//! those that did stay idle until the launch ends). Otherwise (a launch that
+//! lost a quarter of its SMs to several urgent kernels, or one given SMs it
+//! never had) it used to drain: every worker finishes its block and leaves,
+//! each slot idle from then until the slowest worker's end, and only then
+//! does the launch restart on the larger set.
 //!
-//! **How.** The launch is *cut*: one thread (`gmx_cut`, on the control
-//! stream) sets the retreat request in each worker launch's claim word with
-//! a compare-and-swap, which also returns the next block index at that
+//! **How.** The launch is *cut*: one thread (`gmx_cut`, on a stream of its
+//! own) sets the retreat request in each worker launch's claim word with a
+//! compare-and-swap, which also returns the next block index at that
 //! instant. Every claim after it runs nothing, so the workers stop exactly
 //! there ([`crate::preempt`]'s retreat, with the stopping point known at
 //! once instead of when the last worker leaves). Fresh workers for the
 //! blocks from the cut on start at once on a stream of their own, over all
 //! the SMs the launch holds; the old ones finish the blocks they claimed
-//! and leave, each slot passing from an old worker to a new one as it does,
-//! so no SM waits for the others. A cut that finds the launch over (its
-//! last worker leaves the claim word holding its own seq) or already asked
-//! to retreat cuts nothing.
+//! and leave, each slot passing from an old worker to a new one as it does.
+//! A cut that finds the launch over (its last worker leaves the claim word
+//! holding its own seq) or already asked to retreat cuts nothing.
 //!
 //! The launch ends when the old workers and the new have all left. Nothing
 //! is queued ahead behind a refilled launch (its blocks run on two streams).
+//!
+//! **Where not.** Refilling every grow that gave back SMs some workers had
+//! left (the first version) cut every worker of launches whose workers had
+//! mostly not left yet: each replacement costs its slot a claim under the
+//! neighbours' contention, and the low-priority client of the priority
+//! experiment lost 0.07-0.09 of its rate at 1000 µs blocks (docs/benchmarks.md,
+//! runs 92-93). Where the launch would drain instead, a refill is faster:
+//! 932-963 against 1143-1219 µs for a launch given back half its SMs (run 95).
 
 use super::{failed, failed_with, place, start_segs, state_of, SegPlan};
 use crate::error::CudaError;
