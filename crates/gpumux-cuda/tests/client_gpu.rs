@@ -13,7 +13,7 @@
 mod examples;
 use examples::example;
 use gpumux_cuda::client::module;
-use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle};
+use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, Refill};
 use gpumux_cuda::nvrtc;
 use gpumux_cuda::runtime::{Module, Params, Stream};
 use gpumux_engine::device::{Command, CopyDirection, Device, DeviceError, Event, Mechanism};
@@ -617,7 +617,7 @@ fn a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once() {
     // (refill on, and a whole retreat right after the grow), per step.
     let steps = [(true, false), (false, false), (true, false), (false, false), (true, true), (true, false)];
     for (k, &(refill, retreat_after)) in steps.iter().enumerate() {
-        d.set_refill(refill);
+        d.set_refill(if refill { Refill::Drained } else { Refill::Off });
         let began = Instant::now();
         let op = 700 + k as u64;
         let params =

@@ -11,7 +11,7 @@ pub struct DaemonArgs {
     /// Unix socket to listen on [default: $XDG_RUNTIME_DIR/gpumux.sock, else /run/gpumux/gpumux.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// Device: cuda:N (the GPU's index; options after commas: co-locate or own-sms, no-queue-ahead, no-refill), or
+    /// Device: cuda:N (the GPU's index; options after commas: co-locate or own-sms, no-queue-ahead, no-refill or refill-always), or
     /// sim:k20c, sim:h100, sim:h200 [default: cuda:0 if a GPU is found, else sim:h100]. On a GPU, launches given part of the SMs share
     /// every SM their priority level may use or keep SMs of their own, whichever measured better for the
     /// pair of kernels (`,co-locate`: always share; `,own-sms`: always their own), and a stream's next

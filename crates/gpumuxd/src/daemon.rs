@@ -8,6 +8,7 @@ use crate::config::Config;
 use crate::core::{Core, CoreMsg};
 use crate::server;
 use anyhow::{bail, Context, Result};
+pub use gpumux_cuda::client::Refill;
 use std::path::PathBuf;
 use std::sync::mpsc::channel;
 
@@ -68,7 +69,7 @@ pub fn pick_device(spec: Option<&str>) -> String {
     }
 }
 
-/// A GPU spec, `cuda:<index>[,co-locate|,own-sms][,no-queue-ahead][,no-refill]` (docs/daemon.md, "Devices").
+/// A GPU spec, `cuda:<index>[,co-locate|,own-sms][,no-queue-ahead][,no-refill|,refill-always]` (docs/daemon.md, "Devices").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CudaSpec {
     /// The GPU's ordinal.
@@ -86,10 +87,11 @@ pub struct CudaSpec {
     /// A stream's next kernel is queued on the GPU behind the running one
     /// (`ClientDevice::set_queue_ahead`, the default); `,no-queue-ahead`: not.
     pub queue_ahead: bool,
-    /// A grow that cannot go on in place refills the launch (fresh workers
-    /// over all its SMs at once) instead of draining and restarting it
-    /// (`ClientDevice::set_refill`, the default); `,no-refill`: drains.
-    pub refill: bool,
+    /// When a grow refills a launch (fresh workers over all its SMs at once)
+    /// instead of draining and restarting it (`ClientDevice::set_refill`):
+    /// where it cannot go on in place (the default); `,refill-always`: also
+    /// whenever it gives back SMs workers had left; `,no-refill`: never.
+    pub refill: Refill,
 }
 
 /// Parses a GPU spec ([`CudaSpec`]). `None`: not a GPU spec.
@@ -99,21 +101,22 @@ pub fn parse_cuda_spec(spec: &str) -> Option<Result<CudaSpec>> {
     let n = parts.next().unwrap_or_default();
     let Ok(ordinal) = n.parse::<i32>().map_err(|_| ()).and_then(|o| if o >= 0 { Ok(o) } else { Err(()) }) else {
         return Some(Err(anyhow::anyhow!(
-            "bad device `{spec}`: expected cuda:<index>[,co-locate|,own-sms][,no-queue-ahead][,no-refill], e.g. cuda:0"
+            "bad device `{spec}`: expected cuda:<index>[,co-locate|,own-sms][,no-queue-ahead][,no-refill|,refill-always], e.g. cuda:0"
         )));
     };
-    let mut parsed = CudaSpec { ordinal, co_locate: true, choose: true, queue_ahead: true, refill: true };
+    let mut parsed = CudaSpec { ordinal, co_locate: true, choose: true, queue_ahead: true, refill: Refill::Drained };
     for option in parts {
         match option {
             "co-locate" => (parsed.co_locate, parsed.choose) = (true, false),
             "own-sms" => (parsed.co_locate, parsed.choose) = (false, false),
             "queue-ahead" => parsed.queue_ahead = true,
             "no-queue-ahead" => parsed.queue_ahead = false,
-            "refill" => parsed.refill = true,
-            "no-refill" => parsed.refill = false,
+            "refill" => parsed.refill = Refill::Drained,
+            "no-refill" => parsed.refill = Refill::Off,
+            "refill-always" => parsed.refill = Refill::Always,
             other => {
                 return Some(Err(anyhow::anyhow!(
-                    "bad device `{spec}`: unknown option `{other}` (known: co-locate, own-sms, no-queue-ahead, no-refill)"
+                    "bad device `{spec}`: unknown option `{other}` (known: co-locate, own-sms, no-queue-ahead, no-refill, refill-always)"
                 )));
             }
         }
@@ -218,12 +221,12 @@ pub fn run(opts: Options) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_cuda_spec, CudaSpec};
+    use super::{parse_cuda_spec, CudaSpec, Refill};
 
     #[test]
     fn gpu_specs_parse_with_their_option_and_bad_ones_say_why() {
         let spec = |ordinal, co_locate, choose, queue_ahead| {
-            Some(Some(CudaSpec { ordinal, co_locate, choose, queue_ahead, refill: true }))
+            Some(Some(CudaSpec { ordinal, co_locate, choose, queue_ahead, refill: Refill::Drained }))
         };
         assert_eq!(parse_cuda_spec("cuda:0").map(|r| r.ok()), spec(0, true, true, true));
         assert_eq!(parse_cuda_spec("cuda:3,co-locate").map(|r| r.ok()), spec(3, true, false, true));
@@ -232,7 +235,9 @@ mod tests {
         assert_eq!(parse_cuda_spec("cuda:2,own-sms,queue-ahead").map(|r| r.ok()), spec(2, false, false, true));
         assert_eq!(parse_cuda_spec("cuda:0,no-queue-ahead").map(|r| r.ok()), spec(0, true, true, false));
         let no_refill = parse_cuda_spec("cuda:0,no-refill").and_then(|r| r.ok());
-        assert_eq!(no_refill.map(|s| (s.refill, s.queue_ahead)), Some((false, true)));
+        assert_eq!(no_refill.map(|s| (s.refill, s.queue_ahead)), Some((Refill::Off, true)));
+        let always = parse_cuda_spec("cuda:0,refill-always").and_then(|r| r.ok());
+        assert_eq!(always.map(|s| s.refill), Some(Refill::Always));
         assert!(parse_cuda_spec("sim:h100").is_none());
         let bad = parse_cuda_spec("cuda:0,fast").and_then(|r| r.err()).map(|e| e.to_string()).unwrap_or_default();
         assert!(bad.contains("unknown option `fast`"), "{bad}");

@@ -33,6 +33,7 @@ use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
+pub use refill::Refill;
 use refill::{CutKernel, PendingCut};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -263,9 +264,8 @@ pub struct ClientDevice {
     chooser: Option<CoRunChooser>,
     /// Where launch commands' time goes ([`clock`]), logged on close.
     clock: clock::LaunchClock,
-    /// A grow that cannot go on in place refills the launch instead of
-    /// draining and restarting it ([`refill`]; [`ClientDevice::set_refill`]).
-    refill: bool,
+    /// When a grow refills a launch ([`refill`]; [`ClientDevice::set_refill`]).
+    refill: Refill,
     /// Refills asked and carried out (logged on close).
     refills: (u64, u64),
 }
@@ -511,7 +511,7 @@ impl ClientDevice {
             ahead_counts: AheadCounts::default(),
             chooser: co_locate.then(CoRunChooser::default),
             clock: clock::LaunchClock::default(),
-            refill: true,
+            refill: Refill::Drained,
             refills: (0, 0),
         })
     }
@@ -653,13 +653,13 @@ impl ClientDevice {
         };
     }
 
-    /// Where a grow cannot go on in place (the launch's workers cover less
-    /// than 3/4 of its SMs, or it is given SMs it never had), cuts its
-    /// workers where they are and starts fresh ones over all its SMs at once
-    /// (the default; `client/device/refill.rs` says why and how), or drains
-    /// every worker and restarts on the larger set (off).
-    pub fn set_refill(&mut self, on: bool) {
-        self.refill = on;
+    /// When a grow cuts a launch's workers where they are and starts fresh
+    /// ones over all its SMs at once ([`Refill`]; `client/device/refill.rs`
+    /// says why and how): where it cannot go on in place (the default),
+    /// also whenever it gives back SMs workers had left, or never (a drain
+    /// and a restart instead).
+    pub fn set_refill(&mut self, mode: Refill) {
+        self.refill = mode;
     }
 
     /// Refills so far: launches cut to fill SMs given back, and of those the
@@ -1185,8 +1185,12 @@ impl Device for ClientDevice {
                 }
                 // In place while the workers still cover 3/4 of its SMs (those
                 // that had not left yet go on there); else refilled, or, if it
-                // cannot be, drained and restarted.
-                if !self.regrow_in_place(launch, add)? && !self.ask_refill(launch)? {
+                // cannot be, drained and restarted. `Refill::Always` refills
+                // whenever SMs some workers had left come back.
+                let vacated = !add.intersection(&live.vacated).is_empty();
+                let in_place = self.regrow_in_place(launch, add)?;
+                let refill = !in_place || (vacated && self.refill == Refill::Always);
+                if refill && !self.ask_refill(launch)? && !in_place {
                     self.retreat_workers(launch)?;
                 }
             }

@@ -17,7 +17,7 @@ pub mod module;
 pub mod work;
 
 pub use context::ClientContext;
-pub use device::{AheadCounts, ClientDevice};
+pub use device::{AheadCounts, ClientDevice, Refill};
 pub use fault::ContextLost;
 pub use memory::MemoryError;
 pub use module::{ClientKernel, CompiledModule, ModuleError};

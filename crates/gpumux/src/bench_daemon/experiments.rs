@@ -46,7 +46,7 @@ pub struct Bench {
     pub args: DaemonBenchArgs,
 }
 
-/// A daemon configuration: `policy[+own-sms|+co-locate][+no-ahead|+ahead][+no-refill][+in-process][+sockets][+sim]`:
+/// A daemon configuration: `policy[+own-sms|+co-locate][+no-ahead|+ahead][+no-refill|+refill-always][+in-process][+sockets][+sim]`:
 /// the daemon co-locates launches by default (a launch's share of the SMs
 /// becomes that share of every SM its priority level may use), or gives a
 /// pair of kernels SMs of their own where that measured better; `+own-sms`
@@ -55,7 +55,9 @@ pub struct Bench {
 /// `+no-ahead` serves `cuda:N,no-queue-ahead` (a stream's next kernel is
 /// not queued on the GPU behind the running one; `+ahead`: it is, as by
 /// default); `+no-refill` serves `cuda:N,no-refill` (a launch given back SMs
-/// it cannot go on in drains and restarts instead of being refilled);
+/// it cannot go on in drains and restarts instead of being refilled),
+/// `+refill-always` `cuda:N,refill-always` (refilled whenever it is given
+/// back SMs its workers had left);
 /// `+in-process` runs the device in the daemon's process
 /// (`--device-in-process`) instead of a child; `+sockets` keeps the clients'
 /// conversations on the socket (`GPUMUX_RINGS=0`: no shared-memory rings);
@@ -70,8 +72,8 @@ struct DaemonConfig {
     co_locate: bool,
     /// Queue ahead asked for explicitly (`None`: the daemon's default).
     ahead: Option<bool>,
-    /// Refills off (`cuda:N,no-refill`).
-    no_refill: bool,
+    /// Refills asked for (`cuda:N,no-refill`, `cuda:N,refill-always`; `None`: the default).
+    refill: Option<&'static str>,
     in_process: bool,
     /// The clients keep to the socket (no rings).
     sockets: bool,
@@ -87,7 +89,7 @@ impl DaemonConfig {
             own_sms: false,
             co_locate: false,
             ahead: None,
-            no_refill: false,
+            refill: None,
             in_process: false,
             sockets: false,
             sim: false,
@@ -101,9 +103,10 @@ impl DaemonConfig {
                 "no-ahead" => c.ahead = Some(false),
                 "co-locate" => c.co_locate = true,
                 "sim" => c.sim = true,
-                "no-refill" => c.no_refill = true,
+                "no-refill" => c.refill = Some("no-refill"),
+                "refill-always" => c.refill = Some("refill-always"),
                 other => {
-                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +co-locate, +no-ahead, +ahead, +no-refill, +in-process, +sockets, +sim)")
+                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +co-locate, +no-ahead, +ahead, +no-refill, +refill-always, +in-process, +sockets, +sim)")
                 }
             }
         }
@@ -122,8 +125,10 @@ impl DaemonConfig {
             Some(false) => l += ", no queue ahead",
             None => {}
         }
-        if self.no_refill {
-            l += ", no refill";
+        match self.refill {
+            Some("no-refill") => l += ", no refill",
+            Some(_) => l += ", refill always",
+            None => {}
         }
         if self.in_process {
             l += ", device in-process";
@@ -240,8 +245,9 @@ impl Bench {
                 Some(false) => device += ",no-queue-ahead",
                 None => {}
             }
-            if c.no_refill {
-                device += ",no-refill";
+            if let Some(r) = c.refill {
+                device += ",";
+                device += r;
             }
         }
         let name: String =
@@ -261,10 +267,11 @@ impl Bench {
         }
     }
 
-    /// Low-priority launches of about 2 ms (20 waves of 20 or 100 µs blocks,
-    /// 2 of 1000 µs), so a stop is seen within a few ms.
+    /// Low-priority launches of about `--lp-launch-ms` (2 ms: 20 waves of 20
+    /// or 100 µs blocks, 2 of 1000 µs), so a stop is seen within a few ms.
     fn fill(&self, shape: Shape, block_us: u64) -> Job {
-        let waves = (2000 / block_us.max(1)).clamp(2, 20) as u32;
+        let ms = self.args.lp_launch_ms.max(1) as u64;
+        let waves = (ms * 1000 / block_us.max(1)).clamp(2, 20 * ms) as u32;
         Job::Fill { block_us, blocks: shape.sms * shape.per_sm * waves, pause_ns: self.args.lp_pause_ns }
     }
 
@@ -754,6 +761,8 @@ mod tests {
             DaemonConfig::parse("ppq-even-drain+no-refill").unwrap().label(),
             "gpumux ppq-even-drain, no refill"
         );
+        let always = DaemonConfig::parse("ppq-even-drain+refill-always").unwrap();
+        assert_eq!(always.label(), "gpumux ppq-even-drain, refill always");
         assert_eq!(DaemonConfig::parse(" fcfs ").unwrap().label(), "gpumux fcfs");
         let e = DaemonConfig::parse("fcfs+fast").unwrap_err().to_string();
         assert!(e.contains("unknown `+fast`"), "{e}");

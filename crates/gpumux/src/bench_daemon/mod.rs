@@ -69,6 +69,11 @@ pub struct DaemonBenchArgs {
     /// workers' claims between blocks do (`gpumux-cuda-check fill`).
     #[arg(long, default_value_t = 0)]
     pub lp_pause_ns: u32,
+    /// How long each low-priority launch runs alone, ms (2: short enough that
+    /// a stop is seen soon; longer ones show what a long kernel loses to the
+    /// urgent kernels' retreats, e.g. SMs given back that stay idle).
+    #[arg(long, default_value_t = 2)]
+    pub lp_launch_ms: u32,
     /// High-priority launches per setting.
     #[arg(long, default_value_t = 200)]
     pub urgent_launches: u32,

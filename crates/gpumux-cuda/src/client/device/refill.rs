@@ -46,6 +46,22 @@ use gpumux_engine::smset::SmSet;
 
 type Result<T> = std::result::Result<T, CudaError>;
 
+/// When a grow refills a launch ([`super::ClientDevice::set_refill`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Refill {
+    /// Never: a grow that cannot go on in place drains every worker and
+    /// restarts the launch on the larger set.
+    Off,
+    /// Where a grow cannot go on in place (the workers cover less than 3/4
+    /// of the launch's SMs, or it is given SMs it never had): the default.
+    #[default]
+    Drained,
+    /// Also whenever a grow gives back SMs some of its workers had left
+    /// (module doc, "Where not": it cost the priority experiment's
+    /// low-priority client at 1000 µs blocks).
+    Always,
+}
+
 /// The cut: for record `c` of a launch numbered `seq`, asks its workers to
 /// stop and writes where they stop (the claim word's block index then) to
 /// `out[0]` (`0xffffffff`: nothing cut), then `seq` to `out[1]`.
@@ -160,7 +176,7 @@ impl super::ClientDevice {
     /// (module doc). False where it cannot be refilled (off, stopping, no
     /// worker running, or no cut kernel): the caller leaves the SMs idle.
     pub(super) fn ask_refill(&mut self, lid: LaunchId) -> std::result::Result<bool, DeviceError> {
-        if !self.refill {
+        if self.refill == Refill::Off {
             return Ok(false);
         }
         let arch = self.arch();
