@@ -176,9 +176,10 @@ pub(super) struct InContext {
     /// Queued workers of operations unbound before the engine launched
     /// them, leaving: reaped once their workers are gone.
     orphans: Vec<(OpId, ahead::Ahead)>,
-    /// The refills' cut kernel ([`refill`]), loaded with the context;
-    /// `Some(None)`: it would not load (refills are off in this context).
-    cut_kernel: Option<Option<CutKernel>>,
+    /// The refills' cut kernel ([`refill`]), loaded with the context (so
+    /// that its device memory counts in the context's baseline); `None`: it
+    /// would not load, and a grow that cannot go on in place drains.
+    cut_kernel: Option<CutKernel>,
     /// Where cuts run: a stream of their own at the highest priority, so that
     /// a cut waiting for a free slot holds up no retreat on `ctl`.
     cut_stream: Stream,
@@ -210,9 +211,7 @@ impl InContext {
             allocations: HashMap::new(),
             ahead: HashMap::new(),
             orphans: Vec::new(),
-            // Loaded with the context: device memory the first refill would take
-            // otherwise (2 MiB on the H100) counts in the context's baseline.
-            cut_kernel: Some(cut_kernel),
+            cut_kernel,
             cut_stream: Stream::in_range(ctx.priority_range, ctx.priority_range.1)?,
             cut_buffers: Vec::new(),
         })
@@ -835,6 +834,7 @@ impl ClientDevice {
             // A refill's cut workers first: their blocks end where the fresh ones' begin.
             live.segs.splice(0..0, std::mem::take(&mut live.leaving));
             for s in live.leaving_streams.drain(..) {
+                // `InContext::return_stream`, which `op`'s borrow of `st` rules out here.
                 st.streams.entry(s.priority).or_default().push(s);
             }
             for w in live.segs.iter_mut() {

@@ -174,12 +174,12 @@ impl PendingCut {
 impl super::ClientDevice {
     /// Cuts launch `lid`'s workers so that fresh ones fill every SM it holds
     /// (module doc). False where it cannot be refilled (off, stopping, no
-    /// worker running, or no cut kernel): the caller leaves the SMs idle.
+    /// worker running, or no cut kernel): the caller drains it or leaves it
+    /// as it is.
     pub(super) fn ask_refill(&mut self, lid: LaunchId) -> std::result::Result<bool, DeviceError> {
         if self.refill == Refill::Off {
             return Ok(false);
         }
-        let arch = self.arch();
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let Some(live) = st.launches.get(&lid) else { return Ok(false) };
         if live.stopping
@@ -189,9 +189,7 @@ impl super::ClientDevice {
         {
             return Ok(false);
         }
-        // Loaded with the context; loaded here only if the context was made without it.
-        let kernel = st.cut_kernel.get_or_insert_with(|| CutKernel::load(arch).ok());
-        let Some(kernel) = kernel.as_ref() else { return Ok(false) };
+        let Some(kernel) = st.cut_kernel.as_ref() else { return Ok(false) };
         let Some(live) = st.launches.get_mut(&lid) else { return Ok(false) };
         let spare = st.cut_buffers.pop();
         let cut = PendingCut::ask(kernel, &st.cut_stream, &live.segs, spare)
