@@ -240,10 +240,7 @@ impl Connection {
         let written = self.write_frame(&bytes, fd.map(|f| f.as_raw_fd()));
         if let Err(e) = written {
             lock(&self.routing).waiting.remove(&id);
-            return Err(match e.kind() {
-                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => ClientError::DaemonGone,
-                _ => e.into(),
-            });
+            return Err(e.into());
         }
         Ok(PendingReply { request: name, rx, spin: spin_window(SPIN_FOR_REPLY, self.urgent.load(Ordering::Relaxed)) })
     }
@@ -263,10 +260,7 @@ impl Connection {
         let written = self.write_frame(&bytes, None);
         if let Err(e) = written {
             lock(&self.routing).deferred.remove(&id);
-            return Err(match e.kind() {
-                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => ClientError::DaemonGone,
-                _ => e.into(),
-            });
+            return Err(e.into());
         }
         Ok(())
     }
@@ -395,10 +389,7 @@ fn offer_rings(
     };
     let request = Request::UseRings { capacity: pair.capacity() as u32 };
     let frame = encode_frame(&ClientFrame { id: RINGS_ID, request })?;
-    send_all(stream.as_raw_fd(), &frame, Some(pair.fd().as_raw_fd())).map_err(|e| match e.kind() {
-        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => ClientError::DaemonGone,
-        _ => e.into(),
-    })?;
+    send_all(stream.as_raw_fd(), &frame, Some(pair.fd().as_raw_fd()))?;
     let (tx, mut rx) = pair.split();
     let mut ring_frames = FrameReader::new();
     let mut inbox = Vec::new();

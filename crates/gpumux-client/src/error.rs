@@ -24,9 +24,10 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
-    /// Reading from or writing to the daemon failed.
+    /// Reading from or writing to the daemon failed (a reset or a broken
+    /// pipe is [`ClientError::DaemonGone`]: `From<std::io::Error>`).
     #[error("talking to gpumuxd failed: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The daemon closed the connection, or it was closed after an earlier error.
     #[error(
         "gpumuxd closed the connection (it stopped, or it disconnected this client after a bad request: see its log)"
@@ -78,6 +79,18 @@ pub enum ClientError {
     Invalid(String),
 }
 
+/// A reset or a broken pipe is the daemon's end of the connection, as an
+/// end of stream is: which one a client sees depends on whether the daemon
+/// closed its end with bytes of the client's still unread (a reset) or not.
+impl From<std::io::Error> for ClientError {
+    fn from(e: std::io::Error) -> ClientError {
+        match e.kind() {
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => ClientError::DaemonGone,
+            _ => ClientError::Io(e),
+        }
+    }
+}
+
 impl ClientError {
     /// The daemon's kind of error, if the daemon answered with one.
     pub fn kind(&self) -> Option<&ErrorKind> {
@@ -106,3 +119,19 @@ impl ClientError {
 
 /// The library's result.
 pub type Result<T> = std::result::Result<T, ClientError>;
+
+#[cfg(test)]
+mod tests {
+    use super::ClientError;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn a_reset_or_a_broken_pipe_is_the_daemon_gone_and_other_io_errors_stay_io() {
+        for kind in [ErrorKind::ConnectionReset, ErrorKind::BrokenPipe] {
+            assert!(matches!(ClientError::from(Error::from(kind)), ClientError::DaemonGone), "{kind:?}");
+        }
+        let other = ClientError::from(Error::from(ErrorKind::PermissionDenied));
+        assert!(matches!(other, ClientError::Io(ref e) if e.kind() == ErrorKind::PermissionDenied), "{other}");
+        assert!(other.is_fatal());
+    }
+}
