@@ -461,24 +461,70 @@ enum Disturb {
     Fewer,
 }
 
+/// `STEP` loaded and its `x` (one word per thread of 3 waves of 256-thread
+/// blocks on every SM) in device memory, with a pinned host copy.
+struct StepX {
+    kernel: KernelHandle,
+    blocks: u32,
+    n: usize,
+    x: u64,
+    host: Pinned,
+}
+
+impl StepX {
+    /// Loads `STEP` and sets `x[i]` to `start(i)` (copy operation `op`).
+    fn new(d: &mut ClientDevice, op: u64, start: impl Fn(u32) -> u32) -> StepX {
+        let compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
+        let kernel = d.load_module("step", &compiled).expect("load").0[0].0;
+        let blocks = d.info().num_sms as u32 * 8 * 3;
+        let n = blocks as usize * 256;
+        let mut host = Pinned::new(d, (0..n as u32).flat_map(|i| start(i).to_le_bytes()).collect());
+        let x = d.alloc(n as u64 * 4).expect("alloc");
+        copy(d, op, ClientWork::ToDevice { dst: x, src: host.ptr(), bytes: n as u64 * 4 });
+        StepX { kernel, blocks, n, x, host }
+    }
+
+    /// A launch of `STEP` over `x` adding `k`, each block spinning `spin_ns` first.
+    fn work(&self, k: u32, spin_ns: u64) -> ClientWork {
+        let params = vec![self.x.to_le_bytes().to_vec(), k.to_le_bytes().to_vec(), spin_ns.to_le_bytes().to_vec()];
+        ClientWork::Kernel {
+            kernel: self.kernel,
+            grid: [self.blocks, 1, 1],
+            block: [256, 1, 1],
+            shared_bytes: 0,
+            params,
+        }
+    }
+
+    /// `x` read back (copy operation `op`); its memory is released.
+    fn read(mut self, d: &mut ClientDevice, op: u64) -> Vec<u32> {
+        copy(d, op, ClientWork::ToHost { src: self.x, dst: self.host.ptr(), bytes: self.n as u64 * 4 });
+        d.unregister_host(self.host.ptr().0);
+        d.free(self.x).expect("free");
+        self.host.0.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()
+    }
+}
+
+/// Where `x` starts in the tests that check it against the host: a hash of the index.
+fn hashed(i: u32) -> u32 {
+    i.wrapping_mul(2654435761)
+}
+
+/// `x` after `steps` launches of `STEP` adding 1, 2, .. `steps` in order, from `start`.
+fn stepped(start: u32, steps: u32) -> u32 {
+    (1..=steps).fold(start, |v, k| v.wrapping_mul(3).wrapping_add(k))
+}
+
 /// Runs `steps` dependent kernels (`STEP`, 3 waves of 20 µs blocks) as one
 /// stream, each bound as following the one before, each launched when the
 /// one before ended as a policy would, disturbed as `disturb` says; returns
 /// `x` and the queue-ahead counts.
 fn dependent_stream(d: &mut ClientDevice, steps: u32, disturb: impl Fn(u32) -> Disturb) -> (Vec<u32>, Vec<u32>) {
-    let compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
-    let h = d.load_module("step", &compiled).expect("load").0[0].0;
-    let sms = d.info().num_sms;
-    let blocks = sms as u32 * 8 * 3;
-    let n = blocks as usize * 256;
-    let start: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2654435761)).collect();
-    let mut host = Pinned::new(d, start.iter().flat_map(|v| v.to_le_bytes()).collect());
-    let x = d.alloc(n as u64 * 4).expect("alloc");
-    copy(d, 1, ClientWork::ToDevice { dst: x, src: host.ptr(), bytes: n as u64 * 4 });
+    let sx = StepX::new(d, 1, hashed);
+    let (sms, blocks, n) = (d.info().num_sms, sx.blocks, sx.n);
     let op = |k: u32| 100 + k as u64;
     for k in 0..steps {
-        let params = vec![x.to_le_bytes().to_vec(), (k + 1).to_le_bytes().to_vec(), 20_000u64.to_le_bytes().to_vec()];
-        let work = ClientWork::Kernel { kernel: h, grid: [blocks, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
+        let work = sx.work(k + 1, 20_000);
         let after = k.checked_sub(1).map(|p| OpId(op(p)));
         // SAFETY: a kernel binds no host memory.
         unsafe { d.bind_after(OpId(op(k)), work, after) }.expect("bind");
@@ -514,12 +560,8 @@ fn dependent_stream(d: &mut ClientDevice, steps: u32, disturb: impl Fn(u32) -> D
         d.unbind(OpId(op(k)));
     }
     assert!(!d.busy(), "nothing left on the device once every step ended");
-    copy(d, 2, ClientWork::ToHost { src: x, dst: host.ptr(), bytes: n as u64 * 4 });
-    d.unregister_host(host.ptr().0);
-    d.free(x).expect("free");
-    let got = host.0.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
-    let want = start.iter().map(|&v| (1..=steps).fold(v, |v, k| v.wrapping_mul(3).wrapping_add(k))).collect();
-    (got, want)
+    let want = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+    (sx.read(d, 2), want)
 }
 
 #[test]
@@ -555,20 +597,11 @@ fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
 
     // A kernel dropped while queued (its client died): it never runs.
     let (got, want) = {
-        let compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
-        let h = d.load_module("step", &compiled).expect("load").0[0].0;
-        let sms = d.info().num_sms;
-        let blocks = sms as u32 * 8 * 3;
-        let n = blocks as usize * 256;
-        let mut host = Pinned::new(&mut d, vec![0u8; n * 4]);
-        let x = d.alloc(n as u64 * 4).expect("alloc");
-        copy(&mut d, 3, ClientWork::Memset { dst: x, value: 0, bytes: n as u64 * 4 });
+        let sx = StepX::new(&mut d, 3, |_| 0);
+        let (sms, blocks, n) = (d.info().num_sms, sx.blocks, sx.n);
         for (k, after) in [(1u32, None), (2, Some(OpId(501)))] {
-            let params = vec![x.to_le_bytes().to_vec(), k.to_le_bytes().to_vec(), 20_000u64.to_le_bytes().to_vec()];
-            let work =
-                ClientWork::Kernel { kernel: h, grid: [blocks, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
             // SAFETY: a kernel binds no host memory.
-            unsafe { d.bind_after(OpId(500 + k as u64), work, after) }.expect("bind");
+            unsafe { d.bind_after(OpId(500 + k as u64), sx.work(k, 20_000), after) }.expect("bind");
         }
         let all = SmSet::range(0, sms);
         d.submit(d.now(), launch(501, 2000, BlockRanges::full(blocks as u64), all, blocks as u64)).expect("launch");
@@ -580,11 +613,7 @@ fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
             assert!(Instant::now() < deadline, "the dropped kernel's queued workers were never reaped");
             d.advance(Some(d.now()), &mut Vec::new()).expect("poll");
         }
-        copy(&mut d, 4, ClientWork::ToHost { src: x, dst: host.ptr(), bytes: n as u64 * 4 });
-        d.unregister_host(host.ptr().0);
-        d.free(x).expect("free");
-        let got: Vec<u32> = host.0.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
-        (got, vec![1u32; n])
+        (sx.read(&mut d, 4), vec![1u32; n])
     };
     assert!(got == want, "the dropped kernel ran (or the first did not run once)");
     eprintln!("after a dropped kernel: {:?}", d.ahead_counts());
@@ -602,16 +631,9 @@ fn a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once() {
     else {
         return;
     };
-    let compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
-    let h = d.load_module("step", &compiled).expect("load").0[0].0;
-    let sms = d.info().num_sms;
     // 3 waves of 200 µs blocks: a launch of about 600 µs.
-    let blocks = sms as u32 * 8 * 3;
-    let n = blocks as usize * 256;
-    let start: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2654435761)).collect();
-    let mut host = Pinned::new(&mut d, start.iter().flat_map(|v| v.to_le_bytes()).collect());
-    let x = d.alloc(n as u64 * 4).expect("alloc");
-    copy(&mut d, 1, ClientWork::ToDevice { dst: x, src: host.ptr(), bytes: n as u64 * 4 });
+    let sx = StepX::new(&mut d, 1, hashed);
+    let (sms, blocks, n) = (d.info().num_sms, sx.blocks, sx.n);
     let (all, half) = (SmSet::range(0, sms), SmSet::range(sms / 2, sms));
     let mut next_launch = 4000;
     // (refill on, and a whole retreat right after the grow), per step.
@@ -620,11 +642,8 @@ fn a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once() {
         d.set_refill(if refill { Refill::Drained } else { Refill::Off });
         let began = Instant::now();
         let op = 700 + k as u64;
-        let params =
-            vec![x.to_le_bytes().to_vec(), (k as u32 + 1).to_le_bytes().to_vec(), 200_000u64.to_le_bytes().to_vec()];
-        let work = ClientWork::Kernel { kernel: h, grid: [blocks, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
         // SAFETY: a kernel binds no host memory.
-        unsafe { d.bind(OpId(op), work) }.expect("bind");
+        unsafe { d.bind(OpId(op), sx.work(k as u32 + 1, 200_000)) }.expect("bind");
         let mut left = BlockRanges::full(blocks as u64);
         let mut first = true;
         while !left.is_empty() {
@@ -668,12 +687,8 @@ fn a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once() {
     assert!(asked >= 4, "each step with refills on and SMs given back was cut ({asked})");
     assert!(started >= 2, "cuts of launches with blocks left started fresh workers ({started})");
     assert!(!d.busy(), "nothing left on the device");
-    copy(&mut d, 2, ClientWork::ToHost { src: x, dst: host.ptr(), bytes: n as u64 * 4 });
-    d.unregister_host(host.ptr().0);
-    d.free(x).expect("free");
-    let got: Vec<u32> = host.0.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
-    let want: Vec<u32> =
-        start.iter().map(|&v| (1..=steps.len() as u32).fold(v, |v, k| v.wrapping_mul(3).wrapping_add(k))).collect();
+    let got = sx.read(&mut d, 2);
+    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps.len() as u32)).collect();
     assert!(got == want, "x differs from the host's: a block ran twice or not at all");
 }
 
@@ -689,20 +704,12 @@ fn an_unloaded_kernel_runs_out_its_bound_work_and_its_module_goes_with_the_last_
     };
     d.set_queue_ahead(true);
     let before = (gpumux_cuda::runtime::loaded_modules(), d.kernels_loaded());
-    let compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
-    let h = d.load_module("step", &compiled).expect("load").0[0].0;
+    let sx = StepX::new(&mut d, 1, |_| 0);
     assert_eq!(gpumux_cuda::runtime::loaded_modules(), before.0 + 1);
-    let sms = d.info().num_sms;
-    let blocks = sms as u32 * 8 * 3;
-    let n = blocks as usize * 256;
-    let mut host = Pinned::new(&mut d, vec![0u8; n * 4]);
-    let x = d.alloc(n as u64 * 4).expect("alloc");
-    copy(&mut d, 1, ClientWork::Memset { dst: x, value: 0, bytes: n as u64 * 4 });
+    let (sms, blocks, h) = (d.info().num_sms, sx.blocks, sx.kernel);
     for (k, after) in [(1u32, None), (2, Some(OpId(601)))] {
-        let params = vec![x.to_le_bytes().to_vec(), k.to_le_bytes().to_vec(), 20_000u64.to_le_bytes().to_vec()];
-        let work = ClientWork::Kernel { kernel: h, grid: [blocks, 1, 1], block: [256, 1, 1], shared_bytes: 0, params };
         // SAFETY: a kernel binds no host memory.
-        unsafe { d.bind_after(OpId(600 + k as u64), work, after) }.expect("bind");
+        unsafe { d.bind_after(OpId(600 + k as u64), sx.work(k, 20_000), after) }.expect("bind");
     }
     let all = SmSet::range(0, sms);
     d.submit(d.now(), launch(601, 3000, BlockRanges::full(blocks as u64), all, blocks as u64)).expect("launch");
@@ -716,10 +723,7 @@ fn an_unloaded_kernel_runs_out_its_bound_work_and_its_module_goes_with_the_last_
     run_until(&mut d, ended(LaunchId(3001))).expect("the second kernel");
     d.unbind(OpId(602));
     assert!(!d.busy(), "nothing left on the device");
-    copy(&mut d, 2, ClientWork::ToHost { src: x, dst: host.ptr(), bytes: n as u64 * 4 });
-    d.unregister_host(host.ptr().0);
-    d.free(x).expect("free");
-    let got: Vec<u32> = host.0.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+    let got = sx.read(&mut d, 2);
     // x = (0 * 3 + 1) * 3 + 2 for every element: both kernels ran, once each, in order.
     assert!(got.iter().all(|&v| v == 5), "x differs from (0 * 3 + 1) * 3 + 2");
     assert_eq!(gpumux_cuda::runtime::loaded_modules(), before.0, "the module went with the last of its work");
