@@ -55,6 +55,18 @@ fn run_until(d: &mut ClientDevice, mut done: impl FnMut(&[Event]) -> bool) -> Re
     Ok(events)
 }
 
+/// Runs launch `lid` to its end and returns the blocks it handed back.
+fn run_to_end(d: &mut ClientDevice, lid: LaunchId) -> BlockRanges {
+    let events = run_until(d, ended(lid)).expect("launch");
+    events
+        .iter()
+        .find_map(|e| match e {
+            Event::LaunchEnded { launch, remaining, .. } if *launch == lid => Some(remaining.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
 fn copy_done(copy: CopyId) -> impl FnMut(&[Event]) -> bool {
     move |ev| ev.iter().any(|e| matches!(e, Event::CopyDone { copy: c } if *c == copy))
 }
@@ -548,14 +560,7 @@ fn dependent_stream(d: &mut ClientDevice, steps: u32, disturb: impl Fn(u32) -> D
                 let retreat = Command::Retreat { launch: LaunchId(lid), sms, mechanism: Mechanism::Drain };
                 d.submit(d.now(), retreat).expect("retreat");
             }
-            let events = run_until(d, ended(LaunchId(lid))).expect("launch");
-            left = events
-                .iter()
-                .find_map(|e| match e {
-                    Event::LaunchEnded { launch, remaining, .. } if *launch == LaunchId(lid) => Some(remaining.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
+            left = run_to_end(d, LaunchId(lid));
         }
         d.unbind(OpId(op(k)));
     }
@@ -665,14 +670,7 @@ fn a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once() {
                     d.submit(d.now(), all_back).expect("retreat all");
                 }
             }
-            let events = run_until(&mut d, ended(LaunchId(lid))).expect("launch");
-            left = events
-                .iter()
-                .find_map(|e| match e {
-                    Event::LaunchEnded { launch, remaining, .. } if *launch == LaunchId(lid) => Some(remaining.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
+            left = run_to_end(&mut d, LaunchId(lid));
         }
         // What a refill buys: the step's time with half its SMs back after 300 µs
         // (without a refill the launch drains and restarts; alone it takes ~600 µs).

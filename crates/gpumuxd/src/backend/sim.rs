@@ -318,19 +318,14 @@ impl Backend for SimBackend {
             .iter()
             .find(|(_, (m, _))| m.kernels.first().map(|k| k.code) == Some(*first))
             .map(|(k, _)| k.clone());
-        let Some(key) = key else { return };
-        let gone = match self.modules.get_mut(&key) {
-            Some((_, loads)) => {
-                *loads -= 1;
-                *loads == 0
-            }
-            None => false,
-        };
-        if gone {
-            if let Some((m, _)) = self.modules.remove(&key) {
-                for k in m.kernels {
-                    self.trapping.remove(&k.code);
-                }
+        let Some((_, loads)) = key.as_ref().and_then(|k| self.modules.get_mut(k)) else { return };
+        *loads -= 1;
+        if *loads > 0 {
+            return;
+        }
+        if let Some((m, _)) = key.and_then(|k| self.modules.remove(&k)) {
+            for k in m.kernels {
+                self.trapping.remove(&k.code);
             }
         }
     }
