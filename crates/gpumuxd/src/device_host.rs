@@ -2,13 +2,15 @@
 //! started by the daemon ([`crate::backend::remote`]), never by hand.
 //!
 //! It opens the device in-process and serves it over the socket it
-//! inherited as descriptor N, in lockstep with the daemon: it carries out
-//! each message in the order sent (calls, bindings, commands, polls) and
-//! sends only answers. It never polls or advances its device on its own:
-//! the device must see `submit`s and `poll`s in exactly the order the
-//! daemon's core makes them, as it would in-process (the engine's device
-//! contract relies on it; [`crate::backend::remote`] has the race that
-//! polling on its own caused). Between messages it sleeps on the socket.
+//! inherited as descriptor N: it carries out each message in the order sent
+//! (calls, bindings, commands, polls) and sends only answers. It never polls
+//! or advances its device on its own: the device sees `submit`s and `poll`s
+//! in exactly the order the daemon's core makes them, as it would
+//! in-process. The core does not wait for a poll's answer before it sends
+//! more commands, so a command may name a launch whose end this process
+//! has already reported; such a `Grow` or `Retreat` is ignored here, and
+//! the daemon releases the grown SMs itself ([`crate::backend::remote`]
+//! says why that is exact). Between messages it sleeps on the socket.
 //!
 //! A failure of a command (or of a binding) is kept and is the answer to the
 //! next `Poll`. After the device reports a lost context it touches the
@@ -20,8 +22,9 @@ use crate::backend::wire::{FromDevice, RegionId, ToDevice};
 use crate::backend::{Backend, Failure, MemError, Wake};
 use crate::shm::ShmRegion;
 use anyhow::{bail, Context, Result};
-use gpumux_engine::device::DeviceError;
-use std::collections::HashMap;
+use gpumux_engine::device::{Command, DeviceError, Event};
+use gpumux_engine::ids::LaunchId;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +57,15 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
     link.send(&FromDevice::Ready { describe: backend.describe(), info: backend.info().clone() }, None)
         .context("telling the daemon the device is ready")?;
     let spin = crate::spin::window(link::SPIN);
-    let mut host = DeviceHost { backend, link, regions: HashMap::new(), failure: None, broken: false, spin };
+    let mut host = DeviceHost {
+        backend,
+        link,
+        regions: HashMap::new(),
+        failure: None,
+        broken: false,
+        spin,
+        launches: Launches::default(),
+    };
     host.run()?;
     Ok(true)
 }
@@ -84,6 +95,34 @@ struct DeviceHost {
     broken: bool,
     /// How long to poll the link after each message (`ToDevice::Spin`).
     spin: Duration,
+    /// Which launches have ended, as far as the daemon was told.
+    launches: Launches,
+}
+
+/// The launches the daemon started and those whose end it was sent.
+#[derive(Debug, Default)]
+struct Launches {
+    /// Started and not reported ended.
+    live: HashSet<LaunchId>,
+    /// The newest started (the engine numbers launches in increasing order).
+    newest: Option<LaunchId>,
+}
+
+impl Launches {
+    fn started(&mut self, launch: LaunchId) {
+        self.live.insert(launch);
+        self.newest = self.newest.max(Some(launch));
+    }
+
+    fn reported_ended(&mut self, launch: LaunchId) {
+        self.live.remove(&launch);
+    }
+
+    /// Started, and its end reported: a command naming it was sent before
+    /// the daemon read that. A launch never started is the device's to refuse.
+    fn over(&self, launch: LaunchId) -> bool {
+        !self.live.contains(&launch) && self.newest.is_some_and(|n| launch <= n)
+    }
 }
 
 impl DeviceHost {
@@ -112,7 +151,14 @@ impl DeviceHost {
             return FromDevice::Polled { events, wake: Wake::Idle };
         }
         match self.backend.poll(&mut events) {
-            Ok(_) => FromDevice::Polled { events, wake: self.backend.next_wake() },
+            Ok(_) => {
+                for e in &events {
+                    if let Event::LaunchEnded { launch, .. } = e {
+                        self.launches.reported_ended(*launch);
+                    }
+                }
+                FromDevice::Polled { events, wake: self.backend.next_wake() }
+            }
             Err(f) => {
                 self.broken = true;
                 failure_message(f)
@@ -196,6 +242,14 @@ impl DeviceHost {
             ToDevice::Submit(command) => {
                 if self.broken {
                     return Ok(());
+                }
+                match &command {
+                    Command::Launch { launch, .. } => self.launches.started(*launch),
+                    Command::Grow { launch, .. } | Command::Retreat { launch, .. } if self.launches.over(*launch) => {
+                        tracing::trace!("device process: {command:?} names a launch already reported ended; ignored");
+                        return Ok(());
+                    }
+                    _ => {}
                 }
                 if let Err(f) = self.backend.submit(command) {
                     self.failed(f);

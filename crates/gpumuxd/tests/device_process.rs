@@ -171,3 +171,35 @@ fn a_grow_of_an_exhausted_unreported_launch_hands_the_sms_back_before_its_end() 
     let events = poll_until_ended(&mut b, events);
     assert_released_before_end(&events, &[0, 1, 2], 4);
 }
+
+/// The race of not waiting for a poll's answer (remote.rs's module doc): the
+/// answer that ends the launch is on its way when the engine, not having
+/// read it, sends a `Grow`. The device process ignores the `Grow` of a
+/// launch whose end it reported, and the daemon's side releases the grown
+/// SMs just before the end, so the engine's contract holds.
+#[test]
+fn a_grow_sent_while_the_answer_with_the_launchs_end_is_on_its_way_is_released_before_the_end() {
+    let mut b = start();
+    let mut events = Vec::new();
+    b.poll(&mut events).unwrap();
+    // All 4 blocks fit at once: exhausted at once, over after 10 ms.
+    b.submit(launch_on_sm0(4)).unwrap();
+    b.poll(&mut events).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    // Takes the answers so far and sends a `Poll` whose answer has the end.
+    b.poll(&mut events).unwrap();
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::LaunchEnded { .. })),
+        "the poll that sees the end was only just sent: {events:?}"
+    );
+    b.submit(Command::Grow { launch: LaunchId(1), sms: SmSet::range(1, 3) }).unwrap();
+    let events = poll_until_ended(&mut b, events);
+    assert_released_before_end(&events, &[0, 1, 2], 4);
+    // Nothing more comes for launch 1 (the device ignored the grow).
+    let mut later = Vec::new();
+    for _ in 0..20 {
+        b.poll(&mut later).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(later.is_empty(), "after the end: {later:?}");
+}

@@ -11,20 +11,32 @@
 //! noticed at the next call (the core polls at least once a second): every
 //! operation on the device is a suspect, and the daemon restarts it.
 //!
-//! Lockstep: the child never polls its device on its own. [`Backend::submit`]
-//! sends the command without waiting; [`Backend::poll`] sends `Poll` and waits
-//! for the child's one poll of its device (events, or the failure of a command
-//! since the last poll) and the device's next wake. So the device sees
-//! commands and polls in the order the core makes them, as in-process. The
-//! engine's device contract (`gpumux_engine::device`) needs that order: it
-//! holds what it last sent as true until events say otherwise. A child that
-//! polled on its own broke it on an H100 (`spatial-even`, a client leaving):
-//! the device saw launch 3's last blocks end and sent its `SmReleased`s and
-//! `LaunchEnded`, while the engine, not yet having read them, sent `Grow`
-//! (SMs 33-43) to launch 3; it then read `LaunchEnded(3)` with launch 3 still
-//! holding 33-43, and the daemon stopped ("launch 3 ended still holding SMs
-//! {33-43}"). In lockstep the device takes the `Grow` before it looks for
-//! finished work, and releases the grown SMs before the launch's end.
+//! Pipelined, in order: the child never polls its device on its own, and
+//! carries out every message in the order sent. [`Backend::submit`] sends
+//! the command without waiting; [`Backend::poll`] takes the answers that
+//! have come, and sends a `Poll` after every batch of commands (and when
+//! the device is due a look), without waiting for it either. So the core
+//! decides and answers clients while the child makes the CUDA calls of the
+//! commands before (runs 71 and 73 found the two taking turns, each waiting
+//! for the other, which bounded the launch rate).
+//!
+//! The engine's device contract (`gpumux_engine::device`) holds what it last
+//! sent as true until events say otherwise, and wants every SM of a launch
+//! released before its end. Not waiting opens one race, which this module
+//! closes: a `Grow` sent while a poll's answer with that launch's
+//! `LaunchEnded` is on its way. (A child that polled on its own met it on an
+//! H100 with `spatial-even`: the device saw launch 3 end while the engine,
+//! not yet having read it, grew launch 3 onto SMs 33-43; it then read the
+//! end with launch 3 still holding them, and the daemon stopped.) Because
+//! each batch is followed by its own `Poll`, a launch ends in the child at
+//! the latest in the poll after the batch that ended it, and the answer
+//! reports it before the child reads anything sent after that `Poll`. So:
+//! the child ignores a `Grow` or `Retreat` of a launch whose end it has
+//! reported ([`crate::device_host`]), and here, reading that end, every SM
+//! of a `Grow` sent after that `Poll` is released (`SmReleased`, exhausted)
+//! just before it: exactly the grows the child will ignore. A `Retreat`
+//! after the end needs nothing: its SMs are released by the end or by those
+//! releases. Grows the child took before the poll are its own to release.
 //!
 //! Time: the engine sees this process's clock (ns since the backend opened,
 //! monotonic across restarts); the child's device has its own. Events are
@@ -39,7 +51,9 @@ use gpumux_engine::device::{Command, DeviceError, Event};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
-use std::collections::HashMap;
+use gpumux_engine::device::ReleaseCause;
+use gpumux_engine::smset::SmSet;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -260,8 +274,17 @@ pub struct RemoteBackend {
     regions: Vec<(RegionId, Arc<ShmRegion>)>,
     next_region: u64,
     in_flight: InFlight,
-    /// Commands went to the child since its last poll (it settles them at the next).
+    /// Commands sent so far (the child carries them out in this order).
+    sent: u64,
+    /// Commands went to the child since the last `Poll` sent (the next settles them).
     unpolled: bool,
+    /// `Poll`s sent and not yet answered, oldest first: the commands sent before each.
+    polls: VecDeque<u64>,
+    /// `Grow`s no answered poll has covered yet: the commands sent up to and
+    /// including each, its launch and its SMs (module doc).
+    grows: VecDeque<(u64, LaunchId, SmSet)>,
+    /// Events of answers read while a call waited for its own, for the next poll.
+    early: Vec<Event>,
     /// The child's device's [`Backend::next_wake`] at its last poll, and when it said so.
     wake: (Wake, Instant),
     /// The child's death, or a call's failure, for the next poll.
@@ -288,7 +311,11 @@ impl RemoteBackend {
             regions: Vec::new(),
             next_region: 0,
             in_flight: InFlight::default(),
+            sent: 0,
             unpolled: false,
+            polls: VecDeque::new(),
+            grows: VecDeque::new(),
+            early: Vec::new(),
             wake: (Wake::Idle, Instant::now()),
             failure: None,
             broken: None,
@@ -324,7 +351,8 @@ impl RemoteBackend {
         self.broken.get_or_insert(what);
     }
 
-    /// Sends a call and waits for its answer.
+    /// Sends a call and waits for its answer (the answers of `Poll`s sent
+    /// before it come first: their events are kept for the next poll).
     fn call(&mut self, msg: &ToDevice, fd: Option<BorrowedFd<'_>>) -> Result<FromDevice, String> {
         if let Some(why) = &self.broken {
             return Err(format!("the device is lost ({why}); it is being restarted"));
@@ -332,20 +360,82 @@ impl RemoteBackend {
         if let Err(e) = self.process.link.send(msg, fd) {
             return Err(self.lost(e));
         }
-        match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
-            Ok(Some(answer)) => Ok(answer),
-            Ok(None) => {
-                let what = format!(
-                    "the device process (pid {}) did not answer in {}s: {}",
-                    self.process.child.id(),
-                    CALL_TIMEOUT.as_secs(),
-                    kill(&mut self.process.child)
-                );
-                self.device_lost(what.clone());
-                Err(what)
+        loop {
+            match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
+                Ok(Some(answer)) if !self.polls.is_empty() => {
+                    let mut early = std::mem::take(&mut self.early);
+                    self.take_answer(answer, &mut early);
+                    self.early = early;
+                }
+                Ok(Some(answer)) => return Ok(answer),
+                Ok(None) => {
+                    let what = format!(
+                        "the device process (pid {}) did not answer in {}s: {}",
+                        self.process.child.id(),
+                        CALL_TIMEOUT.as_secs(),
+                        kill(&mut self.process.child)
+                    );
+                    self.device_lost(what.clone());
+                    return Err(what);
+                }
+                Err(e) => return Err(self.lost(e)),
             }
-            Err(e) => Err(self.lost(e)),
         }
+    }
+
+    /// Takes the answer to the oldest `Poll`: its events go to `events`,
+    /// each launch's end after the releases of the grows the child will
+    /// ignore (module doc); a failure is kept for [`Backend::poll`].
+    fn take_answer(&mut self, answer: FromDevice, events: &mut Vec<Event>) {
+        let Some(covered) = self.polls.pop_front() else {
+            let what = Self::unexpected("no question", &answer);
+            let kill = kill(&mut self.process.child);
+            self.device_lost(format!("{what}; {kill}"));
+            return;
+        };
+        match answer {
+            FromDevice::Polled { events: got, wake } => {
+                for e in got {
+                    if let Event::LaunchEnded { launch, .. } = e {
+                        self.release_ignored_grows(launch, covered, events);
+                    }
+                    self.in_flight.event(&e);
+                    events.push(e);
+                }
+                // The child took these before it answered: its own to release.
+                while self.grows.front().is_some_and(|&(n, _, _)| n <= covered) {
+                    self.grows.pop_front();
+                }
+                self.wake = (wake, Instant::now());
+            }
+            FromDevice::ContextLost { suspects, what } => {
+                let f = self.device_failed(Failure::ContextLost { suspects, what: what.clone() }, what);
+                self.failure.get_or_insert(f);
+            }
+            FromDevice::Fatal { what } => {
+                let f = Failure::Fatal(DeviceError::backend("the device process", what.clone()));
+                let f = self.device_failed(f, what);
+                self.failure.get_or_insert(f);
+            }
+            other => {
+                let what = Self::unexpected("Poll", &other);
+                let kill = kill(&mut self.process.child);
+                self.device_lost(format!("{what}; {kill}"));
+            }
+        }
+    }
+
+    /// `launch` ended in the child before it read anything sent after the
+    /// `Poll` that covered `covered` commands: its grows sent since will be
+    /// ignored there, so their SMs are released here, before the end.
+    fn release_ignored_grows(&mut self, launch: LaunchId, covered: u64, events: &mut Vec<Event>) {
+        self.grows.retain(|(n, l, sms)| {
+            if *l != launch || *n <= covered {
+                return true;
+            }
+            events.extend(sms.iter().map(|sm| Event::SmReleased { launch, sm, cause: ReleaseCause::Exhausted }));
+            false
+        });
     }
 
     /// The device failed (the answer to a poll): reported now, and calls
@@ -497,6 +587,10 @@ impl Backend for RemoteBackend {
             return Ok(());
         }
         self.in_flight.command(&command);
+        self.sent += 1;
+        if let Command::Grow { launch, sms } = &command {
+            self.grows.push_back((self.sent, *launch, sms.clone()));
+        }
         self.unpolled = true;
         if let Err(e) = self.process.link.send(&ToDevice::Submit(command), None) {
             self.lost(e);
@@ -505,7 +599,14 @@ impl Backend for RemoteBackend {
         Ok(())
     }
 
+    /// Never waits (module doc): the answers that came, then a `Poll` after
+    /// new commands or when none is on its way.
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
+        let before = events.len();
+        events.append(&mut self.early);
+        if self.failure.is_some() && events.len() > before {
+            return Ok(self.now());
+        }
         if let Some(f) = self.failure.take() {
             return Err(f);
         }
@@ -513,29 +614,35 @@ impl Backend for RemoteBackend {
             // Reported already; the core rebuilds.
             return Ok(self.now());
         }
-        self.unpolled = false;
-        match self.call(&ToDevice::Poll, None) {
-            Ok(FromDevice::Polled { events: got, wake }) => {
-                for e in &got {
-                    self.in_flight.event(e);
+        while !self.polls.is_empty() && self.failure.is_none() && self.broken.is_none() {
+            match self.process.link.poll_recv::<FromDevice>() {
+                Ok(Some(answer)) => self.take_answer(answer, events),
+                Ok(None) => {
+                    // Not yet: the core looks again at once (`next_wake`);
+                    // the CPU goes to whoever has work meanwhile, as a
+                    // blocking wait's polls did (`Link::recv_spin`).
+                    std::thread::yield_now();
+                    break;
                 }
-                events.extend(got);
-                self.wake = (wake, Instant::now());
+                Err(e) => {
+                    self.lost(e);
+                }
             }
-            Ok(FromDevice::ContextLost { suspects, what }) => {
-                return Err(self.device_failed(Failure::ContextLost { suspects, what: what.clone() }, what));
+        }
+        if self.failure.is_none() && self.broken.is_none() && (self.unpolled || self.polls.is_empty()) {
+            match self.process.link.send(&ToDevice::Poll, None) {
+                Ok(()) => {
+                    self.polls.push_back(self.sent);
+                    self.unpolled = false;
+                }
+                Err(e) => {
+                    self.lost(e);
+                }
             }
-            Ok(FromDevice::Fatal { what }) => {
-                let f = Failure::Fatal(DeviceError::backend("the device process", what.clone()));
-                return Err(self.device_failed(f, what));
-            }
-            Ok(other) => {
-                let what = Self::unexpected("Poll", &other);
-                let kill = kill(&mut self.process.child);
-                self.device_lost(format!("{what}; {kill}"));
-            }
-            // The call recorded the loss.
-            Err(_) => {}
+        }
+        // Events read before a failure go first; the failure at the next poll.
+        if events.len() > before {
+            return Ok(self.now());
         }
         match self.failure.take() {
             Some(f) => Err(f),
@@ -544,7 +651,8 @@ impl Backend for RemoteBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        if self.failure.is_some() || self.unpolled {
+        // An answer on its way is looked for at once (a read of the ring).
+        if self.failure.is_some() || self.unpolled || !self.polls.is_empty() || !self.early.is_empty() {
             return Wake::After(Duration::ZERO);
         }
         if self.broken.is_some() {
@@ -575,6 +683,9 @@ impl Backend for RemoteBackend {
         self.in_flight = InFlight::default();
         self.kernels_loaded = 0;
         self.unpolled = false;
+        self.polls.clear();
+        self.grows.clear();
+        self.early.clear();
         self.wake = (Wake::Idle, Instant::now());
         self.failure = None;
         self.broken = None;

@@ -4,9 +4,10 @@
 //! The daemon calls; the device process carries out every message in the
 //! order sent and never speaks unasked. Memory, registration, modules and
 //! [`ToDevice::Poll`] are answered; bindings and commands are not, and a
-//! device failure they cause is the answer to the next `Poll`. Lockstep, so
-//! the device sees commands and polls in the order the engine made them
-//! ([`super::remote`] says why that matters).
+//! device failure they cause is the answer to the next `Poll`. In order, so
+//! the device sees commands and polls in the order the engine made them; the
+//! daemon does not wait for a `Poll`'s answer before it sends more
+//! ([`super::remote`] says how that stays exact).
 
 use super::{DevAddr, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
 use gpumux_engine::device::{Command, Event};
@@ -89,8 +90,8 @@ pub enum ToDevice {
         /// µs.
         us: u64,
     },
-    /// [`super::Backend::poll`], after every message sent before it.
-    /// Answered by [`FromDevice::Polled`], or by [`FromDevice::ContextLost`]
+    /// [`super::Backend::poll`], after every message sent before it; the
+    /// daemon reads the answer when it comes, sending on meanwhile. Answered by [`FromDevice::Polled`], or by [`FromDevice::ContextLost`]
     /// or [`FromDevice::Fatal`] if the device failed since the last poll.
     Poll,
 }
