@@ -18,6 +18,7 @@ use crate::backend::{Backend, DevAddr, Failure, HostSpan, LoadError, MemError, M
 use crate::config::ClientLimits;
 use crate::conn::Inbound;
 use crate::latency::{KernelStamps, SUMMARY_AFTER};
+use crate::load::LoadClock;
 use crate::session::{Buffer, EventState, LoadedModule, Peer, Phase, Session, Stream};
 use crate::shm::ShmRegion;
 use crate::spin::{ConnSpin, URGENT_WINDOW};
@@ -91,6 +92,9 @@ pub struct PumpStats {
 
 /// Rounds of command/event exchange in one pump before the core lets requests in.
 const MAX_ROUNDS: usize = 10_000;
+/// How long one pump goes on before the core lets requests in (and pumps
+/// again at once: the device is still due).
+const PUMP_TURN: Duration = Duration::from_micros(100);
 
 /// Why the core stopped.
 #[derive(Debug, thiserror::Error)]
@@ -292,6 +296,16 @@ impl Core {
 
     /// Serves messages until [`CoreMsg::Shutdown`] or every sender is gone.
     pub fn run(mut self, rx: Receiver<CoreMsg>) -> Result<(), CoreError> {
+        let mut load = LoadClock::new(&["messages", "device exchanges"]);
+        let result = self.serve(rx, &mut load);
+        if let Some(load) = load.summary() {
+            tracing::info!("core: {load}");
+        }
+        result
+    }
+
+    /// [`Core::run`]'s loop; `load` counts where its time goes.
+    fn serve(&mut self, rx: Receiver<CoreMsg>, load: &mut LoadClock) -> Result<(), CoreError> {
         let mut active = Instant::now();
         loop {
             let wait = self.wait();
@@ -328,6 +342,7 @@ impl Core {
                 }
             }
             let handling = busy_from.elapsed();
+            load.add(0, u64::from(handled), handling);
             // A request may have made work; else the device is pumped only
             // when it asked to be (busy, or a timer due). Pumping an idle
             // device process costs a round trip on its link that requests
@@ -337,6 +352,13 @@ impl Core {
             }
             let pump = self.pump()?;
             let busy = busy_from.elapsed();
+            // A pump that only looked for an answer still on its way is waiting, not work.
+            if pump.events + pump.commands > 0 {
+                load.add(1, u64::from(pump.rounds), busy - handling);
+            }
+            if let Some(lap) = load.lap() {
+                tracing::debug!(target: "gpumuxd::load", "core: {lap}");
+            }
             if busy > SLOW_ROUND {
                 // A slow request says so itself (`inbound`): this line is news
                 // (info) when the device exchange was the slow part.

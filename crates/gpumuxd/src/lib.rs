@@ -33,6 +33,7 @@ pub mod device_host;
 mod fdpass;
 pub mod harness;
 pub mod latency;
+pub mod load;
 pub mod outbox;
 pub mod server;
 pub mod session;

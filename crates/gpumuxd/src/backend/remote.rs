@@ -11,32 +11,34 @@
 //! noticed at the next call (the core polls at least once a second): every
 //! operation on the device is a suspect, and the daemon restarts it.
 //!
-//! Pipelined, in order: the child never polls its device on its own, and
-//! carries out every message in the order sent. [`Backend::submit`] sends
-//! the command without waiting; [`Backend::poll`] takes the answers that
-//! have come, and sends a `Poll` after every batch of commands (and when
-//! the device is due a look), without waiting for it either. So the core
-//! decides and answers clients while the child makes the CUDA calls of the
-//! commands before (runs 71 and 73 found the two taking turns, each waiting
-//! for the other, which bounded the launch rate).
+//! Reports, not questions: the child carries out every message in the
+//! order sent and, while its device has work, polls it on its own and
+//! reports what it finds ([`crate::device_host`]). [`Backend::submit`]
+//! sends the command without waiting; [`Backend::poll`] takes the reports
+//! that have come (a read of the ring). So the core decides and answers
+//! clients while the child makes the CUDA calls of the commands before, and
+//! a launch's end comes as soon as the child sees it. (Before, the core
+//! asked with a `Poll` and waited for the answer: the two took turns, and
+//! with several clients each answer waited behind every command sent before
+//! it, which bounded the launch rate: docs/benchmarks.md, runs 103-105.)
 //!
 //! The engine's device contract (`gpumux_engine::device`) holds what it last
 //! sent as true until events say otherwise, and wants every SM of a launch
-//! released before its end. Not waiting opens one race, which this module
-//! closes: a `Grow` sent while a poll's answer with that launch's
-//! `LaunchEnded` is on its way. (A child that polled on its own met it on an
-//! H100 with `spatial-even`: the device saw launch 3 end while the engine,
-//! not yet having read it, grew launch 3 onto SMs 33-43; it then read the
-//! end with launch 3 still holding them, and the daemon stopped.) Because
-//! each batch is followed by its own `Poll`, a launch ends in the child at
-//! the latest in the poll after the batch that ended it, and the answer
-//! reports it before the child reads anything sent after that `Poll`. So:
-//! the child ignores a `Grow` or `Retreat` of a launch whose end it has
-//! reported ([`crate::device_host`]), and here, reading that end, every SM
-//! of a `Grow` sent after that `Poll` is released (`SmReleased`, exhausted)
-//! just before it: exactly the grows the child will ignore. A `Retreat`
-//! after the end needs nothing: its SMs are released by the end or by those
-//! releases. Grows the child took before the poll are its own to release.
+//! released before its end. A report crossing a command on the link opens
+//! one race, which the child and this module close together: a `Grow` sent
+//! while a report with that launch's `LaunchEnded` is on its way. (A child
+//! that polled on its own, without what follows, met it on an H100 with
+//! `spatial-even`: the device saw launch 3 end while the engine, not yet
+//! having read it, grew launch 3 onto SMs 33-43; it then read the end with
+//! launch 3 still holding them, and the daemon stopped.) Each report says
+//! how many commands the child had carried out when it polled. The child
+//! ignores a `Grow` or `Retreat` of a launch whose end it has reported, and
+//! here, reading that end, every SM of a `Grow` sent after the commands the
+//! report covers is released (`SmReleased`, exhausted) just before it:
+//! exactly the grows the child ignores. A `Retreat` after the end needs
+//! nothing: its SMs are released by the end or by those releases. Grows
+//! the report covers the child took (or, for a launch it found ended
+//! before its report, released itself before the end).
 //!
 //! Time: the engine sees this process's clock (ns since the backend opened,
 //! monotonic across restarts); the child's device has its own. Events are
@@ -47,12 +49,12 @@ use super::link::{socket_pair, Link, LinkError};
 use super::wire::{FromDevice, HostRef, RegionId, ToDevice};
 use super::{Backend, DevAddr, Failure, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
 use crate::shm::ShmRegion;
+use gpumux_engine::device::ReleaseCause;
 use gpumux_engine::device::{Command, DeviceError, Event};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
-use gpumux_engine::time::Nanos;
-use gpumux_engine::device::ReleaseCause;
 use gpumux_engine::smset::SmSet;
+use gpumux_engine::time::Nanos;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
@@ -67,6 +69,9 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a call may take (a module's compile is the longest) before the
 /// device process is taken for hung and killed.
 const CALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest the core sleeps while the child has work on its device
+/// (the child reports when it has news; its death it cannot).
+const BUSY_LOOK: Duration = Duration::from_millis(20);
 /// How long a device process that closed its end may take to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
@@ -276,16 +281,14 @@ pub struct RemoteBackend {
     in_flight: InFlight,
     /// Commands sent so far (the child carries them out in this order).
     sent: u64,
-    /// Commands went to the child since the last `Poll` sent (the next settles them).
-    unpolled: bool,
-    /// `Poll`s sent and not yet answered, oldest first: the commands sent before each.
-    polls: VecDeque<u64>,
-    /// `Grow`s no answered poll has covered yet: the commands sent up to and
+    /// `Grow`s no report has covered yet: the commands sent up to and
     /// including each, its launch and its SMs (module doc).
     grows: VecDeque<(u64, LaunchId, SmSet)>,
-    /// Events of answers read while a call waited for its own, for the next poll.
+    /// Events of reports read while a call waited for its answer, for the next poll.
     early: Vec<Event>,
-    /// The child's device's [`Backend::next_wake`] at its last poll, and when it said so.
+    /// The child's device's [`Backend::next_wake`] at its last report
+    /// covering every command sent, and when it said so; busy from a
+    /// command's sending until such a report.
     wake: (Wake, Instant),
     /// The child's death, or a call's failure, for the next poll.
     failure: Option<Failure>,
@@ -312,8 +315,6 @@ impl RemoteBackend {
             next_region: 0,
             in_flight: InFlight::default(),
             sent: 0,
-            unpolled: false,
-            polls: VecDeque::new(),
             grows: VecDeque::new(),
             early: Vec::new(),
             wake: (Wake::Idle, Instant::now()),
@@ -351,8 +352,8 @@ impl RemoteBackend {
         self.broken.get_or_insert(what);
     }
 
-    /// Sends a call and waits for its answer (the answers of `Poll`s sent
-    /// before it come first: their events are kept for the next poll).
+    /// Sends a call and waits for its answer (reports that come first are
+    /// kept for the next poll).
     fn call(&mut self, msg: &ToDevice, fd: Option<BorrowedFd<'_>>) -> Result<FromDevice, String> {
         if let Some(why) = &self.broken {
             return Err(format!("the device is lost ({why}); it is being restarted"));
@@ -362,9 +363,9 @@ impl RemoteBackend {
         }
         loop {
             match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
-                Ok(Some(answer)) if !self.polls.is_empty() => {
+                Ok(Some(report)) if report.is_report() => {
                     let mut early = std::mem::take(&mut self.early);
-                    self.take_answer(answer, &mut early);
+                    self.take_report(report, &mut early);
                     self.early = early;
                 }
                 Ok(Some(answer)) => return Ok(answer),
@@ -383,30 +384,27 @@ impl RemoteBackend {
         }
     }
 
-    /// Takes the answer to the oldest `Poll`: its events go to `events`,
-    /// each launch's end after the releases of the grows the child will
-    /// ignore (module doc); a failure is kept for [`Backend::poll`].
-    fn take_answer(&mut self, answer: FromDevice, events: &mut Vec<Event>) {
-        let Some(covered) = self.polls.pop_front() else {
-            let what = Self::unexpected("no question", &answer);
-            let kill = kill(&mut self.process.child);
-            self.device_lost(format!("{what}; {kill}"));
-            return;
-        };
-        match answer {
-            FromDevice::Polled { events: got, wake } => {
+    /// Takes a report: its events go to `events`, each launch's end after
+    /// the releases of the grows the child ignores (module doc); a failure
+    /// is kept for [`Backend::poll`].
+    fn take_report(&mut self, report: FromDevice, events: &mut Vec<Event>) {
+        match report {
+            FromDevice::Polled { events: got, wake, applied } => {
                 for e in got {
                     if let Event::LaunchEnded { launch, .. } = e {
-                        self.release_ignored_grows(launch, covered, events);
+                        self.release_ignored_grows(launch, applied, events);
                     }
                     self.in_flight.event(&e);
                     events.push(e);
                 }
-                // The child took these before it answered: its own to release.
-                while self.grows.front().is_some_and(|&(n, _, _)| n <= covered) {
+                // The child took these before it polled.
+                while self.grows.front().is_some_and(|&(n, _, _)| n <= applied) {
                     self.grows.pop_front();
                 }
-                self.wake = (wake, Instant::now());
+                // A report that missed commands since says nothing of them.
+                if applied >= self.sent {
+                    self.wake = (wake, Instant::now());
+                }
             }
             FromDevice::ContextLost { suspects, what } => {
                 let f = self.device_failed(Failure::ContextLost { suspects, what: what.clone() }, what);
@@ -418,16 +416,16 @@ impl RemoteBackend {
                 self.failure.get_or_insert(f);
             }
             other => {
-                let what = Self::unexpected("Poll", &other);
+                let what = Self::unexpected("nothing", &other);
                 let kill = kill(&mut self.process.child);
                 self.device_lost(format!("{what}; {kill}"));
             }
         }
     }
 
-    /// `launch` ended in the child before it read anything sent after the
-    /// `Poll` that covered `covered` commands: its grows sent since will be
-    /// ignored there, so their SMs are released here, before the end.
+    /// `launch` ended in the child before it carried out more than `covered`
+    /// commands: its grows sent after those are ignored there, so their SMs
+    /// are released here, before the end.
     fn release_ignored_grows(&mut self, launch: LaunchId, covered: u64, events: &mut Vec<Event>) {
         self.grows.retain(|(n, l, sms)| {
             if *l != launch || *n <= covered {
@@ -589,9 +587,9 @@ impl Backend for RemoteBackend {
         self.in_flight.command(&command);
         self.sent += 1;
         if let Command::Grow { launch, sms } = &command {
-            self.grows.push_back((self.sent, *launch, sms.clone()));
+            self.grows.push_back((self.sent, *launch, *sms));
         }
-        self.unpolled = true;
+        self.wake = (Wake::Spin, Instant::now());
         if let Err(e) = self.process.link.send(&ToDevice::Submit(command), None) {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
@@ -599,8 +597,7 @@ impl Backend for RemoteBackend {
         Ok(())
     }
 
-    /// Never waits (module doc): the answers that came, then a `Poll` after
-    /// new commands or when none is on its way.
+    /// Never waits (module doc): the reports that came.
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
         let before = events.len();
         events.append(&mut self.early);
@@ -614,31 +611,28 @@ impl Backend for RemoteBackend {
             // Reported already; the core rebuilds.
             return Ok(self.now());
         }
-        while !self.polls.is_empty() && self.failure.is_none() && self.broken.is_none() {
-            match self.process.link.poll_recv::<FromDevice>() {
-                Ok(Some(answer)) => self.take_answer(answer, events),
-                Ok(None) => {
-                    // Not yet: the core looks again at once (`next_wake`);
-                    // the CPU goes to whoever has work meanwhile, as a
-                    // blocking wait's polls did (`Link::recv_spin`).
-                    std::thread::yield_now();
-                    break;
+        // Idle, the core looks about once a second: read the socket too,
+        // where a child that died says so.
+        let idle = matches!(self.wake.0, Wake::Idle);
+        while self.failure.is_none() && self.broken.is_none() {
+            let got = if idle { self.process.link.try_recv::<FromDevice>() } else { self.process.link.poll_recv() };
+            match got {
+                Ok(Some(report)) if report.is_report() => self.take_report(report, events),
+                Ok(Some(other)) => {
+                    let what = Self::unexpected("nothing", &other);
+                    let kill = kill(&mut self.process.child);
+                    self.device_lost(format!("{what}; {kill}"));
                 }
+                Ok(None) => break,
                 Err(e) => {
                     self.lost(e);
                 }
             }
         }
-        if self.failure.is_none() && self.broken.is_none() && (self.unpolled || self.polls.is_empty()) {
-            match self.process.link.send(&ToDevice::Poll, None) {
-                Ok(()) => {
-                    self.polls.push_back(self.sent);
-                    self.unpolled = false;
-                }
-                Err(e) => {
-                    self.lost(e);
-                }
-            }
+        if events.len() == before && self.failure.is_none() {
+            // Nothing yet: the core looks again at once (`next_wake`); the
+            // CPU goes to whoever has work meanwhile.
+            std::thread::yield_now();
         }
         // Events read before a failure go first; the failure at the next poll.
         if events.len() > before {
@@ -651,15 +645,18 @@ impl Backend for RemoteBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        // An answer on its way is looked for at once (a read of the ring).
-        if self.failure.is_some() || self.unpolled || !self.polls.is_empty() || !self.early.is_empty() {
+        if self.failure.is_some() || !self.early.is_empty() {
             return Wake::After(Duration::ZERO);
         }
         if self.broken.is_some() {
             return Wake::Idle;
         }
         match self.wake {
-            (Wake::After(d), at) => Wake::After(d.saturating_sub(at.elapsed())),
+            // A busy child reports as it finds: a look is a read of the ring.
+            (Wake::Spin, _) => Wake::After(Duration::ZERO),
+            // Not long asleep while work is on it: a child that died with
+            // work on it is noticed within `BUSY_LOOK` (nothing else tells).
+            (Wake::After(d), at) => Wake::After(d.saturating_sub(at.elapsed()).min(BUSY_LOOK)),
             (wake, _) => wake,
         }
     }
@@ -682,8 +679,7 @@ impl Backend for RemoteBackend {
         self.regions.clear();
         self.in_flight = InFlight::default();
         self.kernels_loaded = 0;
-        self.unpolled = false;
-        self.polls.clear();
+        self.sent = 0;
         self.grows.clear();
         self.early.clear();
         self.wake = (Wake::Idle, Instant::now());

@@ -2,12 +2,11 @@
 //! process ([`crate::device_host`]), sent over a [`super::link::Link`].
 //!
 //! The daemon calls; the device process carries out every message in the
-//! order sent and never speaks unasked. Memory, registration, modules and
-//! [`ToDevice::Poll`] are answered; bindings and commands are not, and a
-//! device failure they cause is the answer to the next `Poll`. In order, so
-//! the device sees commands and polls in the order the engine made them; the
-//! daemon does not wait for a `Poll`'s answer before it sends more
-//! ([`super::remote`] says how that stays exact).
+//! order sent. Memory, registration and modules are answered; bindings and
+//! commands are not. The device process reports what its device does on
+//! its own ([`FromDevice::Polled`], or the failure that a command or the
+//! device caused), each report saying how many commands it had carried out
+//! by then: [`super::remote`] says why the engine's contract needs that.
 
 use super::{DevAddr, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
 use gpumux_engine::device::{Command, Event};
@@ -82,7 +81,7 @@ pub enum ToDevice {
         /// That load's kernels.
         kernels: Vec<KernelCode>,
     },
-    /// [`super::Backend::submit`]. No answer (a failure answers the next `Poll`).
+    /// [`super::Backend::submit`]. No answer (a failure is the next report).
     Submit(Command),
     /// [`super::Backend::spin_for`]: poll the link this long after each
     /// message from now on (0: the default). No answer.
@@ -90,10 +89,6 @@ pub enum ToDevice {
         /// µs.
         us: u64,
     },
-    /// [`super::Backend::poll`], after every message sent before it; the
-    /// daemon reads the answer when it comes, sending on meanwhile. Answered by [`FromDevice::Polled`], or by [`FromDevice::ContextLost`]
-    /// or [`FromDevice::Fatal`] if the device failed since the last poll.
-    Poll,
 }
 
 /// Device process → daemon.
@@ -122,14 +117,18 @@ pub enum FromDevice {
     Registered(Result<(), MemError>),
     /// Answer to [`ToDevice::LoadModule`].
     Module(Result<ModuleImage, LoadError>),
-    /// Answer to [`ToDevice::Poll`]: what the device's poll reported, in its order.
+    /// A report: what a poll of the device found, in its order. Sent when
+    /// there are events, when the device's next wake changed, or when
+    /// commands were carried out since the last report.
     Polled {
         /// The events.
         events: Vec<Event>,
         /// The device's [`super::Backend::next_wake`] right after that poll.
         wake: Wake,
+        /// Commands ([`ToDevice::Submit`]) carried out before that poll.
+        applied: u64,
     },
-    /// Answer to [`ToDevice::Poll`]: the context is broken
+    /// A report instead of `Polled`: the context is broken
     /// ([`super::Failure::ContextLost`]); the process does nothing more with
     /// the device and waits to be killed.
     ContextLost {
@@ -138,7 +137,7 @@ pub enum FromDevice {
         /// The driver's words.
         what: String,
     },
-    /// Answer to [`ToDevice::Poll`]: the device failed in a way no restart
+    /// A report instead of `Polled`: the device failed in a way no restart
     /// fixes ([`super::Failure::Fatal`]).
     Fatal {
         /// The error, with its causes.
@@ -147,6 +146,11 @@ pub enum FromDevice {
 }
 
 impl FromDevice {
+    /// Whether the child sent it on its own (a report), not as an answer.
+    pub fn is_report(&self) -> bool {
+        matches!(self, FromDevice::Polled { .. } | FromDevice::ContextLost { .. } | FromDevice::Fatal { .. })
+    }
+
     /// The message's name, for errors about an unexpected one.
     pub fn name(&self) -> &'static str {
         match self {
