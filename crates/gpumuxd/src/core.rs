@@ -92,9 +92,6 @@ pub struct PumpStats {
 
 /// Rounds of command/event exchange in one pump before the core lets requests in.
 const MAX_ROUNDS: usize = 10_000;
-/// How long one pump goes on before the core lets requests in (and pumps
-/// again at once: the device is still due).
-const PUMP_TURN: Duration = Duration::from_micros(100);
 
 /// Why the core stopped.
 #[derive(Debug, thiserror::Error)]
@@ -352,7 +349,8 @@ impl Core {
             }
             let pump = self.pump()?;
             let busy = busy_from.elapsed();
-            // A pump that only looked for an answer still on its way is waiting, not work.
+            // A pump that brought nothing (a poll and no news) is the core
+            // waiting; the pumps counted include their polls' round trips.
             if pump.events + pump.commands > 0 {
                 load.add(1, u64::from(pump.rounds), busy - handling);
             }

@@ -4,13 +4,13 @@
 //! says which of the two was busy all the time (and so bounds the launch
 //! rate) and on what, without a profiler (docs/daemon.md, "Where a
 //! launch's time goes"). With `gpumuxd::load=debug` each also logs the
-//! shares of every second in which it had work: a bench that runs several
+//! shares of every quarter second in which it had work: a bench that runs several
 //! experiments on one daemon sees each apart.
 
 use std::time::{Duration, Instant};
 
 /// How often [`LoadClock::lap`] gives the last window's shares.
-pub const LAP: Duration = Duration::from_secs(1);
+pub const LAP: Duration = Duration::from_millis(250);
 
 /// Counts and times per kind of work since the loop began, and since the last lap.
 #[derive(Debug)]
@@ -102,7 +102,7 @@ mod tests {
         c.add(7, 1, Duration::from_secs(5)); // no such kind: ignored
         let s = summary_over(&c.parts, Duration::from_secs(1)).unwrap();
         assert_eq!(s, "busy 50.0% of 1.0 s; 100 commands: 30.0%, 3000.00 µs each; 1000 polls: 20.0%, 200.00 µs each");
-        assert!(c.lap().is_none(), "no lap before a second has passed");
+        assert!(c.lap().is_none(), "no lap before a window has passed");
         c.lap_since -= LAP;
         let lap = c.lap().expect("a lap with work in it");
         assert!(lap.contains("100 commands") && lap.contains("1000 polls"), "{lap}");

@@ -41,10 +41,6 @@ const READ_CHUNK: usize = 4 << 10;
 /// stream) once every this many tries: a system call per try would cost
 /// what the rings save.
 const SOCKET_EVERY: u32 = 64;
-/// ... and [`Link::poll_recv`] reads it when it was last read this long ago:
-/// a caller that looks seldom (a sleeping daemon's core) still sees a dead
-/// peer at its next look.
-const SOCKET_AFTER: Duration = Duration::from_millis(1);
 /// The socket's first byte: the rings' file comes with it.
 const RING_OFFER: u8 = 0xA5;
 /// A byte that carries a descriptor for the next message that needs one.
@@ -84,10 +80,6 @@ pub struct Link {
     /// The other end closed (bytes already read may still hold messages).
     closed: bool,
     buf: Box<[u8]>,
-    /// [`Link::poll_recv`]s so far.
-    polls: u32,
-    /// When the socket was last read.
-    socket_read: Instant,
 }
 
 /// A connected pair of sockets, both close-on-exec.
@@ -169,8 +161,6 @@ impl Link {
             fds: VecDeque::new(),
             closed: false,
             buf: vec![0u8; READ_CHUNK].into_boxed_slice(),
-            polls: 0,
-            socket_read: Instant::now(),
         }
     }
 
@@ -229,23 +219,6 @@ impl Link {
             return Err(LinkError::Closed);
         }
         Ok(None)
-    }
-
-    /// The next message if one has fully arrived, reading only the ring
-    /// (no system call) unless the socket was last read [`SOCKET_AFTER`]
-    /// ago or more, or on every [`SOCKET_EVERY`]th call: then it is a
-    /// [`Link::try_recv`] (the peer's end of stream is seen there). For a
-    /// caller that looks now and then for a message it is not waiting on.
-    pub fn poll_recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, LinkError> {
-        self.polls = self.polls.wrapping_add(1);
-        if self.polls.is_multiple_of(SOCKET_EVERY) || self.socket_read.elapsed() >= SOCKET_AFTER {
-            return self.try_recv();
-        }
-        if let Some(msg) = self.next()? {
-            return Ok(Some(msg));
-        }
-        self.take_ring()?;
-        self.next()
     }
 
     /// The next message, polling for it without sleeping for at most
@@ -351,7 +324,6 @@ impl Link {
 
     /// Reads everything on the socket now (doorbells, descriptors, the end).
     fn fill_socket(&mut self) -> Result<(), LinkError> {
-        self.socket_read = Instant::now();
         while !self.closed {
             match crate::fdpass::recv_with_fds(self.sock.as_raw_fd(), &mut self.buf, &mut self.fds, false) {
                 Ok(0) => self.closed = true,

@@ -11,34 +11,20 @@
 //! noticed at the next call (the core polls at least once a second): every
 //! operation on the device is a suspect, and the daemon restarts it.
 //!
-//! Reports, not questions: the child carries out every message in the
-//! order sent and, while its device has work, polls it on its own and
-//! reports what it finds ([`crate::device_host`]). [`Backend::submit`]
-//! sends the command without waiting; [`Backend::poll`] takes the reports
-//! that have come (a read of the ring). So the core decides and answers
-//! clients while the child makes the CUDA calls of the commands before, and
-//! a launch's end comes as soon as the child sees it. (Before, the core
-//! asked with a `Poll` and waited for the answer: the two took turns, and
-//! with several clients each answer waited behind every command sent before
-//! it, which bounded the launch rate: docs/benchmarks.md, runs 103-105.)
-//!
-//! The engine's device contract (`gpumux_engine::device`) holds what it last
-//! sent as true until events say otherwise, and wants every SM of a launch
-//! released before its end. A report crossing a command on the link opens
-//! one race, which the child and this module close together: a `Grow` sent
-//! while a report with that launch's `LaunchEnded` is on its way. (A child
-//! that polled on its own, without what follows, met it on an H100 with
-//! `spatial-even`: the device saw launch 3 end while the engine, not yet
-//! having read it, grew launch 3 onto SMs 33-43; it then read the end with
-//! launch 3 still holding them, and the daemon stopped.) Each report says
-//! how many commands the child had carried out when it polled. The child
-//! ignores a `Grow` or `Retreat` of a launch whose end it has reported, and
-//! here, reading that end, every SM of a `Grow` sent after the commands the
-//! report covers is released (`SmReleased`, exhausted) just before it:
-//! exactly the grows the child ignores. A `Retreat` after the end needs
-//! nothing: its SMs are released by the end or by those releases. Grows
-//! the report covers the child took (or, for a launch it found ended
-//! before its report, released itself before the end).
+//! Lockstep: the child never polls its device on its own. [`Backend::submit`]
+//! sends the command without waiting; [`Backend::poll`] sends `Poll` and waits
+//! for the child's one poll of its device (events, or the failure of a command
+//! since the last poll) and the device's next wake. So the device sees
+//! commands and polls in the order the core makes them, as in-process. The
+//! engine's device contract (`gpumux_engine::device`) needs that order: it
+//! holds what it last sent as true until events say otherwise. A child that
+//! polled on its own broke it on an H100 (`spatial-even`, a client leaving):
+//! the device saw launch 3's last blocks end and sent its `SmReleased`s and
+//! `LaunchEnded`, while the engine, not yet having read them, sent `Grow`
+//! (SMs 33-43) to launch 3; it then read `LaunchEnded(3)` with launch 3 still
+//! holding 33-43, and the daemon stopped ("launch 3 ended still holding SMs
+//! {33-43}"). In lockstep the device takes the `Grow` before it looks for
+//! finished work, and releases the grown SMs before the launch's end.
 //!
 //! Time: the engine sees this process's clock (ns since the backend opened,
 //! monotonic across restarts); the child's device has its own. Events are
@@ -49,13 +35,11 @@ use super::link::{socket_pair, Link, LinkError};
 use super::wire::{FromDevice, HostRef, RegionId, ToDevice};
 use super::{Backend, DevAddr, Failure, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
 use crate::shm::ShmRegion;
-use gpumux_engine::device::ReleaseCause;
 use gpumux_engine::device::{Command, DeviceError, Event};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
-use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -69,9 +53,6 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a call may take (a module's compile is the longest) before the
 /// device process is taken for hung and killed.
 const CALL_TIMEOUT: Duration = Duration::from_secs(300);
-/// The longest the core sleeps while the child has work on its device
-/// (the child reports when it has news; its death it cannot).
-const BUSY_LOOK: Duration = Duration::from_millis(20);
 /// How long a device process that closed its end may take to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
@@ -279,16 +260,9 @@ pub struct RemoteBackend {
     regions: Vec<(RegionId, Arc<ShmRegion>)>,
     next_region: u64,
     in_flight: InFlight,
-    /// Commands sent so far (the child carries them out in this order).
-    sent: u64,
-    /// `Grow`s no report has covered yet: the commands sent up to and
-    /// including each, its launch and its SMs (module doc).
-    grows: VecDeque<(u64, LaunchId, SmSet)>,
-    /// Events of reports read while a call waited for its answer, for the next poll.
-    early: Vec<Event>,
-    /// The child's device's [`Backend::next_wake`] at its last report
-    /// covering every command sent, and when it said so; busy from a
-    /// command's sending until such a report.
+    /// Commands went to the child since its last poll (it settles them at the next).
+    unpolled: bool,
+    /// The child's device's [`Backend::next_wake`] at its last poll, and when it said so.
     wake: (Wake, Instant),
     /// The child's death, or a call's failure, for the next poll.
     failure: Option<Failure>,
@@ -314,9 +288,7 @@ impl RemoteBackend {
             regions: Vec::new(),
             next_region: 0,
             in_flight: InFlight::default(),
-            sent: 0,
-            grows: VecDeque::new(),
-            early: Vec::new(),
+            unpolled: false,
             wake: (Wake::Idle, Instant::now()),
             failure: None,
             broken: None,
@@ -352,8 +324,7 @@ impl RemoteBackend {
         self.broken.get_or_insert(what);
     }
 
-    /// Sends a call and waits for its answer (reports that come first are
-    /// kept for the next poll).
+    /// Sends a call and waits for its answer.
     fn call(&mut self, msg: &ToDevice, fd: Option<BorrowedFd<'_>>) -> Result<FromDevice, String> {
         if let Some(why) = &self.broken {
             return Err(format!("the device is lost ({why}); it is being restarted"));
@@ -361,79 +332,20 @@ impl RemoteBackend {
         if let Err(e) = self.process.link.send(msg, fd) {
             return Err(self.lost(e));
         }
-        loop {
-            match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
-                Ok(Some(report)) if report.is_report() => {
-                    let mut early = std::mem::take(&mut self.early);
-                    self.take_report(report, &mut early);
-                    self.early = early;
-                }
-                Ok(Some(answer)) => return Ok(answer),
-                Ok(None) => {
-                    let what = format!(
-                        "the device process (pid {}) did not answer in {}s: {}",
-                        self.process.child.id(),
-                        CALL_TIMEOUT.as_secs(),
-                        kill(&mut self.process.child)
-                    );
-                    self.device_lost(what.clone());
-                    return Err(what);
-                }
-                Err(e) => return Err(self.lost(e)),
+        match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) => {
+                let what = format!(
+                    "the device process (pid {}) did not answer in {}s: {}",
+                    self.process.child.id(),
+                    CALL_TIMEOUT.as_secs(),
+                    kill(&mut self.process.child)
+                );
+                self.device_lost(what.clone());
+                Err(what)
             }
+            Err(e) => Err(self.lost(e)),
         }
-    }
-
-    /// Takes a report: its events go to `events`, each launch's end after
-    /// the releases of the grows the child ignores (module doc); a failure
-    /// is kept for [`Backend::poll`].
-    fn take_report(&mut self, report: FromDevice, events: &mut Vec<Event>) {
-        match report {
-            FromDevice::Polled { events: got, wake, applied } => {
-                for e in got {
-                    if let Event::LaunchEnded { launch, .. } = e {
-                        self.release_ignored_grows(launch, applied, events);
-                    }
-                    self.in_flight.event(&e);
-                    events.push(e);
-                }
-                // The child took these before it polled.
-                while self.grows.front().is_some_and(|&(n, _, _)| n <= applied) {
-                    self.grows.pop_front();
-                }
-                // A report that missed commands since says nothing of them.
-                if applied >= self.sent {
-                    self.wake = (wake, Instant::now());
-                }
-            }
-            FromDevice::ContextLost { suspects, what } => {
-                let f = self.device_failed(Failure::ContextLost { suspects, what: what.clone() }, what);
-                self.failure.get_or_insert(f);
-            }
-            FromDevice::Fatal { what } => {
-                let f = Failure::Fatal(DeviceError::backend("the device process", what.clone()));
-                let f = self.device_failed(f, what);
-                self.failure.get_or_insert(f);
-            }
-            other => {
-                let what = Self::unexpected("nothing", &other);
-                let kill = kill(&mut self.process.child);
-                self.device_lost(format!("{what}; {kill}"));
-            }
-        }
-    }
-
-    /// `launch` ended in the child before it carried out more than `covered`
-    /// commands: its grows sent after those are ignored there, so their SMs
-    /// are released here, before the end.
-    fn release_ignored_grows(&mut self, launch: LaunchId, covered: u64, events: &mut Vec<Event>) {
-        self.grows.retain(|(n, l, sms)| {
-            if *l != launch || *n <= covered {
-                return true;
-            }
-            events.extend(sms.iter().map(|sm| Event::SmReleased { launch, sm, cause: ReleaseCause::Exhausted }));
-            false
-        });
     }
 
     /// The device failed (the answer to a poll): reported now, and calls
@@ -585,11 +497,7 @@ impl Backend for RemoteBackend {
             return Ok(());
         }
         self.in_flight.command(&command);
-        self.sent += 1;
-        if let Command::Grow { launch, sms } = &command {
-            self.grows.push_back((self.sent, *launch, *sms));
-        }
-        self.wake = (Wake::Spin, Instant::now());
+        self.unpolled = true;
         if let Err(e) = self.process.link.send(&ToDevice::Submit(command), None) {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
@@ -597,13 +505,7 @@ impl Backend for RemoteBackend {
         Ok(())
     }
 
-    /// Never waits (module doc): the reports that came.
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
-        let before = events.len();
-        events.append(&mut self.early);
-        if self.failure.is_some() && events.len() > before {
-            return Ok(self.now());
-        }
         if let Some(f) = self.failure.take() {
             return Err(f);
         }
@@ -611,32 +513,29 @@ impl Backend for RemoteBackend {
             // Reported already; the core rebuilds.
             return Ok(self.now());
         }
-        // Idle, the core looks about once a second: read the socket too,
-        // where a child that died says so.
-        let idle = matches!(self.wake.0, Wake::Idle);
-        while self.failure.is_none() && self.broken.is_none() {
-            let got = if idle { self.process.link.try_recv::<FromDevice>() } else { self.process.link.poll_recv() };
-            match got {
-                Ok(Some(report)) if report.is_report() => self.take_report(report, events),
-                Ok(Some(other)) => {
-                    let what = Self::unexpected("nothing", &other);
-                    let kill = kill(&mut self.process.child);
-                    self.device_lost(format!("{what}; {kill}"));
+        self.unpolled = false;
+        match self.call(&ToDevice::Poll, None) {
+            Ok(FromDevice::Polled { events: got, wake }) => {
+                for e in &got {
+                    self.in_flight.event(e);
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    self.lost(e);
-                }
+                events.extend(got);
+                self.wake = (wake, Instant::now());
             }
-        }
-        if events.len() == before && self.failure.is_none() {
-            // Nothing yet: the core looks again at once (`next_wake`); the
-            // CPU goes to whoever has work meanwhile.
-            std::thread::yield_now();
-        }
-        // Events read before a failure go first; the failure at the next poll.
-        if events.len() > before {
-            return Ok(self.now());
+            Ok(FromDevice::ContextLost { suspects, what }) => {
+                return Err(self.device_failed(Failure::ContextLost { suspects, what: what.clone() }, what));
+            }
+            Ok(FromDevice::Fatal { what }) => {
+                let f = Failure::Fatal(DeviceError::backend("the device process", what.clone()));
+                return Err(self.device_failed(f, what));
+            }
+            Ok(other) => {
+                let what = Self::unexpected("Poll", &other);
+                let kill = kill(&mut self.process.child);
+                self.device_lost(format!("{what}; {kill}"));
+            }
+            // The call recorded the loss.
+            Err(_) => {}
         }
         match self.failure.take() {
             Some(f) => Err(f),
@@ -645,18 +544,14 @@ impl Backend for RemoteBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        if self.failure.is_some() || !self.early.is_empty() {
+        if self.failure.is_some() || self.unpolled {
             return Wake::After(Duration::ZERO);
         }
         if self.broken.is_some() {
             return Wake::Idle;
         }
         match self.wake {
-            // A busy child reports as it finds: a look is a read of the ring.
-            (Wake::Spin, _) => Wake::After(Duration::ZERO),
-            // Not long asleep while work is on it: a child that died with
-            // work on it is noticed within `BUSY_LOOK` (nothing else tells).
-            (Wake::After(d), at) => Wake::After(d.saturating_sub(at.elapsed()).min(BUSY_LOOK)),
+            (Wake::After(d), at) => Wake::After(d.saturating_sub(at.elapsed())),
             (wake, _) => wake,
         }
     }
@@ -679,9 +574,7 @@ impl Backend for RemoteBackend {
         self.regions.clear();
         self.in_flight = InFlight::default();
         self.kernels_loaded = 0;
-        self.sent = 0;
-        self.grows.clear();
-        self.early.clear();
+        self.unpolled = false;
         self.wake = (Wake::Idle, Instant::now());
         self.failure = None;
         self.broken = None;

@@ -106,8 +106,7 @@ pub struct SimBackend {
     origin: Instant,
     /// The simulator's time: where the last `advance` left it.
     sim_now: Nanos,
-    /// Commands went in since the last poll (the simulator settles them
-    /// then), or the last poll found events (more may be due at that instant).
+    /// Commands went in since the last poll (the simulator settles them then).
     unsettled: bool,
     capacity: u64,
     used: u64,
@@ -375,11 +374,9 @@ impl Backend for SimBackend {
                 what: format!("kernel `{}` called __trap() (an illegal instruction on a GPU)", f.kernel),
             });
         }
+        self.unsettled = false;
         let start = events.len();
         self.sim_now = self.sim.advance(Some(wall), events).map_err(Failure::Fatal)?;
-        // The simulator hands out what it has before it moves on: after
-        // events, more may be due at this instant (the next poll sees them).
-        self.unsettled = events.len() > start;
         for e in &events[start..] {
             if let Event::CopyDone { copy } = e {
                 let op = self.copies.remove(copy).ok_or_else(|| fatal(format!("unknown copy {copy} finished")))?;

@@ -2,11 +2,11 @@
 //! process ([`crate::device_host`]), sent over a [`super::link::Link`].
 //!
 //! The daemon calls; the device process carries out every message in the
-//! order sent. Memory, registration and modules are answered; bindings and
-//! commands are not. The device process reports what its device does on
-//! its own ([`FromDevice::Polled`], or the failure that a command or the
-//! device caused), each report saying how many commands it had carried out
-//! by then: [`super::remote`] says why the engine's contract needs that.
+//! order sent and never speaks unasked. Memory, registration, modules and
+//! [`ToDevice::Poll`] are answered; bindings and commands are not, and a
+//! device failure they cause is the answer to the next `Poll`. Lockstep, so
+//! the device sees commands and polls in the order the engine made them
+//! ([`super::remote`] says why that matters).
 
 use super::{DevAddr, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
 use gpumux_engine::device::{Command, Event};
@@ -81,7 +81,7 @@ pub enum ToDevice {
         /// That load's kernels.
         kernels: Vec<KernelCode>,
     },
-    /// [`super::Backend::submit`]. No answer (a failure is the next report).
+    /// [`super::Backend::submit`]. No answer (a failure answers the next `Poll`).
     Submit(Command),
     /// [`super::Backend::spin_for`]: poll the link this long after each
     /// message from now on (0: the default). No answer.
@@ -89,6 +89,10 @@ pub enum ToDevice {
         /// µs.
         us: u64,
     },
+    /// [`super::Backend::poll`], after every message sent before it.
+    /// Answered by [`FromDevice::Polled`], or by [`FromDevice::ContextLost`]
+    /// or [`FromDevice::Fatal`] if the device failed since the last poll.
+    Poll,
 }
 
 /// Device process → daemon.
@@ -117,18 +121,14 @@ pub enum FromDevice {
     Registered(Result<(), MemError>),
     /// Answer to [`ToDevice::LoadModule`].
     Module(Result<ModuleImage, LoadError>),
-    /// A report: what a poll of the device found, in its order. Sent when
-    /// there are events, when the device's next wake changed, or when
-    /// commands were carried out since the last report.
+    /// Answer to [`ToDevice::Poll`]: what the device's poll reported, in its order.
     Polled {
         /// The events.
         events: Vec<Event>,
         /// The device's [`super::Backend::next_wake`] right after that poll.
         wake: Wake,
-        /// Commands ([`ToDevice::Submit`]) carried out before that poll.
-        applied: u64,
     },
-    /// A report instead of `Polled`: the context is broken
+    /// Answer to [`ToDevice::Poll`]: the context is broken
     /// ([`super::Failure::ContextLost`]); the process does nothing more with
     /// the device and waits to be killed.
     ContextLost {
@@ -137,7 +137,7 @@ pub enum FromDevice {
         /// The driver's words.
         what: String,
     },
-    /// A report instead of `Polled`: the device failed in a way no restart
+    /// Answer to [`ToDevice::Poll`]: the device failed in a way no restart
     /// fixes ([`super::Failure::Fatal`]).
     Fatal {
         /// The error, with its causes.
@@ -146,11 +146,6 @@ pub enum FromDevice {
 }
 
 impl FromDevice {
-    /// Whether the child sent it on its own (a report), not as an answer.
-    pub fn is_report(&self) -> bool {
-        matches!(self, FromDevice::Polled { .. } | FromDevice::ContextLost { .. } | FromDevice::Fatal { .. })
-    }
-
     /// The message's name, for errors about an unexpected one.
     pub fn name(&self) -> &'static str {
         match self {

@@ -14,19 +14,10 @@ impl Core {
                 self.engine.handle_timeout(now);
             }
         }
-        let began = Instant::now();
         for _ in 0..MAX_ROUNDS {
             stats.rounds += 1;
             self.drain_completions();
             let sent = self.drain_commands(&mut stats)?;
-            // A device that reports on its own can keep a pump going while
-            // clients keep it busy: requests (an urgent launch) get a turn.
-            // Every command is out; the device, busy, is due again at once.
-            // (Not before the pump's first poll: a slow round must not keep
-            // every pump from polling.)
-            if sent && stats.rounds > 1 && began.elapsed() >= PUMP_TURN {
-                break;
-            }
             let mut events = std::mem::take(&mut self.events);
             events.clear();
             let call = Instant::now();
