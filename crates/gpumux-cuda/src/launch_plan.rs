@@ -21,13 +21,6 @@
 //!   blocks of 11 ms cost +5% as workers; a wavefront's 511 launches of 1-256
 //!   blocks +60%). Both only on the whole GPU and from block 0: a native grid
 //!   cannot be kept to an SM set or started half way.
-//! * **Tiny launch: native on any SM set.** No more blocks than the SMs it
-//!   was given, each done within [`SHORT_LAUNCH_NS`]: kept to its SMs it
-//!   would be a full grid of workers (one per slot of every SM, to be sure
-//!   some land on its SMs), far more work than the kernel, and several
-//!   clients' such grids queue for the same slots. Natively its few blocks
-//!   land where the hardware puts them, on no more SMs than it was given and
-//!   for no longer than a retreat waits anyway. From block 0 only.
 //! * **Otherwise: workers, chunk = ⌈[`CLAIM_NS`] / block time⌉**, at most
 //!   ⌊[`PREEMPT_CHUNK_NS`] / block time⌋ (at least 1) and [`MAX_CHUNK`]. The
 //!   first bound keeps the one same-address atomic per claim rare enough not to
@@ -118,12 +111,8 @@ pub struct LaunchFacts {
     pub blocks: u64,
     /// Blocks resident at once on the SMs it may use (occupancy × SMs).
     pub slots: u64,
-    /// It starts at block 0 of its grid and runs all of it.
-    pub whole_grid: bool,
-    /// SMs it may use.
-    pub sms: u64,
-    /// SMs of the device.
-    pub sm_count: u64,
+    /// It may use every SM and starts at block 0 of its grid.
+    pub whole_grid_on_whole_gpu: bool,
     /// A native build of the kernel is at hand.
     pub native_available: bool,
 }
@@ -139,10 +128,7 @@ pub fn plan(chunk: Chunk, facts: LaunchFacts, block_ns: Option<f64>) -> Plan {
         (Chunk::Auto, Some(_)) => return Plan::Workers { chunk: 1, measure: false },
     };
     let waves = facts.blocks.div_ceil(facts.slots.max(1)).max(1);
-    let whole_gpu = facts.sms >= facts.sm_count;
-    let short_or_one_wave = waves == 1 || bt * waves as f64 <= SHORT_LAUNCH_NS;
-    let tiny = facts.blocks <= facts.sms && bt <= SHORT_LAUNCH_NS;
-    if facts.native_available && facts.whole_grid && ((whole_gpu && short_or_one_wave) || tiny) {
+    if facts.native_available && facts.whole_grid_on_whole_gpu && (waves == 1 || bt * waves as f64 <= SHORT_LAUNCH_NS) {
         return Plan::Native;
     }
     Plan::Workers { chunk: auto_chunk(bt), measure: false }
@@ -224,7 +210,7 @@ mod tests {
     use super::*;
 
     fn facts(blocks: u64, slots: u64) -> LaunchFacts {
-        LaunchFacts { blocks, slots, whole_grid: true, sms: 132, sm_count: 132, native_available: true }
+        LaunchFacts { blocks, slots, whole_grid_on_whole_gpu: true, native_available: true }
     }
 
     #[test]
@@ -244,33 +230,10 @@ mod tests {
         // One wave of long blocks: a retreat could not stop any of them.
         assert_eq!(plan(Chunk::Auto, facts(512, 1056), Some(11e6)), Plan::Native);
         assert!(matches!(plan(Chunk::Auto, facts(1057, 1056), Some(11e6)), Plan::Workers { chunk: 1, .. }));
-        let part = LaunchFacts { sms: 66, ..facts(256, 4224) };
+        let part = LaunchFacts { whole_grid_on_whole_gpu: false, ..facts(256, 4224) };
         assert_eq!(plan(Chunk::Auto, part, Some(2_000.0)), Plan::Workers { chunk: 6, measure: false });
-        let half_way = LaunchFacts { whole_grid: false, ..facts(256, 4224) };
-        assert_eq!(plan(Chunk::Auto, half_way, Some(2_000.0)), Plan::Workers { chunk: 6, measure: false });
         let no_native = LaunchFacts { native_available: false, ..facts(256, 4224) };
         assert!(matches!(plan(Chunk::Auto, no_native, Some(2_000.0)), Plan::Workers { .. }));
-    }
-
-    #[test]
-    fn tiny_launches_run_natively_on_any_sm_set() {
-        // One block of 5 µs given one SM: native, not 132 SMs' worth of workers.
-        let one = LaunchFacts { sms: 1, ..facts(1, 32) };
-        assert_eq!(plan(Chunk::Auto, one, Some(5_000.0)), Plan::Native);
-        // As many blocks as its 16 SMs: still tiny.
-        assert_eq!(plan(Chunk::Auto, LaunchFacts { sms: 16, ..facts(16, 512) }, Some(5_000.0)), Plan::Native);
-        // More blocks than its SMs, blocks too long, not from block 0, or no native build: workers.
-        assert!(matches!(
-            plan(Chunk::Auto, LaunchFacts { sms: 16, ..facts(17, 512) }, Some(5_000.0)),
-            Plan::Workers { .. }
-        ));
-        assert!(matches!(plan(Chunk::Auto, one, Some(20_001.0)), Plan::Workers { .. }));
-        let half_way = LaunchFacts { whole_grid: false, ..one };
-        assert!(matches!(plan(Chunk::Auto, half_way, Some(5_000.0)), Plan::Workers { .. }));
-        let no_native = LaunchFacts { native_available: false, ..one };
-        assert!(matches!(plan(Chunk::Auto, no_native, Some(5_000.0)), Plan::Workers { .. }));
-        // Unmeasured: timed as workers first.
-        assert_eq!(plan(Chunk::Auto, one, None), Plan::Workers { chunk: 1, measure: true });
     }
 
     #[test]

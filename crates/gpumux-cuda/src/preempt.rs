@@ -379,9 +379,7 @@ impl WorkerLaunch {
         let facts = LaunchFacts {
             blocks: (self.end - self.next.min(self.end)) as u64,
             slots: self.workers_per_sm as u64 * mask.count().min(self.sm_count) as u64,
-            whole_grid: self.next == 0 && self.end as u64 == total,
-            sms: mask.count().min(self.sm_count) as u64,
-            sm_count: self.sm_count as u64,
+            whole_grid_on_whole_gpu: self.next == 0 && self.end as u64 == total && mask.count() >= self.sm_count,
             native_available: self.native.is_some() && !self.urgent,
         };
         // Until a timed launch of this kernel shape has finished, every
