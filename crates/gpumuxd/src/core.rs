@@ -339,7 +339,9 @@ impl Core {
                 }
             }
             let handling = busy_from.elapsed();
-            load.add(0, u64::from(handled), handling);
+            if handled > 0 {
+                load.add(0, u64::from(handled), handling);
+            }
             // A request may have made work; else the device is pumped only
             // when it asked to be (busy, or a timer due). Pumping an idle
             // device process costs a round trip on its link that requests

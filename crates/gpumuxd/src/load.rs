@@ -1,10 +1,10 @@
 //! Where a serving loop's time goes: for each kind of work, how often it
 //! came and how long it took, against the loop's whole life. The core and
 //! the device process each keep one and log it when they stop, so a run
-//! says which of the two was busy all the time (and so bounds the launch
-//! rate) and on what, without a profiler (docs/daemon.md, "Where a
-//! launch's time goes"). With `gpumuxd::load=debug` each also logs the
-//! shares of every quarter second in which it had work: a bench that runs several
+//! says which of the two was busy all the time, and on what, without a
+//! profiler (docs/daemon.md, "Where the core's and the device process's
+//! time goes"). With `gpumuxd::load=debug` each also logs the shares of
+//! every quarter second in which it had work: a bench that runs several
 //! experiments on one daemon sees each apart.
 
 use std::time::{Duration, Instant};
