@@ -69,6 +69,12 @@ const SPIN_AFTER_ACTIVITY: Duration = Duration::from_micros(500);
 /// than this is logged (info) with where its time went: requests wait for it.
 const SLOW_ROUND: Duration = Duration::from_micros(500);
 
+/// What the core's load clock counts ([`crate::load`]): client messages,
+/// and device exchanges that brought events or sent commands.
+const LOAD_PARTS: [&str; 2] = ["messages", "device exchanges"];
+const LOAD_MESSAGES: usize = 0;
+const LOAD_EXCHANGES: usize = 1;
+
 /// What one [`Core::pump`] did.
 #[derive(Debug, Default)]
 pub struct PumpStats {
@@ -293,7 +299,7 @@ impl Core {
 
     /// Serves messages until [`CoreMsg::Shutdown`] or every sender is gone.
     pub fn run(mut self, rx: Receiver<CoreMsg>) -> Result<(), CoreError> {
-        let mut load = LoadClock::new(&["messages", "device exchanges"]);
+        let mut load = LoadClock::new(&LOAD_PARTS);
         let result = self.serve(rx, &mut load);
         if let Some(load) = load.summary() {
             tracing::info!("core: {load}");
@@ -340,7 +346,7 @@ impl Core {
             }
             let handling = busy_from.elapsed();
             if handled > 0 {
-                load.add(0, u64::from(handled), handling);
+                load.add(LOAD_MESSAGES, u64::from(handled), handling);
             }
             // A request may have made work; else the device is pumped only
             // when it asked to be (busy, or a timer due). Pumping an idle
@@ -354,7 +360,7 @@ impl Core {
             // A pump that brought nothing (a poll and no news) is the core
             // waiting; the pumps counted include their polls' round trips.
             if pump.events + pump.commands > 0 {
-                load.add(1, u64::from(pump.rounds), busy - handling);
+                load.add(LOAD_EXCHANGES, u64::from(pump.rounds), busy - handling);
             }
             if let Some(lap) = load.lap() {
                 tracing::debug!(target: "gpumuxd::load", "core: {lap}");

@@ -27,6 +27,12 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What the load clock counts: [`COMMANDS`], [`POLLS`], [`OTHER_MESSAGES`].
+const LOAD_PARTS: [&str; 3] = ["commands", "polls", "other messages"];
+const COMMANDS: usize = 0;
+const POLLS: usize = 1;
+const OTHER_MESSAGES: usize = 2;
+
 /// How long the device process waits for the daemon to offer the link's
 /// rings (sent right after the daemon starts it).
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -62,7 +68,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         failure: None,
         broken: false,
         spin,
-        load: LoadClock::new(&["commands", "polls", "other messages"]),
+        load: LoadClock::new(&LOAD_PARTS),
     };
     host.run()?;
     Ok(true)
@@ -106,9 +112,9 @@ impl DeviceHost {
             match self.link.recv_spin::<ToDevice>(self.spin) {
                 Ok(Some(msg)) => {
                     let kind = match msg {
-                        ToDevice::Submit(_) => 0,
-                        ToDevice::Poll => 1,
-                        _ => 2,
+                        ToDevice::Submit(_) => COMMANDS,
+                        ToDevice::Poll => POLLS,
+                        _ => OTHER_MESSAGES,
                     };
                     let began = Instant::now();
                     self.handle(msg)?;
