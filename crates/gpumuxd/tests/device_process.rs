@@ -171,3 +171,21 @@ fn a_grow_of_an_exhausted_unreported_launch_hands_the_sms_back_before_its_end() 
     let events = poll_until_ended(&mut b, events);
     assert_released_before_end(&events, &[0, 1, 2], 4);
 }
+
+/// The device process gets as many hardware work queues as the driver
+/// allows (`CONNECTIONS_VAR`), unless the daemon's environment says otherwise.
+#[test]
+fn the_device_process_runs_with_the_most_hardware_queues() {
+    use gpumuxd::backend::remote::{CONNECTIONS, CONNECTIONS_VAR};
+    if std::env::var_os(CONNECTIONS_VAR).is_some() {
+        eprintln!("SKIPPED: {CONNECTIONS_VAR} is set in this environment, so the child inherits it");
+        return;
+    }
+    let b = start();
+    let environ = std::fs::read(format!("/proc/{}/environ", b.pid())).expect("the child's environment");
+    let expected = format!("{CONNECTIONS_VAR}={CONNECTIONS}");
+    assert!(
+        environ.split(|&c| c == 0).any(|kv| kv == expected.as_bytes()),
+        "{expected} not in the device process's environment"
+    );
+}
