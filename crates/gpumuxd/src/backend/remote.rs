@@ -59,8 +59,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(300);
 /// (a launch stream per client's running kernel, each with the next kernel
 /// queued behind it, and the control, cut and copy streams), streams share
 /// a queue and a kernel waiting in it holds up the kernels of the others.
-/// 32 (the most the driver takes) measured 63-70k launches/s from 8 clients
-/// against 41-49k with 8 (docs/benchmarks.md, run 113).
+/// With 32 (the most the driver takes) 8 clients launched 63-70k times a
+/// second, against 41-70k with 8: higher in three pairs of runs of four,
+/// by 22% on average (docs/benchmarks.md, runs 113-114).
 pub const CONNECTIONS_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 /// See [`CONNECTIONS_VAR`].
 pub const CONNECTIONS: u32 = 32;
