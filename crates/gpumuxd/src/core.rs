@@ -34,6 +34,7 @@ use gpumux_proto::{
     BufferId, ClientStatus, ErrorKind, ErrorReply, EventId, KernelEntry, KernelId, LostWork, ModuleId, Notice, Reply,
     Request, ServerFrame, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES, MAX_OPTIONS, MAX_SOURCE_BYTES, VERSION,
 };
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
@@ -69,11 +70,56 @@ const SPIN_AFTER_ACTIVITY: Duration = Duration::from_micros(500);
 /// than this is logged (info) with where its time went: requests wait for it.
 const SLOW_ROUND: Duration = Duration::from_micros(500);
 
-/// What the core's load clock counts ([`crate::load`]): client messages,
-/// and device exchanges that brought events or sent commands.
-const LOAD_PARTS: [&str; 2] = ["messages", "device exchanges"];
+/// What the core's load clock counts ([`crate::load`]), parts that do not
+/// overlap: client messages (without the engine and the device sends made
+/// while handling them); the engine, wherever the core calls it; messages
+/// sent to the device (binds, commands, unbinds: a write into the device
+/// process's ring); polls of the device (a round trip to the device process,
+/// which first carries out the commands sent before it); frames to clients
+/// (replies and events: a write into the client's ring, a doorbell if it
+/// sleeps, or a hand-off to its writer thread); and the rest of the device
+/// exchanges (completions, bookkeeping). Exchanges that brought no event and
+/// sent no command are the core waiting, not counted.
+const LOAD_PARTS: [&str; 6] = ["messages", "engine", "device sends", "device polls", "client frames", "exchanges' rest"];
 const LOAD_MESSAGES: usize = 0;
-const LOAD_EXCHANGES: usize = 1;
+const LOAD_ENGINE: usize = 1;
+const LOAD_SENDS: usize = 2;
+const LOAD_POLLS: usize = 3;
+const LOAD_FRAMES: usize = 4;
+const LOAD_EXCHANGES: usize = 5;
+
+/// Time the core spent in the engine and in device calls since it last
+/// looked, counted where the calls are made (the load clock's finer parts).
+#[derive(Debug, Default, Clone, Copy)]
+struct CallTimes {
+    engine: (u64, Duration),
+    sends: (u64, Duration),
+    polls: (u64, Duration),
+    frames: (u64, Duration),
+}
+
+impl CallTimes {
+    fn all(&self) -> Duration {
+        self.engine.1 + self.sends.1 + self.polls.1 + self.frames.1
+    }
+    /// Adds the calls to `load`, with `rest` (its count and time, less the calls) as `part`.
+    fn add_to(&self, load: &mut LoadClock, part: usize, count: u64, took: Duration) {
+        load.add(part, count, took.saturating_sub(self.all()));
+        load.add(LOAD_ENGINE, self.engine.0, self.engine.1);
+        load.add(LOAD_SENDS, self.sends.0, self.sends.1);
+        load.add(LOAD_POLLS, self.polls.0, self.polls.1);
+        load.add(LOAD_FRAMES, self.frames.0, self.frames.1);
+    }
+}
+
+/// Counts one call of `took` into the slot `which` picks.
+fn count_call(calls: &Cell<CallTimes>, which: fn(&mut CallTimes) -> &mut (u64, Duration), took: Duration) {
+    let mut c = calls.get();
+    let slot = which(&mut c);
+    slot.0 += 1;
+    slot.1 += took;
+    calls.set(c);
+}
 
 /// What one [`Core::pump`] did.
 #[derive(Debug, Default)]
@@ -233,6 +279,9 @@ pub struct Core {
     poll_every: Duration,
     /// A client of priority above 0 is connected (`update_urgent`).
     urgent_connected: bool,
+    /// The engine's and the device calls' time since `serve` last took it
+    /// (a cell: frames to clients are sent through `&self`).
+    calls: Cell<CallTimes>,
 }
 
 fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> {
@@ -273,6 +322,7 @@ impl Core {
             request_waited: 0,
             poll_every: SPIN_WAIT,
             urgent_connected: false,
+            calls: Cell::new(CallTimes::default()),
         })
     }
 
@@ -345,8 +395,9 @@ impl Core {
                 }
             }
             let handling = busy_from.elapsed();
+            let in_handling = self.calls.take();
             if handled > 0 {
-                load.add(LOAD_MESSAGES, u64::from(handled), handling);
+                in_handling.add_to(load, LOAD_MESSAGES, u64::from(handled), handling);
             }
             // A request may have made work; else the device is pumped only
             // when it asked to be (busy, or a timer due). Pumping an idle
@@ -359,8 +410,9 @@ impl Core {
             let busy = busy_from.elapsed();
             // A pump that brought nothing (a poll and no news) is the core
             // waiting; the pumps counted include their polls' round trips.
+            let in_pump = self.calls.take();
             if pump.events + pump.commands > 0 {
-                load.add(LOAD_EXCHANGES, u64::from(pump.rounds), busy - handling);
+                in_pump.add_to(load, LOAD_EXCHANGES, u64::from(pump.rounds), busy - handling);
             }
             if let Some(lap) = load.lap() {
                 tracing::debug!(target: "gpumuxd::load", "core: {lap}");
@@ -522,7 +574,9 @@ impl Core {
 
     fn send(&self, client: u64, frame: ServerFrame) {
         if let Some(s) = self.sessions.get(&client) {
+            let t = Instant::now();
             s.send(frame);
+            count_call(&self.calls, |c| &mut c.frames, t.elapsed());
         }
     }
 

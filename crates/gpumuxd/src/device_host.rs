@@ -21,17 +21,21 @@ use crate::backend::{Backend, Failure, MemError, Wake};
 use crate::load::LoadClock;
 use crate::shm::ShmRegion;
 use anyhow::{bail, Context, Result};
-use gpumux_engine::device::DeviceError;
+use gpumux_engine::device::{Command, DeviceError};
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What the load clock counts: [`COMMANDS`], [`POLLS`], [`OTHER_MESSAGES`].
-const LOAD_PARTS: [&str; 3] = ["commands", "polls", "other messages"];
-const COMMANDS: usize = 0;
-const POLLS: usize = 1;
-const OTHER_MESSAGES: usize = 2;
+/// What the load clock counts: launch commands, the other commands (grows,
+/// retreats, copies), polls, binds and unbinds of operations, and the rest.
+const LOAD_PARTS: [&str; 6] = ["launch commands", "other commands", "polls", "binds", "unbinds", "other messages"];
+const LAUNCHES: usize = 0;
+const COMMANDS: usize = 1;
+const POLLS: usize = 2;
+const BINDS: usize = 3;
+const UNBINDS: usize = 4;
+const OTHER_MESSAGES: usize = 5;
 
 /// How long the device process waits for the daemon to offer the link's
 /// rings (sent right after the daemon starts it).
@@ -112,8 +116,11 @@ impl DeviceHost {
             match self.link.recv_spin::<ToDevice>(self.spin) {
                 Ok(Some(msg)) => {
                     let kind = match msg {
+                        ToDevice::Submit(Command::Launch { .. }) => LAUNCHES,
                         ToDevice::Submit(_) => COMMANDS,
                         ToDevice::Poll => POLLS,
+                        ToDevice::Bind { .. } => BINDS,
+                        ToDevice::Unbind { .. } => UNBINDS,
                         _ => OTHER_MESSAGES,
                     };
                     let began = Instant::now();

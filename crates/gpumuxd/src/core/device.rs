@@ -11,7 +11,9 @@ impl Core {
         if let Some(at) = self.engine.poll_timeout() {
             let now = self.backend.now();
             if at <= now {
+                let t = Instant::now();
                 self.engine.handle_timeout(now);
+                count_call(&self.calls, |c| &mut c.engine, t.elapsed());
             }
         }
         for _ in 0..MAX_ROUNDS {
@@ -22,8 +24,10 @@ impl Core {
             events.clear();
             let call = Instant::now();
             let polled = self.backend.poll(&mut events);
-            stats.slowest_call = stats.slowest_call.max(call.elapsed());
-            stats.poll_calls += call.elapsed();
+            let took = call.elapsed();
+            stats.slowest_call = stats.slowest_call.max(took);
+            stats.poll_calls += took;
+            count_call(&self.calls, |c| &mut c.polls, took);
             stats.events += events.len() as u32;
             let t = match polled {
                 Ok(t) => t,
@@ -42,7 +46,9 @@ impl Core {
                 self.track_event(&e);
                 self.engine.handle_event(t, e)?;
             }
-            stats.engine += engine.elapsed();
+            let took = engine.elapsed();
+            stats.engine += took;
+            count_call(&self.calls, |c| &mut c.engine, took);
             self.events = events;
         }
         self.drain_completions();
@@ -69,7 +75,9 @@ impl Core {
         loop {
             let engine = Instant::now();
             let next = self.engine.poll_command()?;
-            stats.engine += engine.elapsed();
+            let took = engine.elapsed();
+            stats.engine += took;
+            count_call(&self.calls, |c| &mut c.engine, took);
             let Some(cmd) = next else { break };
             sent = true;
             if let Command::Copy { copy, op, .. } = cmd {
@@ -88,11 +96,13 @@ impl Core {
             let retreat = matches!(cmd, Command::Retreat { .. });
             let call = Instant::now();
             let submitted = self.backend.submit(cmd);
-            stats.slowest_call = stats.slowest_call.max(call.elapsed());
+            let took = call.elapsed();
+            stats.slowest_call = stats.slowest_call.max(took);
+            count_call(&self.calls, |c| &mut c.sends, took);
             if retreat {
-                stats.retreat_calls += call.elapsed();
+                stats.retreat_calls += took;
             } else if launched_op.is_some() {
-                stats.launch_calls += call.elapsed();
+                stats.launch_calls += took;
             }
             if let Some(e) = launched_op.and_then(|op| self.ops.get_mut(&op)) {
                 e.stamps.launched.get_or_insert(self.backend.now());
@@ -224,7 +234,9 @@ impl Core {
         if let Some(e) = self.ops.remove(&op) {
             self.log_if_slow_urgent(op, &e);
         }
+        let t = Instant::now();
         self.backend.unbind(op);
+        count_call(&self.calls, |c| &mut c.sends, t.elapsed());
         if let Some(s) = self.sessions.get_mut(&client) {
             s.in_flight = s.in_flight.saturating_sub(1);
         }

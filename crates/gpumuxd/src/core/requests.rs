@@ -409,7 +409,10 @@ impl Core {
         }
         let (slot, priority, last_kernel) = (st.slot, s.priority, st.last_kernel);
         let is_kernel = matches!(op, StreamOp::Kernel { .. });
-        let id = self.engine.submit(now, slot, op).map_err(|e| match e {
+        let t = Instant::now();
+        let submitted = self.engine.submit(now, slot, op);
+        count_call(&self.calls, |c| &mut c.engine, t.elapsed());
+        let id = submitted.map_err(|e| match e {
             EngineError::DoesNotFit(d) => err(ErrorKind::Invalid, d.to_string()),
             other => err(ErrorKind::Invalid, other.to_string()),
         })?;
@@ -418,7 +421,9 @@ impl Core {
             if let OpWork::Kernel { after, .. } = &mut w {
                 *after = last_kernel;
             }
+            let t = Instant::now();
             self.backend.bind(id, w);
+            count_call(&self.calls, |c| &mut c.sends, t.elapsed());
         }
         self.ops.insert(
             id,
