@@ -14,6 +14,6 @@ grep -E "^(added|gpumuxd|native)" "$O/ov-$i.txt" | grep -v "2 ms"
 mkdir -p /tmp/l$i; tar xzf /tmp/b79-$i/logs.tgz -C /tmp/l$i 2>/dev/null
 f=/tmp/l$i/gpumux_ppq-even-drain.log
 grep -h "gpumuxd::load\|launch commands, mean\|ran 20100 kernels\|ran 10100 kernels\|ran 5100 kernels\|ran 2600 kernels" "$f" | sed 's/^.*Z //' > "$O/load-$i.txt"
-grep -h "gpumuxd::load" "$f" | sed 's/^.*gpumuxd::load: //' | awk '$3+0 > 40' | cut -c1-330
+grep -h "gpumuxd::load" "$f" | sed 's/^.*gpumuxd::load: //' | grep -E 'busy [4-9][0-9]\.' | cut -c1-330
 grep -h "launch commands, mean" "$f" | sed 's/^.*Z //' | cut -c1-250
 done

@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 mod device;
 mod recovery;
 mod requests;
+mod slow_waits;
 
 /// The policy when none is named: preemptive priority queues between
 /// priority levels, the SMs split evenly among the clients of one level
@@ -282,6 +283,8 @@ pub struct Core {
     /// The engine's and the device calls' time since `serve` last took it
     /// (a cell: frames to clients are sent through `&self`).
     calls: Cell<CallTimes>,
+    /// Requests that waited long for the core, logged once a second.
+    slow_waits: slow_waits::SlowWaits,
 }
 
 fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> {
@@ -323,6 +326,7 @@ impl Core {
             poll_every: SPIN_WAIT,
             urgent_connected: false,
             calls: Cell::new(CallTimes::default()),
+            slow_waits: slow_waits::SlowWaits::default(),
         })
     }
 
@@ -351,6 +355,9 @@ impl Core {
     pub fn run(mut self, rx: Receiver<CoreMsg>) -> Result<(), CoreError> {
         let mut load = LoadClock::new(&LOAD_PARTS);
         let result = self.serve(rx, &mut load);
+        if let Some(line) = self.slow_waits.due(Instant::now(), true) {
+            tracing::info!("{line}");
+        }
         if let Some(load) = load.summary() {
             tracing::info!("core: {load}");
         }
@@ -395,6 +402,11 @@ impl Core {
                 }
             }
             let handling = busy_from.elapsed();
+            if handled > 0 || slept {
+                if let Some(line) = self.slow_waits.due(Instant::now(), slept) {
+                    tracing::info!("{line}");
+                }
+            }
             let in_handling = self.calls.take();
             if handled > 0 {
                 in_handling.add_to(load, LOAD_MESSAGES, u64::from(handled), handling);
@@ -453,10 +465,7 @@ impl Core {
             CoreMsg::Inbound { client, inbound, read_at } => {
                 let waited = read_at.elapsed();
                 if waited > SLOW_ROUND {
-                    tracing::info!(
-                        "a request of client {client} waited {:.0} µs for the core",
-                        waited.as_secs_f64() * 1e6
-                    );
+                    self.slow_waits.note(client, waited, Instant::now());
                 }
                 let what = match &inbound {
                     Inbound::Request { request, .. } => request.name(),
