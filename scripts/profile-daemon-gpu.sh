@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A CPU profile of the daemon (its core and every thread, and its device
+# process) during one part of `gpumux bench daemon`, on the GPU machine.
+# Prepare with scripts/perf-carry.sh; run there with carry
+# ["carry/daemon", "carry/perf"]:
+#   OUT=/tmp/o FROM="launch rate, 8 clients" SECONDS_TO_RECORD=1 \
+#     bash scripts/profile-daemon-gpu.sh --only overhead
+# Arguments go to the bench. Recording starts when the bench's progress line
+# containing $FROM appears (default: the 4-client launch rate) and lasts
+# $SECONDS_TO_RECORD (default 1.5) at $FREQ samples a second per thread
+# (default 1000), with call graphs unwound from the stack (dwarf).
+# Writes to $OUT: bench.txt (the bench's tables), flat.txt (self time per
+# thread name and function), core.txt and device.txt (time with callees, per
+# function, of the core thread and of the device process). Prints the heads.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/profile-daemon-out}; mkdir -p "$OUT"
+BIN=${BIN:-carry/daemon}
+FROM=${FROM:-launch rate, 4 clients}
+SECONDS_TO_RECORD=${SECONDS_TO_RECORD:-1.5}
+FREQ=${FREQ:-1000}
+P="env LD_LIBRARY_PATH=$PWD/carry/perf/lib $PWD/carry/perf/perf"
+if ! $P record -e cpu-clock -o /tmp/perf-probe.data -- true > /tmp/perf-probe.log 2>&1; then
+    echo "perf does not run here:"; cat /tmp/perf-probe.log; exit 1
+fi
+bench=$(mktemp -d)
+(OUT=$bench BIN=$BIN bash scripts/bench-daemon-gpu.sh "$@" > "$OUT/bench.txt" 2>&1) &
+runner=$!
+found=
+for _ in $(seq 1 30000); do
+    grep -q -- "$FROM" "$bench/bench-daemon.err" 2>/dev/null && { found=1; break; }
+    kill -0 "$runner" 2>/dev/null || break
+    sleep 0.01
+done
+[ -n "$found" ] || { echo "the bench never printed \"$FROM\""; wait "$runner"; tail -5 "$OUT/bench.txt"; exit 1; }
+# The bench runs the daemon inside gpumux: the process with a thread named gpumuxd-core.
+daemon=$(ps -eLo pid,comm | awk '$2=="gpumuxd-core"{print $1}' | sort -u | tail -1)
+[ -n "$daemon" ] || { echo "no daemon running when \"$FROM\" appeared"; wait "$runner"; exit 1; }
+device=$(pgrep -P "$daemon" | head -1)
+pids=$daemon${device:+,$device}
+echo "recording $pids (daemon ${daemon}, device process ${device:-none}) for $SECONDS_TO_RECORD s from \"$FROM\""
+$P record -F "$FREQ" --call-graph dwarf,8192 -p "$pids" -o /tmp/profile-daemon.data -- sleep "$SECONDS_TO_RECORD" 2>&1 | tail -1
+wait "$runner"; echo "bench exit $?"
+report() { $P report -i /tmp/profile-daemon.data --stdio "$@" 2>/dev/null | grep -v '^#' | grep -v '^$'; }
+report --no-children --sort comm,symbol -g none | head -80 > "$OUT/flat.txt"
+report --children --comm gpumuxd-core --sort symbol -g none | head -150 > "$OUT/core.txt"
+[ -n "$device" ] && report --children --pid "$device" --sort symbol -g none | head -150 > "$OUT/device.txt"
+echo "--- self time, by thread and function"; cut -c1-140 "$OUT/flat.txt" | head -30
+echo "--- the core, with callees"; cut -c1-140 "$OUT/core.txt" | head -40
+[ -n "$device" ] && { echo "--- the device process, with callees"; cut -c1-140 "$OUT/device.txt" | head -40; }
+exit 0
