@@ -81,7 +81,8 @@ const SLOW_ROUND: Duration = Duration::from_micros(500);
 /// sleeps, or a hand-off to its writer thread); and the rest of the device
 /// exchanges (completions, bookkeeping). Exchanges that brought no event and
 /// sent no command are the core waiting, not counted.
-const LOAD_PARTS: [&str; 6] = ["messages", "engine", "device sends", "device polls", "client frames", "exchanges' rest"];
+const LOAD_PARTS: [&str; 6] =
+    ["messages", "engine", "device sends", "device polls", "client frames", "exchanges' rest"];
 const LOAD_MESSAGES: usize = 0;
 const LOAD_ENGINE: usize = 1;
 const LOAD_SENDS: usize = 2;

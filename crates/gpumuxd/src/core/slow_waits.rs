@@ -70,10 +70,16 @@ mod tests {
         w.note(3, Duration::from_micros(900), t0 + Duration::from_millis(20));
         assert!(w.due(t0 + Duration::from_millis(999), false).is_none(), "not a second yet");
         let line = w.due(t0 + EVERY, false).expect("a second after the first wait");
-        assert!(line.starts_with("3 request(s) waited over 500 µs for the core in 1.0 s, the longest 2500 µs (client 5)"), "{line}");
+        assert!(
+            line.starts_with("3 request(s) waited over 500 µs for the core in 1.0 s, the longest 2500 µs (client 5)"),
+            "{line}"
+        );
         assert!(w.due(t0 + 3 * EVERY, false).is_none(), "the window starts again empty");
         w.note(7, Duration::from_micros(600), t0 + 3 * EVERY);
         let line = w.due(t0 + 3 * EVERY, true).expect("forced");
-        assert!(line.starts_with("1 request(s) waited over 500 µs for the core in 0.0 s, the longest 600 µs (client 7)"), "{line}");
+        assert!(
+            line.starts_with("1 request(s) waited over 500 µs for the core in 0.0 s, the longest 600 µs (client 7)"),
+            "{line}"
+        );
     }
 }
