@@ -114,12 +114,22 @@ impl DeviceHost {
     fn run(&mut self) -> Result<()> {
         loop {
             match self.link.recv_spin::<ToDevice>(self.spin) {
-                Ok(Some(ToDevice::Batch(msgs))) => {
-                    for msg in msgs {
-                        self.handle_counted(msg)?;
+                Ok(Some(msg)) => {
+                    let kind = match msg {
+                        ToDevice::Submit(Command::Launch { .. }) => LAUNCHES,
+                        ToDevice::Submit(_) => COMMANDS,
+                        ToDevice::Poll => POLLS,
+                        ToDevice::Bind { .. } => BINDS,
+                        ToDevice::Unbind { .. } => UNBINDS,
+                        _ => OTHER_MESSAGES,
+                    };
+                    let began = Instant::now();
+                    self.handle(msg)?;
+                    self.load.add(kind, 1, began.elapsed());
+                    if let Some(lap) = self.load.lap() {
+                        tracing::debug!(target: "gpumuxd::load", "device process: {lap}");
                     }
                 }
-                Ok(Some(msg)) => self.handle_counted(msg)?,
                 Ok(None) => self.link.wait_readable(None).context("waiting for the daemon")?,
                 Err(LinkError::Closed) => {
                     if let Some(load) = self.load.summary() {
@@ -149,25 +159,6 @@ impl DeviceHost {
                 failure_message(f)
             }
         }
-    }
-
-    /// [`DeviceHost::handle`], its time counted by kind.
-    fn handle_counted(&mut self, msg: ToDevice) -> Result<()> {
-        let kind = match msg {
-            ToDevice::Submit(Command::Launch { .. }) => LAUNCHES,
-            ToDevice::Submit(_) => COMMANDS,
-            ToDevice::Poll => POLLS,
-            ToDevice::Bind { .. } => BINDS,
-            ToDevice::Unbind { .. } => UNBINDS,
-            _ => OTHER_MESSAGES,
-        };
-        let began = Instant::now();
-        self.handle(msg)?;
-        self.load.add(kind, 1, began.elapsed());
-        if let Some(lap) = self.load.lap() {
-            tracing::debug!(target: "gpumuxd::load", "device process: {lap}");
-        }
-        Ok(())
     }
 
     fn send(&mut self, msg: FromDevice) -> Result<()> {
@@ -241,13 +232,6 @@ impl DeviceHost {
             }
             ToDevice::UnloadModule { kernels } => {
                 self.backend.unload_module(&kernels);
-                Ok(())
-            }
-            ToDevice::Batch(msgs) => {
-                // The daemon does not nest them; carried out in order all the same.
-                for msg in msgs {
-                    self.handle(msg)?;
-                }
                 Ok(())
             }
             ToDevice::Submit(command) => {

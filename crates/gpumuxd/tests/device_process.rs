@@ -172,31 +172,6 @@ fn a_grow_of_an_exhausted_unreported_launch_hands_the_sms_back_before_its_end() 
     assert_released_before_end(&events, &[0, 1, 2], 4);
 }
 
-/// Bindings, commands and unbinds wait in the daemon and go to the device
-/// process as one frame with the next poll: while any waits, the device is
-/// due at once (else an unbind sent to an idle device would wait for the
-/// core's idle poll, a second later).
-#[test]
-fn queued_messages_make_the_device_due_until_the_next_poll_takes_them() {
-    use gpumuxd::backend::Wake;
-    let due = |b: &RemoteBackend| matches!(b.next_wake(), Wake::After(d) if d.is_zero());
-    let mut b = start();
-    let mut events = Vec::new();
-    b.poll(&mut events).unwrap();
-    assert!(!due(&b), "an idle device, just polled, is not due: {:?}", b.next_wake());
-    b.unbind(OpId(7));
-    assert!(due(&b), "an unbind waits: the device is due");
-    b.poll(&mut events).unwrap();
-    assert!(!due(&b), "the poll took it: {:?}", b.next_wake());
-    // A launch and a grow queued together, then the poll: carried out in
-    // that order (the grown SMs are released before the launch's end).
-    b.submit(launch_on_sm0(4)).unwrap();
-    b.submit(Command::Grow { launch: LaunchId(1), sms: SmSet::range(1, 3) }).unwrap();
-    assert!(due(&b));
-    let events = poll_until_ended(&mut b, Vec::new());
-    assert_released_before_end(&events, &[0, 1, 2], 4);
-}
-
 /// The device process gets as many hardware work queues as the driver
 /// allows (`CONNECTIONS_VAR`), unless the daemon's environment says otherwise.
 #[test]

@@ -12,9 +12,7 @@
 //! operation on the device is a suspect, and the daemon restarts it.
 //!
 //! Lockstep: the child never polls its device on its own. [`Backend::submit`]
-//! queues the command without waiting (bindings and unbinds too: what is
-//! queued goes as one frame, [`ToDevice::Batch`], before the next message
-//! sent at once, at the latest the next `Poll`); [`Backend::poll`] sends `Poll` and waits
+//! sends the command without waiting; [`Backend::poll`] sends `Poll` and waits
 //! for the child's one poll of its device (events, or the failure of a command
 //! since the last poll) and the device's next wake. So the device sees
 //! commands and polls in the order the core makes them, as in-process. The
@@ -290,10 +288,6 @@ pub struct RemoteBackend {
     /// Kernels the child loaded for the daemon and was not told to unload
     /// (counted here: asking the child would be a round trip).
     kernels_loaded: usize,
-    /// Unanswered messages (bindings, commands, unbinds) not sent yet: they
-    /// go as one frame before the next message that is sent at once
-    /// ([`RemoteBackend::flush`]), at the latest with the next poll.
-    queued: Vec<ToDevice>,
 }
 
 impl RemoteBackend {
@@ -315,39 +309,7 @@ impl RemoteBackend {
             broken: None,
             spin: Duration::ZERO,
             kernels_loaded: 0,
-            queued: Vec::new(),
         })
-    }
-
-    /// Queues an unanswered message for the next frame (nothing once the
-    /// child is lost: the core rebuilds, and the operations are suspects).
-    fn queue(&mut self, msg: ToDevice) {
-        if self.broken.is_none() {
-            self.queued.push(msg);
-        }
-    }
-
-    /// Sends what is queued, as one frame ([`ToDevice::Batch`] if several).
-    fn flush(&mut self) -> Result<(), LinkError> {
-        let msg = match self.queued.len() {
-            0 => return Ok(()),
-            1 => match self.queued.pop() {
-                Some(m) => m,
-                None => return Ok(()),
-            },
-            _ => ToDevice::Batch(std::mem::take(&mut self.queued)),
-        };
-        self.process.link.send(&msg, None)
-    }
-
-    /// Sends `msg` now, after what is queued; a failure loses the child.
-    fn send_now(&mut self, msg: &ToDevice) {
-        if self.broken.is_some() {
-            return;
-        }
-        if let Err(e) = self.flush().and_then(|()| self.process.link.send(msg, None)) {
-            self.lost(e);
-        }
     }
 
     /// The device process's pid.
@@ -382,15 +344,7 @@ impl RemoteBackend {
         if let Some(why) = &self.broken {
             return Err(format!("the device is lost ({why}); it is being restarted"));
         }
-        // A poll goes in the same frame as what is queued before it: one
-        // frame a pump (a call with a descriptor goes on its own, after).
-        let sent = if matches!(msg, ToDevice::Poll) && !self.queued.is_empty() {
-            self.queued.push(ToDevice::Poll);
-            self.flush()
-        } else {
-            self.flush().and_then(|()| self.process.link.send(msg, fd))
-        };
-        if let Err(e) = sent {
+        if let Err(e) = self.process.link.send(msg, fd) {
             return Err(self.lost(e));
         }
         match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
@@ -438,8 +392,6 @@ impl Drop for RemoteBackend {
     /// The daemon stops: the device process sees the link close and exits
     /// (a CUDA context is destroyed cleanly); killed if it takes too long.
     fn drop(&mut self) {
-        // Unbinds queued at the end: the child frees what they held before it exits.
-        let _ = self.flush();
         self.process.link.close();
         reap(&mut self.process.child);
     }
@@ -493,7 +445,11 @@ impl Backend for RemoteBackend {
     fn unregister_host(&mut self, region: &ShmRegion) {
         let Some(i) = self.regions.iter().position(|(_, r)| std::ptr::eq(Arc::as_ptr(r), region)) else { return };
         let (id, _) = self.regions.swap_remove(i);
-        self.send_now(&ToDevice::UnregisterHost { region: id });
+        if self.broken.is_none() {
+            if let Err(e) = self.process.link.send(&ToDevice::UnregisterHost { region: id }, None) {
+                self.lost(e);
+            }
+        }
     }
 
     fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
@@ -508,7 +464,11 @@ impl Backend for RemoteBackend {
 
     fn unload_module(&mut self, kernels: &[KernelCode]) {
         self.kernels_loaded = self.kernels_loaded.saturating_sub(kernels.len());
-        self.send_now(&ToDevice::UnloadModule { kernels: kernels.to_vec() });
+        if self.broken.is_none() {
+            if let Err(e) = self.process.link.send(&ToDevice::UnloadModule { kernels: kernels.to_vec() }, None) {
+                self.lost(e);
+            }
+        }
     }
 
     fn kernels_loaded(&self) -> usize {
@@ -527,11 +487,19 @@ impl Backend for RemoteBackend {
                 return;
             }
         };
-        self.queue(ToDevice::Bind { op, work });
+        if self.broken.is_none() {
+            if let Err(e) = self.process.link.send(&ToDevice::Bind { op, work }, None) {
+                self.lost(e);
+            }
+        }
     }
 
     fn unbind(&mut self, op: OpId) {
-        self.queue(ToDevice::Unbind { op });
+        if self.broken.is_none() {
+            if let Err(e) = self.process.link.send(&ToDevice::Unbind { op }, None) {
+                self.lost(e);
+            }
+        }
     }
 
     fn now(&self) -> Nanos {
@@ -545,8 +513,10 @@ impl Backend for RemoteBackend {
         }
         self.in_flight.command(&command);
         self.unpolled = true;
-        // Sent with the poll that follows it in the core's pump (a lost child shows there).
-        self.queue(ToDevice::Submit(command));
+        if let Err(e) = self.process.link.send(&ToDevice::Submit(command), None) {
+            self.lost(e);
+            return self.failure.take().map_or(Ok(()), Err);
+        }
         Ok(())
     }
 
@@ -589,8 +559,7 @@ impl Backend for RemoteBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        // Queued messages go with the next poll: due now.
-        if self.failure.is_some() || self.unpolled || !self.queued.is_empty() {
+        if self.failure.is_some() || self.unpolled {
             return Wake::After(Duration::ZERO);
         }
         if self.broken.is_some() {
@@ -604,7 +573,11 @@ impl Backend for RemoteBackend {
 
     fn spin_for(&mut self, window: Duration) {
         self.spin = window;
-        self.send_now(&ToDevice::Spin { us: window.as_micros() as u64 });
+        if self.broken.is_none() {
+            if let Err(e) = self.process.link.send(&ToDevice::Spin { us: window.as_micros() as u64 }, None) {
+                self.lost(e);
+            }
+        }
     }
 
     fn rebuild(&mut self) -> Result<(), MemError> {
@@ -614,7 +587,6 @@ impl Backend for RemoteBackend {
         self.process = DeviceProcess::start(&self.exe, &self.spec).map_err(|e| MemError::Device(e.to_string()))?;
         tracing::info!("device {} runs in process {}", self.spec, self.process.child.id());
         self.regions.clear();
-        self.queued.clear();
         self.in_flight = InFlight::default();
         self.kernels_loaded = 0;
         self.unpolled = false;

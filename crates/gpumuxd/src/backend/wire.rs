@@ -93,12 +93,6 @@ pub enum ToDevice {
     /// Answered by [`FromDevice::Polled`], or by [`FromDevice::ContextLost`]
     /// or [`FromDevice::Fatal`] if the device failed since the last poll.
     Poll,
-    /// Messages carried out in order as if each had come alone: what the
-    /// daemon queued since its last frame (bindings, commands, unbinds),
-    /// sent before its next message that goes at once, and the `Poll` that
-    /// follows them if that is the one (one encode, ring write and read a
-    /// pump instead of one a message).
-    Batch(Vec<ToDevice>),
 }
 
 /// Device process → daemon.
