@@ -42,9 +42,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod device;
+mod load_parts;
 mod recovery;
 mod requests;
 mod slow_waits;
+
+use load_parts::{count_call, CallTimes, LOAD_EXCHANGES, LOAD_MESSAGES, LOAD_PARTS};
 
 /// The policy when none is named: preemptive priority queues between
 /// priority levels, the SMs split evenly among the clients of one level
@@ -70,58 +73,6 @@ const SPIN_AFTER_ACTIVITY: Duration = Duration::from_micros(500);
 /// A turn of the core's loop (requests handled, then the device pumped) longer
 /// than this is logged (info) with where its time went: requests wait for it.
 const SLOW_ROUND: Duration = Duration::from_micros(500);
-
-/// What the core's load clock counts ([`crate::load`]), parts that do not
-/// overlap: client messages (without the engine and the device sends made
-/// while handling them); the engine, wherever the core calls it; messages
-/// sent to the device (binds, commands, unbinds: a write into the device
-/// process's ring); polls of the device (a round trip to the device process,
-/// which first carries out the commands sent before it); frames to clients
-/// (replies and events: a write into the client's ring, a doorbell if it
-/// sleeps, or a hand-off to its writer thread); and the rest of the device
-/// exchanges (completions, bookkeeping). Exchanges that brought no event and
-/// sent no command are the core waiting, not counted.
-const LOAD_PARTS: [&str; 6] =
-    ["messages", "engine", "device sends", "device polls", "client frames", "exchanges' rest"];
-const LOAD_MESSAGES: usize = 0;
-const LOAD_ENGINE: usize = 1;
-const LOAD_SENDS: usize = 2;
-const LOAD_POLLS: usize = 3;
-const LOAD_FRAMES: usize = 4;
-const LOAD_EXCHANGES: usize = 5;
-
-/// Time the core spent in the engine and in device calls since it last
-/// looked, counted where the calls are made (the load clock's finer parts).
-#[derive(Debug, Default, Clone, Copy)]
-struct CallTimes {
-    engine: (u64, Duration),
-    sends: (u64, Duration),
-    polls: (u64, Duration),
-    frames: (u64, Duration),
-}
-
-impl CallTimes {
-    fn all(&self) -> Duration {
-        self.engine.1 + self.sends.1 + self.polls.1 + self.frames.1
-    }
-    /// Adds the calls to `load`, with `rest` (its count and time, less the calls) as `part`.
-    fn add_to(&self, load: &mut LoadClock, part: usize, count: u64, took: Duration) {
-        load.add(part, count, took.saturating_sub(self.all()));
-        load.add(LOAD_ENGINE, self.engine.0, self.engine.1);
-        load.add(LOAD_SENDS, self.sends.0, self.sends.1);
-        load.add(LOAD_POLLS, self.polls.0, self.polls.1);
-        load.add(LOAD_FRAMES, self.frames.0, self.frames.1);
-    }
-}
-
-/// Counts one call of `took` into the slot `which` picks.
-fn count_call(calls: &Cell<CallTimes>, which: fn(&mut CallTimes) -> &mut (u64, Duration), took: Duration) {
-    let mut c = calls.get();
-    let slot = which(&mut c);
-    slot.0 += 1;
-    slot.1 += took;
-    calls.set(c);
-}
 
 /// What one [`Core::pump`] did.
 #[derive(Debug, Default)]
