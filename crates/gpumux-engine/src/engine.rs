@@ -147,6 +147,11 @@ pub struct Engine {
     policy_runs_here: u32,
     preemptions: Vec<PreemptionSample>,
     kernels_completed: u64,
+    /// The device frees a retreat's SMs in the command itself
+    /// ([`Engine::with_retreats_freeing_at_once`]).
+    retreats_free_at_once: bool,
+    /// SMs freed when their retreat was sent, whose `SmReleased` is still to come.
+    released_early: Vec<(LaunchId, SmId)>,
 }
 
 impl Engine {
@@ -180,7 +185,25 @@ impl Engine {
             policy_runs_here: 0,
             preemptions: Vec::new(),
             kernels_completed: 0,
+            retreats_free_at_once: false,
+            released_early: Vec::new(),
         })
+    }
+
+    /// For a device that announces a retreat's SMs released in the command
+    /// itself (`SmReleased` with `Retreated` before it looks at anything
+    /// else), as the CUDA device does: its workers leave those SMs after the
+    /// block they are running while whatever is launched there next waits
+    /// for their places in the hardware. The engine then frees the SMs when
+    /// it sends the retreat, and the same turn's next scheduling round can
+    /// give them out: an urgent kernel's launch follows the retreat that
+    /// makes room for it in one exchange with the device instead of two.
+    /// The device's `SmReleased` for those SMs, when it comes, is taken as
+    /// already applied. Off by default (the simulator frees SMs as the
+    /// mechanism allows, and its golden results stay as they are).
+    pub fn with_retreats_freeing_at_once(mut self, on: bool) -> Self {
+        self.retreats_free_at_once = on;
+        self
     }
 
     /// Orders active kernels by `order` (default: head of stream).
@@ -451,6 +474,13 @@ impl Engine {
     }
 
     fn on_sm_released(&mut self, launch: LaunchId, sm: SmId, cause: ReleaseCause) -> Result<(), EngineError> {
+        if cause == ReleaseCause::Retreated {
+            if let Some(i) = self.released_early.iter().position(|&e| e == (launch, sm)) {
+                // Freed when the retreat was sent.
+                self.released_early.swap_remove(i);
+                return Ok(());
+            }
+        }
         let owner =
             *self.launches.get(&launch).ok_or(ProtocolError::UnknownLaunch { launch, by: Message::SmReleased })?;
         let i = sm.0 as usize;
@@ -491,6 +521,11 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let owner =
             self.launches.remove(&launch).ok_or(ProtocolError::UnknownLaunch { launch, by: Message::LaunchEnded })?;
+        // Every SM is released before the end: none of this launch's early ones is still to come.
+        let unreleased: SmSet = self.released_early.iter().filter(|e| e.0 == launch).map(|e| e.1).collect();
+        if !unreleased.is_empty() {
+            return Err(ProtocolError::EndedHoldingSms { launch, sms: unreleased }.into());
+        }
         let held: SmSet = self
             .sms
             .iter()
@@ -633,6 +668,16 @@ impl Engine {
         }
         for (launch, mechanism, sms) in retreats {
             self.out.push_back(Command::Retreat { launch, sms, mechanism });
+            if self.retreats_free_at_once {
+                // As the device will say in answer to the command: free now,
+                // and the next round (at the next `poll_command`) may use them.
+                for sm in sms.iter() {
+                    self.sms[sm.0 as usize] = SmState::Idle;
+                    self.preemptions.push(PreemptionSample { at_ns: self.now, latency_ns: 0 });
+                    self.released_early.push((launch, sm));
+                }
+                self.dirty = true;
+            }
         }
         Ok(())
     }

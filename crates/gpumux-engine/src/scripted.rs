@@ -9,7 +9,9 @@
 //!   `block_time_ns × ⌈n / (s × blocks per SM)⌉` after it starts (SMs added
 //!   by `Grow` do not speed it up); then it releases its SMs (`Exhausted`)
 //!   and ends;
-//! * a retreated SM is released `retreat_ns` later, whatever the mechanism;
+//! * a retreated SM is released `retreat_ns` later, whatever the mechanism
+//!   (or in the command itself, as the CUDA device does, with
+//!   [`ScriptedDevice::freeing_retreats_in_the_command`]);
 //!   a launch left with no SM ends at once and hands back all its blocks (it
 //!   makes progress all at once or not at all);
 //! * a copy takes `copy_ns`.
@@ -54,6 +56,9 @@ pub struct ScriptedDevice {
     done: HashMap<KernelId, BlockRanges>,
     ran_twice: Vec<(KernelId, std::ops::Range<u64>)>,
     stats: DeviceStats,
+    /// Retreats free their SMs in the command; their events wait in `freed`.
+    free_in_command: bool,
+    freed: Vec<Event>,
 }
 
 impl ScriptedDevice {
@@ -74,7 +79,18 @@ impl ScriptedDevice {
             done: HashMap::new(),
             ran_twice: Vec::new(),
             stats: DeviceStats::default(),
+            free_in_command: false,
+            freed: Vec::new(),
         }
+    }
+
+    /// The same, freeing a retreat's SMs in the command itself (another
+    /// launch may take them at once), announced at the next `advance`, before
+    /// anything else: the CUDA device's way, for an engine built
+    /// `with_retreats_freeing_at_once`.
+    pub fn freeing_retreats_in_the_command(mut self) -> Self {
+        self.free_in_command = true;
+        self
     }
 
     /// The same with retreated SMs released `ns` after the `Retreat`.
@@ -141,11 +157,14 @@ impl ScriptedDevice {
         });
         let copies = self.copies.iter().map(|c| c.0);
         let script = self.script.keys().next().map(|k| k.0);
-        runs.chain(copies).chain(script).min()
+        let freed = (!self.freed.is_empty()).then_some(self.now);
+        runs.chain(copies).chain(script).chain(freed).min()
     }
 
     /// Appends every event due at `t`.
     fn fire(&mut self, t: Nanos, events: &mut Vec<Event>) {
+        // Freed in their retreat commands: announced before anything else.
+        events.append(&mut self.freed);
         let mut ended = Vec::new();
         for (&launch, run) in self.launches.iter_mut() {
             for &(sm, _) in run.leaving.iter().filter(|l| l.1 <= t) {
@@ -257,7 +276,14 @@ impl Device for ScriptedDevice {
                 // SMs it no longer holds were released already.
                 let gone = sms.intersection(&run.held);
                 run.held = run.held.difference(&gone);
-                run.leaving.extend(gone.iter().map(|sm| (sm, release_at)));
+                if self.free_in_command {
+                    for sm in gone.iter() {
+                        self.owner[sm.0 as usize] = None;
+                        self.freed.push(Event::SmReleased { launch, sm, cause: ReleaseCause::Retreated });
+                    }
+                } else {
+                    run.leaving.extend(gone.iter().map(|sm| (sm, release_at)));
+                }
             }
             Command::Copy { copy, bytes, .. } => {
                 let at = later(self.now, self.copy_ns, || format!("copy {copy}"))?;

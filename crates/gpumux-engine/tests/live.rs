@@ -262,6 +262,42 @@ fn replay_on_the_scripted_device_gives_the_hand_worked_spans() {
     assert_eq!((out.record.kernels_completed, replay.ops_issued()), (4, 8));
 }
 
+/// On a device that frees a retreat's SMs in the command, an urgent
+/// kernel's launch follows the retreat that makes room for it in the same
+/// turn: the engine sends both before the device reports anything, and the
+/// device's `SmReleased` for those SMs, when it comes, is taken in stride.
+/// On a device that frees them later, the launch waits for the release.
+#[test]
+fn an_urgent_launch_follows_its_retreat_in_one_turn_when_the_device_frees_sms_in_the_command() {
+    for freeing in [true, false] {
+        let mut b = if freeing { Bench::freeing_at_once("ppq-shared-drain") } else { Bench::new("ppq-shared-drain") };
+        let lp = b.add(0, 0);
+        b.submit(lp, kernel("lp", 20));
+        b.run(Some(WAVE_NS / 2));
+        assert_eq!(b.sms_running(0).len(), u32::from(SMS), "the low-priority kernel fills the device");
+        let hp = b.add(1, 5);
+        b.submit(hp, kernel("hp", 1));
+        let before = b.dev.log().len();
+        // One turn: every command the engine has now, with no device event between.
+        b.flush();
+        let turn: Vec<&Command> = b.dev.log()[before..].iter().map(|(_, c)| c).collect();
+        let retreat = turn.iter().position(|c| matches!(c, Command::Retreat { .. }));
+        let launch = turn.iter().position(|c| matches!(c, Command::Launch { process, .. } if process.0 == 1));
+        assert!(retreat.is_some(), "freeing {freeing}: the urgent kernel makes the low-priority one retreat: {turn:?}");
+        if freeing {
+            assert!(launch > retreat, "freeing at once: the urgent launch follows its retreat in the turn: {turn:?}");
+        } else {
+            assert!(launch.is_none(), "freeing later: the launch waits for the release: {turn:?}");
+        }
+        b.run(None);
+        let k = b.kernel_of(1).expect("the urgent kernel ran");
+        assert_eq!(b.dev.blocks_done(k), PER_SM * SMS as u64, "freeing {freeing}: every urgent block ran");
+        assert_eq!(b.outcomes(hp), vec![OpOutcome::Completed], "freeing {freeing}");
+        assert_eq!(b.outcomes(lp), vec![OpOutcome::Completed], "freeing {freeing}");
+        assert!(b.dev.ran_twice().is_empty(), "freeing {freeing}: {:?}", b.dev.ran_twice());
+    }
+}
+
 mod chaos {
     //! Random live changes under every policy: processes come with work, go
     //! mid-run, change priority and weight. Nobody else's work is lost.
@@ -285,9 +321,11 @@ mod chaos {
         fn live_changes_lose_no_work(
             policy in 0..policies::CATALOGUE.len(),
             steps in proptest::collection::vec((0u64..40, 0u8..5, any::<u32>()), 1..24),
+            freeing in any::<bool>(),
         ) {
             let name = policies::CATALOGUE[policy].0;
-            let mut b = Bench::new(name);
+            // Half the cases on a device that frees a retreat's SMs in the command.
+            let mut b = if freeing { Bench::freeing_at_once(name) } else { Bench::new(name) };
             let mut procs: Vec<Tracked> = Vec::new();
             for (dt, kind, arg) in steps {
                 b.run(Some(b.now + dt * 1_000));

@@ -240,7 +240,11 @@ pub struct Core {
 }
 
 fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> {
-    Ok(Engine::new(backend.info().clone(), policies::by_name(policy)?)?)
+    // On a device that frees a retreat's SMs in the command, an urgent
+    // kernel's launch goes out in the same turn as the retreat that makes
+    // room for it: one exchange with the device on its path instead of two.
+    let engine = Engine::new(backend.info().clone(), policies::by_name(policy)?)?;
+    Ok(engine.with_retreats_freeing_at_once(backend.frees_retreats_at_once()))
 }
 
 /// The next message within `limit`, polling without sleeping ([`SPIN_AFTER_ACTIVITY`]).

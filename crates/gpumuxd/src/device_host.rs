@@ -62,8 +62,12 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
             return Ok(false);
         }
     };
-    link.send(&FromDevice::Ready { describe: backend.describe(), info: backend.info().clone() }, None)
-        .context("telling the daemon the device is ready")?;
+    let ready = FromDevice::Ready {
+        describe: backend.describe(),
+        info: backend.info().clone(),
+        frees_retreats_at_once: backend.frees_retreats_at_once(),
+    };
+    link.send(&ready, None).context("telling the daemon the device is ready")?;
     let spin = crate::spin::window(link::SPIN);
     let mut host = DeviceHost {
         backend,

@@ -53,6 +53,16 @@ impl Bench {
         Bench { engine, dev: ScriptedDevice::new(device()), now: 0, completions: Vec::new() }
     }
 
+    /// The same with an engine built `with_retreats_freeing_at_once` and a
+    /// device that frees a retreat's SMs in the command (the CUDA device's way).
+    pub fn freeing_at_once(policy: &str) -> Self {
+        let mut b = Bench::new(policy);
+        let policy = policies::by_name(policy).expect("a catalogued policy");
+        b.engine = Engine::new(device(), policy).expect("engine").with_retreats_freeing_at_once(true);
+        b.dev = ScriptedDevice::new(device()).freeing_retreats_in_the_command();
+        b
+    }
+
     pub fn add(&mut self, id: u32, priority: i32) -> Slot {
         let info = ProcessInfo::new(ProcessId(id), format!("p{id}")).with_priority(priority);
         self.engine.add_process(info).expect("a valid process")

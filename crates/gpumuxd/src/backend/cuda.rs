@@ -228,6 +228,11 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn frees_retreats_at_once(&self) -> bool {
+        // `ClientDevice`'s per-SM leave announces the SMs released in the command.
+        true
+    }
+
     fn rebuild(&mut self) -> Result<(), MemError> {
         self.pending.clear();
         self.refused.clear();

@@ -277,6 +277,13 @@ pub trait Backend: Send {
     /// How long a device in another process should poll for the next message
     /// after each (`Duration::ZERO`: its default); see `crate::spin`.
     fn spin_for(&mut self, _window: Duration) {}
+    /// The device frees a retreat's SMs in the command itself (the CUDA
+    /// device: its workers leave after their block while the next launch
+    /// there waits for their places): the engine may then give them out in
+    /// the same turn (`Engine::with_retreats_freeing_at_once`).
+    fn frees_retreats_at_once(&self) -> bool {
+        false
+    }
 
     /// After [`Failure::ContextLost`]: a fresh context, with no memory,
     /// modules or operations (the daemon re-allocates and reloads what its

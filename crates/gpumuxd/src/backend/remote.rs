@@ -125,6 +125,7 @@ struct DeviceProcess {
     link: Link,
     describe: String,
     info: DeviceInfo,
+    frees_retreats_at_once: bool,
 }
 
 impl DeviceProcess {
@@ -170,7 +171,9 @@ impl DeviceProcess {
         };
         let spec = spec.to_string();
         match link.recv_timeout::<FromDevice>(READY_TIMEOUT) {
-            Ok(Some(FromDevice::Ready { describe, info })) => Ok(DeviceProcess { child, link, describe, info }),
+            Ok(Some(FromDevice::Ready { describe, info, frees_retreats_at_once })) => {
+                Ok(DeviceProcess { child, link, describe, info, frees_retreats_at_once })
+            }
             Ok(Some(FromDevice::Unavailable { message })) => {
                 reap(&mut child);
                 Err(StartError::Unavailable { spec, message })
@@ -404,6 +407,10 @@ impl Backend for RemoteBackend {
 
     fn info(&self) -> &DeviceInfo {
         &self.process.info
+    }
+
+    fn frees_retreats_at_once(&self) -> bool {
+        self.process.frees_retreats_at_once
     }
 
     fn mem_info(&mut self) -> Result<MemInfo, MemError> {

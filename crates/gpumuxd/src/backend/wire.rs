@@ -104,6 +104,8 @@ pub enum FromDevice {
         describe: String,
         /// What the engine needs of it.
         info: DeviceInfo,
+        /// [`super::Backend::frees_retreats_at_once`].
+        frees_retreats_at_once: bool,
     },
     /// The first message instead of `Ready`: the device could not be opened
     /// (no GPU, no driver); the process exits after it.
