@@ -18,6 +18,12 @@
 //!   nothing resident, it ends and hands back the work it did not do: block
 //!   ranges never issued (or flushed) and saved contexts.
 //! * Every SM of a launch is released before its `LaunchEnded`.
+//! * A device that frees a retreat's SMs in the command itself (the CUDA
+//!   device: its workers leave after their block, and what is launched there
+//!   next takes their places as they go) may say so; the engine built
+//!   `Engine::with_retreats_freeing_at_once` then frees the SMs when it
+//!   sends the `Retreat` and may give them out in the same turn, and takes
+//!   the device's `SmReleased(Retreated)` for them, when it comes, as done.
 
 use crate::ids::{CopyId, KernelId, LaunchId, OpId, ProcessId, SmId};
 use crate::kernel::{DeviceInfo, DoesNotFit, KernelDesc};
