@@ -166,9 +166,17 @@ impl Policy for PpqEven {
         let mut budget = n;
         for &level in &levels {
             let members: Vec<usize> = (0..procs.len()).filter(|&i| procs[i].priority == level).collect();
-            let idle_peers: Vec<u32> =
-                self.lingering.values().filter(|(p, _, _)| *p == level).map(|&(_, d, _)| d.min(n)).collect();
-            let caps: Vec<u32> = members.iter().map(|&i| procs[i].demand).chain(idle_peers.iter().copied()).collect();
+            // In slot order: the water filling gives remainders by position,
+            // and a map's order would make the shares differ from run to run.
+            let mut idle_peers: Vec<(Slot, u32)> = self
+                .lingering
+                .iter()
+                .filter(|(_, (p, _, _))| *p == level)
+                .map(|(&slot, &(_, d, _))| (slot, d.min(n)))
+                .collect();
+            idle_peers.sort_unstable();
+            let caps: Vec<u32> =
+                members.iter().map(|&i| procs[i].demand).chain(idle_peers.iter().map(|&(_, d)| d)).collect();
             let shares = even_capped(&caps, budget);
             for (&i, &s) in members.iter().zip(&shares) {
                 procs[i].target = s;
