@@ -8,9 +8,11 @@
 //! 8-client launch's time goes").
 //!
 //!     cargo run --release -p gpumux-engine --example launch_rate_cost [POLICY] [PROCESSES]
-use gpumux_engine::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::scripted::ScriptedDevice;
 use gpumux_engine::{policies, Device, DeviceError, Engine, ProcessId, ProcessInfo, StreamOp};
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,15 +22,7 @@ const QUEUED: u32 = 64;
 fn main() {
     let policy = std::env::args().nth(1).unwrap_or_else(|| "ppq-even-drain".into());
     let processes: u32 = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(8);
-    let info = DeviceInfo {
-        name: "h100-like".into(),
-        num_sms: 132,
-        sm: SmLimits { max_threads: 2048, max_blocks: 32, registers: 65536, smem_bytes: 228 * 1024 },
-        mem_bandwidth: 3e12,
-        pcie_bandwidth: 5e10,
-        pcie_latency_ns: 1_000,
-        mem_bytes: 80 << 30,
-    };
+    let info = common::h100_like();
     let mut engine = Engine::new(info.clone(), policies::by_name(&policy).expect("policy")).expect("engine");
     let mut dev = ScriptedDevice::new(info);
     let slots: Vec<_> = (0..processes)

@@ -9,23 +9,17 @@
 //!     cargo run --release -p gpumux-engine --example urgent_turn_cost [POLICY]
 //!
 //! docs/benchmarks.md ("The engine's turn") has what it measured.
-use gpumux_engine::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
+use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::scripted::ScriptedDevice;
 use gpumux_engine::{policies, Device, DeviceError, Engine, ProcessId, ProcessInfo, StreamOp};
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn main() {
     let policy = std::env::args().nth(1).unwrap_or_else(|| "ppq-even-drain".into());
-    let info = DeviceInfo {
-        name: "h100-like".into(),
-        num_sms: 132,
-        sm: SmLimits { max_threads: 2048, max_blocks: 32, registers: 65536, smem_bytes: 228 * 1024 },
-        mem_bandwidth: 3e12,
-        pcie_bandwidth: 5e10,
-        pcie_latency_ns: 1_000,
-        mem_bytes: 80 << 30,
-    };
+    let info = common::h100_like();
     let mut engine = Engine::new(info.clone(), policies::by_name(&policy).expect("policy")).expect("engine");
     let mut dev = ScriptedDevice::new(info);
     let lp = engine.add_process(ProcessInfo::new(ProcessId(0), "lp").with_priority(0)).unwrap();
