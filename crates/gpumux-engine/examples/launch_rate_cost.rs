@@ -8,11 +8,11 @@
 //! 8-client launch's time goes").
 //!
 //!     cargo run --release -p gpumux-engine --example launch_rate_cost [POLICY] [PROCESSES]
+mod common;
+
 use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::scripted::ScriptedDevice;
 use gpumux_engine::{policies, Device, DeviceError, Engine, ProcessId, ProcessInfo, StreamOp};
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -9,11 +9,11 @@
 //!     cargo run --release -p gpumux-engine --example urgent_turn_cost [POLICY]
 //!
 //! docs/benchmarks.md ("The engine's turn") has what it measured.
+mod common;
+
 use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::scripted::ScriptedDevice;
 use gpumux_engine::{policies, Device, DeviceError, Engine, ProcessId, ProcessInfo, StreamOp};
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
