@@ -31,7 +31,6 @@ use crate::device::Mechanism;
 use crate::ids::{KernelId, Slot, SmId};
 use crate::policy::{ActiveKernel, Decision, Policy, SchedView, SmState};
 use crate::time::{Nanos, NS_PER_US};
-use std::collections::HashMap;
 
 /// How long a process that went idle keeps its share from its peers: a few
 /// round trips of a client that syncs between launches through gpumuxd
@@ -46,16 +45,18 @@ pub struct PpqEven {
     pub mechanism: Mechanism,
     /// How long an idle process keeps its share from its peers.
     pub linger: Nanos,
-    /// Processes with active kernels at the last round: (priority, SMs they could use).
-    active_before: HashMap<Slot, (i32, u32)>,
-    /// Processes whose kernels all finished lately: (priority, SMs they could use, until when).
-    lingering: HashMap<Slot, (i32, u32, Nanos)>,
+    /// Processes with active kernels at the last round: (slot, priority, SMs
+    /// they could use). A few processes: a vector, refilled each round.
+    active_before: Vec<(Slot, i32, u32)>,
+    /// Processes whose kernels all finished lately, in slot order: (slot,
+    /// priority, SMs they could use, until when).
+    lingering: Vec<(Slot, i32, u32, Nanos)>,
 }
 
 impl PpqEven {
     /// The policy, taking SMs back with `mechanism`.
     pub fn new(mechanism: Mechanism) -> Self {
-        PpqEven { mechanism, linger: DEFAULT_LINGER, active_before: HashMap::new(), lingering: HashMap::new() }
+        PpqEven { mechanism, linger: DEFAULT_LINGER, active_before: Vec::new(), lingering: Vec::new() }
     }
 }
 
@@ -83,12 +84,12 @@ impl Policy for PpqEven {
     }
 
     fn wake_at(&self) -> Option<Nanos> {
-        self.lingering.values().map(|&(_, _, until)| until).min()
+        self.lingering.iter().map(|&(_, _, _, until)| until).min()
     }
 
     fn process_removed(&mut self, slot: Slot) {
-        self.active_before.remove(&slot);
-        self.lingering.remove(&slot);
+        self.active_before.retain(|e| e.0 != slot);
+        self.lingering.retain(|e| e.0 != slot);
     }
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
@@ -147,14 +148,19 @@ impl Policy for PpqEven {
 
         // Who lingers: active at the last round, not now, for `linger` after.
         let now = view.now;
-        let is_active = |slot: &Slot| procs.iter().any(|p| p.slot == *slot);
-        for (slot, (prio, demand)) in self.active_before.drain() {
-            if !is_active(&slot) {
-                self.lingering.insert(slot, (prio, demand, now.saturating_add(self.linger)));
+        let is_active = |slot: Slot| procs.iter().any(|p| p.slot == slot);
+        for &(slot, prio, demand) in &self.active_before {
+            if !is_active(slot) {
+                let entry = (slot, prio, demand, now.saturating_add(self.linger));
+                match self.lingering.binary_search_by_key(&slot, |e| e.0) {
+                    Ok(i) => self.lingering[i] = entry,
+                    Err(i) => self.lingering.insert(i, entry),
+                }
             }
         }
-        self.lingering.retain(|slot, &mut (_, _, until)| until > now && !is_active(slot));
-        self.active_before = procs.iter().map(|p| (p.slot, (p.priority, p.demand))).collect();
+        self.lingering.retain(|&(slot, _, _, until)| until > now && !is_active(slot));
+        self.active_before.clear();
+        self.active_before.extend(procs.iter().map(|p| (p.slot, p.priority, p.demand)));
 
         // Shares, level by level from the top: a level splits what the
         // levels above it use none of; lingering peers take part in the
@@ -166,17 +172,11 @@ impl Policy for PpqEven {
         let mut budget = n;
         for &level in &levels {
             let members: Vec<usize> = (0..procs.len()).filter(|&i| procs[i].priority == level).collect();
-            // In slot order: the water filling gives remainders by position,
-            // and a map's order would make the shares differ from run to run.
-            let mut idle_peers: Vec<(Slot, u32)> = self
-                .lingering
-                .iter()
-                .filter(|(_, (p, _, _))| *p == level)
-                .map(|(&slot, &(_, d, _))| (slot, d.min(n)))
-                .collect();
-            idle_peers.sort_unstable();
-            let caps: Vec<u32> =
-                members.iter().map(|&i| procs[i].demand).chain(idle_peers.iter().map(|&(_, d)| d)).collect();
+            // In slot order (`lingering` is kept so): the water filling gives
+            // remainders by position, and a map's order made the shares
+            // differ from run to run.
+            let idle_peers = self.lingering.iter().filter(|e| e.1 == level).map(|e| e.2.min(n));
+            let caps: Vec<u32> = members.iter().map(|&i| procs[i].demand).chain(idle_peers).collect();
             let shares = even_capped(&caps, budget);
             for (&i, &s) in members.iter().zip(&shares) {
                 procs[i].target = s;
