@@ -414,6 +414,11 @@ impl WorkerLaunch {
     pub fn function(&self) -> &Function {
         &self.func
     }
+    /// Tells this launch record from every other live one (its control
+    /// record's device address).
+    pub fn record_id(&self) -> u64 {
+        self.ctl.ptr
+    }
     /// Resident workers per SM (the kernel's occupancy).
     pub fn workers_per_sm(&self) -> u32 {
         self.workers_per_sm

@@ -147,6 +147,11 @@ fn log_if_slow(start: Instant, what: impl FnOnce() -> String) {
 /// Idle launch records kept for reuse at most (each holds a 1.3 KB control
 /// record and an event); more are freed.
 const MAX_SPARE: usize = 1024;
+/// Launch records made with the context and kept for its life
+/// ([`InContext::make_kept_records`]): a record costs 0.8-2.1 ms to make on
+/// the H100 (device and pinned host memory, an event: docs/benchmarks.md,
+/// run 129), which a client's first launches would otherwise wait for.
+const KEPT_RECORDS: usize = 16;
 
 /// Which copy stream serves a copy: host to device, device to host, on the device.
 const H2D: usize = 0;
@@ -168,6 +173,15 @@ pub(super) struct InContext {
     /// Idle launch records of operations that are gone, reused by any
     /// kernel's next launch ([`WorkerLaunch::reuse`] says why).
     spare: Vec<WorkerLaunch>,
+    /// Records made with the context and never freed before it
+    /// ([`KEPT_RECORDS`], by [`WorkerLaunch::record_id`]): when their
+    /// kernel is unloaded they go back to `spare` holding `park` instead of
+    /// being freed, so a client that comes after finds them, and the
+    /// context's memory after a client left is what it was before it came.
+    kept: Vec<u64>,
+    /// The function idle kept records hold (the cut kernel's: loaded for
+    /// the context's life), so that they keep no client's module loaded.
+    park: Option<crate::runtime::Function>,
     /// Allocations: address → bytes.
     pub(super) allocations: HashMap<u64, u64>,
     /// Workers of an operation queued behind the launch before it on its
@@ -208,6 +222,8 @@ impl InContext {
             copy_ops: HashMap::new(),
             launches: HashMap::new(),
             spare: Vec::new(),
+            kept: Vec::new(),
+            park: cut_kernel.as_ref().map(|k| k.func.clone()),
             allocations: HashMap::new(),
             ahead: HashMap::new(),
             orphans: Vec::new(),
@@ -226,15 +242,59 @@ impl InContext {
 
     /// Forgets a kernel operation; its idle launch records become spares,
     /// unless its kernel was unloaded (a record holds its function, and so
-    /// its module: the records are freed and the module with the last).
+    /// its module: the records are freed and the module with the last; kept
+    /// records are parked instead, [`InContext::park_or_free`]).
     fn retire(&mut self, op: OpId) {
         if let Some(mut k) = self.ops.remove(&op) {
             if !self.kernels.contains_key(&k.handle) {
+                for w in k.pool.drain(..) {
+                    self.park_or_free(w);
+                }
                 return;
             }
             let room = MAX_SPARE.saturating_sub(self.spare.len());
             let keep = k.pool.len().min(room);
             self.spare.extend(k.pool.drain(..keep));
+            // Beyond the spares' room: freed, the kept ones parked.
+            for w in k.pool.drain(..) {
+                self.park_or_free(w);
+            }
+        }
+    }
+
+    /// Makes [`KEPT_RECORDS`] launch records for the context's life, as
+    /// spares holding `park` (none without it: the cut kernel did not load).
+    fn make_kept_records(&mut self, chunk: Chunk, sm_count: u32) {
+        let Some(park) = self.park.clone() else { return };
+        for _ in 0..KEPT_RECORDS {
+            match WorkerLaunch::new(park.clone(), Vec::new(), [1, 1, 1], [1, 1, 1], 0, chunk, sm_count) {
+                Ok(w) => {
+                    self.kept.push(w.record_id());
+                    self.spare.push(w);
+                }
+                Err(e) => {
+                    tracing::warn!("CUDA device: launch records are made at first use: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// An idle record whose kernel is gone: a kept one goes back to the
+    /// spares holding `park`, any other is freed (with the module's last
+    /// reference, if it is that).
+    fn park_or_free(&mut self, mut w: WorkerLaunch) {
+        if !self.kept.contains(&w.record_id()) {
+            return;
+        }
+        let Some(park) = self.park.clone() else { return };
+        match w.reuse(park, Vec::new(), [1, 1, 1], [1, 1, 1], 0) {
+            Ok(()) => self.spare.push(w),
+            Err(e) => {
+                // Not idle after all (a bug): freed, and the context's memory shows it.
+                tracing::warn!("CUDA device: a kept launch record could not be parked: {e}");
+                self.kept.retain(|&id| id != w.record_id());
+            }
         }
     }
 }
@@ -493,8 +553,9 @@ impl ClientDevice {
     fn open_with(ordinal: i32, co_locate: bool) -> Result<ClientDevice, CudaError> {
         let ctx = ClientContext::create(ordinal)?;
         let info = crate::device::info_of(&ctx.summary, ordinal, |a| ctx.attr(a))?;
-        let st = InContext::new(&ctx)?;
+        let mut st = InContext::new(&ctx)?;
         let chunk = std::env::var("GPUMUX_CUDA_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or_default();
+        st.make_kept_records(chunk, ctx.summary.sm_count);
         Ok(ClientDevice {
             ctx,
             st: Some(st),
@@ -557,6 +618,14 @@ impl ClientDevice {
         Ok((out, loaded.log))
     }
 
+    /// The launch records made with the context and kept for its life, and
+    /// the idle ones now (ids: [`WorkerLaunch::record_id`]).
+    pub fn launch_records(&self) -> (Vec<u64>, Vec<u64>) {
+        self.st.as_ref().map_or((Vec::new(), Vec::new()), |st| {
+            (st.kept.clone(), st.spare.iter().map(WorkerLaunch::record_id).collect())
+        })
+    }
+
     /// Kernels loaded and not unloaded ([`ClientDevice::unload_kernel`]).
     pub fn kernels_loaded(&self) -> usize {
         self.st.as_ref().map_or(0, |st| st.kernels.len())
@@ -572,7 +641,12 @@ impl ClientDevice {
         if let Some((k, _)) = st.kernels.remove(&kernel) {
             // Idle records of it kept for other kernels would keep its module.
             let key = k.worker.key();
-            st.spare.retain(|w| w.function().key() != key);
+            let (gone, stay): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut st.spare).into_iter().partition(|w| w.function().key() == key);
+            st.spare = stay;
+            for w in gone {
+                st.park_or_free(w);
+            }
             if let Some(chooser) = self.chooser.as_mut() {
                 chooser.forget(key);
             }
@@ -736,7 +810,9 @@ impl ClientDevice {
             )),
             None => e,
         })?;
-        self.st = Some(InContext::new(&self.ctx)?);
+        let mut st = InContext::new(&self.ctx)?;
+        st.make_kept_records(self.chunk, self.ctx.summary.sm_count);
+        self.st = Some(st);
         for &(ptr, bytes) in &self.host {
             super::memory::register(ptr as *mut u8, bytes)?;
         }

@@ -88,7 +88,7 @@ extern "C" __global__ void gmx_cut(gmx_ctl_t* c, unsigned int seq, volatile unsi
 
 /// The cut kernel, loaded in the device's context.
 pub(super) struct CutKernel {
-    func: Function,
+    pub(super) func: Function,
     _module: Module,
 }
 
