@@ -202,7 +202,8 @@ pub(super) struct InContext {
 }
 
 impl InContext {
-    fn new(ctx: &ClientContext) -> Result<InContext, CudaError> {
+    /// The context's state, with its kept launch records made for `chunk`.
+    fn new(ctx: &ClientContext, chunk: Chunk) -> Result<InContext, CudaError> {
         let low = |_| Stream::in_range(ctx.priority_range, ctx.priority_range.0);
         let cut_kernel = match CutKernel::load(ctx.arch()) {
             Ok(k) => Some(k),
@@ -212,7 +213,7 @@ impl InContext {
                 None
             }
         };
-        Ok(InContext {
+        let mut st = InContext {
             ctl: Stream::in_range(ctx.priority_range, ctx.priority_range.1)?,
             copy_streams: [low(())?, low(())?, low(())?],
             copies: Default::default(),
@@ -230,7 +231,9 @@ impl InContext {
             cut_kernel,
             cut_stream: Stream::in_range(ctx.priority_range, ctx.priority_range.1)?,
             cut_buffers: Vec::new(),
-        })
+        };
+        st.make_kept_records(chunk, ctx.summary.sm_count);
+        Ok(st)
     }
 }
 
@@ -553,9 +556,8 @@ impl ClientDevice {
     fn open_with(ordinal: i32, co_locate: bool) -> Result<ClientDevice, CudaError> {
         let ctx = ClientContext::create(ordinal)?;
         let info = crate::device::info_of(&ctx.summary, ordinal, |a| ctx.attr(a))?;
-        let mut st = InContext::new(&ctx)?;
         let chunk = std::env::var("GPUMUX_CUDA_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or_default();
-        st.make_kept_records(chunk, ctx.summary.sm_count);
+        let st = InContext::new(&ctx, chunk)?;
         Ok(ClientDevice {
             ctx,
             st: Some(st),
@@ -810,9 +812,7 @@ impl ClientDevice {
             )),
             None => e,
         })?;
-        let mut st = InContext::new(&self.ctx)?;
-        st.make_kept_records(self.chunk, self.ctx.summary.sm_count);
-        self.st = Some(st);
+        self.st = Some(InContext::new(&self.ctx, self.chunk)?);
         for &(ptr, bytes) in &self.host {
             super::memory::register(ptr as *mut u8, bytes)?;
         }
