@@ -9,7 +9,7 @@
 # containing $FROM appears (default: the 4-client launch rate) and lasts
 # $SECONDS_TO_RECORD (default 1.5) at $FREQ samples a second per thread
 # (default 1000), with call graphs unwound from the stack (dwarf).
-# Writes to $OUT: bench.txt (the bench's tables), flat.txt (self time per
+# Writes to $OUT: bench.txt (the bench's tables), logs.tgz (the daemons' logs), flat.txt (self time per
 # thread name and function), core.txt and device.txt (time with callees, per
 # function, of the core thread and of the device process). Prints the heads.
 set -uo pipefail
@@ -41,6 +41,7 @@ pids=$daemon${device:+,$device}
 echo "recording $pids (daemon ${daemon}, device process ${device:-none}) for $SECONDS_TO_RECORD s from \"$FROM\""
 $P record -F "$FREQ" --call-graph dwarf,8192 -p "$pids" -o /tmp/profile-daemon.data -- sleep "$SECONDS_TO_RECORD" 2>&1 | tail -1
 wait "$runner"; echo "bench exit $?"
+cp "$bench/logs.tgz" "$OUT/logs.tgz" 2>/dev/null
 report() { $P report -i /tmp/profile-daemon.data --stdio "$@" 2>/dev/null | grep -v '^#' | grep -v '^$'; }
 report --no-children --sort comm,symbol -g none | head -80 > "$OUT/flat.txt"
 report --children --comm gpumuxd-core --sort symbol -g none | head -150 > "$OUT/core.txt"

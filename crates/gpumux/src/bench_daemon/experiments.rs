@@ -31,10 +31,6 @@ const LATENCY_TRIALS: u32 = 2000;
 /// sleep, as between an urgent client's kernels), and how many.
 const IDLE_LATENCY_US: u32 = 2000;
 const IDLE_LATENCY_TRIALS: u32 = 500;
-/// Asynchronous launches per client for the throughput figures.
-const RATE_LAUNCHES: u32 = 20_000;
-/// Clients of the throughput figures.
-const RATE_CLIENTS: [u32; 4] = [1, 2, 4, 8];
 
 /// One run's context.
 pub struct Bench {
@@ -426,7 +422,7 @@ impl Bench {
                 overhead.idle.push(LatencyRow::of(format!("native, {} ms apart", IDLE_LATENCY_US / 1000), &ns));
                 let r = self.setting(
                     "overhead: native launch rate",
-                    &[ProcPlan::native(vec![Job::Rate { launches: RATE_LAUNCHES }])],
+                    &[ProcPlan::native(vec![Job::Rate { launches: self.args.rate_launches }])],
                     &env,
                     None,
                 )?;
@@ -524,7 +520,7 @@ impl Bench {
                 let r = self.setting(
                     &format!("overhead: launch rate, 8 clients of {label}"),
                     &(0..8)
-                        .map(|_| ProcPlan::daemon(vec![Job::Rate { launches: RATE_LAUNCHES / 8 }]))
+                        .map(|_| ProcPlan::daemon(vec![Job::Rate { launches: (self.args.rate_launches / 8).max(1) }]))
                         .collect::<Vec<_>>(),
                     &env,
                     None,
@@ -549,9 +545,10 @@ impl Bench {
                 )?;
                 let ns = latency_of(&r)?;
                 overhead.idle.push(LatencyRow::of(format!("gpumuxd, {} ms apart", IDLE_LATENCY_US / 1000), &ns));
-                for k in RATE_CLIENTS {
-                    let plans: Vec<ProcPlan> =
-                        (0..k).map(|_| ProcPlan::daemon(vec![Job::Rate { launches: RATE_LAUNCHES / k }])).collect();
+                for &k in &self.args.rate_clients {
+                    let plans: Vec<ProcPlan> = (0..k)
+                        .map(|_| ProcPlan::daemon(vec![Job::Rate { launches: (self.args.rate_launches / k).max(1) }]))
+                        .collect();
                     let r =
                         self.setting(&format!("overhead: launch rate, {k} clients of {label}"), &plans, &env, None)?;
                     overhead.daemon_launches_per_s.push((k, rate_of(&r)?));

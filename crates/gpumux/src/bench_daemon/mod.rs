@@ -77,6 +77,13 @@ pub struct DaemonBenchArgs {
     /// High-priority launches per setting.
     #[arg(long, default_value_t = 200)]
     pub urgent_launches: u32,
+    /// Asynchronous launches of the launch-rate figures, in all (shared by
+    /// the clients of a setting). More makes the phase long enough to profile.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate_launches: u32,
+    /// Client counts of the launch-rate figures (comma-separated).
+    #[arg(long, default_value = "1,2,4,8", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub rate_clients: Vec<u32>,
     /// How long each co-run kernel runs alone, seconds.
     #[arg(long, default_value_t = 2.0)]
     pub corun_seconds: f64,
