@@ -71,10 +71,12 @@ pub enum ToDevice {
         /// Its work.
         work: OpWork<HostRef>,
     },
-    /// [`super::Backend::unbind`]. No answer.
+    /// [`super::Backend::unbind`] of each, in order. No answer. The daemon
+    /// sends them together before its next message (every launch ends with
+    /// an unbind: one write for a round's worth instead of one each).
     Unbind {
-        /// The operation.
-        op: OpId,
+        /// The operations.
+        ops: Vec<OpId>,
     },
     /// [`super::Backend::unload_module`]. No answer.
     UnloadModule {
