@@ -119,17 +119,17 @@ impl DeviceHost {
         loop {
             match self.link.recv_spin::<ToDevice>(self.spin) {
                 Ok(Some(msg)) => {
-                    let (kind, count) = match &msg {
-                        ToDevice::Submit(Command::Launch { .. }) => (LAUNCHES, 1),
-                        ToDevice::Submit(_) => (COMMANDS, 1),
-                        ToDevice::Poll => (POLLS, 1),
-                        ToDevice::Bind { .. } => (BINDS, 1),
-                        ToDevice::Unbind { ops } => (UNBINDS, ops.len() as u64),
-                        _ => (OTHER_MESSAGES, 1),
+                    let kind = match msg {
+                        ToDevice::Submit(Command::Launch { .. }) => LAUNCHES,
+                        ToDevice::Submit(_) => COMMANDS,
+                        ToDevice::Poll => POLLS,
+                        ToDevice::Bind { .. } => BINDS,
+                        ToDevice::Unbind { .. } => UNBINDS,
+                        _ => OTHER_MESSAGES,
                     };
                     let began = Instant::now();
                     self.handle(msg)?;
-                    self.load.add(kind, count, began.elapsed());
+                    self.load.add(kind, 1, began.elapsed());
                     if let Some(lap) = self.load.lap() {
                         tracing::debug!(target: "gpumuxd::load", "device process: {lap}");
                     }
@@ -230,10 +230,8 @@ impl DeviceHost {
                 }
                 Ok(())
             }
-            ToDevice::Unbind { ops } => {
-                for op in ops {
-                    self.backend.unbind(op);
-                }
+            ToDevice::Unbind { op } => {
+                self.backend.unbind(op);
                 Ok(())
             }
             ToDevice::UnloadModule { kernels } => {

@@ -291,11 +291,6 @@ pub struct RemoteBackend {
     /// Kernels the child loaded for the daemon and was not told to unload
     /// (counted here: asking the child would be a round trip).
     kernels_loaded: usize,
-    /// Operations unbound since the last message, sent as one before the
-    /// next ([`RemoteBackend::send`]): every launch ends with an unbind, and
-    /// a ring write each cost the core 0.6-0.7 µs and the child 0.3 on the
-    /// H100 with 8 clients (docs/benchmarks.md, session 15).
-    unbinds: Vec<OpId>,
 }
 
 impl RemoteBackend {
@@ -316,7 +311,6 @@ impl RemoteBackend {
             failure: None,
             broken: None,
             spin: Duration::ZERO,
-            unbinds: Vec::new(),
             kernels_loaded: 0,
         })
     }
@@ -348,21 +342,12 @@ impl RemoteBackend {
         self.broken.get_or_insert(what);
     }
 
-    /// Sends `msg` to the child, after the unbinds waiting to go.
-    fn send(&mut self, msg: &ToDevice, fd: Option<BorrowedFd<'_>>) -> Result<(), LinkError> {
-        if !self.unbinds.is_empty() {
-            let ops = std::mem::take(&mut self.unbinds);
-            self.process.link.send(&ToDevice::Unbind { ops }, None)?;
-        }
-        self.process.link.send(msg, fd)
-    }
-
     /// Sends a call and waits for its answer.
     fn call(&mut self, msg: &ToDevice, fd: Option<BorrowedFd<'_>>) -> Result<FromDevice, String> {
         if let Some(why) = &self.broken {
             return Err(format!("the device is lost ({why}); it is being restarted"));
         }
-        if let Err(e) = self.send(msg, fd) {
+        if let Err(e) = self.process.link.send(msg, fd) {
             return Err(self.lost(e));
         }
         match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
@@ -468,7 +453,7 @@ impl Backend for RemoteBackend {
         let Some(i) = self.regions.iter().position(|(_, r)| std::ptr::eq(Arc::as_ptr(r), region)) else { return };
         let (id, _) = self.regions.swap_remove(i);
         if self.broken.is_none() {
-            if let Err(e) = self.send(&ToDevice::UnregisterHost { region: id }, None) {
+            if let Err(e) = self.process.link.send(&ToDevice::UnregisterHost { region: id }, None) {
                 self.lost(e);
             }
         }
@@ -487,7 +472,7 @@ impl Backend for RemoteBackend {
     fn unload_module(&mut self, kernels: &[KernelCode]) {
         self.kernels_loaded = self.kernels_loaded.saturating_sub(kernels.len());
         if self.broken.is_none() {
-            if let Err(e) = self.send(&ToDevice::UnloadModule { kernels: kernels.to_vec() }, None) {
+            if let Err(e) = self.process.link.send(&ToDevice::UnloadModule { kernels: kernels.to_vec() }, None) {
                 self.lost(e);
             }
         }
@@ -510,7 +495,7 @@ impl Backend for RemoteBackend {
             }
         };
         if self.broken.is_none() {
-            if let Err(e) = self.send(&ToDevice::Bind { op, work }, None) {
+            if let Err(e) = self.process.link.send(&ToDevice::Bind { op, work }, None) {
                 self.lost(e);
             }
         }
@@ -518,7 +503,9 @@ impl Backend for RemoteBackend {
 
     fn unbind(&mut self, op: OpId) {
         if self.broken.is_none() {
-            self.unbinds.push(op);
+            if let Err(e) = self.process.link.send(&ToDevice::Unbind { op }, None) {
+                self.lost(e);
+            }
         }
     }
 
@@ -533,7 +520,7 @@ impl Backend for RemoteBackend {
         }
         self.in_flight.command(&command);
         self.unpolled = true;
-        if let Err(e) = self.send(&ToDevice::Submit(command), None) {
+        if let Err(e) = self.process.link.send(&ToDevice::Submit(command), None) {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
         }
@@ -594,7 +581,7 @@ impl Backend for RemoteBackend {
     fn spin_for(&mut self, window: Duration) {
         self.spin = window;
         if self.broken.is_none() {
-            if let Err(e) = self.send(&ToDevice::Spin { us: window.as_micros() as u64 }, None) {
+            if let Err(e) = self.process.link.send(&ToDevice::Spin { us: window.as_micros() as u64 }, None) {
                 self.lost(e);
             }
         }
@@ -613,8 +600,6 @@ impl Backend for RemoteBackend {
         self.wake = (Wake::Idle, Instant::now());
         self.failure = None;
         self.broken = None;
-        // The operations were the old child's.
-        self.unbinds.clear();
         if !self.spin.is_zero() {
             let spin = self.spin;
             self.spin_for(spin);

@@ -71,12 +71,10 @@ pub enum ToDevice {
         /// Its work.
         work: OpWork<HostRef>,
     },
-    /// [`super::Backend::unbind`] of each, in order. No answer. The daemon
-    /// sends them together before its next message (every launch ends with
-    /// an unbind: one write for a round's worth instead of one each).
+    /// [`super::Backend::unbind`]. No answer.
     Unbind {
-        /// The operations.
-        ops: Vec<OpId>,
+        /// The operation.
+        op: OpId,
     },
     /// [`super::Backend::unload_module`]. No answer.
     UnloadModule {
