@@ -29,6 +29,14 @@ const HOST_RESULT_BYTES: usize = 16;
 /// which is what reports a fault (its workers then never publish). An event
 /// query takes the driver's lock, and a daemon polls every few µs.
 const EVENT_QUERY_AFTER: std::time::Duration = std::time::Duration::from_micros(100);
+/// After [`EVENT_QUERY_AFTER`], a launch whose end shows in host memory has
+/// its end event queried at most this often, not at every poll: with 8
+/// clients each poll of the daemon's device process found several launches
+/// past 100 µs (queued ahead behind others) and queried each, and a
+/// low-priority launch of 2 ms was queried at every poll, 5 µs apart, each
+/// query taking the lock that the next `cuLaunchKernel` waits for. A fault
+/// is still seen within this much of the first query.
+const EVENT_QUERY_EVERY: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// `gone` word `i` for SMs `sms` and launch `seq`: the SMs' bits low, the seq's tag high.
 fn gone_word(sms: &SmMask, i: usize, seq: u32) -> u32 {
@@ -238,8 +246,9 @@ pub struct WorkerLaunch {
     host: Option<HostMapped>,
     seq: u32,
     ended: Event,
-    /// When the running launch started (see [`EVENT_QUERY_AFTER`]).
-    started: std::time::Instant,
+    /// When a poll next queries the end event of a launch that publishes
+    /// its end in host memory ([`EVENT_QUERY_AFTER`], [`EVENT_QUERY_EVERY`]).
+    event_query_at: std::cell::Cell<std::time::Instant>,
     running: bool,
     /// The running launch is the native kernel (it cannot retreat; it runs to the end).
     running_native: bool,
@@ -298,7 +307,7 @@ impl WorkerLaunch {
             host,
             seq: 0,
             ended: Event::new_sync_only()?,
-            started: std::time::Instant::now(),
+            event_query_at: std::cell::Cell::new(std::time::Instant::now()),
             running: false,
             running_native: false,
             urgent: false,
@@ -521,7 +530,7 @@ impl WorkerLaunch {
         let t = std::time::Instant::now();
         self.ended.record(stream)?;
         self.last_start_calls = (launched.as_nanos() as u32, t.elapsed().as_nanos() as u32);
-        self.started = std::time::Instant::now();
+        self.event_query_at.set(std::time::Instant::now() + EVENT_QUERY_AFTER);
         self.running = true;
         self.running_native = false;
         Ok(())
@@ -574,8 +583,12 @@ impl WorkerLaunch {
         if self.host_result().is_some() {
             return Ok(true);
         }
-        if self.host_words().is_some() && self.started.elapsed() < EVENT_QUERY_AFTER {
-            return Ok(false);
+        if self.host_words().is_some() {
+            let now = std::time::Instant::now();
+            if now < self.event_query_at.get() {
+                return Ok(false);
+            }
+            self.event_query_at.set(now + EVENT_QUERY_EVERY);
         }
         self.ended.done()
     }
