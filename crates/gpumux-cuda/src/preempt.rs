@@ -3,6 +3,7 @@
 
 use crate::error::{CudaError, Result};
 use crate::launch_plan::{self, Chunk, LaunchFacts, Plan, ProfileKey};
+use crate::runtime::launcher::{Launcher, Pending};
 use crate::runtime::{DeviceBuffer, Event, Function, HostMapped, Params, Stream};
 
 /// Bytes of one control record (`gmx_ctl_t`): a 128-byte line with the claim
@@ -259,6 +260,9 @@ pub struct WorkerLaunch {
     pub share_cap: Option<u32>,
     /// What the host last wrote to each `gone` word of the record (0: nothing).
     gone: [u32; GONE_WORDS],
+    /// The running launch's CUDA calls, posted to a launcher thread
+    /// ([`WorkerLaunch::start_posted`]) and maybe not made yet.
+    pending: Option<Pending>,
 }
 
 impl WorkerLaunch {
@@ -308,6 +312,7 @@ impl WorkerLaunch {
             seq: 0,
             ended: Event::new_sync_only()?,
             event_query_at: std::cell::Cell::new(std::time::Instant::now()),
+            pending: None,
             running: false,
             running_native: false,
             urgent: false,
@@ -468,6 +473,40 @@ impl WorkerLaunch {
 
     /// Starts workers for blocks [next, end) on the SMs of `mask`, on `stream`.
     pub fn start(&mut self, stream: &Stream, mask: SmMask) -> Result<()> {
+        self.start_with(stream, mask, None)
+    }
+
+    /// [`WorkerLaunch::start`], with the worker launch's CUDA calls (the
+    /// kernel and its end event) made by `launcher`'s thread in context
+    /// `ctx` instead of this one (`runtime::launcher`: for workers queued
+    /// ahead, which nobody waits for yet). A native or timed launch is made
+    /// here as before. Until [`WorkerLaunch::settle`], `stream` must stay
+    /// alive and take nothing else.
+    pub fn start_posted(
+        &mut self,
+        stream: &Stream,
+        mask: SmMask,
+        launcher: &Launcher,
+        ctx: cudarc::driver::sys::CUcontext,
+    ) -> Result<()> {
+        self.start_with(stream, mask, Some((launcher, ctx)))
+    }
+
+    /// Waits for the CUDA calls of a posted start ([`WorkerLaunch::start_posted`]);
+    /// their error if they failed. Nothing to do for any other start.
+    pub fn settle(&mut self) -> Result<()> {
+        if let Some(p) = self.pending.take() {
+            self.last_start_calls = p.wait()?;
+        }
+        Ok(())
+    }
+
+    fn start_with(
+        &mut self,
+        stream: &Stream,
+        mask: SmMask,
+        launcher: Option<(&Launcher, cudarc::driver::sys::CUcontext)>,
+    ) -> Result<()> {
         if self.running {
             return Err(CudaError::Invalid("start: the launch is still running".into()));
         }
@@ -519,6 +558,17 @@ impl WorkerLaunch {
             }
             _ => None,
         };
+        if let (Some((launcher, ctx)), None) = (launcher, &measuring) {
+            let posted =
+                launcher.post(ctx, &self.func, [workers, 1, 1], self.block, self.smem, stream, p, &self.ended)?;
+            self.pending = Some(posted);
+            self.measuring = None;
+            self.last_start_calls = (0, 0);
+            self.event_query_at.set(std::time::Instant::now() + EVENT_QUERY_AFTER);
+            self.running = true;
+            self.running_native = false;
+            return Ok(());
+        }
         let t = std::time::Instant::now();
         // SAFETY: parameters follow the transformed signature (user args, ctl, launch).
         unsafe { self.func.launch([workers, 1, 1], self.block, self.smem, stream, &mut p)? };
@@ -580,6 +630,15 @@ impl WorkerLaunch {
         if !self.running {
             return Ok(true);
         }
+        if let Some(p) = &self.pending {
+            // Not launched yet, its end event not recorded: not ended.
+            if !p.done() {
+                return Ok(false);
+            }
+            if let Some(e) = p.error() {
+                return Err(e);
+            }
+        }
         if self.host_result().is_some() {
             return Ok(true);
         }
@@ -618,6 +677,7 @@ impl WorkerLaunch {
 
     /// Waits for the launch to end and records where it stopped.
     pub fn finish(&mut self) -> Result<Outcome> {
+        self.settle()?;
         if !self.running {
             return Ok(Outcome { next: self.next, end: self.end, workers: 0 });
         }
@@ -690,11 +750,22 @@ impl WorkerLaunch {
 
     /// Starts over from block 0 (a new run of the same launch).
     pub fn rewind(&mut self) -> Result<()> {
+        self.settle()?;
         if self.running {
             return Err(CudaError::Invalid("rewind: the launch is still running".into()));
         }
         self.next = 0;
         Ok(())
+    }
+}
+
+impl Drop for WorkerLaunch {
+    /// A posted start's calls are made before the record, the event and the
+    /// function they name are freed (errors ignored: the launch is given up).
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            let _ = p.wait();
+        }
     }
 }
 

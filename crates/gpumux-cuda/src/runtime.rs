@@ -16,6 +16,7 @@ use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
 pub mod green;
+pub mod launcher;
 pub use green::{GreenContext, SmResource, SmSplit};
 
 /// What `cuda_available` reports about the GPU.

@@ -576,6 +576,7 @@ fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
         return;
     };
     d.set_queue_ahead(true);
+    assert!(d.launch_thread(), "queued workers are launched by the launcher thread by default");
     // Undisturbed: each kernel's workers wait on the GPU behind the one
     // before, and each launch takes them as they are.
     let (got, want) = dependent_stream(&mut d, 24, |_| Disturb::None);
@@ -622,6 +623,34 @@ fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
     };
     assert!(got == want, "the dropped kernel ran (or the first did not run once)");
     eprintln!("after a dropped kernel: {:?}", d.ahead_counts());
+}
+
+/// The same stream with the queued workers launched in the command that
+/// queues them (`set_launch_thread(false)`, `GPUMUX_LAUNCH_THREAD=0`), as
+/// before the launcher thread: in order, undisturbed and under retreats.
+#[test]
+fn a_stream_queued_ahead_without_the_launcher_thread_runs_in_order_under_retreats() {
+    let Some((_gpu, mut d)) =
+        device_or_skip("a_stream_queued_ahead_without_the_launcher_thread_runs_in_order_under_retreats")
+    else {
+        return;
+    };
+    d.set_queue_ahead(true);
+    d.set_launch_thread(false);
+    assert!(!d.launch_thread());
+    let (got, want) = dependent_stream(&mut d, 24, |_| Disturb::None);
+    assert!(got == want, "24 undisturbed steps: x differs from the host's");
+    let c = d.ahead_counts();
+    assert_eq!((c.queued, c.adopted, c.restarted, c.cancelled), (23, 23, 0, 0), "every step after the first queued");
+    let (got, want) = dependent_stream(&mut d, 24, |k| match k % 4 {
+        0 => Disturb::None,
+        1 => Disturb::Half,
+        2 => Disturb::All,
+        _ => Disturb::Fewer,
+    });
+    assert!(got == want, "24 disturbed steps: x differs from the host's");
+    let c2 = d.ahead_counts();
+    assert!(c2.cancelled > c.cancelled && c2.restarted > c.restarted && c2.adopted > c.adopted, "{c2:?}");
 }
 
 /// A launch that lost half its SMs to a per-SM retreat and gets them back

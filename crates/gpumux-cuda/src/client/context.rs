@@ -29,6 +29,12 @@ pub struct ClientContext {
 unsafe impl Send for ClientContext {}
 
 impl ClientContext {
+    /// The driver's handle (for a thread that makes calls in this context:
+    /// `runtime::launcher`).
+    pub(crate) fn raw(&self) -> cu::CUcontext {
+        self.raw
+    }
+
     /// Creates a context on GPU `ordinal` and makes it current on this thread.
     /// A clear error, never a panic, without a driver or a GPU.
     pub fn create(ordinal: i32) -> Result<ClientContext> {

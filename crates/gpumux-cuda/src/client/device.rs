@@ -23,10 +23,12 @@ mod refill;
 use crate::error::CudaError;
 use crate::launch_plan::Chunk;
 use crate::preempt::{SmMask, WorkerLaunch};
+use crate::runtime::launcher::Launcher;
 use crate::runtime::{Event as CuEvent, Module, Stream};
 pub use ahead::AheadCounts;
 pub use corun::CoRunCounts;
 use corun::{CoRunChooser, KernelKey, Mode};
+use cudarc::driver::sys as cu;
 use gpumux_engine::device::{Command, Device, DeviceError, DeviceStats, Event, Message, ProtocolError, ReleaseCause};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
@@ -199,6 +201,25 @@ pub(super) struct InContext {
     cut_stream: Stream,
     /// Answer words of cuts, kept for the next.
     cut_buffers: Vec<crate::runtime::HostMapped>,
+    /// The thread that makes the CUDA calls of workers queued ahead
+    /// (`runtime::launcher`; [`ahead`]); `None`: they are made in the
+    /// command (`GPUMUX_LAUNCH_THREAD=0`, or the thread would not start).
+    /// Declared last: dropped after every launch record that may wait for it.
+    launcher: Option<Launcher>,
+}
+
+/// Set to `0` to make queued-ahead workers' CUDA calls in the command, as
+/// before the launcher thread (for comparisons).
+pub const LAUNCH_THREAD_VAR: &str = "GPUMUX_LAUNCH_THREAD";
+
+impl Drop for InContext {
+    /// Posted launches name streams that other fields own: they are made
+    /// (or fail) before any field is dropped.
+    fn drop(&mut self) {
+        if let Some(l) = &self.launcher {
+            l.drain();
+        }
+    }
 }
 
 impl InContext {
@@ -231,9 +252,24 @@ impl InContext {
             cut_kernel,
             cut_stream: Stream::in_range(ctx.priority_range, ctx.priority_range.1)?,
             cut_buffers: Vec::new(),
+            launcher: launcher_thread(),
         };
         st.make_kept_records(chunk, ctx.summary.sm_count);
         Ok(st)
+    }
+}
+
+/// The launcher thread, unless [`LAUNCH_THREAD_VAR`] is `0` or it would not start.
+fn launcher_thread() -> Option<Launcher> {
+    if std::env::var(LAUNCH_THREAD_VAR).is_ok_and(|v| v.trim() == "0") {
+        return None;
+    }
+    match Launcher::start() {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::warn!("CUDA device: workers queued ahead are launched in the command: {e}");
+            None
+        }
     }
 }
 
@@ -468,6 +504,7 @@ fn start_segs(
     how: SegPlan,
     lid: LaunchId,
     segs: &mut Vec<WorkerLaunch>,
+    post: Option<(&Launcher, cu::CUcontext)>,
 ) -> Result<(), CudaError> {
     let op = ops.get_mut(&op).ok_or_else(|| CudaError::Invalid(format!("no work bound to {op}")))?;
     let mask = sm_mask(how.place.mask);
@@ -500,7 +537,10 @@ fn start_segs(
         log_if_slow(t, || format!("a launch record for launch {lid}"));
         w.share_cap = how.place.share.map(|(held, over)| share_of_each_sm(w.workers_per_sm(), held, over));
         let t = Instant::now();
-        let started = w.start(stream, mask);
+        let started = match post {
+            Some((launcher, ctx)) => w.start_posted(stream, mask, launcher, ctx),
+            None => w.start(stream, mask),
+        };
         log_if_slow(t, || format!("launching launch {lid}'s workers"));
         segs.push(w);
         started?;
@@ -754,6 +794,26 @@ impl ClientDevice {
         self.queue_ahead = on;
     }
 
+    /// Makes the CUDA calls of workers queued ahead on a thread of their own
+    /// (the default; `runtime::launcher` says why), or in the command that
+    /// queues them. Turning it off waits for the calls posted.
+    pub fn set_launch_thread(&mut self, on: bool) {
+        let Some(st) = self.st.as_mut() else { return };
+        if !on {
+            // Dropping it makes every posted call first.
+            st.launcher = None;
+        } else if st.launcher.is_none() {
+            st.launcher = Launcher::start()
+                .map_err(|e| tracing::warn!("CUDA device: workers queued ahead are launched in the command: {e}"))
+                .ok();
+        }
+    }
+
+    /// Whether workers queued ahead are launched by the launcher thread.
+    pub fn launch_thread(&self) -> bool {
+        self.st.as_ref().is_some_and(|st| st.launcher.is_some())
+    }
+
     /// Forgets an operation that completed or was dropped (a launched kernel
     /// is forgotten once its launch ends).
     pub fn unbind(&mut self, op: OpId) {
@@ -835,7 +895,7 @@ impl ClientDevice {
             Some(op) => {
                 let ranges = still_to_run(&live.requested, &op.left);
                 let how = SegPlan { place, never_native: false, chunk, sm_count };
-                start_segs(&mut st.ops, &mut st.spare, live.op, &ranges, &live.stream, how, lid, &mut live.segs)
+                start_segs(&mut st.ops, &mut st.spare, live.op, &ranges, &live.stream, how, lid, &mut live.segs, None)
             }
         };
         live.mask = live.sms;

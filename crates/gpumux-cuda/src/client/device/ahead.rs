@@ -177,9 +177,9 @@ impl ClientDevice {
         if !self.queue_ahead {
             return Ok(());
         }
-        let (chunk, sm_count) = (self.chunk, self.info.num_sms as u32);
+        let (chunk, sm_count, ctx) = (self.chunk, self.info.num_sms as u32, self.ctx.raw());
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
-        let InContext { launches, ops, spare, ahead, orphans, .. } = st;
+        let InContext { launches, ops, spare, ahead, orphans, launcher, .. } = st;
         let Some(live) = launches.get(&lid) else { return Ok(()) };
         // A refilled launch runs on two streams: what queues behind one would not wait for the other.
         if live.stopping
@@ -225,7 +225,10 @@ impl ClientDevice {
         let native_before = live.segs.iter().all(|w| w.running() && w.last_plan() == Some(Plan::Native));
         let how = SegPlan { place: live.place, never_native: !native_before, chunk, sm_count };
         let mut segs = Vec::new();
-        let started = start_segs(ops, spare, next, &covers, &live.stream, how, lid, &mut segs);
+        // Made by the launcher thread: nobody waits for these workers until
+        // the engine launches `next` (`adopt` waits for the calls then).
+        let post = launcher.as_ref().map(|l| (l, ctx));
+        let started = start_segs(ops, spare, next, &covers, &live.stream, how, lid, &mut segs, post);
         let (held, place) = (live.sms, live.place);
         let priority = live.priority;
         let a = Ahead { behind: lid, held, place, covers, stream: None, segs, cancelled: false, priority };
@@ -309,6 +312,11 @@ impl ClientDevice {
             }
         }
         live.segs = std::mem::take(&mut a.segs);
+        // Their launch calls may still be on the launcher thread: made
+        // before anything else touches them (a refill's cut among others).
+        for w in live.segs.iter_mut() {
+            w.settle().map_err(failed_with(|| format!("launching the queued workers of launch {lid}")))?;
+        }
         live.place = a.place;
         live.mask = live.sms;
         live.stopping = !clean;

@@ -1,0 +1,223 @@
+//! A thread that makes kernel launches' CUDA calls for another thread.
+//!
+//! **Why.** In the daemon's device process one thread carries out the
+//! daemon's commands in order and answers its polls, and the daemon waits
+//! for each answer. With 8 clients launching small kernels, most of that
+//! thread's time per launch command was the `cuLaunchKernel` of the stream's
+//! next kernel queued ahead (4-6 µs of 6.5-10), made before the next poll
+//! could be answered, while the daemon's core waited (docs/benchmarks.md,
+//! "The launch rate's bound, located"). Those launches are made ahead of
+//! need: nobody waits for them until the engine launches that kernel. Made
+//! here, on a thread of their own, they overlap the daemon's own work.
+//!
+//! **Order.** Jobs run in the order posted. A job's stream and event must
+//! outlive it and nothing else may be queued on its stream by another thread
+//! until it is done ([`Pending::wait`]): the caller owns that (the CUDA
+//! device posts only workers queued behind a running launch on its stream,
+//! and waits for the job before it touches them otherwise).
+
+use super::{check, Event, Function, Params, Stream};
+use crate::error::{CudaError, DriverError, Result};
+use cudarc::driver::sys as cu;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// CUDA handles carried to the launcher thread.
+struct Handles {
+    ctx: cu::CUcontext,
+    func: cu::CUfunction,
+    stream: cu::CUstream,
+    ended: cu::CUevent,
+}
+
+// SAFETY: CUDA handles may be used from any thread once their context is
+// current there (the launcher makes it current before each job's calls).
+unsafe impl Send for Handles {}
+
+/// One launch: the kernel with `params` on `stream`, then `ended` recorded
+/// after it.
+struct Job {
+    handles: Handles,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    params: Params,
+    slot: Arc<Slot>,
+}
+
+/// What a job came to: set once by the launcher thread.
+#[derive(Default)]
+struct Slot {
+    done: AtomicBool,
+    /// The launch's and the record's time, ns (high and low 32 bits).
+    calls: AtomicU64,
+    error: Mutex<Option<DriverError>>,
+}
+
+/// A launch posted to a [`Launcher`] and maybe not made yet.
+pub struct Pending(Arc<Slot>);
+
+impl Pending {
+    /// The launch calls were made (successfully or not).
+    pub fn done(&self) -> bool {
+        self.0.done.load(Ordering::Acquire)
+    }
+
+    /// The error of a launch that was made and failed.
+    pub fn error(&self) -> Option<CudaError> {
+        if !self.done() {
+            return None;
+        }
+        self.0.error.lock().ok().and_then(|e| e.clone()).map(CudaError::Driver)
+    }
+
+    /// Waits until the launch calls were made; their times (ns: the launch,
+    /// the end event's record), or their error.
+    pub fn wait(&self) -> Result<(u32, u32)> {
+        let mut spins = 0u32;
+        while !self.done() {
+            spins += 1;
+            if spins < 1_000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if let Some(e) = self.error() {
+            return Err(e);
+        }
+        let c = self.0.calls.load(Ordering::Relaxed);
+        Ok(((c >> 32) as u32, c as u32))
+    }
+}
+
+/// The thread and its queue. Dropping it waits for every job posted.
+pub struct Launcher {
+    tx: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    /// Jobs posted and not yet done, for [`Launcher::drain`].
+    posted: Arc<AtomicU64>,
+    finished: Arc<AtomicU64>,
+}
+
+impl Launcher {
+    /// Starts the thread.
+    pub fn start() -> Result<Launcher> {
+        let (tx, rx) = channel::<Job>();
+        let posted = Arc::new(AtomicU64::new(0));
+        let finished = Arc::new(AtomicU64::new(0));
+        let done = finished.clone();
+        let thread = std::thread::Builder::new()
+            .name("gpumux-launcher".into())
+            .spawn(move || {
+                let mut current: cu::CUcontext = std::ptr::null_mut();
+                for mut job in rx {
+                    let r = run(&mut job, &mut current);
+                    if let Err(e) = r {
+                        if let Ok(mut slot) = job.slot.error.lock() {
+                            *slot = Some(e);
+                        }
+                    }
+                    job.slot.done.store(true, Ordering::Release);
+                    done.fetch_add(1, Ordering::Release);
+                }
+            })
+            .map_err(|e| CudaError::Invalid(format!("starting the launcher thread: {e}")))?;
+        Ok(Launcher { tx: Some(tx), thread: Some(thread), posted, finished })
+    }
+
+    /// Posts a launch of `func` with `params` on `stream` in `ctx`, and the
+    /// record of `ended` after it (see the module doc for what the caller
+    /// must keep alive and leave alone until it is done).
+    #[allow(clippy::too_many_arguments)]
+    pub fn post(
+        &self,
+        ctx: cu::CUcontext,
+        func: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        smem: u32,
+        stream: &Stream,
+        params: Params,
+        ended: &Event,
+    ) -> Result<Pending> {
+        let slot = Arc::new(Slot::default());
+        let handles = Handles { ctx, func: func.raw, stream: stream.raw, ended: ended.raw() };
+        let job = Job { handles, grid, block, smem, params, slot: slot.clone() };
+        let tx = self.tx.as_ref().ok_or_else(|| CudaError::Invalid("the launcher thread is gone".into()))?;
+        self.posted.fetch_add(1, Ordering::Relaxed);
+        if tx.send(job).is_err() {
+            self.posted.fetch_sub(1, Ordering::Relaxed);
+            return Err(CudaError::Invalid("the launcher thread is gone".into()));
+        }
+        Ok(Pending(slot))
+    }
+
+    /// Waits until every job posted so far is done.
+    pub fn drain(&self) {
+        let want = self.posted.load(Ordering::Relaxed);
+        while self.finished.load(Ordering::Acquire) < want {
+            if self.thread.as_ref().is_none_or(|t| t.is_finished()) {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread after the jobs in it.
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Makes one job's calls on the launcher thread.
+fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(), DriverError> {
+    let h = &job.handles;
+    if *current != h.ctx {
+        // SAFETY: a live context handle (the poster keeps it until the job is done).
+        as_driver(check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(h.ctx) }))?;
+        *current = h.ctx;
+    }
+    let mut ptrs = job.params.pointers();
+    let t = Instant::now();
+    // SAFETY: the parameters follow the function's signature, and the
+    // function, stream and event outlive the job (module doc).
+    let launched = unsafe {
+        cu::cuLaunchKernel(
+            h.func,
+            job.grid[0],
+            job.grid[1],
+            job.grid[2],
+            job.block[0],
+            job.block[1],
+            job.block[2],
+            job.smem,
+            h.stream,
+            ptrs.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    as_driver(check("cuLaunchKernel", launched))?;
+    let launch_ns = t.elapsed().as_nanos().min(u32::MAX as u128) as u64;
+    let t = Instant::now();
+    // SAFETY: valid handles (module doc).
+    as_driver(check("cuEventRecord", unsafe { cu::cuEventRecord(h.ended, h.stream) }))?;
+    let record_ns = t.elapsed().as_nanos().min(u32::MAX as u128) as u64;
+    job.slot.calls.store((launch_ns << 32) | record_ns, Ordering::Relaxed);
+    Ok(())
+}
+
+fn as_driver(r: Result<()>) -> Result<(), DriverError> {
+    r.map_err(|e| match e {
+        CudaError::Driver(d) => d,
+        other => DriverError { call: "the launcher", code: -1, msg: other.to_string() },
+    })
+}
