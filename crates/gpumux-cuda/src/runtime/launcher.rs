@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 /// queue. A sleeping thread takes a futex wake-up per job (tens of µs), and
 /// a stream's next launch waits for the one before: with one client queueing
 /// one kernel at a time, the device waited for those wake-ups (1 client:
-/// 45-50k launches/s against 51-57k without the thread, run 140). The CUDA
+/// 45-50k launches/s against 51-57k without the thread, runs 140-141). The CUDA
 /// device's own thread polls as long after each message.
 const SPIN: Duration = Duration::from_micros(200);
 
