@@ -48,8 +48,18 @@ impl ClientContext {
         range.map(|_| ctx)
     }
 
-    /// Makes the context current on the calling thread.
+    /// Makes the context current on the calling thread, if it is not yet.
+    /// The device binds before every use, several times per command and
+    /// poll; asking which context is current reads the thread's state, while
+    /// setting it waits for the driver's lock, which the launcher thread
+    /// holds through each `cuLaunchKernel` (`runtime::launcher`).
     pub fn bind(&self) -> Result<()> {
+        let mut current: cu::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one handle.
+        check("cuCtxGetCurrent", unsafe { cu::cuCtxGetCurrent(&mut current) })?;
+        if current == self.raw {
+            return Ok(());
+        }
         // SAFETY: raw is a live created context.
         check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.raw) })
     }
