@@ -558,28 +558,29 @@ impl WorkerLaunch {
             }
             _ => None,
         };
-        if let (Some((launcher, ctx)), None) = (launcher, &measuring) {
-            let posted =
-                launcher.post(ctx, &self.func, [workers, 1, 1], self.block, self.smem, stream, p, &self.ended)?;
-            self.pending = Some(posted);
-            self.measuring = None;
-            self.last_start_calls = (0, 0);
-            self.event_query_at.set(std::time::Instant::now() + EVENT_QUERY_AFTER);
-            self.running = true;
-            self.running_native = false;
-            return Ok(());
-        }
-        let t = std::time::Instant::now();
-        // SAFETY: parameters follow the transformed signature (user args, ctl, launch).
-        unsafe { self.func.launch([workers, 1, 1], self.block, self.smem, stream, &mut p)? };
-        let launched = t.elapsed();
-        if let Some(m) = &measuring {
-            m.end.record(stream)?;
-        }
+        let calls = match (launcher, &measuring) {
+            // Workers nobody waits for yet: the launcher thread makes the calls.
+            (Some((launcher, ctx)), None) => {
+                let posted =
+                    launcher.post(ctx, &self.func, [workers, 1, 1], self.block, self.smem, stream, p, &self.ended)?;
+                self.pending = Some(posted);
+                (0, 0)
+            }
+            _ => {
+                let t = std::time::Instant::now();
+                // SAFETY: parameters follow the transformed signature (user args, ctl, launch).
+                unsafe { self.func.launch([workers, 1, 1], self.block, self.smem, stream, &mut p)? };
+                let launched = t.elapsed();
+                if let Some(m) = &measuring {
+                    m.end.record(stream)?;
+                }
+                let t = std::time::Instant::now();
+                self.ended.record(stream)?;
+                (launched.as_nanos() as u32, t.elapsed().as_nanos() as u32)
+            }
+        };
         self.measuring = measuring;
-        let t = std::time::Instant::now();
-        self.ended.record(stream)?;
-        self.last_start_calls = (launched.as_nanos() as u32, t.elapsed().as_nanos() as u32);
+        self.last_start_calls = calls;
         self.event_query_at.set(std::time::Instant::now() + EVENT_QUERY_AFTER);
         self.running = true;
         self.running_native = false;

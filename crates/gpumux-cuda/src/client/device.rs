@@ -264,6 +264,11 @@ fn launcher_thread() -> Option<Launcher> {
     if std::env::var(LAUNCH_THREAD_VAR).is_ok_and(|v| v.trim() == "0") {
         return None;
     }
+    start_launcher()
+}
+
+/// A launcher thread; `None` (said in the log) if it would not start.
+fn start_launcher() -> Option<Launcher> {
     match Launcher::start() {
         Ok(l) => Some(l),
         Err(e) => {
@@ -803,9 +808,7 @@ impl ClientDevice {
             // Dropping it makes every posted call first.
             st.launcher = None;
         } else if st.launcher.is_none() {
-            st.launcher = Launcher::start()
-                .map_err(|e| tracing::warn!("CUDA device: workers queued ahead are launched in the command: {e}"))
-                .ok();
+            st.launcher = start_launcher();
         }
     }
 

@@ -56,6 +56,19 @@ struct Job {
     slot: Arc<Slot>,
 }
 
+impl Drop for Job {
+    /// A job dropped unmade (its thread stopped, by a panic) still ends:
+    /// whoever waits for it gets an error instead of waiting for ever.
+    fn drop(&mut self) {
+        if !self.slot.done.load(Ordering::Acquire) {
+            if let Ok(mut e) = self.slot.error.lock() {
+                e.get_or_insert(DriverError { call: "the launcher", code: -1, msg: "its thread stopped".into() });
+            }
+            self.slot.done.store(true, Ordering::Release);
+        }
+    }
+}
+
 /// What a job came to: set once by the launcher thread.
 #[derive(Default)]
 struct Slot {
@@ -247,4 +260,36 @@ fn as_driver(r: Result<()>) -> Result<(), DriverError> {
         CudaError::Driver(d) => d,
         other => DriverError { call: "the launcher", code: -1, msg: other.to_string() },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unmade_job(slot: &Arc<Slot>) -> Job {
+        use std::ptr::null_mut;
+        let handles = Handles { ctx: null_mut(), func: null_mut(), stream: null_mut(), ended: null_mut() };
+        Job { handles, grid: [1; 3], block: [1; 3], smem: 0, params: Params::default(), slot: slot.clone() }
+    }
+
+    #[test]
+    fn a_job_dropped_unmade_ends_with_an_error_instead_of_leaving_its_waiter_waiting() {
+        let slot = Arc::new(Slot::default());
+        let job = unmade_job(&slot);
+        let pending = Pending(slot);
+        assert!(!pending.done() && pending.error().is_none(), "not made yet: neither done nor failed");
+        drop(job);
+        assert!(pending.done());
+        let e = pending.wait().expect_err("a job never made is an error").to_string();
+        assert!(e.contains("its thread stopped"), "{e}");
+    }
+
+    #[test]
+    fn a_launcher_with_nothing_posted_drains_at_once_and_its_thread_ends_when_dropped() {
+        let l = Launcher::start().expect("the thread starts");
+        l.drain();
+        let waiting = l.thread.as_ref().is_some_and(|t| !t.is_finished());
+        assert!(waiting, "the thread waits for jobs while its launcher lives");
+        drop(l);
+    }
 }
