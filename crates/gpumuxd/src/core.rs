@@ -35,7 +35,7 @@ use gpumux_proto::{
     Request, ServerFrame, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES, MAX_OPTIONS, MAX_SOURCE_BYTES, VERSION,
 };
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
@@ -91,8 +91,11 @@ pub struct PumpStats {
     pub retreat_calls: Duration,
     /// Time in the device's `submit` of launches.
     pub launch_calls: Duration,
-    /// Time in the device's `poll`.
+    /// Time in the device's `poll` (waiting for its answer; requests
+    /// handled meanwhile not included).
     pub poll_calls: Duration,
+    /// Client requests handled while a poll's answer was on its way.
+    pub requests: u32,
 }
 
 /// Rounds of command/event exchange in one pump before the core lets requests in.
@@ -237,6 +240,10 @@ pub struct Core {
     calls: Cell<CallTimes>,
     /// Requests that waited long for the core, logged once a second.
     slow_waits: slow_waits::SlowWaits,
+    /// Messages taken from the inbox while a poll's answer was on its way
+    /// that could not be handled then (`Core::while_polling`): handled
+    /// first, in order, before the inbox's next.
+    held_back: VecDeque<CoreMsg>,
 }
 
 fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> {
@@ -283,6 +290,7 @@ impl Core {
             urgent_connected: false,
             calls: Cell::new(CallTimes::default()),
             slow_waits: slow_waits::SlowWaits::default(),
+            held_back: VecDeque::new(),
         })
     }
 
@@ -327,7 +335,11 @@ impl Core {
             let wait = self.wait();
             let spin = wait <= self.poll_every
                 || active.elapsed() < crate::spin::window_for(SPIN_AFTER_ACTIVITY, self.urgent_connected);
-            let got = if spin { spin_recv(&rx, wait.min(self.poll_every)) } else { rx.recv_timeout(wait) };
+            let got = match self.held_back.pop_front() {
+                Some(msg) => Ok(msg),
+                None if spin => spin_recv(&rx, wait.min(self.poll_every)),
+                None => rx.recv_timeout(wait),
+            };
             // A full sleep that ended pumps whatever the device says: that is
             // how a device process that died while idle is noticed (at least
             // once a second, `IDLE_WAIT`).
@@ -343,7 +355,7 @@ impl Core {
                         return Ok(());
                     }
                     // Take everything queued before touching the device again.
-                    while let Ok(msg) = rx.try_recv() {
+                    while let Some(msg) = self.held_back.pop_front().or_else(|| rx.try_recv().ok()) {
                         handled += 1;
                         if !self.handle(msg) {
                             self.shutdown();
@@ -374,12 +386,12 @@ impl Core {
             if handled == 0 && !slept && !self.device_due() {
                 continue;
             }
-            let pump = self.pump()?;
+            let pump = self.pump_with(Some(&rx))?;
             let busy = busy_from.elapsed();
             // A pump that brought nothing (a poll and no news) is the core
             // waiting; the pumps counted include their polls' round trips.
             let in_pump = self.calls.take();
-            if pump.events + pump.commands > 0 {
+            if pump.events + pump.commands + pump.requests > 0 {
                 in_pump.add_to(load, LOAD_EXCHANGES, u64::from(pump.rounds), busy - handling);
             }
             if let Some(lap) = load.lap() {

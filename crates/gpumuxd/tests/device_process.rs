@@ -172,6 +172,28 @@ fn a_grow_of_an_exhausted_unreported_launch_hands_the_sms_back_before_its_end() 
     assert_released_before_end(&events, &[0, 1, 2], 4);
 }
 
+/// A poll sent ahead (`start_poll`, while the core handles requests) is
+/// answered to the next `poll`, and a call made while its answer is on its
+/// way gets its own answer: the poll's is kept for the poll.
+#[test]
+fn a_call_while_a_poll_is_on_its_way_gets_its_own_answer_and_the_poll_keeps_its_events() {
+    let mut b = start();
+    let mut events = Vec::new();
+    b.poll(&mut events).unwrap();
+    b.submit(launch_on_sm0(4)).unwrap();
+    // In wall time the launch (one wave of 10 ms) is over before the poll.
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(b.start_poll(), "a device in another process answers polls later");
+    assert!(b.start_poll(), "one poll on its way at a time: asking again sends nothing");
+    let before = b.mem_info().expect("a call answered while the poll is on its way");
+    assert!(before.total > 0 && before.free <= before.total, "{before:?}");
+    assert!(b.poll_ready(), "the poll's answer came before the call's and was kept");
+    b.poll(&mut events).unwrap();
+    let events = poll_until_ended(&mut b, events);
+    assert_released_before_end(&events, &[0], 4);
+    assert!(b.poll_ready(), "nothing on its way any more");
+}
+
 /// The device process gets as many hardware work queues as the driver
 /// allows (`CONNECTIONS_VAR`), unless the daemon's environment says otherwise.
 #[test]

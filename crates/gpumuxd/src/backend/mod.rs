@@ -272,6 +272,18 @@ pub trait Backend: Send {
     fn submit(&mut self, command: Command) -> Result<(), Failure>;
     /// Appends what happened by now (never blocks) and returns the device time.
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure>;
+    /// Sends a poll whose answer the next [`Backend::poll`] takes, so that
+    /// the core can handle client requests while a device in another
+    /// process works through the commands before it. `false`: this backend
+    /// answers polls at once (in-process), or it failed (the poll says so).
+    fn start_poll(&mut self) -> bool {
+        false
+    }
+    /// The answer to [`Backend::start_poll`]'s poll is here (or none is
+    /// awaited): [`Backend::poll`] will not wait.
+    fn poll_ready(&mut self) -> bool {
+        true
+    }
     /// When to poll next if no request comes.
     fn next_wake(&self) -> Wake;
     /// How long a device in another process should poll for the next message

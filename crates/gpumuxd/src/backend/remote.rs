@@ -291,6 +291,11 @@ pub struct RemoteBackend {
     /// Kernels the child loaded for the daemon and was not told to unload
     /// (counted here: asking the child would be a round trip).
     kernels_loaded: usize,
+    /// A `Poll` went out ([`Backend::start_poll`]) whose answer was not read.
+    poll_sent: bool,
+    /// Its answer, read early: by [`Backend::poll_ready`], or by a call made
+    /// while it was on its way (answers come in the order asked).
+    poll_answer: Option<FromDevice>,
 }
 
 impl RemoteBackend {
@@ -311,6 +316,8 @@ impl RemoteBackend {
             failure: None,
             broken: None,
             spin: Duration::ZERO,
+            poll_sent: false,
+            poll_answer: None,
             kernels_loaded: 0,
         })
     }
@@ -347,9 +354,19 @@ impl RemoteBackend {
         if let Some(why) = &self.broken {
             return Err(format!("the device is lost ({why}); it is being restarted"));
         }
+        if self.poll_sent && self.poll_answer.is_none() {
+            // A poll is on its way: its answer comes first.
+            let answer = self.answer()?;
+            self.poll_answer = Some(answer);
+        }
         if let Err(e) = self.process.link.send(msg, fd) {
             return Err(self.lost(e));
         }
+        self.answer()
+    }
+
+    /// The next answer on the link, waited for up to [`CALL_TIMEOUT`].
+    fn answer(&mut self) -> Result<FromDevice, String> {
         match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
             Ok(Some(answer)) => Ok(answer),
             Ok(None) => {
@@ -536,7 +553,15 @@ impl Backend for RemoteBackend {
             return Ok(self.now());
         }
         self.unpolled = false;
-        match self.call(&ToDevice::Poll, None) {
+        let answer = if std::mem::take(&mut self.poll_sent) {
+            match self.poll_answer.take() {
+                Some(a) => Ok(a),
+                None => self.answer(),
+            }
+        } else {
+            self.call(&ToDevice::Poll, None)
+        };
+        match answer {
             Ok(FromDevice::Polled { events: got, wake }) => {
                 for e in &got {
                     self.in_flight.event(e);
@@ -562,6 +587,39 @@ impl Backend for RemoteBackend {
         match self.failure.take() {
             Some(f) => Err(f),
             None => Ok(self.now()),
+        }
+    }
+
+    fn start_poll(&mut self) -> bool {
+        if self.poll_sent || self.failure.is_some() || self.broken.is_some() {
+            return self.poll_sent;
+        }
+        match self.process.link.send(&ToDevice::Poll, None) {
+            Ok(()) => self.poll_sent = true,
+            // Recorded: the poll reports it.
+            Err(e) => {
+                self.lost(e);
+            }
+        }
+        self.poll_sent
+    }
+
+    fn poll_ready(&mut self) -> bool {
+        if !self.poll_sent || self.poll_answer.is_some() {
+            return true;
+        }
+        match self.process.link.try_recv::<FromDevice>() {
+            Ok(Some(a)) => {
+                self.poll_answer = Some(a);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                // Recorded: the poll reports it.
+                self.lost(e);
+                self.poll_sent = false;
+                true
+            }
         }
     }
 
@@ -600,6 +658,8 @@ impl Backend for RemoteBackend {
         self.wake = (Wake::Idle, Instant::now());
         self.failure = None;
         self.broken = None;
+        self.poll_sent = false;
+        self.poll_answer = None;
         if !self.spin.is_zero() {
             let spin = self.spin;
             self.spin_for(spin);

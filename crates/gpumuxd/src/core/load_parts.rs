@@ -29,6 +29,9 @@ pub(super) const LOAD_EXCHANGES: usize = 5;
 /// looked, counted where the calls are made (the load clock's finer parts).
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct CallTimes {
+    /// Client requests handled while a poll's answer was on its way (their
+    /// own time, without the calls above made in them).
+    pub(super) messages: (u64, Duration),
     pub(super) engine: (u64, Duration),
     pub(super) sends: (u64, Duration),
     pub(super) polls: (u64, Duration),
@@ -36,12 +39,13 @@ pub(super) struct CallTimes {
 }
 
 impl CallTimes {
-    fn all(&self) -> Duration {
-        self.engine.1 + self.sends.1 + self.polls.1 + self.frames.1
+    pub(super) fn all(&self) -> Duration {
+        self.messages.1 + self.engine.1 + self.sends.1 + self.polls.1 + self.frames.1
     }
     /// Adds the calls to `load`, with `rest` (its count and time, less the calls) as `part`.
     pub(super) fn add_to(&self, load: &mut LoadClock, part: usize, count: u64, took: Duration) {
         load.add(part, count, took.saturating_sub(self.all()));
+        load.add(LOAD_MESSAGES, self.messages.0, self.messages.1);
         load.add(LOAD_ENGINE, self.engine.0, self.engine.1);
         load.add(LOAD_SENDS, self.sends.0, self.sends.1);
         load.add(LOAD_POLLS, self.polls.0, self.polls.1);
