@@ -569,26 +569,19 @@ fn dependent_stream(d: &mut ClientDevice, steps: u32, disturb: impl Fn(u32) -> D
     (sx.read(d, 2), want)
 }
 
-#[test]
-fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
-    let Some((_gpu, mut d)) = device_or_skip("a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats")
-    else {
-        return;
-    };
-    d.set_queue_ahead(true);
-    assert!(d.launch_thread(), "queued workers are launched by the launcher thread by default");
-    // Undisturbed: each kernel's workers wait on the GPU behind the one
-    // before, and each launch takes them as they are.
-    let (got, want) = dependent_stream(&mut d, 24, |_| Disturb::None);
+/// 24 dependent kernels queued ahead, undisturbed (every step after the
+/// first takes its queued workers as they are) and then under per-SM
+/// retreats, whole retreats and relaunches and launches on fewer SMs than
+/// the queued workers run on (every kind cancels or moves them): `x` must be
+/// the host's both times. On a device that has queued nothing yet.
+fn queued_stream_in_order(d: &mut ClientDevice) {
+    let (got, want) = dependent_stream(d, 24, |_| Disturb::None);
     assert!(got == want, "24 undisturbed steps: x differs from the host's");
     let c = d.ahead_counts();
     eprintln!("undisturbed: {c:?}");
     assert_eq!((c.queued, c.adopted, c.restarted, c.cancelled), (23, 23, 0, 0), "every step after the first queued");
 
-    // Disturbed: per-SM retreats, whole retreats and relaunches, launches
-    // on fewer SMs than the queued workers run on; every kind cancels or
-    // moves the queued workers, and x must still be the host's.
-    let (got, want) = dependent_stream(&mut d, 24, |k| match k % 4 {
+    let (got, want) = dependent_stream(d, 24, |k| match k % 4 {
         0 => Disturb::None,
         1 => Disturb::Half,
         2 => Disturb::All,
@@ -600,6 +593,17 @@ fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
     assert!(c2.cancelled > c.cancelled, "retreats cancelled queued workers");
     assert!(c2.restarted > c.restarted, "launches restarted queued workers elsewhere");
     assert!(c2.adopted > c.adopted, "undisturbed steps still took their queued workers");
+}
+
+#[test]
+fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
+    let Some((_gpu, mut d)) = device_or_skip("a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats")
+    else {
+        return;
+    };
+    d.set_queue_ahead(true);
+    assert!(d.launch_thread(), "queued workers are launched by the launcher thread by default");
+    queued_stream_in_order(&mut d);
 
     // A kernel dropped while queued (its client died): it never runs.
     let (got, want) = {
@@ -638,19 +642,7 @@ fn a_stream_queued_ahead_without_the_launcher_thread_runs_in_order_under_retreat
     d.set_queue_ahead(true);
     d.set_launch_thread(false);
     assert!(!d.launch_thread());
-    let (got, want) = dependent_stream(&mut d, 24, |_| Disturb::None);
-    assert!(got == want, "24 undisturbed steps: x differs from the host's");
-    let c = d.ahead_counts();
-    assert_eq!((c.queued, c.adopted, c.restarted, c.cancelled), (23, 23, 0, 0), "every step after the first queued");
-    let (got, want) = dependent_stream(&mut d, 24, |k| match k % 4 {
-        0 => Disturb::None,
-        1 => Disturb::Half,
-        2 => Disturb::All,
-        _ => Disturb::Fewer,
-    });
-    assert!(got == want, "24 disturbed steps: x differs from the host's");
-    let c2 = d.ahead_counts();
-    assert!(c2.cancelled > c.cancelled && c2.restarted > c.restarted && c2.adopted > c.adopted, "{c2:?}");
+    queued_stream_in_order(&mut d);
 }
 
 /// A launch that lost half its SMs to a per-SM retreat and gets them back
