@@ -7,11 +7,12 @@
 //! the socket closes, every waiting caller gets [`ClientError::DaemonGone`].
 //!
 //! A request sent with [`Connection::send_deferred`] (a launch) has no
-//! caller waiting: its reply is dropped if it is `Done` and its error kept
+//! caller waiting, and the daemon answers it only to refuse it (protocol
+//! version 3): a reply whose id nobody waits for is such a refusal, kept
 //! for [`Connection::take_deferred_error`], which the calls that wait for
 //! stream work (sync, events) and the next launch consult. The daemon answers
 //! one connection's requests in order, so by the time a sync's reply is
-//! here, every earlier launch's answer is too.
+//! here, every earlier launch's refusal is too.
 //!
 //! **Rings.** Right after `Hello`, the connection offers the daemon two
 //! shared-memory rings (`Request::UseRings`, `gpumux-ring`); once accepted,
@@ -27,7 +28,7 @@ use gpumux_proto::{
     decode_frame_body, encode_frame, ClientFrame, ErrorReply, FrameReader, Notice, Reply, Request, ServerFrame,
 };
 use gpumux_ring::{RingPair, RingReceiver, RingSender};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -47,9 +48,8 @@ struct Routing {
     closed: bool,
     /// Notices not yet taken.
     notices: Vec<Notice>,
-    /// Requests sent without a caller waiting (launches), by id.
-    deferred: HashSet<u64>,
-    /// Their errors, oldest first, not yet reported.
+    /// Errors of requests sent without a caller waiting (launches),
+    /// oldest first, not yet reported.
     deferred_errors: VecDeque<(&'static str, ErrorReply)>,
 }
 
@@ -250,18 +250,10 @@ impl Connection {
     pub(crate) fn send_deferred(&self, request: Request) -> Result<()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = encode_frame(&ClientFrame { id, request })?;
-        {
-            let mut routing = lock(&self.routing);
-            if routing.closed {
-                return Err(ClientError::DaemonGone);
-            }
-            routing.deferred.insert(id);
+        if lock(&self.routing).closed {
+            return Err(ClientError::DaemonGone);
         }
-        let written = self.write_frame(&bytes, None);
-        if let Err(e) = written {
-            lock(&self.routing).deferred.remove(&id);
-            return Err(e.into());
-        }
+        self.write_frame(&bytes, None)?;
         Ok(())
     }
 
@@ -527,13 +519,14 @@ fn read_loop(
         let mut routing = lock(&routing);
         match frame {
             ServerFrame::Reply { id, result } => {
-                // A reply nobody waits for (an id never sent) is dropped.
+                // A reply nobody waits for is a launch's refusal (module
+                // doc). Id 0 is no request's: the daemon's word on a broken
+                // rule, after which it closes the connection (and every
+                // call then fails with `DaemonGone`).
                 if let Some(tx) = routing.waiting.remove(&id) {
                     let _ = tx.send(result);
-                } else if routing.deferred.remove(&id) {
-                    if let Err(error) = result {
-                        routing.deferred_errors.push_back(("Launch", error));
-                    }
+                } else if let (Err(error), true) = (result, id != 0) {
+                    routing.deferred_errors.push_back(("Launch", error));
                 }
             }
             ServerFrame::Notice(notice) => routing.notices.push(notice),

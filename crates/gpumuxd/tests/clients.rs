@@ -110,7 +110,12 @@ fn four_example_clients_at_once_round_trip_their_inputs_and_leave_nothing_held()
     let children: Vec<_> = programs
         .iter()
         .map(|p| {
+            // The C programs' rpath names deps/, but `cargo test` puts the
+            // profile directory on LD_LIBRARY_PATH, which goes first: a
+            // library `cargo build` left there would speak the protocol of
+            // its day, not this build's.
             let child = Command::new(p)
+                .env("LD_LIBRARY_PATH", profile_dir().join("deps"))
                 .arg("--check")
                 .arg("--socket")
                 .arg(&d.socket)

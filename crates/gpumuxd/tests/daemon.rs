@@ -44,7 +44,7 @@ fn round_trip(args: &[&str]) {
     c.ok(Request::CopyToDevice { dst: slice(b, 100), shm_offset: 4096, bytes: n, stream: StreamId(0) });
     let k = c.load(KERNELS);
     assert_eq!(k.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["scale", "boom"]);
-    c.ok(launch(k[0].kernel, 64, 20_000, vec![Arg::Buffer(slice(b, 100)), Arg::U32(n as u32)]));
+    c.launch_ok(launch(k[0].kernel, 64, 20_000, vec![Arg::Buffer(slice(b, 100)), Arg::U32(n as u32)]));
     c.ok(Request::CopyDevice { src: slice(b, 100), dst: slice(b2, 0), bytes: n, stream: StreamId(0) });
     c.ok(Request::SyncStream(StreamId(0)));
     c.ok(Request::CopyToHost { src: slice(b2, 0), shm_offset: 500_000, bytes: n, stream: StreamId(0) });
@@ -101,7 +101,7 @@ fn over_quota_allocations_are_refused_with_numbers_and_touch_nothing() {
     // queued_ops = 4: a fifth operation in flight is refused.
     let k = c.load(KERNELS);
     for _ in 0..4 {
-        c.ok(launch(k[0].kernel, 1, 50_000_000, vec![]));
+        c.launch_ok(launch(k[0].kernel, 1, 50_000_000, vec![]));
     }
     let e = c.call(launch(k[0].kernel, 1, 1, vec![])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Quota);
@@ -172,7 +172,7 @@ fn a_client_gone_mid_kernel_frees_its_memory_and_sms_for_others() {
     let _buf = a.alloc(64 << 20);
     let ka = a.load(KERNELS);
     // 132 SMs × 16 resident blocks of 128 threads: 100 rounds of 20 ms = 2 s alone.
-    a.ok(launch(ka[0].kernel, 132 * 16 * 100, 20_000_000, vec![]));
+    a.launch_ok(launch(ka[0].kernel, 132 * 16 * 100, 20_000_000, vec![]));
     std::thread::sleep(Duration::from_millis(100));
     let s = b.status();
     let row = s.clients.iter().find(|c| c.name == "leaver").unwrap();
@@ -180,7 +180,7 @@ fn a_client_gone_mid_kernel_frees_its_memory_and_sms_for_others() {
     drop(a);
     let kb = b.load(KERNELS);
     let t0 = Instant::now();
-    b.ok(launch(kb[0].kernel, 132, 1_000_000, vec![]));
+    b.launch_ok(launch(kb[0].kernel, 132, 1_000_000, vec![]));
     b.ok(Request::SyncStream(StreamId(0)));
     assert!(t0.elapsed() < Duration::from_millis(1500), "the other client waited for the gone one's kernel");
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -215,12 +215,12 @@ fn trap(args: &[&str]) -> Daemon {
     let kb = bad.load(KERNELS);
     let gbuf = good.alloc(4096);
     // The bystander's kernel runs on a few SMs for a second.
-    good.ok(launch(kg[0].kernel, 8, 1_000_000_000, vec![Arg::Buffer(slice(gbuf, 0)), Arg::U32(1)]));
+    good.launch_ok(launch(kg[0].kernel, 8, 1_000_000_000, vec![Arg::Buffer(slice(gbuf, 0)), Arg::U32(1)]));
     let gsync = good.send(Request::SyncStream(StreamId(0)));
     std::thread::sleep(Duration::from_millis(50));
     let bbuf = bad.alloc(64);
     // Its first block ends (and the context breaks) 200 ms after launch: time for the sync to queue behind it.
-    bad.ok(launch(kb[1].kernel, 4, 200_000_000, vec![Arg::Buffer(slice(bbuf, 0))]));
+    bad.launch_ok(launch(kb[1].kernel, 4, 200_000_000, vec![Arg::Buffer(slice(bbuf, 0))]));
     let e = bad.call(Request::SyncStream(StreamId(0))).unwrap_err();
     assert_eq!(e.kind, ErrorKind::KernelFault, "{e:?}");
     match bad.notices.as_slice() {
@@ -241,9 +241,9 @@ fn trap(args: &[&str]) -> Daemon {
         other => panic!("{other:?}"),
     }
     // Both go on: same handles, a fresh context.
-    good.ok(launch(kg[0].kernel, 8, 1_000, vec![Arg::Buffer(slice(gbuf, 0)), Arg::U32(1)]));
+    good.launch_ok(launch(kg[0].kernel, 8, 1_000, vec![Arg::Buffer(slice(gbuf, 0)), Arg::U32(1)]));
     good.ok(Request::SyncStream(StreamId(0)));
-    bad.ok(launch(kb[0].kernel, 8, 1_000, vec![]));
+    bad.launch_ok(launch(kb[0].kernel, 8, 1_000, vec![]));
     bad.ok(Request::SyncStream(StreamId(0)));
     assert_eq!(good.status().context_rebuilds, 1);
     if let Some(old) = first_device {
@@ -270,7 +270,7 @@ fn spatial_even_in_a_device_process_grows_launches_while_others_end_and_keeps_se
                     // while the others still run; a full wave of blocks on all 132 SMs each.
                     for j in 0..3 + 3 * i {
                         let block_ns = 100_000 * (1 + (i * 7 + j * 3 + round) % 5);
-                        c.ok(launch(k[0].kernel, 132 * 16, block_ns, vec![]));
+                        c.launch_ok(launch(k[0].kernel, 132 * 16, block_ns, vec![]));
                         c.ok(Request::SyncStream(StreamId(0)));
                     }
                 });
@@ -301,7 +301,7 @@ fn a_killed_device_process_is_restarted_and_its_clients_go_on() {
     c.ok(Request::CopyToDevice { dst: slice(b, 0), shm_offset: 0, bytes: n, stream: StreamId(0) });
     let k = c.load(KERNELS);
     // Work on the device and a sync queued behind it when the device process dies.
-    c.ok(launch(k[0].kernel, 8, 2_000_000_000, vec![Arg::Buffer(slice(b, 0)), Arg::U32(n as u32)]));
+    c.launch_ok(launch(k[0].kernel, 8, 2_000_000_000, vec![Arg::Buffer(slice(b, 0)), Arg::U32(n as u32)]));
     let sync = c.send(Request::SyncStream(StreamId(0)));
     std::thread::sleep(Duration::from_millis(100));
     let old = d.device_process();
@@ -324,7 +324,7 @@ fn a_killed_device_process_is_restarted_and_its_clients_go_on() {
     // Same handles, a fresh device: allocate, copy and launch again; the bytes round-trip.
     let b3 = c.alloc(4096);
     c.ok(Request::CopyToDevice { dst: slice(b, 0), shm_offset: 0, bytes: n, stream: StreamId(0) });
-    c.ok(launch(k[0].kernel, 8, 1_000, vec![Arg::Buffer(slice(b, 0)), Arg::U32(n as u32)]));
+    c.launch_ok(launch(k[0].kernel, 8, 1_000, vec![Arg::Buffer(slice(b, 0)), Arg::U32(n as u32)]));
     c.ok(Request::CopyDevice { src: slice(b, 0), dst: slice(b2, 0), bytes: n, stream: StreamId(0) });
     c.ok(Request::Memset { dst: slice(b3, 0), value: 7, bytes: 4096, stream: StreamId(0) });
     c.ok(Request::SyncStream(StreamId(0)));

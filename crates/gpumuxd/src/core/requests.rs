@@ -143,7 +143,8 @@ impl Core {
                 };
             }
             Request::LoadModule { name, source, options } => self.load_module(client, name, source, options),
-            Request::Launch(l) => self.launch(client, &l),
+            // Answered only when refused (the protocol's `Launch`).
+            Request::Launch(l) => return self.launch(client, &l).err().map(Err),
             Request::CreateStream => self.create_stream(client),
             Request::DestroyStream(st) => self.destroy_stream(client, st),
             Request::SyncStream(st) => {
@@ -344,7 +345,8 @@ impl Core {
         Ok(Reply::Module { module, kernels: entries, log: image.log, cached: image.cached })
     }
 
-    fn launch(&mut self, client: u64, l: &gpumux_proto::Launch) -> Result<Reply, ErrorReply> {
+    /// Checks and submits a launch; an accepted one is not answered.
+    fn launch(&mut self, client: u64, l: &gpumux_proto::Launch) -> Result<(), ErrorReply> {
         let s = self.session(client)?;
         let image = s
             .kernels
@@ -367,7 +369,7 @@ impl Core {
         let name = image.name.clone();
         let op = StreamOp::Kernel { desc: Arc::new(desc), time_key: self.next_op };
         self.submit_op(client, l.stream, op, Some(work), OpKind::Kernel { name })?;
-        Ok(Reply::Done)
+        Ok(())
     }
 
     fn submit_copy(

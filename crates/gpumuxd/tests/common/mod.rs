@@ -103,6 +103,8 @@ pub struct Client {
     pub notices: Vec<Notice>,
     /// Replies that came while waiting for another.
     early: Vec<(u64, Result<Reply, ErrorReply>)>,
+    /// Launches sent with [`Client::launch_ok`]: a reply to one is a refusal.
+    launched: Vec<u64>,
 }
 
 impl Client {
@@ -113,7 +115,7 @@ impl Client {
     pub fn connect_to(socket: &std::path::Path) -> Client {
         let sock = UnixStream::connect(socket).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Client { sock, reader: FrameReader::new(), next_id: 1, notices: Vec::new(), early: Vec::new() }
+        Client { sock, reader: FrameReader::new(), next_id: 1, notices: Vec::new(), early: Vec::new(), launched: Vec::new() }
     }
 
     pub fn hello(d: &Daemon, name: &str, priority: i32) -> (Client, Welcome) {
@@ -166,6 +168,9 @@ impl Client {
         }
         loop {
             match self.next_frame().expect("the daemon closed the connection") {
+                ServerFrame::Reply { id: got, result } if self.launched.contains(&got) => {
+                    panic!("launch {got} was refused: {result:?}")
+                }
                 ServerFrame::Reply { id: got, result } if got == id => return result,
                 ServerFrame::Reply { id: got, result } => self.early.push((got, result)),
                 ServerFrame::Notice(n) => self.notices.push(n),
@@ -179,8 +184,18 @@ impl Client {
     }
 
     pub fn ok(&mut self, request: Request) -> Reply {
+        assert!(!matches!(request, Request::Launch(_)), "an accepted launch has no reply: use launch_ok");
         let name = request.name();
         self.call(request).unwrap_or_else(|e| panic!("{name}: {e:?}"))
+    }
+
+    /// Sends a launch the test expects accepted. An accepted launch gets no
+    /// reply (protocol version 3), so a reply to it, seen by any later wait,
+    /// is a refusal and fails the test there.
+    pub fn launch_ok(&mut self, request: Request) {
+        assert!(matches!(request, Request::Launch(_)), "launch_ok sends launches");
+        let id = self.send(request);
+        self.launched.push(id);
     }
 
     pub fn alloc(&mut self, bytes: u64) -> BufferId {
