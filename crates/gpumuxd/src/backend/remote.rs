@@ -12,7 +12,9 @@
 //! operation on the device is a suspect, and the daemon restarts it.
 //!
 //! Lockstep: the child never polls its device on its own. [`Backend::submit`]
-//! sends the command without waiting; [`Backend::poll`] sends `Poll` and waits
+//! posts the command without waiting (bindings too: [`Link::post`], written
+//! into the ring together at the next send, so a round of launches costs one
+//! ring write instead of three a launch); [`Backend::poll`] sends `Poll` and waits
 //! for the child's one poll of its device (events, or the failure of a command
 //! since the last poll) and the device's next wake. So the device sees
 //! commands and polls in the order the core makes them, as in-process. The
@@ -512,7 +514,7 @@ impl Backend for RemoteBackend {
             }
         };
         if self.broken.is_none() {
-            if let Err(e) = self.process.link.send(&ToDevice::Bind { op, work }, None) {
+            if let Err(e) = self.process.link.post(&ToDevice::Bind { op, work }) {
                 self.lost(e);
             }
         }
@@ -520,7 +522,7 @@ impl Backend for RemoteBackend {
 
     fn unbind(&mut self, op: OpId) {
         if self.broken.is_none() {
-            if let Err(e) = self.process.link.send(&ToDevice::Unbind { op }, None) {
+            if let Err(e) = self.process.link.post(&ToDevice::Unbind { op }) {
                 self.lost(e);
             }
         }
@@ -537,7 +539,7 @@ impl Backend for RemoteBackend {
         }
         self.in_flight.command(&command);
         self.unpolled = true;
-        if let Err(e) = self.process.link.send(&ToDevice::Submit(command), None) {
+        if let Err(e) = self.process.link.post(&ToDevice::Submit(command)) {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
         }
@@ -553,6 +555,12 @@ impl Backend for RemoteBackend {
             return Ok(self.now());
         }
         self.unpolled = false;
+        // What was posted while the poll's answer came (bindings) goes now,
+        // for the device process to take while the core handles the events.
+        if let Err(e) = self.process.link.flush() {
+            self.lost(e);
+            return self.failure.take().map_or_else(|| Ok(self.now()), Err);
+        }
         let answer = if std::mem::take(&mut self.poll_sent) {
             match self.poll_answer.take() {
                 Some(a) => Ok(a),
