@@ -12,9 +12,7 @@
 //! operation on the device is a suspect, and the daemon restarts it.
 //!
 //! Lockstep: the child never polls its device on its own. [`Backend::submit`]
-//! posts the command without waiting (bindings too: [`Link::post`], written
-//! into the ring together at the next send, so a round of launches costs one
-//! ring write instead of three a launch); [`Backend::poll`] sends `Poll` and waits
+//! sends the command without waiting; [`Backend::poll`] sends `Poll` and waits
 //! for the child's one poll of its device (events, or the failure of a command
 //! since the last poll) and the device's next wake. So the device sees
 //! commands and polls in the order the core makes them, as in-process. The
@@ -514,7 +512,7 @@ impl Backend for RemoteBackend {
             }
         };
         if self.broken.is_none() {
-            if let Err(e) = self.process.link.post(&ToDevice::Bind { op, work }) {
+            if let Err(e) = self.process.link.send(&ToDevice::Bind { op, work }, None) {
                 self.lost(e);
             }
         }
@@ -522,7 +520,7 @@ impl Backend for RemoteBackend {
 
     fn unbind(&mut self, op: OpId) {
         if self.broken.is_none() {
-            if let Err(e) = self.process.link.post(&ToDevice::Unbind { op }) {
+            if let Err(e) = self.process.link.send(&ToDevice::Unbind { op }, None) {
                 self.lost(e);
             }
         }
@@ -539,7 +537,7 @@ impl Backend for RemoteBackend {
         }
         self.in_flight.command(&command);
         self.unpolled = true;
-        if let Err(e) = self.process.link.post(&ToDevice::Submit(command)) {
+        if let Err(e) = self.process.link.send(&ToDevice::Submit(command), None) {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
         }
@@ -555,12 +553,6 @@ impl Backend for RemoteBackend {
             return Ok(self.now());
         }
         self.unpolled = false;
-        // What was posted while the poll's answer came (bindings) goes now,
-        // for the device process to take while the core handles the events.
-        if let Err(e) = self.process.link.flush() {
-            self.lost(e);
-            return self.failure.take().map_or_else(|| Ok(self.now()), Err);
-        }
         let answer = if std::mem::take(&mut self.poll_sent) {
             match self.poll_answer.take() {
                 Some(a) => Ok(a),
