@@ -51,9 +51,6 @@ fn run_until(d: &mut ClientDevice, mut done: impl FnMut(&[Event]) -> bool) -> Re
         assert!(Instant::now() < deadline, "no progress in 10 s: {events:?}");
         let now = d.now();
         d.advance(Some(now + 1_000_000), &mut events)?;
-        // What gpumuxd's device process does after each poll (a no-op
-        // unless the device defers the start of workers queued ahead).
-        d.catch_up()?;
     }
     Ok(events)
 }
@@ -645,23 +642,6 @@ fn a_stream_queued_ahead_without_the_launcher_thread_runs_in_order_under_retreat
     d.set_queue_ahead(true);
     d.set_launch_thread(false);
     assert!(!d.launch_thread());
-    queued_stream_in_order(&mut d);
-}
-
-/// The same stream with the start of workers queued ahead left until after
-/// each poll (`set_defer_queue_ahead`, what gpumuxd's device process does):
-/// started behind the running launch, or, when it ended in that poll, on the
-/// stream it handed over; every command catches up first. In order,
-/// undisturbed (every step adopted) and under retreats.
-#[test]
-fn a_stream_queued_ahead_and_started_after_polls_runs_in_order_under_retreats() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("a_stream_queued_ahead_and_started_after_polls_runs_in_order_under_retreats")
-    else {
-        return;
-    };
-    d.set_queue_ahead(true);
-    d.set_defer_queue_ahead(true);
     queued_stream_in_order(&mut d);
 }
 

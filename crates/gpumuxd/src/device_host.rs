@@ -8,10 +8,7 @@
 //! the device must see `submit`s and `poll`s in exactly the order the
 //! daemon's core makes them, as it would in-process (the engine's device
 //! contract relies on it; [`crate::backend::remote`] has the race that
-//! polling on its own caused). Right after it answers a poll it does what
-//! its commands left for then (`Backend::catch_up`: the CUDA device starts
-//! the workers it queued ahead), while the daemon handles the answer; any
-//! command first finishes that. Between messages it sleeps on the socket.
+//! polling on its own caused). Between messages it sleeps on the socket.
 //!
 //! A failure of a command (or of a binding) is kept and is the answer to the
 //! next `Poll`. After the device reports a lost context it touches the
@@ -31,22 +28,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the load clock counts: launch commands, the other commands (grows,
-/// retreats, copies), polls, binds and unbinds of operations, the rest, and
-/// the work left until after each poll's answer (`Backend::catch_up`).
-const LOAD_PARTS: [&str; 7] =
-    ["launch commands", "other commands", "polls", "binds", "unbinds", "other messages", "after polls"];
+/// retreats, copies), polls, binds and unbinds of operations, and the rest.
+const LOAD_PARTS: [&str; 6] = ["launch commands", "other commands", "polls", "binds", "unbinds", "other messages"];
 const LAUNCHES: usize = 0;
 const COMMANDS: usize = 1;
 const POLLS: usize = 2;
 const BINDS: usize = 3;
 const UNBINDS: usize = 4;
 const OTHER_MESSAGES: usize = 5;
-const AFTER_POLLS: usize = 6;
-
-/// Set to `0` to do everything a command asks before the next poll's answer
-/// (as before session 16), instead of leaving what no answer needs (the
-/// start of workers queued ahead) until right after it.
-pub const AFTER_POLL_VAR: &str = "GPUMUX_AFTER_POLL";
 
 /// How long the device process waits for the daemon to offer the link's
 /// rings (sent right after the daemon starts it).
@@ -65,7 +54,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
     }
     let mut link = Link::accept(inherited_socket(fd)?, SETUP_TIMEOUT).context("the device link")?;
-    let mut backend = match crate::daemon::open_in_process(spec) {
+    let backend = match crate::daemon::open_in_process(spec) {
         Ok(b) => b,
         Err(e) => {
             link.send(&FromDevice::Unavailable { message: format!("{e:#}") }, None)
@@ -73,10 +62,6 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
             return Ok(false);
         }
     };
-    // The daemon waits for each poll's answer; what the answer does not
-    // need is done after it, while the daemon handles the answer.
-    let deferred = std::env::var(AFTER_POLL_VAR).as_deref() != Ok("0") && backend.defer_to_after_polls();
-    tracing::debug!("device process: work left until after polls: {}", if deferred { "yes" } else { "none" });
     let ready = FromDevice::Ready {
         describe: backend.describe(),
         info: backend.info().clone(),
@@ -145,13 +130,6 @@ impl DeviceHost {
                     let began = Instant::now();
                     self.handle(msg)?;
                     self.load.add(kind, 1, began.elapsed());
-                    if kind == POLLS && !self.broken {
-                        let began = Instant::now();
-                        if let Err(f) = self.backend.catch_up() {
-                            self.failed(f);
-                        }
-                        self.load.add(AFTER_POLLS, 1, began.elapsed());
-                    }
                     if let Some(lap) = self.load.lap() {
                         tracing::debug!(target: "gpumuxd::load", "device process: {lap}");
                     }

@@ -361,11 +361,6 @@ pub struct ClientDevice {
     /// Queue a stream's next kernel behind the running one ([`ahead`];
     /// [`ClientDevice::set_queue_ahead`]).
     queue_ahead: bool,
-    /// Start workers queued ahead after the poll instead of in the command
-    /// ([`ClientDevice::set_defer_queue_ahead`]), and the operations whose
-    /// start is due ([`ClientDevice::catch_up`]).
-    defer_ahead: bool,
-    ahead_due: Vec<OpId>,
     ahead_counts: AheadCounts,
     /// Co-location chosen per pair of kernels by measuring both placements
     /// ([`corun`]; [`ClientDevice::set_choose_placement`]); off: always co-located.
@@ -620,8 +615,6 @@ impl ClientDevice {
             stats: DeviceStats::default(),
             co_locate,
             queue_ahead: true,
-            defer_ahead: false,
-            ahead_due: Vec::new(),
             ahead_counts: AheadCounts::default(),
             chooser: co_locate.then(CoRunChooser::default),
             clock: clock::LaunchClock::default(),
@@ -872,7 +865,6 @@ impl ClientDevice {
         // context (the driver may give its value to a new object).
         self.st = None;
         self.out.clear();
-        self.ahead_due.clear();
         self.ctx.recreate().map_err(|e| match ContextLost::of(&e) {
             // Seen on an H100 (driver 580): after an illegal address, a new
             // context in the same process fails with the same error. The
@@ -1236,8 +1228,6 @@ impl Device for ClientDevice {
     }
 
     fn submit(&mut self, _now: Nanos, command: Command) -> Result<(), DeviceError> {
-        // No command may find workers queued and not started (`ahead`, "After the poll").
-        self.catch_up()?;
         if tracing::enabled!(tracing::Level::TRACE) {
             match &command {
                 Command::Launch { launch, op, blocks, sms, .. } => {

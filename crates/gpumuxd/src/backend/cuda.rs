@@ -220,15 +220,6 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn defer_to_after_polls(&mut self) -> bool {
-        self.device.set_defer_queue_ahead(true);
-        true
-    }
-
-    fn catch_up(&mut self) -> Result<(), Failure> {
-        self.device.catch_up().map_err(|e| self.failure(e))
-    }
-
     fn next_wake(&self) -> Wake {
         if self.device.busy() || !self.pending.is_empty() {
             Wake::Spin

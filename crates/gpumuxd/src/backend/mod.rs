@@ -284,19 +284,6 @@ pub trait Backend: Send {
     fn poll_ready(&mut self) -> bool {
         true
     }
-    /// Leaves work that no answer needs until after the poll's answer
-    /// ([`Backend::catch_up`]): for a device in a process of its own, whose
-    /// answer the daemon waits for (the CUDA device: workers queued ahead
-    /// start then). `false`: this backend has none.
-    fn defer_to_after_polls(&mut self) -> bool {
-        false
-    }
-    /// Does what [`Backend::defer_to_after_polls`] left: the device process
-    /// calls it right after it answers a poll. A failure is reported at the
-    /// next poll.
-    fn catch_up(&mut self) -> Result<(), Failure> {
-        Ok(())
-    }
     /// When to poll next if no request comes.
     fn next_wake(&self) -> Wake;
     /// How long a device in another process should poll for the next message

@@ -49,23 +49,6 @@
 //! (not over every SM) whose SMs other workers may still fill, since what
 //! is queued would then run before it; if it were, the device stops on its
 //! check rather than restart the launch after its successor.
-//!
-//! **After the poll.** Queueing is most of a launch command's time (placing,
-//! a launch record, its parameters: ~3 of ~5.5 µs on the H100, session 16),
-//! and a device process (gpumuxd's) carries out a round's commands one after
-//! another before it answers the poll that follows them, while the daemon
-//! waits. With [`ClientDevice::set_defer_queue_ahead`] the command only
-//! decides what to queue (the checks above, against the state then) and
-//! records it; [`ClientDevice::catch_up`], which the device process calls
-//! right after its answer, starts the workers, while the daemon handles
-//! the answer. Nothing else changes: until then the entry is in the table
-//! with no worker on the GPU; if the launch before it ends in that poll,
-//! it hands its stream over as usual, and the workers start on it (stream
-//! order after the ended launch holds); a cancel before then drops the
-//! entry, and the engine's launch starts the kernel as usual. Every command
-//! catches up first, so no command finds an entry not started, and a launch
-//! that found no room (below) is restarted unless workers are *on the GPU*
-//! behind it.
 
 use super::{
     all_left, failed, failed_with, place, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement,
@@ -115,10 +98,6 @@ pub(in crate::client) struct Ahead {
     /// `behind`'s stream, handed over when `behind` ends (their order on it).
     stream: Option<Stream>,
     segs: Vec<WorkerLaunch>,
-    /// Queued, and their start left for [`ClientDevice::catch_up`] (a
-    /// device that answers polls first: "After the poll" in the module
-    /// doc): how to start them. No worker is on the GPU meanwhile.
-    due: Option<SegPlan>,
     /// Asked to retreat: they leave, and the launch that adopts them starts over.
     cancelled: bool,
     /// The engine's priority of their process.
@@ -153,10 +132,9 @@ pub(super) fn peers(ahead: &HashMap<OpId, Ahead>, priority: i32) -> impl Iterato
     ahead.iter().filter(move |(_, a)| a.priority == priority && !a.cancelled).map(|(&op, _)| op)
 }
 
-/// Workers are queued on the GPU behind launch `lid` and not cancelled
-/// (workers whose start is due after the poll are not on the GPU yet).
+/// Workers are queued behind launch `lid` and not cancelled.
 pub(super) fn queued_behind(ahead: &HashMap<OpId, Ahead>, lid: LaunchId) -> bool {
-    ahead.values().any(|a| a.behind == lid && !a.cancelled && a.due.is_none())
+    ahead.values().any(|a| a.behind == lid && !a.cancelled)
 }
 
 /// `stream` of launch `lid`, which ended: handed to workers queued behind
@@ -225,7 +203,7 @@ impl ClientDevice {
             let queued = ahead
                 .values()
                 .chain(orphans.iter().map(|o| &o.1))
-                .any(|a| (!a.segs.is_empty() || a.due.is_some()) && touches(&a.place.mask));
+                .any(|a| !a.segs.is_empty() && touches(&a.place.mask));
             if others || queued {
                 return Ok(());
             }
@@ -247,20 +225,13 @@ impl ClientDevice {
         let native_before = live.segs.iter().all(|w| w.running() && w.last_plan() == Some(Plan::Native));
         let how = SegPlan { place: live.place, never_native: !native_before, chunk, sm_count };
         let mut segs = Vec::new();
-        let (started, due) = if self.defer_ahead {
-            // Started after the poll (`catch_up`), on this stream or, if
-            // `lid` has ended by then, on the stream it hands over.
-            self.ahead_due.push(next);
-            (Ok(()), Some(how))
-        } else {
-            // Made by the launcher thread: nobody waits for these workers until
-            // the engine launches `next` (`adopt` waits for the calls then).
-            let post = launcher.as_ref().map(|l| (l, ctx));
-            (start_segs(ops, spare, next, &covers, &live.stream, how, lid, &mut segs, post), None)
-        };
+        // Made by the launcher thread: nobody waits for these workers until
+        // the engine launches `next` (`adopt` waits for the calls then).
+        let post = launcher.as_ref().map(|l| (l, ctx));
+        let started = start_segs(ops, spare, next, &covers, &live.stream, how, lid, &mut segs, post);
         let (held, place) = (live.sms, live.place);
         let priority = live.priority;
-        let a = Ahead { behind: lid, held, place, covers, stream: None, segs, due, cancelled: false, priority };
+        let a = Ahead { behind: lid, held, place, covers, stream: None, segs, cancelled: false, priority };
         if let Some(l) = launches.get_mut(&lid) {
             l.note("the next kernel queued behind it");
         }
@@ -270,58 +241,6 @@ impl ClientDevice {
         ahead.insert(next, a);
         self.ahead_counts.queued += 1;
         started.map_err(failed_with(|| format!("queueing {next} behind launch {lid}")))
-    }
-
-    /// Leaves the start of workers queued ahead to [`ClientDevice::catch_up`]
-    /// (on), or starts them in the command that queues them (off, the
-    /// default): "After the poll" in the module doc.
-    pub fn set_defer_queue_ahead(&mut self, on: bool) {
-        self.defer_ahead = on;
-    }
-
-    /// Starts the workers queued ahead whose start was left for now
-    /// ([`ClientDevice::set_defer_queue_ahead`]). A device process calls it
-    /// right after it answers a poll; every command calls it first, so no
-    /// command ever finds workers queued and not started.
-    pub fn catch_up(&mut self) -> Result<(), DeviceError> {
-        if self.ahead_due.is_empty() {
-            return Ok(());
-        }
-        let due = std::mem::take(&mut self.ahead_due);
-        let ctx = self.ctx.raw();
-        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
-        let InContext { launches, ops, spare, ahead, launcher, .. } = st;
-        let post = launcher.as_ref().map(|l| (l, ctx));
-        let mut result = Ok(());
-        // Not started, and none will be: the engine's launch starts the kernel as usual.
-        let mut dropped = Vec::new();
-        for op in due {
-            let Some(a) = ahead.get_mut(&op) else { continue };
-            let Some(how) = a.due.take() else { continue };
-            let Ahead { behind, covers, stream, segs, cancelled, .. } = a;
-            // Behind the launch on its stream while it runs; once it has
-            // ended, on the stream it handed over (`take_stream`).
-            let on = stream.as_ref().or_else(|| launches.get(behind).map(|l| &l.stream));
-            let on = match on {
-                Some(on) if !*cancelled => on,
-                _ => {
-                    dropped.push(op);
-                    continue;
-                }
-            };
-            let started = start_segs(ops, spare, op, covers, on, how, *behind, segs, post);
-            if let Err(e) = started {
-                // The ones that started are tracked; the error says the context is gone.
-                let e = failed_with(|| format!("starting {op}'s workers queued behind launch {behind}"))(e);
-                result = result.and(Err(e));
-            }
-        }
-        for op in dropped {
-            if let Some(s) = st.ahead.remove(&op).and_then(|mut a| a.stream.take()) {
-                st.return_stream(s);
-            }
-        }
-        result
     }
 
     /// Cancels the workers queued behind launch `lid` (before it is asked
