@@ -8,15 +8,10 @@
 //! session 15), while the clients' next launches queue in its inbox. So the core sends the
 //! poll, handles the requests that need no answer from the device
 //! ([`handled_during_poll`]: launches, copies, syncs, events) until the
-//! answer is there, and only then takes the answer. The completions of the
-//! events before (replies, unbindings, what they release) wait for the poll
-//! too: the round's commands reach the device process first, and the core
-//! does that work while the device process carries them out (session 16).
-//! Nothing done meanwhile reaches the device before the answer but
-//! bindings and unbindings, which the device process takes after the poll,
-//! before any command that could use them (the engine's commands go out
-//! only after the answer: one sent meanwhile would be carried out after a
-//! poll whose events the engine has not seen). The first other message
+//! answer is there, and only then takes the answer. Nothing in them reaches
+//! the device before the answer but bindings, which the device process
+//! takes after the poll, before any command that could use them (the
+//! engine's commands go out only after the answer). The first other message
 //! is held back, with everything after it, so that each client's requests
 //! are handled in the order sent. Measured (runs 146-147): one client's
 //! launch rate 15% higher on average, 8 clients' and the urgent latency
@@ -73,23 +68,15 @@ impl Core {
         }
         for _ in 0..MAX_ROUNDS {
             stats.rounds += 1;
-            // With a device in another process, completions wait for the
-            // poll (below): the commands reach it first.
-            let mut completed = 0;
-            if inbox.is_none() {
-                self.drain_completions();
-            }
+            self.drain_completions();
             let sent = self.drain_commands(&mut stats)?;
             let mut events = std::mem::take(&mut self.events);
             events.clear();
             let call = Instant::now();
             let mut handling = Duration::ZERO;
             if let Some(inbox) = inbox {
-                let polling = self.backend.start_poll();
-                let t = Instant::now();
-                completed = self.drain_completions();
-                if polling {
-                    handling = t.elapsed() + self.while_polling(inbox, &mut stats);
+                if self.backend.start_poll() {
+                    handling = self.while_polling(inbox, &mut stats);
                 }
             }
             let polled = self.backend.poll(&mut events);
@@ -106,8 +93,7 @@ impl Core {
                     continue;
                 }
             };
-            // Completions may have released work: its commands go next round.
-            if events.is_empty() && !sent && completed == 0 {
+            if events.is_empty() && !sent {
                 self.events = events;
                 break;
             }
@@ -286,10 +272,8 @@ impl Core {
     }
 
     /// Turns the engine's completions into replies.
-    pub(super) fn drain_completions(&mut self) -> usize {
-        let mut n = 0;
+    pub(super) fn drain_completions(&mut self) {
         while let Some(c) = self.engine.poll_completion() {
-            n += 1;
             let Some(e) = self.ops.get_mut(&c.op) else { continue };
             e.ended = true;
             let (client, stream) = (e.client, e.stream);
@@ -335,7 +319,6 @@ impl Core {
             self.close_stream_if_idle(client, stream);
             self.maybe_finish(c.op);
         }
-        n
     }
 
     /// Forgets an operation that the engine ended and the device let go of.
