@@ -520,7 +520,8 @@ impl Backend for RemoteBackend {
 
     fn unbind(&mut self, op: OpId) {
         if self.broken.is_none() {
-            if let Err(e) = self.process.link.send(&ToDevice::Unbind { op }, None) {
+            // Nothing waits for it: it goes with the next message (`Link::post`).
+            if let Err(e) = self.process.link.post(&ToDevice::Unbind { op }) {
                 self.lost(e);
             }
         }
@@ -624,7 +625,8 @@ impl Backend for RemoteBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        if self.failure.is_some() || self.unpolled {
+        // Posted unbindings go with the next poll.
+        if self.failure.is_some() || self.unpolled || self.process.link.has_posted() {
             return Wake::After(Duration::ZERO);
         }
         if self.broken.is_some() {
