@@ -29,36 +29,14 @@ pub enum FrameError {
 
 /// Encodes `msg` as one frame, length prefix included.
 pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
-    let mut out = Vec::new();
-    encode_frame_into(msg, &mut out)?;
-    Ok(out)
-}
-
-/// Appends `msg` to `out` as one frame, length prefix included: a sender
-/// that gathers several frames for one write reuses one buffer. On an
-/// error `out` is as it was.
-pub fn encode_frame_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), FrameError> {
-    /// Postcard's writer, appending to a borrowed buffer.
-    struct Tail<'a>(&'a mut Vec<u8>);
-    impl Extend<u8> for Tail<'_> {
-        fn extend<I: IntoIterator<Item = u8>>(&mut self, bytes: I) {
-            self.0.extend(bytes);
-        }
-    }
-    let at = out.len();
     // Room for the length first, filled in once the body's size is known.
-    out.extend_from_slice(&[0u8; 4]);
-    if let Err(e) = postcard::to_extend(msg, Tail(out)) {
-        out.truncate(at);
-        return Err(FrameError::Encode(e.to_string()));
-    }
-    let body = out.len() - at - 4;
+    let mut out = postcard::to_extend(msg, vec![0u8; 4]).map_err(|e| FrameError::Encode(e.to_string()))?;
+    let body = out.len() - 4;
     if body > MAX_FRAME_BYTES as usize {
-        out.truncate(at);
         return Err(FrameError::TooLarge(body));
     }
-    out[at..at + 4].copy_from_slice(&(body as u32).to_le_bytes());
-    Ok(())
+    out[..4].copy_from_slice(&(body as u32).to_le_bytes());
+    Ok(out)
 }
 
 /// Decodes one frame body (without its length prefix) as a `T`; every byte

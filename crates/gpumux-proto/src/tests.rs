@@ -51,22 +51,6 @@ fn a_zero_or_oversized_length_is_refused_before_the_body() {
 }
 
 #[test]
-fn frames_gathered_in_one_buffer_are_the_frames_encoded_one_by_one() {
-    let sync = ClientFrame { id: 2, request: Request::SyncStream(StreamId::DEFAULT) };
-    let mut gathered = Vec::new();
-    encode_frame_into(&hello(), &mut gathered).unwrap();
-    encode_frame_into(&sync, &mut gathered).unwrap();
-    let mut one_by_one = encode_frame(&hello()).unwrap();
-    one_by_one.extend(encode_frame(&sync).unwrap());
-    assert_eq!(gathered, one_by_one);
-    // A message over the frame limit leaves what was gathered as it was.
-    let source = "x".repeat(MAX_FRAME_BYTES as usize);
-    let huge = ClientFrame { id: 3, request: Request::LoadModule { name: "m".into(), source, options: vec![] } };
-    assert!(matches!(encode_frame_into(&huge, &mut gathered), Err(FrameError::TooLarge(_))));
-    assert_eq!(gathered, one_by_one);
-}
-
-#[test]
 fn trailing_bytes_are_refused() {
     let mut bytes = encode_frame(&hello()).unwrap();
     bytes.push(0);

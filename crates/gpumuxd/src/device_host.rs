@@ -4,9 +4,7 @@
 //! It opens the device in-process and serves it over the socket it
 //! inherited as descriptor N, in lockstep with the daemon: it carries out
 //! each message in the order sent (calls, bindings, commands, polls) and
-//! sends only answers. Unbindings alone wait: until right after the next
-//! poll's answer, while the daemon handles it (nothing in an answer depends
-//! on them), or until a message other than a command, binding or poll. It never polls or advances its device on its own:
+//! sends only answers. It never polls or advances its device on its own:
 //! the device must see `submit`s and `poll`s in exactly the order the
 //! daemon's core makes them, as it would in-process (the engine's device
 //! contract relies on it; [`crate::backend::remote`] has the race that
@@ -79,7 +77,6 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         broken: false,
         spin,
         load: LoadClock::new(&LOAD_PARTS),
-        unbinds: Vec::new(),
     };
     host.run()?;
     Ok(true)
@@ -112,10 +109,6 @@ struct DeviceHost {
     spin: Duration,
     /// Where this process's time goes (logged when the daemon lets go).
     load: LoadClock,
-    /// Unbindings received and not yet carried out: after the next poll's
-    /// answer, or before any message but a command, a binding or a poll
-    /// ([`DeviceHost::unbind_now`]).
-    unbinds: Vec<gpumux_engine::ids::OpId>,
 }
 
 impl DeviceHost {
@@ -134,16 +127,9 @@ impl DeviceHost {
                         ToDevice::Unbind { .. } => UNBINDS,
                         _ => OTHER_MESSAGES,
                     };
-                    let after_poll = matches!(msg, ToDevice::Poll);
-                    if !matches!(msg, ToDevice::Submit(_) | ToDevice::Bind { .. } | ToDevice::Unbind { .. } | ToDevice::Poll) {
-                        self.unbind_now();
-                    }
                     let began = Instant::now();
                     self.handle(msg)?;
                     self.load.add(kind, 1, began.elapsed());
-                    if after_poll {
-                        self.unbind_now();
-                    }
                     if let Some(lap) = self.load.lap() {
                         tracing::debug!(target: "gpumuxd::load", "device process: {lap}");
                     }
@@ -245,8 +231,7 @@ impl DeviceHost {
                 Ok(())
             }
             ToDevice::Unbind { op } => {
-                // Nothing the answer to the next poll says depends on it.
-                self.unbinds.push(op);
+                self.backend.unbind(op);
                 Ok(())
             }
             ToDevice::UnloadModule { kernels } => {
@@ -263,24 +248,6 @@ impl DeviceHost {
                 Ok(())
             }
         }
-    }
-
-    /// Carries out the unbindings received: an operation the daemon is done
-    /// with (its records back to the device's pool, workers queued for it
-    /// cancelled). Left until after the next poll's answer, the daemon's
-    /// wait (a round's completions come before its commands); before a
-    /// call, an unload or a region's change they go first, so that nothing
-    /// else sees an operation the daemon let go of.
-    fn unbind_now(&mut self) {
-        if self.unbinds.is_empty() {
-            return;
-        }
-        let began = Instant::now();
-        for op in self.unbinds.drain(..) {
-            self.backend.unbind(op);
-        }
-        // Counted where each message was (its receipt): this adds the time.
-        self.load.add(UNBINDS, 0, began.elapsed());
     }
 
     /// Maps the memfd that came with `RegisterHost` and registers it with the device.

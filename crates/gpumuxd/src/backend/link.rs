@@ -18,7 +18,7 @@
 //! socket's first byte ([`Link::connect`]); the device process takes it
 //! ([`Link::accept`]) before anything else.
 
-use gpumux_proto::{decode_frame_body, encode_frame_into, FrameError, FrameReader};
+use gpumux_proto::{decode_frame_body, encode_frame, FrameError, FrameReader};
 use gpumux_ring::{RingError, RingPair, RingReceiver, RingSender};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -80,8 +80,6 @@ pub struct Link {
     /// The other end closed (bytes already read may still hold messages).
     closed: bool,
     buf: Box<[u8]>,
-    /// Frames posted and not yet written ([`Link::post`]).
-    out: Vec<u8>,
 }
 
 /// A connected pair of sockets, both close-on-exec.
@@ -163,17 +161,15 @@ impl Link {
             fds: VecDeque::new(),
             closed: false,
             buf: vec![0u8; READ_CHUNK].into_boxed_slice(),
-            out: Vec::new(),
         }
     }
 
-    /// Sends `msg`, with `fd` for the peer's [`Link::take_fd`] if given,
-    /// after every message posted before it, in one write with them.
+    /// Sends `msg`, with `fd` for the peer's [`Link::take_fd`] if given.
     pub fn send<T: Serialize>(&mut self, msg: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), LinkError> {
+        let bytes = encode_frame(msg)?;
         if let Some(fd) = fd {
             // On the socket before its message is in the ring: the peer
-            // finds it there when it reads the message (the posted messages
-            // before it carry none).
+            // finds it there when it reads the message.
             loop {
                 match send_byte(&self.sock, FD_MARKER, Some(fd)) {
                     Err(LinkError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -185,41 +181,6 @@ impl Link {
                 }
             }
         }
-        self.post(msg)?;
-        self.flush()
-    }
-
-    /// Encodes `msg` behind the messages posted before it, to be written
-    /// with them at the next [`Link::flush`] or [`Link::send`]: for messages
-    /// that nothing waits for (the daemon's unbindings, which its device
-    /// process takes after its next poll's answer). Commands are sent, not
-    /// posted: the device process starts on a round's first command while
-    /// the core makes the next (posting them all cost 8 clients a third of
-    /// their rate, docs/benchmarks.md, session 16).
-    pub fn post<T: Serialize>(&mut self, msg: &T) -> Result<(), LinkError> {
-        Ok(encode_frame_into(msg, &mut self.out)?)
-    }
-
-    /// Whether messages are posted and not yet written.
-    pub fn has_posted(&self) -> bool {
-        !self.out.is_empty()
-    }
-
-    /// Writes every message posted into the ring.
-    pub fn flush(&mut self) -> Result<(), LinkError> {
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        let bytes = std::mem::take(&mut self.out);
-        let written = self.write_all(&bytes);
-        // The buffer is kept for the next round's messages.
-        self.out = bytes;
-        self.out.clear();
-        written
-    }
-
-    /// Writes `bytes` into the ring, waiting while it is full.
-    fn write_all(&mut self, bytes: &[u8]) -> Result<(), LinkError> {
         let mut sent = 0;
         let start = Instant::now();
         loop {
@@ -476,29 +437,5 @@ mod tests {
         assert!(theirs == expected);
         assert!(fd_came, "the descriptor came with its message");
         assert!(matches!(link.try_recv::<Vec<u8>>(), Err(LinkError::Closed)), "the peer's close is seen");
-    }
-
-    #[test]
-    fn posted_messages_wait_for_the_next_send_and_arrive_in_order_before_it() {
-        let (a, b) = socket_pair().unwrap();
-        let mut daemon = Link::connect(a).unwrap();
-        let mut device = Link::accept(b, Duration::from_secs(10)).unwrap();
-        daemon.post(&1u32).unwrap();
-        daemon.post(&2u32).unwrap();
-        assert!(daemon.has_posted());
-        assert_eq!(device.recv_spin::<u32>(Duration::from_millis(20)).unwrap(), None, "posted is not sent");
-        let file = std::fs::File::open("/dev/null").unwrap();
-        daemon.send(&3u32, Some(file.as_fd())).unwrap();
-        assert!(!daemon.has_posted());
-        let got: Vec<u32> =
-            (0..3).map(|_| device.recv_timeout(Duration::from_secs(10)).unwrap().unwrap()).collect();
-        assert_eq!(got, [1, 2, 3]);
-        assert!(device.take_fd().is_some(), "the sent message's descriptor came with it");
-        // A flush with nothing posted writes nothing; one with messages writes them all.
-        daemon.flush().unwrap();
-        daemon.post(&4u32).unwrap();
-        daemon.flush().unwrap();
-        assert_eq!(device.recv_timeout::<u32>(Duration::from_secs(10)).unwrap(), Some(4));
-        assert_eq!(device.try_recv::<u32>().unwrap(), None);
     }
 }

@@ -520,8 +520,7 @@ impl Backend for RemoteBackend {
 
     fn unbind(&mut self, op: OpId) {
         if self.broken.is_none() {
-            // Nothing waits for it: it goes with the next message (`Link::post`).
-            if let Err(e) = self.process.link.post(&ToDevice::Unbind { op }) {
+            if let Err(e) = self.process.link.send(&ToDevice::Unbind { op }, None) {
                 self.lost(e);
             }
         }
@@ -625,8 +624,7 @@ impl Backend for RemoteBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        // Posted unbindings go with the next poll.
-        if self.failure.is_some() || self.unpolled || self.process.link.has_posted() {
+        if self.failure.is_some() || self.unpolled {
             return Wake::After(Duration::ZERO);
         }
         if self.broken.is_some() {
