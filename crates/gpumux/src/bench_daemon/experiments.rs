@@ -517,15 +517,17 @@ impl Bench {
                 )?;
                 let ns = latency_of(&r)?;
                 overhead.breakdown.push(LatencyRow::of(label.clone(), &ns));
+                // As many clients as the most the launch-rate figures ask for.
+                let k = self.args.rate_clients.iter().copied().max().unwrap_or(8).max(1);
                 let r = self.setting(
-                    &format!("overhead: launch rate, 8 clients of {label}"),
-                    &(0..8)
-                        .map(|_| ProcPlan::daemon(vec![Job::Rate { launches: (self.args.rate_launches / 8).max(1) }]))
+                    &format!("overhead: launch rate, {k} clients of {label}"),
+                    &(0..k)
+                        .map(|_| ProcPlan::daemon(vec![Job::Rate { launches: (self.args.rate_launches / k).max(1) }]))
                         .collect::<Vec<_>>(),
                     &env,
                     None,
                 )?;
-                overhead.breakdown_rates.push((label.clone(), rate_of(&r)?));
+                overhead.breakdown_rates.push((label.clone(), k, rate_of(&r)?));
             }
             if self.wants("overhead") && *c == default {
                 let r = self.setting(

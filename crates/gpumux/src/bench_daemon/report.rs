@@ -89,8 +89,9 @@ pub struct OverheadReport {
     /// Where the added latency goes: the same daemon with its device
     /// in-process, and serving the simulator (no GPU, no device process).
     pub breakdown: Vec<LatencyRow>,
-    /// 8 clients' launches per second through those.
-    pub breakdown_rates: Vec<(String, f64)>,
+    /// (setting, clients, launches per second) through those, with the
+    /// most clients the launch-rate figures ask for (`--rate-clients`).
+    pub breakdown_rates: Vec<(String, u32, f64)>,
     /// Launch + sync after the path's threads went to sleep: native, then the daemon.
     pub idle: Vec<LatencyRow>,
 }
@@ -231,9 +232,9 @@ impl Report {
                 let ratio = o.native_launches_per_s.filter(|&n| n > 0.0).map(|n| r / n);
                 rows.push(vec![format!("gpumuxd, {k} clients"), format!("{r:.0}"), opt(ratio, 2)]);
             }
-            for (setting, r) in &o.breakdown_rates {
+            for (setting, k, r) in &o.breakdown_rates {
                 let ratio = o.native_launches_per_s.filter(|&n| n > 0.0).map(|n| r / n);
-                rows.push(vec![format!("{setting}, 8 clients"), format!("{r:.0}"), opt(ratio, 2)]);
+                rows.push(vec![format!("{setting}, {k} clients"), format!("{r:.0}"), opt(ratio, 2)]);
             }
             out += &table(&["", "launches/s", "vs native"], &rows);
         }
@@ -259,6 +260,18 @@ mod tests {
         assert_eq!(percentile(&xs, 100.0), 100);
         assert_eq!(percentile(&[7], 99.0), 7);
         assert_eq!(percentile(&[], 50.0), 0);
+    }
+
+    #[test]
+    fn the_breakdown_rows_name_the_clients_they_ran() {
+        let overhead = OverheadReport {
+            daemon_launches_per_s: vec![(1, 50_000.0), (4, 80_000.0)],
+            breakdown_rates: vec![("gpumux ppq-even-drain+in-process".into(), 4, 90_000.0)],
+            ..OverheadReport::default()
+        };
+        let text = Report { overhead: Some(overhead), ..Report::default() }.render();
+        assert!(text.contains("gpumux ppq-even-drain+in-process, 4 clients  "), "{text}");
+        assert!(!text.contains("8 clients"), "{text}");
     }
 
     #[test]
