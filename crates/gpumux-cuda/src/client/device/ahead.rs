@@ -316,6 +316,8 @@ impl ClientDevice {
         // before anything else touches them (a refill's cut among others).
         for w in live.segs.iter_mut() {
             w.settle().map_err(failed_with(|| format!("launching the queued workers of launch {lid}")))?;
+            // Their calls' times, from the launcher thread if it made them.
+            self.clock.calls(w.last_start_calls);
         }
         live.place = a.place;
         live.mask = live.sms;
