@@ -525,8 +525,10 @@ fn read_loop(
                 // call then fails with `DaemonGone`).
                 if let Some(tx) = routing.waiting.remove(&id) {
                     let _ = tx.send(result);
-                } else if let (Err(error), true) = (result, id != 0) {
-                    routing.deferred_errors.push_back(("Launch", error));
+                } else if id != 0 {
+                    if let Err(error) = result {
+                        routing.deferred_errors.push_back(("Launch", error));
+                    }
                 }
             }
             ServerFrame::Notice(notice) => routing.notices.push(notice),

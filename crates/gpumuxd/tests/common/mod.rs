@@ -115,7 +115,14 @@ impl Client {
     pub fn connect_to(socket: &std::path::Path) -> Client {
         let sock = UnixStream::connect(socket).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Client { sock, reader: FrameReader::new(), next_id: 1, notices: Vec::new(), early: Vec::new(), launched: Vec::new() }
+        Client {
+            sock,
+            reader: FrameReader::new(),
+            next_id: 1,
+            notices: Vec::new(),
+            early: Vec::new(),
+            launched: Vec::new(),
+        }
     }
 
     pub fn hello(d: &Daemon, name: &str, priority: i32) -> (Client, Welcome) {

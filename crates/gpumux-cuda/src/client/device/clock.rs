@@ -1,9 +1,10 @@
 //! Where the device's time per launch command goes: the command as a whole,
 //! its stream, and the CUDA calls of its workers' launch (the kernel launch
 //! and the end event's record; for workers queued ahead, made by the
-//! launcher thread outside any command, counted when a command adopts them). Logged when the device closes, so a run of
-//! the daemon says what a launch costs on its GPU without a profiler (the
-//! `launch` stage of docs/daemon.md's stage log is all of it, one number).
+//! launcher thread outside any command, counted when a command adopts
+//! them). Logged when the device closes, so a run of the daemon says what a
+//! launch costs on its GPU without a profiler (the `launch` stage of
+//! docs/daemon.md's stage log is all of it, one number).
 
 use std::time::Duration;
 
