@@ -101,13 +101,15 @@ impl PendingReply {
     pub(crate) fn wait(self) -> Result<Reply> {
         let start = std::time::Instant::now();
         let spin = self.spin;
+        let mut looks = 0u32;
         let answer = loop {
             match self.rx.try_recv() {
                 Ok(a) => break Ok(a),
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => break Err(()),
-                Err(std::sync::mpsc::TryRecvError::Empty) if start.elapsed() < spin => std::thread::yield_now(),
+                Err(std::sync::mpsc::TryRecvError::Empty) if start.elapsed() < spin => gpumux_ring::relax(looks),
                 Err(std::sync::mpsc::TryRecvError::Empty) => break self.rx.recv().map_err(|_| ()),
             }
+            looks = looks.saturating_add(1);
         };
         match answer {
             Ok(Ok(reply)) => Ok(reply),
@@ -330,6 +332,7 @@ fn read_frame(
         }
         let mut n = None;
         let spin = spin_window(READER_SPIN, urgent);
+        let mut looks = 0u32;
         while spin_from.is_some_and(|t| t.elapsed() < spin) {
             // SAFETY: `buf` is valid for writes of its length.
             let got = unsafe { libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
@@ -339,7 +342,8 @@ fn read_frame(
             }
             match std::io::Error::last_os_error() {
                 e if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => {
-                    std::thread::yield_now()
+                    gpumux_ring::relax(looks);
+                    looks = looks.saturating_add(1);
                 }
                 e => return Err(e.into()),
             }
@@ -480,7 +484,7 @@ fn read_frame_ring(
         tries = tries.wrapping_add(1);
         let spinning = spin_from.elapsed() < spin_window(READER_SPIN, urgent);
         if spinning && !tries.is_multiple_of(SOCKET_EVERY) {
-            std::thread::yield_now();
+            gpumux_ring::relax(tries);
             continue;
         }
         if !spinning {

@@ -257,13 +257,15 @@ fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> 
 /// The next message within `limit`, polling without sleeping ([`SPIN_AFTER_ACTIVITY`]).
 fn spin_recv(rx: &Receiver<CoreMsg>, limit: Duration) -> Result<CoreMsg, RecvTimeoutError> {
     let start = Instant::now();
+    let mut looks = 0u32;
     loop {
         match rx.try_recv() {
             Ok(m) => return Ok(m),
             Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) if start.elapsed() >= limit => return Err(RecvTimeoutError::Timeout),
-            Err(TryRecvError::Empty) => std::thread::yield_now(),
+            Err(TryRecvError::Empty) => gpumux_ring::relax(looks),
         }
+        looks = looks.saturating_add(1);
     }
 }
 

@@ -139,13 +139,15 @@ const SOCKET_EVERY: u32 = 64;
 fn next_frame(rx: &Receiver<ServerFrame>, spin: &ConnSpin) -> Option<ServerFrame> {
     let start = Instant::now();
     let window = spin.window(WRITER_SPIN);
+    let mut looks = 0u32;
     loop {
         match rx.try_recv() {
             Ok(f) => return Some(f),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if start.elapsed() < window => std::thread::yield_now(),
+            Err(TryRecvError::Empty) if start.elapsed() < window => gpumux_ring::relax(looks),
             Err(TryRecvError::Empty) => return rx.recv().ok(),
         }
+        looks = looks.saturating_add(1);
     }
 }
 
@@ -247,13 +249,15 @@ fn admit(
 /// sync, the next launch), then a blocking read. `None` at its end or error.
 fn read_some(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, last: Instant, spin: &ConnSpin) -> Option<usize> {
     let spin = spin.window(READER_SPIN);
+    let mut looks = 0u32;
     while last.elapsed() < spin {
         match crate::fdpass::recv_with_fds(sock, buf, fds, true) {
             Ok(0) => return None,
             Ok(n) => return Some(n),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => gpumux_ring::relax(looks),
             Err(_) => return None,
         }
+        looks = looks.saturating_add(1);
     }
     match crate::fdpass::recv_with_fds(sock, buf, fds, false) {
         Ok(0) | Err(_) => None,
@@ -347,6 +351,8 @@ fn ring_loop(
     let mut bytes = Vec::new();
     let mut last = Instant::now();
     let mut tries = 0u32;
+    // Looks since the last bytes (`gpumux_ring::relax`).
+    let mut looks = 0u32;
     let mut ended = false;
     'serve: loop {
         bytes.clear();
@@ -354,6 +360,7 @@ fn ring_loop(
             Ok(0) => {}
             Ok(_) => {
                 last = Instant::now();
+                looks = 0;
                 let mut more_fds = || {
                     let mut fds = Vec::new();
                     let _ = crate::fdpass::recv_with_fds(sock, buf, &mut fds, true);
@@ -390,7 +397,8 @@ fn ring_loop(
         tries = tries.wrapping_add(1);
         let spinning = last.elapsed() < spin.window(READER_SPIN);
         if spinning && !tries.is_multiple_of(SOCKET_EVERY) {
-            std::thread::yield_now();
+            gpumux_ring::relax(looks);
+            looks = looks.saturating_add(1);
             continue;
         }
         if !spinning {

@@ -30,9 +30,10 @@ use std::time::{Duration, Instant};
 /// How long a reader polls before it sleeps on the socket (see
 /// [`Link::recv_spin`]): one core busy for at most this long after each
 /// message, which is what a reply within the window saves a wake-up for.
-/// Every such poll in gpumuxd and its client library yields the CPU
-/// between tries (`sched_yield`), so on a machine with fewer free cores
-/// than polling threads the threads with work still run.
+/// Every such poll in gpumuxd and its client library holds its core for
+/// the first tries of a wait, then yields it between tries
+/// (`gpumux_ring::relax`), so on a machine with fewer free cores than
+/// polling threads the threads with work still run.
 pub const SPIN: Duration = Duration::from_micros(200);
 
 /// Bytes one socket read takes at most (doorbells and descriptor markers only).
@@ -244,7 +245,7 @@ impl Link {
             if start.elapsed() >= spin {
                 return self.try_recv();
             }
-            std::thread::yield_now();
+            gpumux_ring::relax(tries);
         }
     }
 
