@@ -271,6 +271,11 @@ impl Bench {
         Job::Fill { block_us, blocks: shape.sms * shape.per_sm * waves, pause_ns: self.args.lp_pause_ns }
     }
 
+    /// `k` daemon clients sharing the launch-rate figures' launches.
+    fn rate_plans(&self, k: u32) -> Vec<ProcPlan> {
+        (0..k).map(|_| ProcPlan::daemon(vec![Job::Rate { launches: (self.args.rate_launches / k).max(1) }])).collect()
+    }
+
     fn idle_trials(&self) -> u32 {
         if self.args.quick {
             20
@@ -521,9 +526,7 @@ impl Bench {
                 let k = self.args.rate_clients.iter().copied().max().unwrap_or(8).max(1);
                 let r = self.setting(
                     &format!("overhead: launch rate, {k} clients of {label}"),
-                    &(0..k)
-                        .map(|_| ProcPlan::daemon(vec![Job::Rate { launches: (self.args.rate_launches / k).max(1) }]))
-                        .collect::<Vec<_>>(),
+                    &self.rate_plans(k),
                     &env,
                     None,
                 )?;
@@ -548,9 +551,7 @@ impl Bench {
                 let ns = latency_of(&r)?;
                 overhead.idle.push(LatencyRow::of(format!("gpumuxd, {} ms apart", IDLE_LATENCY_US / 1000), &ns));
                 for &k in &self.args.rate_clients {
-                    let plans: Vec<ProcPlan> = (0..k)
-                        .map(|_| ProcPlan::daemon(vec![Job::Rate { launches: (self.args.rate_launches / k).max(1) }]))
-                        .collect();
+                    let plans = self.rate_plans(k);
                     let r =
                         self.setting(&format!("overhead: launch rate, {k} clients of {label}"), &plans, &env, None)?;
                     overhead.daemon_launches_per_s.push((k, rate_of(&r)?));
