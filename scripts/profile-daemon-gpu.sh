@@ -10,8 +10,9 @@
 # $SECONDS_TO_RECORD (default 1.5) at $FREQ samples a second per thread
 # (default 1000), with call graphs unwound from the stack (dwarf).
 # Writes to $OUT: bench.txt (the bench's tables), logs.tgz (the daemons' logs), flat.txt (self time per
-# thread name and function), core.txt and device.txt (time with callees, per
-# function, of the core thread and of the device process). Prints the heads.
+# thread name and function), core.txt, device.txt and device-main.txt (time
+# with callees, per function, of the core thread, of the device process and
+# of its main thread). Prints the heads.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/profile-daemon-out}; mkdir -p "$OUT"
@@ -46,6 +47,8 @@ report() { $P report -i /tmp/profile-daemon.data --stdio "$@" 2>/dev/null | grep
 report --no-children --sort comm,symbol -g none | head -80 > "$OUT/flat.txt"
 report --children --comm gpumuxd-core --sort symbol -g none | head -150 > "$OUT/core.txt"
 [ -n "$device" ] && report --children --pid "$device" --sort symbol -g none | head -150 > "$OUT/device.txt"
+# The device process's main thread alone (the launcher thread is `gpumux-launcher`).
+[ -n "$device" ] && report --children --pid "$device" --comm gpumuxd --sort symbol -g none | head -200 > "$OUT/device-main.txt"
 echo "--- self time, by thread and function"; cut -c1-140 "$OUT/flat.txt" | head -30
 echo "--- the core, with callees"; cut -c1-140 "$OUT/core.txt" | head -40
 [ -n "$device" ] && { echo "--- the device process, with callees"; cut -c1-140 "$OUT/device.txt" | head -40; }

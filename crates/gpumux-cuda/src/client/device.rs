@@ -49,7 +49,8 @@ struct KernelOp {
     grid: [u32; 3],
     block: [u32; 3],
     smem: u32,
-    params: Vec<Vec<u8>>,
+    /// Shared with its launch records (`WorkerLaunch::reuse` copies none).
+    params: Arc<Vec<Vec<u8>>>,
     /// Blocks not yet run.
     left: BlockRanges,
     /// Idle workers (control records) of this operation, reused by its relaunches.
@@ -510,10 +511,12 @@ fn start_segs(
     lid: LaunchId,
     segs: &mut Vec<WorkerLaunch>,
     post: Option<(&Launcher, cu::CUcontext)>,
+    clock: &mut clock::LaunchClock,
 ) -> Result<(), CudaError> {
     let op = ops.get_mut(&op).ok_or_else(|| CudaError::Invalid(format!("no work bound to {op}")))?;
     let mask = sm_mask(how.place.mask);
     for r in ranges.ranges() {
+        let readying = clock.start();
         let reused = match op.pool.pop() {
             Some(w) => Some(w),
             None => spare
@@ -542,10 +545,12 @@ fn start_segs(
         log_if_slow(t, || format!("a launch record for launch {lid}"));
         w.share_cap = how.place.share.map(|(held, over)| share_of_each_sm(w.workers_per_sm(), held, over));
         let t = Instant::now();
+        clock.part(clock::Part::Record, readying);
         let started = match post {
             Some((launcher, ctx)) => w.start_posted(stream, mask, launcher, ctx),
             None => w.start(stream, mask),
         };
+        clock.part(clock::Part::StartCall, Some(t));
         log_if_slow(t, || format!("launching launch {lid}'s workers"));
         segs.push(w);
         started?;
@@ -740,7 +745,18 @@ impl ClientDevice {
         let (pool, unbound, next) = (Vec::new(), false, None);
         st.ops.insert(
             op,
-            KernelOp { handle, kernel, grid, block, smem: shared_bytes, params, left, pool, unbound, next },
+            KernelOp {
+                handle,
+                kernel,
+                grid,
+                block,
+                smem: shared_bytes,
+                params: Arc::new(params),
+                left,
+                pool,
+                unbound,
+                next,
+            },
         );
         Ok(())
     }
@@ -805,8 +821,11 @@ impl ClientDevice {
     pub fn set_launch_thread(&mut self, on: bool) {
         let Some(st) = self.st.as_mut() else { return };
         if !on {
-            // Dropping it makes every posted call first.
-            st.launcher = None;
+            // Dropping it makes every posted call first; its sums stay counted.
+            if let Some(l) = st.launcher.take() {
+                l.drain();
+                self.clock.made(l.made());
+            }
         } else if st.launcher.is_none() {
             st.launcher = start_launcher();
         }
@@ -898,7 +917,8 @@ impl ClientDevice {
             Some(op) => {
                 let ranges = still_to_run(&live.requested, &op.left);
                 let how = SegPlan { place, never_native: false, chunk, sm_count };
-                start_segs(&mut st.ops, &mut st.spare, live.op, &ranges, &live.stream, how, lid, &mut live.segs, None)
+                let (ops, spare, segs) = (&mut st.ops, &mut st.spare, &mut live.segs);
+                start_segs(ops, spare, live.op, &ranges, &live.stream, how, lid, segs, None, &mut self.clock)
             }
         };
         live.mask = live.sms;
@@ -910,7 +930,10 @@ impl ClientDevice {
         live.started = now;
         st.launches.insert(lid, live);
         r.map_err(failed_with(|| format!("starting the workers of launch {lid}")))?;
-        self.try_queue_ahead(lid)
+        let t = self.clock.start();
+        let queued = self.try_queue_ahead(lid);
+        self.clock.part(clock::Part::QueueAhead, t);
+        queued
     }
 
     /// Ends a launch: SMs released, remaining blocks handed back.
@@ -1174,7 +1197,8 @@ impl Drop for ClientDevice {
                 c.unplaced
             );
         }
-        if let Some(s) = self.clock.summary() {
+        let launcher = self.st.as_ref().and_then(|st| st.launcher.as_ref()).map(Launcher::made).unwrap_or_default();
+        if let Some(s) = self.clock.summary(launcher) {
             tracing::info!("CUDA device: {s}");
         }
         if self.refills.0 > 0 {
@@ -1250,6 +1274,7 @@ impl Device for ClientDevice {
                 let now = self.now();
                 let t = Instant::now();
                 let began = t;
+                self.clock.begin();
                 let stream = self.stream(priority).map_err(failed_with(|| format!("a stream for launch {launch}")))?;
                 log_if_slow(t, || format!("a stream for launch {launch}"));
                 let got_stream = t.elapsed();
@@ -1282,14 +1307,20 @@ impl Device for ClientDevice {
                     history: Vec::new(),
                 };
                 // Another kernel's workers queued on these SMs leave them.
+                let t = self.clock.start();
                 self.cancel_ahead_on(sms, Some(op))?;
+                self.clock.part(clock::Part::Cancel, t);
                 let st = self.state().map_err(failed("making the context current"))?;
                 if st.ahead.contains_key(&op) {
+                    let t = self.clock.start();
                     self.adopt(launch, live)?;
+                    self.clock.part(clock::Part::Adopt, t);
                 } else {
                     st.launches.insert(launch, live);
                     if !sms.is_empty() {
+                        let t = self.clock.start();
                         self.start_workers(launch)?;
+                        self.clock.part(clock::Part::Start, t);
                         if let Some(l) = self.st.as_ref().and_then(|st| st.launches.get(&launch)) {
                             for w in &l.segs {
                                 self.clock.calls(w.last_start_calls);

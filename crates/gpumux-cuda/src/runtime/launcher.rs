@@ -115,6 +115,25 @@ impl Pending {
     }
 }
 
+/// What the thread's calls took so far ([`Launcher::made`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Made {
+    /// Jobs whose calls were made without error.
+    pub launches: u64,
+    /// Their `cuLaunchKernel` calls, ns in all.
+    pub launch_ns: u64,
+    /// Their end events' `cuEventRecord` calls, ns in all.
+    pub record_ns: u64,
+}
+
+/// [`Made`]'s sums, added to by the thread.
+#[derive(Default)]
+struct MadeSums {
+    launches: AtomicU64,
+    launch_ns: AtomicU64,
+    record_ns: AtomicU64,
+}
+
 /// The thread and its queue. Dropping it waits for every job posted.
 pub struct Launcher {
     tx: Option<Sender<Job>>,
@@ -122,6 +141,7 @@ pub struct Launcher {
     /// Jobs posted and not yet done, for [`Launcher::drain`].
     posted: Arc<AtomicU64>,
     finished: Arc<AtomicU64>,
+    made: Arc<MadeSums>,
 }
 
 impl Launcher {
@@ -131,15 +151,23 @@ impl Launcher {
         let posted = Arc::new(AtomicU64::new(0));
         let finished = Arc::new(AtomicU64::new(0));
         let done = finished.clone();
+        let made = Arc::new(MadeSums::default());
+        let sums = made.clone();
         let thread = std::thread::Builder::new()
             .name("gpumux-launcher".into())
             .spawn(move || {
                 let mut current: cu::CUcontext = std::ptr::null_mut();
                 while let Some(mut job) = next_job(&rx) {
-                    let r = run(&mut job, &mut current);
-                    if let Err(e) = r {
-                        if let Ok(mut slot) = job.slot.error.lock() {
-                            *slot = Some(e);
+                    match run(&mut job, &mut current) {
+                        Ok((launch_ns, record_ns)) => {
+                            sums.launches.fetch_add(1, Ordering::Relaxed);
+                            sums.launch_ns.fetch_add(launch_ns, Ordering::Relaxed);
+                            sums.record_ns.fetch_add(record_ns, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            if let Ok(mut slot) = job.slot.error.lock() {
+                                *slot = Some(e);
+                            }
                         }
                     }
                     job.slot.done.store(true, Ordering::Release);
@@ -147,7 +175,16 @@ impl Launcher {
                 }
             })
             .map_err(|e| CudaError::Invalid(format!("starting the launcher thread: {e}")))?;
-        Ok(Launcher { tx: Some(tx), thread: Some(thread), posted, finished })
+        Ok(Launcher { tx: Some(tx), thread: Some(thread), posted, finished, made })
+    }
+
+    /// What the thread's calls took so far.
+    pub fn made(&self) -> Made {
+        Made {
+            launches: self.made.launches.load(Ordering::Relaxed),
+            launch_ns: self.made.launch_ns.load(Ordering::Relaxed),
+            record_ns: self.made.record_ns.load(Ordering::Relaxed),
+        }
     }
 
     /// Posts a launch of `func` with `params` on `stream` in `ctx`, and the
@@ -218,8 +255,9 @@ fn next_job(rx: &Receiver<Job>) -> Option<Job> {
     }
 }
 
-/// Makes one job's calls on the launcher thread.
-fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(), DriverError> {
+/// Makes one job's calls on the launcher thread; their times (ns: the
+/// launch, the record).
+fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(u64, u64), DriverError> {
     let h = &job.handles;
     if *current != h.ctx {
         // SAFETY: a live context handle (the poster keeps it until the job is done).
@@ -252,7 +290,7 @@ fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(), DriverError> {
     as_driver(check("cuEventRecord", unsafe { cu::cuEventRecord(h.ended, h.stream) }))?;
     let record_ns = t.elapsed().as_nanos().min(u32::MAX as u128) as u64;
     job.slot.calls.store((launch_ns << 32) | record_ns, Ordering::Relaxed);
-    Ok(())
+    Ok((launch_ns, record_ns))
 }
 
 fn as_driver(r: Result<()>) -> Result<(), DriverError> {

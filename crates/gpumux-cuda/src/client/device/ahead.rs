@@ -50,6 +50,7 @@
 //! is queued would then run before it; if it were, the device stops on its
 //! check rather than restart the launch after its successor.
 
+use super::clock::Part;
 use super::{
     all_left, failed, failed_with, place, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement,
     SegPlan,
@@ -228,7 +229,7 @@ impl ClientDevice {
         // Made by the launcher thread: nobody waits for these workers until
         // the engine launches `next` (`adopt` waits for the calls then).
         let post = launcher.as_ref().map(|l| (l, ctx));
-        let started = start_segs(ops, spare, next, &covers, &live.stream, how, lid, &mut segs, post);
+        let started = start_segs(ops, spare, next, &covers, &live.stream, how, lid, &mut segs, post, &mut self.clock);
         let (held, place) = (live.sms, live.place);
         let priority = live.priority;
         let a = Ahead { behind: lid, held, place, covers, stream: None, segs, cancelled: false, priority };
@@ -314,10 +315,15 @@ impl ClientDevice {
         live.segs = std::mem::take(&mut a.segs);
         // Their launch calls may still be on the launcher thread: made
         // before anything else touches them (a refill's cut among others).
+        // Rarely so: the thread had made them in all but 162-297 of 84,200
+        // commands (docs/benchmarks.md, run 159).
         for w in live.segs.iter_mut() {
-            w.settle().map_err(failed_with(|| format!("launching the queued workers of launch {lid}")))?;
-            // Their calls' times, from the launcher thread if it made them.
-            self.clock.calls(w.last_start_calls);
+            if !w.settled().map_err(failed_with(|| format!("launching the queued workers of launch {lid}")))? {
+                let t = self.clock.start();
+                self.clock.waited_for_launcher();
+                w.settle().map_err(failed_with(|| format!("launching the queued workers of launch {lid}")))?;
+                self.clock.part(Part::Settle, t);
+            }
         }
         live.place = a.place;
         live.mask = live.sms;
@@ -340,7 +346,10 @@ impl ClientDevice {
             place
         );
         if clean {
-            self.try_queue_ahead(lid)
+            let t = self.clock.start();
+            let queued = self.try_queue_ahead(lid);
+            self.clock.part(Part::QueueAhead, t);
+            queued
         } else {
             Ok(())
         }

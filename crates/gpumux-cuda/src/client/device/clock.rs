@@ -1,12 +1,43 @@
 //! Where the device's time per launch command goes: the command as a whole,
-//! its stream, and the CUDA calls of its workers' launch (the kernel launch
-//! and the end event's record; for workers queued ahead, made by the
-//! launcher thread outside any command, counted when a command adopts
-//! them). Logged when the device closes, so a run of the daemon says what a
-//! launch costs on its GPU without a profiler (the `launch` stage of
-//! docs/daemon.md's stage log is all of it, one number).
+//! its stream, its parts ([`Part`], timed in every [`SAMPLE`]th command),
+//! and the CUDA calls of its workers' launch (the kernel launch and the end
+//! event's record; for workers queued ahead, made by the launcher thread
+//! outside any command, the thread's own sums). Logged when the device
+//! closes, so a run of the daemon says what a launch costs on its GPU
+//! without a profiler (the `launch` stage of docs/daemon.md's stage log is
+//! all of it, one number).
 
-use std::time::Duration;
+use crate::runtime::launcher::Made;
+use std::time::{Duration, Instant};
+
+/// Every `SAMPLE`th launch command has its parts timed: a clock read costs
+/// 38 ns on the H100 machine (`scripts/clock-cost`), and timing every part
+/// of every command took 0.3 µs of its 5 (docs/benchmarks.md, run 163).
+pub(super) const SAMPLE: u64 = 16;
+
+/// Parts of a launch command, timed apart ([`LaunchClock::part`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Part {
+    /// Cancelling other kernels' workers queued on the launch's SMs.
+    Cancel,
+    /// Adopting the operation's queued workers (with what it calls).
+    Adopt,
+    /// Waiting for the launcher thread's calls of the adopted workers.
+    Settle,
+    /// Starting workers in the command (with what it calls).
+    Start,
+    /// Queueing the stream's next kernel behind the launch (within
+    /// adopting or starting).
+    QueueAhead,
+    /// Readying launch records for workers (`WorkerLaunch::reuse`, or a
+    /// new record), within starting or queueing ahead.
+    Record,
+    /// Starting workers on a ready record (`WorkerLaunch::start`, with
+    /// its CUDA calls, or `start_posted`), within starting or queueing ahead.
+    StartCall,
+}
+
+const PARTS: usize = 7;
 
 /// Sums over the launch commands that started workers.
 #[derive(Debug, Default)]
@@ -14,17 +45,48 @@ pub(super) struct LaunchClock {
     commands: u64,
     submit: Duration,
     stream: Duration,
+    /// [`Part`]s' sums over the sampled commands.
+    parts: [Duration; PARTS],
+    sampled: u64,
+    /// In a sampled command: its parts are timed.
+    timing: bool,
     worker_launches: u64,
     launch_calls_ns: u64,
     record_calls_ns: u64,
+    /// Launches that adopted queued workers whose calls the launcher
+    /// thread had not made yet, and waited for them.
+    waited_for_launcher: u64,
 }
 
 impl LaunchClock {
+    /// A launch command begins: if it is sampled, its parts are timed until
+    /// it ends ([`LaunchClock::command`]).
+    pub(super) fn begin(&mut self) {
+        self.timing = self.commands.is_multiple_of(SAMPLE);
+        self.sampled += self.timing as u64;
+    }
+
     /// One launch command: all of it, and the part that got its stream.
     pub(super) fn command(&mut self, submit: Duration, stream: Duration) {
+        self.timing = false;
         self.commands += 1;
         self.submit += submit;
         self.stream += stream;
+    }
+
+    /// Now, if the command under way is timed: what [`LaunchClock::part`]
+    /// takes (no clock read otherwise).
+    pub(super) fn start(&self) -> Option<Instant> {
+        self.timing.then(Instant::now)
+    }
+
+    /// The time since `since` ([`LaunchClock::start`]) spent on `part`;
+    /// only within a sampled launch command (the same calls made by a
+    /// poll, a restart for one, are not a command's).
+    pub(super) fn part(&mut self, part: Part, since: Option<Instant>) {
+        if let (true, Some(t)) = (self.timing, since) {
+            self.parts[part as usize] += t.elapsed();
+        }
     }
 
     /// One worker launch's CUDA calls, ns (`WorkerLaunch::last_start_calls`).
@@ -34,22 +96,51 @@ impl LaunchClock {
         self.record_calls_ns += record as u64;
     }
 
-    /// The means, in words; `None` before 100 commands (too few to mean much).
-    pub(super) fn summary(&self) -> Option<String> {
+    /// The calls a launcher thread made (its sums, when it goes away).
+    pub(super) fn made(&mut self, m: Made) {
+        self.worker_launches += m.launches;
+        self.launch_calls_ns += m.launch_ns;
+        self.record_calls_ns += m.record_ns;
+    }
+
+    /// A launch adopted queued workers whose calls were not made yet.
+    pub(super) fn waited_for_launcher(&mut self) {
+        self.waited_for_launcher += 1;
+    }
+
+    /// The means, in words, with the calls of the launcher thread still
+    /// running (`launcher`); `None` before 100 commands (too few to mean much).
+    pub(super) fn summary(&self, launcher: Made) -> Option<String> {
         if self.commands < 100 {
             return None;
         }
         let per = |d: f64, n: u64| d / n.max(1) as f64;
         let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let launches = self.worker_launches + launcher.launches;
+        let part = |p: Part| per(us(self.parts[p as usize]), self.sampled);
         Some(format!(
-            "{} launch commands, mean µs each: {:.1} in all, {:.2} getting a stream; per worker launch \
-             ({}): cuLaunchKernel {:.2}, the end event's record {:.2}",
+            "{} launch commands, mean µs each: {:.1} in all, {:.2} getting a stream; of every {SAMPLE}th: \
+             {:.2} cancelling other kernels' queued workers, {:.2} adopting queued workers ({:.2} of it \
+             waiting for the launcher thread), {:.2} starting workers, {:.2} queueing the next kernel \
+             ahead (within adopting and starting), {:.2} readying launch records and {:.2} starting \
+             workers on them (within both); per worker launch \
+             ({}, {} by the launcher thread): cuLaunchKernel {:.2}, the end event's record {:.2}; {} \
+             launches waited for the launcher thread to launch the queued workers they adopted",
             self.commands,
             per(us(self.submit), self.commands),
             per(us(self.stream), self.commands),
-            self.worker_launches,
-            per(self.launch_calls_ns as f64 / 1e3, self.worker_launches),
-            per(self.record_calls_ns as f64 / 1e3, self.worker_launches),
+            part(Part::Cancel),
+            part(Part::Adopt),
+            part(Part::Settle),
+            part(Part::Start),
+            part(Part::QueueAhead),
+            part(Part::Record),
+            part(Part::StartCall),
+            launches,
+            launcher.launches,
+            per((self.launch_calls_ns + launcher.launch_ns) as f64 / 1e3, launches),
+            per((self.record_calls_ns + launcher.record_ns) as f64 / 1e3, launches),
+            self.waited_for_launcher,
         ))
     }
 }
@@ -65,11 +156,70 @@ mod tests {
             c.command(Duration::from_micros(10), Duration::from_micros(1));
             c.calls((3_000, 1_000));
         }
-        assert!(c.summary().is_none(), "99 commands say little");
+        let none = Made::default();
+        assert!(c.summary(none).is_none(), "99 commands say little");
         c.command(Duration::from_micros(10), Duration::from_micros(1));
         c.calls((3_000, 1_000));
-        let s = c.summary().expect("100 commands");
-        assert!(s.starts_with("100 launch commands, mean µs each: 10.0 in all, 1.00 getting a stream"), "{s}");
-        assert!(s.contains("(100): cuLaunchKernel 3.00, the end event's record 1.00"), "{s}");
+        let s = c.summary(none).expect("100 commands");
+        assert!(
+            s.starts_with("100 launch commands, mean µs each: 10.0 in all, 1.00 getting a stream; of every 16th: 0.00"),
+            "{s}"
+        );
+        assert!(s.contains("(100, 0 by the launcher thread): cuLaunchKernel 3.00, the end event's record 1.00"), "{s}");
+        assert!(
+            s.ends_with("; 0 launches waited for the launcher thread to launch the queued workers they adopted"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn parts_are_timed_in_every_sampled_command_and_only_inside_it() {
+        let mut c = LaunchClock::default();
+        let mut timed = 0;
+        for _ in 0..(10 * SAMPLE) {
+            c.begin();
+            let t = c.start();
+            timed += t.is_some() as u64;
+            // A part of known length: an instant that far back.
+            let back = |d: u64| t.map(|t| t - Duration::from_micros(d));
+            c.part(Part::Adopt, back(3));
+            c.part(Part::QueueAhead, back(2));
+            c.command(Duration::from_micros(4), Duration::ZERO);
+            // A restart after a poll: not a command's.
+            c.part(Part::Start, Some(Instant::now() - Duration::from_micros(50)));
+        }
+        assert_eq!(timed, 10, "one command in {SAMPLE} is timed");
+        let s = c.summary(Made::default()).expect("160 commands");
+        // Each timed part took its length plus the time between the clock
+        // reads (ns, unless the test thread is descheduled: the bound is loose).
+        let mean = |after: &str| -> f64 {
+            let rest = &s[s.find(after).expect(after) + after.len()..];
+            rest.split_whitespace().next().and_then(|w| w.parse().ok()).expect("a mean")
+        };
+        assert!((3.0..40.0).contains(&mean("kernels' queued workers, ")), "{s}");
+        assert!((2.0..40.0).contains(&mean("starting workers, ")), "{s}");
+        assert!(s.contains("0.00 starting workers,"), "the restart outside a command is not counted: {s}");
+    }
+
+    #[test]
+    fn the_launcher_threads_calls_count_with_the_commands_own() {
+        let mut c = LaunchClock::default();
+        for _ in 0..100 {
+            c.command(Duration::from_micros(2), Duration::ZERO);
+            c.calls((4_000, 1_000));
+        }
+        // A thread gone (turned off) and the one running now: 300 calls of 2 µs + 100 ns.
+        c.made(Made { launches: 100, launch_ns: 200_000, record_ns: 10_000 });
+        c.waited_for_launcher();
+        let s = c.summary(Made { launches: 200, launch_ns: 400_000, record_ns: 20_000 }).expect("100 commands");
+        // (100 x 4 µs + 300 x 2 µs) / 400 = 2.5; (100 x 1 µs + 300 x 0.1 µs) / 400 = 0.325.
+        assert!(
+            s.contains("(400, 200 by the launcher thread): cuLaunchKernel 2.50, the end event's record 0.33"),
+            "{s}"
+        );
+        assert!(
+            s.ends_with("; 1 launches waited for the launcher thread to launch the queued workers they adopted"),
+            "{s}"
+        );
     }
 }

@@ -263,7 +263,8 @@ impl super::ClientDevice {
         let (placed, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
         live.corun = corun;
         let how = SegPlan { place: placed, never_native: false, chunk, sm_count };
-        let r = start_segs(&mut st.ops, &mut st.spare, live.op, &rest, &live.stream, how, lid, &mut live.segs, None);
+        let (ops, spare, segs) = (&mut st.ops, &mut st.spare, &mut live.segs);
+        let r = start_segs(ops, spare, live.op, &rest, &live.stream, how, lid, segs, None, &mut self.clock);
         live.mask = live.sms;
         live.place = placed;
         live.gone = SmSet::EMPTY;
