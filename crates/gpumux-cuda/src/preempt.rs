@@ -5,7 +5,6 @@ use crate::error::{CudaError, Result};
 use crate::launch_plan::{self, Chunk, LaunchFacts, Plan, ProfileKey};
 use crate::runtime::launcher::{Launcher, Pending};
 use crate::runtime::{DeviceBuffer, Event, Function, HostMapped, Params, Stream};
-use std::sync::Arc;
 
 /// Bytes of one control record (`gmx_ctl_t`): a 128-byte line with the claim
 /// word and the result (the host reads its first 32 bytes), a 128-byte line
@@ -218,9 +217,8 @@ pub struct WorkerLaunch {
     func: Function,
     /// The untransformed kernel, for launches too short to need preemption.
     native: Option<Function>,
-    /// The user's arguments, as raw bytes per parameter; shared with the
-    /// operation it runs (a record taking another launch copies none).
-    args: Arc<Vec<Vec<u8>>>,
+    /// The user's arguments, as raw bytes per parameter.
+    args: Vec<Vec<u8>>,
     grid: [u32; 3],
     block: [u32; 3],
     smem: u32,
@@ -271,7 +269,7 @@ impl WorkerLaunch {
     /// `args` are the kernel's own parameters (without the worker's two).
     pub fn new(
         func: Function,
-        args: impl Into<Arc<Vec<Vec<u8>>>>,
+        args: Vec<Vec<u8>>,
         grid: [u32; 3],
         block: [u32; 3],
         smem: u32,
@@ -296,7 +294,7 @@ impl WorkerLaunch {
         Ok(WorkerLaunch {
             func,
             native: None,
-            args: args.into(),
+            args,
             grid,
             block,
             smem,
@@ -332,7 +330,7 @@ impl WorkerLaunch {
     pub fn reuse(
         &mut self,
         func: Function,
-        args: impl Into<Arc<Vec<Vec<u8>>>>,
+        args: Vec<Vec<u8>>,
         grid: [u32; 3],
         block: [u32; 3],
         smem: u32,
@@ -350,7 +348,7 @@ impl WorkerLaunch {
         }
         self.func = func;
         self.native = None;
-        self.args = args.into();
+        self.args = args;
         self.grid = grid;
         self.block = block;
         self.smem = smem;
@@ -441,7 +439,7 @@ impl WorkerLaunch {
     }
     /// Replaces one of the user's arguments (between launches).
     pub fn set_arg(&mut self, i: usize, bytes: Vec<u8>) {
-        if let Some(a) = Arc::make_mut(&mut self.args).get_mut(i) {
+        if let Some(a) = self.args.get_mut(i) {
             *a = bytes;
         }
     }
@@ -526,7 +524,7 @@ impl WorkerLaunch {
         let plan = self.plan(mask);
         self.last_plan = Some(plan);
         let mut p = Params::default();
-        for a in self.args.iter() {
+        for a in &self.args {
             p.push_bytes(a);
         }
         let chunk = match (plan, &self.native) {

@@ -264,7 +264,7 @@ impl Module {
         // SAFETY: valid module and C string.
         driver_result("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, self.code.raw, c.as_ptr()) })
             .map_err(|source| CudaError::MissingKernel { kernel: name.into(), module: self.name.clone(), source })?;
-        Ok(Function { raw: f, name: name.into(), profiles: self.profiles.clone(), _code: self.code.clone() })
+        Ok(Function { raw: f, name: name.to_string(), profiles: self.profiles.clone(), _code: self.code.clone() })
     }
 }
 
@@ -272,9 +272,8 @@ impl Module {
 #[derive(Clone, Debug)]
 pub struct Function {
     raw: cu::CUfunction,
-    /// Its exported name (shared: a launch record takes a clone of the
-    /// function for every launch it makes).
-    pub name: Arc<str>,
+    /// Its exported name.
+    pub name: String,
     /// The module's measured block times (shared by every handle of the module).
     pub profiles: Arc<ProfileCache>,
     /// Held, never read: the module stays loaded while this function may run.
@@ -359,28 +358,19 @@ impl Function {
     }
 }
 
-/// Kernel arguments, each in its own 8-byte aligned slot of one buffer (a
-/// worker launch's few arguments in two allocations, not one per argument:
-/// the CUDA device builds them for every launch it makes).
+/// Kernel arguments, each in its own 8-byte aligned slot.
 #[derive(Default)]
 pub struct Params {
-    words: Vec<u64>,
-    /// Where each argument's slot begins in `words`.
-    starts: Vec<usize>,
+    slots: Vec<Vec<u64>>,
 }
 
 impl Params {
     /// An argument of these bytes (a struct passed by value).
     pub fn push_bytes(&mut self, b: &[u8]) -> &mut Self {
-        if self.starts.is_empty() {
-            self.words.reserve(16);
-            self.starts.reserve(8);
-        }
-        let start = self.words.len();
-        self.words.resize(start + b.len().div_ceil(8).max(1), 0);
+        let mut slot = vec![0u64; b.len().div_ceil(8).max(1)];
         // SAFETY: the slot holds at least b.len() bytes.
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.words[start..].as_mut_ptr().cast::<u8>(), b.len()) };
-        self.starts.push(start);
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), slot.as_mut_ptr().cast::<u8>(), b.len()) };
+        self.slots.push(slot);
         self
     }
     /// A device pointer.
@@ -410,12 +400,8 @@ impl Params {
             Arg::U64(v) => self.u64(*v),
         })
     }
-    /// Each argument's address, for `cuLaunchKernel` (valid while `self`
-    /// is neither changed nor moved).
     fn pointers(&mut self) -> Vec<*mut c_void> {
-        let base = self.words.as_mut_ptr();
-        // SAFETY: every start lies within `words`.
-        self.starts.iter().map(|&i| unsafe { base.add(i) }.cast::<c_void>()).collect()
+        self.slots.iter_mut().map(|s| s.as_mut_ptr().cast::<c_void>()).collect()
     }
 }
 
@@ -755,31 +741,5 @@ impl Drop for Event {
         unsafe {
             cu::cuEventDestroy_v2(self.raw);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Params;
-
-    #[test]
-    fn params_keep_each_argument_whole_and_8_byte_aligned_in_one_buffer() {
-        let mut p = Params::default();
-        let desc: Vec<u8> = (0..=20).collect();
-        p.u32(7).ptr(0x1234_5678_9abc_def0).push_bytes(&desc).push_bytes(&[]).uint3([1, 2, 3]);
-        let ptrs = p.pointers();
-        assert_eq!(ptrs.len(), 5);
-        for q in &ptrs {
-            assert_eq!(*q as usize % 8, 0, "every argument starts on an 8-byte boundary");
-        }
-        // SAFETY: each pointer addresses at least its argument's bytes within `p`.
-        let bytes = |i: usize, n: usize| unsafe { std::slice::from_raw_parts(ptrs[i].cast::<u8>(), n) }.to_vec();
-        assert_eq!(bytes(0, 4), 7u32.to_le_bytes());
-        assert_eq!(bytes(1, 8), 0x1234_5678_9abc_def0u64.to_le_bytes());
-        assert_eq!(bytes(2, 21), desc);
-        let uint3: Vec<u8> = [1u32, 2, 3].iter().flat_map(|x| x.to_le_bytes()).collect();
-        assert_eq!(bytes(4, 12), uint3);
-        // 4 + 8 + 21 + 0 + 12 bytes take slots of 1, 1, 3, 1 and 2 words.
-        assert_eq!(ptrs[4] as usize - ptrs[0] as usize, 6 * 8);
     }
 }

@@ -49,8 +49,7 @@ struct KernelOp {
     grid: [u32; 3],
     block: [u32; 3],
     smem: u32,
-    /// Shared with its launch records (`WorkerLaunch::reuse` copies none).
-    params: Arc<Vec<Vec<u8>>>,
+    params: Vec<Vec<u8>>,
     /// Blocks not yet run.
     left: BlockRanges,
     /// Idle workers (control records) of this operation, reused by its relaunches.
@@ -745,18 +744,7 @@ impl ClientDevice {
         let (pool, unbound, next) = (Vec::new(), false, None);
         st.ops.insert(
             op,
-            KernelOp {
-                handle,
-                kernel,
-                grid,
-                block,
-                smem: shared_bytes,
-                params: Arc::new(params),
-                left,
-                pool,
-                unbound,
-                next,
-            },
+            KernelOp { handle, kernel, grid, block, smem: shared_bytes, params, left, pool, unbound, next },
         );
         Ok(())
     }
