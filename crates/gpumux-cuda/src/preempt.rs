@@ -494,22 +494,12 @@ impl WorkerLaunch {
 
     /// Waits for the CUDA calls of a posted start ([`WorkerLaunch::start_posted`]);
     /// their error if they failed. Nothing to do for any other start.
-    pub fn settle(&mut self) -> Result<()> {
-        if let Some(p) = self.pending.take() {
-            self.last_start_calls = p.wait()?;
-        }
-        Ok(())
-    }
-
-    /// [`WorkerLaunch::settle`] without waiting: `Ok(true)` once a posted
-    /// start's calls are made (their times in `last_start_calls`) or when
-    /// there were none to wait for, `Ok(false)` while they are still on the
-    /// launcher thread.
-    pub fn settled(&mut self) -> Result<bool> {
-        match &self.pending {
-            Some(p) if !p.done() => Ok(false),
-            _ => self.settle().map(|_| true),
-        }
+    /// Whether it had to wait (the launcher thread had not made them yet).
+    pub fn settle(&mut self) -> Result<bool> {
+        let Some(p) = self.pending.take() else { return Ok(false) };
+        let waited = !p.done();
+        self.last_start_calls = p.wait()?;
+        Ok(waited)
     }
 
     fn start_with(

@@ -318,12 +318,11 @@ impl ClientDevice {
         // Rarely so: the thread had made them in all but 162-297 of 84,200
         // commands (docs/benchmarks.md, runs 159-164).
         for w in live.segs.iter_mut() {
-            if !w.settled().map_err(failed_with(|| format!("launching the queued workers of launch {lid}")))? {
-                let t = self.clock.start();
+            let t = self.clock.start();
+            if w.settle().map_err(failed_with(|| format!("launching the queued workers of launch {lid}")))? {
                 self.clock.waited_for_launcher();
-                w.settle().map_err(failed_with(|| format!("launching the queued workers of launch {lid}")))?;
-                self.clock.part(Part::Settle, t);
             }
+            self.clock.part(Part::Settle, t);
         }
         live.place = a.place;
         live.mask = live.sms;
