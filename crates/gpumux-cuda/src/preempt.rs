@@ -229,6 +229,13 @@ pub struct WorkerLaunch {
     /// How long the last start's CUDA calls took, ns: the kernel launch
     /// and the end event's record (the device's launch timings).
     pub last_start_calls: (u32, u32),
+    /// Time the next start's parts ([`WorkerLaunch::last_start_parts`]):
+    /// set by a device that samples where its launch commands' time goes.
+    pub time_start: bool,
+    /// How long the last timed start's parts took, ns: its plan (the
+    /// profile lookup), the parameters and launch description, and the
+    /// launch calls or their post to the launcher thread.
+    pub last_start_parts: [u32; 3],
     measuring: Option<Measuring>,
     /// Claims per worker below which the chunk shrinks (see `describe`).
     pub min_claims: u32,
@@ -301,6 +308,8 @@ impl WorkerLaunch {
             chunk: chunk.into(),
             last_plan: None,
             last_start_calls: (0, 0),
+            time_start: false,
+            last_start_parts: [0; 3],
             measuring: None,
             min_claims: DEFAULT_MIN_CLAIMS,
             next: 0,
@@ -511,8 +520,14 @@ impl WorkerLaunch {
         if self.running {
             return Err(CudaError::Invalid("start: the launch is still running".into()));
         }
+        let began = self.time_start.then(std::time::Instant::now);
+        if began.is_some() {
+            // A native start returns before the parts are taken: it counts none.
+            self.last_start_parts = [0; 3];
+        }
         let plan = self.plan(mask);
         self.last_plan = Some(plan);
+        let planned = began.map(|_| std::time::Instant::now());
         let mut p = Params::default();
         for a in &self.args {
             p.push_bytes(a);
@@ -559,6 +574,7 @@ impl WorkerLaunch {
             }
             _ => None,
         };
+        let prepared = began.map(|_| std::time::Instant::now());
         let calls = match (launcher, &measuring) {
             // Workers nobody waits for yet: the launcher thread makes the calls.
             (Some((launcher, ctx)), None) => {
@@ -580,6 +596,10 @@ impl WorkerLaunch {
                 (launched.as_nanos() as u32, t.elapsed().as_nanos() as u32)
             }
         };
+        if let (Some(b), Some(p), Some(q)) = (began, planned, prepared) {
+            let ns = |d: std::time::Duration| d.as_nanos().min(u32::MAX as u128) as u32;
+            self.last_start_parts = [ns(p - b), ns(q - p), ns(q.elapsed())];
+        }
         self.measuring = measuring;
         self.last_start_calls = calls;
         self.event_query_at.set(std::time::Instant::now() + EVENT_QUERY_AFTER);

@@ -545,11 +545,13 @@ fn start_segs(
         w.share_cap = how.place.share.map(|(held, over)| share_of_each_sm(w.workers_per_sm(), held, over));
         let t = Instant::now();
         clock.part(clock::Part::Record, readying);
+        w.time_start = clock.timing();
         let started = match post {
             Some((launcher, ctx)) => w.start_posted(stream, mask, launcher, ctx),
             None => w.start(stream, mask),
         };
         clock.part(clock::Part::StartCall, Some(t));
+        clock.start_parts(w.last_start_parts);
         log_if_slow(t, || format!("launching launch {lid}'s workers"));
         segs.push(w);
         started?;

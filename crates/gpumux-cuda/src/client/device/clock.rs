@@ -35,9 +35,16 @@ pub(super) enum Part {
     /// Starting workers on a ready record (`WorkerLaunch::start`, with
     /// its CUDA calls, or `start_posted`), within starting or queueing ahead.
     StartCall,
+    /// Within a start on a record: its plan (the profile lookup).
+    Plan,
+    /// Within a start on a record: the parameters and launch description.
+    Params,
+    /// Within a start on a record: the launch calls, or their post to the
+    /// launcher thread.
+    Calls,
 }
 
-const PARTS: usize = 7;
+const PARTS: usize = 10;
 
 /// Sums over the launch commands that started workers.
 #[derive(Debug, Default)]
@@ -74,6 +81,11 @@ impl LaunchClock {
         self.stream += stream;
     }
 
+    /// Whether the command under way is timed.
+    pub(super) fn timing(&self) -> bool {
+        self.timing
+    }
+
     /// Now, if the command under way is timed: what [`LaunchClock::part`]
     /// takes (no clock read otherwise).
     pub(super) fn start(&self) -> Option<Instant> {
@@ -86,6 +98,16 @@ impl LaunchClock {
     pub(super) fn part(&mut self, part: Part, since: Option<Instant>) {
         if let (true, Some(t)) = (self.timing, since) {
             self.parts[part as usize] += t.elapsed();
+        }
+    }
+
+    /// A timed start's parts, ns (`WorkerLaunch::last_start_parts`: the
+    /// plan, the parameters, the calls or their post).
+    pub(super) fn start_parts(&mut self, [plan, params, calls]: [u32; 3]) {
+        if self.timing {
+            for (part, ns) in [(Part::Plan, plan), (Part::Params, params), (Part::Calls, calls)] {
+                self.parts[part as usize] += Duration::from_nanos(ns as u64);
+            }
         }
     }
 
@@ -123,7 +145,8 @@ impl LaunchClock {
              {:.2} cancelling other kernels' queued workers, {:.2} adopting queued workers ({:.2} of it \
              waiting for the launcher thread), {:.2} starting workers, {:.2} queueing the next kernel \
              ahead (within adopting and starting), {:.2} readying launch records and {:.2} starting \
-             workers on them (within both); per worker launch \
+             workers on them (within both: {:.2} planning, {:.2} the parameters and description, {:.2} \
+             the launch calls or their post); per worker launch \
              ({}, {} by the launcher thread): cuLaunchKernel {:.2}, the end event's record {:.2}; {} \
              launches waited for the launcher thread to launch the queued workers they adopted",
             self.commands,
@@ -136,6 +159,9 @@ impl LaunchClock {
             part(Part::QueueAhead),
             part(Part::Record),
             part(Part::StartCall),
+            part(Part::Plan),
+            part(Part::Params),
+            part(Part::Calls),
             launches,
             launcher.launches,
             per((self.launch_calls_ns + launcher.launch_ns) as f64 / 1e3, launches),
@@ -184,6 +210,8 @@ mod tests {
             let back = |d: u64| t.map(|t| t - Duration::from_micros(d));
             c.part(Part::Adopt, back(3));
             c.part(Part::QueueAhead, back(2));
+            // A start's own parts, taken by the launch record when it is timed.
+            c.start_parts([250, 500, 1_000]);
             c.command(Duration::from_micros(4), Duration::ZERO);
             // A restart after a poll: not a command's.
             c.part(Part::Start, Some(Instant::now() - Duration::from_micros(50)));
@@ -199,6 +227,10 @@ mod tests {
         assert!((3.0..40.0).contains(&mean("kernels' queued workers, ")), "{s}");
         assert!((2.0..40.0).contains(&mean("starting workers, ")), "{s}");
         assert!(s.contains("0.00 starting workers,"), "the restart outside a command is not counted: {s}");
+        assert!(
+            s.contains("0.25 planning, 0.50 the parameters and description, 1.00 the launch calls or their post"),
+            "a start's parts count in the sampled commands only: {s}"
+        );
     }
 
     #[test]
