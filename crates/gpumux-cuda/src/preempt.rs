@@ -233,8 +233,9 @@ pub struct WorkerLaunch {
     /// set by a device that samples where its launch commands' time goes.
     pub time_start: bool,
     /// How long the last timed start's parts took, ns: its plan (the
-    /// profile lookup), the parameters and launch description, and the
-    /// launch calls or their post to the launcher thread.
+    /// profile lookup), the parameters and launch description (with the
+    /// start event of a launch timed to learn its kernel's block time), and
+    /// the launch calls or their post to the launcher thread.
     pub last_start_parts: [u32; 3],
     measuring: Option<Measuring>,
     /// Claims per worker below which the chunk shrinks (see `describe`).
