@@ -113,12 +113,10 @@ impl LaunchClock {
 
     /// One worker launch's CUDA calls, ns (`WorkerLaunch::last_start_calls`).
     pub(super) fn calls(&mut self, (launch, record): (u32, u32)) {
-        self.worker_launches += 1;
-        self.launch_calls_ns += launch as u64;
-        self.record_calls_ns += record as u64;
+        self.made(Made { launches: 1, launch_ns: launch as u64, record_ns: record as u64 });
     }
 
-    /// The calls a launcher thread made (its sums, when it goes away).
+    /// Calls made elsewhere: a launcher thread's sums, when it goes away.
     pub(super) fn made(&mut self, m: Made) {
         self.worker_launches += m.launches;
         self.launch_calls_ns += m.launch_ns;
