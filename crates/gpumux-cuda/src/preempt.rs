@@ -263,6 +263,11 @@ pub struct WorkerLaunch {
     running_native: bool,
     /// Started to displace other work: never native (see [`WorkerLaunch::urgent`]).
     urgent: bool,
+    /// Run the whole grid natively whatever its length and SMs, if the native
+    /// build is at hand ([`WorkerLaunch::native_anywhere`]).
+    native_anywhere: bool,
+    /// The same, for a launch known to be long ([`WorkerLaunch::native_if_long`]).
+    native_if_long: bool,
     /// Workers per SM at most, set by a device that co-locates launches on
     /// the same SMs (each keeps to its share of every SM); `None`: the occupancy.
     pub share_cap: Option<u32>,
@@ -271,6 +276,25 @@ pub struct WorkerLaunch {
     /// The running launch's CUDA calls, posted to a launcher thread
     /// ([`WorkerLaunch::start_posted`]) and maybe not made yet.
     pending: Option<Pending>,
+}
+
+/// A launch of `func`'s whole grid is long: its kernel shape has been timed
+/// ([`launch_plan::TIMED_LAUNCHES`]), and it takes more than one wave of
+/// `workers_per_sm` on `sm_count` SMs and more than
+/// [`launch_plan::SHORT_LAUNCH_NS`] ([`WorkerLaunch::native_if_long`]).
+pub fn is_long(
+    func: &Function,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    workers_per_sm: u32,
+    sm_count: u32,
+) -> bool {
+    let total: u64 = grid.iter().map(|&g| g as u64).product();
+    let waves = total.div_ceil((workers_per_sm as u64 * sm_count as u64).max(1));
+    func.profiles
+        .get(&func.name, ProfileKey { block, smem })
+        .is_some_and(|t| !t.timing() && waves > 1 && t.block_ns * waves as f64 > launch_plan::SHORT_LAUNCH_NS)
 }
 
 impl WorkerLaunch {
@@ -326,6 +350,8 @@ impl WorkerLaunch {
             running: false,
             running_native: false,
             urgent: false,
+            native_anywhere: false,
+            native_if_long: false,
             share_cap: None,
             gone: [0; GONE_WORDS],
         })
@@ -367,6 +393,8 @@ impl WorkerLaunch {
         self.next = 0;
         self.end = blocks as u32;
         self.urgent = false;
+        self.native_anywhere = false;
+        self.native_if_long = false;
         self.share_cap = None;
         Ok(())
     }
@@ -386,6 +414,36 @@ impl WorkerLaunch {
     pub fn with_native(mut self, native: Function) -> Self {
         self.native = Some(native);
         self
+    }
+
+    /// [`WorkerLaunch::with_native`] on a record in place (`None`: none), for
+    /// the next start.
+    pub fn set_native(&mut self, native: Option<Function>) {
+        self.native = native;
+    }
+
+    /// Runs the next start's whole grid as the native kernel, however long
+    /// and whatever SMs it is given, if the native build is at hand and the
+    /// start begins at block 0 and runs to the end: for a device that leaves
+    /// priority to the hardware's stream priorities where no preemption is
+    /// needed (`ClientDevice::set_hw_priority`). Not for urgent launches.
+    pub fn native_anywhere(&mut self, yes: bool) {
+        self.native_anywhere = yes;
+    }
+
+    /// [`WorkerLaunch::native_anywhere`] for a launch whose kernel shape has
+    /// been timed and takes more than one wave and more than
+    /// [`launch_plan::SHORT_LAUNCH_NS`] on the whole GPU: where workers cost
+    /// a kernel the most (their claims and barriers beside busy warps) and a
+    /// native launch's own cost is spread over the most work. Short ones stay
+    /// workers (the daemon's launch path serves them fastest as such).
+    pub fn native_if_long(&mut self, yes: bool) {
+        self.native_if_long = yes;
+    }
+
+    /// The running launch is the native kernel.
+    pub fn running_native(&self) -> bool {
+        self.running && self.running_native
     }
 
     /// How the last start ran (None before the first).
@@ -409,6 +467,12 @@ impl WorkerLaunch {
         // Until a timed launch of this kernel shape has finished, every
         // launch of it is timed (the first to finish is kept by the cache).
         let known = self.func.profiles.get(&self.func.name, self.profile_key());
+        if facts.native_available && self.next == 0 && self.end as u64 == total {
+            let long = || is_long(&self.func, self.grid, self.block, self.smem, self.workers_per_sm, self.sm_count);
+            if self.native_anywhere || (self.native_if_long && long()) {
+                return Plan::Native;
+            }
+        }
         match launch_plan::plan(self.chunk, facts, known.map(|t| t.block_ns)) {
             // Timed until enough launches were (`TIMED_LAUNCHES`).
             Plan::Workers { chunk, measure: false }

@@ -280,8 +280,13 @@ impl Stamps {
 
     /// `stamp` over these buffers, one 256-thread block per entry, spinning `spin_ns`.
     fn work(&self, kernel: KernelHandle, spin_ns: u64) -> ClientWork {
+        self.work_of(kernel, spin_ns, 256)
+    }
+
+    /// [`Stamps::work`] with blocks of `threads`.
+    fn work_of(&self, kernel: KernelHandle, spin_ns: u64, threads: u32) -> ClientWork {
         let params = [self.runs, self.sm_of, self.start, spin_ns].iter().map(|v| v.to_le_bytes().to_vec()).collect();
-        ClientWork::Kernel { kernel, grid: [self.n as u32, 1, 1], block: [256, 1, 1], shared_bytes: 0, params }
+        ClientWork::Kernel { kernel, grid: [self.n as u32, 1, 1], block: [threads, 1, 1], shared_bytes: 0, params }
     }
 
     /// Reads what the blocks recorded (three copies, operations `op`..`op + 3`) and frees the buffers.
@@ -447,6 +452,128 @@ fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leav
     eprintln!("urgent block starts, µs after the first: {:?}", starts.iter().step_by(11).collect::<Vec<_>>());
 }
 
+#[test]
+fn with_hardware_priority_a_lone_launch_runs_natively_and_an_urgent_one_takes_slots_as_its_blocks_end() {
+    let Some((_gpu, mut d)) = device_or_skip(
+        "with_hardware_priority_a_lone_launch_runs_natively_and_an_urgent_one_takes_slots_as_its_blocks_end",
+    ) else {
+        return;
+    };
+    let d = &mut d;
+    d.set_hw_priority(true);
+    let mut compiled = module::compile("stamp", STAMP, &[], d.arch()).expect("compile");
+    module::add_native(&mut compiled, "stamp", STAMP, &[], d.arch()).expect("native build");
+    let h = d.load_module("stamp", &compiled).expect("load").0[0].0;
+    let sms = d.info().num_sms;
+    // Low priority: about 4 waves of 200 µs blocks of 224 threads on every SM.
+    // Urgent: 132 blocks of 256 threads, 15 µs.
+    let (lp_total, hp_total) = (sms as u64 * 8 * 4, 132u64);
+    let (lp, hp) = (Stamps::new(d, lp_total, 401), Stamps::new(d, hp_total, 402));
+    // SAFETY: kernels bind no host memory.
+    unsafe { d.bind(OpId(410), lp.work_of(h, 200_000, 224)) }.expect("bind");
+    unsafe { d.bind(OpId(411), hp.work(h, 15_000)) }.expect("bind");
+    let (all, taken) = (SmSet::range(0, sms), SmSet::range(sms - 17, sms));
+    // A launch runs natively once its kernel shape is known to be long: its
+    // first two launches are timed, as workers (a shorter one, a single wave,
+    // would run natively by the usual rule and not be timed). The low-priority
+    // launches use 224-thread blocks, a shape no other test of this process
+    // times (block times are kept with the compiled module, which the compile
+    // cache shares between the tests' loads).
+    let warm = Stamps::new(d, lp_total, 403);
+    for i in 0..2u64 {
+        // SAFETY: a kernel binds no host memory.
+        unsafe { d.bind(OpId(405 + i), warm.work_of(h, 50_000, 224)) }.expect("bind");
+        d.submit(d.now(), launch(405 + i, 405 + i, BlockRanges::full(lp_total), all, lp_total))
+            .expect("warm-up launch");
+        run_to_end(d, LaunchId(405 + i));
+        d.unbind(OpId(405 + i));
+    }
+    assert_eq!(d.hw_priority(), (true, 0), "timed launches run as workers");
+    d.submit(d.now(), launch(410, 410, BlockRanges::full(lp_total), all, lp_total)).expect("launch");
+    let native_lp = d.hw_priority().1;
+    std::thread::sleep(Duration::from_micros(300));
+    // The engine takes 17 SMs for the urgent launch: a native launch cannot
+    // leave them, so they are released at once and it goes on.
+    d.submit(d.now(), Command::Retreat { launch: LaunchId(410), sms: taken, mechanism: Mechanism::Drain })
+        .expect("retreat");
+    let mut events = Vec::new();
+    d.advance(Some(d.now()), &mut events).expect("poll");
+    let released: Vec<u16> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SmReleased { sm, .. } => Some(sm.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(released, taken.iter().map(|s| s.0).collect::<Vec<_>>(), "released at once: {events:?}");
+    let mut urgent = launch(411, 411, BlockRanges::full(hp_total), taken, hp_total);
+    if let Command::Launch { priority, .. } = &mut urgent {
+        *priority = 1;
+    }
+    let t_launched = d.now();
+    d.submit(d.now(), urgent).expect("urgent launch");
+    let native_hp = d.hw_priority().1;
+    let urgent_events = run_until(d, ended(LaunchId(411))).expect("urgent");
+    let t_urgent_end = d.now();
+    let lp_events = run_until(d, ended(LaunchId(410))).expect("low priority");
+    let t_lp_end = d.now();
+    d.unbind(OpId(410));
+    d.unbind(OpId(411));
+    warm.read_and_free(d, 440);
+    let Stamped { runs: lp_runs, .. } = lp.read_and_free(d, 420);
+    let Stamped { runs: hp_runs, sm_of: hp_sm, .. } = hp.read_and_free(d, 430);
+    assert!(lp_runs.iter().all(|&r| r == 1), "every low-priority block ran exactly once");
+    assert!(hp_runs.iter().all(|&r| r == 1), "every urgent block ran exactly once");
+    let ended_with = |ev: &[Event], l: u64| {
+        ev.iter().find_map(|e| match e {
+            Event::LaunchEnded { launch, remaining, completed, .. } if launch.0 == l => {
+                Some((remaining.len(), *completed))
+            }
+            _ => None,
+        })
+    };
+    assert_eq!(ended_with(&urgent_events, 411), Some((0, hp_total)));
+    assert_eq!(ended_with(&lp_events, 410), Some((0, lp_total)), "the native launch ran every block, retreat or not");
+    assert_eq!(
+        d.hw_priority(),
+        (true, 2),
+        "the long one alone at its priority and the urgent one beside it ran natively (native launches: \
+         {native_lp} after the low-priority launch, {native_hp} after the urgent one)"
+    );
+    assert!(t_urgent_end < t_lp_end, "the urgent launch ended first");
+    let spread: std::collections::BTreeSet<u32> = hp_sm.iter().copied().collect();
+    eprintln!(
+        "urgent: ended {:.0} µs after its launch (host), its blocks on {} SMs; low priority ended {:.0} µs after it",
+        (t_urgent_end - t_launched) as f64 / 1e3,
+        spread.len(),
+        (t_lp_end - t_urgent_end) as f64 / 1e3
+    );
+}
+
+#[test]
+fn with_hardware_priority_a_stream_of_dependent_native_kernels_runs_in_order_under_retreats() {
+    let Some((_gpu, mut d)) =
+        device_or_skip("with_hardware_priority_a_stream_of_dependent_native_kernels_runs_in_order_under_retreats")
+    else {
+        return;
+    };
+    d.set_hw_priority(true);
+    // Alone at its priority, every step runs natively once the kernel is
+    // known to be long (3 waves of 20 µs blocks; its first two launches are
+    // timed as workers), queued behind the one before; retreats release SMs
+    // at once and never stop a native step.
+    let (got, want) = dependent_stream(&mut d, 24, |k| match k % 4 {
+        0 => Disturb::None,
+        1 => Disturb::Half,
+        2 => Disturb::All,
+        _ => Disturb::Fewer,
+    });
+    assert!(got == want, "24 steps: x differs from the host's");
+    let (on, native) = d.hw_priority();
+    eprintln!("native launches: {native}; {:?}", d.ahead_counts());
+    assert!(on && (20..=22).contains(&native), "every step after the timed ones ran natively: {native}");
+}
+
 /// One step of a stream whose kernels depend on each other: each block
 /// spins `spin_ns`, then each thread does `x = 3x + k`. Steps in another
 /// order, overlapping, run twice or skipped give another `x`.
@@ -486,7 +613,10 @@ struct StepX {
 impl StepX {
     /// Loads `STEP` and sets `x[i]` to `start(i)` (copy operation `op`).
     fn new(d: &mut ClientDevice, op: u64, start: impl Fn(u32) -> u32) -> StepX {
-        let compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
+        let mut compiled = module::compile("step", STEP, &[], d.arch()).expect("compile");
+        if d.hw_priority().0 {
+            module::add_native(&mut compiled, "step", STEP, &[], d.arch()).expect("native build");
+        }
         let kernel = d.load_module("step", &compiled).expect("load").0[0].0;
         let blocks = d.info().num_sms as u32 * 8 * 3;
         let n = blocks as usize * 256;

@@ -4,7 +4,7 @@
 
 mod examples;
 use examples::example;
-use gpumux_cuda::client::module::{compile, ModuleError};
+use gpumux_cuda::client::module::{add_native, compile, ModuleError};
 use gpumux_cuda::nvrtc;
 
 const H100: u32 = 90;
@@ -36,6 +36,36 @@ fn the_example_kernels_become_workers_with_their_parameters() {
         assert_eq!(names, vec![(kernel, kernel, params)], "{file}");
         assert!(m.compiled.cubin.len() > 64, "{file}: empty cubin");
     }
+}
+
+#[test]
+fn a_module_compiled_natively_too_names_each_kernel_in_both_builds() {
+    if !nvrtc_or_skip("a_module_compiled_natively_too_names_each_kernel_in_both_builds") {
+        return;
+    }
+    // One extern "C" kernel and one C++ kernel (a mangled name in each build).
+    let src = "extern \"C\" __global__ void add(float* y, const float* x, int n) {\n\
+               int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += x[i];\n}\n\
+               __global__ void scale(float* y, float a) { y[blockIdx.x] *= a; }\n";
+    let mut m = compile("two", src, &[], H100).expect("workers");
+    assert!(m.native.is_none(), "natively only when asked");
+    add_native(&mut m, "two", src, &[], H100).expect("native");
+    let (code, names) = m.native.as_ref().expect("native build");
+    assert!(code.cubin.len() > 64 && !std::sync::Arc::ptr_eq(code, &m.compiled));
+    assert_eq!(names.len(), m.kernels.len());
+    for ((k, worker, _), native) in m.kernels.iter().zip(names) {
+        if k == "add" {
+            assert_eq!((worker.as_str(), native.as_str()), ("add", "add"), "extern \"C\": the same name in both");
+        } else {
+            // The worker's signature is longer, so its mangled name differs.
+            assert!(native.contains("scale") && worker.contains("scale") && native != worker, "{native} / {worker}");
+        }
+    }
+    // The native build must compile as the client wrote it: a kernel the
+    // workers accept but the source alone does not is an error, not a guess.
+    let mut broken = compile("two", src, &[], H100).expect("workers");
+    assert!(add_native(&mut broken, "two", "this is not CUDA", &[], H100).is_err());
+    assert!(broken.native.is_none());
 }
 
 #[test]

@@ -69,7 +69,7 @@ pub fn pick_device(spec: Option<&str>) -> String {
     }
 }
 
-/// A GPU spec, `cuda:<index>[,co-locate|,own-sms][,no-queue-ahead][,no-refill|,refill-always]` (docs/daemon.md, "Devices").
+/// A GPU spec, `cuda:<index>[,co-locate|,own-sms][,no-queue-ahead][,no-refill|,refill-always][,hw-priority|,no-hw-priority]` (docs/daemon.md, "Devices").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CudaSpec {
     /// The GPU's ordinal.
@@ -92,6 +92,25 @@ pub struct CudaSpec {
     /// where it cannot go on in place (the default); `,refill-always`: also
     /// whenever it gives back SMs workers had left; `,no-refill`: never.
     pub refill: Refill,
+    /// `,hw-priority`: a launch alone at its priority runs as the client's
+    /// kernel itself, priority left to the hardware's stream priorities
+    /// (`ClientDevice::set_hw_priority`; modules are compiled natively too);
+    /// `,no-hw-priority`: never. Neither (`None`): on under the PPQ
+    /// policies, off under the others ([`resolve_hw_priority`]).
+    pub hw_priority: Option<bool>,
+}
+
+/// `spec` with hardware priority made explicit for `policy` where the spec
+/// leaves it open: on under the PPQ policies, which schedule by priority
+/// and preempt for it (a lone launch per priority level is then best left
+/// to the hardware's stream priorities: docs/daemon-cuda.md, "Hardware
+/// priority"); off under the others, whose SM partitions and time slices a
+/// native launch would not keep. Not a GPU spec: unchanged.
+pub fn resolve_hw_priority(spec: &str, policy: &str) -> String {
+    match parse_cuda_spec(spec) {
+        Some(Ok(CudaSpec { hw_priority: None, .. })) if policy.starts_with("ppq") => format!("{spec},hw-priority"),
+        _ => spec.to_string(),
+    }
 }
 
 /// Parses a GPU spec ([`CudaSpec`]). `None`: not a GPU spec.
@@ -101,10 +120,17 @@ pub fn parse_cuda_spec(spec: &str) -> Option<Result<CudaSpec>> {
     let n = parts.next().unwrap_or_default();
     let Ok(ordinal) = n.parse::<i32>().map_err(|_| ()).and_then(|o| if o >= 0 { Ok(o) } else { Err(()) }) else {
         return Some(Err(anyhow::anyhow!(
-            "bad device `{spec}`: expected cuda:<index>[,co-locate|,own-sms][,no-queue-ahead][,no-refill|,refill-always], e.g. cuda:0"
+            "bad device `{spec}`: expected cuda:<index>[,co-locate|,own-sms][,no-queue-ahead][,no-refill|,refill-always][,hw-priority|,no-hw-priority], e.g. cuda:0"
         )));
     };
-    let mut parsed = CudaSpec { ordinal, co_locate: true, choose: true, queue_ahead: true, refill: Refill::Drained };
+    let mut parsed = CudaSpec {
+        ordinal,
+        co_locate: true,
+        choose: true,
+        queue_ahead: true,
+        refill: Refill::Drained,
+        hw_priority: None,
+    };
     for option in parts {
         match option {
             "co-locate" => (parsed.co_locate, parsed.choose) = (true, false),
@@ -114,9 +140,11 @@ pub fn parse_cuda_spec(spec: &str) -> Option<Result<CudaSpec>> {
             "refill" => parsed.refill = Refill::Drained,
             "no-refill" => parsed.refill = Refill::Off,
             "refill-always" => parsed.refill = Refill::Always,
+            "hw-priority" => parsed.hw_priority = Some(true),
+            "no-hw-priority" => parsed.hw_priority = Some(false),
             other => {
                 return Some(Err(anyhow::anyhow!(
-                    "bad device `{spec}`: unknown option `{other}` (known: co-locate, own-sms, no-queue-ahead, no-refill, refill-always)"
+                    "bad device `{spec}`: unknown option `{other}` (known: co-locate, own-sms, no-queue-ahead, no-refill, refill-always, hw-priority, no-hw-priority)"
                 )));
             }
         }
@@ -181,6 +209,7 @@ pub fn run(opts: Options) -> Result<()> {
     let device = opts.device.clone().or(config.daemon.device.clone());
     let policy = opts.policy.clone().or(config.daemon.policy.clone());
     let device = pick_device(device.as_deref());
+    let device = resolve_hw_priority(&device, policy.as_deref().unwrap_or(crate::core::DEFAULT_POLICY));
     let hosting = opts.hosting.unwrap_or_else(|| DeviceHosting::default_for(&device));
     let backend = open_device(&device, hosting)?;
     let mut core = Core::new(backend, policy.as_deref()).context("cannot start the scheduling engine")?;
@@ -221,12 +250,26 @@ pub fn run(opts: Options) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_cuda_spec, CudaSpec, Refill};
+    use super::{parse_cuda_spec, resolve_hw_priority, CudaSpec, Refill};
+
+    #[test]
+    fn hardware_priority_is_on_under_ppq_policies_unless_the_spec_says() {
+        assert_eq!(resolve_hw_priority("cuda:0", "ppq-even-drain"), "cuda:0,hw-priority");
+        assert_eq!(resolve_hw_priority("cuda:1,own-sms", "ppq-excl-cs"), "cuda:1,own-sms,hw-priority");
+        assert_eq!(resolve_hw_priority("cuda:0,no-hw-priority", "ppq-even-drain"), "cuda:0,no-hw-priority");
+        assert_eq!(resolve_hw_priority("cuda:0,hw-priority", "ppq-even-drain"), "cuda:0,hw-priority");
+        // Spatial partitions and time slices: a native launch would not keep them.
+        assert_eq!(resolve_hw_priority("cuda:0", "spatial-even"), "cuda:0");
+        assert_eq!(resolve_hw_priority("cuda:0", "npq"), "cuda:0");
+        assert_eq!(resolve_hw_priority("cuda:0,hw-priority", "fcfs"), "cuda:0,hw-priority", "asked for: kept");
+        assert_eq!(resolve_hw_priority("sim:h100", "ppq-even-drain"), "sim:h100");
+        assert_eq!(resolve_hw_priority("cuda:0,bogus", "ppq-even-drain"), "cuda:0,bogus", "the error comes on opening");
+    }
 
     #[test]
     fn gpu_specs_parse_with_their_option_and_bad_ones_say_why() {
         let spec = |ordinal, co_locate, choose, queue_ahead| {
-            Some(Some(CudaSpec { ordinal, co_locate, choose, queue_ahead, refill: Refill::Drained }))
+            Some(Some(CudaSpec { ordinal, co_locate, choose, queue_ahead, refill: Refill::Drained, hw_priority: None }))
         };
         assert_eq!(parse_cuda_spec("cuda:0").map(|r| r.ok()), spec(0, true, true, true));
         assert_eq!(parse_cuda_spec("cuda:3,co-locate").map(|r| r.ok()), spec(3, true, false, true));
@@ -238,6 +281,10 @@ mod tests {
         assert_eq!(no_refill.map(|s| (s.refill, s.queue_ahead)), Some((Refill::Off, true)));
         let always = parse_cuda_spec("cuda:0,refill-always").and_then(|r| r.ok());
         assert_eq!(always.map(|s| s.refill), Some(Refill::Always));
+        let hw = parse_cuda_spec("cuda:0,hw-priority").and_then(|r| r.ok());
+        assert_eq!(hw.map(|s| (s.hw_priority, s.co_locate, s.choose)), Some((Some(true), true, true)));
+        let no_hw = parse_cuda_spec("cuda:0,no-hw-priority").and_then(|r| r.ok());
+        assert_eq!(no_hw.map(|s| s.hw_priority), Some(Some(false)));
         assert!(parse_cuda_spec("sim:h100").is_none());
         let bad = parse_cuda_spec("cuda:0,fast").and_then(|r| r.err()).map(|e| e.to_string()).unwrap_or_default();
         assert!(bad.contains("unknown option `fast`"), "{bad}");

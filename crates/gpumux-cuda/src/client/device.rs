@@ -21,7 +21,7 @@ mod clock;
 mod corun;
 mod refill;
 use crate::error::CudaError;
-use crate::launch_plan::Chunk;
+use crate::launch_plan::{Chunk, Plan};
 use crate::preempt::{SmMask, WorkerLaunch};
 use crate::runtime::launcher::Launcher;
 use crate::runtime::{Event as CuEvent, Module, Stream};
@@ -371,6 +371,11 @@ pub struct ClientDevice {
     refill: Refill,
     /// Refills asked and carried out (logged on close).
     refills: (u64, u64),
+    /// A launch alone at its priority runs natively, the hardware's stream
+    /// priorities ordering it against other priorities' launches
+    /// ([`ClientDevice::set_hw_priority`]); launches run natively so far.
+    hw_priority: bool,
+    native_launches: u64,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -485,6 +490,18 @@ fn sole_peer(st: &InContext, priority: i32) -> Option<KernelKey> {
     keys.all(|k| k == first).then_some(first)
 }
 
+/// No launch of `priority` but `except` runs, and no workers of it are
+/// queued ahead: a launch there has no peer to share SMs with.
+fn alone_at(st: &InContext, priority: i32, except: Option<LaunchId>) -> bool {
+    !st.launches.iter().any(|(&l, x)| Some(l) != except && x.priority == priority && !x.sms.is_empty())
+        && !ahead::peer_running(&st.ahead, priority)
+}
+
+/// A launch of another priority than `priority` runs natively.
+fn native_elsewhere(st: &InContext, priority: i32) -> bool {
+    st.launches.values().any(|l| l.priority != priority && l.segs.iter().any(WorkerLaunch::running_native))
+}
+
 /// How [`start_segs`] starts workers.
 #[derive(Clone, Copy)]
 struct SegPlan {
@@ -492,6 +509,10 @@ struct SegPlan {
     /// Never the native kernel (it cannot retreat): workers queued ahead
     /// must be able to leave unrun if the launch before them retreats.
     never_native: bool,
+    /// The whole grid natively if the native build is at hand, always or if
+    /// the launch is long ([`ClientDevice::set_hw_priority`]).
+    native_anywhere: bool,
+    native_if_long: bool,
     chunk: Chunk,
     sm_count: u32,
 }
@@ -541,6 +562,10 @@ fn start_segs(
         let mut w = w.urgent(how.never_native);
         w.next = r.start as u32;
         w.end = r.end as u32;
+        let native = how.native_anywhere || how.native_if_long;
+        w.set_native(if native { op.kernel.native.clone() } else { None });
+        w.native_anywhere(how.native_anywhere);
+        w.native_if_long(how.native_if_long);
         log_if_slow(t, || format!("a launch record for launch {lid}"));
         w.share_cap = how.place.share.map(|(held, over)| share_of_each_sm(w.workers_per_sm(), held, over));
         let t = Instant::now();
@@ -626,6 +651,8 @@ impl ClientDevice {
             clock: clock::LaunchClock::default(),
             refill: Refill::Drained,
             refills: (0, 0),
+            hw_priority: false,
+            native_launches: 0,
         })
     }
 
@@ -788,6 +815,27 @@ impl ClientDevice {
         self.refill = mode;
     }
 
+    /// Runs a launch that is alone at its priority (no launch of its priority
+    /// running or queued beside it) as the client's kernel itself, its whole
+    /// grid, on its priority's stream, if the module was compiled with its
+    /// native build (`module::add_native`): priority between such launches is
+    /// left to the hardware, which gives a higher-priority stream's blocks
+    /// the first slots that free anywhere, as MPS and two streams of one
+    /// process do. Such a launch cannot retreat: a retreat of it releases its
+    /// SMs at once (the next launch there takes slots as its blocks end) and
+    /// it runs all its blocks. Peers of one priority still run as workers,
+    /// co-located or on SMs of their own. Off by default (`cuda:N,hw-priority`
+    /// in gpumuxd); docs/daemon-cuda.md says what it measured.
+    pub fn set_hw_priority(&mut self, on: bool) {
+        self.hw_priority = on;
+    }
+
+    /// Whether launches alone at their priority run natively
+    /// ([`ClientDevice::set_hw_priority`]), and how many did so far.
+    pub fn hw_priority(&self) -> (bool, u64) {
+        (self.hw_priority, self.native_launches)
+    }
+
     /// Refills so far: launches cut to fill SMs given back, and of those the
     /// ones that started fresh workers ([`ClientDevice::set_refill`]).
     pub fn refills(&self) -> (u64, u64) {
@@ -895,22 +943,33 @@ impl ClientDevice {
     /// then queues its stream's next kernel behind them where it can.
     fn start_workers(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
         let (chunk, now, sm_count) = (self.chunk, self.now(), self.info.num_sms as u32);
-        let co_locate = self.co_locate;
+        let (co_locate, hw_priority) = (self.co_locate, self.hw_priority);
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let Some(mut live) = st.launches.remove(&lid) else {
             return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Launch }.into());
         };
-        let (place, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
+        // Hardware priority: a long launch alone at its priority runs natively,
+        // and so does any launch alone at its priority while a native launch of
+        // another priority runs (workers could not displace its blocks; a
+        // native grid takes the slots that free first, by stream priority).
+        let native_if_long = hw_priority && alone_at(st, live.priority, None);
+        let native_anywhere = native_if_long && native_elsewhere(st, live.priority);
+        let (place, corun) = if native_if_long {
+            (Placement { mask: live.sms, share: None }, None)
+        } else {
+            place(co_locate, self.chooser.as_mut(), sm_count, st, &live)
+        };
         live.corun = corun;
         let r = match st.ops.get(&live.op) {
             None => Err(CudaError::Invalid(format!("no work bound to {}", live.op))),
             Some(op) => {
                 let ranges = still_to_run(&live.requested, &op.left);
-                let how = SegPlan { place, never_native: false, chunk, sm_count };
+                let how = SegPlan { place, never_native: false, native_anywhere, native_if_long, chunk, sm_count };
                 let (ops, spare, segs) = (&mut st.ops, &mut st.spare, &mut live.segs);
                 start_segs(ops, spare, live.op, &ranges, &live.stream, how, lid, segs, None, &mut self.clock)
             }
         };
+        self.native_launches += live.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
         live.mask = live.sms;
         live.place = place;
         live.note(if live.history.is_empty() { "started" } else { "restarted" });
@@ -1196,6 +1255,12 @@ impl Drop for ClientDevice {
                 "CUDA device: refills: {} launches cut to fill SMs given back, {} started fresh workers (the others were done or retreating)",
                 self.refills.0,
                 self.refills.1
+            );
+        }
+        if self.hw_priority {
+            tracing::info!(
+                "CUDA device: hardware priority: {} launches alone at their priority ran natively",
+                self.native_launches
             );
         }
         let c = self.corun_counts();

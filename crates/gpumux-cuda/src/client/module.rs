@@ -77,6 +77,10 @@ pub struct CompiledModule {
     pub kernels: Vec<(String, String, usize)>,
     /// Found in the compile cache.
     pub cached: bool,
+    /// The client's source compiled as it is, and each kernel's exported name
+    /// there (in the order of `kernels`), for a device that runs launches
+    /// natively under the hardware's stream priorities ([`add_native`]).
+    pub native: Option<(Arc<nvrtc::Compiled>, Vec<String>)>,
 }
 
 /// Transforms `source` and compiles the workers for `sm_{arch}` with the
@@ -104,7 +108,33 @@ pub fn compile(name: &str, source: &str, options: &[String], arch: u32) -> Resul
         let exported = lowered.ok_or_else(|| CudaError::Invalid(format!("NVRTC gave no exported name for `{k}`")))?;
         kernels.push((k, exported, params));
     }
-    Ok(CompiledModule { compiled, kernels, cached })
+    Ok(CompiledModule { compiled, kernels, cached, native: None })
+}
+
+/// Compiles `source` untransformed beside its workers ([`compile`], same
+/// name, options and architecture): the kernels' native builds, for
+/// launches that need no preemption (`ClientDevice::set_hw_priority`).
+pub fn add_native(
+    compiled: &mut CompiledModule,
+    name: &str,
+    source: &str,
+    options: &[String],
+    arch: u32,
+) -> Result<(), ModuleError> {
+    let exprs: Vec<String> = compiled.kernels.iter().map(|(n, _, _)| format!("&{n}")).collect();
+    let expr_refs: Vec<&str> = exprs.iter().map(String::as_str).collect();
+    let (native, _) =
+        nvrtc::compile_with(&format!("{name} (native)"), source, arch, options, &expr_refs).map_err(|e| match e {
+            CudaError::Compile { log, msg, .. } => ModuleError::Compile { log: if log.is_empty() { msg } else { log } },
+            other => ModuleError::Cuda(other),
+        })?;
+    let mut names = Vec::new();
+    for ((k, _, _), expr) in compiled.kernels.iter().zip(&exprs) {
+        let lowered = native.lowered.iter().find(|(e, _)| e == expr).map(|(_, l)| l.clone());
+        names.push(lowered.ok_or_else(|| CudaError::Invalid(format!("NVRTC gave no exported name for native `{k}`")))?);
+    }
+    compiled.native = Some((native, names));
+    Ok(())
 }
 
 /// The client's parameter sizes from a worker's parameter layout: the
@@ -126,6 +156,9 @@ pub struct ClientKernel {
     pub name: String,
     /// The worker.
     pub worker: Function,
+    /// The kernel as the client wrote it, if the module was compiled with
+    /// it ([`add_native`]): launched when no preemption is needed.
+    pub native: Option<Function>,
     /// The client's parameters' sizes, bytes, in order.
     pub param_sizes: Vec<u32>,
     /// Registers per thread of the worker.
@@ -154,9 +187,20 @@ pub struct LoadedModule {
 /// Loads `compiled` into the current context and reads each kernel's facts.
 pub fn load(name: &str, compiled: &CompiledModule) -> Result<LoadedModule, CudaError> {
     let module = Arc::new(Module::load(name, &compiled.compiled.cubin)?);
+    let native = match &compiled.native {
+        Some((code, names)) => Some((Module::load(&format!("{name} (native)"), &code.cubin)?, names)),
+        None => None,
+    };
     let mut kernels = Vec::new();
-    for (k, exported, params) in &compiled.kernels {
+    for (i, (k, exported, params)) in compiled.kernels.iter().enumerate() {
         let worker = module.function(exported)?;
+        let native = match &native {
+            Some((m, names)) => {
+                let n = names.get(i).ok_or_else(|| CudaError::Invalid(format!("no native name for `{k}`")))?;
+                Some(m.function(n)?)
+            }
+            None => None,
+        };
         let param_sizes = user_param_sizes(&worker.param_layout(params + WORKER_TAIL.len())?, *params)?;
         let attr = |a| worker.attribute(a).map(|v| v.max(0) as u32);
         kernels.push(ClientKernel {
@@ -167,6 +211,7 @@ pub fn load(name: &str, compiled: &CompiledModule) -> Result<LoadedModule, CudaE
             max_threads_per_block: attr(FA::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
             max_dynamic_smem: attr(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
             worker: worker.clone(),
+            native,
         });
     }
     Ok(LoadedModule { module, kernels, log: compiled.compiled.log.clone(), cached: compiled.cached })

@@ -53,7 +53,9 @@ pub struct Bench {
 /// default); `+no-refill` serves `cuda:N,no-refill` (a launch given back SMs
 /// it cannot go on in drains and restarts instead of being refilled),
 /// `+refill-always` `cuda:N,refill-always` (refilled whenever it is given
-/// back SMs its workers had left);
+/// back SMs its workers had left); `+hw-priority` `cuda:N,hw-priority` (a
+/// launch alone at its priority runs natively, the hardware ordering the
+/// priorities: the default under PPQ policies) and `+no-hw-priority`;
 /// `+in-process` runs the device in the daemon's process
 /// (`--device-in-process`) instead of a child; `+sockets` keeps the clients'
 /// conversations on the socket (`GPUMUX_RINGS=0`: no shared-memory rings);
@@ -70,6 +72,9 @@ struct DaemonConfig {
     ahead: Option<bool>,
     /// Refills asked for (`cuda:N,no-refill`, `cuda:N,refill-always`; `None`: the default).
     refill: Option<&'static str>,
+    /// Launches alone at their priority run natively (`cuda:N,hw-priority`,
+    /// `cuda:N,no-hw-priority`; `None`: the daemon's default for its policy).
+    hw_priority: Option<bool>,
     in_process: bool,
     /// The clients keep to the socket (no rings).
     sockets: bool,
@@ -86,6 +91,7 @@ impl DaemonConfig {
             co_locate: false,
             ahead: None,
             refill: None,
+            hw_priority: None,
             in_process: false,
             sockets: false,
             sim: false,
@@ -101,8 +107,10 @@ impl DaemonConfig {
                 "sim" => c.sim = true,
                 "no-refill" => c.refill = Some("no-refill"),
                 "refill-always" => c.refill = Some("refill-always"),
+                "hw-priority" => c.hw_priority = Some(true),
+                "no-hw-priority" => c.hw_priority = Some(false),
                 other => {
-                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +co-locate, +no-ahead, +ahead, +no-refill, +refill-always, +in-process, +sockets, +sim)")
+                    bail!("bad daemon configuration `{s}`: unknown `+{other}` (known: +own-sms, +co-locate, +no-ahead, +ahead, +no-refill, +refill-always, +hw-priority, +no-hw-priority, +in-process, +sockets, +sim)")
                 }
             }
         }
@@ -124,6 +132,11 @@ impl DaemonConfig {
         match self.refill {
             Some("no-refill") => l += ", no refill",
             Some(_) => l += ", refill always",
+            None => {}
+        }
+        match self.hw_priority {
+            Some(true) => l += ", hardware priority",
+            Some(false) => l += ", no hardware priority",
             None => {}
         }
         if self.in_process {
@@ -244,6 +257,11 @@ impl Bench {
             if let Some(r) = c.refill {
                 device += ",";
                 device += r;
+            }
+            match c.hw_priority {
+                Some(true) => device += ",hw-priority",
+                Some(false) => device += ",no-hw-priority",
+                None => {}
             }
         }
         let name: String =

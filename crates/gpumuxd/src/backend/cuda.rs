@@ -29,6 +29,7 @@ pub fn open(spec: crate::daemon::CudaSpec) -> anyhow::Result<Box<dyn Backend>> {
     device.set_queue_ahead(spec.queue_ahead);
     device.set_choose_placement(spec.choose);
     device.set_refill(spec.refill);
+    device.set_hw_priority(spec.hw_priority.unwrap_or(false));
     Ok(Box::new(CudaBackend {
         device,
         regions: Vec::new(),
@@ -120,13 +121,20 @@ impl Backend for CudaBackend {
     }
 
     fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
-        let compiled = module::compile(name, source, options, self.device.arch()).map_err(|e| match e {
+        let mut compiled = module::compile(name, source, options, self.device.arch()).map_err(|e| match e {
             ModuleError::Transform(t) => {
                 LoadError::Transform { line: u32::try_from(t.line()).unwrap_or(u32::MAX), message: t.to_string() }
             }
             ModuleError::Compile { log } => LoadError::Compile { log },
             other => LoadError::Device(Chain(&other).to_string()),
         })?;
+        if self.device.hw_priority().0 {
+            // The kernels as written, for launches alone at their priority;
+            // without them those run as workers, as on any other device.
+            if let Err(e) = module::add_native(&mut compiled, name, source, options, self.device.arch()) {
+                tracing::warn!("module {name}: no native build, its launches all run as workers: {}", Chain(&e));
+            }
+        }
         let (kernels, log) =
             self.device.load_module(name, &compiled).map_err(|e| LoadError::Device(Chain(&e).to_string()))?;
         let kernels = kernels

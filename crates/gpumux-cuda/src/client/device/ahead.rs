@@ -56,7 +56,7 @@ use super::{
     SegPlan,
 };
 use crate::launch_plan::Plan;
-use crate::preempt::WorkerLaunch;
+use crate::preempt::{is_long, WorkerLaunch};
 use crate::runtime::Stream;
 use gpumux_engine::device::DeviceError;
 use gpumux_engine::ids::{LaunchId, OpId};
@@ -178,7 +178,8 @@ impl ClientDevice {
         if !self.queue_ahead {
             return Ok(());
         }
-        let (chunk, sm_count, ctx) = (self.chunk, self.info.num_sms as u32, self.ctx.raw());
+        let (chunk, sm_count, ctx, hw_priority) =
+            (self.chunk, self.info.num_sms as u32, self.ctx.raw(), self.hw_priority);
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let InContext { launches, ops, spare, ahead, orphans, launcher, .. } = st;
         let Some(live) = launches.get(&lid) else { return Ok(()) };
@@ -224,7 +225,32 @@ impl ClientDevice {
             return Ok(());
         }
         let native_before = live.segs.iter().all(|w| w.running() && w.last_plan() == Some(Plan::Native));
-        let how = SegPlan { place: live.place, never_native: !native_before, chunk, sm_count };
+        let alone = !launches.iter().any(|(&l, x)| l != lid && x.priority == live.priority && !x.sms.is_empty())
+            && !peer_running(ahead, live.priority);
+        if hw_priority && alone && !native_before {
+            // Its next kernel runs natively if it is long (`ClientDevice::set_hw_priority`),
+            // and a native kernel cannot wait queued behind workers (a retreat of
+            // theirs would leave blocks to run after it): launched when the
+            // engine says, not queued.
+            if let Some(o) = ops.get(&next).filter(|o| o.kernel.native.is_some()) {
+                let threads = o.block.iter().product::<u32>();
+                let fits = o.kernel.worker.blocks_per_sm(threads, o.smem).unwrap_or(0);
+                if is_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count) {
+                    return Ok(());
+                }
+            }
+        }
+        // Behind a native launch alone at its priority, the next kernel runs
+        // natively too if long (`ClientDevice::set_hw_priority`), in stream order.
+        let native_if_long = hw_priority && native_before && alone;
+        let how = SegPlan {
+            place: live.place,
+            never_native: !native_before,
+            native_anywhere: false,
+            native_if_long,
+            chunk,
+            sm_count,
+        };
         let mut segs = Vec::new();
         // Made by the launcher thread: nobody waits for these workers until
         // the engine launches `next` (`adopt` waits for the calls then).
@@ -239,6 +265,7 @@ impl ClientDevice {
         // Even if a start failed, the ones that started are tracked (and
         // the error says the context is gone, or the daemon stops).
         tracing::trace!("CUDA device: {next} queued behind launch {lid} ({place:?})");
+        self.native_launches += a.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
         ahead.insert(next, a);
         self.ahead_counts.queued += 1;
         started.map_err(failed_with(|| format!("queueing {next} behind launch {lid}")))

@@ -262,7 +262,14 @@ impl super::ClientDevice {
         live.leaving_streams.push(old);
         let (placed, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
         live.corun = corun;
-        let how = SegPlan { place: placed, never_native: false, chunk, sm_count };
+        let how = SegPlan {
+            place: placed,
+            never_native: false,
+            native_anywhere: false,
+            native_if_long: false,
+            chunk,
+            sm_count,
+        };
         let (ops, spare, segs) = (&mut st.ops, &mut st.spare, &mut live.segs);
         let r = start_segs(ops, spare, live.op, &rest, &live.stream, how, lid, segs, None, &mut self.clock);
         live.mask = live.sms;
