@@ -815,17 +815,21 @@ impl ClientDevice {
         self.refill = mode;
     }
 
-    /// Runs a launch that is alone at its priority (no launch of its priority
-    /// running or queued beside it) as the client's kernel itself, its whole
-    /// grid, on its priority's stream, if the module was compiled with its
-    /// native build (`module::add_native`): priority between such launches is
-    /// left to the hardware, which gives a higher-priority stream's blocks
-    /// the first slots that free anywhere, as MPS and two streams of one
-    /// process do. Such a launch cannot retreat: a retreat of it releases its
-    /// SMs at once (the next launch there takes slots as its blocks end) and
-    /// it runs all its blocks. Peers of one priority still run as workers,
-    /// co-located or on SMs of their own. Off by default (`cuda:N,hw-priority`
-    /// in gpumuxd); docs/daemon-cuda.md says what it measured.
+    /// Leaves priority to the hardware where a launch has no peer: a launch
+    /// alone at its priority (no launch of its priority running or queued
+    /// beside it) whose kernel shape is timed and long, and any launch alone
+    /// at its priority while another priority's launch runs natively, runs
+    /// as the client's kernel itself, its whole grid, on its priority's
+    /// stream, if the module was compiled with its native build
+    /// (`module::add_native`); the hardware gives a higher-priority stream's
+    /// blocks the first slots that free anywhere, as MPS and two streams of
+    /// one process do. Such a launch cannot retreat: a retreat of it releases
+    /// its SMs at once (the next launch there takes slots as its blocks end)
+    /// and it runs all its blocks. Peers of one priority still run as
+    /// workers, co-located or on SMs of their own. Off by default here;
+    /// gpumuxd turns it on under the PPQ policies (`cuda:N,hw-priority`,
+    /// `,no-hw-priority`). docs/daemon-cuda.md, "Hardware priority", says why
+    /// and what it measured.
     pub fn set_hw_priority(&mut self, on: bool) {
         self.hw_priority = on;
     }
