@@ -426,7 +426,8 @@ impl WorkerLaunch {
     /// and whatever SMs it is given, if the native build is at hand and the
     /// start begins at block 0 and runs to the end: for a device that leaves
     /// priority to the hardware's stream priorities where no preemption is
-    /// needed (`ClientDevice::set_hw_priority`). Not for urgent launches.
+    /// needed (`ClientDevice::set_hw_priority`). Not for a launch marked
+    /// [`WorkerLaunch::urgent`] (never native).
     pub fn native_anywhere(&mut self, yes: bool) {
         self.native_anywhere = yes;
     }

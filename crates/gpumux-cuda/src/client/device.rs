@@ -371,9 +371,8 @@ pub struct ClientDevice {
     refill: Refill,
     /// Refills asked and carried out (logged on close).
     refills: (u64, u64),
-    /// A launch alone at its priority runs natively, the hardware's stream
-    /// priorities ordering it against other priorities' launches
-    /// ([`ClientDevice::set_hw_priority`]); launches run natively so far.
+    /// Lone launches left to the hardware's stream priorities
+    /// ([`ClientDevice::set_hw_priority`]), and the launches run natively so far.
     hw_priority: bool,
     native_launches: u64,
 }
