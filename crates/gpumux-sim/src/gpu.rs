@@ -663,7 +663,8 @@ impl SimGpu {
         let end = checked_at(&mut self.fault, self.now, ns, what);
         self.copies[e].current = Some((id, p, self.now));
         self.copies[e].busy_until = Some(end);
-        self.stats.bytes_copied += bytes;
+        // Saturating: a copy too large for the clock is a fault, not a panic of the sum.
+        self.stats.bytes_copied = self.stats.bytes_copied.saturating_add(bytes);
         self.schedule(end, SimEvent::CopyDone { engine: e as u8 });
     }
 
