@@ -109,6 +109,36 @@ fn launch(op: u64, launch: u64, blocks: BlockRanges, sms: SmSet, total: u64) -> 
     }
 }
 
+/// [`launch`] at priority 1: an urgent launch beside priority 0's.
+fn urgent_launch(op: u64, lid: u64, blocks: BlockRanges, sms: SmSet, total: u64) -> Command {
+    let mut c = launch(op, lid, blocks, sms, total);
+    if let Command::Launch { priority, .. } = &mut c {
+        *priority = 1;
+    }
+    c
+}
+
+/// The SMs `events` say were released, in order.
+fn released_sms(events: &[Event]) -> Vec<u16> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SmReleased { sm, .. } => Some(sm.0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Takes `sms` from launch `lid` and polls once: they must be released at
+/// once, long before the launch ends. Returns that poll's events.
+fn retreat_released_at_once(d: &mut ClientDevice, lid: LaunchId, sms: SmSet) -> Vec<Event> {
+    d.submit(d.now(), Command::Retreat { launch: lid, sms, mechanism: Mechanism::Drain }).expect("retreat");
+    let mut events = Vec::new();
+    d.advance(Some(d.now()), &mut events).expect("poll");
+    assert_eq!(released_sms(&events), sms.iter().map(|s| s.0).collect::<Vec<_>>(), "released at once: {events:?}");
+    events
+}
+
 /// Host memory registered with the device for the test's copies.
 struct Pinned(Vec<u8>);
 
@@ -324,19 +354,7 @@ fn stamp_with_retreat(d: &mut ClientDevice, op: u64, gone: SmSet, give_back: boo
     unsafe { d.bind(OpId(op), out.work(h, 10_000)) }.expect("bind");
     let all = SmSet::range(0, sms);
     d.submit(d.now(), launch(op, op, BlockRanges::full(total), all, total)).expect("launch");
-    d.submit(d.now(), Command::Retreat { launch: LaunchId(op), sms: gone, mechanism: Mechanism::Drain })
-        .expect("retreat");
-    // The SMs are released at once: the next poll says so, long before the launch ends.
-    let mut events = Vec::new();
-    d.advance(Some(d.now()), &mut events).expect("poll");
-    let released: Vec<_> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::SmReleased { sm, .. } => Some(sm.0),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(released, gone.iter().map(|s| s.0).collect::<Vec<_>>(), "released at once: {events:?}");
+    let mut events = retreat_released_at_once(d, LaunchId(op), gone);
     if give_back {
         d.submit(d.now(), Command::Grow { launch: LaunchId(op), sms: gone }).expect("grow");
     }
@@ -381,13 +399,7 @@ fn a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch() {
     let few = SmSet::range(sms - 16, sms);
     let (events, Stamped { runs, .. }) = stamp_with_retreat(&mut d, 200, few, true);
     assert!(runs.iter().all(|&r| r == 1), "every block ran exactly once");
-    let released: Vec<u16> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::SmReleased { sm, .. } => Some(sm.0),
-            _ => None,
-        })
-        .collect();
+    let released = released_sms(&events);
     let mut want: Vec<u16> = few.iter().map(|s| s.0).collect();
     want.extend(0..sms);
     assert_eq!(released, want, "the sixteen at once, then every SM at the end");
@@ -417,11 +429,7 @@ fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leav
     let t_retreat = d.now();
     d.submit(d.now(), Command::Retreat { launch: LaunchId(310), sms: taken, mechanism: Mechanism::Drain })
         .expect("retreat");
-    let mut urgent = launch(311, 311, BlockRanges::full(hp_total), taken, hp_total);
-    if let Command::Launch { priority, .. } = &mut urgent {
-        *priority = 1;
-    }
-    d.submit(d.now(), urgent).expect("urgent launch");
+    d.submit(d.now(), urgent_launch(311, 311, BlockRanges::full(hp_total), taken, hp_total)).expect("urgent launch");
     let t_launched = d.now();
     let events = run_until(d, ended(LaunchId(311))).expect("urgent");
     let t_urgent_end = d.now();
@@ -494,24 +502,9 @@ fn with_hardware_priority_a_lone_launch_runs_natively_and_an_urgent_one_takes_sl
     std::thread::sleep(Duration::from_micros(300));
     // The engine takes 17 SMs for the urgent launch: a native launch cannot
     // leave them, so they are released at once and it goes on.
-    d.submit(d.now(), Command::Retreat { launch: LaunchId(410), sms: taken, mechanism: Mechanism::Drain })
-        .expect("retreat");
-    let mut events = Vec::new();
-    d.advance(Some(d.now()), &mut events).expect("poll");
-    let released: Vec<u16> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::SmReleased { sm, .. } => Some(sm.0),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(released, taken.iter().map(|s| s.0).collect::<Vec<_>>(), "released at once: {events:?}");
-    let mut urgent = launch(411, 411, BlockRanges::full(hp_total), taken, hp_total);
-    if let Command::Launch { priority, .. } = &mut urgent {
-        *priority = 1;
-    }
+    retreat_released_at_once(d, LaunchId(410), taken);
     let t_launched = d.now();
-    d.submit(d.now(), urgent).expect("urgent launch");
+    d.submit(d.now(), urgent_launch(411, 411, BlockRanges::full(hp_total), taken, hp_total)).expect("urgent launch");
     let native_hp = d.hw_priority().1;
     let urgent_events = run_until(d, ended(LaunchId(411))).expect("urgent");
     let t_urgent_end = d.now();
