@@ -3,7 +3,7 @@
 
 use crate::error::{CudaError, Result};
 use crate::launch_plan::{self, Chunk, LaunchFacts, Plan, ProfileKey};
-use crate::runtime::launcher::{Launcher, Pending};
+use crate::runtime::launcher::{Launcher, Pending, Publish};
 use crate::runtime::{DeviceBuffer, Event, Function, HostMapped, Params, Stream};
 
 /// Bytes of one control record (`gmx_ctl_t`): a 128-byte line with the claim
@@ -25,6 +25,9 @@ const GONE_WORDS: usize = 16;
 const HOST_RESULT_OFFSET: usize = 128 + 8 + 4 * GONE_WORDS;
 /// Bytes of the host copy of the result: next, workers, seq (and a pad word).
 const HOST_RESULT_BYTES: usize = 16;
+/// The word of the host copy that holds the launch's number (`seq`),
+/// written last: by the last worker, or by the stream after a native kernel.
+const HOST_SEQ_WORD: usize = 2;
 /// A launch whose end shows in host memory is polled there alone for this
 /// long after its start; only later does a poll also query its end event,
 /// which is what reports a fault (its workers then never publish). An event
@@ -38,6 +41,17 @@ const EVENT_QUERY_AFTER: std::time::Duration = std::time::Duration::from_micros(
 /// query taking the lock that the next `cuLaunchKernel` waits for. A fault
 /// is still seen within this much of the first query.
 const EVENT_QUERY_EVERY: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// Set to `event` to find a native launch's end by querying its end event, as
+/// before its end was published in host memory (for comparisons: docs/benchmarks.md,
+/// runs 182-183).
+pub const NATIVE_END_VAR: &str = "GPUMUX_NATIVE_END";
+
+/// A native launch's end is published in host memory (not [`NATIVE_END_VAR`] = `event`).
+fn native_end_published() -> bool {
+    static PUBLISHED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PUBLISHED.get_or_init(|| !std::env::var(NATIVE_END_VAR).is_ok_and(|v| v.trim() == "event"))
+}
 
 /// `gone` word `i` for SMs `sms` and launch `seq`: the SMs' bits low, the seq's tag high.
 fn gone_word(sms: &SmMask, i: usize, seq: u32) -> u32 {
@@ -261,6 +275,8 @@ pub struct WorkerLaunch {
     running: bool,
     /// The running launch is the native kernel (it cannot retreat; it runs to the end).
     running_native: bool,
+    /// The running native launch publishes its end in host memory ([`NATIVE_END_VAR`]).
+    native_published: bool,
     /// Started to displace other work: never native (see [`WorkerLaunch::urgent`]).
     urgent: bool,
     /// Run the whole grid natively whatever its length and SMs, if the native
@@ -349,6 +365,7 @@ impl WorkerLaunch {
             pending: None,
             running: false,
             running_native: false,
+            native_published: false,
             urgent: false,
             native_anywhere: false,
             native_if_long: false,
@@ -554,8 +571,8 @@ impl WorkerLaunch {
     /// [`WorkerLaunch::start`], with the worker launch's CUDA calls (the
     /// kernel and its end event) made by `launcher`'s thread in context
     /// `ctx` instead of this one (`runtime::launcher`: for workers queued
-    /// ahead, which nobody waits for yet). A native or timed launch is made
-    /// here as before. Until [`WorkerLaunch::settle`], `stream` must stay
+    /// ahead, which nobody waits for yet). A timed launch is made here as
+    /// before. Until [`WorkerLaunch::settle`], `stream` must stay
     /// alive and take nothing else.
     pub fn start_posted(
         &mut self,
@@ -600,13 +617,39 @@ impl WorkerLaunch {
         }
         let chunk = match (plan, &self.native) {
             (Plan::Native, Some(native)) => {
-                let t = std::time::Instant::now();
-                // SAFETY: the user's arguments follow the native kernel's signature.
-                unsafe { native.launch(self.grid, self.block, self.smem, stream, &mut p)? };
-                let launched = t.elapsed();
-                let t = std::time::Instant::now();
-                self.ended.record(stream)?;
-                self.last_start_calls = (launched.as_nanos() as u32, t.elapsed().as_nanos() as u32);
+                // Its end is published as a worker launch's is, in host memory
+                // (a stream write of its number after the kernel): a poll reads
+                // a word instead of querying the end event, which takes the
+                // driver's lock that the next launch waits for.
+                self.seq = self.seq.wrapping_add(1).max(1);
+                let publish = match &self.host {
+                    Some(h) if native_end_published() => {
+                        Some(Publish { addr: h.dev + HOST_SEQ_WORD as u64 * 4, value: self.seq })
+                    }
+                    _ => None,
+                };
+                self.native_published = publish.is_some();
+                self.last_start_calls = match launcher {
+                    Some((launcher, ctx)) => {
+                        let (grid, block, smem) = (self.grid, self.block, self.smem);
+                        self.pending =
+                            Some(launcher.post(ctx, native, grid, block, smem, stream, p, publish, &self.ended)?);
+                        (0, 0)
+                    }
+                    None => {
+                        let t = std::time::Instant::now();
+                        // SAFETY: the user's arguments follow the native kernel's signature.
+                        unsafe { native.launch(self.grid, self.block, self.smem, stream, &mut p)? };
+                        let launched = t.elapsed();
+                        let t = std::time::Instant::now();
+                        if let Some(w) = publish {
+                            w.write(stream)?;
+                        }
+                        self.ended.record(stream)?;
+                        (launched.as_nanos() as u32, t.elapsed().as_nanos() as u32)
+                    }
+                };
+                self.event_query_at.set(std::time::Instant::now() + EVENT_QUERY_AFTER);
                 self.running = true;
                 self.running_native = true;
                 return Ok(());
@@ -644,8 +687,8 @@ impl WorkerLaunch {
         let calls = match (launcher, &measuring) {
             // Workers nobody waits for yet: the launcher thread makes the calls.
             (Some((launcher, ctx)), None) => {
-                let posted =
-                    launcher.post(ctx, &self.func, [workers, 1, 1], self.block, self.smem, stream, p, &self.ended)?;
+                let (func, block, smem) = (&self.func, self.block, self.smem);
+                let posted = launcher.post(ctx, func, [workers, 1, 1], block, smem, stream, p, None, &self.ended)?;
                 self.pending = Some(posted);
                 (0, 0)
             }
@@ -741,13 +784,17 @@ impl WorkerLaunch {
     }
 
     /// The result (next, workers) the running launch's last worker published
-    /// in host memory, once it has. Not for a native launch (no worker
-    /// publishes) or a timed one (its end event must be complete to read the
-    /// time, so it ends by the event).
+    /// in host memory, once it has; for a native launch, the stream's write of
+    /// its number after the kernel. Not for a timed one (its end event must be
+    /// complete to read the time, so it ends by the event).
     fn host_result(&self) -> Option<(u32, u32)> {
         let words = self.host_words()?;
-        if words.read(2) != self.seq {
+        if words.read(HOST_SEQ_WORD) != self.seq {
             return None;
+        }
+        if self.running_native {
+            // Written by the stream after the kernel: it ran every block.
+            return Some((self.end, 0));
         }
         // The device wrote the fields, then (after a system fence) the seq.
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
@@ -757,7 +804,7 @@ impl WorkerLaunch {
     /// The host copy of the result, where the running launch publishes one
     /// there (see [`WorkerLaunch::host_result`]).
     fn host_words(&self) -> Option<crate::runtime::MappedWords<'_>> {
-        if self.running_native || self.measuring.is_some() {
+        if self.measuring.is_some() || (self.running_native && !self.native_published) {
             return None;
         }
         self.host.as_ref().map(HostMapped::words)
@@ -773,6 +820,7 @@ impl WorkerLaunch {
             // Every worker has left: the record is idle and may start again
             // (the grid's last block may still be exiting; it touches nothing more).
             self.running = false;
+            self.running_native = false;
             self.check_result(next, self.seq)?;
             self.next = next;
             return Ok(Outcome { next, end: self.end, workers });

@@ -6,7 +6,9 @@
 //! dependent kernels queued ahead on the GPU (in order under retreats, a
 //! dropped one never run), a launch refilled on SMs it was given back (every
 //! block once), a kernel unloaded while it runs (its work runs
-//! out, its module goes with the last of it), and a faulting
+//! out, its module goes with the last of it), hardware priority (a launch
+//! alone on the GPU native, an urgent one native beside it, a short one
+//! beside another priority's workers kept as workers), and a faulting
 //! kernel reported as a lost context and survived by a rebuild. Without a
 //! GPU (or NVRTC) each test says it skipped and why.
 
@@ -474,29 +476,15 @@ fn with_hardware_priority_a_lone_launch_runs_natively_and_an_urgent_one_takes_sl
     let h = d.load_module("stamp", &compiled).expect("load").0[0].0;
     let sms = d.info().num_sms;
     // Low priority: about 4 waves of 200 µs blocks of 224 threads on every SM.
-    // Urgent: 132 blocks of 256 threads, 15 µs.
+    // Urgent: 132 blocks of 256 threads, 15 µs, short: native because the
+    // low-priority launch beside it is.
     let (lp_total, hp_total) = (sms as u64 * 8 * 4, 132u64);
     let (lp, hp) = (Stamps::new(d, lp_total, 401), Stamps::new(d, hp_total, 402));
     // SAFETY: kernels bind no host memory.
     unsafe { d.bind(OpId(410), lp.work_of(h, 200_000, 224)) }.expect("bind");
     unsafe { d.bind(OpId(411), hp.work(h, 15_000)) }.expect("bind");
     let (all, taken) = (SmSet::range(0, sms), SmSet::range(sms - 17, sms));
-    // A launch runs natively once its kernel shape is known to be long: its
-    // first two launches are timed, as workers (a shorter one, a single wave,
-    // would run natively by the usual rule and not be timed). The low-priority
-    // launches use 224-thread blocks, a shape no other test of this process
-    // times (block times are kept with the compiled module, which the compile
-    // cache shares between the tests' loads).
-    let warm = Stamps::new(d, lp_total, 403);
-    for i in 0..2u64 {
-        // SAFETY: a kernel binds no host memory.
-        unsafe { d.bind(OpId(405 + i), warm.work_of(h, 50_000, 224)) }.expect("bind");
-        d.submit(d.now(), launch(405 + i, 405 + i, BlockRanges::full(lp_total), all, lp_total))
-            .expect("warm-up launch");
-        run_to_end(d, LaunchId(405 + i));
-        d.unbind(OpId(405 + i));
-    }
-    assert_eq!(d.hw_priority(), (true, 0), "timed launches run as workers");
+    // Alone on the GPU, a launch runs natively from its first (nothing to time).
     d.submit(d.now(), launch(410, 410, BlockRanges::full(lp_total), all, lp_total)).expect("launch");
     let native_lp = d.hw_priority().1;
     std::thread::sleep(Duration::from_micros(300));
@@ -512,7 +500,6 @@ fn with_hardware_priority_a_lone_launch_runs_natively_and_an_urgent_one_takes_sl
     let t_lp_end = d.now();
     d.unbind(OpId(410));
     d.unbind(OpId(411));
-    warm.read_and_free(d, 440);
     let Stamped { runs: lp_runs, .. } = lp.read_and_free(d, 420);
     let Stamped { runs: hp_runs, sm_of: hp_sm, .. } = hp.read_and_free(d, 430);
     assert!(lp_runs.iter().all(|&r| r == 1), "every low-priority block ran exactly once");
@@ -528,10 +515,9 @@ fn with_hardware_priority_a_lone_launch_runs_natively_and_an_urgent_one_takes_sl
     assert_eq!(ended_with(&urgent_events, 411), Some((0, hp_total)));
     assert_eq!(ended_with(&lp_events, 410), Some((0, lp_total)), "the native launch ran every block, retreat or not");
     assert_eq!(
-        d.hw_priority(),
-        (true, 2),
-        "the long one alone at its priority and the urgent one beside it ran natively (native launches: \
-         {native_lp} after the low-priority launch, {native_hp} after the urgent one)"
+        (native_lp, native_hp),
+        (1, 2),
+        "the one alone on the GPU and the urgent one beside its native blocks ran natively"
     );
     assert!(t_urgent_end < t_lp_end, "the urgent launch ended first");
     let spread: std::collections::BTreeSet<u32> = hp_sm.iter().copied().collect();
@@ -551,10 +537,10 @@ fn with_hardware_priority_a_stream_of_dependent_native_kernels_runs_in_order_und
         return;
     };
     d.set_hw_priority(true);
-    // Alone at its priority, every step runs natively once the kernel is
-    // known to be long (3 waves of 20 µs blocks; its first two launches are
-    // timed as workers), queued behind the one before; retreats release SMs
-    // at once and never stop a native step.
+    // Alone on the GPU, every step runs natively (3 waves of 20 µs blocks),
+    // queued behind the one before by the launcher thread, its end read
+    // from host memory; retreats release SMs at once and never stop a
+    // native step, and a launch on fewer SMs runs on every SM all the same.
     let (got, want) = dependent_stream(&mut d, 24, |k| match k % 4 {
         0 => Disturb::None,
         1 => Disturb::Half,
@@ -564,7 +550,69 @@ fn with_hardware_priority_a_stream_of_dependent_native_kernels_runs_in_order_und
     assert!(got == want, "24 steps: x differs from the host's");
     let (on, native) = d.hw_priority();
     eprintln!("native launches: {native}; {:?}", d.ahead_counts());
-    assert!(on && (20..=22).contains(&native), "every step after the timed ones ran natively: {native}");
+    assert!(on && native == 24, "every step ran natively: {native}");
+}
+
+#[test]
+fn with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_workers_and_alone_runs_natively() {
+    let Some((_gpu, mut d)) = device_or_skip(
+        "with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_workers_and_alone_runs_natively",
+    ) else {
+        return;
+    };
+    let d = &mut d;
+    d.set_hw_priority(true);
+    // The low-priority kernel has no native build: it runs as workers.
+    let lp_kernel = Stamps::kernel(d);
+    let mut compiled = module::compile("stamp", STAMP, &[], d.arch()).expect("compile");
+    module::add_native(&mut compiled, "stamp", STAMP, &[], d.arch()).expect("native build");
+    let hp_kernel = d.load_module("stamp", &compiled).expect("load").0[0].0;
+    let sms = d.info().num_sms;
+    let (lp_total, hp_total) = (sms as u64 * 8 * 4, 132u64);
+    let (lp, hp, alone) = (Stamps::new(d, lp_total, 501), Stamps::new(d, hp_total, 502), Stamps::new(d, hp_total, 503));
+    // SAFETY: kernels bind no host memory.
+    unsafe { d.bind(OpId(510), lp.work_of(lp_kernel, 100_000, 224)) }.expect("bind");
+    unsafe { d.bind(OpId(511), hp.work(hp_kernel, 15_000)) }.expect("bind");
+    unsafe { d.bind(OpId(512), alone.work(hp_kernel, 15_000)) }.expect("bind");
+    let (all, taken) = (SmSet::range(0, sms), SmSet::range(sms - 17, sms));
+    d.submit(d.now(), launch(510, 510, BlockRanges::full(lp_total), all, lp_total)).expect("launch");
+    std::thread::sleep(Duration::from_micros(300));
+    // The engine takes 17 SMs for the urgent launch; the workers there leave.
+    d.submit(d.now(), Command::Retreat { launch: LaunchId(510), sms: taken, mechanism: Mechanism::Drain })
+        .expect("retreat");
+    d.submit(d.now(), urgent_launch(511, 511, BlockRanges::full(hp_total), taken, hp_total)).expect("urgent launch");
+    assert_eq!(d.hw_priority(), (true, 0), "a short urgent launch beside low-priority workers runs as workers");
+    run_until(d, ended(LaunchId(511))).expect("urgent");
+    let lp_left = run_to_end(d, LaunchId(510));
+    // The low-priority launch's workers left the taken SMs with blocks left: relaunched on the rest.
+    if !lp_left.is_empty() {
+        d.submit(d.now(), launch(510, 513, lp_left, all.difference(&taken), lp_total)).expect("relaunch");
+        assert!(run_to_end(d, LaunchId(513)).is_empty(), "the relaunch ran the rest");
+    }
+    assert_eq!(d.hw_priority(), (true, 0), "nothing ran natively beside workers");
+    // Alone on the GPU now, the same short kernel runs natively, its end read from host memory.
+    d.submit(d.now(), urgent_launch(512, 514, BlockRanges::full(hp_total), taken, hp_total)).expect("alone");
+    let events = run_until(d, ended(LaunchId(514))).expect("alone");
+    assert_eq!(d.hw_priority(), (true, 1), "a short launch alone on the GPU runs natively");
+    let completed = events.iter().find_map(|e| match e {
+        Event::LaunchEnded { launch, remaining, completed, .. } if launch.0 == 514 => {
+            Some((remaining.len(), *completed))
+        }
+        _ => None,
+    });
+    assert_eq!(completed, Some((0, hp_total)), "the native launch ran every block");
+    for op in 510..=512 {
+        d.unbind(OpId(op));
+    }
+    let Stamped { runs: lp_runs, .. } = lp.read_and_free(d, 520);
+    let Stamped { runs: hp_runs, sm_of: hp_sm, .. } = hp.read_and_free(d, 530);
+    let Stamped { runs: alone_runs, sm_of: alone_sm, .. } = alone.read_and_free(d, 540);
+    assert!(lp_runs.iter().all(|&r| r == 1), "every low-priority block ran exactly once");
+    assert!(hp_runs.iter().all(|&r| r == 1), "every urgent block ran exactly once");
+    assert!(alone_runs.iter().all(|&r| r == 1), "every block of the lone launch ran exactly once");
+    assert!(hp_sm.iter().all(|&s| s >= (sms - 17) as u32), "urgent workers ran only on the SMs taken: {hp_sm:?}");
+    let spread: std::collections::BTreeSet<u32> = alone_sm.iter().copied().collect();
+    assert!(spread.len() > 17, "the native launch ran beyond the 17 SMs it was given: {} SMs", spread.len());
 }
 
 /// One step of a stream whose kernels depend on each other: each block

@@ -435,8 +435,7 @@ fn co_location_spread(sm_count: u32, priority: i32, others: impl Iterator<Item =
 /// full occupancy would leave the peer's next launch no room beside it.
 fn placement(co_locate: bool, sm_count: u32, st: &InContext, live: &Live) -> Placement {
     let spread = co_location_spread(sm_count, live.priority, st.launches.values().map(|l| (l.priority, l.sms)));
-    let peer = st.launches.values().any(|l| l.priority == live.priority && !l.sms.is_empty())
-        || ahead::peer_running(&st.ahead, live.priority);
+    let peer = !alone_at(&st.launches, &st.ahead, live.priority, None);
     if co_locate && peer && !live.sms.is_empty() && live.sms.len() < spread.len() {
         Placement { mask: spread, share: Some((live.sms.len(), spread.len())) }
     } else {
@@ -489,16 +488,47 @@ fn sole_peer(st: &InContext, priority: i32) -> Option<KernelKey> {
     keys.all(|k| k == first).then_some(first)
 }
 
-/// No launch of `priority` but `except` runs, and no workers of it are
+/// No launch of `priority` but `except` holds SMs, and no workers of it are
 /// queued ahead: a launch there has no peer to share SMs with.
-fn alone_at(st: &InContext, priority: i32, except: Option<LaunchId>) -> bool {
-    !st.launches.iter().any(|(&l, x)| Some(l) != except && x.priority == priority && !x.sms.is_empty())
-        && !ahead::peer_running(&st.ahead, priority)
+fn alone_at(
+    launches: &HashMap<LaunchId, Live>,
+    ahead: &HashMap<OpId, ahead::Ahead>,
+    priority: i32,
+    except: Option<LaunchId>,
+) -> bool {
+    !launches.iter().any(|(&l, x)| Some(l) != except && x.priority == priority && !x.sms.is_empty())
+        && !ahead::peer_running(ahead, priority)
 }
 
-/// A launch of another priority than `priority` runs natively.
-fn native_elsewhere(st: &InContext, priority: i32) -> bool {
-    st.launches.values().any(|l| l.priority != priority && l.segs.iter().any(WorkerLaunch::running_native))
+/// How a launch of `priority` runs under hardware priority
+/// ([`ClientDevice::set_hw_priority`]), as (natively whatever its length,
+/// natively if long): nothing native unless it is alone at its priority;
+/// alone, natively if long, and whatever its length unless launches of
+/// another priority run as workers and none of them natively. Beside
+/// another priority's workers a short launch stays workers: the engine's
+/// SMs are what keeps the two apart there (a native grid would take free
+/// slots on the other's SMs); beside its native blocks workers could not
+/// displace them, and the hardware orders the two by stream priority.
+fn hw_native(
+    hw_priority: bool,
+    launches: &HashMap<LaunchId, Live>,
+    ahead: &HashMap<OpId, ahead::Ahead>,
+    priority: i32,
+    except: Option<LaunchId>,
+) -> (bool, bool) {
+    if !hw_priority || !alone_at(launches, ahead, priority, except) {
+        return (false, false);
+    }
+    let others = launches.iter().filter(|(&l, x)| Some(l) != except && x.priority != priority);
+    let (mut native, mut workers) = (false, false);
+    for (_, l) in others {
+        for w in l.segs.iter().chain(&l.leaving).filter(|w| w.running()) {
+            native |= w.running_native();
+            workers |= !w.running_native();
+        }
+    }
+    workers |= ahead::workers_of_others(ahead, priority);
+    (native || !workers, true)
 }
 
 /// How [`start_segs`] starts workers.
@@ -816,16 +846,18 @@ impl ClientDevice {
 
     /// Leaves priority to the hardware where a launch has no peer: a launch
     /// alone at its priority (no launch of its priority running or queued
-    /// beside it) whose kernel shape is timed and long, and any launch alone
-    /// at its priority while another priority's launch runs natively, runs
-    /// as the client's kernel itself, its whole grid, on its priority's
-    /// stream, if the module was compiled with its native build
-    /// (`module::add_native`); the hardware gives a higher-priority stream's
+    /// beside it) runs as the client's kernel itself, its whole grid, on its
+    /// priority's stream, if the module was compiled with its native build
+    /// (`module::add_native`), unless it is short (not timed yet, one wave,
+    /// or 20 µs at most) and launches of another priority run beside it as
+    /// workers only (`hw_native`); the hardware gives a higher-priority stream's
     /// blocks the first slots that free anywhere, as MPS and two streams of
     /// one process do. Such a launch cannot retreat: a retreat of it releases
     /// its SMs at once (the next launch there takes slots as its blocks end)
-    /// and it runs all its blocks. Peers of one priority still run as
-    /// workers, co-located or on SMs of their own. Off by default here;
+    /// and it runs all its blocks. Its end is read from host memory, as a
+    /// worker launch's is, and the next kernel of its stream is queued
+    /// natively behind it by the launcher thread. Peers of one priority still
+    /// run as workers, co-located or on SMs of their own. Off by default here;
     /// gpumuxd turns it on under the PPQ policies (`cuda:N,hw-priority`,
     /// `,no-hw-priority`). docs/daemon-cuda.md, "Hardware priority", says why
     /// and what it measured.
@@ -951,17 +983,11 @@ impl ClientDevice {
         let Some(mut live) = st.launches.remove(&lid) else {
             return Err(ProtocolError::UnknownLaunch { launch: lid, by: Message::Launch }.into());
         };
-        // Hardware priority: a long launch alone at its priority runs natively,
-        // and so does any launch alone at its priority while a native launch of
-        // another priority runs (workers could not displace its blocks; a
-        // native grid takes the slots that free first, by stream priority).
-        let native_if_long = hw_priority && alone_at(st, live.priority, None);
-        let native_anywhere = native_if_long && native_elsewhere(st, live.priority);
-        let (place, corun) = if native_if_long {
-            (Placement { mask: live.sms, share: None }, None)
-        } else {
-            place(co_locate, self.chooser.as_mut(), sm_count, st, &live)
-        };
+        // Hardware priority: a launch alone at its priority runs natively
+        // (`hw_native` says when a short one does not).
+        let (native_anywhere, native_if_long) = hw_native(hw_priority, &st.launches, &st.ahead, live.priority, None);
+        // (Alone at its priority, a launch is placed on its own SMs: no peer to share them with.)
+        let (place, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
         live.corun = corun;
         let r = match st.ops.get(&live.op) {
             None => Err(CudaError::Invalid(format!("no work bound to {}", live.op))),

@@ -13,8 +13,8 @@
 //! **Order.** Jobs run in the order posted. A job's stream and event must
 //! outlive it and nothing else may be queued on its stream by another thread
 //! until it is done ([`Pending::wait`]): the caller owns that (the CUDA
-//! device posts only workers queued behind a running launch on its stream,
-//! and waits for the job before it touches them otherwise).
+//! device posts only kernels queued behind a running launch on its stream,
+//! workers or native, and waits for the job before it touches them otherwise).
 
 use super::{check, Event, Function, Params, Stream};
 use crate::error::{CudaError, DriverError, Result};
@@ -33,6 +33,24 @@ use std::time::{Duration, Instant};
 /// device's own thread polls as long after each message.
 const SPIN: Duration = Duration::from_micros(200);
 
+/// A word written by the stream after a kernel (`cuStreamWriteValue32`,
+/// with the driver's memory barrier before it: whoever reads the word then
+/// sees the kernel's writes).
+#[derive(Clone, Copy, Debug)]
+pub struct Publish {
+    /// The word's device address (host memory mapped for the device).
+    pub addr: u64,
+    /// What is written.
+    pub value: u32,
+}
+
+impl Publish {
+    /// Writes it on `stream` from this thread.
+    pub fn write(&self, stream: &Stream) -> Result<()> {
+        stream.write_u32(self.addr, self.value)
+    }
+}
+
 /// CUDA handles carried to the launcher thread.
 struct Handles {
     ctx: cu::CUcontext,
@@ -45,14 +63,16 @@ struct Handles {
 // current there (the launcher makes it current before each job's calls).
 unsafe impl Send for Handles {}
 
-/// One launch: the kernel with `params` on `stream`, then `ended` recorded
-/// after it.
+/// One launch: the kernel with `params` on `stream`, then the word of
+/// `publish` written (a native kernel's end, for the host to read), then
+/// `ended` recorded after it.
 struct Job {
     handles: Handles,
     grid: [u32; 3],
     block: [u32; 3],
     smem: u32,
     params: Params,
+    publish: Option<Publish>,
     slot: Arc<Slot>,
 }
 
@@ -122,7 +142,8 @@ pub struct Made {
     pub launches: u64,
     /// Their `cuLaunchKernel` calls, ns in all.
     pub launch_ns: u64,
-    /// Their end events' `cuEventRecord` calls, ns in all.
+    /// Their end events' `cuEventRecord` calls (and a native kernel's
+    /// published end, a `cuStreamWriteValue32`), ns in all.
     pub record_ns: u64,
 }
 
@@ -187,9 +208,10 @@ impl Launcher {
         }
     }
 
-    /// Posts a launch of `func` with `params` on `stream` in `ctx`, and the
-    /// record of `ended` after it (see the module doc for what the caller
-    /// must keep alive and leave alone until it is done).
+    /// Posts a launch of `func` with `params` on `stream` in `ctx`, then the
+    /// write of `publish` (stream order: once the kernel ended), and the record of `ended` after it (see the
+    /// module doc for what the caller must keep alive and leave alone until
+    /// it is done).
     #[allow(clippy::too_many_arguments)]
     pub fn post(
         &self,
@@ -200,11 +222,12 @@ impl Launcher {
         smem: u32,
         stream: &Stream,
         params: Params,
+        publish: Option<Publish>,
         ended: &Event,
     ) -> Result<Pending> {
         let slot = Arc::new(Slot::default());
         let handles = Handles { ctx, func: func.raw, stream: stream.raw, ended: ended.raw() };
-        let job = Job { handles, grid, block, smem, params, slot: slot.clone() };
+        let job = Job { handles, grid, block, smem, params, publish, slot: slot.clone() };
         let tx = self.tx.as_ref().ok_or_else(|| CudaError::Invalid("the launcher thread is gone".into()))?;
         self.posted.fetch_add(1, Ordering::Relaxed);
         if tx.send(job).is_err() {
@@ -286,6 +309,11 @@ fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(u64, u64), DriverE
     as_driver(check("cuLaunchKernel", launched))?;
     let launch_ns = t.elapsed().as_nanos().min(u32::MAX as u128) as u64;
     let t = Instant::now();
+    if let Some(w) = job.publish {
+        // SAFETY: the poster's device-visible word, kept alive until the job is done (module doc).
+        let written = unsafe { cu::cuStreamWriteValue32_v2(h.stream, w.addr, w.value, 0) };
+        as_driver(check("cuStreamWriteValue32", written))?;
+    }
     // SAFETY: valid handles (module doc).
     as_driver(check("cuEventRecord", unsafe { cu::cuEventRecord(h.ended, h.stream) }))?;
     let record_ns = t.elapsed().as_nanos().min(u32::MAX as u128) as u64;
@@ -307,7 +335,8 @@ mod tests {
     fn unmade_job(slot: &Arc<Slot>) -> Job {
         use std::ptr::null_mut;
         let handles = Handles { ctx: null_mut(), func: null_mut(), stream: null_mut(), ended: null_mut() };
-        Job { handles, grid: [1; 3], block: [1; 3], smem: 0, params: Params::default(), slot: slot.clone() }
+        let (grid, block, params) = ([1; 3], [1; 3], Params::default());
+        Job { handles, grid, block, smem: 0, params, publish: None, slot: slot.clone() }
     }
 
     #[test]

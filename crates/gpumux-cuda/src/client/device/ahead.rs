@@ -52,8 +52,8 @@
 
 use super::clock::Part;
 use super::{
-    all_left, failed, failed_with, place, start_segs, state_of, still_to_run, ClientDevice, InContext, Live, Placement,
-    SegPlan,
+    all_left, failed, failed_with, hw_native, place, start_segs, state_of, still_to_run, ClientDevice, InContext, Live,
+    Placement, SegPlan,
 };
 use crate::launch_plan::Plan;
 use crate::preempt::{is_long, WorkerLaunch};
@@ -126,6 +126,15 @@ impl Ahead {
 /// about to run once the launch before them ends).
 pub(super) fn peer_running(ahead: &HashMap<OpId, Ahead>, priority: i32) -> bool {
     peers(ahead, priority).next().is_some()
+}
+
+/// Workers (not native launches) of a priority other than `priority` are
+/// queued ahead, not cancelled.
+pub(super) fn workers_of_others(ahead: &HashMap<OpId, Ahead>, priority: i32) -> bool {
+    ahead
+        .values()
+        .filter(|a| a.priority != priority && !a.cancelled)
+        .any(|a| a.segs.iter().any(|w| w.running() && !w.running_native()))
 }
 
 /// The operations of `priority` whose workers are queued ahead and not cancelled.
@@ -225,13 +234,17 @@ impl ClientDevice {
             return Ok(());
         }
         let native_before = live.segs.iter().all(|w| w.running() && w.last_plan() == Some(Plan::Native));
-        let alone = !launches.iter().any(|(&l, x)| l != lid && x.priority == live.priority && !x.sms.is_empty())
-            && !peer_running(ahead, live.priority);
-        if hw_priority && alone && !native_before {
-            // Its next kernel runs natively if it is long (`ClientDevice::set_hw_priority`),
-            // and a native kernel cannot wait queued behind workers (a retreat of
+        let (native_anywhere, native_if_long) = hw_native(hw_priority, launches, ahead, live.priority, Some(lid));
+        if native_if_long && !native_before {
+            // A long next kernel would run natively (`hw_native`), and a
+            // native kernel cannot wait queued behind workers (a retreat of
             // theirs would leave blocks to run after it): launched when the
-            // engine says, not queued.
+            // engine says, not queued. A short one is queued as workers (never
+            // native), as without hardware priority: with several clients of
+            // one priority a launch is alone now and then between its peers'
+            // kernels, and a stream that gave up queueing ahead each time would
+            // wait a round trip per kernel (8 clients: 1 of 4 pairs as fast
+            // as main's build with it, run 144).
             if let Some(o) = ops.get(&next).filter(|o| o.kernel.native.is_some()) {
                 let threads = o.block.iter().product::<u32>();
                 let fits = o.kernel.worker.blocks_per_sm(threads, o.smem).unwrap_or(0);
@@ -240,14 +253,14 @@ impl ClientDevice {
                 }
             }
         }
-        // Behind a native launch alone at its priority, the next kernel runs
-        // natively too if long (`ClientDevice::set_hw_priority`), in stream order.
-        let native_if_long = hw_priority && native_before && alone;
+        // Behind a native launch, the next kernel runs natively as the launch
+        // command would start it (`hw_native`), in stream order; the launcher
+        // thread makes its calls as it does workers'.
         let how = SegPlan {
             place: live.place,
             never_native: !native_before,
-            native_anywhere: false,
-            native_if_long,
+            native_anywhere: native_before && native_anywhere,
+            native_if_long: native_before && native_if_long,
             chunk,
             sm_count,
         };
