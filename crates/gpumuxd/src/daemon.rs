@@ -92,11 +92,10 @@ pub struct CudaSpec {
     /// where it cannot go on in place (the default); `,refill-always`: also
     /// whenever it gives back SMs workers had left; `,no-refill`: never.
     pub refill: Refill,
-    /// `,hw-priority`: a long launch alone at its priority (and any launch
-    /// alone at its priority beside another priority's native one) runs as
-    /// the client's kernel itself, priority left to the hardware's stream
-    /// priorities (`ClientDevice::set_hw_priority`; modules are compiled
-    /// natively too);
+    /// `,hw-priority`: a launch alone at its priority (but a short one beside
+    /// another priority's workers) runs as the client's kernel itself,
+    /// priority left to the hardware's stream priorities
+    /// (`ClientDevice::set_hw_priority`; modules are compiled natively too);
     /// `,no-hw-priority`: never. Neither (`None`): on under the PPQ
     /// policies, off under the others ([`resolve_hw_priority`]).
     pub hw_priority: Option<bool>,

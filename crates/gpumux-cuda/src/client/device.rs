@@ -940,6 +940,11 @@ impl ClientDevice {
     }
 
     /// Whether anything is on the device (the daemon polls while so).
+    /// Kernels queued ahead do not count: the engine's launch command for
+    /// theirs follows the end of the launch before them in the same turn, and
+    /// counting them cost the daemon's launch rate (1-2 clients 12-25% in run
+    /// 188, docs/benchmarks.md), polls the device process answered instead of
+    /// launching.
     pub fn busy(&self) -> bool {
         self.st.as_ref().is_some_and(|st| {
             st.launches.values().any(|l| !l.segs.is_empty() || !l.leaving.is_empty())

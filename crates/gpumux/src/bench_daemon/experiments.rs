@@ -54,8 +54,8 @@ pub struct Bench {
 /// it cannot go on in drains and restarts instead of being refilled),
 /// `+refill-always` `cuda:N,refill-always` (refilled whenever it is given
 /// back SMs its workers had left); `+hw-priority` `cuda:N,hw-priority` (a
-/// long launch alone at its priority runs natively, the hardware ordering
-/// the priorities: the default under PPQ policies) and `+no-hw-priority`;
+/// launch alone at its priority runs natively, the hardware ordering the
+/// priorities: the default under PPQ policies) and `+no-hw-priority`;
 /// `+in-process` runs the device in the daemon's process
 /// (`--device-in-process`) instead of a child; `+sockets` keeps the clients'
 /// conversations on the socket (`GPUMUX_RINGS=0`: no shared-memory rings);
@@ -72,7 +72,7 @@ struct DaemonConfig {
     ahead: Option<bool>,
     /// Refills asked for (`cuda:N,no-refill`, `cuda:N,refill-always`; `None`: the default).
     refill: Option<&'static str>,
-    /// Long launches alone at their priority run natively (`cuda:N,hw-priority`,
+    /// Launches alone at their priority run natively (`cuda:N,hw-priority`,
     /// `cuda:N,no-hw-priority`; `None`: the daemon's default for its policy).
     hw_priority: Option<bool>,
     in_process: bool,
