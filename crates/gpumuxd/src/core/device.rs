@@ -17,6 +17,15 @@
 //! launch rate 15% higher on average, 8 clients' and the urgent latency
 //! unchanged (before the device's launcher thread, run 134, it cost 8
 //! clients: the device process then spent on polls what the core saved).
+//!
+//! The commands of requests handled during a pump's last poll (one that
+//! brought no event, after a round that sent nothing) would stay in the
+//! engine until the core pumped again: within a poll period if the device
+//! asked to be polled again (busy), but with the device idle only at the
+//! next request or timer, up to a second (`IDLE_WAIT`), while the client
+//! waited for that launch (the likely cause of a second-long stall of a
+//! client alone in run 184). So when the device is not busy they are sent at
+//! once and another round polls for them (run 190, docs/benchmarks.md).
 
 use super::*;
 
@@ -74,11 +83,13 @@ impl Core {
             events.clear();
             let call = Instant::now();
             let mut handling = Duration::ZERO;
+            let requests_before = stats.requests;
             if let Some(inbox) = inbox {
                 if self.backend.start_poll() {
                     handling = self.while_polling(inbox, &mut stats);
                 }
             }
+            let requests_during_poll = stats.requests > requests_before;
             let polled = self.backend.poll(&mut events);
             let took = call.elapsed().saturating_sub(handling);
             stats.slowest_call = stats.slowest_call.max(took);
@@ -95,6 +106,18 @@ impl Core {
             };
             if events.is_empty() && !sent {
                 self.events = events;
+                // Requests handled while this poll was out (a launch on an idle
+                // device among them) may have left commands in the engine. Sent
+                // now, the next round's poll settles them; left there, they
+                // waited for the next request or timer, up to a second with the
+                // device idle (`IDLE_WAIT`; module doc). A device that asked to
+                // be polled again (busy) takes them at that poll, with whatever
+                // else came meanwhile (8 clients launched fewer per second when
+                // every such round polled again, run 190).
+                let polled_again = matches!(self.backend.next_wake(), Wake::Spin);
+                if requests_during_poll && !polled_again && self.drain_commands(&mut stats)? {
+                    continue;
+                }
                 break;
             }
             let engine = Instant::now();
@@ -373,5 +396,138 @@ impl Core {
                 us(total)
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimBackend;
+    use crate::backend::{ModuleImage, Wake};
+    use gpumux_proto::{Launch, MAGIC, VERSION};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The simulator behind a link that answers polls late, as a device
+    /// process does: the core handles requests while the poll is out. Counts
+    /// the commands that reach the device.
+    struct PollsLate {
+        sim: SimBackend,
+        looks: u32,
+        commands: Arc<AtomicUsize>,
+    }
+
+    impl Backend for PollsLate {
+        fn describe(&self) -> String {
+            self.sim.describe()
+        }
+        fn info(&self) -> &gpumux_engine::kernel::DeviceInfo {
+            self.sim.info()
+        }
+        fn mem_info(&mut self) -> Result<MemInfo, MemError> {
+            self.sim.mem_info()
+        }
+        fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+            self.sim.alloc(bytes)
+        }
+        fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
+            self.sim.free(addr)
+        }
+        fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {
+            self.sim.register_host(region)
+        }
+        fn unregister_host(&mut self, region: &ShmRegion) {
+            self.sim.unregister_host(region)
+        }
+        fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
+            self.sim.load_module(name, source, options)
+        }
+        fn unload_module(&mut self, kernels: &[crate::backend::KernelCode]) {
+            self.sim.unload_module(kernels)
+        }
+        fn kernels_loaded(&self) -> usize {
+            self.sim.kernels_loaded()
+        }
+        fn bind(&mut self, op: OpId, work: OpWork) {
+            self.sim.bind(op, work)
+        }
+        fn unbind(&mut self, op: OpId) {
+            self.sim.unbind(op)
+        }
+        fn now(&self) -> Nanos {
+            self.sim.now()
+        }
+        fn submit(&mut self, command: Command) -> Result<(), Failure> {
+            self.commands.fetch_add(1, Ordering::Relaxed);
+            self.sim.submit(command)
+        }
+        fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
+            self.sim.poll(events)
+        }
+        fn start_poll(&mut self) -> bool {
+            self.looks = 0;
+            true
+        }
+        fn poll_ready(&mut self) -> bool {
+            // Not on the first look: the core takes a request from its inbox first.
+            self.looks += 1;
+            self.looks > 1
+        }
+        fn next_wake(&self) -> Wake {
+            self.sim.next_wake()
+        }
+        fn rebuild(&mut self) -> Result<(), MemError> {
+            self.sim.rebuild()
+        }
+    }
+
+    /// A launch that reaches the core while the last poll of a pump is out,
+    /// on an idle device, goes to the device in that pump: left in the
+    /// engine, it waited for the client's next request or a timer, up to a
+    /// second (`IDLE_WAIT`), while its client waited for it.
+    #[test]
+    fn a_launch_handled_while_a_pumps_last_poll_is_out_reaches_the_device_in_that_pump() {
+        let commands = Arc::new(AtomicUsize::new(0));
+        let sim = SimBackend::with_info(gpumux_sim::presets::h100());
+        let backend = PollsLate { sim, looks: 0, commands: commands.clone() };
+        let mut core = Core::new(Box::new(backend), None).expect("a core on sim:h100");
+        let (tx, replies) = std::sync::mpsc::channel();
+        core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
+        let request = |id, request| CoreMsg::Inbound {
+            client: 1,
+            inbound: Inbound::Request { id, request, fd: None },
+            read_at: Instant::now(),
+        };
+        let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+        assert!(core.handle(request(1, hello)));
+        let module =
+            Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };
+        assert!(core.handle(request(2, module)));
+        let kernel = replies
+            .try_iter()
+            .find_map(|f| match f {
+                ServerFrame::Reply { id: 2, result: Ok(Reply::Module { kernels, .. }) } => Some(kernels[0].kernel),
+                _ => None,
+            })
+            .expect("the module loaded");
+        core.pump().expect("pump");
+        let before = commands.load(Ordering::Relaxed);
+        // The pump's only poll goes out with nothing to send; the launch comes meanwhile.
+        let (inbox_tx, inbox) = std::sync::mpsc::channel();
+        let launch = Launch {
+            kernel,
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            shared_bytes: 0,
+            args: Vec::new(),
+            stream: StreamId(0),
+            block_time_ns: Some(1_000),
+        };
+        inbox_tx.send(request(3, Request::Launch(launch))).expect("queued");
+        let stats = core.pump_with(Some(&inbox)).expect("pump");
+        assert_eq!(stats.requests, 1, "the launch was handled while the poll was out");
+        assert!(
+            commands.load(Ordering::Relaxed) > before,
+            "the launch's command reached the device in the pump that handled it"
+        );
     }
 }
