@@ -244,7 +244,7 @@ impl ClientDevice {
             // one priority a launch is alone now and then between its peers'
             // kernels, and a stream that gave up queueing ahead each time would
             // wait a round trip per kernel (8 clients: 1 of 4 pairs as fast
-            // as main's build with it, run 144).
+            // as main's build with it, run 184).
             if let Some(o) = ops.get(&next).filter(|o| o.kernel.native.is_some()) {
                 let threads = o.block.iter().product::<u32>();
                 let fits = o.kernel.worker.blocks_per_sm(threads, o.smem).unwrap_or(0);
