@@ -6,7 +6,11 @@
 //!
 //! * `wait`: its request decoded by the client's reader thread → the core
 //!   took it (the core was busy, or asleep);
-//! * `decide`: the core took it → the engine's first launch command for it
+//! * `behind`: the core took it → the operation before it on its stream
+//!   completed (zero if none was pending): stream order, not the daemon's
+//!   cost (a client that queues 100 kernels at once has its 100th wait for
+//!   99);
+//! * `decide`: the later of those → the engine's first launch command for it
 //!   (the policy's turn; for an urgent kernel, the retreat of other work from
 //!   the SMs it gets and their release, which is a device exchange);
 //! * `launch`: that command → the device call returned (the CUDA launch
@@ -61,6 +65,7 @@ impl Ring {
 #[derive(Debug, Default)]
 pub struct StageTimes {
     wait: Ring,
+    behind: Ring,
     decide: Ring,
     launch: Ring,
     run: Ring,
@@ -77,6 +82,9 @@ pub struct KernelStamps {
     pub waited: Nanos,
     /// The core took the request.
     pub queued: Nanos,
+    /// It could run: the later of `queued` and the completion of the
+    /// operation before it on its stream (taken with `commanded`).
+    pub ready: Option<Nanos>,
     /// The engine's first launch command for it.
     pub commanded: Option<Nanos>,
     /// Its first launch's device call returned.
@@ -90,7 +98,9 @@ impl StageTimes {
     pub fn kernel(&mut self, stamps: &KernelStamps, done: Nanos) {
         self.wait.push(stamps.waited);
         if let (Some(c), Some(l), Some(e)) = (stamps.commanded, stamps.launched, stamps.ended) {
-            self.decide.push(c.saturating_sub(stamps.queued));
+            let ready = stamps.ready.unwrap_or(stamps.queued).clamp(stamps.queued, c);
+            self.behind.push(ready - stamps.queued);
+            self.decide.push(c - ready);
             self.launch.push(l.saturating_sub(c));
             self.run.push(e.saturating_sub(l));
             self.finish.push(done.saturating_sub(e));
@@ -110,6 +120,7 @@ impl StageTimes {
         let mut line = String::new();
         for (name, ring) in [
             ("wait", &self.wait),
+            ("behind", &self.behind),
             ("decide", &self.decide),
             ("launch", &self.launch),
             ("run", &self.run),
@@ -134,16 +145,22 @@ mod tests {
         let mut t = StageTimes::default();
         for i in 0..100u64 {
             let q = i * 1_000_000;
+            // Every 10th waited 50 µs for the kernel before it on its stream.
+            let ready = if i % 10 == 0 { Some(q + 50_000) } else { None };
+            let commanded = ready.unwrap_or(q) + 6_000;
             let s = KernelStamps {
                 waited: 2_000,
                 queued: q,
-                commanded: Some(q + 6_000),
-                launched: Some(q + 10_000),
-                ended: Some(q + 30_000),
+                ready,
+                commanded: Some(commanded),
+                launched: Some(commanded + 4_000),
+                ended: Some(commanded + 24_000),
             };
-            t.kernel(&s, q + 31_000);
-            t.sync(q + 1_000, q + 35_000);
+            t.kernel(&s, commanded + 25_000);
+            t.sync(q + 1_000, commanded + 29_000);
         }
+        // Stream order is `behind`, not the policy's turn.
+        assert_eq!(t.behind.percentiles(), Some((0.0, 50.0, 50.0)));
         assert_eq!(t.decide.percentiles(), Some((6.0, 6.0, 6.0)));
         assert_eq!(t.launch.percentiles(), Some((4.0, 4.0, 4.0)));
         assert_eq!(t.run.percentiles(), Some((20.0, 20.0, 20.0)));
@@ -152,8 +169,8 @@ mod tests {
         assert_eq!(t.sync.percentiles(), Some((4.0, 4.0, 4.0)));
         assert_eq!(
             t.summary(),
-            "wait 2.0 / 2.0 / 2.0; decide 6.0 / 6.0 / 6.0; launch 4.0 / 4.0 / 4.0; run 20.0 / 20.0 / 20.0; \
-             finish 1.0 / 1.0 / 1.0; sync 4.0 / 4.0 / 4.0"
+            "wait 2.0 / 2.0 / 2.0; behind 0.0 / 50.0 / 50.0; decide 6.0 / 6.0 / 6.0; launch 4.0 / 4.0 / 4.0; \
+             run 20.0 / 20.0 / 20.0; finish 1.0 / 1.0 / 1.0; sync 4.0 / 4.0 / 4.0"
         );
     }
 

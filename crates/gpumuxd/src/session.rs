@@ -8,6 +8,7 @@ use crate::latency::StageTimes;
 use crate::shm::ShmRegion;
 use crate::spin::ConnSpin;
 use gpumux_engine::ids::{OpId, Slot};
+use gpumux_engine::time::Nanos;
 use gpumux_proto::{BufferId, EventId, KernelId, ModuleId, ServerFrame, StreamId};
 use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
@@ -70,6 +71,9 @@ pub struct Stream {
     /// The last operation submitted, if it is a kernel (the next kernel
     /// is bound as following it: `OpWork::Kernel::after`).
     pub last_kernel: Option<OpId>,
+    /// When an operation of it last completed (the core's clock): the next
+    /// could run from then (`latency`'s `behind` stage).
+    pub last_done: Nanos,
 }
 
 /// An event: a sync operation on a stream.

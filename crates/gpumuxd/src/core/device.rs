@@ -244,7 +244,16 @@ impl Core {
                     e.launches += 1;
                     e.launched += 1;
                     e.first_launch.get_or_insert((now, sms.len()));
-                    e.stamps.commanded.get_or_insert(now);
+                    if e.stamps.commanded.is_none() {
+                        e.stamps.commanded = Some(now);
+                        // Its stream's operation before it (if it waited for one) completed then.
+                        let last_done = self
+                            .sessions
+                            .get(&e.client)
+                            .and_then(|s| s.streams.get(&e.stream))
+                            .map_or(0, |st| st.last_done);
+                        e.stamps.ready = Some(last_done.max(e.stamps.queued));
+                    }
                 }
             }
             Command::Grow { launch, sms } => {
@@ -338,6 +347,7 @@ impl Core {
             }
             if let Some(st) = self.sessions.get_mut(&client).and_then(|s| s.streams.get_mut(&stream)) {
                 st.pending = st.pending.saturating_sub(1);
+                st.last_done = self.backend.now();
             }
             self.close_stream_if_idle(client, stream);
             self.maybe_finish(c.op);

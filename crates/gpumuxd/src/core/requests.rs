@@ -72,7 +72,8 @@ impl Core {
             .with_priority(priority)
             .with_weight(weight);
         let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
-        s.streams.insert(StreamId::DEFAULT, Stream { slot, pending: 0, closing: false, last_kernel: None });
+        s.streams
+            .insert(StreamId::DEFAULT, Stream { slot, pending: 0, closing: false, last_kernel: None, last_done: 0 });
         s.name = name;
         s.priority = priority;
         s.weight = weight;
@@ -443,6 +444,7 @@ impl Core {
                 stamps: KernelStamps {
                     waited: self.request_waited,
                     queued: now,
+                    ready: None,
                     commanded: None,
                     launched: None,
                     ended: None,
@@ -470,7 +472,7 @@ impl Core {
             .with_weight(0.0);
         let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
         let s = self.session_mut(client)?;
-        s.streams.insert(id, Stream { slot, pending: 0, closing: false, last_kernel: None });
+        s.streams.insert(id, Stream { slot, pending: 0, closing: false, last_kernel: None, last_done: 0 });
         self.reweigh(client);
         Ok(Reply::Stream(id))
     }
