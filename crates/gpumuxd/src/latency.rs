@@ -98,9 +98,9 @@ impl StageTimes {
     pub fn kernel(&mut self, stamps: &KernelStamps, done: Nanos) {
         self.wait.push(stamps.waited);
         if let (Some(c), Some(l), Some(e)) = (stamps.commanded, stamps.launched, stamps.ended) {
-            let ready = stamps.ready.unwrap_or(stamps.queued).clamp(stamps.queued, c);
+            let ready = stamps.ready.unwrap_or(stamps.queued).max(stamps.queued);
             self.behind.push(ready - stamps.queued);
-            self.decide.push(c - ready);
+            self.decide.push(c.saturating_sub(ready));
             self.launch.push(l.saturating_sub(c));
             self.run.push(e.saturating_sub(l));
             self.finish.push(done.saturating_sub(e));
