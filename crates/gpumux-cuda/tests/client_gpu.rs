@@ -69,6 +69,17 @@ fn run_to_end(d: &mut ClientDevice, lid: LaunchId) -> BlockRanges {
         .unwrap_or_default()
 }
 
+/// How launch `lid` ended among `events`: (blocks handed back, blocks
+/// completed), if it did.
+fn ended_with(events: &[Event], lid: u64) -> Option<(u64, u64)> {
+    events.iter().find_map(|e| match e {
+        Event::LaunchEnded { launch, remaining, completed, .. } if launch.0 == lid => {
+            Some((remaining.len(), *completed))
+        }
+        _ => None,
+    })
+}
+
 fn copy_done(copy: CopyId) -> impl FnMut(&[Event]) -> bool {
     move |ev| ev.iter().any(|e| matches!(e, Event::CopyDone { copy: c } if *c == copy))
 }
@@ -504,14 +515,6 @@ fn with_hardware_priority_a_lone_launch_runs_natively_and_an_urgent_one_takes_sl
     let Stamped { runs: hp_runs, sm_of: hp_sm, .. } = hp.read_and_free(d, 430);
     assert!(lp_runs.iter().all(|&r| r == 1), "every low-priority block ran exactly once");
     assert!(hp_runs.iter().all(|&r| r == 1), "every urgent block ran exactly once");
-    let ended_with = |ev: &[Event], l: u64| {
-        ev.iter().find_map(|e| match e {
-            Event::LaunchEnded { launch, remaining, completed, .. } if launch.0 == l => {
-                Some((remaining.len(), *completed))
-            }
-            _ => None,
-        })
-    };
     assert_eq!(ended_with(&urgent_events, 411), Some((0, hp_total)));
     assert_eq!(ended_with(&lp_events, 410), Some((0, lp_total)), "the native launch ran every block, retreat or not");
     assert_eq!(
@@ -594,13 +597,7 @@ fn with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_
     d.submit(d.now(), urgent_launch(512, 514, BlockRanges::full(hp_total), taken, hp_total)).expect("alone");
     let events = run_until(d, ended(LaunchId(514))).expect("alone");
     assert_eq!(d.hw_priority(), (true, 1), "a short launch alone on the GPU runs natively");
-    let completed = events.iter().find_map(|e| match e {
-        Event::LaunchEnded { launch, remaining, completed, .. } if launch.0 == 514 => {
-            Some((remaining.len(), *completed))
-        }
-        _ => None,
-    });
-    assert_eq!(completed, Some((0, hp_total)), "the native launch ran every block");
+    assert_eq!(ended_with(&events, 514), Some((0, hp_total)), "the native launch ran every block");
     for op in 510..=512 {
         d.unbind(OpId(op));
     }
