@@ -49,15 +49,15 @@ pub fn check_dir(dir: &Path) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn temp_dir(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("gpumux-files-out-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    /// A new empty temporary directory, removed when the test drops it, pass or fail.
+    fn temp_dir() -> tempfile::TempDir {
+        tempfile::Builder::new().prefix("gpumux-files-out-").tempdir().expect("a temporary directory")
     }
 
     #[test]
     fn a_new_folder_is_created_and_left_empty() {
-        let d = temp_dir("new").join("a/b");
+        let dir = temp_dir();
+        let d = dir.path().join("a/b");
         assert_eq!(check_dir(&d), Ok(()));
         assert!(d.is_dir());
         assert_eq!(std::fs::read_dir(&d).map(|r| r.count()).ok(), Some(0));
@@ -65,12 +65,12 @@ mod tests {
 
     #[test]
     fn a_file_is_not_a_folder_and_a_folder_is_not_a_file() {
-        let d = temp_dir("kinds");
-        std::fs::create_dir_all(&d).expect("dir");
+        let dir = temp_dir();
+        let d = dir.path();
         let f = d.join("f.txt");
         std::fs::write(&f, "keep").expect("file");
         assert_eq!(check_dir(&f), Err("is a file, not a folder".to_string()));
-        assert_eq!(check_file(&d), Err("is a folder, not a file".to_string()));
+        assert_eq!(check_file(d), Err("is a folder, not a file".to_string()));
         // An existing file is checked without being changed.
         assert_eq!(check_file(&f), Ok(()));
         assert_eq!(std::fs::read_to_string(&f).ok().as_deref(), Some("keep"));

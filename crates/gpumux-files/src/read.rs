@@ -38,23 +38,24 @@ pub fn read_text(path: &Path, limit: u64, what: &str) -> Result<String, String> 
 mod tests {
     use super::*;
 
-    fn temp(name: &str, bytes: &[u8]) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("gpumux-files-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let p = dir.join(name);
+    /// A file `name` holding `bytes` in a new temporary directory, and the
+    /// directory: it is removed when the test drops it, pass or fail.
+    fn temp(name: &str, bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::Builder::new().prefix("gpumux-files-").tempdir().expect("a temporary directory");
+        let p = dir.path().join(name);
         std::fs::write(&p, bytes).expect("write");
-        p
+        (dir, p)
     }
 
     #[test]
     fn reads_text_within_the_limit() {
-        let p = temp("ok.txt", b"hello");
+        let (_dir, p) = temp("ok.txt", b"hello");
         assert_eq!(read_text(&p, 5, "a file").as_deref(), Ok("hello"));
     }
 
     #[test]
     fn a_regular_file_over_the_limit_is_refused_with_its_size() {
-        let p = temp("big.txt", b"123456");
+        let (_dir, p) = temp("big.txt", b"123456");
         let e = read_text(&p, 5, "a test file").expect_err("too big");
         assert!(e.contains("is 6 bytes, more than the 5 a test file may have"), "{e}");
     }
@@ -67,10 +68,10 @@ mod tests {
 
     #[test]
     fn non_utf8_names_the_offset_and_a_directory_is_named() {
-        let p = temp("latin1.txt", b"abc\xe9def");
+        let (dir, p) = temp("latin1.txt", b"abc\xe9def");
         let e = read_text(&p, 100, "a file").expect_err("not UTF-8");
         assert!(e.contains("offset 3"), "{e}");
-        let e = read_text(&std::env::temp_dir(), 100, "a file").expect_err("a directory");
+        let e = read_text(dir.path(), 100, "a file").expect_err("a directory");
         assert_eq!(e, "is a directory");
     }
 }

@@ -292,9 +292,8 @@ fn long_or_odd_user_text_is_quoted_short() {
 
 #[test]
 fn non_utf8_and_endless_files_are_refused_with_the_reason() {
-    let dir = std::env::temp_dir().join(format!("gpumux-rt-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let p = dir.join("latin1.toml");
+    let dir = tempfile::Builder::new().prefix("gpumux-rt-bad-").tempdir().expect("a temporary directory");
+    let p = dir.path().join("latin1.toml");
     std::fs::write(&p, b"[[task]]\nname = \"caf\xe9\"\n").expect("write");
     let e = TaskSet::from_file(&p).expect_err("not UTF-8");
     assert!(matches!(e, ModelError::Io { .. }) && e.to_string().contains("invalid byte at offset 20"), "{e}");

@@ -62,9 +62,8 @@ fn assign_all_prints_every_method() {
 
 #[test]
 fn bad_file_is_an_error_not_a_panic() {
-    let dir = std::env::temp_dir().join(format!("gpumux-rt-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp");
-    let f = dir.join("bad.toml");
+    let dir = tempfile::Builder::new().prefix("gpumux-rt-cli-").tempdir().expect("a temporary directory");
+    let f = dir.path().join("bad.toml");
     std::fs::write(&f, "[[task]]\nperiod = 10\nsubtasks = [{ resource = \"tpu\", single = 1 }]\n").expect("write");
     let w = Wrapper::try_parse_from(["x", "analyze", f.to_str().expect("utf8")]).expect("parses");
     let e = run_to(w.cmd, &mut String::new()).unwrap_err().to_string();
@@ -73,9 +72,9 @@ fn bad_file_is_an_error_not_a_panic() {
 
 #[test]
 fn quick_experiments_write_svg_and_json() {
-    let dir = std::env::temp_dir().join(format!("gpumux-rt-exp-{}", std::process::id()));
+    let dir = tempfile::Builder::new().prefix("gpumux-rt-exp-").tempdir().expect("a temporary directory");
     for fig in ["fig7", "fig8"] {
-        let out_dir = dir.join(fig);
+        let out_dir = dir.path().join(fig);
         let w = Wrapper::try_parse_from([
             "x",
             "experiment",
@@ -106,10 +105,10 @@ fn quick_experiments_write_svg_and_json() {
 
 #[test]
 fn experiment_results_do_not_depend_on_thread_count() {
-    let dir = std::env::temp_dir().join(format!("gpumux-rt-det-{}", std::process::id()));
+    let dir = tempfile::Builder::new().prefix("gpumux-rt-det-").tempdir().expect("a temporary directory");
     let mut bins = Vec::new();
     for jobs in ["1", "2"] {
-        let out_dir = dir.join(jobs);
+        let out_dir = dir.path().join(jobs);
         let w = Wrapper::try_parse_from([
             "x",
             "experiment",

@@ -157,9 +157,8 @@ mod tests {
 
     #[test]
     fn draws_every_series_with_its_legend() {
-        let dir = std::env::temp_dir().join(format!("gpumux-svg-lines-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join("lines.svg");
+        let dir = tempfile::Builder::new().prefix("gpumux-svg-lines-").tempdir().expect("a temporary directory");
+        let path = dir.path().join("lines.svg");
         let chart = LineChart { title: "t", x_desc: "x", y_desc: "y", x_range: 0.0..2.0, y_range: 0.0..2.0 };
         let lines = [
             Series { name: "alpha".into(), points: vec![(0.0, 1.0), (2.0, 2.0)] },
@@ -170,7 +169,6 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("alpha") && svg.contains("beta"), "legend names both series");
         assert_eq!(svg.matches("<circle").count(), 3, "one marker per point");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

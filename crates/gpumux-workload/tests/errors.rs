@@ -331,23 +331,22 @@ fn unreadable_paths() {
     assert_has(&m, &["parboil-k21", "not a built-in"]);
     let m = load_file(std::path::Path::new("/nonexistent/w.toml")).unwrap_err();
     assert!(matches!(m, WorkloadError::Io { .. }));
-    let dir = std::env::temp_dir();
-    let m = load_file(&dir).unwrap_err().to_string();
+    let dir = tempfile::Builder::new().prefix("gpumux-wl-test-").tempdir().expect("a temporary directory");
+    let m = load_file(dir.path()).unwrap_err().to_string();
     assert_has(&m, &["is a directory"]);
-    let bin = dir.join(format!("gpumux-wl-test-{}.toml", std::process::id()));
+    let bin = dir.path().join("w.toml");
     std::fs::write(&bin, [b'a', 0xff, 0xfe]).unwrap();
     let m = load_file(&bin).unwrap_err().to_string();
-    let _ = std::fs::remove_file(&bin);
     assert_has(&m, &["is not UTF-8"]);
 }
 
 #[test]
 fn load_file_names_the_file() {
-    let path = std::env::temp_dir().join(format!("gpumux-wl-bad-{}.toml", std::process::id()));
+    let dir = tempfile::Builder::new().prefix("gpumux-wl-bad-").tempdir().expect("a temporary directory");
+    let path = dir.path().join("w.toml");
     std::fs::write(&path, edit("grid = 18000", "grid = 0")).unwrap();
     let m = load_file(&path).unwrap_err().to_string();
     let ok = resolve(path.to_str().unwrap()).unwrap_err().to_string();
-    let _ = std::fs::remove_file(&path);
     assert!(m.starts_with(&path.display().to_string()), "{m}");
     assert_eq!(m, ok);
 }

@@ -519,9 +519,13 @@ mod tests {
     use gpumux_engine::ids::ProcessId;
     use gpumux_engine::metrics::{LatencySummary, ProcessMetrics};
 
-    fn temp_dir(tag: &str) -> PathBuf {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        std::env::temp_dir().join(format!("gpumux-plot-{tag}-{}-{nanos}", std::process::id()))
+    /// A folder for the charts that does not exist yet (`write_plots` makes
+    /// it), inside a new temporary directory: the test holds that, and
+    /// dropping it removes both, pass or fail.
+    fn temp_dir(tag: &str) -> (tempfile::TempDir, PathBuf) {
+        let parent = tempfile::Builder::new().prefix("gpumux-plot-").tempdir().expect("a temporary directory");
+        let dir = parent.path().join(tag);
+        (parent, dir)
     }
 
     fn process(name: &str, ntt: f64) -> ProcessMetrics {
@@ -571,7 +575,7 @@ mod tests {
 
     #[test]
     fn writes_all_charts() {
-        let dir = temp_dir("all");
+        let (_tmp, dir) = temp_dir("all");
         let metrics = vec![
             policy("fifo", 0, &[1.5, 2.0]),
             policy("time-slice", 4, &[1.2, f64::NAN]),
@@ -615,33 +619,30 @@ mod tests {
         assert!(read(&paths[3]).contains("prio/preempt"));
         assert!(read(&paths[3]).contains("SM 0") && read(&paths[3]).contains("copy D2H"));
         assert!(read(&paths[4]).contains("no spans"));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn no_preemptions_still_writes_chart() {
-        let dir = temp_dir("nopre");
+        let (_tmp, dir) = temp_dir("nopre");
         let paths = write_plots(&dir, &[policy("fifo", 0, &[1.0])], &[]).expect("plots");
         assert_eq!(paths.len(), 3);
         let svg = read(&dir.join("preemption.svg"));
         assert!(svg.starts_with("<svg") && svg.contains("no preemptions") && svg.contains("fifo"));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn all_nan_metrics_do_not_panic() {
-        let dir = temp_dir("nan");
+        let (_tmp, dir) = temp_dir("nan");
         let mut m = policy("weird", 0, &[f64::NAN]);
         m.stp = f64::INFINITY;
         m.fairness = f64::NAN;
         let paths = write_plots(&dir, &[m], &[]).expect("plots");
         assert!(read(&paths[0]).contains("weird"));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn empty_input_is_an_error() {
-        let dir = temp_dir("empty");
+        let (_tmp, dir) = temp_dir("empty");
         let err = write_plots(&dir, &[], &[]).expect_err("no policies");
         assert!(err.to_string().contains("nothing to plot"));
         assert!(!dir.exists(), "no directory for nothing");
@@ -649,7 +650,7 @@ mod tests {
 
     #[test]
     fn big_timeline_is_capped() {
-        let dir = temp_dir("big");
+        let (_tmp, dir) = temp_dir("big");
         // 300k back-to-back 10 ns spans on 4 SMs: merged per pixel.
         let spans: Vec<TraceSpan> = (0..300_000u64)
             .map(|i| span((i % 4) as u32, "kernel", (i / 4) * 10, (i / 4) * 10 + 10, Some((i % 3) as u32)))
@@ -658,7 +659,6 @@ mod tests {
         let svg = read(&paths[3]);
         assert!(svg.contains("merged"), "title says the spans were merged");
         assert!(svg.matches("<rect").count() < MAX_RECTS);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -178,9 +178,12 @@ mod tests {
         }
     }
 
-    fn temp_path(tag: &str) -> PathBuf {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        std::env::temp_dir().join(format!("gpumux-trace-{tag}-{}-{nanos}.json", std::process::id()))
+    /// A path for a trace in a new temporary directory, and the directory:
+    /// the test holds it, and dropping it removes both, pass or fail.
+    fn temp_path(tag: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::Builder::new().prefix("gpumux-trace-").tempdir().expect("a temporary directory");
+        let path = dir.path().join(format!("{tag}.json"));
+        (dir, path)
     }
 
     fn sample() -> Vec<TraceRun> {
@@ -208,7 +211,7 @@ mod tests {
 
     #[test]
     fn round_trips_through_json() {
-        let path = temp_path("rt");
+        let (_dir, path) = temp_path("rt");
         write_chrome_trace(&path, &sample()).expect("write trace");
         let text = std::fs::read_to_string(&path).expect("read trace");
         let json: Value = serde_json::from_str(&text).expect("valid json");
@@ -261,20 +264,17 @@ mod tests {
         assert_eq!(h2d_row["args"]["name"], "copy H2D");
 
         // Deterministic: a second write is byte-identical.
-        let path2 = temp_path("rt2");
+        let (_dir2, path2) = temp_path("rt2");
         write_chrome_trace(&path2, &sample()).expect("write trace again");
         assert_eq!(std::fs::read(&path2).expect("read"), text.as_bytes());
-        let _ = std::fs::remove_file(&path);
-        let _ = std::fs::remove_file(&path2);
     }
 
     #[test]
     fn empty_input_is_valid_json() {
-        let path = temp_path("empty");
+        let (_dir, path) = temp_path("empty");
         write_chrome_trace(&path, &[]).expect("write trace");
         let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
         assert_eq!(json["traceEvents"].as_array().map(Vec::len), Some(0));
-        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

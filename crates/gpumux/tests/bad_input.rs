@@ -7,20 +7,10 @@ mod common;
 use common::{gpumux, repo_root, stderr};
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpumux-bad-input-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
-
-fn temp_file(name: &str, text: &str) -> PathBuf {
-    let p = temp_dir(name).join(name);
-    std::fs::write(&p, text).expect("write temp file");
-    p
+fn temp_file(name: &str, text: &str) -> common::TempFile {
+    common::temp_file("bad-input", name, text)
 }
 
 /// Fails with a message containing each of `want`, and without a panic.
@@ -110,11 +100,11 @@ fn a_closed_stdout_ends_every_subcommand_quietly() {
 
 #[test]
 fn output_paths_are_checked_before_the_work() {
-    let dir = temp_dir("outputs");
-    let file = dir.join("a-file");
+    let dir = common::temp_dir("bad-input");
+    let file = dir.path().join("a-file");
     std::fs::write(&file, "not a folder").expect("file");
     let file = file.to_str().expect("utf8");
-    let missing = dir.join("no/such/folder/t.json");
+    let missing = dir.path().join("no/such/folder/t.json");
     let missing = missing.to_str().expect("utf8");
     // /proc/self exists as a folder in which nobody, root included, can create a file.
     let cases: Vec<(Vec<&str>, &str)> = vec![
@@ -164,7 +154,7 @@ const FAT_KERNEL: &str = "[[process]]\nname = \"p\"\n[[process.op]]\nkind = \"ke
 #[test]
 fn a_kernel_that_cannot_fit_names_the_file_and_the_process() {
     let f = temp_file("fat.toml", FAT_KERNEL);
-    let path = f.to_str().expect("utf8");
+    let path = f.as_str();
     assert_fails(&["run", path, "--device", "sim:k20c", "-q"], &[path, "process \"p\"", "kernel `fat` cannot fit"]);
 }
 
@@ -173,13 +163,13 @@ fn an_unknown_suite_kernel_is_run_on_the_simulator_with_a_warning() {
     let text = "[[process]]\nname = \"p\"\n[[process.op]]\nkind = \"kernel\"\nname = \"k\"\ngrid = 4\nblock = 64\n\
                 regs_per_thread = 16\nblock_time_us = 1\nsuite = { name = \"nope\" }\n";
     let f = temp_file("nope.toml", text);
-    let o = gpumux(&["run", f.to_str().expect("utf8"), "--device", "sim:h100", "--policy", "fcfs", "-q"]);
+    let o = gpumux(&["run", f.as_str(), "--device", "sim:h100", "--policy", "fcfs", "-q"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let e = stderr(&o);
     assert!(e.contains("warning:") && e.contains("`nope`") && e.contains("no GPU can"), "{e}");
     // A known suite kernel gets no warning.
     let f = temp_file("triad.toml", &text.replace("name = \"nope\"", "name = \"triad\", params = { n = 4096 }"));
-    let o = gpumux(&["run", f.to_str().expect("utf8"), "--device", "sim:h100", "--policy", "fcfs", "-q"]);
+    let o = gpumux(&["run", f.as_str(), "--device", "sim:h100", "--policy", "fcfs", "-q"]);
     assert!(o.status.success() && !stderr(&o).contains("warning"), "{}", stderr(&o));
 }
 
@@ -187,6 +177,6 @@ fn an_unknown_suite_kernel_is_run_on_the_simulator_with_a_warning() {
 fn a_huge_copy_size_is_reported_in_a_few_characters() {
     let text = "[[process]]\nname = \"p\"\n[[process.op]]\nkind = \"h2d\"\nmb = 1e300\n";
     let f = temp_file("huge-copy.toml", text);
-    let o = assert_fails(&["run", f.to_str().expect("utf8"), "-q"], &["mb must be <= 1073741824, got 1e300"]);
+    let o = assert_fails(&["run", f.as_str(), "-q"], &["mb must be <= 1073741824, got 1e300"]);
     assert!(stderr(&o).len() < 300, "{}", stderr(&o));
 }

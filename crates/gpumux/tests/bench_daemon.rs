@@ -6,14 +6,13 @@ use std::process::Command;
 
 #[test]
 fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
-    let dir = std::env::temp_dir().join(format!("gpumux-bench-daemon-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("report.json");
+    let dir = tempfile::Builder::new().prefix("gpumux-bench-daemon-test-").tempdir().expect("a temporary directory");
+    let json = dir.path().join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_gpumux"))
         .args(["bench", "daemon", "--device", "sim:h100", "--quick", "--block-us", "100"])
         .args(["--priority-policies", "", "--corun-policies", "ppq-even-drain,fcfs"])
         .arg("--logs")
-        .arg(dir.join("logs"))
+        .arg(dir.path().join("logs"))
         .arg("--json")
         .arg(&json)
         .output()
@@ -43,5 +42,4 @@ fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
     // No native baseline on a simulated device, and the report says so.
     assert!(r["overhead"]["native_p50_us"].is_null());
     assert!(r["notes"][0].as_str().unwrap().contains("simulated"));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,7 +5,7 @@ mod common;
 use common::{gpumux, stderr};
 use std::path::PathBuf;
 
-fn temp_file(name: &str, text: &str) -> PathBuf {
+fn temp_file(name: &str, text: &str) -> common::TempFile {
     common::temp_file("cli", name, text)
 }
 
@@ -75,10 +75,9 @@ fn priorities_help_the_urgent_process() {
 
 #[test]
 fn trace_and_plots_are_written() {
-    let dir = std::env::temp_dir().join(format!("gpumux-cli-out-{}", std::process::id()));
-    let trace = dir.join("t.json");
-    let plots = dir.join("plots");
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = common::temp_dir("cli-out");
+    let trace = dir.path().join("t.json");
+    let plots = dir.path().join("plots");
     let o = gpumux(&[
         "run",
         "examples/two-procs.toml",
@@ -106,25 +105,31 @@ fn trace_and_plots_are_written() {
 
 #[test]
 fn bad_inputs_get_clear_errors() {
+    // Held to the end: dropping one removes its file.
+    let huge = temp_file(
+        "huge.toml",
+        "[[process]]\nname = \"p\"\n[[process.op]]\nkind = \"kernel\"\nname = \"fat\"\ngrid = 4\nblock = 1024\n\
+         regs_per_thread = 255\nblock_time_us = 1\n",
+    );
+    let garbage = temp_file("garbage.toml", "[[process]\nname=");
     let cases: Vec<(Vec<String>, &str)> = vec![
         (vec!["run".into(), "no/such/file.toml".into()], "no/such/file.toml"),
-        (vec!["run".into(), "examples/two-procs.toml".into(), "--policy".into(), "fcfs,warp-drive".into()], "unknown policy `warp-drive`"),
-        (vec!["run".into(), "examples/two-procs.toml".into(), "--device".into(), "sim:voodoo".into()], "unknown device `sim:voodoo`"),
-        (vec!["run".into(), "examples/two-procs.toml".into(), "--device".into(), "cuda:x".into()], "expected cuda:<index>"),
+        (
+            vec!["run".into(), "examples/two-procs.toml".into(), "--policy".into(), "fcfs,warp-drive".into()],
+            "unknown policy `warp-drive`",
+        ),
+        (
+            vec!["run".into(), "examples/two-procs.toml".into(), "--device".into(), "sim:voodoo".into()],
+            "unknown device `sim:voodoo`",
+        ),
+        (
+            vec!["run".into(), "examples/two-procs.toml".into(), "--device".into(), "cuda:x".into()],
+            "expected cuda:<index>",
+        ),
         (vec!["run".into(), "examples/two-procs.toml".into(), "--policy".into(), ",".into()], "names no policy"),
         (vec!["run".into(), "parboil-k20c:mix=99".into()], "mix"),
-        (
-            vec![
-                "run".into(),
-                temp_file("huge.toml", "[[process]]\nname = \"p\"\n[[process.op]]\nkind = \"kernel\"\nname = \"fat\"\ngrid = 4\nblock = 1024\nregs_per_thread = 255\nblock_time_us = 1\n")
-                    .display()
-                    .to_string(),
-                "--device".into(),
-                "sim:k20c".into(),
-            ],
-            "cannot fit one block",
-        ),
-        (vec!["run".into(), temp_file("garbage.toml", "[[process]\nname=").display().to_string()], "garbage.toml"),
+        (vec!["run".into(), huge.as_str().into(), "--device".into(), "sim:k20c".into()], "cannot fit one block"),
+        (vec!["run".into(), garbage.as_str().into()], "garbage.toml"),
     ];
     for (args, want) in cases {
         let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();

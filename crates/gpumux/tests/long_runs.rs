@@ -55,8 +55,8 @@ fn gpumux(args: &[&str]) -> Output {
     gpumux_within(args, &[], Duration::from_secs(120)).0
 }
 
-fn temp_file(name: &str, text: &str) -> String {
-    common::temp_file("long-runs", name, text).to_string_lossy().into_owned()
+fn temp_file(name: &str, text: &str) -> common::TempFile {
+    common::temp_file("long-runs", name, text)
 }
 
 /// Fails with a message, exit status 1 and nothing on stdout.
@@ -78,7 +78,7 @@ fn a_clock_that_would_overflow_is_an_error_not_a_clamped_makespan() {
             &format!("cpu-{reps}.toml"),
             &format!("[[process]]\nname = \"p\"\nrepetitions = {reps}\n[[process.op]]\nkind = \"cpu\"\nus = 1e12\n"),
         );
-        let o = gpumux(&["run", &f, "--device", "sim:h100", "--policy", "fcfs", "--json", "-q"]);
+        let o = gpumux(&["run", f.as_str(), "--device", "sim:h100", "--policy", "fcfs", "--json", "-q"]);
         assert_fails_with(&o, &["simulated time overflows", "host (cpu) operation 1 of process `p`", "584 years"]);
     }
 }
@@ -90,7 +90,7 @@ fn copies_that_would_overflow_the_clock_are_an_error() {
         "copies.toml",
         "[[process]]\nname = \"mover\"\nrepetitions = 1000000\n[[process.op]]\nkind = \"h2d\"\nbytes = 1125899906842624\n",
     );
-    let o = gpumux(&["run", &f, "--device", "sim:h100", "--policy", "fcfs", "--json", "-q"]);
+    let o = gpumux(&["run", f.as_str(), "--device", "sim:h100", "--policy", "fcfs", "--json", "-q"]);
     assert_fails_with(&o, &["simulated time overflows", "a copy of 1125899906842624 bytes for process"]);
 }
 
@@ -102,7 +102,7 @@ fn a_run_estimated_at_days_stops_at_once_with_the_estimate_and_the_flag() {
         "[[process]]\nname = \"p\"\n[[process.op]]\nkind = \"kernel\"\nname = \"k\"\ngrid = [1048576, 1048576]\n\
          block = 128\nregs_per_thread = 32\nblock_time_us = 10.0\n",
     );
-    let (o, took) = gpumux_within(&["run", &f, "--device", "sim:h100", "-q"], &[], Duration::from_secs(60));
+    let (o, took) = gpumux_within(&["run", f.as_str(), "--device", "sim:h100", "-q"], &[], Duration::from_secs(60));
     assert_fails_with(&o, &["would simulate about 9.9e12 blocks", "days", "--max-work 9.9e12", "--max-work unlimited"]);
     assert!(took < Duration::from_secs(10), "the refusal took {took:?}: it must come before any simulation");
 }
@@ -114,7 +114,7 @@ fn replaying_a_million_runs_in_a_tiny_file_is_refused() {
         "replay_min_runs = 1000000\n[[process]]\nname = \"p\"\n[[process.op]]\nkind = \"kernel\"\nname = \"k\"\n\
          grid = 2000\nblock = 128\nregs_per_thread = 32\nblock_time_us = 10.0\n",
     );
-    let o = gpumux(&["run", &f, "--device", "sim:h100", "-q", "--json"]);
+    let o = gpumux(&["run", f.as_str(), "--device", "sim:h100", "-q", "--json"]);
     assert_fails_with(&o, &["would simulate about", "over the limit of 1.0e9 (--max-work)", "--max-work 1."]);
 }
 
@@ -146,7 +146,7 @@ fn a_replayed_run_that_takes_no_time_is_refused_instead_of_hanging() {
         "replay_min_runs = 1\n[[process]]\nname = \"a\"\n[[process.op]]\nkind = \"cpu\"\nus = 0\n\
          [[process]]\nname = \"b\"\n[[process.op]]\nkind = \"cpu\"\nus = 10\n",
     );
-    let (o, _) = gpumux_within(&["run", &f, "--device", "sim:h100", "-q"], &[], Duration::from_secs(20));
+    let (o, _) = gpumux_within(&["run", f.as_str(), "--device", "sim:h100", "-q"], &[], Duration::from_secs(20));
     assert_fails_with(&o, &["process `a` takes no simulated time per run", "replay_min_runs"]);
 }
 

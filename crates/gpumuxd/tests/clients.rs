@@ -98,11 +98,10 @@ fn four_example_clients_at_once_round_trip_their_inputs_and_leave_nothing_held()
     let examples = profile_dir().join("examples");
     let mut programs =
         vec![built(examples.join("vector_add"), " --examples"), built(examples.join("histogram"), " --examples")];
-    let c_dir = std::env::temp_dir().join(format!("gpumuxd-clients-{}", std::process::id()));
+    let c_dir = tempfile::Builder::new().prefix("gpumuxd-clients-").tempdir().expect("a temporary directory");
     match no_c_compiler() {
         None => {
-            std::fs::create_dir_all(&c_dir).expect("a temporary directory");
-            programs.extend(["matmul", "stencil"].map(|name| compile_c_example(name, &c_dir)));
+            programs.extend(["matmul", "stencil"].map(|name| compile_c_example(name, c_dir.path())));
         }
         Some(why) => eprintln!("SKIPPED clients, C examples matmul.c and stencil.c: {why}"),
     }
@@ -128,7 +127,6 @@ fn four_example_clients_at_once_round_trip_their_inputs_and_leave_nothing_held()
         .collect();
     let outputs: Vec<(&PathBuf, Output)> =
         children.into_iter().map(|(p, c)| (p, c.wait_with_output().expect("the client runs"))).collect();
-    let _ = std::fs::remove_dir_all(&c_dir);
     for (program, o) in &outputs {
         let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));

@@ -341,15 +341,14 @@ fn a_killed_device_process_is_restarted_and_its_clients_go_on() {
 fn a_gpu_that_cannot_be_opened_fails_start_up_fast_with_the_reason() {
     // cuda:0 where there is no GPU (CI); a device that does not exist where there is one.
     let spec = if gpumux_cuda::cuda_available().is_ok() { "cuda:99" } else { "cuda:0" };
-    let dir = std::env::temp_dir().join(format!("gpumuxd-nogpu-{}", std::process::id()));
+    let dir = tempfile::Builder::new().prefix("gpumuxd-nogpu-").tempdir().expect("a temporary directory");
     let t0 = Instant::now();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpumuxd"))
         .args(["--device", spec, "--socket"])
-        .arg(dir.join("g.sock"))
+        .arg(dir.path().join("g.sock"))
         .env("RUST_LOG", "error")
         .output()
         .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(t0.elapsed() < Duration::from_secs(30), "start-up took {:?}", t0.elapsed());
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -2,7 +2,7 @@
 //! is its own crate and takes what it needs with `mod common;`.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The repository's root: tests run the binary from there, as the README does.
@@ -23,12 +23,34 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// Writes `text` to a file `name` in a temporary directory of this test
-/// binary (`tag`) and process, and returns its path.
-pub fn temp_file(tag: &str, name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpumux-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let p = dir.join(name);
-    std::fs::write(&p, text).expect("write temp file");
-    p
+/// A new temporary directory named for the test binary (`tag`). It is
+/// removed when dropped, so a test leaves nothing behind, pass or fail.
+pub fn temp_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("gpumux-{tag}-")).tempdir().expect("a temporary directory")
+}
+
+/// A file in a temporary directory of its own, removed with it on drop: keep
+/// this alive for as long as the file is used.
+pub struct TempFile {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TempFile {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path as a command-line argument.
+    pub fn as_str(&self) -> &str {
+        self.path.to_str().expect("a UTF-8 temporary path")
+    }
+}
+
+/// Writes `text` to a file `name` in a new temporary directory (see [`temp_dir`]).
+pub fn temp_file(tag: &str, name: &str, text: &str) -> TempFile {
+    let dir = temp_dir(tag);
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("write temp file");
+    TempFile { path, _dir: dir }
 }

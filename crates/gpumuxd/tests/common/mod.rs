@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 pub struct Daemon {
     pub child: Child,
     pub socket: PathBuf,
-    dir: PathBuf,
+    /// Holds the socket and the config; removed on drop, after the daemon
+    /// has stopped (fields drop after `Drop::drop`).
+    dir: tempfile::TempDir,
 }
 
 impl Daemon {
@@ -24,16 +26,14 @@ impl Daemon {
 
     /// With more command-line arguments (`--device-process`).
     pub fn start_with(config: Option<&str>, args: &[&str]) -> Daemon {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let dir = std::env::temp_dir().join(format!("gpumuxd-test-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let socket = dir.join("sub").join("g.sock");
+        // Under /tmp, so the socket's path stays well within the 108 bytes allowed.
+        let dir = tempfile::Builder::new().prefix("gpumuxd-test-").tempdir().expect("a temporary directory");
+        let socket = dir.path().join("sub").join("g.sock");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpumuxd"));
         cmd.env("RUST_LOG", std::env::var("GPUMUXD_TEST_LOG").unwrap_or_else(|_| "warn".into()));
         cmd.args(["--device", "sim:h100", "--socket"]).arg(&socket).args(args);
         if let Some(text) = config {
-            let path = dir.join("config.toml");
+            let path = dir.path().join("config.toml");
             std::fs::write(&path, text).unwrap();
             cmd.arg("--config").arg(path);
         }
@@ -92,7 +92,6 @@ impl Drop for Daemon {
         if self.alive() {
             self.stop();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
