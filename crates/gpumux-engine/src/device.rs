@@ -22,8 +22,9 @@
 //!   device: its workers leave after their block, and what is launched there
 //!   next takes their places as they go) may say so; the engine built
 //!   `Engine::with_retreats_freeing_at_once` then frees the SMs when it
-//!   sends the `Retreat` and may give them out in the same turn, and takes
-//!   the device's `SmReleased(Retreated)` for them, when it comes, as done.
+//!   sends the `Retreat` and gives them to the kernel they were taken for
+//!   right after it, and takes the device's `SmReleased(Retreated)` for
+//!   them, when it comes, as done.
 
 use crate::ids::{CopyId, KernelId, LaunchId, OpId, ProcessId, SmId};
 use crate::kernel::{DeviceInfo, DoesNotFit, KernelDesc};

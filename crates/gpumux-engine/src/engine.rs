@@ -195,9 +195,10 @@ impl Engine {
     /// else), as the CUDA device does: its workers leave those SMs after the
     /// block they are running while whatever is launched there next waits
     /// for their places in the hardware. The engine then frees the SMs when
-    /// it sends the retreat, and the same turn's next scheduling round can
-    /// give them out: an urgent kernel's launch follows the retreat that
-    /// makes room for it in one exchange with the device instead of two.
+    /// it sends the retreat and gives each to the kernel the policy took it
+    /// for, in the same round: an urgent kernel's launch follows the retreat
+    /// that makes room for it in one exchange with the device instead of two,
+    /// and without a second scheduling round before it.
     /// The device's `SmReleased` for those SMs, when it comes, is taken as
     /// already applied. Off by default (the simulator frees SMs as the
     /// mechanism allows, and its golden results stay as they are).
@@ -666,18 +667,35 @@ impl Engine {
         for (kernel, sms, slice) in grants {
             self.grant(kernel, sms, slice);
         }
+        // SMs freed in their retreat's command, by the kernel they were taken for.
+        let mut handed: Vec<(KernelId, SmSet)> = Vec::new();
         for (launch, mechanism, sms) in retreats {
             self.out.push_back(Command::Retreat { launch, sms, mechanism });
             if self.retreats_free_at_once {
-                // As the device will say in answer to the command: free now,
-                // and the next round (at the next `poll_command`) may use them.
+                // As the device will say in answer to the command: free now.
                 for sm in sms.iter() {
+                    if let SmState::Reserved { next: Some(k), .. } = self.sms[sm.0 as usize] {
+                        match handed.iter_mut().find(|h| h.0 == k) {
+                            Some(h) => h.1.insert(sm),
+                            None => handed.push((k, SmSet::single(sm))),
+                        }
+                    }
                     self.sms[sm.0 as usize] = SmState::Idle;
                     self.preemptions.push(PreemptionSample { at_ns: self.now, latency_ns: 0 });
                     self.released_early.push((launch, sm));
                 }
                 self.dirty = true;
             }
+        }
+        // Freed at this instant, an SM goes to the kernel the policy took it
+        // for, after the retreat that frees it: the policy would hand it out
+        // the same way in another round (it knows nothing new: no time has
+        // passed, no event came), and that round cost an urgent launch its
+        // time on the way to the device (a round is a few µs on the H100's
+        // host). Policies that preempt for a kernel give SMs without a time
+        // slice; the engine's next round still runs (`dirty`) for the rest.
+        for (kernel, sms) in handed {
+            self.grant(kernel, sms, None);
         }
         Ok(())
     }

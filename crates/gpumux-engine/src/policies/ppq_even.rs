@@ -113,7 +113,9 @@ impl Policy for PpqEven {
                         committed: 0,
                         target: 0,
                         keep: 0,
-                        running: Vec::new(),
+                        // Room for every SM: one allocation, where growing
+                        // push by push reallocated up to eight times a round.
+                        running: Vec::with_capacity(n as usize),
                     });
                     procs.len() - 1
                 }
@@ -126,7 +128,6 @@ impl Policy for PpqEven {
         }
         // Neighbouring SMs mostly run the same kernel: remember the last one.
         let mut last: Option<(KernelId, Option<usize>)> = None;
-        let mut running: Vec<(usize, SmId)> = Vec::with_capacity(view.sms.len());
         for (i, s) in view.sms.iter().enumerate() {
             if let SmState::Running { kernel, .. } = s {
                 let p = match last {
@@ -138,12 +139,9 @@ impl Policy for PpqEven {
                     }
                 };
                 if let Some(p) = p {
-                    running.push((p, SmId(i as u16)));
+                    procs[p].running.push(SmId(i as u16));
                 }
             }
-        }
-        for (p, sm) in running {
-            procs[p].running.push(sm);
         }
 
         // Who lingers: active at the last round, not now, for `linger` after.
@@ -191,7 +189,8 @@ impl Policy for PpqEven {
         // Each process, by priority then arrival, takes what its share is owed.
         let mut order: Vec<usize> = (0..procs.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(procs[i].priority)); // stable: arrival order within a level
-        let mut idle: Vec<SmId> = view.idle_sms().collect();
+        let mut idle: Vec<SmId> = Vec::with_capacity(n as usize);
+        idle.extend(view.idle_sms());
         // pop() hands out SM 0 first.
         idle.reverse();
         // SMs each kernel could still use, kept up to date through the round.
@@ -201,9 +200,9 @@ impl Policy for PpqEven {
             .collect();
         for &i in &order {
             let mut need = procs[i].target.saturating_sub(procs[i].committed);
-            let ids: Vec<_> = procs[i].kernels.iter().map(|k| k.id()).collect();
-            for (k, kernel) in ids.into_iter().enumerate() {
-                while need > 0 && wants[i][k] > 0 {
+            for (k, want) in wants[i].iter_mut().enumerate() {
+                let kernel = procs[i].kernels[k].id();
+                while need > 0 && *want > 0 {
                     if let Some(sm) = idle.pop() {
                         out.push(Decision::Assign { sm, kernel, slice: None });
                     } else if let Some(sm) = take_from_others(&mut procs, i) {
@@ -211,7 +210,7 @@ impl Policy for PpqEven {
                     } else {
                         break;
                     }
-                    wants[i][k] -= 1;
+                    *want -= 1;
                     need -= 1;
                     procs[i].committed += 1;
                 }
