@@ -4,7 +4,9 @@
     summarize.py RUN_DIR...   (each RUN_DIR/bench-daemon.json, RUN_DIR/build holds the build's name)
 
 Per figure of the overhead experiment (launches/s per client count, the daemon's launch + sync
-p50 and p99, and the added p50 where there is a native reference), prints each build's values
+p50 and p99, and the added p50 where there is a native reference) and of the priority experiment
+(for each block time, the first gpumux setting's urgent p50 and p99 and the low-priority client's
+rate against the urgent kernels interleaved natively), prints each build's values
 in run order, their mean and median, and in how many of the pairs (the i-th run of one build
 with the i-th of the other, run next to each other) the second build did better. Runs of one
 instance vary by +-20% (docs/benchmarks.md): read the pairs won, not one mean.
@@ -25,6 +27,18 @@ def figures(report):
                       ("added_p50_us", "added p50 µs")]:
         if o.get(key) is not None:
             out[name] = (o[key], False)
+    # The daemon's rows of the priority experiment: the first gpumux setting per block time
+    # (the configuration asked for with --policy; the baselines are the same processes in both).
+    seen = set()
+    for row in report.get("priority") or []:
+        b, setting = row.get("block_us"), row.get("setting", "")
+        if not setting.startswith("gpumux") or b in seen:
+            continue
+        seen.add(b)
+        out[f"urgent p50 µs, {b} µs blocks"] = (row["hp_p50_us"], False)
+        out[f"urgent p99 µs, {b} µs blocks"] = (row["hp_p99_us"], False)
+        if row.get("lp_vs_streams") is not None:
+            out[f"LP rate vs streams, {b} µs blocks"] = (row["lp_vs_streams"], True)
     return out
 
 
@@ -52,7 +66,9 @@ def main(dirs):
         higher = next(f[n][1] for _, f in runs if n in f)
         pairs = list(zip(va, vb))
         won = sum(1 for x, y in pairs if (y > x if higher else y < x))
-        fmt = (lambda v: f"{v:,.0f}") if higher else (lambda v: f"{v:.1f}")
+        def fmt(v, higher=higher):
+            # Ratios (the LP's rate) with three decimals; rates as integers; µs with one.
+            return f"{v:.3f}" if abs(v) < 10 else (f"{v:,.0f}" if higher else f"{v:.1f}")
         print(f"\n{n} ({'higher' if higher else 'lower'} is better)")
         for label, v in [(a, va), (b, vb)]:
             if v:
