@@ -69,26 +69,24 @@ fn run_to_end(d: &mut ClientDevice, lid: LaunchId) -> BlockRanges {
     remaining_of(&events, lid)
 }
 
+/// Launch `lid`'s end among `events`, if it ended there: the blocks it
+/// handed back and how many it completed.
+fn end_of(events: &[Event], lid: LaunchId) -> Option<(&BlockRanges, u64)> {
+    events.iter().find_map(|e| match e {
+        Event::LaunchEnded { launch, remaining, completed, .. } if *launch == lid => Some((remaining, *completed)),
+        _ => None,
+    })
+}
+
 /// The blocks launch `lid` handed back at its end among `events` (none if it did not end there).
 fn remaining_of(events: &[Event], lid: LaunchId) -> BlockRanges {
-    events
-        .iter()
-        .find_map(|e| match e {
-            Event::LaunchEnded { launch, remaining, .. } if *launch == lid => Some(remaining.clone()),
-            _ => None,
-        })
-        .unwrap_or_default()
+    end_of(events, lid).map(|(remaining, _)| remaining.clone()).unwrap_or_default()
 }
 
 /// How launch `lid` ended among `events`: (blocks handed back, blocks
 /// completed), if it did.
 fn ended_with(events: &[Event], lid: u64) -> Option<(u64, u64)> {
-    events.iter().find_map(|e| match e {
-        Event::LaunchEnded { launch, remaining, completed, .. } if launch.0 == lid => {
-            Some((remaining.len(), *completed))
-        }
-        _ => None,
-    })
+    end_of(events, LaunchId(lid)).map(|(remaining, completed)| (remaining.len(), completed))
 }
 
 fn copy_done(copy: CopyId) -> impl FnMut(&[Event]) -> bool {
