@@ -68,8 +68,9 @@ pub struct Stream {
     pub pending: u32,
     /// `DestroyStream` came: removed once `pending` is 0.
     pub closing: bool,
-    /// The last operation submitted, if it is a kernel (the next kernel
-    /// is bound as following it: `OpWork::Kernel::after`).
+    /// The last kernel submitted, if only markers (recorded events, syncs)
+    /// came after it: the next kernel is bound as following it
+    /// (`OpWork::Kernel::after`). A copy or memset after it clears it.
     pub last_kernel: Option<OpId>,
     /// When an operation of it last completed (the core's clock): the next
     /// could run from then (`latency`'s `behind` stage).

@@ -145,9 +145,10 @@ pub enum OpWork<S = HostSpan> {
         shared_bytes: u32,
         /// One entry per parameter.
         params: Vec<Vec<u8>>,
-        /// The kernel right before it on its stream, if the operation there
-        /// is one: a device may queue this kernel's work behind it (the CUDA
-        /// device's queue ahead, `gpumux_cuda::client` docs).
+        /// The kernel before it on its stream, if nothing but markers
+        /// (recorded events, syncs: they order nothing on the GPU) lies
+        /// between them: a device may queue this kernel's work behind it
+        /// (the CUDA device's queue ahead, `gpumux_cuda::client` docs).
         after: Option<OpId>,
     },
     /// `bytes` from the host span to `dst`.

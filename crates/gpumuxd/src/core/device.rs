@@ -426,13 +426,67 @@ mod tests {
 
     /// The simulator behind a link that answers polls late, as a device
     /// process does: the core handles requests while the poll is out. Counts
-    /// the commands that reach the device and the polls; its polls report
-    /// nothing (a device whose work takes long).
+    /// the commands that reach the device and the polls, and keeps the
+    /// kernel each bound kernel follows; its polls report nothing (a device
+    /// whose work takes long).
     struct PollsLate {
         sim: SimBackend,
         looks: u32,
         commands: Arc<AtomicUsize>,
         polls: Arc<AtomicUsize>,
+        follows: Arc<std::sync::Mutex<Vec<Follows>>>,
+    }
+
+    /// A bound kernel operation and the kernel it follows on its stream.
+    type Follows = (OpId, Option<OpId>);
+
+    impl PollsLate {
+        fn new() -> PollsLate {
+            PollsLate {
+                sim: SimBackend::with_info(gpumux_sim::presets::h100()),
+                looks: 0,
+                commands: Arc::default(),
+                polls: Arc::default(),
+                follows: Arc::default(),
+            }
+        }
+    }
+
+    /// A core on `backend` with one client (id 1) greeted and a module of
+    /// one kernel loaded; the kernel's handle and the client's replies.
+    fn core_with_kernel(backend: PollsLate) -> (Core, KernelId, std::sync::mpsc::Receiver<ServerFrame>) {
+        let mut core = Core::new(Box::new(backend), None).expect("a core on sim:h100");
+        let (tx, replies) = std::sync::mpsc::channel();
+        core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
+        let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+        assert!(core.handle(request(1, hello)));
+        let module =
+            Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };
+        assert!(core.handle(request(2, module)));
+        let kernel = replies
+            .try_iter()
+            .find_map(|f| match f {
+                ServerFrame::Reply { id: 2, result: Ok(Reply::Module { kernels, .. }) } => Some(kernels[0].kernel),
+                _ => None,
+            })
+            .expect("the module loaded");
+        (core, kernel, replies)
+    }
+
+    fn request(id: u64, request: Request) -> CoreMsg {
+        CoreMsg::Inbound { client: 1, inbound: Inbound::Request { id, request, fd: None }, read_at: Instant::now() }
+    }
+
+    fn launch_of(kernel: KernelId) -> Request {
+        Request::Launch(Launch {
+            kernel,
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            shared_bytes: 0,
+            args: Vec::new(),
+            stream: StreamId(0),
+            block_time_ns: Some(1_000),
+        })
     }
 
     impl Backend for PollsLate {
@@ -467,6 +521,9 @@ mod tests {
             self.sim.kernels_loaded()
         }
         fn bind(&mut self, op: OpId, work: OpWork) {
+            if let OpWork::Kernel { after, .. } = &work {
+                self.follows.lock().expect("not poisoned").push((op, *after));
+            }
             self.sim.bind(op, work)
         }
         fn unbind(&mut self, op: OpId) {
@@ -509,44 +566,14 @@ mod tests {
     /// launch + sync p50 of run 191).
     #[test]
     fn a_launch_handled_while_a_pumps_last_poll_is_out_reaches_the_device_in_that_pump() {
-        let commands = Arc::new(AtomicUsize::new(0));
-        let polls = Arc::new(AtomicUsize::new(0));
-        let sim = SimBackend::with_info(gpumux_sim::presets::h100());
-        let backend = PollsLate { sim, looks: 0, commands: commands.clone(), polls: polls.clone() };
-        let mut core = Core::new(Box::new(backend), None).expect("a core on sim:h100");
-        let (tx, replies) = std::sync::mpsc::channel();
-        core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let request = |id, request| CoreMsg::Inbound {
-            client: 1,
-            inbound: Inbound::Request { id, request, fd: None },
-            read_at: Instant::now(),
-        };
-        let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
-        assert!(core.handle(request(1, hello)));
-        let module =
-            Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };
-        assert!(core.handle(request(2, module)));
-        let kernel = replies
-            .try_iter()
-            .find_map(|f| match f {
-                ServerFrame::Reply { id: 2, result: Ok(Reply::Module { kernels, .. }) } => Some(kernels[0].kernel),
-                _ => None,
-            })
-            .expect("the module loaded");
+        let backend = PollsLate::new();
+        let (commands, polls) = (backend.commands.clone(), backend.polls.clone());
+        let (mut core, kernel, _replies) = core_with_kernel(backend);
         core.pump().expect("pump");
         let before = commands.load(Ordering::Relaxed);
         // The pump's only poll goes out with nothing to send; the launch comes meanwhile.
         let (inbox_tx, inbox) = std::sync::mpsc::channel();
-        let launch = Launch {
-            kernel,
-            grid: [1, 1, 1],
-            block: [32, 1, 1],
-            shared_bytes: 0,
-            args: Vec::new(),
-            stream: StreamId(0),
-            block_time_ns: Some(1_000),
-        };
-        inbox_tx.send(request(3, Request::Launch(launch))).expect("queued");
+        inbox_tx.send(request(3, launch_of(kernel))).expect("queued");
         let polls_before = polls.load(Ordering::Relaxed);
         let stats = core.pump_with(Some(&inbox)).expect("pump");
         assert_eq!(stats.requests, 1, "the launch was handled while the poll was out");
@@ -559,5 +586,57 @@ mod tests {
             3,
             "the poll that brought the launch, then two for its command, as after any round that sends"
         );
+    }
+
+    /// A kernel is bound as following the kernel before it on its stream
+    /// past recorded events and syncs, which order nothing on the GPU (so the
+    /// CUDA device may queue it behind that kernel), but not past a memset,
+    /// which it must wait for.
+    #[test]
+    fn a_kernel_follows_the_one_before_past_events_and_syncs_but_not_past_a_memset() {
+        let backend = PollsLate::new();
+        let follows = backend.follows.clone();
+        let (mut core, kernel, replies) = core_with_kernel(backend);
+        assert!(core.handle(request(3, Request::Alloc { bytes: 4096 })));
+        let buffer = replies
+            .try_iter()
+            .find_map(|f| match f {
+                ServerFrame::Reply { id: 3, result: Ok(Reply::Buffer(b)) } => Some(b),
+                _ => None,
+            })
+            .expect("the buffer allocated");
+        let memset = Request::Memset {
+            dst: gpumux_proto::BufferSlice { buffer, offset: 0 },
+            value: 0,
+            bytes: 4096,
+            stream: StreamId(0),
+        };
+        let requests = [
+            launch_of(kernel),
+            Request::RecordEvent(StreamId(0)),
+            launch_of(kernel),
+            Request::SyncStream(StreamId(0)),
+            launch_of(kernel),
+            memset,
+            launch_of(kernel),
+        ];
+        for (i, r) in requests.into_iter().enumerate() {
+            assert!(core.handle(request(10 + i as u64, r)));
+        }
+        let bound = follows.lock().expect("not poisoned").clone();
+        let ops: Vec<OpId> = bound.iter().map(|(op, _)| *op).collect();
+        let after: Vec<Option<OpId>> = bound.iter().map(|(_, a)| *a).collect();
+        assert_eq!(ops.len(), 4, "four kernels bound: {bound:?}");
+        assert_eq!(
+            after,
+            vec![None, Some(ops[0]), Some(ops[1]), None],
+            "past an event and a sync each kernel follows the one before; past the memset none"
+        );
+        if let Some(error) = replies.try_iter().find_map(|f| match f {
+            ServerFrame::Reply { result: Err(e), .. } => Some(e),
+            _ => None,
+        }) {
+            panic!("a request was refused: {error:?}");
+        }
     }
 }

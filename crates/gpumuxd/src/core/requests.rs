@@ -412,6 +412,14 @@ impl Core {
         }
         let (slot, priority, last_kernel) = (st.slot, s.priority, st.last_kernel);
         let is_kernel = matches!(op, StreamOp::Kernel { .. });
+        // A recorded event or a sync is a marker: it orders nothing on the
+        // GPU, so the next kernel still follows the kernel before it (and may
+        // be queued behind it: a client that records an event after each
+        // kernel, as the bench's low-priority one does, had none of its
+        // kernels queued ahead; with them queued, it and every co-run pair
+        // did better: docs/benchmarks.md, runs 206-207). A copy or memset
+        // orders the next kernel after itself.
+        let marker = matches!(op, StreamOp::Sync);
         let t = Instant::now();
         let submitted = self.engine.submit(now, slot, op);
         count_call(&self.calls, |c| &mut c.engine, t.elapsed());
@@ -455,7 +463,11 @@ impl Core {
             s.in_flight += 1;
             if let Some(st) = s.streams.get_mut(&stream) {
                 st.pending += 1;
-                st.last_kernel = is_kernel.then_some(id);
+                st.last_kernel = match (is_kernel, marker) {
+                    (true, _) => Some(id),
+                    (false, true) => st.last_kernel,
+                    (false, false) => None,
+                };
             }
         }
         Ok(id)
