@@ -43,3 +43,31 @@ fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
     assert!(r["overhead"]["native_p50_us"].is_null());
     assert!(r["notes"][0].as_str().unwrap().contains("simulated"));
 }
+
+/// A misspelt policy, option or experiment is refused before anything runs
+/// (on a GPU the baselines before the first daemon take minutes), with what
+/// is known.
+#[test]
+fn bad_bench_arguments_are_refused_before_anything_runs() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--corun-policies", "ppq-even-drain,warp-drive"], "unknown policy `warp-drive`; known: fcfs"),
+        (&["--priority-policies", "ppq-even-drain+own"], "unknown `+own` (known: +own-sms"),
+        (&["--only", "co-run"], "unknown experiment `co-run` in --only (known: priority, corun, overhead)"),
+        (&["--policy", ""], "it names no policy"),
+    ];
+    for (args, want) in cases {
+        let dir =
+            tempfile::Builder::new().prefix("gpumux-bench-daemon-test-").tempdir().expect("a temporary directory");
+        let out = Command::new(env!("CARGO_BIN_EXE_gpumux"))
+            .args(["bench", "daemon", "--device", "sim:h100", "--quick"])
+            .args(args)
+            .arg("--logs")
+            .arg(dir.path().join("logs"))
+            .output()
+            .expect("gpumux runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr.contains(want), "{args:?}: no `{want}` in\n{stderr}");
+        assert!(!stderr.contains("starting gpumux"), "{args:?}: a daemon started before the refusal:\n{stderr}");
+    }
+}

@@ -82,9 +82,20 @@ struct DaemonConfig {
 }
 
 impl DaemonConfig {
+    /// A configuration as the bench's options name it (`policy[+option]...`),
+    /// its policy checked here: an unknown one would otherwise stop the bench
+    /// only when its daemon starts, after minutes of baselines on a GPU.
     fn parse(s: &str) -> Result<DaemonConfig> {
         let mut parts = s.trim().split('+');
         let policy = parts.next().unwrap_or_default().trim().to_owned();
+        if policy.is_empty() {
+            bail!(
+                "bad daemon configuration `{s}`: it names no policy (e.g. `ppq-even-drain`, `ppq-even-drain+own-sms`)"
+            );
+        }
+        if let Err(e) = gpumux_engine::policies::by_name(&policy) {
+            bail!("bad daemon configuration `{s}`: {e}");
+        }
         let mut c = DaemonConfig {
             policy,
             own_sms: false,
@@ -212,6 +223,9 @@ fn loop_of(r: &JobResult) -> Result<(u64, u64)> {
     }
 }
 
+/// The experiments `--only` may name.
+const EXPERIMENTS: [&str; 3] = ["priority", "corun", "overhead"];
+
 impl Bench {
     fn wants(&self, experiment: &str) -> bool {
         self.args.only.iter().any(|o| o.trim() == experiment)
@@ -312,6 +326,25 @@ impl Bench {
 
     /// Runs every experiment asked for (module doc).
     pub fn run_all(&self) -> Result<Report> {
+        // The arguments first: a bad one must not cost the probe's daemon or any baseline.
+        if let Some(o) = self.args.only.iter().find(|o| !EXPERIMENTS.contains(&o.trim())) {
+            bail!("unknown experiment `{o}` in --only (known: {})", EXPERIMENTS.join(", "));
+        }
+        let default = DaemonConfig::parse(&self.args.policy)?;
+        let priority_configs: Vec<DaemonConfig> = std::iter::once(Ok(default.clone()))
+            .chain(self.args.priority_policies.iter().filter(|p| !p.trim().is_empty()).map(|p| DaemonConfig::parse(p)))
+            .collect::<Result<_>>()?;
+        // Empty entries are skipped (`--corun-policies ""` runs the default alone).
+        let mut corun_configs: Vec<DaemonConfig> = self
+            .args
+            .corun_policies
+            .iter()
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| DaemonConfig::parse(p))
+            .collect::<Result<_>>()?;
+        if corun_configs.is_empty() {
+            corun_configs.push(default.clone());
+        }
         let mut report =
             Report { device: self.device.clone(), default_policy: self.args.policy.clone(), ..Report::default() };
         let shape = self.probe()?;
@@ -330,12 +363,6 @@ impl Bench {
             ));
         }
         let mut configs: BTreeMap<DaemonConfig, ()> = BTreeMap::new();
-        let default = DaemonConfig::parse(&self.args.policy)?;
-        let priority_configs: Vec<DaemonConfig> = std::iter::once(Ok(default.clone()))
-            .chain(self.args.priority_policies.iter().filter(|p| !p.trim().is_empty()).map(|p| DaemonConfig::parse(p)))
-            .collect::<Result<_>>()?;
-        let corun_configs: Vec<DaemonConfig> =
-            self.args.corun_policies.iter().map(|p| DaemonConfig::parse(p)).collect::<Result<_>>()?;
         if self.wants("priority") {
             priority_configs.iter().for_each(|c| {
                 configs.insert(c.clone(), ());

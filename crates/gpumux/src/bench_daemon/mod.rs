@@ -51,9 +51,9 @@ pub struct DaemonBenchArgs {
     )]
     pub priority_policies: Vec<String>,
     /// Daemon configurations of the co-run experiment (comma-separated,
-    /// `policy[+own-sms][+no-ahead][+in-process]`). Policies that run one kernel at a
-    /// time give it every SM, where co-location changes nothing: they run
-    /// once.
+    /// `policy[+own-sms][+no-ahead][+in-process]`; an empty list runs `--policy`
+    /// alone). Policies that run one kernel at a time give it every SM, where
+    /// co-location changes nothing: they run once.
     #[arg(
         long,
         default_value = "fcfs,coop,rr,npq,ppq-excl-drain,ppq-shared-drain,ppq-even-drain,ppq-even-drain+own-sms,ppq-even-drain+no-ahead,ppq-even-drain+in-process,dss-drain,dss-drain+own-sms,spatial-even,spatial-even+own-sms,spatial-even-dyn-drain,spatial-even-dyn-drain+own-sms",
