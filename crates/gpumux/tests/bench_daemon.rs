@@ -49,11 +49,15 @@ fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
 /// is known.
 #[test]
 fn bad_bench_arguments_are_refused_before_anything_runs() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--corun-policies", "ppq-even-drain,warp-drive"], "unknown policy `warp-drive`; known: fcfs"),
         (&["--priority-policies", "ppq-even-drain+own"], "unknown `+own` (known: +own-sms"),
         (&["--only", "co-run"], "unknown experiment `co-run` in --only (known: priority, corun, overhead)"),
         (&["--policy", ""], "it names no policy"),
+        (&["--block-us", "20,0"], "invalid value '0' for '--block-us"),
+        (&["--lp-launch-ms", "0"], "invalid value '0' for '--lp-launch-ms"),
+        (&["--corun-seconds", "0"], "0 s: expected more than 0"),
+        (&["--corun-seconds", "NaN"], "NaN s: expected more than 0"),
     ];
     for (args, want) in cases {
         let dir =
@@ -70,4 +74,23 @@ fn bad_bench_arguments_are_refused_before_anything_runs() {
         assert!(stderr.contains(want), "{args:?}: no `{want}` in\n{stderr}");
         assert!(!stderr.contains("starting gpumux"), "{args:?}: a daemon started before the refusal:\n{stderr}");
     }
+}
+
+/// A daemon that will not start says why: the bench quotes the end of its log.
+#[test]
+fn a_daemon_that_will_not_start_is_reported_with_its_reason() {
+    let dir = tempfile::Builder::new().prefix("gpumux-bench-daemon-test-").tempdir().expect("a temporary directory");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumux"))
+        .args(["bench", "daemon", "--device", "sim:nope", "--quick", "--only", "overhead"])
+        .arg("--logs")
+        .arg(dir.path().join("logs"))
+        .output()
+        .expect("gpumux runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "sim:nope was accepted");
+    assert!(stderr.contains("exited before it served"), "{stderr}");
+    assert!(
+        stderr.contains("unknown simulated device `sim:nope`; known: sim:k20c"),
+        "the daemon's reason is not quoted:\n{stderr}"
+    );
 }

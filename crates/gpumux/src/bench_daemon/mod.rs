@@ -60,8 +60,8 @@ pub struct DaemonBenchArgs {
         value_delimiter = ','
     )]
     pub corun_policies: Vec<String>,
-    /// Low-priority block times, µs (comma-separated).
-    #[arg(long, default_value = "20,100,1000", value_delimiter = ',')]
+    /// Low-priority block times, µs (comma-separated; 1 to 1,000,000).
+    #[arg(long, default_value = "20,100,1000", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub block_us: Vec<u64>,
     /// The low-priority blocks sleep this long between reads of the clock they
     /// spin on, ns (0: a busy spin). A busy spin starves the warps around it
@@ -72,10 +72,10 @@ pub struct DaemonBenchArgs {
     /// How long each low-priority launch runs alone, ms (2: short enough that
     /// a stop is seen soon; longer ones show what a long kernel loses to the
     /// urgent kernels' retreats, e.g. SMs given back that stay idle).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub lp_launch_ms: u32,
     /// High-priority launches per setting.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub urgent_launches: u32,
     /// Asynchronous launches of the launch-rate figures, in all (shared by
     /// the clients of a setting). More makes the phase long enough to profile.
@@ -84,8 +84,8 @@ pub struct DaemonBenchArgs {
     /// Client counts of the launch-rate figures (comma-separated).
     #[arg(long, default_value = "1,2,4,8", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=64))]
     pub rate_clients: Vec<u32>,
-    /// How long each co-run kernel runs alone, seconds.
-    #[arg(long, default_value_t = 2.0)]
+    /// How long each co-run kernel runs alone, seconds (above 0, at most 3600).
+    #[arg(long, default_value_t = 2.0, value_parser = corun_seconds)]
     pub corun_seconds: f64,
     /// Extra arguments for every daemon the bench starts (e.g. `--sm-slots 2`), space-separated.
     #[arg(long, default_value = "", allow_hyphen_values = true)]
@@ -99,6 +99,16 @@ pub struct DaemonBenchArgs {
     /// Fewer launches and shorter runs (checks the bench itself, not the figures).
     #[arg(long)]
     pub quick: bool,
+}
+
+/// `--corun-seconds`: a time a kernel can run for, not 0, a negative or NaN.
+fn corun_seconds(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|e| format!("`{s}` is not a number of seconds: {e}"))?;
+    if v > 0.0 && v <= 3600.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} s: expected more than 0 and at most 3600"))
+    }
 }
 
 /// Runs the bench (module doc): prints the tables, writes the JSON.

@@ -182,6 +182,22 @@ pub fn run_setting(
     Ok(procs.iter_mut().map(|p| p.result.take().map(|r| r.jobs).unwrap_or_default()).collect())
 }
 
+/// The last `lines` non-empty lines of the file at `path` (what a daemon
+/// that would not start said), or why there are none.
+fn log_tail(path: &Path, lines: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            if kept.is_empty() {
+                "(nothing)".into()
+            } else {
+                kept[kept.len().saturating_sub(lines)..].join("\n")
+            }
+        }
+        Err(e) => format!("(unreadable: {e})"),
+    }
+}
+
 /// A gpumuxd started for the bench, stopped (SIGTERM) when dropped.
 pub struct Daemon {
     child: Child,
@@ -195,6 +211,7 @@ impl Daemon {
     pub fn start(exe: &Path, device: &str, policy: &str, extra: &[String], dir: &Path, log: &Path) -> Result<Daemon> {
         let socket = dir.join(format!("gpumuxd-{}.sock", std::process::id()));
         let _ = std::fs::remove_file(&socket);
+        let log_path = log;
         let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(exe)
             .arg("daemon")
@@ -223,7 +240,11 @@ impl Daemon {
                 return Ok(d);
             }
             if let Ok(Some(status)) = d.child.try_wait() {
-                bail!("gpumuxd ({policy} on {device}) exited before it served: {status}");
+                bail!(
+                    "gpumuxd ({policy} on {device}) exited before it served: {status}; its log ({}) ends:\n{}",
+                    log_path.display(),
+                    log_tail(log_path, 3)
+                );
             }
             if Instant::now() > deadline {
                 bail!("gpumuxd ({policy} on {device}) did not answer within 60 s");
