@@ -211,8 +211,7 @@ impl Daemon {
     pub fn start(exe: &Path, device: &str, policy: &str, extra: &[String], dir: &Path, log: &Path) -> Result<Daemon> {
         let socket = dir.join(format!("gpumuxd-{}.sock", std::process::id()));
         let _ = std::fs::remove_file(&socket);
-        let log_path = log;
-        let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let log_file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(exe)
             .arg("daemon")
             .arg("--socket")
@@ -224,7 +223,7 @@ impl Daemon {
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(log_file)
             .spawn()
             .with_context(|| format!("starting {} daemon", exe.display()))?;
         let mut d = Daemon { child, socket };
@@ -242,8 +241,8 @@ impl Daemon {
             if let Ok(Some(status)) = d.child.try_wait() {
                 bail!(
                     "gpumuxd ({policy} on {device}) exited before it served: {status}; its log ({}) ends:\n{}",
-                    log_path.display(),
-                    log_tail(log_path, 3)
+                    log.display(),
+                    log_tail(log, 3)
                 );
             }
             if Instant::now() > deadline {
