@@ -110,7 +110,7 @@ impl Client {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                 ClientError::NoDaemon { socket: socket.clone(), source }
             }
-            _ => ClientError::Connect { socket: socket.clone(), source },
+            _ => ClientError::Connect { socket: socket.clone(), cause: source },
         })?;
         let mut name = options.name;
         if name.len() > MAX_NAME_BYTES {

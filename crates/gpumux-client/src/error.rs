@@ -16,13 +16,13 @@ pub enum ClientError {
         source: std::io::Error,
     },
     /// The socket exists but could not be opened (permissions, not a socket).
-    #[error("cannot connect to {}: {source} (check the socket's permissions, or set GPUMUX_SOCKET)", socket.display())]
+    #[error("cannot connect to {}: {cause} (check the socket's permissions, or set GPUMUX_SOCKET)", socket.display())]
     Connect {
         /// The path tried.
         socket: PathBuf,
-        /// What `connect` said.
-        #[source]
-        source: std::io::Error,
+        /// What `connect` said (in the message, which C callers get, so not
+        /// also the error's source: printed with its chain it came twice).
+        cause: std::io::Error,
     },
     /// Reading from or writing to the daemon failed (a reset or a broken
     /// pipe is [`ClientError::DaemonGone`]: `From<std::io::Error>`).
@@ -55,13 +55,12 @@ pub enum ClientError {
         error: ErrorReply,
     },
     /// The shared-memory region could not be made (memfd, seals, mmap).
-    #[error("cannot create the shared-memory region of {bytes} bytes: {source}")]
+    #[error("cannot create the shared-memory region of {bytes} bytes: {cause}")]
     Shm {
         /// Its size.
         bytes: u64,
-        /// What the system said.
-        #[source]
-        source: std::io::Error,
+        /// What the system said (in the message, not also the error's source).
+        cause: std::io::Error,
     },
     /// The module has no kernel of that name.
     #[error("module {module} has no kernel named {name:?}; it has: {}", available.join(", "))]

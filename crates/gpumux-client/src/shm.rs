@@ -31,7 +31,7 @@ const MEMFD_NAME: &CStr = c"gpumux-shm";
 impl SharedRegion {
     /// Creates, sizes, seals and maps a region of `bytes` bytes (> 0).
     pub(crate) fn create(bytes: u64) -> Result<SharedRegion> {
-        let err = |source| ClientError::Shm { bytes, source };
+        let err = |cause| ClientError::Shm { bytes, cause };
         let len = usize::try_from(bytes)
             .ok()
             .filter(|&n| n > 0)

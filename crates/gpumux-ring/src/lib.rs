@@ -60,12 +60,12 @@ const MEMFD_NAME: &CStr = c"gpumux-ring";
 #[derive(Debug, thiserror::Error)]
 pub enum RingError {
     /// A system call failed (creating, sizing, sealing or mapping the file).
-    #[error("shared-memory ring: {what}: {source}")]
+    #[error("shared-memory ring: {what}: {cause}")]
     Os {
         /// The call.
         what: &'static str,
-        /// Its error.
-        source: std::io::Error,
+        /// Its error (in the message, not also the error's source).
+        cause: std::io::Error,
     },
     /// The file offered is not a ring this side can map safely.
     #[error("shared-memory ring refused: {0}")]
@@ -168,7 +168,7 @@ impl RingPair {
     /// resizing; send [`RingPair::fd`] to the peer with the capacity.
     pub fn create(capacity: usize) -> Result<RingPair, RingError> {
         check_capacity(capacity)?;
-        let os = |what| move |source| RingError::Os { what, source };
+        let os = |what| move |cause| RingError::Os { what, cause };
         // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
         let raw = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if raw < 0 {
@@ -211,7 +211,7 @@ impl RingPair {
         // SAFETY: fstat fills a zeroed stat for a descriptor we own.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         if unsafe { libc::fstat(raw, &mut st) } != 0 {
-            return Err(RingError::Os { what: "fstat", source: std::io::Error::last_os_error() });
+            return Err(RingError::Os { what: "fstat", cause: std::io::Error::last_os_error() });
         }
         let len = file_len(capacity);
         if st.st_size as u64 != len as u64 {
@@ -278,10 +278,10 @@ fn map(fd: OwnedFd, capacity: usize) -> Result<Mapping, RingError> {
         libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
     };
     if p == libc::MAP_FAILED {
-        return Err(RingError::Os { what: "mmap", source: std::io::Error::last_os_error() });
+        return Err(RingError::Os { what: "mmap", cause: std::io::Error::last_os_error() });
     }
     let ptr = NonNull::new(p.cast::<u8>())
-        .ok_or_else(|| RingError::Os { what: "mmap", source: std::io::Error::other("mapped at null") })?;
+        .ok_or_else(|| RingError::Os { what: "mmap", cause: std::io::Error::other("mapped at null") })?;
     Ok(Mapping { ptr, len, capacity, fd })
 }
 

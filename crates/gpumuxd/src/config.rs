@@ -29,12 +29,13 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read the config {path}: {source}")]
+    #[error("cannot read the config {path}: {cause}")]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, so not also the error's source: printed
+        /// with its chain, the cause came twice).
+        cause: std::io::Error,
     },
     /// Not valid TOML, an unknown key or a bad value (toml's message names the line).
     #[error("config {path}: {message}")]
@@ -226,7 +227,7 @@ impl Config {
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+            std::fs::read_to_string(path).map_err(|cause| ConfigError::Read { path: path.to_path_buf(), cause })?;
         Config::parse(&text, path)
     }
 

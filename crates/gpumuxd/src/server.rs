@@ -50,19 +50,19 @@ pub enum ServerError {
     #[error("a daemon already answers on {0} (stop it, or give another --socket)")]
     InUse(String),
     /// Creating the directory, removing a stale socket or binding failed.
-    #[error("cannot listen on {path}: {source}")]
+    #[error("cannot listen on {path}: {cause}")]
     Bind {
         /// The socket path.
         path: String,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, not also the error's source).
+        cause: std::io::Error,
     },
 }
 
 /// Binds `path`: creates its directory if missing, refuses if a live daemon
 /// answers there, replaces a stale socket file.
 pub fn bind(path: &Path) -> Result<UnixListener, ServerError> {
-    let bind_err = |source| ServerError::Bind { path: path.display().to_string(), source };
+    let bind_err = |cause| ServerError::Bind { path: path.display().to_string(), cause };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(bind_err)?;
     }

@@ -355,3 +355,33 @@ fn a_gpu_that_cannot_be_opened_fails_start_up_fast_with_the_reason() {
     let last = stderr.lines().last().unwrap_or_default();
     assert!(last.starts_with("gpumuxd: ") && last.contains(spec), "{stderr}");
 }
+
+/// A config that cannot be read or a socket that cannot be made stops
+/// start-up with the reason, said once (the cause was printed twice: in the
+/// error's message and again as its source).
+#[test]
+fn a_config_or_socket_that_cannot_be_used_stops_start_up_with_the_reason_once() {
+    let dir = tempfile::Builder::new().prefix("gpumuxd-bad-start-").tempdir().expect("a temporary directory");
+    let missing = dir.path().join("missing.toml");
+    let no_dir = dir.path().join("not-a-dir");
+    std::fs::write(&no_dir, "a file, so no socket can be made under it").expect("written");
+    let cases = [
+        (vec!["--config".into(), missing.display().to_string()], "cannot read the config"),
+        (vec!["--socket".into(), no_dir.join("g.sock").display().to_string()], "cannot listen on"),
+    ];
+    for (args, what) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpumuxd"))
+            .args(["--device", "sim:h100"])
+            .args(&args)
+            .env("RUST_LOG", "off")
+            .output()
+            .expect("gpumuxd runs");
+        assert!(!out.status.success(), "{args:?} started");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with("gpumuxd: ") && last.contains(what), "{args:?}: {stderr}");
+        let cause = last.rsplit(": ").next().unwrap_or_default();
+        assert!(cause.contains("os error"), "{args:?}: no system error named: {last}");
+        assert_eq!(last.matches(cause).count(), 1, "{args:?}: the cause is said more than once: {last}");
+    }
+}

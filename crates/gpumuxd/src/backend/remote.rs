@@ -72,12 +72,12 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The executable could not be run.
-    #[error("cannot start the device process `{exe}`: {source}")]
+    #[error("cannot start the device process `{exe}`: {cause}")]
     Spawn {
         /// What was run.
         exe: PathBuf,
-        /// Why it failed.
-        source: std::io::Error,
+        /// Why it failed (in the message, not also the error's source).
+        cause: std::io::Error,
     },
     /// The socket pair could not be made.
     #[error("cannot make the device process's socket: {0}")]
@@ -159,7 +159,7 @@ impl DeviceProcess {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|source| StartError::Spawn { exe: exe.to_path_buf(), source })?;
+        let mut child = cmd.spawn().map_err(|cause| StartError::Spawn { exe: exe.to_path_buf(), cause })?;
         // Only the child holds its end now: its exit closes the link.
         drop(theirs);
         let mut link = match Link::connect(ours) {
