@@ -33,11 +33,12 @@ pub enum ClientError {
         "gpumuxd closed the connection (it stopped, or it disconnected this client after a bad request: see its log)"
     )]
     DaemonGone,
-    /// A frame could not be encoded or decoded.
+    /// A frame could not be encoded or decoded (the cause is in the
+    /// message, which C callers read, so it is not also the source).
     #[error(
         "a frame to or from gpumuxd is malformed: {0} (are the client library and the daemon the same gpumux version?)"
     )]
-    Frame(#[from] FrameError),
+    Frame(FrameError),
     /// The daemon answered something this request cannot get.
     #[error("gpumuxd answered {request} with {got} (are the client library and the daemon the same gpumux version?)")]
     Protocol {
@@ -81,6 +82,12 @@ pub enum ClientError {
 /// A reset or a broken pipe is the daemon's end of the connection, as an
 /// end of stream is: which one a client sees depends on whether the daemon
 /// closed its end with bytes of the client's still unread (a reset) or not.
+impl From<FrameError> for ClientError {
+    fn from(e: FrameError) -> Self {
+        ClientError::Frame(e)
+    }
+}
+
 impl From<std::io::Error> for ClientError {
     fn from(e: std::io::Error) -> ClientError {
         match e.kind() {

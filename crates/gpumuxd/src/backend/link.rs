@@ -53,18 +53,37 @@ pub enum LinkError {
     /// The other end closed its socket (its process exited or was killed).
     #[error("the other end closed the link")]
     Closed,
-    /// A socket call failed.
+    /// A socket call failed. (Each cause is in its message, so none is
+    /// also the error's source: printed with its chain it came twice.)
     #[error("the device link failed: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     /// Bytes that are not a message of the expected type (a bug on one side).
     #[error("a malformed message on the device link: {0}")]
-    Frame(#[from] FrameError),
+    Frame(FrameError),
     /// The shared-memory rings could not be made, or were broken.
     #[error("the device link's rings: {0}")]
-    Ring(#[from] RingError),
+    Ring(RingError),
     /// The device process was not offered its rings in time.
     #[error("the device link was not set up: {0}")]
     Setup(String),
+}
+
+impl From<io::Error> for LinkError {
+    fn from(e: io::Error) -> Self {
+        LinkError::Io(e)
+    }
+}
+
+impl From<FrameError> for LinkError {
+    fn from(e: FrameError) -> Self {
+        LinkError::Frame(e)
+    }
+}
+
+impl From<RingError> for LinkError {
+    fn from(e: RingError) -> Self {
+        LinkError::Ring(e)
+    }
 }
 
 /// One end of the channel (module doc).
