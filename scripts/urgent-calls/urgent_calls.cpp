@@ -82,6 +82,48 @@ static double pct(std::vector<double> v, double p) {
     return v[i];
 }
 
+// The urgent kernel and what its launch needs: each call of `launch` makes
+// the device process's calls for one urgent native launch and waits for its
+// end as the daemon sees it.
+struct Urgent {
+    CUfunction spin;
+    int sms;
+    CUstream hi;
+    CUevent ended;
+    CUdeviceptr flag_dev;
+    volatile unsigned* flag;
+    unsigned long long ns;
+    unsigned seq;
+
+    // The kernel, the stream write of its number into host memory, the end
+    // event's record (if `record`), then a spin until the host reads the
+    // number; with `sync`, the kernel and cuStreamSynchronize instead. Times
+    // each call and the turnaround into `s` (the record only if made).
+    void launch(Samples& s, bool record, bool sync = false) {
+        void* a[] = {&ns};
+        seq++;
+        auto t0 = Clock::now();
+        CK(cuLaunchKernel(spin, sms, 1, 1, 256, 1, 1, 0, hi, a, nullptr));
+        auto t1 = Clock::now();
+        s.launch.push_back(us(t0, t1));
+        if (sync) {
+            CK(cuStreamSynchronize(hi));
+            s.turn.push_back(us(t0, Clock::now()));
+            return;
+        }
+        CK(cuStreamWriteValue32(hi, flag_dev, seq, 0));
+        auto t2 = Clock::now();
+        if (record) CK(cuEventRecord(ended, hi));
+        auto t3 = Clock::now();
+        while (*flag != seq) {
+        }
+        auto t4 = Clock::now();
+        s.write.push_back(us(t1, t2));
+        if (record) s.record.push_back(us(t2, t3));
+        s.turn.push_back(us(t0, t4));
+    }
+};
+
 enum Variant { FULL, NO_RECORD, SYNC, NVARIANTS };
 static const char* NAMES[] = {"launch+write+record", "launch+write", "launch+sync"};
 
@@ -118,52 +160,31 @@ int main(int argc, char** argv) {
     volatile unsigned* flag = (volatile unsigned*)host;
     *flag = 0;
 
-    unsigned long long urgent_ns = 15000, lp_ns = 20000;
-    unsigned seq = 0;
+    unsigned long long lp_ns = 20000;
+    Urgent urgent{spin, sms, hi, ended, flag_dev, flag, 15000, 0};
     std::mt19937 rng(7);
     std::uniform_real_distribution<double> gap(300, 1500);
+    // Queues `n` low-priority launches of 20 us blocks filling every SM (8
+    // of 256 threads each, 100 waves: ~2 ms a launch), then lets them start.
+    auto queue_lp = [&](int n) {
+        unsigned blocks = (unsigned)sms * 8 * 100;
+        void* a[] = {&lp_ns};
+        for (int i = 0; i < n; i++) CK(cuLaunchKernel(spin, blocks, 1, 1, 256, 1, 1, 0, lo, a, nullptr));
+        spin_for(5000);
+    };
 
     printf("# %d SMs; urgent: %d x 256 threads of 15 us on the high-priority stream\n", sms, sms);
     printf("%-10s %-5s %-20s %9s %9s %9s %9s %9s %9s %9s\n", "gpu", "gap", "variant", "launch50", "launch99",
            "write50", "record50", "record99", "turn50", "turn99");
     for (int busy = 0; busy < 2; busy++) {
         for (int gaps = 1; gaps >= 0; gaps--) {
-            if (busy) {
-                // Low-priority blocks of 20 us filling every SM (8 of 256
-                // threads each), queued for longer than the phase lasts.
-                unsigned blocks = (unsigned)sms * 8 * 100;  // 100 waves: ~2 ms a launch
-                void* a[] = {&lp_ns};
-                for (int i = 0; i < 3 * trials * (gaps ? 1 : 0) + 300; i++)
-                    CK(cuLaunchKernel(spin, blocks, 1, 1, 256, 1, 1, 0, lo, a, nullptr));
-                spin_for(5000);
-            }
+            // Queued for longer than the phase lasts.
+            if (busy) queue_lp(3 * trials * (gaps ? 1 : 0) + 300);
             Samples s[NVARIANTS];
             for (int t = 0; t < trials * NVARIANTS; t++) {
                 Variant v = (Variant)(t % NVARIANTS);
                 if (gaps) spin_for(gap(rng));
-                void* a[] = {&urgent_ns};
-                seq++;
-                auto t0 = Clock::now();
-                CK(cuLaunchKernel(spin, sms, 1, 1, 256, 1, 1, 0, hi, a, nullptr));
-                auto t1 = Clock::now();
-                if (v == SYNC) {
-                    CK(cuStreamSynchronize(hi));
-                    auto t4 = Clock::now();
-                    s[v].launch.push_back(us(t0, t1));
-                    s[v].turn.push_back(us(t0, t4));
-                    continue;
-                }
-                CK(cuStreamWriteValue32(hi, flag_dev, seq, 0));
-                auto t2 = Clock::now();
-                if (v == FULL) CK(cuEventRecord(ended, hi));
-                auto t3 = Clock::now();
-                while (*flag != seq) {
-                }
-                auto t4 = Clock::now();
-                s[v].launch.push_back(us(t0, t1));
-                s[v].write.push_back(us(t1, t2));
-                if (v == FULL) s[v].record.push_back(us(t2, t3));
-                s[v].turn.push_back(us(t0, t4));
+                urgent.launch(s[v], v == FULL, v == SYNC);
                 // The device process queries the event now and then: so does this.
                 if (v == FULL) (void)cuEventQuery(ended);
             }
@@ -186,33 +207,12 @@ int main(int argc, char** argv) {
     printf("\n%-10s %-8s %9s %9s %9s %9s %9s %9s\n", "gpu", "gapmode", "launch50", "launch99", "write50", "record50",
            "turn50", "turn99");
     for (int busy = 0; busy < 2; busy++) {
-        if (busy) {
-            unsigned blocks = (unsigned)sms * 8 * 100;
-            void* a[] = {&lp_ns};
-            for (int i = 0; i < 4 * trials + 300; i++)
-                CK(cuLaunchKernel(spin, blocks, 1, 1, 256, 1, 1, 0, lo, a, nullptr));
-            spin_for(5000);
-        }
+        if (busy) queue_lp(4 * trials + 300);
         Samples s[NGAPMODES];
         for (int t = 0; t < trials * NGAPMODES; t++) {
             GapMode m = (GapMode)(t % NGAPMODES);
             spin_for(gap(rng), m, hi, ended);
-            void* a[] = {&urgent_ns};
-            seq++;
-            auto t0 = Clock::now();
-            CK(cuLaunchKernel(spin, sms, 1, 1, 256, 1, 1, 0, hi, a, nullptr));
-            auto t1 = Clock::now();
-            CK(cuStreamWriteValue32(hi, flag_dev, seq, 0));
-            auto t2 = Clock::now();
-            CK(cuEventRecord(ended, hi));
-            auto t3 = Clock::now();
-            while (*flag != seq) {
-            }
-            auto t4 = Clock::now();
-            s[m].launch.push_back(us(t0, t1));
-            s[m].write.push_back(us(t1, t2));
-            s[m].record.push_back(us(t2, t3));
-            s[m].turn.push_back(us(t0, t4));
+            urgent.launch(s[m], true);
         }
         for (int m = 0; m < NGAPMODES; m++)
             printf("%-10s %-8s %9.2f %9.2f %9.2f %9.2f %9.1f %9.1f\n", busy ? "lp-20us" : "idle", GAP_NAMES[m],
@@ -257,18 +257,7 @@ int main(int argc, char** argv) {
             Samples s1;
             for (int t = 0; t < trials; t++) {
                 spin_for(gap(rng));
-                void* a[] = {&urgent_ns};
-                seq++;
-                auto t0 = Clock::now();
-                CK(cuLaunchKernel(spin, sms, 1, 1, 256, 1, 1, 0, hi, a, nullptr));
-                auto t1 = Clock::now();
-                CK(cuStreamWriteValue32(hi, flag_dev, seq, 0));
-                CK(cuEventRecord(ended, hi));
-                while (*flag != seq) {
-                }
-                auto t4 = Clock::now();
-                s1.launch.push_back(us(t0, t1));
-                s1.turn.push_back(us(t0, t4));
+                urgent.launch(s1, true);
             }
             stop.store(true);
             feeder.join();
