@@ -44,6 +44,19 @@ fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
     assert!(r["notes"][0].as_str().unwrap().contains("simulated"));
 }
 
+/// `gpumux bench daemon --quick ARGS`, its logs in a temporary directory
+/// removed when it returns.
+fn quick_bench(args: &[&str]) -> std::process::Output {
+    let dir = tempfile::Builder::new().prefix("gpumux-bench-daemon-test-").tempdir().expect("a temporary directory");
+    Command::new(env!("CARGO_BIN_EXE_gpumux"))
+        .args(["bench", "daemon", "--quick"])
+        .args(args)
+        .arg("--logs")
+        .arg(dir.path().join("logs"))
+        .output()
+        .expect("gpumux runs")
+}
+
 /// A misspelt policy, option or experiment is refused before anything runs
 /// (on a GPU the baselines before the first daemon take minutes), with what
 /// is known.
@@ -60,15 +73,7 @@ fn bad_bench_arguments_are_refused_before_anything_runs() {
         (&["--corun-seconds", "NaN"], "NaN s: expected more than 0"),
     ];
     for (args, want) in cases {
-        let dir =
-            tempfile::Builder::new().prefix("gpumux-bench-daemon-test-").tempdir().expect("a temporary directory");
-        let out = Command::new(env!("CARGO_BIN_EXE_gpumux"))
-            .args(["bench", "daemon", "--device", "sim:h100", "--quick"])
-            .args(args)
-            .arg("--logs")
-            .arg(dir.path().join("logs"))
-            .output()
-            .expect("gpumux runs");
+        let out = quick_bench(&[&["--device", "sim:h100"], args].concat());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} was accepted");
         assert!(stderr.contains(want), "{args:?}: no `{want}` in\n{stderr}");
@@ -79,13 +84,7 @@ fn bad_bench_arguments_are_refused_before_anything_runs() {
 /// A daemon that will not start says why: the bench quotes the end of its log.
 #[test]
 fn a_daemon_that_will_not_start_is_reported_with_its_reason() {
-    let dir = tempfile::Builder::new().prefix("gpumux-bench-daemon-test-").tempdir().expect("a temporary directory");
-    let out = Command::new(env!("CARGO_BIN_EXE_gpumux"))
-        .args(["bench", "daemon", "--device", "sim:nope", "--quick", "--only", "overhead"])
-        .arg("--logs")
-        .arg(dir.path().join("logs"))
-        .output()
-        .expect("gpumux runs");
+    let out = quick_bench(&["--device", "sim:nope", "--only", "overhead"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "sim:nope was accepted");
     assert!(stderr.contains("exited before it served"), "{stderr}");
