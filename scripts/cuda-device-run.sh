@@ -9,11 +9,15 @@
 # retreats/resumes (`gpumux bench cuda check`).
 # Builds nothing and changes no GPU setting.
 #
-#   scripts/cuda-device-run.sh [BINARY] [OUTDIR]     (default target-carry/gpumux, cuda-run-out)
+#   scripts/cuda-device-run.sh [BINARY] [OUTDIR]
+# BINARY: gpumux (default target/device/main/gpumux, from scripts/device-build.sh);
+# OUTDIR: default $OUT/cuda-run, else /tmp/cuda-run.
 # GPUMUX_STEPS: which steps (default "check small suite overhead").
 set -uo pipefail
-BIN=${1:-target-carry/gpumux}
-OUT=${2:-cuda-run-out}
+root=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(realpath -m "${1:-$root/target/device/main/gpumux}")
+OUT=$(realpath -m "${2:-${OUT:-/tmp}/cuda-run}")
+cd "$root"   # scripts/cuda-small.toml, examples/suite-h100.toml
 STEPS=${GPUMUX_STEPS:-check small suite overhead}
 POLICIES=${GPUMUX_POLICIES:-fcfs,npq,ppq-excl-cs,dss-cs,rr}
 mkdir -p "$OUT"

@@ -1,9 +1,24 @@
 #!/usr/bin/env bash
-# Runs prebuilt gpumux-cuda test binaries on a machine with a GPU (they skip
-# elsewhere). Build them with `cargo test --release -p gpumux-cuda --no-run` and
-# pass their paths. Sets up NVRTC like scripts/cuda-device-run.sh.
-#   scripts/cuda-device-tests.sh TEST_BINARY...
+# Runs prebuilt gpumux-cuda GPU test binaries on a machine with a GPU (they skip elsewhere).
+#
+#   scripts/cuda-device-tests.sh [--repeat N] [TEST_BINARY...] [-- test args...]
+#
+# TEST_BINARY: default every binary in target/device/main/tests (`scripts/device-build.sh
+# --tests` puts client_gpu, engine_gpu and gpu there). Test args go to each binary, e.g.
+# `-- --exact NAME` for one test. --repeat N runs each binary N times, each in a fresh process,
+# and counts the failures (a flaky test: `--repeat 10 target/device/main/tests/client_gpu --
+# --exact NAME`; CUDA_MODULE_LOADING=EAGER and the like pass through the environment).
+# Prints each run's test lines and panics; OUTDIR $OUT/tests (else /tmp/tests) keeps every
+# run's whole output. Exit status: 0 if every run passed.
 set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+repeat=1
+[ "${1:-}" = --repeat ] && { repeat=$2; shift 2; }
+bins=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do bins+=("$(realpath -m "$1")"); shift; done
+[ "${1:-}" = -- ] && shift
+[ ${#bins[@]} -gt 0 ] || bins=("$root"/target/device/main/tests/*)
+out=${OUT:-/tmp}/tests; mkdir -p "$out"
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -e "$d/libnvrtc.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
 done
@@ -12,10 +27,19 @@ if command -v python3 >/dev/null; then
     [ -n "$wheel" ] && [ -d "$wheel" ] && export LD_LIBRARY_PATH="$wheel:${LD_LIBRARY_PATH:-}"
 fi
 status=0
-for t in "$@"; do
-    echo "=== $t"
-    "$t" --nocapture --test-threads 1 2>&1 | grep -E "^test |SKIPPED|panicked|test result|assert" 
-    [ "${PIPESTATUS[0]}" -ne 0 ] && status=1
+for t in "${bins[@]}"; do
+    [ -x "$t" ] || { echo "=== $t: not an executable"; status=1; continue; }
+    fails=0
+    for i in $(seq 1 "$repeat"); do
+        log="$out/$(basename "$t")-$i.txt"
+        echo "=== $t $* (run $i of $repeat)"
+        timeout 600 "$t" --nocapture --test-threads 1 "$@" >"$log" 2>&1
+        rc=$?
+        grep -E "^test |SKIPPED|test result" "$log" | grep -v "^test .* ok$" | cut -c1-200
+        grep -A3 "panicked" "$log" | cut -c1-600
+        [ $rc -ne 0 ] && { fails=$((fails + 1)); status=1; }
+    done
+    echo "=== $(basename "$t"): $fails of $repeat runs failed"
 done
 echo "=== status $status"
 exit $status

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# gpumuxd on a real GPU (issue 13's GPU part). Needs a GPU, python3 with CuPy,
-# and binaries built elsewhere (the GPU machine has no Rust): scripts/daemon-gpu-prep.sh
-# puts them in $BIN (default carry/daemon). Writes logs and outputs under $OUT.
+# gpumuxd on a real GPU: correctness of the daemon with clients' own kernels.
 #
-#   1. four client programs (Rust vector_add and histogram, C matmul and stencil)
-#      at once under fcfs, ppq-excl-cs, dss-cs and spatial-even: each output must
-#      equal the same kernel run natively (examples/clients/native.py), byte for byte;
-#   2. the kill test: 20 clients killed with SIGKILL at random points while three
-#      others run; afterwards the daemon holds no client memory and no SM, device
-#      memory (cuMemGetInfo, from a fresh process) is back at its baseline, and a
-#      new client still runs correctly;
-#   3. a faulting kernel (out-of-bounds write) in one client while another runs
-#      matmuls: the culprit gets KernelFault, the bystander ContextLost naming
-#      its lost work, the daemon rebuilds its device and both go on.
-# Prints PASS/FAIL per check and a table last; exits non-zero if any failed.
+#   scripts/daemon-gpu-check.sh [BIN_DIR] [OUTDIR]
+#
+# BIN_DIR: what scripts/device-build.sh makes (default target/device/main; $BIN also works).
+# OUTDIR:  logs and outputs (default $OUT/daemon-check, else /tmp/daemon-check).
+# DAEMON_CHECKS: which checks (default "clients kill fault"); DAEMON_DEVICE (default cuda:0);
+# KILL_WARMUP: churning clients killed before the kill test's baseline (default 1).
+# Needs a GPU and python3 with CuPy (the native reference). Checks:
+#   1. four client programs (Rust vector_add and histogram, C matmul and stencil) at once under
+#      ppq-even-drain, fcfs, ppq-excl-cs, dss-cs and spatial-even: each output must equal the
+#      same kernel run natively (examples/clients/native.py), byte for byte;
+#   2. the kill test: 20 clients killed with SIGKILL at random points while three others run;
+#      afterwards the daemon holds no client memory and no SM, device memory (cuMemGetInfo, from
+#      a fresh process) is back at its baseline, and a new client still runs correctly;
+#   3. a faulting kernel (out-of-bounds write) in one client while another runs matmuls: the
+#      culprit gets KernelFault, the bystander ContextLost naming its lost work, the daemon
+#      rebuilds its device and both go on.
+# Prints PASS/FAIL per check and a summary last; exits non-zero if any failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-BIN=${BIN:-carry/daemon}
-OUT=${OUT:-/tmp/daemon-gpu-check}
+root=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(realpath -m "${1:-${BIN:-$root/target/device/main}}")
+OUT=$(realpath -m "${2:-${OUT:-/tmp}/daemon-check}")
+cd "$root"
+[ -x "$BIN/gpumuxd" ] || { echo "daemon-gpu-check: no gpumuxd in $BIN (scripts/device-build.sh makes it)" >&2; exit 2; }
 CHECKS=${DAEMON_CHECKS:-clients kill fault}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -5,10 +5,11 @@
 #
 #   scripts/gpu-check.sh [BINARY] [OUTDIR]
 #
-# BINARY: a prebuilt `gpumux-cuda-check` (default: target/release/gpumux-cuda-check,
-#         or $GPUMUX_CUDA_CHECK). Build it elsewhere with
-#         `cargo build --release -p gpumux-cuda-bench --bin gpumux-cuda-check`.
-# OUTDIR: where JSON results and logs go (default: gpu-check-out).
+# BINARY: a prebuilt `gpumux-cuda-check` (default: $GPUMUX_CUDA_CHECK, else
+#         target/device/main/gpumux-cuda-check as scripts/device-build.sh makes it, else
+#         target/release/gpumux-cuda-check from
+#         `cargo build --release -p gpumux-cuda-bench --bin gpumux-cuda-check`).
+# OUTDIR: where JSON results and logs go (default: $OUT/gpu-check, else /tmp/gpu-check).
 # GPUMUX_PHASES: which phases to run (default "check overhead preempt mps spatial").
 #   spatial: triad + sgemm alone, one after the other, together (hardware), on disjoint SM
 #            sets (gpumux workers, green contexts), and as two MPS client processes with
@@ -20,8 +21,13 @@
 #            the GPU).
 set -uo pipefail
 
-BIN=${1:-${GPUMUX_CUDA_CHECK:-target/release/gpumux-cuda-check}}
-OUTDIR=${2:-gpu-check-out}
+root=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${1:-${GPUMUX_CUDA_CHECK:-}}
+if [ -z "$BIN" ]; then
+    BIN=$root/target/release/gpumux-cuda-check
+    [ -x "$root/target/device/main/gpumux-cuda-check" ] && BIN=$root/target/device/main/gpumux-cuda-check
+fi
+OUTDIR=${2:-${OUT:-/tmp}/gpu-check}
 PHASES=${GPUMUX_PHASES:-check overhead preempt mps spatial}
 mkdir -p "$OUTDIR"
 

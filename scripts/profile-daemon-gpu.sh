@@ -1,31 +1,36 @@
 #!/usr/bin/env bash
-# A CPU profile of the daemon (its core and every thread, and its device
-# process) during one part of `gpumux bench daemon`, on the GPU machine.
-# Prepare with scripts/perf-carry.sh; run there with carry
-# ["carry/daemon", "carry/perf"]:
-#   OUT=/tmp/o FROM="launch rate, 8 clients" SECONDS_TO_RECORD=1 \
-#     bash scripts/profile-daemon-gpu.sh --only overhead
-# Arguments go to the bench. Recording starts when the bench's progress line
-# containing $FROM appears (default: the 4-client launch rate) and lasts
-# $SECONDS_TO_RECORD (default 1.5) at $FREQ samples a second per thread
-# (default 1000), with call graphs unwound from the stack (dwarf).
-# Writes to $OUT: bench.txt (the bench's tables), logs.tgz (the daemons' logs), flat.txt (self time per
-# thread name and function), core.txt, device.txt and device-main.txt (time
-# with callees, per function, of the core thread, of the device process and
-# of its main thread). Prints the heads.
+# A CPU profile of the daemon (its core and every thread, and its device process) during one
+# part of `gpumux bench daemon`, on the GPU machine, which has no perf of its own.
+#
+#   FROM="launch rate, 8 clients" SECONDS_TO_RECORD=1 \
+#     scripts/profile-daemon-gpu.sh [BIN_DIR] [--] --only overhead [bench args...]
+#
+# BIN_DIR: made with `scripts/device-build.sh --perf` (symbol tables kept, this machine's perf
+# in BIN_DIR/perf; default target/device/main). Recording starts when the bench's progress line
+# containing $FROM appears (default: the 4-client launch rate) and lasts $SECONDS_TO_RECORD
+# (default 1.5) at $FREQ samples a second per thread (default 1000), with call graphs unwound
+# from the stack (dwarf; the software cpu-clock event: the GPU machine's kernel has no hardware
+# counters). Writes to $OUT/profile (default /tmp/profile): bench.txt (the bench's tables),
+# logs.tgz (the daemons' logs), flat.txt (self time per thread name and function), core.txt,
+# device.txt and device-main.txt (time with callees, per function, of the core thread, of the
+# device process and of its main thread). Prints the heads.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/profile-daemon-out}; mkdir -p "$OUT"
-BIN=${BIN:-carry/daemon}
+root=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$root/target/device/main
+if [ $# -gt 0 ] && [[ $1 != -* ]]; then BIN=$(realpath -m "$1"); shift; fi
+[ "${1:-}" = -- ] && shift
+cd "$root"
+OUT=${OUT:-/tmp}/profile; mkdir -p "$OUT"
 FROM=${FROM:-launch rate, 4 clients}
 SECONDS_TO_RECORD=${SECONDS_TO_RECORD:-1.5}
 FREQ=${FREQ:-1000}
-P="env LD_LIBRARY_PATH=$PWD/carry/perf/lib $PWD/carry/perf/perf"
+[ -x "$BIN/perf/perf" ] || { echo "no $BIN/perf/perf: build with scripts/device-build.sh --perf" >&2; exit 2; }
+P="env LD_LIBRARY_PATH=$BIN/perf/lib $BIN/perf/perf"
 if ! $P record -e cpu-clock -o /tmp/perf-probe.data -- true > /tmp/perf-probe.log 2>&1; then
     echo "perf does not run here:"; cat /tmp/perf-probe.log; exit 1
 fi
 bench=$(mktemp -d)
-(OUT=$bench BIN=$BIN bash scripts/bench-daemon-gpu.sh "$@" > "$OUT/bench.txt" 2>&1) &
+(bash scripts/bench-daemon-gpu.sh "$BIN" "$bench" -- "$@" > "$OUT/bench.txt" 2>&1) &
 runner=$!
 found=
 for _ in $(seq 1 30000); do

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds here (Rust) what the device scripts run on a GPU machine (no Rust there), stripped,
+# into one folder under target/ (ignored by git; the device tool carries it by name):
+#
+#   scripts/device-build.sh [--rev REV] [--tests] [--symbols] [--perf] [DEST]
+#
+# DEST (default target/device/main) gets gpumuxd, gpumux (ps, bench daemon), gpumux-cuda-check,
+# libgpumux_client.so, the Rust example clients (vector_add, histogram, fault_check) and the C
+# ones (matmul, stencil; rpath $ORIGIN, kernels read from examples/clients/kernels relative to
+# the repository root the scripts run in).
+#   --rev REV   build commit REV (a temporary worktree, its own target dir) instead of the tree:
+#               the A side of an A/B (scripts/ab-daemon-gpu.sh target/device/base target/device/main)
+#   --tests     also the GPU test binaries of gpumux-cuda (client_gpu, engine_gpu, gpu) in DEST/tests/
+#   --symbols   keep the symbol tables (strip --strip-debug), for a profile that names functions
+#   --perf      also this machine's perf and the libraries it needs beyond glibc in DEST/perf/
+#               (implies --symbols; scripts/profile-daemon-gpu.sh runs it there)
+# Then on the device: carry ["DEST"] and run scripts/gpu-check.sh, daemon-gpu-check.sh,
+# bench-daemon-gpu.sh, ab-daemon-gpu.sh or cuda-device-tests.sh with DEST's paths.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+rev= tests=0 strip_opt=--strip-all perf=0
+while [ $# -gt 0 ]; do
+    case $1 in
+        --rev) rev=$2; shift 2 ;;
+        --tests) tests=1; shift ;;
+        --symbols) strip_opt=--strip-debug; shift ;;
+        --perf) perf=1; strip_opt=--strip-debug; shift ;;
+        -*) echo "usage: device-build.sh [--rev REV] [--tests] [--symbols] [--perf] [DEST]" >&2; exit 2 ;;
+        *) break ;;
+    esac
+done
+dest=$(realpath -m "${1:-$root/target/device/main}")
+src=$root
+target=${CARGO_TARGET_DIR:-$root/target}
+if [ -n "$rev" ]; then
+    src=$(mktemp -d)
+    git -C "$root" worktree add --detach "$src" "$rev" >/dev/null
+    trap 'git -C "$root" worktree remove --force "$src"' EXIT
+    target=$root/target/device-build   # not the tree's target: other builds use it
+fi
+cd "$src"
+export CARGO_TARGET_DIR=$target
+cargo build --release -p gpumuxd -p gpumux -p gpumux-client -p gpumux-cuda-bench --examples --bins --lib
+rm -rf "$dest"; mkdir -p "$dest"
+cp "$target/release/"{gpumuxd,gpumux,gpumux-cuda-check,libgpumux_client.so} "$dest/"
+for e in vector_add histogram fault_check; do cp "$target/release/examples/$e" "$dest/"; done
+for c in matmul stencil; do
+    cc -O2 -Wall -Wextra -Werror -std=c11 -Icrates/gpumux-client/include \
+        -DKERNEL_DIR='"examples/clients/kernels"' "examples/clients/$c.c" -o "$dest/$c" \
+        -L"$dest" -lgpumux_client -lm -Wl,-rpath,'$ORIGIN'
+done
+if [ $tests = 1 ]; then
+    mkdir -p "$dest/tests"
+    cargo test --release -p gpumux-cuda --test client_gpu --test engine_gpu --test gpu --no-run --message-format=json |
+        jq -r 'select(.executable != null) | .executable' | while read -r t; do
+            cp "$t" "$dest/tests/$(basename "$t" | sed 's/-[0-9a-f]*$//')"
+        done
+fi
+find "$dest" -type f -perm -u+x -exec strip "$strip_opt" {} +
+strip "$strip_opt" "$dest/libgpumux_client.so"
+if [ $perf = 1 ]; then
+    p=$(command -v perf) || { echo "no perf on this machine (apt-get install linux-perf)" >&2; exit 1; }
+    mkdir -p "$dest/perf/lib"
+    cp "$p" "$dest/perf/perf"
+    ldd "$p" | awk '$3 ~ /^\// {print $3}' |
+        grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
+        while read -r lib; do cp -L "$lib" "$dest/perf/lib/"; done
+fi
+echo "$(git -C "$src" rev-parse --short HEAD)$( [ -z "$rev" ] && ! git -C "$src" diff --quiet HEAD -- crates examples && echo '+changes')" > "$dest/commit"
+du -sh "$dest"; ls "$dest"
