@@ -14,7 +14,7 @@
 //! and `recovery.rs` (a device failure: a lost context rebuilt and every
 //! client put back).
 
-use crate::backend::{Backend, DevAddr, Failure, HostSpan, LoadError, MemError, MemInfo, OpWork, Wake};
+use crate::backend::{Backend, DevAddr, Failure, HostSpan, LoadError, MemError, MemInfo, OpFailed, OpWork, Wake};
 use crate::config::ClientLimits;
 use crate::conn::Inbound;
 use crate::latency::{KernelStamps, SUMMARY_AFTER};
@@ -177,6 +177,8 @@ struct OpEntry {
     kind: OpKind,
     /// The engine reported its end.
     ended: bool,
+    /// The device ended it without doing its work, and why (`OpFailed`).
+    failed: Option<String>,
     /// Device launches of it not yet ended.
     launches: u32,
     /// A device copy of it not yet done.
@@ -244,6 +246,8 @@ pub struct Core {
     /// that could not be handled then (`Core::while_polling`): handled
     /// first, in order, before the inbox's next.
     held_back: VecDeque<CoreMsg>,
+    /// `Backend::take_failed`'s buffer, kept to spare an allocation per poll.
+    failed_scratch: Vec<OpFailed>,
 }
 
 fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> {
@@ -293,6 +297,7 @@ impl Core {
             calls: Cell::new(CallTimes::default()),
             slow_waits: slow_waits::SlowWaits::default(),
             held_back: VecDeque::new(),
+            failed_scratch: Vec::new(),
         })
     }
 

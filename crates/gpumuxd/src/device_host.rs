@@ -154,10 +154,14 @@ impl DeviceHost {
         let mut events = Vec::new();
         if self.broken {
             // Reported already; the daemon is about to replace this process.
-            return FromDevice::Polled { events, wake: Wake::Idle };
+            return FromDevice::Polled { events, failed: Vec::new(), wake: Wake::Idle };
         }
         match self.backend.poll(&mut events) {
-            Ok(_) => FromDevice::Polled { events, wake: self.backend.next_wake() },
+            Ok(_) => {
+                let mut failed = Vec::new();
+                self.backend.take_failed(&mut failed);
+                FromDevice::Polled { events, failed, wake: self.backend.next_wake() }
+            }
             Err(f) => {
                 self.broken = true;
                 failure_message(f)

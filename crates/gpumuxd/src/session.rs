@@ -9,7 +9,7 @@ use crate::shm::ShmRegion;
 use crate::spin::ConnSpin;
 use gpumux_engine::ids::{OpId, Slot};
 use gpumux_engine::time::Nanos;
-use gpumux_proto::{BufferId, EventId, KernelId, ModuleId, ServerFrame, StreamId};
+use gpumux_proto::{BufferId, ErrorReply, EventId, KernelId, ModuleId, ServerFrame, StreamId};
 use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -60,7 +60,7 @@ pub struct LoadedModule {
 }
 
 /// A stream: one engine process.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Stream {
     /// The engine's handle.
     pub slot: Slot,
@@ -75,6 +75,11 @@ pub struct Stream {
     /// When an operation of it last completed (the core's clock): the next
     /// could run from then (`latency`'s `behind` stage).
     pub last_done: Nanos,
+    /// An operation of it that the device ended without doing its work
+    /// (`backend::OpFailed`): sticky, as CUDA's errors are. Every reply of
+    /// an operation completed on the stream after it reports it, and the
+    /// first `SyncStream` that does so clears it.
+    pub error: Option<ErrorReply>,
 }
 
 /// An event: a sync operation on a stream.

@@ -4,6 +4,7 @@
 
 use crate::backend::{DevAddr, KernelImage};
 use crate::session::Session;
+use gpumux_cuda::client::check_launch_shape;
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_proto::{Arg, BufferSlice, ErrorKind, ErrorReply, Launch, MAX_ARGS, MAX_PARAM_BYTES};
 
@@ -68,17 +69,21 @@ pub struct CheckedLaunch {
 /// Checks a launch of `image` against the device and the client's handles.
 pub fn launch(s: &Session, image: &KernelImage, device: &DeviceInfo, l: &Launch) -> Result<CheckedLaunch, ErrorReply> {
     let invalid = |m: String| err(ErrorKind::Invalid, m);
-    if l.grid.contains(&0) || l.block.contains(&0) {
-        return Err(invalid(format!(
-            "grid {:?} and block {:?} must be at least 1 in every dimension",
-            l.grid, l.block
-        )));
-    }
-    let blocks = l.grid.iter().map(|&g| g as u64).product::<u64>();
-    let threads = l.block.iter().try_fold(1u64, |acc, &b| acc.checked_mul(b as u64)).unwrap_or(u64::MAX);
+    // CUDA's grid and block limits, whatever the device: a launch the GPU
+    // would refuse is refused here, before it is bound, on the simulated
+    // device too (issue 36, case 0: one stopped the daemon, one ran nothing
+    // and synced clean).
+    let (blocks, threads) = check_launch_shape(l.grid, l.block).map_err(&invalid)?;
     let max_threads = image.max_threads_per_block.min(1024) as u64;
     if threads > max_threads {
         return Err(invalid(format!("a block of {threads} threads is over `{}`'s limit of {max_threads}", image.name)));
+    }
+    if l.shared_bytes > image.max_dynamic_smem {
+        return Err(invalid(format!(
+            "{} bytes of dynamic shared memory are over `{}`'s limit of {} (CUDA's default without an opt-in \
+             is 48 KiB less the kernel's static shared memory)",
+            l.shared_bytes, image.name, image.max_dynamic_smem
+        )));
     }
     let smem =
         image.static_smem.checked_add(l.shared_bytes).filter(|&m| m <= device.sm.smem_bytes).ok_or_else(|| {

@@ -355,6 +355,9 @@ pub struct ClientDevice {
     chunk: Chunk,
     next_kernel: u64,
     out: Vec<Event>,
+    /// Operations whose launch the driver refused for a reason of their own
+    /// ([`ClientDevice::take_failed`]).
+    failed: Vec<(OpId, String)>,
     stats: DeviceStats,
     /// Co-location ([`ClientDevice::open_co_located`]).
     co_locate: bool,
@@ -672,6 +675,7 @@ impl ClientDevice {
             chunk,
             next_kernel: 1,
             out: Vec::new(),
+            failed: Vec::new(),
             stats: DeviceStats::default(),
             co_locate,
             queue_ahead: true,
@@ -783,13 +787,9 @@ impl ClientDevice {
             return Err(BindError::Params { kernel: k.name.clone(), want: k.param_sizes.clone(), got });
         }
         let shape = |what: String| BindError::Shape { kernel: k.name.clone(), what };
-        let threads = block.iter().map(|&b| b as u64).product::<u64>();
-        let blocks = grid.iter().map(|&g| g as u64).product::<u64>();
-        if threads == 0 || threads > k.max_threads_per_block as u64 {
+        let (blocks, threads) = super::work::check_launch_shape(grid, block).map_err(shape)?;
+        if threads > k.max_threads_per_block as u64 {
             return Err(shape(format!("{threads} threads per block (at most {})", k.max_threads_per_block)));
-        }
-        if blocks == 0 || blocks >= (u32::MAX / 2) as u64 {
-            return Err(shape(format!("a grid of {blocks} blocks (1 to {})", u32::MAX / 2 - 1)));
         }
         if shared_bytes > k.max_dynamic_smem {
             return Err(shape(format!(
@@ -976,6 +976,37 @@ impl ClientDevice {
         for &(ptr, bytes) in &self.host {
             super::memory::register(ptr as *mut u8, bytes)?;
         }
+        Ok(())
+    }
+
+    /// Operations whose launch the driver refused for a reason of their own
+    /// since the last call, with the reason: each ended having run nothing
+    /// (its blocks reported done), and its client must be told.
+    pub fn take_failed(&mut self) -> Vec<(OpId, String)> {
+        std::mem::take(&mut self.failed)
+    }
+
+    /// A launch whose workers did not start, for a reason of its own: an
+    /// error that is not a lost context (`cuLaunchKernel` refusing a shape or
+    /// the resources it asks for), with no worker of it running. Its
+    /// operation fails for its client ([`ClientDevice::take_failed`]) and the
+    /// launch ends at once with nothing left to run, so the device, the
+    /// daemon and every other client go on (issue 36, case 0: such an error
+    /// stopped the daemon). Anything else is the device's failure, `e`.
+    fn fail_unstarted(&mut self, launch: LaunchId, op: OpId, e: DeviceError) -> Result<(), DeviceError> {
+        if ContextLost::find(&e).is_some() {
+            return Err(e);
+        }
+        let Some(st) = self.st.as_mut() else { return Err(e) };
+        if st.launches.get(&launch).is_none_or(|l| !l.segs.is_empty() || !l.leaving.is_empty()) {
+            return Err(e);
+        }
+        if let Some(k) = st.ops.get_mut(&op) {
+            k.left = BlockRanges::new();
+        }
+        let why = crate::error::Chain(&e).to_string();
+        tracing::warn!("CUDA device: {op} failed, its launch {launch} ran nothing: {why}");
+        self.failed.push((op, why));
         Ok(())
     }
 
@@ -1408,7 +1439,9 @@ impl Device for ClientDevice {
                     st.launches.insert(launch, live);
                     if !sms.is_empty() {
                         let t = self.clock.start();
-                        self.start_workers(launch)?;
+                        if let Err(e) = self.start_workers(launch) {
+                            self.fail_unstarted(launch, op, e)?;
+                        }
                         self.clock.part(clock::Part::Start, t);
                         if let Some(l) = self.st.as_ref().and_then(|st| st.launches.get(&launch)) {
                             for w in &l.segs {

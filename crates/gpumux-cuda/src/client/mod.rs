@@ -21,4 +21,6 @@ pub use device::{AheadCounts, ClientDevice, Refill};
 pub use fault::ContextLost;
 pub use memory::MemoryError;
 pub use module::{ClientKernel, CompiledModule, ModuleError};
-pub use work::{BindError, ClientWork, HostPtr, KernelHandle};
+pub use work::{
+    check_launch_shape, BindError, ClientWork, HostPtr, KernelHandle, MAX_BLOCK, MAX_GRID, MAX_LAUNCH_BLOCKS,
+};

@@ -70,6 +70,52 @@ pub enum ClientWork {
     },
 }
 
+/// CUDA's grid limit per dimension (x, y, z), the same on every GPU since
+/// compute capability 3.0 (the CUDA C Programming Guide's "Technical
+/// Specifications" table). A kernel run as written (hardware priority) is
+/// launched with the client's grid, so a y of 65,536 fails in `cuLaunchKernel`.
+pub const MAX_GRID: [u32; 3] = [i32::MAX as u32, 65_535, 65_535];
+/// CUDA's block limit per dimension (x, y, z); the total is at most 1,024
+/// threads and the kernel's own `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`.
+pub const MAX_BLOCK: [u32; 3] = [1024, 1024, 64];
+/// The most blocks one launch may have: the workers claim linearised block
+/// indices in 31 bits (`cuda/prelude.cuh`), one value of which is kept for
+/// "none left".
+pub const MAX_LAUNCH_BLOCKS: u64 = (u32::MAX / 2 - 1) as u64;
+
+/// Checks a launch's grid and block against [`MAX_GRID`], [`MAX_BLOCK`] and
+/// [`MAX_LAUNCH_BLOCKS`]: the shape every device accepts (the daemon checks it
+/// before binding, whatever its device; the CUDA device checks it again as its
+/// own guard). Returns the linearised block count and the threads per block,
+/// or what is wrong, in words.
+pub fn check_launch_shape(grid: [u32; 3], block: [u32; 3]) -> Result<(u64, u64), String> {
+    const AXES: [&str; 3] = ["x", "y", "z"];
+    if grid.contains(&0) || block.contains(&0) {
+        return Err(format!("grid {grid:?} and block {block:?} must be at least 1 in every dimension"));
+    }
+    for i in 0..3 {
+        if grid[i] > MAX_GRID[i] {
+            return Err(format!(
+                "a grid {} of {} blocks is over CUDA's limit of {} (grid {grid:?})",
+                AXES[i], grid[i], MAX_GRID[i]
+            ));
+        }
+        if block[i] > MAX_BLOCK[i] {
+            return Err(format!(
+                "a block {} of {} threads is over CUDA's limit of {} (block {block:?})",
+                AXES[i], block[i], MAX_BLOCK[i]
+            ));
+        }
+    }
+    let blocks = grid.iter().map(|&g| g as u64).product::<u64>();
+    if blocks > MAX_LAUNCH_BLOCKS {
+        return Err(format!(
+            "a grid of {blocks} blocks (grid {grid:?}) is over the limit of {MAX_LAUNCH_BLOCKS} blocks a launch may have"
+        ));
+    }
+    Ok((blocks, block.iter().map(|&b| b as u64).product::<u64>()))
+}
+
 /// Why a binding was refused (the daemon checks the same before binding;
 /// this is the device's own guard).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -98,4 +144,32 @@ pub enum BindError {
     /// The operation is bound already.
     #[error("operation {0} is bound already")]
     Twice(u64),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_shapes_at_cudas_limits_pass_and_one_past_them_fail() {
+        assert_eq!(check_launch_shape([1, 1, 1], [1, 1, 1]), Ok((1, 1)));
+        assert_eq!(check_launch_shape([1, 65_535, 1], [1024, 1, 1]), Ok((65_535, 1024)));
+        assert_eq!(check_launch_shape([1, 1, 65_535], [1, 1, 64]), Ok((65_535, 64)));
+        assert_eq!(check_launch_shape([MAX_LAUNCH_BLOCKS as u32, 1, 1], [32, 1, 1]), Ok((MAX_LAUNCH_BLOCKS, 32)));
+        // Issue 36's case 0: the second stopped the daemon, the first ran nothing and synced clean.
+        for (grid, block, says) in [
+            ([1, 70_000, 1], [32, 1, 1], "grid y of 70000 blocks is over CUDA's limit of 65535"),
+            ([i32::MAX as u32, 1, 1], [32, 1, 1], "over the limit of 2147483646 blocks"),
+            ([1, 1, 65_536], [1, 1, 1], "grid z of 65536"),
+            ([i32::MAX as u32 + 1, 1, 1], [1, 1, 1], "grid x of 2147483648"),
+            ([1, 1, 1], [1025, 1, 1], "block x of 1025 threads"),
+            ([1, 1, 1], [1, 1, 65], "block z of 65 threads"),
+            ([65_535, 65_535, 1], [1, 1, 1], "over the limit of"),
+            ([0, 1, 1], [1, 1, 1], "at least 1"),
+            ([1, 1, 1], [1, 0, 1], "at least 1"),
+        ] {
+            let e = check_launch_shape(grid, block).expect_err("over a limit");
+            assert!(e.contains(says), "{grid:?} {block:?}: {e}");
+        }
+    }
 }

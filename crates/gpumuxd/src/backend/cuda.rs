@@ -2,16 +2,17 @@
 //! (clients' kernels as preemptible workers on a context of the daemon's
 //! own) behind the [`Backend`] trait (docs/daemon.md, "The CUDA backend").
 
+use super::{ended_at_once, refused_op};
 use super::{
-    Backend, DevAddr, Failure, HostSpan, KernelCode, KernelImage, LoadError, MemError, MemInfo, ModuleImage, OpWork,
-    Wake,
+    Backend, DevAddr, Failure, HostSpan, KernelCode, KernelImage, LoadError, MemError, MemInfo, ModuleImage, OpFailed,
+    OpWork, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_cuda::client::module::{self, ModuleError};
 use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, MemoryError};
 use gpumux_cuda::error::Chain;
 use gpumux_cuda::CudaError;
-use gpumux_engine::device::{Command, Device, DeviceError, Event, ReleaseCause};
+use gpumux_engine::device::{Command, Device, DeviceError, Event};
 use gpumux_engine::ids::OpId;
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
@@ -36,6 +37,7 @@ pub fn open(spec: crate::daemon::CudaSpec) -> anyhow::Result<Box<dyn Backend>> {
         refused: HashMap::new(),
         bound: HashMap::new(),
         pending: Vec::new(),
+        failed: Vec::new(),
     }))
 }
 
@@ -51,6 +53,8 @@ pub struct CudaBackend {
     bound: HashMap<OpId, HostSpan>,
     /// Events of refused operations, for the next poll.
     pending: Vec<Event>,
+    /// Refused operations whose end went out, for [`Backend::take_failed`].
+    failed: Vec<OpFailed>,
 }
 
 fn mem_error(e: MemoryError) -> MemError {
@@ -146,6 +150,7 @@ impl Backend for CudaBackend {
                 regs_per_thread: k.regs_per_thread,
                 static_smem: k.static_smem,
                 max_threads_per_block: k.max_threads_per_block,
+                max_dynamic_smem: k.max_dynamic_smem,
             })
             .collect();
         Ok(ModuleImage { kernels, log, cached: compiled.cached })
@@ -190,7 +195,7 @@ impl Backend for CudaBackend {
                 }
             }
             Err(e) => {
-                tracing::error!("the CUDA device refused operation {op}: {e}");
+                tracing::warn!("the CUDA device refused operation {op}: {e}");
                 self.refused.insert(op, e.to_string());
             }
         }
@@ -207,8 +212,9 @@ impl Backend for CudaBackend {
     }
 
     fn submit(&mut self, command: Command) -> Result<(), Failure> {
-        if let Some(why) = refused_op(&command).and_then(|op| self.refused.get(&op)) {
-            tracing::error!("not running {command:?}: its binding was refused ({why})");
+        if let Some((op, why)) = refused_op(&command).and_then(|op| self.refused.get(&op).map(|w| (op, w))) {
+            tracing::warn!("not running {op}: the CUDA device refused its binding ({why})");
+            self.failed.push(OpFailed { op, why: why.clone() });
             self.pending.extend(ended_at_once(&command));
             return Ok(());
         }
@@ -228,6 +234,11 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn take_failed(&mut self, out: &mut Vec<OpFailed>) {
+        out.append(&mut self.failed);
+        out.extend(self.device.take_failed().into_iter().map(|(op, why)| OpFailed { op, why }));
+    }
+
     fn next_wake(&self) -> Wake {
         if self.device.busy() || !self.pending.is_empty() {
             Wake::Spin
@@ -243,38 +254,9 @@ impl Backend for CudaBackend {
 
     fn rebuild(&mut self) -> Result<(), MemError> {
         self.pending.clear();
+        self.failed.clear();
         self.refused.clear();
         self.bound.clear();
         self.device.rebuild().map_err(cuda_mem_error)
-    }
-}
-
-/// The operation a launch or copy serves.
-fn refused_op(command: &Command) -> Option<OpId> {
-    match command {
-        Command::Launch { op, .. } | Command::Copy { op, .. } => Some(*op),
-        Command::Grow { .. } | Command::Retreat { .. } => None,
-    }
-}
-
-/// What the engine hears of a launch or copy that ends without running:
-/// its SMs released, its blocks reported done, the copy done.
-fn ended_at_once(command: &Command) -> Vec<Event> {
-    match command {
-        Command::Launch { launch, blocks, sms, .. } => {
-            let mut out: Vec<Event> = sms
-                .iter()
-                .map(|sm| Event::SmReleased { launch: *launch, sm, cause: ReleaseCause::Exhausted })
-                .collect();
-            out.push(Event::LaunchEnded {
-                launch: *launch,
-                remaining: Default::default(),
-                saved: Vec::new(),
-                completed: blocks.len(),
-            });
-            out
-        }
-        Command::Copy { copy, .. } => vec![Event::CopyDone { copy: *copy }],
-        Command::Grow { .. } | Command::Retreat { .. } => Vec::new(),
     }
 }

@@ -19,7 +19,7 @@
 //! restarts after a fault ([`link`] and [`wire`] are how the two talk).
 
 use crate::shm::ShmRegion;
-use gpumux_engine::device::{Command, DeviceError, Event};
+use gpumux_engine::device::{Command, DeviceError, Event, ReleaseCause};
 use gpumux_engine::ids::OpId;
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
@@ -65,6 +65,8 @@ pub struct KernelImage {
     pub static_smem: u32,
     /// The most threads per block it can be launched with.
     pub max_threads_per_block: u32,
+    /// The most dynamic shared memory per block it can be launched with, bytes.
+    pub max_dynamic_smem: u32,
 }
 
 /// A compiled module.
@@ -204,6 +206,18 @@ impl<S> OpWork<S> {
     }
 }
 
+/// An operation the device ended without doing its work, for a reason of
+/// its own (a binding the device refused, a launch the driver refused): the
+/// engine saw it end as usual, and its client must hear why (the error is
+/// sticky on its stream: the next sync reports it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpFailed {
+    /// The operation.
+    pub op: OpId,
+    /// Why, in words.
+    pub why: String,
+}
+
 /// What the core should do about a device error.
 #[derive(Debug)]
 pub enum Failure {
@@ -262,7 +276,10 @@ pub trait Backend: Send {
     /// Kernels loaded and not unloaded (a long-lived daemon's leak check).
     fn kernels_loaded(&self) -> usize;
 
-    /// Binds the work of engine operation `op`, before the engine may start it.
+    /// Binds the work of engine operation `op`, before the engine may start
+    /// it. A binding the device refuses is not an error of the call: the
+    /// operation ends at once having run nothing when the engine starts it,
+    /// and [`Backend::take_failed`] reports it with the reason.
     fn bind(&mut self, op: OpId, work: OpWork);
     /// Forgets an operation that completed or was dropped.
     fn unbind(&mut self, op: OpId);
@@ -273,6 +290,10 @@ pub trait Backend: Send {
     fn submit(&mut self, command: Command) -> Result<(), Failure>;
     /// Appends what happened by now (never blocks) and returns the device time.
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure>;
+    /// Appends the operations that ended without their work being done
+    /// ([`OpFailed`]) since the last call; the core takes them after each
+    /// poll, before the engine hears of their end.
+    fn take_failed(&mut self, out: &mut Vec<OpFailed>);
     /// Sends a poll whose answer the next [`Backend::poll`] takes, so that
     /// the core can handle client requests while a device in another
     /// process works through the commands before it. `false`: this backend
@@ -302,4 +323,34 @@ pub trait Backend: Send {
     /// modules or operations (the daemon re-allocates and reloads what its
     /// clients had).
     fn rebuild(&mut self) -> Result<(), MemError>;
+}
+
+/// The operation a launch or copy serves.
+pub(crate) fn refused_op(command: &Command) -> Option<OpId> {
+    match command {
+        Command::Launch { op, .. } | Command::Copy { op, .. } => Some(*op),
+        Command::Grow { .. } | Command::Retreat { .. } => None,
+    }
+}
+
+/// What the engine hears of a launch or copy that ends without running:
+/// its SMs released, its blocks reported done, the copy done.
+pub(crate) fn ended_at_once(command: &Command) -> Vec<Event> {
+    match command {
+        Command::Launch { launch, blocks, sms, .. } => {
+            let mut out: Vec<Event> = sms
+                .iter()
+                .map(|sm| Event::SmReleased { launch: *launch, sm, cause: ReleaseCause::Exhausted })
+                .collect();
+            out.push(Event::LaunchEnded {
+                launch: *launch,
+                remaining: Default::default(),
+                saved: Vec::new(),
+                completed: blocks.len(),
+            });
+            out
+        }
+        Command::Copy { copy, .. } => vec![Event::CopyDone { copy: *copy }],
+        Command::Grow { .. } | Command::Retreat { .. } => Vec::new(),
+    }
 }

@@ -33,7 +33,7 @@
 
 use super::link::{socket_pair, Link, LinkError};
 use super::wire::{FromDevice, HostRef, RegionId, ToDevice};
-use super::{Backend, DevAddr, Failure, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
+use super::{Backend, DevAddr, Failure, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpFailed, OpWork, Wake};
 use crate::shm::ShmRegion;
 use gpumux_engine::device::{Command, DeviceError, Event};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
@@ -296,6 +296,8 @@ pub struct RemoteBackend {
     /// Its answer, read early: by [`Backend::poll_ready`], or by a call made
     /// while it was on its way (answers come in the order asked).
     poll_answer: Option<FromDevice>,
+    /// Operations the child reported failed, for [`Backend::take_failed`].
+    failed: Vec<OpFailed>,
 }
 
 impl RemoteBackend {
@@ -318,6 +320,7 @@ impl RemoteBackend {
             spin: Duration::ZERO,
             poll_sent: false,
             poll_answer: None,
+            failed: Vec::new(),
             kernels_loaded: 0,
         })
     }
@@ -562,11 +565,12 @@ impl Backend for RemoteBackend {
             self.call(&ToDevice::Poll, None)
         };
         match answer {
-            Ok(FromDevice::Polled { events: got, wake }) => {
+            Ok(FromDevice::Polled { events: got, failed, wake }) => {
                 for e in &got {
                     self.in_flight.event(e);
                 }
                 events.extend(got);
+                self.failed.extend(failed);
                 self.wake = (wake, Instant::now());
             }
             Ok(FromDevice::ContextLost { suspects, what }) => {
@@ -623,6 +627,10 @@ impl Backend for RemoteBackend {
         }
     }
 
+    fn take_failed(&mut self, out: &mut Vec<OpFailed>) {
+        out.append(&mut self.failed);
+    }
+
     fn next_wake(&self) -> Wake {
         if self.failure.is_some() || self.unpolled {
             return Wake::After(Duration::ZERO);
@@ -660,6 +668,7 @@ impl Backend for RemoteBackend {
         self.broken = None;
         self.poll_sent = false;
         self.poll_answer = None;
+        self.failed.clear();
         if !self.spin.is_zero() {
             let spin = self.spin;
             self.spin_for(spin);

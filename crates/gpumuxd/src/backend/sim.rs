@@ -14,7 +14,8 @@
 //! test recovery.
 
 use super::{
-    Backend, DevAddr, Failure, KernelCode, KernelImage, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake,
+    Backend, DevAddr, Failure, KernelCode, KernelImage, LoadError, MemError, MemInfo, ModuleImage, OpFailed, OpWork,
+    Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_cuda::lex::{lex, Kind};
@@ -36,6 +37,9 @@ const ADDRESS_BASE: DevAddr = 1 << 40;
 const ALIGN: u64 = 256;
 /// Registers per thread the simulator assumes of a kernel (nothing is compiled to say).
 const SIM_REGS_PER_THREAD: u32 = 32;
+/// Dynamic shared memory a simulated kernel may take per block: CUDA's 48 KiB
+/// default for a kernel that did not opt in to more.
+const SIM_MAX_DYNAMIC_SMEM: u32 = 48 * 1024;
 
 /// Why a `sim:` device name was refused.
 #[derive(Debug, thiserror::Error)]
@@ -304,6 +308,9 @@ impl Backend for SimBackend {
                 regs_per_thread: SIM_REGS_PER_THREAD,
                 static_smem: 0,
                 max_threads_per_block: 1024,
+                // CUDA's default for a kernel that did not opt in to more
+                // (what the CUDA device's kernels have: it opts in to nothing).
+                max_dynamic_smem: SIM_MAX_DYNAMIC_SMEM,
             });
         }
         let image = ModuleImage { kernels, log: String::new(), cached: false };
@@ -384,6 +391,11 @@ impl Backend for SimBackend {
             }
         }
         Ok(self.sim_now)
+    }
+
+    fn take_failed(&mut self, _out: &mut Vec<OpFailed>) {
+        // The simulator runs every binding: the daemon's checks before it
+        // (`validate`) are the limits it imitates, and it has no driver.
     }
 
     fn next_wake(&self) -> Wake {

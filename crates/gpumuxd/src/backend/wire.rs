@@ -127,6 +127,8 @@ pub enum FromDevice {
     Polled {
         /// The events.
         events: Vec<Event>,
+        /// Operations that ended without their work done ([`super::Backend::take_failed`]).
+        failed: Vec<super::OpFailed>,
         /// The device's [`super::Backend::next_wake`] right after that poll.
         wake: Wake,
     },

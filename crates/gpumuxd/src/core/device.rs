@@ -110,6 +110,7 @@ impl Core {
                     continue;
                 }
             };
+            self.take_failed_ops();
             if events.is_empty() && !sent {
                 self.events = events;
                 // Requests handled while this poll was out (a launch on an idle
@@ -310,12 +311,41 @@ impl Core {
         }
     }
 
+    /// Notes the operations the device ended without doing their work
+    /// (`Backend::take_failed`), before the engine completes them: their
+    /// completion makes the error sticky on their stream (`drain_completions`).
+    fn take_failed_ops(&mut self) {
+        let mut failed = std::mem::take(&mut self.failed_scratch);
+        self.backend.take_failed(&mut failed);
+        for f in failed.drain(..) {
+            match self.ops.get_mut(&f.op) {
+                Some(e) => {
+                    let name = self.sessions.get(&e.client).map_or("?", |s| s.name.as_str());
+                    tracing::warn!("client {} ({name}): {} failed on the device: {}", e.client, f.op, f.why);
+                    e.failed = Some(f.why);
+                }
+                None => tracing::warn!("{} failed on the device after its client left: {}", f.op, f.why),
+            }
+        }
+        self.failed_scratch = failed;
+    }
+
     /// Turns the engine's completions into replies.
     pub(super) fn drain_completions(&mut self) {
         while let Some(c) = self.engine.poll_completion() {
             let Some(e) = self.ops.get_mut(&c.op) else { continue };
             e.ended = true;
             let (client, stream) = (e.client, e.stream);
+            if let Some(why) = e.failed.take() {
+                let what = match &e.kind {
+                    OpKind::Kernel { name } => format!("kernel `{name}` ({}) did not run: {why}", c.op),
+                    _ => format!("{} did not run: {why}", c.op),
+                };
+                if let Some(st) = self.sessions.get_mut(&client).and_then(|s| s.streams.get_mut(&stream)) {
+                    // The first error stays: it is the one that explains the rest.
+                    st.error.get_or_insert_with(|| ErrorReply::new(ErrorKind::Device, what));
+                }
+            }
             let completed = c.outcome == OpOutcome::Completed;
             // What to do, decided while `e` is borrowed, done after.
             let (kernel_done, reply, event) = match &e.kind {
@@ -335,8 +365,23 @@ impl Core {
                     }
                 }
             }
+            // A failure before it on its stream is what this reply says
+            // (sticky; a sync reports it and clears it).
+            let is_sync = reply.is_some() && matches!(e.kind, OpKind::Sync { .. });
+            let sticky = if reply.is_some() || event.is_some() {
+                self.sessions.get_mut(&client).and_then(|s| s.streams.get_mut(&stream)).and_then(|st| {
+                    if is_sync {
+                        st.error.take()
+                    } else {
+                        st.error.clone()
+                    }
+                })
+            } else {
+                None
+            };
+            let done = || sticky.clone().map_or(Ok(Reply::Done), Err);
             if let Some(id) = reply {
-                self.reply(client, id, Ok(Reply::Done));
+                self.reply(client, id, done());
             }
             if let Some(ev) = event {
                 let waiters = self
@@ -349,7 +394,7 @@ impl Core {
                     })
                     .unwrap_or_default();
                 for w in waiters {
-                    self.reply(client, w, Ok(Reply::Done));
+                    self.reply(client, w, done());
                 }
             }
             if let Some(st) = self.sessions.get_mut(&client).and_then(|s| s.streams.get_mut(&stream)) {
@@ -455,7 +500,12 @@ mod tests {
     /// A core on `backend` with one client (id 1) greeted and a module of
     /// one kernel loaded; the kernel's handle and the client's replies.
     fn core_with_kernel(backend: PollsLate) -> (Core, KernelId, std::sync::mpsc::Receiver<ServerFrame>) {
-        let mut core = Core::new(Box::new(backend), None).expect("a core on sim:h100");
+        core_with_kernel_on(Box::new(backend))
+    }
+
+    /// [`core_with_kernel`] on any backend.
+    fn core_with_kernel_on(backend: Box<dyn Backend>) -> (Core, KernelId, std::sync::mpsc::Receiver<ServerFrame>) {
+        let mut core = Core::new(backend, None).expect("a core on sim:h100");
         let (tx, replies) = std::sync::mpsc::channel();
         core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
         let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
@@ -478,7 +528,11 @@ mod tests {
     }
 
     fn launch_of(kernel: KernelId) -> Request {
-        Request::Launch(Launch {
+        Request::Launch(launch_of_struct(kernel))
+    }
+
+    fn launch_of_struct(kernel: KernelId) -> Launch {
+        Launch {
             kernel,
             grid: [1, 1, 1],
             block: [32, 1, 1],
@@ -486,7 +540,7 @@ mod tests {
             args: Vec::new(),
             stream: StreamId(0),
             block_time_ns: Some(1_000),
-        })
+        }
     }
 
     impl Backend for PollsLate {
@@ -548,6 +602,9 @@ mod tests {
             // Not on the first look: the core takes a request from its inbox first.
             self.looks += 1;
             self.looks > 1
+        }
+        fn take_failed(&mut self, out: &mut Vec<crate::backend::OpFailed>) {
+            self.sim.take_failed(out)
         }
         fn next_wake(&self) -> Wake {
             self.sim.next_wake()
@@ -638,5 +695,141 @@ mod tests {
         }) {
             panic!("a request was refused: {error:?}");
         }
+    }
+
+    /// The simulator behind a device that refuses the binding of every
+    /// kernel launched with a grid x of [`REFUSED_X`], as the CUDA device's
+    /// own guard refuses one the daemon's checks let through: the launch
+    /// ends at once having run nothing, and `take_failed` says why.
+    struct Refusing {
+        sim: SimBackend,
+        refused: HashSet<OpId>,
+        pending: Vec<Event>,
+        failed: Vec<crate::backend::OpFailed>,
+    }
+
+    const REFUSED_X: u32 = 7;
+
+    impl Backend for Refusing {
+        fn describe(&self) -> String {
+            self.sim.describe()
+        }
+        fn info(&self) -> &gpumux_engine::kernel::DeviceInfo {
+            self.sim.info()
+        }
+        fn mem_info(&mut self) -> Result<MemInfo, MemError> {
+            self.sim.mem_info()
+        }
+        fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+            self.sim.alloc(bytes)
+        }
+        fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
+            self.sim.free(addr)
+        }
+        fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {
+            self.sim.register_host(region)
+        }
+        fn unregister_host(&mut self, region: &ShmRegion) {
+            self.sim.unregister_host(region)
+        }
+        fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
+            self.sim.load_module(name, source, options)
+        }
+        fn unload_module(&mut self, kernels: &[crate::backend::KernelCode]) {
+            self.sim.unload_module(kernels)
+        }
+        fn kernels_loaded(&self) -> usize {
+            self.sim.kernels_loaded()
+        }
+        fn bind(&mut self, op: OpId, work: OpWork) {
+            if matches!(work, OpWork::Kernel { grid: [REFUSED_X, ..], .. }) {
+                self.refused.insert(op);
+            }
+            self.sim.bind(op, work)
+        }
+        fn unbind(&mut self, op: OpId) {
+            self.refused.remove(&op);
+            self.sim.unbind(op)
+        }
+        fn now(&self) -> Nanos {
+            self.sim.now()
+        }
+        fn submit(&mut self, command: Command) -> Result<(), Failure> {
+            if let Some(op) = crate::backend::refused_op(&command).filter(|op| self.refused.contains(op)) {
+                self.failed.push(crate::backend::OpFailed { op, why: "a grid the device refuses".into() });
+                self.pending.extend(crate::backend::ended_at_once(&command));
+                return Ok(());
+            }
+            self.sim.submit(command)
+        }
+        fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
+            events.append(&mut self.pending);
+            self.sim.poll(events)
+        }
+        fn take_failed(&mut self, out: &mut Vec<crate::backend::OpFailed>) {
+            out.append(&mut self.failed);
+        }
+        fn next_wake(&self) -> Wake {
+            if self.pending.is_empty() {
+                self.sim.next_wake()
+            } else {
+                Wake::Spin
+            }
+        }
+        fn rebuild(&mut self) -> Result<(), MemError> {
+            self.sim.rebuild()
+        }
+    }
+
+    /// Pumps `core` until `replies` brings the answer to request `id`.
+    fn answer_to(
+        core: &mut Core,
+        replies: &std::sync::mpsc::Receiver<ServerFrame>,
+        id: u64,
+    ) -> Result<Reply, ErrorReply> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            core.pump().expect("pump");
+            for f in replies.try_iter() {
+                if let ServerFrame::Reply { id: got, result } = f {
+                    if got == id {
+                        return result;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no answer to request {id} in 10 s");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Issue 36, case 0: a launch the device refuses (on 717b546 the CUDA
+    /// device's refused binding was only logged, and the client's sync
+    /// answered `Done`: a silent wrong result) fails for its client, sticky
+    /// on its stream: the next sync reports it with the reason, a second sync
+    /// is clean again, and the daemon goes on serving.
+    #[test]
+    fn a_launch_the_device_refuses_fails_the_next_sync_of_its_stream_and_only_that() {
+        let backend = Refusing {
+            sim: SimBackend::with_info(gpumux_sim::presets::h100()),
+            refused: HashSet::new(),
+            pending: Vec::new(),
+            failed: Vec::new(),
+        };
+        let (mut core, kernel, replies) = core_with_kernel_on(Box::new(backend));
+        let refused = Request::Launch(Launch { grid: [REFUSED_X, 1, 1], ..launch_of_struct(kernel) });
+        assert!(core.handle(request(3, refused)));
+        assert!(core.handle(request(4, launch_of(kernel))));
+        assert!(core.handle(request(5, Request::SyncStream(StreamId(0)))));
+        let e = answer_to(&mut core, &replies, 5).expect_err("the sync after a refused launch fails");
+        assert_eq!(e.kind, ErrorKind::Device, "{e:?}");
+        assert!(
+            e.message.contains("did not run") && e.message.contains("a grid the device refuses"),
+            "the reason reaches the client: {}",
+            e.message
+        );
+        // Reported once: the stream is clean again, and the daemon serves on.
+        assert!(core.handle(request(6, launch_of(kernel))));
+        assert!(core.handle(request(7, Request::SyncStream(StreamId(0)))));
+        assert_eq!(answer_to(&mut core, &replies, 7), Ok(Reply::Done));
     }
 }

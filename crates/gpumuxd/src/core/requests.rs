@@ -72,8 +72,10 @@ impl Core {
             .with_priority(priority)
             .with_weight(weight);
         let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
-        s.streams
-            .insert(StreamId::DEFAULT, Stream { slot, pending: 0, closing: false, last_kernel: None, last_done: 0 });
+        s.streams.insert(
+            StreamId::DEFAULT,
+            Stream { slot, pending: 0, closing: false, last_kernel: None, last_done: 0, error: None },
+        );
         s.name = name;
         s.priority = priority;
         s.weight = weight;
@@ -443,6 +445,7 @@ impl Core {
                 stream,
                 kind,
                 ended: false,
+                failed: None,
                 launches: 0,
                 copying: false,
                 queued: now,
@@ -484,7 +487,7 @@ impl Core {
             .with_weight(0.0);
         let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
         let s = self.session_mut(client)?;
-        s.streams.insert(id, Stream { slot, pending: 0, closing: false, last_kernel: None, last_done: 0 });
+        s.streams.insert(id, Stream { slot, pending: 0, closing: false, last_kernel: None, last_done: 0, error: None });
         self.reweigh(client);
         Ok(Reply::Stream(id))
     }
@@ -517,12 +520,13 @@ impl Core {
 
     pub(super) fn close_stream_if_idle(&mut self, client: u64, stream: StreamId) {
         let Some(s) = self.sessions.get_mut(&client) else { return };
-        let Some(st) = s.streams.get(&stream).copied() else { return };
+        let Some(st) = s.streams.get(&stream) else { return };
         if !st.closing || st.pending > 0 {
             return;
         }
+        let slot = st.slot;
         s.streams.remove(&stream);
-        if let Err(e) = self.engine.remove_process(self.backend.now(), st.slot) {
+        if let Err(e) = self.engine.remove_process(self.backend.now(), slot) {
             tracing::error!("removing client {client}'s stream {}: {e}", stream.0);
         }
         self.reweigh(client);
