@@ -14,7 +14,9 @@
 //! and `recovery.rs` (a device failure: a lost context rebuilt and every
 //! client put back).
 
-use crate::backend::{Backend, DevAddr, Failure, HostSpan, LoadError, MemError, MemInfo, OpFailed, OpWork, Wake};
+use crate::backend::{
+    Backend, DevAddr, Failure, HostSpan, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed, OpWork, Wake,
+};
 use crate::config::ClientLimits;
 use crate::conn::Inbound;
 use crate::latency::{KernelStamps, SUMMARY_AFTER};
@@ -248,6 +250,21 @@ pub struct Core {
     held_back: VecDeque<CoreMsg>,
     /// `Backend::take_failed`'s buffer, kept to spare an allocation per poll.
     failed_scratch: Vec<OpFailed>,
+    /// Module loads under way (`Backend::start_load`), by token.
+    loads: HashMap<u64, PendingLoad>,
+    /// The next load's token.
+    next_load: u64,
+}
+
+/// A client's `LoadModule` whose module is compiling.
+struct PendingLoad {
+    client: u64,
+    /// The request's id, answered when the module is loaded.
+    id: u64,
+    name: String,
+    source: String,
+    options: Vec<String>,
+    since: Instant,
 }
 
 fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> {
@@ -298,6 +315,8 @@ impl Core {
             slow_waits: slow_waits::SlowWaits::default(),
             held_back: VecDeque::new(),
             failed_scratch: Vec::new(),
+            loads: HashMap::new(),
+            next_load: 0,
         })
     }
 
@@ -723,6 +742,8 @@ mod tests {
             request(core, client, 1, hello);
             let module = Request::LoadModule { name: "m.cu".into(), source: source.into(), options: Vec::new() };
             request(core, client, 2, module);
+            // Answered once the device reports the load, in a pump.
+            core.pump().expect("pump");
             let loaded =
                 rx.try_iter().any(|f| matches!(f, ServerFrame::Reply { id: 2, result: Ok(Reply::Module { .. }) }));
             assert!(loaded, "client {client} loaded its module");

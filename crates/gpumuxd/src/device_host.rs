@@ -154,13 +154,14 @@ impl DeviceHost {
         let mut events = Vec::new();
         if self.broken {
             // Reported already; the daemon is about to replace this process.
-            return FromDevice::Polled { events, failed: Vec::new(), wake: Wake::Idle };
+            return FromDevice::Polled { events, failed: Vec::new(), loaded: Vec::new(), wake: Wake::Idle };
         }
         match self.backend.poll(&mut events) {
             Ok(_) => {
-                let mut failed = Vec::new();
+                let (mut failed, mut loaded) = (Vec::new(), Vec::new());
                 self.backend.take_failed(&mut failed);
-                FromDevice::Polled { events, failed, wake: self.backend.next_wake() }
+                self.backend.take_loaded(&mut loaded);
+                FromDevice::Polled { events, failed, loaded, wake: self.backend.next_wake() }
             }
             Err(f) => {
                 self.broken = true;
@@ -218,6 +219,10 @@ impl DeviceHost {
             ToDevice::LoadModule { name, source, options } => {
                 let r = self.backend.load_module(&name, &source, &options);
                 self.send(FromDevice::Module(r))
+            }
+            ToDevice::StartLoad { token, name, source, options } => {
+                self.backend.start_load(token, &name, &source, &options);
+                Ok(())
             }
             ToDevice::Bind { op, work } => {
                 let work = work.map_spans(|span| match self.regions.get(&span.region) {

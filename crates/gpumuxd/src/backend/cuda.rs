@@ -2,13 +2,14 @@
 //! (clients' kernels as preemptible workers on a context of the daemon's
 //! own) behind the [`Backend`] trait (docs/daemon.md, "The CUDA backend").
 
+use super::compile::{self, CompilePool};
 use super::{ended_at_once, refused_op};
 use super::{
-    Backend, DevAddr, Failure, HostSpan, KernelCode, KernelImage, LoadError, MemError, MemInfo, ModuleImage, OpFailed,
-    OpWork, Wake,
+    Backend, DevAddr, Failure, HostSpan, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage,
+    OpFailed, OpWork, Wake,
 };
 use crate::shm::ShmRegion;
-use gpumux_cuda::client::module::{self, ModuleError};
+use gpumux_cuda::client::module::CompiledModule;
 use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, MemoryError};
 use gpumux_cuda::error::Chain;
 use gpumux_cuda::CudaError;
@@ -38,8 +39,13 @@ pub fn open(spec: crate::daemon::CudaSpec) -> anyhow::Result<Box<dyn Backend>> {
         bound: HashMap::new(),
         pending: Vec::new(),
         failed: Vec::new(),
+        compiles: CompilePool::new(),
     }))
 }
+
+/// How often a device with compiles under way and nothing else is looked
+/// at: a compile takes tens of ms, so a load ends at most this much later.
+const COMPILE_LOOK: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// [`ClientDevice`] as a [`Backend`].
 pub struct CudaBackend {
@@ -55,6 +61,8 @@ pub struct CudaBackend {
     pending: Vec<Event>,
     /// Refused operations whose end went out, for [`Backend::take_failed`].
     failed: Vec<OpFailed>,
+    /// Modules compiling off the device's thread ([`Backend::start_load`]).
+    compiles: CompilePool,
 }
 
 fn mem_error(e: MemoryError) -> MemError {
@@ -75,6 +83,25 @@ impl CudaBackend {
             Some(lost) => Failure::ContextLost { suspects: self.device.in_flight(), what: lost.to_string() },
             None => Failure::Fatal(e),
         }
+    }
+
+    /// Loads a compiled module into the context (the part of a load that needs it).
+    fn load_compiled(&mut self, name: &str, compiled: &CompiledModule) -> Result<ModuleImage, LoadError> {
+        let (kernels, log) =
+            self.device.load_module(name, compiled).map_err(|e| LoadError::Device(Chain(&e).to_string()))?;
+        let kernels = kernels
+            .into_iter()
+            .map(|(h, k)| KernelImage {
+                name: k.name,
+                code: KernelCode(h.0),
+                param_sizes: Some(k.param_sizes),
+                regs_per_thread: k.regs_per_thread,
+                static_smem: k.static_smem,
+                max_threads_per_block: k.max_threads_per_block,
+                max_dynamic_smem: k.max_dynamic_smem,
+            })
+            .collect();
+        Ok(ModuleImage { kernels, log, cached: compiled.cached })
     }
 
     fn host_ptr(span: &HostSpan, bytes: u64) -> Option<HostPtr> {
@@ -125,35 +152,20 @@ impl Backend for CudaBackend {
     }
 
     fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
-        let mut compiled = module::compile(name, source, options, self.device.arch()).map_err(|e| match e {
-            ModuleError::Transform(t) => {
-                LoadError::Transform { line: u32::try_from(t.line()).unwrap_or(u32::MAX), message: t.to_string() }
-            }
-            ModuleError::Compile { log } => LoadError::Compile { log },
-            other => LoadError::Device(Chain(&other).to_string()),
-        })?;
-        if self.device.hw_priority().0 {
-            // The kernels as written, for launches alone at their priority;
-            // without them those run as workers, as on any other device.
-            if let Err(e) = module::add_native(&mut compiled, name, source, options, self.device.arch()) {
-                tracing::warn!("module {name}: no native build, its launches all run as workers: {}", Chain(&e));
-            }
+        let compiled = compile::compile(name, source, options, self.device.arch(), self.device.hw_priority().0)?;
+        self.load_compiled(name, &compiled)
+    }
+
+    fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
+        let (arch, native) = (self.device.arch(), self.device.hw_priority().0);
+        self.compiles.give(token, name, source, options, arch, native);
+    }
+
+    fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
+        for c in self.compiles.take() {
+            let result = c.result.and_then(|m| self.load_compiled(&c.name, &m));
+            out.push(Loaded { token: c.token, result });
         }
-        let (kernels, log) =
-            self.device.load_module(name, &compiled).map_err(|e| LoadError::Device(Chain(&e).to_string()))?;
-        let kernels = kernels
-            .into_iter()
-            .map(|(h, k)| KernelImage {
-                name: k.name,
-                code: KernelCode(h.0),
-                param_sizes: Some(k.param_sizes),
-                regs_per_thread: k.regs_per_thread,
-                static_smem: k.static_smem,
-                max_threads_per_block: k.max_threads_per_block,
-                max_dynamic_smem: k.max_dynamic_smem,
-            })
-            .collect();
-        Ok(ModuleImage { kernels, log, cached: compiled.cached })
     }
 
     fn unload_module(&mut self, kernels: &[KernelCode]) {
@@ -242,6 +254,9 @@ impl Backend for CudaBackend {
     fn next_wake(&self) -> Wake {
         if self.device.busy() || !self.pending.is_empty() {
             Wake::Spin
+        } else if self.compiles.pending() > 0 {
+            // A compile's end is looked for, not announced.
+            Wake::After(COMPILE_LOOK)
         } else {
             Wake::Idle
         }

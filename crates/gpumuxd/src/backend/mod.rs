@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod compile;
 pub mod cuda;
 pub mod link;
 pub mod remote;
@@ -218,6 +219,15 @@ pub struct OpFailed {
     pub why: String,
 }
 
+/// A module load started with [`Backend::start_load`] that finished.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Loaded {
+    /// The caller's token of the load.
+    pub token: u64,
+    /// The module, or why it did not load.
+    pub result: Result<ModuleImage, LoadError>,
+}
+
 /// What the core should do about a device error.
 #[derive(Debug)]
 pub enum Failure {
@@ -268,6 +278,18 @@ pub trait Backend: Send {
 
     /// Transforms and compiles a module (or finds it in the cache).
     fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError>;
+    /// Starts loading a module without waiting for it: the transformation
+    /// and the compile (tens of ms with NVRTC) run off the calling thread
+    /// where the device can, so the core and a device process serve every
+    /// other client meanwhile (issue 35: a compile held both for 40-50 ms,
+    /// and every client's launches waited). The result comes from
+    /// [`Backend::take_loaded`] with `token`; [`Backend::next_wake`] asks
+    /// for a look while loads are under way. A load under way when the
+    /// context is rebuilt finishes on the new one.
+    fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]);
+    /// Appends the loads of [`Backend::start_load`] that finished since the
+    /// last call (the core takes them after each poll).
+    fn take_loaded(&mut self, out: &mut Vec<Loaded>);
     /// Undoes one [`Backend::load_module`] whose kernels (`kernels`, all of
     /// that load's) no client can launch any more. Operations still bound to
     /// them keep their code until unbound; a load that returned the same

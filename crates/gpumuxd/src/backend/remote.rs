@@ -33,7 +33,9 @@
 
 use super::link::{socket_pair, Link, LinkError};
 use super::wire::{FromDevice, HostRef, RegionId, ToDevice};
-use super::{Backend, DevAddr, Failure, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpFailed, OpWork, Wake};
+use super::{
+    Backend, DevAddr, Failure, KernelCode, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed, OpWork, Wake,
+};
 use crate::shm::ShmRegion;
 use gpumux_engine::device::{Command, DeviceError, Event};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
@@ -298,6 +300,11 @@ pub struct RemoteBackend {
     poll_answer: Option<FromDevice>,
     /// Operations the child reported failed, for [`Backend::take_failed`].
     failed: Vec<OpFailed>,
+    /// Loads sent to the child and not yet reported: sent again to a fresh
+    /// child after a rebuild (the old one took them with it).
+    loading: std::collections::BTreeMap<u64, (String, String, Vec<String>)>,
+    /// Loads the child reported, for [`Backend::take_loaded`].
+    loaded: Vec<Loaded>,
 }
 
 impl RemoteBackend {
@@ -321,6 +328,8 @@ impl RemoteBackend {
             poll_sent: false,
             poll_answer: None,
             failed: Vec::new(),
+            loading: Default::default(),
+            loaded: Vec::new(),
             kernels_loaded: 0,
         })
     }
@@ -332,6 +341,18 @@ impl RemoteBackend {
 
     /// The link failed (the child died, or spoke nonsense): the device is lost.
     /// Records the failure for the next poll and returns its words.
+    /// Sends load `token` (its arguments kept in `loading`) to the child.
+    fn send_load(&mut self, token: u64) {
+        let Some((name, source, options)) = self.loading.get(&token) else { return };
+        if self.broken.is_some() {
+            return;
+        }
+        let msg = ToDevice::StartLoad { token, name: name.clone(), source: source.clone(), options: options.clone() };
+        if let Err(e) = self.process.link.send(&msg, None) {
+            self.lost(e);
+        }
+    }
+
     fn lost(&mut self, e: LinkError) -> String {
         let pid = self.process.child.id();
         let what = match e {
@@ -489,6 +510,15 @@ impl Backend for RemoteBackend {
         Ok(image)
     }
 
+    fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
+        self.loading.insert(token, (name.into(), source.into(), options.to_vec()));
+        self.send_load(token);
+    }
+
+    fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
+        out.append(&mut self.loaded);
+    }
+
     fn unload_module(&mut self, kernels: &[KernelCode]) {
         self.kernels_loaded = self.kernels_loaded.saturating_sub(kernels.len());
         if self.broken.is_none() {
@@ -565,7 +595,14 @@ impl Backend for RemoteBackend {
             self.call(&ToDevice::Poll, None)
         };
         match answer {
-            Ok(FromDevice::Polled { events: got, failed, wake }) => {
+            Ok(FromDevice::Polled { events: got, failed, loaded, wake }) => {
+                for l in &loaded {
+                    self.loading.remove(&l.token);
+                    if let Ok(image) = &l.result {
+                        self.kernels_loaded += image.kernels.len();
+                    }
+                }
+                self.loaded.extend(loaded);
                 for e in &got {
                     self.in_flight.event(e);
                 }
@@ -672,6 +709,12 @@ impl Backend for RemoteBackend {
         if !self.spin.is_zero() {
             let spin = self.spin;
             self.spin_for(spin);
+        }
+        // Loads the old child took with it: the fresh one compiles them again
+        // (from the compile cache when they had been compiled).
+        let tokens: Vec<u64> = self.loading.keys().copied().collect();
+        for token in tokens {
+            self.send_load(token);
         }
         Ok(())
     }

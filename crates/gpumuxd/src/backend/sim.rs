@@ -14,8 +14,8 @@
 //! test recovery.
 
 use super::{
-    Backend, DevAddr, Failure, KernelCode, KernelImage, LoadError, MemError, MemInfo, ModuleImage, OpFailed, OpWork,
-    Wake,
+    Backend, DevAddr, Failure, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed,
+    OpWork, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_cuda::lex::{lex, Kind};
@@ -121,6 +121,10 @@ pub struct SimBackend {
     /// Compiled modules by source and options, and how many loads hold each
     /// (a load of the same source gets the same kernels).
     modules: HashMap<(String, Vec<String>), (ModuleImage, usize)>,
+    /// Loads started ([`Backend::start_load`]) and not yet taken: token, name,
+    /// source, options. Loaded when taken (the transformation is quick), so
+    /// a rebuild in between loads them into the new context.
+    starting: Vec<(u64, String, String, Vec<String>)>,
     trapping: HashSet<KernelCode>,
     next_code: u64,
     fault: Option<Fault>,
@@ -151,6 +155,7 @@ impl SimBackend {
             bound: HashMap::new(),
             copies: HashMap::new(),
             modules: HashMap::new(),
+            starting: Vec::new(),
             trapping: HashSet::new(),
             next_code: 0,
             fault: None,
@@ -318,6 +323,16 @@ impl Backend for SimBackend {
         Ok(image)
     }
 
+    fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
+        self.starting.push((token, name.into(), source.into(), options.to_vec()));
+    }
+
+    fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
+        for (token, name, source, options) in std::mem::take(&mut self.starting) {
+            out.push(Loaded { token, result: self.load_module(&name, &source, &options) });
+        }
+    }
+
     fn unload_module(&mut self, kernels: &[KernelCode]) {
         let Some(first) = kernels.first() else { return };
         let key = self
@@ -399,6 +414,9 @@ impl Backend for SimBackend {
     }
 
     fn next_wake(&self) -> Wake {
+        if !self.starting.is_empty() {
+            return Wake::After(Duration::ZERO);
+        }
         if self.unsettled {
             return Wake::After(Duration::ZERO);
         }

@@ -64,6 +64,18 @@ pub enum ToDevice {
         /// Compile options.
         options: Vec<String>,
     },
+    /// [`super::Backend::start_load`]. No answer: the module comes in a
+    /// later [`FromDevice::Polled`]'s `loaded`.
+    StartLoad {
+        /// The daemon's token of the load.
+        token: u64,
+        /// The module's name.
+        name: String,
+        /// CUDA C source.
+        source: String,
+        /// Compile options.
+        options: Vec<String>,
+    },
     /// [`super::Backend::bind`]. No answer.
     Bind {
         /// The operation.
@@ -129,6 +141,8 @@ pub enum FromDevice {
         events: Vec<Event>,
         /// Operations that ended without their work done ([`super::Backend::take_failed`]).
         failed: Vec<super::OpFailed>,
+        /// Loads that finished ([`super::Backend::take_loaded`]).
+        loaded: Vec<super::Loaded>,
         /// The device's [`super::Backend::next_wake`] right after that poll.
         wake: Wake,
     },

@@ -111,6 +111,7 @@ impl Core {
                 }
             };
             self.take_failed_ops();
+            self.take_loaded();
             if events.is_empty() && !sent {
                 self.events = events;
                 // Requests handled while this poll was out (a launch on an idle
@@ -330,6 +331,15 @@ impl Core {
         self.failed_scratch = failed;
     }
 
+    /// Answers the module loads that finished (`Backend::take_loaded`).
+    fn take_loaded(&mut self) {
+        let mut loaded: Vec<Loaded> = Vec::new();
+        self.backend.take_loaded(&mut loaded);
+        for l in loaded {
+            self.module_loaded(l.token, l.result);
+        }
+    }
+
     /// Turns the engine's completions into replies.
     pub(super) fn drain_completions(&mut self) {
         while let Some(c) = self.engine.poll_completion() {
@@ -513,13 +523,11 @@ mod tests {
         let module =
             Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };
         assert!(core.handle(request(2, module)));
-        let kernel = replies
-            .try_iter()
-            .find_map(|f| match f {
-                ServerFrame::Reply { id: 2, result: Ok(Reply::Module { kernels, .. }) } => Some(kernels[0].kernel),
-                _ => None,
-            })
-            .expect("the module loaded");
+        // Loads are answered from the device's loads (`Backend::take_loaded`), in a pump.
+        let kernel = match answer_to(&mut core, &replies, 2) {
+            Ok(Reply::Module { kernels, .. }) => kernels[0].kernel,
+            other => panic!("the module did not load: {other:?}"),
+        };
         (core, kernel, replies)
     }
 
@@ -567,6 +575,12 @@ mod tests {
         }
         fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
             self.sim.load_module(name, source, options)
+        }
+        fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
+            self.sim.start_load(token, name, source, options)
+        }
+        fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
+            self.sim.take_loaded(out)
         }
         fn unload_module(&mut self, kernels: &[crate::backend::KernelCode]) {
             self.sim.unload_module(kernels)
@@ -734,6 +748,12 @@ mod tests {
         }
         fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
             self.sim.load_module(name, source, options)
+        }
+        fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
+            self.sim.start_load(token, name, source, options)
+        }
+        fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
+            self.sim.take_loaded(out)
         }
         fn unload_module(&mut self, kernels: &[crate::backend::KernelCode]) {
             self.sim.unload_module(kernels)

@@ -145,7 +145,9 @@ impl Core {
                     Err(e) => Some(Err(e)),
                 };
             }
-            Request::LoadModule { name, source, options } => self.load_module(client, name, source, options),
+            Request::LoadModule { name, source, options } => {
+                return self.load_module(client, id, name, source, options).err().map(Err);
+            }
             // Answered only when refused (the protocol's `Launch`).
             Request::Launch(l) => return self.launch(client, &l).err().map(Err),
             Request::CreateStream => self.create_stream(client),
@@ -319,13 +321,17 @@ impl Core {
         }
     }
 
+    /// Checks a module load and starts it on the device; answered when it
+    /// is loaded ([`Core::module_loaded`]), while the core serves everyone
+    /// else (`Backend::start_load`).
     fn load_module(
         &mut self,
         client: u64,
+        id: u64,
         name: String,
         source: String,
         options: Vec<String>,
-    ) -> Result<Reply, ErrorReply> {
+    ) -> Result<(), ErrorReply> {
         if name.len() > MAX_NAME_BYTES || source.len() > MAX_SOURCE_BYTES || options.len() > MAX_OPTIONS {
             return Err(err(ErrorKind::Invalid, "module name, source or options over the protocol's limits"));
         }
@@ -333,7 +339,47 @@ impl Core {
             return Err(err(ErrorKind::Invalid, format!("a compile option over {MAX_NAME_BYTES} bytes")));
         }
         self.session(client)?;
-        let image = self.backend.load_module(&name, &source, &options).map_err(|e| load_error(&name, e))?;
+        let token = self.next_load;
+        self.next_load += 1;
+        self.backend.start_load(token, &name, &source, &options);
+        self.loads.insert(token, PendingLoad { client, id, name, source, options, since: Instant::now() });
+        Ok(())
+    }
+
+    /// A load of [`Core::load_module`] finished: the module joins its
+    /// client's, and the client hears of it. A client gone meanwhile has its
+    /// kernels unloaded again.
+    pub(super) fn module_loaded(&mut self, token: u64, result: Result<ModuleImage, LoadError>) {
+        let Some(load) = self.loads.remove(&token) else {
+            tracing::warn!("a module load no one waits for finished (token {token})");
+            return;
+        };
+        let PendingLoad { client, id, name, source, options, since } = load;
+        tracing::debug!("client {client}'s module {name} loaded in {:.1} ms", since.elapsed().as_secs_f64() * 1e3);
+        let open = self.sessions.get(&client).is_some_and(|s| s.phase == Phase::Open);
+        let result = match result {
+            Ok(image) if !open => {
+                let codes: Vec<_> = image.kernels.iter().map(|k| k.code).collect();
+                self.backend.unload_module(&codes);
+                return;
+            }
+            Ok(image) => self.add_module(client, name, source, options, image),
+            Err(e) => Err(load_error(&name, e)),
+        };
+        if open {
+            self.reply(client, id, result);
+        }
+    }
+
+    /// Gives a loaded module's kernels handles in `client`'s session.
+    fn add_module(
+        &mut self,
+        client: u64,
+        name: String,
+        source: String,
+        options: Vec<String>,
+        image: ModuleImage,
+    ) -> Result<Reply, ErrorReply> {
         let s = self.session_mut(client)?;
         let module = ModuleId(s.next_handle());
         let mut entries = Vec::new();
