@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod compile;
+pub mod copy_engine;
 pub mod cuda;
 pub mod link;
 pub mod remote;

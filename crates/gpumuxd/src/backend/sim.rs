@@ -13,6 +13,7 @@
 //! first block ends: the deterministic stand-in for a GPU fault that lets CI
 //! test recovery.
 
+use super::copy_engine::{CopyEngine, Move, ON_THREAD_FROM};
 use super::{
     Backend, DevAddr, Failure, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed,
     OpWork, Wake,
@@ -35,6 +36,8 @@ const DEFAULT_CAPACITY: u64 = 80 << 30;
 const ADDRESS_BASE: DevAddr = 1 << 40;
 /// Alignment of every allocation (what `cudaMalloc` guarantees).
 const ALIGN: u64 = 256;
+/// How often moves under way on the copy engine's thread are looked for.
+const MOVE_LOOK: Duration = Duration::from_micros(100);
 /// Registers per thread the simulator assumes of a kernel (nothing is compiled to say).
 const SIM_REGS_PER_THREAD: u32 = 32;
 /// Dynamic shared memory a simulated kernel may take per block: CUDA's 48 KiB
@@ -103,6 +106,9 @@ struct Fault {
 
 /// The simulated backend (module doc).
 pub struct SimBackend {
+    /// Moves copies' bytes off the core (first: dropped, it waits for its
+    /// moves before `memory` is unmapped).
+    copy_engine: CopyEngine,
     info: DeviceInfo,
     seed: u64,
     sim: SimGpu,
@@ -142,6 +148,7 @@ impl SimBackend {
         let seed = 0;
         let capacity = if info.mem_bytes > 0 { info.mem_bytes } else { DEFAULT_CAPACITY };
         SimBackend {
+            copy_engine: CopyEngine::new(),
             sim: SimGpu::new(info.clone(), seed),
             info,
             seed,
@@ -171,39 +178,55 @@ impl SimBackend {
         }
     }
 
-    /// Moves the bytes of copy operation `op`, now that the simulator says it is done.
-    fn carry_out(&mut self, op: OpId) -> Result<(), Failure> {
+    /// The move of copy operation `op`'s bytes, now that the simulator says
+    /// it is done: its source (none for a fill) and destination, checked.
+    fn move_of(&mut self, op: OpId, copy: CopyId) -> Result<Move, Failure> {
         let Some(work) = self.bound.get(&op).cloned() else {
             return Err(fatal(format!("copy operation {op} finished but was never bound")));
         };
-        match work {
+        let mv = |src: *const u8, dst: *mut u8, bytes: u64, fill, region| Move {
+            copy,
+            src,
+            dst,
+            bytes: bytes as usize,
+            fill,
+            region,
+        };
+        Ok(match work {
             OpWork::ToDevice { dst, src, bytes } => {
-                let (block, at) = self.span_mut(dst, bytes)?;
                 if !src.region.contains(src.offset, bytes) {
                     return Err(fatal(format!("copy {op} reads outside its shared region")));
                 }
-                src.region.read(src.offset, &mut block.bytes_mut()[at..at + bytes as usize]);
+                let (block, at) = self.span_mut(dst, bytes)?;
+                let to = block.bytes_mut()[at..].as_mut_ptr();
+                // SAFETY: `contains` checked offset + bytes against the mapping.
+                let from = unsafe { src.region.as_ptr().add(src.offset as usize) };
+                mv(from, to, bytes, None, Some(src.region.clone()))
             }
             OpWork::ToHost { src, dst, bytes } => {
-                let (block, at) = self.span_mut(src, bytes)?;
                 if !dst.region.contains(dst.offset, bytes) {
                     return Err(fatal(format!("copy {op} writes outside its shared region")));
                 }
-                dst.region.write(dst.offset, &block.bytes()[at..at + bytes as usize]);
+                let (block, at) = self.span_mut(src, bytes)?;
+                let from = block.bytes()[at..].as_ptr();
+                // SAFETY: as above.
+                let to = unsafe { dst.region.as_ptr().add(dst.offset as usize) };
+                mv(from, to, bytes, None, Some(dst.region.clone()))
             }
             OpWork::DeviceCopy { src, dst, bytes } => {
-                let (block, at) = self.span_mut(src, bytes)?;
-                let data = block.bytes()[at..at + bytes as usize].to_vec();
+                let from = {
+                    let (block, at) = self.span_mut(src, bytes)?;
+                    block.bytes()[at..].as_ptr()
+                };
                 let (block, at) = self.span_mut(dst, bytes)?;
-                block.bytes_mut()[at..at + bytes as usize].copy_from_slice(&data);
+                mv(from, block.bytes_mut()[at..].as_mut_ptr(), bytes, None, None)
             }
             OpWork::Memset { dst, value, bytes } => {
                 let (block, at) = self.span_mut(dst, bytes)?;
-                block.bytes_mut()[at..at + bytes as usize].fill(value);
+                mv(std::ptr::null(), block.bytes_mut()[at..].as_mut_ptr(), bytes, Some(value), None)
             }
             OpWork::Kernel { .. } => return Err(fatal(format!("operation {op} is a kernel, not a copy"))),
-        }
-        Ok(())
+        })
     }
 }
 
@@ -399,12 +422,32 @@ impl Backend for SimBackend {
         self.unsettled = false;
         let start = events.len();
         self.sim_now = self.sim.advance(Some(wall), events).map_err(Failure::Fatal)?;
-        for e in &events[start..] {
-            if let Event::CopyDone { copy } = e {
-                let op = self.copies.remove(copy).ok_or_else(|| fatal(format!("unknown copy {copy} finished")))?;
-                self.carry_out(op)?;
+        // A finished copy's bytes move now: a small one here, a large one on
+        // the copy engine's thread, its end withheld until they are there.
+        let mut i = start;
+        while i < events.len() {
+            let Event::CopyDone { copy } = events[i] else {
+                i += 1;
+                continue;
+            };
+            let op = self.copies.remove(&copy).ok_or_else(|| fatal(format!("unknown copy {copy} finished")))?;
+            let m = self.move_of(op, copy)?;
+            if (m.bytes as u64) < ON_THREAD_FROM {
+                // SAFETY: `move_of` checked both spans; they stay mapped during the call.
+                unsafe { m.run() };
+                i += 1;
+            } else {
+                // SAFETY: the spans stay valid until the copy is reported done (copy_engine's doc).
+                if unsafe { self.copy_engine.start(m) } {
+                    events.remove(i);
+                } else {
+                    i += 1;
+                }
             }
         }
+        let mut moved = Vec::new();
+        self.copy_engine.take_done(&mut moved);
+        events.extend(moved.into_iter().map(|copy| Event::CopyDone { copy }));
         Ok(self.sim_now)
     }
 
@@ -420,6 +463,12 @@ impl Backend for SimBackend {
         if self.unsettled {
             return Wake::After(Duration::ZERO);
         }
+        if self.copy_engine.in_flight() > 0 {
+            // A move's end is looked for, not announced; a move takes ms
+            // (a smaller one is done inline), so a look every
+            // `MOVE_LOOK` costs a copy little and leaves the CPU to others.
+            return Wake::After(MOVE_LOOK);
+        }
         let next = [self.sim.next_event_at(), self.fault.as_ref().map(|f| f.at)].into_iter().flatten().min();
         match next {
             None => Wake::Idle,
@@ -428,6 +477,8 @@ impl Backend for SimBackend {
     }
 
     fn rebuild(&mut self) -> Result<(), MemError> {
+        // Moves under way finish before their memory goes; their copies are lost with the rest.
+        self.copy_engine.settle();
         self.sim = SimGpu::new(self.info.clone(), self.seed);
         self.origin = Instant::now();
         self.sim_now = 0;
