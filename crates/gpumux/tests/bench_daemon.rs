@@ -19,7 +19,8 @@ fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    for table in ["Cross-process priority", "Co-run throughput", "Request overhead", "launches per second"] {
+    for table in ["Cross-process priority", "Co-run throughput", "Request overhead", "launches per second", "Programs:"]
+    {
         assert!(stdout.contains(table), "no `{table}` table:\n{stdout}");
     }
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -42,6 +43,7 @@ fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
     // No native baseline on a simulated device, and the report says so.
     assert!(r["overhead"]["native_p50_us"].is_null());
     assert!(r["notes"][0].as_str().unwrap().contains("simulated"));
+    assert_eq!(r["programs"].as_array().unwrap().len(), 3, "{}", r["programs"]);
 }
 
 /// `gpumux bench daemon --quick ARGS`, its logs in a temporary directory
@@ -57,20 +59,66 @@ fn quick_bench(args: &[&str]) -> std::process::Output {
         .expect("gpumux runs")
 }
 
+/// The programs experiment on the simulated GPU: the three programs through
+/// the default daemon, each timed, their checks skipped with the reason (the
+/// simulated device computes nothing), and no native row (there is no GPU).
+#[test]
+fn the_programs_run_through_the_daemon_on_the_simulated_gpu_with_their_checks_skipped() {
+    let dir = tempfile::Builder::new().prefix("gpumux-bench-daemon-test-").tempdir().expect("a temporary directory");
+    let json = dir.path().join("report.json");
+    let out = quick_bench(&["--device", "sim:h100", "--only", "programs", "--json", json.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Programs: ms from the first launch or copy to the final sync"), "{stdout}");
+    for table in ["Cross-process priority", "Co-run throughput", "Request overhead"] {
+        assert!(!stdout.contains(table), "`{table}` ran, not asked for:\n{stdout}");
+    }
+    let setting = "gpumux ppq-even-drain";
+    for program in ["chain", "stencil", "copy, pageable"] {
+        let row = stdout.lines().find(|l| l.starts_with(&format!("{program}: {setting} "))).unwrap_or_else(|| {
+            panic!("no `{program}` row:\n{stdout}");
+        });
+        assert!(row.contains(" skipped "), "{row}");
+        let reason = format!("{program}: {setting}: check skipped: the simulated device computes nothing");
+        assert!(stdout.contains(&reason), "no `{reason}`:\n{stdout}");
+    }
+    assert!(stdout.contains("511 dependent launches of 1-256 blocks of 16 threads"), "no legend:\n{stdout}");
+    assert!(stdout.contains("the 64 MiB made the round trip unchanged"), "{stdout}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = r["programs"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for row in rows {
+        assert_eq!(row["setting"], setting, "{row}");
+        assert_eq!(row["check"]["status"], "skipped", "{row}");
+        assert_eq!(row["reps"], 2, "{row}");
+        let (lo, mid, hi) =
+            (row["min_ms"].as_f64().unwrap(), row["median_ms"].as_f64().unwrap(), row["max_ms"].as_f64().unwrap());
+        assert!(0.0 < lo && lo <= mid && mid <= hi, "{row}");
+        // No native row on a simulated device, so nothing to compare with.
+        assert!(row["vs_native"].is_null(), "{row}");
+    }
+    let copy = &rows[2];
+    assert_eq!(copy["program"], "copy, pageable");
+    assert_eq!(copy["bytes"], 64 << 20);
+    assert!(copy["upload_gb_s"].as_f64().unwrap() > 0.0 && copy["download_gb_s"].as_f64().unwrap() > 0.0, "{copy}");
+}
+
 /// A misspelt policy, option or experiment is refused before anything runs
 /// (on a GPU the baselines before the first daemon take minutes), with what
 /// is known.
 #[test]
 fn bad_bench_arguments_are_refused_before_anything_runs() {
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--corun-policies", "ppq-even-drain,warp-drive"], "unknown policy `warp-drive`; known: fcfs"),
         (&["--priority-policies", "ppq-even-drain+own"], "unknown `+own` (known: +own-sms"),
-        (&["--only", "co-run"], "unknown experiment `co-run` in --only (known: priority, corun, overhead)"),
+        (&["--only", "co-run"], "unknown experiment `co-run` in --only (known: priority, corun, overhead, programs)"),
         (&["--policy", ""], "it names no policy"),
         (&["--block-us", "20,0"], "invalid value '0' for '--block-us"),
         (&["--lp-launch-ms", "0"], "invalid value '0' for '--lp-launch-ms"),
         (&["--corun-seconds", "0"], "0 s: expected more than 0"),
         (&["--corun-seconds", "NaN"], "NaN s: expected more than 0"),
+        (&["--program-reps", "0"], "invalid value '0' for '--program-reps"),
+        (&["--program-copy-mib", "0"], "invalid value '0' for '--program-copy-mib"),
     ];
     for (args, want) in cases {
         let out = quick_bench(&[&["--device", "sim:h100"], args].concat());

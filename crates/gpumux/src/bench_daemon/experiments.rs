@@ -1,4 +1,4 @@
-//! The three experiments of `gpumux bench daemon`, as plans of role
+//! The four experiments of `gpumux bench daemon`, as plans of role
 //! processes per setting, and the figures drawn from their results.
 //!
 //! Settings are run grouped by what they need started (native processes,
@@ -7,7 +7,10 @@
 
 use super::jobs::{Job, JobResult, LoopKernel};
 use super::procs::{run_setting, Daemon, Env, Mps, ProcPlan};
-use super::report::{percentile, stp_fairness, CorunRow, LatencyRow, OverheadReport, PriorityRow, Report, SoloRow};
+use super::programs::{self, Program, ProgramResult};
+use super::report::{
+    percentile, stp_fairness, CorunRow, LatencyRow, OverheadReport, PriorityRow, ProgramRow, Report, SoloRow,
+};
 use super::role::Mode;
 use super::DaemonBenchArgs;
 use anyhow::{bail, Context, Result};
@@ -224,7 +227,7 @@ fn loop_of(r: &JobResult) -> Result<(u64, u64)> {
 }
 
 /// The experiments `--only` may name.
-const EXPERIMENTS: [&str; 3] = ["priority", "corun", "overhead"];
+const EXPERIMENTS: [&str; 4] = ["priority", "corun", "overhead", "programs"];
 
 impl Bench {
     fn wants(&self, experiment: &str) -> bool {
@@ -376,6 +379,9 @@ impl Bench {
         // The overhead's breakdown: the same daemon with its device in-process,
         // serving the simulator, and with its clients on the socket (no rings).
         let breakdown = [default.with(true, false), default.with(false, true), default.on_sockets()];
+        if self.wants("programs") {
+            configs.insert(default.clone(), ());
+        }
         if self.wants("overhead") {
             configs.insert(default.clone(), ());
             if native {
@@ -395,6 +401,8 @@ impl Bench {
         let mut solo: Vec<(LoopKernel, String, (u64, u64))> = Vec::new();
         let mut launches: BTreeMap<LoopKernel, u32> = BTreeMap::new();
         let mut overhead = OverheadReport::default();
+        // Each program's rows: (program, its row), native ones first.
+        let mut program_rows: Vec<(Program, ProgramRow)> = Vec::new();
         let kernels: Vec<LoopKernel> = {
             let mut k: Vec<LoopKernel> = PAIRS.iter().flat_map(|&(a, b)| [a, b]).collect();
             k.sort_by_key(|k| k.name());
@@ -477,6 +485,12 @@ impl Bench {
                     None,
                 )?;
                 overhead.native_launches_per_s = Some(rate_of(&r)?);
+            }
+            if self.wants("programs") {
+                for p in programs::native_programs(self.program_sizes()) {
+                    let r = self.program_setting(p, "native", Mode::Native, &env)?;
+                    program_rows.push((p, ProgramRow::of(p.name(), "native".into(), &r)));
+                }
             }
             // MPS: both clients of one private control daemon.
             if self.wants("priority") || self.wants("corun") {
@@ -577,6 +591,12 @@ impl Bench {
                 )?;
                 overhead.breakdown_rates.push((label.clone(), k, rate_of(&r)?));
             }
+            if self.wants("programs") && *c == default {
+                for p in programs::daemon_programs(self.program_sizes()) {
+                    let r = self.program_setting(p, &label, Mode::Daemon, &env)?;
+                    program_rows.push((p, ProgramRow::of(p.name(), label.clone(), &r)));
+                }
+            }
             if self.wants("overhead") && *c == default {
                 let r = self.setting(
                     &format!("overhead: launch + sync through {label}"),
@@ -662,6 +682,13 @@ impl Bench {
                 output_equal: sum == sa,
             });
         }
+        for (p, _) in &program_rows {
+            let l = p.describe();
+            if !report.program_legend.contains(&l) {
+                report.program_legend.push(l);
+            }
+        }
+        report.programs = program_figures(program_rows);
         if self.wants("overhead") {
             overhead.added_p50_us = overhead.native_p50_us.map(|n| overhead.daemon_p50_us - n);
             overhead.added_p99_us = overhead.native_p99_us.map(|n| overhead.daemon_p99_us - n);
@@ -724,6 +751,26 @@ impl Bench {
         Job::Loop { kernel: k, launches: launches.get(&k).copied().unwrap_or(1) }
     }
 
+    /// The programs' sizes (`--quick`, `--program-copy-mib`).
+    fn program_sizes(&self) -> programs::Sizes {
+        programs::Sizes::new(self.args.quick, self.args.program_copy_mib)
+    }
+
+    /// One program alone in one process of `mode`, `--program-reps` times.
+    fn program_setting(&self, p: Program, label: &str, mode: Mode, env: &Env) -> Result<ProgramResult> {
+        let job = Job::Program { program: p, reps: self.args.program_reps };
+        let r = self.setting(
+            &format!("programs: {} through {label}", p.name()),
+            &[ProcPlan { mode, jobs: vec![job] }],
+            env,
+            None,
+        )?;
+        match first(&r)? {
+            JobResult::Program(r) => Ok(r.clone()),
+            other => bail!("expected a program result, got {other:?}"),
+        }
+    }
+
     /// SMs and resident `spin` blocks per SM, asked of a role process (the
     /// bench itself never opens the GPU: a context held here would sit beside
     /// the MPS clients). On a simulated device, a daemon's.
@@ -758,6 +805,20 @@ fn first(r: &[Vec<JobResult>]) -> Result<&JobResult> {
 /// process with two jobs counts as two).
 fn loops(r: &[Vec<JobResult>]) -> Result<Vec<(u64, u64)>> {
     r.iter().flatten().map(loop_of).collect()
+}
+
+/// The programs table's rows in order (each program's native row, then
+/// its daemon rows; the copy's kinds of host memory after one another),
+/// each daemon row with its ratio to the native row of the same program
+/// (for a copy, the same kind of host memory).
+fn program_figures(mut rows: Vec<(Program, ProgramRow)>) -> Vec<ProgramRow> {
+    let native: BTreeMap<Program, f64> =
+        rows.iter().filter(|(_, r)| r.setting == "native").map(|(p, r)| (*p, r.median_ms)).collect();
+    for (p, r) in rows.iter_mut().filter(|(_, r)| r.setting != "native") {
+        r.vs_native = native.get(p).filter(|&&n| n > 0.0).map(|n| r.median_ms / n);
+    }
+    rows.sort_by_key(|(p, r)| (*p, r.setting != "native"));
+    rows.into_iter().map(|(_, r)| r).collect()
 }
 
 fn latency_of(r: &[Vec<JobResult>]) -> Result<Vec<u64>> {
@@ -811,6 +872,45 @@ mod tests {
         assert_eq!(DaemonConfig::parse(" fcfs ").unwrap().label(), "gpumux fcfs");
         let e = DaemonConfig::parse("fcfs+fast").unwrap_err().to_string();
         assert!(e.contains("unknown `+fast`"), "{e}");
+    }
+
+    #[test]
+    fn program_rows_go_native_first_and_daemon_rows_compare_with_the_same_programs_native_row() {
+        use super::super::gpu::HostMemory;
+        use super::super::programs::{Check, ProgramResult};
+        let row = |p: Program, setting: &str, ms: u64| {
+            let r = ProgramResult {
+                total_ns: vec![ms * 1_000_000],
+                upload_ns: vec![],
+                download_ns: vec![],
+                bytes: 0,
+                check: Check::Ok,
+            };
+            (p, ProgramRow::of(p.name(), setting.into(), &r))
+        };
+        let (pageable, pinned) = (
+            Program::Copy { host: HostMemory::Pageable, bytes: 8 },
+            Program::Copy { host: HostMemory::Pinned, bytes: 8 },
+        );
+        let rows = program_figures(vec![
+            row(Program::Chain { tiles: 2 }, "native", 3),
+            row(pageable, "native", 40),
+            row(pinned, "native", 20),
+            row(Program::Chain { tiles: 2 }, "gpumux x", 9),
+            row(pageable, "gpumux x", 50),
+        ]);
+        let got: Vec<(String, String, Option<f64>)> =
+            rows.iter().map(|r| (r.program.clone(), r.setting.clone(), r.vs_native)).collect();
+        let want = [
+            ("chain", "native", None),
+            ("chain", "gpumux x", Some(3.0)),
+            ("copy, pageable", "native", None),
+            ("copy, pageable", "gpumux x", Some(1.25)),
+            ("copy, pinned", "native", None),
+        ];
+        assert_eq!(got, want.map(|(p, s, v)| (p.to_owned(), s.to_owned(), v)));
+        // Without a native row (a simulated device) there is no ratio.
+        assert_eq!(program_figures(vec![row(Program::Chain { tiles: 2 }, "gpumux x", 9)])[0].vs_native, None);
     }
 
     #[test]

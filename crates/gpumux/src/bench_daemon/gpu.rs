@@ -2,11 +2,17 @@
 //! of its process ([`NativeGpu`]) or through gpumuxd as a client
 //! ([`DaemonGpu`]). The jobs ([`super::jobs`]) are written once against
 //! [`JobGpu`], so every setting runs the same kernels the same way.
+//!
+//! Host memory for copies is the GPU's too ([`JobGpu::host_alloc`]): which
+//! kinds exist depends on the path (pinned memory natively; through gpumuxd
+//! the client library's ordinary copies from a `Vec`), and the programs
+//! experiment names the kind a row ran with ([`HostMemory`]).
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use gpumux_client::StreamId;
 use gpumux_client::{Arg, Buffer, Client, ConnectOptions, Kernel, LaunchConfig, Module as ClientModule};
-use gpumux_cuda::runtime::{DeviceBuffer, Event, Function, Gpu, Module, Params, Stream};
+use gpumux_cuda::runtime::{DeviceBuffer, Event, Function, Gpu, HostMapped, Module, Params, Stream};
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
@@ -27,6 +33,32 @@ pub enum KArg {
     I32(i32),
 }
 
+/// The host memory a job copies from and to.
+///
+/// A path that cannot give a kind refuses it in [`JobGpu::host_alloc`]; a
+/// kind the client library learns later is one more variant, served there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostMemory {
+    /// Ordinary pageable memory, a `Vec<u8>`: what a program has unless it
+    /// asks for more (the driver stages its copies through pinned buffers).
+    Pageable,
+    /// Page-locked memory from the driver (`cuMemHostAlloc`), which the copy
+    /// engines read and write directly: natively only (the client library
+    /// has none yet).
+    Pinned,
+}
+
+impl HostMemory {
+    /// Its name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostMemory::Pageable => "pageable",
+            HostMemory::Pinned => "pinned",
+        }
+    }
+}
+
 /// One job's stream on a GPU (module doc).
 pub trait JobGpu {
     /// A zeroed device buffer of `bytes`; returns its index.
@@ -44,6 +76,22 @@ pub trait JobGpu {
     fn download(&mut self, buf: usize, bytes: u64) -> Result<Vec<u8>>;
     /// SMs, and resident blocks of `threads` threads of `kernel` per SM.
     fn shape(&mut self, kernel: &str, threads: u32) -> Result<(u32, u32)>;
+    /// Whether the device is simulated: kernels take their time and compute
+    /// nothing (copies do move the bytes).
+    fn simulated(&self) -> bool;
+    /// Sets every byte of buffer `buf` to `byte`, in stream order.
+    fn memset(&mut self, buf: usize, byte: u8) -> Result<()>;
+    /// `bytes` of zeroed host memory of `kind` for copies; returns its index.
+    fn host_alloc(&mut self, kind: HostMemory, bytes: u64) -> Result<usize>;
+    /// Host buffer `host`'s bytes, to fill or read. Waits for the stream
+    /// first, so no copy of this job is using them.
+    fn host(&mut self, host: usize) -> Result<&mut [u8]>;
+    /// Copies all of host buffer `host` to the start of buffer `buf`, in
+    /// stream order (it may return before the copy is done: sync to know).
+    fn upload(&mut self, buf: usize, host: usize) -> Result<()>;
+    /// Copies the start of buffer `buf` into all of host buffer `host`, in
+    /// stream order (it may return before the copy is done: sync to know).
+    fn download_into(&mut self, buf: usize, host: usize) -> Result<()>;
 }
 
 /// A process's native CUDA context and the bench module, shared by its jobs.
@@ -70,8 +118,28 @@ impl NativeProcess {
             functions: HashMap::new(),
             stream,
             buffers: Vec::new(),
+            hosts: Vec::new(),
             marks: VecDeque::new(),
         })
+    }
+}
+
+/// A native job's host memory.
+enum NativeHost {
+    Pageable(Vec<u8>),
+    Pinned(HostMapped),
+}
+
+impl NativeHost {
+    fn bytes(&mut self) -> &mut [u8] {
+        match self {
+            NativeHost::Pageable(v) => v,
+            // SAFETY: the mapping owns `bytes` bytes at its host address
+            // while it lives; `&mut self` makes this the only host view, and
+            // the job syncs its stream before handing it out (JobGpu::host),
+            // so no copy touches it meanwhile.
+            NativeHost::Pinned(m) => unsafe { std::slice::from_raw_parts_mut(m.host_mut_ptr(), m.bytes) },
+        }
     }
 }
 
@@ -82,7 +150,20 @@ pub struct NativeGpu {
     functions: HashMap<String, Function>,
     stream: Stream,
     buffers: Vec<DeviceBuffer>,
+    /// Host memory of the copies; a copy queued on `stream` may be reading
+    /// or writing it until the stream is synced (see the Drop impl).
+    hosts: Vec<NativeHost>,
     marks: VecDeque<Event>,
+}
+
+impl Drop for NativeGpu {
+    /// Waits for the stream before the host memory goes: a copy still
+    /// queued must not read or write freed memory.
+    fn drop(&mut self) {
+        if !self.hosts.is_empty() {
+            let _ = self.stream.sync();
+        }
+    }
 }
 
 impl NativeGpu {
@@ -156,6 +237,58 @@ impl JobGpu for NativeGpu {
     fn shape(&mut self, kernel: &str, threads: u32) -> Result<(u32, u32)> {
         Ok((self.gpu.sm_count(), self.function(kernel)?.blocks_per_sm(threads, 0)?))
     }
+
+    fn simulated(&self) -> bool {
+        false
+    }
+
+    fn memset(&mut self, buf: usize, byte: u8) -> Result<()> {
+        let b = self.buffers.get(buf).ok_or_else(|| anyhow!("no buffer {buf}"))?;
+        // SAFETY: the whole of a live allocation of this job; it lives until
+        // the job ends, and the job syncs before its buffers go.
+        unsafe { self.stream.memset_async(b.ptr, byte, b.bytes)? };
+        Ok(())
+    }
+
+    fn host_alloc(&mut self, kind: HostMemory, bytes: u64) -> Result<usize> {
+        let bytes = usize::try_from(bytes)?;
+        self.hosts.push(match kind {
+            HostMemory::Pageable => NativeHost::Pageable(vec![0u8; bytes]),
+            HostMemory::Pinned => NativeHost::Pinned(
+                HostMapped::new(bytes).with_context(|| format!("{bytes} bytes of pinned host memory"))?,
+            ),
+        });
+        Ok(self.hosts.len() - 1)
+    }
+
+    fn host(&mut self, host: usize) -> Result<&mut [u8]> {
+        self.stream.sync()?;
+        Ok(self.hosts.get_mut(host).ok_or_else(|| anyhow!("no host buffer {host}"))?.bytes())
+    }
+
+    fn upload(&mut self, buf: usize, host: usize) -> Result<()> {
+        let b = self.buffers.get(buf).ok_or_else(|| anyhow!("no buffer {buf}"))?;
+        let h = self.hosts.get_mut(host).ok_or_else(|| anyhow!("no host buffer {host}"))?.bytes();
+        if h.len() > b.bytes {
+            bail!("an upload of {} bytes into a buffer of {}", h.len(), b.bytes);
+        }
+        // SAFETY: `h` is host memory of this job that stays until its stream
+        // is synced (JobGpu::host and Drop sync first); the range is inside `b`.
+        unsafe { self.stream.copy_to_device_async(b.ptr, h.as_ptr(), h.len())? };
+        Ok(())
+    }
+
+    fn download_into(&mut self, buf: usize, host: usize) -> Result<()> {
+        let b = self.buffers.get(buf).ok_or_else(|| anyhow!("no buffer {buf}"))?;
+        let h = self.hosts.get_mut(host).ok_or_else(|| anyhow!("no host buffer {host}"))?.bytes();
+        if h.len() > b.bytes {
+            bail!("a download of {} bytes from a buffer of {}", h.len(), b.bytes);
+        }
+        // SAFETY: as in `upload`; nothing else reads or writes `h` before
+        // the stream is synced.
+        unsafe { self.stream.copy_to_host_async(h.as_mut_ptr(), b.ptr, h.len())? };
+        Ok(())
+    }
 }
 
 /// A job as a client of gpumuxd: a connection of its own (its priority is the client's).
@@ -165,6 +298,9 @@ pub struct DaemonGpu {
     kernels: HashMap<String, Kernel>,
     stream: StreamId,
     buffers: Vec<Buffer>,
+    /// Host memory of the copies (the client library copies synchronously,
+    /// through its shared region).
+    hosts: Vec<Vec<u8>>,
     marks: VecDeque<gpumux_client::Event>,
 }
 
@@ -176,7 +312,15 @@ impl DaemonGpu {
             Client::connect(options).with_context(|| format!("connecting to gpumuxd at {}", socket.display()))?;
         let module = client.load_module(MODULE, SOURCE, &[]).context("loading the bench kernels into gpumuxd")?;
         let stream = client.create_stream()?;
-        Ok(DaemonGpu { client, module, kernels: HashMap::new(), stream, buffers: Vec::new(), marks: VecDeque::new() })
+        Ok(DaemonGpu {
+            client,
+            module,
+            kernels: HashMap::new(),
+            stream,
+            buffers: Vec::new(),
+            hosts: Vec::new(),
+            marks: VecDeque::new(),
+        })
     }
 }
 
@@ -241,5 +385,40 @@ impl JobGpu for DaemonGpu {
     /// does not say, 2048 threads per SM (every GPU since Volta).
     fn shape(&mut self, _kernel: &str, threads: u32) -> Result<(u32, u32)> {
         Ok((self.client.welcome().sms, (2048 / threads.max(1)).max(1)))
+    }
+
+    fn simulated(&self) -> bool {
+        self.client.is_simulated()
+    }
+
+    fn memset(&mut self, buf: usize, byte: u8) -> Result<()> {
+        let b = self.buffers.get(buf).ok_or_else(|| anyhow!("no buffer {buf}"))?;
+        Ok(self.client.memset(b, 0, byte, b.len(), self.stream)?)
+    }
+
+    fn host_alloc(&mut self, kind: HostMemory, bytes: u64) -> Result<usize> {
+        match kind {
+            HostMemory::Pageable => self.hosts.push(vec![0u8; usize::try_from(bytes)?]),
+            HostMemory::Pinned => {
+                bail!("pinned host memory through gpumuxd: the client library has none yet (only copies from a Vec)")
+            }
+        }
+        Ok(self.hosts.len() - 1)
+    }
+
+    fn host(&mut self, host: usize) -> Result<&mut [u8]> {
+        Ok(self.hosts.get_mut(host).ok_or_else(|| anyhow!("no host buffer {host}"))?)
+    }
+
+    fn upload(&mut self, buf: usize, host: usize) -> Result<()> {
+        let b = self.buffers.get(buf).ok_or_else(|| anyhow!("no buffer {buf}"))?;
+        let h = self.hosts.get(host).ok_or_else(|| anyhow!("no host buffer {host}"))?;
+        Ok(self.client.copy_to_device(b, 0, h, self.stream)?)
+    }
+
+    fn download_into(&mut self, buf: usize, host: usize) -> Result<()> {
+        let b = self.buffers.get(buf).ok_or_else(|| anyhow!("no buffer {buf}"))?;
+        let h = self.hosts.get_mut(host).ok_or_else(|| anyhow!("no host buffer {host}"))?;
+        Ok(self.client.copy_to_host(b, 0, h, self.stream)?)
     }
 }

@@ -5,6 +5,7 @@
 //! block time), waits for the common start, runs, and checks its own work.
 
 use super::gpu::{JobGpu, KArg};
+use super::programs::{self, Program, ProgramResult};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +63,9 @@ pub enum Job {
     Rate { launches: u32 },
     /// The GPU's SMs and resident `spin` blocks per SM (what the plans need).
     Probe,
+    /// `reps` timed repetitions of a whole program, each checked against its
+    /// CPU reference ([`programs`]).
+    Program { program: Program, reps: u32 },
 }
 
 impl Job {
@@ -113,6 +117,7 @@ pub enum JobResult {
         sms: u32,
         per_sm: u32,
     },
+    Program(ProgramResult),
 }
 
 /// CLOCK_MONOTONIC in ns: the same clock in every process of the machine.
@@ -153,6 +158,8 @@ pub struct Prepared {
     launch: Option<LoopLaunch>,
     /// Blocks launched so far (warm-up).
     launched: u64,
+    /// A program's buffers and reference.
+    program: Option<programs::Ready>,
 }
 
 struct LoopLaunch {
@@ -212,7 +219,7 @@ fn launch_spin(gpu: &mut dyn JobGpu, blocks: u32, ns: u64, out: usize, pause_ns:
 
 /// Buffers, inputs and warm-up launches of `job` (everything before the start).
 pub fn prepare(gpu: &mut dyn JobGpu, job: &Job) -> Result<Prepared> {
-    let mut p = Prepared { job: job.clone(), out: 0, launch: None, launched: 0 };
+    let mut p = Prepared { job: job.clone(), out: 0, launch: None, launched: 0, program: None };
     match *job {
         Job::Urgent { blocks, spin_ns, .. } => {
             p.out = gpu.alloc(4)?;
@@ -237,6 +244,7 @@ pub fn prepare(gpu: &mut dyn JobGpu, job: &Job) -> Result<Prepared> {
             p.launch = Some(l);
         }
         Job::Probe => {}
+        Job::Program { program, .. } => p.program = Some(programs::prepare(gpu, program)?),
         Job::Latency { .. } | Job::Rate { .. } => {
             for _ in 0..100 {
                 gpu.launch("empty", grid(1), [32, 1, 1], &[], 1_000)?;
@@ -339,6 +347,10 @@ pub fn run(gpu: &mut dyn JobGpu, mut p: Prepared, stop: &AtomicBool) -> Result<J
         Job::Probe => {
             let (sms, per_sm) = gpu.shape("spin", THREADS)?;
             Ok(JobResult::Probe { sms, per_sm })
+        }
+        Job::Program { reps, .. } => {
+            let Some(ready) = p.program.take() else { bail!("a program job without its buffers") };
+            Ok(JobResult::Program(programs::run(gpu, ready, reps)?))
         }
     }
 }

@@ -7,7 +7,11 @@
 //! * **co-run**: pairs of kernels started together, STP and fairness
 //!   (`experiments.rs`, `corun_setting`);
 //! * **overhead**: an empty kernel's launch + sync, and launch throughput
-//!   of 1-8 clients (`experiments.rs`, the `overhead` part of `run_all`).
+//!   of 1-8 clients (`experiments.rs`, the `overhead` part of `run_all`);
+//! * **programs**: whole programs (a wavefront chain of 511 dependent
+//!   launches, a barrier stencil, 1 GiB copied each way around a kernel),
+//!   each checked against a CPU reference, natively alone against one
+//!   client of the default daemon (issue 35; [`programs`]).
 //!
 //! Baselines: plain CUDA processes under the driver's time slicing, the
 //! same under MPS (a private control daemon, started and stopped here), and
@@ -21,6 +25,7 @@ mod experiments;
 pub mod gpu;
 pub mod jobs;
 mod procs;
+pub mod programs;
 mod report;
 pub mod role;
 
@@ -34,8 +39,8 @@ pub struct DaemonBenchArgs {
     /// a CUDA driver is present, else sim:h100.
     #[arg(long)]
     pub device: Option<String>,
-    /// Experiments to run (comma-separated): priority, corun, overhead.
-    #[arg(long, default_value = "priority,corun,overhead", value_delimiter = ',')]
+    /// Experiments to run (comma-separated): priority, corun, overhead, programs.
+    #[arg(long, default_value = "priority,corun,overhead,programs", value_delimiter = ',')]
     pub only: Vec<String>,
     /// The daemon policy of the priority and overhead experiments (the candidate default).
     #[arg(long, default_value = gpumuxd::core::DEFAULT_POLICY)]
@@ -87,6 +92,14 @@ pub struct DaemonBenchArgs {
     /// How long each co-run kernel runs alone, seconds (above 0, at most 3600).
     #[arg(long, default_value_t = 2.0, value_parser = corun_seconds)]
     pub corun_seconds: f64,
+    /// Timed repetitions of each program of the programs experiment (the
+    /// table gives their median, min and max; --quick: at most 2).
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub program_reps: u32,
+    /// MiB the copy program moves each way, at most 16384 (--quick: at most
+    /// 64; --quick also shrinks the stencil's grid to 2048 x 2048).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=16_384))]
+    pub program_copy_mib: u64,
     /// Extra arguments for every daemon the bench starts (e.g. `--sm-slots 2`), space-separated.
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub daemon_args: String,
@@ -128,6 +141,8 @@ pub fn run(mut args: DaemonBenchArgs) -> Result<()> {
     if args.quick {
         args.urgent_launches = args.urgent_launches.min(40);
         args.corun_seconds = args.corun_seconds.min(0.3);
+        args.program_reps = args.program_reps.min(2);
+        args.program_copy_mib = args.program_copy_mib.min(64);
     }
     // The bench writes `go`/`stop` to role processes that may have ended:
     // a closed pipe must be an error to handle, not the end of the bench

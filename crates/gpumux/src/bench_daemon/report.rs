@@ -1,5 +1,6 @@
 //! The bench's figures (percentiles, STP, fairness) and its tables.
 
+use super::programs::Check;
 use serde::Serialize;
 
 /// Nearest-rank percentile `p` (0-100) of `xs` (any order); 0 for none.
@@ -111,6 +112,55 @@ impl LatencyRow {
     }
 }
 
+/// One program in one setting (the programs experiment): its repetitions'
+/// times, each from the first launch or copy to the final sync.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgramRow {
+    /// `chain`, `stencil`, `copy, pageable`, ...
+    pub program: String,
+    /// `native` or the daemon configuration.
+    pub setting: String,
+    /// Its output against the CPU reference (every repetition).
+    pub check: Check,
+    pub reps: usize,
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    /// Copies: bytes each way, and GB/s (10^9 bytes/s) of the median upload
+    /// and download (each with its sync).
+    pub bytes: Option<u64>,
+    pub upload_gb_s: Option<f64>,
+    pub download_gb_s: Option<f64>,
+    /// This median over the native median of the same program (and kind of
+    /// host memory): `None` for the native rows and without a native row.
+    pub vs_native: Option<f64>,
+}
+
+impl ProgramRow {
+    /// The row of `program` in `setting` from its repetitions (ns).
+    pub fn of(program: String, setting: String, r: &super::programs::ProgramResult) -> ProgramRow {
+        let ms = |p: f64| percentile(&r.total_ns, p) as f64 / 1e6;
+        let copies = r.bytes > 0 && !r.upload_ns.is_empty();
+        let gb_s = |ns: &[u64]| {
+            let t = percentile(ns, 50.0);
+            (copies && t > 0).then(|| r.bytes as f64 / t as f64)
+        };
+        ProgramRow {
+            program,
+            setting,
+            check: r.check.clone(),
+            reps: r.total_ns.len(),
+            median_ms: ms(50.0),
+            min_ms: r.total_ns.iter().min().map_or(0.0, |&t| t as f64 / 1e6),
+            max_ms: ms(100.0),
+            bytes: copies.then_some(r.bytes),
+            upload_gb_s: gb_s(&r.upload_ns),
+            download_gb_s: gb_s(&r.download_ns),
+            vs_native: None,
+        }
+    }
+}
+
 /// Everything one run measured.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
@@ -120,6 +170,9 @@ pub struct Report {
     pub corun: Vec<CorunRow>,
     pub solo: Vec<SoloRow>,
     pub overhead: Option<OverheadReport>,
+    pub programs: Vec<ProgramRow>,
+    /// What each program does (the programs table's legend).
+    pub program_legend: Vec<String>,
     /// What could not be measured, and why.
     pub notes: Vec<String>,
 }
@@ -238,11 +291,55 @@ impl Report {
             }
             out += &table(&["", "launches/s", "vs native"], &rows);
         }
+        if !self.programs.is_empty() {
+            out += &self.render_programs();
+        }
         for n in &self.notes {
             out += &format!("\nnote: {n}");
         }
         if !self.notes.is_empty() {
             out += "\n";
+        }
+        out
+    }
+}
+
+impl Report {
+    /// The programs table, its legend, and what each check that did not
+    /// pass said.
+    fn render_programs(&self) -> String {
+        let reps = self.programs.iter().map(|r| r.reps).max().unwrap_or(0);
+        let mut out = format!(
+            "\nPrograms: ms from the first launch or copy to the final sync, median of {reps} (min, max); \
+             check: the full output against a CPU reference\n"
+        );
+        let rows: Vec<Vec<String>> = self
+            .programs
+            .iter()
+            .map(|r| {
+                vec![
+                    format!("{}: {}", r.program, r.setting),
+                    r.check.cell().into(),
+                    format!("{:.3}", r.median_ms),
+                    format!("{:.3}", r.min_ms),
+                    format!("{:.3}", r.max_ms),
+                    opt(r.upload_gb_s, 1),
+                    opt(r.download_gb_s, 1),
+                    r.vs_native.map_or("-".into(), |x| format!("{x:.2}x")),
+                ]
+            })
+            .collect();
+        out +=
+            &table(&["program: setting", "check", "median", "min", "max", "up GB/s", "down GB/s", "vs native"], &rows);
+        for l in &self.program_legend {
+            out += &format!("  {l}\n");
+        }
+        for r in &self.programs {
+            match &r.check {
+                Check::Failed(why) => out += &format!("  {}: {}: check FAILED: {why}\n", r.program, r.setting),
+                Check::Skipped(why) => out += &format!("  {}: {}: check skipped: {why}\n", r.program, r.setting),
+                Check::Ok => {}
+            }
         }
         out
     }
@@ -272,6 +369,40 @@ mod tests {
         let text = Report { overhead: Some(overhead), ..Report::default() }.render();
         assert!(text.contains("gpumux ppq-even-drain+in-process, 4 clients  "), "{text}");
         assert!(!text.contains("8 clients"), "{text}");
+    }
+
+    #[test]
+    fn the_programs_table_says_what_failed_and_gives_gb_s_and_ratios() {
+        use super::super::programs::ProgramResult;
+        let result = |ms: u64, check: Check, bytes: u64| ProgramResult {
+            total_ns: vec![ms * 1_000_000, (ms + 1) * 1_000_000, (ms + 2) * 1_000_000],
+            upload_ns: if bytes > 0 { vec![500_000_000; 3] } else { vec![] },
+            download_ns: if bytes > 0 { vec![250_000_000; 3] } else { vec![] },
+            bytes,
+            check,
+        };
+        let mut daemon =
+            ProgramRow::of("chain".into(), "gpumux p".into(), &result(9, Check::Failed("3 differ".into()), 0));
+        daemon.vs_native = Some(3.0);
+        let report = Report {
+            programs: vec![
+                ProgramRow::of("chain".into(), "native".into(), &result(3, Check::Ok, 0)),
+                daemon,
+                ProgramRow::of("copy, pinned".into(), "native".into(), &result(800, Check::Ok, 1 << 30)),
+            ],
+            program_legend: vec!["chain: what it does".into()],
+            ..Report::default()
+        };
+        let text = report.render();
+        assert!(text.contains("median of 3 (min, max)"), "{text}");
+        let line = |start: &str| text.lines().find(|l| l.starts_with(start)).unwrap_or_default().to_owned();
+        let cells = |start: &str| line(start).split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(cells("chain: native")[2..], ["ok", "4.000", "3.000", "5.000", "-", "-", "-"], "{text}");
+        assert_eq!(cells("chain: gpumux p")[3..], ["FAILED", "10.000", "9.000", "11.000", "-", "-", "3.00x"], "{text}");
+        // 1 GiB in 0.5 s up, 0.25 s down.
+        assert_eq!(cells("copy, pinned: native")[7..9], ["2.1", "4.3"], "{text}");
+        assert!(text.contains("  chain: what it does\n"), "{text}");
+        assert!(text.contains("  chain: gpumux p: check FAILED: 3 differ\n"), "{text}");
     }
 
     #[test]
