@@ -134,6 +134,8 @@ pub struct SimGpu {
     /// The first time that did not fit in `Nanos`, found where no `Result`
     /// can be returned; `submit` and `advance` report it.
     fault: Option<TimeOverflow>,
+    /// At most this many internal events per `advance` ([`SimGpu::with_event_budget`]).
+    event_budget: Option<u64>,
 }
 
 /// `at + plus`; when that overflows, records why in `fault` (first one
@@ -226,7 +228,22 @@ impl SimGpu {
             trace: None,
             audit: None,
             fault: None,
+            event_budget: None,
         }
+    }
+
+    /// Bounds the work of one `advance`: it returns once it has processed
+    /// `events` internal events (block ends, context saves, copies), at the
+    /// instant it reached, even before `until`. For a driver that follows
+    /// wall-clock time and must serve others between calls (the daemon): a
+    /// grid of 2^31 short blocks otherwise held one call for minutes while
+    /// simulated time chased the clock (issue 36, case 4). The device then
+    /// runs behind the clock, which the driver sees from the time returned.
+    /// Without it (the default) `advance` reaches `until`, as every
+    /// reproducible run needs.
+    pub fn with_event_budget(mut self, events: u64) -> Self {
+        self.event_budget = Some(events.max(1));
+        self
     }
 
     /// Replaces the memory model (devices that are not presets, cut-down copies).
@@ -779,9 +796,13 @@ impl Device for SimGpu {
     }
 
     fn advance(&mut self, until: Option<Nanos>, events: &mut Vec<Event>) -> Result<Nanos, DeviceError> {
+        let spent_before = self.stats.events;
         loop {
             if let Some(e) = self.fault.take() {
                 return Err(e.into());
+            }
+            if self.event_budget.is_some_and(|b| self.stats.events - spent_before >= b) && self.out.is_empty() {
+                return Ok(self.now);
             }
             if !self.out.is_empty() {
                 events.append(&mut self.out);

@@ -36,6 +36,11 @@ const DEFAULT_CAPACITY: u64 = 80 << 30;
 const ADDRESS_BASE: DevAddr = 1 << 40;
 /// Alignment of every allocation (what `cudaMalloc` guarantees).
 const ALIGN: u64 = 256;
+/// The most simulator events one poll processes (a few ms of this thread's
+/// time): a grid of 2^31 short blocks held the core in one poll for 186 s
+/// while simulated time chased the clock (issue 36, case 4). Past it the
+/// device runs behind the clock, and the core serves requests between polls.
+const EVENTS_PER_POLL: u64 = 20_000;
 /// How often moves under way on the copy engine's thread are looked for.
 const MOVE_LOOK: Duration = Duration::from_micros(100);
 /// Registers per thread the simulator assumes of a kernel (nothing is compiled to say).
@@ -118,6 +123,8 @@ pub struct SimBackend {
     sim_now: Nanos,
     /// Commands went in since the last poll (the simulator settles them then).
     unsettled: bool,
+    /// The last poll stopped short of the clock ([`EVENTS_PER_POLL`]).
+    behind: bool,
     capacity: u64,
     used: u64,
     memory: BTreeMap<DevAddr, HostBlock>,
@@ -149,12 +156,13 @@ impl SimBackend {
         let capacity = if info.mem_bytes > 0 { info.mem_bytes } else { DEFAULT_CAPACITY };
         SimBackend {
             copy_engine: CopyEngine::new(),
-            sim: SimGpu::new(info.clone(), seed),
+            sim: SimGpu::new(info.clone(), seed).with_event_budget(EVENTS_PER_POLL),
             info,
             seed,
             origin: Instant::now(),
             sim_now: 0,
             unsettled: false,
+            behind: false,
             capacity,
             used: 0,
             memory: BTreeMap::new(),
@@ -422,6 +430,8 @@ impl Backend for SimBackend {
         self.unsettled = false;
         let start = events.len();
         self.sim_now = self.sim.advance(Some(wall), events).map_err(Failure::Fatal)?;
+        // Short of the clock with nothing to report: the event budget ran out.
+        self.behind = self.sim_now < wall && events.len() == start;
         // A finished copy's bytes move now: a small one here, a large one on
         // the copy engine's thread, its end withheld until they are there.
         let mut i = start;
@@ -463,6 +473,10 @@ impl Backend for SimBackend {
         if self.unsettled {
             return Wake::After(Duration::ZERO);
         }
+        if self.behind {
+            // Work to catch up on, in bounded polls, as a busy GPU is polled.
+            return Wake::Spin;
+        }
         if self.copy_engine.in_flight() > 0 {
             // A move's end is looked for, not announced; a move takes ms
             // (a smaller one is done inline), so a look every
@@ -479,10 +493,11 @@ impl Backend for SimBackend {
     fn rebuild(&mut self) -> Result<(), MemError> {
         // Moves under way finish before their memory goes; their copies are lost with the rest.
         self.copy_engine.settle();
-        self.sim = SimGpu::new(self.info.clone(), self.seed);
+        self.sim = SimGpu::new(self.info.clone(), self.seed).with_event_budget(EVENTS_PER_POLL);
         self.origin = Instant::now();
         self.sim_now = 0;
         self.unsettled = false;
+        self.behind = false;
         self.used = 0;
         self.memory.clear();
         self.bound.clear();
