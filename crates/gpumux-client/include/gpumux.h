@@ -155,7 +155,7 @@ enum gpumux_status gpumux_connect(const char *socket,
                                   struct gpumux_client **out_client);
 
 // Says goodbye and frees the client (NULL is accepted and does nothing).
-// Buffers, modules' kernels and streams of the client are gone after it.
+// Buffers, modules' kernels, streams and host memory of the client are gone after it.
 enum gpumux_status gpumux_disconnect(struct gpumux_client *client);
 
 // The device, in words (`sim:h100`, `NVIDIA H100 ... (cuda:0)`); valid while the client lives.
@@ -189,7 +189,24 @@ enum gpumux_status gpumux_memset(const struct gpumux_client *client,
                                  uint64_t bytes,
                                  uint32_t stream);
 
-// Copies `bytes` bytes from `src` to `buffer` at `offset`; returns when they are on the device.
+// Allocates `bytes` (> 0) of zeroed host memory that the daemon copies from and to
+// directly, pinned there (the equivalent of `cudaHostAlloc`), into `*out_ptr`. A
+// `gpumux_copy_to_device` or `gpumux_copy_to_host` whose host range lies entirely inside
+// it moves the data in one DMA with no staging copy (and returns when it is done, as every
+// copy does). Counted against the daemon's `host_memory` limit for this client (over it:
+// `GPUMUX_ERR_QUOTA`, the message naming the limit). Freed by `gpumux_host_free` or
+// `gpumux_disconnect`.
+enum gpumux_status gpumux_host_alloc(const struct gpumux_client *client,
+                                     size_t bytes,
+                                     void **out_ptr);
+
+// Frees host memory of `gpumux_host_alloc` (NULL does nothing): the pointer is invalid
+// after it; the daemon unpins it once the copies queued before are done. A pointer that
+// is not the start of this client's host memory is `GPUMUX_ERR_INVALID_ARGUMENT`.
+enum gpumux_status gpumux_host_free(const struct gpumux_client *client, void *ptr);
+
+// Copies `bytes` bytes from `src` to `buffer` at `offset`; returns when they are on the
+// device. From memory of `gpumux_host_alloc`, one DMA with no staging copy.
 enum gpumux_status gpumux_copy_to_device(const struct gpumux_client *client,
                                          struct gpumux_buffer buffer,
                                          uint64_t offset,
@@ -197,7 +214,9 @@ enum gpumux_status gpumux_copy_to_device(const struct gpumux_client *client,
                                          size_t bytes,
                                          uint32_t stream);
 
-// Copies `bytes` bytes of `buffer` from `offset` into `dst`, after the stream's earlier work.
+// Copies `bytes` bytes of `buffer` from `offset` into `dst`, after the stream's earlier
+// work; returns when they are there. Into memory of `gpumux_host_alloc`, one DMA with no
+// staging copy.
 enum gpumux_status gpumux_copy_to_host(const struct gpumux_client *client,
                                        struct gpumux_buffer buffer,
                                        uint64_t offset,

@@ -4,15 +4,15 @@ use crate::chunk;
 use crate::conn::{Connection, PendingReply};
 use crate::error::{ClientError, Result};
 use crate::handles::{check_args, Arg, Buffer, Kernel, LaunchConfig, Module};
-use crate::shm::SharedRegion;
+use crate::host::{HostBuffer, HostTable};
+use crate::shm::{SharedRegion, HOST_MEMFD_NAME, MEMFD_NAME};
 use gpumux_proto::{
     EventId, Launch, Notice, Reply, Request, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES, VERSION,
 };
 use std::collections::VecDeque;
-use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// The shared region a client asks for unless told otherwise (clamped to the
 /// daemon's limit): big enough that copies of a few MiB go in one or two
@@ -86,10 +86,17 @@ pub struct Event(pub EventId);
 
 /// A connection to gpumuxd. `Sync`: share it between threads by reference or
 /// `Arc`; requests from several threads proceed at once, and host copies take
-/// turns through the one shared region. Says goodbye on drop.
+/// turns through the one shared region (copies from and to a [`HostBuffer`]
+/// do not). Says goodbye on drop.
 pub struct Client {
-    conn: Connection,
+    /// Shared with the client's host buffers, which detach themselves.
+    conn: Arc<Connection>,
     welcome: Welcome,
+    /// The address ranges of this client's host buffers.
+    hosts: Arc<HostTable>,
+    /// Held while a host buffer is attached: one descriptor in flight at a
+    /// time, as the daemon expects.
+    attaching: Mutex<()>,
     /// Held for a whole host copy: the region's halves are the copy's.
     region: Option<Mutex<SharedRegion>>,
     /// The region's size (0: none), readable while a copy holds the lock.
@@ -130,13 +137,20 @@ impl Client {
         let shm_bytes = options.shm_bytes.min(welcome.limits.shm_bytes);
         let shm_bytes = if shm_bytes >= 2 { shm_bytes } else { 0 };
         let region = if shm_bytes > 0 {
-            let region = SharedRegion::create(shm_bytes)?;
-            expect_done(conn.send(Request::AttachShm { bytes: shm_bytes }, Some(region.fd().as_fd()))?)?;
+            let region = SharedRegion::create(shm_bytes, MEMFD_NAME)?;
+            expect_done(conn.send(Request::AttachShm { bytes: shm_bytes }, region.fd())?)?;
             Some(Mutex::new(region))
         } else {
             None
         };
-        Ok(Client { conn, welcome, region, shm_bytes })
+        Ok(Client {
+            conn: Arc::new(conn),
+            welcome,
+            hosts: Arc::default(),
+            attaching: Mutex::new(()),
+            region,
+            shm_bytes,
+        })
     }
 
     /// Whether the conversation goes through shared-memory rings (the daemon
@@ -191,10 +205,39 @@ impl Client {
         self.done(Request::Memset { dst, value, bytes, stream })
     }
 
+    /// Host memory of `bytes` bytes (> 0) that the daemon copies from and to
+    /// directly, pinned there (the equivalent of `cudaHostAlloc`; see
+    /// [`HostBuffer`]). Counted against the daemon's `host_memory` limit for
+    /// this client ([`gpumux_proto::Limits::host_memory_bytes`]): over it, the
+    /// daemon refuses with [`gpumux_proto::ErrorKind::Quota`] naming the limit.
+    /// Pinning a large buffer takes the daemon a few ms.
+    pub fn alloc_host(&self, bytes: u64) -> Result<HostBuffer> {
+        if bytes == 0 {
+            return Err(ClientError::Invalid("a host buffer of 0 bytes".into()));
+        }
+        let mut region = SharedRegion::create(bytes, HOST_MEMFD_NAME)?;
+        let reply = {
+            let _one = self.attaching.lock().unwrap_or_else(PoisonError::into_inner);
+            self.conn.send(Request::AttachHost { bytes }, region.fd())?.wait()?
+        };
+        let Reply::HostRegion(id) = reply else {
+            return Err(unexpected("AttachHost", &reply));
+        };
+        // The daemon has its own mapping: the descriptor is not needed any more.
+        region.close_fd();
+        Ok(HostBuffer::new(region, id, Arc::clone(&self.conn), Arc::clone(&self.hosts)))
+    }
+
     /// Copies `data` to `buffer` at `offset`, in stream order; returns when
-    /// the data is on the device.
+    /// the data is on the device. If `data` lies entirely inside one of this
+    /// client's [`HostBuffer`]s, the daemon copies it from there directly
+    /// (one request, no staging copy); otherwise it goes through the shared
+    /// region, in chunks.
     pub fn copy_to_device(&self, buffer: &Buffer, offset: u64, data: &[u8], stream: StreamId) -> Result<()> {
-        buffer.slice(offset, data.len() as u64, "copy to the device")?;
+        let dst = buffer.slice(offset, data.len() as u64, "copy to the device")?;
+        if let Some(src) = self.hosts.find(data.as_ptr(), data.len()) {
+            return self.done(Request::CopyFromHostRegion { dst, src, bytes: data.len() as u64, stream });
+        }
         let region = self.region("copy to the device")?;
         let region = region.lock().unwrap_or_else(PoisonError::into_inner);
         let chunks = chunk::plan(data.len() as u64, region.len() as u64);
@@ -218,9 +261,15 @@ impl Client {
     }
 
     /// Copies `out.len()` bytes of `buffer` from `offset` into `out`, in
-    /// stream order (after the stream's earlier work).
+    /// stream order (after the stream's earlier work); returns when the data
+    /// is in `out`. If `out` lies entirely inside one of this client's
+    /// [`HostBuffer`]s, the daemon copies into it directly (one request, no
+    /// staging copy); otherwise through the shared region, in chunks.
     pub fn copy_to_host(&self, buffer: &Buffer, offset: u64, out: &mut [u8], stream: StreamId) -> Result<()> {
-        buffer.slice(offset, out.len() as u64, "copy to the host")?;
+        let src = buffer.slice(offset, out.len() as u64, "copy to the host")?;
+        if let Some(dst) = self.hosts.find(out.as_ptr(), out.len()) {
+            return self.done(Request::CopyToHostRegion { src, dst, bytes: out.len() as u64, stream });
+        }
         let region = self.region("copy to the host")?;
         let region = region.lock().unwrap_or_else(PoisonError::into_inner);
         let chunks = chunk::plan(out.len() as u64, region.len() as u64);
@@ -446,7 +495,7 @@ fn run_chunks(
 }
 
 /// Waits for a reply that must be `Done`.
-fn expect_done(pending: PendingReply) -> Result<()> {
+pub(crate) fn expect_done(pending: PendingReply) -> Result<()> {
     let request = pending.request();
     match pending.wait()? {
         Reply::Done => Ok(()),
@@ -464,6 +513,7 @@ fn unexpected(request: &'static str, reply: &Reply) -> ClientError {
         Reply::Event(_) => "Event",
         Reply::Query(_) => "Query",
         Reply::Status(_) => "Status",
+        Reply::HostRegion(_) => "HostRegion",
     };
     ClientError::Protocol { request, got: format!("a {got} reply") }
 }

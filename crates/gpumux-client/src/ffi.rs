@@ -7,18 +7,22 @@
 //! module are opaque pointers (freed by `gpumux_disconnect` and
 //! `gpumux_module_free`); a buffer is a small struct passed by value; a
 //! kernel is a pointer into its module, valid while the module lives;
-//! streams and events are integers.
+//! streams and events are integers; host memory the daemon copies from
+//! directly (`gpumux_host_alloc`) is a plain pointer, freed by
+//! `gpumux_host_free` or `gpumux_disconnect`.
 
 #![allow(non_camel_case_types, clippy::missing_safety_doc)]
 
 use crate::error::ClientError;
 use crate::handles::{Arg, Buffer, Kernel, LaunchConfig, Module};
-use crate::{Client, ConnectOptions, Event};
+use crate::{Client, ConnectOptions, Event, HostBuffer};
 use gpumux_proto::{ErrorKind, EventId, StreamId};
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
 
 /// What a call came to.
 #[repr(C)]
@@ -80,6 +84,8 @@ pub struct gpumux_client {
     client: Client,
     device: CString,
     policy: CString,
+    /// Its host memory (`gpumux_host_alloc`), by start address.
+    hosts: Mutex<HashMap<usize, HostBuffer>>,
 }
 
 /// A loaded module (opaque).
@@ -256,13 +262,14 @@ pub unsafe extern "C" fn gpumux_connect(
         let cstring = |s: &str| CString::new(s.replace('\0', "")).unwrap_or_default();
         let device = cstring(&client.welcome().device);
         let policy = cstring(&client.welcome().policy);
-        *out_client = Box::into_raw(Box::new(gpumux_client { client, device, policy }));
+        let hosts = Mutex::new(HashMap::new());
+        *out_client = Box::into_raw(Box::new(gpumux_client { client, device, policy, hosts }));
         Ok(())
     })
 }
 
 /// Says goodbye and frees the client (NULL is accepted and does nothing).
-/// Buffers, modules' kernels and streams of the client are gone after it.
+/// Buffers, modules' kernels, streams and host memory of the client are gone after it.
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_disconnect(client: *mut gpumux_client) -> gpumux_status {
     guard(|| {
@@ -271,7 +278,10 @@ pub unsafe extern "C" fn gpumux_disconnect(client: *mut gpumux_client) -> gpumux
         }
         // SAFETY: a pointer from gpumux_connect, given back once.
         let client = unsafe { Box::from_raw(client) };
-        Ok(client.client.close()?)
+        let gpumux_client { client, hosts, .. } = *client;
+        // Detached (and unmapped) before the goodbye.
+        drop(hosts);
+        Ok(client.close()?)
     })
 }
 
@@ -341,7 +351,55 @@ pub unsafe extern "C" fn gpumux_memset(
     guard(|| Ok(unsafe { client_ref(client) }?.memset(&buffer, offset, value, bytes, StreamId(stream))?))
 }
 
-/// Copies `bytes` bytes from `src` to `buffer` at `offset`; returns when they are on the device.
+/// Allocates `bytes` (> 0) of zeroed host memory that the daemon copies from and to
+/// directly, pinned there (the equivalent of `cudaHostAlloc`), into `*out_ptr`. A
+/// `gpumux_copy_to_device` or `gpumux_copy_to_host` whose host range lies entirely inside
+/// it moves the data in one DMA with no staging copy (and returns when it is done, as every
+/// copy does). Counted against the daemon's `host_memory` limit for this client (over it:
+/// `GPUMUX_ERR_QUOTA`, the message naming the limit). Freed by `gpumux_host_free` or
+/// `gpumux_disconnect`.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_host_alloc(
+    client: *const gpumux_client,
+    bytes: usize,
+    out_ptr: *mut *mut c_void,
+) -> gpumux_status {
+    guard(|| {
+        // SAFETY: a pointer from gpumux_connect, or NULL.
+        let c = unsafe { client.as_ref() }.ok_or_else(|| null("the client"))?;
+        let out_ptr = unsafe { out(out_ptr, "out_ptr") }?;
+        let mut host = c.client.alloc_host(bytes as u64)?;
+        let ptr = host.as_mut_ptr();
+        c.hosts.lock().unwrap_or_else(PoisonError::into_inner).insert(ptr as usize, host);
+        *out_ptr = ptr.cast();
+        Ok(())
+    })
+}
+
+/// Frees host memory of `gpumux_host_alloc` (NULL does nothing): the pointer is invalid
+/// after it; the daemon unpins it once the copies queued before are done. A pointer that
+/// is not the start of this client's host memory is `GPUMUX_ERR_INVALID_ARGUMENT`.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_host_free(client: *const gpumux_client, ptr: *mut c_void) -> gpumux_status {
+    guard(|| {
+        // SAFETY: a pointer from gpumux_connect, or NULL.
+        let c = unsafe { client.as_ref() }.ok_or_else(|| null("the client"))?;
+        if ptr.is_null() {
+            return Ok(());
+        }
+        let host = c.hosts.lock().unwrap_or_else(PoisonError::into_inner).remove(&(ptr as usize));
+        let host = host.ok_or_else(|| {
+            Failure(
+                GPUMUX_ERR_INVALID_ARGUMENT,
+                format!("{ptr:p} is not host memory of this client's gpumux_host_alloc (or was freed)"),
+            )
+        })?;
+        Ok(host.free()?)
+    })
+}
+
+/// Copies `bytes` bytes from `src` to `buffer` at `offset`; returns when they are on the
+/// device. From memory of `gpumux_host_alloc`, one DMA with no staging copy.
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_copy_to_device(
     client: *const gpumux_client,
@@ -366,7 +424,9 @@ pub unsafe extern "C" fn gpumux_copy_to_device(
     })
 }
 
-/// Copies `bytes` bytes of `buffer` from `offset` into `dst`, after the stream's earlier work.
+/// Copies `bytes` bytes of `buffer` from `offset` into `dst`, after the stream's earlier
+/// work; returns when they are there. Into memory of `gpumux_host_alloc`, one DMA with no
+/// staging copy.
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_copy_to_host(
     client: *const gpumux_client,

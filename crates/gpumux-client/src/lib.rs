@@ -4,7 +4,9 @@
 //!
 //! This crate links no CUDA: a client needs no GPU driver and makes no CUDA
 //! context. It speaks [`gpumux_proto`] over the daemon's Unix socket, and
-//! moves bulk data through a sealed memfd it shares with the daemon.
+//! moves bulk data through a sealed memfd it shares with the daemon, or,
+//! for [`HostBuffer`]s ([`Client::alloc_host`]), straight between the
+//! caller's memory and the device.
 //!
 //! ```no_run
 //! use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
@@ -37,12 +39,14 @@ mod conn;
 mod error;
 pub mod ffi;
 mod handles;
+mod host;
 mod shm;
 
 pub use client::{Client, ConnectOptions, Event, DEFAULT_SHM_BYTES, SOCKET_ENV};
 pub use error::{ClientError, Result};
-pub use gpumux_proto::{ClientStatus, ErrorKind, Limits, LostWork, Notice, Status, StreamId, Welcome};
+pub use gpumux_proto::{ClientStatus, ErrorKind, HostRegionId, Limits, LostWork, Notice, Status, StreamId, Welcome};
 pub use handles::{Arg, Buffer, Kernel, LaunchConfig, Module};
+pub use host::HostBuffer;
 
 #[doc(hidden)]
 pub use chunk::{plan as plan_chunks, Chunk};

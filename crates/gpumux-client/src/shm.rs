@@ -5,10 +5,13 @@
 //! here and one DMA there. The daemon refuses a region that could shrink
 //! under it (a shrink would turn its next access into SIGBUS), so the file is
 //! sealed against shrinking and growing, and the seals themselves are sealed.
+//!
+//! A host buffer (`Client::alloc_host`) is the same kind of file: the caller
+//! writes and reads the mapping itself, and the daemon DMAs from and to it.
 
 use crate::error::{ClientError, Result};
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
 /// A mapped, sealed memfd of a fixed size. Unmapped on drop.
@@ -16,7 +19,9 @@ use std::ptr::NonNull;
 pub(crate) struct SharedRegion {
     ptr: NonNull<u8>,
     len: usize,
-    fd: OwnedFd,
+    /// Until sent to the daemon (`close_fd`: a host buffer needs it no more,
+    /// and a process has only so many descriptors).
+    fd: Option<OwnedFd>,
 }
 
 // SAFETY: the mapping is owned by this value and valid until drop; who may
@@ -25,19 +30,22 @@ pub(crate) struct SharedRegion {
 unsafe impl Send for SharedRegion {}
 unsafe impl Sync for SharedRegion {}
 
-/// The memfd's name (seen in /proc/PID/fd and the daemon's log).
-const MEMFD_NAME: &CStr = c"gpumux-shm";
+/// The staging region's memfd name (seen in /proc/PID/fd and the daemon's log).
+pub(crate) const MEMFD_NAME: &CStr = c"gpumux-shm";
+/// A host buffer's memfd name.
+pub(crate) const HOST_MEMFD_NAME: &CStr = c"gpumux-host";
 
 impl SharedRegion {
-    /// Creates, sizes, seals and maps a region of `bytes` bytes (> 0).
-    pub(crate) fn create(bytes: u64) -> Result<SharedRegion> {
+    /// Creates, sizes, seals and maps a region of `bytes` bytes (> 0), its
+    /// memfd named `name`. The memory reads as zeros.
+    pub(crate) fn create(bytes: u64, name: &CStr) -> Result<SharedRegion> {
         let err = |cause| ClientError::Shm { bytes, cause };
         let len = usize::try_from(bytes)
             .ok()
             .filter(|&n| n > 0)
             .ok_or_else(|| err(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
         // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
-        let raw = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if raw < 0 {
             return Err(err(std::io::Error::last_os_error()));
         }
@@ -69,7 +77,7 @@ impl SharedRegion {
             return Err(err(std::io::Error::last_os_error()));
         }
         let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| err(std::io::Error::other("mmap returned null")))?;
-        Ok(SharedRegion { ptr, len, fd })
+        Ok(SharedRegion { ptr, len, fd: Some(fd) })
     }
 
     /// Its size, bytes.
@@ -77,9 +85,19 @@ impl SharedRegion {
         self.len
     }
 
-    /// The memfd, to send to the daemon.
-    pub(crate) fn fd(&self) -> &OwnedFd {
-        &self.fd
+    /// The memfd, to send to the daemon (`None` once closed).
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|fd| fd.as_fd())
+    }
+
+    /// Closes the memfd (the mapping stays): the daemon has its own.
+    pub(crate) fn close_fd(&mut self) {
+        self.fd = None;
+    }
+
+    /// Start of the mapping.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 
     /// Copies `src` into the region at `offset`. The caller plans offsets

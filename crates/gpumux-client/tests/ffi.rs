@@ -25,6 +25,11 @@ fn null_pointers_are_refused_with_a_message() {
     let name = CString::new("k").unwrap();
     assert_eq!(unsafe { gpumux_module_kernel(null(), name.as_ptr(), &mut kernel) }, gpumux_status::GPUMUX_ERR_NULL);
     assert_eq!(unsafe { gpumux_disconnect(null_mut()) }, gpumux_status::GPUMUX_OK, "disconnecting NULL is a no-op");
+    let mut host = null_mut();
+    assert_eq!(unsafe { gpumux_host_alloc(null(), 16, &mut host) }, gpumux_status::GPUMUX_ERR_NULL);
+    assert_eq!(last_error(), "the client is NULL");
+    assert!(host.is_null());
+    assert_eq!(unsafe { gpumux_host_free(null(), null_mut()) }, gpumux_status::GPUMUX_ERR_NULL);
     assert!(unsafe { gpumux_device(null()) }.is_null());
 }
 

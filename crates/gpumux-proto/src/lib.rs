@@ -23,7 +23,11 @@
 //!
 //! **Bulk data** never goes through the socket: the client creates a sealed
 //! memfd and passes it with `SCM_RIGHTS` alongside [`Request::AttachShm`];
-//! copies name offsets in it.
+//! copies name offsets in it. Besides that staging region, a client may
+//! attach host regions of its own ([`Request::AttachHost`], pinned by the
+//! daemon like `cudaHostAlloc` memory) and copy between them and device
+//! memory directly ([`Request::CopyFromHostRegion`],
+//! [`Request::CopyToHostRegion`]): no staging copy on either side.
 
 #![warn(missing_docs)]
 
@@ -36,8 +40,11 @@ pub use codec::{decode_frame_body, encode_frame, FrameError, FrameReader};
 pub const MAGIC: [u8; 4] = *b"GMUX";
 /// The protocol version this crate speaks. A daemon answers a client of
 /// another version with [`ErrorKind::Version`] naming both. Version 2
-/// added `UseRings`; version 3 answers a `Launch` only when it is refused.
-pub const VERSION: u16 = 3;
+/// added `UseRings`; version 3 answers a `Launch` only when it is refused;
+/// version 4 added host regions (`AttachHost`, `DetachHost`,
+/// `CopyFromHostRegion`, `CopyToHostRegion`, the `host_memory` limit and the
+/// pinned host memory of `Status`).
+pub const VERSION: u16 = 4;
 /// The largest frame body either side accepts (module sources are the big ones).
 pub const MAX_FRAME_BYTES: u32 = 8 << 20;
 /// The longest client or kernel name.
@@ -50,6 +57,10 @@ pub const MAX_OPTIONS: usize = 64;
 pub const MAX_ARGS: usize = 256;
 /// The most bytes of kernel parameters (CUDA's limit on Hopper is 32764).
 pub const MAX_PARAM_BYTES: usize = 32764;
+/// The most host regions ([`Request::AttachHost`]) a client may have
+/// attached at once, whatever their bytes (each is a mapping and a pinned
+/// range in the daemon).
+pub const MAX_HOST_REGIONS: usize = 1024;
 
 /// A client's device buffer, valid only on the connection that allocated it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -66,6 +77,9 @@ pub struct StreamId(pub u32);
 /// An event recorded on a stream, per connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct EventId(pub u64);
+/// A host region of a client ([`Request::AttachHost`]), per connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HostRegionId(pub u64);
 
 impl StreamId {
     /// The stream every client has.
@@ -100,6 +114,15 @@ pub enum ServerFrame {
 pub struct BufferSlice {
     /// The buffer.
     pub buffer: BufferId,
+    /// Byte offset from its start.
+    pub offset: u64,
+}
+
+/// A place in a host region ([`Request::AttachHost`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostSlice {
+    /// The region.
+    pub region: HostRegionId,
     /// Byte offset from its start.
     pub offset: u64,
 }
@@ -259,12 +282,53 @@ pub enum Request {
     /// the socket. Once answered `Done` (through the rings), every frame both
     /// ways goes through the rings; the socket then carries only a doorbell
     /// byte (0) for a side that sleeps, a byte (1) with the descriptor of the
-    /// next `AttachShm`, sent before its frame, and the end of the
+    /// next `AttachShm` or `AttachHost`, sent before its frame, and the end of the
     /// connection. An error answer (on the socket) leaves the conversation
     /// on the socket.
     UseRings {
         /// Each ring's bytes: a power of two from 4 KiB to 16 MiB.
         capacity: u32,
+    },
+    /// Attaches a host region of the client's besides its shared region: the
+    /// memfd sent with this frame (`SCM_RIGHTS`, as for `AttachShm`: sealed
+    /// against shrinking, at least `bytes` long). The daemon maps it and pins
+    /// it (a real GPU registers it, as `cudaHostAlloc` memory is), counts
+    /// `bytes` against the client's `host_memory` limit, and answers
+    /// [`Reply::HostRegion`]. Copies then move data between it and device
+    /// memory directly ([`Request::CopyFromHostRegion`],
+    /// [`Request::CopyToHostRegion`]).
+    AttachHost {
+        /// Its size, > 0.
+        bytes: u64,
+    },
+    /// Detaches a host region: its handle is gone at once (and its bytes no
+    /// longer count against the limit); the daemon unpins and unmaps it once
+    /// the work queued before now is done.
+    DetachHost(HostRegionId),
+    /// Copies `bytes` bytes from a host region to `dst`, in stream order,
+    /// with no staging copy. Answered when the copy is done (the span may be
+    /// reused).
+    CopyFromHostRegion {
+        /// Where in device memory.
+        dst: BufferSlice,
+        /// Where in the host region.
+        src: HostSlice,
+        /// How many.
+        bytes: u64,
+        /// Ordered after the stream's earlier work.
+        stream: StreamId,
+    },
+    /// Copies `bytes` bytes from `src` into a host region, in stream order,
+    /// with no staging copy. Answered when the data is there.
+    CopyToHostRegion {
+        /// Where in device memory.
+        src: BufferSlice,
+        /// Where in the host region.
+        dst: HostSlice,
+        /// How many.
+        bytes: u64,
+        /// Ordered after the stream's earlier work.
+        stream: StreamId,
     },
 }
 
@@ -329,6 +393,8 @@ pub enum Reply {
     Query(bool),
     /// The table of clients.
     Status(Status),
+    /// The attached host region ([`Request::AttachHost`]).
+    HostRegion(HostRegionId),
 }
 
 /// What the daemon tells a client at the handshake.
@@ -361,6 +427,9 @@ pub struct Limits {
     pub queued_ops: u32,
     /// The largest shared region it may attach, bytes.
     pub shm_bytes: u64,
+    /// Host regions ([`Request::AttachHost`]) it may have attached at once,
+    /// bytes in all.
+    pub host_memory_bytes: u64,
 }
 
 /// Why a request failed. `kind` is for programs, `message` for people.
@@ -388,7 +457,7 @@ pub enum ErrorKind {
     },
     /// The config does not allow this uid, or this priority or weight.
     NotPermitted,
-    /// Over a limit of the config (memory, queued operations, shared region).
+    /// Over a limit of the config (memory, queued operations, shared region, host memory).
     Quota,
     /// The device has no memory left (under the client's quota).
     OutOfMemory,
@@ -462,6 +531,9 @@ pub struct Status {
     pub memory_used: u64,
     /// Device memory in all, bytes.
     pub memory_total: u64,
+    /// Host memory the daemon holds pinned for its clients' host regions
+    /// ([`Request::AttachHost`]), detached ones still in use included, bytes.
+    pub host_memory_used: u64,
     /// Seconds since the daemon started.
     pub uptime_s: f64,
     /// Contexts rebuilt after a fault.
@@ -491,6 +563,10 @@ pub struct ClientStatus {
     pub memory_used: u64,
     /// Its memory quota, bytes.
     pub memory_quota: u64,
+    /// Host memory of its attached host regions, bytes.
+    pub host_memory_used: u64,
+    /// Its host memory limit, bytes.
+    pub host_memory_quota: u64,
     /// Operations queued (not started).
     pub ops_queued: u32,
     /// Operations running.
@@ -529,6 +605,10 @@ impl Request {
             Request::Status => "Status",
             Request::Goodbye => "Goodbye",
             Request::UseRings { .. } => "UseRings",
+            Request::AttachHost { .. } => "AttachHost",
+            Request::DetachHost(_) => "DetachHost",
+            Request::CopyFromHostRegion { .. } => "CopyFromHostRegion",
+            Request::CopyToHostRegion { .. } => "CopyToHostRegion",
         }
     }
 }

@@ -69,3 +69,27 @@ proptest! {
         let _ = decode_frame_body::<ServerFrame>(&body);
     }
 }
+
+/// Version 4's host-region requests round-trip and were added after every
+/// earlier request and reply, so the earlier ones keep their bytes.
+#[test]
+fn host_region_requests_round_trip_after_the_earlier_ones() {
+    let body = |request: Request| encode_frame(&ClientFrame { id: 5, request }).unwrap()[4..].to_vec();
+    assert_eq!(body(Request::Status), vec![5, 19]);
+    assert_eq!(body(Request::UseRings { capacity: 1 }), vec![5, 21, 1]);
+    assert_eq!(body(Request::AttachHost { bytes: 1 }), vec![5, 22, 1]);
+    assert_eq!(body(Request::DetachHost(HostRegionId(2))), vec![5, 23, 2]);
+    let dst = BufferSlice { buffer: BufferId(1), offset: 0 };
+    let host = HostSlice { region: HostRegionId(2), offset: 3 };
+    for request in [
+        Request::CopyFromHostRegion { dst, src: host, bytes: 4, stream: StreamId(1) },
+        Request::CopyToHostRegion { src: dst, dst: host, bytes: 4, stream: StreamId(1) },
+    ] {
+        let frame = ClientFrame { id: 9, request };
+        let bytes = encode_frame(&frame).unwrap();
+        assert_eq!(decode_frame_body::<ClientFrame>(&bytes[4..]).unwrap(), frame);
+    }
+    let reply = ServerFrame::Reply { id: 3, result: Ok(Reply::HostRegion(HostRegionId(7))) };
+    let bytes = encode_frame(&reply).unwrap();
+    assert_eq!(decode_frame_body::<ServerFrame>(&bytes[4..]).unwrap(), reply);
+}

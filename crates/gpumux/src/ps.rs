@@ -104,10 +104,11 @@ pub fn render(s: &Status) -> String {
     );
     let _ = writeln!(
         out,
-        "{} clients   memory {} / {}   ops {} queued, {} running   SMs {} / {} held",
+        "{} clients   memory {} / {}   pinned host {}   ops {} queued, {} running   SMs {} / {} held",
         s.clients.len(),
         bytes(s.memory_used),
         bytes(s.memory_total),
+        bytes(s.host_memory_used),
         queued,
         running,
         held,
@@ -116,15 +117,27 @@ pub fn render(s: &Status) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6} {:>21} {:>6} {:>5} {:>4} {:>8} {:>8}",
-        "ID", "PID", "UID", "NAME", "PRIO", "WEIGHT", "MEMORY / QUOTA", "QUEUED", "RUN", "SMS", "PREEMPT", "KERNELS"
+        "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6} {:>21} {:>10} {:>6} {:>5} {:>4} {:>8} {:>8}",
+        "ID",
+        "PID",
+        "UID",
+        "NAME",
+        "PRIO",
+        "WEIGHT",
+        "MEMORY / QUOTA",
+        "PINNED",
+        "QUEUED",
+        "RUN",
+        "SMS",
+        "PREEMPT",
+        "KERNELS"
     );
     for c in &s.clients {
         let name: String = c.name.chars().take(20).collect();
         let memory = format!("{} / {}", bytes(c.memory_used), bytes(c.memory_quota));
         let _ = writeln!(
             out,
-            "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6.2} {:>21} {:>6} {:>5} {:>4} {:>8} {:>8}",
+            "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6.2} {:>21} {:>10} {:>6} {:>5} {:>4} {:>8} {:>8}",
             c.client,
             c.pid,
             c.uid,
@@ -132,6 +145,7 @@ pub fn render(s: &Status) -> String {
             c.priority,
             c.weight,
             memory,
+            bytes(c.host_memory_used),
             c.ops_queued,
             c.ops_running,
             c.sms_held,
@@ -234,6 +248,8 @@ mod tests {
             weight: 1.5,
             memory_used: used,
             memory_quota: 1 << 30,
+            host_memory_used: 512 << 20,
+            host_memory_quota: 4 << 30,
             ops_queued: queued,
             ops_running: running,
             sms_held: sms,
@@ -246,6 +262,7 @@ mod tests {
             sms: 132,
             memory_used: 3 << 20,
             memory_total: 80 << 30,
+            host_memory_used: 1 << 30,
             uptime_s: 12.4,
             context_rebuilds: 0,
             clients: vec![row(1, "vector_add", 1 << 20, 2, 1, 66), row(2, "matmul", 2 << 20, 0, 1, 66)],
@@ -253,10 +270,13 @@ mod tests {
         let text = render(&status);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "device sim:h100   policy dss-cs   up 12 s   context rebuilds 0");
-        assert_eq!(lines[1], "2 clients   memory 3.0 MiB / 80.0 GiB   ops 2 queued, 2 running   SMs 132 / 132 held");
+        assert_eq!(
+            lines[1],
+            "2 clients   memory 3.0 MiB / 80.0 GiB   pinned host 1.0 GiB   ops 2 queued, 2 running   SMs 132 / 132 held"
+        );
         assert!(lines[3].split_whitespace().eq([
-            "ID", "PID", "UID", "NAME", "PRIO", "WEIGHT", "MEMORY", "/", "QUOTA", "QUEUED", "RUN", "SMS", "PREEMPT",
-            "KERNELS"
+            "ID", "PID", "UID", "NAME", "PRIO", "WEIGHT", "MEMORY", "/", "QUOTA", "PINNED", "QUEUED", "RUN", "SMS",
+            "PREEMPT", "KERNELS"
         ]));
         assert!(lines[4].split_whitespace().eq([
             "1",
@@ -270,6 +290,8 @@ mod tests {
             "/",
             "1.0",
             "GiB",
+            "512.0",
+            "MiB",
             "2",
             "1",
             "66",

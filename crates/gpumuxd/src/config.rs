@@ -10,6 +10,7 @@
 //! uid = 1000
 //! max_priority = 10
 //! memory = "8 GiB"
+//! host_memory = "16 GiB"    # pinned host memory (Client::alloc_host)
 //!
 //! [[allow]]
 //! any = true                # everyone else
@@ -68,13 +69,29 @@ pub struct ClientLimits {
     pub queued_ops: u32,
     /// Largest shared region, bytes.
     pub shm: u64,
+    /// Host regions (`AttachHost`, the client library's `alloc_host`) it may
+    /// have attached at once, bytes in all: memory the daemon keeps pinned
+    /// (page-locked) for it, which the rest of the machine cannot page.
+    pub host_memory: u64,
 }
+
+/// [`ClientLimits::host_memory`] by default: room for a 1 GiB buffer each
+/// way and more, while a few clients cannot lock most of a machine's RAM.
+pub const DEFAULT_HOST_MEMORY: u64 = 4 << 30;
 
 impl Default for ClientLimits {
     /// Priorities 0..=10 (clients start at 0), weights up to 10, all of the
-    /// device's memory, 4096 operations in flight, a 1 GiB shared region.
+    /// device's memory, 4096 operations in flight, a 1 GiB shared region,
+    /// 4 GiB of pinned host memory ([`DEFAULT_HOST_MEMORY`]).
     fn default() -> Self {
-        ClientLimits { max_priority: 10, max_weight: 10.0, memory: u64::MAX, queued_ops: 4096, shm: 1 << 30 }
+        ClientLimits {
+            max_priority: 10,
+            max_weight: 10.0,
+            memory: u64::MAX,
+            queued_ops: 4096,
+            shm: 1 << 30,
+            host_memory: DEFAULT_HOST_MEMORY,
+        }
     }
 }
 
@@ -87,6 +104,7 @@ impl ClientLimits {
             memory_bytes: self.memory.min(device_memory),
             queued_ops: self.queued_ops,
             shm_bytes: self.shm,
+            host_memory_bytes: self.host_memory,
         }
     }
 }
@@ -162,6 +180,7 @@ struct RawAllow {
     memory: Option<Bytes>,
     queued_ops: Option<u32>,
     shm: Option<Bytes>,
+    host_memory: Option<Bytes>,
 }
 
 /// A byte count written as an integer or a string with a unit (`"8 GiB"`).
@@ -259,6 +278,7 @@ impl Config {
                 memory: a.memory.map_or(d.memory, |b| b.0),
                 queued_ops: a.queued_ops.unwrap_or(d.queued_ops),
                 shm: a.shm.map_or(d.shm, |b| b.0),
+                host_memory: a.host_memory.map_or(d.host_memory, |b| b.0),
             };
             if !(limits.max_weight.is_finite() && limits.max_weight > 0.0) {
                 return Err(invalid(format!("[[allow]] entry {n}: max_weight must be a number > 0")));
@@ -295,6 +315,16 @@ mod tests {
         assert_eq!(c.limits_for(1000, 50).map(|l| (l.memory, l.max_priority)), Some((8 << 30, 5)));
         assert_eq!(c.limits_for(1001, 50).map(|l| l.queued_ops), Some(7));
         assert_eq!(c.limits_for(1001, 51).map(|l| l.memory), Some(1024));
+    }
+
+    #[test]
+    fn host_memory_takes_units_and_defaults_to_4_gib() {
+        let c = parse("[[allow]]\nuid = 5\nhost_memory = \"512 MiB\"\n\n[[allow]]\nany = true\n").unwrap();
+        assert_eq!(c.limits_for(5, 0).map(|l| l.host_memory), Some(512 << 20));
+        assert_eq!(c.limits_for(6, 0).map(|l| l.host_memory), Some(DEFAULT_HOST_MEMORY));
+        assert_eq!(DEFAULT_HOST_MEMORY, 4 << 30);
+        let e = parse("[[allow]]\nuid = 5\nhost_memory = -1\n").unwrap_err().to_string();
+        assert!(e.contains("line 3"), "{e}");
     }
 
     #[test]

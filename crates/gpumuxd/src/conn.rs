@@ -13,20 +13,21 @@ use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 
 /// Descriptors a client may have in flight before we call it abuse: one
-/// region at a time is what the protocol needs, a few more is slack.
+/// region at a time is what the protocol needs (the client library attaches
+/// its regions one at a time), a few more is slack.
 const MAX_PENDING_FDS: usize = 4;
 
 /// What a connection yields.
 #[derive(Debug)]
 pub enum Inbound {
     /// A well-formed request, in turn. `fd` is the memfd that came with an
-    /// `AttachShm` or `UseRings` (`None` if none did; that is refused).
+    /// `AttachShm`, `AttachHost` or `UseRings` (`None` if none did; that is refused).
     Request {
         /// The client's id for the reply.
         id: u64,
         /// The request.
         request: Request,
-        /// The descriptor sent with it (only for `AttachShm`).
+        /// The descriptor sent with it (only for `AttachShm`, `AttachHost` and `UseRings`).
         fd: Option<OwnedFd>,
     },
     /// The client broke a rule: send it this error and disconnect it.
@@ -45,7 +46,7 @@ pub enum Inbound {
 #[derive(Debug, Default)]
 pub struct Connection {
     reader: FrameReader,
-    /// Descriptors received and not yet claimed by an `AttachShm`.
+    /// Descriptors received and not yet claimed by an `AttachShm` or `AttachHost`.
     fds: VecDeque<OwnedFd>,
     greeted: bool,
     broken: bool,
@@ -82,7 +83,7 @@ impl Connection {
         self.receive_with(bytes, fds, out, &mut Vec::new)
     }
 
-    /// [`Connection::receive`] for bytes from the rings: an `AttachShm` that
+    /// [`Connection::receive`] for bytes from the rings: an `AttachShm` or `AttachHost` that
     /// finds no descriptor waiting calls `more_fds` (a read of the socket,
     /// where its descriptor was sent before the frame).
     pub fn receive_ringed(&mut self, bytes: &[u8], out: &mut Vec<Inbound>, more_fds: &mut dyn FnMut() -> Vec<OwnedFd>) {
@@ -101,7 +102,11 @@ impl Connection {
     fn check_fds(&mut self, out: &mut Vec<Inbound>) -> bool {
         if self.fds.len() > MAX_PENDING_FDS {
             let n = self.fds.len();
-            self.violate(ErrorKind::Protocol, format!("{n} file descriptors sent without AttachShm requests"), out);
+            self.violate(
+                ErrorKind::Protocol,
+                format!("{n} file descriptors sent without AttachShm or AttachHost requests"),
+                out,
+            );
             return false;
         }
         true
@@ -144,7 +149,7 @@ impl Connection {
             self.greeted = true;
             let fd = match frame.request {
                 // The requests that come with a descriptor.
-                Request::AttachShm { .. } | Request::UseRings { .. } => {
+                Request::AttachShm { .. } | Request::AttachHost { .. } | Request::UseRings { .. } => {
                     if self.fds.is_empty() && self.ringed {
                         let fds = more_fds();
                         self.fds.extend(fds);
@@ -160,7 +165,7 @@ impl Connection {
         }
         // A descriptor sent with a frame arrives with the frame's first byte;
         // with no partial frame left, any still unclaimed came with no
-        // AttachShm: close them. (Ringed, one may come ahead of its frame.)
+        // AttachShm or AttachHost: close them. (Ringed, one may come ahead of its frame.)
         if self.reader.pending() == 0 && !self.ringed {
             self.fds.clear();
         }

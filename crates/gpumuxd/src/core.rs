@@ -10,6 +10,7 @@
 //!
 //! Here: the core's state, its loop and client connections. Beside it:
 //! `requests.rs` (each request checked, carried out and answered),
+//! `host.rs` (host regions: a client's memory the device copies from directly),
 //! `device.rs` (commands out, events in, completions back, the stage log)
 //! and `recovery.rs` (a device failure: a lost context rebuilt and every
 //! client put back).
@@ -44,6 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod device;
+mod host;
 mod load_parts;
 mod recovery;
 mod requests;
@@ -208,6 +210,8 @@ const SLOW_URGENT: Nanos = 1_000_000;
 enum Release {
     Buffer(DevAddr),
     Region(Arc<ShmRegion>),
+    /// A detached host region (`AttachHost`).
+    Host(Arc<ShmRegion>),
 }
 
 #[derive(Debug)]
@@ -551,6 +555,9 @@ impl Core {
         if let Some(r) = &s.region {
             self.backend.unregister_host(r);
         }
+        for r in s.host_regions.values() {
+            self.backend.unregister_host(r);
+        }
         // Its modules: a daemon that serves clients for months would
         // otherwise keep every module any of them ever loaded.
         for m in s.modules.values() {
@@ -610,6 +617,8 @@ impl Core {
                     weight: s.weight,
                     memory_used: s.memory_used,
                     memory_quota: s.limits.memory.min(self.backend.info().mem_bytes),
+                    host_memory_used: s.host_used,
+                    host_memory_quota: s.limits.host_memory,
                     ops_queued: 0,
                     ops_running: 0,
                     sms_held: 0,
@@ -639,6 +648,7 @@ impl Core {
             sms: self.backend.info().num_sms as u32,
             memory_used,
             memory_total: self.backend.info().mem_bytes,
+            host_memory_used: self.host_memory_held(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             context_rebuilds: self.rebuilds,
             clients: rows.into_values().collect(),

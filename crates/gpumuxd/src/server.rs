@@ -9,8 +9,8 @@
 //! through the core), opens the connection's [`Outbox`] on the outgoing ring
 //! (the core writes replies into it directly, the writer when it must wait
 //! for room), and from then on polls its ring instead of the socket, which
-//! carries only doorbells, the descriptors of `AttachShm` and the end of the
-//! connection.
+//! carries only doorbells, the descriptors of `AttachShm` and `AttachHost`,
+//! and the end of the connection.
 
 use crate::config::Config;
 use crate::conn::{Connection, Inbound};
@@ -405,7 +405,7 @@ fn ring_loop(
             // Until the client's doorbell or end (an error here is seen on the read below).
             let _ = rx.sleep_on(stream.as_fd(), None);
         }
-        // Doorbells, descriptors ahead of their AttachShm, or the end.
+        // Doorbells, descriptors ahead of their AttachShm or AttachHost, or the end.
         loop {
             let mut fds = Vec::new();
             match crate::fdpass::recv_with_fds(sock, buf, &mut fds, true) {

@@ -9,7 +9,7 @@ use crate::shm::ShmRegion;
 use crate::spin::ConnSpin;
 use gpumux_engine::ids::{OpId, Slot};
 use gpumux_engine::time::Nanos;
-use gpumux_proto::{BufferId, ErrorReply, EventId, KernelId, ModuleId, ServerFrame, StreamId};
+use gpumux_proto::{BufferId, ErrorReply, EventId, HostRegionId, KernelId, ModuleId, ServerFrame, StreamId};
 use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -128,6 +128,10 @@ pub struct Session {
     pub memory_used: u64,
     /// Its shared region.
     pub region: Option<Arc<ShmRegion>>,
+    /// Its host regions (`AttachHost`), mapped and registered with the device.
+    pub host_regions: BTreeMap<HostRegionId, Arc<ShmRegion>>,
+    /// Bytes of its host regions (detached ones no longer count).
+    pub host_used: u64,
     /// Its modules.
     pub modules: BTreeMap<ModuleId, LoadedModule>,
     /// Its kernels.
@@ -164,6 +168,8 @@ impl Session {
             buffers: BTreeMap::new(),
             memory_used: 0,
             region: None,
+            host_regions: BTreeMap::new(),
+            host_used: 0,
             modules: BTreeMap::new(),
             kernels: BTreeMap::new(),
             streams: BTreeMap::new(),
@@ -177,7 +183,7 @@ impl Session {
         }
     }
 
-    /// A fresh handle number (buffers, modules, kernels and events share the
+    /// A fresh handle number (buffers, modules, kernels, events and host regions share the
     /// counter, so a handle of one kind is never valid as another by accident).
     pub fn next_handle(&mut self) -> u64 {
         let h = self.next_handle;

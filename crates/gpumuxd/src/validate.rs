@@ -6,7 +6,7 @@ use crate::backend::{DevAddr, KernelImage};
 use crate::session::Session;
 use gpumux_cuda::client::check_launch_shape;
 use gpumux_engine::kernel::DeviceInfo;
-use gpumux_proto::{Arg, BufferSlice, ErrorKind, ErrorReply, Launch, MAX_ARGS, MAX_PARAM_BYTES};
+use gpumux_proto::{Arg, BufferSlice, ErrorKind, ErrorReply, HostSlice, Launch, MAX_ARGS, MAX_PARAM_BYTES};
 
 /// The longest block time a launch may claim for the simulator (one minute):
 /// keeps every simulated duration far from overflow.
@@ -47,6 +47,33 @@ pub fn shm_span(s: &Session, offset: u64, bytes: u64) -> Result<std::sync::Arc<c
         return Err(err(
             ErrorKind::OutOfRange,
             format!("{bytes} bytes at offset {offset} do not fit in the shared region of {} bytes", r.len()),
+        ));
+    }
+    Ok(r.clone())
+}
+
+/// The host region of `bytes` bytes (> 0) from `slice`, if that span lies
+/// inside one of the client's host regions (`AttachHost`).
+pub fn host_span(
+    s: &Session,
+    slice: HostSlice,
+    bytes: u64,
+) -> Result<std::sync::Arc<crate::shm::ShmRegion>, ErrorReply> {
+    if bytes == 0 {
+        return Err(err(ErrorKind::Invalid, "a size of 0 bytes"));
+    }
+    let r = s.host_regions.get(&slice.region).ok_or_else(|| {
+        err(ErrorKind::NoSuchHandle, format!("host region {} is not yours (or was detached)", slice.region.0))
+    })?;
+    if !r.contains(slice.offset, bytes) {
+        return Err(err(
+            ErrorKind::OutOfRange,
+            format!(
+                "{bytes} bytes at offset {} do not fit in host region {} of {} bytes",
+                slice.offset,
+                slice.region.0,
+                r.len()
+            ),
         ));
     }
     Ok(r.clone())

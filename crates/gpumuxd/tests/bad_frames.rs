@@ -38,7 +38,9 @@ fn hello() -> Vec<u8> {
 fn random_request(r: &mut Rng) -> Request {
     let slice = |r: &mut Rng| BufferSlice { buffer: BufferId(r.below(6)), offset: r.below(1 << 12) };
     let stream = |r: &mut Rng| StreamId(r.below(3) as u32);
-    match r.below(16) {
+    // Host regions take handles from the counter buffers use: ids up to 12.
+    let host = |r: &mut Rng| HostSlice { region: HostRegionId(r.below(12)), offset: r.below(1 << 14) };
+    match r.below(20) {
         0 => Request::Alloc { bytes: r.below(1 << 17) },
         1 => Request::Free(BufferId(r.below(6))),
         2 => Request::Memset { dst: slice(r), value: r.next() as u8, bytes: r.below(1 << 13), stream: stream(r) },
@@ -68,6 +70,12 @@ fn random_request(r: &mut Rng) -> Request {
         12 => Request::QueryEvent(EventId(r.below(8))),
         13 => Request::SetPriority(r.next() as i32),
         14 => Request::SetWeight(f64::from_bits(r.next())),
+        // Mostly sizes the harness's memfd covers (it gives one to every
+        // AttachHost), some over it or over the limit.
+        15 => Request::AttachHost { bytes: if r.below(4) == 0 { r.next() } else { r.below(1 << 15) } },
+        16 => Request::DetachHost(HostRegionId(r.below(12))),
+        17 => Request::CopyFromHostRegion { dst: slice(r), src: host(r), bytes: r.below(1 << 13), stream: stream(r) },
+        18 => Request::CopyToHostRegion { src: slice(r), dst: host(r), bytes: r.below(1 << 13), stream: stream(r) },
         _ => Request::Status,
     }
 }
@@ -147,15 +155,19 @@ fn is_error_frame(f: &ServerFrame) -> bool {
 fn a_million_bad_frames_never_break_the_daemon() {
     let default = if cfg!(debug_assertions) { 50_000 } else { 1_000_000 };
     let target: u64 = std::env::var("GPUMUXD_BAD_FRAMES").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
-    let limits = ClientLimits { memory: 1 << 20, queued_ops: 64, shm: 1 << 20, ..ClientLimits::default() };
+    let limits =
+        ClientLimits { memory: 1 << 20, queued_ops: 64, shm: 1 << 20, host_memory: 1 << 16, ..ClientLimits::default() };
     let mut h = Harness::new(limits).expect("core starts");
     let mut r = Rng(0x9e37_79b9_7f4a_7c15);
-    let (mut frames, mut clients) = (0u64, 0u64);
+    let (mut frames, mut clients, mut host_regions) = (0u64, 0u64, 0u64);
     while frames < target {
         let seed = r.0;
         let (chunks, must_error) = bad_client(&mut r, &mut frames);
         let refs: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
         let out = h.connection(&refs).unwrap_or_else(|e| panic!("the core failed (seed {seed:#x}): {e}"));
+        host_regions +=
+            out.iter().filter(|f| matches!(f, ServerFrame::Reply { result: Ok(Reply::HostRegion(_)), .. })).count()
+                as u64;
         if must_error {
             assert!(out.iter().any(is_error_frame), "client {clients} (seed {seed:#x}) got no error frame: {out:?}");
         }
@@ -167,7 +179,9 @@ fn a_million_bad_frames_never_break_the_daemon() {
         let _ = h.connection(&[]);
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    assert!(host_regions > 0, "no host region was ever attached: the host copies went untested");
     assert_eq!(h.core().memory_held(), 0, "gone clients' memory is freed");
+    assert_eq!(h.core().host_memory_held(), 0, "gone clients' host regions are unpinned");
 
     // A good client still works.
     let alloc = frame(2, Request::Alloc { bytes: 4096 });
@@ -190,5 +204,5 @@ fn a_million_bad_frames_never_break_the_daemon() {
         })
         .collect();
     assert_eq!(&replies[..3], &[(1, true), (2, true), (3, true)], "{out:?}");
-    eprintln!("{frames} frames from {clients} clients");
+    eprintln!("{frames} frames from {clients} clients; {host_regions} host regions attached");
 }

@@ -188,6 +188,7 @@ fn serve(stream: UnixStream, behaviour: Behaviour) -> Log {
                         memory_bytes: 1 << 30,
                         queued_ops: 100,
                         shm_bytes: behaviour.shm_limit,
+                        host_memory_bytes: 1 << 30,
                     };
                     let welcome = Welcome {
                         version: VERSION,

@@ -76,8 +76,21 @@ impl Core {
         }
         self.launches.clear();
         self.copies.clear();
-        // Their memory went with the context.
-        self.deferred.clear();
+        // Their memory went with the context; regions waiting to be
+        // unpinned are unpinned now (a rebuilt context pins again what is
+        // still registered).
+        for d in std::mem::take(&mut self.deferred) {
+            if let Release::Region(r) | Release::Host(r) = d.release {
+                self.backend.unregister_host(&r);
+            }
+        }
+        // Gone clients' regions too: they are dropped here, not reaped.
+        let gone = self.sessions.values().filter(|s| s.phase == Phase::Gone);
+        let regions: Vec<Arc<ShmRegion>> =
+            gone.flat_map(|s| s.region.iter().chain(s.host_regions.values())).cloned().collect();
+        for r in regions {
+            self.backend.unregister_host(&r);
+        }
         self.sessions.retain(|_, s| s.phase != Phase::Gone);
         self.backend.rebuild().map_err(CoreError::Rebuild)?;
         self.engine = new_engine(self.backend.as_ref(), &self.policy)?;
@@ -122,6 +135,18 @@ impl Core {
             if let Err(e) = self.backend.register_host(r) {
                 tracing::error!("client {client}'s shared region cannot be registered again: {e}");
                 s.region = None;
+            }
+        }
+        let mut unpinned = Vec::new();
+        for (id, r) in &s.host_regions {
+            if let Err(e) = self.backend.register_host(r) {
+                tracing::error!("client {client}'s host region {} cannot be registered again: {e}", id.0);
+                unpinned.push(*id);
+            }
+        }
+        for id in unpinned {
+            if let Some(r) = s.host_regions.remove(&id) {
+                s.host_used -= r.len() as u64;
             }
         }
         for m in s.modules.values() {

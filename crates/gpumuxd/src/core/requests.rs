@@ -103,6 +103,11 @@ impl Core {
             Request::SetPriority(p) => self.set_priority(client, p),
             Request::SetWeight(w) => self.set_weight(client, w),
             Request::AttachShm { bytes } => self.attach_shm(client, bytes, fd),
+            Request::AttachHost { bytes } => self.attach_host(client, bytes, fd),
+            Request::DetachHost(h) => self.detach_host(client, h),
+            copy @ (Request::CopyFromHostRegion { .. } | Request::CopyToHostRegion { .. }) => {
+                return self.host_copy(client, id, copy);
+            }
             Request::Alloc { bytes } => self.alloc(client, bytes),
             Request::Free(b) => self.free(client, b),
             Request::Memset { dst, value, bytes, stream } => self
@@ -184,11 +189,11 @@ impl Core {
         Some(r)
     }
 
-    fn session(&self, client: u64) -> Result<&Session, ErrorReply> {
+    pub(super) fn session(&self, client: u64) -> Result<&Session, ErrorReply> {
         self.sessions.get(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))
     }
 
-    fn session_mut(&mut self, client: u64) -> Result<&mut Session, ErrorReply> {
+    pub(super) fn session_mut(&mut self, client: u64) -> Result<&mut Session, ErrorReply> {
         self.sessions.get_mut(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))
     }
 
@@ -292,13 +297,13 @@ impl Core {
     }
 
     /// The client's operations tracked now (what a release must wait for).
-    fn client_ops(&self, client: u64) -> Vec<OpId> {
+    pub(super) fn client_ops(&self, client: u64) -> Vec<OpId> {
         let mut v: Vec<OpId> = self.ops.iter().filter(|(_, e)| e.client == client).map(|(op, _)| *op).collect();
         v.sort_unstable();
         v
     }
 
-    fn defer(&mut self, waiting_for: Vec<OpId>, release: Release) {
+    pub(super) fn defer(&mut self, waiting_for: Vec<OpId>, release: Release) {
         self.deferred.push(Deferred { waiting_for, release });
         self.release_ready();
     }
@@ -316,7 +321,7 @@ impl Core {
                         tracing::error!("freeing a buffer: {e}");
                     }
                 }
-                Release::Region(r) => self.backend.unregister_host(&r),
+                Release::Region(r) | Release::Host(r) => self.backend.unregister_host(&r),
             }
         }
     }
@@ -421,7 +426,7 @@ impl Core {
         Ok(())
     }
 
-    fn submit_copy(
+    pub(super) fn submit_copy(
         &mut self,
         client: u64,
         stream: StreamId,
