@@ -752,11 +752,17 @@ mod tests {
             request(core, client, 1, hello);
             let module = Request::LoadModule { name: "m.cu".into(), source: source.into(), options: Vec::new() };
             request(core, client, 2, module);
-            // Answered once the device reports the load, in a pump.
-            core.pump().expect("pump");
-            let loaded =
-                rx.try_iter().any(|f| matches!(f, ServerFrame::Reply { id: 2, result: Ok(Reply::Module { .. }) }));
-            assert!(loaded, "client {client} loaded its module");
+            // Answered once the device reports the load (transformed on a
+            // thread of its own), in a pump.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut loaded = false;
+            while !loaded {
+                assert!(Instant::now() < deadline, "client {client}'s module never loaded");
+                core.pump().expect("pump");
+                loaded =
+                    rx.try_iter().any(|f| matches!(f, ServerFrame::Reply { id: 2, result: Ok(Reply::Module { .. }) }));
+                std::thread::sleep(Duration::from_micros(100));
+            }
             rx
         };
         let _one = load(&mut core, 1, source);

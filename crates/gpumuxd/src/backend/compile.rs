@@ -15,7 +15,7 @@ use gpumux_cuda::error::Chain;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-/// Compile threads: two, so that a small module need not wait behind a large one.
+/// Compile threads.
 const WORKERS: usize = 2;
 
 /// Transforms and compiles one module for `sm_{arch}` (and its kernels as
@@ -44,92 +44,99 @@ pub fn compile(
     Ok(compiled)
 }
 
-/// One module to compile.
-struct Job {
-    token: u64,
-    name: String,
-    source: String,
-    options: Vec<String>,
-    arch: u32,
-    native: bool,
-}
+/// A job of a [`WorkPool`]: its token and the work.
+type Job<T> = (u64, Box<dyn FnOnce() -> T + Send>);
 
-/// A compile that finished.
-pub struct Compiled {
-    /// The load's token.
-    pub token: u64,
-    /// The module's name.
-    pub name: String,
-    /// The module, or why it did not compile.
-    pub result: Result<CompiledModule, LoadError>,
-}
-
-/// Worker threads that compile modules in the order given (module doc).
-pub struct CompilePool {
-    jobs: Option<Sender<Job>>,
-    done: Receiver<Compiled>,
-    /// Compiled on the caller's thread (no worker ran), for the next `take`.
-    ready: Vec<Compiled>,
-    /// Compiles given and not yet taken back.
+/// Worker threads that run jobs in the order given and hand back their
+/// results by token (module doc): the CUDA backend's compiles, the simulated
+/// device's transformations.
+pub struct WorkPool<T: Send + 'static> {
+    jobs: Option<Sender<Job<T>>>,
+    done: Receiver<(u64, T)>,
+    /// Run on the caller's thread (no worker ran), for the next `take`.
+    ready: Vec<(u64, T)>,
+    /// Jobs given and not yet taken back.
     pending: usize,
 }
 
-impl CompilePool {
-    /// Starts the workers.
-    pub fn new() -> CompilePool {
-        let (jobs, queue) = channel::<Job>();
+/// The CUDA backend's compiles: each module's name and what came of it.
+pub type CompilePool = WorkPool<(String, Result<CompiledModule, LoadError>)>;
+
+impl<T: Send + 'static> WorkPool<T> {
+    /// Starts `workers` threads named `{name}{i}`.
+    pub fn new(name: &str, workers: usize) -> WorkPool<T> {
+        let (jobs, queue) = channel::<Job<T>>();
         let (report, done) = channel();
         let queue = Arc::new(Mutex::new(queue));
-        for i in 0..WORKERS {
+        for i in 0..workers.max(1) {
             let (queue, report) = (queue.clone(), report.clone());
-            let spawned = std::thread::Builder::new().name(format!("gpumuxd-compile{i}")).spawn(move || loop {
-                // The lock is held only to take the next job, not while compiling.
+            let spawned = std::thread::Builder::new().name(format!("{name}{i}")).spawn(move || loop {
+                // The lock is held only to take the next job, not while it runs.
                 let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).recv();
-                let Ok(job) = next else { return };
-                let result = compile(&job.name, &job.source, &job.options, job.arch, job.native);
-                if report.send(Compiled { token: job.token, name: job.name, result }).is_err() {
+                let Ok((token, job)) = next else { return };
+                if report.send((token, job())).is_err() {
                     return;
                 }
             });
             if let Err(e) = spawned {
-                // With no worker at all, `give` compiles in the caller's thread.
-                tracing::warn!("a compile thread did not start: {e}");
+                // With no worker at all, `give` runs jobs in the caller's thread.
+                tracing::warn!("a {name} thread did not start: {e}");
             }
         }
-        CompilePool { jobs: Some(jobs), done, ready: Vec::new(), pending: 0 }
+        WorkPool { jobs: Some(jobs), done, ready: Vec::new(), pending: 0 }
     }
 
-    /// Queues a compile; [`CompilePool::take`] returns it when done. If no
-    /// worker runs (none could start), it is compiled here and now.
-    pub fn give(&mut self, token: u64, name: &str, source: &str, options: &[String], arch: u32, native: bool) {
-        let job = Job { token, name: name.into(), source: source.into(), options: options.to_vec(), arch, native };
+    /// Queues a job; [`WorkPool::take`] returns its result when done. If no
+    /// worker runs (none could start), it runs here and now.
+    pub fn give(&mut self, token: u64, job: impl FnOnce() -> T + Send + 'static) {
         self.pending += 1;
-        if let Some(Err(std::sync::mpsc::SendError(job))) = self.jobs.as_ref().map(|j| j.send(job)) {
-            // Every worker is gone: compile on this thread rather than never.
-            let result = compile(&job.name, &job.source, &job.options, job.arch, job.native);
+        let job: Box<dyn FnOnce() -> T + Send> = Box::new(job);
+        let Some(jobs) = self.jobs.as_ref() else {
+            self.ready.push((token, job()));
+            return;
+        };
+        if let Err(std::sync::mpsc::SendError((token, job))) = jobs.send((token, job)) {
+            // Every worker is gone: run on this thread from now on rather than never.
             self.jobs = None;
-            self.ready.push(Compiled { token, name: job.name, result });
+            self.ready.push((token, job()));
         }
     }
 
-    /// The compiles that finished since the last call.
-    pub fn take(&mut self) -> Vec<Compiled> {
+    /// The results that came since the last call, with their tokens.
+    pub fn take(&mut self) -> Vec<(u64, T)> {
         let mut out = std::mem::take(&mut self.ready);
         out.extend(self.done.try_iter());
         self.pending = self.pending.saturating_sub(out.len());
         out
     }
 
-    /// Compiles given and not yet taken back.
+    /// Jobs given and not yet taken back.
     pub fn pending(&self) -> usize {
         self.pending
     }
 }
 
-impl Default for CompilePool {
-    fn default() -> Self {
-        CompilePool::new()
-    }
+/// The CUDA backend's compile pool (two threads, so that a small module
+/// need not wait behind a large one).
+pub fn compile_pool() -> CompilePool {
+    WorkPool::new("gpumuxd-compile", WORKERS)
+}
+
+/// Queues the compile of one module on `pool` (see [`compile`]).
+pub fn give_compile(
+    pool: &mut CompilePool,
+    token: u64,
+    name: &str,
+    source: &str,
+    options: &[String],
+    arch: u32,
+    native: bool,
+) {
+    let (name, source, options) = (name.to_string(), source.to_string(), options.to_vec());
+    pool.give(token, move || {
+        let result = compile(&name, &source, &options, arch, native);
+        (name, result)
+    });
 }
 
 #[cfg(test)]
@@ -142,10 +149,10 @@ mod tests {
     /// needs no NVRTC, so this runs everywhere.)
     #[test]
     fn compiles_come_back_by_token_from_the_pools_threads() {
-        let mut pool = CompilePool::new();
+        let mut pool = compile_pool();
         let refused = "__global__ void k() {\n  cooperative_groups::this_grid().sync();\n}\n";
         for token in 0..5 {
-            pool.give(token, "g.cu", refused, &[], 90, false);
+            give_compile(&mut pool, token, "g.cu", refused, &[], 90, false);
         }
         assert_eq!(pool.pending(), 5);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -156,11 +163,11 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(pool.pending(), 0);
-        let mut tokens: Vec<u64> = got.iter().map(|c| c.token).collect();
+        let mut tokens: Vec<u64> = got.iter().map(|(t, _)| *t).collect();
         tokens.sort();
         assert_eq!(tokens, vec![0, 1, 2, 3, 4]);
-        for c in got {
-            match c.result {
+        for (_, (_, result)) in got {
+            match result {
                 Err(LoadError::Transform { line, .. }) => assert_eq!(line, 2, "the grid sync's line"),
                 other => panic!("expected the transformation's refusal, got {:?}", other.map(|_| ())),
             }

@@ -39,7 +39,7 @@ pub fn open(spec: crate::daemon::CudaSpec) -> anyhow::Result<Box<dyn Backend>> {
         bound: HashMap::new(),
         pending: Vec::new(),
         failed: Vec::new(),
-        compiles: CompilePool::new(),
+        compiles: compile::compile_pool(),
     }))
 }
 
@@ -158,13 +158,13 @@ impl Backend for CudaBackend {
 
     fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
         let (arch, native) = (self.device.arch(), self.device.hw_priority().0);
-        self.compiles.give(token, name, source, options, arch, native);
+        compile::give_compile(&mut self.compiles, token, name, source, options, arch, native);
     }
 
     fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
-        for c in self.compiles.take() {
-            let result = c.result.and_then(|m| self.load_compiled(&c.name, &m));
-            out.push(Loaded { token: c.token, result });
+        for (token, (name, result)) in self.compiles.take() {
+            let result = result.and_then(|m| self.load_compiled(&name, &m));
+            out.push(Loaded { token, result });
         }
     }
 

@@ -13,6 +13,7 @@
 //! first block ends: the deterministic stand-in for a GPU fault that lets CI
 //! test recovery.
 
+use super::compile::WorkPool;
 use super::copy_engine::{CopyEngine, Move, ON_THREAD_FROM};
 use super::{
     Backend, DevAddr, Failure, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed,
@@ -41,7 +42,9 @@ const ALIGN: u64 = 256;
 /// while simulated time chased the clock (issue 36, case 4). Past it the
 /// device runs behind the clock, and the core serves requests between polls.
 const EVENTS_PER_POLL: u64 = 20_000;
-/// How often moves under way on the copy engine's thread are looked for.
+/// A module's source and options, and its launchable kernels ([`launchable`]).
+type SimTransform = ((String, Vec<String>), Result<Vec<(String, bool)>, LoadError>);
+/// How often moves under way on the copy engine's thread (and transformations) are looked for.
 const MOVE_LOOK: Duration = Duration::from_micros(100);
 /// Registers per thread the simulator assumes of a kernel (nothing is compiled to say).
 const SIM_REGS_PER_THREAD: u32 = 32;
@@ -134,10 +137,10 @@ pub struct SimBackend {
     /// Compiled modules by source and options, and how many loads hold each
     /// (a load of the same source gets the same kernels).
     modules: HashMap<(String, Vec<String>), (ModuleImage, usize)>,
-    /// Loads started ([`Backend::start_load`]) and not yet taken: token, name,
-    /// source, options. Loaded when taken (the transformation is quick), so
-    /// a rebuild in between loads them into the new context.
-    starting: Vec<(u64, String, String, Vec<String>)>,
+    /// Loads started ([`Backend::start_load`]): their transformation, on a
+    /// thread; the kernels get codes when the load is taken, so a rebuild in
+    /// between loads them into the new context.
+    transforms: WorkPool<SimTransform>,
     trapping: HashSet<KernelCode>,
     next_code: u64,
     fault: Option<Fault>,
@@ -170,7 +173,7 @@ impl SimBackend {
             bound: HashMap::new(),
             copies: HashMap::new(),
             modules: HashMap::new(),
-            starting: Vec::new(),
+            transforms: WorkPool::new("gpumuxd-transform", 1),
             trapping: HashSet::new(),
             next_code: 0,
             fault: None,
@@ -235,6 +238,53 @@ impl SimBackend {
             }
             OpWork::Kernel { .. } => return Err(fatal(format!("operation {op} is a kernel, not a copy"))),
         })
+    }
+}
+
+/// A module's launchable kernels, as the transformation finds them: each
+/// defined, non-template kernel's name and whether its body traps.
+fn launchable(source: &str) -> Result<Vec<(String, bool)>, LoadError> {
+    let t = transform(source).map_err(transform_error)?;
+    Ok(t.kernels
+        .iter()
+        .filter(|k| k.defined && !k.template)
+        .map(|k| (k.name.clone(), body_traps(&t.source, &k.name)))
+        .collect())
+}
+
+impl SimBackend {
+    /// The image of a module loaded before with the same source and options
+    /// (another load holds it now too).
+    fn cached(&mut self, key: &(String, Vec<String>)) -> Option<ModuleImage> {
+        let (m, loads) = self.modules.get_mut(key)?;
+        *loads += 1;
+        Some(ModuleImage { cached: true, ..m.clone() })
+    }
+
+    /// Gives a module's kernels codes: its image, loaded once.
+    fn register(&mut self, key: (String, Vec<String>), launchable: Vec<(String, bool)>) -> ModuleImage {
+        let mut kernels = Vec::new();
+        for (name, traps) in launchable {
+            let code = KernelCode(self.next_code);
+            self.next_code += 1;
+            if traps {
+                self.trapping.insert(code);
+            }
+            kernels.push(KernelImage {
+                name,
+                code,
+                param_sizes: None,
+                regs_per_thread: SIM_REGS_PER_THREAD,
+                static_smem: 0,
+                max_threads_per_block: 1024,
+                // CUDA's default for a kernel that did not opt in to more
+                // (what the CUDA device's kernels have: it opts in to nothing).
+                max_dynamic_smem: SIM_MAX_DYNAMIC_SMEM,
+            });
+        }
+        let image = ModuleImage { kernels, log: String::new(), cached: false };
+        self.modules.insert(key, (image.clone(), 1));
+        image
     }
 }
 
@@ -325,42 +375,31 @@ impl Backend for SimBackend {
 
     fn load_module(&mut self, _name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
         let key = (source.to_string(), options.to_vec());
-        if let Some((m, loads)) = self.modules.get_mut(&key) {
-            *loads += 1;
-            return Ok(ModuleImage { cached: true, ..m.clone() });
+        if let Some(image) = self.cached(&key) {
+            return Ok(image);
         }
-        let t = transform(source).map_err(transform_error)?;
-        let mut kernels = Vec::new();
-        for k in t.kernels.iter().filter(|k| k.defined && !k.template) {
-            let code = KernelCode(self.next_code);
-            self.next_code += 1;
-            if body_traps(&t.source, &k.name) {
-                self.trapping.insert(code);
-            }
-            kernels.push(KernelImage {
-                name: k.name.clone(),
-                code,
-                param_sizes: None,
-                regs_per_thread: SIM_REGS_PER_THREAD,
-                static_smem: 0,
-                max_threads_per_block: 1024,
-                // CUDA's default for a kernel that did not opt in to more
-                // (what the CUDA device's kernels have: it opts in to nothing).
-                max_dynamic_smem: SIM_MAX_DYNAMIC_SMEM,
-            });
-        }
-        let image = ModuleImage { kernels, log: String::new(), cached: false };
-        self.modules.insert(key, (image.clone(), 1));
-        Ok(image)
+        let kernels = launchable(source)?;
+        Ok(self.register(key, kernels))
     }
 
-    fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
-        self.starting.push((token, name.into(), source.into(), options.to_vec()));
+    fn start_load(&mut self, token: u64, _name: &str, source: &str, options: &[String]) {
+        // The transformation runs on the pool's thread (a large module takes
+        // ms: issue 36, "compiles run off the core"); kernels get their codes
+        // when the core takes the load.
+        let key = (source.to_string(), options.to_vec());
+        self.transforms.give(token, move || {
+            let kernels = launchable(&key.0);
+            (key, kernels)
+        });
     }
 
     fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
-        for (token, name, source, options) in std::mem::take(&mut self.starting) {
-            out.push(Loaded { token, result: self.load_module(&name, &source, &options) });
+        for (token, (key, kernels)) in self.transforms.take() {
+            let result = match self.cached(&key) {
+                Some(image) => Ok(image),
+                None => kernels.map(|k| self.register(key, k)),
+            };
+            out.push(Loaded { token, result });
         }
     }
 
@@ -467,8 +506,9 @@ impl Backend for SimBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        if !self.starting.is_empty() {
-            return Wake::After(Duration::ZERO);
+        if self.transforms.pending() > 0 {
+            // A transformation's end is looked for, not announced.
+            return Wake::After(MOVE_LOOK);
         }
         if self.unsettled {
             return Wake::After(Duration::ZERO);
