@@ -43,7 +43,7 @@ const EVENT_QUERY_AFTER: std::time::Duration = std::time::Duration::from_micros(
 const EVENT_QUERY_EVERY: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Set to `event` to find a native launch's end by querying its end event, as
-/// before its end was published in host memory (for comparisons: docs/benchmarks.md,
+/// before its end was published in host memory (for comparisons: docs/history/benchmarks.md,
 /// runs 182-183).
 pub const NATIVE_END_VAR: &str = "GPUMUX_NATIVE_END";
 

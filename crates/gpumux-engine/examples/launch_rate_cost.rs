@@ -4,7 +4,7 @@
 //! queued, on the scripted device (simulated time, no GPU), until 200,000
 //! kernels have completed. Every engine call is timed, by kind: on a GPU the
 //! daemon's core makes them between its device exchanges, and its own work
-//! per launch bounds the aggregate launch rate (docs/benchmarks.md, "Where an
+//! per launch bounds the aggregate launch rate (docs/history/benchmarks.md, "Where an
 //! 8-client launch's time goes").
 //!
 //!     cargo run --release -p gpumux-engine --example launch_rate_cost [POLICY] [PROCESSES]

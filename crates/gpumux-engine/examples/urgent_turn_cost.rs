@@ -8,7 +8,7 @@
 //!
 //!     cargo run --release -p gpumux-engine --example urgent_turn_cost [POLICY]
 //!
-//! docs/benchmarks.md ("The engine's turn") has what it measured.
+//! docs/history/benchmarks.md ("The engine's turn on an urgent kernel's path") has what it measured.
 mod common;
 
 use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};

@@ -1,4 +1,4 @@
-//! The wire protocol between gpumuxd and its clients (docs/daemon.md, "Protocol").
+//! The wire protocol between gpumuxd and its clients (docs/daemon.md, "The protocol").
 //!
 //! No I/O here: message types, the frame codec and the limits both sides
 //! check. The daemon (`gpumuxd`) and the client library (`gpumux-client`)

@@ -45,7 +45,7 @@ pub fn h200() -> DeviceInfo {
 
 /// H100 per-SM memory ceiling: κ = 2.5, i.e. 2.5 × 3.35 TB/s / 132 = 63.4 GB/s
 /// per SM, so a streaming kernel saturates HBM with 53 of the 132 SMs.
-/// Source: our own H100 measurement (docs/benchmarks.md, "Spatial sharing",
+/// Source: our own H100 measurement (docs/history/benchmarks.md, "gpumux-cuda: preemptible workers on a real H100",
 /// 2026-11-22): the memory-bound triad took 10.64 ms on all 132 SMs, 17.32 ms
 /// on 33 and 33.86 ms on 16 (next to a compute-bound sgemm). Below saturation
 /// time ∝ 1 / (SMs × per-SM rate), so the per-SM rate is

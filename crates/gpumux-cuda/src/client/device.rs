@@ -151,7 +151,7 @@ fn log_if_slow(start: Instant, what: impl FnOnce() -> String) {
 const MAX_SPARE: usize = 1024;
 /// Launch records made with the context and kept for its life
 /// ([`InContext::make_kept_records`]): a record costs 0.8-2.1 ms to make on
-/// the H100 (device and pinned host memory, an event: docs/benchmarks.md,
+/// the H100 (device and pinned host memory, an event: docs/history/benchmarks.md,
 /// run 129), which a client's first launches would otherwise wait for.
 const KEPT_RECORDS: usize = 16;
 
@@ -943,7 +943,7 @@ impl ClientDevice {
     /// Kernels queued ahead do not count: the engine's launch command for
     /// theirs follows the end of the launch before them in the same turn, and
     /// counting them cost the daemon's launch rate (1-2 clients 12-25% in run
-    /// 188, docs/benchmarks.md), polls the device process answered instead of
+    /// 188, docs/history/benchmarks.md), polls the device process answered instead of
     /// launching.
     pub fn busy(&self) -> bool {
         self.st.as_ref().is_some_and(|st| {

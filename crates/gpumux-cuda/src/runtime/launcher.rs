@@ -5,7 +5,7 @@
 //! for each answer. With 8 clients launching small kernels, most of that
 //! thread's time per launch command was the `cuLaunchKernel` of the stream's
 //! next kernel queued ahead (4-6 µs of 6.5-10), made before the next poll
-//! could be answered, while the daemon's core waited (docs/benchmarks.md,
+//! could be answered, while the daemon's core waited (docs/history/benchmarks.md,
 //! "The launch rate's bound, located"). Those launches are made ahead of
 //! need: nobody waits for them until the engine launches that kernel. Made
 //! here, on a thread of their own, they overlap the daemon's own work.

@@ -1,6 +1,6 @@
 //! The CUDA device behind the daemon: [`gpumux_cuda::client::ClientDevice`]
 //! (clients' kernels as preemptible workers on a context of the daemon's
-//! own) behind the [`Backend`] trait (docs/daemon.md, "The CUDA backend").
+//! own) behind the [`Backend`] trait (docs/daemon-cuda.md).
 
 use super::compile::{self, CompilePool};
 use super::{ended_at_once, refused_op};

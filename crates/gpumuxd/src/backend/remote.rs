@@ -63,7 +63,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(300);
 /// a queue and a kernel waiting in it holds up the kernels of the others.
 /// With 32 (the most the driver takes) 8 clients launched 63-70k times a
 /// second, against 41-70k with 8: higher in three pairs of runs of four,
-/// by 22% on average (docs/benchmarks.md, runs 113-114).
+/// by 22% on average (docs/history/benchmarks.md, runs 113-114).
 pub const CONNECTIONS_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 /// See [`CONNECTIONS_VAR`].
 pub const CONNECTIONS: u32 = 32;

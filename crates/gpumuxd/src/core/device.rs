@@ -4,7 +4,7 @@
 //! **Requests during a poll.** A device in another process carries out the
 //! commands sent before a poll, then answers it: with 8 clients launching
 //! small kernels the core waits 40-45% of its time for those answers (about
-//! 8 launch commands of ~5 µs each per poll on the H100, docs/benchmarks.md,
+//! 8 launch commands of ~5 µs each per poll on the H100, docs/history/benchmarks.md,
 //! session 15), while the clients' next launches queue in its inbox. So the core sends the
 //! poll, handles the requests that need no answer from the device
 //! ([`handled_during_poll`]: launches, copies, syncs, events) until the
@@ -25,7 +25,7 @@
 //! next request or timer, up to a second (`IDLE_WAIT`), while the client
 //! waited for that launch (the likely cause of a second-long stall of a
 //! client alone in run 184). So when the device is not busy they are sent at
-//! once (run 190, docs/benchmarks.md), and the pump polls for them as for
+//! once (run 190, docs/history/benchmarks.md), and the pump polls for them as for
 //! commands sent in their turn: twice before it ends, where with one poll a
 //! short kernel's end waited for the next poll period (run 191).
 

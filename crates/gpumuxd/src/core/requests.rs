@@ -470,7 +470,7 @@ impl Core {
         // be queued behind it: a client that records an event after each
         // kernel, as the bench's low-priority one does, had none of its
         // kernels queued ahead; with them queued, it and every co-run pair
-        // did better: docs/benchmarks.md, runs 206-207). A copy or memset
+        // did better: docs/history/benchmarks.md, runs 206-207). A copy or memset
         // orders the next kernel after itself.
         let marker = matches!(op, StreamOp::Sync);
         let t = Instant::now();

@@ -356,7 +356,7 @@ impl ClientDevice {
         // Their launch calls may still be on the launcher thread: made
         // before anything else touches them (a refill's cut among others).
         // Rarely so: the thread had made them in all but 162-297 of 84,200
-        // commands (docs/benchmarks.md, runs 159-164).
+        // commands (docs/history/benchmarks.md, runs 159-164).
         for w in live.segs.iter_mut() {
             let t = self.clock.start();
             if w.settle().map_err(failed_with(|| format!("launching the queued workers of launch {lid}")))? {

@@ -11,8 +11,8 @@ use crate::runtime::launcher::Made;
 use std::time::{Duration, Instant};
 
 /// Every `SAMPLE`th launch command has its parts timed: a clock read costs
-/// 38 ns on the H100 machine (`scripts/clock-cost`), and timing every part
-/// of every command added ~0.3 µs to its ~5 (docs/benchmarks.md, session 17).
+/// 38 ns on the H100 machine (`scripts/investigations/clock-cost`), and timing every part
+/// of every command added ~0.3 µs to its ~5 (docs/history/benchmarks.md, session 17).
 pub(super) const SAMPLE: u64 = 16;
 
 /// Parts of a launch command, timed apart ([`LaunchClock::part`]).

@@ -5,7 +5,7 @@
 //! **Why.** Co-locating two kernels (each launch at its share of every SM,
 //! [`super::placement`]) beats giving each SMs of its own for most pairs:
 //! sgemm + histogram 1.344 against 1.023 STP, sgemm + sgemm 1.055 against
-//! 1.004 (docs/benchmarks.md, run 74). Not for a memory-bound kernel beside a
+//! 1.004 (docs/history/benchmarks.md, run 74). Not for a memory-bound kernel beside a
 //! compute-bound one: triad + FMA 1.403 co-located against 1.530 on SMs of
 //! their own, the FMA's warps taking the triad's issue slots on shared SMs.
 //! Nothing the device can read before they run says which kind a pair is (no
