@@ -16,7 +16,8 @@
 //! client put back).
 
 use crate::backend::{
-    Backend, DevAddr, Failure, HostSpan, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed, OpWork, Wake,
+    Backend, DevAddr, Failure, HostSpan, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed, OpWork,
+    Registered, Wake,
 };
 use crate::config::ClientLimits;
 use crate::conn::Inbound;
@@ -256,8 +257,31 @@ pub struct Core {
     failed_scratch: Vec<OpFailed>,
     /// Module loads under way (`Backend::start_load`), by token.
     loads: HashMap<u64, PendingLoad>,
+    /// Regions being pinned (`Backend::start_register`), by token.
+    pins: HashMap<u64, PendingPin>,
+    /// The next pin's token.
+    next_pin: u64,
     /// The next load's token.
     next_load: u64,
+}
+
+/// What a region being pinned is for.
+#[derive(Clone, Copy, Debug)]
+enum PinFor {
+    /// The client's shared (staging) region (`AttachShm`).
+    Shared,
+    /// A host region of `bytes` (`AttachHost`), counted against its limit already.
+    Host { bytes: u64 },
+}
+
+/// A client's `AttachShm` or `AttachHost` whose region is being pinned.
+struct PendingPin {
+    client: u64,
+    /// The request's id, answered when the region is pinned.
+    id: u64,
+    region: Arc<ShmRegion>,
+    what: PinFor,
+    since: Instant,
 }
 
 /// A client's `LoadModule` whose module is compiling.
@@ -321,6 +345,8 @@ impl Core {
             failed_scratch: Vec::new(),
             loads: HashMap::new(),
             next_load: 0,
+            pins: HashMap::new(),
+            next_pin: 0,
         })
     }
 

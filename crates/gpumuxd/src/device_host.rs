@@ -17,7 +17,7 @@
 
 use crate::backend::link::{self, Link, LinkError};
 use crate::backend::wire::{FromDevice, RegionId, ToDevice};
-use crate::backend::{Backend, Failure, MemError, Wake};
+use crate::backend::{Backend, Failure, MemError, Registered, Wake};
 use crate::load::LoadClock;
 use crate::shm::ShmRegion;
 use anyhow::{bail, Context, Result};
@@ -73,6 +73,8 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         backend,
         link,
         regions: HashMap::new(),
+        pinning: HashMap::new(),
+        registered: Vec::new(),
         failure: None,
         broken: false,
         spin,
@@ -101,6 +103,10 @@ struct DeviceHost {
     backend: Box<dyn Backend>,
     link: Link,
     regions: HashMap<RegionId, Arc<ShmRegion>>,
+    /// Regions being pinned ([`ToDevice::StartRegister`]), by token.
+    pinning: HashMap<u64, (RegionId, Arc<ShmRegion>)>,
+    /// Pins that failed before they started, for the next poll.
+    registered: Vec<Registered>,
     /// A failure since the last poll, the answer to the next one.
     failure: Option<Failure>,
     /// The context is lost: nothing more is done with the device.
@@ -154,14 +160,16 @@ impl DeviceHost {
         let mut events = Vec::new();
         if self.broken {
             // Reported already; the daemon is about to replace this process.
-            return FromDevice::Polled { events, failed: Vec::new(), loaded: Vec::new(), wake: Wake::Idle };
+            let (failed, loaded, registered) = (Vec::new(), Vec::new(), Vec::new());
+            return FromDevice::Polled { events, failed, loaded, registered, wake: Wake::Idle };
         }
         match self.backend.poll(&mut events) {
             Ok(_) => {
                 let (mut failed, mut loaded) = (Vec::new(), Vec::new());
                 self.backend.take_failed(&mut failed);
                 self.backend.take_loaded(&mut loaded);
-                FromDevice::Polled { events, failed, loaded, wake: self.backend.next_wake() }
+                let registered = self.take_registered();
+                FromDevice::Polled { events, failed, loaded, registered, wake: self.backend.next_wake() }
             }
             Err(f) => {
                 self.broken = true;
@@ -209,6 +217,16 @@ impl DeviceHost {
             ToDevice::RegisterHost { region, bytes } => {
                 let r = self.register(region, bytes);
                 self.send(FromDevice::Registered(r))
+            }
+            ToDevice::StartRegister { token, region, bytes } => {
+                match self.map(bytes) {
+                    Ok(mapped) => {
+                        self.backend.start_register(token, &mapped);
+                        self.pinning.insert(token, (region, mapped));
+                    }
+                    Err(e) => self.registered.push(Registered { token, result: Err(e) }),
+                }
+                Ok(())
             }
             ToDevice::UnregisterHost { region } => {
                 if let Some(r) = self.regions.remove(&region) {
@@ -261,12 +279,31 @@ impl DeviceHost {
 
     /// Maps the memfd that came with `RegisterHost` and registers it with the device.
     fn register(&mut self, region: RegionId, bytes: u64) -> Result<(), MemError> {
-        let fd =
-            self.link.take_fd().ok_or_else(|| MemError::Device("the shared region came without its memfd".into()))?;
-        let mapped = Arc::new(ShmRegion::map(fd, bytes).map_err(|e| MemError::Device(e.to_string()))?);
+        let mapped = self.map(bytes)?;
         self.backend.register_host(&mapped)?;
         self.regions.insert(region, mapped);
         Ok(())
+    }
+
+    /// Maps the memfd that came with the message being handled.
+    fn map(&mut self, bytes: u64) -> Result<Arc<ShmRegion>, MemError> {
+        let fd =
+            self.link.take_fd().ok_or_else(|| MemError::Device("the shared region came without its memfd".into()))?;
+        Ok(Arc::new(ShmRegion::map(fd, bytes).map_err(|e| MemError::Device(e.to_string()))?))
+    }
+
+    /// The pins that finished: a region pinned joins `regions` under its number.
+    fn take_registered(&mut self) -> Vec<Registered> {
+        let mut done = std::mem::take(&mut self.registered);
+        self.backend.take_registered(&mut done);
+        for r in &done {
+            if let Some((region, mapped)) = self.pinning.remove(&r.token) {
+                if r.result.is_ok() {
+                    self.regions.insert(region, mapped);
+                }
+            }
+        }
+        done
     }
 }
 

@@ -95,6 +95,26 @@ impl ClientDevice {
         Ok(())
     }
 
+    /// What pins host memory for this context on another thread
+    /// ([`Pinner::pin`]): a large region takes long to pin (1 GiB: 716 ms on
+    /// the H100 machine), which the daemon does off the thread that serves
+    /// its clients; [`ClientDevice::adopt_pinned`] then records it here.
+    pub fn pinner(&self) -> Pinner {
+        Pinner { ctx: self.ctx.raw() }
+    }
+
+    /// Records memory [`Pinner::pin`] registered in this context, as
+    /// [`ClientDevice::register_host`] would have: unregistered by
+    /// [`ClientDevice::unregister_host`], registered again by a rebuild.
+    ///
+    /// # Safety
+    /// As for [`ClientDevice::register_host`]; `ptr` was pinned by this
+    /// device's [`Pinner`] since its last rebuild, or is pinned again by the
+    /// next rebuild.
+    pub unsafe fn adopt_pinned(&mut self, ptr: *mut u8, bytes: usize) {
+        self.host.push((ptr as usize, bytes));
+    }
+
     /// Undoes [`ClientDevice::register_host`] (no bound operation may use the memory).
     pub fn unregister_host(&mut self, ptr: *mut u8) {
         let Some(i) = self.host.iter().position(|&(p, _)| p == ptr as usize) else { return };
@@ -102,5 +122,30 @@ impl ClientDevice {
         if self.ctx.bind().is_ok() {
             unregister(ptr);
         }
+    }
+}
+
+/// Pins host memory in a [`ClientDevice`]'s context from any thread
+/// ([`ClientDevice::pinner`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Pinner {
+    ctx: cu::CUcontext,
+}
+
+// SAFETY: a context handle may be made current on any thread; the device
+// waits for pins under way before it destroys the context (its owner's rule).
+unsafe impl Send for Pinner {}
+
+impl Pinner {
+    /// `cuMemHostRegister` of `bytes` at `ptr`, with the context made current
+    /// on this thread first.
+    ///
+    /// # Safety
+    /// As for [`ClientDevice::register_host`], and the context is alive: no
+    /// rebuild or drop of its device runs until this returns.
+    pub unsafe fn pin(&self, ptr: *mut u8, bytes: usize) -> Result<(), CudaError> {
+        // SAFETY: the caller keeps the context alive.
+        check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.ctx) })?;
+        register(ptr, bytes)
     }
 }

@@ -19,7 +19,7 @@ pub mod work;
 pub use context::ClientContext;
 pub use device::{AheadCounts, ClientDevice, Refill};
 pub use fault::ContextLost;
-pub use memory::MemoryError;
+pub use memory::{MemoryError, Pinner};
 pub use module::{ClientKernel, CompiledModule, ModuleError};
 pub use work::{
     check_launch_shape, BindError, ClientWork, HostPtr, KernelHandle, MAX_BLOCK, MAX_GRID, MAX_LAUNCH_BLOCKS,

@@ -114,6 +114,17 @@ impl<T: Send + 'static> WorkPool<T> {
     pub fn pending(&self) -> usize {
         self.pending
     }
+
+    /// Waits until every job given has finished (its result kept for the
+    /// next [`WorkPool::take`]): before what the jobs touch goes away.
+    pub fn settle(&mut self) {
+        while self.pending > self.ready.len() {
+            match self.done.recv() {
+                Ok(r) => self.ready.push(r),
+                Err(_) => break,
+            }
+        }
+    }
 }
 
 /// The CUDA backend's compile pool (two threads, so that a small module

@@ -2,11 +2,11 @@
 //! (clients' kernels as preemptible workers on a context of the daemon's
 //! own) behind the [`Backend`] trait (docs/daemon-cuda.md).
 
-use super::compile::{self, CompilePool};
+use super::compile::{self, CompilePool, WorkPool};
 use super::{ended_at_once, refused_op};
 use super::{
     Backend, DevAddr, Failure, HostSpan, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage,
-    OpFailed, OpWork, Wake,
+    OpFailed, OpWork, Registered, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_cuda::client::module::CompiledModule;
@@ -40,6 +40,9 @@ pub fn open(spec: crate::daemon::CudaSpec) -> anyhow::Result<Box<dyn Backend>> {
         pending: Vec::new(),
         failed: Vec::new(),
         compiles: compile::compile_pool(),
+        pins: WorkPool::new("gpumuxd-pin", 1),
+        pinning: HashMap::new(),
+        registered: Vec::new(),
     }))
 }
 
@@ -63,6 +66,40 @@ pub struct CudaBackend {
     failed: Vec<OpFailed>,
     /// Modules compiling off the device's thread ([`Backend::start_load`]).
     compiles: CompilePool,
+    /// Regions being pinned off the device's thread ([`Backend::start_register`]),
+    /// by token, kept alive until then.
+    pins: WorkPool<Result<(), String>>,
+    pinning: HashMap<u64, Arc<ShmRegion>>,
+    /// Pins done, for [`Backend::take_registered`].
+    registered: Vec<Registered>,
+}
+
+impl CudaBackend {
+    /// Records the pins that finished: registered with the device (and so
+    /// pinned again by a rebuild), and reported by `take_registered`.
+    fn settle_pins(&mut self, results: Vec<(u64, Result<(), String>)>) {
+        for (token, result) in results {
+            let Some(region) = self.pinning.remove(&token) else { continue };
+            let result = match result {
+                Ok(()) => {
+                    // SAFETY: pinned in this context by its pinner; `regions`
+                    // keeps it mapped until it is unregistered.
+                    unsafe { self.device.adopt_pinned(region.as_ptr(), region.len()) };
+                    self.regions.push(region);
+                    Ok(())
+                }
+                Err(e) => Err(MemError::Device(e)),
+            };
+            self.registered.push(Registered { token, result });
+        }
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Pins under way finish before the context goes.
+        self.pins.settle();
+    }
 }
 
 fn mem_error(e: MemoryError) -> MemError {
@@ -143,6 +180,26 @@ impl Backend for CudaBackend {
         unsafe { self.device.register_host(region.as_ptr(), region.len()) }.map_err(cuda_mem_error)?;
         self.regions.push(region.clone());
         Ok(())
+    }
+
+    fn start_register(&mut self, token: u64, region: &Arc<ShmRegion>) {
+        if region.is_empty() || self.regions.iter().any(|r| Arc::ptr_eq(r, region)) {
+            self.registered.push(Registered { token, result: Ok(()) });
+            return;
+        }
+        let (pinner, ptr, len) = (self.device.pinner(), region.as_ptr() as usize, region.len());
+        self.pinning.insert(token, region.clone());
+        self.pins.give(token, move || {
+            // SAFETY: `pinning` keeps the region mapped until the pin is taken;
+            // a rebuild or drop waits for pins under way (`settle`).
+            unsafe { pinner.pin(ptr as *mut u8, len) }.map_err(|e| Chain(&e).to_string())
+        });
+    }
+
+    fn take_registered(&mut self, out: &mut Vec<Registered>) {
+        let done = self.pins.take();
+        self.settle_pins(done);
+        out.append(&mut self.registered);
     }
 
     fn unregister_host(&mut self, region: &ShmRegion) {
@@ -254,7 +311,7 @@ impl Backend for CudaBackend {
     fn next_wake(&self) -> Wake {
         if self.device.busy() || !self.pending.is_empty() {
             Wake::Spin
-        } else if self.compiles.pending() > 0 {
+        } else if self.compiles.pending() > 0 || self.pins.pending() > 0 || !self.registered.is_empty() {
             // A compile's end is looked for, not announced.
             Wake::After(COMPILE_LOOK)
         } else {
@@ -268,6 +325,11 @@ impl Backend for CudaBackend {
     }
 
     fn rebuild(&mut self) -> Result<(), MemError> {
+        // Pins under way finish in the old context, are recorded, and the
+        // device pins them again in the new one with the rest.
+        self.pins.settle();
+        let done = self.pins.take();
+        self.settle_pins(done);
         self.pending.clear();
         self.failed.clear();
         self.refused.clear();

@@ -229,6 +229,15 @@ pub struct Loaded {
     pub result: Result<ModuleImage, LoadError>,
 }
 
+/// A pin started with [`Backend::start_register`] that finished.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Registered {
+    /// The caller's token of the pin.
+    pub token: u64,
+    /// Done, or why not (the region is then not registered).
+    pub result: Result<(), MemError>,
+}
+
 /// What the core should do about a device error.
 #[derive(Debug)]
 pub enum Failure {
@@ -274,6 +283,16 @@ pub trait Backend: Send {
     fn free(&mut self, addr: DevAddr) -> Result<(), MemError>;
     /// Makes a client's shared region usable by copies (a real GPU pins it).
     fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError>;
+    /// Starts registering a region without waiting: pinning takes long for a
+    /// large one (1 GiB: 716 ms on the H100 machine, every client waiting
+    /// while the core did it), so a real GPU pins on a thread of its own.
+    /// [`Backend::take_registered`] reports it with `token`; from then on it
+    /// is registered as by [`Backend::register_host`]. The caller keeps the
+    /// region and does not unregister it before that.
+    fn start_register(&mut self, token: u64, region: &Arc<ShmRegion>);
+    /// Appends the pins of [`Backend::start_register`] that finished (the
+    /// core takes them after each poll).
+    fn take_registered(&mut self, out: &mut Vec<Registered>);
     /// Undoes [`Backend::register_host`] once no bound operation uses the region.
     fn unregister_host(&mut self, region: &ShmRegion);
 

@@ -34,7 +34,8 @@
 use super::link::{socket_pair, Link, LinkError};
 use super::wire::{FromDevice, HostRef, RegionId, ToDevice};
 use super::{
-    Backend, DevAddr, Failure, KernelCode, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed, OpWork, Wake,
+    Backend, DevAddr, Failure, KernelCode, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed, OpWork,
+    Registered, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_engine::device::{Command, DeviceError, Event};
@@ -305,6 +306,11 @@ pub struct RemoteBackend {
     loading: std::collections::BTreeMap<u64, (String, String, Vec<String>)>,
     /// Loads the child reported, for [`Backend::take_loaded`].
     loaded: Vec<Loaded>,
+    /// Regions sent to the child to pin and not yet reported, by token (sent
+    /// again to a fresh child after a rebuild).
+    pinning: std::collections::BTreeMap<u64, (RegionId, Arc<ShmRegion>)>,
+    /// Pins the child reported (or that needed none), for [`Backend::take_registered`].
+    registered: Vec<Registered>,
 }
 
 impl RemoteBackend {
@@ -330,6 +336,8 @@ impl RemoteBackend {
             failed: Vec::new(),
             loading: Default::default(),
             loaded: Vec::new(),
+            pinning: Default::default(),
+            registered: Vec::new(),
             kernels_loaded: 0,
         })
     }
@@ -341,6 +349,19 @@ impl RemoteBackend {
 
     /// The link failed (the child died, or spoke nonsense): the device is lost.
     /// Records the failure for the next poll and returns its words.
+    /// Sends pin `token` (its region kept in `pinning`) to the child, with its memfd.
+    fn send_pin(&mut self, token: u64) {
+        let Some((id, region)) = self.pinning.get(&token) else { return };
+        if self.broken.is_some() {
+            return;
+        }
+        let msg = ToDevice::StartRegister { token, region: *id, bytes: region.len() as u64 };
+        let region = region.clone();
+        if let Err(e) = self.process.link.send(&msg, Some(region.as_fd())) {
+            self.lost(e);
+        }
+    }
+
     /// Sends load `token` (its arguments kept in `loading`) to the child.
     fn send_load(&mut self, token: u64) {
         let Some((name, source, options)) = self.loading.get(&token) else { return };
@@ -490,6 +511,21 @@ impl Backend for RemoteBackend {
         Ok(())
     }
 
+    fn start_register(&mut self, token: u64, region: &Arc<ShmRegion>) {
+        if self.regions.iter().any(|(_, r)| Arc::ptr_eq(r, region)) {
+            self.registered.push(Registered { token, result: Ok(()) });
+            return;
+        }
+        let id = RegionId(self.next_region);
+        self.next_region += 1;
+        self.pinning.insert(token, (id, region.clone()));
+        self.send_pin(token);
+    }
+
+    fn take_registered(&mut self, out: &mut Vec<Registered>) {
+        out.append(&mut self.registered);
+    }
+
     fn unregister_host(&mut self, region: &ShmRegion) {
         let Some(i) = self.regions.iter().position(|(_, r)| std::ptr::eq(Arc::as_ptr(r), region)) else { return };
         let (id, _) = self.regions.swap_remove(i);
@@ -595,7 +631,15 @@ impl Backend for RemoteBackend {
             self.call(&ToDevice::Poll, None)
         };
         match answer {
-            Ok(FromDevice::Polled { events: got, failed, loaded, wake }) => {
+            Ok(FromDevice::Polled { events: got, failed, loaded, registered, wake }) => {
+                for r in &registered {
+                    if let Some((id, region)) = self.pinning.remove(&r.token) {
+                        if r.result.is_ok() {
+                            self.regions.push((id, region));
+                        }
+                    }
+                }
+                self.registered.extend(registered);
                 for l in &loaded {
                     self.loading.remove(&l.token);
                     if let Ok(image) = &l.result {
@@ -715,6 +759,11 @@ impl Backend for RemoteBackend {
         let tokens: Vec<u64> = self.loading.keys().copied().collect();
         for token in tokens {
             self.send_load(token);
+        }
+        // And the pins: the fresh child maps and pins them again.
+        let tokens: Vec<u64> = self.pinning.keys().copied().collect();
+        for token in tokens {
+            self.send_pin(token);
         }
         Ok(())
     }

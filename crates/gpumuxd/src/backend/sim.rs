@@ -17,7 +17,7 @@ use super::compile::WorkPool;
 use super::copy_engine::{CopyEngine, Move, ON_THREAD_FROM};
 use super::{
     Backend, DevAddr, Failure, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed,
-    OpWork, Wake,
+    OpWork, Registered, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_cuda::lex::{lex, Kind};
@@ -141,6 +141,8 @@ pub struct SimBackend {
     /// thread; the kernels get codes when the load is taken, so a rebuild in
     /// between loads them into the new context.
     transforms: WorkPool<SimTransform>,
+    /// Pins started, for [`Backend::take_registered`] (done at once).
+    registered: Vec<Registered>,
     trapping: HashSet<KernelCode>,
     next_code: u64,
     fault: Option<Fault>,
@@ -174,6 +176,7 @@ impl SimBackend {
             copies: HashMap::new(),
             modules: HashMap::new(),
             transforms: WorkPool::new("gpumuxd-transform", 1),
+            registered: Vec::new(),
             trapping: HashSet::new(),
             next_code: 0,
             fault: None,
@@ -373,6 +376,15 @@ impl Backend for SimBackend {
 
     fn unregister_host(&mut self, _region: &ShmRegion) {}
 
+    fn start_register(&mut self, token: u64, _region: &Arc<ShmRegion>) {
+        // Nothing to pin: host memory is the device's.
+        self.registered.push(Registered { token, result: Ok(()) });
+    }
+
+    fn take_registered(&mut self, out: &mut Vec<Registered>) {
+        out.append(&mut self.registered);
+    }
+
     fn load_module(&mut self, _name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
         let key = (source.to_string(), options.to_vec());
         if let Some(image) = self.cached(&key) {
@@ -506,6 +518,9 @@ impl Backend for SimBackend {
     }
 
     fn next_wake(&self) -> Wake {
+        if !self.registered.is_empty() {
+            return Wake::After(Duration::ZERO);
+        }
         if self.transforms.pending() > 0 {
             // A transformation's end is looked for, not announced.
             return Wake::After(MOVE_LOOK);

@@ -50,6 +50,17 @@ pub enum ToDevice {
         /// Its length, bytes.
         bytes: u64,
     },
+    /// [`super::Backend::start_register`]: a client's region, its memfd with
+    /// this message (`SCM_RIGHTS`). No answer: the pin comes in a later
+    /// [`FromDevice::Polled`]'s `registered`, and the region is `region` from then on.
+    StartRegister {
+        /// The daemon's token of the pin.
+        token: u64,
+        /// Its number once registered.
+        region: RegionId,
+        /// Its length, bytes.
+        bytes: u64,
+    },
     /// Forget (and unmap) a region. No answer.
     UnregisterHost {
         /// The region.
@@ -143,6 +154,8 @@ pub enum FromDevice {
         failed: Vec<super::OpFailed>,
         /// Loads that finished ([`super::Backend::take_loaded`]).
         loaded: Vec<super::Loaded>,
+        /// Pins that finished ([`super::Backend::take_registered`]).
+        registered: Vec<super::Registered>,
         /// The device's [`super::Backend::next_wake`] right after that poll.
         wake: Wake,
     },

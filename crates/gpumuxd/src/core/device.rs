@@ -112,6 +112,7 @@ impl Core {
             };
             self.take_failed_ops();
             self.take_loaded();
+            self.take_registered();
             if events.is_empty() && !sent {
                 self.events = events;
                 // Requests handled while this poll was out (a launch on an idle
@@ -329,6 +330,15 @@ impl Core {
             }
         }
         self.failed_scratch = failed;
+    }
+
+    /// Answers the pins that finished (`Backend::take_registered`).
+    fn take_registered(&mut self) {
+        let mut done: Vec<Registered> = Vec::new();
+        self.backend.take_registered(&mut done);
+        for r in done {
+            self.region_pinned(r.token, r.result);
+        }
     }
 
     /// Answers the module loads that finished (`Backend::take_loaded`).
@@ -573,6 +583,12 @@ mod tests {
         fn unregister_host(&mut self, region: &ShmRegion) {
             self.sim.unregister_host(region)
         }
+        fn start_register(&mut self, token: u64, region: &Arc<ShmRegion>) {
+            self.sim.start_register(token, region)
+        }
+        fn take_registered(&mut self, out: &mut Vec<Registered>) {
+            self.sim.take_registered(out)
+        }
         fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
             self.sim.load_module(name, source, options)
         }
@@ -745,6 +761,12 @@ mod tests {
         }
         fn unregister_host(&mut self, region: &ShmRegion) {
             self.sim.unregister_host(region)
+        }
+        fn start_register(&mut self, token: u64, region: &Arc<ShmRegion>) {
+            self.sim.start_register(token, region)
+        }
+        fn take_registered(&mut self, out: &mut Vec<Registered>) {
+            self.sim.take_registered(out)
         }
         fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
             self.sim.load_module(name, source, options)

@@ -15,7 +15,15 @@ use gpumux_proto::{HostRegionId, MAX_HOST_REGIONS};
 
 impl Core {
     /// `AttachHost`: maps, checks and pins the memfd that came with it.
-    pub(super) fn attach_host(&mut self, client: u64, bytes: u64, fd: Option<OwnedFd>) -> Result<Reply, ErrorReply> {
+    /// Answered once it is pinned ([`Core::region_pinned`]); its bytes count
+    /// against the limit from now, so pins under way cannot pass it together.
+    pub(super) fn attach_host(
+        &mut self,
+        client: u64,
+        id: u64,
+        bytes: u64,
+        fd: Option<OwnedFd>,
+    ) -> Result<(), ErrorReply> {
         let s = self.session(client)?;
         let fd =
             fd.ok_or_else(|| err(ErrorKind::Invalid, "AttachHost came without a memfd (send it with SCM_RIGHTS)"))?;
@@ -44,22 +52,25 @@ impl Core {
             ));
         }
         let region = Arc::new(ShmRegion::map(fd, bytes).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?);
-        // Pinning takes milliseconds for a large region (cuMemHostRegister),
-        // all on the core thread: said so when it is slow.
-        let start = Instant::now();
-        self.backend.register_host(&region).map_err(|e| err(ErrorKind::Device, e.to_string()))?;
-        let took = start.elapsed();
-        if took > SLOW_ROUND {
-            tracing::info!(
-                "client {client}: pinning a host region of {bytes} bytes took {:.0} µs on the core thread",
-                took.as_secs_f64() * 1e6
-            );
+        self.session_mut(client)?.host_used += bytes;
+        self.start_pin(client, id, region, PinFor::Host { bytes });
+        Ok(())
+    }
+
+    /// A pinned host region joins `client`'s session (its bytes were counted
+    /// when the pin started): its handle.
+    pub(super) fn add_host_region(&mut self, client: u64, region: Arc<ShmRegion>) -> Result<Reply, ErrorReply> {
+        match self.session_mut(client) {
+            Ok(s) => {
+                let id = HostRegionId(s.next_handle());
+                s.host_regions.insert(id, region);
+                Ok(Reply::HostRegion(id))
+            }
+            Err(e) => {
+                self.backend.unregister_host(&region);
+                Err(e)
+            }
         }
-        let s = self.session_mut(client)?;
-        let id = HostRegionId(s.next_handle());
-        s.host_regions.insert(id, region);
-        s.host_used += bytes;
-        Ok(Reply::HostRegion(id))
     }
 
     /// `DetachHost`: the handle goes now, the pinning once the client's

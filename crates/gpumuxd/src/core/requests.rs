@@ -102,8 +102,9 @@ impl Core {
             Request::UseRings { .. } => Err(err(ErrorKind::Protocol, "UseRings is answered by the connection")),
             Request::SetPriority(p) => self.set_priority(client, p),
             Request::SetWeight(w) => self.set_weight(client, w),
-            Request::AttachShm { bytes } => self.attach_shm(client, bytes, fd),
-            Request::AttachHost { bytes } => self.attach_host(client, bytes, fd),
+            // Answered once the region is pinned (`Core::region_pinned`).
+            Request::AttachShm { bytes } => return self.attach_shm(client, id, bytes, fd).err().map(Err),
+            Request::AttachHost { bytes } => return self.attach_host(client, id, bytes, fd).err().map(Err),
             Request::DetachHost(h) => self.detach_host(client, h),
             copy @ (Request::CopyFromHostRegion { .. } | Request::CopyToHostRegion { .. }) => {
                 return self.host_copy(client, id, copy);
@@ -236,7 +237,9 @@ impl Core {
         Ok(Reply::Done)
     }
 
-    fn attach_shm(&mut self, client: u64, bytes: u64, fd: Option<OwnedFd>) -> Result<Reply, ErrorReply> {
+    /// `AttachShm`: maps and checks the memfd, and starts pinning it; the
+    /// region replaces the client's once pinned ([`Core::region_pinned`]).
+    fn attach_shm(&mut self, client: u64, id: u64, bytes: u64, fd: Option<OwnedFd>) -> Result<(), ErrorReply> {
         let limit = self.session(client)?.limits.shm;
         let fd =
             fd.ok_or_else(|| err(ErrorKind::Invalid, "AttachShm came without a memfd (send it with SCM_RIGHTS)"))?;
@@ -247,13 +250,62 @@ impl Core {
             ));
         }
         let region = Arc::new(ShmRegion::map(fd, bytes).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?);
-        self.backend.register_host(&region).map_err(|e| err(ErrorKind::Device, e.to_string()))?;
-        let waiting_for = self.client_ops(client);
-        let old = self.session_mut(client)?.region.replace(region);
-        if let Some(old) = old {
-            self.defer(waiting_for, Release::Region(old));
+        self.start_pin(client, id, region, PinFor::Shared);
+        Ok(())
+    }
+
+    /// Starts pinning `region` for `client`'s request `id` (`Backend::start_register`):
+    /// a large region takes long (1 GiB: 716 ms on the H100 machine), and
+    /// the core serves everyone else meanwhile.
+    pub(super) fn start_pin(&mut self, client: u64, id: u64, region: Arc<ShmRegion>, what: PinFor) {
+        let token = self.next_pin;
+        self.next_pin += 1;
+        self.backend.start_register(token, &region);
+        self.pins.insert(token, PendingPin { client, id, region, what, since: Instant::now() });
+    }
+
+    /// A pin of [`Core::start_pin`] finished: the region joins its client's
+    /// session and the client hears of it. A client gone meanwhile has it
+    /// unregistered again.
+    pub(super) fn region_pinned(&mut self, token: u64, result: Result<(), MemError>) {
+        let Some(PendingPin { client, id, region, what, since }) = self.pins.remove(&token) else {
+            tracing::warn!("a pin no one waits for finished (token {token})");
+            return;
+        };
+        let took = since.elapsed();
+        if took > SLOW_ROUND {
+            tracing::info!(
+                "client {client}: pinning a region of {} bytes took {:.0} µs (off the core)",
+                region.len(),
+                took.as_secs_f64() * 1e6
+            );
         }
-        Ok(Reply::Done)
+        let open = self.sessions.get(&client).is_some_and(|s| s.phase == Phase::Open);
+        if !open {
+            if result.is_ok() {
+                self.backend.unregister_host(&region);
+            }
+            return;
+        }
+        let reply = match (result, what) {
+            (Err(e), PinFor::Host { bytes }) => {
+                if let Ok(s) = self.session_mut(client) {
+                    s.host_used = s.host_used.saturating_sub(bytes);
+                }
+                Err(err(ErrorKind::Device, format!("pinning the host region: {e}")))
+            }
+            (Err(e), PinFor::Shared) => Err(err(ErrorKind::Device, format!("pinning the shared region: {e}"))),
+            (Ok(()), PinFor::Shared) => {
+                let waiting_for = self.client_ops(client);
+                let old = self.session_mut(client).ok().and_then(|s| s.region.replace(region));
+                if let Some(old) = old {
+                    self.defer(waiting_for, Release::Region(old));
+                }
+                Ok(Reply::Done)
+            }
+            (Ok(()), PinFor::Host { .. }) => self.add_host_region(client, region),
+        };
+        self.reply(client, id, reply);
     }
 
     fn alloc(&mut self, client: u64, bytes: u64) -> Result<Reply, ErrorReply> {
