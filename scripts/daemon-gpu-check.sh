@@ -5,7 +5,7 @@
 #
 # BIN_DIR: what scripts/device-build.sh makes (default target/device/main; $BIN also works).
 # OUTDIR:  logs and outputs (default $OUT/daemon-check, else /tmp/daemon-check).
-# DAEMON_CHECKS: which checks (default "clients kill fault"); DAEMON_DEVICE (default cuda:0);
+# DAEMON_CHECKS: which checks (default "clients kill fault limits"); DAEMON_DEVICE (default cuda:0);
 # KILL_WARMUP: churning clients killed before the kill test's baseline (default 1).
 # Needs a GPU and python3 with CuPy (the native reference). Checks:
 #   1. four client programs (Rust vector_add and histogram, C matmul and stencil) at once under
@@ -16,7 +16,12 @@
 #      a fresh process) is back at its baseline, and a new client still runs correctly;
 #   3. a faulting kernel (out-of-bounds write) in one client while another runs matmuls: the
 #      culprit gets KernelFault, the bystander ContextLost naming its lost work, the daemon
-#      rebuilds its device and both go on.
+#      rebuilds its device and both go on;
+#   4. launch limits (issue 36, case 0): the CI property test `launch_limits` against this
+#      daemon on the GPU: random launch shapes at CUDA's limits ±1, each runs (its block 0
+#      writes a word read back) or fails its own client with the limit named, while another
+#      client launches throughout; the daemon never stops (BIN_DIR/tests/launch_limits, from
+#      `scripts/device-build.sh`).
 # Prints PASS/FAIL per check and a summary last; exits non-zero if any failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +29,7 @@ BIN=$(realpath -m "${1:-${BIN:-$root/target/device/main}}")
 OUT=$(realpath -m "${2:-${OUT:-/tmp}/daemon-check}")
 cd "$root"
 [ -x "$BIN/gpumuxd" ] || { echo "daemon-gpu-check: no gpumuxd in $BIN (scripts/device-build.sh makes it)" >&2; exit 2; }
-CHECKS=${DAEMON_CHECKS:-clients kill fault}
+CHECKS=${DAEMON_CHECKS:-clients kill fault limits}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # NVRTC for the daemon's compiles: the CUDA toolkit's, or the pip wheel's.
@@ -174,6 +179,17 @@ elif start_daemon ppq-even-drain "$sock" "$dir/daemon.log"; then
     fi
 else
     fail "fault: daemon start"
+fi
+
+echo "== 4. launch limits"
+dir="$OUT/limits"; mkdir -p "$dir"
+if ! wants limits; then echo "  (not asked for)"
+elif [ ! -x "$BIN/tests/launch_limits" ]; then fail "limits: no $BIN/tests/launch_limits (scripts/device-build.sh)"
+elif GPUMUXD_TEST_BIN="$BIN/gpumuxd" GPUMUXD_TEST_DEVICE=${DAEMON_DEVICE:-cuda:0} GPUMUXD_TEST_LOG=info \
+        "$BIN/tests/launch_limits" --nocapture >"$dir/test.log" 2>&1; then
+    pass "limits: every launch shape ran (its mark read back) or failed its own client with the limit; bystander untouched"
+else
+    tail -20 "$dir/test.log"; fail "limits: see $dir/test.log"
 fi
 
 echo
