@@ -46,7 +46,7 @@ cp "$target/release/"{gpumuxd,gpumux,gpumux-cuda-check,libgpumux_client.so} "$de
 # The daemon's launch-limits property test, which daemon-gpu-check.sh runs against cuda:0.
 mkdir -p "$dest/tests"
 cargo test --release -p gpumuxd --test launch_limits --no-run --message-format=json |
-    jq -r 'select(.executable != null) | .executable' | while read -r t; do cp "$t" "$dest/tests/launch_limits"; done
+    jq -r 'select(.executable != null and .target.name == "launch_limits") | .executable' | while read -r t; do cp "$t" "$dest/tests/launch_limits"; done
 for e in vector_add histogram fault_check; do cp "$target/release/examples/$e" "$dest/"; done
 for c in matmul stencil; do
     cc -O2 -Wall -Wextra -Werror -std=c11 -Icrates/gpumux-client/include \
