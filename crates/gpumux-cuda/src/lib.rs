@@ -28,6 +28,7 @@ pub mod lex;
 pub mod nvrtc;
 pub mod preempt;
 pub mod runtime;
+pub mod source_check;
 pub mod suite;
 pub mod transform;
 

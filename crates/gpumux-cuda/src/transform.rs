@@ -77,6 +77,11 @@ pub struct KernelInfo {
     pub name: String,
     /// Parameter names, in order (generated for unnamed parameters).
     pub params: Vec<String>,
+    /// Parameter types, in order, as written less the name: significant
+    /// tokens joined by one space (`const float *`, `unsigned int`,
+    /// `float [ 4 ]`). [`crate::source_check::param_size`] sizes the
+    /// built-in ones.
+    pub param_types: Vec<String>,
     /// `extern "C"` (directly or in an `extern "C" { }` block): the module
     /// exports it under its plain name.
     pub extern_c: bool,
@@ -396,6 +401,7 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
                 info: KernelInfo {
                     name: name.unwrap_or("").to_string(),
                     params: Vec::new(),
+                    param_types: Vec::new(),
                     extern_c: false,
                     template: true,
                     launch_bounds: None,
@@ -477,12 +483,23 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
             Some(src[toks[sig[q + 1]].end..toks[sig[c]].start].trim().to_string())
         });
         let mut params = Vec::new();
+        let mut param_types = Vec::new();
         let mut unnamed = Vec::new();
         let pieces = split_commas(src, toks, sig, popen + 1, pclose);
         let only_void = pieces.len() == 1 && pieces[0].len() == 1 && toks[sig[pieces[0][0]]].text(src) == "void";
         if !only_void {
             for (pi, piece) in pieces.iter().enumerate() {
-                match param_name(src, toks, sig, piece) {
+                let named = param_name(src, toks, sig, piece);
+                // The type: the piece's words less the name (the last identifier named so).
+                let name_at = named.as_ref().and_then(|n| piece.iter().rposition(|&q| toks[sig[q]].text(src) == n));
+                let words: Vec<&str> = piece
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| Some(i) != name_at)
+                    .map(|(_, &q)| toks[sig[q]].text(src))
+                    .collect();
+                param_types.push(words.join(" "));
+                match named {
                     Some(n) => params.push(n),
                     None => {
                         let g = format!("gmx_arg{pi}");
@@ -493,7 +510,7 @@ fn find_kernels(src: &str, toks: &[Token], sig: &[usize]) -> Result<Vec<Found>, 
             }
         }
         found.push(Found {
-            info: KernelInfo { name, params, extern_c, template, launch_bounds, defined: body.is_some() },
+            info: KernelInfo { name, params, param_types, extern_c, template, launch_bounds, defined: body.is_some() },
             start: sig[s],
             end: sig[end_k] + 1,
             name_tok: sig[name_k],
@@ -839,6 +856,7 @@ extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, c
         let t = transform(src).expect("transform");
         assert!(t.kernels[0].extern_c);
         assert_eq!(t.kernels[0].params, vec!["gmx_arg0", "n"]);
+        assert_eq!(t.kernels[0].param_types, vec!["float *", "int"]);
         assert!(t.source.contains("void k__gmx_body(float* gmx_arg0, int n,"));
     }
 

@@ -9,7 +9,11 @@ use gpumux_proto::*;
 use std::time::{Duration, Instant};
 
 const KERNELS: &str = "__global__ void scale(float* x, unsigned n) { unsigned i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }\n\
-__global__ void boom(int* p) { if (threadIdx.x == 0) __trap(); }\n";
+__global__ void boom(int* p) { if (threadIdx.x == 0) __trap(); }\n\
+__global__ void idle() {}\n";
+/// `idle`: a kernel of no parameters, to launch without arguments (the
+/// simulated device checks argument counts and sizes where it can know them).
+const IDLE: usize = 2;
 
 fn slice(buffer: BufferId, offset: u64) -> BufferSlice {
     BufferSlice { buffer, offset }
@@ -43,7 +47,7 @@ fn round_trip(args: &[&str]) {
     let n = data.len() as u64;
     c.ok(Request::CopyToDevice { dst: slice(b, 100), shm_offset: 4096, bytes: n, stream: StreamId(0) });
     let k = c.load(KERNELS);
-    assert_eq!(k.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["scale", "boom"]);
+    assert_eq!(k.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["scale", "boom", "idle"]);
     c.launch_ok(launch(k[0].kernel, 64, 20_000, vec![Arg::Buffer(slice(b, 100)), Arg::U32(n as u32)]));
     c.ok(Request::CopyDevice { src: slice(b, 100), dst: slice(b2, 0), bytes: n, stream: StreamId(0) });
     c.ok(Request::SyncStream(StreamId(0)));
@@ -73,7 +77,7 @@ fn a_refused_kernel_names_its_line_and_bad_requests_say_why() {
     let k = c.load(KERNELS);
     let e = c.call(launch(k[0].kernel, 0, 1, vec![])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Invalid);
-    let e = c.call(launch(k[0].kernel, 1, 1, vec![Arg::Buffer(slice(b, 1024))])).unwrap_err();
+    let e = c.call(launch(k[0].kernel, 1, 1, vec![Arg::Buffer(slice(b, 1024)), Arg::U32(1)])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::OutOfRange);
     let e = c.call(Request::SetPriority(11)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotPermitted);
@@ -101,9 +105,9 @@ fn over_quota_allocations_are_refused_with_numbers_and_touch_nothing() {
     // queued_ops = 4: a fifth operation in flight is refused.
     let k = c.load(KERNELS);
     for _ in 0..4 {
-        c.launch_ok(launch(k[0].kernel, 1, 50_000_000, vec![]));
+        c.launch_ok(launch(k[IDLE].kernel, 1, 50_000_000, vec![]));
     }
-    let e = c.call(launch(k[0].kernel, 1, 1, vec![])).unwrap_err();
+    let e = c.call(launch(k[IDLE].kernel, 1, 1, vec![])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Quota);
 }
 
@@ -172,7 +176,7 @@ fn a_client_gone_mid_kernel_frees_its_memory_and_sms_for_others() {
     let _buf = a.alloc(64 << 20);
     let ka = a.load(KERNELS);
     // 132 SMs × 16 resident blocks of 128 threads: 100 rounds of 20 ms = 2 s alone.
-    a.launch_ok(launch(ka[0].kernel, 132 * 16 * 100, 20_000_000, vec![]));
+    a.launch_ok(launch(ka[IDLE].kernel, 132 * 16 * 100, 20_000_000, vec![]));
     std::thread::sleep(Duration::from_millis(100));
     let s = b.status();
     let row = s.clients.iter().find(|c| c.name == "leaver").unwrap();
@@ -180,7 +184,7 @@ fn a_client_gone_mid_kernel_frees_its_memory_and_sms_for_others() {
     drop(a);
     let kb = b.load(KERNELS);
     let t0 = Instant::now();
-    b.launch_ok(launch(kb[0].kernel, 132, 1_000_000, vec![]));
+    b.launch_ok(launch(kb[IDLE].kernel, 132, 1_000_000, vec![]));
     b.ok(Request::SyncStream(StreamId(0)));
     assert!(t0.elapsed() < Duration::from_millis(1500), "the other client waited for the gone one's kernel");
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -243,7 +247,7 @@ fn trap(args: &[&str]) -> Daemon {
     // Both go on: same handles, a fresh context.
     good.launch_ok(launch(kg[0].kernel, 8, 1_000, vec![Arg::Buffer(slice(gbuf, 0)), Arg::U32(1)]));
     good.ok(Request::SyncStream(StreamId(0)));
-    bad.launch_ok(launch(kb[0].kernel, 8, 1_000, vec![]));
+    bad.launch_ok(launch(kb[IDLE].kernel, 8, 1_000, vec![]));
     bad.ok(Request::SyncStream(StreamId(0)));
     assert_eq!(good.status().context_rebuilds, 1);
     if let Some(old) = first_device {
@@ -270,7 +274,7 @@ fn spatial_even_in_a_device_process_grows_launches_while_others_end_and_keeps_se
                     // while the others still run; a full wave of blocks on all 132 SMs each.
                     for j in 0..3 + 3 * i {
                         let block_ns = 100_000 * (1 + (i * 7 + j * 3 + round) % 5);
-                        c.launch_ok(launch(k[0].kernel, 132 * 16, block_ns, vec![]));
+                        c.launch_ok(launch(k[IDLE].kernel, 132 * 16, block_ns, vec![]));
                         c.ok(Request::SyncStream(StreamId(0)));
                     }
                 });

@@ -104,7 +104,9 @@ impl Drop for CudaBackend {
 
 fn mem_error(e: MemoryError) -> MemError {
     match e {
-        MemoryError::OutOfMemory { bytes, free, total } => MemError::OutOfMemory { bytes, free, total },
+        MemoryError::OutOfMemory { bytes, free, total } => {
+            MemError::OutOfMemory { bytes, free, total, bound: String::new() }
+        }
         other => MemError::Device(Chain(&other).to_string()),
     }
 }

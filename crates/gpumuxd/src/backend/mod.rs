@@ -108,7 +108,7 @@ pub enum LoadError {
 #[derive(Debug, thiserror::Error, Serialize, Deserialize)]
 pub enum MemError {
     /// The device has not that much free.
-    #[error("the device has no {bytes} bytes free ({free} of {total} free)")]
+    #[error("the device has no {bytes} bytes free ({free} of {total} free){}", if bound.is_empty() { String::new() } else { format!("; {bound}") })]
     OutOfMemory {
         /// Asked for.
         bytes: u64,
@@ -116,6 +116,9 @@ pub enum MemError {
         free: u64,
         /// In all.
         total: u64,
+        /// What bounds the device's memory, in words, where it is a rule
+        /// and not the hardware (the simulated device's); else empty.
+        bound: String,
     },
     /// The device failed.
     #[error("{0}")]

@@ -12,6 +12,23 @@
 //! compiled. A kernel whose body calls `__trap()` breaks the context when its
 //! first block ends: the deterministic stand-in for a GPU fault that lets CI
 //! test recovery.
+//!
+//! **What it checks in place of a compiler** (issue 36, case 9: a wrong
+//! argument count or size, or a source that cannot compile, used to show up
+//! only on a GPU; `gpumux_cuda::source_check`): a source whose brackets,
+//! literals or comments a lexer sees unclosed, or with a kernel that does not
+//! return `void`, fails to load with `Compile` and the lines; and a kernel
+//! whose parameters are all of built-in types (pointers, scalars, vector
+//! types) gets its parameter sizes, so a launch with other argument counts or
+//! sizes is refused (`validate::launch`, and the client library before
+//! sending). A kernel with a parameter of another type (a struct, a typedef,
+//! a template parameter) gets none, and the module's log says which
+//! parameter of which kernel.
+//!
+//! **Memory** is bounded by [`memory_bound`]: the preset's size, but at most
+//! half of the host's physical memory, so clients cannot make the daemon's
+//! host run out of RAM by filling "device" memory; an allocation past it is
+//! `OutOfMemory` naming the bound.
 
 use super::compile::WorkPool;
 use super::copy_engine::{CopyEngine, Move, ON_THREAD_FROM};
@@ -28,11 +45,15 @@ use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
 use gpumux_sim::{presets, SimGpu};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Device memory when a preset does not say (an H100's).
 const DEFAULT_CAPACITY: u64 = 80 << 30;
+/// The simulated device's memory is at most the host's physical memory
+/// divided by this ([`memory_bound`]).
+const HOST_MEMORY_DIVISOR: u64 = 2;
 /// Where made-up device addresses start (far from 0, so a zero pointer is never valid).
 const ADDRESS_BASE: DevAddr = 1 << 40;
 /// Alignment of every allocation (what `cudaMalloc` guarantees).
@@ -42,8 +63,8 @@ const ALIGN: u64 = 256;
 /// while simulated time chased the clock (issue 36, case 4). Past it the
 /// device runs behind the clock, and the core serves requests between polls.
 const EVENTS_PER_POLL: u64 = 20_000;
-/// A module's source and options, and its launchable kernels ([`launchable`]).
-type SimTransform = ((String, Vec<String>), Result<Vec<(String, bool)>, LoadError>);
+/// A module's source and options, and its launchable kernels and log ([`launchable`]).
+type SimTransform = ((String, Vec<String>), Result<Launchable, LoadError>);
 /// How often moves under way on the copy engine's thread (and transformations) are looked for.
 const MOVE_LOOK: Duration = Duration::from_micros(100);
 /// Registers per thread the simulator assumes of a kernel (nothing is compiled to say).
@@ -129,6 +150,8 @@ pub struct SimBackend {
     /// The last poll stopped short of the clock ([`EVENTS_PER_POLL`]).
     behind: bool,
     capacity: u64,
+    /// What bounds `capacity`, in words, for `OutOfMemory` ([`memory_bound`]).
+    memory_rule: String,
     used: u64,
     memory: BTreeMap<DevAddr, HostBlock>,
     next_addr: DevAddr,
@@ -155,10 +178,22 @@ impl SimBackend {
         Ok(SimBackend::with_info(info))
     }
 
-    /// Opens a simulated `info` (its memory: `mem_bytes`, or 80 GiB if 0).
+    /// Opens a simulated `info` (its memory: `mem_bytes`, or 80 GiB if 0,
+    /// bounded by this host's memory: [`memory_bound`]).
     pub fn with_info(info: DeviceInfo) -> SimBackend {
+        SimBackend::with_host_memory(info, host_memory())
+    }
+
+    /// [`SimBackend::with_info`] on a host of `host` bytes of physical memory (`None`: unknown).
+    fn with_host_memory(mut info: DeviceInfo, host: Option<u64>) -> SimBackend {
         let seed = 0;
-        let capacity = if info.mem_bytes > 0 { info.mem_bytes } else { DEFAULT_CAPACITY };
+        let preset = if info.mem_bytes > 0 { info.mem_bytes } else { DEFAULT_CAPACITY };
+        let (capacity, bound) = memory_bound(&info.name, preset, host);
+        if capacity < preset {
+            tracing::info!("{bound}");
+        }
+        // What clients see (`Welcome`, `gpumux ps`) is what they can allocate.
+        info.mem_bytes = capacity;
         SimBackend {
             copy_engine: CopyEngine::new(),
             sim: SimGpu::new(info.clone(), seed).with_event_budget(EVENTS_PER_POLL),
@@ -169,6 +204,7 @@ impl SimBackend {
             unsettled: false,
             behind: false,
             capacity,
+            memory_rule: bound,
             used: 0,
             memory: BTreeMap::new(),
             next_addr: ADDRESS_BASE,
@@ -181,6 +217,12 @@ impl SimBackend {
             next_code: 0,
             fault: None,
         }
+    }
+
+    /// An `OutOfMemory` for `bytes`, naming what bounds the memory.
+    fn out_of_memory(&self, bytes: u64) -> MemError {
+        let free = self.capacity - self.used;
+        MemError::OutOfMemory { bytes, free, total: self.capacity, bound: self.memory_rule.clone() }
     }
 
     /// The allocation holding `[addr, addr + bytes)`, with the offset of `addr` in it.
@@ -244,15 +286,54 @@ impl SimBackend {
     }
 }
 
+/// One launchable kernel of a module ([`launchable`]).
+struct SimKernel {
+    name: String,
+    /// Its body calls `__trap()` directly.
+    traps: bool,
+    /// Every parameter's size, if all are of built-in types.
+    param_sizes: Option<Vec<u32>>,
+}
+
+/// A module's launchable kernels and its log (notes on kernels whose
+/// arguments go unchecked).
+struct Launchable {
+    kernels: Vec<SimKernel>,
+    log: String,
+}
+
 /// A module's launchable kernels, as the transformation finds them: each
-/// defined, non-template kernel's name and whether its body traps.
-fn launchable(source: &str) -> Result<Vec<(String, bool)>, LoadError> {
+/// defined, non-template kernel's name, whether its body traps and its
+/// parameter sizes where it can know them; or why the source would not
+/// compile, where a lexer can see it (module doc).
+fn launchable(source: &str) -> Result<Launchable, LoadError> {
+    // The transformation first, as on a GPU (where NVRTC comes after it).
     let t = transform(source).map_err(transform_error)?;
-    Ok(t.kernels
-        .iter()
-        .filter(|k| k.defined && !k.template)
-        .map(|k| (k.name.clone(), body_traps(&t.source, &k.name)))
-        .collect())
+    let errors = gpumux_cuda::source_check::syntax_errors(source);
+    if !errors.is_empty() {
+        let mut log = errors.join("\n");
+        log.push_str(
+            "\n(the simulated device compiles nothing: it checks what a lexer can see, a GPU's compiler the rest)",
+        );
+        return Err(LoadError::Compile { log });
+    }
+    let mut log = String::new();
+    let mut kernels = Vec::new();
+    for k in t.kernels.iter().filter(|k| k.defined && !k.template) {
+        let sizes: Vec<Option<u32>> =
+            k.param_types.iter().map(|ty| gpumux_cuda::source_check::param_size(ty)).collect();
+        let param_sizes = sizes.iter().copied().collect::<Option<Vec<u32>>>();
+        if let Some(i) = sizes.iter().position(Option::is_none) {
+            let _ = writeln!(
+                log,
+                "note: `{}`'s parameter {} (`{} {}`) is of a type whose size the simulated device cannot know \
+                 without a compiler, so `{}`'s arguments are not checked here (a GPU checks them)",
+                k.name, i, k.param_types[i], k.params[i], k.name
+            );
+        }
+        kernels.push(SimKernel { name: k.name.clone(), traps: body_traps(&t.source, &k.name), param_sizes });
+    }
+    Ok(Launchable { kernels, log })
 }
 
 impl SimBackend {
@@ -265,9 +346,9 @@ impl SimBackend {
     }
 
     /// Gives a module's kernels codes: its image, loaded once.
-    fn register(&mut self, key: (String, Vec<String>), launchable: Vec<(String, bool)>) -> ModuleImage {
+    fn register(&mut self, key: (String, Vec<String>), launchable: Launchable) -> ModuleImage {
         let mut kernels = Vec::new();
-        for (name, traps) in launchable {
+        for SimKernel { name, traps, param_sizes } in launchable.kernels {
             let code = KernelCode(self.next_code);
             self.next_code += 1;
             if traps {
@@ -276,7 +357,7 @@ impl SimBackend {
             kernels.push(KernelImage {
                 name,
                 code,
-                param_sizes: None,
+                param_sizes,
                 regs_per_thread: SIM_REGS_PER_THREAD,
                 static_smem: 0,
                 max_threads_per_block: 1024,
@@ -285,9 +366,44 @@ impl SimBackend {
                 max_dynamic_smem: SIM_MAX_DYNAMIC_SMEM,
             });
         }
-        let image = ModuleImage { kernels, log: String::new(), cached: false };
+        let image = ModuleImage { kernels, log: launchable.log, cached: false };
         self.modules.insert(key, (image.clone(), 1));
         image
+    }
+}
+
+/// The host's physical memory in bytes, if the system says.
+fn host_memory() -> Option<u64> {
+    // SAFETY: sysconf only reads system constants.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGE_SIZE)) };
+    let (pages, page) = (u64::try_from(pages).ok()?, u64::try_from(page).ok()?);
+    pages.checked_mul(page).filter(|&b| b > 0)
+}
+
+/// `bytes` in GiB, one decimal.
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// The simulated device `name`'s memory, and the rule that gave it in words:
+/// the preset's size (`preset` bytes), but at most the host's physical
+/// memory (`host` bytes, if known) divided by [`HOST_MEMORY_DIVISOR`],
+/// rounded down to a MiB. Device memory is host RAM here (module doc): on a
+/// 24 GiB host an H100 preset let clients allocate, and fill, 80 GiB.
+pub fn memory_bound(name: &str, preset: u64, host: Option<u64>) -> (u64, String) {
+    let share = host.map(|h| (h / HOST_MEMORY_DIVISOR) & !((1 << 20) - 1)).filter(|&b| b > 0);
+    match share {
+        Some(share) if share < preset => (
+            share,
+            format!(
+                "the simulated device {name} has {}: its preset's {}, bounded to half of this host's {} of RAM \
+                 (its memory is the host's)",
+                gib(share),
+                gib(preset),
+                gib(host.unwrap_or(0))
+            ),
+        ),
+        _ => (preset, format!("the simulated device {name} has {}, its preset's memory", gib(preset))),
     }
 }
 
@@ -349,12 +465,11 @@ impl Backend for SimBackend {
 
     fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
         let free = self.capacity - self.used;
-        let oom = || MemError::OutOfMemory { bytes, free, total: self.capacity };
-        let len = usize::try_from(bytes).map_err(|_| oom())?;
+        let len = usize::try_from(bytes).map_err(|_| self.out_of_memory(bytes))?;
         if bytes == 0 || bytes > free {
-            return Err(oom());
+            return Err(self.out_of_memory(bytes));
         }
-        let block = HostBlock::new(len).ok_or_else(oom)?;
+        let block = HostBlock::new(len).ok_or_else(|| self.out_of_memory(bytes))?;
         let addr = self.next_addr;
         let span = bytes.div_ceil(ALIGN).saturating_add(1).saturating_mul(ALIGN);
         self.next_addr = self.next_addr.saturating_add(span);
@@ -607,14 +722,32 @@ mod tests {
     #[test]
     fn presets_come_from_the_simulator_and_unknown_names_list_them() {
         assert_eq!(SimBackend::open("sim:h100").map(|b| b.info.num_sms).ok(), Some(132));
-        assert_eq!(SimBackend::open("k20c").map(|b| b.capacity).ok(), Some(5 << 30));
+        let k20c = presets::by_name("k20c").unwrap();
+        assert_eq!(SimBackend::with_host_memory(k20c, Some(64 << 30)).capacity, 5 << 30);
         let e = SimBackend::open("sim:h900").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("sim:h900") && e.contains("sim:h200"), "{e}");
     }
 
+    /// Issue 36, case 9: on 717b546 a 24 GiB host let clients allocate (and
+    /// fill) 80 GiB of an H100 preset's "device" memory, which is host RAM.
+    #[test]
+    fn memory_is_the_presets_but_at_most_half_of_the_hosts() {
+        let h100 = presets::by_name("h100").unwrap();
+        let mut b = SimBackend::with_host_memory(h100.clone(), Some(24 << 30));
+        assert_eq!((b.capacity, b.info.mem_bytes), (12 << 30, 12 << 30), "what clients see is the bound");
+        let e = b.alloc(13 << 30).unwrap_err().to_string();
+        assert!(e.contains("12.0 GiB: its preset's 80.0 GiB, bounded to half of this host's 24.0 GiB of RAM"), "{e}");
+        b.alloc(11 << 30).unwrap();
+        assert_eq!(SimBackend::with_host_memory(h100.clone(), Some(1 << 40)).capacity, 80 << 30);
+        assert_eq!(SimBackend::with_host_memory(h100, None).capacity, 80 << 30, "an unknown host: the preset");
+        let real = SimBackend::open("h100").unwrap();
+        let host = host_memory().unwrap();
+        assert!(real.capacity <= host / 2 && real.capacity <= 80 << 30, "{} on a host of {host}", real.capacity);
+    }
+
     #[test]
     fn memory_is_counted_aligned_and_refused_past_capacity() {
-        let mut b = SimBackend::open("k20c").unwrap();
+        let mut b = SimBackend::with_host_memory(presets::by_name("k20c").unwrap(), Some(64 << 30));
         let a = b.alloc(1000).unwrap();
         let c = b.alloc(1).unwrap();
         assert_eq!((a % ALIGN, c % ALIGN), (0, 0));
