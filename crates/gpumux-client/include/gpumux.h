@@ -64,7 +64,8 @@ typedef enum gpumux_status {
   GPUMUX_ERR_PANIC = 22,
 } gpumux_status;
 
-// What a [`gpumux_arg`] holds.
+// What a [`gpumux_arg`] holds (its `kind` field, an `int32_t`: any other
+// value is refused with `GPUMUX_ERR_INVALID_ARGUMENT`).
 typedef enum gpumux_arg_kind {
   // `buffer` + `offset`: a device pointer.
   GPUMUX_ARG_BUFFER = 0,
@@ -118,8 +119,9 @@ typedef struct gpumux_launch_config {
 
 // One kernel argument, tagged by `kind`; make it with `gpumux_arg_i32()` etc.
 typedef struct gpumux_arg {
-  // Which field holds the value.
-  enum gpumux_arg_kind kind;
+  // Which field holds the value: a `gpumux_arg_kind` (an integer here, so
+  // that a value outside the enum is an error, not undefined behaviour).
+  int32_t kind;
   // For `GPUMUX_ARG_BUFFER`.
   struct gpumux_buffer buffer;
   // For `GPUMUX_ARG_BUFFER`: bytes into the buffer.
@@ -156,15 +158,20 @@ enum gpumux_status gpumux_connect(const char *socket,
 
 // Says goodbye and frees the client (NULL is accepted and does nothing).
 // Buffers, modules' kernels, streams and host memory of the client are gone after it.
+// A pointer that is not a connected client (one disconnected already) is
+// `GPUMUX_ERR_INVALID_ARGUMENT`.
 enum gpumux_status gpumux_disconnect(struct gpumux_client *client);
 
 // The device, in words (`sim:h100`, `NVIDIA H100 ... (cuda:0)`); valid while the client lives.
+// NULL for a pointer that is not a connected client.
 const char *gpumux_device(const struct gpumux_client *client);
 
 // The daemon's scheduling policy; valid while the client lives.
+// NULL for a pointer that is not a connected client.
 const char *gpumux_policy(const struct gpumux_client *client);
 
 // Whether the device is simulated: kernels take time but compute nothing.
+// False for a pointer that is not a connected client.
 bool gpumux_is_simulated(const struct gpumux_client *client);
 
 // Changes the client's priority.
@@ -243,7 +250,8 @@ enum gpumux_status gpumux_load_module(const struct gpumux_client *client,
                                       struct gpumux_module **out_module);
 
 // Frees a module's handle (NULL does nothing); its kernel pointers die with it.
-void gpumux_module_free(struct gpumux_module *module);
+// A pointer that is not a live module (one freed already) is `GPUMUX_ERR_INVALID_ARGUMENT`.
+enum gpumux_status gpumux_module_free(struct gpumux_module *module);
 
 // The module's kernel named `name`, into `*out_kernel` (valid while the module lives).
 enum gpumux_status gpumux_module_kernel(const struct gpumux_module *module,

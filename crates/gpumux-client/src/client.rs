@@ -22,6 +22,16 @@ pub const DEFAULT_SHM_BYTES: u64 = 8 << 20;
 /// The environment variable naming the daemon's socket.
 pub const SOCKET_ENV: &str = "GPUMUX_SOCKET";
 
+/// How long [`Client::connect`] waits for a daemon to listen on a socket
+/// that is not there yet (or refuses), unless told otherwise: a daemon
+/// started a moment before (`gpumuxd ... &` then a client, as the README
+/// does) binds its socket within tens of ms on the simulated device.
+pub const DEFAULT_WAIT_FOR_DAEMON: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The environment variable that sets [`ConnectOptions::wait_for_daemon`]
+/// in milliseconds (`0`: do not wait), for C programs too.
+pub const WAIT_ENV: &str = "GPUMUX_CONNECT_WAIT_MS";
+
 /// How to connect.
 #[derive(Clone, Debug)]
 pub struct ConnectOptions {
@@ -41,6 +51,11 @@ pub struct ConnectOptions {
     /// system calls per request; docs/daemon.md, "The protocol"). Default:
     /// on, unless `GPUMUX_RINGS=0`.
     pub rings: bool,
+    /// How long to wait for a daemon to listen when the socket does not
+    /// exist yet or refuses (a daemon starting), trying every 10 ms; then
+    /// [`ClientError::NoDaemon`] naming the socket and the wait. Default:
+    /// `$GPUMUX_CONNECT_WAIT_MS`, else [`DEFAULT_WAIT_FOR_DAEMON`] (2 s).
+    pub wait_for_daemon: std::time::Duration,
 }
 
 impl Default for ConnectOptions {
@@ -52,6 +67,39 @@ impl Default for ConnectOptions {
             weight: 1.0,
             shm_bytes: DEFAULT_SHM_BYTES,
             rings: crate::conn::rings_from_env(),
+            wait_for_daemon: wait_from_env(),
+        }
+    }
+}
+
+/// [`WAIT_ENV`] if set to a number of ms, else [`DEFAULT_WAIT_FOR_DAEMON`].
+fn wait_from_env() -> std::time::Duration {
+    std::env::var(WAIT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_WAIT_FOR_DAEMON, std::time::Duration::from_millis)
+}
+
+/// Connects to `socket`, waiting up to `wait` for a daemon starting to bind
+/// it (no file yet, or a stale file it is about to replace: `ECONNREFUSED`).
+/// The README's `gpumuxd ... &` then `gpumux ps` failed 9 times in 10 on
+/// 717b546, which tried once (issue 36, case 9).
+fn connect_socket(socket: &std::path::Path, wait: std::time::Duration) -> Result<UnixStream> {
+    let start = std::time::Instant::now();
+    loop {
+        let source = match UnixStream::connect(socket) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => e,
+        };
+        let waited = start.elapsed();
+        match source.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused if waited < wait => {
+                std::thread::sleep(std::time::Duration::from_millis(10).min(wait - waited));
+            }
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                return Err(ClientError::NoDaemon { socket: socket.to_path_buf(), waited: wait, source });
+            }
+            _ => return Err(ClientError::Connect { socket: socket.to_path_buf(), cause: source }),
         }
     }
 }
@@ -112,13 +160,7 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Connects, greets the daemon, and attaches a shared region.
     pub fn connect(options: ConnectOptions) -> Result<Client> {
-        let socket = options.socket_path();
-        let stream = UnixStream::connect(&socket).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                ClientError::NoDaemon { socket: socket.clone(), source }
-            }
-            _ => ClientError::Connect { socket: socket.clone(), cause: source },
-        })?;
+        let stream = connect_socket(&options.socket_path(), options.wait_for_daemon)?;
         let mut name = options.name;
         if name.len() > MAX_NAME_BYTES {
             let mut end = MAX_NAME_BYTES;

@@ -22,6 +22,17 @@
 //! system call while the daemon's reader polls, and a reply none while ours
 //! does. A daemon that refuses the rings leaves the conversation on the
 //! socket; `GPUMUX_RINGS=0` does not offer them.
+//!
+//! **The daemon's last word.** A daemon that closes a connection says why
+//! first, in an error frame with id 0 (a uid its config does not allow,
+//! before it reads a byte; a broken protocol rule). That frame is read
+//! before the close is reported, whatever the timing: a write that fails
+//! because the daemon has already closed is not the end of the story (its
+//! reason may be waiting unread), and every call after the close reports
+//! [`ClientError::Closed`] with the daemon's words instead of
+//! [`ClientError::DaemonGone`]. On 717b546 a refused uid got, at random,
+//! "gpumuxd closed the connection" or "gpumuxd answered Hello with a reply
+//! to request 0" (issue 36, case 5).
 
 use crate::error::{ClientError, Result};
 use gpumux_proto::{
@@ -39,18 +50,37 @@ use std::thread::JoinHandle;
 
 type Answer = std::result::Result<Reply, ErrorReply>;
 
+/// What a waiting caller gets: its answer, or the daemon's reason for
+/// closing the connection before answering.
+enum Routed {
+    Answer(Answer),
+    Closed(ErrorReply),
+}
+
 /// What the reader thread and the callers share.
 #[derive(Default)]
 struct Routing {
     /// Callers waiting, by request id.
-    waiting: HashMap<u64, Sender<Answer>>,
+    waiting: HashMap<u64, Sender<Routed>>,
     /// Set once the socket is closed: nothing more will be answered.
     closed: bool,
+    /// Why the daemon closed the connection, if it said (module doc).
+    farewell: Option<ErrorReply>,
     /// Notices not yet taken.
     notices: Vec<Notice>,
     /// Errors of requests sent without a caller waiting (launches),
     /// oldest first, not yet reported.
     deferred_errors: VecDeque<(&'static str, ErrorReply)>,
+}
+
+impl Routing {
+    /// The error of a call on a closed connection: the daemon's reason, if it gave one.
+    fn gone(&self) -> ClientError {
+        match &self.farewell {
+            Some(error) => ClientError::Closed { error: error.clone() },
+            None => ClientError::DaemonGone,
+        }
+    }
 }
 
 /// How long a caller polls for its reply before it sleeps: a daemon
@@ -91,7 +121,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[must_use = "a request's reply says whether it worked"]
 pub(crate) struct PendingReply {
     request: &'static str,
-    rx: Receiver<Answer>,
+    rx: Receiver<Routed>,
     /// How long to poll for it before sleeping.
     spin: std::time::Duration,
 }
@@ -112,8 +142,9 @@ impl PendingReply {
             looks = looks.saturating_add(1);
         };
         match answer {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(error)) => Err(ClientError::Daemon { request: self.request, error }),
+            Ok(Routed::Answer(Ok(reply))) => Ok(reply),
+            Ok(Routed::Answer(Err(error))) => Err(ClientError::Daemon { request: self.request, error }),
+            Ok(Routed::Closed(error)) => Err(ClientError::Closed { error }),
             Err(_) => Err(ClientError::DaemonGone),
         }
     }
@@ -147,13 +178,23 @@ impl Connection {
     pub(crate) fn handshake(stream: UnixStream, hello: Request, rings: bool) -> Result<(Connection, Reply)> {
         let mut frames = FrameReader::new();
         let mut buf = vec![0u8; READ_CHUNK];
-        send_all(stream.as_raw_fd(), &encode_frame(&ClientFrame { id: 1, request: hello })?, None)?;
+        // A daemon that refuses this uid writes why and closes without
+        // reading: the Hello's write may fail (a broken pipe) with the
+        // reason unread here. It is read; the end of the stream after it,
+        // if it did not come, is `DaemonGone` as the write's failure was.
+        if let Err(e) = send_all(stream.as_raw_fd(), &encode_frame(&ClientFrame { id: 1, request: hello })?, None) {
+            if !matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) {
+                return Err(e.into());
+            }
+        }
         let reply = loop {
             match read_frame(&stream, &mut frames, &mut buf, None, false)? {
                 ServerFrame::Reply { id: 1, result: Ok(reply) } => break reply,
                 ServerFrame::Reply { id: 1, result: Err(error) } => {
                     return Err(ClientError::Daemon { request: "Hello", error });
                 }
+                // The daemon's reason for closing (module doc).
+                ServerFrame::Reply { id: 0, result: Err(error) } => return Err(ClientError::Closed { error }),
                 ServerFrame::Reply { id, .. } => {
                     return Err(ClientError::Protocol { request: "Hello", got: format!("a reply to request {id}") });
                 }
@@ -235,14 +276,14 @@ impl Connection {
         {
             let mut routing = lock(&self.routing);
             if routing.closed {
-                return Err(ClientError::DaemonGone);
+                return Err(routing.gone());
             }
             routing.waiting.insert(id, tx);
         }
         let written = self.write_frame(&bytes, fd.map(|f| f.as_raw_fd()));
         if let Err(e) = written {
             lock(&self.routing).waiting.remove(&id);
-            return Err(e.into());
+            return Err(self.write_failed(e));
         }
         Ok(PendingReply { request: name, rx, spin: spin_window(SPIN_FOR_REPLY, self.urgent.load(Ordering::Relaxed)) })
     }
@@ -252,11 +293,34 @@ impl Connection {
     pub(crate) fn send_deferred(&self, request: Request) -> Result<()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = encode_frame(&ClientFrame { id, request })?;
-        if lock(&self.routing).closed {
-            return Err(ClientError::DaemonGone);
+        {
+            let routing = lock(&self.routing);
+            if routing.closed {
+                return Err(routing.gone());
+            }
         }
-        self.write_frame(&bytes, None)?;
-        Ok(())
+        self.write_frame(&bytes, None).map_err(|e| self.write_failed(e))
+    }
+
+    /// The error of a write that failed: for the daemon's end of the
+    /// connection, what the daemon said as it closed, once the reader
+    /// thread has read it (module doc); it reads up to the close at once,
+    /// so the wait is short, and bounded.
+    fn write_failed(&self, e: std::io::Error) -> ClientError {
+        let e = ClientError::from(e);
+        if !matches!(e, ClientError::DaemonGone) {
+            return e;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            {
+                let routing = lock(&self.routing);
+                if routing.closed || std::time::Instant::now() >= deadline {
+                    return routing.gone();
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// The oldest error of a deferred request not yet reported, if any.
@@ -385,12 +449,26 @@ fn offer_rings(
     };
     let request = Request::UseRings { capacity: pair.capacity() as u32 };
     let frame = encode_frame(&ClientFrame { id: RINGS_ID, request })?;
-    send_all(stream.as_raw_fd(), &frame, Some(pair.fd().as_raw_fd()))?;
+    if let Err(e) = send_all(stream.as_raw_fd(), &frame, Some(pair.fd().as_raw_fd())) {
+        // Closed already: its reason may be read, or waiting (module doc).
+        let e = ClientError::from(e);
+        if matches!(e, ClientError::DaemonGone) {
+            let _ = drain_socket(stream, frames, buf);
+            while let Some(body) = frames.next_body()? {
+                if let ServerFrame::Reply { id: 0, result: Err(error) } = decode_frame_body(&body)? {
+                    return Err(ClientError::Closed { error });
+                }
+            }
+        }
+        return Err(e);
+    }
     let (tx, mut rx) = pair.split();
     let mut ring_frames = FrameReader::new();
     let mut inbox = Vec::new();
     let answer = |frame: ServerFrame, notices: &mut Vec<Notice>| match frame {
-        ServerFrame::Reply { id: RINGS_ID, result } => Some(result),
+        ServerFrame::Reply { id: RINGS_ID, result } => Some(Ok(result)),
+        // The daemon's reason for closing (module doc).
+        ServerFrame::Reply { id: 0, result: Err(error) } => Some(Err(ClientError::Closed { error })),
         ServerFrame::Reply { .. } => None,
         ServerFrame::Notice(n) => {
             notices.push(n);
@@ -404,12 +482,15 @@ fn offer_rings(
         ring_frames.extend(&inbox);
         while let Some(body) = ring_frames.next_body()? {
             if let Some(result) = answer(decode_frame_body(&body)?, notices) {
+                let result = result?;
                 // Accepted through the ring: what the socket still holds (a
                 // notice sent before) is read now; after this, only doorbells.
                 if result.is_ok() {
                     drain_socket(stream, frames, buf)?;
                     while let Some(body) = frames.next_body()? {
-                        answer(decode_frame_body(&body)?, notices);
+                        if let Some(Err(closed)) = answer(decode_frame_body(&body)?, notices) {
+                            return Err(closed);
+                        }
                     }
                     *frames = ring_frames;
                     return Ok(Some((tx, rx)));
@@ -417,9 +498,11 @@ fn offer_rings(
                 return Ok(None);
             }
         }
-        drain_socket(stream, frames, buf)?;
+        // What the socket holds is read before its end is reported.
+        let drained = drain_socket(stream, frames, buf);
         while let Some(body) = frames.next_body()? {
             if let Some(result) = answer(decode_frame_body(&body)?, notices) {
+                let result = result?;
                 // A refusal comes on the socket; the rings are dropped.
                 return match result {
                     Ok(_) => Err(ClientError::Protocol { request: "UseRings", got: "an answer on the socket".into() }),
@@ -427,6 +510,7 @@ fn offer_rings(
                 };
             }
         }
+        drained?;
         // A once-per-connection wait: a short nap, not a spin.
         let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one pollfd, valid for the call.
@@ -524,15 +608,16 @@ fn read_loop(
         match frame {
             ServerFrame::Reply { id, result } => {
                 // A reply nobody waits for is a launch's refusal (module
-                // doc). Id 0 is no request's: the daemon's word on a broken
-                // rule, after which it closes the connection (and every
-                // call then fails with `DaemonGone`).
+                // doc). Id 0 is no request's: the daemon's word on why it
+                // closes the connection, kept for every call from then on.
                 if let Some(tx) = routing.waiting.remove(&id) {
-                    let _ = tx.send(result);
+                    let _ = tx.send(Routed::Answer(result));
                 } else if id != 0 {
                     if let Err(error) = result {
                         routing.deferred_errors.push_back(("Launch", error));
                     }
+                } else if let Err(error) = result {
+                    routing.farewell = Some(error);
                 }
             }
             ServerFrame::Notice(notice) => routing.notices.push(notice),
@@ -541,8 +626,14 @@ fn read_loop(
     let _ = stream.shutdown(std::net::Shutdown::Both);
     let mut routing = lock(&routing);
     routing.closed = true;
-    // Dropping the senders wakes every waiting caller with DaemonGone.
-    routing.waiting.clear();
+    // Every waiting caller gets the daemon's reason, if it gave one; else
+    // dropping the senders wakes them with DaemonGone.
+    let waiting = std::mem::take(&mut routing.waiting);
+    if let Some(error) = &routing.farewell {
+        for tx in waiting.into_values() {
+            let _ = tx.send(Routed::Closed(error.clone()));
+        }
+    }
 }
 
 /// Writes all of `bytes` to the socket, with `pass` sent as `SCM_RIGHTS`

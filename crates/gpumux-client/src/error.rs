@@ -6,11 +6,15 @@ use std::path::PathBuf;
 /// What can go wrong talking to gpumuxd. Every message says what to do next.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// Nothing listens on the socket (no file, or a stale one).
-    #[error("no daemon listens on {}: start one with `gpumuxd` or set GPUMUX_SOCKET", socket.display())]
+    /// Nothing listens on the socket (no file, or a stale one), also after
+    /// waiting `waited` for a daemon starting to listen
+    /// ([`crate::ConnectOptions::wait_for_daemon`]).
+    #[error("no daemon listens on {}{}: start one with `gpumuxd` or set GPUMUX_SOCKET", socket.display(), waited_for(*waited))]
     NoDaemon {
         /// The path tried.
         socket: PathBuf,
+        /// How long the library waited for it to appear ([`crate::ConnectOptions::wait_for_daemon`]).
+        waited: std::time::Duration,
         /// What `connect` said.
         #[source]
         source: std::io::Error,
@@ -33,6 +37,14 @@ pub enum ClientError {
         "gpumuxd closed the connection (it stopped, or it disconnected this client after a bad request: see its log)"
     )]
     DaemonGone,
+    /// The daemon closed the connection and said why first: a uid the
+    /// config does not allow (`NotPermitted`, at connect), a broken protocol
+    /// rule. [`ClientError::kind`] gives the kind; the message is the daemon's.
+    #[error("gpumuxd closed the connection: {}", error.message)]
+    Closed {
+        /// What the daemon said.
+        error: ErrorReply,
+    },
     /// A frame could not be encoded or decoded (the cause is in the
     /// message, which C callers read, so it is not also the source).
     #[error(
@@ -97,11 +109,21 @@ impl From<std::io::Error> for ClientError {
     }
 }
 
+/// ` (waited 2s for one to start)`, or nothing when the library did not wait.
+fn waited_for(waited: std::time::Duration) -> String {
+    if waited.is_zero() {
+        String::new()
+    } else {
+        format!(" (waited {waited:?} for one to start)")
+    }
+}
+
 impl ClientError {
-    /// The daemon's kind of error, if the daemon answered with one.
+    /// The daemon's kind of error, if the daemon answered with one (or said
+    /// one as it closed the connection).
     pub fn kind(&self) -> Option<&ErrorKind> {
         match self {
-            ClientError::Daemon { error, .. } => Some(&error.kind),
+            ClientError::Daemon { error, .. } | ClientError::Closed { error } => Some(&error.kind),
             _ => None,
         }
     }
@@ -113,6 +135,7 @@ impl ClientError {
             | ClientError::Connect { .. }
             | ClientError::Io(_)
             | ClientError::DaemonGone
+            | ClientError::Closed { .. }
             | ClientError::Frame(_)
             | ClientError::Protocol { .. } => true,
             ClientError::Daemon { error, .. } => {

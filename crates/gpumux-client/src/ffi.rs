@@ -2,8 +2,36 @@
 //!
 //! Every function returns a [`gpumux_status`]; on failure,
 //! [`gpumux_last_error`] gives the message of the thread's last failed call.
-//! Pointers are checked for null, strings for UTF-8, and no panic crosses
-//! the boundary (it becomes `GPUMUX_ERR_PANIC`). Handles: a client and a
+//! No panic crosses the boundary (it becomes `GPUMUX_ERR_PANIC`).
+//!
+//! **Every argument is checked before use**, so a C caller's mistake is an
+//! error code, never a crash inside the library (issue 36, case 7: on
+//! 717b546 an argument kind of 8 raised SIGFPE and 99 or -1 SIGSEGV inside
+//! `gpumux_launch`, because the kind was read as a Rust enum, for which any
+//! other value is undefined behaviour):
+//!
+//! - a NULL pointer is `GPUMUX_ERR_NULL` (where NULL is not allowed);
+//! - an enum crosses as a plain integer (`gpumux_arg::kind` is an
+//!   `int32_t`), and a value outside the enum is
+//!   `GPUMUX_ERR_INVALID_ARGUMENT`;
+//! - a client, module or kernel pointer must be one this library handed
+//!   out and has not taken back (`gpumux_disconnect`, `gpumux_module_free`),
+//!   and a kernel must be of the client it is launched with; anything else
+//!   (freed twice, forged, a pointer of another type) is
+//!   `GPUMUX_ERR_INVALID_ARGUMENT`, found in a table of live handles
+//!   without touching the pointer;
+//! - out-pointers and arrays must be aligned for their type;
+//! - counts and lengths are bounded before a slice is made of them:
+//!   `n_args` ≤ 256 (`MAX_ARGS`), `n_options` ≤ 64 (`MAX_OPTIONS`), a
+//!   `GPUMUX_ARG_BYTES` argument ≤ 32,764 bytes, a copy's length within
+//!   the address space;
+//! - strings must be UTF-8.
+//!
+//! What the library cannot check is what C cannot say: that a non-NULL
+//! data pointer (`src`, `dst`, a string, `bytes`) points at as many
+//! readable or writable bytes as its length claims.
+//!
+//! Handles: a client and a
 //! module are opaque pointers (freed by `gpumux_disconnect` and
 //! `gpumux_module_free`); a buffer is a small struct passed by value; a
 //! kernel is a pointer into its module, valid while the module lives;
@@ -16,13 +44,13 @@
 use crate::error::ClientError;
 use crate::handles::{Arg, Buffer, Kernel, LaunchConfig, Module};
 use crate::{Client, ConnectOptions, Event, HostBuffer};
-use gpumux_proto::{ErrorKind, EventId, StreamId};
+use gpumux_proto::{ErrorKind, EventId, StreamId, MAX_ARGS, MAX_OPTIONS, MAX_PARAM_BYTES};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError, RwLock};
 
 /// What a call came to.
 #[repr(C)]
@@ -91,7 +119,8 @@ pub struct gpumux_client {
 /// A loaded module (opaque).
 pub struct gpumux_module(Module);
 
-/// What a [`gpumux_arg`] holds.
+/// What a [`gpumux_arg`] holds (its `kind` field, an `int32_t`: any other
+/// value is refused with `GPUMUX_ERR_INVALID_ARGUMENT`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum gpumux_arg_kind {
@@ -113,12 +142,32 @@ pub enum gpumux_arg_kind {
     GPUMUX_ARG_BYTES = 7,
 }
 
+impl gpumux_arg_kind {
+    /// Every kind, in value order.
+    const ALL: [gpumux_arg_kind; 8] = [
+        gpumux_arg_kind::GPUMUX_ARG_BUFFER,
+        gpumux_arg_kind::GPUMUX_ARG_I32,
+        gpumux_arg_kind::GPUMUX_ARG_U32,
+        gpumux_arg_kind::GPUMUX_ARG_I64,
+        gpumux_arg_kind::GPUMUX_ARG_U64,
+        gpumux_arg_kind::GPUMUX_ARG_F32,
+        gpumux_arg_kind::GPUMUX_ARG_F64,
+        gpumux_arg_kind::GPUMUX_ARG_BYTES,
+    ];
+
+    /// The kind of value `v`, if there is one.
+    pub fn from_raw(v: i32) -> Option<gpumux_arg_kind> {
+        usize::try_from(v).ok().and_then(|i| gpumux_arg_kind::ALL.get(i)).copied()
+    }
+}
+
 /// One kernel argument, tagged by `kind`; make it with `gpumux_arg_i32()` etc.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct gpumux_arg {
-    /// Which field holds the value.
-    pub kind: gpumux_arg_kind,
+    /// Which field holds the value: a `gpumux_arg_kind` (an integer here, so
+    /// that a value outside the enum is an error, not undefined behaviour).
+    pub kind: i32,
     /// For `GPUMUX_ARG_BUFFER`.
     pub buffer: Buffer,
     /// For `GPUMUX_ARG_BUFFER`: bytes into the buffer.
@@ -167,7 +216,10 @@ impl From<ClientError> for Failure {
             ClientError::Shm { .. } => GPUMUX_ERR_SHM,
             ClientError::NoSuchKernel { .. } => GPUMUX_ERR_NO_SUCH_KERNEL,
             ClientError::Invalid(_) => GPUMUX_ERR_INVALID_ARGUMENT,
-            ClientError::Daemon { error, .. } => match error.kind {
+            // The kind of a daemon's refusal, also when it closed the
+            // connection with it (a uid the config does not allow:
+            // GPUMUX_ERR_NOT_PERMITTED).
+            ClientError::Daemon { error, .. } | ClientError::Closed { error } => match error.kind {
                 ErrorKind::BadFrame => GPUMUX_ERR_BAD_FRAME,
                 ErrorKind::Protocol => GPUMUX_ERR_PROTOCOL,
                 ErrorKind::Version { .. } => GPUMUX_ERR_VERSION,
@@ -191,6 +243,97 @@ impl From<ClientError> for Failure {
 
 fn null(what: &str) -> Failure {
     Failure(GPUMUX_ERR_NULL, format!("{what} is NULL"))
+}
+
+fn invalid(message: String) -> Failure {
+    Failure(GPUMUX_ERR_INVALID_ARGUMENT, message)
+}
+
+/// The handles this library gave out and has not taken back, by address
+/// (module doc): clients, and modules and kernels with their client's
+/// address. A pointer is looked up here before it is dereferenced.
+struct Live {
+    clients: BTreeMap<usize, ()>,
+    modules: BTreeMap<usize, usize>,
+    kernels: BTreeMap<usize, usize>,
+}
+
+static LIVE: RwLock<Live> =
+    RwLock::new(Live { clients: BTreeMap::new(), modules: BTreeMap::new(), kernels: BTreeMap::new() });
+
+fn live() -> std::sync::RwLockReadGuard<'static, Live> {
+    LIVE.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn live_mut() -> std::sync::RwLockWriteGuard<'static, Live> {
+    LIVE.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The client behind `c`, if it is one `gpumux_connect` gave and
+/// `gpumux_disconnect` has not taken back.
+unsafe fn handle<'a>(c: *const gpumux_client) -> Result<&'a gpumux_client, Failure> {
+    if c.is_null() {
+        return Err(null("the client"));
+    }
+    if !live().clients.contains_key(&(c as usize)) {
+        return Err(invalid(format!("the client {c:p} is not one gpumux_connect returned (or it was disconnected)")));
+    }
+    // SAFETY: a live client of gpumux_connect (checked above).
+    Ok(unsafe { &*c })
+}
+
+/// The module behind `m`, if it is one `gpumux_load_module` gave and
+/// `gpumux_module_free` has not taken back.
+unsafe fn module_handle<'a>(m: *const gpumux_module) -> Result<&'a gpumux_module, Failure> {
+    if m.is_null() {
+        return Err(null("the module"));
+    }
+    if !live().modules.contains_key(&(m as usize)) {
+        return Err(invalid(format!("the module {m:p} is not one gpumux_load_module returned (or it was freed)")));
+    }
+    // SAFETY: a live module of gpumux_load_module (checked above).
+    Ok(unsafe { &*m })
+}
+
+/// The kernel behind `k`, if it is one `gpumux_module_kernel` gave, its
+/// module is live, and it is `client`'s.
+unsafe fn kernel_handle<'a>(k: *const Kernel, client: *const gpumux_client) -> Result<&'a Kernel, Failure> {
+    if k.is_null() {
+        return Err(null("the kernel"));
+    }
+    match live().kernels.get(&(k as usize)) {
+        None => {
+            return Err(invalid(format!(
+                "the kernel {k:p} is not one gpumux_module_kernel returned (or its module was freed, or its client disconnected)"
+            )))
+        }
+        Some(&owner) if owner != client as usize => {
+            return Err(invalid(format!("the kernel {k:p} is of a module another client loaded")));
+        }
+        Some(_) => {}
+    }
+    // SAFETY: a kernel of a live module (checked above).
+    Ok(unsafe { &*k })
+}
+
+/// `p` is not NULL and aligned for `T`.
+fn aligned<T>(p: *const T, what: &str) -> Result<(), Failure> {
+    if p.is_null() {
+        return Err(null(what));
+    }
+    if !p.is_aligned() {
+        return Err(invalid(format!("{what} ({p:p}) is not aligned for its type")));
+    }
+    Ok(())
+}
+
+/// `len` bytes from `p` could be one object: within `isize::MAX` and not
+/// wrapping around the address space (what a slice needs).
+fn span(p: *const c_void, len: usize, what: &str) -> Result<(), Failure> {
+    if len > isize::MAX as usize || (p as usize).checked_add(len).is_none() {
+        return Err(invalid(format!("{what} of {len} bytes at {p:p} runs past the end of the address space")));
+    }
+    Ok(())
 }
 
 /// Runs a call's body: catches panics, records the message of a failure.
@@ -218,13 +361,13 @@ unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Failure> {
 }
 
 unsafe fn client_ref<'a>(c: *const gpumux_client) -> Result<&'a Client, Failure> {
-    // SAFETY: the caller passes a pointer from gpumux_connect, or NULL.
-    unsafe { c.as_ref() }.map(|c| &c.client).ok_or_else(|| null("the client"))
+    Ok(&unsafe { handle(c) }?.client)
 }
 
 unsafe fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, Failure> {
-    // SAFETY: the caller passes a writable pointer, or NULL.
-    unsafe { p.as_mut() }.ok_or_else(|| null(what))
+    aligned(p.cast_const(), what)?;
+    // SAFETY: the caller passes a writable pointer (checked non-null and aligned).
+    Ok(unsafe { &mut *p })
 }
 
 /// The message of this thread's last failed call ("" if none). Valid until
@@ -263,20 +406,34 @@ pub unsafe extern "C" fn gpumux_connect(
         let device = cstring(&client.welcome().device);
         let policy = cstring(&client.welcome().policy);
         let hosts = Mutex::new(HashMap::new());
-        *out_client = Box::into_raw(Box::new(gpumux_client { client, device, policy, hosts }));
+        let c = Box::into_raw(Box::new(gpumux_client { client, device, policy, hosts }));
+        live_mut().clients.insert(c as usize, ());
+        *out_client = c;
         Ok(())
     })
 }
 
 /// Says goodbye and frees the client (NULL is accepted and does nothing).
 /// Buffers, modules' kernels, streams and host memory of the client are gone after it.
+/// A pointer that is not a connected client (one disconnected already) is
+/// `GPUMUX_ERR_INVALID_ARGUMENT`.
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_disconnect(client: *mut gpumux_client) -> gpumux_status {
     guard(|| {
         if client.is_null() {
             return Ok(());
         }
-        // SAFETY: a pointer from gpumux_connect, given back once.
+        {
+            let mut live = live_mut();
+            if live.clients.remove(&(client as usize)).is_none() {
+                return Err(invalid(format!(
+                    "the client {client:p} is not one gpumux_connect returned (or it was disconnected)"
+                )));
+            }
+            // Its kernels can no longer be launched (with it); modules stay until freed.
+            live.kernels.retain(|_, owner| *owner != client as usize);
+        }
+        // SAFETY: a live pointer from gpumux_connect (checked and taken out of the table above).
         let client = unsafe { Box::from_raw(client) };
         let gpumux_client { client, hosts, .. } = *client;
         // Detached (and unmapped) before the goodbye.
@@ -286,24 +443,24 @@ pub unsafe extern "C" fn gpumux_disconnect(client: *mut gpumux_client) -> gpumux
 }
 
 /// The device, in words (`sim:h100`, `NVIDIA H100 ... (cuda:0)`); valid while the client lives.
+/// NULL for a pointer that is not a connected client.
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_device(client: *const gpumux_client) -> *const c_char {
-    // SAFETY: a pointer from gpumux_connect, or NULL.
-    unsafe { client.as_ref() }.map_or(std::ptr::null(), |c| c.device.as_ptr())
+    unsafe { handle(client) }.map_or(std::ptr::null(), |c| c.device.as_ptr())
 }
 
 /// The daemon's scheduling policy; valid while the client lives.
+/// NULL for a pointer that is not a connected client.
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_policy(client: *const gpumux_client) -> *const c_char {
-    // SAFETY: a pointer from gpumux_connect, or NULL.
-    unsafe { client.as_ref() }.map_or(std::ptr::null(), |c| c.policy.as_ptr())
+    unsafe { handle(client) }.map_or(std::ptr::null(), |c| c.policy.as_ptr())
 }
 
 /// Whether the device is simulated: kernels take time but compute nothing.
+/// False for a pointer that is not a connected client.
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_is_simulated(client: *const gpumux_client) -> bool {
-    // SAFETY: a pointer from gpumux_connect, or NULL.
-    unsafe { client.as_ref() }.is_some_and(|c| c.client.is_simulated())
+    unsafe { handle(client) }.is_ok_and(|c| c.client.is_simulated())
 }
 
 /// Changes the client's priority.
@@ -365,8 +522,7 @@ pub unsafe extern "C" fn gpumux_host_alloc(
     out_ptr: *mut *mut c_void,
 ) -> gpumux_status {
     guard(|| {
-        // SAFETY: a pointer from gpumux_connect, or NULL.
-        let c = unsafe { client.as_ref() }.ok_or_else(|| null("the client"))?;
+        let c = unsafe { handle(client) }?;
         let out_ptr = unsafe { out(out_ptr, "out_ptr") }?;
         let mut host = c.client.alloc_host(bytes as u64)?;
         let ptr = host.as_mut_ptr();
@@ -382,8 +538,7 @@ pub unsafe extern "C" fn gpumux_host_alloc(
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_host_free(client: *const gpumux_client, ptr: *mut c_void) -> gpumux_status {
     guard(|| {
-        // SAFETY: a pointer from gpumux_connect, or NULL.
-        let c = unsafe { client.as_ref() }.ok_or_else(|| null("the client"))?;
+        let c = unsafe { handle(client) }?;
         if ptr.is_null() {
             return Ok(());
         }
@@ -414,6 +569,7 @@ pub unsafe extern "C" fn gpumux_copy_to_device(
         if src.is_null() && bytes > 0 {
             return Err(null("src"));
         }
+        span(src, bytes, "src")?;
         let data: &[u8] = if bytes == 0 {
             &[]
         } else {
@@ -441,6 +597,7 @@ pub unsafe extern "C" fn gpumux_copy_to_host(
         if dst.is_null() && bytes > 0 {
             return Err(null("dst"));
         }
+        span(dst, bytes, "dst")?;
         let data: &mut [u8] = if bytes == 0 {
             &mut []
         } else {
@@ -479,12 +636,16 @@ pub unsafe extern "C" fn gpumux_load_module(
     out_module: *mut *mut gpumux_module,
 ) -> gpumux_status {
     guard(|| {
+        let client_ptr = client;
         let client = unsafe { client_ref(client) }?;
         let out_module = unsafe { out(out_module, "out_module") }?;
         let name = unsafe { text(name, "name") }?;
         let source = unsafe { text(source, "source") }?;
-        if options.is_null() && n_options > 0 {
-            return Err(null("options"));
+        if n_options > MAX_OPTIONS {
+            return Err(invalid(format!("n_options is {n_options}, over the limit of {MAX_OPTIONS}")));
+        }
+        if n_options > 0 {
+            aligned(options, "options")?;
         }
         let mut opts = Vec::with_capacity(n_options);
         for i in 0..n_options {
@@ -492,18 +653,44 @@ pub unsafe extern "C" fn gpumux_load_module(
             opts.push(unsafe { text(*options.add(i), "an option") }?);
         }
         let module = client.load_module(name, source, &opts)?;
-        *out_module = Box::into_raw(Box::new(gpumux_module(module)));
+        let m = Box::into_raw(Box::new(gpumux_module(module)));
+        {
+            let mut live = live_mut();
+            live.modules.insert(m as usize, client_ptr as usize);
+            // SAFETY: just made above; its kernels stay where they are until it is freed.
+            for k in unsafe { &(*m).0 }.kernels() {
+                live.kernels.insert(k as *const Kernel as usize, client_ptr as usize);
+            }
+        }
+        *out_module = m;
         Ok(())
     })
 }
 
 /// Frees a module's handle (NULL does nothing); its kernel pointers die with it.
+/// A pointer that is not a live module (one freed already) is `GPUMUX_ERR_INVALID_ARGUMENT`.
 #[no_mangle]
-pub unsafe extern "C" fn gpumux_module_free(module: *mut gpumux_module) {
-    if !module.is_null() {
-        // SAFETY: a pointer from gpumux_load_module, given back once.
+pub unsafe extern "C" fn gpumux_module_free(module: *mut gpumux_module) -> gpumux_status {
+    guard(|| {
+        if module.is_null() {
+            return Ok(());
+        }
+        {
+            let mut live = live_mut();
+            if live.modules.remove(&(module as usize)).is_none() {
+                return Err(invalid(format!(
+                    "the module {module:p} is not one gpumux_load_module returned (or it was freed)"
+                )));
+            }
+            // SAFETY: a live module (checked and taken out of the table above).
+            for k in unsafe { &(*module).0 }.kernels() {
+                live.kernels.remove(&(k as *const Kernel as usize));
+            }
+        }
+        // SAFETY: a pointer from gpumux_load_module, given back once (checked above).
         drop(unsafe { Box::from_raw(module) });
-    }
+        Ok(())
+    })
 }
 
 /// The module's kernel named `name`, into `*out_kernel` (valid while the module lives).
@@ -514,8 +701,7 @@ pub unsafe extern "C" fn gpumux_module_kernel(
     out_kernel: *mut *const Kernel,
 ) -> gpumux_status {
     guard(|| {
-        // SAFETY: a pointer from gpumux_load_module, or NULL.
-        let module = unsafe { module.as_ref() }.ok_or_else(|| null("the module"))?;
+        let module = unsafe { module_handle(module) }?;
         let out_kernel = unsafe { out(out_kernel, "out_kernel") }?;
         let name = unsafe { text(name, "name") }?;
         *out_kernel = module.0.kernel_ref(name)?;
@@ -536,12 +722,17 @@ pub unsafe extern "C" fn gpumux_launch(
     n_args: usize,
 ) -> gpumux_status {
     guard(|| {
+        let client_ptr = client;
         let client = unsafe { client_ref(client) }?;
-        // SAFETY: pointers the caller got from this library, or NULL.
-        let kernel = unsafe { kernel.as_ref() }.ok_or_else(|| null("the kernel"))?;
-        let config = unsafe { config.as_ref() }.ok_or_else(|| null("the launch config"))?;
-        if args.is_null() && n_args > 0 {
-            return Err(null("args"));
+        let kernel = unsafe { kernel_handle(kernel, client_ptr) }?;
+        aligned(config, "the launch config")?;
+        // SAFETY: checked non-null and aligned; every bit pattern is a valid config.
+        let config = unsafe { &*config };
+        if n_args > MAX_ARGS {
+            return Err(invalid(format!("n_args is {n_args}, over the limit of {MAX_ARGS}")));
+        }
+        if n_args > 0 {
+            aligned(args, "args")?;
         }
         let args: &[gpumux_arg] = if n_args == 0 {
             &[]
@@ -549,7 +740,7 @@ pub unsafe extern "C" fn gpumux_launch(
             // SAFETY: the caller passes `n_args` arguments (checked non-null).
             unsafe { std::slice::from_raw_parts(args, n_args) }
         };
-        let args = args.iter().map(|a| unsafe { to_arg(a) }).collect::<Result<Vec<_>, _>>()?;
+        let args = args.iter().enumerate().map(|(i, a)| unsafe { to_arg(i, a) }).collect::<Result<Vec<_>, _>>()?;
         let cfg = LaunchConfig {
             grid: config.grid,
             block: config.block,
@@ -561,11 +752,18 @@ pub unsafe extern "C" fn gpumux_launch(
     })
 }
 
-unsafe fn to_arg(a: &gpumux_arg) -> Result<Arg, Failure> {
+/// Argument `i` of a launch, checked (module doc).
+unsafe fn to_arg(i: usize, a: &gpumux_arg) -> Result<Arg, Failure> {
     use gpumux_arg_kind::*;
     let out_of =
         |what| Failure(GPUMUX_ERR_INVALID_ARGUMENT, format!("a {what} argument's value does not fit its type"));
-    Ok(match a.kind {
+    let kind = gpumux_arg_kind::from_raw(a.kind).ok_or_else(|| {
+        invalid(format!(
+            "argument {i} has kind {}, which is no gpumux_arg_kind (GPUMUX_ARG_BUFFER = 0 to GPUMUX_ARG_BYTES = 7)",
+            a.kind
+        ))
+    })?;
+    Ok(match kind {
         GPUMUX_ARG_BUFFER => Arg::buffer_at(&a.buffer, a.offset),
         GPUMUX_ARG_I32 => i32::try_from(a.i).map_err(|_| out_of("GPUMUX_ARG_I32"))?.into(),
         GPUMUX_ARG_U32 => u32::try_from(a.u).map_err(|_| out_of("GPUMUX_ARG_U32"))?.into(),
@@ -576,6 +774,12 @@ unsafe fn to_arg(a: &gpumux_arg) -> Result<Arg, Failure> {
         GPUMUX_ARG_BYTES => {
             if a.bytes.is_null() && a.len > 0 {
                 return Err(null("a GPUMUX_ARG_BYTES argument's bytes"));
+            }
+            if a.len > MAX_PARAM_BYTES {
+                return Err(invalid(format!(
+                    "argument {i} is {} bytes, over the limit of {MAX_PARAM_BYTES} for all of a launch's arguments",
+                    a.len
+                )));
             }
             if a.len == 0 {
                 Arg::bytes(Vec::new())
@@ -588,7 +792,7 @@ unsafe fn to_arg(a: &gpumux_arg) -> Result<Arg, Failure> {
 }
 
 const EMPTY_ARG: gpumux_arg = gpumux_arg {
-    kind: gpumux_arg_kind::GPUMUX_ARG_I32,
+    kind: gpumux_arg_kind::GPUMUX_ARG_I32 as i32,
     buffer: Buffer { handle: 0, bytes: 0 },
     offset: 0,
     i: 0,
@@ -601,49 +805,49 @@ const EMPTY_ARG: gpumux_arg = gpumux_arg {
 /// A pointer `offset` bytes into `buffer`.
 #[no_mangle]
 pub extern "C" fn gpumux_arg_buffer(buffer: Buffer, offset: u64) -> gpumux_arg {
-    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_BUFFER, buffer, offset, ..EMPTY_ARG }
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_BUFFER as i32, buffer, offset, ..EMPTY_ARG }
 }
 
 /// An `int32_t`.
 #[no_mangle]
 pub extern "C" fn gpumux_arg_i32(value: i32) -> gpumux_arg {
-    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_I32, i: value.into(), ..EMPTY_ARG }
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_I32 as i32, i: value.into(), ..EMPTY_ARG }
 }
 
 /// A `uint32_t`.
 #[no_mangle]
 pub extern "C" fn gpumux_arg_u32(value: u32) -> gpumux_arg {
-    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_U32, u: value.into(), ..EMPTY_ARG }
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_U32 as i32, u: value.into(), ..EMPTY_ARG }
 }
 
 /// An `int64_t`.
 #[no_mangle]
 pub extern "C" fn gpumux_arg_i64(value: i64) -> gpumux_arg {
-    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_I64, i: value, ..EMPTY_ARG }
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_I64 as i32, i: value, ..EMPTY_ARG }
 }
 
 /// A `uint64_t`.
 #[no_mangle]
 pub extern "C" fn gpumux_arg_u64(value: u64) -> gpumux_arg {
-    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_U64, u: value, ..EMPTY_ARG }
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_U64 as i32, u: value, ..EMPTY_ARG }
 }
 
 /// A `float`.
 #[no_mangle]
 pub extern "C" fn gpumux_arg_f32(value: f32) -> gpumux_arg {
-    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_F32, f: value.into(), ..EMPTY_ARG }
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_F32 as i32, f: value.into(), ..EMPTY_ARG }
 }
 
 /// A `double`.
 #[no_mangle]
 pub extern "C" fn gpumux_arg_f64(value: f64) -> gpumux_arg {
-    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_F64, f: value, ..EMPTY_ARG }
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_F64 as i32, f: value, ..EMPTY_ARG }
 }
 
 /// `len` bytes at `bytes`, passed by value (they are copied at the launch call).
 #[no_mangle]
 pub extern "C" fn gpumux_arg_bytes(bytes: *const u8, len: usize) -> gpumux_arg {
-    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_BYTES, bytes, len, ..EMPTY_ARG }
+    gpumux_arg { kind: gpumux_arg_kind::GPUMUX_ARG_BYTES as i32, bytes, len, ..EMPTY_ARG }
 }
 
 /// A new stream, into `*out_stream`.

@@ -42,9 +42,11 @@ mod handles;
 mod host;
 mod shm;
 
-pub use client::{Client, ConnectOptions, Event, DEFAULT_SHM_BYTES, SOCKET_ENV};
+pub use client::{Client, ConnectOptions, Event, DEFAULT_SHM_BYTES, DEFAULT_WAIT_FOR_DAEMON, SOCKET_ENV, WAIT_ENV};
 pub use error::{ClientError, Result};
-pub use gpumux_proto::{ClientStatus, ErrorKind, HostRegionId, Limits, LostWork, Notice, Status, StreamId, Welcome};
+pub use gpumux_proto::{
+    printable_name, ClientStatus, ErrorKind, HostRegionId, Limits, LostWork, Notice, Status, StreamId, Welcome,
+};
 pub use handles::{Arg, Buffer, Kernel, LaunchConfig, Module};
 pub use host::HostBuffer;
 

@@ -5,6 +5,7 @@ mod support;
 
 use gpumux_client::{Client, ClientError, ConnectOptions, ErrorKind, StreamId};
 use gpumux_proto::{BufferId, BufferSlice, Request};
+use std::time::{Duration, Instant};
 use support::{Behaviour, FakeDaemon};
 
 fn options(fake: &FakeDaemon) -> ConnectOptions {
@@ -97,6 +98,21 @@ fn a_closed_connection_fails_calls_with_daemon_gone() {
     assert!(e.is_fatal());
 }
 
+/// Issue 36, case 5: what the daemon said as it closed is what every call
+/// reports, whether the close came before or after the call's write. On
+/// 717b546 the id-0 frame was dropped and calls failed with `DaemonGone`.
+#[test]
+fn a_daemon_that_says_why_it_closes_is_heard() {
+    for _ in 0..20 {
+        let fake = FakeDaemon::start(Behaviour { farewell_after_welcome: true, ..Behaviour::default() });
+        let e = Client::connect(options(&fake)).unwrap_err();
+        assert!(matches!(&e, ClientError::Closed { .. }), "AttachShm after the farewell: {e}");
+        assert_eq!(e.to_string(), "gpumuxd closed the connection: the fake daemon ends this connection");
+        assert_eq!(e.kind(), Some(&ErrorKind::Protocol));
+        assert!(e.is_fatal());
+    }
+}
+
 #[test]
 fn no_shared_region_means_host_copies_say_why() {
     let fake = FakeDaemon::start(Behaviour::default());
@@ -111,11 +127,45 @@ fn no_shared_region_means_host_copies_say_why() {
 #[test]
 fn no_daemon_says_how_to_start_one() {
     let socket = std::env::temp_dir().join("gpumux-client-test-nobody-here.sock");
-    let e = Client::connect(ConnectOptions { socket: Some(socket.clone()), ..ConnectOptions::default() }).unwrap_err();
+    let wait = Duration::from_millis(300);
+    let t = Instant::now();
+    let options = ConnectOptions { socket: Some(socket.clone()), wait_for_daemon: wait, ..ConnectOptions::default() };
+    let e = Client::connect(options.clone()).unwrap_err();
+    assert!(t.elapsed() >= wait, "it waits for a daemon starting: {:?}", t.elapsed());
     assert_eq!(
         e.to_string(),
+        format!(
+            "no daemon listens on {} (waited 300ms for one to start): start one with `gpumuxd` or set GPUMUX_SOCKET",
+            socket.display()
+        )
+    );
+    let options = ConnectOptions { socket: Some(socket.clone()), wait_for_daemon: Duration::ZERO, ..options };
+    assert_eq!(
+        Client::connect(options).unwrap_err().to_string(),
         format!("no daemon listens on {}: start one with `gpumuxd` or set GPUMUX_SOCKET", socket.display())
     );
+}
+
+/// Issue 36, case 9: a client started right after its daemon (the README's
+/// `gpumuxd ... &` then `gpumux ps`) waits for the socket to appear. On
+/// 717b546 it tried once and failed with "no daemon listens".
+#[test]
+fn connect_waits_for_a_daemon_that_starts_a_moment_later() {
+    let socket = std::env::temp_dir().join(format!("gpumux-client-test-late-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&socket);
+    let path = socket.clone();
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        // Accepted, then closed without a word: the client got as far as the handshake.
+        drop(listener.accept().unwrap());
+    });
+    let t = Instant::now();
+    let e = Client::connect(ConnectOptions { socket: Some(socket.clone()), ..ConnectOptions::default() }).unwrap_err();
+    late.join().unwrap();
+    let _ = std::fs::remove_file(&socket);
+    assert!(matches!(e, ClientError::DaemonGone), "connected, then the fake closed: {e}");
+    assert!(t.elapsed() >= Duration::from_millis(300), "{:?}", t.elapsed());
 }
 
 #[test]

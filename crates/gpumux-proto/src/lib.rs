@@ -638,5 +638,65 @@ pub fn default_socket_path() -> std::path::PathBuf {
     }
 }
 
+/// A name a client chose (its `Hello` name, a module's name) made safe to
+/// print on anyone's terminal and in any log: every character that is not
+/// printable text is written as an escape, so no name can move the cursor,
+/// clear a screen, start a new line or reverse the text after it.
+///
+/// Escaped: control characters (C0, DEL, C1: `\n`, `\r` and `\t` as such,
+/// others as `\u{1b}`), the line and paragraph separators, and the invisible
+/// format characters that reorder or hide text (bidirectional overrides,
+/// embeddings and isolates, zero-width characters, the byte order mark).
+/// Everything else, non-ASCII text included, is kept. The result is at most
+/// [`MAX_NAME_BYTES`] long (escapes are cut whole, never in their middle),
+/// and applying it again changes nothing.
+///
+/// **Why at the source.** gpumuxd applies this to a client's name when its
+/// `Hello` comes, before the name is stored, logged or given to the engine,
+/// rather than escaping at each place that prints it: the name reaches
+/// every user's `gpumux ps` and `gpumux top`, the `--json` output that
+/// scripts read and print, the daemon's log, the engine's process names and
+/// any program reading [`Status`] through the client library. Escaping once,
+/// where it enters, leaves none of them to forget; `gpumux ps` applies it
+/// again (a no-op) for a daemon older than this rule.
+pub fn printable_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len().min(MAX_NAME_BYTES));
+    let mut piece = String::new();
+    for c in name.chars() {
+        piece.clear();
+        match c {
+            '\n' => piece.push_str("\\n"),
+            '\r' => piece.push_str("\\r"),
+            '\t' => piece.push_str("\\t"),
+            c if hides_or_moves_text(c) => piece.extend(c.escape_unicode()),
+            c => piece.push(c),
+        }
+        if out.len() + piece.len() > MAX_NAME_BYTES {
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out
+}
+
+/// Whether `c` is a character [`printable_name`] escapes.
+fn hides_or_moves_text(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00AD}' // soft hyphen (invisible)
+            | '\u{061C}' // Arabic letter mark
+            | '\u{180E}' // Mongolian vowel separator
+            | '\u{200B}'..='\u{200F}' // zero-width space, (non-)joiners, LRM, RLM
+            | '\u{2028}' | '\u{2029}' // line and paragraph separators
+            | '\u{202A}'..='\u{202E}' // bidirectional embeddings and overrides
+            | '\u{2060}'..='\u{2064}' // word joiner and invisible operators
+            | '\u{2066}'..='\u{2069}' // bidirectional isolates
+            | '\u{206A}'..='\u{206F}' // deprecated format characters
+            | '\u{FEFF}' // byte order mark
+            | '\u{FFF9}'..='\u{FFFB}' // interlinear annotations
+        )
+}
+
 #[cfg(test)]
 mod tests;

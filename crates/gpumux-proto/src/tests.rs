@@ -93,3 +93,32 @@ fn host_region_requests_round_trip_after_the_earlier_ones() {
     let bytes = encode_frame(&reply).unwrap();
     assert_eq!(decode_frame_body::<ServerFrame>(&bytes[4..]).unwrap(), reply);
 }
+
+#[test]
+fn printable_names_escape_what_moves_or_hides_text() {
+    // A name that would fake a row of someone else's `gpumux ps` and clear
+    // their screen (issue 36, case 6).
+    let evil = "x\n   9     4242   1000 root-job\x1b[2J\x1b[31m\u{202E}gnp.exe\u{200B}\u{9b}";
+    let p = printable_name(evil);
+    assert_eq!(p, "x\\n   9     4242   1000 root-job\\u{1b}[2J\\u{1b}[31m\\u{202e}gnp.exe\\u{200b}\\u{9b}");
+    assert!(!p.chars().any(|c| c.is_control()), "{p:?}");
+    assert_eq!(printable_name("tab\there\r"), "tab\\there\\r");
+    // Ordinary names, non-ASCII text included, are kept as they are.
+    for ok in ["vector_add", "gpumux ps", "échelle-訓練", "a\\u{1b} written out", ""] {
+        assert_eq!(printable_name(ok), ok);
+    }
+}
+
+proptest! {
+    #[test]
+    fn printable_names_are_bounded_idempotent_and_control_free(name in ".{0,300}") {
+        let p = printable_name(&name);
+        prop_assert!(p.len() <= MAX_NAME_BYTES);
+        prop_assert!(!p.chars().any(|c| c.is_control()));
+        prop_assert_eq!(printable_name(&p), p.clone());
+        // Cut between escapes, never inside one: the kept part is a prefix
+        // of the whole name's escaping.
+        let whole: String = name.chars().map(|c| printable_name(&c.to_string())).collect();
+        prop_assert!(whole.starts_with(&p));
+    }
+}

@@ -40,13 +40,31 @@ fn connect(socket: Option<PathBuf>, name: &str) -> Result<Client> {
 /// `gpumux ps`.
 pub fn ps(args: PsArgs) -> Result<()> {
     let client = connect(args.socket, "gpumux ps")?;
-    let status = client.status()?;
+    let status = printable(client.status()?);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        write_out(&format!("{}\n", serde_json::to_string_pretty(&status)?))
     } else {
-        print!("{}", render(&status));
+        write_out(&render(&status))
     }
-    Ok(())
+}
+
+/// Writes `text` to standard output and flushes it: a full disk or a closed
+/// file is an error with a message and exit status 1 (`gpumux ps >
+/// /dev/full` panicked in `println!`, issue 36, case 9).
+fn write_out(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).context("writing to standard output")
+}
+
+/// `status` with every client's name printable
+/// ([`gpumux_client::printable_name`]). The daemon stores names that way
+/// since issue 36 (case 6); this keeps a row from an older daemon from
+/// moving the cursor or faking rows too, in the table and in `--json`.
+fn printable(mut status: Status) -> Status {
+    for c in &mut status.clients {
+        c.name = gpumux_client::printable_name(&c.name);
+    }
+    status
 }
 
 /// `gpumux top`.
@@ -56,7 +74,7 @@ pub fn top(args: TopArgs) -> Result<()> {
     let more = |n: u64| args.iterations.is_none_or(|max| n < max);
     if args.common.json {
         while more(refreshes) {
-            println!("{}", serde_json::to_string(&client.status()?)?);
+            write_out(&format!("{}\n", serde_json::to_string(&printable(client.status()?))?))?;
             refreshes += 1;
             if more(refreshes) {
                 std::thread::sleep(Duration::from_secs(1));
@@ -66,7 +84,7 @@ pub fn top(args: TopArgs) -> Result<()> {
     }
     let terminal = Terminal::enter()?;
     while more(refreshes) {
-        let frame = render(&client.status()?);
+        let frame = render(&printable(client.status()?));
         terminal.draw(&frame)?;
         refreshes += 1;
         if more(refreshes) && terminal.quit_within(Duration::from_secs(1))? {
@@ -114,6 +132,19 @@ pub fn render(s: &Status) -> String {
         held,
         s.sms
     );
+    // Memory no row holds: clients that have left, whose buffers are freed
+    // once their last launches and copies leave the device (a kernel's
+    // blocks in flight run to their end). A client killed mid-kernel showed
+    // its memory here, with no row and no word, until then (issue 36, case 9).
+    let listed: u64 = s.clients.iter().map(|c| c.memory_used).sum();
+    let leaving = s.memory_used.saturating_sub(listed);
+    if leaving > 0 {
+        let _ = writeln!(
+            out,
+            "{} of that memory is held for clients that have left, until their work still on the device ends",
+            bytes(leaving)
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -133,6 +164,7 @@ pub fn render(s: &Status) -> String {
         "KERNELS"
     );
     for c in &s.clients {
+        // Printable already (`printable`); cut to the column.
         let name: String = c.name.chars().take(20).collect();
         let memory = format!("{} / {}", bytes(c.memory_used), bytes(c.memory_quota));
         let _ = writeln!(
@@ -299,6 +331,72 @@ mod tests {
             "12"
         ]));
         assert_eq!(lines.len(), 6);
+    }
+
+    fn one_client(name: &str, memory_used: u64) -> ClientStatus {
+        ClientStatus {
+            client: 1,
+            pid: 1,
+            uid: 1000,
+            gid: 1000,
+            name: name.into(),
+            priority: 0,
+            weight: 1.0,
+            memory_used,
+            memory_quota: 1 << 30,
+            host_memory_used: 0,
+            host_memory_quota: 0,
+            ops_queued: 0,
+            ops_running: 0,
+            sms_held: 0,
+            preemptions: 0,
+            kernels_done: 0,
+        }
+    }
+
+    fn status_of(memory_used: u64, clients: Vec<ClientStatus>) -> Status {
+        Status {
+            device: "sim:h100".into(),
+            policy: "fcfs".into(),
+            sms: 132,
+            memory_used,
+            memory_total: 80 << 30,
+            host_memory_used: 0,
+            uptime_s: 1.0,
+            context_rebuilds: 0,
+            clients,
+        }
+    }
+
+    /// Issue 36, case 6: on 717b546 this name printed a line of its own
+    /// that looked like another client's row, and cleared the screen.
+    #[test]
+    fn a_name_cannot_fake_rows_or_move_the_cursor_in_the_table_or_the_json() {
+        let evil = "a\n   2        1      0 root-job             9\x1b[2J\x1b[H\u{202e}";
+        let status = printable(status_of(0, vec![one_client(evil, 0)]));
+        let text = render(&status);
+        assert_eq!(text.lines().count(), 5, "one row for one client:\n{text}");
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        assert!(text.lines().nth(4).unwrap().contains("a\\n   2        1"), "{text}");
+        // What a script reading `--json` gets, and may print.
+        let back: Status = serde_json::from_str(&serde_json::to_string(&status).unwrap()).unwrap();
+        assert!(!back.clients[0].name.chars().any(char::is_control), "{:?}", back.clients[0].name);
+    }
+
+    /// Issue 36, case 9: memory of clients that left (their kernels still
+    /// running out) was in the total with no row and no word on 717b546.
+    #[test]
+    fn memory_no_row_holds_is_explained() {
+        let text = render(&status_of(3 << 20, vec![one_client("stays", 2 << 20)]));
+        assert_eq!(
+            text.lines().nth(2),
+            Some(
+                "1.0 MiB of that memory is held for clients that have left, until their work still on the device ends"
+            ),
+            "{text}"
+        );
+        let text = render(&status_of(2 << 20, vec![one_client("stays", 2 << 20)]));
+        assert!(!text.contains("have left"), "{text}");
     }
 
     #[test]

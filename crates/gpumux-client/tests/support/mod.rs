@@ -45,11 +45,14 @@ pub struct Behaviour {
     pub shm_limit: u64,
     /// Close the connection right after the Welcome.
     pub close_after_welcome: bool,
+    /// Close it right after the Welcome, saying why first (an error frame
+    /// with id 0, as the daemon does when it ends a connection).
+    pub farewell_after_welcome: bool,
 }
 
 impl Default for Behaviour {
     fn default() -> Self {
-        Behaviour { shm_limit: 4096, close_after_welcome: false }
+        Behaviour { shm_limit: 4096, close_after_welcome: false, farewell_after_welcome: false }
     }
 }
 
@@ -199,6 +202,14 @@ fn serve(stream: UnixStream, behaviour: Behaviour) -> Log {
                         limits,
                     };
                     reply(&stream, id, Ok(Reply::Welcome(welcome)));
+                    if behaviour.farewell_after_welcome {
+                        reply(
+                            &stream,
+                            0,
+                            Err(ErrorReply::new(ErrorKind::Protocol, "the fake daemon ends this connection")),
+                        );
+                        return log;
+                    }
                     if behaviour.close_after_welcome {
                         return log;
                     }

@@ -60,6 +60,9 @@ impl Core {
         if name.len() > MAX_NAME_BYTES {
             return Err(err(ErrorKind::Invalid, format!("a name of {} bytes, over {MAX_NAME_BYTES}", name.len())));
         }
+        // Before it is stored, logged or shown: every user's `gpumux ps`
+        // prints it (issue 36, case 6; why here: `printable_name`).
+        let name = gpumux_proto::printable_name(&name);
         let device_memory = self.backend.info().mem_bytes;
         let sms = self.backend.info().num_sms as u32;
         let (device, policy) = (self.backend.describe(), self.policy.clone());
@@ -395,6 +398,8 @@ impl Core {
         if options.iter().any(|o| o.len() > MAX_NAME_BYTES) {
             return Err(err(ErrorKind::Invalid, format!("a compile option over {MAX_NAME_BYTES} bytes")));
         }
+        // It is logged (`printable_name`).
+        let name = gpumux_proto::printable_name(&name);
         self.session(client)?;
         let token = self.next_load;
         self.next_load += 1;
