@@ -527,7 +527,10 @@ pub struct Status {
     pub policy: String,
     /// SMs of the device.
     pub sms: u32,
-    /// Device memory the daemon's clients hold, bytes.
+    /// Device memory the daemon's clients hold, bytes: the clients listed,
+    /// and clients that have left whose launches or copies are still on
+    /// the device (their memory is freed when those end; a kernel's blocks
+    /// in flight run to their end), which no row lists.
     pub memory_used: u64,
     /// Device memory in all, bytes.
     pub memory_total: u64,
