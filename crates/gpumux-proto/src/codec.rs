@@ -49,6 +49,9 @@ pub fn decode_frame_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameErr
     Ok(msg)
 }
 
+/// Room a [`FrameReader`] keeps between frames; more is given back once its frame is taken.
+const KEEP_CAPACITY: usize = 256 << 10;
+
 /// Cuts a byte stream into frame bodies. Feed it what the socket gave
 /// ([`FrameReader::extend`]), then take bodies ([`FrameReader::next_body`])
 /// until it has none. A bad length is reported as soon as its 4 bytes are
@@ -100,6 +103,12 @@ impl FrameReader {
         }
         let body = avail[4..end].to_vec();
         self.start += end;
+        if self.start == self.buf.len() && self.buf.capacity() > KEEP_CAPACITY {
+            // A large frame came and went: its room is not held for the
+            // connection's life (the daemon has up to a thousand of them).
+            self.buf = Vec::new();
+            self.start = 0;
+        }
         Ok(Some(body))
     }
 
@@ -109,5 +118,24 @@ impl FrameReader {
             self.buf.drain(..self.start);
             self.start = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod reader_room {
+    use super::*;
+
+    /// A connection that once sent a large frame does not keep its room:
+    /// the daemon holds a reader per client, up to a thousand of them.
+    #[test]
+    fn a_large_frames_room_is_given_back_once_it_is_taken() {
+        let mut r = FrameReader::new();
+        let body = vec![7u8; 4 << 20];
+        r.extend(&(body.len() as u32).to_le_bytes());
+        r.extend(&body);
+        assert_eq!(r.next_body().unwrap().map(|b| b.len()), Some(body.len()));
+        assert!(r.buf.capacity() <= KEEP_CAPACITY, "{} bytes kept", r.buf.capacity());
+        r.extend(&[1, 0, 0, 0, 9]);
+        assert_eq!(r.next_body().unwrap(), Some(vec![9]));
     }
 }

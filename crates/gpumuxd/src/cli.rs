@@ -69,11 +69,13 @@ impl DaemonArgs {
 }
 
 /// Sends logs to stderr at the level `-v` asks for (RUST_LOG overrides), then
-/// runs the daemon until SIGINT/SIGTERM. The error is already logged.
+/// runs the daemon until SIGINT/SIGTERM. The error is not logged: the caller
+/// prints it, once (`gpumuxd: ...`, `error: ...`); logged too, every start-up
+/// error came twice on stderr.
 pub fn run_logged(args: &DaemonArgs) -> anyhow::Result<()> {
     init_logging(args.verbose);
     crate::spin::set(args.spin_us.unwrap_or(0));
-    run(args.options()).inspect_err(|e| tracing::error!("{e:#}"))
+    run(args.options())
 }
 
 /// Logs to stderr at the level `-v` asks for (RUST_LOG overrides); colours

@@ -15,16 +15,27 @@
 //! [[allow]]
 //! any = true                # everyone else
 //! memory = "1 GiB"
+//!
+//! [limits]                  # the daemon's own, for every client (defaults shown)
+//! connections = 1024
+//! connections_per_uid = 64
+//! hello_timeout = "5 s"
+//! frame_timeout = "10 s"
+//! outstanding = 1024
 //! ```
 //!
 //! An entry matches by exactly one of `uid`, `gid` or `any = true`. Limits an
-//! entry leaves out take the defaults of [`ClientLimits::default`]. Without a
-//! config file only the daemon's own uid and root may connect, with the
-//! default limits. Unknown keys and bad values are errors that name the line.
+//! entry leaves out take the defaults of [`ClientLimits::default`]; `[limits]`
+//! left out takes those of [`ServerLimits::default`]. Without a config file
+//! only the daemon's own uid and root may connect, with the default limits.
+//! Unknown keys and bad values are errors that name the line; an entry naming
+//! a uid or gid the system does not know is a warning at start, and an error
+//! when no entry would then admit anyone ([`Config::check_ids`]).
 
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Why a config was refused.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +63,14 @@ pub enum ConfigError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
+        message: String,
+    },
+    /// Every entry names a uid or gid the system does not know: nobody could connect.
+    #[error("config {path} admits nobody: {message}")]
+    AdmitsNobody {
+        /// The file.
+        path: PathBuf,
+        /// Which entries, and what to do.
         message: String,
     },
 }
@@ -109,6 +128,78 @@ impl ClientLimits {
     }
 }
 
+/// The daemon's own limits, the same for every client (`[limits]`): what
+/// keeps one client, or many, from taking the daemon down or holding the
+/// others up (issue 36, cases 1-3). Each refusal names its key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerLimits {
+    /// Connections at once, in all (`connections`; refused with `Quota`).
+    pub connections: u32,
+    /// Connections at once of one uid (`connections_per_uid`; refused with `Quota`).
+    pub connections_per_uid: u32,
+    /// From a connection's accept to its complete `Hello` (`hello_timeout`;
+    /// then a `Protocol` error and the connection closes).
+    pub hello_timeout: Duration,
+    /// From a frame's first byte to its last (`frame_timeout`; then a
+    /// `Protocol` error and the connection closes).
+    pub frame_timeout: Duration,
+    /// Per connection: requests read and not yet taken by the core, plus
+    /// replies and notices not yet written to the client, in units
+    /// ([`Inbound::cost`](crate::conn::Inbound::cost), [`frame_cost`](crate::outbox::frame_cost): one per
+    /// frame, and one more per 4 KiB of a request's payload or per row of a reply's list).
+    /// At the limit the daemon stops reading the client until its backlog
+    /// goes down (`outstanding`; backpressure, not an error).
+    pub outstanding: u64,
+}
+
+/// [`ServerLimits::connections`] by default. Each connection costs two
+/// threads (its reader and writer) and about four descriptors: 1024 of them
+/// are 2048 threads, some 8,000 memory maps, well inside Linux's default
+/// `vm.max_map_count` of 65,530, whose exhaustion aborted the daemon at
+/// about 7,800 connections (15,600 threads) on 717b546. And 1024 clients
+/// are far more than one GPU serves usefully (an H100 has 132 SMs).
+pub const DEFAULT_CONNECTIONS: u32 = 1024;
+/// [`ServerLimits::connections_per_uid`] by default: a user's job of many
+/// processes plus its tools (`gpumux ps`, `top`) rarely needs more than a few
+/// tens; 64 keeps one runaway or hostile uid to a sixteenth of
+/// [`DEFAULT_CONNECTIONS`], so 15 other users still get in.
+pub const DEFAULT_CONNECTIONS_PER_UID: u32 = 64;
+/// [`ServerLimits::hello_timeout`] by default: the client library sends
+/// `Hello` as soon as it has connected (µs), so 5 s is slack for a machine
+/// that is badly overloaded, while a connection that never greets (two
+/// threads and a slot of its uid's limit) is let go soon.
+pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// [`ServerLimits::frame_timeout`] by default: the largest frame (8 MiB)
+/// crosses a Unix socket in milliseconds, so a frame still incomplete after
+/// 10 s comes from a client that stopped mid-frame, holding up to 8 MiB of
+/// the daemon's memory; 10 s is also how long the daemon waits for a client
+/// to read a reply before it gives up on it.
+pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+/// [`ServerLimits::outstanding`] by default. A client that reads its replies
+/// never reaches it: its requests wait in the daemon only until the core takes
+/// them (µs), its replies only until they are written; a burst of launches
+/// beyond it is slowed to the core's pace, which it could not beat anyway. A
+/// client that does not read holds at most this many requests and replies
+/// (a few MiB: small frames, a unit per 4 KiB of bigger ones), where on
+/// 717b546 one such client grew the daemon to 3.66 GB; and the core answers
+/// at most this many of its requests ahead of a request that came after them
+/// (the core serves in arrival order): 1024 `Status` requests are tens of ms
+/// of the core's time, where 20 million held everyone up for 11 s.
+pub const DEFAULT_OUTSTANDING: u64 = 1024;
+
+impl Default for ServerLimits {
+    /// The `DEFAULT_*` constants above (their docs say why each).
+    fn default() -> Self {
+        ServerLimits {
+            connections: DEFAULT_CONNECTIONS,
+            connections_per_uid: DEFAULT_CONNECTIONS_PER_UID,
+            hello_timeout: DEFAULT_HELLO_TIMEOUT,
+            frame_timeout: DEFAULT_FRAME_TIMEOUT,
+            outstanding: DEFAULT_OUTSTANDING,
+        }
+    }
+}
+
 /// Whom an `[[allow]]` entry admits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Matcher {
@@ -158,6 +249,8 @@ pub struct Config {
     pub daemon: DaemonDefaults,
     /// `[[allow]]`, in file order.
     pub allow: Vec<AllowEntry>,
+    /// `[limits]`.
+    pub limits: ServerLimits,
 }
 
 #[derive(Deserialize)]
@@ -167,6 +260,61 @@ struct RawConfig {
     daemon: DaemonDefaults,
     #[serde(default)]
     allow: Vec<RawAllow>,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    connections: Option<u32>,
+    connections_per_uid: Option<u32>,
+    hello_timeout: Option<Seconds>,
+    frame_timeout: Option<Seconds>,
+    outstanding: Option<u64>,
+}
+
+/// A duration written as a number of seconds or a string with a unit (`"500 ms"`, `"5 s"`).
+struct Seconds(Duration);
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Int(i64),
+            Float(f64),
+            Text(String),
+        }
+        let parsed = match Either::deserialize(d)
+            .map_err(|_| de::Error::custom("expected a duration: seconds, or a string like \"500 ms\" or \"5 s\""))?
+        {
+            Either::Int(n) => parse_duration(&n.to_string()),
+            Either::Float(x) => parse_duration(&x.to_string()),
+            Either::Text(s) => parse_duration(&s),
+        };
+        parsed.map(Seconds).map_err(de::Error::custom)
+    }
+}
+
+/// Parses `"5 s"`, `"500 ms"`, `"1.5"` (seconds): more than zero, at most a day.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.starts_with('-') {
+        return Err(format!("a duration cannot be negative: `{s}`"));
+    }
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = (t[..split].trim(), t[split..].trim());
+    let scale = match unit.to_ascii_lowercase().as_str() {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        _ => return Err(format!("unknown unit `{unit}` in `{s}` (use s or ms)")),
+    };
+    match num.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x * scale <= 86_400.0 => Ok(Duration::from_secs_f64(x * scale)),
+        Ok(0.0) => Err(format!("a duration of `{s}` would refuse every client; give more than 0")),
+        _ => Err(format!("`{s}` is not a duration of at most a day (e.g. 5, \"500 ms\", \"10 s\")")),
+    }
 }
 
 #[derive(Deserialize)]
@@ -209,6 +357,9 @@ impl<'de> Deserialize<'de> for Bytes {
 /// GiB, TiB) and decimal (KB, MB, GB, TB) units, `B` or none for bytes.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
+    if t.starts_with('-') {
+        return Err(format!("a byte count cannot be negative: `{s}`"));
+    }
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = (t[..split].trim(), t[split..].trim());
     let scale: u64 = match unit.to_ascii_lowercase().as_str() {
@@ -240,7 +391,7 @@ impl Config {
         if own_uid != 0 {
             allow.push(entry(0));
         }
-        Config { daemon: DaemonDefaults::default(), allow }
+        Config { daemon: DaemonDefaults::default(), allow, limits: ServerLimits::default() }
     }
 
     /// Reads and checks a config file.
@@ -286,15 +437,129 @@ impl Config {
             if limits.queued_ops == 0 {
                 return Err(invalid(format!("[[allow]] entry {n}: queued_ops must be at least 1")));
             }
+            // A cap below the priority every client asks for unless it says
+            // otherwise would refuse each default client at Hello, far from
+            // this line; no one means that (a cap cannot make clients ask for
+            // less), so it is refused here.
+            if limits.max_priority < 0 {
+                return Err(invalid(format!(
+                    "[[allow]] entry {n}: max_priority = {} is below 0, the priority clients ask for unless \
+                     they say otherwise, so this entry's clients would be refused at Hello; the lowest \
+                     max_priority is 0 (clients may still ask for a priority below it)",
+                    limits.max_priority
+                )));
+            }
             allow.push(AllowEntry { matcher, limits });
         }
-        Ok(Config { daemon: raw.daemon, allow })
+        let d = ServerLimits::default();
+        let r = raw.limits;
+        let limits = ServerLimits {
+            connections: r.connections.unwrap_or(d.connections),
+            connections_per_uid: r.connections_per_uid.unwrap_or(d.connections_per_uid),
+            hello_timeout: r.hello_timeout.map_or(d.hello_timeout, |t| t.0),
+            frame_timeout: r.frame_timeout.map_or(d.frame_timeout, |t| t.0),
+            outstanding: r.outstanding.unwrap_or(d.outstanding),
+        };
+        for (key, value) in [
+            ("connections", u64::from(limits.connections)),
+            ("connections_per_uid", u64::from(limits.connections_per_uid)),
+            ("outstanding", limits.outstanding),
+        ] {
+            if value == 0 {
+                return Err(invalid(format!("[limits] {key} = 0 would refuse every client; give at least 1")));
+            }
+        }
+        Ok(Config { daemon: raw.daemon, allow, limits })
+    }
+
+    /// Looks up every uid and gid the entries name (`known_uid`,
+    /// `known_gid`: whether the system knows it; [`system_knows_uid`] and
+    /// [`system_knows_gid`] in the daemon): one warning per unknown one,
+    /// for the log, or [`ConfigError::AdmitsNobody`] when no entry would
+    /// then admit anyone (`any = true` admits everyone; an empty list, no one).
+    pub fn check_ids(
+        &self,
+        path: &Path,
+        known_uid: impl Fn(u32) -> bool,
+        known_gid: impl Fn(u32) -> bool,
+    ) -> Result<Vec<String>, ConfigError> {
+        let mut warnings = Vec::new();
+        let mut admits = false;
+        for (i, e) in self.allow.iter().enumerate() {
+            let n = i + 1;
+            let known = match e.matcher {
+                Matcher::Uid(u) => known_uid(u),
+                Matcher::Gid(g) => known_gid(g),
+                Matcher::Any => true,
+            };
+            admits |= known;
+            if !known {
+                let (what, id, db) = match e.matcher {
+                    Matcher::Uid(u) => ("uid", u, "passwd"),
+                    Matcher::Gid(g) => ("gid", g, "group"),
+                    Matcher::Any => unreachable!("any is always known"),
+                };
+                warnings.push(format!(
+                    "config {}: [[allow]] entry {n} names {what} {id}, which this system does not know \
+                     (no {db} entry): only a process running as that {what} without one can match it",
+                    path.display()
+                ));
+            }
+        }
+        if admits {
+            return Ok(warnings);
+        }
+        let message = if self.allow.is_empty() {
+            "it has no [[allow]] entry (add one, e.g. `[[allow]]` with `uid = 1000`, or leave --config out \
+             to admit only the daemon's own user and root)"
+                .to_string()
+        } else {
+            format!(
+                "every [[allow]] entry names a uid or gid this system does not know ({}); name existing ones, \
+                 or add `any = true`",
+                self.allow
+                    .iter()
+                    .map(|e| match e.matcher {
+                        Matcher::Uid(u) => format!("uid {u}"),
+                        Matcher::Gid(g) => format!("gid {g}"),
+                        Matcher::Any => "any".into(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        Err(ConfigError::AdmitsNobody { path: path.to_path_buf(), message })
     }
 
     /// The limits of a peer with `uid` and `gid`: the first entry that matches
     /// wins; `None` if none does (the peer is refused).
     pub fn limits_for(&self, uid: u32, gid: u32) -> Option<&ClientLimits> {
         self.allow.iter().find(|e| e.matcher.matches(uid, gid)).map(|e| &e.limits)
+    }
+}
+
+/// Whether the system's user database (passwd, through NSS) has `uid`.
+pub fn system_knows_uid(uid: u32) -> bool {
+    let mut buf = vec![0u8; 16 << 10];
+    // SAFETY: a zeroed passwd is valid; getpwuid_r writes into it and `buf`, both live for the call.
+    unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out);
+        // An error looking it up (ERANGE, an NSS failure) is not evidence it is missing.
+        rc != 0 || !out.is_null()
+    }
+}
+
+/// Whether the system's group database (through NSS) has `gid`.
+pub fn system_knows_gid(gid: u32) -> bool {
+    let mut buf = vec![0u8; 64 << 10];
+    // SAFETY: as in `system_knows_uid`, with getgrgid_r.
+    unsafe {
+        let mut gr: libc::group = std::mem::zeroed();
+        let mut out: *mut libc::group = std::ptr::null_mut();
+        let rc = libc::getgrgid_r(gid, &mut gr, buf.as_mut_ptr().cast(), buf.len(), &mut out);
+        rc != 0 || !out.is_null()
     }
 }
 
@@ -373,6 +638,76 @@ mod tests {
         assert!(parse_bytes("8 GiBs").is_err());
         assert!(parse_bytes("lots").is_err());
         assert!(parse_bytes("99999999999 TiB").is_err());
+    }
+
+    #[test]
+    fn a_negative_size_says_it_is_negative() {
+        for text in ["memory = \"-5 GiB\"", "memory = -5", "shm = \" -1\""] {
+            let e = parse(&format!("[[allow]]\nuid = 5\n{text}\n")).unwrap_err().to_string();
+            assert!(e.contains("cannot be negative") && !e.contains("unknown unit"), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_max_priority_below_the_default_priority_is_refused_with_the_reason() {
+        let e = parse("[[allow]]\nuid = 5\nmax_priority = -5\n").unwrap_err().to_string();
+        assert!(e.contains("entry 1") && e.contains("max_priority = -5") && e.contains("below 0"), "{e}");
+        assert_eq!(parse("[[allow]]\nuid = 5\nmax_priority = 0\n").unwrap().allow[0].limits.max_priority, 0);
+    }
+
+    #[test]
+    fn limits_take_their_defaults_units_and_refuse_what_would_refuse_everyone() {
+        let c = parse("[[allow]]\nany = true\n").unwrap();
+        assert_eq!(c.limits, ServerLimits::default());
+        assert_eq!(
+            (c.limits.connections, c.limits.connections_per_uid, c.limits.outstanding),
+            (DEFAULT_CONNECTIONS, DEFAULT_CONNECTIONS_PER_UID, DEFAULT_OUTSTANDING)
+        );
+        let c = parse(
+            "[limits]\nconnections = 64\nconnections_per_uid = 16\nhello_timeout = \"500 ms\"\nframe_timeout = 2\noutstanding = 100\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.limits,
+            ServerLimits {
+                connections: 64,
+                connections_per_uid: 16,
+                hello_timeout: Duration::from_millis(500),
+                frame_timeout: Duration::from_secs(2),
+                outstanding: 100,
+            }
+        );
+        assert_eq!(parse("[limits]\nframe_timeout = 1.5\n").unwrap().limits.frame_timeout, Duration::from_millis(1500));
+        for (text, says) in [
+            ("connections = 0", "connections = 0"),
+            ("connections_per_uid = 0", "connections_per_uid = 0"),
+            ("outstanding = 0", "outstanding = 0"),
+            ("hello_timeout = 0", "refuse every client"),
+            ("frame_timeout = \"-2 s\"", "cannot be negative"),
+            ("frame_timeout = \"2 h\"", "unknown unit"),
+            ("conections = 5", "conections"),
+        ] {
+            let e = parse(&format!("[limits]\n{text}\n")).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_ids_are_warnings_unless_nobody_is_left_to_admit() {
+        let path = Path::new("test.toml");
+        let known = |id: u32| id < 1000;
+        let c = parse("[[allow]]\nuid = 5000\n\n[[allow]]\ngid = 7\n").unwrap();
+        let w = c.check_ids(path, known, known).unwrap();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("entry 1") && w[0].contains("uid 5000"), "{w:?}");
+        let c = parse("[[allow]]\nuid = 5000\n\n[[allow]]\ngid = 6000\n").unwrap();
+        let e = c.check_ids(path, known, known).unwrap_err().to_string();
+        assert!(e.contains("admits nobody") && e.contains("uid 5000, gid 6000"), "{e}");
+        let c = parse("[[allow]]\nuid = 5000\n\n[[allow]]\nany = true\n").unwrap();
+        assert_eq!(c.check_ids(path, known, known).unwrap().len(), 1);
+        let e = parse("[daemon]\npolicy = \"fcfs\"\n").unwrap().check_ids(path, known, known).unwrap_err();
+        assert!(e.to_string().contains("no [[allow]] entry"), "{e}");
+        assert!(system_knows_uid(0) && system_knows_gid(0), "root is known");
     }
 
     #[test]

@@ -42,6 +42,31 @@ pub enum Inbound {
     },
 }
 
+/// Bytes of a request's or reply's variable contents that count one unit of
+/// the daemon's `outstanding` limit beyond the frame's own unit.
+pub const COST_UNIT_BYTES: usize = 4096;
+
+impl Inbound {
+    /// What this counts against the connection's `outstanding` limit
+    /// (`config::ServerLimits`) from the moment its reader hands it to the
+    /// core until the core takes it: one, plus one per [`COST_UNIT_BYTES`]
+    /// of a module's source and options, a launch's arguments or a name.
+    pub fn cost(&self) -> u64 {
+        let payload = match self {
+            Inbound::Request { request, .. } => match request {
+                Request::LoadModule { name, source, options } => {
+                    name.len() + source.len() + options.iter().map(String::len).sum::<usize>()
+                }
+                Request::Launch(l) => l.args.iter().map(gpumux_proto::Arg::size).sum(),
+                Request::Hello { name, .. } => name.len(),
+                _ => 0,
+            },
+            Inbound::Violation(_) | Inbound::Answered { .. } => 0,
+        };
+        1 + (payload / COST_UNIT_BYTES) as u64
+    }
+}
+
 /// The state of one connection's input (see the module doc).
 #[derive(Debug, Default)]
 pub struct Connection {
@@ -54,6 +79,8 @@ pub struct Connection {
     /// the socket *before* their frame, so unclaimed ones are kept (up to
     /// [`MAX_PENDING_FDS`]) rather than closed.
     ringed: bool,
+    /// Frames decoded so far (names the frame being received: [`Connection::partial_frame`]).
+    frames: u64,
 }
 
 impl Connection {
@@ -75,6 +102,27 @@ impl Connection {
     /// Whether [`Connection::use_rings`] was called.
     pub fn is_ringed(&self) -> bool {
         self.ringed
+    }
+
+    /// Whether its `Hello` has come (its first frame, decoded).
+    pub fn is_greeted(&self) -> bool {
+        self.greeted
+    }
+
+    /// While part of a frame is held: which frame (its number on the
+    /// connection, from 0) and how many of its bytes came; `None` between
+    /// frames. The reader's `frame_timeout` runs from when a number first appears.
+    pub fn partial_frame(&self) -> Option<(u64, usize)> {
+        let held = self.reader.pending();
+        (held > 0 && !self.broken).then_some((self.frames, held))
+    }
+
+    /// The client broke a rule the reader enforces (a deadline): the same
+    /// as a rule broken here, one [`Inbound::Violation`] and nothing after it.
+    pub fn violate_now(&mut self, kind: ErrorKind, message: String, out: &mut Vec<Inbound>) {
+        if !self.broken {
+            self.violate(kind, message, out);
+        }
     }
 
     /// Takes bytes (and descriptors that came with them) and appends what
@@ -133,6 +181,7 @@ impl Connection {
                 Ok(None) => break,
                 Err(e) => return self.violate(ErrorKind::BadFrame, e.to_string(), out),
             };
+            self.frames += 1;
             let frame: ClientFrame = match decode_frame_body(&body) {
                 Ok(f) => f,
                 Err(e) => return self.violate(ErrorKind::BadFrame, e.to_string(), out),

@@ -496,6 +496,10 @@ impl Core {
                     Inbound::Violation(_) => "a violation",
                     Inbound::Answered { .. } => "an answer",
                 };
+                // Off the connection's backlog (its `outstanding` limit; `outbox`).
+                if let Some(outbox) = self.sessions.get(&client).and_then(|s| s.outbox.as_ref()) {
+                    outbox.took_request(inbound.cost());
+                }
                 let start = Instant::now();
                 self.request_waited = waited.as_nanos() as Nanos;
                 self.inbound(client, inbound);

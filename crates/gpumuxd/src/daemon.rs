@@ -203,9 +203,17 @@ pub fn run(opts: Options) -> Result<()> {
     // SAFETY: geteuid cannot fail.
     let own_uid = unsafe { libc::geteuid() };
     let config = match &opts.config {
-        Some(path) => Config::load(path)?,
+        Some(path) => {
+            let config = Config::load(path)?;
+            let warnings = config.check_ids(path, crate::config::system_knows_uid, crate::config::system_knows_gid)?;
+            for w in warnings {
+                tracing::warn!("{w}");
+            }
+            config
+        }
         None => Config::own_user_only(own_uid),
     };
+    check_os_room(&config.limits);
     let socket = opts.socket.clone().or(config.daemon.socket.clone()).unwrap_or_else(gpumux_proto::default_socket_path);
     let device = opts.device.clone().or(config.daemon.device.clone());
     let policy = opts.policy.clone().or(config.daemon.policy.clone());
@@ -219,6 +227,8 @@ pub fn run(opts: Options) -> Result<()> {
     }
     tracing::info!("device {}, policy {}", core.device(), core.policy());
     let listener = server::bind(&socket)?;
+    // From here every way out, an error or a panic, removes the socket file.
+    let bound = BoundSocket(socket.clone());
     tracing::info!("listening on {}", socket.display());
     server::install_signal_handlers();
 
@@ -235,9 +245,7 @@ pub fn run(opts: Options) -> Result<()> {
     drop(tx);
     let outcome = core_thread.join();
     drop(listener);
-    if let Err(e) = std::fs::remove_file(&socket) {
-        tracing::warn!("cannot remove {}: {e}", socket.display());
-    }
+    drop(bound);
     // Writers finish what the core queued (ShuttingDown notices) and close.
     for t in threads {
         let _ = t.join();
@@ -246,6 +254,59 @@ pub fn run(opts: Options) -> Result<()> {
     match outcome {
         Ok(r) => r.context("the daemon stopped"),
         Err(_) => bail!("the core thread panicked"),
+    }
+}
+
+/// A socket file this daemon bound: removed when dropped, so that no way out
+/// of [`run`] after the bind leaves it behind (an abort or SIGKILL still can;
+/// the next start replaces it as stale).
+struct BoundSocket(PathBuf);
+
+impl Drop for BoundSocket {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.0) {
+            tracing::warn!("cannot remove {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// Raises the soft limit on open files to the hard one, and warns where the
+/// system may not have room for `[limits] connections` (each costs two
+/// threads, about four descriptors and a dozen memory maps: two per thread
+/// stack, two per signal stack, its shared regions): the daemon
+/// then refuses connections it cannot start threads for, where on 717b546
+/// running out of maps aborted it.
+fn check_os_room(limits: &crate::config::ServerLimits) {
+    let connections = u64::from(limits.connections);
+    // SAFETY: getrlimit/setrlimit with a live rlimit.
+    let files = unsafe {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            if r.rlim_cur < r.rlim_max {
+                let raised = libc::rlimit { rlim_cur: r.rlim_max, rlim_max: r.rlim_max };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                    r.rlim_cur = r.rlim_max;
+                }
+            }
+            Some(r.rlim_cur)
+        } else {
+            None
+        }
+    };
+    let need_files = connections * 4 + 64;
+    if let Some(files) = files.filter(|&f| f < need_files) {
+        tracing::warn!(
+            "[limits] connections = {connections} may need {need_files} open files, and this process may have \
+             {files} (raise its RLIMIT_NOFILE, e.g. LimitNOFILE= under systemd, or lower the limit)"
+        );
+    }
+    let maps = std::fs::read_to_string("/proc/sys/vm/max_map_count").ok().and_then(|t| t.trim().parse::<u64>().ok());
+    let need_maps = connections * 12 + 4096;
+    if let Some(maps) = maps.filter(|&m| m < need_maps) {
+        tracing::warn!(
+            "[limits] connections = {connections} may need some {need_maps} memory maps (two threads each), and \
+             vm.max_map_count is {maps}: raise it, or lower the limit"
+        );
     }
 }
 

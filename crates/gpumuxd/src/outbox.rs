@@ -10,12 +10,22 @@
 //! the whole frame fits now (a full ring, a client that does not read, never
 //! holds up the core). Otherwise the frame goes to the writer as before, which
 //! waits for room up to its write timeout.
+//!
+//! It also keeps the connection's backlog for the `outstanding` limit
+//! (`config::ServerLimits`): requests its reader handed to the core that the
+//! core has not taken yet, plus frames queued for the writer and not yet
+//! written, each by its cost. The reader stops reading the client while the
+//! backlog is at the limit ([`Outbox::wait_for_room`]): a client that does not
+//! read its replies stops being read, instead of queueing without bound. On
+//! the path of every request this is an atomic add in the reader and an
+//! atomic subtract in the core; nothing waits unless the client is over.
 
-use gpumux_proto::{encode_frame, ServerFrame};
+use crate::conn::COST_UNIT_BYTES;
+use gpumux_proto::{encode_frame, Notice, Reply, ServerFrame};
 use gpumux_ring::RingSender;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -30,8 +40,34 @@ struct RingOut {
 #[derive(Debug, Default)]
 pub struct Outbox {
     ring: OnceLock<RingOut>,
-    /// Frames handed to the writer thread and not yet written by it.
+    /// Frames handed to the writer thread and not yet written by it, by
+    /// their [`frame_cost`] (non-zero exactly while some are queued).
     queued: AtomicU64,
+    /// Requests the reader handed to the core and the core has not taken, by
+    /// their cost (`Inbound::cost`).
+    requests: AtomicU64,
+    /// The writer has ended: the connection is going, nothing more will be written.
+    closed: AtomicBool,
+}
+
+/// What a frame counts against its connection's `outstanding` limit while it
+/// waits for the writer: one, plus one per [`COST_UNIT_BYTES`] of its lists
+/// and texts, estimated (a `Status` row as 128 bytes, a kernel entry as 64).
+pub fn frame_cost(frame: &ServerFrame) -> u64 {
+    let bytes = match frame {
+        ServerFrame::Reply { result: Ok(Reply::Status(s)), .. } => {
+            s.clients.iter().map(|c| 128 + c.name.len()).sum::<usize>()
+        }
+        ServerFrame::Reply { result: Ok(Reply::Module { kernels, log, .. }), .. } => {
+            log.len() + kernels.iter().map(|k| 64 + k.name.len()).sum::<usize>()
+        }
+        ServerFrame::Reply { result: Err(e), .. } => e.message.len(),
+        ServerFrame::Notice(Notice::ContextLost { what, lost, .. }) => {
+            what.len() + lost.launches.iter().map(|l| 8 + l.len()).sum::<usize>() + 8 * lost.buffers.len()
+        }
+        _ => 0,
+    };
+    1 + (bytes / COST_UNIT_BYTES) as u64
 }
 
 impl Outbox {
@@ -65,9 +101,9 @@ impl Outbox {
         }
     }
 
-    /// A frame is about to go to the writer.
-    pub fn queue(&self) {
-        self.queued.fetch_add(1, Ordering::AcqRel);
+    /// A frame of `cost` ([`frame_cost`]) is about to go to the writer.
+    pub fn queue(&self, cost: u64) {
+        self.queued.fetch_add(cost, Ordering::AcqRel);
     }
 
     /// The writer: writes `frame` into the ring if the rings are open
@@ -79,9 +115,63 @@ impl Outbox {
         Some(write_waiting(&mut ring, &out.sock, frame, spin, timeout))
     }
 
-    /// The writer wrote a queued frame (or gave up on it).
-    pub fn written(&self) {
-        self.queued.fetch_sub(1, Ordering::AcqRel);
+    /// The writer wrote a queued frame of `cost` (or gave up on it).
+    pub fn written(&self, cost: u64) {
+        self.queued.fetch_sub(cost, Ordering::AcqRel);
+    }
+
+    /// The writer has ended (the client is going): a reader waiting for room stops waiting.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether the writer has ended ([`Outbox::close`]).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The reader hands the core a request of `cost`.
+    pub fn sent_request(&self, cost: u64) {
+        self.requests.fetch_add(cost, Ordering::Relaxed);
+    }
+
+    /// The core took a request of `cost` from the connection.
+    pub fn took_request(&self, cost: u64) {
+        self.requests.fetch_sub(cost, Ordering::Relaxed);
+    }
+
+    /// Requests the core has not taken and frames the writer has not
+    /// written, by their cost.
+    pub fn backlog(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed) + self.queued.load(Ordering::Acquire)
+    }
+
+    /// The reader, before it hands the core more: returns at once while the
+    /// backlog is under `limit`; else waits (polling, then napping up to a
+    /// millisecond) until it is, and says how long it waited. `None`: the
+    /// writer ended meanwhile (the connection is going).
+    pub fn wait_for_room(&self, limit: u64) -> Option<Duration> {
+        if self.backlog() < limit {
+            return Some(Duration::ZERO);
+        }
+        let start = Instant::now();
+        let mut looks = 0u32;
+        let mut nap = Duration::from_micros(20);
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return None;
+            }
+            if self.backlog() < limit {
+                return Some(start.elapsed());
+            }
+            if looks < gpumux_ring::HOT_LOOKS {
+                gpumux_ring::relax(looks);
+                looks += 1;
+            } else {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(1));
+            }
+        }
     }
 }
 

@@ -206,7 +206,7 @@ impl Session {
                 if outbox.try_direct(&frame) {
                     return;
                 }
-                outbox.queue();
+                outbox.queue(crate::outbox::frame_cost(&frame));
             }
             // A writer that has ended means the client is going away; its
             // reader's disconnect will follow.

@@ -113,7 +113,7 @@ fn over_quota_allocations_are_refused_with_numbers_and_touch_nothing() {
 
 #[test]
 fn a_uid_the_config_excludes_is_not_permitted() {
-    let other = own_uid().wrapping_add(1);
+    let other = other_known_uid();
     let d = Daemon::start(Some(&format!("[[allow]]\nuid = {other}\n")));
     let mut c = Client::connect(&d);
     match c.next_frame() {

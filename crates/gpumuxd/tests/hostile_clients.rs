@@ -7,7 +7,7 @@ mod common;
 
 use ::gpumux_client::ffi::*;
 use ::gpumux_client::{Arg as LibArg, Client, ClientError, ConnectOptions, ErrorKind, LaunchConfig};
-use common::{launch, own_uid, Client as RawClient, Daemon};
+use common::{launch, other_known_uid, own_uid, Client as RawClient, Daemon};
 use gpumux_proto::{Arg, BufferSlice, ErrorReply, Reply, Request, StreamId};
 use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
@@ -23,9 +23,10 @@ fn last_error() -> String {
     unsafe { CStr::from_ptr(gpumux_last_error()) }.to_string_lossy().into_owned()
 }
 
-/// A daemon whose config has no entry for this test's uid.
+/// A daemon whose config has no entry for this test's uid (its one entry
+/// names a uid the system knows: a config admitting nobody does not start).
 fn refusing_daemon() -> Daemon {
-    Daemon::start(Some(&format!("[[allow]]\nuid = {}\n", own_uid().wrapping_add(1))))
+    Daemon::start(Some(&format!("[[allow]]\nuid = {}\n", other_known_uid())))
 }
 
 /// Case 5: a refused uid hears the daemon's reason, `NotPermitted`, every

@@ -291,3 +291,18 @@ pub fn pread(fd: &OwnedFd, offset: u64, len: usize) -> Vec<u8> {
 pub fn own_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
+
+/// A uid other than this test's that the system knows (root, or another
+/// user of /etc/passwd when the test runs as root): a config that admits
+/// only uids the system does not know stops the daemon at start.
+pub fn other_known_uid() -> u32 {
+    if own_uid() != 0 {
+        return 0;
+    }
+    std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(':').nth(2)?.parse::<u32>().ok())
+        .find(|&u| u != 0)
+        .expect("a user other than root in /etc/passwd")
+}
