@@ -265,6 +265,15 @@ pub struct Core {
     next_load: u64,
 }
 
+/// Module loads one client may have compiling at once: each holds its source
+/// (up to 4 MiB) until its compile ends, and a client that sent thousands
+/// without waiting would queue them all ahead of everyone's (the compile
+/// threads take them in order). The client library waits for each.
+const MAX_LOADS_UNDER_WAY: usize = 8;
+/// Regions one client may have being pinned at once (the same reasoning:
+/// each holds a mapping, and pins are made one at a time).
+const MAX_PINS_UNDER_WAY: usize = 4;
+
 /// What a region being pinned is for.
 #[derive(Clone, Copy, Debug)]
 enum PinFor {

@@ -496,6 +496,8 @@ mod tests {
     /// whose work takes long).
     struct PollsLate {
         sim: SimBackend,
+        /// Loads started after this is set never finish (a compile that takes forever).
+        hold_loads: Arc<std::sync::atomic::AtomicBool>,
         looks: u32,
         commands: Arc<AtomicUsize>,
         polls: Arc<AtomicUsize>,
@@ -509,6 +511,7 @@ mod tests {
         fn new() -> PollsLate {
             PollsLate {
                 sim: SimBackend::with_info(gpumux_sim::presets::h100()),
+                hold_loads: Arc::default(),
                 looks: 0,
                 commands: Arc::default(),
                 polls: Arc::default(),
@@ -593,7 +596,9 @@ mod tests {
             self.sim.load_module(name, source, options)
         }
         fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
-            self.sim.start_load(token, name, source, options)
+            if !self.hold_loads.load(Ordering::Relaxed) {
+                self.sim.start_load(token, name, source, options)
+            }
         }
         fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
             self.sim.take_loaded(out)
@@ -873,5 +878,39 @@ mod tests {
         assert!(core.handle(request(6, launch_of(kernel))));
         assert!(core.handle(request(7, Request::SyncStream(StreamId(0)))));
         assert_eq!(answer_to(&mut core, &replies, 7), Ok(Reply::Done));
+    }
+
+    /// A client that sends module loads without waiting for them has at most
+    /// `MAX_LOADS_UNDER_WAY` compiling; the next is refused at once with the
+    /// limit (each held its source until its compile ended, with no bound:
+    /// issue 36's review of the compiles moved off the core).
+    #[test]
+    fn a_client_has_at_most_eight_loads_compiling() {
+        let backend = PollsLate::new();
+        let hold = backend.hold_loads.clone();
+        let (mut core, _, replies) = core_with_kernel(backend);
+        hold.store(true, Ordering::Relaxed);
+        let load = || Request::LoadModule {
+            name: "n.cu".into(),
+            source: "__global__ void n() {}\n".into(),
+            options: Vec::new(),
+        };
+        for i in 0..MAX_LOADS_UNDER_WAY as u64 + 1 {
+            assert!(core.handle(request(10 + i, load())));
+        }
+        core.pump().expect("pump");
+        let answers: Vec<(u64, Result<Reply, ErrorReply>)> = replies
+            .try_iter()
+            .filter_map(|f| match f {
+                ServerFrame::Reply { id, result } if id >= 10 => Some((id, result)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(answers.len(), 1, "only the load over the limit is answered (refused): {answers:?}");
+        let (id, result) = &answers[0];
+        assert_eq!(*id, 10 + MAX_LOADS_UNDER_WAY as u64);
+        let e = result.as_ref().expect_err("refused");
+        assert_eq!(e.kind, ErrorKind::Quota);
+        assert!(e.message.contains("8"), "names the limit: {}", e.message);
     }
 }

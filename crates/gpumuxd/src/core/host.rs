@@ -52,8 +52,8 @@ impl Core {
             ));
         }
         let region = Arc::new(ShmRegion::map(fd, bytes).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?);
+        self.start_pin(client, id, region, PinFor::Host { bytes })?;
         self.session_mut(client)?.host_used += bytes;
-        self.start_pin(client, id, region, PinFor::Host { bytes });
         Ok(())
     }
 

@@ -253,18 +253,34 @@ impl Core {
             ));
         }
         let region = Arc::new(ShmRegion::map(fd, bytes).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?);
-        self.start_pin(client, id, region, PinFor::Shared);
-        Ok(())
+        self.start_pin(client, id, region, PinFor::Shared)
     }
 
     /// Starts pinning `region` for `client`'s request `id` (`Backend::start_register`):
     /// a large region takes long (1 GiB: 716 ms on the H100 machine), and
     /// the core serves everyone else meanwhile.
-    pub(super) fn start_pin(&mut self, client: u64, id: u64, region: Arc<ShmRegion>, what: PinFor) {
+    pub(super) fn start_pin(
+        &mut self,
+        client: u64,
+        id: u64,
+        region: Arc<ShmRegion>,
+        what: PinFor,
+    ) -> Result<(), ErrorReply> {
+        let under_way = self.pins.values().filter(|p| p.client == client).count();
+        if under_way >= MAX_PINS_UNDER_WAY {
+            return Err(err(
+                ErrorKind::Quota,
+                format!(
+                    "{under_way} regions of yours are being pinned, the most a client may have at once is \
+                     {MAX_PINS_UNDER_WAY}: wait for their answers"
+                ),
+            ));
+        }
         let token = self.next_pin;
         self.next_pin += 1;
         self.backend.start_register(token, &region);
         self.pins.insert(token, PendingPin { client, id, region, what, since: Instant::now() });
+        Ok(())
     }
 
     /// A pin of [`Core::start_pin`] finished: the region joins its client's
@@ -401,6 +417,16 @@ impl Core {
         // It is logged (`printable_name`).
         let name = gpumux_proto::printable_name(&name);
         self.session(client)?;
+        let under_way = self.loads.values().filter(|l| l.client == client).count();
+        if under_way >= MAX_LOADS_UNDER_WAY {
+            return Err(err(
+                ErrorKind::Quota,
+                format!(
+                    "{under_way} module loads of yours are compiling, the most a client may have at once is \
+                     {MAX_LOADS_UNDER_WAY}: wait for their answers"
+                ),
+            ));
+        }
         let token = self.next_load;
         self.next_load += 1;
         self.backend.start_load(token, &name, &source, &options);
