@@ -5,7 +5,8 @@
 #   scripts/device-build.sh [--rev REV] [--tests] [--symbols] [--perf] [DEST]
 #
 # DEST (default target/device/main) gets gpumuxd, gpumux (ps, bench daemon), gpumux-cuda-check,
-# libgpumux_client.so, the Rust example clients (vector_add, histogram, fault_check) and the C
+# libgpumux_client.so, the Rust example clients (vector_add, histogram, fault_check), copy_bench
+# (the client's copy throughput, crates/gpumux-client/examples) and the C
 # ones (matmul, stencil; rpath $ORIGIN, kernels read from examples/clients/kernels relative to
 # the repository root the scripts run in).
 #   --rev REV   build commit REV (a temporary worktree, its own target dir) instead of the tree:
@@ -47,7 +48,11 @@ cp "$target/release/"{gpumuxd,gpumux,gpumux-cuda-check,libgpumux_client.so} "$de
 mkdir -p "$dest/tests"
 cargo test --release -p gpumuxd --test launch_limits --no-run --message-format=json |
     jq -r 'select(.executable != null and .target.name == "launch_limits") | .executable' | while read -r t; do cp "$t" "$dest/tests/launch_limits"; done
-for e in vector_add histogram fault_check; do cp "$target/release/examples/$e" "$dest/"; done
+for e in vector_add histogram fault_check copy_bench; do
+    # copy_bench is younger than revisions an A/B may build (--rev).
+    [ $e = copy_bench ] && [ ! -e "$target/release/examples/$e" ] && continue
+    cp "$target/release/examples/$e" "$dest/"
+done
 for c in matmul stencil; do
     cc -O2 -Wall -Wextra -Werror -std=c11 -Icrates/gpumux-client/include \
         -DKERNEL_DIR='"examples/clients/kernels"' "examples/clients/$c.c" -o "$dest/$c" \

@@ -1,11 +1,25 @@
 //! How a host copy is cut to fit the shared region (a pure plan, tested alone).
 //!
-//! A copy that fits in half the region goes in one request. A larger one is
-//! cut into chunks of half the region each, alternating between the two
-//! halves, so that while the daemon moves one chunk the client fills (or
-//! empties) the other half: double buffering, with at most two chunk
-//! requests in flight. Before a half is touched again, the reply of the
-//! chunk that last used it must have come back; [`Chunk::reuses`] names it.
+//! The region is cut into equal slots ([`slots_for`]: four in a region of at
+//! least [`MIN_SLOT_BYTES`] × 4, else two halves). A copy that fits in one
+//! slot goes in one request. A larger one is cut into chunks of one slot
+//! each, taking the slots in turn, so that while the daemon moves some
+//! chunks the client fills (or empties) another: up to one chunk request in
+//! flight per slot. Before a slot is touched again, the reply of the chunk
+//! that last used it must have come back; [`Chunk::reuses`] names it.
+
+/// The smallest slot worth a request of its own when a region is cut in
+/// four (a smaller region keeps two halves).
+pub const MIN_SLOT_BYTES: u64 = 1 << 20;
+
+/// Slots a region of `region` bytes is cut into (module doc).
+pub fn slots_for(region: u64) -> u64 {
+    if region >= 4 * MIN_SLOT_BYTES {
+        4
+    } else {
+        2
+    }
+}
 
 /// One request of a planned copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,37 +30,39 @@ pub struct Chunk {
     pub shm_offset: u64,
     /// Its length, bytes (> 0).
     pub bytes: u64,
-    /// The earlier chunk whose half of the region this one uses: its reply
+    /// The earlier chunk whose slot of the region this one uses: its reply
     /// must be in before this chunk's bytes are written to (or, for a copy to
     /// the host, before that chunk's bytes are read out of) the region.
     pub reuses: Option<usize>,
 }
 
-/// Plans a copy of `total` bytes through a region of `region` bytes.
+/// Plans a copy of `total` bytes through a region of `region` bytes cut into
+/// `slots` slots (at least 1).
 ///
-/// Returns no chunks for an empty copy. `region` must be at least 2 bytes
-/// (the client never attaches a smaller one); with fewer, every chunk is one
-/// byte at offset 0, each waiting for the one before.
-pub fn plan(total: u64, region: u64) -> Vec<Chunk> {
-    let half = (region / 2).max(1);
-    if total <= half {
+/// Returns no chunks for an empty copy. `region` must be at least `slots`
+/// bytes (the client never attaches a smaller one); with fewer, every chunk
+/// is one byte at offset 0, each waiting for the one before.
+pub fn plan(total: u64, region: u64, slots: u64) -> Vec<Chunk> {
+    let slots = slots.max(1);
+    let slot = (region / slots).max(1);
+    if total <= slot {
         return if total == 0 {
             Vec::new()
         } else {
             vec![Chunk { offset: 0, shm_offset: 0, bytes: total, reuses: None }]
         };
     }
-    let halves: u64 = if region >= 2 { 2 } else { 1 };
-    let mut chunks = Vec::with_capacity(total.div_ceil(half) as usize);
+    let slots = if region >= slots { slots } else { 1 };
+    let mut chunks = Vec::with_capacity(total.div_ceil(slot) as usize);
     let mut offset = 0;
     while offset < total {
         let index = chunks.len();
-        let bytes = half.min(total - offset);
+        let bytes = slot.min(total - offset);
         chunks.push(Chunk {
             offset,
-            shm_offset: (index as u64 % halves) * half,
+            shm_offset: (index as u64 % slots) * slot,
             bytes,
-            reuses: index.checked_sub(halves as usize),
+            reuses: index.checked_sub(slots as usize),
         });
         offset += bytes;
     }
@@ -58,14 +74,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_copy_within_half_the_region_is_one_request() {
-        assert_eq!(plan(0, 4096), vec![]);
-        assert_eq!(plan(2048, 4096), vec![Chunk { offset: 0, shm_offset: 0, bytes: 2048, reuses: None }]);
+    fn a_copy_within_one_slot_is_one_request() {
+        assert_eq!(plan(0, 4096, 2), vec![]);
+        assert_eq!(plan(2048, 4096, 2), vec![Chunk { offset: 0, shm_offset: 0, bytes: 2048, reuses: None }]);
+        assert_eq!(plan(2 << 20, 8 << 20, 4).len(), 1);
+        assert_eq!(plan((2 << 20) + 1, 8 << 20, 4).len(), 2);
     }
 
     #[test]
     fn a_larger_copy_alternates_halves_and_waits_two_back() {
-        let chunks = plan(5000, 4096);
+        let chunks = plan(5000, 4096, 2);
         assert_eq!(
             chunks,
             vec![
@@ -77,26 +95,39 @@ mod tests {
     }
 
     #[test]
-    fn chunks_cover_the_copy_exactly_and_stay_in_their_half() {
-        for (total, region) in [(1u64, 2u64), (3, 2), (4097, 4096), (1 << 20, 4096), (12345, 1000), (7, 3)] {
-            let chunks = plan(total, region);
-            let half = region / 2;
-            let mut next = 0;
-            for (i, c) in chunks.iter().enumerate() {
-                assert_eq!(c.offset, next, "chunks of {total} through {region} are contiguous");
-                assert!(c.bytes > 0 && c.bytes <= half);
-                assert!(c.shm_offset + c.bytes <= region, "chunk {i} stays in the region");
-                assert_eq!(c.shm_offset, (i as u64 % 2) * half, "chunk {i} alternates halves");
-                assert_eq!(c.reuses, i.checked_sub(2), "chunk {i} waits for the one that last used its half");
-                next += c.bytes;
+    fn chunks_cover_the_copy_exactly_and_stay_in_their_slot() {
+        for slots in [1u64, 2, 4] {
+            for (total, region) in [(1u64, 4u64), (5, 4), (4097, 4096), (1 << 20, 4096), (12345, 1000), (7, 6)] {
+                let chunks = plan(total, region, slots);
+                let slot = region / slots;
+                let mut next = 0;
+                for (i, c) in chunks.iter().enumerate() {
+                    assert_eq!(c.offset, next, "chunks of {total} through {region} are contiguous");
+                    assert!(c.bytes > 0 && c.bytes <= slot);
+                    assert!(c.shm_offset + c.bytes <= region, "chunk {i} stays in the region");
+                    assert_eq!(c.shm_offset, (i as u64 % slots) * slot, "chunk {i} takes the slots in turn");
+                    assert_eq!(c.reuses, i.checked_sub(slots as usize), "chunk {i} waits for its slot's last user");
+                    next += c.bytes;
+                }
+                assert_eq!(next, total);
             }
-            assert_eq!(next, total);
         }
     }
 
     #[test]
-    fn a_one_byte_region_serialises_byte_by_byte() {
-        let chunks = plan(3, 1);
+    fn a_large_region_is_cut_in_four_a_small_one_in_halves() {
+        assert_eq!(slots_for(4096), 2);
+        assert_eq!(slots_for(4 * MIN_SLOT_BYTES - 1), 2);
+        assert_eq!(slots_for(8 << 20), 4);
+        let chunks = plan(1 << 30, 64 << 20, slots_for(64 << 20));
+        assert_eq!(chunks.len(), 64, "16 MiB chunks");
+        assert_eq!(chunks[5].shm_offset, 16 << 20);
+        assert_eq!(chunks[5].reuses, Some(1));
+    }
+
+    #[test]
+    fn a_region_smaller_than_its_slots_serialises_byte_by_byte() {
+        let chunks = plan(3, 1, 2);
         assert_eq!(
             chunks.iter().map(|c| (c.shm_offset, c.bytes, c.reuses)).collect::<Vec<_>>(),
             vec![(0, 1, None), (0, 1, Some(0)), (0, 1, Some(1))]

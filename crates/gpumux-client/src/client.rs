@@ -2,6 +2,7 @@
 
 use crate::chunk;
 use crate::conn::{Connection, PendingReply};
+use crate::copier::Copier;
 use crate::error::{ClientError, Result};
 use crate::handles::{check_args, Arg, Buffer, Kernel, LaunchConfig, Module};
 use crate::host::{HostBuffer, HostTable};
@@ -12,12 +13,21 @@ use gpumux_proto::{
 use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The shared region a client asks for unless told otherwise (clamped to the
-/// daemon's limit): big enough that copies of a few MiB go in one or two
+/// daemon's limit): big enough that copies of a few MiB go in a few
 /// requests, small enough to cost nothing much per client.
 pub const DEFAULT_SHM_BYTES: u64 = 8 << 20;
+
+/// The size the shared region may grow to for large copies unless told
+/// otherwise ([`ConnectOptions::shm_max_bytes`]; clamped to the daemon's
+/// limit): four slots of 8 MiB, whose DMA takes several times a request's
+/// round trip. Measured on an H100 machine, a 1 GiB copy through 32 MiB went
+/// faster than through 8 MiB and than through 64-256 MiB (a region that
+/// stays in the host's cache between chunks).
+pub const DEFAULT_SHM_MAX_BYTES: u64 = 32 << 20;
 
 /// The environment variable naming the daemon's socket.
 pub const SOCKET_ENV: &str = "GPUMUX_SOCKET";
@@ -47,6 +57,18 @@ pub struct ConnectOptions {
     /// Size of the shared region for host copies (clamped to the daemon's
     /// limit); 0 attaches none (a client that only asks `Status`).
     pub shm_bytes: u64,
+    /// The size the shared region may grow to: a copy larger than the
+    /// region replaces it with one of the copy's size rounded up to a power
+    /// of two, up to this (clamped to the daemon's limit), once; the larger
+    /// region then stays (it is pinned memory of the daemon's: its size is
+    /// the client's to choose). At most `shm_bytes`: the region never grows.
+    /// Default [`DEFAULT_SHM_MAX_BYTES`].
+    pub shm_max_bytes: u64,
+    /// Threads that move a copy's bytes between the caller's memory and the
+    /// shared region (the caller's included; started on the first copy of
+    /// over a MiB). Default: `GPUMUX_COPY_THREADS`, else half the machine's
+    /// hardware threads, at most 8; 1 copies on the caller's thread.
+    pub copy_threads: usize,
     /// Offer the daemon shared-memory rings for the conversation (fewer
     /// system calls per request; docs/daemon.md, "The protocol"). Default:
     /// on, unless `GPUMUX_RINGS=0`.
@@ -66,6 +88,8 @@ impl Default for ConnectOptions {
             priority: 0,
             weight: 1.0,
             shm_bytes: DEFAULT_SHM_BYTES,
+            shm_max_bytes: DEFAULT_SHM_MAX_BYTES,
+            copy_threads: crate::copier::default_threads(),
             rings: crate::conn::rings_from_env(),
             wait_for_daemon: wait_from_env(),
         }
@@ -145,10 +169,16 @@ pub struct Client {
     /// Held while a host buffer is attached: one descriptor in flight at a
     /// time, as the daemon expects.
     attaching: Mutex<()>,
-    /// Held for a whole host copy: the region's halves are the copy's.
+    /// Held for a whole host copy: the region's slots are the copy's (and
+    /// a larger copy may replace the region: [`ConnectOptions::shm_max_bytes`]).
     region: Option<Mutex<SharedRegion>>,
     /// The region's size (0: none), readable while a copy holds the lock.
-    shm_bytes: u64,
+    shm_bytes: AtomicU64,
+    /// The size the region may grow to (the daemon's limit applied); the
+    /// region's own size once the daemon refused a larger one.
+    shm_max: AtomicU64,
+    /// Moves the bytes of copies through the region.
+    copier: Copier,
 }
 
 impl std::fmt::Debug for Client {
@@ -178,6 +208,7 @@ impl Client {
         };
         let shm_bytes = options.shm_bytes.min(welcome.limits.shm_bytes);
         let shm_bytes = if shm_bytes >= 2 { shm_bytes } else { 0 };
+        let shm_max = options.shm_max_bytes.min(welcome.limits.shm_bytes).max(shm_bytes);
         let region = if shm_bytes > 0 {
             let region = SharedRegion::create(shm_bytes, MEMFD_NAME)?;
             expect_done(conn.send(Request::AttachShm { bytes: shm_bytes }, region.fd())?)?;
@@ -191,7 +222,9 @@ impl Client {
             hosts: Arc::default(),
             attaching: Mutex::new(()),
             region,
-            shm_bytes,
+            shm_bytes: AtomicU64::new(shm_bytes),
+            shm_max: AtomicU64::new(shm_max),
+            copier: Copier::new(options.copy_threads),
         })
     }
 
@@ -211,9 +244,16 @@ impl Client {
         self.welcome.device.starts_with("sim:")
     }
 
-    /// The size of the attached shared region, bytes (0: none).
+    /// The size of the attached shared region, bytes (0: none). It grows
+    /// for a copy larger than it ([`ConnectOptions::shm_max_bytes`]).
     pub fn shm_bytes(&self) -> u64 {
-        self.shm_bytes
+        self.shm_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The threads that move the bytes of a copy through the shared region
+    /// ([`ConnectOptions::copy_threads`]).
+    pub fn copy_threads(&self) -> usize {
+        self.copier.threads()
     }
 
     /// Changes this client's priority (from the next scheduling round).
@@ -273,21 +313,24 @@ impl Client {
     /// Copies `data` to `buffer` at `offset`, in stream order; returns when
     /// the data is on the device. If `data` lies entirely inside one of this
     /// client's [`HostBuffer`]s, the daemon copies it from there directly
-    /// (one request, no staging copy); otherwise it goes through the shared
-    /// region, in chunks.
+    /// (one request, no staging copy, whatever its size); otherwise it goes
+    /// through the shared region, in chunks: the client copies each into a
+    /// slot of the region (on [`Client::copy_threads`] threads) while the
+    /// daemon moves the chunks before it to the device.
     pub fn copy_to_device(&self, buffer: &Buffer, offset: u64, data: &[u8], stream: StreamId) -> Result<()> {
         let dst = buffer.slice(offset, data.len() as u64, "copy to the device")?;
         if let Some(src) = self.hosts.find(data.as_ptr(), data.len()) {
             return self.done(Request::CopyFromHostRegion { dst, src, bytes: data.len() as u64, stream });
         }
         let region = self.region("copy to the device")?;
-        let region = region.lock().unwrap_or_else(PoisonError::into_inner);
-        let chunks = chunk::plan(data.len() as u64, region.len() as u64);
+        let mut region = region.lock().unwrap_or_else(PoisonError::into_inner);
+        self.grow_region(&mut region, data.len() as u64)?;
+        let chunks = chunk::plan(data.len() as u64, region.len() as u64, chunk::slots_for(region.len() as u64));
         run_chunks(
             &chunks,
             |c| {
                 let at = c.offset as usize;
-                region.write(c.shm_offset as usize, &data[at..at + c.bytes as usize]);
+                region.write(c.shm_offset as usize, &data[at..at + c.bytes as usize], &self.copier);
                 self.conn.send(
                     Request::CopyToDevice {
                         dst: buffer.slice(offset + c.offset, c.bytes, "copy to the device")?,
@@ -306,15 +349,18 @@ impl Client {
     /// stream order (after the stream's earlier work); returns when the data
     /// is in `out`. If `out` lies entirely inside one of this client's
     /// [`HostBuffer`]s, the daemon copies into it directly (one request, no
-    /// staging copy); otherwise through the shared region, in chunks.
+    /// staging copy, whatever its size); otherwise through the shared
+    /// region, in chunks, the daemon moving the next chunks into the region
+    /// while the client copies one out.
     pub fn copy_to_host(&self, buffer: &Buffer, offset: u64, out: &mut [u8], stream: StreamId) -> Result<()> {
         let src = buffer.slice(offset, out.len() as u64, "copy to the host")?;
         if let Some(dst) = self.hosts.find(out.as_ptr(), out.len()) {
             return self.done(Request::CopyToHostRegion { src, dst, bytes: out.len() as u64, stream });
         }
         let region = self.region("copy to the host")?;
-        let region = region.lock().unwrap_or_else(PoisonError::into_inner);
-        let chunks = chunk::plan(out.len() as u64, region.len() as u64);
+        let mut region = region.lock().unwrap_or_else(PoisonError::into_inner);
+        self.grow_region(&mut region, out.len() as u64)?;
+        let chunks = chunk::plan(out.len() as u64, region.len() as u64, chunk::slots_for(region.len() as u64));
         run_chunks(
             &chunks,
             |c| {
@@ -330,7 +376,7 @@ impl Client {
             },
             |c| {
                 let at = c.offset as usize;
-                region.read(c.shm_offset as usize, &mut out[at..at + c.bytes as usize]);
+                region.read(c.shm_offset as usize, &mut out[at..at + c.bytes as usize], &self.copier);
             },
         )
     }
@@ -483,6 +529,40 @@ impl Client {
         expect_done(self.conn.send(request, None)?)
     }
 
+    /// Before a copy of `bytes` through `region` (its lock held, so no copy
+    /// uses it): replaces a region smaller than the copy with one of the
+    /// copy's size rounded up to a power of two, at most `shm_max`. The
+    /// daemon lets the old one go once this client's work queued before is
+    /// done. A region the daemon will not take (pinned memory short) leaves
+    /// the old one in use for good (no later copy asks again), and a memfd
+    /// that cannot be made leaves it for this copy; only a connection that
+    /// is gone fails the copy.
+    fn grow_region(&self, region: &mut SharedRegion, bytes: u64) -> Result<()> {
+        let have = region.len() as u64;
+        let max = self.shm_max.load(Ordering::Relaxed);
+        if bytes <= have || have >= max {
+            return Ok(());
+        }
+        let want = bytes.checked_next_power_of_two().unwrap_or(u64::MAX).min(max);
+        let Ok(larger) = SharedRegion::create(want, MEMFD_NAME) else { return Ok(()) };
+        let attached = {
+            let _one = self.attaching.lock().unwrap_or_else(PoisonError::into_inner);
+            self.conn.send(Request::AttachShm { bytes: want }, larger.fd()).and_then(expect_done)
+        };
+        match attached {
+            Ok(()) => {
+                *region = larger;
+                self.shm_bytes.store(want, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) if e.is_fatal() => Err(e),
+            Err(_) => {
+                self.shm_max.store(have, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
     fn region(&self, what: &str) -> Result<&Mutex<SharedRegion>> {
         self.region.as_ref().ok_or_else(|| {
             ClientError::Invalid(format!(
@@ -499,10 +579,10 @@ impl Drop for Client {
     }
 }
 
-/// Sends planned chunks with at most two in flight. `send` writes a chunk
+/// Sends planned chunks with at most one in flight per slot. `send` writes a chunk
 /// (into the region, for a copy to the device) and sends its request;
 /// `landed` runs once a chunk's reply is in (reading the region, for a copy
-/// to the host). A chunk is sent only after the one whose half it reuses has
+/// to the host). A chunk is sent only after the one whose slot it reuses has
 /// landed. On an error, the replies still in flight are awaited before
 /// returning, so the region is idle when the caller lets go of it.
 fn run_chunks(

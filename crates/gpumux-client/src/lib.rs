@@ -29,20 +29,27 @@
 //! given; `GPUMUX_SPIN_US`, how long the library's reader thread and a call
 //! waiting for its answer poll before they sleep, in µs (default 100, and
 //! 5,000 for a client of priority above 0, whose requests a few ms apart then
-//! find its threads awake; docs/daemon.md, "Latency and the CPU it costs").
+//! find its threads awake; docs/daemon.md, "Latency and the CPU it costs");
+//! `GPUMUX_COPY_THREADS`, the threads that move a copy's bytes through the
+//! shared region (default: half the hardware threads, at most 8;
+//! [`ConnectOptions::copy_threads`]).
 
 #![warn(missing_docs)]
 
 mod chunk;
 mod client;
 mod conn;
+mod copier;
 mod error;
 pub mod ffi;
 mod handles;
 mod host;
 mod shm;
 
-pub use client::{Client, ConnectOptions, Event, DEFAULT_SHM_BYTES, DEFAULT_WAIT_FOR_DAEMON, SOCKET_ENV, WAIT_ENV};
+pub use client::{
+    Client, ConnectOptions, Event, DEFAULT_SHM_BYTES, DEFAULT_SHM_MAX_BYTES, DEFAULT_WAIT_FOR_DAEMON, SOCKET_ENV,
+    WAIT_ENV,
+};
 pub use error::{ClientError, Result};
 pub use gpumux_proto::{
     printable_name, ClientStatus, ErrorKind, HostRegionId, Limits, LostWork, Notice, Status, StreamId, Welcome,
@@ -51,4 +58,6 @@ pub use handles::{Arg, Buffer, Kernel, LaunchConfig, Module};
 pub use host::HostBuffer;
 
 #[doc(hidden)]
-pub use chunk::{plan as plan_chunks, Chunk};
+pub use chunk::{plan as plan_chunks, slots_for, Chunk};
+#[doc(hidden)]
+pub use copier::Copier;

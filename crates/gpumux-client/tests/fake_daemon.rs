@@ -213,3 +213,100 @@ fn threads_share_one_client() {
     assert_eq!(log.requests.iter().filter(|r| matches!(r, Request::Alloc { .. })).count(), 4);
     assert!(log.max_outstanding <= 2, "copies take turns through the region");
 }
+
+fn pattern(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8).collect()
+}
+
+/// The requests' `AttachShm` sizes, in order.
+fn attaches(log: &support::Log) -> Vec<u64> {
+    log.requests
+        .iter()
+        .filter_map(|r| match r {
+            Request::AttachShm { bytes } => Some(*bytes),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_region_of_four_slots_keeps_four_chunks_in_flight_and_reuses_a_slot_only_after_its_reply() {
+    // The fake answers a copy only once four wait, moving its bytes then: a
+    // slot rewritten (or read) before its reply would corrupt the data.
+    let fake = FakeDaemon::start(Behaviour { shm_limit: 8 << 20, hold: 4, ..Behaviour::default() });
+    let client = Client::connect(ConnectOptions { shm_max_bytes: 0, copy_threads: 3, ..options(&fake) }).unwrap();
+    assert_eq!(client.shm_bytes(), 8 << 20);
+    let n = (20 << 20) + 100;
+    let data = pattern(n, 1);
+    let buf = client.alloc(n as u64).unwrap();
+    client.copy_to_device(&buf, 0, &data, StreamId::DEFAULT).unwrap();
+    let mut back = vec![0u8; n];
+    client.copy_to_host(&buf, 0, &mut back, StreamId::DEFAULT).unwrap();
+    assert!(back == data, "20 MiB round-trip bitwise through four 2 MiB slots, on 3 threads");
+    client.close().unwrap();
+    let log = fake.finish();
+    let offsets: Vec<u64> = log
+        .requests
+        .iter()
+        .filter_map(|r| match r {
+            Request::CopyToDevice { shm_offset, .. } => Some(*shm_offset),
+            _ => None,
+        })
+        .collect();
+    let slot = 2 << 20;
+    assert_eq!(offsets, (0..11).map(|i| (i % 4) * slot).collect::<Vec<_>>(), "11 chunks taking the slots in turn");
+    assert_eq!(log.max_outstanding, 4, "one chunk in flight per slot");
+    assert_eq!(attaches(&log), vec![8 << 20], "never grown (shm_max_bytes 0)");
+}
+
+#[test]
+fn a_copy_larger_than_the_region_grows_it_once_up_to_the_cap() {
+    let fake = FakeDaemon::start(Behaviour { shm_limit: 1 << 20, ..Behaviour::default() });
+    let options = ConnectOptions { shm_bytes: 8192, shm_max_bytes: 64 << 10, copy_threads: 1, ..options(&fake) };
+    let client = Client::connect(options).unwrap();
+    let buf = client.alloc(200_000).unwrap();
+    let small = pattern(8192, 2);
+    client.copy_to_device(&buf, 0, &small, StreamId::DEFAULT).unwrap();
+    assert_eq!(client.shm_bytes(), 8192, "a copy that fits leaves the region as it is");
+    let data = pattern(40_000, 3);
+    client.copy_to_device(&buf, 0, &data, StreamId::DEFAULT).unwrap();
+    assert_eq!(client.shm_bytes(), 64 << 10, "40,000 bytes: a region of 64 KiB");
+    let big = pattern(200_000, 4);
+    client.copy_to_device(&buf, 0, &big, StreamId::DEFAULT).unwrap();
+    let mut back = vec![0u8; big.len()];
+    client.copy_to_host(&buf, 0, &mut back, StreamId::DEFAULT).unwrap();
+    assert!(back == big, "through the grown region's two halves");
+    assert_eq!(client.shm_bytes(), 64 << 10, "at the cap: not grown again");
+    client.close().unwrap();
+    let log = fake.finish();
+    assert_eq!(attaches(&log), vec![8192, 64 << 10]);
+    let last: Vec<u64> = log
+        .requests
+        .iter()
+        .filter_map(|r| match r {
+            Request::CopyToHost { shm_offset, bytes, .. } => Some(shm_offset + bytes),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(last.len(), 200_000usize.div_ceil(32 << 10), "32 KiB halves");
+    assert!(last.iter().all(|&end| end <= 64 << 10));
+}
+
+#[test]
+fn a_refused_growth_keeps_the_region_and_is_not_asked_again() {
+    let fake =
+        FakeDaemon::start(Behaviour { shm_limit: 1 << 20, refuse_attach_from: Some(8193), ..Behaviour::default() });
+    let options = ConnectOptions { shm_bytes: 8192, shm_max_bytes: 1 << 20, ..options(&fake) };
+    let client = Client::connect(options).unwrap();
+    let buf = client.alloc(50_000).unwrap();
+    for seed in 0..2 {
+        let data = pattern(50_000, seed);
+        client.copy_to_device(&buf, 0, &data, StreamId::DEFAULT).unwrap();
+        let mut back = vec![0u8; data.len()];
+        client.copy_to_host(&buf, 0, &mut back, StreamId::DEFAULT).unwrap();
+        assert!(back == data, "through the old region");
+    }
+    assert_eq!(client.shm_bytes(), 8192);
+    client.close().unwrap();
+    assert_eq!(attaches(&fake.finish()), vec![8192, 65536], "asked once, refused, not asked again");
+}

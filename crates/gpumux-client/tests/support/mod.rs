@@ -3,8 +3,9 @@
 //!
 //! Host copies are answered late, the way a DMA finishes: a copy's data is
 //! moved only when its reply is sent, and a reply is sent only once a second
-//! copy is waiting (or nothing more came for 50 ms). A client that rewrote a
-//! half of its region before that half's reply would see its data corrupted.
+//! copy is waiting (`Behaviour::hold` more; or nothing more came for 50 ms).
+//! A client that rewrote a slot of its region before that slot's reply would
+//! see its data corrupted.
 
 #![allow(dead_code)] // each test file uses a part
 
@@ -48,11 +49,22 @@ pub struct Behaviour {
     /// Close it right after the Welcome, saying why first (an error frame
     /// with id 0, as the daemon does when it ends a connection).
     pub farewell_after_welcome: bool,
+    /// Host copies held unanswered: the oldest is answered (its data moved)
+    /// once this many wait (or nothing more came for 50 ms).
+    pub hold: usize,
+    /// Refuse (`Quota`) an `AttachShm` of at least this many bytes.
+    pub refuse_attach_from: Option<u64>,
 }
 
 impl Default for Behaviour {
     fn default() -> Self {
-        Behaviour { shm_limit: 4096, close_after_welcome: false, farewell_after_welcome: false }
+        Behaviour {
+            shm_limit: 4096,
+            close_after_welcome: false,
+            farewell_after_welcome: false,
+            hold: 2,
+            refuse_attach_from: None,
+        }
     }
 }
 
@@ -214,6 +226,10 @@ fn serve(stream: UnixStream, behaviour: Behaviour) -> Log {
                         return log;
                     }
                 }
+                Request::AttachShm { bytes } if behaviour.refuse_attach_from.is_some_and(|from| *bytes >= from) => {
+                    fds.pop_front();
+                    reply(&stream, id, Err(ErrorReply::new(ErrorKind::Quota, "no more pinned memory here")));
+                }
                 Request::AttachShm { bytes } => {
                     log.fd_came_with_attach = fds.len() > fds_before;
                     let fd = fds.pop_front().unwrap();
@@ -249,7 +265,7 @@ fn serve(stream: UnixStream, behaviour: Behaviour) -> Log {
                 Request::CopyToDevice { .. } | Request::CopyToHost { .. } => {
                     outstanding.push_back((id, request.clone()));
                     log.max_outstanding = log.max_outstanding.max(outstanding.len());
-                    if outstanding.len() >= 2 {
+                    if outstanding.len() >= behaviour.hold {
                         let (id, request) = outstanding.pop_front().unwrap();
                         finish(id, &request, &region, &mut buffers);
                     }
