@@ -43,7 +43,7 @@ fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
     // No native baseline on a simulated device, and the report says so.
     assert!(r["overhead"]["native_p50_us"].is_null());
     assert!(r["notes"][0].as_str().unwrap().contains("simulated"));
-    assert_eq!(r["programs"].as_array().unwrap().len(), 3, "{}", r["programs"]);
+    assert_eq!(r["programs"].as_array().unwrap().len(), 4, "{}", r["programs"]);
 }
 
 /// `gpumux bench daemon --quick ARGS`, its logs in a temporary directory
@@ -60,8 +60,9 @@ fn quick_bench(args: &[&str]) -> std::process::Output {
 }
 
 /// The programs experiment on the simulated GPU: the three programs through
-/// the default daemon, each timed, their checks skipped with the reason (the
-/// simulated device computes nothing), and no native row (there is no GPU).
+/// the default daemon (the copy from a `Vec` and from a `HostBuffer`), each
+/// timed, their checks skipped with the reason (the simulated device
+/// computes nothing), and no native row (there is no GPU).
 #[test]
 fn the_programs_run_through_the_daemon_on_the_simulated_gpu_with_their_checks_skipped() {
     let dir = tempfile::Builder::new().prefix("gpumux-bench-daemon-test-").tempdir().expect("a temporary directory");
@@ -74,7 +75,7 @@ fn the_programs_run_through_the_daemon_on_the_simulated_gpu_with_their_checks_sk
         assert!(!stdout.contains(table), "`{table}` ran, not asked for:\n{stdout}");
     }
     let setting = "gpumux ppq-even-drain";
-    for program in ["chain", "stencil", "copy, pageable"] {
+    for program in ["chain", "stencil", "copy, pageable", "copy, pinned"] {
         let row = stdout.lines().find(|l| l.starts_with(&format!("{program}: {setting} "))).unwrap_or_else(|| {
             panic!("no `{program}` row:\n{stdout}");
         });
@@ -83,10 +84,10 @@ fn the_programs_run_through_the_daemon_on_the_simulated_gpu_with_their_checks_sk
         assert!(stdout.contains(&reason), "no `{reason}`:\n{stdout}");
     }
     assert!(stdout.contains("511 dependent launches of 1-256 blocks of 16 threads"), "no legend:\n{stdout}");
-    assert!(stdout.contains("the 64 MiB made the round trip unchanged"), "{stdout}");
+    assert_eq!(stdout.matches("the 64 MiB made the round trip unchanged").count(), 2, "{stdout}");
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rows = r["programs"].as_array().unwrap();
-    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(rows.len(), 4, "{rows:?}");
     for row in rows {
         assert_eq!(row["setting"], setting, "{row}");
         assert_eq!(row["check"]["status"], "skipped", "{row}");
@@ -97,10 +98,12 @@ fn the_programs_run_through_the_daemon_on_the_simulated_gpu_with_their_checks_sk
         // No native row on a simulated device, so nothing to compare with.
         assert!(row["vs_native"].is_null(), "{row}");
     }
-    let copy = &rows[2];
-    assert_eq!(copy["program"], "copy, pageable");
-    assert_eq!(copy["bytes"], 64 << 20);
-    assert!(copy["upload_gb_s"].as_f64().unwrap() > 0.0 && copy["download_gb_s"].as_f64().unwrap() > 0.0, "{copy}");
+    for (copy, host) in [(&rows[2], "pageable"), (&rows[3], "pinned")] {
+        assert_eq!(copy["program"], format!("copy, {host}"));
+        assert_eq!(copy["bytes"], 64 << 20);
+        let (up, down) = (copy["upload_gb_s"].as_f64().unwrap(), copy["download_gb_s"].as_f64().unwrap());
+        assert!(up > 0.0 && down > 0.0, "{copy}");
+    }
 }
 
 /// A misspelt policy, option or experiment is refused before anything runs

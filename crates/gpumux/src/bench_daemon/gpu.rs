@@ -3,14 +3,15 @@
 //! ([`DaemonGpu`]). The jobs ([`super::jobs`]) are written once against
 //! [`JobGpu`], so every setting runs the same kernels the same way.
 //!
-//! Host memory for copies is the GPU's too ([`JobGpu::host_alloc`]): which
-//! kinds exist depends on the path (pinned memory natively; through gpumuxd
-//! the client library's ordinary copies from a `Vec`), and the programs
+//! Host memory for copies is the GPU's too ([`JobGpu::host_alloc`]): both
+//! paths give both kinds (natively a `Vec` and `cuMemHostAlloc` memory;
+//! through gpumuxd a `Vec`, copied through the client's shared region, and a
+//! `HostBuffer`, which the daemon copies directly), and the programs
 //! experiment names the kind a row ran with ([`HostMemory`]).
 
 use anyhow::{anyhow, bail, Context, Result};
 use gpumux_client::StreamId;
-use gpumux_client::{Arg, Buffer, Client, ConnectOptions, Kernel, LaunchConfig, Module as ClientModule};
+use gpumux_client::{Arg, Buffer, Client, ConnectOptions, HostBuffer, Kernel, LaunchConfig, Module as ClientModule};
 use gpumux_cuda::runtime::{DeviceBuffer, Event, Function, Gpu, HostMapped, Module, Params, Stream};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
@@ -43,9 +44,10 @@ pub enum HostMemory {
     /// Ordinary pageable memory, a `Vec<u8>`: what a program has unless it
     /// asks for more (the driver stages its copies through pinned buffers).
     Pageable,
-    /// Page-locked memory from the driver (`cuMemHostAlloc`), which the copy
-    /// engines read and write directly: natively only (the client library
-    /// has none yet).
+    /// Page-locked memory the copy engines read and write directly, with
+    /// no staging copy: natively the driver's (`cuMemHostAlloc`), through
+    /// gpumuxd the client library's (`Client::alloc_host`, a `HostBuffer`
+    /// the daemon pins).
     Pinned,
 }
 
@@ -298,10 +300,27 @@ pub struct DaemonGpu {
     kernels: HashMap<String, Kernel>,
     stream: StreamId,
     buffers: Vec<Buffer>,
-    /// Host memory of the copies (the client library copies synchronously,
-    /// through its shared region).
-    hosts: Vec<Vec<u8>>,
+    /// Host memory of the copies (the client library's copies return when
+    /// they are done, so nothing uses it between calls).
+    hosts: Vec<DaemonHost>,
     marks: VecDeque<gpumux_client::Event>,
+}
+
+/// A daemon job's host memory.
+enum DaemonHost {
+    /// Copied through the client's shared region.
+    Pageable(Vec<u8>),
+    /// Copied by the daemon directly.
+    Pinned(HostBuffer),
+}
+
+impl DaemonHost {
+    fn bytes(&mut self) -> &mut [u8] {
+        match self {
+            DaemonHost::Pageable(v) => v,
+            DaemonHost::Pinned(h) => h,
+        }
+    }
 }
 
 impl DaemonGpu {
@@ -397,28 +416,30 @@ impl JobGpu for DaemonGpu {
     }
 
     fn host_alloc(&mut self, kind: HostMemory, bytes: u64) -> Result<usize> {
-        match kind {
-            HostMemory::Pageable => self.hosts.push(vec![0u8; usize::try_from(bytes)?]),
-            HostMemory::Pinned => {
-                bail!("pinned host memory through gpumuxd: the client library has none yet (only copies from a Vec)")
-            }
-        }
+        self.hosts.push(match kind {
+            HostMemory::Pageable => DaemonHost::Pageable(vec![0u8; usize::try_from(bytes)?]),
+            HostMemory::Pinned => DaemonHost::Pinned(
+                self.client
+                    .alloc_host(bytes)
+                    .with_context(|| format!("a host buffer of {bytes} bytes from gpumuxd"))?,
+            ),
+        });
         Ok(self.hosts.len() - 1)
     }
 
     fn host(&mut self, host: usize) -> Result<&mut [u8]> {
-        Ok(self.hosts.get_mut(host).ok_or_else(|| anyhow!("no host buffer {host}"))?)
+        Ok(self.hosts.get_mut(host).ok_or_else(|| anyhow!("no host buffer {host}"))?.bytes())
     }
 
     fn upload(&mut self, buf: usize, host: usize) -> Result<()> {
         let b = self.buffers.get(buf).ok_or_else(|| anyhow!("no buffer {buf}"))?;
-        let h = self.hosts.get(host).ok_or_else(|| anyhow!("no host buffer {host}"))?;
+        let h = self.hosts.get_mut(host).ok_or_else(|| anyhow!("no host buffer {host}"))?.bytes();
         Ok(self.client.copy_to_device(b, 0, h, self.stream)?)
     }
 
     fn download_into(&mut self, buf: usize, host: usize) -> Result<()> {
         let b = self.buffers.get(buf).ok_or_else(|| anyhow!("no buffer {buf}"))?;
-        let h = self.hosts.get_mut(host).ok_or_else(|| anyhow!("no host buffer {host}"))?;
+        let h = self.hosts.get_mut(host).ok_or_else(|| anyhow!("no host buffer {host}"))?.bytes();
         Ok(self.client.copy_to_host(b, 0, h, self.stream)?)
     }
 }

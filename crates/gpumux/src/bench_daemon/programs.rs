@@ -99,9 +99,9 @@ impl Program {
             ),
             Program::Copy { bytes, .. } => format!(
                 "copy: {} host to device, 1 added to each u32 on the GPU, the same back; a sync after each \
-                 step (GB/s = 10^9 bytes/s each way); pageable: a Vec; pinned: cuMemHostAlloc{}",
-                size(bytes),
-                if DAEMON_HOST_MEMORY.contains(&HostMemory::Pinned) { "" } else { " (native only)" }
+                 step (GB/s = 10^9 bytes/s each way); pageable: a Vec; pinned: cuMemHostAlloc natively, \
+                 a HostBuffer (Client::alloc_host) through gpumuxd",
+                size(bytes)
             ),
         }
     }
@@ -139,11 +139,12 @@ pub fn native_programs(sizes: Sizes) -> Vec<Program> {
     p
 }
 
-/// Host memory the gpumuxd rows copy from: the client library's ordinary
-/// copies from a `Vec`. A kind it learns later is one more entry here (and
-/// its case in `DaemonGpu::host_alloc`); each row is compared with the native
-/// row of the same program and kind.
-const DAEMON_HOST_MEMORY: [HostMemory; 1] = [HostMemory::Pageable];
+/// Host memory the gpumuxd rows copy from: a `Vec` (the client library's
+/// staging path) and a `HostBuffer` (`Client::alloc_host`, copied directly).
+/// A kind it learns later is one more entry here (and its case in
+/// `DaemonGpu::host_alloc`); each row is compared with the native row of the
+/// same program and kind.
+const DAEMON_HOST_MEMORY: [HostMemory; 2] = [HostMemory::Pageable, HostMemory::Pinned];
 
 /// The programs of the gpumuxd rows.
 pub fn daemon_programs(sizes: Sizes) -> Vec<Program> {
