@@ -489,6 +489,57 @@ mod tests {
     use gpumux_proto::{Launch, MAGIC, VERSION};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// The `Backend` methods a test backend leaves to its simulator (`self.sim`).
+    macro_rules! delegate_to_sim {
+        () => {
+            fn describe(&self) -> String {
+                self.sim.describe()
+            }
+            fn info(&self) -> &gpumux_engine::kernel::DeviceInfo {
+                self.sim.info()
+            }
+            fn mem_info(&mut self) -> Result<MemInfo, MemError> {
+                self.sim.mem_info()
+            }
+            fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+                self.sim.alloc(bytes)
+            }
+            fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
+                self.sim.free(addr)
+            }
+            fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {
+                self.sim.register_host(region)
+            }
+            fn unregister_host(&mut self, region: &ShmRegion) {
+                self.sim.unregister_host(region)
+            }
+            fn start_register(&mut self, token: u64, region: &Arc<ShmRegion>) {
+                self.sim.start_register(token, region)
+            }
+            fn take_registered(&mut self, out: &mut Vec<Registered>) {
+                self.sim.take_registered(out)
+            }
+            fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
+                self.sim.load_module(name, source, options)
+            }
+            fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
+                self.sim.take_loaded(out)
+            }
+            fn unload_module(&mut self, kernels: &[crate::backend::KernelCode]) {
+                self.sim.unload_module(kernels)
+            }
+            fn kernels_loaded(&self) -> usize {
+                self.sim.kernels_loaded()
+            }
+            fn now(&self) -> Nanos {
+                self.sim.now()
+            }
+            fn rebuild(&mut self) -> Result<(), MemError> {
+                self.sim.rebuild()
+            }
+        };
+    }
+
     /// The simulator behind a link that answers polls late, as a device
     /// process does: the core handles requests while the poll is out. Counts
     /// the commands that reach the device and the polls, and keeps the
@@ -565,49 +616,11 @@ mod tests {
     }
 
     impl Backend for PollsLate {
-        fn describe(&self) -> String {
-            self.sim.describe()
-        }
-        fn info(&self) -> &gpumux_engine::kernel::DeviceInfo {
-            self.sim.info()
-        }
-        fn mem_info(&mut self) -> Result<MemInfo, MemError> {
-            self.sim.mem_info()
-        }
-        fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
-            self.sim.alloc(bytes)
-        }
-        fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
-            self.sim.free(addr)
-        }
-        fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {
-            self.sim.register_host(region)
-        }
-        fn unregister_host(&mut self, region: &ShmRegion) {
-            self.sim.unregister_host(region)
-        }
-        fn start_register(&mut self, token: u64, region: &Arc<ShmRegion>) {
-            self.sim.start_register(token, region)
-        }
-        fn take_registered(&mut self, out: &mut Vec<Registered>) {
-            self.sim.take_registered(out)
-        }
-        fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
-            self.sim.load_module(name, source, options)
-        }
+        delegate_to_sim!();
         fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
             if !self.hold_loads.load(Ordering::Relaxed) {
                 self.sim.start_load(token, name, source, options)
             }
-        }
-        fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
-            self.sim.take_loaded(out)
-        }
-        fn unload_module(&mut self, kernels: &[crate::backend::KernelCode]) {
-            self.sim.unload_module(kernels)
-        }
-        fn kernels_loaded(&self) -> usize {
-            self.sim.kernels_loaded()
         }
         fn bind(&mut self, op: OpId, work: OpWork) {
             if let OpWork::Kernel { after, .. } = &work {
@@ -617,9 +630,6 @@ mod tests {
         }
         fn unbind(&mut self, op: OpId) {
             self.sim.unbind(op)
-        }
-        fn now(&self) -> Nanos {
-            self.sim.now()
         }
         fn submit(&mut self, command: Command) -> Result<(), Failure> {
             self.commands.fetch_add(1, Ordering::Relaxed);
@@ -643,9 +653,6 @@ mod tests {
         }
         fn next_wake(&self) -> Wake {
             self.sim.next_wake()
-        }
-        fn rebuild(&mut self) -> Result<(), MemError> {
-            self.sim.rebuild()
         }
     }
 
@@ -746,47 +753,9 @@ mod tests {
     const REFUSED_X: u32 = 7;
 
     impl Backend for Refusing {
-        fn describe(&self) -> String {
-            self.sim.describe()
-        }
-        fn info(&self) -> &gpumux_engine::kernel::DeviceInfo {
-            self.sim.info()
-        }
-        fn mem_info(&mut self) -> Result<MemInfo, MemError> {
-            self.sim.mem_info()
-        }
-        fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
-            self.sim.alloc(bytes)
-        }
-        fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
-            self.sim.free(addr)
-        }
-        fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {
-            self.sim.register_host(region)
-        }
-        fn unregister_host(&mut self, region: &ShmRegion) {
-            self.sim.unregister_host(region)
-        }
-        fn start_register(&mut self, token: u64, region: &Arc<ShmRegion>) {
-            self.sim.start_register(token, region)
-        }
-        fn take_registered(&mut self, out: &mut Vec<Registered>) {
-            self.sim.take_registered(out)
-        }
-        fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
-            self.sim.load_module(name, source, options)
-        }
+        delegate_to_sim!();
         fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
             self.sim.start_load(token, name, source, options)
-        }
-        fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
-            self.sim.take_loaded(out)
-        }
-        fn unload_module(&mut self, kernels: &[crate::backend::KernelCode]) {
-            self.sim.unload_module(kernels)
-        }
-        fn kernels_loaded(&self) -> usize {
-            self.sim.kernels_loaded()
         }
         fn bind(&mut self, op: OpId, work: OpWork) {
             if matches!(work, OpWork::Kernel { grid: [REFUSED_X, ..], .. }) {
@@ -797,9 +766,6 @@ mod tests {
         fn unbind(&mut self, op: OpId) {
             self.refused.remove(&op);
             self.sim.unbind(op)
-        }
-        fn now(&self) -> Nanos {
-            self.sim.now()
         }
         fn submit(&mut self, command: Command) -> Result<(), Failure> {
             if let Some(op) = crate::backend::refused_op(&command).filter(|op| self.refused.contains(op)) {
@@ -822,9 +788,6 @@ mod tests {
             } else {
                 Wake::Spin
             }
-        }
-        fn rebuild(&mut self) -> Result<(), MemError> {
-            self.sim.rebuild()
         }
     }
 

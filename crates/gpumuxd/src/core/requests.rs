@@ -267,15 +267,7 @@ impl Core {
         what: PinFor,
     ) -> Result<(), ErrorReply> {
         let under_way = self.pins.values().filter(|p| p.client == client).count();
-        if under_way >= MAX_PINS_UNDER_WAY {
-            return Err(err(
-                ErrorKind::Quota,
-                format!(
-                    "{under_way} regions of yours are being pinned, the most a client may have at once is \
-                     {MAX_PINS_UNDER_WAY}: wait for their answers"
-                ),
-            ));
-        }
+        under_limit(under_way, MAX_PINS_UNDER_WAY, "regions of yours are being pinned")?;
         let token = self.next_pin;
         self.next_pin += 1;
         self.backend.start_register(token, &region);
@@ -418,15 +410,7 @@ impl Core {
         let name = gpumux_proto::printable_name(&name);
         self.session(client)?;
         let under_way = self.loads.values().filter(|l| l.client == client).count();
-        if under_way >= MAX_LOADS_UNDER_WAY {
-            return Err(err(
-                ErrorKind::Quota,
-                format!(
-                    "{under_way} module loads of yours are compiling, the most a client may have at once is \
-                     {MAX_LOADS_UNDER_WAY}: wait for their answers"
-                ),
-            ));
-        }
+        under_limit(under_way, MAX_LOADS_UNDER_WAY, "module loads of yours are compiling")?;
         let token = self.next_load;
         self.next_load += 1;
         self.backend.start_load(token, &name, &source, &options);
@@ -672,6 +656,18 @@ impl Core {
         self.session_mut(client)?.events.insert(e, EventState { op: Some(op), waiters: Vec::new() });
         Ok(Reply::Event(e))
     }
+}
+
+/// Refuses one more of `under_way` things a client has under way (`what`)
+/// once it has `most` (`MAX_LOADS_UNDER_WAY`, `MAX_PINS_UNDER_WAY`).
+fn under_limit(under_way: usize, most: usize, what: &str) -> Result<(), ErrorReply> {
+    if under_way < most {
+        return Ok(());
+    }
+    Err(err(
+        ErrorKind::Quota,
+        format!("{under_way} {what}, the most a client may have at once is {most}: wait for their answers"),
+    ))
 }
 
 fn check_priority(limits: &ClientLimits, p: i32) -> Result<(), ErrorReply> {
