@@ -64,6 +64,9 @@ enum Command {
     /// A client program of `gpumux bench daemon` (started by the bench).
     #[command(hide = true)]
     BenchRole(bench_daemon::role::RoleArgs),
+    /// A client of `gpumux bench daemon --hostile`, well-behaved or not (started by the bench).
+    #[command(hide = true)]
+    BenchHostileRole(bench_daemon::abusers::HostileRoleArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -155,6 +158,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             bench_daemon::run(args)
         }
         Command::BenchRole(args) => bench_daemon::role::main(args),
+        Command::BenchHostileRole(args) => bench_daemon::abusers::main(args),
         Command::Rt(cmd) => gpumux_rt::cli::run(cmd),
         Command::Experiment(args) => gpumux_experiments::run(args),
         Command::Policies => {

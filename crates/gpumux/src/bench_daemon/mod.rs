@@ -13,6 +13,10 @@
 //!   each checked against a CPU reference, natively alone against one
 //!   client of the default daemon (issue 35; [`programs`]).
 //!
+//! `--hostile` runs issue 36's soak instead: two well-behaved clients
+//! alone, then beside four abusive ones, then after them, against one
+//! daemon of the default config ([`hostile`], the clients in [`abusers`]).
+//!
 //! Baselines: plain CUDA processes under the driver's time slicing, the
 //! same under MPS (a private control daemon, started and stopped here), and
 //! two streams of one process. The client programs are this executable's
@@ -21,8 +25,10 @@
 //! `gpumuxd` side by side and a GPU (or `--device sim:h100`, where only the
 //! daemon rows run, on the simulated GPU).
 
+pub mod abusers;
 mod experiments;
 pub mod gpu;
+mod hostile;
 pub mod jobs;
 mod procs;
 pub mod programs;
@@ -112,6 +118,21 @@ pub struct DaemonBenchArgs {
     /// Fewer launches and shorter runs (checks the bench itself, not the figures).
     #[arg(long)]
     pub quick: bool,
+    /// Run the hostile-client soak instead of the experiments (issue 36; --only is ignored): two
+    /// well-behaved clients' launch + sync latency alone, then beside four
+    /// abusive clients (flood, never-read, half frames, huge grids), then
+    /// after them; the daemon's survival and memory. Exits non-zero on a FAIL.
+    #[arg(long)]
+    pub hostile: bool,
+    /// Seconds of each of --hostile's two measured phases (alone, abused); --quick: at most 3.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub hostile_seconds: u32,
+    /// Connections per wave of --hostile's flood abuser.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub hostile_flood: u32,
+    /// The abusers of --hostile (comma-separated; fewer to see what each costs).
+    #[arg(long, default_value = "never-read,half-frames,huge-grids,flood", value_delimiter = ',')]
+    pub hostile_abusers: Vec<String>,
 }
 
 /// `--corun-seconds`: a time a kernel can run for, not 0, a negative or NaN.
@@ -153,6 +174,20 @@ pub fn run(mut args: DaemonBenchArgs) -> Result<()> {
     let exe = std::env::current_exe().context("finding this executable")?;
     let dir = std::env::temp_dir().join(format!("gpumux-bench-daemon-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if args.hostile {
+        let result = hostile::run(&args, &exe, &dir, &device);
+        let _ = std::fs::remove_dir_all(&dir);
+        let report = result?;
+        print!("{}", report.render());
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_string_pretty(&report)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        if !report.pass {
+            bail!("the hostile soak did not meet its goals (the FAIL lines above)");
+        }
+        return Ok(());
+    }
     let bench = experiments::Bench { exe, dir: dir.clone(), device: device.clone(), ordinal, args: args.clone() };
     let result = bench.run_all();
     let _ = std::fs::remove_dir_all(&dir);

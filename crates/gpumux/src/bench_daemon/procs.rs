@@ -253,6 +253,18 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// How it ended, if it has.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         // SAFETY: kill(2) on our own child's pid.

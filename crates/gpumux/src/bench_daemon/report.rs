@@ -178,7 +178,7 @@ pub struct Report {
 }
 
 /// Left-aligned first column, right-aligned others.
-fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+pub(super) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
