@@ -28,13 +28,13 @@
 
 use super::abusers::{AbuserResult, Hist, HostileRole, SteadyResult};
 use super::gpu::{MODULE, SOURCE};
-use super::procs::Daemon;
+use super::procs::{lines_of, Daemon};
 use super::report::table;
 use super::DaemonBenchArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
@@ -148,15 +148,7 @@ impl Role {
             .with_context(|| format!("starting {} bench-hostile-role --role {}", exe.display(), role.name()))?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout of a {} process", role.name()))?;
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(stdout);
         Ok(Role { role, child, stdin, lines: rx, done: false })
     }
 

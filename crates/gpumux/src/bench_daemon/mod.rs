@@ -178,11 +178,7 @@ pub fn run(mut args: DaemonBenchArgs) -> Result<()> {
         let result = hostile::run(&args, &exe, &dir, &device);
         let _ = std::fs::remove_dir_all(&dir);
         let report = result?;
-        print!("{}", report.render());
-        if let Some(path) = &args.json {
-            std::fs::write(path, serde_json::to_string_pretty(&report)?)
-                .with_context(|| format!("writing {}", path.display()))?;
-        }
+        emit(&report.render(), &report, args.json.as_deref())?;
         if !report.pass {
             bail!("the hostile soak did not meet its goals (the FAIL lines above)");
         }
@@ -192,9 +188,14 @@ pub fn run(mut args: DaemonBenchArgs) -> Result<()> {
     let result = bench.run_all();
     let _ = std::fs::remove_dir_all(&dir);
     let report = result?;
-    print!("{}", report.render());
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+    emit(&report.render(), &report, args.json.as_deref())
+}
+
+/// Prints a report's tables and writes it as JSON to `json`, if given.
+fn emit(tables: &str, report: &impl serde::Serialize, json: Option<&std::path::Path>) -> Result<()> {
+    print!("{tables}");
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_string_pretty(report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

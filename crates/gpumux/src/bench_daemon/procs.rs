@@ -124,15 +124,7 @@ fn spawn(exe: &Path, plan: &ProcPlan, env: &Env, name: &str) -> Result<Running> 
         .with_context(|| format!("starting {} bench-role", exe.display()))?;
     let stdin = child.stdin.take();
     let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout of a role process"))?;
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = lines_of(stdout);
     Ok(Running { child, stdin, lines: rx, finite: plan.jobs.iter().any(Job::finite), result: None })
 }
 
@@ -335,4 +327,19 @@ impl Drop for Mps {
         }
         std::thread::sleep(Duration::from_millis(1000));
     }
+}
+
+/// A child's stdout as lines on a channel, read by a thread of its own (so a
+/// wait for the next line can time out).
+pub(super) fn lines_of(stdout: std::process::ChildStdout) -> Receiver<String> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
