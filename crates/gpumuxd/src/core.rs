@@ -39,7 +39,7 @@ use gpumux_proto::{
     Request, ServerFrame, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES, MAX_OPTIONS, MAX_SOURCE_BYTES, VERSION,
 };
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 
 mod device;
 mod host;
+mod inbox;
 mod load_parts;
 mod recovery;
 mod requests;
@@ -78,6 +79,11 @@ const SPIN_AFTER_ACTIVITY: Duration = Duration::from_micros(500);
 /// A turn of the core's loop (requests handled, then the device pumped) longer
 /// than this is logged (info) with where its time went: requests wait for it.
 const SLOW_ROUND: Duration = Duration::from_micros(500);
+/// How long the core handles queued messages before it looks at the device
+/// again (the rest wait in the inbox, in turn): one client's flood of
+/// requests may delay the device's news by about this much, not by the
+/// flood's length.
+const ROUND_MESSAGES: Duration = Duration::from_micros(300);
 
 /// What one [`Core::pump`] did.
 #[derive(Debug, Default)]
@@ -249,10 +255,11 @@ pub struct Core {
     calls: Cell<CallTimes>,
     /// Requests that waited long for the core, logged once a second.
     slow_waits: slow_waits::SlowWaits,
-    /// Messages taken from the inbox while a poll's answer was on its way
-    /// that could not be handled then (`Core::while_polling`): handled
-    /// first, in order, before the inbox's next.
-    held_back: VecDeque<CoreMsg>,
+    /// Messages taken from the readers' channel and not handled yet, one
+    /// queue per client, served in turn ([`inbox`]): those of a busy round
+    /// past [`ROUND_MESSAGES`], and those a poll's wait could not handle
+    /// (`Core::while_polling`).
+    inbox: inbox::FairInbox,
     /// `Backend::take_failed`'s buffer, kept to spare an allocation per poll.
     failed_scratch: Vec<OpFailed>,
     /// Module loads under way (`Backend::start_load`), by token.
@@ -350,7 +357,7 @@ impl Core {
             urgent_connected: false,
             calls: Cell::new(CallTimes::default()),
             slow_waits: slow_waits::SlowWaits::default(),
-            held_back: VecDeque::new(),
+            inbox: inbox::FairInbox::default(),
             failed_scratch: Vec::new(),
             loads: HashMap::new(),
             next_load: 0,
@@ -400,7 +407,7 @@ impl Core {
             let wait = self.wait();
             let spin = wait <= self.poll_every
                 || active.elapsed() < crate::spin::window_for(SPIN_AFTER_ACTIVITY, self.urgent_connected);
-            let got = match self.held_back.pop_front() {
+            let got = match self.inbox.pop() {
                 Some(msg) => Ok(msg),
                 None if spin => spin_recv(&rx, wait.min(self.poll_every)),
                 None => rx.recv_timeout(wait),
@@ -419,8 +426,16 @@ impl Core {
                         self.shutdown();
                         return Ok(());
                     }
-                    // Take everything queued before touching the device again.
-                    while let Some(msg) = self.held_back.pop_front().or_else(|| rx.try_recv().ok()) {
+                    // Take what is queued, one message per client in turn,
+                    // for at most ROUND_MESSAGES before the device gets a look.
+                    loop {
+                        while let Ok(msg) = rx.try_recv() {
+                            self.inbox.push(msg);
+                        }
+                        if busy_from.elapsed() >= ROUND_MESSAGES {
+                            break;
+                        }
+                        let Some(msg) = self.inbox.pop() else { break };
                         handled += 1;
                         if !self.handle(msg) {
                             self.shutdown();

@@ -200,6 +200,7 @@ fn device_host_exe() -> Result<PathBuf> {
 /// Runs the daemon until SIGINT/SIGTERM (Ok) or a device failure it cannot
 /// recover from (Err).
 pub fn run(opts: Options) -> Result<()> {
+    crate::heap::tune();
     // SAFETY: geteuid cannot fail.
     let own_uid = unsafe { libc::geteuid() };
     let config = match &opts.config {

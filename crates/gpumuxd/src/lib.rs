@@ -16,6 +16,7 @@
 //!   one, in this process or behind [`backend::remote`] in a child process.
 //! * [`device_host`]: that child process (`gpumuxd --device-host`).
 //! * [`shm`]: a client's shared-memory region.
+//! * [`heap`]: the heap gives memory back after a burst of connections.
 //! * [`validate`]: the checks every request field passes before use.
 //! * [`harness`]: the request path in-process (property tests, fuzzing).
 //! * [`daemon`]: the options and [`run`], what `gpumuxd` and `gpumux daemon` call.
@@ -32,6 +33,7 @@ pub mod daemon;
 pub mod device_host;
 mod fdpass;
 pub mod harness;
+pub mod heap;
 pub mod latency;
 pub mod load;
 pub mod outbox;

@@ -196,6 +196,8 @@ pub fn say_duration(d: Duration) -> String {
 struct OpenCounts {
     total: u32,
     per_uid: HashMap<u32, u32>,
+    /// Connections closed since the daemon started (when to trim the heap: [`crate::heap`]).
+    closed: u64,
 }
 
 /// One admitted connection's place in [`OpenCounts`]: shared by its reader
@@ -210,6 +212,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut c = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         c.total = c.total.saturating_sub(1);
+        c.closed += 1;
         if let Some(n) = c.per_uid.get_mut(&self.uid) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -277,7 +280,10 @@ pub fn serve(
     let mut next_client = 1u64;
     let counts = Arc::new(Mutex::new(OpenCounts::default()));
     let mut refusals = RefusalLog { last: None, quiet: 0 };
+    let mut trimmer = crate::heap::Trimmer::default();
     while !stop() {
+        let closed = counts.lock().unwrap_or_else(PoisonError::into_inner).closed;
+        trimmer.tick(closed);
         let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one pollfd, valid for the call.
         unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL_MS) };

@@ -62,7 +62,7 @@ const ALIGN: u64 = 256;
 /// time): a grid of 2^31 short blocks held the core in one poll for 186 s
 /// while simulated time chased the clock (issue 36, case 4). Past it the
 /// device runs behind the clock, and the core serves requests between polls.
-const EVENTS_PER_POLL: u64 = 20_000;
+const EVENTS_PER_POLL: u64 = 1_000;
 /// A module's source and options, and its launchable kernels and log ([`launchable`]).
 type SimTransform = ((String, Vec<String>), Result<Launchable, LoadError>);
 /// How often moves under way on the copy engine's thread (and transformations) are looked for.

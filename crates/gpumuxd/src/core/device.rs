@@ -164,30 +164,24 @@ impl Core {
     fn while_polling(&mut self, inbox: &Receiver<CoreMsg>, stats: &mut PumpStats) -> Duration {
         let start = Instant::now();
         let mut handling = Duration::ZERO;
-        // Held-back messages go first: nothing may overtake them.
-        let mut taking = self.held_back.is_empty();
         let mut idle_looks = 0u32;
         while !self.backend.poll_ready() {
-            if taking {
-                match inbox.try_recv() {
-                    Ok(msg) if handled_during_poll(&msg) => {
-                        let nested = self.calls.get().all();
-                        let t = Instant::now();
-                        let go_on = self.handle(msg);
-                        debug_assert!(go_on, "a request handled during a poll ended the core");
-                        let took = t.elapsed();
-                        handling += took;
-                        let own = took.saturating_sub(self.calls.get().all().saturating_sub(nested));
-                        count_call(&self.calls, |c| &mut c.messages, own);
-                        stats.requests += 1;
-                        continue;
-                    }
-                    Ok(msg) => {
-                        self.held_back.push_back(msg);
-                        taking = false;
-                    }
-                    Err(_) => {}
+            match inbox.try_recv() {
+                // A client's message may not overtake its own waiting in the inbox.
+                Ok(msg) if handled_during_poll(&msg) && !self.inbox.holds_for(&msg) => {
+                    let nested = self.calls.get().all();
+                    let t = Instant::now();
+                    let go_on = self.handle(msg);
+                    debug_assert!(go_on, "a request handled during a poll ended the core");
+                    let took = t.elapsed();
+                    handling += took;
+                    let own = took.saturating_sub(self.calls.get().all().saturating_sub(nested));
+                    count_call(&self.calls, |c| &mut c.messages, own);
+                    stats.requests += 1;
+                    continue;
                 }
+                Ok(msg) => self.inbox.push(msg),
+                Err(_) => {}
             }
             // A clock read costs about as much as a look at the link: not every time.
             idle_looks += 1;

@@ -1,0 +1,172 @@
+//! The core's inbox: messages taken from the readers' channel wait here,
+//! one queue per client, and are handed out in turn, one per client with
+//! work, so one client's flood is served in turn with everyone else's, not
+//! before them (issue 36). A client's own messages keep their order; there
+//! is no order between clients to keep (nothing a client sends refers to
+//! another's work).
+//!
+//! `Shutdown` belongs to no client and goes first.
+
+use super::CoreMsg;
+use std::collections::{HashMap, VecDeque};
+
+/// Per-client queues and the turn order.
+#[derive(Debug, Default)]
+pub struct FairInbox {
+    queues: HashMap<u64, VecDeque<CoreMsg>>,
+    /// Clients with a message waiting, in turn order (each once).
+    turn: VecDeque<u64>,
+    shutdown: bool,
+    len: usize,
+}
+
+/// Whose message it is (`None`: the daemon's own).
+fn client_of(msg: &CoreMsg) -> Option<u64> {
+    match msg {
+        CoreMsg::Connected { client, .. } | CoreMsg::Inbound { client, .. } | CoreMsg::Disconnected { client } => {
+            Some(*client)
+        }
+        CoreMsg::Shutdown => None,
+    }
+}
+
+impl FairInbox {
+    /// Queues `msg` behind its client's earlier ones.
+    pub fn push(&mut self, msg: CoreMsg) {
+        let Some(client) = client_of(&msg) else {
+            self.shutdown = true;
+            return;
+        };
+        let q = self.queues.entry(client).or_default();
+        if q.is_empty() {
+            self.turn.push_back(client);
+        }
+        q.push_back(msg);
+        self.len += 1;
+    }
+
+    /// The next message: `Shutdown` if it came, else the first of the client
+    /// whose turn it is, who then goes to the back of the turn.
+    pub fn pop(&mut self) -> Option<CoreMsg> {
+        if self.shutdown {
+            self.shutdown = false;
+            return Some(CoreMsg::Shutdown);
+        }
+        let client = self.turn.pop_front()?;
+        let q = self.queues.get_mut(&client)?;
+        let msg = q.pop_front();
+        if q.is_empty() {
+            self.queues.remove(&client);
+        } else {
+            self.turn.push_back(client);
+        }
+        if msg.is_some() {
+            self.len -= 1;
+        }
+        msg
+    }
+
+    /// Whether `msg`'s client has messages waiting here (it may not overtake them).
+    pub fn holds_for(&self, msg: &CoreMsg) -> bool {
+        client_of(msg).map_or(self.shutdown, |c| self.queues.contains_key(&c))
+    }
+
+    /// Messages waiting.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.len + usize::from(self.shutdown)
+    }
+
+    /// Whether none waits.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn gone(client: u64) -> CoreMsg {
+        CoreMsg::Disconnected { client }
+    }
+
+    fn who(msg: &CoreMsg) -> Option<u64> {
+        client_of(msg)
+    }
+
+    #[test]
+    fn a_flood_is_served_in_turn_with_the_others() {
+        let mut inbox = FairInbox::default();
+        for _ in 0..100 {
+            inbox.push(gone(1));
+        }
+        inbox.push(gone(2));
+        inbox.push(gone(3));
+        let first: Vec<_> = (0..4).map(|_| inbox.pop().and_then(|m| who(&m))).collect();
+        assert_eq!(first, [Some(1), Some(2), Some(3), Some(1)], "client 2 and 3 wait behind one of client 1's, not 100");
+        assert_eq!(inbox.len(), 98, "102 in, 4 out");
+    }
+
+    #[test]
+    fn shutdown_goes_first() {
+        let mut inbox = FairInbox::default();
+        inbox.push(gone(1));
+        inbox.push(CoreMsg::Shutdown);
+        assert!(matches!(inbox.pop(), Some(CoreMsg::Shutdown)));
+        assert_eq!(inbox.pop().and_then(|m| who(&m)), Some(1));
+        assert!(inbox.pop().is_none());
+        assert!(inbox.is_empty());
+    }
+
+    /// A request of `client` numbered `id` (what the order checks read back).
+    fn request(client: u64, id: u64) -> CoreMsg {
+        CoreMsg::Inbound {
+            client,
+            inbound: crate::conn::Inbound::Request { id, request: gpumux_proto::Request::Status, fd: None },
+            read_at: std::time::Instant::now(),
+        }
+    }
+
+    proptest! {
+        /// Messages of up to 5 clients, arriving in any interleaving: each
+        /// comes out once, each client's in the order it went in, and while
+        /// two clients both have messages waiting, neither is served more
+        /// than one ahead of the other.
+        #[test]
+        fn keeps_each_clients_order_and_takes_turns(arrivals in proptest::collection::vec(0u64..5, 0..300)) {
+            let mut inbox = FairInbox::default();
+            for (i, c) in arrivals.iter().enumerate() {
+                inbox.push(request(*c, i as u64));
+            }
+            let mut left = [0usize; 5];
+            for c in &arrivals {
+                left[*c as usize] += 1;
+            }
+            let mut served = [0usize; 5];
+            let mut last_id = [None::<u64>; 5];
+            while let Some(m) = inbox.pop() {
+                let CoreMsg::Inbound { client, inbound: crate::conn::Inbound::Request { id, .. }, .. } = m else {
+                    return Err(TestCaseError::fail("not a request"));
+                };
+                let c = client as usize;
+                prop_assert!(last_id[c].is_none_or(|l| l < id), "client {} out of order", c);
+                last_id[c] = Some(id);
+                served[c] += 1;
+                left[c] -= 1;
+                for a in 0..5 {
+                    for b in 0..5 {
+                        if left[a] > 0 && left[b] > 0 {
+                            prop_assert!(served[a] <= served[b] + 1, "client {} served {} while {} waited with {}", a, served[a], b, served[b]);
+                        }
+                    }
+                }
+            }
+            prop_assert_eq!(left, [0; 5]);
+            prop_assert_eq!(served.iter().sum::<usize>(), arrivals.len());
+            prop_assert!(inbox.is_empty());
+        }
+    }
+}
