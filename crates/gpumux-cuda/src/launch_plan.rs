@@ -37,6 +37,19 @@ use std::sync::Mutex;
 
 /// A launch expected to take at most this long runs natively (ns).
 pub const SHORT_LAUNCH_NS: f64 = 20_000.0;
+/// The longest a launch may be expected to hold the GPU and still run
+/// natively when its client is alone at its priority (ns). A native grid
+/// cannot be asked to leave: a peer of the same priority that comes
+/// meanwhile waits for all of it. A huge grid of an empty kernel (2^31
+/// blocks, ~10 s) held a well-behaved peer's launch for 5.4 s (issue 36's
+/// soak, H200): beyond this bound a launch runs as workers, which leave
+/// within a chunk.
+pub const NATIVE_HOLD_MAX_NS: f64 = 10_000_000.0;
+/// A wave of an untimed kernel is taken to last at least this long (ns)
+/// when its launch's length is bounded for [`NATIVE_HOLD_MAX_NS`]: only
+/// grids of more than 10,000 waves are then too long to run natively
+/// before the kernel has been timed.
+pub const WAVE_FLOOR_NS: f64 = 1_000.0;
 /// Each claim should cover at least this much block time (ns). H100, 1,056
 /// workers: bfs (1.07 µs blocks) cost +5.0% at chunk 8 and −0.7% at 16; chunk 1
 /// costs tiny-block kernels 20-66% (docs/benchmarks.md).
@@ -50,6 +63,14 @@ pub const MAX_CHUNK: u32 = 64;
 /// through gpumuxd on an H100 (run 40) blocks that spin for 20 µs were timed
 /// at 44-81 µs on it, an empty kernel's one block at 13-46 µs.
 pub const TIMED_LAUNCHES: u32 = 2;
+
+/// Whether a grid of `blocks` on `slots` resident slots may take longer than
+/// [`NATIVE_HOLD_MAX_NS`]: its waves times the block time (`block_ns`, once
+/// timed) or [`WAVE_FLOOR_NS`] (untimed).
+pub fn holds_too_long(blocks: u64, slots: u64, block_ns: Option<f64>) -> bool {
+    let waves = blocks.div_ceil(slots.max(1)) as f64;
+    waves * block_ns.unwrap_or(WAVE_FLOOR_NS) > NATIVE_HOLD_MAX_NS
+}
 
 /// Blocks per claim: fixed, or chosen per launch by [`plan`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -292,5 +313,22 @@ mod tests {
         assert!("0".parse::<Chunk>().is_err());
         assert!("x".parse::<Chunk>().is_err());
         assert_eq!(Chunk::Fixed(16).to_string(), "16");
+    }
+
+    #[test]
+    fn a_grid_that_could_hold_a_peer_past_the_bound_is_too_long_for_native() {
+        let slots = 132 * 2;
+        // issue 36's huge grid: 2^31 - 2 blocks of 1024 threads, ~8.1 M waves.
+        assert!(holds_too_long((1 << 31) - 2, slots, None), "untimed: at least 1 µs a wave");
+        assert!(holds_too_long((1 << 31) - 2, slots, Some(100.0)), "even at 0.1 µs a block");
+        // An ordinary big launch (1 M elements, 256 threads a block): 4096 blocks.
+        assert!(!holds_too_long(4096, 132 * 8, None));
+        assert!(!holds_too_long(4096, 132 * 8, Some(50_000.0)), "4 waves of 50 µs");
+        // 10,000 waves at the floor is the bound itself; one more wave passes it.
+        assert!(!holds_too_long(10_000 * slots, slots, None));
+        assert!(holds_too_long(10_001 * slots, slots, None));
+        // A timed block time decides once known: 101 waves of 100 µs.
+        assert!(holds_too_long(101 * slots, slots, Some(100_000.0)));
+        assert!(!holds_too_long(99 * slots, slots, Some(100_000.0)));
     }
 }

@@ -313,6 +313,24 @@ pub fn is_long(
         .is_some_and(|t| !t.timing() && waves > 1 && t.block_ns * waves as f64 > launch_plan::SHORT_LAUNCH_NS)
 }
 
+/// A launch of `func`'s whole grid may hold the GPU longer than
+/// [`launch_plan::NATIVE_HOLD_MAX_NS`] ([`launch_plan::holds_too_long`]):
+/// such a launch never runs natively, as a peer of its priority could not
+/// make it leave.
+pub fn holds_too_long(
+    func: &Function,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    workers_per_sm: u32,
+    sm_count: u32,
+) -> bool {
+    let total: u64 = grid.iter().map(|&g| g as u64).product();
+    let slots = workers_per_sm as u64 * sm_count as u64;
+    let timed = func.profiles.get(&func.name, ProfileKey { block, smem }).filter(|t| !t.timing());
+    launch_plan::holds_too_long(total, slots, timed.map(|t| t.block_ns))
+}
+
 impl WorkerLaunch {
     /// `args` are the kernel's own parameters (without the worker's two).
     pub fn new(
@@ -487,7 +505,9 @@ impl WorkerLaunch {
         let known = self.func.profiles.get(&self.func.name, self.profile_key());
         if facts.native_available && self.next == 0 && self.end as u64 == total {
             let long = || is_long(&self.func, self.grid, self.block, self.smem, self.workers_per_sm, self.sm_count);
-            if self.native_anywhere || (self.native_if_long && long()) {
+            let too_long =
+                || holds_too_long(&self.func, self.grid, self.block, self.smem, self.workers_per_sm, self.sm_count);
+            if (self.native_anywhere || (self.native_if_long && long())) && !too_long() {
                 return Plan::Native;
             }
         }
