@@ -2,31 +2,34 @@
 # Builds here (Rust) what the device scripts run on a GPU machine (no Rust there), stripped,
 # into one folder under target/ (ignored by git; the device tool carries it by name):
 #
-#   scripts/device-build.sh [--rev REV] [--tests] [--symbols] [--perf] [DEST]
+#   scripts/device-build.sh [--rev REV] [--tests] [--symbols] [--perf] [--python] [DEST]
 #
 # DEST (default target/device/main) gets gpumuxd, gpumux (ps, bench daemon), gpumux-cuda-check,
 # libgpumux_client.so, the Rust example clients (vector_add, histogram, fault_check), copy_bench
 # (the client's copy throughput, crates/gpumux-client/examples) and the C
 # ones (matmul, stencil; rpath $ORIGIN, kernels read from examples/clients/kernels relative to
-# the repository root the scripts run in).
+# the repository root the scripts run in), and launch_bench (the Rust client's launch + sync).
 #   --rev REV   build commit REV (a temporary worktree, its own target dir) instead of the tree:
 #               the A side of an A/B (scripts/ab-daemon-gpu.sh target/device/base target/device/main)
 #   --tests     also the GPU test binaries of gpumux-cuda (client_gpu, engine_gpu, gpu) in DEST/tests/
 #   --symbols   keep the symbol tables (strip --strip-debug), for a profile that names functions
 #   --perf      also this machine's perf and the libraries it needs beyond glibc in DEST/perf/
 #               (implies --symbols; scripts/profile-daemon-gpu.sh runs it there)
+#   --python    also the Python package's wheel in DEST/wheel (maturin, installed into
+#               target/maturin-venv if not on PATH; scripts/python-gpu-check.sh runs it there)
 # Then on the device: carry ["DEST"] and run scripts/gpu-check.sh, daemon-gpu-check.sh,
 # bench-daemon-gpu.sh, ab-daemon-gpu.sh or cuda-device-tests.sh with DEST's paths.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-rev= tests=0 strip_opt=--strip-all perf=0
+rev= tests=0 strip_opt=--strip-all perf=0 python=0
 while [ $# -gt 0 ]; do
     case $1 in
         --rev) rev=$2; shift 2 ;;
         --tests) tests=1; shift ;;
         --symbols) strip_opt=--strip-debug; shift ;;
         --perf) perf=1; strip_opt=--strip-debug; shift ;;
-        -*) echo "usage: device-build.sh [--rev REV] [--tests] [--symbols] [--perf] [DEST]" >&2; exit 2 ;;
+        --python) python=1; shift ;;
+        -*) echo "usage: device-build.sh [--rev REV] [--tests] [--symbols] [--perf] [--python] [DEST]" >&2; exit 2 ;;
         *) break ;;
     esac
 done
@@ -48,9 +51,9 @@ cp "$target/release/"{gpumuxd,gpumux,gpumux-cuda-check,libgpumux_client.so} "$de
 mkdir -p "$dest/tests"
 cargo test --release -p gpumuxd --test launch_limits --no-run --message-format=json |
     jq -r 'select(.executable != null and .target.name == "launch_limits") | .executable' | while read -r t; do cp "$t" "$dest/tests/launch_limits"; done
-for e in vector_add histogram fault_check copy_bench; do
-    # copy_bench is younger than revisions an A/B may build (--rev).
-    [ $e = copy_bench ] && [ ! -e "$target/release/examples/$e" ] && continue
+for e in vector_add histogram fault_check copy_bench launch_bench; do
+    # copy_bench and launch_bench are younger than revisions an A/B may build (--rev).
+    case $e in copy_bench | launch_bench) [ -e "$target/release/examples/$e" ] || continue ;; esac
     cp "$target/release/examples/$e" "$dest/"
 done
 for c in matmul stencil; do
@@ -64,6 +67,15 @@ if [ $tests = 1 ]; then
         jq -r 'select(.executable != null) | .executable' | while read -r t; do
             cp "$t" "$dest/tests/$(basename "$t" | sed 's/-[0-9a-f]*$//')"
         done
+fi
+if [ $python = 1 ]; then
+    maturin=$(command -v maturin || true)
+    if [ -z "$maturin" ]; then
+        [ -x "$root/target/maturin-venv/bin/maturin" ] ||
+            { python3 -m venv "$root/target/maturin-venv" && "$root/target/maturin-venv/bin/pip" install --quiet 'maturin>=1.9.4,<2'; }
+        maturin=$root/target/maturin-venv/bin/maturin
+    fi
+    "$maturin" build --release --quiet -m crates/gpumux-py/Cargo.toml -o "$dest/wheel"
 fi
 find "$dest" -type f -perm -u+x -exec strip "$strip_opt" {} +
 strip "$strip_opt" "$dest/libgpumux_client.so"

@@ -31,6 +31,17 @@ def test_raw_kernel_compiles_at_first_use_and_launches(client: gpumux.Client) ->
     assert np.array_equal(cp.asnumpy(x), np.ones(300, np.float32)), "the simulated device computes nothing"
 
 
+def test_a_raw_kernel_follows_the_current_client(daemon, client: gpumux.Client) -> None:
+    k = cp.RawKernel(SCALE, "nothing")
+    k(1, 1, ())
+    assert k.kernel.client is client
+    with daemon.connect(name="second") as second:
+        k(1, 1, ())
+        assert k.kernel.client is second
+        second.synchronize()
+    assert k.kernel.client is client
+
+
 def test_raw_module_get_function(client: gpumux.Client) -> None:
     m = cp.RawModule(code=SCALE, options=("-DUNUSED=1",))
     f = m.get_function("nothing")

@@ -64,6 +64,9 @@ def current_client() -> "Client":
     client = _current.get()
     if client is not None:
         return client
+    default = _default  # without the lock first: every RawKernel launch asks
+    if default is not None and not default.closed:
+        return default
     with _default_lock:
         if _default is None or _default.closed:
             _default = Client()

@@ -166,6 +166,9 @@ _BY_KIND = {
         InvalidValue, CompileError, TransformError, KernelFault, ContextLost, DeviceError, ShuttingDown,
     )
 }
+# Shown as gpumux.X in tracebacks, where users import them from.
+for _cls in (GpumuxError, *_BY_KIND.values()):
+    _cls.__module__ = "gpumux"
 # The protocol's version mismatch is a daemon kind too.
 _BY_KIND["Version"] = VersionMismatch
 

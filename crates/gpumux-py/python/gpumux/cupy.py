@@ -68,8 +68,10 @@ class RawKernel:
 
     @property
     def kernel(self) -> Kernel:
-        """The compiled kernel (compiling it on the current client now if needed)."""
-        if self._kernel is None or self._kernel.client.closed:
+        """The compiled kernel, on the current client (compiled there now if it
+        was not: the daemon keeps compiled modules, so a second client's
+        compile of the same source is a lookup)."""
+        if self._kernel is None or self._kernel.client is not current_client():
             self._module = RawModule(code=self.code, options=self.options)
             self._kernel = self._module.get_function(self.name).kernel
         return self._kernel
