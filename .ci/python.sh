@@ -48,4 +48,4 @@ if [ "$ms" -ge 10000 ]; then
 fi
 "$work/venv/bin/pip" install "${pip_q[@]}" --no-index --find-links "$work/wheels" pytest
 # From the repository root, where no `gpumux` folder shadows the installed package.
-GPUMUXD=$PWD/target/release/gpumuxd "$work/venv/bin/python" -m pytest -q -p no:cacheprovider crates/gpumux-py/tests
+GPUMUXD=$(realpath "${CARGO_TARGET_DIR:-target}")/release/gpumuxd "$work/venv/bin/python" -m pytest -q -p no:cacheprovider crates/gpumux-py/tests

@@ -47,6 +47,9 @@ def test_a_fault_tells_the_culprit_and_the_bystander(daemon) -> None:
 
         x = culprit.zeros(16, np.float32)
         boom = culprit.compile(TRAP).kernel("boom")
+        # Its block ends (and the context breaks) 0.2 s after launch: time for the
+        # sync to queue behind it (a sync after the fault finds nothing queued).
+        boom.sim_block_ns = 200_000_000
         boom(1, 1, (x,))
         with pytest.raises(gpumux.KernelFault):
             culprit.synchronize()
