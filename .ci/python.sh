@@ -24,6 +24,13 @@ if ! "$work/build/bin/pip" install "${pip_q[@]}" 'maturin>=1.9.4,<2' ||
     echo "ci: SKIPPED the Python package: pip could not install maturin or fetch numpy and pytest (no PyPI?)"
     exit 0
 fi
+# The package's types (inline, and the extension's stubs, _native.pyi) hold together.
+if "$work/build/bin/pip" install "${pip_q[@]}" mypy numpy; then
+    (cd crates/gpumux-py/python && "$work/build/bin/mypy" --strict --no-error-summary -p gpumux)
+    echo "ci: mypy --strict passes on the gpumux package"
+else
+    echo "ci: SKIPPED mypy: pip could not install it"
+fi
 "$work/build/bin/maturin" build --release --quiet -m crates/gpumux-py/Cargo.toml -o "$work/wheels"
 wheel=$(ls "$work"/wheels/gpumux-*-cp39-abi3-*.whl)
 echo "ci: built $(basename "$wheel")"

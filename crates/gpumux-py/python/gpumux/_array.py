@@ -57,7 +57,7 @@ class ndarray:
     # NumPy's attributes.
     @property
     def size(self) -> int:
-        return math.prod(self.shape)
+        return int(math.prod(self.shape))
 
     @property
     def ndim(self) -> int:
@@ -65,11 +65,11 @@ class ndarray:
 
     @property
     def itemsize(self) -> int:
-        return self.dtype.itemsize
+        return int(self.dtype.itemsize)
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        return self.size * int(self.dtype.itemsize)
 
     @property
     def strides(self) -> Tuple[int, ...]:

@@ -175,7 +175,7 @@ class Client:
         self._weight = float(value)
 
     # Arrays.
-    def asarray(self, a: "ArrayLike", dtype: "DTypeLike" = None, *, stream: Optional["Stream"] = None,
+    def asarray(self, a: "ArrayLike", dtype: Optional["DTypeLike"] = None, *, stream: Optional["Stream"] = None,
                 progress: Any = False) -> "ndarray":
         """`a` (a NumPy array or anything NumPy takes) copied to the device."""
         from ._array import _asarray
@@ -345,10 +345,10 @@ class Event:
         return self._id
 
     def close(self) -> None:
-        if self._id is not None:
-            client, self._id, event = self.stream.client, None, self._id
-            if not client.closed:
-                client._native.destroy_event(event)
+        event, self._id = self._id, None
+        client = self.stream.client
+        if event is not None and not client.closed:
+            client._native.destroy_event(event)
 
     def __enter__(self) -> "Event":
         return self

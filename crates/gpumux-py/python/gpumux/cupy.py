@@ -40,6 +40,8 @@ from numpy import (  # noqa: F401
 __all__ = [
     "RawKernel", "RawModule", "asarray", "asnumpy", "zeros", "empty", "ones", "full", "arange", "zeros_like",
     "empty_like", "ndarray", "cuda", "is_simulated",
+    "bool_", "complex64", "complex128", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+    "uint16", "uint32", "uint64",
 ]
 
 

@@ -31,5 +31,6 @@ Notice = Union[ContextLost, ShuttingDown]
 def _from_native(t: Tuple[object, ...]) -> Notice:
     if t[0] == "ContextLost":
         _, caused, what, launches, copies, buffers = t
-        return ContextLost(bool(caused), str(what), list(launches), int(copies), list(buffers))  # type: ignore[call-overload, arg-type]
+        assert isinstance(launches, list) and isinstance(copies, int) and isinstance(buffers, list)
+        return ContextLost(bool(caused), str(what), launches, copies, buffers)
     return ShuttingDown()
