@@ -10,12 +10,11 @@ device only the inputs' round trip is checked. Prints one JSON line.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import time
 
 import numpy as np
+
+import harness
 
 # TILE comes from the options; the two tiles live in dynamic shared memory
 # (the launch's shared_mem), as CuPy programs pass it.
@@ -42,12 +41,7 @@ TILE = 16
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--cupy", action="store_true", help="run on CuPy instead of gpumuxd")
-    p.add_argument("--n", type=int, default=1024)
-    p.add_argument("--reps", type=int, default=10, help="timed launches")
-    p.add_argument("--out", help="save the result here (.npy)")
-    args = p.parse_args()
+    args = harness.options(__doc__, n=1024, reps=10)
     if args.cupy:
         import cupy as cp
     else:
@@ -63,30 +57,10 @@ def main() -> int:
     a, b = cp.asarray(ha), cp.asarray(hb)
     c = cp.zeros((n, n), dtype=cp.float32)
     grid = ((n + TILE - 1) // TILE, (n + TILE - 1) // TILE)
-    block = (TILE, TILE)
     shared = 2 * TILE * TILE * np.dtype(np.float32).itemsize
-    matmul(grid, block, (a, b, c, np.int32(n)), shared_mem=shared)  # warm-up
-    cp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(args.reps):
-        matmul(grid, block, (a, b, c, np.int32(n)), shared_mem=shared)
-    cp.cuda.Device().synchronize()
-    ms = (time.perf_counter() - t0) / args.reps * 1e3
-    result = cp.asnumpy(c)
-
-    simulated = getattr(cp, "is_simulated", lambda: False)()
-    if simulated:
-        check = "inputs round-trip (simulated device: kernels compute nothing)"
-        ok = np.array_equal(cp.asnumpy(a), ha) and np.array_equal(cp.asnumpy(b), hb)
-    else:
-        expect = ha.astype(np.float64) @ hb.astype(np.float64)
-        ok = bool(np.allclose(result, expect, rtol=1e-3, atol=1e-3))
-        check = "equal to NumPy (float64 reference, rtol 1e-3)"
-    if args.out:
-        np.save(args.out, result)
-    print(json.dumps({"program": "matmul", "backend": "cupy" if args.cupy else "gpumux", "n": n,
-                      "ms_per_launch": round(ms, 4), "check": check, "ok": bool(ok)}))
-    return 0 if ok else 1
+    ms = harness.timed(cp, lambda: matmul(grid, (TILE, TILE), (a, b, c, np.int32(n)), shared_mem=shared), args.reps)
+    return harness.report(cp, args, "matmul", c, [(a, ha), (b, hb)],
+                          lambda: ha.astype(np.float64) @ hb.astype(np.float64), rtol=1e-3, ms=ms)
 
 
 if __name__ == "__main__":

@@ -193,12 +193,15 @@ impl Client {
         self.shared.call(py, |c| c.memset(&b, offset, value, nbytes, StreamId(stream)))
     }
 
-    /// Copies `nbytes` from host address `address` to `memory` at `offset`.
+    /// Copies `nbytes` between host address `address` and `memory` at
+    /// `offset`: to the device if `to_device`, else to the host.
     ///
-    /// Private to the package: `address` must be the start of `nbytes`
-    /// readable bytes that stay alive for the call (the package passes a
+    /// Private to the package: `address` must be the start of `nbytes` bytes
+    /// (readable, or writable for a copy to the host) that stay alive for the
+    /// call and that nothing else touches meanwhile (the package passes a
     /// NumPy array's data, holding the array).
-    fn copy_to_device(
+    #[allow(clippy::too_many_arguments)]
+    fn copy_host(
         &self,
         py: Python<'_>,
         memory: &Memory,
@@ -206,28 +209,19 @@ impl Client {
         address: usize,
         nbytes: usize,
         stream: u32,
+        to_device: bool,
     ) -> PyResult<()> {
         let b = self.own(memory)?;
-        let data = HostSpan::new(address, nbytes)?;
+        let span = HostSpan::new(address, nbytes)?;
+        let stream = StreamId(stream);
         // SAFETY: the caller's contract above.
-        self.shared.call(py, |c| c.copy_to_device(&b, offset, unsafe { data.bytes() }, StreamId(stream)))
-    }
-
-    /// Copies `nbytes` of `memory` from `offset` to host address `address`
-    /// (private, with the contract of `copy_to_device`, the bytes writable).
-    fn copy_to_host(
-        &self,
-        py: Python<'_>,
-        memory: &Memory,
-        offset: u64,
-        address: usize,
-        nbytes: usize,
-        stream: u32,
-    ) -> PyResult<()> {
-        let b = self.own(memory)?;
-        let out = HostSpan::new(address, nbytes)?;
-        // SAFETY: the caller's contract above.
-        self.shared.call(py, |c| c.copy_to_host(&b, offset, unsafe { out.bytes_mut() }, StreamId(stream)))
+        self.shared.call(py, |c| {
+            if to_device {
+                c.copy_to_device(&b, offset, unsafe { span.bytes() }, stream)
+            } else {
+                c.copy_to_host(&b, offset, unsafe { span.bytes_mut() }, stream)
+            }
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -380,7 +374,7 @@ impl Client {
     }
 }
 
-/// A span of the caller's memory given by address (see `copy_to_device`).
+/// A span of the caller's memory given by address (see `copy_host`).
 #[derive(Clone, Copy)]
 struct HostSpan {
     address: usize,

@@ -117,8 +117,8 @@ class ndarray:
             sid = self.client._stream_id(stream)
             address = out.__array_interface__["data"][0]
             _chunked(self.nbytes, progress, "to the host",
-                     lambda at, n: self.client._native.copy_to_host(self._live(), self._offset + at, address + at,
-                                                                    n, sid))
+                     lambda at, n: self.client._native.copy_host(self._live(), self._offset + at, address + at, n,
+                                                                 sid, False))
         return out
 
     def set(self, a: Any, stream: Optional[Stream] = None, *, progress: Progress = False) -> None:
@@ -130,8 +130,8 @@ class ndarray:
             sid = self.client._stream_id(stream)
             address = src.__array_interface__["data"][0]
             _chunked(self.nbytes, progress, "to the device",
-                     lambda at, n: self.client._native.copy_to_device(self._live(), self._offset + at,
-                                                                      address + at, n, sid))
+                     lambda at, n: self.client._native.copy_host(self._live(), self._offset + at, address + at, n,
+                                                                 sid, True))
 
     def copy(self, stream: Optional[Stream] = None) -> "ndarray":
         """A new device array with the same contents (copied on the device)."""
