@@ -21,11 +21,7 @@ OUT=$(realpath -m "${args[1]:-${OUT:-/tmp}/bench-daemon}")
 cd "$root"
 mkdir -p "$OUT"
 # NVRTC for the bench's and the daemon's compiles: the CUDA toolkit's, or the pip wheel's.
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -e "$d/libnvrtc.so.13" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-done
-wheel=$(python3 -c 'import nvidia, os; print([os.path.join(p, "cu13", "lib") for p in nvidia.__path__][0])' 2>/dev/null || true)
-[ -n "$wheel" ] && [ -d "$wheel" ] && export LD_LIBRARY_PATH="$wheel:${LD_LIBRARY_PATH:-}"
+source "$root/scripts/nvrtc-path.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 echo "build $(cat "$BIN/commit" 2>/dev/null || echo unknown), $(date -u +%Y-%m-%dT%H:%MZ)"
 logs=$(mktemp -d)

@@ -19,13 +19,8 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do bins+=("$(realpath -m "$1")"); shift; d
 [ "${1:-}" = -- ] && shift
 [ ${#bins[@]} -gt 0 ] || bins=("$root"/target/device/main/tests/*)
 out=${OUT:-/tmp}/tests; mkdir -p "$out"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -e "$d/libnvrtc.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-done
-if command -v python3 >/dev/null; then
-    wheel=$(python3 -c 'import nvidia, os; print([os.path.join(p, "cu13", "lib") for p in nvidia.__path__][0])' 2>/dev/null || true)
-    [ -n "$wheel" ] && [ -d "$wheel" ] && export LD_LIBRARY_PATH="$wheel:${LD_LIBRARY_PATH:-}"
-fi
+# NVRTC: the CUDA toolkit's, or the pip wheel's (nvidia-cuda-nvrtc).
+source "$root/scripts/nvrtc-path.sh"
 status=0
 for t in "${bins[@]}"; do
     [ -x "$t" ] || { echo "=== $t: not an executable"; status=1; continue; }

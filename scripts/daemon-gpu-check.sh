@@ -33,11 +33,7 @@ CHECKS=${DAEMON_CHECKS:-clients kill fault limits}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # NVRTC for the daemon's compiles: the CUDA toolkit's, or the pip wheel's.
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -e "$d/libnvrtc.so.13" ] && export LD_LIBRARY_PATH="$d:$LD_LIBRARY_PATH"
-done
-wheel=$(python3 -c 'import nvidia, os; print([os.path.join(p, "cu13", "lib") for p in nvidia.__path__][0])' 2>/dev/null || true)
-[ -n "$wheel" ] && [ -d "$wheel" ] && export LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH"
+source "$root/scripts/nvrtc-path.sh"
 wants() { [[ " $CHECKS " == *" $1 "* ]]; }
 fails=0
 results=()

@@ -27,11 +27,7 @@ wheel=$(ls "$BIN"/wheel/gpumux-*.whl 2>/dev/null | head -1)
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # NVRTC for the daemon's compiles: the CUDA toolkit's, or the pip wheel's (as daemon-gpu-check.sh).
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -e "$d/libnvrtc.so.13" ] && export LD_LIBRARY_PATH="$d:$LD_LIBRARY_PATH"
-done
-nv=$(python3 -c 'import nvidia, os; print([os.path.join(p, "cu13", "lib") for p in nvidia.__path__][0])' 2>/dev/null || true)
-[ -n "$nv" ] && [ -d "$nv" ] && export LD_LIBRARY_PATH="$nv:$LD_LIBRARY_PATH"
+source "$root/scripts/nvrtc-path.sh"
 fails=0
 results=()
 note() { results+=("$1"); echo "$1"; }
