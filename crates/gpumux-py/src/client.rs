@@ -71,6 +71,15 @@ fn closed() -> PyErr {
     errors::raise("ClientClosed", "this gpumux client is closed (close() was called, or its `with` block ended)", true)
 }
 
+/// A dict of `value`'s fields, named as in Rust (the `status` tables).
+macro_rules! dict_of {
+    ($py:expr, $value:expr; $($field:ident),+ $(,)?) => {{
+        let d = PyDict::new($py);
+        $(d.set_item(stringify!($field), &$value.$field)?;)+
+        d
+    }};
+}
+
 /// A connection to gpumuxd (`gpumux.Client` wraps it).
 #[pyclass(module = "gpumux._native", frozen)]
 pub struct Client {
@@ -302,33 +311,15 @@ impl Client {
     /// The daemon's table of clients (`gpumux ps`), as dicts.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.shared.call(py, |c| c.status())?;
-        let d = PyDict::new(py);
-        d.set_item("device", &s.device)?;
-        d.set_item("policy", &s.policy)?;
-        d.set_item("sms", s.sms)?;
-        d.set_item("memory_used", s.memory_used)?;
-        d.set_item("memory_total", s.memory_total)?;
-        d.set_item("host_memory_used", s.host_memory_used)?;
-        d.set_item("uptime_s", s.uptime_s)?;
-        d.set_item("context_rebuilds", s.context_rebuilds)?;
+        let d = dict_of! { py, s;
+            device, policy, sms, memory_used, memory_total, host_memory_used, uptime_s, context_rebuilds,
+        };
         let rows = PyList::empty(py);
         for c in &s.clients {
-            let r = PyDict::new(py);
-            r.set_item("client", c.client)?;
-            r.set_item("pid", c.pid)?;
-            r.set_item("uid", c.uid)?;
-            r.set_item("name", &c.name)?;
-            r.set_item("priority", c.priority)?;
-            r.set_item("weight", c.weight)?;
-            r.set_item("memory_used", c.memory_used)?;
-            r.set_item("memory_quota", c.memory_quota)?;
-            r.set_item("host_memory_used", c.host_memory_used)?;
-            r.set_item("ops_queued", c.ops_queued)?;
-            r.set_item("ops_running", c.ops_running)?;
-            r.set_item("sms_held", c.sms_held)?;
-            r.set_item("preemptions", c.preemptions)?;
-            r.set_item("kernels_done", c.kernels_done)?;
-            rows.append(r)?;
+            rows.append(dict_of! { py, c;
+                client, pid, uid, name, priority, weight, memory_used, memory_quota, host_memory_used, ops_queued,
+                ops_running, sms_held, preemptions, kernels_done,
+            })?;
         }
         d.set_item("clients", rows)?;
         Ok(d)

@@ -113,12 +113,7 @@ class ndarray:
         elif out.shape != self.shape or out.dtype != self.dtype or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous {self.dtype} array of shape {self.shape}, "
                              f"not {out.dtype} {out.shape}")
-        if self.nbytes:
-            sid = self.client._stream_id(stream)
-            address = out.__array_interface__["data"][0]
-            _chunked(self.nbytes, progress, "to the host",
-                     lambda at, n: self.client._native.copy_host(self._live(), self._offset + at, address + at, n,
-                                                                 sid, False))
+        self._host_copy(out, stream, progress, to_device=False)
         return out
 
     def set(self, a: Any, stream: Optional[Stream] = None, *, progress: Progress = False) -> None:
@@ -126,12 +121,19 @@ class ndarray:
         src = np.asarray(a, dtype=self.dtype, order="C")
         if src.shape != self.shape:
             raise ValueError(f"cannot copy an array of shape {src.shape} into one of shape {self.shape}")
-        if self.nbytes:
-            sid = self.client._stream_id(stream)
-            address = src.__array_interface__["data"][0]
-            _chunked(self.nbytes, progress, "to the device",
-                     lambda at, n: self.client._native.copy_host(self._live(), self._offset + at, address + at, n,
-                                                                 sid, True))
+        self._host_copy(src, stream, progress, to_device=True)
+
+    def _host_copy(self, host: np.ndarray, stream: Optional[Stream], progress: Progress, *, to_device: bool) -> None:
+        """Copies between `host` (C-contiguous, this array's size, alive for
+        the call: the native call reads or writes its bytes by address) and
+        this array."""
+        if not self.nbytes:
+            return
+        sid = self.client._stream_id(stream)
+        address = host.__array_interface__["data"][0]
+        copy = self.client._native.copy_host
+        _chunked(self.nbytes, progress, "to the device" if to_device else "to the host",
+                 lambda at, n: copy(self._live(), self._offset + at, address + at, n, sid, to_device))
 
     def copy(self, stream: Optional[Stream] = None) -> "ndarray":
         """A new device array with the same contents (copied on the device)."""
