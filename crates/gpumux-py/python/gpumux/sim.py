@@ -120,8 +120,12 @@ def daemon(
     cmd += list(args)
     env = dict(os.environ)
     env.setdefault("RUST_LOG", "warn")
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+    try:
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     d = Daemon(process, sock, log_path, device)
     previous = os.environ.get("GPUMUX_SOCKET")
     try:
