@@ -34,10 +34,16 @@ note() { results+=("$1"); echo "$1"; }
 pass() { note "PASS $1"; }
 fail() { note "FAIL $1"; fails=$((fails + 1)); }
 
-rm -rf "$OUT/venv"
-python3 -m venv --system-site-packages "$OUT/venv"
-"$OUT/venv/bin/pip" install --quiet --no-index --no-deps "$wheel" || { echo "cannot install $wheel" >&2; exit 2; }
-py=$OUT/venv/bin/python
+rm -rf "$OUT/venv" "$OUT/site"
+if python3 -m venv --system-site-packages "$OUT/venv" && "$OUT/venv/bin/pip" install --quiet --no-index --no-deps "$wheel"; then
+    py=$OUT/venv/bin/python
+else
+    # No venv or pip there: a wheel is a zip of the package, importable once unpacked.
+    echo "python-gpu-check: no venv with pip; the wheel unpacked into $OUT/site instead"
+    python3 -m zipfile -e "$wheel" "$OUT/site" || { echo "cannot unpack $wheel" >&2; exit 2; }
+    export PYTHONPATH="$OUT/site${PYTHONPATH:+:$PYTHONPATH}"
+    py=python3
+fi
 "$py" -c 'import gpumux, cupy, numpy; print("gpumux", gpumux.__file__, "cupy", cupy.__version__, "numpy", numpy.__version__)' | tee "$OUT/versions.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 
@@ -53,10 +59,10 @@ export GPUMUX_SOCKET=$sock
 echo "== 1. the examples through gpumuxd and on CuPy"
 for prog in saxpy matmul; do
     if ! "$py" "examples/python/$prog.py" --cupy --out "$OUT/$prog-cupy.npy" >"$OUT/$prog-cupy.json" 2>"$OUT/$prog-cupy.err"; then
-        fail "$prog on CuPy: $(tail -2 "$OUT/$prog-cupy.err" "$OUT/$prog-cupy.json")"; continue
+        fail "$prog on CuPy: $(tail -1 "$OUT/$prog-cupy.err")"; continue
     fi
     if ! "$py" "examples/python/$prog.py" --out "$OUT/$prog-gpumux.npy" >"$OUT/$prog-gpumux.json" 2>"$OUT/$prog-gpumux.err"; then
-        fail "$prog through gpumuxd: $(tail -2 "$OUT/$prog-gpumux.err" "$OUT/$prog-gpumux.json")"; continue
+        fail "$prog through gpumuxd: $(tail -1 "$OUT/$prog-gpumux.err") $(cat "$OUT/$prog-gpumux.json")"; continue
     fi
     if verdict=$("$py" - "$OUT/$prog-cupy" "$OUT/$prog-gpumux" <<'PY'
 import json, sys
