@@ -10,6 +10,10 @@
 //!   mapping and go back to the kernel when freed. Setting the threshold also
 //!   stops glibc raising it as large blocks are freed (its dynamic threshold,
 //!   which is what kept the frame buffers in the arenas);
+//! * [`tune`] also keeps glibc to [`ARENAS`] arenas: by default it makes one
+//!   per thread that meets a locked one, up to 8 per core (128 on a 16-core
+//!   host), and each keeps its own free pages and fragments; a flood's 2,000
+//!   short-lived reader threads spread its buffers over all of them;
 //! * [`Trimmer`]: after connections have closed, at most once per
 //!   [`TRIM_EVERY`], `malloc_trim(0)` returns the arenas' free pages (what
 //!   smaller buffers of many threads leave behind).
@@ -21,10 +25,13 @@ use std::time::{Duration, Instant};
 /// Allocations of at least this many bytes are mapped on their own (glibc's
 /// default before its dynamic threshold moves it).
 pub const MMAP_THRESHOLD: usize = 128 << 10;
+/// Malloc arenas at most: the core, the readers and writers of busy clients
+/// and the device link rarely allocate at once.
+pub const ARENAS: usize = 4;
 /// The least time between two trims.
 pub const TRIM_EVERY: Duration = Duration::from_secs(1);
 
-/// Sets [`MMAP_THRESHOLD`]; call once at start, before threads allocate.
+/// Sets [`MMAP_THRESHOLD`] and [`ARENAS`]; call once at start, before threads allocate.
 pub fn tune() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -32,6 +39,10 @@ pub fn tune() {
         let ok = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) };
         if ok != 1 {
             tracing::debug!("mallopt(M_MMAP_THRESHOLD) refused; freed frame buffers stay in the heap");
+        }
+        // SAFETY: as above.
+        if unsafe { libc::mallopt(libc::M_ARENA_MAX, ARENAS as libc::c_int) } != 1 {
+            tracing::debug!("mallopt(M_ARENA_MAX) refused");
         }
     }
 }
