@@ -3,8 +3,8 @@
 #
 #   scripts/cuda-device-tests.sh [--repeat N] [TEST_BINARY...] [-- test args...]
 #
-# TEST_BINARY: default every binary in target/device/main/tests (`scripts/device-build.sh
-# --tests` puts client_gpu, engine_gpu and gpu there). Test args go to each binary, e.g.
+# TEST_BINARY: default client_gpu, engine_gpu and gpu in target/device/main/tests (`scripts/device-build.sh
+# --tests` puts them there). Test args go to each binary, e.g.
 # `-- --exact NAME` for one test. --repeat N runs each binary N times, each in a fresh process,
 # and counts the failures (a flaky test: `--repeat 10 target/device/main/tests/client_gpu --
 # --exact NAME`; CUDA_MODULE_LOADING=EAGER and the like pass through the environment).
@@ -17,7 +17,8 @@ repeat=1
 bins=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do bins+=("$(realpath -m "$1")"); shift; done
 [ "${1:-}" = -- ] && shift
-[ ${#bins[@]} -gt 0 ] || bins=("$root"/target/device/main/tests/*)
+# Not launch_limits: a gpumuxd test that daemon-gpu-check.sh runs against its daemon.
+[ ${#bins[@]} -gt 0 ] || for t in client_gpu engine_gpu gpu; do bins+=("$root/target/device/main/tests/$t"); done
 out=${OUT:-/tmp}/tests; mkdir -p "$out"
 # NVRTC: the CUDA toolkit's, or the pip wheel's (nvidia-cuda-nvrtc).
 source "$root/scripts/nvrtc-path.sh"
