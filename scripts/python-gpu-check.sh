@@ -8,7 +8,7 @@
 # BIN_DIR: what `scripts/device-build.sh --python` makes (default target/device/main): gpumuxd,
 # launch_bench and wheel/gpumux-*.whl. OUTDIR: outputs (default $OUT/python-check, else
 # /tmp/python-check). Needs a GPU and python3 with NumPy and CuPy (the machine's: the wheel is
-# installed with --no-deps into a venv that sees them). Checks:
+# unpacked onto PYTHONPATH beside them). Checks:
 #   1. examples/python/saxpy.py and matmul.py through gpumuxd (cuda:0) and natively on CuPy
 #      (--cupy: the same program, its import changed): outputs equal bit for bit, and both
 #      within tolerance of NumPy; their times per launch side by side;
@@ -35,15 +35,12 @@ pass() { note "PASS $1"; }
 fail() { note "FAIL $1"; fails=$((fails + 1)); }
 
 rm -rf "$OUT/venv" "$OUT/site"
-if python3 -m venv --system-site-packages "$OUT/venv" && "$OUT/venv/bin/pip" install --quiet --no-index --no-deps "$wheel"; then
-    py=$OUT/venv/bin/python
-else
-    # No venv or pip there: a wheel is a zip of the package, importable once unpacked.
-    echo "python-gpu-check: no venv with pip; the wheel unpacked into $OUT/site instead"
-    python3 -m zipfile -e "$wheel" "$OUT/site" || { echo "cannot unpack $wheel" >&2; exit 2; }
-    export PYTHONPATH="$OUT/site${PYTHONPATH:+:$PYTHONPATH}"
-    py=python3
-fi
+# Into a folder on PYTHONPATH, not a venv: the machine's python3 may itself be a venv (the
+# device's is /opt/torch/.venv), whose NumPy and CuPy a venv made from it would not see.
+# A wheel is a zip of the package, importable once unpacked.
+python3 -m zipfile -e "$wheel" "$OUT/site" || { echo "cannot unpack $wheel" >&2; exit 2; }
+export PYTHONPATH="$OUT/site${PYTHONPATH:+:$PYTHONPATH}"
+py=python3
 "$py" -c 'import gpumux, cupy, numpy; print("gpumux", gpumux.__file__, "cupy", cupy.__version__, "numpy", numpy.__version__)' | tee "$OUT/versions.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 
