@@ -20,7 +20,7 @@
 //! `U_G = 1.2` and `2.0`: how many sets blocking alone proves infeasible under every mode
 //! assignment, and the mean terms of the first task that misses under LOCAL's modes.
 
-use gpumux_rt::analysis::{Analyzer, Status, SubtaskReport, DEFAULT_HORIZON};
+use gpumux_rt::analysis::{Analyzer, Status, SubtaskReport, MAX_ITERATIONS};
 use gpumux_rt::assign::{assign_with, Method};
 use gpumux_rt::generate::{set_near_utilisation, GenConfig, ShareWeights};
 use gpumux_rt::model::{Mode, Resource, TaskSet};
@@ -220,7 +220,7 @@ fn breakdown(cfg: &GenConfig, sets: usize) {
                 continue;
             }
             let modes = assign_with(&set, Method::Local, &mut an).modes;
-            let report = an.analyze(&set, &modes, DEFAULT_HORIZON);
+            let report = an.analyze(&set, &modes, MAX_ITERATIONS);
             let Some(t) = report.tasks.iter().find(|t| t.status != Status::Meets) else {
                 continue;
             };

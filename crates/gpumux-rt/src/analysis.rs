@@ -19,9 +19,13 @@
 //!
 //! **Termination.** The right-hand side is monotone in `w`, and because of the outer ceiling
 //! every new iterate differs from `C + B` by a whole number: an iterate that changes grows by
-//! at least one time unit. The iteration is stopped as soon as the task's running sum
-//! `Σ w` exceeds a cap (its deadline when only schedulability matters, `horizon · D_i` in
-//! reports), so it performs at most `cap` steps. An iteration-count guard backs this up.
+//! at least one time unit. Before iterating, the interferers' utilisation per unit
+//! `U = Σ α / (T · m)` decides: `U >= 1` diverges (every step adds at least `C + B > 0`);
+//! `U < 1` has a finite least fixed point, below the closed form `A / (1 − U)`
+//! ([`closed_form_bound`]). Yes/no tests stop as soon as the task's running sum `Σ w` exceeds
+//! a cap (its deadline); reports have no cap (there used to be a horizon of 10 deadlines,
+//! which called finite responses past it unbounded) and fall back to the closed form after
+//! an iteration limit, reported as `not_converged` when that bound exceeds the deadline.
 //!
 //! We start at `w = C + B` instead of the paper's `w = 0`: both are below the least fixed
 //! point of a monotone map, so both converge to it; the former saves one or two steps.
@@ -38,8 +42,48 @@ pub(crate) struct Interferer {
     pub period: f64,
 }
 
-/// Safety net on the number of fixed-point steps of one `w` (the cap bounds it anyway).
+/// Default limit on the fixed-point steps of one `w_ij` in reports (`rt analyze
+/// --max-iterations`). Past it the closed-form bound below is used instead of the least fixed
+/// point, so a report never needs a horizon: a response is either computed, bounded in closed
+/// form, or proven to diverge.
 pub const MAX_ITERATIONS: u32 = 1_000_000;
+
+/// How the iteration of one task ended.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Outcome {
+    /// Every `w_ij` reached its least fixed point: `R_i` is the analysis's bound.
+    Converged(f64),
+    /// Some `w_ij` had not reached its fixed point after the iteration limit; its closed-form
+    /// bound `A / (1 − U)` was used instead (sound, looser). `R_i` is still an upper bound.
+    ClosedForm {
+        /// The response bound.
+        response: f64,
+        /// The subtask (0-based) that did not converge first.
+        subtask: usize,
+    },
+    /// The running `Σ w` passed the caller's cap (yes/no tests only): `R_i > cap`.
+    Capped(f64),
+    /// Higher-priority work on the subtask's resource has utilisation `U >= 1`: `w_ij` grows
+    /// without bound (`w^(a+1) >= C + B + U·w^(a) > w^(a)` for every `a`).
+    Diverges {
+        /// The subtask (0-based).
+        subtask: usize,
+        /// Its resource.
+        resource: Resource,
+        /// `Σ α_kp / (T_k · m)` of its interferers.
+        utilisation: f64,
+    },
+}
+
+impl Outcome {
+    /// `R_i` when the task was bounded within the cap (exactly or in closed form).
+    pub(crate) fn response(self) -> Option<f64> {
+        match self {
+            Outcome::Converged(r) | Outcome::ClosedForm { response: r, .. } => Some(r),
+            Outcome::Capped(_) | Outcome::Diverges { .. } => None,
+        }
+    }
+}
 
 /// `α_kp` of the paper: single-mode time on the GPU (a kernel split over two GPUs still uses
 /// about its single-mode GPU time in total), the mode's own time elsewhere.
@@ -52,10 +96,29 @@ pub(crate) fn alpha(s: &Subtask, mode: Mode) -> f64 {
     }
 }
 
+/// Utilisation of a resource by the interferers, per unit: `U = Σ α / (T · m)`.
+fn interference_utilisation(list: &[Interferer], m: f64) -> f64 {
+    list.iter().map(|it| it.alpha / it.period).sum::<f64>() / m
+}
+
+/// A closed-form upper bound on the least fixed point of one `w` (needs `U < 1`).
+///
+/// `⌈x⌉ ≤ x + 1` twice gives `f(w) ≤ A + U·w` with
+/// `A = base + 1 + Σ (J_k / T_k + 1) · α_k / m`, so `W = A / (1 − U)` satisfies `f(W) ≤ W`.
+/// `f` is monotone and the iteration starts below `W`, so every iterate, and the least fixed
+/// point, stays at or below `W`; and any `W` with `f(W) ≤ W` bounds the busy window (the
+/// standard response-time argument), so `W` is a sound, if looser, `w`.
+fn closed_form_bound(base: f64, list: &[Interferer], m: f64, u: f64) -> f64 {
+    let a = base + 1.0 + list.iter().map(|it| (it.jitter / it.period + 1.0) * it.alpha).sum::<f64>() / m;
+    a / (1.0 - u)
+}
+
 /// Computes the `w_ij` of one task given the interferers of higher priority on each resource.
 ///
-/// On success returns `R_i` and leaves `w` and `J` per subtask in `w_out`/`j_out`. When the
-/// running sum of `w` exceeds `cap`, returns `Err(value reached)` (a lower bound on `R_i`).
+/// Leaves `w` and `J` per subtask in `w_out`/`j_out` (complete for `Converged` and
+/// `ClosedForm`). `cap`: stop as soon as the running sum of `w` exceeds it (`f64::INFINITY`
+/// in reports, which never stop early). `max_iterations`: fixed-point steps per `w` before
+/// the closed-form bound is used.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) fn task_response(
@@ -65,14 +128,16 @@ pub(crate) fn task_response(
     interf: &[Vec<Interferer>; 3],
     units: &[f64; 3],
     cap: f64,
+    max_iterations: u32,
     w_out: &mut Vec<f64>,
     j_out: &mut Vec<f64>,
-) -> Result<f64, f64> {
+) -> Outcome {
     w_out.clear();
     j_out.clear();
     let mut prefix_w = 0.0;
     let mut prefix_c = 0.0;
-    for s in subtasks {
+    let mut closed_form: Option<usize> = None;
+    for (idx, s) in subtasks.iter().enumerate() {
         let r = s.resource.index();
         let c = s.cost(mode);
         let base = c + blocking[r];
@@ -81,9 +146,15 @@ pub(crate) fn task_response(
         let m = units[r];
         let mut w = base;
         if prefix_w + w > cap {
-            return Err(prefix_w + w);
+            return Outcome::Capped(prefix_w + w);
         }
         if !list.is_empty() {
+            // Decided before iterating: with U >= 1 no cap or iteration count is needed to
+            // know the answer, and with U < 1 the answer is finite whatever the cap.
+            let u = interference_utilisation(list, m);
+            if u >= 1.0 {
+                return Outcome::Diverges { subtask: idx, resource: s.resource, utilisation: u };
+            }
             let mut steps = 0u32;
             loop {
                 let mut sum = 0.0;
@@ -96,11 +167,16 @@ pub(crate) fn task_response(
                 }
                 w = next;
                 if prefix_w + w > cap {
-                    return Err(prefix_w + w);
+                    return Outcome::Capped(prefix_w + w);
                 }
                 steps += 1;
-                if steps >= MAX_ITERATIONS {
-                    return Err(prefix_w + w);
+                if steps >= max_iterations {
+                    w = w.max(closed_form_bound(base, list, m, u));
+                    closed_form.get_or_insert(idx);
+                    if prefix_w + w > cap {
+                        return Outcome::Capped(prefix_w + w);
+                    }
+                    break;
                 }
             }
         }
@@ -109,7 +185,10 @@ pub(crate) fn task_response(
         prefix_w += w;
         prefix_c += c;
     }
-    Ok(prefix_w)
+    match closed_form {
+        None => Outcome::Converged(prefix_w),
+        Some(subtask) => Outcome::ClosedForm { response: prefix_w, subtask },
+    }
 }
 
 /// Per-task blocking `B_i[r] = max_{k > i, p: H_kp = r} C_kp^{M_k}` (or the chunk length) for the non-preemptive
@@ -173,11 +252,14 @@ impl Analyzer {
                 &self.interf,
                 &units,
                 cap,
+                MAX_ITERATIONS,
                 &mut self.w,
                 &mut self.j,
-            ) {
-                Ok(r) => worst = worst.max(r / t.deadline),
-                Err(_) => return f64::INFINITY,
+            )
+            .response()
+            {
+                Some(r) => worst = worst.max(r / t.deadline),
+                None => return f64::INFINITY,
             }
             push_interferers(&mut self.interf, &t.subtasks, modes[i], t.period, &self.j);
         }
@@ -189,10 +271,11 @@ impl Analyzer {
         self.max_ratio(set, modes, 1.0) <= 1.0
     }
 
-    /// Full per-task, per-subtask report. Responses are computed up to `horizon · D_i`; a task
-    /// past that is reported as unbounded and tasks below it are not analysed (their
-    /// interference would depend on its unknown jitters).
-    pub fn analyze(&mut self, set: &TaskSet, modes: &[Mode], horizon: f64) -> Analysis {
+    /// Full per-task, per-subtask report, with no horizon: every task's response is computed
+    /// (its least fixed point, or after `max_iterations` steps of one `w` the closed-form bound),
+    /// or proven to diverge (`U >= 1` on a resource). Tasks below a diverging one are not
+    /// analysed: their interference would come from its unbounded jitters.
+    pub fn analyze(&mut self, set: &TaskSet, modes: &[Mode], max_iterations: u32) -> Analysis {
         self.calls += 1;
         blocking_into(set, modes, &mut self.blocking);
         let units = units_of(set);
@@ -216,24 +299,37 @@ impl Analyzer {
                 subtasks: Vec::new(),
             };
             if let Some(by) = &broken {
-                rep.note = Some(format!("higher-priority task `{by}` has no bounded response"));
+                rep.note = Some(format!("higher-priority task `{by}` diverges"));
                 tasks.push(rep);
                 continue;
             }
-            match task_response(
+            let outcome = task_response(
                 &t.subtasks,
                 mode,
                 &self.blocking[i],
                 &self.interf,
                 &units,
-                horizon * t.deadline,
+                f64::INFINITY,
+                max_iterations.max(1),
                 &mut self.w,
                 &mut self.j,
-            ) {
-                Ok(r) => {
+            );
+            match outcome {
+                Outcome::Converged(r) | Outcome::ClosedForm { response: r, .. } => {
                     rep.response = Some(r);
                     rep.slack = Some(t.deadline - r);
-                    rep.status = if r <= t.deadline { Status::Meets } else { Status::Misses };
+                    rep.status = match outcome {
+                        // A closed-form bound within the deadline still proves the deadline met.
+                        _ if r <= t.deadline => Status::Meets,
+                        Outcome::ClosedForm { .. } => Status::NotConverged,
+                        _ => Status::Misses,
+                    };
+                    if let Outcome::ClosedForm { subtask, .. } = outcome {
+                        rep.note = Some(format!(
+                            "subtask {} did not converge within {max_iterations} iterations; R is its closed-form bound",
+                            subtask + 1
+                        ));
+                    }
                     rep.subtasks = t
                         .subtasks
                         .iter()
@@ -248,9 +344,19 @@ impl Analyzer {
                         .collect();
                     push_interferers(&mut self.interf, &t.subtasks, mode, t.period, &self.j);
                 }
-                Err(reached) => {
-                    rep.status = Status::Unbounded;
-                    rep.note = Some(format!("response exceeds {horizon} x deadline (reached {reached:.1})"));
+                Outcome::Diverges { subtask, resource, utilisation } => {
+                    rep.status = Status::Diverges;
+                    rep.note = Some(format!(
+                        "subtask {} ({}): higher-priority utilisation {utilisation:.4} >= 1 per unit",
+                        subtask + 1,
+                        resource.name()
+                    ));
+                    broken = Some(t.name.clone());
+                }
+                // The cap is infinite here; kept total so a change of cap cannot panic.
+                Outcome::Capped(reached) => {
+                    rep.status = Status::NotConverged;
+                    rep.note = Some(format!("stopped at {reached:.1}"));
                     broken = Some(t.name.clone());
                 }
             }
@@ -280,11 +386,15 @@ pub(crate) fn push_interferers(
 pub enum Status {
     /// `R_i <= D_i`.
     Meets,
-    /// Bounded but `R_i > D_i`.
+    /// The least fixed point `R_i` is computed and `R_i > D_i`.
     Misses,
-    /// The iteration passed the horizon: unschedulable, `R_i` unknown.
-    Unbounded,
-    /// A higher-priority task is unbounded, so this one cannot be analysed.
+    /// A `w_ij` did not reach its fixed point within the iteration limit; `R_i` is the
+    /// closed-form bound (finite) and exceeds `D_i`, so the verdict is unknown: the exact bound
+    /// may or may not meet the deadline.
+    NotConverged,
+    /// Proven unbounded: higher-priority utilisation of a subtask's resource is `>= 1`.
+    Diverges,
+    /// A higher-priority task diverges, so this one cannot be analysed.
     NotAnalysed,
 }
 
@@ -322,7 +432,7 @@ pub struct TaskReport {
     pub slack: Option<f64>,
     /// Verdict.
     pub status: Status,
-    /// Explanation for unbounded / not analysed tasks.
+    /// Explanation for diverging, not converged and not analysed tasks.
     pub note: Option<String>,
     /// Per-subtask `w`, `J`, `B`.
     pub subtasks: Vec<SubtaskReport>,
@@ -342,10 +452,7 @@ pub fn is_schedulable(set: &TaskSet, modes: &[Mode]) -> bool {
     Analyzer::new().schedulable(set, modes)
 }
 
-/// Convenience: full report with the default horizon of 10 deadlines.
+/// Convenience: full report with the default iteration limit.
 pub fn analyze(set: &TaskSet, modes: &[Mode]) -> Analysis {
-    Analyzer::new().analyze(set, modes, DEFAULT_HORIZON)
+    Analyzer::new().analyze(set, modes, MAX_ITERATIONS)
 }
-
-/// Default horizon (in deadlines) up to which reports compute responses past the deadline.
-pub const DEFAULT_HORIZON: f64 = 10.0;

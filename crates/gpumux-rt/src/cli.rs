@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::analysis::{Analysis, Analyzer, Status, DEFAULT_HORIZON};
+use crate::analysis::{Analysis, Analyzer, Status, MAX_ITERATIONS};
 use crate::assign::{assign_with, Method};
 use crate::cost::MultiCostModel;
 use crate::experiment::{self, RunOptions, GLOBAL};
@@ -36,9 +36,10 @@ pub enum RtCommand {
         /// Analyse under the modes chosen by this method instead of the declared ones.
         #[arg(long, value_enum)]
         method: Option<Method>,
-        /// Compute responses past the deadline up to this many deadlines.
-        #[arg(long, default_value_t = DEFAULT_HORIZON)]
-        horizon: f64,
+        /// Fixed-point steps per subtask before its closed-form bound is used instead
+        /// (then reported `not converged` if that bound exceeds the deadline).
+        #[arg(long, default_value_t = MAX_ITERATIONS, value_parser = clap::value_parser!(u32).range(1..))]
+        max_iterations: u32,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -129,15 +130,14 @@ pub fn run(cmd: RtCommand) -> anyhow::Result<()> {
 /// Runs one command, appending what it would print to `out` (used by tests).
 pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
     match cmd {
-        RtCommand::Analyze { file, method, horizon, json } => {
-            anyhow::ensure!(horizon.is_finite() && horizon >= 1.0, "--horizon must be a number >= 1 (got {horizon})");
+        RtCommand::Analyze { file, method, max_iterations, json } => {
             let set = TaskSet::from_file(&file)?;
             let mut an = Analyzer::new();
             let modes = match method {
                 Some(m) => assign_with(&set, m, &mut an).modes,
                 None => set.declared_modes(),
             };
-            let a = an.analyze(&set, &modes, horizon);
+            let a = an.analyze(&set, &modes, max_iterations);
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&AnalyzeJson { file: &file, method, analysis: &a })?)?;
             } else {
@@ -156,7 +156,7 @@ pub fn run_to(cmd: RtCommand, out: &mut String) -> anyhow::Result<()> {
             let mut results = Vec::new();
             for m in methods {
                 let a = assign_with(&set, m, &mut an);
-                let analysis = an.analyze(&set, &a.modes, DEFAULT_HORIZON);
+                let analysis = an.analyze(&set, &a.modes, MAX_ITERATIONS);
                 results.push(AssignJson {
                     method: m,
                     modes: set
@@ -309,9 +309,9 @@ fn table(out: &mut String, a: &Analysis) {
         let verdict = match t.status {
             Status::Meets => "meets".to_string(),
             Status::Misses => "MISSES".to_string(),
-            Status::Unbounded | Status::NotAnalysed => {
-                format!("UNSCHEDULABLE ({})", t.note.as_deref().unwrap_or(""))
-            }
+            Status::NotConverged => format!("NOT CONVERGED ({})", t.note.as_deref().unwrap_or("")),
+            Status::Diverges => format!("DIVERGES ({})", t.note.as_deref().unwrap_or("")),
+            Status::NotAnalysed => format!("NOT ANALYSED ({})", t.note.as_deref().unwrap_or("")),
         };
         let _ = writeln!(
             out,
@@ -336,9 +336,13 @@ fn table(out: &mut String, a: &Analysis) {
 /// from above; a person reading MISSES must not take it for an observed miss.
 const LEGEND: &str = "\
 times in the task-set file's unit (the examples use ms).  R: upper bound on the end-to-end
-response time (holistic analysis), - if unbounded; D: deadline; slack = D - R.  meets: R <= D;
-MISSES: the bound exceeds D. The analysis is sufficient, not exact: a set it rejects may
-still meet its deadlines in practice (docs/rt.md compares with the GPU-SPARC paper's runs).
+response time (holistic analysis), - if none; D: deadline; slack = D - R.  meets: R <= D;
+MISSES: the bound exceeds D; NOT CONVERGED: a fixed point was not reached within
+--max-iterations steps and R is a looser closed-form bound above D (the exact bound may
+meet D); DIVERGES: higher-priority work uses >= 100% of a resource, no finite bound;
+NOT ANALYSED: below a diverging task. The analysis is sufficient, not exact: a set it
+rejects may still meet its deadlines in practice (docs/rt.md compares with the GPU-SPARC
+paper's runs).
 ";
 
 fn legend(out: &mut String) {

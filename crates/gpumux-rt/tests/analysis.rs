@@ -1,6 +1,6 @@
 //! Hand-computed response times (seed 004, IV-B equations) on small sets.
 
-use gpumux_rt::analysis::{Analyzer, Status};
+use gpumux_rt::analysis::{Analyzer, Status, MAX_ITERATIONS};
 use gpumux_rt::model::{Mode, TaskSet};
 
 fn set(text: &str) -> TaskSet {
@@ -8,7 +8,7 @@ fn set(text: &str) -> TaskSet {
 }
 
 fn responses(s: &TaskSet, modes: &[Mode]) -> Vec<Option<f64>> {
-    Analyzer::new().analyze(s, modes, 10.0).tasks.iter().map(|t| t.response).collect()
+    Analyzer::new().analyze(s, modes, MAX_ITERATIONS).tasks.iter().map(|t| t.response).collect()
 }
 
 #[test]
@@ -40,7 +40,7 @@ fn non_preemptive_blocking_and_interference_on_one_gpu() {
         period = 20
         subtasks = [{ resource = "gpu", single = 5, multi = 5 }]
     "#);
-    let a = Analyzer::new().analyze(&s, &[Mode::Single; 2], 10.0);
+    let a = Analyzer::new().analyze(&s, &[Mode::Single; 2], MAX_ITERATIONS);
     assert_eq!(a.tasks[0].response, Some(8.0));
     assert_eq!(a.tasks[0].subtasks[0].blocking, 5.0);
     assert_eq!(a.tasks[1].response, Some(8.0));
@@ -75,7 +75,7 @@ fn release_jitter_from_preceding_subtasks() {
         period = 200
         subtasks = [{ resource = "pci", single = 5, multi = 5 }]
     "#);
-    let a = Analyzer::new().analyze(&s, &[Mode::Single; 3], 10.0);
+    let a = Analyzer::new().analyze(&s, &[Mode::Single; 3], MAX_ITERATIONS);
     let t1 = &a.tasks[0];
     assert_eq!(t1.subtasks[0].w, 7.0);
     assert_eq!(t1.subtasks[1].jitter, 5.0);
@@ -139,8 +139,8 @@ fn cpu_is_preemptive_and_shared_by_its_cores() {
 
 #[test]
 fn overload_is_reported_unschedulable_and_terminates() {
-    // τ1 alone fills the GPU (utilisation 1): τ2's w = 50 + 10⌈w/10⌉ has no fixed point, so
-    // its iteration passes the horizon (10 deadlines) and stops.
+    // τ1 alone fills the GPU (utilisation 1): τ2's w = 50 + 10⌈w/10⌉ has no fixed point; the
+    // analysis proves it from U >= 1 without iterating, and τ3 below it is not analysed.
     let s = set(r#"
         [platform]
         gpus = 1
@@ -155,10 +155,12 @@ fn overload_is_reported_unschedulable_and_terminates() {
         subtasks = [{ resource = "cpu", single = 1, multi = 1 }]
     "#);
     let mut an = Analyzer::new();
-    let a = an.analyze(&s, &[Mode::Single; 3], 10.0);
+    let a = an.analyze(&s, &[Mode::Single; 3], MAX_ITERATIONS);
     assert!(!a.schedulable);
     assert_eq!(a.tasks[0].status, Status::Misses); // 10 + 50 blocking > 10
-    assert_eq!(a.tasks[1].status, Status::Unbounded);
+    assert_eq!(a.tasks[1].status, Status::Diverges);
+    assert_eq!(a.tasks[1].response, None);
+    assert!(a.tasks[1].note.as_deref().is_some_and(|n| n.contains("utilisation 1.0000")), "{:?}", a.tasks[1].note);
     assert_eq!(a.tasks[2].status, Status::NotAnalysed);
     assert!(!an.schedulable(&s, &[Mode::Single; 3]));
     assert_eq!(an.max_ratio(&s, &[Mode::Single; 3], 1.0), f64::INFINITY);

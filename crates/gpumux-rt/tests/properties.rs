@@ -1,7 +1,7 @@
 //! Properties: GLOBAL is exact and never worse than any heuristic; adding a higher-priority
 //! task never shortens a response; the analysis terminates; generation is deterministic.
 
-use gpumux_rt::analysis::{Analyzer, Status};
+use gpumux_rt::analysis::{Analyzer, Status, MAX_ITERATIONS};
 use gpumux_rt::assign::global::{global_with, GlobalOptions};
 use gpumux_rt::assign::{assign_with, Method};
 use gpumux_rt::generate::{random_set, random_task, scale_to_gpu_utilisation, GenConfig, GrowingSets};
@@ -69,7 +69,7 @@ proptest! {
             .map(|i| if multi_bits >> i & 1 == 1 { Mode::Multi } else { Mode::Single })
             .collect();
         let mut an = Analyzer::new();
-        let before = an.analyze(&s, &modes, 1e3);
+        let before = an.analyze(&s, &modes, MAX_ITERATIONS);
         let mut rng = Rng::new(seed ^ 0xABCD);
         let mut t = random_task(&mut rng, &GenConfig::default(), "new".into());
         // Strictly shorter deadline than every task: highest DM priority.
@@ -83,7 +83,7 @@ proptest! {
         prop_assert_eq!(&s2.tasks[0].name, "new");
         let mut modes2 = vec![new_mode];
         modes2.extend_from_slice(&modes);
-        let after = an.analyze(&s2, &modes2, 1e3);
+        let after = an.analyze(&s2, &modes2, MAX_ITERATIONS);
         for (i, b) in before.tasks.iter().enumerate() {
             let a = &after.tasks[i + 1];
             prop_assert_eq!(&a.name, &b.name);
@@ -103,7 +103,7 @@ proptest! {
         let modes: Vec<Mode> = (0..n)
             .map(|i| if multi_bits >> i & 1 == 1 { Mode::Multi } else { Mode::Single })
             .collect();
-        let a = Analyzer::new().analyze(&s, &modes, 50.0);
+        let a = Analyzer::new().analyze(&s, &modes, MAX_ITERATIONS);
         for (t, task) in a.tasks.iter().zip(&s.tasks) {
             if let Some(r) = t.response {
                 // A response is at least the task's own WCET in its mode.

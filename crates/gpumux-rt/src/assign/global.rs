@@ -22,7 +22,7 @@
 
 use super::local::local_mode;
 use super::Assignment;
-use crate::analysis::{alpha, push_interferers, task_response, units_of, Analyzer, Interferer};
+use crate::analysis::{alpha, push_interferers, task_response, units_of, Analyzer, Interferer, MAX_ITERATIONS};
 use crate::model::{Mode, TaskSet};
 
 /// Search statistics.
@@ -85,10 +85,12 @@ impl Search<'_> {
                     &self.interf,
                     &self.units,
                     t.deadline,
+                    MAX_ITERATIONS,
                     &mut self.w,
                     &mut self.j,
                 )
-                .is_ok()
+                .response()
+                .is_some()
                 {
                     feasible = true;
                     break;
@@ -129,10 +131,11 @@ impl Search<'_> {
                     &self.interf,
                     &self.units,
                     t.deadline,
+                    MAX_ITERATIONS,
                     &mut self.w,
                     &mut self.j,
                 );
-                if r.is_err() {
+                if r.response().is_none() {
                     continue;
                 }
                 let jit = std::mem::take(&mut self.j);
