@@ -148,7 +148,7 @@ fn a_closed_form_bound_within_the_deadline_proves_the_deadline_met() {
     let a = Analyzer::new().analyze(&s, &[Mode::Single; 2], 1);
     assert_eq!(a.tasks[1].status, Status::Meets);
     let r = a.tasks[1].response.expect("bounded");
-    assert!(r >= 21.0 && r <= 1.0 + 21.0 / 0.9 + 1e-9, "{r}");
+    assert!((21.0..=1.0 + 21.0 / 0.9 + 1e-9).contains(&r), "{r}");
 }
 
 #[test]

@@ -21,6 +21,7 @@ use gpumux_engine::kernel::{DeviceInfo, KernelDesc, SimTiming};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::{later, ns_from_f64, Nanos, TimeOverflow};
+use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -106,6 +107,29 @@ struct CopyEngine {
     current: Option<(CopyId, ProcessId, Nanos)>,
 }
 
+/// The host link of a tuned device: bandwidth per direction (H2D, D2H), bytes/s, and latency.
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    bandwidth: [f64; 2],
+    latency_ns: Nanos,
+}
+
+/// Parameters measured on a device (`gpumux calibrate`) that the simulator takes on top of
+/// its preset. `Default` is the preset unchanged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SimTuning {
+    /// Host-to-device bandwidth, bytes/s (default: `DeviceInfo::pcie_bandwidth`).
+    pub h2d_bandwidth: Option<f64>,
+    /// Device-to-host bandwidth, bytes/s (default: `DeviceInfo::pcie_bandwidth`).
+    pub d2h_bandwidth: Option<f64>,
+    /// Fixed cost of one copy (default: `DeviceInfo::pcie_latency_ns`).
+    pub link_latency_ns: Option<Nanos>,
+    /// [`SimGpu::with_preempt_overhead`].
+    pub preempt_overhead_ns: Nanos,
+    /// Every retreat uses this mechanism (`None`: the policy's).
+    pub mechanism: Option<Mechanism>,
+}
+
 /// A simulated GPU. Deterministic: the same commands at the same times with
 /// the same seed give the same events.
 pub struct SimGpu {
@@ -126,6 +150,11 @@ pub struct SimGpu {
     /// Fixed cost of each SM preemption beyond moving contexts (see
     /// [`SimGpu::with_preempt_overhead`]); 0 by default, as in Tanasic's model.
     preempt_overhead_ns: Nanos,
+    /// Per-direction host link ([`SimGpu::with_tuning`]); `None`: the `DeviceInfo`'s one figure.
+    /// Boxed: rarely set, and the simulator is moved by value.
+    link: Option<Box<Link>>,
+    /// Every retreat uses this mechanism whatever the policy asked ([`SimGpu::with_tuning`]).
+    forced_mechanism: Option<Mechanism>,
     pending: Vec<Pending>,
     mem_stats: MemStats,
     stats: DeviceStats,
@@ -222,6 +251,8 @@ impl SimGpu {
             mem_demand: 0.0,
             mem,
             preempt_overhead_ns: 0,
+            link: None,
+            forced_mechanism: None,
             pending: Vec::new(),
             mem_stats: MemStats::default(),
             stats: DeviceStats::default(),
@@ -261,6 +292,25 @@ impl SimGpu {
     /// preemption being cheap. The time counts as SM switch time.
     pub fn with_preempt_overhead(mut self, ns: Nanos) -> Self {
         self.preempt_overhead_ns = ns;
+        self
+    }
+
+    /// Applies what `gpumux calibrate` measured on another device (docs/calibration.md):
+    /// per-direction host-link bandwidth and latency, the fixed preemption cost, and the one
+    /// mechanism that device has (a real GPU under gpumux drains at a chunk boundary whatever
+    /// the policy asks, so a prediction of it must too). The default tuning changes nothing.
+    pub fn with_tuning(mut self, t: &SimTuning) -> Self {
+        if t.h2d_bandwidth.is_some() || t.d2h_bandwidth.is_some() || t.link_latency_ns.is_some() {
+            self.link = Some(Box::new(Link {
+                bandwidth: [
+                    t.h2d_bandwidth.unwrap_or(self.info.pcie_bandwidth),
+                    t.d2h_bandwidth.unwrap_or(self.info.pcie_bandwidth),
+                ],
+                latency_ns: t.link_latency_ns.unwrap_or(self.info.pcie_latency_ns),
+            }));
+        }
+        self.preempt_overhead_ns = t.preempt_overhead_ns;
+        self.forced_mechanism = t.mechanism;
         self
     }
 
@@ -674,8 +724,12 @@ impl SimGpu {
             // Read and write every byte in device memory; no link latency.
             checked_ns(&mut self.fault, 2.0 * bytes as f64 / self.info.mem_bandwidth * 1e9, self.now, what)
         } else {
-            let transfer = checked_ns(&mut self.fault, bytes as f64 / self.info.pcie_bandwidth * 1e9, self.now, what);
-            checked_at(&mut self.fault, self.info.pcie_latency_ns, transfer, what)
+            let (bandwidth, latency) = match &self.link {
+                Some(l) => (l.bandwidth[e], l.latency_ns),
+                None => (self.info.pcie_bandwidth, self.info.pcie_latency_ns),
+            };
+            let transfer = checked_ns(&mut self.fault, bytes as f64 / bandwidth * 1e9, self.now, what);
+            checked_at(&mut self.fault, latency, transfer, what)
         };
         let end = checked_at(&mut self.fault, self.now, ns, what);
         self.copies[e].current = Some((id, p, self.now));
@@ -781,7 +835,9 @@ impl Device for SimGpu {
                     self.fill_sm(sm.0 as usize);
                 }
             }
-            Command::Retreat { launch, sms, mechanism } => self.retreat(launch, sms, mechanism)?,
+            Command::Retreat { launch, sms, mechanism } => {
+                self.retreat(launch, sms, self.forced_mechanism.unwrap_or(mechanism))?
+            }
             Command::Copy { copy, op: _, process, direction, bytes } => {
                 let e = match direction {
                     CopyDirection::HostToDevice => 0,
@@ -975,5 +1031,49 @@ mod tests {
         assert_eq!(save_ns, 1_001);
         assert_eq!(end, 6_001 + 1_000 + 5_000 + 10_000);
         assert_eq!(stats.sm_switch_ns, 2_001);
+    }
+
+    #[test]
+    fn a_tuning_sets_each_link_direction_and_forces_the_mechanism() {
+        let tuning = SimTuning {
+            h2d_bandwidth: Some(1e9),
+            d2h_bandwidth: Some(2e9),
+            link_latency_ns: Some(3_000),
+            preempt_overhead_ns: 0,
+            mechanism: Some(Mechanism::Drain),
+        };
+        let mut gpu = SimGpu::new(crate::presets::k20c(), 1).with_tuning(&tuning);
+        let mut events = Vec::new();
+        let mut copy = |gpu: &mut SimGpu, id: u64, direction: CopyDirection, at: Nanos| {
+            let cmd =
+                Command::Copy { copy: CopyId(id), op: OpId(id), process: ProcessId(0), direction, bytes: 1_000_000 };
+            gpu.submit(at, cmd).expect("copy");
+            gpu.advance(None, &mut events).expect("copy runs")
+        };
+        // 1 MB at 1 GB/s: 1 ms, plus 3 µs; at 2 GB/s: 0.5 ms plus 3 µs.
+        let t = copy(&mut gpu, 0, CopyDirection::HostToDevice, 0);
+        assert_eq!(t, 1_003_000);
+        assert_eq!(copy(&mut gpu, 1, CopyDirection::DeviceToHost, t) - t, 503_000);
+
+        // A context switch asked for is a drain: the block finishes, nothing is saved.
+        let (_, desc) = switching(16_000);
+        let mut gpu = SimGpu::new(crate::presets::k20c(), 1).with_tuning(&tuning);
+        gpu.submit(0, launch(0, &desc, BlockRanges::full(2), Vec::new())).expect("launch");
+        assert_eq!(gpu.advance(Some(5_000), &mut events).expect("run"), 5_000);
+        let retreat =
+            Command::Retreat { launch: LaunchId(0), sms: SmSet::range(0, 1), mechanism: Mechanism::ContextSwitch };
+        gpu.submit(5_000, retreat).expect("retreat");
+        loop {
+            let now = gpu.advance(None, &mut events).expect("drain");
+            if let Some(Event::LaunchEnded { saved, remaining, .. }) =
+                events.drain(..).find(|e| matches!(e, Event::LaunchEnded { .. }))
+            {
+                assert!(saved.is_empty());
+                assert_eq!(remaining.len(), 1, "block 1 never issued");
+                assert_eq!(now, 10_000, "block 0 ran to its end");
+                break;
+            }
+        }
+        assert_eq!(gpu.stats().context_saves, 0);
     }
 }

@@ -13,4 +13,4 @@ pub mod presets;
 pub mod synthetic;
 pub mod timing;
 
-pub use gpu::{MemStats, SimGpu};
+pub use gpu::{MemStats, SimGpu, SimTuning};

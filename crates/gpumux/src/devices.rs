@@ -5,12 +5,14 @@ use gpumux_cuda::error::Chain;
 use gpumux_cuda::CudaDevice;
 use gpumux_engine::device::Device;
 use gpumux_engine::kernel::DeviceInfo;
-use gpumux_sim::{presets, SimGpu};
+use gpumux_sim::{presets, SimGpu, SimTuning};
 
 /// A device named on the command line.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeviceSpec {
-    Sim(DeviceInfo),
+    /// A preset, with what `gpumux calibrate` measured on another device (`--calibration`;
+    /// the default tuning is the preset as it is).
+    Sim(DeviceInfo, SimTuning),
     Cuda(u32),
 }
 
@@ -21,7 +23,7 @@ impl DeviceSpec {
             return Ok(DeviceSpec::Cuda(n));
         }
         match presets::by_name(s) {
-            Some(info) => Ok(DeviceSpec::Sim(info)),
+            Some(info) => Ok(DeviceSpec::Sim(info, SimTuning::default())),
             None => bail!(
                 "unknown device `{s}`; simulated: {}; real: cuda:<index>",
                 presets::NAMES.iter().map(|n| format!("sim:{n}")).collect::<Vec<_>>().join(", ")
@@ -35,7 +37,7 @@ impl DeviceSpec {
     pub fn default_device() -> Self {
         match gpumux_cuda::cuda_available() {
             Ok(_) => DeviceSpec::Cuda(0),
-            Err(_) => DeviceSpec::Sim(presets::h100()),
+            Err(_) => DeviceSpec::Sim(presets::h100(), SimTuning::default()),
         }
     }
 
@@ -53,14 +55,14 @@ impl DeviceSpec {
             Ok(()) => preferred,
             Err(e) => {
                 say(format!("note: running on sim:h100, not the GPU, because {e:#} (--device cuda:0 to insist)"));
-                DeviceSpec::Sim(presets::h100())
+                DeviceSpec::Sim(presets::h100(), SimTuning::default())
             }
         }
     }
 
     pub fn info(&self) -> Result<DeviceInfo> {
         match self {
-            DeviceSpec::Sim(info) => Ok(info.clone()),
+            DeviceSpec::Sim(info, _) => Ok(info.clone()),
             DeviceSpec::Cuda(n) => gpumux_cuda::device_info(*n).with_context(|| cuda_unavailable(*n)),
         }
     }
@@ -80,7 +82,7 @@ impl DeviceSpec {
     /// `cuda:N` waits while another run in this process holds it.
     pub fn open(&self, seed: u64) -> Result<OpenedDevice> {
         match self {
-            DeviceSpec::Sim(info) => Ok(OpenedDevice::Sim(SimGpu::new(info.clone(), seed))),
+            DeviceSpec::Sim(info, tuning) => Ok(OpenedDevice::Sim(SimGpu::new(info.clone(), seed).with_tuning(tuning))),
             DeviceSpec::Cuda(n) => {
                 let device = CudaDevice::open(*n, seed).with_context(|| cuda_unavailable(*n))?;
                 Ok(OpenedDevice::Cuda { device, ordinal: *n, seed })
@@ -138,7 +140,7 @@ mod tests {
         let w = gpumux_workload::resolve(path).expect("the example parses");
         let mut said = Vec::new();
         let d = DeviceSpec::fallback(DeviceSpec::Cuda(0), &w, |l| said.push(l));
-        assert_eq!(d, DeviceSpec::Sim(presets::h100()));
+        assert_eq!(d, DeviceSpec::Sim(presets::h100(), SimTuning::default()));
         assert_eq!(said.len(), 1);
         assert!(said[0].contains("running on sim:h100") && said[0].contains("names no CUDA kernel"), "{}", said[0]);
         // The explicit device keeps the error.
@@ -146,8 +148,8 @@ mod tests {
         // A simulated preference needs no fallback and says nothing.
         let mut quiet = Vec::new();
         assert_eq!(
-            DeviceSpec::fallback(DeviceSpec::Sim(presets::k20c()), &w, |l| quiet.push(l)),
-            DeviceSpec::Sim(presets::k20c())
+            DeviceSpec::fallback(DeviceSpec::Sim(presets::k20c(), SimTuning::default()), &w, |l| quiet.push(l)),
+            DeviceSpec::Sim(presets::k20c(), SimTuning::default())
         );
         assert!(quiet.is_empty());
     }

@@ -7,6 +7,7 @@
 
 mod bench_daemon;
 mod bench_sim;
+mod calibrate;
 mod devices;
 mod plot;
 mod preflight;
@@ -26,7 +27,8 @@ use std::path::PathBuf;
 
 /// Policies compared when `--policy` is not given, spelled as the table
 /// prints them (`rr-1000us` is `rr`'s default quantum).
-const DEFAULT_POLICIES: &str = "fcfs,npq,ppq-excl-cs,ppq-excl-drain,ppq-shared-cs,dss-cs,dss-drain,rr-1000us";
+pub(crate) const DEFAULT_POLICIES: &str =
+    "fcfs,npq,ppq-excl-cs,ppq-excl-drain,ppq-shared-cs,dss-cs,dss-drain,rr-1000us";
 
 /// Most worker threads `run` accepts: more than any host here has, and a run
 /// never starts more threads than it has jobs.
@@ -43,6 +45,8 @@ struct Cli {
 enum Command {
     /// Run a workload under each policy and compare NTT, STP, fairness, latency.
     Run(RunArgs),
+    /// Measure a workload's kernels alone on a device and fit the simulator to them.
+    Calibrate(calibrate::CalibrateArgs),
     /// Measure gpumux itself.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -105,6 +109,10 @@ struct RunArgs {
     /// small files that would simulate for hours, with the estimate.
     #[arg(long, value_name = "BLOCKS", default_value = work::DEFAULT_MAX_WORK_ARG, value_parser = work::parse_max_work)]
     max_work: f64,
+    /// A file from `gpumux calibrate`: the kernels' measured timing and the measured
+    /// device's link and preemption costs, on a simulated --device.
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -139,6 +147,7 @@ fn main() {
 fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => cmd_run(args),
+        Command::Calibrate(args) => calibrate::run(args),
         Command::Bench(BenchCommand::Sim { quick, json }) => {
             preflight::output_file("--json", json.as_deref())?;
             let rows = bench_sim::sweep(quick)?;
@@ -207,11 +216,24 @@ fn cmd_run(args: RunArgs) -> Result<()> {
     let policies = preflight::policy_list(&args.policy)?;
     preflight::output_file("--trace", args.trace.as_deref())?;
     preflight::output_dir("--plot", args.plot.as_deref())?;
-    let workload = gpumux_workload::resolve(&args.workload)?;
-    let device = match &args.device {
+    let mut workload = gpumux_workload::resolve(&args.workload)?;
+    let mut device = match &args.device {
         Some(d) => DeviceSpec::parse(d)?,
+        None if args.calibration.is_some() => DeviceSpec::parse("sim:h100")?,
         None => DeviceSpec::default_for(&workload),
     };
+    if let Some(path) = &args.calibration {
+        let cal = calibrate::file::Calibration::load(path)?;
+        let DeviceSpec::Sim(info, _) = &device else {
+            anyhow::bail!("--calibration is for a simulated device (sim:NAME); a GPU measures itself");
+        };
+        let given = format!("sim:{}", args.device.as_deref().unwrap_or("sim:h100").trim_start_matches("sim:"));
+        if given != cal.target {
+            eprintln!("note: {} was fitted for {}, used here on {given}", path.display(), cal.target);
+        }
+        workload = cal.apply(&workload).with_context(|| path.display().to_string())?;
+        device = DeviceSpec::Sim(info.clone(), cal.tuning()?);
+    }
     preflight::workload(&args.workload, &workload, &device)?;
     let opts = run::RunOptions {
         device,

@@ -56,7 +56,7 @@ pub fn workload(origin: &str, w: &Workload, device: &DeviceSpec) -> Result<()> {
             let Op::Kernel(k) = op else { continue };
             info.blocks_per_sm(k).with_context(|| format!("{origin}: process {:?}", p.name))?;
             let Some(suite) = &k.suite else { continue };
-            if matches!(device, DeviceSpec::Sim(_)) && warned.insert(suite.to_string()) {
+            if matches!(device, DeviceSpec::Sim(..)) && warned.insert(suite.to_string()) {
                 if let Err(e) = gpumux_cuda::device::SuiteTarget::resolve(suite) {
                     eprintln!(
                         "warning: {origin}: process {:?}, kernel `{}`: {e}; the simulator runs it from its \
