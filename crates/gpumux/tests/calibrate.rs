@@ -118,6 +118,7 @@ fn calibrating_the_simulator_against_itself_recovers_the_workload_and_its_predic
     for r in rows {
         for i in 0..2 {
             let (dev, calib) = (r["device"][i].as_f64().expect("number"), r["calibrated"][i].as_f64().expect("number"));
+            assert!(r["error"].is_null());
             assert!((calib / dev - 1.0).abs() < 0.03, "{}: {dev} vs {calib}", r["policy"]);
         }
     }

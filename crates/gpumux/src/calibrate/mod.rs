@@ -247,7 +247,9 @@ pub fn render(c: &Calibration) -> String {
 #[derive(Debug, Serialize)]
 pub struct CompareRow {
     pub policy: String,
-    pub device: (f64, f64),
+    /// `None` when the run on the device failed (`error` says why).
+    pub device: Option<(f64, f64)>,
+    pub error: Option<String>,
     pub sim: (f64, f64),
     pub calibrated: (f64, f64),
 }
@@ -279,8 +281,6 @@ fn compare_runs(
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         max_work: f64::INFINITY,
     };
-    eprintln!("calibrate --compare: the workload on {}", cal.measured_on);
-    let on_device = run::run_workload(w, &opts(device.clone()))?;
     let plain = run::run_workload(w, &opts(DeviceSpec::Sim(target.clone(), SimTuning::default())))?;
     let calibrated = run::run_workload(&cal.apply(w)?, &opts(DeviceSpec::Sim(target.clone(), cal.tuning()?)))?;
     let pick = |r: &run::RunReport, p: &str| -> Result<(f64, f64)> {
@@ -288,11 +288,23 @@ fn compare_runs(
             r.policies.iter().find(|m| m.policy == p).ok_or_else(|| anyhow!("no result for {p}"))?;
         Ok((m.antt, m.stp))
     };
+    // One device run per policy (each with its own alone runs): a policy the device cannot
+    // carry out costs its row, not the table.
     let mut rows = Vec::new();
-    for m in &on_device.policies {
+    for (p, m) in policies.iter().zip(&plain.policies) {
+        eprintln!("calibrate --compare: {p} on {}", cal.measured_on);
+        let one = RunOptions { policies: vec![p.clone()], ..opts(device.clone()) };
+        let (device, error) = match run::run_workload(w, &one) {
+            Ok(r) => (r.policies.first().map(|d| (d.antt, d.stp)), None),
+            Err(e) => {
+                eprintln!("calibrate --compare: {p} failed on {}: {e:#}", cal.measured_on);
+                (None, Some(format!("{e:#}")))
+            }
+        };
         rows.push(CompareRow {
             policy: m.policy.clone(),
-            device: (m.antt, m.stp),
+            device,
+            error,
             sim: pick(&plain, &m.policy)?,
             calibrated: pick(&calibrated, &m.policy)?,
         });
@@ -318,23 +330,28 @@ pub fn render_comparison(c: &Comparison) -> String {
     );
     let (mut within_antt, mut within_stp) = (0, 0);
     for r in &c.rows {
+        let Some(dev) = r.device else {
+            let why = r.error.as_deref().unwrap_or("no result");
+            let _ = writeln!(s, "{:<16} failed on the device: {}", r.policy, gpumux_files::text::truncate(why, 100));
+            continue;
+        };
         let _ = writeln!(
             s,
             "{:<16} {:>8.2} {:>8.2} {:>8} {:>8.2} {:>8} | {:>7.3} {:>7.3} {:>8} {:>7.3} {:>8}",
             r.policy,
-            r.device.0,
+            dev.0,
             r.sim.0,
-            err(r.sim.0, r.device.0),
+            err(r.sim.0, dev.0),
             r.calibrated.0,
-            err(r.calibrated.0, r.device.0),
-            r.device.1,
+            err(r.calibrated.0, dev.0),
+            dev.1,
             r.sim.1,
-            err(r.sim.1, r.device.1),
+            err(r.sim.1, dev.1),
             r.calibrated.1,
-            err(r.calibrated.1, r.device.1)
+            err(r.calibrated.1, dev.1)
         );
-        within_antt += usize::from((r.calibrated.0 / r.device.0 - 1.0).abs() <= 0.10);
-        within_stp += usize::from((r.calibrated.1 / r.device.1 - 1.0).abs() <= 0.10);
+        within_antt += usize::from((r.calibrated.0 / dev.0 - 1.0).abs() <= 0.10);
+        within_stp += usize::from((r.calibrated.1 / dev.1 - 1.0).abs() <= 0.10);
     }
     let _ = writeln!(s, "calibrated within 10%: ANTT {within_antt} of {n}, STP {within_stp} of {n}", n = c.rows.len());
     s
