@@ -1,7 +1,8 @@
 //! gpumux: share NVIDIA GPUs between processes the way an OS shares CPUs.
 //!
 //! Subcommands: `run` (a workload under several policies, on the simulated
-//! GPU by default), `bench` (measurements), `rt` (real-time schedulability
+//! GPU by default), `calibrate` (a workload's kernels measured alone on a
+//! device, the simulator fitted to them), `bench` (measurements), `rt` (real-time schedulability
 //! analysis), `policies` and `devices` (what is available), `ps` and `top`
 //! (gpumuxd's clients), `daemon` (gpumuxd itself).
 

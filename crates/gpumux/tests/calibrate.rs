@@ -173,6 +173,24 @@ notes = []
     let o = gpumux(&["run", "examples/suite-h100.toml", "--device", "cuda:0", "--calibration", c, "-q"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--calibration is for a simulated device"), "{}", stderr(&o));
+    // Without a GPU, calibrating one is a clear error, before any file is written.
+    let out = dir.path().join("gpu.toml");
+    let o = gpumux(&[
+        "calibrate",
+        "--device",
+        "cuda:0",
+        "examples/suite-h100.toml",
+        "-o",
+        out.to_str().expect("utf-8"),
+        "--runs",
+        "1",
+    ]);
+    if o.status.success() {
+        eprintln!("SKIPPED the no-GPU part: a GPU is present");
+    } else {
+        assert!(stderr(&o).contains("cuda:0 cannot be opened"), "{}", stderr(&o));
+        assert!(!out.exists());
+    }
     std::fs::write(&cal, "format = 2\n").expect("write");
     let o = gpumux(&["run", "examples/two-procs.toml", "--calibration", c, "-q"]);
     assert!(!o.status.success());
