@@ -4,7 +4,7 @@
 //! crate's generator at a few `U_G` values.
 //!
 //! ```text
-//! cargo run --release -p gpumux-rt --example readings -- [SETS] [cpu,pci,gpu]
+//! cargo run --release -p gpumux-rt --example readings -- [SETS] [cpu,pci,gpu] [U_G,U_G,...]
 //! ```
 //!
 //! Blocking readings compared (all with the paper's interference term):
@@ -116,7 +116,7 @@ fn main() {
         None => 1000,
         Some(Ok(n)) if n > 0 => n,
         Some(_) => {
-            eprintln!("usage: readings [SETS] [cpu,pci,gpu]");
+            eprintln!("usage: readings [SETS] [cpu,pci,gpu] [U_G,U_G,...]");
             std::process::exit(2);
         }
     };
@@ -133,9 +133,19 @@ fn main() {
         "GLOBAL-schedulable sets of {sets} per U_G (± 0.05), weights {},{},{}; [single-GPU in brackets]",
         cfg.weights.cpu, cfg.weights.pci, cfg.weights.gpu
     );
-    let ugs = [0.8, 1.2, 1.6, 2.0];
+    let ugs: Vec<f64> = match args.get(2) {
+        None => vec![0.8, 1.2, 1.6, 2.0],
+        Some(list) => {
+            let v: Vec<f64> = list.split(',').filter_map(|x| x.parse().ok()).collect();
+            if v.is_empty() || v.iter().any(|u| !(0.1..=8.0).contains(u)) {
+                eprintln!("U_G values must be numbers in 0.1..=8, comma-separated");
+                std::process::exit(2);
+            }
+            v
+        }
+    };
     print!("{:10}", "blocking");
-    for u in ugs {
+    for &u in &ugs {
         print!("  U_G={u:<11}");
     }
     println!();
@@ -146,7 +156,7 @@ fn main() {
         ("none", Blocking::None),
     ] {
         print!("{name:10}");
-        for ug in ugs {
+        for &ug in &ugs {
             let mut rng = Rng::new(1);
             let (mut single, mut global, mut skipped) = (0, 0, 0);
             for _ in 0..sets {
