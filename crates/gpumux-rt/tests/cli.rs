@@ -167,3 +167,63 @@ fn analyze_says_the_unit_and_what_a_verdict_means() {
         assert!(out.contains(want), "`{want}` missing from:\n{out}");
     }
 }
+
+#[test]
+fn analyze_shows_each_verdict_kind_in_the_table_and_the_json() {
+    // "slow" converges at 6000 (15 deadlines; before issue 42 it was called unbounded), "hog"
+    // diverges (the GPU above it is 111.5 % busy), "below" is under it; two iterations leave
+    // "slow" with its closed-form bound.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("kinds.toml");
+    std::fs::write(
+        &file,
+        r#"
+[platform]
+gpus = 1
+[[task]]
+name = "busy"
+period = 100
+subtasks = [{ resource = "gpu", single = 99, multi = 99 }]
+[[task]]
+name = "slow"
+period = 400
+subtasks = [{ resource = "gpu", single = 50, multi = 50 }]
+[[task]]
+name = "hog"
+period = 500
+subtasks = [{ resource = "cpu", single = 1, multi = 1 }, { resource = "gpu", single = 10, multi = 10 }]
+[[task]]
+name = "below"
+period = 1000
+subtasks = [{ resource = "cpu", single = 7, multi = 7 }]
+"#,
+    )
+    .expect("write");
+    let f = file.to_str().expect("utf-8");
+    let run = |args: &[&str]| {
+        let mut argv = vec!["x", "analyze", f];
+        argv.extend_from_slice(args);
+        let w = Wrapper::try_parse_from(argv).expect("parses");
+        let mut out = String::new();
+        run_to(w.cmd, &mut out).expect("runs");
+        out
+    };
+    let table = run(&[]);
+    let line = |name: &str| table.lines().find(|l| l.contains(name)).unwrap_or_default().to_string();
+    assert!(line("busy").contains("MISSES"), "{table}");
+    assert!(line("slow").contains("6000.00") && line("slow").contains("MISSES"), "{table}");
+    assert!(line("hog").contains("DIVERGES") && line("hog").contains("1.1150 >= 1"), "{table}");
+    assert!(line("below").contains("NOT ANALYSED"), "{table}");
+    assert!(table.contains("NOT CONVERGED:"), "the legend explains every kind:\n{table}");
+    let few = run(&["--max-iterations", "3"]);
+    assert!(few.lines().any(|l| l.contains("slow") && l.contains("NOT CONVERGED")), "{few}");
+    let json: serde_json::Value = serde_json::from_str(&run(&["--json"])).expect("JSON");
+    let status: Vec<&str> = json["analysis"]["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|t| t["status"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(status, ["misses", "misses", "diverges", "not_analysed"]);
+    assert!(Wrapper::try_parse_from(["x", "analyze", f, "--max-iterations", "0"]).is_err());
+}
