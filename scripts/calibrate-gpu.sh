@@ -25,14 +25,8 @@ cd "$root"
 mkdir -p "$OUTDIR"
 [ -x "$BIN" ] || { echo "calibrate-gpu: no executable at $BIN" >&2; exit 2; }
 
-# NVRTC: the CUDA toolkit's, or the pip wheel's (nvidia-cuda-nvrtc).
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -e "$d/libnvrtc.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-done
-if command -v python3 >/dev/null; then
-    wheel=$(python3 -c 'import nvidia, os; print([os.path.join(p, "cu13", "lib") for p in nvidia.__path__][0])' 2>/dev/null || true)
-    [ -n "$wheel" ] && [ -d "$wheel" ] && export LD_LIBRARY_PATH="$wheel:${LD_LIBRARY_PATH:-}"
-fi
+# NVRTC for the compiles: the CUDA toolkit's, or the pip wheel's.
+source "$root/scripts/nvrtc-path.sh"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUTDIR/gpu.txt"
 date -u +%Y-%m-%dT%H:%MZ | tee "$OUTDIR/date.txt"
