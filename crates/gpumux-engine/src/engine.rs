@@ -152,6 +152,11 @@ pub struct Engine {
     retreats_free_at_once: bool,
     /// SMs freed when their retreat was sent, whose `SmReleased` is still to come.
     released_early: Vec<(LaunchId, SmId)>,
+    /// Streams whose head is a [`StreamOp::WaitFor`] still waiting: the
+    /// operation waited for, and the waiting process. Empty unless a front-end
+    /// orders streams after each other, so an operation's end costs one
+    /// `is_empty` check otherwise.
+    blocked: Vec<(OpId, Slot)>,
 }
 
 impl Engine {
@@ -187,6 +192,7 @@ impl Engine {
             kernels_completed: 0,
             retreats_free_at_once: false,
             released_early: Vec::new(),
+            blocked: Vec::new(),
         })
     }
 
@@ -268,9 +274,12 @@ impl Engine {
         if let Some(id) = process.stream.front().and_then(|q| q.kernel) {
             self.retire_kernel(id);
         }
+        self.blocked.retain(|b| b.1 != slot);
         // A copy on the device cannot be called back; its `CopyDone` is ignored.
         for q in process.stream {
             self.completions.push_back(Completion { slot, op: q.id, outcome: OpOutcome::Dropped });
+            // A stream waiting for it goes on: what it waited for will never come.
+            self.wake_waiters(q.id);
         }
         self.dirty = true;
         Ok(())
@@ -333,6 +342,8 @@ impl Engine {
             }
             StreamOp::Copy { direction, bytes } => Work::Copy { direction, bytes },
             StreamOp::Sync => Work::Sync,
+            StreamOp::WaitFor { slot, op } => Work::WaitFor { slot, op },
+            StreamOp::Hold => Work::Hold { released: false },
         };
         let p = self.processes.get_mut(slot).ok_or(EngineError::UnknownSlot(slot))?;
         let id = OpId(self.next_op);
@@ -397,10 +408,21 @@ impl Engine {
                     }
                 }
                 Work::Sync => {}
+                &Work::WaitFor { slot: awaited, op } => {
+                    if self.is_queued(awaited, op) {
+                        // Woken by `wake_waiters` when `op` ends.
+                        self.blocked.push((op, slot));
+                        return;
+                    }
+                }
+                Work::Hold { released: false } => return,
+                Work::Hold { released: true } => {}
             }
+            let Some(p) = self.processes.get_mut(slot) else { return };
             let done = p.stream.pop_front().map(|q| q.id);
             if let Some(op) = done {
                 self.completions.push_back(Completion { slot, op, outcome: OpOutcome::Completed });
+                self.wake_waiters(op);
             }
         }
     }
@@ -410,8 +432,52 @@ impl Engine {
         let Some(p) = self.processes.get_mut(slot) else { return };
         if let Some(q) = p.stream.pop_front() {
             self.completions.push_back(Completion { slot, op: q.id, outcome: OpOutcome::Completed });
+            self.wake_waiters(q.id);
         }
         self.start_head(slot);
+    }
+
+    /// Whether `op` is still in the stream of the process in `slot` (not
+    /// ended). A stream's operations are in id order: a binary search.
+    fn is_queued(&self, slot: Slot, op: OpId) -> bool {
+        self.processes.get(slot).is_some_and(|p| p.stream.binary_search_by_key(&op, |q| q.id).is_ok())
+    }
+
+    /// `op` ended: the streams waiting for it at their head go on.
+    fn wake_waiters(&mut self, op: OpId) {
+        if self.blocked.is_empty() {
+            return;
+        }
+        let mut woken = Vec::new();
+        self.blocked.retain(|&(awaited, waiter)| {
+            if awaited == op {
+                woken.push(waiter);
+            }
+            awaited != op
+        });
+        for slot in woken {
+            self.start_head(slot);
+        }
+    }
+
+    /// Releases the [`StreamOp::Hold`] `op` of the process in `slot` at
+    /// `now`: it completes at once if it is the stream's head (and the next
+    /// operation starts), else when it gets there. `false`: no such hold is
+    /// queued (it was released already, or its process removed).
+    pub fn release(&mut self, now: Nanos, slot: Slot, op: OpId) -> Result<bool, EngineError> {
+        self.advance_to(now);
+        let p = self.processes.get_mut(slot).ok_or(EngineError::UnknownSlot(slot))?;
+        let Ok(i) = p.stream.binary_search_by_key(&op, |q| q.id) else { return Ok(false) };
+        let Work::Hold { released } = &mut p.stream[i].work else { return Ok(false) };
+        if *released {
+            return Ok(false);
+        }
+        *released = true;
+        if i == 0 {
+            self.start_head(slot);
+            self.dirty = true;
+        }
+        Ok(true)
     }
 
     // ------------------------------------------------------------------ device

@@ -65,6 +65,26 @@ pub enum StreamOp {
     /// Completes when every operation submitted before it has: what a
     /// front-end waits for to synchronise a host with its stream.
     Sync,
+    /// Completes once every operation before it on this stream has, **and**
+    /// operation `op` of the process in `slot` (another stream, usually) has
+    /// ended, completed or dropped: a cross-stream dependency
+    /// (`cudaStreamWaitEvent`). The operations after it on this stream stay
+    /// out of the schedule until then: only a stream's head is ever active,
+    /// so no policy can start them early, whatever it preempts or resumes.
+    /// An `op` that is not in `slot`'s stream (ended already, or a process
+    /// removed) is taken as ended.
+    WaitFor {
+        /// The process whose operation is waited for.
+        slot: Slot,
+        /// The operation.
+        op: OpId,
+    },
+    /// Completes when every operation before it has **and** the front-end
+    /// has released it ([`Engine::release`](crate::Engine::release)): the
+    /// stream holds still meanwhile. A host function run in stream order
+    /// (`cudaLaunchHostFunc`) is a `Sync` whose end the host hears of,
+    /// then a `Hold` the host releases once the function has returned.
+    Hold,
 }
 
 /// The end of an operation, reported by
@@ -104,9 +124,24 @@ pub(crate) struct Queued {
 /// A [`StreamOp`] as the engine keeps it: a kernel's occupancy is worked out
 /// (and refused if it cannot run) when it is submitted.
 pub(crate) enum Work {
-    Kernel { desc: Arc<KernelDesc>, time_key: u64, blocks_per_sm: u32 },
-    Copy { direction: CopyDirection, bytes: u64 },
+    Kernel {
+        desc: Arc<KernelDesc>,
+        time_key: u64,
+        blocks_per_sm: u32,
+    },
+    Copy {
+        direction: CopyDirection,
+        bytes: u64,
+    },
     Sync,
+    WaitFor {
+        slot: Slot,
+        op: OpId,
+    },
+    /// `released`: the front-end let it go before it reached the head.
+    Hold {
+        released: bool,
+    },
 }
 
 /// A live process: its info and its stream.
