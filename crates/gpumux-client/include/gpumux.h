@@ -62,6 +62,9 @@ typedef enum gpumux_status {
   GPUMUX_ERR_BAD_FRAME = 21,
   // The library panicked (a bug: please report it with the message).
   GPUMUX_ERR_PANIC = 22,
+  // The work asked about has not ended (an event's time before the
+  // event completed: CUDA's `cudaErrorNotReady`).
+  GPUMUX_ERR_NOT_READY = 23,
 } gpumux_status;
 
 // What a [`gpumux_arg`] holds (its `kind` field, an `int32_t`: any other
@@ -137,6 +140,43 @@ typedef struct gpumux_arg {
   // For `GPUMUX_ARG_BYTES`: how many.
   size_t len;
 } gpumux_arg;
+
+// What the device is (`cudaDeviceProp`'s fields of the same meaning).
+typedef struct gpumux_device_properties {
+  // The device in words, NUL-terminated (cut to 255 bytes).
+  char name[256];
+  // A simulated device: kernels take time there and compute nothing.
+  bool simulated;
+  // Compute capability (9.0 for Hopper).
+  uint32_t compute_capability_major;
+  // Compute capability, minor.
+  uint32_t compute_capability_minor;
+  // SMs (`multiProcessorCount`).
+  uint32_t sms;
+  // Device memory the daemon manages, bytes (`totalGlobalMem`).
+  uint64_t memory_bytes;
+  // Peak memory bandwidth, bytes per second.
+  double memory_bandwidth;
+  // `maxThreadsPerBlock`.
+  uint32_t max_threads_per_block;
+  // `maxThreadsDim`.
+  uint32_t max_block_dims[3];
+  // `maxGridSize`.
+  uint32_t max_grid_dims[3];
+  // `maxThreadsPerMultiProcessor`.
+  uint32_t max_threads_per_sm;
+  // `maxBlocksPerMultiProcessor`.
+  uint32_t max_blocks_per_sm;
+  // `regsPerMultiprocessor`.
+  uint32_t registers_per_sm;
+  // `sharedMemPerMultiprocessor`, bytes; also the most a block may ask for.
+  uint32_t shared_bytes_per_sm;
+  // `warpSize`.
+  uint32_t warp_size;
+} gpumux_device_properties;
+
+// A host function: called with the `user_data` given with it.
+typedef void (*gpumux_host_fn)(void *user_data);
 
 #ifdef __cplusplus
 extern "C" {
@@ -316,6 +356,116 @@ enum gpumux_status gpumux_wait_event(const struct gpumux_client *client, uint64_
 
 // Forgets an event.
 enum gpumux_status gpumux_destroy_event(const struct gpumux_client *client, uint64_t event);
+
+// Makes `stream`'s later work wait until `event`'s work is done, without
+// blocking the caller (`cudaStreamWaitEvent`).
+enum gpumux_status gpumux_stream_wait_event(const struct gpumux_client *client,
+                                            uint32_t stream,
+                                            uint64_t event);
+
+// Milliseconds from `start`'s end to `end`'s, into `*out_ms`
+// (`cudaEventElapsedTime`); `GPUMUX_ERR_NOT_READY` while either has not ended.
+enum gpumux_status gpumux_event_elapsed_ms(const struct gpumux_client *client,
+                                           uint64_t start,
+                                           uint64_t end,
+                                           float *out_ms);
+
+// The same in nanoseconds, into `*out_ns`.
+enum gpumux_status gpumux_event_elapsed_ns(const struct gpumux_client *client,
+                                           uint64_t start,
+                                           uint64_t end,
+                                           int64_t *out_ns);
+
+// What the device is, into `*out_properties` (`cudaGetDeviceProperties`).
+enum gpumux_status gpumux_get_device_properties(const struct gpumux_client *client,
+                                                struct gpumux_device_properties *out_properties);
+
+// Blocks of `kernel` one SM holds at once with `block_threads` threads and
+// `dynamic_shared_bytes` of dynamic shared memory per block, into
+// `*out_blocks` (`cudaOccupancyMaxActiveBlocksPerMultiprocessor`; 0: one
+// block does not fit).
+enum gpumux_status gpumux_occupancy(const struct gpumux_client *client,
+                                    const struct gpumux_kernel *kernel,
+                                    uint32_t block_threads,
+                                    uint32_t dynamic_shared_bytes,
+                                    uint32_t *out_blocks);
+
+// Calls `fn(user_data)` on a thread of the library once `stream`'s work
+// queued before now is done, and holds the stream's later work until it
+// returns (`cudaLaunchHostFunc`); returns at once. A refusal, or an error
+// sticky on the stream (then `fn` is not called), is reported by the next
+// call that waits for stream work.
+enum gpumux_status gpumux_launch_host_func(const struct gpumux_client *client,
+                                           uint32_t stream,
+                                           gpumux_host_fn fn,
+                                           void *user_data);
+
+// Fills `count` 32-bit words of `buffer` from `offset` with `value`, in stream order (`cuMemsetD32`).
+enum gpumux_status gpumux_memset_d32(const struct gpumux_client *client,
+                                     struct gpumux_buffer buffer,
+                                     uint64_t offset,
+                                     uint32_t value,
+                                     uint64_t count,
+                                     uint32_t stream);
+
+// Fills `count` 16-bit words of `buffer` from `offset` with `value`, in stream order (`cuMemsetD16`).
+enum gpumux_status gpumux_memset_d16(const struct gpumux_client *client,
+                                     struct gpumux_buffer buffer,
+                                     uint64_t offset,
+                                     uint16_t value,
+                                     uint64_t count,
+                                     uint32_t stream);
+
+// Sets `height` rows of `width` bytes of `buffer`, `pitch` apart from
+// `offset`, to `value`, in stream order (`cudaMemset2D`).
+enum gpumux_status gpumux_memset_2d(const struct gpumux_client *client,
+                                    struct gpumux_buffer buffer,
+                                    uint64_t offset,
+                                    uint64_t pitch,
+                                    uint8_t value,
+                                    uint64_t width,
+                                    uint64_t height,
+                                    uint32_t stream);
+
+// Copies `height` rows of `width` bytes from `src` (rows `src_pitch` apart)
+// into `buffer` (rows `dst_pitch` apart from `dst_offset`), in stream order;
+// returns when they are on the device (`cudaMemcpy2D`, host to device).
+enum gpumux_status gpumux_copy_to_device_2d(const struct gpumux_client *client,
+                                            struct gpumux_buffer buffer,
+                                            uint64_t dst_offset,
+                                            uint64_t dst_pitch,
+                                            const void *src,
+                                            size_t src_pitch,
+                                            uint64_t width,
+                                            uint64_t height,
+                                            uint32_t stream);
+
+// Copies `height` rows of `width` bytes from `buffer` (rows `src_pitch`
+// apart from `src_offset`) into `dst` (rows `dst_pitch` apart), after the
+// stream's earlier work; returns when they are there (`cudaMemcpy2D`,
+// device to host).
+enum gpumux_status gpumux_copy_to_host_2d(const struct gpumux_client *client,
+                                          struct gpumux_buffer buffer,
+                                          uint64_t src_offset,
+                                          uint64_t src_pitch,
+                                          void *dst,
+                                          size_t dst_pitch,
+                                          uint64_t width,
+                                          uint64_t height,
+                                          uint32_t stream);
+
+// Copies `height` rows of `width` bytes between two of the client's buffers,
+// each with its own pitch, in stream order (`cudaMemcpy2D`, device to device).
+enum gpumux_status gpumux_copy_device_2d(const struct gpumux_client *client,
+                                         struct gpumux_buffer src,
+                                         uint64_t src_offset,
+                                         uint64_t src_pitch,
+                                         struct gpumux_buffer dst,
+                                         uint64_t dst_offset,
+                                         uint64_t dst_pitch,
+                                         uint64_t width,
+                                         uint64_t height,
+                                         uint32_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

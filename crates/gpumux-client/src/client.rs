@@ -161,8 +161,9 @@ pub struct Event(pub EventId);
 /// turns through the one shared region (copies from and to a [`HostBuffer`]
 /// do not). Says goodbye on drop.
 pub struct Client {
-    /// Shared with the client's host buffers, which detach themselves.
-    conn: Arc<Connection>,
+    /// Shared with the client's host buffers, which detach themselves, and
+    /// with the threads of host functions (`launch_host_func`).
+    pub(crate) conn: Arc<Connection>,
     welcome: Welcome,
     /// The address ranges of this client's host buffers.
     hosts: Arc<HostTable>,
@@ -513,7 +514,7 @@ impl Client {
 
     /// `r`, unless an earlier launch's error is still unreported: that
     /// error first (an error of `r` itself then stays for the next call).
-    fn deferred_first<T>(&self, r: Result<T>) -> Result<T> {
+    pub(crate) fn deferred_first<T>(&self, r: Result<T>) -> Result<T> {
         match self.conn.take_deferred_error() {
             None => r,
             Some(earlier) => {
@@ -525,7 +526,7 @@ impl Client {
         }
     }
 
-    fn done(&self, request: Request) -> Result<()> {
+    pub(crate) fn done(&self, request: Request) -> Result<()> {
         expect_done(self.conn.send(request, None)?)
     }
 
@@ -625,7 +626,7 @@ pub(crate) fn expect_done(pending: PendingReply) -> Result<()> {
     }
 }
 
-fn unexpected(request: &'static str, reply: &Reply) -> ClientError {
+pub(crate) fn unexpected(request: &'static str, reply: &Reply) -> ClientError {
     let got = match reply {
         Reply::Welcome(_) => "Welcome",
         Reply::Done => "Done",
@@ -636,6 +637,10 @@ fn unexpected(request: &'static str, reply: &Reply) -> ClientError {
         Reply::Query(_) => "Query",
         Reply::Status(_) => "Status",
         Reply::HostRegion(_) => "HostRegion",
+        Reply::Elapsed(_) => "Elapsed",
+        Reply::Properties(_) => "Properties",
+        Reply::Occupancy(_) => "Occupancy",
+        Reply::HostFunc(_) => "HostFunc",
     };
     ClientError::Protocol { request, got: format!("a {got} reply") }
 }

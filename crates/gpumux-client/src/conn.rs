@@ -71,6 +71,10 @@ struct Routing {
     /// Errors of requests sent without a caller waiting (launches),
     /// oldest first, not yet reported.
     deferred_errors: VecDeque<(&'static str, ErrorReply)>,
+    /// Requests whose waiter is a thread of the library, not the caller
+    /// (a host function's, [`Connection::send_reporting`]): an error in
+    /// the reply is also kept in `deferred_errors`, by name.
+    reported: HashMap<u64, &'static str>,
 }
 
 impl Routing {
@@ -269,6 +273,11 @@ impl Connection {
     /// Sends a request (with `fd` passed alongside, for `AttachShm`) and
     /// returns its reply to come.
     pub(crate) fn send(&self, request: Request, fd: Option<BorrowedFd<'_>>) -> Result<PendingReply> {
+        self.send_as(request, fd, false)
+    }
+
+    /// [`Connection::send`]; `reported`: [`Connection::send_reporting`].
+    fn send_as(&self, request: Request, fd: Option<BorrowedFd<'_>>, reported: bool) -> Result<PendingReply> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let name = request.name();
         let bytes = encode_frame(&ClientFrame { id, request })?;
@@ -279,13 +288,30 @@ impl Connection {
                 return Err(routing.gone());
             }
             routing.waiting.insert(id, tx);
+            if reported {
+                routing.reported.insert(id, name);
+            }
         }
         let written = self.write_frame(&bytes, fd.map(|f| f.as_raw_fd()));
         if let Err(e) = written {
-            lock(&self.routing).waiting.remove(&id);
+            {
+                // Let go before `write_failed`, which takes the lock again.
+                let mut routing = lock(&self.routing);
+                routing.waiting.remove(&id);
+                routing.reported.remove(&id);
+            }
             return Err(self.write_failed(e));
         }
         Ok(PendingReply { request: name, rx, spin: spin_window(SPIN_FOR_REPLY, self.urgent.load(Ordering::Relaxed)) })
+    }
+
+    /// Sends a request whose reply a thread of the library waits for, not
+    /// the caller: an error in the reply is kept for
+    /// [`Connection::take_deferred_error`] as a launch's is, by the reader
+    /// thread before it hands on any later reply, so the next call that
+    /// waits for stream work reports it (a host function refused).
+    pub(crate) fn send_reporting(&self, request: Request) -> Result<PendingReply> {
+        self.send_as(request, None, true)
     }
 
     /// Sends a request no caller waits for (module doc): an error in its
@@ -611,6 +637,11 @@ fn read_loop(
                 // doc). Id 0 is no request's: the daemon's word on why it
                 // closes the connection, kept for every call from then on.
                 if let Some(tx) = routing.waiting.remove(&id) {
+                    if let Some(name) = routing.reported.remove(&id) {
+                        if let Err(error) = &result {
+                            routing.deferred_errors.push_back((name, error.clone()));
+                        }
+                    }
                     let _ = tx.send(Routed::Answer(result));
                 } else if id != 0 {
                     if let Err(error) = result {

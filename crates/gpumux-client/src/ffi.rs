@@ -103,6 +103,9 @@ pub enum gpumux_status {
     GPUMUX_ERR_BAD_FRAME = 21,
     /// The library panicked (a bug: please report it with the message).
     GPUMUX_ERR_PANIC = 22,
+    /// The work asked about has not ended (an event's time before the
+    /// event completed: CUDA's `cudaErrorNotReady`).
+    GPUMUX_ERR_NOT_READY = 23,
 }
 
 use gpumux_status::*;
@@ -235,6 +238,7 @@ impl From<ClientError> for Failure {
                 ErrorKind::ContextLost => GPUMUX_ERR_CONTEXT_LOST,
                 ErrorKind::Device => GPUMUX_ERR_DEVICE,
                 ErrorKind::ShuttingDown => GPUMUX_ERR_SHUTTING_DOWN,
+                ErrorKind::NotReady => GPUMUX_ERR_NOT_READY,
             },
         };
         Failure(status, e.to_string())
@@ -910,4 +914,323 @@ pub unsafe extern "C" fn gpumux_wait_event(client: *const gpumux_client, event: 
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_destroy_event(client: *const gpumux_client, event: u64) -> gpumux_status {
     guard(|| Ok(unsafe { client_ref(client) }?.destroy_event(Event(EventId(event)))?))
+}
+
+// ---------------------------------------------------------------- issue 40
+// What CUDA programs use beyond one stream (docs/cuda-runtime-calls.md has
+// the CUDA call each one stands for).
+
+/// The bytes `height` rows of `width` bytes, `pitch` apart, span on the host
+/// (0 for an empty copy), if that is a length at all.
+fn host_rows_span(pitch: usize, width: u64, height: u64, what: &str) -> Result<usize, Failure> {
+    if width == 0 || height == 0 {
+        return Ok(0);
+    }
+    (height - 1)
+        .checked_mul(pitch as u64)
+        .and_then(|n| n.checked_add(width))
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| invalid(format!("{what}: {height} rows of {width} bytes, {pitch} apart, overflow")))
+}
+
+/// Makes `stream`'s later work wait until `event`'s work is done, without
+/// blocking the caller (`cudaStreamWaitEvent`).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_stream_wait_event(
+    client: *const gpumux_client,
+    stream: u32,
+    event: u64,
+) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.stream_wait_event(StreamId(stream), Event(EventId(event)))?))
+}
+
+/// Milliseconds from `start`'s end to `end`'s, into `*out_ms`
+/// (`cudaEventElapsedTime`); `GPUMUX_ERR_NOT_READY` while either has not ended.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_event_elapsed_ms(
+    client: *const gpumux_client,
+    start: u64,
+    end: u64,
+    out_ms: *mut f32,
+) -> gpumux_status {
+    guard(|| {
+        let out_ms = unsafe { out(out_ms, "out_ms") }?;
+        let ns = unsafe { client_ref(client) }?.event_elapsed_ns(Event(EventId(start)), Event(EventId(end)))?;
+        *out_ms = (ns as f64 / 1e6) as f32;
+        Ok(())
+    })
+}
+
+/// The same in nanoseconds, into `*out_ns`.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_event_elapsed_ns(
+    client: *const gpumux_client,
+    start: u64,
+    end: u64,
+    out_ns: *mut i64,
+) -> gpumux_status {
+    guard(|| {
+        let out_ns = unsafe { out(out_ns, "out_ns") }?;
+        *out_ns = unsafe { client_ref(client) }?.event_elapsed_ns(Event(EventId(start)), Event(EventId(end)))?;
+        Ok(())
+    })
+}
+
+/// What the device is (`cudaDeviceProp`'s fields of the same meaning).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumux_device_properties {
+    /// The device in words, NUL-terminated (cut to 255 bytes).
+    pub name: [c_char; 256],
+    /// A simulated device: kernels take time there and compute nothing.
+    pub simulated: bool,
+    /// Compute capability (9.0 for Hopper).
+    pub compute_capability_major: u32,
+    /// Compute capability, minor.
+    pub compute_capability_minor: u32,
+    /// SMs (`multiProcessorCount`).
+    pub sms: u32,
+    /// Device memory the daemon manages, bytes (`totalGlobalMem`).
+    pub memory_bytes: u64,
+    /// Peak memory bandwidth, bytes per second.
+    pub memory_bandwidth: f64,
+    /// `maxThreadsPerBlock`.
+    pub max_threads_per_block: u32,
+    /// `maxThreadsDim`.
+    pub max_block_dims: [u32; 3],
+    /// `maxGridSize`.
+    pub max_grid_dims: [u32; 3],
+    /// `maxThreadsPerMultiProcessor`.
+    pub max_threads_per_sm: u32,
+    /// `maxBlocksPerMultiProcessor`.
+    pub max_blocks_per_sm: u32,
+    /// `regsPerMultiprocessor`.
+    pub registers_per_sm: u32,
+    /// `sharedMemPerMultiprocessor`, bytes; also the most a block may ask for.
+    pub shared_bytes_per_sm: u32,
+    /// `warpSize`.
+    pub warp_size: u32,
+}
+
+/// What the device is, into `*out_properties` (`cudaGetDeviceProperties`).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_get_device_properties(
+    client: *const gpumux_client,
+    out_properties: *mut gpumux_device_properties,
+) -> gpumux_status {
+    guard(|| {
+        let out_properties = unsafe { out(out_properties, "out_properties") }?;
+        let p = unsafe { client_ref(client) }?.device_properties()?;
+        let mut name = [0 as c_char; 256];
+        for (dst, &b) in name.iter_mut().zip(p.name.as_bytes().iter().take(255).take_while(|&&b| b != 0)) {
+            *dst = b as c_char;
+        }
+        *out_properties = gpumux_device_properties {
+            name,
+            simulated: p.simulated,
+            compute_capability_major: p.compute_capability[0],
+            compute_capability_minor: p.compute_capability[1],
+            sms: p.sms,
+            memory_bytes: p.memory_bytes,
+            memory_bandwidth: p.memory_bandwidth,
+            max_threads_per_block: p.max_threads_per_block,
+            max_block_dims: p.max_block_dims,
+            max_grid_dims: p.max_grid_dims,
+            max_threads_per_sm: p.max_threads_per_sm,
+            max_blocks_per_sm: p.max_blocks_per_sm,
+            registers_per_sm: p.registers_per_sm,
+            shared_bytes_per_sm: p.shared_bytes_per_sm,
+            warp_size: p.warp_size,
+        };
+        Ok(())
+    })
+}
+
+/// Blocks of `kernel` one SM holds at once with `block_threads` threads and
+/// `dynamic_shared_bytes` of dynamic shared memory per block, into
+/// `*out_blocks` (`cudaOccupancyMaxActiveBlocksPerMultiprocessor`; 0: one
+/// block does not fit).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_occupancy(
+    client: *const gpumux_client,
+    kernel: *const Kernel,
+    block_threads: u32,
+    dynamic_shared_bytes: u32,
+    out_blocks: *mut u32,
+) -> gpumux_status {
+    guard(|| {
+        let out_blocks = unsafe { out(out_blocks, "out_blocks") }?;
+        let c = unsafe { client_ref(client) }?;
+        let kernel = unsafe { kernel_handle(kernel, client) }?;
+        *out_blocks = c.occupancy(kernel, block_threads, dynamic_shared_bytes)?;
+        Ok(())
+    })
+}
+
+/// A host function: called with the `user_data` given with it.
+pub type gpumux_host_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+/// `user_data` crosses to the library's thread as it is: what it points at
+/// is the caller's business, as with CUDA's `cudaLaunchHostFunc`.
+struct UserData(*mut c_void);
+// SAFETY: the library never dereferences it; it only hands it back to `fn`.
+unsafe impl Send for UserData {}
+
+/// Calls `fn(user_data)` on a thread of the library once `stream`'s work
+/// queued before now is done, and holds the stream's later work until it
+/// returns (`cudaLaunchHostFunc`); returns at once. A refusal, or an error
+/// sticky on the stream (then `fn` is not called), is reported by the next
+/// call that waits for stream work.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_launch_host_func(
+    client: *const gpumux_client,
+    stream: u32,
+    r#fn: gpumux_host_fn,
+    user_data: *mut c_void,
+) -> gpumux_status {
+    guard(|| {
+        let client = unsafe { client_ref(client) }?;
+        let f = r#fn.ok_or_else(|| null("fn"))?;
+        let data = UserData(user_data);
+        client.launch_host_func(StreamId(stream), move || {
+            let data = data;
+            // SAFETY: the caller's function, called with the caller's pointer, as promised.
+            unsafe { f(data.0) }
+        })?;
+        Ok(())
+    })
+}
+
+/// Fills `count` 32-bit words of `buffer` from `offset` with `value`, in stream order (`cuMemsetD32`).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_memset_d32(
+    client: *const gpumux_client,
+    buffer: Buffer,
+    offset: u64,
+    value: u32,
+    count: u64,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.memset_d32(&buffer, offset, value, count, StreamId(stream))?))
+}
+
+/// Fills `count` 16-bit words of `buffer` from `offset` with `value`, in stream order (`cuMemsetD16`).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_memset_d16(
+    client: *const gpumux_client,
+    buffer: Buffer,
+    offset: u64,
+    value: u16,
+    count: u64,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| Ok(unsafe { client_ref(client) }?.memset_d16(&buffer, offset, value, count, StreamId(stream))?))
+}
+
+/// Sets `height` rows of `width` bytes of `buffer`, `pitch` apart from
+/// `offset`, to `value`, in stream order (`cudaMemset2D`).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_memset_2d(
+    client: *const gpumux_client,
+    buffer: Buffer,
+    offset: u64,
+    pitch: u64,
+    value: u8,
+    width: u64,
+    height: u64,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| {
+        let c = unsafe { client_ref(client) }?;
+        Ok(c.memset_2d(&buffer, crate::Pitched::new(offset, pitch), value, width, height, StreamId(stream))?)
+    })
+}
+
+/// Copies `height` rows of `width` bytes from `src` (rows `src_pitch` apart)
+/// into `buffer` (rows `dst_pitch` apart from `dst_offset`), in stream order;
+/// returns when they are on the device (`cudaMemcpy2D`, host to device).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_copy_to_device_2d(
+    client: *const gpumux_client,
+    buffer: Buffer,
+    dst_offset: u64,
+    dst_pitch: u64,
+    src: *const c_void,
+    src_pitch: usize,
+    width: u64,
+    height: u64,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| {
+        let c = unsafe { client_ref(client) }?;
+        let len = host_rows_span(src_pitch, width, height, "src")?;
+        if src.is_null() && len > 0 {
+            return Err(null("src"));
+        }
+        span(src, len, "src")?;
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller passes the rows' bytes at `src` (checked non-null, `len` from the shape).
+            unsafe { std::slice::from_raw_parts(src.cast::<u8>(), len) }
+        };
+        let dst = crate::Pitched::new(dst_offset, dst_pitch);
+        Ok(c.copy_to_device_2d(&buffer, dst, data, src_pitch as u64, width, height, StreamId(stream))?)
+    })
+}
+
+/// Copies `height` rows of `width` bytes from `buffer` (rows `src_pitch`
+/// apart from `src_offset`) into `dst` (rows `dst_pitch` apart), after the
+/// stream's earlier work; returns when they are there (`cudaMemcpy2D`,
+/// device to host).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_copy_to_host_2d(
+    client: *const gpumux_client,
+    buffer: Buffer,
+    src_offset: u64,
+    src_pitch: u64,
+    dst: *mut c_void,
+    dst_pitch: usize,
+    width: u64,
+    height: u64,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| {
+        let c = unsafe { client_ref(client) }?;
+        let len = host_rows_span(dst_pitch, width, height, "dst")?;
+        if dst.is_null() && len > 0 {
+            return Err(null("dst"));
+        }
+        span(dst, len, "dst")?;
+        let data: &mut [u8] = if len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller passes the rows' bytes at `dst` (checked non-null, `len` from the shape).
+            unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len) }
+        };
+        let src = crate::Pitched::new(src_offset, src_pitch);
+        Ok(c.copy_to_host_2d(&buffer, src, data, dst_pitch as u64, width, height, StreamId(stream))?)
+    })
+}
+
+/// Copies `height` rows of `width` bytes between two of the client's buffers,
+/// each with its own pitch, in stream order (`cudaMemcpy2D`, device to device).
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_copy_device_2d(
+    client: *const gpumux_client,
+    src: Buffer,
+    src_offset: u64,
+    src_pitch: u64,
+    dst: Buffer,
+    dst_offset: u64,
+    dst_pitch: u64,
+    width: u64,
+    height: u64,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| {
+        let c = unsafe { client_ref(client) }?;
+        let (from, to) = (crate::Pitched::new(src_offset, src_pitch), crate::Pitched::new(dst_offset, dst_pitch));
+        Ok(c.copy_device_2d(&src, from, &dst, to, width, height, StreamId(stream))?)
+    })
 }

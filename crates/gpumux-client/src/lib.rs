@@ -44,6 +44,7 @@ mod error;
 pub mod ffi;
 mod handles;
 mod host;
+mod runtime_calls;
 mod shm;
 
 pub use client::{
@@ -52,10 +53,12 @@ pub use client::{
 };
 pub use error::{ClientError, Result};
 pub use gpumux_proto::{
-    printable_name, ClientStatus, ErrorKind, HostRegionId, Limits, LostWork, Notice, Status, StreamId, Welcome,
+    printable_name, ClientStatus, DeviceProperties, ErrorKind, HostRegionId, Limits, LostWork, Notice, Status,
+    StreamId, Welcome,
 };
 pub use handles::{Arg, Buffer, Kernel, LaunchConfig, Module};
 pub use host::HostBuffer;
+pub use runtime_calls::Pitched;
 
 #[doc(hidden)]
 pub use chunk::{plan as plan_chunks, slots_for, Chunk};

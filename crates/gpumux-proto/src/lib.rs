@@ -43,8 +43,11 @@ pub const MAGIC: [u8; 4] = *b"GMUX";
 /// added `UseRings`; version 3 answers a `Launch` only when it is refused;
 /// version 4 added host regions (`AttachHost`, `DetachHost`,
 /// `CopyFromHostRegion`, `CopyToHostRegion`, the `host_memory` limit and the
-/// pinned host memory of `Status`).
-pub const VERSION: u16 = 4;
+/// pinned host memory of `Status`); version 5 added what CUDA programs use
+/// beyond one stream (issue 40: `StreamWaitEvent`, `EventElapsed`,
+/// `DeviceProperties`, `Occupancy`, `HostFunc`, `EndHostFunc`, the
+/// `NotReady` error).
+pub const VERSION: u16 = 5;
 /// The largest frame body either side accepts (module sources are the big ones).
 pub const MAX_FRAME_BYTES: u32 = 8 << 20;
 /// The longest client or kernel name.
@@ -330,6 +333,91 @@ pub enum Request {
         /// Ordered after the stream's earlier work.
         stream: StreamId,
     },
+    /// Makes `stream`'s later work wait until `event`'s work is done,
+    /// without blocking the host (`cudaStreamWaitEvent`): the event as
+    /// recorded now counts, a later `RecordEvent` does not change what this
+    /// waits for. The scheduler never starts the waiting work before then,
+    /// under any policy and across preemptions. Answered `Done` at once.
+    StreamWaitEvent {
+        /// The stream that waits.
+        stream: StreamId,
+        /// What it waits for (any stream of the client's, this one included).
+        event: EventId,
+    },
+    /// The time between two events' ends (`cudaEventElapsedTime`), answered
+    /// [`Reply::Elapsed`]; [`ErrorKind::NotReady`] while either has not
+    /// ended. An event's time is the device time at which the daemon saw the
+    /// work before it end (docs/daemon.md, "Event timing").
+    EventElapsed {
+        /// The earlier event.
+        start: EventId,
+        /// The later event.
+        end: EventId,
+    },
+    /// What the device is (`cudaGetDeviceProperties`), answered
+    /// [`Reply::Properties`].
+    DeviceProperties,
+    /// How many blocks of a kernel one SM holds at once
+    /// (`cudaOccupancyMaxActiveBlocksPerMultiprocessor`), answered
+    /// [`Reply::Occupancy`].
+    Occupancy {
+        /// The kernel.
+        kernel: KernelId,
+        /// Threads per block, 1 ..= the kernel's limit.
+        block_threads: u32,
+        /// Dynamic shared memory per block, bytes.
+        dynamic_shared_bytes: u32,
+    },
+    /// A host function in stream order (`cudaLaunchHostFunc`): answered
+    /// [`Reply::HostFunc`] once the stream's earlier work is done, and the
+    /// stream's later work waits until the client sends
+    /// [`Request::EndHostFunc`] with the answer's token (after running the
+    /// function). If an error is sticky on the stream, the answer is that
+    /// error and the stream goes on at once (the function is not to run,
+    /// as CUDA does not call it after an error).
+    HostFunc(StreamId),
+    /// The host function of [`Request::HostFunc`]'s `token` returned: its
+    /// stream goes on.
+    EndHostFunc {
+        /// From [`Reply::HostFunc`].
+        token: u64,
+    },
+}
+
+/// What a device is ([`Request::DeviceProperties`]), in the terms of CUDA's
+/// `cudaDeviceProp`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceProperties {
+    /// The device, in words (as in `Welcome`).
+    pub name: String,
+    /// A simulated device (kernels take time and compute nothing).
+    pub simulated: bool,
+    /// Compute capability, major and minor (9.0 for Hopper); a simulated
+    /// device reports its preset's.
+    pub compute_capability: [u32; 2],
+    /// Streaming multiprocessors (`multiProcessorCount`).
+    pub sms: u32,
+    /// Device memory the daemon manages, bytes (`totalGlobalMem`).
+    pub memory_bytes: u64,
+    /// Peak device memory bandwidth, bytes per second.
+    pub memory_bandwidth: f64,
+    /// Threads per block (`maxThreadsPerBlock`).
+    pub max_threads_per_block: u32,
+    /// Block extent per dimension (`maxThreadsDim`).
+    pub max_block_dims: [u32; 3],
+    /// Grid extent per dimension (`maxGridSize`).
+    pub max_grid_dims: [u32; 3],
+    /// Resident threads per SM (`maxThreadsPerMultiProcessor`).
+    pub max_threads_per_sm: u32,
+    /// Resident blocks per SM (`maxBlocksPerMultiProcessor`).
+    pub max_blocks_per_sm: u32,
+    /// 32-bit registers per SM (`regsPerMultiprocessor`).
+    pub registers_per_sm: u32,
+    /// Shared memory per SM, bytes (`sharedMemPerMultiprocessor`); also the
+    /// most a launch's block may ask for (the daemon's check).
+    pub shared_bytes_per_sm: u32,
+    /// Threads per warp.
+    pub warp_size: u32,
 }
 
 /// A kernel launch.
@@ -395,6 +483,16 @@ pub enum Reply {
     Status(Status),
     /// The attached host region ([`Request::AttachHost`]).
     HostRegion(HostRegionId),
+    /// Nanoseconds from the first event's end to the second's
+    /// ([`Request::EventElapsed`]); negative if the second ended first.
+    Elapsed(i64),
+    /// The device ([`Request::DeviceProperties`]).
+    Properties(DeviceProperties),
+    /// Blocks per SM ([`Request::Occupancy`]); 0 when one block does not fit.
+    Occupancy(u32),
+    /// The stream reached a host function ([`Request::HostFunc`]): run it,
+    /// then send [`Request::EndHostFunc`] with this token.
+    HostFunc(u64),
 }
 
 /// What the daemon tells a client at the handshake.
@@ -487,6 +585,9 @@ pub enum ErrorKind {
     Device,
     /// The daemon is shutting down.
     ShuttingDown,
+    /// The work asked about has not ended yet (an event's time:
+    /// `cudaErrorNotReady`); ask again after waiting for it.
+    NotReady,
 }
 
 /// What the daemon tells a client unasked.
@@ -612,6 +713,12 @@ impl Request {
             Request::DetachHost(_) => "DetachHost",
             Request::CopyFromHostRegion { .. } => "CopyFromHostRegion",
             Request::CopyToHostRegion { .. } => "CopyToHostRegion",
+            Request::StreamWaitEvent { .. } => "StreamWaitEvent",
+            Request::EventElapsed { .. } => "EventElapsed",
+            Request::DeviceProperties => "DeviceProperties",
+            Request::Occupancy { .. } => "Occupancy",
+            Request::HostFunc(_) => "HostFunc",
+            Request::EndHostFunc { .. } => "EndHostFunc",
         }
     }
 }

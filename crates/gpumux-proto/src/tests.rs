@@ -122,3 +122,49 @@ proptest! {
         prop_assert!(whole.starts_with(&p));
     }
 }
+
+/// Version 5's requests (issue 40) round-trip and come after every earlier
+/// request, reply and error kind, so the earlier ones keep their bytes.
+#[test]
+fn version_5_requests_and_replies_round_trip_after_the_earlier_ones() {
+    let body = |request: Request| encode_frame(&ClientFrame { id: 5, request }).unwrap()[4..].to_vec();
+    assert_eq!(body(Request::StreamWaitEvent { stream: StreamId(1), event: EventId(2) }), vec![5, 26, 1, 2]);
+    assert_eq!(body(Request::DeviceProperties), vec![5, 28]);
+    assert_eq!(body(Request::EndHostFunc { token: 7 }), vec![5, 31, 7]);
+    for request in [
+        Request::EventElapsed { start: EventId(1), end: EventId(3) },
+        Request::Occupancy { kernel: KernelId(4), block_threads: 256, dynamic_shared_bytes: 1024 },
+        Request::HostFunc(StreamId(2)),
+    ] {
+        let frame = ClientFrame { id: 9, request };
+        let bytes = encode_frame(&frame).unwrap();
+        assert_eq!(decode_frame_body::<ClientFrame>(&bytes[4..]).unwrap(), frame);
+    }
+    let properties = DeviceProperties {
+        name: "sim:h100".into(),
+        simulated: true,
+        compute_capability: [9, 0],
+        sms: 132,
+        memory_bytes: 80 << 30,
+        memory_bandwidth: 3.35e12,
+        max_threads_per_block: 1024,
+        max_block_dims: [1024, 1024, 64],
+        max_grid_dims: [i32::MAX as u32, 65535, 65535],
+        max_threads_per_sm: 2048,
+        max_blocks_per_sm: 32,
+        registers_per_sm: 65536,
+        shared_bytes_per_sm: 228 << 10,
+        warp_size: 32,
+    };
+    for result in [
+        Ok(Reply::Elapsed(-12)),
+        Ok(Reply::Properties(properties)),
+        Ok(Reply::Occupancy(8)),
+        Ok(Reply::HostFunc(11)),
+        Err(ErrorReply::new(ErrorKind::NotReady, "not yet")),
+    ] {
+        let reply = ServerFrame::Reply { id: 3, result };
+        let bytes = encode_frame(&reply).unwrap();
+        assert_eq!(decode_frame_body::<ServerFrame>(&bytes[4..]).unwrap(), reply);
+    }
+}

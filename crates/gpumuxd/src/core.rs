@@ -52,6 +52,7 @@ mod load_parts;
 mod recovery;
 mod requests;
 mod slow_waits;
+mod stream_order;
 
 use load_parts::{count_call, CallTimes, LOAD_EXCHANGES, LOAD_MESSAGES, LOAD_PARTS};
 
@@ -184,6 +185,17 @@ enum OpKind {
         reply: u64,
     },
     Event(EventId),
+    /// A stream's wait for another's event (`StreamWaitEvent`).
+    Wait,
+    /// The marker before a host function (`HostFunc`): `reply` is answered
+    /// when it completes, with the token of `hold`, the stream's hold until
+    /// the client's `EndHostFunc` (core/stream_order.rs).
+    HostFunc {
+        reply: u64,
+        hold: Option<OpId>,
+    },
+    /// A host function's hold.
+    Hold,
 }
 
 #[derive(Debug)]
@@ -736,7 +748,9 @@ impl Core {
         ops.sort_by_key(|(op, _)| **op);
         for (_, e) in ops {
             let id = match &e.kind {
-                OpKind::Copy { reply: Some(id) } | OpKind::Sync { reply: id } => Some(*id),
+                OpKind::Copy { reply: Some(id) } | OpKind::Sync { reply: id } | OpKind::HostFunc { reply: id, .. } => {
+                    Some(*id)
+                }
                 _ => None,
             };
             if let Some(id) = id {

@@ -66,6 +66,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         describe: backend.describe(),
         info: backend.info().clone(),
         frees_retreats_at_once: backend.frees_retreats_at_once(),
+        compute_capability: backend.compute_capability(),
     };
     link.send(&ready, None).context("telling the daemon the device is ready")?;
     let spin = crate::spin::window(link::SPIN);

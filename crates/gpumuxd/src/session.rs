@@ -89,6 +89,9 @@ pub struct EventState {
     pub op: Option<OpId>,
     /// Ids of `WaitEvent` requests to answer when it completes.
     pub waiters: Vec<u64>,
+    /// When it completed: the engine's (the device's) time when the core
+    /// learnt that the work before it ended (`EventElapsed`).
+    pub ended_at: Option<Nanos>,
 }
 
 /// Counters for `Status`.

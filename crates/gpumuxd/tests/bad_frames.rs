@@ -40,7 +40,7 @@ fn random_request(r: &mut Rng) -> Request {
     let stream = |r: &mut Rng| StreamId(r.below(3) as u32);
     // Host regions take handles from the counter buffers use: ids up to 12.
     let host = |r: &mut Rng| HostSlice { region: HostRegionId(r.below(12)), offset: r.below(1 << 14) };
-    match r.below(20) {
+    match r.below(26) {
         0 => Request::Alloc { bytes: r.below(1 << 17) },
         1 => Request::Free(BufferId(r.below(6))),
         2 => Request::Memset { dst: slice(r), value: r.next() as u8, bytes: r.below(1 << 13), stream: stream(r) },
@@ -76,6 +76,18 @@ fn random_request(r: &mut Rng) -> Request {
         16 => Request::DetachHost(HostRegionId(r.below(12))),
         17 => Request::CopyFromHostRegion { dst: slice(r), src: host(r), bytes: r.below(1 << 13), stream: stream(r) },
         18 => Request::CopyToHostRegion { src: slice(r), dst: host(r), bytes: r.below(1 << 13), stream: stream(r) },
+        // Issue 40's: a wait or a host function that nobody ends holds only
+        // its own client's stream.
+        19 => Request::StreamWaitEvent { stream: stream(r), event: EventId(r.below(8)) },
+        20 => Request::EventElapsed { start: EventId(r.below(8)), end: EventId(r.below(8)) },
+        21 => Request::Occupancy {
+            kernel: KernelId(r.below(8)),
+            block_threads: r.below(2048) as u32,
+            dynamic_shared_bytes: r.below(1 << 18) as u32,
+        },
+        22 => Request::HostFunc(stream(r)),
+        23 => Request::EndHostFunc { token: r.below(64) },
+        24 => Request::DeviceProperties,
         _ => Request::Status,
     }
 }

@@ -161,6 +161,11 @@ impl Backend for CudaBackend {
         self.device.info()
     }
 
+    fn compute_capability(&self) -> [u32; 2] {
+        let arch = self.device.arch();
+        [arch / 10, arch % 10]
+    }
+
     fn mem_info(&mut self) -> Result<MemInfo, MemError> {
         let (free, total) = self.device.mem_info().map_err(cuda_mem_error)?;
         Ok(MemInfo { free, total })

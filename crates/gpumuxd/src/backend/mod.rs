@@ -276,6 +276,11 @@ pub trait Backend: Send {
     fn describe(&self) -> String;
     /// What the engine needs of it (SMs, limits).
     fn info(&self) -> &DeviceInfo;
+    /// Compute capability, major and minor, for `DeviceProperties` (a
+    /// simulated device answers its preset's; `[0, 0]`: unknown).
+    fn compute_capability(&self) -> [u32; 2] {
+        [0, 0]
+    }
 
     /// Device memory now.
     fn mem_info(&mut self) -> Result<MemInfo, MemError>;

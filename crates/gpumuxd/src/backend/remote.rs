@@ -129,6 +129,7 @@ struct DeviceProcess {
     describe: String,
     info: DeviceInfo,
     frees_retreats_at_once: bool,
+    compute_capability: [u32; 2],
 }
 
 impl DeviceProcess {
@@ -174,8 +175,8 @@ impl DeviceProcess {
         };
         let spec = spec.to_string();
         match link.recv_timeout::<FromDevice>(READY_TIMEOUT) {
-            Ok(Some(FromDevice::Ready { describe, info, frees_retreats_at_once })) => {
-                Ok(DeviceProcess { child, link, describe, info, frees_retreats_at_once })
+            Ok(Some(FromDevice::Ready { describe, info, frees_retreats_at_once, compute_capability })) => {
+                Ok(DeviceProcess { child, link, describe, info, frees_retreats_at_once, compute_capability })
             }
             Ok(Some(FromDevice::Unavailable { message })) => {
                 reap(&mut child);
@@ -469,6 +470,10 @@ impl Backend for RemoteBackend {
 
     fn info(&self) -> &DeviceInfo {
         &self.process.info
+    }
+
+    fn compute_capability(&self) -> [u32; 2] {
+        self.process.compute_capability
     }
 
     fn frees_retreats_at_once(&self) -> bool {

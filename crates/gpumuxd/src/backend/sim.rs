@@ -459,6 +459,14 @@ impl Backend for SimBackend {
         &self.info
     }
 
+    fn compute_capability(&self) -> [u32; 2] {
+        // The presets' GPUs: the K20c is Kepler (3.5), the H100 and H200 Hopper (9.0).
+        match self.info.name.as_str() {
+            "sim:k20c" => [3, 5],
+            _ => [9, 0],
+        }
+    }
+
     fn mem_info(&mut self) -> Result<MemInfo, MemError> {
         Ok(MemInfo { free: self.capacity - self.used, total: self.capacity })
     }

@@ -129,6 +129,8 @@ pub enum FromDevice {
         info: DeviceInfo,
         /// [`super::Backend::frees_retreats_at_once`].
         frees_retreats_at_once: bool,
+        /// [`super::Backend::compute_capability`].
+        compute_capability: [u32; 2],
     },
     /// The first message instead of `Ready`: the device could not be opened
     /// (no GPU, no driver); the process exits after it.

@@ -371,6 +371,13 @@ impl Core {
                 OpKind::Copy { reply } => (false, reply.filter(|_| completed), None),
                 OpKind::Sync { reply } => (false, Some(*reply).filter(|_| completed), None),
                 OpKind::Event(ev) => (false, None, Some(*ev).filter(|_| completed)),
+                OpKind::Wait | OpKind::Hold => (false, None, None),
+                // Answered below, with the hold's token (`host_func_reached`).
+                OpKind::HostFunc { .. } => (false, None, None),
+            };
+            let host_func = match &e.kind {
+                OpKind::HostFunc { reply, hold: Some(hold) } if completed => Some((*reply, *hold)),
+                _ => None,
             };
             if kernel_done || reply.is_some() {
                 let now = self.backend.now();
@@ -408,12 +415,16 @@ impl Core {
                     .and_then(|s| s.events.get_mut(&ev))
                     .map(|st| {
                         st.op = None;
+                        st.ended_at = Some(self.engine.now());
                         std::mem::take(&mut st.waiters)
                     })
                     .unwrap_or_default();
                 for w in waiters {
                     self.reply(client, w, done());
                 }
+            }
+            if let Some((reply, hold)) = host_func {
+                self.host_func_reached(client, stream, reply, hold);
             }
             if let Some(st) = self.sessions.get_mut(&client).and_then(|s| s.streams.get_mut(&stream)) {
                 st.pending = st.pending.saturating_sub(1);

@@ -54,7 +54,9 @@ impl Core {
                 format!("another client's kernel broke the device context ({what}); your lost launches: [{launches}]; buffers must be re-filled")
             };
             match &e.kind {
-                OpKind::Copy { reply: Some(id) } | OpKind::Sync { reply: id } if !e.ended => {
+                OpKind::Copy { reply: Some(id) } | OpKind::Sync { reply: id } | OpKind::HostFunc { reply: id, .. }
+                    if !e.ended =>
+                {
                     self.reply(e.client, *id, Err(err(kind, message)))
                 }
                 OpKind::Event(ev) => {

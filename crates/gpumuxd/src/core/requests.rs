@@ -189,6 +189,15 @@ impl Core {
                 None => Err(no_event(e)),
             },
             Request::Status => Ok(Reply::Status(self.status())),
+            // Issue 40's requests (core/stream_order.rs).
+            Request::StreamWaitEvent { stream, event } => self.stream_wait_event(client, stream, event),
+            Request::EventElapsed { start, end } => self.event_elapsed(client, start, end),
+            Request::DeviceProperties => Ok(Reply::Properties(self.device_properties())),
+            Request::Occupancy { kernel, block_threads, dynamic_shared_bytes } => {
+                self.occupancy(client, kernel, block_threads, dynamic_shared_bytes)
+            }
+            Request::HostFunc(stream) => return self.host_func(client, id, stream).err().map(Err),
+            Request::EndHostFunc { token } => self.end_host_func(client, token),
         };
         Some(r)
     }
@@ -508,7 +517,7 @@ impl Core {
 
     /// Submits an operation to a client's stream after the queued-ops check,
     /// binding its work before the engine can start it.
-    fn submit_op(
+    pub(super) fn submit_op(
         &mut self,
         client: u64,
         stream: StreamId,
@@ -653,7 +662,7 @@ impl Core {
     fn record_event(&mut self, client: u64, stream: StreamId) -> Result<Reply, ErrorReply> {
         let e = EventId(self.session_mut(client)?.next_handle());
         let op = self.submit_op(client, stream, StreamOp::Sync, None, OpKind::Event(e))?;
-        self.session_mut(client)?.events.insert(e, EventState { op: Some(op), waiters: Vec::new() });
+        self.session_mut(client)?.events.insert(e, EventState { op: Some(op), waiters: Vec::new(), ended_at: None });
         Ok(Reply::Event(e))
     }
 }
@@ -690,7 +699,7 @@ fn check_weight(limits: &ClientLimits, w: f64) -> Result<(), ErrorReply> {
     Ok(())
 }
 
-fn no_event(e: EventId) -> ErrorReply {
+pub(super) fn no_event(e: EventId) -> ErrorReply {
     err(ErrorKind::NoSuchHandle, format!("event {} is not yours (or was destroyed)", e.0))
 }
 
