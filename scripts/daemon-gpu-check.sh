@@ -5,7 +5,8 @@
 #
 # BIN_DIR: what scripts/device-build.sh makes (default target/device/main; $BIN also works).
 # OUTDIR:  logs and outputs (default $OUT/daemon-check, else /tmp/daemon-check).
-# DAEMON_CHECKS: which checks (default "clients kill fault limits"); DAEMON_DEVICE (default cuda:0);
+# DAEMON_CHECKS: which checks (default "clients kill fault limits pipeline"); DAEMON_DEVICE (default cuda:0);
+# LCG_ARGS: the pipeline check's example arguments (default the examples' own: 16 chunks of 16 MiB, 2048 steps);
 # KILL_WARMUP: churning clients killed before the kill test's baseline (default 1).
 # Needs a GPU and python3 with CuPy (the native reference). Checks:
 #   1. four client programs (Rust vector_add and histogram, C matmul and stencil) at once under
@@ -22,6 +23,12 @@
 #      writes a word read back) or fails its own client with the limit named, while another
 #      client launches throughout; the daemon never stops (BIN_DIR/tests/launch_limits, from
 #      `scripts/device-build.sh`).
+#   5. the CUDA runtime patterns of issue 40 (examples/clients/stream_pipeline.rs, event_timing.rs):
+#      a copy/compute pipeline over 4 streams ordered by stream waits, and a kernel timed with
+#      events, each through the daemon and natively (native_lcg.py, CuPy, the same streams and
+#      events): outputs byte-equal to native and checked against the CPU; the pipeline's time
+#      within 10% of native and below its copies' time plus its kernels' time (overlap). The
+#      figures (pipeline, copies, kernels, event-timed kernel, each side) are in the summary.
 # Prints PASS/FAIL per check and a summary last; exits non-zero if any failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +36,7 @@ BIN=$(realpath -m "${1:-${BIN:-$root/target/device/main}}")
 OUT=$(realpath -m "${2:-${OUT:-/tmp}/daemon-check}")
 cd "$root"
 [ -x "$BIN/gpumuxd" ] || { echo "daemon-gpu-check: no gpumuxd in $BIN (scripts/device-build.sh makes it)" >&2; exit 2; }
-CHECKS=${DAEMON_CHECKS:-clients kill fault limits}
+CHECKS=${DAEMON_CHECKS:-clients kill fault limits pipeline}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # NVRTC for the daemon's compiles: the CUDA toolkit's, or the pip wheel's.
@@ -186,6 +193,40 @@ elif GPUMUXD_TEST_BIN="$BIN/gpumuxd" GPUMUXD_TEST_DEVICE=${DAEMON_DEVICE:-cuda:0
     pass "limits: every launch shape ran (its mark read back) or failed its own client with the limit; bystander untouched"
 else
     tail -20 "$dir/test.log"; fail "limits: see $dir/test.log"
+fi
+
+echo "== 5. a 4-stream pipeline with stream waits, and a kernel timed with events (issue 40)"
+dir="$OUT/pipeline"; mkdir -p "$dir"; sock="$OUT/pipeline.sock"
+# A figure `key=N` of a log line.
+figure() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" "$2" | head -1; }
+# shellcheck disable=SC2086 # LCG_ARGS is a list of arguments
+if ! wants pipeline; then echo "  (not asked for)"
+elif [ ! -x "$BIN/stream_pipeline" ] || [ ! -x "$BIN/event_timing" ]; then
+    fail "pipeline: no stream_pipeline / event_timing in $BIN (scripts/device-build.sh)"
+elif ! python3 examples/clients/native_lcg.py pipeline --out "$dir/native-pipeline.bin" ${LCG_ARGS:-} >"$dir/native-pipeline.log" 2>&1 ||
+     ! python3 examples/clients/native_lcg.py timing --out "$dir/native-timing.bin" ${LCG_ARGS:-} >"$dir/native-timing.log" 2>&1; then
+    fail "pipeline: the native runs: $(tail -2 "$dir"/native-*.log)"
+elif start_daemon ppq-even-drain "$sock" "$dir/daemon.log"; then
+    timeout 300 "$BIN/stream_pipeline" --socket "$sock" --check --out "$dir/pipeline.bin" ${LCG_ARGS:-} >"$dir/pipeline.log" 2>&1; piped=$?
+    timeout 300 "$BIN/event_timing" --socket "$sock" --check --out "$dir/timing.bin" ${LCG_ARGS:-} >"$dir/timing.log" 2>&1; timed=$?
+    stop_daemon
+    cat "$dir"/native-pipeline.log "$dir"/pipeline.log "$dir"/native-timing.log "$dir"/timing.log
+    p=$(figure pipeline_ms "$dir/pipeline.log"); np=$(figure pipeline_ms "$dir/native-pipeline.log")
+    c=$(figure copies_ms "$dir/pipeline.log"); k=$(figure kernels_ms "$dir/pipeline.log")
+    tk=$(figure kernel_ms "$dir/timing.log"); ntk=$(figure kernel_ms "$dir/native-timing.log")
+    if [ $piped != 0 ]; then fail "pipeline: stream_pipeline failed (see $dir/pipeline.log)"
+    elif ! cmp -s "$dir/pipeline.bin" "$dir/native-pipeline.bin"; then fail "pipeline: output differs from native"
+    elif ! python3 -c "import sys; p, n, c, k = map(float, sys.argv[1:]); sys.exit(0 if p <= 1.10 * n and p < c + k else 1)" "$p" "$np" "$c" "$k"; then
+        fail "pipeline: ${p} ms against ${np} ms natively (limit +10%), copies ${c} + kernels ${k} ms (must be above)"
+    else
+        pass "pipeline: output equals native; ${p} ms against ${np} ms natively; below copies ${c} + kernels ${k} ms (overlap)"
+    fi
+    if [ $timed != 0 ]; then fail "event timing: event_timing failed (see $dir/timing.log)"
+    elif ! cmp -s "$dir/timing.bin" "$dir/native-timing.bin"; then fail "event timing: output differs from native"
+    else pass "event timing: output equals native; kernel ${tk} ms by gpumux events against ${ntk} ms by CUDA events"
+    fi
+else
+    fail "pipeline: daemon start"
 fi
 
 echo
