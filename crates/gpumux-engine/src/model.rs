@@ -64,10 +64,28 @@ pub enum Op {
     /// reads the result). Only matters with `async_depth > 0`: a synchronous
     /// process waits after every operation anyway.
     Sync,
+    /// Records event `event` at this point of the process's stream
+    /// (`cudaEventRecord`): a marker that ends when the work before it has.
+    Record {
+        /// The event's name, shared by the processes that wait for it.
+        event: String,
+    },
+    /// The process's stream waits for an event another process (or this
+    /// one) records, without the host waiting (`cudaStreamWaitEvent`): the
+    /// k-th `WaitEvent` of a name in a process waits for the k-th `Record`
+    /// of that name, so a pipeline's stages pair up step by step whatever
+    /// their hosts' pace. If that recording has not been issued yet, the
+    /// host waits for it before issuing more (a run whose recording never
+    /// comes stalls, and the driver says so).
+    WaitEvent {
+        /// The event's name.
+        event: String,
+    },
 }
 
 impl Op {
-    /// Whether it goes to the process's stream (a copy or a kernel).
+    /// Whether it goes to the process's stream (a copy, a kernel, a recorded
+    /// event or a wait for one).
     pub fn is_gpu(&self) -> bool {
         !matches!(self, Op::Cpu { .. } | Op::Sync)
     }

@@ -17,6 +17,7 @@
 
 use crate::device::{Command, CopyDirection, Event};
 use crate::engine::{ArrivalOrder, Engine, EngineError};
+use crate::ids::OpId;
 use crate::ids::{ProcessId, Slot};
 use crate::kernel::DeviceInfo;
 use crate::model::{Op, ProcessSpec, Workload};
@@ -25,7 +26,7 @@ use crate::process::{ProcessInfo, StreamOp};
 use crate::record::{ProcessRecord, RunRecord, RunSpan};
 use crate::time::{later, Nanos};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 /// A host's own timers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -53,6 +54,12 @@ struct Host {
     in_flight: usize,
     run_start: Nanos,
     runs: Vec<RunSpan>,
+    /// `WaitEvent`s issued so far, by event name (the next waits for that
+    /// many recordings plus one).
+    waits: HashMap<String, usize>,
+    /// The event whose next recording the host waits for before it can
+    /// issue its `WaitEvent`.
+    blocked_on: Option<String>,
 }
 
 /// Replays a workload on an [`Engine`] (see the module doc).
@@ -74,6 +81,15 @@ pub struct Replay {
     /// An error found where no `Result` can be returned (a host timer that
     /// does not fit in `Nanos`); `poll_command` reports it.
     fault: Option<EngineError>,
+    /// Each event's recordings so far, in order: the marker's process and
+    /// operation (`Op::Record`, `Op::WaitEvent`).
+    recorded: HashMap<String, Vec<(Slot, OpId)>>,
+    /// The events some process of this run records: a wait for any other
+    /// orders nothing (an isolated run of a pipeline's stage, whose
+    /// producer is not there, runs the stage's own work alone).
+    recordable: std::collections::HashSet<String>,
+    /// Hosts a recording unblocked, to step next.
+    woken: Vec<usize>,
 }
 
 impl Replay {
@@ -126,6 +142,8 @@ impl Replay {
                 in_flight: 0,
                 run_start: 0,
                 runs: Vec::new(),
+                waits: HashMap::new(),
+                blocked_on: None,
             });
         }
         let short_of_min_runs = match workload.replay_min_runs {
@@ -143,6 +161,16 @@ impl Replay {
             timer_seq: 0,
             ops_issued: 0,
             fault: None,
+            recorded: HashMap::new(),
+            recordable: specs
+                .iter()
+                .flat_map(|p| &p.ops)
+                .filter_map(|op| match op {
+                    Op::Record { event } => Some(event.clone()),
+                    _ => None,
+                })
+                .collect(),
+            woken: Vec::new(),
         };
         for h in 0..r.hosts.len() {
             let at = r.hosts[h].spec.arrival_ns;
@@ -271,7 +299,15 @@ impl Replay {
     /// completing meanwhile lets move.
     fn step(&mut self, h: usize) {
         self.step_host(h);
+        self.step_woken();
         self.settle();
+    }
+
+    /// Steps the hosts that a recording let go on (`Op::WaitEvent`).
+    fn step_woken(&mut self) {
+        while let Some(h) = self.woken.pop() {
+            self.step_host(h);
+        }
     }
 
     /// Hands the engine's completions to their hosts. An operation can
@@ -282,6 +318,7 @@ impl Replay {
             let Some(&h) = self.host_of_slot.get(c.slot.index() as usize) else { continue };
             self.hosts[h].in_flight -= 1;
             self.step_host(h);
+            self.step_woken();
         }
     }
 
@@ -305,11 +342,25 @@ impl Replay {
         }
     }
 
+    /// `Op::Record` of `event` was issued as operation `op` of `slot`: the
+    /// hosts waiting for that recording go on.
+    fn recorded_event(&mut self, event: String, slot: Slot, op: OpId) {
+        self.recorded.entry(event).or_default().push((slot, op));
+        for (i, host) in self.hosts.iter_mut().enumerate() {
+            let Some(name) = &host.blocked_on else { continue };
+            let Some(r) = self.recorded.get(name) else { continue };
+            if host.waits.get(name).copied().unwrap_or(0) < r.len() {
+                host.blocked_on = None;
+                self.woken.push(i);
+            }
+        }
+    }
+
     /// Moves the host thread of `h` as far as it can go now.
     fn step_host(&mut self, h: usize) {
         loop {
             let host = &self.hosts[h];
-            if host.finished || !host.arrived || host.computing {
+            if host.finished || !host.arrived || host.computing || host.blocked_on.is_some() {
                 return;
             }
             if host.op_idx == host.spec.ops.len() {
@@ -360,16 +411,44 @@ impl Replay {
                 Op::CopyToHost { bytes } => {
                     Some(StreamOp::Copy { direction: CopyDirection::DeviceToHost, bytes: *bytes })
                 }
+                Op::Record { .. } => Some(StreamOp::Sync),
+                Op::WaitEvent { event } if !self.recordable.contains(event) => None,
+                Op::WaitEvent { event } => {
+                    let k = host.waits.get(event).copied().unwrap_or(0);
+                    match self.recorded.get(event).and_then(|r| r.get(k)) {
+                        Some(&(slot, op)) => Some(StreamOp::WaitFor { slot, op }),
+                        None => {
+                            // Stepped again when the recording is issued.
+                            self.hosts[h].blocked_on = Some(event.clone());
+                            return;
+                        }
+                    }
+                }
             };
             let slot = host.slot;
             self.hosts[h].op_idx += 1;
             self.ops_issued += 1;
             if let Some(op) = stream_op {
                 self.hosts[h].in_flight += 1;
-                if let Err(e) = self.engine.submit(now, slot, op) {
-                    // Cannot happen: kernels were checked in `new` and no slot is removed.
-                    self.fault.get_or_insert(e);
-                    return;
+                let id = match self.engine.submit(now, slot, op) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        // Cannot happen: kernels were checked in `new` and no slot is removed.
+                        self.fault.get_or_insert(e);
+                        return;
+                    }
+                };
+                // Only event operations pay for a look (and a name's clone) here.
+                let event = match &self.hosts[h].spec.ops[op_idx] {
+                    Op::Record { event } => Some((true, event.clone())),
+                    Op::WaitEvent { event } => Some((false, event.clone())),
+                    _ => None,
+                };
+                // (A wait that orders nothing submitted nothing: it is not counted.)
+                match event {
+                    Some((true, event)) => self.recorded_event(event, slot, id),
+                    Some((false, event)) => *self.hosts[h].waits.entry(event).or_insert(0) += 1,
+                    None => {}
                 }
             }
         }

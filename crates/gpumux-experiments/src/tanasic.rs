@@ -656,6 +656,8 @@ mod tests {
                 Op::Sync => "sync",
                 Op::CopyToDevice { .. } => "h2d",
                 Op::CopyToHost { .. } => "d2h",
+                Op::Record { .. } => "record",
+                Op::WaitEvent { .. } => "wait_event",
             })
             .collect();
         assert_eq!(shape, ["cpu", "h2d", "k", "k", "d2h", "sync", "cpu"]);

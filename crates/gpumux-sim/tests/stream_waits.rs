@@ -261,3 +261,109 @@ fn the_random_plans_hold_waits_for_events_still_running() {
     assert!(plans_with_real_waits >= 16, "only {plans_with_real_waits} of 32 plans wait for a running event");
     assert!(real >= 32, "only {real} real waits in 32 plans");
 }
+
+/// A workload's pipeline (`Op::Record` / `Op::WaitEvent`, what the files'
+/// `record` and `wait_event` ops become): copy-in, compute, copy-out as
+/// three processes. Under every policy the k-th kernel starts only after the
+/// k-th copy in is done, and the k-th copy out only after the k-th kernel
+/// ended; each stage alone (an isolated run) finishes too.
+#[test]
+fn a_workload_pipeline_pairs_its_stages_chunk_by_chunk_under_every_policy() {
+    use gpumux_engine::model::{Op, ProcessSpec, Workload};
+    use gpumux_engine::{KernelId, Replay};
+    const CHUNKS: usize = 6;
+    let stage = |name: &str, ops: Vec<Op>| ProcessSpec {
+        name: name.into(),
+        priority: 0,
+        weight: 1.0,
+        arrival_ns: 0,
+        repetitions: 1,
+        async_depth: 64,
+        ops: (0..CHUNKS).flat_map(|_| ops.clone()).collect(),
+    };
+    let record = |e: &str| Op::Record { event: e.into() };
+    let wait = |e: &str| Op::WaitEvent { event: e.into() };
+    let filter = KernelDesc::new("filter", KernelShape::new(60, 256, 32)).with_sim_timing(SimTiming::new(40_000));
+    let w = Workload {
+        name: "pipeline".into(),
+        processes: vec![
+            stage("in", vec![Op::CopyToDevice { bytes: 4 << 20 }, record("in")]),
+            stage("compute", vec![wait("in"), Op::Kernel(Arc::new(filter)), record("done")]),
+            stage("out", vec![wait("done"), Op::CopyToHost { bytes: 4 << 20 }]),
+        ],
+        replay_min_runs: None,
+    };
+    for (name, _) in gpumux_engine::policies::CATALOGUE {
+        let info = presets::k20c();
+        let policy = gpumux_engine::policies::by_name(name).expect("catalogue");
+        let mut replay = Replay::new(&w, info.clone(), policy, None).expect("replay");
+        let mut gpu = SimGpu::new(info, 3);
+        let (mut copy_owner, mut launch_kernel) = (HashMap::new(), HashMap::new());
+        // Per process: copy starts and ends; per kernel: first launch and last end.
+        let mut copies_in: Vec<(Nanos, Nanos)> = Vec::new();
+        let mut copies_out: Vec<(Nanos, Nanos)> = Vec::new();
+        let mut kernels: Vec<(KernelId, Nanos, Nanos)> = Vec::new();
+        let (mut now, mut events) = (0, Vec::new());
+        replay.handle_timeout(0);
+        while !replay.is_finished() {
+            while let Some(cmd) = replay.poll_command().expect("engine") {
+                match &cmd {
+                    Command::Copy { copy, process, .. } => {
+                        copy_owner.insert(*copy, process.0);
+                        let list = if process.0 == 0 { &mut copies_in } else { &mut copies_out };
+                        list.push((now, Nanos::MAX));
+                    }
+                    Command::Launch { launch, kernel, .. } => {
+                        launch_kernel.insert(*launch, *kernel);
+                        if !kernels.iter().any(|k| k.0 == *kernel) {
+                            kernels.push((*kernel, now, 0));
+                        }
+                    }
+                    _ => {}
+                }
+                gpu.submit(now, cmd).expect("device");
+            }
+            if replay.is_finished() {
+                break;
+            }
+            events.clear();
+            let deadline = replay.poll_timeout();
+            now = gpu.advance(deadline, &mut events).unwrap_or_else(|e| panic!("{name}: {e}"));
+            for ev in events.drain(..) {
+                match &ev {
+                    Event::CopyDone { copy } => {
+                        let list = if copy_owner[copy] == 0 { &mut copies_in } else { &mut copies_out };
+                        if let Some(c) = list.iter_mut().find(|c| c.1 == Nanos::MAX) {
+                            c.1 = now;
+                        }
+                    }
+                    Event::LaunchEnded { launch, .. } => {
+                        let k = launch_kernel[launch];
+                        if let Some(e) = kernels.iter_mut().find(|e| e.0 == k) {
+                            e.2 = e.2.max(now);
+                        }
+                    }
+                    _ => {}
+                }
+                replay.handle_event(now, ev).expect("engine");
+            }
+            if events.is_empty() || deadline.is_some_and(|d| d <= now) {
+                replay.handle_timeout(now);
+            }
+        }
+        assert_eq!((copies_in.len(), kernels.len(), copies_out.len()), (CHUNKS, CHUNKS, CHUNKS), "{name}");
+        for k in 0..CHUNKS {
+            assert!(kernels[k].1 >= copies_in[k].1, "{name}: kernel {k} started before its chunk arrived");
+            assert!(copies_out[k].0 >= kernels[k].2, "{name}: copy out {k} started before its kernel ended");
+        }
+        // The stages overlap: copy in k + 1 does not wait for kernel k.
+        assert!(copies_in[1].0 < kernels[0].2, "{name}: the pipeline did not overlap");
+        for only in 0..3 {
+            let policy = gpumux_engine::policies::by_name(name).expect("catalogue");
+            let info = presets::k20c();
+            let mut alone = Replay::new(&w, info.clone(), policy, Some(ProcessId(only))).expect("replay");
+            gpumux_engine::driver::run(&mut alone, &mut SimGpu::new(info, 3), &mut gpumux_engine::driver::NoHooks)
+                .unwrap_or_else(|e| panic!("{name}: stage {only} alone: {e}"));
+        }
+    }
+}

@@ -32,7 +32,9 @@ pub const MAX_LOOP_DEPTH: usize = 16;
 /// Largest `repetitions`, `replay_min_runs`, `async_depth`.
 pub const MAX_COUNT: i64 = 1_000_000;
 
-const KINDS: &str = "h2d, d2h, cpu, sync, kernel, loop";
+/// The longest event name (`record`, `wait_event`).
+const MAX_EVENT_NAME: usize = 256;
+const KINDS: &str = "h2d, d2h, cpu, sync, record, wait_event, kernel, loop";
 
 /// Where we are, for messages.
 struct Ctx<'a> {
@@ -172,6 +174,25 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workload, WorkloadError> {
         }
         processes.push(spec);
     }
+    // A wait for an event nobody records is a typo: it would order nothing.
+    let recorded: HashSet<&str> = processes
+        .iter()
+        .flat_map(|p| &p.ops)
+        .filter_map(|op| match op {
+            Op::Record { event } => Some(event.as_str()),
+            _ => None,
+        })
+        .collect();
+    for (i, p) in processes.iter().enumerate() {
+        let unknown = p.ops.iter().find_map(|op| match op {
+            Op::WaitEvent { event } if !recorded.contains(event.as_str()) => Some(event),
+            _ => None,
+        });
+        if let Some(event) = unknown {
+            let c = top.sub(format!("process {} (\"{}\")", i + 1, p.name));
+            return Err(c.err("op", format!("waits for event {} which no process records", quote(event))));
+        }
+    }
     Ok(Workload { name, processes, replay_min_runs })
 }
 
@@ -273,6 +294,7 @@ fn op(
         "h2d" | "d2h" => &["bytes", "kb", "mb"],
         "cpu" => &["us"],
         "sync" => &[],
+        "record" | "wait_event" => &["event"],
         "loop" => &["times", "op"],
         "kernel" => &[
             "kernel",
@@ -312,6 +334,14 @@ fn op(
             Ok(Plan::Op(if kind == "h2d" { Op::CopyToDevice { bytes } } else { Op::CopyToHost { bytes } }, 1))
         }
         "sync" => Ok(Plan::Op(Op::Sync, 1)),
+        "record" | "wait_event" => {
+            let event = c.required("event", o.event.as_deref(), "the event's name")?;
+            if event.is_empty() || event.len() > MAX_EVENT_NAME {
+                return Err(c.err("event", format!("must be a name of 1 to {MAX_EVENT_NAME} bytes")));
+            }
+            let event = event.to_owned();
+            Ok(Plan::Op(if kind == "record" { Op::Record { event } } else { Op::WaitEvent { event } }, 1))
+        }
         "cpu" => {
             let us = c.required("us", o.us, "microseconds of host computation")?;
             let us = c.real("us", us, 0.0, MAX_US, false)?;

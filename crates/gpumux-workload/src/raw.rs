@@ -69,6 +69,8 @@ pub(crate) struct RawOp {
     pub mb: Option<f64>,
     // cpu
     pub us: Option<f64>,
+    // record / wait_event
+    pub event: Option<String>,
     // loop
     pub times: Option<i64>,
     pub op: Option<Vec<RawOp>>,
@@ -100,6 +102,7 @@ impl RawOp {
             kb,
             mb,
             us,
+            event,
             times,
             op,
             kernel,

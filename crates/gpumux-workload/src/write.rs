@@ -111,6 +111,12 @@ pub fn to_toml(w: &Workload) -> String {
                     t.insert("kind".into(), Value::String("sync".into()));
                     i += 1;
                 }
+                Op::Record { event } | Op::WaitEvent { event } => {
+                    let kind = if matches!(op, Op::Record { .. }) { "record" } else { "wait_event" };
+                    t.insert("kind".into(), Value::String(kind.into()));
+                    t.insert("event".into(), Value::String(event.clone()));
+                    i += 1;
+                }
                 Op::Kernel(k) => {
                     let mut n = 1;
                     while matches!(p.ops.get(i + n), Some(Op::Kernel(k2)) if k2 == k) {

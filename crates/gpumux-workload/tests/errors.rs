@@ -243,7 +243,10 @@ fn loop_depth_limited() {
 #[test]
 fn unknown_kind() {
     let m = err(&edit("kind = \"kernel\"", "kind = \"kernal\""));
-    assert_has(&m, &["op 1: kind must be one of h2d, d2h, cpu, sync, kernel, loop, got \"kernal\""]);
+    assert_has(
+        &m,
+        &["op 1: kind must be one of h2d, d2h, cpu, sync, record, wait_event, kernel, loop, got \"kernal\""],
+    );
     let m = err(&edit("kind = \"kernel\"\n", ""));
     assert_has(&m, &["op 1: kind is required"]);
 }
@@ -375,4 +378,24 @@ fn huge_numbers_are_printed_briefly() {
     let m = err(&edit("block_time_us = 31.2", "block_time_us = 1e300"));
     assert_has(&m, &["block_time_us", "got 1e300"]);
     assert!(m.len() < 300, "{m}");
+}
+
+#[test]
+fn events_need_a_name_and_a_recording() {
+    let two = |first: &str, second: &str| {
+        format!(
+            "[[process]]\nname = \"a\"\n[[process.op]]\n{first}\n[[process]]\nname = \"b\"\n[[process.op]]\n{second}\n"
+        )
+    };
+    let ok = parse_str(&two("kind = \"record\"\nevent = \"e\"", "kind = \"wait_event\"\nevent = \"e\""), "w.toml")
+        .expect("a wait for a recorded event");
+    assert_eq!(ok.processes[1].ops, vec![Op::WaitEvent { event: "e".into() }]);
+    let msg = err(&two("kind = \"record\"\nevent = \"e\"", "kind = \"wait_event\"\nevent = \"f\""));
+    assert_has(&msg, &["process 2 (\"b\")", "event \"f\"", "no process records"]);
+    let msg = err(&two("kind = \"record\"", "kind = \"sync\""));
+    assert_has(&msg, &["event", "the event's name"]);
+    let msg = err(&two("kind = \"record\"\nevent = \"\"", "kind = \"sync\""));
+    assert_has(&msg, &["event", "1 to 256 bytes"]);
+    let msg = err(&two("kind = \"h2d\"\nbytes = 4\nevent = \"e\"", "kind = \"sync\""));
+    assert_has(&msg, &["event", "does not apply"]);
 }

@@ -45,6 +45,8 @@ fn op(kernels: Vec<Arc<KernelDesc>>) -> impl Strategy<Value = Op> {
         (1u64..=(1u64 << 50)).prop_map(|bytes| Op::CopyToHost { bytes }),
         (0u64..=1_000_000_000_000_000).prop_map(|ns| Op::Cpu { ns }),
         Just(Op::Sync),
+        "[a-c]".prop_map(|event| Op::Record { event }),
+        "[a-c]".prop_map(|event| Op::WaitEvent { event }),
         (0..n).prop_map(move |i| Op::Kernel(kernels[i].clone())),
     ]
 }
@@ -69,6 +71,10 @@ fn workload() -> impl Strategy<Value = Workload> {
             |(name, replay_min_runs, mut processes)| {
                 for (i, p) in processes.iter_mut().enumerate() {
                     p.name = format!("{}{i}", p.name);
+                }
+                // Every event waited for is recorded somewhere (else the file is refused).
+                for event in ["a", "b", "c"] {
+                    processes[0].ops.push(Op::Record { event: event.into() });
                 }
                 Workload { name, processes, replay_min_runs }
             },

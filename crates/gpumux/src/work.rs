@@ -71,7 +71,8 @@ fn per_run(p: &ProcessSpec, info: &DeviceInfo) -> PerRun {
                 r.ns += info.pcie_latency_ns as f64 + *bytes as f64 / info.pcie_bandwidth.max(1.0) * 1e9;
             }
             Op::Cpu { ns } => r.ns += *ns as f64,
-            Op::Sync => {}
+            // Orders, no work (a wait may add time; a lower bound leaves it out).
+            Op::Sync | Op::Record { .. } | Op::WaitEvent { .. } => {}
         }
     }
     r

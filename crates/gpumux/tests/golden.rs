@@ -39,6 +39,7 @@ fn assert_same_bytes(workload: &str, device: &str, golden_file: &str) {
 fn quick_examples_are_byte_identical() {
     assert_same_bytes("examples/two-procs.toml", "sim:h100", "two-procs.json");
     assert_same_bytes("examples/async-pipeline.toml", "sim:h100", "async-pipeline.json");
+    assert_same_bytes("examples/stream-pipeline.toml", "sim:h100", "stream-pipeline.json");
 }
 
 #[test]
