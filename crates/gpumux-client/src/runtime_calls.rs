@@ -4,10 +4,11 @@
 //! functions in stream order, device queries, 16- and 32-bit fills and
 //! pitched (2-D) copies and memsets.
 //!
-//! Waits, event times, host functions and device queries are requests of
-//! their own. Fills and 2-D operations are built here from the requests the
-//! daemon already has (memsets, copies, device copies, all on the caller's
-//! stream, so in stream order); how, and what each costs, is in each doc.
+//! Waits, event times, host functions, device queries and fills are
+//! requests of their own. 2-D operations are built here from the requests
+//! the daemon already has (memsets, copies, device copies, all on the
+//! caller's stream, so in stream order); how, and what each costs, is in
+//! each one's doc.
 
 use crate::client::{expect_done, unexpected, Client, Event};
 use crate::conn::PendingReply;
@@ -21,10 +22,6 @@ use std::sync::Arc;
 /// Requests a 2-D operation keeps unanswered at once: enough to keep the
 /// daemon busy, few enough that their replies wait in no queue for long.
 const WINDOW: usize = 256;
-
-/// The most bytes of a fill's pattern copied from the host: the rest is
-/// doubled on the device (a fill of n bytes takes 1 + log2(n / this) requests).
-const FILL_SEED_BYTES: u64 = 64 << 10;
 
 /// A pitched region of a buffer: `height` rows of `width` bytes, each
 /// `pitch` bytes after the one before, from `offset`.
@@ -150,45 +147,28 @@ impl Client {
         Ok(())
     }
 
-    /// Fills `count` 32-bit words of `buffer` from `offset` with `value`,
-    /// in stream order (`cuMemsetD32`). See [`Client::memset_d16`] for how.
+    /// Fills `count` 32-bit words of `buffer` from `offset` (a multiple of
+    /// 4) with `value`, in stream order (`cuMemsetD32`); answered when the
+    /// daemon accepts it, as [`Client::memset`] is.
     pub fn memset_d32(&self, buffer: &Buffer, offset: u64, value: u32, count: u64, stream: StreamId) -> Result<()> {
-        self.fill(buffer, offset, &value.to_le_bytes(), count, stream)
+        self.fill(buffer, offset, value, 4, count, stream)
     }
 
-    /// Fills `count` 16-bit words of `buffer` from `offset` with `value`,
-    /// in stream order (`cuMemsetD16`). A value whose bytes are all equal is
-    /// one byte memset. Any other is built from the daemon's copies: up to 64
-    /// KiB of the pattern copied from the host, then doubled by device
-    /// copies (1 + log2(bytes / 64 KiB) requests); the host copy returns when
-    /// done, so this call waits for the stream's earlier work, as a host copy
-    /// does.
+    /// Fills `count` 16-bit words of `buffer` from `offset` (a multiple of
+    /// 2) with `value`, in stream order (`cuMemsetD16`).
     pub fn memset_d16(&self, buffer: &Buffer, offset: u64, value: u16, count: u64, stream: StreamId) -> Result<()> {
-        self.fill(buffer, offset, &value.to_le_bytes(), count, stream)
+        self.fill(buffer, offset, u32::from(value), 2, count, stream)
     }
 
-    fn fill(&self, buffer: &Buffer, offset: u64, pattern: &[u8], count: u64, stream: StreamId) -> Result<()> {
-        let unit = pattern.len() as u64;
+    fn fill(&self, buffer: &Buffer, offset: u64, value: u32, width: u8, count: u64, stream: StreamId) -> Result<()> {
         let bytes = count
-            .checked_mul(unit)
-            .ok_or_else(|| ClientError::Invalid(format!("a fill of {count} words of {unit} bytes overflows")))?;
-        buffer.slice(offset, bytes, "fill")?;
+            .checked_mul(u64::from(width))
+            .ok_or_else(|| ClientError::Invalid(format!("a fill of {count} words of {width} bytes overflows")))?;
+        let dst = buffer.slice(offset, bytes, "fill")?;
         if count == 0 {
             return Ok(());
         }
-        if pattern.iter().all(|&b| b == pattern[0]) {
-            return self.memset(buffer, offset, pattern[0], bytes, stream);
-        }
-        let seed = bytes.min(FILL_SEED_BYTES / unit * unit);
-        let seed_bytes: Vec<u8> = pattern.iter().copied().cycle().take(seed as usize).collect();
-        self.copy_to_device(buffer, offset, &seed_bytes, stream)?;
-        let mut filled = seed;
-        while filled < bytes {
-            let n = filled.min(bytes - filled);
-            self.copy_device(buffer, offset, buffer, offset + filled, n, stream)?;
-            filled += n;
-        }
-        Ok(())
+        self.done(Request::Fill { dst, value, width, count, stream })
     }
 
     /// Sets `height` rows of `width` bytes of `buffer`, `dst.pitch` apart

@@ -660,6 +660,19 @@ impl Stream {
     pub unsafe fn memset_async(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
         check("cuMemsetD8Async", unsafe { cu::cuMemsetD8Async(dst, value, bytes, self.raw) })
     }
+    /// Asynchronously sets `bytes` bytes at `dst` to `value`, repeated as
+    /// `width`-byte words (2 or 4; `dst` aligned to it, `bytes` a multiple).
+    ///
+    /// # Safety
+    /// The range must be device memory that lives until the fill ran.
+    pub unsafe fn fill_async(&self, dst: u64, value: u32, width: u8, bytes: usize) -> Result<()> {
+        match width {
+            // SAFETY: the caller's guarantee; counts in words.
+            2 => check("cuMemsetD16Async", unsafe { cu::cuMemsetD16Async(dst, value as u16, bytes / 2, self.raw) }),
+            4 => check("cuMemsetD32Async", unsafe { cu::cuMemsetD32Async(dst, value, bytes / 4, self.raw) }),
+            other => Err(CudaError::Invalid(format!("a fill of {other}-byte words (2 or 4)"))),
+        }
+    }
     /// Asynchronous device-to-host copy.
     ///
     /// # Safety

@@ -103,7 +103,8 @@ fn copy(d: &mut ClientDevice, id: u64, work: ClientWork) {
         ClientWork::ToDevice { bytes, .. }
         | ClientWork::ToHost { bytes, .. }
         | ClientWork::DeviceCopy { bytes, .. }
-        | ClientWork::Memset { bytes, .. } => *bytes,
+        | ClientWork::Memset { bytes, .. }
+        | ClientWork::Fill { bytes, .. } => *bytes,
         ClientWork::Kernel { .. } => 0,
     };
     // SAFETY: the tests' host buffers are registered and outlive the copy.
@@ -186,9 +187,13 @@ fn round_trip(d: &mut ClientDevice, first_op: u64) {
     copy(d, first_op, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 });
     copy(d, first_op + 1, ClientWork::DeviceCopy { src: a, dst: b, bytes: n as u64 });
     copy(d, first_op + 2, ClientWork::Memset { dst: b, value: 0xab, bytes: 16 });
-    copy(d, first_op + 3, ClientWork::ToHost { src: b, dst: back.ptr(), bytes: n as u64 });
+    // 32- and 16-bit fills (cuMemsetD32 / D16, issue 40) after it, in order.
+    copy(d, first_op + 3, ClientWork::Fill { dst: b + 16, value: 0x0403_0201, width: 4, bytes: 8 });
+    copy(d, first_op + 4, ClientWork::Fill { dst: b + 24, value: 0xBBAA, width: 2, bytes: 4 });
+    copy(d, first_op + 5, ClientWork::ToHost { src: b, dst: back.ptr(), bytes: n as u64 });
     assert!(back.0[..16].iter().all(|&x| x == 0xab), "memset");
-    assert_eq!(&back.0[16..], &data[16..], "host → device → device → host");
+    assert_eq!(&back.0[16..28], &[1, 2, 3, 4, 1, 2, 3, 4, 0xAA, 0xBB, 0xAA, 0xBB], "fills");
+    assert_eq!(&back.0[28..], &data[28..], "host → device → device → host");
     d.free(a).expect("free");
     d.free(b).expect("free");
     assert_eq!(d.allocated(), 0);

@@ -45,7 +45,7 @@ pub const MAGIC: [u8; 4] = *b"GMUX";
 /// `CopyFromHostRegion`, `CopyToHostRegion`, the `host_memory` limit and the
 /// pinned host memory of `Status`); version 5 added what CUDA programs use
 /// beyond one stream (issue 40: `StreamWaitEvent`, `EventElapsed`,
-/// `DeviceProperties`, `Occupancy`, `HostFunc`, `EndHostFunc`, the
+/// `DeviceProperties`, `Occupancy`, `HostFunc`, `EndHostFunc`, `Fill`, the
 /// `NotReady` error).
 pub const VERSION: u16 = 5;
 /// The largest frame body either side accepts (module sources are the big ones).
@@ -381,6 +381,22 @@ pub enum Request {
     EndHostFunc {
         /// From [`Reply::HostFunc`].
         token: u64,
+    },
+    /// Fills `count` words of `width` bytes (2 or 4) from `dst` with `value`
+    /// (little-endian; its low 16 bits for width 2), in stream order
+    /// (`cuMemsetD16`, `cuMemsetD32`). `dst`'s offset must be a multiple of
+    /// `width`. Answered when accepted, as `Memset` is.
+    Fill {
+        /// Where; its offset a multiple of `width`.
+        dst: BufferSlice,
+        /// The word.
+        value: u32,
+        /// Bytes a word: 2 or 4.
+        width: u8,
+        /// How many words.
+        count: u64,
+        /// Ordered after the stream's earlier work.
+        stream: StreamId,
     },
 }
 
@@ -719,6 +735,7 @@ impl Request {
             Request::Occupancy { .. } => "Occupancy",
             Request::HostFunc(_) => "HostFunc",
             Request::EndHostFunc { .. } => "EndHostFunc",
+            Request::Fill { .. } => "Fill",
         }
     }
 }

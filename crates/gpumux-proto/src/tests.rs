@@ -135,6 +135,13 @@ fn version_5_requests_and_replies_round_trip_after_the_earlier_ones() {
         Request::EventElapsed { start: EventId(1), end: EventId(3) },
         Request::Occupancy { kernel: KernelId(4), block_threads: 256, dynamic_shared_bytes: 1024 },
         Request::HostFunc(StreamId(2)),
+        Request::Fill {
+            dst: BufferSlice { buffer: BufferId(1), offset: 8 },
+            value: 0xDEAD_BEEF,
+            width: 4,
+            count: 3,
+            stream: StreamId(1),
+        },
     ] {
         let frame = ClientFrame { id: 9, request };
         let bytes = encode_frame(&frame).unwrap();

@@ -40,7 +40,7 @@ fn random_request(r: &mut Rng) -> Request {
     let stream = |r: &mut Rng| StreamId(r.below(3) as u32);
     // Host regions take handles from the counter buffers use: ids up to 12.
     let host = |r: &mut Rng| HostSlice { region: HostRegionId(r.below(12)), offset: r.below(1 << 14) };
-    match r.below(26) {
+    match r.below(27) {
         0 => Request::Alloc { bytes: r.below(1 << 17) },
         1 => Request::Free(BufferId(r.below(6))),
         2 => Request::Memset { dst: slice(r), value: r.next() as u8, bytes: r.below(1 << 13), stream: stream(r) },
@@ -88,6 +88,13 @@ fn random_request(r: &mut Rng) -> Request {
         22 => Request::HostFunc(stream(r)),
         23 => Request::EndHostFunc { token: r.below(64) },
         24 => Request::DeviceProperties,
+        25 => Request::Fill {
+            dst: slice(r),
+            value: r.next() as u32,
+            width: r.below(6) as u8,
+            count: r.below(1 << 12),
+            stream: stream(r),
+        },
         _ => Request::Status,
     }
 }

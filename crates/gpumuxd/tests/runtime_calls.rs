@@ -217,7 +217,7 @@ fn sixteen_and_thirty_two_bit_fills_write_their_pattern_and_nothing_else() {
     let d = Daemon::start(None);
     let c = connect(&d);
     let s = StreamId::DEFAULT;
-    let n = 100_003u64; // over the 64 KiB seed: the doubling path, with a ragged end
+    let n = 100_003u64; // over the simulator's first page: its doubling, with a ragged end
     let buf = c.alloc(8 + n * 4 + 8).unwrap();
     c.memset(&buf, 0, 0x77, buf.len(), s).unwrap();
     c.memset_d32(&buf, 8, 0xDEAD_BEEF, n, s).unwrap();
@@ -228,11 +228,14 @@ fn sixteen_and_thirty_two_bit_fills_write_their_pattern_and_nothing_else() {
         assert_eq!(u32::from_le_bytes([w[0], w[1], w[2], w[3]]), 0xDEAD_BEEF, "word {i}");
     }
     c.memset_d16(&buf, 2, 0x1234, 5, s).unwrap();
-    c.memset_d32(&buf, 0, 0x0909_0909, 1, s).unwrap(); // equal bytes: a plain memset
+    c.memset_d32(&buf, 0, 0x0909_0909, 1, s).unwrap();
     c.copy_to_host(&buf, 0, &mut got[..16], s).unwrap();
     assert_eq!(&got[..16], &[9, 9, 9, 9, 0x34, 0x12, 0x34, 0x12, 0x34, 0x12, 0x34, 0x12, 0xEF, 0xBE, 0xAD, 0xDE]);
     assert!(c.memset_d32(&buf, 4, 1, n + 4, s).is_err(), "past the end");
     assert!(c.memset_d32(&buf, 0, 1, u64::MAX / 2, s).is_err(), "overflow");
+    let e = c.memset_d32(&buf, 2, 1, 1, s).unwrap_err();
+    assert_eq!(e.kind(), Some(&ErrorKind::Invalid), "a 32-bit fill at an odd offset: {e}");
+    assert!(e.to_string().contains("multiple of 4"), "{e}");
     c.close().unwrap();
 }
 

@@ -1259,7 +1259,9 @@ impl ClientDevice {
         let (lane, bytes) = match work {
             ClientWork::ToDevice { bytes, .. } => (H2D, bytes),
             ClientWork::ToHost { bytes, .. } => (D2H, bytes),
-            ClientWork::DeviceCopy { bytes, .. } | ClientWork::Memset { bytes, .. } => (ON_DEVICE, bytes),
+            ClientWork::DeviceCopy { bytes, .. }
+            | ClientWork::Memset { bytes, .. }
+            | ClientWork::Fill { bytes, .. } => (ON_DEVICE, bytes),
             ClientWork::Kernel { .. } => return Err(CudaError::Invalid(format!("{op} is a launch, not a copy"))),
         };
         let n = usize::try_from(bytes).map_err(|_| CudaError::Invalid(format!("a copy of {bytes} bytes")))?;
@@ -1272,6 +1274,7 @@ impl ClientDevice {
                 ClientWork::ToHost { src, dst, .. } => s.copy_to_host_async(dst.0, src, n)?,
                 ClientWork::DeviceCopy { src, dst, .. } => s.copy_on_device_async(dst, src, n)?,
                 ClientWork::Memset { dst, value, .. } => s.memset_async(dst, value, n)?,
+                ClientWork::Fill { dst, value, width, .. } => s.fill_async(dst, value, width, n)?,
                 ClientWork::Kernel { .. } => {}
             }
         }

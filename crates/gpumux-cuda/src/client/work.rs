@@ -68,6 +68,17 @@ pub enum ClientWork {
         /// How many bytes.
         bytes: u64,
     },
+    /// Fill with a 16- or 32-bit word (`cuMemsetD16`, `cuMemsetD32`).
+    Fill {
+        /// Destination, aligned to `width`.
+        dst: u64,
+        /// The word (its low 16 bits for `width` 2).
+        value: u32,
+        /// Bytes a word: 2 or 4.
+        width: u8,
+        /// How many bytes, a multiple of `width`.
+        bytes: u64,
+    },
 }
 
 /// CUDA's grid limit per dimension (x, y, z), the same on every GPU since

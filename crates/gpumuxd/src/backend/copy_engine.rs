@@ -21,6 +21,21 @@ use std::thread::JoinHandle;
 /// costs more than the `memcpy`.
 pub const ON_THREAD_FROM: u64 = 256 << 10;
 
+/// What a fill writes: a byte (a memset), or a little-endian word of
+/// `width` bytes (2 or 4) over and over (`cuMemsetD16` / `D32`).
+#[derive(Clone, Copy, Debug)]
+pub enum Fill {
+    /// Every byte.
+    Byte(u8),
+    /// Every `width` bytes, from the first.
+    Word {
+        /// The word (its low bytes for `width` 2).
+        value: u32,
+        /// Bytes a word.
+        width: u8,
+    },
+}
+
 /// One copy's move: `bytes` from `src` to `dst`, or `bytes` of `fill` at `dst`.
 pub struct Move {
     /// The copy it finishes.
@@ -31,8 +46,8 @@ pub struct Move {
     pub dst: *mut u8,
     /// How many bytes.
     pub bytes: usize,
-    /// A memset's byte.
-    pub fill: Option<u8>,
+    /// A memset's byte, or a fill's word.
+    pub fill: Option<Fill>,
     /// The shared region it reads or writes, kept mapped until it is done.
     pub region: Option<Arc<ShmRegion>>,
 }
@@ -51,7 +66,22 @@ impl Move {
         // SAFETY: the caller's guarantee.
         unsafe {
             match self.fill {
-                Some(v) => std::ptr::write_bytes(self.dst, v, self.bytes),
+                Some(Fill::Byte(v)) => std::ptr::write_bytes(self.dst, v, self.bytes),
+                Some(Fill::Word { value, width }) => {
+                    // One page word by word, then doubled by copies (a page
+                    // is whole words of 2 or 4 bytes, so the pattern runs on).
+                    let word = value.to_le_bytes();
+                    let first = self.bytes.min(4096);
+                    for i in 0..first {
+                        self.dst.add(i).write(word[i % width as usize]);
+                    }
+                    let mut filled = first;
+                    while filled < self.bytes {
+                        let n = filled.min(self.bytes - filled);
+                        std::ptr::copy_nonoverlapping(self.dst, self.dst.add(filled), n);
+                        filled += n;
+                    }
+                }
                 None => std::ptr::copy(self.src, self.dst, self.bytes),
             }
         }

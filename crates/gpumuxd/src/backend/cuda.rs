@@ -257,6 +257,7 @@ impl Backend for CudaBackend {
             }
             OpWork::DeviceCopy { src, dst, bytes } => (Some(ClientWork::DeviceCopy { src, dst, bytes }), None),
             OpWork::Memset { dst, value, bytes } => (Some(ClientWork::Memset { dst, value, bytes }), None),
+            OpWork::Fill { dst, value, width, bytes } => (Some(ClientWork::Fill { dst, value, width, bytes }), None),
         };
         let Some(work) = work else {
             self.refused.insert(op, "a host span outside its shared region".into());

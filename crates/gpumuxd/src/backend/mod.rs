@@ -194,6 +194,17 @@ pub enum OpWork<S = HostSpan> {
         /// How many.
         bytes: u64,
     },
+    /// Fill with a 16- or 32-bit word (`Request::Fill`).
+    Fill {
+        /// Destination, aligned to `width`.
+        dst: DevAddr,
+        /// The word (its low 16 bits for `width` 2).
+        value: u32,
+        /// Bytes a word: 2 or 4.
+        width: u8,
+        /// How many bytes, a multiple of `width`.
+        bytes: u64,
+    },
 }
 
 impl<S> OpWork<S> {
@@ -207,6 +218,7 @@ impl<S> OpWork<S> {
             OpWork::ToHost { src, dst, bytes } => OpWork::ToHost { src, dst: f(dst)?, bytes },
             OpWork::DeviceCopy { src, dst, bytes } => OpWork::DeviceCopy { src, dst, bytes },
             OpWork::Memset { dst, value, bytes } => OpWork::Memset { dst, value, bytes },
+            OpWork::Fill { dst, value, width, bytes } => OpWork::Fill { dst, value, width, bytes },
         })
     }
 }

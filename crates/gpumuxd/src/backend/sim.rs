@@ -31,7 +31,7 @@
 //! `OutOfMemory` naming the bound.
 
 use super::compile::WorkPool;
-use super::copy_engine::{CopyEngine, Move, ON_THREAD_FROM};
+use super::copy_engine::{CopyEngine, Fill, Move, ON_THREAD_FROM};
 use super::{
     Backend, DevAddr, Failure, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed,
     OpWork, Registered, Wake,
@@ -279,7 +279,12 @@ impl SimBackend {
             }
             OpWork::Memset { dst, value, bytes } => {
                 let (block, at) = self.span_mut(dst, bytes)?;
-                mv(std::ptr::null(), block.bytes_mut()[at..].as_mut_ptr(), bytes, Some(value), None)
+                mv(std::ptr::null(), block.bytes_mut()[at..].as_mut_ptr(), bytes, Some(Fill::Byte(value)), None)
+            }
+            OpWork::Fill { dst, value, width, bytes } => {
+                let (block, at) = self.span_mut(dst, bytes)?;
+                let fill = Some(Fill::Word { value, width });
+                mv(std::ptr::null(), block.bytes_mut()[at..].as_mut_ptr(), bytes, fill, None)
             }
             OpWork::Kernel { .. } => return Err(fatal(format!("operation {op} is a kernel, not a copy"))),
         })

@@ -198,6 +198,7 @@ impl Core {
             }
             Request::HostFunc(stream) => return self.host_func(client, id, stream).err().map(Err),
             Request::EndHostFunc { token } => self.end_host_func(client, token),
+            Request::Fill { dst, value, width, count, stream } => self.fill(client, dst, value, width, count, stream),
         };
         Some(r)
     }

@@ -1,6 +1,7 @@
 //! Issue 40's requests: orders between streams and with the host
 //! (`StreamWaitEvent`, `HostFunc` / `EndHostFunc`), event timing
-//! (`EventElapsed`) and device queries (`DeviceProperties`, `Occupancy`).
+//! (`EventElapsed`), device queries (`DeviceProperties`, `Occupancy`) and
+//! 16/32-bit fills (`Fill`).
 //!
 //! The orders are the engine's: a wait is a `StreamOp::WaitFor` and a host
 //! function a `StreamOp::Sync` (answered when the stream reaches it) then a
@@ -161,6 +162,34 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// `Fill`: `count` words of `width` bytes from `dst`, in stream order.
+    pub(super) fn fill(
+        &mut self,
+        client: u64,
+        dst: gpumux_proto::BufferSlice,
+        value: u32,
+        width: u8,
+        count: u64,
+        stream: StreamId,
+    ) -> Result<Reply, ErrorReply> {
+        if width != 2 && width != 4 {
+            return Err(err(ErrorKind::Invalid, format!("a fill of {width}-byte words: 2 or 4 (a byte is Memset)")));
+        }
+        if dst.offset % u64::from(width) != 0 {
+            return Err(err(
+                ErrorKind::Invalid,
+                format!("a fill of {width}-byte words at offset {}: it must be a multiple of {width}", dst.offset),
+            ));
+        }
+        let bytes = count
+            .checked_mul(u64::from(width))
+            .ok_or_else(|| err(ErrorKind::OutOfRange, format!("{count} words of {width} bytes overflow")))?;
+        let addr = validate::device_span(self.session(client)?, dst, bytes)?;
+        let work = OpWork::Fill { dst: addr, value, width, bytes };
+        self.submit_copy(client, stream, CopyDirection::DeviceToDevice, bytes, work, None)?;
+        Ok(Reply::Done)
     }
 
     /// `EndHostFunc`: the hold `token` of one of the client's host functions goes.
