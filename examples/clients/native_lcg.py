@@ -39,7 +39,21 @@ def inputs(n, pageable):
 
 
 def launch(d_in, d_out, n, iters, stream):
-    KERNEL(((n + 255) // 256,), (256,), (d_in, d_out, np.int32(n), np.int32(iters)), stream=stream)
+    # RawKernel launches on the current stream.
+    with stream:
+        KERNEL(((n + 255) // 256,), (256,), (d_in, d_out, np.int32(n), np.int32(iters)))
+
+
+# cudaMemcpyAsync itself: whether ndarray.set / get block differs between CuPy versions.
+H2D, D2H = 1, 2
+
+
+def copy_in(d, h, stream):
+    cp.cuda.runtime.memcpyAsync(d.data.ptr, h.ctypes.data, h.nbytes, H2D, stream.ptr)
+
+
+def copy_out(h, d, stream):
+    cp.cuda.runtime.memcpyAsync(h.ctypes.data, d.data.ptr, d.nbytes, D2H, stream.ptr)
 
 
 def ms_since(t):
@@ -51,22 +65,22 @@ def pipeline(a):
     n = a.chunks * m
     h_in, h_out = inputs(n, a.pageable), host(n, a.pageable)
     d_in, d_out = cp.empty(n, dtype=cp.uint32), cp.empty(n, dtype=cp.uint32)
-    copy_in, copy_out = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    s_in, s_out = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
     compute = [cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)]
     part = [slice(c * m, (c + 1) * m) for c in range(a.chunks)]
-    d_in[part[0]].set(h_in[part[0]], stream=copy_in)
-    copy_in.synchronize()
+    copy_in(d_in[part[0]], h_in[part[0]], s_in)
+    s_in.synchronize()
     launch(d_in[part[0]], d_out[part[0]], m, a.iters, compute[0])  # warm-up
     compute[0].synchronize()
     copies, kernels, piped = [], [], []
     for _ in range(a.repeat):
         t = time.perf_counter()
         for p in part:
-            d_in[p].set(h_in[p], stream=copy_in)
-            copy_in.synchronize()  # as the gpumux example's copies: each done before the next
+            copy_in(d_in[p], h_in[p], s_in)
+            s_in.synchronize()  # as the gpumux example's copies: each done before the next
         for p in part:
-            d_out[p].get(stream=copy_out, out=h_out[p])
-            copy_out.synchronize()
+            copy_out(h_out[p], d_out[p], s_out)
+            s_out.synchronize()
         copies.append(ms_since(t))
 
         t = time.perf_counter()
@@ -80,17 +94,17 @@ def pipeline(a):
         cp.cuda.Device().synchronize()
         t = time.perf_counter()
         for c, p in enumerate(part):
-            d_in[p].set(h_in[p], stream=copy_in)
+            copy_in(d_in[p], h_in[p], s_in)
             arrived = cp.cuda.Event(disable_timing=True)
-            arrived.record(copy_in)
+            arrived.record(s_in)
             k = compute[c % 2]
             k.wait_event(arrived)
             launch(d_in[p], d_out[p], m, a.iters, k)
             computed = cp.cuda.Event(disable_timing=True)
             computed.record(k)
-            copy_out.wait_event(computed)
-            d_out[p].get(stream=copy_out, out=h_out[p])
-        copy_out.synchronize()
+            s_out.wait_event(computed)
+            copy_out(h_out[p], d_out[p], s_out)
+        s_out.synchronize()
         piped.append(ms_since(t))
     p, cps, k = np.median(piped), np.median(copies), np.median(kernels)
     print(
