@@ -100,8 +100,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     if args.check {
         if simulated {
-            // One wave: the block time, plus at most the daemon's poll and wake-up.
-            if !(1.0..5.0).contains(&k) {
+            // One wave: the block time, plus the daemon's wake-up (10 ms of
+            // slack: a loaded CI machine).
+            if !(1.0..11.0).contains(&k) {
                 return Err(format!("one wave of 1 ms blocks measured {k:.4} ms on the simulated device").into());
             }
             println!("event_timing: simulated device: event times match the simulated clock ({k:.4} ms for 1 ms)");

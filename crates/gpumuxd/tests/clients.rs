@@ -1,7 +1,9 @@
 //! The four example clients (examples/clients/: two Rust, two C) as separate
 //! processes at once against one `gpumuxd --device sim:h100`, each with
 //! `--check`: on a simulated device that checks that their inputs
-//! round-trip bitwise through alloc, copy, launch, sync and copy back.
+//! round-trip bitwise through alloc, copy, launch, sync and copy back. And
+//! issue 40's two (a 4-stream pipeline with stream waits, a kernel timed
+//! with events), small, one after the other.
 //!
 //! The programs are cargo's build outputs, found from this test binary's
 //! path: `cargo test` builds the Rust examples (`<profile>/examples/`) and
@@ -140,4 +142,22 @@ fn four_example_clients_at_once_round_trip_their_inputs_and_leave_nothing_held()
     assert_eq!(s.clients.len(), 1, "the example clients are still connected: {s:?}");
     assert_eq!(s.memory_used, baseline.memory_used, "client memory is still held: {s:?}");
     assert!(s.clients.iter().all(|c| c.memory_used == 0 && c.sms_held == 0), "{s:?}");
+}
+
+#[test]
+fn the_pipeline_and_event_timing_examples_check_on_the_simulated_device() {
+    let d = Daemon::start(None);
+    let examples = profile_dir().join("examples");
+    for name in ["stream_pipeline", "event_timing"] {
+        let program = built(examples.join(name), " --examples");
+        let o = Command::new(&program)
+            .args(["--check", "--chunks", "4", "--chunk-mib", "1", "--repeat", "2", "--socket"])
+            .arg(&d.socket)
+            .output()
+            .unwrap_or_else(|e| panic!("{name} does not start: {e}"));
+        let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "{name} failed ({}):\n{stdout}{stderr}", o.status);
+        assert!(stdout.contains(&format!("{name}: check passed")), "{name} did not check:\n{stdout}");
+        assert!(stdout.contains("device sim:h100"), "{name}:\n{stdout}");
+    }
 }
