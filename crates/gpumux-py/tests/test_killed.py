@@ -32,7 +32,7 @@ def test_a_killed_client_leaves_nothing_behind(daemon, client: gpumux.Client) ->
     before = client.status()["memory_used"]
     here = os.path.dirname(__file__)
     victim = subprocess.Popen([sys.executable, "-c", VICTIM, daemon.socket], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, cwd=here, env={**os.environ, "PYTHONPATH": here})
+                              stdout=subprocess.PIPE, cwd=here, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))})
     try:
         assert victim.stdout is not None
         victim_id = int(victim.stdout.readline())

@@ -658,7 +658,11 @@ mod tests {
                     };
                     self.bufs[buf(0)] = bytes((0..n * n).map(|i| {
                         let (y, x) = ((i / n) as isize, (i % n) as isize);
-                        (4 * g(y, x) + g(y - 1, x) + g(y + 1, x) + g(y, x - 1) + g(y, x + 1) + 4) >> 3
+                        // u32 arithmetic wraps on the GPU: here too (a debug build checks it).
+                        let sum = [g(y - 1, x), g(y + 1, x), g(y, x - 1), g(y, x + 1), 4]
+                            .into_iter()
+                            .fold(g(y, x).wrapping_mul(4), u32::wrapping_add);
+                        sum >> 3
                     }));
                 }
                 ("add_one", 2) => {
