@@ -31,6 +31,7 @@ fn name_of(e: &ClientError) -> &'static str {
             ErrorKind::ContextLost => "ContextLost",
             ErrorKind::Device => "Device",
             ErrorKind::ShuttingDown => "ShuttingDown",
+            ErrorKind::NotReady => "NotReady",
         };
     }
     match e {

@@ -27,6 +27,7 @@ from ._errors import (
     NoSuchHandle,
     NoSuchKernel,
     NotPermitted,
+    NotReady,
     OutOfMemory,
     OutOfRange,
     ProtocolError,
@@ -44,6 +45,6 @@ __all__ = [
     "ndarray", "notices", "sim", "zeros",
     "BadFrame", "CannotConnect", "ClientClosed", "CompileError", "ContextLost", "DaemonGone", "DeviceError",
     "GpumuxError", "InvalidArgument", "InvalidValue", "KernelFault", "NoDaemon", "NoSuchHandle", "NoSuchKernel",
-    "NotPermitted", "OutOfMemory", "OutOfRange", "ProtocolError", "QuotaExceeded", "SharedMemoryError",
+    "NotPermitted", "NotReady", "OutOfMemory", "OutOfRange", "ProtocolError", "QuotaExceeded", "SharedMemoryError",
     "ShuttingDown", "TransformError", "VersionMismatch",
 ]

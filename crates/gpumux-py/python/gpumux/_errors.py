@@ -158,12 +158,19 @@ class ShuttingDown(GpumuxError):
     kind = "ShuttingDown"
 
 
+class NotReady(GpumuxError):
+    """What was asked of is not done yet (an event's time before its work ended)."""
+
+    kind = "NotReady"
+
+
 _BY_KIND = {
     cls.kind: cls
     for cls in (
         NoDaemon, CannotConnect, DaemonGone, VersionMismatch, SharedMemoryError, NoSuchKernel, InvalidArgument,
         ClientClosed, BadFrame, ProtocolError, NotPermitted, QuotaExceeded, OutOfMemory, NoSuchHandle, OutOfRange,
         InvalidValue, CompileError, TransformError, KernelFault, ContextLost, DeviceError, ShuttingDown,
+        NotReady,
     )
 }
 # Shown as gpumux.X in tracebacks, where users import them from.
