@@ -112,11 +112,6 @@ pub struct PumpStats {
 
 /// Rounds of command/event exchange in one pump before the core lets requests in.
 const MAX_ROUNDS: usize = 10_000;
-/// ... and the time they may take: with busy clients every round brings
-/// news, and a pump of a GPU shared with a grid of 2^31 blocks ran 800
-/// rounds, 10 ms, without reading a request but the launches and syncs its
-/// polls let in (issue 36's soak, H200).
-const PUMP_BUDGET: Duration = Duration::from_micros(500);
 
 /// Why the core stopped.
 #[derive(Debug, thiserror::Error)]

@@ -81,11 +81,7 @@ impl Core {
         // round's: like any round that sends, it polls again after an empty
         // answer, which catches a short kernel's end a poll period sooner.
         let mut sent_late = false;
-        let started = Instant::now();
         for _ in 0..MAX_ROUNDS {
-            if stats.rounds > 0 && started.elapsed() >= PUMP_BUDGET {
-                break;
-            }
             stats.rounds += 1;
             self.drain_completions();
             let sent = self.drain_commands(&mut stats)? | std::mem::take(&mut sent_late);
