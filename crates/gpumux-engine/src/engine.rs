@@ -491,6 +491,14 @@ impl Engine {
         Ok(self.out.pop_front())
     }
 
+    /// Whether [`Engine::poll_command`] may have a command now: one is queued,
+    /// or something changed since the policy last ran. A front end that
+    /// stops draining commands early (a bounded loop) must come back while
+    /// this holds, or the device waits for commands the engine already owes it.
+    pub fn has_commands_due(&self) -> bool {
+        !self.out.is_empty() || self.dirty
+    }
+
     /// When the engine next needs to be woken with `handle_timeout` (a
     /// policy's time slice), if ever.
     pub fn poll_timeout(&self) -> Option<Nanos> {

@@ -561,7 +561,9 @@ impl Core {
             Wake::After(d) => d.is_zero(),
             Wake::Spin => true,
         };
-        device || self.engine.poll_timeout().is_some_and(|at| at <= self.backend.now())
+        // Commands the engine owes the device (a pump that ended at
+        // MAX_ROUNDS leaves them): the device may be idle waiting for them.
+        device || self.engine.has_commands_due() || self.engine.poll_timeout().is_some_and(|at| at <= self.backend.now())
     }
 
     /// How long to sleep before the device or the engine needs a look.
@@ -571,6 +573,9 @@ impl Core {
             Wake::After(d) => d.min(IDLE_WAIT),
             Wake::Spin => self.poll_every,
         };
+        // Commands the engine owes an idle device: as soon as a busy one's
+        // next poll, not after a sleep of up to IDLE_WAIT.
+        let device = if self.engine.has_commands_due() { device.min(self.poll_every) } else { device };
         let timer = self.engine.poll_timeout().map(|at| Duration::from_nanos(at.saturating_sub(self.backend.now())));
         timer.map_or(device, |t| t.min(device))
     }

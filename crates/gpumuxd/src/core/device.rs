@@ -692,6 +692,27 @@ mod tests {
         );
     }
 
+    /// A launch handled while the device is idle leaves the engine owing it
+    /// commands: the core must come back within a poll period, not sleep
+    /// until the device's next news (up to `IDLE_WAIT`). A pump cut short
+    /// by a time budget once left commands there with the device idle, and
+    /// a chain of launches moved one round a second on the H200 (5e2817f).
+    #[test]
+    fn commands_the_engine_owes_an_idle_device_bring_the_core_back_at_once() {
+        let (mut core, kernel, _replies) = core_with_kernel_on(Box::new(SimBackend::with_info(gpumux_sim::presets::h100())));
+        // Idle now: everything the module's load made is done.
+        while core.device_due() {
+            core.pump_with(None).expect("a pump");
+        }
+        assert!(core.wait() > core.poll_every, "idle, nothing owed: the core may sleep");
+        assert!(core.handle(request(3, launch_of(kernel))));
+        assert!(core.engine.has_commands_due(), "the launch is the engine's to place");
+        assert!(core.device_due(), "owed commands make the device due");
+        assert!(core.wait() <= core.poll_every, "and the core's wait at most a poll period");
+        core.pump_with(None).expect("a pump");
+        assert!(!core.engine.has_commands_due(), "the pump sent them");
+    }
+
     /// A kernel is bound as following the kernel before it on its stream
     /// past recorded events and syncs, which order nothing on the GPU (so the
     /// CUDA device may queue it behind that kernel), but not past a memset,
