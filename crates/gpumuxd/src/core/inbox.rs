@@ -52,18 +52,23 @@ impl FairInbox {
             self.shutdown = false;
             return Some(CoreMsg::Shutdown);
         }
-        let client = self.turn.pop_front()?;
-        let q = self.queues.get_mut(&client)?;
-        let msg = q.pop_front();
-        if q.is_empty() {
-            self.queues.remove(&client);
-        } else {
-            self.turn.push_back(client);
-        }
-        if msg.is_some() {
+        // A client in the turn has a queue with a message (push and pop keep
+        // it so); one without is skipped rather than end the turn early.
+        loop {
+            let client = self.turn.pop_front()?;
+            let Some(q) = self.queues.get_mut(&client) else { continue };
+            let Some(msg) = q.pop_front() else {
+                self.queues.remove(&client);
+                continue;
+            };
+            if q.is_empty() {
+                self.queues.remove(&client);
+            } else {
+                self.turn.push_back(client);
+            }
             self.len -= 1;
+            return Some(msg);
         }
-        msg
     }
 
     /// Whether `msg`'s client has messages waiting here (it may not overtake them).
