@@ -340,6 +340,39 @@ fn span(p: *const c_void, len: usize, what: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The `len` bytes the caller passes at `p`: a null `p` is refused unless
+/// `len` is 0, and the span is checked ([`span`]).
+///
+/// # Safety
+/// A non-null `p` points to `len` readable bytes that stay valid for `'a`.
+unsafe fn host_bytes<'a>(p: *const c_void, len: usize, what: &str) -> Result<&'a [u8], Failure> {
+    if p.is_null() && len > 0 {
+        return Err(null(what));
+    }
+    span(p, len, what)?;
+    if len == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the caller's guarantee; `p` checked non-null and the span sound.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+}
+
+/// [`host_bytes`] for bytes the call writes.
+///
+/// # Safety
+/// A non-null `p` points to `len` writable bytes, not otherwise borrowed, valid for `'a`.
+unsafe fn host_bytes_mut<'a>(p: *mut c_void, len: usize, what: &str) -> Result<&'a mut [u8], Failure> {
+    if p.is_null() && len > 0 {
+        return Err(null(what));
+    }
+    span(p, len, what)?;
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    // SAFETY: as above.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
+}
+
 /// Runs a call's body: catches panics, records the message of a failure.
 fn guard(body: impl FnOnce() -> Result<(), Failure>) -> gpumux_status {
     let (status, message) = match catch_unwind(AssertUnwindSafe(body)) {
@@ -570,16 +603,8 @@ pub unsafe extern "C" fn gpumux_copy_to_device(
 ) -> gpumux_status {
     guard(|| {
         let client = unsafe { client_ref(client) }?;
-        if src.is_null() && bytes > 0 {
-            return Err(null("src"));
-        }
-        span(src, bytes, "src")?;
-        let data: &[u8] = if bytes == 0 {
-            &[]
-        } else {
-            // SAFETY: the caller passes `bytes` readable bytes at `src` (checked non-null).
-            unsafe { std::slice::from_raw_parts(src.cast::<u8>(), bytes) }
-        };
+        // SAFETY: the caller passes `bytes` readable bytes at `src`.
+        let data = unsafe { host_bytes(src, bytes, "src") }?;
         Ok(client.copy_to_device(&buffer, offset, data, StreamId(stream))?)
     })
 }
@@ -598,16 +623,8 @@ pub unsafe extern "C" fn gpumux_copy_to_host(
 ) -> gpumux_status {
     guard(|| {
         let client = unsafe { client_ref(client) }?;
-        if dst.is_null() && bytes > 0 {
-            return Err(null("dst"));
-        }
-        span(dst, bytes, "dst")?;
-        let data: &mut [u8] = if bytes == 0 {
-            &mut []
-        } else {
-            // SAFETY: the caller passes `bytes` writable bytes at `dst` (checked non-null).
-            unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), bytes) }
-        };
+        // SAFETY: the caller passes `bytes` writable bytes at `dst`.
+        let data = unsafe { host_bytes_mut(dst, bytes, "dst") }?;
         Ok(client.copy_to_host(&buffer, offset, data, StreamId(stream))?)
     })
 }
@@ -1164,16 +1181,8 @@ pub unsafe extern "C" fn gpumux_copy_to_device_2d(
     guard(|| {
         let c = unsafe { client_ref(client) }?;
         let len = host_rows_span(src_pitch, width, height, "src")?;
-        if src.is_null() && len > 0 {
-            return Err(null("src"));
-        }
-        span(src, len, "src")?;
-        let data: &[u8] = if len == 0 {
-            &[]
-        } else {
-            // SAFETY: the caller passes the rows' bytes at `src` (checked non-null, `len` from the shape).
-            unsafe { std::slice::from_raw_parts(src.cast::<u8>(), len) }
-        };
+        // SAFETY: the caller passes the rows' bytes at `src` (`len` from the shape).
+        let data = unsafe { host_bytes(src, len, "src") }?;
         let dst = crate::Pitched::new(dst_offset, dst_pitch);
         Ok(c.copy_to_device_2d(&buffer, dst, data, src_pitch as u64, width, height, StreamId(stream))?)
     })
@@ -1198,16 +1207,8 @@ pub unsafe extern "C" fn gpumux_copy_to_host_2d(
     guard(|| {
         let c = unsafe { client_ref(client) }?;
         let len = host_rows_span(dst_pitch, width, height, "dst")?;
-        if dst.is_null() && len > 0 {
-            return Err(null("dst"));
-        }
-        span(dst, len, "dst")?;
-        let data: &mut [u8] = if len == 0 {
-            &mut []
-        } else {
-            // SAFETY: the caller passes the rows' bytes at `dst` (checked non-null, `len` from the shape).
-            unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len) }
-        };
+        // SAFETY: the caller passes the rows' bytes at `dst` (`len` from the shape).
+        let data = unsafe { host_bytes_mut(dst, len, "dst") }?;
         let src = crate::Pitched::new(src_offset, src_pitch);
         Ok(c.copy_to_host_2d(&buffer, src, data, dst_pitch as u64, width, height, StreamId(stream))?)
     })

@@ -294,6 +294,23 @@ pub struct WorkerLaunch {
     pending: Option<Pending>,
 }
 
+/// A whole grid of `func` on `sm_count` SMs of `workers_per_sm` slots: its
+/// blocks, the slots, and its shape's block time once timed
+/// ([`launch_plan::TIMED_LAUNCHES`]; `None` before).
+fn whole_grid(
+    func: &Function,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    workers_per_sm: u32,
+    sm_count: u32,
+) -> (u64, u64, Option<f64>) {
+    let blocks: u64 = grid.iter().map(|&g| g as u64).product();
+    let slots = workers_per_sm as u64 * sm_count as u64;
+    let timed = func.profiles.get(&func.name, ProfileKey { block, smem }).filter(|t| !t.timing());
+    (blocks, slots, timed.map(|t| t.block_ns))
+}
+
 /// A launch of `func`'s whole grid is long: its kernel shape has been timed
 /// ([`launch_plan::TIMED_LAUNCHES`]), and it takes more than one wave of
 /// `workers_per_sm` on `sm_count` SMs and more than
@@ -306,11 +323,9 @@ pub fn is_long(
     workers_per_sm: u32,
     sm_count: u32,
 ) -> bool {
-    let total: u64 = grid.iter().map(|&g| g as u64).product();
-    let waves = total.div_ceil((workers_per_sm as u64 * sm_count as u64).max(1));
-    func.profiles
-        .get(&func.name, ProfileKey { block, smem })
-        .is_some_and(|t| !t.timing() && waves > 1 && t.block_ns * waves as f64 > launch_plan::SHORT_LAUNCH_NS)
+    let (blocks, slots, block_ns) = whole_grid(func, grid, block, smem, workers_per_sm, sm_count);
+    let waves = blocks.div_ceil(slots.max(1));
+    block_ns.is_some_and(|bt| waves > 1 && bt * waves as f64 > launch_plan::SHORT_LAUNCH_NS)
 }
 
 /// A launch of `func`'s whole grid may hold the GPU longer than
@@ -325,10 +340,8 @@ pub fn holds_too_long(
     workers_per_sm: u32,
     sm_count: u32,
 ) -> bool {
-    let total: u64 = grid.iter().map(|&g| g as u64).product();
-    let slots = workers_per_sm as u64 * sm_count as u64;
-    let timed = func.profiles.get(&func.name, ProfileKey { block, smem }).filter(|t| !t.timing());
-    launch_plan::holds_too_long(total, slots, timed.map(|t| t.block_ns))
+    let (blocks, slots, block_ns) = whole_grid(func, grid, block, smem, workers_per_sm, sm_count);
+    launch_plan::holds_too_long(blocks, slots, block_ns)
 }
 
 impl WorkerLaunch {
