@@ -128,6 +128,10 @@ pub struct SimTuning {
     pub preempt_overhead_ns: Nanos,
     /// Every retreat uses this mechanism (`None`: the policy's).
     pub mechanism: Option<Mechanism>,
+    /// SMs are given back when a launch's last block ends, not when its last block is
+    /// issued ([`SimGpu::with_tuning`]).
+    #[serde(default)]
+    pub release_at_end: bool,
 }
 
 /// A simulated GPU. Deterministic: the same commands at the same times with
@@ -155,6 +159,8 @@ pub struct SimGpu {
     link: Option<Box<Link>>,
     /// Every retreat uses this mechanism whatever the policy asked ([`SimGpu::with_tuning`]).
     forced_mechanism: Option<Mechanism>,
+    /// A launch keeps its SMs until its last block ends ([`SimTuning::release_at_end`]).
+    release_at_end: bool,
     pending: Vec<Pending>,
     mem_stats: MemStats,
     stats: DeviceStats,
@@ -253,6 +259,7 @@ impl SimGpu {
             preempt_overhead_ns: 0,
             link: None,
             forced_mechanism: None,
+            release_at_end: false,
             pending: Vec::new(),
             mem_stats: MemStats::default(),
             stats: DeviceStats::default(),
@@ -298,7 +305,11 @@ impl SimGpu {
     /// Applies what `gpumux calibrate` measured on another device (docs/calibration.md):
     /// per-direction host-link bandwidth and latency, the fixed preemption cost, and the one
     /// mechanism that device has (a real GPU under gpumux drains at a chunk boundary whatever
-    /// the policy asks, so a prediction of it must too). The default tuning changes nothing.
+    /// the policy asks, so a prediction of it must too), and when that device gives a launch's
+    /// SMs back: gpumux's CUDA backend reports them when the launch's workers have all left,
+    /// so the SMs of a grid's last wave stay its own until its last block ends, where a GPU's
+    /// hardware scheduler (and this simulator by default) starts other kernels' blocks on them
+    /// as soon as the grid has nothing left to issue. The default tuning changes nothing.
     pub fn with_tuning(mut self, t: &SimTuning) -> Self {
         if t.h2d_bandwidth.is_some() || t.d2h_bandwidth.is_some() || t.link_latency_ns.is_some() {
             self.link = Some(Box::new(Link {
@@ -311,6 +322,7 @@ impl SimGpu {
         }
         self.preempt_overhead_ns = t.preempt_overhead_ns;
         self.forced_mechanism = t.mechanism;
+        self.release_at_end = t.release_at_end;
         self
     }
 
@@ -538,6 +550,11 @@ impl SimGpu {
             return;
         }
         l.exhausted = true;
+        if self.release_at_end {
+            // Its SMs go back with its last block (`check_ended`).
+            self.check_ended(lid);
+            return;
+        }
         let sms = std::mem::take(&mut l.sms);
         for sm in sms.iter() {
             self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Exhausted });
@@ -551,8 +568,23 @@ impl SimGpu {
     /// Ends a launch that holds nothing on the device any more.
     fn check_ended(&mut self, lid: LaunchId) {
         let Some(l) = self.launches.get(&lid) else { return };
-        if !l.sms.is_empty() || !l.leaving.is_empty() || l.resident > 0 {
+        if !l.leaving.is_empty() || l.resident > 0 {
             return;
+        }
+        if !l.sms.is_empty() {
+            // Released at the end (`release_at_end`): once nothing is left to issue and its
+            // last block is done, the launch gives every SM back and ends.
+            let done = self.release_at_end && l.exhausted && l.blocks.is_empty() && l.restore.is_empty();
+            if !done {
+                return;
+            }
+            let sms = std::mem::take(&mut self.launch_mut(lid).sms);
+            for sm in sms.iter() {
+                self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Exhausted });
+                if self.sms[sm.0 as usize].owner == Some(lid) {
+                    self.set_owner(sm.0 as usize, None);
+                }
+            }
         }
         let Some(mut l) = self.launches.remove(&lid) else { return };
         // Unissued saved blocks go back as saved contexts.
@@ -1041,6 +1073,7 @@ mod tests {
             link_latency_ns: Some(3_000),
             preempt_overhead_ns: 0,
             mechanism: Some(Mechanism::Drain),
+            release_at_end: false,
         };
         let mut gpu = SimGpu::new(crate::presets::k20c(), 1).with_tuning(&tuning);
         let mut events = Vec::new();
@@ -1075,5 +1108,45 @@ mod tests {
             }
         }
         assert_eq!(gpu.stats().context_saves, 0);
+    }
+
+    /// Three 10 µs blocks, one per SM, on two SMs: the third is issued at 10 µs on the SM
+    /// that freed first. By default both SMs go back then (nothing left to issue: the idle one
+    /// is free for another launch); released at the end, both go back at 20 µs, with the
+    /// launch's end.
+    #[test]
+    fn released_at_end_a_launch_keeps_its_sms_until_its_last_block_ends() {
+        let (_, desc) = switching(16);
+        let released = |release_at_end: bool| {
+            let tuning = SimTuning { release_at_end, ..SimTuning::default() };
+            let mut gpu = SimGpu::new(crate::presets::k20c(), 1).with_tuning(&tuning);
+            let mut cmd = launch(0, &desc, BlockRanges::full(3), Vec::new());
+            if let Command::Launch { sms, .. } = &mut cmd {
+                *sms = SmSet::range(0, 2);
+            }
+            gpu.submit(0, cmd).expect("launch");
+            let mut events = Vec::new();
+            let mut seen = Vec::new();
+            for until in [5_000, 15_000, 25_000] {
+                gpu.advance(Some(until), &mut events).expect("run");
+                for e in events.drain(..) {
+                    match e {
+                        Event::SmReleased { sm, .. } => seen.push((until, format!("sm{}", sm.0))),
+                        Event::LaunchEnded { completed, .. } => seen.push((until, format!("end{completed}"))),
+                        _ => {}
+                    }
+                }
+            }
+            seen
+        };
+        let at = |seen: &[(Nanos, String)], what: &str| seen.iter().find(|(_, w)| w == what).map(|(t, _)| *t);
+        let by_issue = released(false);
+        assert_eq!(at(&by_issue, "sm0"), Some(15_000), "{by_issue:?}");
+        assert_eq!(at(&by_issue, "sm1"), Some(15_000), "{by_issue:?}");
+        assert_eq!(at(&by_issue, "end3"), Some(25_000), "{by_issue:?}");
+        let by_end = released(true);
+        assert_eq!(at(&by_end, "sm0"), Some(25_000), "{by_end:?}");
+        assert_eq!(at(&by_end, "sm1"), Some(25_000), "{by_end:?}");
+        assert_eq!(at(&by_end, "end3"), Some(25_000), "{by_end:?}");
     }
 }

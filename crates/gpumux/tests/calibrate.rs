@@ -110,6 +110,7 @@ fn calibrating_the_simulator_against_itself_recovers_the_workload_and_its_predic
     close(f(d, "launch_overhead_us"), 0.0, 1.0, "launch overhead");
     close(f(d, "preempt_overhead_us"), 0.0, 1.0, "preemption overhead");
     assert!(d.get("mechanism").is_none(), "the simulator keeps each policy's mechanism");
+    assert!(d.get("release").is_none(), "the simulator gives SMs back as it always does");
 
     // The comparison: every policy within 3% on ANTT and STP.
     let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
@@ -191,6 +192,16 @@ notes = []
         assert!(stderr(&o).contains("cuda:0 cannot be opened"), "{}", stderr(&o));
         assert!(!out.exists());
     }
+    // When SMs are given back: `at-end` or `at-issue`, nothing else.
+    let text = std::fs::read_to_string(&cal).expect("read");
+    std::fs::write(
+        &cal,
+        text.replace("preempt_overhead_us = 0.0\n", "preempt_overhead_us = 0.0\nrelease = \"sometimes\"\n"),
+    )
+    .expect("write");
+    let o = gpumux(&["run", "examples/two-procs.toml", "--device", "sim:h100", "--calibration", c, "-q"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("release \"sometimes\": expected at-end or at-issue"), "{}", stderr(&o));
     std::fs::write(&cal, "format = 2\n").expect("write");
     let o = gpumux(&["run", "examples/two-procs.toml", "--calibration", c, "-q"]);
     assert!(!o.status.success());

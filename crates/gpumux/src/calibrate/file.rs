@@ -53,6 +53,12 @@ pub struct DeviceCal {
     pub preempt_overhead_us: f64,
     /// `drain` when the device realises every mechanism as a drain (a real GPU under gpumux).
     pub mechanism: Option<String>,
+    /// When a launch gives its SMs back: `at-end` when its last block has ended (gpumux's CUDA
+    /// backend: a worker grid's SMs are reported free once all its workers left), `at-issue`
+    /// (or absent) when its last block is issued (the simulator's default, a GPU's hardware
+    /// scheduler).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
 }
 
 /// One kernel: the fitted simulator parameters first, then the measurements.
@@ -153,7 +159,16 @@ impl Calibration {
             }
         }
         c.mechanism().with_context(|| path.display().to_string())?;
+        c.release_at_end().with_context(|| path.display().to_string())?;
         Ok(c)
+    }
+
+    fn release_at_end(&self) -> Result<bool> {
+        match self.device.release.as_deref() {
+            None | Some("at-issue") => Ok(false),
+            Some("at-end") => Ok(true),
+            Some(other) => bail!("[device] release {}: expected at-end or at-issue", gpumux_files::text::quote(other)),
+        }
     }
 
     fn mechanism(&self) -> Result<Option<Mechanism>> {
@@ -176,6 +191,7 @@ impl Calibration {
             link_latency_ns: Some((self.device.link_latency_us * 1000.0).round() as Nanos),
             preempt_overhead_ns: (self.device.preempt_overhead_us * 1000.0).round() as Nanos,
             mechanism: self.mechanism()?,
+            release_at_end: self.release_at_end()?,
         })
     }
 

@@ -151,9 +151,14 @@ pub fn calibrate(
 
     // Preemption: the simulator's own drain latency for the same retreat, with the fitted
     // kernel; what the device took beyond it is a fixed cost per preemption.
-    let mechanism = match device {
-        DeviceSpec::Cuda(_) => Some("drain".to_string()),
-        DeviceSpec::Sim(..) => None,
+    // What a real GPU under gpumux does whatever the policy asks: every retreat is a drain at
+    // a chunk boundary, and a worker grid keeps its SMs until its last worker leaves (the
+    // simulator by default gives them back when the grid's last block is issued, as the
+    // hardware scheduler would: under a priority policy that lets lower-priority kernels
+    // into a long kernel's last wave, which the GPU never does).
+    let (mechanism, release) = match device {
+        DeviceSpec::Cuda(_) => (Some("drain".to_string()), Some("at-end".to_string())),
+        DeviceSpec::Sim(..) => (None, None),
     };
     let mut extra = Vec::new();
     let mut latencies = Vec::new();
@@ -182,6 +187,7 @@ pub fn calibrate(
             preempt_latency_us: (!latencies.is_empty()).then(|| measure::mean(&latencies) / 1000.0),
             preempt_overhead_us: preempt_overhead / 1000.0,
             mechanism,
+            release,
         },
         kernels: fitted,
     })
@@ -207,14 +213,15 @@ pub fn render(c: &Calibration) -> String {
         writeln!(s, "calibration of {} on {} ({}), fitted for {}", c.workload, c.measured_on, c.device_name, c.target);
     let _ = writeln!(
         s,
-        "link: H2D {:.1} GB/s, D2H {:.1} GB/s, latency {:.1} us; launch overhead {} us; preemption {} us (simulator adds {:.1} us{})",
+        "link: H2D {:.1} GB/s, D2H {:.1} GB/s, latency {:.1} us; launch overhead {} us; preemption {} us (simulator adds {:.1} us{}){}",
         d.h2d_gb_s,
         d.d2h_gb_s,
         d.link_latency_us,
         opt(d.launch_overhead_us, 1),
         opt(d.preempt_latency_us, 1),
         d.preempt_overhead_us,
-        d.mechanism.as_deref().map_or(String::new(), |m| format!(", every mechanism a {m}"))
+        d.mechanism.as_deref().map_or(String::new(), |m| format!(", every mechanism a {m}")),
+        if d.release.as_deref() == Some("at-end") { "; SMs given back at a launch's end" } else { "" }
     );
     let _ = writeln!(
         s,
