@@ -177,7 +177,7 @@ impl Core {
         if width != 2 && width != 4 {
             return Err(err(ErrorKind::Invalid, format!("a fill of {width}-byte words: 2 or 4 (a byte is Memset)")));
         }
-        if dst.offset % u64::from(width) != 0 {
+        if !dst.offset.is_multiple_of(u64::from(width)) {
             return Err(err(
                 ErrorKind::Invalid,
                 format!("a fill of {width}-byte words at offset {}: it must be a multiple of {width}", dst.offset),
