@@ -2,7 +2,8 @@
 //!
 //! Subcommands: `run` (a workload under several policies, on the simulated
 //! GPU by default), `calibrate` (a workload's kernels measured alone on a
-//! device, the simulator fitted to them), `bench` (measurements), `rt` (real-time schedulability
+//! device, the simulator fitted to them), `replay` (gpumuxd's recorded clients in the
+//! simulator), `bench` (measurements), `rt` (real-time schedulability
 //! analysis), `policies` and `devices` (what is available), `ps` and `top`
 //! (gpumuxd's clients), `daemon` (gpumuxd itself).
 
@@ -15,6 +16,7 @@ mod preflight;
 mod progress;
 mod protocol_log;
 mod ps;
+mod replay;
 mod run;
 mod table;
 mod trace;
@@ -48,6 +50,9 @@ enum Command {
     Run(RunArgs),
     /// Measure a workload's kernels alone on a device and fit the simulator to them.
     Calibrate(calibrate::CalibrateArgs),
+    /// Replay a recording of gpumuxd's clients (`gpumuxd --record`) in the simulator,
+    /// each client's recorded turnaround beside the simulated one.
+    Replay(replay::ReplayArgs),
     /// Measure gpumux itself.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -149,6 +154,7 @@ fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => cmd_run(args),
         Command::Calibrate(args) => calibrate::run(args),
+        Command::Replay(args) => replay::run(args),
         Command::Bench(BenchCommand::Sim { quick, json }) => {
             preflight::output_file("--json", json.as_deref())?;
             let rows = bench_sim::sweep(quick)?;

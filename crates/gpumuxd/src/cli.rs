@@ -45,6 +45,11 @@ pub struct DaemonArgs {
     /// path), for a core busy per thread that long after its traffic.
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub spin_us: Option<u64>,
+    /// Record every client's operations (kernels, copies, syncs: what, when
+    /// submitted, started and ended) to this file, one JSON line each, appended;
+    /// `gpumux replay FILE` replays them in the simulator (docs/calibration.md).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
@@ -64,6 +69,7 @@ impl DaemonArgs {
                 _ => None,
             },
             poll_every: self.poll_us.map(std::time::Duration::from_micros),
+            record: self.record.clone(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! socket = "/run/gpumux/gpumux.sock"
 //! device = "cuda:0"
 //! policy = "ppq-even-drain"
+//! record = "/var/lib/gpumux/clients.jsonl"   # optional: gpumuxd --record
 //!
 //! [[allow]]                 # entries are tried in order: the FIRST match wins
 //! uid = 1000
@@ -240,6 +241,8 @@ pub struct DaemonDefaults {
     pub device: Option<String>,
     /// Scheduling policy.
     pub policy: Option<String>,
+    /// Record the clients' operations to this file (`--record`).
+    pub record: Option<PathBuf>,
 }
 
 /// The whole config.

@@ -49,12 +49,14 @@ mod device;
 mod host;
 mod inbox;
 mod load_parts;
+mod record;
 mod recovery;
 mod requests;
 mod slow_waits;
 mod stream_order;
 
 use load_parts::{count_call, CallTimes, LOAD_EXCHANGES, LOAD_MESSAGES, LOAD_PARTS};
+pub use record::RecordError;
 
 /// The policy when none is named: preemptive priority queues between
 /// priority levels, the SMs split evenly among the clients of one level
@@ -282,6 +284,8 @@ pub struct Core {
     next_pin: u64,
     /// The next load's token.
     next_load: u64,
+    /// `gpumuxd --record`: what the clients did, for `gpumux replay` (`record.rs`).
+    record: record::Recorder,
 }
 
 /// Module loads one client may have compiling at once: each holds its source
@@ -375,7 +379,17 @@ impl Core {
             next_load: 0,
             pins: HashMap::new(),
             next_pin: 0,
+            record: record::Recorder::off(),
         })
+    }
+
+    /// Records what the clients do to `path` (appended; `gpumuxd --record`,
+    /// format: [`crate::recording`]).
+    pub fn with_recording(mut self, path: &std::path::Path) -> Result<Core, RecordError> {
+        let (device, policy) = (self.backend.describe(), self.policy.clone());
+        let sms = self.backend.info().num_sms as u32;
+        self.record = record::Recorder::to_file(path, device, policy, sms, self.backend.now())?;
+        Ok(self)
     }
 
     /// Polls a busy device every `every` instead of [`SPIN_WAIT`] (at least 1 µs).
@@ -416,6 +430,7 @@ impl Core {
     fn serve(&mut self, rx: Receiver<CoreMsg>, load: &mut LoadClock) -> Result<(), CoreError> {
         let mut active = Instant::now();
         loop {
+            self.record.tick();
             let wait = self.wait();
             let spin = wait <= self.poll_every
                 || active.elapsed() < crate::spin::window_for(SPIN_AFTER_ACTIVITY, self.urgent_connected);
@@ -563,7 +578,9 @@ impl Core {
         };
         // Commands the engine owes the device (a pump that ended at
         // MAX_ROUNDS leaves them): the device may be idle waiting for them.
-        device || self.engine.has_commands_due() || self.engine.poll_timeout().is_some_and(|at| at <= self.backend.now())
+        device
+            || self.engine.has_commands_due()
+            || self.engine.poll_timeout().is_some_and(|at| at <= self.backend.now())
     }
 
     /// How long to sleep before the device or the engine needs a look.
@@ -597,6 +614,7 @@ impl Core {
         s.out = None;
         s.spin.set_urgent(false);
         let now = self.backend.now();
+        self.record.gone(client, now);
         let slots: Vec<_> = s.streams.values().map(|st| st.slot).collect();
         s.streams.clear();
         s.events.clear();

@@ -28,6 +28,8 @@ pub struct Options {
     pub hosting: Option<DeviceHosting>,
     /// How often a busy device is polled (default [`crate::core::SPIN_WAIT`]).
     pub poll_every: Option<std::time::Duration>,
+    /// Record every client's operations to this file (`--record`; `gpumux replay` reads it).
+    pub record: Option<PathBuf>,
 }
 
 /// Where the device runs (docs/daemon.md, "Isolation and faults").
@@ -225,6 +227,10 @@ pub fn run(opts: Options) -> Result<()> {
     let mut core = Core::new(backend, policy.as_deref()).context("cannot start the scheduling engine")?;
     if let Some(every) = opts.poll_every {
         core = core.with_poll_interval(every);
+    }
+    if let Some(path) = opts.record.clone().or(config.daemon.record.clone()) {
+        core = core.with_recording(&path)?;
+        tracing::info!("recording the clients' operations to {}", path.display());
     }
     tracing::info!("device {}, policy {}", core.device(), core.policy());
     let listener = server::bind(&socket)?;

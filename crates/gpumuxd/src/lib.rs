@@ -17,6 +17,7 @@
 //! * [`device_host`]: that child process (`gpumuxd --device-host`).
 //! * [`shm`]: a client's shared-memory region.
 //! * [`heap`]: the heap gives memory back after a burst of connections.
+//! * [`recording`]: the lines `gpumuxd --record` writes (`gpumux replay` reads them).
 //! * [`validate`]: the checks every request field passes before use.
 //! * [`harness`]: the request path in-process (property tests, fuzzing).
 //! * [`daemon`]: the options and [`run`], what `gpumuxd` and `gpumux daemon` call.
@@ -37,6 +38,7 @@ pub mod heap;
 pub mod latency;
 pub mod load;
 pub mod outbox;
+pub mod recording;
 pub mod server;
 pub mod session;
 pub mod shm;

@@ -7,7 +7,7 @@
 //! docs/calibration.md says what is measured and how each figure is fitted.
 
 pub mod file;
-mod measure;
+pub(crate) mod measure;
 mod probe;
 
 use crate::devices::DeviceSpec;

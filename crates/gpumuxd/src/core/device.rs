@@ -244,6 +244,7 @@ impl Core {
             Command::Launch { launch, op, sms, .. } => {
                 self.launches.insert(*launch, (*op, *sms));
                 let now = self.backend.now();
+                self.record.started(*op, sms.len(), now);
                 if let Some(e) = self.ops.get_mut(op) {
                     e.launches += 1;
                     e.launched += 1;
@@ -273,6 +274,7 @@ impl Core {
             }
             Command::Copy { copy, op, .. } => {
                 self.copies.insert(*copy, *op);
+                self.record.started(*op, 0, self.backend.now());
                 if let Some(e) = self.ops.get_mut(op) {
                     e.copying = true;
                 }
@@ -347,6 +349,7 @@ impl Core {
     /// Turns the engine's completions into replies.
     pub(super) fn drain_completions(&mut self) {
         while let Some(c) = self.engine.poll_completion() {
+            self.record.completed(c.op, c.outcome == OpOutcome::Completed, self.backend.now());
             let Some(e) = self.ops.get_mut(&c.op) else { continue };
             e.ended = true;
             let (client, stream) = (e.client, e.stream);
@@ -699,7 +702,8 @@ mod tests {
     /// a chain of launches moved one round a second on the H200 (5e2817f).
     #[test]
     fn commands_the_engine_owes_an_idle_device_bring_the_core_back_at_once() {
-        let (mut core, kernel, _replies) = core_with_kernel_on(Box::new(SimBackend::with_info(gpumux_sim::presets::h100())));
+        let (mut core, kernel, _replies) =
+            core_with_kernel_on(Box::new(SimBackend::with_info(gpumux_sim::presets::h100())));
         // Idle now: everything the module's load made is done.
         while core.device_due() {
             core.pump_with(None).expect("a pump");

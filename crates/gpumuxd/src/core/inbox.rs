@@ -111,7 +111,11 @@ mod tests {
         inbox.push(gone(2));
         inbox.push(gone(3));
         let first: Vec<_> = (0..4).map(|_| inbox.pop().and_then(|m| who(&m))).collect();
-        assert_eq!(first, [Some(1), Some(2), Some(3), Some(1)], "client 2 and 3 wait behind one of client 1's, not 100");
+        assert_eq!(
+            first,
+            [Some(1), Some(2), Some(3), Some(1)],
+            "client 2 and 3 wait behind one of client 1's, not 100"
+        );
         assert_eq!(inbox.len(), 98, "102 in, 4 out");
     }
 

@@ -66,6 +66,7 @@ impl Core {
         let device_memory = self.backend.info().mem_bytes;
         let sms = self.backend.info().num_sms as u32;
         let (device, policy) = (self.backend.describe(), self.policy.clone());
+        let now = self.backend.now();
         let Some(s) = self.sessions.get_mut(&client) else {
             return Err(err(ErrorKind::Protocol, "unknown client"));
         };
@@ -84,6 +85,7 @@ impl Core {
         s.weight = weight;
         s.phase = Phase::Open;
         s.spin.set_urgent(priority > 0);
+        self.record.hello(client, &s.name, priority, weight, now);
         tracing::info!("client {client} `{}` (pid {}, uid {}) connected", s.name, s.peer.pid, s.peer.uid);
         let limits = s.limits.to_proto(device_memory);
         self.update_urgent();
@@ -220,6 +222,7 @@ impl Core {
         check_priority(&s.limits, p)?;
         s.priority = p;
         s.spin.set_urgent(p > 0);
+        self.record.priority(client, p, self.backend.now());
         for st in s.streams.values() {
             self.engine.set_priority(st.slot, p).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
         }
@@ -550,6 +553,7 @@ impl Core {
         // did better: docs/history/benchmarks.md, runs 206-207). A copy or memset
         // orders the next kernel after itself.
         let marker = matches!(op, StreamOp::Sync);
+        let described = self.record.on().then(|| super::record::describe(&op, work.as_ref(), &kind));
         let t = Instant::now();
         let submitted = self.engine.submit(now, slot, op);
         count_call(&self.calls, |c| &mut c.engine, t.elapsed());
@@ -558,6 +562,9 @@ impl Core {
             other => err(ErrorKind::Invalid, other.to_string()),
         })?;
         self.next_op = id.0 + 1;
+        if let Some(d) = described {
+            self.record.submitted(id, client, stream, d, now);
+        }
         if let Some(mut w) = work {
             if let OpWork::Kernel { after, .. } = &mut w {
                 *after = last_kernel;
