@@ -309,3 +309,61 @@ pub fn workload(
     let name = if gpumux_files::text::check_name(&name).is_ok() { name } else { "replay".to_string() };
     Ok(Workload { name, processes, replay_min_runs: None })
 }
+
+/// A link's fitted figures, one direction: bytes per second and a fixed latency.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct LinkFit {
+    pub bytes_per_s: f64,
+    pub latency_ns: f64,
+    pub copies: usize,
+}
+
+/// Each direction's copies of `recs` (from when each could start to its end)
+/// fitted as `latency + bytes / bandwidth` by least squares: the copies the
+/// clients saw, through their shared regions, which are what a replay must
+/// reproduce (a copy engine's raw speed, as `calibrate` measures it, is
+/// faster than a client's staged copy).
+pub fn fit_link(recs: &[&Recording]) -> (Option<LinkFit>, Option<LinkFit>) {
+    let (mut h2d, mut d2h) = (Vec::new(), Vec::new());
+    for r in recs {
+        for c in &r.clients {
+            for (ready, o) in ready_times(c) {
+                let t = (o.ended_ns - ready) as f64;
+                match o.what {
+                    What::H2d { bytes } => h2d.push((bytes as f64, t)),
+                    What::D2h { bytes } => d2h.push((bytes as f64, t)),
+                    _ => {}
+                }
+            }
+        }
+    }
+    (line_fit(&h2d), line_fit(&d2h))
+}
+
+fn line_fit(xs: &[(f64, f64)]) -> Option<LinkFit> {
+    if xs.is_empty() {
+        return None;
+    }
+    let n = xs.len() as f64;
+    let (mx, mt) = (xs.iter().map(|p| p.0).sum::<f64>() / n, xs.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxx: f64 = xs.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+    let sxt: f64 = xs.iter().map(|p| (p.0 - mx) * (p.1 - mt)).sum();
+    // One size (or a fit with a negative latency or slope): the bandwidth through the origin.
+    let through_origin = || (0.0, xs.iter().map(|p| p.1).sum::<f64>() / xs.iter().map(|p| p.0).sum::<f64>());
+    let (latency, ns_per_byte) = if sxx > 0.0 {
+        let b = sxt / sxx;
+        let a = mt - b * mx;
+        if a >= 0.0 && b > 0.0 {
+            (a, b)
+        } else {
+            through_origin()
+        }
+    } else {
+        through_origin()
+    };
+    (ns_per_byte > 0.0 && ns_per_byte.is_finite()).then(|| LinkFit {
+        bytes_per_s: 1e9 / ns_per_byte,
+        latency_ns: latency,
+        copies: xs.len(),
+    })
+}

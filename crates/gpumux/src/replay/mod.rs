@@ -118,6 +118,27 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         }
         None => SimTuning::default(),
     };
+    // Copies at the speed the clients saw them (from the alone recordings when given).
+    let link_from: Vec<&Recording> = if alone.is_empty() { vec![&rec] } else { alone.iter().collect() };
+    let (h2d, d2h) = build::fit_link(&link_from);
+    let mut tuning = tuning;
+    let mut latencies = Vec::new();
+    for (fit, bw, what) in [(h2d, &mut tuning.h2d_bandwidth, "H2D"), (d2h, &mut tuning.d2h_bandwidth, "D2H")] {
+        if let Some(f) = fit {
+            *bw = Some(f.bytes_per_s);
+            latencies.push(f.latency_ns);
+            notes.push(format!(
+                "{what} copies as recorded: {:.2} GB/s, {:.1} us latency (fitted to {} copies{})",
+                f.bytes_per_s / 1e9,
+                f.latency_ns / 1e3,
+                f.copies,
+                if alone.is_empty() { ", shared ones among them" } else { " of the alone recordings" }
+            ));
+        }
+    }
+    if !latencies.is_empty() {
+        tuning.link_latency_ns = Some((latencies.iter().sum::<f64>() / latencies.len() as f64).round() as u64);
+    }
     let kernels = build::fit_kernels(&rec, &alone, &info, &mut notes)?;
     let workload = build::workload(&rec, &kernels, &mut notes)?;
     if let Some(path) = &args.out {

@@ -63,6 +63,8 @@ struct Sink {
 pub(crate) struct Recorder {
     sink: Option<Sink>,
     pending: HashMap<OpId, Pending>,
+    /// Clients that said hello (a connection that never did leaves no line).
+    greeted: std::collections::HashSet<u64>,
 }
 
 /// Why recording could not start.
@@ -76,7 +78,7 @@ pub struct RecordError {
 
 impl Recorder {
     pub(crate) fn off() -> Recorder {
-        Recorder { sink: None, pending: HashMap::new() }
+        Recorder { sink: None, pending: HashMap::new(), greeted: Default::default() }
     }
 
     /// Records to `path` (created, or appended to), starting with a `daemon` line.
@@ -119,6 +121,7 @@ impl Recorder {
                 last_sent: Instant::now(),
             }),
             pending: HashMap::new(),
+            greeted: Default::default(),
         };
         r.line(&Line::Daemon { format: FORMAT, device, policy, sms, at_ns: now });
         r.send();
@@ -191,6 +194,7 @@ impl Recorder {
 
     pub(crate) fn hello(&mut self, client: u64, name: &str, priority: i32, weight: f64, now: Nanos) {
         if self.on() {
+            self.greeted.insert(client);
             self.line(&Line::Hello { client, name: name.to_string(), priority, weight, at_ns: now });
         }
     }
@@ -202,7 +206,7 @@ impl Recorder {
     }
 
     pub(crate) fn gone(&mut self, client: u64, now: Nanos) {
-        if self.on() {
+        if self.greeted.remove(&client) {
             self.line(&Line::Gone { client, at_ns: now });
         }
     }

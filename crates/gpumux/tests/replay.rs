@@ -1,0 +1,269 @@
+//! `gpumuxd --record` and `gpumux replay` on the simulated device: the
+//! simulator replaying a recording of itself must agree closely (the CI
+//! self-check of issue 42's second goal, as `calibrate.rs` is of the first),
+//! and a malformed recording is refused with its line and reason.
+
+mod common;
+
+use common::{gpumux, stderr, temp_dir};
+use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
+use std::collections::{HashMap, HashSet};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SOURCE: &str = "extern \"C\" __global__ void work(float* p, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] += 1.0f; }";
+
+/// `gpumux daemon` on `sim:h100` recording to `record`; stopped by [`Daemon::stop`].
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(dir: &Path, tag: &str, record: &Path) -> Daemon {
+        let socket = dir.join(format!("{tag}.sock"));
+        let child = Command::new(env!("CARGO_BIN_EXE_gpumux"))
+            .env("RUST_LOG", "warn")
+            .args(["daemon", "--device", "sim:h100", "--socket"])
+            .arg(&socket)
+            .arg("--record")
+            .arg(record)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("gpumux daemon starts");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while UnixStream::connect(&socket).is_err() {
+            assert!(Instant::now() < deadline, "the daemon did not listen on {}", socket.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child, socket }
+    }
+
+    /// SIGTERM and wait: the recording is complete once the daemon has stopped.
+    fn stop(mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().expect("the daemon stops");
+        assert!(status.success(), "the daemon exited with {status}");
+    }
+}
+
+/// A client as the examples are: inputs in, `launches` kernels of `blocks`
+/// blocks of `block_ns` each, a sync, the output back.
+#[derive(Clone, Copy)]
+struct Job {
+    name: &'static str,
+    launches: u32,
+    blocks: u32,
+    block_ns: u64,
+}
+
+const JOBS: [Job; 2] = [
+    Job { name: "short-blocks", launches: 30, blocks: 1056, block_ns: 500_000 },
+    Job { name: "long-blocks", launches: 5, blocks: 528, block_ns: 3_000_000 },
+];
+
+fn run_job(socket: &Path, job: Job) {
+    let client =
+        Client::connect(ConnectOptions { socket: Some(socket.to_path_buf()), ..ConnectOptions::named(job.name) })
+            .expect("connects");
+    let n = 1024;
+    let buf = client.alloc(n as u64 * 4).expect("alloc");
+    let input = vec![1u8; n * 4];
+    client.copy_to_device(&buf, 0, &input, StreamId::DEFAULT).expect("copy in");
+    let module = client.load_module("work.cu", SOURCE, &[]).expect("module");
+    let k = module.kernel("work").expect("kernel");
+    let config = LaunchConfig::new([job.blocks, 1, 1], [256, 1, 1]).block_time_ns(job.block_ns);
+    for _ in 0..job.launches {
+        client.launch(&k, &config, &[Arg::buffer(&buf), (n as i32).into()]).expect("launch");
+    }
+    client.sync(StreamId::DEFAULT).expect("sync");
+    let mut out = vec![0u8; n * 4];
+    client.copy_to_host(&buf, 0, &mut out, StreamId::DEFAULT).expect("copy out");
+    client.close().expect("close");
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("the recording")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a line that is not JSON: {e}: {l}")))
+        .collect()
+}
+
+/// Every operation of every client is there once, with its times in order,
+/// and each client's lines lie between its hello and its goodbye.
+fn check_recording(path: &Path, clients: usize) {
+    let lines = lines(path);
+    assert_eq!(lines[0]["kind"], "daemon", "the first line names the daemon: {}", lines[0]);
+    assert_eq!(lines[0]["device"], "sim:h100");
+    let mut hello: HashMap<u64, (String, u64)> = HashMap::new();
+    let mut gone: HashMap<u64, u64> = HashMap::new();
+    let mut ops = HashSet::new();
+    let mut kernels: HashMap<String, u32> = HashMap::new();
+    let mut syncs: HashMap<String, u32> = HashMap::new();
+    for l in &lines[1..] {
+        let client = l["client"].as_u64().expect("a client");
+        match l["kind"].as_str() {
+            Some("hello") => {
+                let name = l["name"].as_str().expect("a name").to_string();
+                hello.insert(client, (name, l["at_ns"].as_u64().expect("a time")));
+            }
+            Some("gone") => {
+                gone.insert(client, l["at_ns"].as_u64().expect("a time"));
+            }
+            Some("op") => {
+                let (name, at) = hello.get(&client).cloned().expect("an op after its client's hello");
+                assert!(!gone.contains_key(&client), "an op of client {client} after it left: {l}");
+                assert!(ops.insert(l["op"].as_u64().expect("an op id")), "an op recorded twice: {l}");
+                let (s, e) = (l["submitted_ns"].as_u64().unwrap(), l["ended_ns"].as_u64().unwrap());
+                assert!(at <= s && s <= e, "hello {at} <= submitted {s} <= ended {e}: {l}");
+                if let Some(st) = l["started_ns"].as_u64() {
+                    assert!(s <= st && st <= e, "submitted <= started <= ended: {l}");
+                }
+                assert_eq!(l["completed"], true, "{l}");
+                match l["what"]["type"].as_str() {
+                    Some("kernel") => {
+                        assert!(l["sms"].as_u64().unwrap() > 0 && l["launches"].as_u64().unwrap() >= 1, "{l}");
+                        *kernels.entry(name).or_default() += 1;
+                    }
+                    Some("sync") => *syncs.entry(name).or_default() += 1,
+                    _ => {}
+                }
+            }
+            other => panic!("an unexpected line {other:?}: {l}"),
+        }
+    }
+    assert_eq!(hello.len(), clients, "every client's hello");
+    assert_eq!(gone.len(), clients, "every client's goodbye");
+    for job in JOBS {
+        assert_eq!(kernels.get(job.name), Some(&job.launches), "every launch of {} once", job.name);
+        assert_eq!(syncs.get(job.name), Some(&1), "the sync of {}", job.name);
+    }
+}
+
+/// The sim recorded alone and together, then replayed: each client's
+/// simulated turnaround, alone and shared, within 5 % of the recorded one,
+/// and ANTT and STP too.
+#[test]
+fn the_simulator_replays_a_recording_of_itself_within_a_few_percent() {
+    let dir = temp_dir("replay");
+    let (alone, shared) = (dir.path().join("alone.jsonl"), dir.path().join("shared.jsonl"));
+    let d = Daemon::start(dir.path(), "alone", &alone);
+    for job in JOBS {
+        run_job(&d.socket, job);
+    }
+    d.stop();
+    let d = Daemon::start(dir.path(), "shared", &shared);
+    std::thread::scope(|s| {
+        for job in JOBS {
+            let socket = d.socket.clone();
+            s.spawn(move || run_job(&socket, job));
+        }
+    });
+    d.stop();
+    check_recording(&alone, 2);
+    check_recording(&shared, 2);
+
+    let (json, toml) = (dir.path().join("out.json"), dir.path().join("w.toml"));
+    let args = [
+        "replay",
+        shared.to_str().unwrap(),
+        "--alone",
+        alone.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "-o",
+        toml.to_str().unwrap(),
+        "--goal-pct",
+        "5",
+    ];
+    let out = gpumux(&args);
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{}{printed}", stderr(&out));
+    eprintln!("{printed}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let clients = r["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 2);
+    let err = |a: f64, b: f64| (a / b - 1.0).abs();
+    for c in clients {
+        let f = |k: &str| c[k].as_f64().unwrap_or_else(|| panic!("{k} in {c}"));
+        assert!(f("recorded_ms") > 10.0, "a client of tens of ms: {c}");
+        assert!(err(f("simulated_ms"), f("recorded_ms")) < 0.05, "shared turnaround within 5 %: {c}");
+        assert!(err(f("simulated_alone_ms"), f("recorded_alone_ms")) < 0.05, "alone turnaround within 5 %: {c}");
+    }
+    // The two shared a device: the recorded NTTs are above 1, or the check checks nothing.
+    let (rec, sim) = (&r["recorded"], &r["simulated"]);
+    assert!(rec[0].as_f64().unwrap() > 1.1, "sharing slowed the clients down: {rec}");
+    assert!(err(sim[0].as_f64().unwrap(), rec[0].as_f64().unwrap()) < 0.05, "ANTT within 5 %: {r}");
+    assert!(err(sim[1].as_f64().unwrap(), rec[1].as_f64().unwrap()) < 0.05, "STP within 5 %: {r}");
+    assert_eq!(r["within_goal"], true);
+    assert!(printed.contains("PASS"), "{printed}");
+    // The workload written is a workload gpumux runs.
+    let run = gpumux(&["run", toml.to_str().unwrap(), "--device", "sim:h100", "--policy", "fcfs", "-q"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+}
+
+const DAEMON: &str = r#"{"kind":"daemon","format":1,"device":"sim:h100","policy":"fcfs","sms":132,"at_ns":0}"#;
+const HELLO: &str = r#"{"kind":"hello","client":1,"name":"a","priority":0,"weight":1.0,"at_ns":5}"#;
+
+fn op(client: u64, submitted: u64, started: u64, ended: u64) -> String {
+    format!(
+        r#"{{"kind":"op","client":{client},"op":1,"stream":0,"what":{{"type":"kernel","name":"k","grid":[1,1,1],"block":[32,1,1],"shared_bytes":0,"regs_per_thread":32,"block_time_ns":1000}},"submitted_ns":{submitted},"started_ns":{started},"ended_ns":{ended},"reply":false,"launches":1,"sms":1,"completed":true}}"#
+    )
+}
+
+/// Each bad recording is refused with its line and what is wrong.
+#[test]
+fn a_malformed_recording_is_refused_with_its_line_and_reason() {
+    let dir = temp_dir("replay-bad");
+    let good = op(1, 10, 20, 30);
+    let cases: Vec<(String, &str)> = vec![
+        (format!("{HELLO}\n"), ":1: the first line must be the daemon's"),
+        (format!("{DAEMON}\n{{not json\n"), ":2: not a recording line"),
+        (
+            format!("{DAEMON}\n{HELLO}\n{}\n", op(1, 30, 31, 20)),
+            ":3: operation 1 of client 1: ended at 20 ns, before it was submitted at 30 ns",
+        ),
+        (
+            format!("{DAEMON}\n{HELLO}\n{}\n", op(1, 10, 40, 30)),
+            ":3: operation 1 of client 1: started at 40 ns, outside",
+        ),
+        (format!("{DAEMON}\n{}\n", good), ":2: operation 1 of client 1, which never said hello"),
+        (format!("{DAEMON}\n{HELLO}\n{good}\n{good}\n"), ":4: operation 1 recorded twice"),
+        (format!("{DAEMON}\n{HELLO}\n{DAEMON}\n"), ":3: a second recording starts here"),
+        (DAEMON.replace("\"format\":1", "\"format\":9"), ":1: recording format 9"),
+        (format!("{DAEMON}\n{HELLO}\n"), "no client completed an operation"),
+        (
+            format!("{DAEMON}\n{HELLO}\n{}\n", good.replace("[32,1,1]", "[2048,1,1]")),
+            ":3: operation 1 of client 1: kernel `k`: a block of 2048 threads",
+        ),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad{i}.jsonl"));
+        std::fs::write(&path, text).unwrap();
+        let out = gpumux(&["replay", path.to_str().unwrap()]);
+        let e = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "case {i} refused: {e}");
+        assert!(e.contains(want), "case {i}: wanted {want:?} in: {e}");
+        assert!(!e.contains("panicked"), "{e}");
+    }
+    // And a good one of the same shape is taken.
+    let path = dir.path().join("good.jsonl");
+    std::fs::write(&path, format!("{DAEMON}\n{HELLO}\n{good}\n")).unwrap();
+    let out = gpumux(&["replay", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A recording that cannot be written (a full disk) ends the recording, not
+/// the daemon: its clients are served as before.
+#[test]
+fn a_recording_that_cannot_be_written_stops_and_the_daemon_serves_on() {
+    let dir = temp_dir("replay-full");
+    let d = Daemon::start(dir.path(), "full", Path::new("/dev/full"));
+    for job in JOBS {
+        run_job(&d.socket, Job { launches: 2, block_ns: 10_000, ..job });
+    }
+    d.stop();
+}
