@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct options { const char *socket, *out; int check; };
+/* --size: the problem's size (0: the program's default); --repeat: the kernel's launches
+ * (each computes the same output, so --check holds for any count). */
+struct options { const char *socket, *out; int check; long size; int repeat; };
 
 static void die(const char *prog, const char *what, gpumux_status s) {
     fprintf(stderr, "%s: %s failed (status %d): %s\n", prog, what, (int)s, gpumux_last_error());
@@ -16,12 +18,18 @@ static void die(const char *prog, const char *what, gpumux_status s) {
 #define TRY(prog, call) do { gpumux_status s_ = (call); if (s_ != GPUMUX_OK) die(prog, #call, s_); } while (0)
 
 static struct options parse(const char *prog, int argc, char **argv) {
-    struct options o = { NULL, NULL, 0 };
+    struct options o = { NULL, NULL, 0, 0, 1 };
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--socket") && i + 1 < argc) o.socket = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) o.out = argv[++i];
         else if (!strcmp(argv[i], "--check")) o.check = 1;
-        else { fprintf(stderr, "%s: unknown argument %s (--socket PATH, --out FILE, --check)\n", prog, argv[i]); exit(2); }
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc) o.size = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) o.repeat = atoi(argv[++i]);
+        else { fprintf(stderr, "%s: unknown argument %s (--socket PATH, --out FILE, --check, --size N, --repeat N)\n", prog, argv[i]); exit(2); }
+        if (o.size < 0 || o.size > 16384 || o.repeat < 1 || o.repeat > 1000000) {
+            fprintf(stderr, "%s: --size must be 0 to 16384 and --repeat 1 to 1000000\n", prog);
+            exit(2);
+        }
     }
     return o;
 }

@@ -90,13 +90,19 @@ pub struct Fitted {
 }
 
 /// For each completed operation of a client, when it could start: its
-/// submission, or the end of the operation before it on its stream if later.
+/// submission, or the end of the operation before it on its stream if later
+/// (memsets and device copies skipped: see inside).
 fn ready_times(c: &ClientRec) -> Vec<(u64, &OpLine)> {
     let mut last_end: HashMap<u32, u64> = HashMap::new();
     let mut out = Vec::new();
     for o in c.completed() {
         let ready = last_end.get(&o.stream).map_or(o.submitted_ns, |&e| e.max(o.submitted_ns));
-        last_end.insert(o.stream, o.ended_ns);
+        // A memset or device copy is left out of the workload (it has none):
+        // the operation after it counts from where the memset could start,
+        // so its time (and its round through the daemon) is in that one's.
+        if !matches!(o.what, What::D2d { .. }) {
+            last_end.insert(o.stream, o.ended_ns);
+        }
         out.push((ready.min(o.ended_ns), o));
     }
     out
@@ -292,7 +298,10 @@ pub fn workload(
         });
     }
     for (what, n) in left_out {
-        notes.push(format!("{n} {what} left out (the workload format has none): their time is not replayed"));
+        notes.push(format!(
+            "{n} {what} left out (the workload format has none): a memset's or device copy's time is counted in \
+             the next operation's of its stream, the others' not at all"
+        ));
     }
     if !streams_merged.is_empty() {
         notes.push(format!(
