@@ -715,7 +715,11 @@ mod tests {
 
     #[test]
     fn the_daemon_table_gives_defaults() {
-        let c = parse("[daemon]\nsocket = \"/tmp/g.sock\"\ndevice = \"sim:h100\"\npolicy = \"fcfs\"\n").unwrap();
+        let c = parse(
+            "[daemon]\nsocket = \"/tmp/g.sock\"\ndevice = \"sim:h100\"\npolicy = \"fcfs\"\nrecord = \"/tmp/r.jsonl\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.daemon.record.as_deref(), Some(std::path::Path::new("/tmp/r.jsonl")));
         assert_eq!(c.daemon.device.as_deref(), Some("sim:h100"));
         assert_eq!(c.daemon.policy.as_deref(), Some("fcfs"));
         assert!(c.allow.is_empty());
