@@ -147,3 +147,55 @@ impl Line {
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"kind\":\"unwritable\",\"why\":\"{e}\"}}"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind of line reads back as written, one JSON object a line.
+    #[test]
+    fn lines_round_trip() {
+        let op = |what: What| {
+            Line::Op(OpLine {
+                client: 3,
+                op: 7,
+                stream: 1,
+                what,
+                submitted_ns: 10,
+                started_ns: Some(12),
+                ended_ns: 20,
+                reply: true,
+                launches: 1,
+                sms: 66,
+                completed: true,
+            })
+        };
+        let lines = [
+            Line::Daemon { format: FORMAT, device: "sim:h100".into(), policy: "fcfs".into(), sms: 132, at_ns: 0 },
+            Line::Hello { client: 3, name: "a \"quoted\"\\name".into(), priority: -2, weight: 0.5, at_ns: 1 },
+            Line::Priority { client: 3, priority: 4, at_ns: 2 },
+            op(What::Kernel {
+                name: "k".into(),
+                grid: [4, 2, 1],
+                block: [256, 1, 1],
+                shared_bytes: 1024,
+                regs_per_thread: 32,
+                block_time_ns: 5000,
+            }),
+            op(What::H2d { bytes: 1 << 20 }),
+            op(What::D2h { bytes: 4 }),
+            op(What::D2d { bytes: 8 }),
+            op(What::Sync),
+            op(What::Event),
+            op(What::Wait),
+            op(What::HostFunc),
+            Line::Gone { client: 3, at_ns: 30 },
+        ];
+        for l in lines {
+            let text = l.to_json();
+            assert!(!text.contains('\n'), "one line: {text}");
+            let back: Line = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+            assert_eq!(back, l, "{text}");
+        }
+    }
+}
