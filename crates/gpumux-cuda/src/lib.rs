@@ -11,6 +11,7 @@
 //! * [`preempt`]: control records, launch on an SM set, retreat, resume;
 //! * [`exec`]: runs a suite workload natively, as workers, or under random preemption;
 //! * [`device`]: the engine's `Device` trait on a real GPU (`gpumux run --device cuda:N`);
+//! * [`split`]: one launch split over several GPUs, its inputs replicated and its outputs merged;
 //! * [`client`]: the same machinery for clients' own kernels, memory and copies (the daemon's).
 //!
 //! The measurements (overhead, preemption latency, spatial sharing) and the
@@ -29,6 +30,7 @@ pub mod nvrtc;
 pub mod preempt;
 pub mod runtime;
 pub mod source_check;
+pub mod split;
 pub mod suite;
 pub mod transform;
 

@@ -158,6 +158,16 @@ impl Gpu {
         check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.ctx) })
     }
 
+    /// Its context (for calls that name two GPUs' contexts: peer access and copies).
+    pub(crate) fn raw_context(&self) -> cu::CUcontext {
+        self.ctx
+    }
+
+    /// Its driver device handle.
+    pub(crate) fn raw_device(&self) -> cu::CUdevice {
+        self.dev
+    }
+
     /// Streaming multiprocessors.
     pub fn sm_count(&self) -> u32 {
         self.summary.sm_count
