@@ -81,3 +81,16 @@ extern "C" __global__ void __launch_bounds__(128, 2) wrap(float* p, float v) { p
             .unwrap_or_else(|e| panic!("tricky {i}: {e}\n{}", t.source));
     }
 }
+
+#[test]
+fn split_merge_kernels_compile() {
+    if !nvrtc_or_skip("split_merge_kernels_compile") {
+        return;
+    }
+    use gpumux_cuda::split::merge::{COUNT_OUTSIDE, MERGE_SOURCE, SHADOW_MERGE};
+    let c = nvrtc::compile("gmx_split_merge", MERGE_SOURCE, 90, &[]).unwrap_or_else(|e| panic!("merge kernels: {e}"));
+    for name in [SHADOW_MERGE, COUNT_OUTSIDE] {
+        let needle = name.as_bytes();
+        assert!(c.cubin.windows(needle.len()).any(|w| w == needle), "`{name}` missing from the cubin");
+    }
+}

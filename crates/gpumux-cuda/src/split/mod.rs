@@ -12,17 +12,20 @@
 //! its source ([`analysis`]) unless the caller declares it splittable.
 //!
 //! * [`partition`], [`merge`], [`analysis`]: pure, CPU-tested;
-//! * [`run`]: the GPUs (contexts, peer access, replicated buffers, the launch).
+//! * [`run`]: the GPUs (contexts, peer access, replicated buffers, the launch);
+//! * [`suite`]: a suite kernel's launch as a split launch (GPU tests, the check).
 
 pub mod analysis;
 pub mod merge;
 pub mod partition;
 pub mod run;
+pub mod suite;
 
 pub use analysis::{analyse, Refusal, WriteAnalysis};
 pub use merge::{BlockSlices, BufferUse, Merge, Role, SplitPlan};
 pub use partition::partition;
-pub use run::{LinkKind, SplitArg, SplitBuffer, SplitGpus, SplitKernel, SplitTiming};
+pub use run::{LinkKind, Prepared, SplitArg, SplitBuffer, SplitGpus, SplitKernel, SplitTiming};
+pub use suite::SuiteLaunch;
 
 use crate::error::CudaError;
 
