@@ -17,6 +17,7 @@ mod launches;
 mod overhead;
 mod preemption;
 mod spatial;
+mod split;
 
 pub use check::{check_suite, exactly_once, CheckRow, ExactlyOnce};
 pub use fill::{fill, FillRow};
@@ -24,6 +25,7 @@ pub use launches::{launches, LaunchesRow, STENCIL_SMEM_SOURCE, WAVEFRONT_SOURCE}
 pub use overhead::{overhead, OverheadRow};
 pub use preemption::{lp_hog, preemption, PreemptRow};
 pub use spatial::{spatial, spatial_child, SpatialConfig, SpatialRow};
+pub use split::{split, GoalRow, RefusedRow, SplitConfig, SplitReport, SplitRow, FMA_SOURCE};
 
 use anyhow::Context as _;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
@@ -133,7 +135,34 @@ pub enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_value = "0", help = None::<&str>)]
         pause_ns: Vec<u32>,
     },
-    /// Everything above but `fill`, in that order, with default settings.
+    /// One launch split over several GPUs (GPUs 0..N): a compute-bound and
+    /// a memory-bound kernel, each merged with shadow buffers and with
+    /// declared slices, compared bytewise with the native kernel on one GPU
+    /// and timed against it; refused kernels; the goals table. Not part of `all`.
+    Split {
+        /// GPUs to split over (default: every GPU the driver sees, at most 8).
+        #[arg(long)]
+        gpus: Option<usize>,
+        /// Timed runs per row (the median is reported).
+        #[arg(long, default_value_t = 7)]
+        reps: u32,
+        /// Threads of the compute-bound FMA kernel (256 a block).
+        #[arg(long, default_value_t = 1 << 23)]
+        fma_n: u32,
+        /// FMA iterations per thread (4 chains each).
+        #[arg(long, default_value_t = 60000)]
+        fma_iters: u32,
+        /// Bodies of nbody.
+        #[arg(long, default_value_t = 1 << 18)]
+        nbody_n: u64,
+        /// Elements of triad.
+        #[arg(long, default_value_t = 1 << 28)]
+        triad_n: u64,
+        /// Elements of reduce_partial.
+        #[arg(long, default_value_t = 1 << 28)]
+        reduction_n: u64,
+    },
+    /// Everything above but `fill` and `split`, in that order, with default settings.
     All,
     /// (internal) A second process that keeps the GPU busy with low-priority spin kernels.
     #[command(hide = true)]
@@ -176,6 +205,8 @@ pub struct Report {
     pub spatial: Vec<SpatialRow>,
     /// `fill`: one row per mode and block time.
     pub fill: Vec<FillRow>,
+    /// `split`: the rows, refusals and goals.
+    pub split: Option<SplitReport>,
 }
 
 /// Runs the measurements `args` asks for, printing a table for each (and
@@ -212,6 +243,18 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
     };
     let all = matches!(args.command, BenchCommand::All);
     let mut failed = false;
+    if let BenchCommand::Split { gpus, reps, fma_n, fma_iters, nbody_n, triad_n, reduction_n } = args.command {
+        let cfg = SplitConfig { gpus, reps, fma_n, fma_iters, nbody_n, triad_n, reduction_n, seed: args.seed };
+        let (report, ok) = split(&cfg)?;
+        rep.split = Some(report);
+        save(&rep)?;
+        if !ok {
+            anyhow::bail!(
+                "split: a result was not bitwise equal to the one-GPU run, or a kernel was not refused (see above)"
+            );
+        }
+        return Ok(());
+    }
     if let BenchCommand::Check { rounds } = args.command {
         failed |= run_check(&gpu, &mut rep, rounds, args.seed)?;
     } else if all {

@@ -3,7 +3,7 @@
 //! test says it skipped and why.
 
 use gpumux_cuda::{nvrtc, transform};
-use gpumux_cuda_bench::{STENCIL_SMEM_SOURCE, WAVEFRONT_SOURCE};
+use gpumux_cuda_bench::{FMA_SOURCE, STENCIL_SMEM_SOURCE, WAVEFRONT_SOURCE};
 
 #[test]
 fn bench_kernels_compile_native_and_transformed() {
@@ -14,7 +14,8 @@ fn bench_kernels_compile_native_and_transformed() {
         );
         return;
     }
-    for (name, src) in [("nw_diag", WAVEFRONT_SOURCE), ("stencil_smem", STENCIL_SMEM_SOURCE)] {
+    for (name, src) in [("nw_diag", WAVEFRONT_SOURCE), ("stencil_smem", STENCIL_SMEM_SOURCE), ("fma_loop", FMA_SOURCE)]
+    {
         nvrtc::compile(name, src, 90, &[]).unwrap_or_else(|e| panic!("native {name}: {e}"));
         let t = transform::transform(src).unwrap_or_else(|e| panic!("transform {name}: {e}"));
         let c = nvrtc::compile(&format!("{name}_gmx"), &t.source, 90, &[])
@@ -26,4 +27,11 @@ fn bench_kernels_compile_native_and_transformed() {
             assert!(c.cubin.windows(needle.len()).any(|w| w == needle), "{name}: `{}` missing from the cubin", k.name);
         }
     }
+}
+
+#[test]
+fn the_split_checks_fma_kernel_passes_the_split_analysis() {
+    let a = gpumux_cuda::split::analyse(FMA_SOURCE, "fma_loop").expect("fma_loop found");
+    assert!(a.splittable(), "{:?}", a.refusals);
+    assert_eq!(a.params.iter().filter(|p| p.written).map(|p| p.name.as_str()).collect::<Vec<_>>(), ["out"]);
 }

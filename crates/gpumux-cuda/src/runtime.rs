@@ -68,6 +68,22 @@ pub fn cuda_available() -> Result<DeviceSummary> {
     Gpu::open(0).map(|g| g.summary.clone())
 }
 
+/// How many GPUs the driver sees (0 without a driver or a GPU: never an error).
+pub fn gpu_count() -> i32 {
+    if !driver_present() {
+        return 0;
+    }
+    let mut count = 0;
+    // SAFETY: the driver library is present; out-pointer to a local.
+    unsafe {
+        if cu::cuInit(0) != cu::CUresult::CUDA_SUCCESS || cu::cuDeviceGetCount(&mut count) != cu::CUresult::CUDA_SUCCESS
+        {
+            return 0;
+        }
+    }
+    count
+}
+
 /// One GPU and its primary context.
 pub struct Gpu {
     /// The driver's index of the GPU.

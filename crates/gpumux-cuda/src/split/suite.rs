@@ -6,13 +6,14 @@
 use super::merge::{Merge, Role};
 use super::run::{SplitArg, SplitBuffer, SplitGpus, SplitKernel};
 use super::{SplitError, Splittable};
-use crate::suite::{Arg, Init, LaunchSpec, Workload};
+use crate::suite::{Arg, BufferSpec, Init, LaunchSpec, Workload};
 
-/// One launch of a suite workload, ready to run split or on one GPU.
+/// One launch of a suite workload (or of any kernel described the same
+/// way), ready to run split or on one GPU.
 pub struct SuiteLaunch<'g> {
     gpus: &'g SplitGpus,
-    /// The workload it comes from.
-    pub workload: Workload,
+    /// The buffers and their initial contents.
+    pub buffers: Vec<BufferSpec>,
     /// The launch.
     pub launch: LaunchSpec,
     /// The kernel, analysed and loaded on every GPU.
@@ -33,9 +34,21 @@ impl<'g> SuiteLaunch<'g> {
                 index + 1
             ))
         })?;
-        let kernel = gpus.kernel(workload.app.source(), launch.kernel, mode)?;
-        let bufs = workload.buffers.iter().map(|b| gpus.buffer(b.init.byte_len())).collect::<Result<Vec<_>, _>>()?;
-        let me = SuiteLaunch { gpus, workload, launch, kernel, bufs };
+        Self::from_parts(gpus, workload.app.source(), workload.buffers, launch, mode)
+    }
+
+    /// A launch of kernel `launch.kernel` of `src` on `buffers` (any
+    /// kernel, described as a suite workload's are).
+    pub fn from_parts(
+        gpus: &'g SplitGpus,
+        src: &str,
+        buffers: Vec<BufferSpec>,
+        launch: LaunchSpec,
+        mode: Splittable,
+    ) -> Result<Self, SplitError> {
+        let kernel = gpus.kernel(src, launch.kernel, mode)?;
+        let bufs = buffers.iter().map(|b| gpus.buffer(b.init.byte_len())).collect::<Result<Vec<_>, _>>()?;
+        let me = SuiteLaunch { gpus, buffers, launch, kernel, bufs };
         me.reset()?;
         Ok(me)
     }
@@ -43,9 +56,25 @@ impl<'g> SuiteLaunch<'g> {
     /// Sets every buffer's home copy to its initial contents (outputs poisoned).
     pub fn reset(&self) -> Result<(), SplitError> {
         self.gpus.bind_home()?;
-        for (spec, buf) in self.workload.buffers.iter().zip(&self.bufs) {
+        for (spec, buf) in self.buffers.iter().zip(&self.bufs) {
             let home = buf.home()?;
             match &spec.init {
+                Init::Data(d) => home.upload(&d.to_bytes())?,
+                Init::Poison { .. } => home.fill(0xFF)?,
+                Init::Zero { .. } => home.fill(0)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the outputs' home copies ([`SuiteLaunch::outputs`]) to their
+    /// initial contents, leaving the inputs as they are (the kernel does not
+    /// change them): between runs of the same launch.
+    pub fn reset_outputs(&self) -> Result<(), SplitError> {
+        self.gpus.bind_home()?;
+        for b in self.outputs() {
+            let home = self.bufs[b].home()?;
+            match &self.buffers[b].init {
                 Init::Data(d) => home.upload(&d.to_bytes())?,
                 Init::Poison { .. } => home.fill(0xFF)?,
                 Init::Zero { .. } => home.fill(0)?,
