@@ -192,10 +192,11 @@ pub fn plan(ranges: Vec<Range<u32>>, uses: &[BufferUse]) -> Result<SplitPlan, Sp
                     )));
                 }
                 p.replicate = true;
-                p.snapshot = true;
                 for g in (0..n).filter(|&g| runs(g)) {
                     p.shadow_merge[g] = true;
                 }
+                // On one GPU nothing is merged, so nothing needs the pre-launch contents.
+                p.snapshot = p.shadow_merge.iter().any(|&m| m);
             }
             (_, Merge::Slices { slices, verify }) => {
                 if slices.bytes_per_granule == 0 {
@@ -313,6 +314,9 @@ mod tests {
         assert_eq!(b.shadow_merge, vec![false, true, false]);
         // Replicated to one GPU, brought back from one.
         assert_eq!(p.link_bytes(&u), 2 * 4096);
+        // Alone on the home GPU: nothing to merge, no snapshot.
+        let alone = plan(vec![0..4], &u).unwrap();
+        assert!(!alone.buffers[0].snapshot && alone.buffers[0].shadow_merge == vec![false]);
         let odd = plan(vec![0..1, 1..2], &[BufferUse { bytes: 6, role: Role::Out, merge: Merge::Shadow }]);
         assert!(odd.unwrap_err().to_string().contains("6 bytes, not a whole number"));
     }

@@ -46,6 +46,14 @@ struct Side {
     stream: Stream,
 }
 
+impl Drop for Side {
+    /// Makes the GPU's context current, so that its stream and its cached
+    /// modules (dropped right after) are released in their own context.
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+    }
+}
+
 /// The GPUs a launch may be split over; index 0 is the home GPU, where the
 /// buffers' authoritative copies live and the merge runs.
 pub struct SplitGpus {
@@ -181,7 +189,8 @@ impl SplitGpus {
         }
         self.bind_home()?;
         let native = self.sides[0].gpu.module(&module, src)?.function(kernel)?;
-        Ok(SplitKernel { name: kernel.to_string(), analysis, mode, workers, native })
+        let ctxs = self.sides.iter().map(|s| s.gpu.raw_context()).collect();
+        Ok(SplitKernel { name: kernel.to_string(), analysis, mode, ctxs, workers, native })
     }
 
     /// The kernel's native build on the home GPU with `args` (home copies),
@@ -347,8 +356,30 @@ pub struct SplitKernel {
     pub analysis: WriteAnalysis,
     /// As asked for: [`Splittable::Declared`] kernels may have refusals.
     pub mode: Splittable,
+    /// Each GPU's context, for releasing its worker function there.
+    ctxs: Vec<cu::CUcontext>,
     workers: Vec<Function>,
     native: Function,
+}
+
+impl Drop for SplitKernel {
+    /// Releases each GPU's worker function (and maybe its module) with that
+    /// GPU's context current; the native one with the home GPU's.
+    fn drop(&mut self) {
+        for (ctx, f) in self.ctxs.iter().zip(std::mem::take(&mut self.workers)) {
+            // SAFETY: a retained primary context.
+            unsafe {
+                cu::cuCtxSetCurrent(*ctx);
+            }
+            drop(f);
+        }
+        if let Some(home) = self.ctxs.first() {
+            // SAFETY: as above.
+            unsafe {
+                cu::cuCtxSetCurrent(*home);
+            }
+        }
+    }
 }
 
 /// A kernel argument of a split launch.
@@ -475,6 +506,22 @@ impl SplitTiming {
     }
 }
 
+impl Drop for Prepared<'_> {
+    /// Releases each GPU's worker launch and events with its context current.
+    fn drop(&mut self) {
+        let launches = std::mem::take(&mut self.launches);
+        let events = std::mem::take(&mut self.events);
+        for (g, (l, e)) in launches.into_iter().zip(events).enumerate() {
+            if let Some(side) = self.gpus.sides.get(g) {
+                let _ = side.gpu.bind();
+            }
+            drop(l);
+            drop(e);
+        }
+        let _ = self.gpus.bind_home();
+    }
+}
+
 /// A planned split launch that can be run again and again.
 pub struct Prepared<'a> {
     gpus: &'a SplitGpus,
@@ -542,6 +589,11 @@ impl Prepared<'_> {
                 unsafe { home.stream.copy_on_device_async(s.ptr, buf.copy(0)?.ptr, buf.bytes)? };
             }
         }
+        // The other GPUs start from here. The home GPU's kernel is not held
+        // back until they have replicated: it writes none of the inputs, and
+        // a word of an output it writes that reaches another GPU's copy
+        // before that copy is taken only makes the shadow merge write the
+        // home GPU's own value back.
         let ready = Event::new_sync_only()?;
         ready.record(&home.stream)?;
 
