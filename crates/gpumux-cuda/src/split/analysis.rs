@@ -429,6 +429,14 @@ pub fn analyse(src: &str, kernel: &str) -> Option<WriteAnalysis> {
         }
     };
 
+    let cx = StoreCtx {
+        private: &private,
+        shared: &shared,
+        device_vars: &device_vars,
+        data_vars: &data_vars,
+        root_of: &root_of,
+        is_block: &is_block,
+    };
     // Stores: an assignment (or ++/--) whose left side is `X[...]...`, `(cast)(X)[...]`,
     // `*X`, `*(expr)`, or a plain name that is a file-scope __device__ variable.
     for j in b0..b1 {
@@ -466,53 +474,16 @@ pub fn analyse(src: &str, kernel: &str) -> Option<WriteAnalysis> {
             } else {
                 Vec::new()
             };
-            classify_store(
-                &s,
-                op_at,
-                &bases,
-                index,
-                &StoreCtx {
-                    private: &private,
-                    shared: &shared,
-                    device_vars: &device_vars,
-                    data_vars: &data_vars,
-                    root_of: &root_of,
-                    is_block: &is_block,
-                },
-                &mut written,
-                &mut refuse,
-            );
+            classify_store(&s, op_at, &bases, index, &cx, &mut written, &mut refuse);
         } else if s.is_ident(last) && s.text(last.wrapping_sub(1)) == "*" && unary(&s, last - 1) {
             let w = s.text(last);
-            store_through_pointer(
-                &s,
-                op_at,
-                &[w],
-                w,
-                &root_of,
-                &data_vars,
-                &private,
-                &shared,
-                &mut written,
-                &mut refuse,
-            );
+            store_through_pointer(op_at, &[(w, false)], w, &cx, &mut written, &mut refuse);
         } else if s.text(last) == ")" {
             let o = s.open(last).unwrap_or(last);
             if s.text(o.wrapping_sub(1)) == "*" && unary(&s, o - 1) {
-                let ids: Vec<&str> = s.idents(o, last).into_iter().map(|(w, _)| w).collect();
+                let ids = s.idents(o, last);
                 let text = s.joined(o, last + 1);
-                store_through_pointer(
-                    &s,
-                    op_at,
-                    &ids,
-                    &text,
-                    &root_of,
-                    &data_vars,
-                    &private,
-                    &shared,
-                    &mut written,
-                    &mut refuse,
-                );
+                store_through_pointer(op_at, &ids, &text, &cx, &mut written, &mut refuse);
             }
         } else if s.is_ident(last) && device_vars.iter().any(|v| v == s.text(last)) {
             refuse(
@@ -642,24 +613,8 @@ fn classify_store<'a>(
     if let Some(g) = bases.iter().find_map(|w| (cx.root_of)(w)) {
         written.push(g);
         let ids = s.idents(first, last + 1);
-        let index = s.joined(first, last + 1);
-        if let Some((w, _)) =
-            ids.iter().find(|&&(w, indexed)| cx.data_vars.contains(&w) || (indexed && (cx.root_of)(w).is_some()))
-        {
-            refuse(
-                at,
-                format!(
-                    "stores into `{g}` at {index}, an index read from memory (`{w}`): which words a block writes depends on data, so blocks on two GPUs may write the same word"
-                ),
-            );
-        } else if !ids.iter().any(|(w, _)| (cx.is_block)(w)) {
-            refuse(
-                at,
-                format!(
-                    "stores into `{g}` at {index}, an index that does not depend on the block index: every block writes the same words, so blocks on two GPUs would too"
-                ),
-            );
-        }
+        let target = format!("into `{g}` at {}", s.joined(first, last + 1));
+        judge_global_store(at, &target, &ids, bases, cx, refuse);
     } else if bases.iter().any(|w| cx.private.contains(w) || cx.shared.contains(w)) {
         // Thread- or block-private memory.
     } else if let Some(w) = bases.iter().find(|w| cx.device_vars.iter().any(|v| v == *w)) {
@@ -675,31 +630,55 @@ fn classify_store<'a>(
     }
 }
 
-/// A store `*p = ..` or `*(expr) = ..`.
-#[allow(clippy::too_many_arguments)]
-fn store_through_pointer<'a>(
-    s: &Src<'a>,
+/// A store into a parameter's buffer at an index made of `ids` (each with
+/// whether it is indexed itself), through `bases`: refused when the index is
+/// read from memory or does not depend on the block index.
+fn judge_global_store<'a>(
     at: usize,
-    ids: &[&'a str],
-    text: &str,
-    root_of: &dyn Fn(&str) -> Option<&'a str>,
-    data_vars: &[&'a str],
-    private: &[&'a str],
-    shared: &[&'a str],
-    written: &mut Vec<&'a str>,
+    target: &str,
+    ids: &[(&'a str, bool)],
+    bases: &[&'a str],
+    cx: &StoreCtx<'_, 'a>,
     refuse: &mut impl FnMut(usize, String),
 ) {
-    let _ = s;
-    if let Some(g) = ids.iter().find_map(|w| root_of(w)) {
-        written.push(g);
+    let from_memory = ids
+        .iter()
+        .find(|&&(w, indexed)| cx.data_vars.contains(&w) || (indexed && (cx.root_of)(w).is_some()))
+        .map(|(w, _)| *w)
+        .or_else(|| bases.iter().copied().find(|w| cx.data_vars.contains(w)));
+    if let Some(w) = from_memory {
         refuse(
             at,
             format!(
-                "stores through `*{text}` into `{g}`: a dereferenced pointer's offset is not followed back to the block index (write `{g}[index]`)"
+                "stores {target}, an index read from memory (`{w}`): which words a block writes depends on data, so blocks on two GPUs may write the same word"
             ),
         );
-    } else if ids.iter().any(|w| private.contains(w) || shared.contains(w)) {
-    } else if let Some(w) = ids.iter().find(|w| data_vars.contains(w)) {
+    } else if !ids.iter().any(|(w, _)| (cx.is_block)(w)) && !bases.iter().any(|w| (cx.is_block)(w)) {
+        refuse(
+            at,
+            format!(
+                "stores {target}, an index that does not depend on the block index: every block writes the same words, so blocks on two GPUs would too"
+            ),
+        );
+    }
+}
+
+/// A store `*p = ..` or `*(expr) = ..`, the expression's identifiers `ids`.
+fn store_through_pointer<'a>(
+    at: usize,
+    ids: &[(&'a str, bool)],
+    text: &str,
+    cx: &StoreCtx<'_, 'a>,
+    written: &mut Vec<&'a str>,
+    refuse: &mut impl FnMut(usize, String),
+) {
+    let names: Vec<&'a str> = ids.iter().map(|(w, _)| *w).collect();
+    if let Some(g) = names.iter().find_map(|w| (cx.root_of)(w)) {
+        written.push(g);
+        judge_global_store(at, &format!("through `*{text}` into `{g}`"), ids, &names, cx, refuse);
+    } else if names.iter().any(|w| cx.private.contains(w) || cx.shared.contains(w)) {
+        // Thread- or block-private memory.
+    } else if let Some(w) = names.iter().find(|w| cx.data_vars.contains(w)) {
         refuse(at, format!("stores through `{w}`, a pointer read from memory: its target cannot be followed"));
     } else {
         refuse(at, format!("stores through `*{text}`, which is not known to point into a kernel parameter's buffer"));
@@ -837,8 +816,12 @@ mod tests {
                 "an index read from memory (`perm`)",
             ),
             (
-                "__global__ void k(float* out) { float* q = out + blockIdx.x; *q = 1.f; }",
-                "stores through `*q` into `out`",
+                "__global__ void k(float* out) { float* q = out + threadIdx.x; *q = 1.f; }",
+                "stores through `*q` into `out`, an index that does not depend on the block index",
+            ),
+            (
+                "__global__ void k(float* out, const int* idx) { float* q = out + idx[threadIdx.x]; q[blockIdx.x] = 1.f; }",
+                "stores into `out` at [ blockIdx . x ], an index read from memory (`q`)",
             ),
             (
                 "__device__ void put(float* p, float v) { p[threadIdx.x] = v; }\n__global__ void k(float* out) { put(out + blockIdx.x * 32, 1.f); }",
@@ -869,6 +852,9 @@ mod tests {
                __shared__ unsigned h[32]; atomicAdd(&h[threadIdx.x % 32], 1u);\n\
                for (unsigned i = first() + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = in[i] + h[0];\n\
                out[n + BX] = 0u; }",
+            // a pointer offset by the block index, stored through by index and by dereference
+            "__global__ void k(float* out) { float* row = out + blockIdx.x * 256; row[threadIdx.x] = 1.f;\n\
+               float* q = row + threadIdx.x; *q += 1.f; *(out + blockIdx.x) = 2.f; }",
             // a local array, a cast store, member stores, compound assignments
             "__global__ void k(float* out, float4* v, unsigned* u) { float acc[4] = {}, b2[2]; acc[threadIdx.x % 4] += 1.f; b2[1] = 0.f;\n\
                const unsigned i = blockIdx.x * 256 + threadIdx.x; reinterpret_cast<float2*>(out)[i] = make_float2(acc[0], 0.f);\n\

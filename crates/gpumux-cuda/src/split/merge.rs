@@ -315,7 +315,7 @@ mod tests {
         // Replicated to one GPU, brought back from one.
         assert_eq!(p.link_bytes(&u), 2 * 4096);
         // Alone on the home GPU: nothing to merge, no snapshot.
-        let alone = plan(vec![0..4], &u).unwrap();
+        let alone = plan(std::iter::once(0..4).collect(), &u).unwrap();
         assert!(!alone.buffers[0].snapshot && alone.buffers[0].shadow_merge == vec![false]);
         let odd = plan(vec![0..1, 1..2], &[BufferUse { bytes: 6, role: Role::Out, merge: Merge::Shadow }]);
         assert!(odd.unwrap_err().to_string().contains("6 bytes, not a whole number"));

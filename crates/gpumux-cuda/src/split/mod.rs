@@ -77,3 +77,20 @@ pub enum SplitError {
     #[error(transparent)]
     Transform(#[from] crate::transform::TransformError),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_kernel_every_reason_and_the_way_out() {
+        let a = analyse(crate::suite::App::Histogram.source(), "histogram").expect("found");
+        let e = SplitError::Refused { kernel: a.kernel.clone(), reasons: a.refusals.clone() };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("kernel `histogram` is not split: line 20: atomicAdd on global memory (`hist`)"),
+            "{text}"
+        );
+        assert!(text.contains("declare it splittable (Splittable::Declared)"), "{text}");
+    }
+}
