@@ -454,3 +454,51 @@ pub fn split(cfg: &SplitConfig) -> anyhow::Result<(SplitReport, bool)> {
     }
     Ok((rep, ok))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(case: &str, gpus: usize, merge: &str, inputs: &str, speedup: f64, equal: bool) -> SplitRow {
+        SplitRow {
+            case: case.into(),
+            gpus,
+            merge: merge.into(),
+            inputs: inputs.into(),
+            wall_ms: 1.0,
+            kernel_ms: 1.0,
+            replicate_ms: 0.0,
+            copy_back_ms: 0.0,
+            merge_ms: 0.0,
+            speedup,
+            kernel_speedup: speedup,
+            link_gb: 0.0,
+            bitwise_equal: equal,
+            ranges: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_goal_takes_the_best_bitwise_equal_split_of_its_kind() {
+        let rows = vec![
+            row("fma (compute-bound)", 1, "native", "-", 1.0, true),
+            row("fma (compute-bound)", 1, "workers", "-", 1.1, true),
+            row("fma (compute-bound)", 2, "shadow", "replicated", 1.95, true),
+            row("fma (compute-bound)", 2, "slices", "replicated", 2.5, false),
+            row("fma (compute-bound)", 4, "slices", "replicated", 3.7, true),
+            row("triad (memory-bound)", 2, "slices", "resident", 0.6, true),
+            row("triad (memory-bound)", 2, "shadow", "replicated", 0.2, true),
+        ];
+        let compute = |r: &SplitRow| r.case.contains("compute-bound");
+        // A row that differs from the one-GPU run never counts, however fast.
+        assert_eq!(best(&rows, 2, &compute).map(|r| r.merge.as_str()), Some("shadow"));
+        assert_eq!(best(&rows, 4, &compute).map(|r| r.speedup), Some(3.7));
+        let resident = |r: &SplitRow| r.case.contains("memory-bound") && r.inputs == "resident";
+        assert_eq!(best(&rows, 2, &resident).map(|r| r.speedup), Some(0.6));
+        assert!(best(&rows, 8, &compute).is_none());
+        let g = goal("g", 1.9, best(&rows, 2, &compute), "a", "not run");
+        assert_eq!(g.measured, Some(1.95));
+        assert_eq!(g.row, "fma (compute-bound), 2 GPUs, shadow, inputs replicated");
+        assert_eq!(goal("g", 3.6, None, "a", "not run: fewer than 4 GPUs").row, "not run: fewer than 4 GPUs");
+    }
+}
