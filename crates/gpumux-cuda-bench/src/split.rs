@@ -260,29 +260,44 @@ fn measure(gpus: &SplitGpus, c: &Case<'_>, counts: &[usize], reps: u32) -> anyho
     }
     for (n, name, m, resident) in variants {
         let what = format!("{} on {n} GPU(s), {name}{}", c.name, if resident { ", inputs resident" } else { "" });
-        if let Merge::Slices { slices, .. } = m {
-            // The declaration checked once on the GPU, untimed.
+        // A variant that fails is reported and the others still run: one device
+        // run should show everything that works.
+        let result = (|| -> anyhow::Result<Option<(Vec<SplitTiming>, bool)>> {
+            if let Merge::Slices { slices, .. } = m {
+                // The declaration checked once on the GPU, untimed.
+                l.reset_outputs()?;
+                let args = l.args(&|_| Merge::Slices { slices, verify: true })?;
+                let mut p = gpus.prepare(&l.kernel, grid, block, smem, args, n)?;
+                if let Err(e) = p.run() {
+                    println!("  FAILED {what}: the declared slices' check: {e}");
+                    return Ok(None);
+                }
+            }
+            let mut p = gpus.prepare(&l.kernel, grid, block, smem, l.args(&|_| m)?, n)?;
+            if resident {
+                p.replicate_inputs_once()?;
+            }
             l.reset_outputs()?;
-            let args = l.args(&|_| Merge::Slices { slices, verify: true })?;
-            let mut p = gpus.prepare(&l.kernel, grid, block, smem, args, n)?;
-            if let Err(e) = p.run() {
-                println!("  FAILED {what}: the declared slices' check: {e}");
+            p.run()?;
+            let mut runs = Vec::new();
+            for _ in 0..reps {
+                l.reset_outputs()?;
+                runs.push(p.run()?);
+            }
+            Ok(Some((runs, equal(l, &want, &what)?)))
+        })();
+        let (runs, equal) = match result {
+            Ok(Some(r)) => r,
+            Ok(None) => {
                 ok = false;
                 continue;
             }
-        }
-        let mut p = gpus.prepare(&l.kernel, grid, block, smem, l.args(&|_| m)?, n)?;
-        if resident {
-            p.replicate_inputs_once()?;
-        }
-        l.reset_outputs()?;
-        p.run()?;
-        let mut runs = Vec::new();
-        for _ in 0..reps {
-            l.reset_outputs()?;
-            runs.push(p.run()?);
-        }
-        let equal = equal(l, &want, &what)?;
+            Err(e) => {
+                println!("  FAILED {what}: {e:#}");
+                ok = false;
+                continue;
+            }
+        };
         ok &= equal;
         let (wall, kernel, rep, back, merge) = medians(&runs);
         let last = runs.last().cloned();
@@ -384,9 +399,16 @@ pub fn split(cfg: &SplitConfig) -> anyhow::Result<(SplitReport, bool)> {
     for c in cases(&gpus, cfg)? {
         println!("\n{}", c.name);
         print_header();
-        let (rows, good) = measure(&gpus, &c, &counts, cfg.reps)?;
-        ok &= good;
-        rep.rows.extend(rows);
+        match measure(&gpus, &c, &counts, cfg.reps) {
+            Ok((rows, good)) => {
+                ok &= good;
+                rep.rows.extend(rows);
+            }
+            Err(e) => {
+                println!("  FAILED {}: {e:#}", c.name);
+                ok = false;
+            }
+        }
     }
 
     println!("\nrefused (never split silently):");
