@@ -114,3 +114,15 @@ fn a_wrong_declaration_is_caught_by_its_check() {
         Ok(_) => panic!("a wrong declaration passed its check"),
     }
 }
+
+#[test]
+fn opening_is_an_error_not_a_panic_without_enough_gpus() {
+    assert!(SplitGpus::open(&[]).err().is_some_and(|e| e.to_string().contains("no GPU")));
+    assert!(SplitGpus::open(&[0, 0]).err().is_some_and(|e| e.to_string().contains("GPU 0 named twice")));
+    let seen = gpumux_cuda::runtime::gpu_count();
+    let beyond = seen.max(0);
+    match SplitGpus::open(&[0, beyond]) {
+        Err(e) => assert!(!e.to_string().is_empty()),
+        Ok(_) => panic!("GPU {beyond} opened, but the driver sees {seen}"),
+    }
+}
