@@ -103,10 +103,18 @@ impl SplitGpus {
         let mut links = vec![LinkKind::Itself];
         for side in &sides[1..] {
             let (home, g) = (&sides[0].gpu, &side.gpu);
-            let peer = can_access(home, g)? && can_access(g, home)?;
+            let mut peer = can_access(home, g)? && can_access(g, home)?;
             if peer {
-                enable_peer(home, g)?;
-                enable_peer(g, home)?;
+                // A driver that offers peer access and then refuses it (some
+                // virtualised GPUs) leaves the copies to go through the host.
+                if let Err(e) = enable_peer(home, g).and_then(|_| enable_peer(g, home)) {
+                    tracing::warn!(
+                        "GPUs {} and {}: peer access offered but not enabled ({e}); peer copies go through host memory",
+                        home.ordinal,
+                        g.ordinal
+                    );
+                    peer = false;
+                }
             }
             links.push(if peer { LinkKind::Peer } else { LinkKind::Host });
         }
