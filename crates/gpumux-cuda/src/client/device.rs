@@ -186,6 +186,12 @@ pub(super) struct InContext {
     park: Option<crate::runtime::Function>,
     /// Allocations: address → bytes.
     pub(super) allocations: HashMap<u64, u64>,
+    /// Mapped (address-stable) allocations, resident or evicted ([`super::swap`]).
+    pub(super) mappings: HashMap<u64, super::swap::Mapping>,
+    /// The mapping granularity; `None`: this GPU cannot map, every buffer is a `cuMemAlloc`.
+    pub(super) granularity: Option<usize>,
+    /// The stream evictions and restores copy on (made on first use).
+    pub(super) swap_stream: Option<usize>,
     /// Workers of an operation queued behind the launch before it on its
     /// stream, by operation, until the engine launches it ([`ahead`]).
     ahead: HashMap<OpId, ahead::Ahead>,
@@ -247,6 +253,9 @@ impl InContext {
             kept: Vec::new(),
             park: cut_kernel.as_ref().map(|k| k.func.clone()),
             allocations: HashMap::new(),
+            mappings: HashMap::new(),
+            granularity: super::swap::granularity(ctx.ordinal),
+            swap_stream: None,
             ahead: HashMap::new(),
             orphans: Vec::new(),
             cut_kernel,
@@ -350,6 +359,9 @@ pub struct ClientDevice {
     pub(super) st: Option<InContext>,
     /// Host ranges registered (address, bytes): registered again after a rebuild.
     pub(super) host: Vec<(usize, usize)>,
+    /// Evicted buffers' bytes, by address: outside the context, so that they
+    /// outlive a lost one ([`super::swap`]).
+    pub(super) swapped: HashMap<u64, super::swap::HostCopy>,
     info: DeviceInfo,
     start: Instant,
     chunk: Chunk,
@@ -670,6 +682,7 @@ impl ClientDevice {
             ctx,
             st: Some(st),
             host: Vec::new(),
+            swapped: HashMap::new(),
             info,
             start: Instant::now(),
             chunk,

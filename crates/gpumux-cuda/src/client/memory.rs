@@ -51,10 +51,14 @@ impl ClientDevice {
     }
 
     /// Allocates `bytes` (> 0) of device memory.
+    /// A buffer of at least the mapping granularity is address-stable and
+    /// can be evicted (`swap`'s module doc); a smaller one is a `cuMemAlloc`.
     pub fn alloc(&mut self, bytes: u64) -> Result<u64, MemoryError> {
         let n = usize::try_from(bytes.max(1)).map_err(|_| CudaError::Invalid(format!("{bytes} bytes")))?;
         let mut ptr = 0;
-        self.state()?;
+        if let Some(g) = self.state()?.granularity.filter(|&g| n >= g) {
+            return self.alloc_mapped(bytes, g);
+        }
         // SAFETY: out-pointer to a local; the context is current.
         let r = unsafe { cu::cuMemAlloc_v2(&mut ptr, n) };
         if r == cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
@@ -66,8 +70,12 @@ impl ClientDevice {
         Ok(ptr)
     }
 
-    /// Frees an allocation of [`ClientDevice::alloc`].
+    /// Frees an allocation of [`ClientDevice::alloc`] or
+    /// [`ClientDevice::reserve_evicted`], resident or evicted.
     pub fn free(&mut self, ptr: u64) -> Result<(), MemoryError> {
+        if self.free_mapped(ptr)? {
+            return Ok(());
+        }
         let st = self.state()?;
         if st.allocations.remove(&ptr).is_none() {
             return Err(MemoryError::NotAllocated(ptr));
@@ -79,7 +87,7 @@ impl ClientDevice {
 
     /// Bytes allocated now.
     pub fn allocated(&self) -> u64 {
-        self.st.as_ref().map_or(0, |st| st.allocations.values().sum())
+        self.st.as_ref().map_or(0, |st| st.allocations.values().sum()) + self.mapped_bytes()
     }
 
     /// Pins host memory so that copies to and from it are single DMA
