@@ -46,8 +46,9 @@ pub const MAGIC: [u8; 4] = *b"GMUX";
 /// pinned host memory of `Status`); version 5 added what CUDA programs use
 /// beyond one stream (issue 40: `StreamWaitEvent`, `EventElapsed`,
 /// `DeviceProperties`, `Occupancy`, `HostFunc`, `EndHostFunc`, `Fill`, the
-/// `NotReady` error).
-pub const VERSION: u16 = 5;
+/// `NotReady` error); version 6 added evicted memory to `Status` (issue 39:
+/// `memory_evicted`, `swap_memory`).
+pub const VERSION: u16 = 6;
 /// The largest frame body either side accepts (module sources are the big ones).
 pub const MAX_FRAME_BYTES: u32 = 8 << 20;
 /// The longest client or kernel name.
@@ -651,6 +652,15 @@ pub struct Status {
     pub memory_used: u64,
     /// Device memory in all, bytes.
     pub memory_total: u64,
+    /// Of `memory_used`, evicted to host memory, bytes (docs/daemon.md,
+    /// "Memory oversubscription").
+    pub memory_evicted: u64,
+    /// Host memory evicted buffers may take in all (`swap_memory`), bytes.
+    pub swap_memory: u64,
+    /// Buffers evicted and restored since the daemon started.
+    pub evictions: u64,
+    /// See `evictions`.
+    pub restores: u64,
     /// Host memory the daemon holds pinned for its clients' host regions
     /// ([`Request::AttachHost`]), detached ones still in use included, bytes.
     pub host_memory_used: u64,
@@ -679,8 +689,11 @@ pub struct ClientStatus {
     pub priority: i32,
     /// Weight now.
     pub weight: f64,
-    /// Device memory held, bytes.
+    /// Device memory held, bytes, resident and evicted.
     pub memory_used: u64,
+    /// Of that, evicted to host memory (the daemon brings it back before
+    /// its next kernel or copy runs).
+    pub memory_evicted: u64,
     /// Its memory quota, bytes.
     pub memory_quota: u64,
     /// Host memory of its attached host regions, bytes.

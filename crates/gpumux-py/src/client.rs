@@ -312,13 +312,14 @@ impl Client {
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.shared.call(py, |c| c.status())?;
         let d = dict_of! { py, s;
-            device, policy, sms, memory_used, memory_total, host_memory_used, uptime_s, context_rebuilds,
+            device, policy, sms, memory_used, memory_total, memory_evicted, swap_memory, evictions, restores,
+            host_memory_used, uptime_s, context_rebuilds,
         };
         let rows = PyList::empty(py);
         for c in &s.clients {
             rows.append(dict_of! { py, c;
-                client, pid, uid, name, priority, weight, memory_used, memory_quota, host_memory_used, ops_queued,
-                ops_running, sms_held, preemptions, kernels_done,
+                client, pid, uid, name, priority, weight, memory_used, memory_evicted, memory_quota, host_memory_used,
+                ops_queued, ops_running, sms_held, preemptions, kernels_done,
             })?;
         }
         d.set_item("clients", rows)?;

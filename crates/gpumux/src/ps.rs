@@ -145,10 +145,21 @@ pub fn render(s: &Status) -> String {
             bytes(leaving)
         );
     }
+    // Oversubscription (docs/daemon.md, "Memory oversubscription").
+    if s.memory_evicted > 0 {
+        let _ = writeln!(
+            out,
+            "{} of that memory is evicted to host memory (the daemon may use {} for it; {} evictions, {} restores)",
+            bytes(s.memory_evicted),
+            bytes(s.swap_memory),
+            s.evictions,
+            s.restores
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6} {:>21} {:>10} {:>6} {:>5} {:>4} {:>8} {:>8}",
+        "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6} {:>21} {:>10} {:>10} {:>6} {:>5} {:>4} {:>8} {:>8}",
         "ID",
         "PID",
         "UID",
@@ -156,6 +167,7 @@ pub fn render(s: &Status) -> String {
         "PRIO",
         "WEIGHT",
         "MEMORY / QUOTA",
+        "EVICTED",
         "PINNED",
         "QUEUED",
         "RUN",
@@ -169,7 +181,7 @@ pub fn render(s: &Status) -> String {
         let memory = format!("{} / {}", bytes(c.memory_used), bytes(c.memory_quota));
         let _ = writeln!(
             out,
-            "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6.2} {:>21} {:>10} {:>6} {:>5} {:>4} {:>8} {:>8}",
+            "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6.2} {:>21} {:>10} {:>10} {:>6} {:>5} {:>4} {:>8} {:>8}",
             c.client,
             c.pid,
             c.uid,
@@ -177,6 +189,7 @@ pub fn render(s: &Status) -> String {
             c.priority,
             c.weight,
             memory,
+            bytes(c.memory_evicted),
             bytes(c.host_memory_used),
             c.ops_queued,
             c.ops_running,
@@ -279,6 +292,7 @@ mod tests {
             priority: 2,
             weight: 1.5,
             memory_used: used,
+            memory_evicted: used / 2,
             memory_quota: 1 << 30,
             host_memory_used: 512 << 20,
             host_memory_quota: 4 << 30,
@@ -294,6 +308,10 @@ mod tests {
             sms: 132,
             memory_used: 3 << 20,
             memory_total: 80 << 30,
+            memory_evicted: 0,
+            swap_memory: 8 << 30,
+            evictions: 0,
+            restores: 0,
             host_memory_used: 1 << 30,
             uptime_s: 12.4,
             context_rebuilds: 0,
@@ -307,8 +325,8 @@ mod tests {
             "2 clients   memory 3.0 MiB / 80.0 GiB   pinned host 1.0 GiB   ops 2 queued, 2 running   SMs 132 / 132 held"
         );
         assert!(lines[3].split_whitespace().eq([
-            "ID", "PID", "UID", "NAME", "PRIO", "WEIGHT", "MEMORY", "/", "QUOTA", "PINNED", "QUEUED", "RUN", "SMS",
-            "PREEMPT", "KERNELS"
+            "ID", "PID", "UID", "NAME", "PRIO", "WEIGHT", "MEMORY", "/", "QUOTA", "EVICTED", "PINNED", "QUEUED", "RUN",
+            "SMS", "PREEMPT", "KERNELS"
         ]));
         assert!(lines[4].split_whitespace().eq([
             "1",
@@ -322,6 +340,8 @@ mod tests {
             "/",
             "1.0",
             "GiB",
+            "512.0",
+            "KiB",
             "512.0",
             "MiB",
             "2",
@@ -343,6 +363,7 @@ mod tests {
             priority: 0,
             weight: 1.0,
             memory_used,
+            memory_evicted: 0,
             memory_quota: 1 << 30,
             host_memory_used: 0,
             host_memory_quota: 0,
@@ -361,6 +382,10 @@ mod tests {
             sms: 132,
             memory_used,
             memory_total: 80 << 30,
+            memory_evicted: 0,
+            swap_memory: 0,
+            evictions: 0,
+            restores: 0,
             host_memory_used: 0,
             uptime_s: 1.0,
             context_rebuilds: 0,

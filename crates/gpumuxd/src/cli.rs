@@ -50,6 +50,12 @@ pub struct DaemonArgs {
     /// `gpumux replay FILE` replays them in the simulator (docs/calibration.md).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Host memory the daemon may use for evicted buffers when clients
+    /// together allocate more than the device has (`64GiB`, `0`: never
+    /// evict) [default: the config's swap_memory, else half the host's
+    /// memory]. docs/daemon.md, "Memory oversubscription".
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub swap_memory: Option<u64>,
     /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
@@ -70,8 +76,14 @@ impl DaemonArgs {
             },
             poll_every: self.poll_us.map(std::time::Duration::from_micros),
             record: self.record.clone(),
+            swap_memory: self.swap_memory,
         }
     }
+}
+
+/// A size on the command line, as the config writes one (`"8 GiB"`).
+fn parse_size(s: &str) -> Result<u64, String> {
+    crate::config::parse_bytes(s)
 }
 
 /// Sends logs to stderr at the level `-v` asks for (RUST_LOG overrides), then

@@ -6,6 +6,7 @@
 //! device = "cuda:0"
 //! policy = "ppq-even-drain"
 //! record = "/var/lib/gpumux/clients.jsonl"   # optional: gpumuxd --record
+//! swap_memory = "64 GiB"    # host memory for evicted buffers (default: half the host's; 0: never evict)
 //!
 //! [[allow]]                 # entries are tried in order: the FIRST match wins
 //! uid = 1000
@@ -243,6 +244,9 @@ pub struct DaemonDefaults {
     pub policy: Option<String>,
     /// Record the clients' operations to this file (`--record`).
     pub record: Option<PathBuf>,
+    /// Host memory evicted buffers may take in all (docs/daemon.md,
+    /// "Memory oversubscription"; default `core::default_swap_memory`).
+    pub swap_memory: Option<Bytes>,
 }
 
 /// The whole config.
@@ -335,7 +339,8 @@ struct RawAllow {
 }
 
 /// A byte count written as an integer or a string with a unit (`"8 GiB"`).
-struct Bytes(u64);
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes(pub u64);
 
 impl<'de> Deserialize<'de> for Bytes {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

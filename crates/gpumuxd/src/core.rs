@@ -54,6 +54,7 @@ mod recovery;
 mod requests;
 mod slow_waits;
 mod stream_order;
+mod swap;
 
 use load_parts::{count_call, CallTimes, LOAD_EXCHANGES, LOAD_MESSAGES, LOAD_PARTS};
 pub use record::RecordError;
@@ -193,6 +194,9 @@ enum OpKind {
     },
     /// A host function's hold.
     Hold,
+    /// A restore's gate: the stream's work behind it waits for its
+    /// client's evicted buffers (`core/swap.rs`).
+    Gate,
 }
 
 #[derive(Debug)]
@@ -286,6 +290,8 @@ pub struct Core {
     next_load: u64,
     /// `gpumuxd --record`: what the clients did, for `gpumux replay` (`record.rs`).
     record: record::Recorder,
+    /// Oversubscription: evicted bytes, the host limit, restores under way.
+    swap: swap::Swap,
 }
 
 /// Module loads one client may have compiling at once: each holds its source
@@ -325,6 +331,18 @@ struct PendingLoad {
     source: String,
     options: Vec<String>,
     since: Instant,
+}
+
+/// Host memory evicted buffers may take by default: half of the host's
+/// physical memory (the rest is the system's and the clients'), or 16 GiB
+/// where the system does not say.
+pub fn default_swap_memory() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    match (u64::try_from(pages), u64::try_from(size)) {
+        (Ok(p), Ok(s)) if p > 0 && s > 0 => p.saturating_mul(s) / 2,
+        _ => 16 << 30,
+    }
 }
 
 fn new_engine(backend: &dyn Backend, policy: &str) -> Result<Engine, CoreError> {
@@ -380,6 +398,7 @@ impl Core {
             pins: HashMap::new(),
             next_pin: 0,
             record: record::Recorder::off(),
+            swap: swap::Swap::new(default_swap_memory()),
         })
     }
 
@@ -390,6 +409,13 @@ impl Core {
         let sms = self.backend.info().num_sms as u32;
         self.record = record::Recorder::to_file(path, device, policy, sms, self.backend.now())?;
         Ok(self)
+    }
+
+    /// Lets evicted buffers take at most `bytes` of host memory in all
+    /// (`swap_memory`; 0: no buffer is ever evicted).
+    pub fn with_swap_memory(mut self, bytes: u64) -> Core {
+        self.swap.limit = bytes;
+        self
     }
 
     /// Polls a busy device every `every` instead of [`SPIN_WAIT`] (at least 1 µs).
@@ -578,9 +604,11 @@ impl Core {
         };
         // Commands the engine owes the device (a pump that ended at
         // MAX_ROUNDS leaves them): the device may be idle waiting for them.
+        let now = self.backend.now();
         device
             || self.engine.has_commands_due()
-            || self.engine.poll_timeout().is_some_and(|at| at <= self.backend.now())
+            || self.engine.poll_timeout().is_some_and(|at| at <= now)
+            || self.swap_due().is_some_and(|at| at <= now)
     }
 
     /// How long to sleep before the device or the engine needs a look.
@@ -593,7 +621,16 @@ impl Core {
         // Commands the engine owes an idle device: as soon as a busy one's
         // next poll, not after a sleep of up to IDLE_WAIT.
         let device = if self.engine.has_commands_due() { device.min(self.poll_every) } else { device };
-        let timer = self.engine.poll_timeout().map(|at| Duration::from_nanos(at.saturating_sub(self.backend.now())));
+        // A restore waiting for room looks again each poll period; one whose
+        // moves are under way, when they end.
+        let device =
+            if self.swap_waiting() { device.min(self.poll_every.max(Duration::from_micros(100))) } else { device };
+        let now = self.backend.now();
+        let timer = [self.engine.poll_timeout(), self.swap_due()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|at| Duration::from_nanos(at.saturating_sub(now)));
         timer.map_or(device, |t| t.min(device))
     }
 
@@ -612,6 +649,8 @@ impl Core {
         }
         s.phase = Phase::Gone;
         s.out = None;
+        // Its restore stops here; its gates go with its streams.
+        self.swap.restoring.remove(&client);
         s.spin.set_urgent(false);
         let now = self.backend.now();
         self.record.gone(client, now);
@@ -636,6 +675,7 @@ impl Core {
             return;
         }
         let Some(s) = self.sessions.remove(&client) else { return };
+        self.forget_evicted(client, s.memory_evicted);
         for b in s.buffers.values() {
             if let Err(e) = self.backend.free(b.addr) {
                 tracing::error!("freeing client {client}'s buffer: {e}");
@@ -705,6 +745,7 @@ impl Core {
                     priority: s.priority,
                     weight: s.weight,
                     memory_used: s.memory_used,
+                    memory_evicted: s.memory_evicted,
                     memory_quota: s.limits.memory.min(self.backend.info().mem_bytes),
                     host_memory_used: s.host_used,
                     host_memory_quota: s.limits.host_memory,
@@ -737,6 +778,10 @@ impl Core {
             sms: self.backend.info().num_sms as u32,
             memory_used,
             memory_total: self.backend.info().mem_bytes,
+            memory_evicted: self.swap.evicted,
+            swap_memory: self.swap.limit,
+            evictions: self.swap.evictions,
+            restores: self.swap.restores,
             host_memory_used: self.host_memory_held(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             context_rebuilds: self.rebuilds,

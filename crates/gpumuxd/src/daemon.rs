@@ -30,6 +30,9 @@ pub struct Options {
     pub poll_every: Option<std::time::Duration>,
     /// Record every client's operations to this file (`--record`; `gpumux replay` reads it).
     pub record: Option<PathBuf>,
+    /// Host memory evicted buffers may take, bytes (default: the config's
+    /// `swap_memory`, else [`crate::core::default_swap_memory`]).
+    pub swap_memory: Option<u64>,
 }
 
 /// Where the device runs (docs/daemon.md, "Isolation and faults").
@@ -173,7 +176,8 @@ pub fn open_device(spec: &str, hosting: DeviceHosting) -> Result<Box<dyn Backend
                 parsed?;
             } else {
                 // Refuse an unknown preset here, with the list, not from the child.
-                if gpumux_sim::presets::by_name(spec).is_none() {
+                let (preset, _) = crate::backend::sim::sim_spec(spec)?;
+                if gpumux_sim::presets::by_name(preset).is_none() {
                     return Err(UnknownPreset(spec.to_string()).into());
                 }
             }
@@ -232,6 +236,10 @@ pub fn run(opts: Options) -> Result<()> {
         core = core.with_recording(&path)?;
         tracing::info!("recording the clients' operations to {}", path.display());
     }
+    let swap =
+        opts.swap_memory.or(config.daemon.swap_memory.map(|b| b.0)).unwrap_or_else(crate::core::default_swap_memory);
+    core = core.with_swap_memory(swap);
+    tracing::info!("evicted buffers may take {swap} bytes of host memory (swap_memory)");
     tracing::info!("device {}, policy {}", core.device(), core.policy());
     let listener = server::bind(&socket)?;
     // From here every way out, an error or a panic, removes the socket file.

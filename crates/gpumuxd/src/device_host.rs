@@ -16,7 +16,7 @@
 //! killed. It exits when the daemon closes its end.
 
 use crate::backend::link::{self, Link, LinkError};
-use crate::backend::wire::{FromDevice, RegionId, ToDevice};
+use crate::backend::wire::{FromDevice, RegionId, SwapCall, ToDevice};
 use crate::backend::{Backend, Failure, MemError, Registered, Wake};
 use crate::load::LoadClock;
 use crate::shm::ShmRegion;
@@ -67,6 +67,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         info: backend.info().clone(),
         frees_retreats_at_once: backend.frees_retreats_at_once(),
         compute_capability: backend.compute_capability(),
+        swap_granularity: backend.swap_granularity(),
     };
     link.send(&ready, None).context("telling the daemon the device is ready")?;
     let spin = crate::spin::window(link::SPIN);
@@ -214,6 +215,15 @@ impl DeviceHost {
             ToDevice::MemInfo => {
                 let r = self.backend.mem_info();
                 self.send(FromDevice::MemInfo(r))
+            }
+            ToDevice::Swap(call) => {
+                let r = match call {
+                    SwapCall::Reserve(bytes) => self.backend.reserve(bytes),
+                    SwapCall::Evict(addr) => self.backend.evict(addr),
+                    SwapCall::Restore(addr) => self.backend.restore(addr),
+                    SwapCall::Readdress(addr) => self.backend.readdress_evicted(addr),
+                };
+                self.send(FromDevice::Swapped(r))
             }
             ToDevice::RegisterHost { region, bytes } => {
                 let r = self.register(region, bytes);

@@ -44,6 +44,8 @@ pub struct Buffer {
     pub addr: DevAddr,
     /// Its size.
     pub bytes: u64,
+    /// Its bytes are in host memory, its address kept (`core/swap.rs`).
+    pub evicted: bool,
 }
 
 /// A loaded module, kept so it can be reloaded into a rebuilt context.
@@ -127,8 +129,10 @@ pub struct Session {
     pub weight: f64,
     /// Its buffers.
     pub buffers: BTreeMap<BufferId, Buffer>,
-    /// Bytes of its buffers (freed ones no longer count).
+    /// Bytes of its buffers, resident and evicted (freed ones no longer count).
     pub memory_used: u64,
+    /// Bytes of its evicted buffers (part of `memory_used`).
+    pub memory_evicted: u64,
     /// Its shared region.
     pub region: Option<Arc<ShmRegion>>,
     /// Its host regions (`AttachHost`), mapped and registered with the device.
@@ -170,6 +174,7 @@ impl Session {
             weight: 1.0,
             buffers: BTreeMap::new(),
             memory_used: 0,
+            memory_evicted: 0,
             region: None,
             host_regions: BTreeMap::new(),
             host_used: 0,

@@ -179,6 +179,32 @@ impl Backend for CudaBackend {
         self.device.free(addr).map_err(mem_error)
     }
 
+    fn swap_granularity(&self) -> Option<u64> {
+        self.device.swap_granularity()
+    }
+
+    fn reserve(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+        self.device.reserve_evicted(bytes).map_err(mem_error)
+    }
+
+    // The moves are done when these return (gpumux_cuda's `swap`): nothing
+    // is left for the core to wait for.
+    fn evict(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        self.device.evict(addr).map_err(mem_error).map(|()| 0)
+    }
+
+    fn restore(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        self.device.restore(addr).map_err(mem_error).map(|()| 0)
+    }
+
+    fn evicted_survive_rebuild(&self) -> bool {
+        true
+    }
+
+    fn readdress_evicted(&mut self, addr: DevAddr) -> Result<DevAddr, MemError> {
+        self.device.readdress_evicted(addr).map_err(mem_error)
+    }
+
     fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {
         if region.is_empty() || self.regions.iter().any(|r| Arc::ptr_eq(r, region)) {
             return Ok(());

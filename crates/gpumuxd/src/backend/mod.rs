@@ -298,9 +298,53 @@ pub trait Backend: Send {
     fn mem_info(&mut self) -> Result<MemInfo, MemError>;
     /// Allocates `bytes` (> 0).
     fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError>;
-    /// Frees an allocation of [`Backend::alloc`]. The daemon frees only
-    /// when no bound operation uses it.
+    /// Frees an allocation of [`Backend::alloc`] or [`Backend::reserve`],
+    /// resident or evicted (its host copy then goes too). The daemon frees
+    /// only when no bound operation uses it.
     fn free(&mut self, addr: DevAddr) -> Result<(), MemError>;
+    /// Oversubscription (docs/daemon.md, "Memory oversubscription"): the
+    /// smallest buffer this device can evict, bytes (its mapping
+    /// granularity: a smaller buffer stays resident, as evicting it frees
+    /// little); `None`: it cannot evict at all. Devices that can keep a
+    /// buffer's address across an eviction ([`Backend::evict`]).
+    fn swap_granularity(&self) -> Option<u64> {
+        None
+    }
+    /// An address for a buffer of `bytes` with no device memory behind it:
+    /// a buffer born evicted (its contents zero), brought in by
+    /// [`Backend::restore`]. For an allocation that does not fit now.
+    fn reserve(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+        Err(no_swap(bytes))
+    }
+    /// Moves the buffer at `addr` (an allocation of at least
+    /// [`Backend::swap_granularity`] bytes) to host memory and gives its
+    /// device memory back; its address stays reserved. Returns how long
+    /// from now the move is done, ns: a simulated device's model of its host
+    /// link; 0 for a device whose call returns with the copy done (CUDA). The daemon evicts only a buffer no
+    /// bound operation can touch.
+    fn evict(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        Err(MemError::Device(format!("this device cannot evict {addr:#x}")))
+    }
+    /// Undoes [`Backend::evict`] (or [`Backend::reserve`]): device memory
+    /// mapped at the same address, the contents copied back, the host copy
+    /// freed. Returns the move's time, as `evict`. `OutOfMemory`: nothing
+    /// changed.
+    fn restore(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        Err(MemError::Device(format!("this device cannot restore {addr:#x}")))
+    }
+    /// Evicted buffers' host copies outlive [`Backend::rebuild`] (they are
+    /// in this process); `false` for a device process, which takes them
+    /// with it when it is restarted.
+    fn evicted_survive_rebuild(&self) -> bool {
+        false
+    }
+    /// After [`Backend::rebuild`]: the evicted buffer that was at `addr`
+    /// gets an address in the new context (the same where the device can)
+    /// and keeps its host copy. An error: its contents are gone with the
+    /// old context (a device process that died held them).
+    fn readdress_evicted(&mut self, addr: DevAddr) -> Result<DevAddr, MemError> {
+        Err(MemError::Device(format!("this device kept no evicted buffer at {addr:#x}")))
+    }
     /// Makes a client's shared region usable by copies (a real GPU pins it).
     fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError>;
     /// Starts registering a region without waiting: pinning takes long for a
@@ -385,6 +429,11 @@ pub trait Backend: Send {
     /// modules or operations (the daemon re-allocates and reloads what its
     /// clients had).
     fn rebuild(&mut self) -> Result<(), MemError>;
+}
+
+/// The error of a device that cannot swap ([`Backend::reserve`]).
+fn no_swap(bytes: u64) -> MemError {
+    MemError::Device(format!("this device cannot hold a buffer of {bytes} bytes evicted (it does not swap)"))
 }
 
 /// The operation a launch or copy serves.

@@ -32,7 +32,7 @@
 //! engine learns of them anyway.
 
 use super::link::{socket_pair, Link, LinkError};
-use super::wire::{FromDevice, HostRef, RegionId, ToDevice};
+use super::wire::{FromDevice, HostRef, RegionId, SwapCall, ToDevice};
 use super::{
     Backend, DevAddr, Failure, KernelCode, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed, OpWork,
     Registered, Wake,
@@ -130,6 +130,7 @@ struct DeviceProcess {
     info: DeviceInfo,
     frees_retreats_at_once: bool,
     compute_capability: [u32; 2],
+    swap_granularity: Option<u64>,
 }
 
 impl DeviceProcess {
@@ -175,9 +176,21 @@ impl DeviceProcess {
         };
         let spec = spec.to_string();
         match link.recv_timeout::<FromDevice>(READY_TIMEOUT) {
-            Ok(Some(FromDevice::Ready { describe, info, frees_retreats_at_once, compute_capability })) => {
-                Ok(DeviceProcess { child, link, describe, info, frees_retreats_at_once, compute_capability })
-            }
+            Ok(Some(FromDevice::Ready {
+                describe,
+                info,
+                frees_retreats_at_once,
+                compute_capability,
+                swap_granularity,
+            })) => Ok(DeviceProcess {
+                child,
+                link,
+                describe,
+                info,
+                frees_retreats_at_once,
+                compute_capability,
+                swap_granularity,
+            }),
             Ok(Some(FromDevice::Unavailable { message })) => {
                 reap(&mut child);
                 Err(StartError::Unavailable { spec, message })
@@ -436,6 +449,14 @@ impl RemoteBackend {
         failure
     }
 
+    /// One [`SwapCall`] and its answer.
+    fn swap(&mut self, call: SwapCall) -> Result<u64, MemError> {
+        match self.call(&ToDevice::Swap(call), None).map_err(MemError::Device)? {
+            FromDevice::Swapped(r) => r,
+            other => Err(MemError::Device(Self::unexpected("Swapped", &other))),
+        }
+    }
+
     fn unexpected(asked: &str, got: &FromDevice) -> String {
         format!("the device process answered {} to {asked} (a bug)", got.name())
     }
@@ -499,6 +520,28 @@ impl Backend for RemoteBackend {
             FromDevice::Free(r) => r,
             other => Err(MemError::Device(Self::unexpected("Free", &other))),
         }
+    }
+
+    fn swap_granularity(&self) -> Option<u64> {
+        self.process.swap_granularity
+    }
+
+    fn reserve(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+        self.swap(SwapCall::Reserve(bytes))
+    }
+
+    fn evict(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        self.swap(SwapCall::Evict(addr))
+    }
+
+    fn restore(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        self.swap(SwapCall::Restore(addr))
+    }
+
+    fn readdress_evicted(&mut self, addr: DevAddr) -> Result<DevAddr, MemError> {
+        // The host copies lived in the device process; one that was
+        // restarted has none (docs/daemon.md, "Memory oversubscription").
+        self.swap(SwapCall::Readdress(addr))
     }
 
     fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {

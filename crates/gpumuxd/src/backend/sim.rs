@@ -28,7 +28,15 @@
 //! **Memory** is bounded by [`memory_bound`]: the preset's size, but at most
 //! half of the host's physical memory, so clients cannot make the daemon's
 //! host run out of RAM by filling "device" memory; an allocation past it is
-//! `OutOfMemory` naming the bound.
+//! `OutOfMemory` naming the bound. `sim:h100,memory=256MiB` gives a
+//! smaller device (tests of oversubscription; policy studies).
+//!
+//! **Eviction** (docs/daemon.md, "Memory oversubscription") copies an
+//! allocation's real bytes into a host store of its own and back, at the
+//! same made-up address; each move takes the preset's host link time
+//! (`pcie_latency_ns` + bytes / `pcie_bandwidth`), which the core waits
+//! before the restored client's work may start, so policies pay for what
+//! they move.
 
 use super::compile::WorkPool;
 use super::copy_engine::{CopyEngine, Fill, Move, ON_THREAD_FROM};
@@ -58,6 +66,10 @@ const HOST_MEMORY_DIVISOR: u64 = 2;
 const ADDRESS_BASE: DevAddr = 1 << 40;
 /// Alignment of every allocation (what `cudaMalloc` guarantees).
 const ALIGN: u64 = 256;
+/// The smallest allocation the simulated device evicts: a GPU's mapping
+/// granularity (2 MiB on the H100), so the simulator decides as the CUDA
+/// device does.
+const SWAP_GRANULARITY: u64 = 2 << 20;
 /// The most simulator events one poll processes (a few ms of this thread's
 /// time): a grid of 2^31 short blocks held the core in one poll for 186 s
 /// while simulated time chased the clock (issue 36, case 4). Past it the
@@ -154,6 +166,8 @@ pub struct SimBackend {
     memory_rule: String,
     used: u64,
     memory: BTreeMap<DevAddr, HostBlock>,
+    /// Evicted allocations' bytes, by the address they keep (module doc).
+    evicted: BTreeMap<DevAddr, HostBlock>,
     next_addr: DevAddr,
     bound: HashMap<OpId, OpWork>,
     copies: HashMap<CopyId, OpId>,
@@ -172,9 +186,14 @@ pub struct SimBackend {
 }
 
 impl SimBackend {
-    /// Opens the preset `name` (`h100`, `sim:h100`, ...).
+    /// Opens the preset `name` (`h100`, `sim:h100`, ...), with its options
+    /// after commas (`memory=SIZE`: that much device memory; [`sim_spec`]).
     pub fn open(name: &str) -> Result<SimBackend, UnknownPreset> {
-        let info = presets::by_name(name).ok_or_else(|| UnknownPreset(name.to_string()))?;
+        let (preset, memory) = sim_spec(name)?;
+        let mut info = presets::by_name(preset).ok_or_else(|| UnknownPreset(name.to_string()))?;
+        if let Some(m) = memory {
+            info.mem_bytes = m;
+        }
         Ok(SimBackend::with_info(info))
     }
 
@@ -207,6 +226,7 @@ impl SimBackend {
             memory_rule: bound,
             used: 0,
             memory: BTreeMap::new(),
+            evicted: BTreeMap::new(),
             next_addr: ADDRESS_BASE,
             bound: HashMap::new(),
             copies: HashMap::new(),
@@ -223,6 +243,21 @@ impl SimBackend {
     fn out_of_memory(&self, bytes: u64) -> MemError {
         let free = self.capacity - self.used;
         MemError::OutOfMemory { bytes, free, total: self.capacity, bound: self.memory_rule.clone() }
+    }
+
+    /// The time a move of `bytes` over the host link takes (module doc).
+    fn link_time(&self, bytes: u64) -> Nanos {
+        let rate = self.info.pcie_bandwidth.max(1.0);
+        self.info.pcie_latency_ns.saturating_add((bytes as f64 / rate * 1e9).round() as Nanos)
+    }
+
+    /// A copy of `block`'s bytes in a fresh mapping (what an eviction or a
+    /// restore moves: real bytes, so a round trip is checked bitwise).
+    fn copy_of(&self, block: &HostBlock) -> Result<HostBlock, MemError> {
+        let mut to = HostBlock::new(block.len)
+            .ok_or_else(|| MemError::Device(format!("no host memory for a copy of {} bytes", block.len)))?;
+        to.bytes_mut().copy_from_slice(block.bytes());
+        Ok(to)
     }
 
     /// The allocation holding `[addr, addr + bytes)`, with the offset of `addr` in it.
@@ -377,6 +412,27 @@ impl SimBackend {
     }
 }
 
+/// A simulated device's spec split into its preset and its device memory
+/// (`sim:h100,memory=256MiB`); an unknown option or a bad size is refused
+/// naming it.
+pub fn sim_spec(spec: &str) -> Result<(&str, Option<u64>), UnknownPreset> {
+    let mut parts = spec.split(',');
+    let preset = parts.next().unwrap_or(spec);
+    let mut memory = None;
+    for opt in parts {
+        let size = opt.strip_prefix("memory=").and_then(|v| crate::config::parse_bytes(v.trim()).ok());
+        match size {
+            Some(bytes) if bytes > 0 => memory = Some(bytes),
+            _ => {
+                return Err(UnknownPreset(format!(
+                    "{spec} (`{opt}`: the one option of a simulated device is memory=SIZE, e.g. memory=256MiB)"
+                )))
+            }
+        }
+    }
+    Ok((preset, memory))
+}
+
 /// The host's physical memory in bytes, if the system says.
 fn host_memory() -> Option<u64> {
     // SAFETY: sysconf only reads system constants.
@@ -492,10 +548,66 @@ impl Backend for SimBackend {
     }
 
     fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
+        if self.evicted.remove(&addr).is_some() {
+            return Ok(());
+        }
         let block =
             self.memory.remove(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not an allocation")))?;
         self.used -= block.len as u64;
         Ok(())
+    }
+
+    fn swap_granularity(&self) -> Option<u64> {
+        Some(SWAP_GRANULARITY)
+    }
+
+    fn reserve(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+        let len = usize::try_from(bytes).map_err(|_| self.out_of_memory(bytes))?;
+        if bytes == 0 || bytes > self.capacity {
+            return Err(self.out_of_memory(bytes));
+        }
+        let block = HostBlock::new(len).ok_or_else(|| self.out_of_memory(bytes))?;
+        let addr = self.next_addr;
+        let span = bytes.div_ceil(ALIGN).saturating_add(1).saturating_mul(ALIGN);
+        self.next_addr = self.next_addr.saturating_add(span);
+        self.evicted.insert(addr, block);
+        Ok(addr)
+    }
+
+    fn evict(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        let block = self.memory.get(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not resident")))?;
+        let copy = self.copy_of(block)?;
+        let took = self.link_time(copy.len as u64);
+        self.memory.remove(&addr);
+        self.used -= copy.len as u64;
+        self.evicted.insert(addr, copy);
+        Ok(took)
+    }
+
+    fn restore(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        let block = self.evicted.get(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not evicted")))?;
+        let bytes = block.len as u64;
+        if bytes > self.capacity - self.used {
+            return Err(self.out_of_memory(bytes));
+        }
+        let copy = self.copy_of(block)?;
+        self.evicted.remove(&addr);
+        self.memory.insert(addr, copy);
+        self.used += bytes;
+        Ok(self.link_time(bytes))
+    }
+
+    fn evicted_survive_rebuild(&self) -> bool {
+        true
+    }
+
+    fn readdress_evicted(&mut self, addr: DevAddr) -> Result<DevAddr, MemError> {
+        // Addresses are never reused (`next_addr` only grows): it keeps its own.
+        if self.evicted.contains_key(&addr) {
+            Ok(addr)
+        } else {
+            Err(MemError::Device(format!("no evicted buffer at {addr:#x}")))
+        }
     }
 
     fn register_host(&mut self, _region: &Arc<ShmRegion>) -> Result<(), MemError> {
@@ -682,6 +794,7 @@ impl Backend for SimBackend {
         self.unsettled = false;
         self.behind = false;
         self.used = 0;
+        // Evicted bytes are in host memory: they outlive the context.
         self.memory.clear();
         self.bound.clear();
         self.copies.clear();

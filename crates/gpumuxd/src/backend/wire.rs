@@ -27,6 +27,19 @@ pub struct HostRef {
     pub offset: u64,
 }
 
+/// One oversubscription call to the device process ([`ToDevice::Swap`]).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub enum SwapCall {
+    /// [`super::Backend::reserve`].
+    Reserve(u64),
+    /// [`super::Backend::evict`].
+    Evict(DevAddr),
+    /// [`super::Backend::restore`].
+    Restore(DevAddr),
+    /// [`super::Backend::readdress_evicted`].
+    Readdress(DevAddr),
+}
+
 /// Daemon → device process.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToDevice {
@@ -42,6 +55,9 @@ pub enum ToDevice {
     },
     /// Answered by [`FromDevice::MemInfo`].
     MemInfo,
+    /// Oversubscription ([`super::Backend::reserve`], `evict`, `restore`,
+    /// `readdress_evicted`). Answered by [`FromDevice::Swapped`].
+    Swap(SwapCall),
     /// A client's region; its memfd comes with this message (`SCM_RIGHTS`).
     /// Answered by [`FromDevice::Registered`].
     RegisterHost {
@@ -131,6 +147,8 @@ pub enum FromDevice {
         frees_retreats_at_once: bool,
         /// [`super::Backend::compute_capability`].
         compute_capability: [u32; 2],
+        /// [`super::Backend::swap_granularity`].
+        swap_granularity: Option<u64>,
     },
     /// The first message instead of `Ready`: the device could not be opened
     /// (no GPU, no driver); the process exits after it.
@@ -144,6 +162,9 @@ pub enum FromDevice {
     Free(Result<(), MemError>),
     /// Answer to [`ToDevice::MemInfo`].
     MemInfo(Result<MemInfo, MemError>),
+    /// Answer to [`ToDevice::Swap`]: an address (`Reserve`, `Readdress`) or
+    /// the move's time in ns (`Evict`, `Restore`).
+    Swapped(Result<u64, MemError>),
     /// Answer to [`ToDevice::RegisterHost`].
     Registered(Result<(), MemError>),
     /// Answer to [`ToDevice::LoadModule`].
@@ -187,6 +208,7 @@ impl FromDevice {
             FromDevice::Alloc(_) => "Alloc",
             FromDevice::Free(_) => "Free",
             FromDevice::MemInfo(_) => "MemInfo",
+            FromDevice::Swapped(_) => "Swapped",
             FromDevice::Registered(_) => "Registered",
             FromDevice::Module(_) => "Module",
             FromDevice::Polled { .. } => "Polled",

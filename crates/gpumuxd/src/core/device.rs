@@ -141,6 +141,8 @@ impl Core {
             self.events = events;
         }
         self.drain_completions();
+        // Clients idle now may make room for a restore that waits.
+        self.try_restores();
         if !stats.retreat_calls.is_zero() {
             // Where a preemption's turn went (an urgent kernel's `decide`: docs/daemon.md).
             let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -370,7 +372,7 @@ impl Core {
                 OpKind::Copy { reply } => (false, reply.filter(|_| completed), None),
                 OpKind::Sync { reply } => (false, Some(*reply).filter(|_| completed), None),
                 OpKind::Event(ev) => (false, None, Some(*ev).filter(|_| completed)),
-                OpKind::Wait | OpKind::Hold => (false, None, None),
+                OpKind::Wait | OpKind::Hold | OpKind::Gate => (false, None, None),
                 // Answered below, with the hold's token (`host_func_reached`).
                 OpKind::HostFunc { .. } => (false, None, None),
             };

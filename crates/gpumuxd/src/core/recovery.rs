@@ -29,9 +29,12 @@ impl Core {
             }
         }
         // Notices first, then the failed waits, so a client reads why before what.
+        // Evicted buffers are in host memory: they come back with their
+        // contents where the backend keeps them across the rebuild.
+        let kept = self.backend.evicted_survive_rebuild();
         for s in self.sessions.values().filter(|s| s.phase == Phase::Open) {
             let mut work = lost.get(&s.id).cloned().unwrap_or_default();
-            work.buffers = s.buffers.keys().copied().collect();
+            work.buffers = s.buffers.iter().filter(|(_, b)| !(kept && b.evicted)).map(|(k, _)| *k).collect();
             s.send(ServerFrame::Notice(Notice::ContextLost {
                 caused_by_you: culprits.contains(&s.id),
                 what: what.to_string(),
@@ -86,6 +89,21 @@ impl Core {
                 self.backend.unregister_host(&r);
             }
         }
+        // Restores under way: their gates were in the old engine.
+        self.swap.restoring.clear();
+        // Gone clients' evicted buffers: their host copies go now.
+        let gone_evicted: Vec<(u64, DevAddr, u64)> = self
+            .sessions
+            .values()
+            .filter(|s| s.phase == Phase::Gone)
+            .flat_map(|s| s.buffers.values().filter(|b| b.evicted).map(move |b| (s.id, b.addr, b.bytes)))
+            .collect();
+        for (client, addr, bytes) in gone_evicted {
+            self.forget_evicted_bytes(bytes);
+            if let Err(e) = self.backend.free(addr) {
+                tracing::warn!("freeing gone client {client}'s evicted buffer: {e}");
+            }
+        }
         // Gone clients' regions too: they are dropped here, not reaped.
         let gone = self.sessions.values().filter(|s| s.phase == Phase::Gone);
         let regions: Vec<Arc<ShmRegion>> =
@@ -120,6 +138,21 @@ impl Core {
         }
         let mut dropped = Vec::new();
         for (id, b) in s.buffers.iter_mut() {
+            if b.evicted {
+                match self.backend.readdress_evicted(b.addr) {
+                    Ok(addr) => {
+                        b.addr = addr;
+                        continue;
+                    }
+                    Err(e) => {
+                        // Its host copy went with the device process: as lost as a resident one.
+                        tracing::warn!("client {client}'s evicted buffer {} lost its contents: {e}", id.0);
+                        b.evicted = false;
+                        s.memory_evicted -= b.bytes;
+                        self.swap.evicted = self.swap.evicted.saturating_sub(b.bytes);
+                    }
+                }
+            }
             match self.backend.alloc(b.bytes) {
                 Ok(addr) => b.addr = addr,
                 Err(e) => {

@@ -349,13 +349,35 @@ impl Core {
                 ),
             ));
         }
-        let addr = self.backend.alloc(bytes).map_err(|e| match e {
-            MemError::OutOfMemory { .. } => err(ErrorKind::OutOfMemory, e.to_string()),
-            MemError::Device(m) => err(ErrorKind::Device, m),
-        })?;
+        // Evicted buffers come back all together before the client's next
+        // kernel (core/swap.rs): more than the device holds could never run.
+        let total = self.backend.info().mem_bytes;
+        if s.memory_used.saturating_add(bytes) > total {
+            return Err(err(
+                ErrorKind::OutOfMemory,
+                format!(
+                    "allocating {bytes} bytes would bring your buffers to {} bytes, more than the device's {total}: \
+                     they could never be resident together (you hold {} bytes)",
+                    s.memory_used as u128 + bytes as u128,
+                    s.memory_used
+                ),
+            ));
+        }
+        // The device first; then room made by evicting idle clients'
+        // buffers; then a buffer born evicted (core/swap.rs).
+        let first = match self.backend.alloc(bytes) {
+            Ok(addr) => Ok(addr),
+            Err(MemError::OutOfMemory { .. }) if self.make_room(client, bytes) => self.backend.alloc(bytes),
+            Err(e) => Err(e),
+        };
+        let (addr, evicted) = match first {
+            Ok(addr) => (addr, false),
+            Err(e @ MemError::OutOfMemory { .. }) => (self.alloc_evicted(client, bytes, e)?, true),
+            Err(MemError::Device(m)) => return Err(err(ErrorKind::Device, m)),
+        };
         let s = self.session_mut(client)?;
         let id = BufferId(s.next_handle());
-        s.buffers.insert(id, Buffer { addr, bytes });
+        s.buffers.insert(id, Buffer { addr, bytes, evicted });
         s.memory_used += bytes;
         Ok(Reply::Buffer(id))
     }
@@ -368,6 +390,16 @@ impl Core {
             .remove(&b)
             .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("buffer {} is not yours (or was freed)", b.0)))?;
         s.memory_used -= buf.bytes;
+        if buf.evicted {
+            // Nothing can touch it (work queued since is gated behind its
+            // restore, which no longer includes it): its host copy goes now.
+            s.memory_evicted -= buf.bytes;
+            self.forget_evicted_bytes(buf.bytes);
+            if let Err(e) = self.backend.free(buf.addr) {
+                tracing::error!("freeing client {client}'s evicted buffer {}: {e}", b.0);
+            }
+            return Ok(Reply::Done);
+        }
         self.defer(waiting_for, Release::Buffer(buf.addr));
         Ok(Reply::Done)
     }
@@ -529,6 +561,10 @@ impl Core {
         work: Option<OpWork>,
         kind: OpKind,
     ) -> Result<OpId, ErrorReply> {
+        if work.is_some() {
+            // Its memory must be on the device before it runs (core/swap.rs).
+            self.gate_if_evicted(client, stream);
+        }
         let now = self.backend.now();
         let s = self.session(client)?;
         let st = s.streams.get(&stream).filter(|st| !st.closing).ok_or_else(|| {

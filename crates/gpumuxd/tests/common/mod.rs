@@ -26,13 +26,20 @@ impl Daemon {
 
     /// With more command-line arguments (`--device-process`).
     pub fn start_with(config: Option<&str>, args: &[&str]) -> Daemon {
+        Daemon::start_on(None, config, args)
+    }
+
+    /// On `device` (`None`: `GPUMUXD_TEST_DEVICE`, else `sim:h100`).
+    pub fn start_on(device: Option<&str>, config: Option<&str>, args: &[&str]) -> Daemon {
         // Under /tmp, so the socket's path stays well within the 108 bytes allowed.
         let dir = tempfile::Builder::new().prefix("gpumuxd-test-").tempdir().expect("a temporary directory");
         let socket = dir.path().join("sub").join("g.sock");
         // GPUMUXD_TEST_BIN / GPUMUXD_TEST_DEVICE: the same test against another
         // daemon binary and device (a GPU script runs some tests on `cuda:0`).
         let bin = std::env::var("GPUMUXD_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gpumuxd").into());
-        let device = std::env::var("GPUMUXD_TEST_DEVICE").unwrap_or_else(|_| "sim:h100".into());
+        let device = device
+            .map(str::to_string)
+            .unwrap_or_else(|| std::env::var("GPUMUXD_TEST_DEVICE").unwrap_or_else(|_| "sim:h100".into()));
         let mut cmd = Command::new(bin);
         cmd.env("RUST_LOG", std::env::var("GPUMUXD_TEST_LOG").unwrap_or_else(|_| "warn".into()));
         cmd.args(["--device", device.as_str(), "--socket"]).arg(&socket).args(args);

@@ -1,0 +1,513 @@
+//! Device memory oversubscription (issue 39; docs/daemon.md, "Memory
+//! oversubscription"): clients together may allocate more than the device
+//! has. A buffer of an **idle** client (no kernel or copy of its queued or
+//! running, so nothing on the device can touch its memory) may be evicted:
+//! its bytes go to host memory and its device memory is given back, its
+//! address kept (`Backend::evict`). A client with evicted buffers that
+//! queues a kernel or a copy gets a **gate** first on that stream (an engine
+//! `Hold`, [`OpKind::Gate`]): the engine starts nothing of the stream behind
+//! it until every evicted buffer of the client is back (`Backend::restore`)
+//! and the host link time of the moves has passed; then the gates are
+//! released. Addresses never change, so pointers stored inside buffers stay
+//! right.
+//!
+//! **Victims** ([`Core::plan_room`]): the buffers of idle clients, lowest
+//! priority first, then least recently run (the client whose last
+//! operation ended longest ago), largest buffer first within a client (the
+//! fewest moves for the room). Lowest priority first because an urgent
+//! client's next kernel must not wait for a restore; least recently run
+//! because a client that has just run is the likeliest to run again soon
+//! (the same reason as an OS's LRU); largest first because a move's fixed
+//! cost is paid per buffer. A plan that cannot make the room evicts nothing.
+//!
+//! **Limits**: a client's quota caps its resident plus evicted bytes (and no
+//! client may hold more than the device has: its buffers could never be
+//! resident together); the daemon's `swap_memory` caps the host memory that
+//! evicted buffers take in all. **An exchange** (a restore that needs
+//! another client's buffers evicted first) holds both for a moment: the
+//! evictions are planned against the cap plus the restored bytes, which
+//! leave host memory as soon as they are back. Without that credit, a cap
+//! that holds one client's buffers would block every exchange for good.
+
+use super::*;
+
+/// A client whose evicted buffers are being brought back.
+#[derive(Debug, Default)]
+pub(super) struct Restoring {
+    /// Its gates, one per stream that queued work since it was evicted.
+    gates: Vec<(StreamId, OpId)>,
+    /// When the moves are done (device time): the gates go then. `None`: the
+    /// room is not there yet (every other client's memory is in use).
+    ready_at: Option<Nanos>,
+}
+
+/// The daemon's side of oversubscription.
+#[derive(Debug)]
+pub(super) struct Swap {
+    /// Host memory evicted buffers may take in all, bytes (`swap_memory`; 0: none).
+    pub limit: u64,
+    /// Bytes of evicted buffers now.
+    pub evicted: u64,
+    /// Clients being restored.
+    pub restoring: BTreeMap<u64, Restoring>,
+    /// Evictions and restores so far, and their bytes (logged, and in `Status`).
+    pub evictions: u64,
+    pub restores: u64,
+}
+
+impl Swap {
+    pub(super) fn new(limit: u64) -> Swap {
+        Swap { limit, evicted: 0, restoring: BTreeMap::new(), evictions: 0, restores: 0 }
+    }
+}
+
+/// One buffer to evict ([`Core::plan_room`]).
+struct Victim {
+    client: u64,
+    buffer: BufferId,
+    bytes: u64,
+}
+
+impl Core {
+    /// The device's free memory now (the backend's own account).
+    fn device_free(&mut self) -> u64 {
+        self.backend.mem_info().map(|m| m.free).unwrap_or(0)
+    }
+
+    /// Whether nothing of `client` on the device or queued for it can touch
+    /// its memory: no kernel or copy of it tracked, and no restore under way.
+    fn idle_for_swap(&self, client: u64) -> bool {
+        !self.swap.restoring.contains_key(&client)
+            && !self
+                .ops
+                .values()
+                .any(|e| e.client == client && matches!(e.kind, OpKind::Kernel { .. } | OpKind::Copy { .. }))
+    }
+
+    /// When `client` last had an operation end (its streams' latest).
+    fn last_ran(s: &Session) -> Nanos {
+        s.streams.values().map(|st| st.last_done).max().unwrap_or(0)
+    }
+
+    /// The buffers to evict so that `need` bytes are free on the device,
+    /// taking none of `except`'s, within the host limit plus `credit` (the
+    /// bytes of a restore the evictions make room for, which leave host
+    /// memory right after: module doc, "an exchange"). `None`: no plan makes
+    /// the room. An empty plan: it is free.
+    fn plan_room(&mut self, need: u64, except: u64, credit: u64) -> Option<Vec<Victim>> {
+        let free = self.device_free();
+        if free >= need {
+            return Some(Vec::new());
+        }
+        let granularity = self.backend.swap_granularity()?;
+        let mut clients: Vec<(i32, Nanos, u64)> = self
+            .sessions
+            .values()
+            .filter(|s| s.id != except && s.phase == Phase::Open && self.idle_for_swap(s.id))
+            .map(|s| (s.priority, Self::last_ran(s), s.id))
+            .collect();
+        clients.sort();
+        let mut plan = Vec::new();
+        let (mut freed, mut host) = (0u64, self.swap.evicted);
+        for (_, _, id) in clients {
+            let Some(s) = self.sessions.get(&id) else { continue };
+            let mut bufs: Vec<(BufferId, u64)> = s
+                .buffers
+                .iter()
+                .filter(|(_, b)| !b.evicted && b.bytes >= granularity)
+                .map(|(k, b)| (*k, b.bytes))
+                .collect();
+            bufs.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            for (buffer, bytes) in bufs {
+                if free + freed >= need {
+                    return Some(plan);
+                }
+                if host + bytes > self.swap.limit.saturating_add(credit) {
+                    continue;
+                }
+                host += bytes;
+                freed += bytes;
+                plan.push(Victim { client: id, buffer, bytes });
+            }
+        }
+        (free + freed >= need).then_some(plan)
+    }
+
+    /// What eviction could free now for `except` (for an error's numbers).
+    fn evictable_for(&self, except: u64) -> u64 {
+        let Some(granularity) = self.backend.swap_granularity() else { return 0 };
+        let room = self.swap.limit.saturating_sub(self.swap.evicted);
+        let all: u64 = self
+            .sessions
+            .values()
+            .filter(|s| s.id != except && s.phase == Phase::Open && self.idle_for_swap(s.id))
+            .flat_map(|s| s.buffers.values())
+            .filter(|b| !b.evicted && b.bytes >= granularity)
+            .map(|b| b.bytes)
+            .sum();
+        all.min(room)
+    }
+
+    /// Evicts `plan`'s buffers; returns the moves' time, ns. A buffer the
+    /// device does not evict stays resident (logged): the room may then be
+    /// short, which the caller's next allocation or restore finds.
+    fn evict_all(&mut self, plan: Vec<Victim>) -> Nanos {
+        let mut took: Nanos = 0;
+        for v in plan {
+            let Some(addr) = self.sessions.get(&v.client).and_then(|s| s.buffers.get(&v.buffer)).map(|b| b.addr) else {
+                continue;
+            };
+            match self.backend.evict(addr) {
+                Ok(t) => {
+                    took = took.saturating_add(t);
+                    self.swap.evicted += v.bytes;
+                    self.swap.evictions += 1;
+                    if let Some(s) = self.sessions.get_mut(&v.client) {
+                        s.memory_evicted += v.bytes;
+                        if let Some(b) = s.buffers.get_mut(&v.buffer) {
+                            b.evicted = true;
+                        }
+                    }
+                    tracing::debug!("evicted client {}'s buffer {} ({} bytes)", v.client, v.buffer.0, v.bytes);
+                }
+                Err(e) => tracing::warn!("client {}'s buffer {} could not be evicted: {e}", v.client, v.buffer.0),
+            }
+        }
+        took
+    }
+
+    /// Room for an allocation of `bytes` by `client`: evicts idle clients'
+    /// buffers if that makes it. Returns whether it is there.
+    pub(super) fn make_room(&mut self, client: u64, bytes: u64) -> bool {
+        match self.plan_room(bytes, client, 0) {
+            Some(plan) => {
+                self.evict_all(plan);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// An allocation that does not fit on the device even after evictions:
+    /// the buffer is born evicted (an address, zeroed host memory) if the
+    /// device swaps and the host limit has room; else the error names every
+    /// number. `first`: the device's own refusal.
+    pub(super) fn alloc_evicted(&mut self, client: u64, bytes: u64, first: MemError) -> Result<DevAddr, ErrorReply> {
+        let swappable = self.backend.swap_granularity().is_some_and(|g| bytes >= g);
+        let host_room = self.swap.limit.saturating_sub(self.swap.evicted);
+        if swappable && bytes <= host_room {
+            let addr = self.backend.reserve(bytes).map_err(|e| err(ErrorKind::OutOfMemory, e.to_string()))?;
+            self.swap.evicted += bytes;
+            if let Ok(s) = self.session_mut(client) {
+                s.memory_evicted += bytes;
+            }
+            return Ok(addr);
+        }
+        let free = self.device_free();
+        let evictable = self.evictable_for(client);
+        let why = match self.backend.swap_granularity() {
+            None => "this device does not swap".to_string(),
+            Some(g) if bytes < g => format!("buffers under {g} bytes are never evicted"),
+            Some(_) => format!(
+                "evicted buffers hold {} of the {} bytes of host memory the daemon may use for them (swap_memory)",
+                self.swap.evicted, self.swap.limit
+            ),
+        };
+        Err(err(
+            ErrorKind::OutOfMemory,
+            format!(
+                "no room for {bytes} bytes: the device has {free} bytes free, idle clients' buffers could free {evictable} \
+                 more, and {why}; nothing was allocated and nothing of yours was lost ({first})"
+            ),
+        ))
+    }
+
+    /// Before `client` queues a kernel or a copy on `stream`: if any of its
+    /// buffers is evicted, a gate goes on the stream first (once per stream
+    /// per restore) and the restore starts.
+    pub(super) fn gate_if_evicted(&mut self, client: u64, stream: StreamId) {
+        let Some(s) = self.sessions.get(&client) else { return };
+        if s.memory_evicted == 0 {
+            return;
+        }
+        if self.swap.restoring.get(&client).is_some_and(|r| r.gates.iter().any(|(st, _)| *st == stream)) {
+            return;
+        }
+        let Some(st) = s.streams.get(&stream).filter(|st| !st.closing) else { return };
+        let (slot, priority) = (st.slot, s.priority);
+        let now = self.backend.now();
+        let gate = match self.engine.submit(now, slot, StreamOp::Hold) {
+            Ok(op) => op,
+            Err(e) => {
+                tracing::error!("client {client}: a restore gate on stream {}: {e}", stream.0);
+                return;
+            }
+        };
+        self.next_op = gate.0 + 1;
+        self.ops.insert(
+            gate,
+            OpEntry {
+                client,
+                stream,
+                kind: OpKind::Gate,
+                ended: false,
+                failed: None,
+                launches: 0,
+                copying: false,
+                queued: now,
+                first_launch: None,
+                launched: 0,
+                priority,
+                stamps: KernelStamps {
+                    waited: 0,
+                    queued: now,
+                    ready: None,
+                    commanded: None,
+                    launched: None,
+                    ended: None,
+                },
+            },
+        );
+        if let Some(s) = self.sessions.get_mut(&client) {
+            s.in_flight += 1;
+            if let Some(st) = s.streams.get_mut(&stream) {
+                st.pending += 1;
+                st.last_kernel = None;
+            }
+        }
+        self.swap.restoring.entry(client).or_default().gates.push((stream, gate));
+        self.try_restores();
+    }
+
+    /// Restores what can be restored now and releases the gates of restores
+    /// whose moves are done (called after each pump and each gate).
+    pub(super) fn try_restores(&mut self) {
+        if self.swap.restoring.is_empty() {
+            return;
+        }
+        // Urgent clients first, then the longest waiting (lowest client number breaks ties).
+        let mut waiting: Vec<(i32, u64)> = self
+            .swap
+            .restoring
+            .iter()
+            .filter(|(_, r)| r.ready_at.is_none())
+            .filter_map(|(c, _)| self.sessions.get(c).map(|s| (-s.priority, *c)))
+            .collect();
+        waiting.sort();
+        for (_, client) in waiting {
+            self.restore_client(client);
+        }
+        let now = self.backend.now();
+        let ready: Vec<u64> =
+            self.swap.restoring.iter().filter(|(_, r)| r.ready_at.is_some_and(|t| t <= now)).map(|(c, _)| *c).collect();
+        for client in ready {
+            let Some(r) = self.swap.restoring.remove(&client) else { continue };
+            for (stream, gate) in r.gates {
+                let slot = self.sessions.get(&client).and_then(|s| s.streams.get(&stream)).map(|st| st.slot);
+                if let Some(slot) = slot {
+                    if let Err(e) = self.engine.release(now, slot, gate) {
+                        tracing::error!("client {client}: releasing a restore gate: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Brings every evicted buffer of `client` back if the room can be
+    /// made; sets when its gates may go.
+    fn restore_client(&mut self, client: u64) {
+        let Some(s) = self.sessions.get(&client) else { return };
+        let need = s.memory_evicted;
+        let Some(plan) = self.plan_room(need, client, need) else { return };
+        let mut took = self.evict_all(plan);
+        let evicted: Vec<(BufferId, DevAddr, u64)> =
+            s_buffers(self.sessions.get(&client)).into_iter().filter(|b| b.3).map(|b| (b.0, b.1, b.2)).collect();
+        for (id, addr, bytes) in evicted {
+            match self.backend.restore(addr) {
+                Ok(t) => {
+                    took = took.saturating_add(t);
+                    self.swap.evicted -= bytes;
+                    self.swap.restores += 1;
+                    if let Some(s) = self.sessions.get_mut(&client) {
+                        s.memory_evicted -= bytes;
+                        if let Some(b) = s.buffers.get_mut(&id) {
+                            b.evicted = false;
+                        }
+                    }
+                }
+                Err(e) => {
+                    // The room was planned; another process on the GPU may
+                    // have taken it. The rest waits for the next try.
+                    tracing::debug!("client {client}'s buffer {} not restored yet: {e}", id.0);
+                    return;
+                }
+            }
+        }
+        let at = self.backend.now().saturating_add(took);
+        if let Some(r) = self.swap.restoring.get_mut(&client) {
+            r.ready_at = Some(at);
+        }
+    }
+
+    /// When the next restore's gates may go (for the core's sleep).
+    pub(super) fn swap_due(&self) -> Option<Nanos> {
+        self.swap.restoring.values().filter_map(|r| r.ready_at).min()
+    }
+
+    /// Whether a restore waits for room (the core then looks again each poll period).
+    pub(super) fn swap_waiting(&self) -> bool {
+        self.swap.restoring.values().any(|r| r.ready_at.is_none())
+    }
+
+    /// A freed evicted buffer's bytes leave the daemon's account.
+    pub(super) fn forget_evicted_bytes(&mut self, bytes: u64) {
+        self.swap.evicted = self.swap.evicted.saturating_sub(bytes);
+    }
+
+    /// A client's evicted bytes leave the daemon's account (it is reaped, or
+    /// its context is lost with them).
+    pub(super) fn forget_evicted(&mut self, client: u64, bytes: u64) {
+        self.swap.evicted = self.swap.evicted.saturating_sub(bytes);
+        self.swap.restoring.remove(&client);
+    }
+}
+
+/// A session's buffers as (id, address, bytes, evicted), in handle order.
+fn s_buffers(s: Option<&Session>) -> Vec<(BufferId, DevAddr, u64, bool)> {
+    s.map(|s| s.buffers.iter().map(|(k, b)| (*k, b.addr, b.bytes, b.evicted)).collect()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimBackend;
+    use crate::session::Peer;
+    use gpumux_proto::{BufferSlice, MAGIC, VERSION};
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::sync::mpsc::Receiver;
+
+    const MIB: u64 = 1 << 20;
+
+    /// A memfd of `bytes` sealed against shrinking (what `AttachShm` takes).
+    fn memfd(bytes: u64) -> OwnedFd {
+        // SAFETY: plain libc calls on a fresh descriptor, each checked.
+        unsafe {
+            let fd = libc::memfd_create(c"swap-test".as_ptr(), libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC);
+            assert!(fd >= 0);
+            assert_eq!(libc::ftruncate(fd, bytes as i64), 0);
+            assert_eq!(libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK), 0);
+            OwnedFd::from_raw_fd(fd)
+        }
+    }
+
+    fn pwrite(fd: &OwnedFd, offset: u64, data: &[u8]) {
+        // SAFETY: `data` is valid for its length.
+        let n = unsafe { libc::pwrite(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), offset as i64) };
+        assert_eq!(n, data.len() as isize);
+    }
+
+    fn pread(fd: &OwnedFd, offset: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        // SAFETY: `v` is valid for `len` bytes.
+        let n = unsafe { libc::pread(fd.as_raw_fd(), v.as_mut_ptr().cast(), len, offset as i64) };
+        assert_eq!(n, len as isize);
+        v
+    }
+
+    /// Sends `request` as request `id` and pumps until its reply comes.
+    fn call(core: &mut Core, rx: &Receiver<ServerFrame>, client: u64, id: u64, request: Request) -> Reply {
+        core.inbound(client, Inbound::Request { id, request, fd: None });
+        wait(core, rx, id)
+    }
+
+    fn wait(core: &mut Core, rx: &Receiver<ServerFrame>, id: u64) -> Reply {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            core.pump().expect("pump");
+            for f in rx.try_iter() {
+                if let ServerFrame::Reply { id: got, result } = f {
+                    if got == id {
+                        return result.unwrap_or_else(|e| panic!("request {id}: {e:?}"));
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "request {id} was never answered");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    fn open(core: &mut Core, client: u64) -> Receiver<ServerFrame> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        core.connect(client, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
+        let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+        call(core, &rx, client, 1, hello);
+        rx
+    }
+
+    fn alloc(core: &mut Core, rx: &Receiver<ServerFrame>, client: u64, id: u64, bytes: u64) -> BufferId {
+        match call(core, rx, client, id, Request::Alloc { bytes }) {
+            Reply::Buffer(b) => b,
+            other => panic!("Alloc: {other:?}"),
+        }
+    }
+
+    fn buffer(core: &Core, client: u64, b: BufferId) -> Buffer {
+        core.sessions[&client].buffers[&b]
+    }
+
+    /// A linked structure on the device: buffer `p` holds the address of
+    /// buffer `a`. Both are evicted (another client needs the room) and
+    /// restored: the address in `p` is still `a`'s, and `a`'s bytes are there.
+    #[test]
+    fn a_pointer_stored_inside_a_buffer_is_still_right_after_a_round_trip() {
+        let backend = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
+        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let rx = open(&mut core, 1);
+        let shm = memfd(8 * MIB);
+        core.inbound(
+            1,
+            Inbound::Request {
+                id: 2,
+                request: Request::AttachShm { bytes: 8 * MIB },
+                fd: Some(shm.try_clone().expect("dup")),
+            },
+        );
+        wait(&mut core, &rx, 2);
+        let a = alloc(&mut core, &rx, 1, 3, 38 * MIB);
+        let p = alloc(&mut core, &rx, 1, 4, 4 * MIB);
+        let a_addr = buffer(&core, 1, a).addr;
+        // `p` gets `a`'s address; `a` gets a pattern.
+        let pattern: Vec<u8> = (0..MIB as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+        pwrite(&shm, 0, &a_addr.to_le_bytes());
+        pwrite(&shm, MIB, &pattern);
+        let stream = StreamId(0);
+        let to_p = Request::CopyToDevice { dst: BufferSlice { buffer: p, offset: 0 }, shm_offset: 0, bytes: 8, stream };
+        call(&mut core, &rx, 1, 5, to_p);
+        let to_a =
+            Request::CopyToDevice { dst: BufferSlice { buffer: a, offset: 0 }, shm_offset: MIB, bytes: MIB, stream };
+        call(&mut core, &rx, 1, 6, to_a);
+
+        // Another client takes 38 + 24 MiB: both of client 1's buffers go.
+        let rx2 = open(&mut core, 2);
+        alloc(&mut core, &rx2, 2, 2, 38 * MIB);
+        alloc(&mut core, &rx2, 2, 3, 24 * MIB);
+        assert!(buffer(&core, 1, a).evicted && buffer(&core, 1, p).evicted, "client 1 was idle: both went");
+        assert_eq!(core.status().memory_evicted, 42 * MIB);
+
+        // Client 1 reads `p` back: restored first (client 2's buffers make the room).
+        pwrite(&shm, 0, &[0u8; 8]);
+        let from_p = Request::CopyToHost { src: BufferSlice { buffer: p, offset: 0 }, shm_offset: 0, bytes: 8, stream };
+        call(&mut core, &rx, 1, 7, from_p);
+        let stored = u64::from_le_bytes(pread(&shm, 0, 8).try_into().expect("8 bytes"));
+        assert!(!buffer(&core, 1, a).evicted && !buffer(&core, 1, p).evicted, "both restored");
+        assert_eq!(buffer(&core, 1, a).addr, a_addr, "`a` is back at its address");
+        assert_eq!(stored, a_addr, "the pointer inside `p` still names `a`");
+        pwrite(&shm, MIB, &vec![0u8; MIB as usize]);
+        let from_a =
+            Request::CopyToHost { src: BufferSlice { buffer: a, offset: 0 }, shm_offset: MIB, bytes: MIB, stream };
+        call(&mut core, &rx, 1, 8, from_a);
+        assert!(pread(&shm, MIB, MIB as usize) == pattern, "what `p` points at came back bitwise");
+        let s = core.status();
+        assert_eq!((s.evictions, s.restores), (4, 2), "client 1's two out and in, client 2's two out: {s:?}");
+    }
+}

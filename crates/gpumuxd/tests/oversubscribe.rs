@@ -1,0 +1,273 @@
+//! Device memory oversubscription (issue 39; docs/daemon.md, "Memory
+//! oversubscription") against a real daemon on a small simulated device
+//! (`sim:h100,memory=64MiB`), whose memory is host RAM with real bytes: every
+//! eviction and restore moves them, so a round trip is checked bitwise.
+
+mod common;
+
+use common::{own_uid, Daemon};
+use gpumux_client::{Arg, Buffer, Client, ConnectOptions, ErrorKind, LaunchConfig, Notice, StreamId};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+/// The simulated device's memory in these tests.
+const DEVICE: u64 = 64 * MIB;
+/// 60 % of it, a multiple of 4 KiB.
+const SIXTY: u64 = DEVICE * 6 / 10 / 4096 * 4096;
+
+const KERNELS: &str = "__global__ void touch(float* x, unsigned n) { unsigned i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1.0f; }\n\
+__global__ void boom(int* p) { if (threadIdx.x == 0) __trap(); }\n";
+
+fn small_device(config: Option<&str>, args: &[&str]) -> Daemon {
+    Daemon::start_on(Some("sim:h100,memory=64MiB"), config, args)
+}
+
+fn client(d: &Daemon, name: &str) -> Client {
+    let options = ConnectOptions { socket: Some(d.socket.clone()), shm_bytes: 8 * MIB, ..ConnectOptions::named(name) };
+    Client::connect(options).expect("the client connects")
+}
+
+fn pattern(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8).collect()
+}
+
+fn read_back(c: &Client, b: &Buffer) -> Vec<u8> {
+    let mut out = vec![0u8; b.len() as usize];
+    c.copy_to_host(b, 0, &mut out, StreamId::DEFAULT).expect("the copy back");
+    out
+}
+
+fn evicted_of(c: &Client, name: &str) -> u64 {
+    let s = c.status().expect("status");
+    s.clients.iter().find(|r| r.name == name).map_or(0, |r| r.memory_evicted)
+}
+
+/// One client's work over all of its 60 %: its pattern in, a kernel over
+/// all of it (simulated: it takes time, computes nothing), then rounds of
+/// memsets and device copies inside the buffer, each followed by a read of
+/// the whole buffer compared with the same steps done on the host.
+fn one_client_work(d: &Daemon, name: &str, seed: u32, rounds: u32, all_in: Option<&Barrier>) -> Vec<u8> {
+    let c = client(d, name);
+    let n = SIXTY as usize;
+    let m = c.load_module("k.cu", KERNELS, &[]).expect("the module loads");
+    let touch = m.kernel("touch").expect("touch");
+    let b = c.alloc(SIXTY).expect("60 % of the device is allocated");
+    if let Some(all_in) = all_in {
+        // Every client holds its 60 % before any works: oversubscribed for sure.
+        all_in.wait();
+    }
+    let mut model = pattern(n, seed);
+    c.copy_to_device(&b, 0, &model, StreamId::DEFAULT).expect("the pattern goes in");
+    for r in 0..rounds {
+        let cfg = LaunchConfig::for_threads((n / 4) as u32, 256).block_time_ns(20_000);
+        c.launch(&touch, &cfg, &[Arg::buffer(&b), Arg::bytes(((n / 4) as u32).to_le_bytes())]).expect("launch");
+        let at = (r as usize * 7919 * 4096) % (n - 65536);
+        c.memset(&b, at as u64, (seed as u8).wrapping_add(r as u8), 65536, StreamId::DEFAULT).expect("memset");
+        model[at..at + 65536].fill((seed as u8).wrapping_add(r as u8));
+        c.copy_device(&b, 0, &b, (n / 2) as u64, 4096, StreamId::DEFAULT).expect("device copy");
+        let head: Vec<u8> = model[..4096].to_vec();
+        model[n / 2..n / 2 + 4096].copy_from_slice(&head);
+        c.sync(StreamId::DEFAULT).expect("sync");
+        assert!(read_back(&c, &b) == model, "{name}: round {r}'s bytes differ from the same steps alone");
+    }
+    let out = read_back(&c, &b);
+    c.close().expect("close");
+    out
+}
+
+/// Three clients, each with 60 % of the device, working at once: all
+/// finish, each with exactly the bytes it gets alone; the daemon evicted
+/// and restored along the way and holds nothing after.
+#[test]
+fn three_clients_of_sixty_percent_each_finish_with_their_bytes_alone() {
+    let d = small_device(None, &[]);
+    let alone: Vec<Vec<u8>> = (0..3).map(|i| one_client_work(&d, &format!("alone{i}"), 11 + i, 4, None)).collect();
+    let watcher = client(&d, "watcher");
+    let before = watcher.status().expect("status");
+    assert_eq!((before.evictions, before.restores), (0, 0), "alone, nothing is evicted");
+    let d2 = &d;
+    let all_in = Barrier::new(3);
+    let all_in = &all_in;
+    let shared: Vec<Vec<u8>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3u32)
+            .map(|i| s.spawn(move || one_client_work(d2, &format!("shared{i}"), 11 + i, 4, Some(all_in))))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a client thread")).collect()
+    });
+    for i in 0..3 {
+        assert!(shared[i] == alone[i], "client {i}'s bytes shared differ from alone");
+    }
+    let s = watcher.status().expect("status");
+    assert_eq!((s.memory_used, s.memory_evicted), (0, 0), "everything freed: {s:?}");
+    assert!(s.evictions > 0 && s.restores > 0, "the bytes went through eviction: {s:?}");
+}
+
+/// Idle clients' buffers are evicted to make room, show in `Status` as
+/// evicted, and come back with their bytes when their owner copies again.
+#[test]
+fn an_idle_clients_buffer_is_evicted_and_comes_back_bitwise() {
+    let d = small_device(None, &[]);
+    let a = client(&d, "a");
+    let b = client(&d, "b");
+    let n = SIXTY as usize;
+    let data = pattern(n, 3);
+    let ba = a.alloc(SIXTY).unwrap();
+    a.copy_to_device(&ba, 0, &data, StreamId::DEFAULT).unwrap();
+    assert_eq!(evicted_of(&a, "a"), 0);
+    let bb = b.alloc(SIXTY).unwrap();
+    b.memset(&bb, 0, 7, SIXTY, StreamId::DEFAULT).unwrap();
+    b.sync(StreamId::DEFAULT).unwrap();
+    let s = a.status().unwrap();
+    assert_eq!(evicted_of(&a, "a"), SIXTY, "a was idle: its buffer made the room: {s:?}");
+    assert_eq!((s.memory_used, s.memory_evicted), (2 * SIXTY, SIXTY));
+    assert!(read_back(&a, &ba) == data, "a's bytes came back changed");
+    assert_eq!(evicted_of(&a, "a"), 0, "a's buffer is resident again");
+    assert_eq!(evicted_of(&a, "b"), SIXTY, "b was idle: its buffer made the room");
+    assert!(read_back(&b, &bb).iter().all(|&x| x == 7), "b's memset survived its eviction");
+    a.close().unwrap();
+    b.close().unwrap();
+}
+
+/// A client killed (its connection gone) while its buffer is evicted, and
+/// one killed while its restore waits for room, leave nothing: no device
+/// memory, no host memory, no accounting.
+#[test]
+fn clients_killed_while_evicted_or_waiting_for_a_restore_leave_nothing() {
+    let d = small_device(None, &[]);
+    let watcher = client(&d, "watcher");
+    let victim = client(&d, "victim");
+    let vb = victim.alloc(SIXTY).unwrap();
+    victim.memset(&vb, 0, 1, SIXTY, StreamId::DEFAULT).unwrap();
+    // A memset is answered when accepted: idle (evictable) once it is done.
+    victim.sync(StreamId::DEFAULT).unwrap();
+    let busy = client(&d, "busy");
+    let bb = busy.alloc(SIXTY).unwrap();
+    assert_eq!(evicted_of(&watcher, "victim"), SIXTY);
+    // Killed while evicted.
+    drop(victim);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while watcher.status().unwrap().memory_used != SIXTY {
+        assert!(Instant::now() < deadline, "the killed client's memory stays: {:?}", watcher.status());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let s = watcher.status().unwrap();
+    assert_eq!(s.memory_evicted, 0, "its host copy is gone: {s:?}");
+
+    // Killed while its restore waits: `busy` runs a long kernel over its
+    // buffer, so it cannot be evicted; `waiter`'s buffer was born evicted
+    // (no room), and its memset waits behind its restore.
+    let m = busy.load_module("k.cu", KERNELS, &[]).unwrap();
+    let touch = m.kernel("touch").unwrap();
+    let cfg = LaunchConfig::for_threads(1024, 256).block_time_ns(2_000_000_000);
+    busy.launch(&touch, &cfg, &[Arg::buffer(&bb), Arg::bytes(1024u32.to_le_bytes())]).unwrap();
+    // The waiter speaks the raw protocol: its memset is sent, never waited for.
+    let (mut waiter, _) = common::Client::hello(&d, "waiter", 0);
+    let wb = waiter.alloc(SIXTY);
+    assert_eq!(evicted_of(&watcher, "waiter"), SIXTY, "no room: born evicted");
+    let dst = gpumux_proto::BufferSlice { buffer: wb, offset: 0 };
+    waiter.send(gpumux_proto::Request::Memset { dst, value: 9, bytes: SIXTY, stream: StreamId::DEFAULT });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let row = watcher.status().unwrap();
+        let w = row.clients.iter().find(|c| c.name == "waiter").expect("waiter's row");
+        if w.ops_queued == 2 {
+            assert_eq!(w.memory_evicted, SIXTY, "its memset waits behind its restore's gate");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiter's memset never queued: {w:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Killed: its connection ends.
+    drop(waiter);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = watcher.status().unwrap();
+        if s.memory_used == SIXTY && s.memory_evicted == 0 && s.clients.len() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the killed waiter left something: {s:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    busy.close().unwrap();
+}
+
+/// The host memory for evicted buffers is capped (`--swap-memory`): an
+/// allocation past device and cap is refused with the numbers, and nothing
+/// of anyone's is lost.
+#[test]
+fn the_host_cap_refuses_cleanly_naming_the_numbers() {
+    let d = small_device(None, &["--swap-memory", "40MiB"]);
+    let a = client(&d, "a");
+    let b = client(&d, "b");
+    let c = client(&d, "c");
+    let (da, db) = (pattern(SIXTY as usize, 5), pattern(SIXTY as usize, 6));
+    let ba = a.alloc(SIXTY).unwrap();
+    a.copy_to_device(&ba, 0, &da, StreamId::DEFAULT).unwrap();
+    let bb = b.alloc(SIXTY).unwrap();
+    b.copy_to_device(&bb, 0, &db, StreamId::DEFAULT).unwrap();
+    let s = c.status().unwrap();
+    assert_eq!((s.memory_evicted, s.swap_memory), (SIXTY, 40 * MIB), "{s:?}");
+    let e = c.alloc(SIXTY).unwrap_err();
+    assert_eq!(e.kind(), Some(&ErrorKind::OutOfMemory), "{e}");
+    let text = e.to_string();
+    for needed in [SIXTY.to_string(), (40 * MIB).to_string(), "swap_memory".into(), "nothing was allocated".into()] {
+        assert!(text.contains(&needed), "the error names {needed}: {text}");
+    }
+    assert!(read_back(&a, &ba) == da, "a's bytes survived");
+    assert!(read_back(&b, &bb) == db, "b's bytes survived");
+    let s = c.status().unwrap();
+    assert_eq!(s.memory_used, 2 * SIXTY, "the refused allocation holds nothing: {s:?}");
+}
+
+/// Quotas count evicted bytes too, and no client may hold more than the
+/// device (its buffers could never be resident together).
+#[test]
+fn quotas_cap_resident_plus_evicted() {
+    let uid = own_uid();
+    let d = small_device(Some(&format!("[[allow]]\nuid = {uid}\nmemory = \"50 MiB\"\n")), &[]);
+    let a = client(&d, "a");
+    let b = client(&d, "b");
+    let _ba = a.alloc(SIXTY).unwrap();
+    let _bb = b.alloc(SIXTY).unwrap();
+    assert_eq!(evicted_of(&a, "a"), SIXTY);
+    let e = a.alloc(16 * MIB).unwrap_err();
+    assert_eq!(e.kind(), Some(&ErrorKind::Quota), "evicted bytes count against the quota: {e}");
+    let d2 = small_device(None, &[]);
+    let big = client(&d2, "big");
+    let _one = big.alloc(SIXTY).unwrap();
+    let e = big.alloc(SIXTY).unwrap_err();
+    assert_eq!(e.kind(), Some(&ErrorKind::OutOfMemory), "{e}");
+    assert!(e.to_string().contains("never be resident together"), "{e}");
+}
+
+/// After a kernel breaks the context, an evicted buffer comes back with its
+/// contents (its owner's notice does not list it); resident ones are lost.
+#[test]
+fn evicted_buffers_survive_a_lost_context_with_their_contents() {
+    let d = small_device(None, &[]);
+    let a = client(&d, "a");
+    let data = pattern(SIXTY as usize, 9);
+    let ba = a.alloc(SIXTY).unwrap();
+    a.copy_to_device(&ba, 0, &data, StreamId::DEFAULT).unwrap();
+    let b = client(&d, "b");
+    let bb = b.alloc(SIXTY).unwrap();
+    assert_eq!(evicted_of(&a, "a"), SIXTY);
+    let m = b.load_module("k.cu", KERNELS, &[]).unwrap();
+    let boom = m.kernel("boom").unwrap();
+    b.launch(&boom, &LaunchConfig::new([1, 1, 1], [32, 1, 1]), &[Arg::buffer(&bb)]).unwrap();
+    assert!(b.sync(StreamId::DEFAULT).is_err(), "the trap breaks the context");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let lost = loop {
+        let notices = a.take_notices();
+        if let Some(Notice::ContextLost { lost, .. }) = notices.into_iter().next() {
+            break lost;
+        }
+        assert!(Instant::now() < deadline, "a heard nothing of the lost context");
+        let _ = a.status();
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(lost.buffers.is_empty(), "a's evicted buffer is not lost: {lost:?}");
+    assert!(read_back(&a, &ba) == data, "a's evicted bytes came back after the rebuild");
+    assert_eq!(a.status().unwrap().context_rebuilds, 1);
+}
