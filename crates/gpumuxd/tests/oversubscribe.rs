@@ -107,7 +107,17 @@ fn three_clients_of_sixty_percent_each_finish_with_their_bytes_alone() {
 /// evicted, and come back with their bytes when their owner copies again.
 #[test]
 fn an_idle_clients_buffer_is_evicted_and_comes_back_bitwise() {
-    let d = small_device(None, &[]);
+    idle_round_trip(&[]);
+}
+
+/// The same with the device in a child process (the calls cross its link).
+#[test]
+fn an_idle_clients_buffer_round_trips_with_the_device_in_a_child_process() {
+    idle_round_trip(&["--device-process"]);
+}
+
+fn idle_round_trip(args: &[&str]) {
+    let d = small_device(None, args);
     let a = client(&d, "a");
     let b = client(&d, "b");
     let n = SIXTY as usize;

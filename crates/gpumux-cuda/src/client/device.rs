@@ -362,6 +362,9 @@ pub struct ClientDevice {
     /// Evicted buffers' bytes, by address: outside the context, so that they
     /// outlive a lost one ([`super::swap`]).
     pub(super) swapped: HashMap<u64, super::swap::HostCopy>,
+    /// The last restored buffer's pinned host copy, kept for the next
+    /// eviction of a buffer of about its size ([`super::swap`]).
+    pub(super) spare_copy: Option<super::swap::HostCopy>,
     info: DeviceInfo,
     start: Instant,
     chunk: Chunk,
@@ -683,6 +686,7 @@ impl ClientDevice {
             st: Some(st),
             host: Vec::new(),
             swapped: HashMap::new(),
+            spare_copy: None,
             info,
             start: Instant::now(),
             chunk,
@@ -975,6 +979,8 @@ impl ClientDevice {
         // context (the driver may give its value to a new object).
         self.st = None;
         self.out.clear();
+        // Pinned in the old context; a fresh one is made when needed.
+        self.spare_copy = None;
         self.ctx.recreate().map_err(|e| match ContextLost::of(&e) {
             // Seen on an H100 (driver 580): after an illegal address, a new
             // context in the same process fails with the same error. The

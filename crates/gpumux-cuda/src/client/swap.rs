@@ -40,25 +40,38 @@ pub(crate) struct Mapping {
 }
 
 /// An evicted buffer's bytes in pinned host memory (owned by the device,
-/// so that they outlive a lost context).
+/// so that they outlive a lost context); or, for a buffer born evicted,
+/// nothing: it is all zeros, which the restore writes on the device.
 pub(crate) struct HostCopy {
+    /// Empty for a buffer of zeros.
     bytes: Box<[u8]>,
-    /// The buffer's own size (`bytes` is its range's).
+    /// The range's size.
+    len: usize,
+    /// The buffer's own size.
     buffer: u64,
     pinned: bool,
 }
 
 impl HostCopy {
-    /// `len` zeroed bytes, pinned in the current context.
+    /// `len` bytes, pinned in the current context.
     fn new(len: usize, buffer: u64) -> Result<HostCopy, CudaError> {
-        let mut c = HostCopy { bytes: vec![0u8; len].into_boxed_slice(), buffer, pinned: false };
+        let mut c = HostCopy { bytes: vec![0u8; len].into_boxed_slice(), len, buffer, pinned: false };
         c.pin()?;
         Ok(c)
     }
 
+    /// A buffer of zeros: no host memory at all.
+    fn zeros(len: usize, buffer: u64) -> HostCopy {
+        HostCopy { bytes: Box::default(), len, buffer, pinned: false }
+    }
+
+    fn is_zeros(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
     /// Pins it in the current context (again after a rebuild).
     fn pin(&mut self) -> Result<(), CudaError> {
-        if self.pinned {
+        if self.pinned || self.is_zeros() {
             return Ok(());
         }
         let (ptr, len) = (self.bytes.as_mut_ptr(), self.bytes.len());
@@ -87,7 +100,7 @@ impl Drop for HostCopy {
 
 impl std::fmt::Debug for HostCopy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HostCopy({} bytes, pinned: {})", self.bytes.len(), self.pinned)
+        write!(f, "HostCopy({} bytes, pinned: {}, zeros: {})", self.len, self.pinned, self.is_zeros())
     }
 }
 
@@ -215,6 +228,10 @@ impl ClientDevice {
     /// Frees a mapped allocation, resident or evicted; `false`: not one.
     pub(super) fn free_mapped(&mut self, ptr: u64) -> Result<bool, MemoryError> {
         let host = self.swapped.remove(&ptr);
+        if self.swapped.is_empty() {
+            // Nothing evicted: no exchange to keep a pinned copy for.
+            self.spare_copy = None;
+        }
         let st = self.state()?;
         let Some(m) = st.mappings.remove(&ptr) else { return Ok(host.is_some()) };
         if let Some(h) = m.handle {
@@ -233,16 +250,8 @@ impl ClientDevice {
         let g = self.swap_granularity().ok_or_else(|| CudaError::Invalid("this GPU cannot map memory".into()))?;
         let size = round_up(bytes, g as usize)?;
         let ptr = reserve(size, g as usize, 0)?;
-        let host = match HostCopy::new(size, bytes) {
-            Ok(h) => h,
-            Err(e) => {
-                // SAFETY: reserved above, mapped nowhere.
-                unsafe { cu::cuMemAddressFree(ptr, size) };
-                return Err(e.into());
-            }
-        };
         self.state()?.mappings.insert(ptr, Mapping { size, bytes, handle: None });
-        self.swapped.insert(ptr, host);
+        self.swapped.insert(ptr, HostCopy::zeros(size, bytes));
         Ok(ptr)
     }
 
@@ -253,7 +262,14 @@ impl ClientDevice {
             _ => return Err(MemoryError::NotAllocated(ptr)),
         };
         let t = Instant::now();
-        let mut host = HostCopy::new(size, bytes)?;
+        // The last restore's host copy, if it fits (pinning costs far more than the copy).
+        let mut host = match self.spare_copy.take() {
+            Some(mut c) if c.len >= size && c.len <= size.saturating_mul(2) => {
+                c.buffer = bytes;
+                c
+            }
+            _ => HostCopy::new(size, bytes)?,
+        };
         let pinned = t.elapsed();
         let st = self.state()?;
         let s = stream(&mut st.swap_stream)?;
@@ -302,11 +318,19 @@ impl ClientDevice {
         }
         let s = stream(&mut st.swap_stream)?;
         let Some(host) = self.swapped.get_mut(&ptr) else { return Err(MemoryError::NotAllocated(ptr)) };
-        // SAFETY: `size` bytes at `ptr` were just mapped; the host copy has `size` bytes.
-        check("cuMemcpyHtoDAsync", unsafe { cu::cuMemcpyHtoDAsync_v2(ptr, host.ptr().cast(), size, s) })?;
+        if host.is_zeros() {
+            // SAFETY: `size` bytes at `ptr` were just mapped.
+            check("cuMemsetD8Async", unsafe { cu::cuMemsetD8Async(ptr, 0, size, s) })?;
+        } else {
+            // SAFETY: `size` bytes at `ptr` were just mapped; the host copy has at least `size` bytes.
+            check("cuMemcpyHtoDAsync", unsafe { cu::cuMemcpyHtoDAsync_v2(ptr, host.ptr().cast(), size, s) })?;
+        }
         // SAFETY: a stream of this context.
         check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(s) })?;
-        self.swapped.remove(&ptr);
+        // Kept for the next eviction while others are evicted (an exchange
+        // will follow): pinning again would cost far more than the copy.
+        let copy = self.swapped.remove(&ptr);
+        self.spare_copy = copy.filter(|c| !c.is_zeros() && !self.swapped.is_empty());
         tracing::info!(
             "restored {size} bytes at {ptr:#x} in {:.1} ms ({:.1} GB/s)",
             t.elapsed().as_secs_f64() * 1e3,
@@ -321,7 +345,7 @@ impl ClientDevice {
     pub fn readdress_evicted(&mut self, old: u64) -> Result<u64, MemoryError> {
         let g = self.swap_granularity().ok_or_else(|| CudaError::Invalid("this GPU cannot map memory".into()))?;
         let Some(mut host) = self.swapped.remove(&old) else { return Err(MemoryError::NotAllocated(old)) };
-        let size = host.bytes.len();
+        let size = host.len;
         // The old context's pin went with it.
         host.pinned = false;
         host.pin()?;
