@@ -39,6 +39,11 @@ pub(super) struct Restoring {
     /// When the moves are done (device time): the gates go then. `None`: the
     /// room is not there yet (every other client's memory is in use).
     ready_at: Option<Nanos>,
+    /// Since when it waits (device time): restores are served in this
+    /// order within a priority, so that two clients taking turns cannot
+    /// starve a third (seen in the example's first run: a client waited
+    /// 20 s while two others exchanged their buffers round after round).
+    since: Nanos,
 }
 
 /// The daemon's side of oversubscription.
@@ -275,7 +280,12 @@ impl Core {
                 st.last_kernel = None;
             }
         }
-        self.swap.restoring.entry(client).or_default().gates.push((stream, gate));
+        self.swap
+            .restoring
+            .entry(client)
+            .or_insert_with(|| Restoring { since: now, ..Restoring::default() })
+            .gates
+            .push((stream, gate));
         self.try_restores();
     }
 
@@ -286,15 +296,18 @@ impl Core {
             return;
         }
         // Urgent clients first, then the longest waiting (lowest client number breaks ties).
-        let mut waiting: Vec<(i32, u64)> = self
+        let mut waiting: Vec<(i32, Nanos, u64)> = self
             .swap
             .restoring
             .iter()
             .filter(|(_, r)| r.ready_at.is_none())
-            .filter_map(|(c, _)| self.sessions.get(c).map(|s| (-s.priority, *c)))
+            .filter_map(|(c, r)| self.sessions.get(c).map(|s| (-s.priority, r.since, *c)))
             .collect();
         waiting.sort();
-        for (_, client) in waiting {
+        for (_, _, client) in waiting {
+            // One that cannot be served now does not hold up the others: its
+            // room may be another waiter's resident memory (a deadlock if
+            // they waited in line), and it comes first again next time.
             self.restore_client(client);
         }
         let now = self.backend.now();
@@ -314,11 +327,11 @@ impl Core {
     }
 
     /// Brings every evicted buffer of `client` back if the room can be
-    /// made; sets when its gates may go.
-    fn restore_client(&mut self, client: u64) {
-        let Some(s) = self.sessions.get(&client) else { return };
+    /// made; sets when its gates may go. Returns whether it did.
+    fn restore_client(&mut self, client: u64) -> bool {
+        let Some(s) = self.sessions.get(&client) else { return true };
         let need = s.memory_evicted;
-        let Some(plan) = self.plan_room(need, client, need) else { return };
+        let Some(plan) = self.plan_room(need, client, need) else { return false };
         let mut took = self.evict_all(plan);
         let evicted: Vec<(BufferId, DevAddr, u64)> =
             s_buffers(self.sessions.get(&client)).into_iter().filter(|b| b.3).map(|b| (b.0, b.1, b.2)).collect();
@@ -339,7 +352,7 @@ impl Core {
                     // The room was planned; another process on the GPU may
                     // have taken it. The rest waits for the next try.
                     tracing::debug!("client {client}'s buffer {} not restored yet: {e}", id.0);
-                    return;
+                    return false;
                 }
             }
         }
@@ -347,6 +360,7 @@ impl Core {
         if let Some(r) = self.swap.restoring.get_mut(&client) {
             r.ready_at = Some(at);
         }
+        true
     }
 
     /// When the next restore's gates may go (for the core's sleep).

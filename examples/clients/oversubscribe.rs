@@ -1,0 +1,115 @@
+//! One client of the oversubscription check (issue 39; docs/daemon.md,
+//! "Memory oversubscription"; scripts/oversubscribe-gpu.sh runs three).
+//!
+//! `oversubscribe [--socket PATH] [--fraction F] [--rounds R] [--name NAME] [--out FILE]`
+//!
+//! Allocates F (default 0.6) of the device's memory as one buffer, fills it
+//! on the device from a seed, runs R (default 4) kernels over all of it with
+//! a sync after each (so the daemon may evict it between them), and writes
+//! a 64-bit digest of every word with its index, then the first and last
+//! 4 KiB, to FILE. Prints one JSON line: bytes, seconds from the first
+//! kernel to the digest, and the seconds of each round. The same seed and
+//! fraction give the same file alone or beside others: that is the check.
+//! On a simulated device kernels compute nothing; the file is then zeros and
+//! says nothing of correctness (tests/oversubscribe.rs checks bytes there).
+
+use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Buffers are a multiple of this (the GPU's mapping granularity).
+const GRANULE: u64 = 2 << 20;
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("oversubscribe: {e}");
+        std::process::exit(1);
+    }
+}
+
+struct Args {
+    socket: Option<PathBuf>,
+    fraction: f64,
+    rounds: u32,
+    name: String,
+    seed: u32,
+    out: Option<PathBuf>,
+}
+
+fn args() -> Result<Args, Box<dyn std::error::Error>> {
+    let mut a = Args { socket: None, fraction: 0.6, rounds: 4, name: "oversubscribe".into(), seed: 1, out: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--socket" => a.socket = Some(PathBuf::from(value()?)),
+            "--fraction" => a.fraction = value()?.parse()?,
+            "--rounds" => a.rounds = value()?.parse()?,
+            "--name" => a.name = value()?,
+            "--seed" => a.seed = value()?.parse()?,
+            "--out" => a.out = Some(PathBuf::from(value()?)),
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?} (--socket PATH, --fraction F, --rounds R, --name NAME, --seed S, --out FILE)"
+                )
+                .into())
+            }
+        }
+    }
+    if !(a.fraction > 0.0 && a.fraction < 1.0) {
+        return Err(format!("--fraction {} must be between 0 and 1", a.fraction).into());
+    }
+    Ok(a)
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let a = args()?;
+    let options = ConnectOptions { socket: a.socket.clone(), shm_bytes: 16 << 20, ..ConnectOptions::named(&a.name) };
+    let client = Client::connect(options)?;
+    let total = client.device_properties()?.memory_bytes;
+    let bytes = ((total as f64 * a.fraction) as u64) / GRANULE * GRANULE;
+    let words = bytes / 4;
+    let s = StreamId::DEFAULT;
+    let module = client.load_module("oversubscribe.cu", include_str!("kernels/oversubscribe.cu"), &[])?;
+    let (fill, step, digest) =
+        (module.kernel("fill_words")?, module.kernel("step_words")?, module.kernel("digest_words")?);
+    let t_alloc = Instant::now();
+    let x = client.alloc(bytes)?;
+    let sum = client.alloc(8)?;
+    let alloc_s = t_alloc.elapsed().as_secs_f64();
+    client.memset(&sum, 0, 0, 8, s)?;
+    // Every SM busy, each thread striding over the buffer.
+    let config = LaunchConfig::new([132 * 8, 1, 1], [256, 1, 1]).block_time_ns(1_000_000);
+    let n = Arg::bytes(words.to_le_bytes());
+    let start = Instant::now();
+    client.launch(&fill, &config, &[Arg::buffer(&x), n.clone(), Arg::bytes(a.seed.to_le_bytes())])?;
+    client.sync(s)?;
+    let mut rounds = Vec::new();
+    for r in 0..a.rounds {
+        let t = Instant::now();
+        client.launch(&step, &config, &[Arg::buffer(&x), n.clone(), Arg::bytes(r.to_le_bytes())])?;
+        // A sync between rounds: the client is idle there, and its buffer may go.
+        client.sync(s)?;
+        rounds.push(t.elapsed().as_secs_f64());
+    }
+    client.launch(&digest, &config, &[Arg::buffer(&x), n, Arg::buffer(&sum)])?;
+    client.sync(s)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let mut out = vec![0u8; 8 + 8192];
+    client.copy_to_host(&sum, 0, &mut out[..8], s)?;
+    client.copy_to_host(&x, 0, &mut out[8..8 + 4096], s)?;
+    client.copy_to_host(&x, bytes - 4096, &mut out[8 + 4096..], s)?;
+    if let Some(path) = &a.out {
+        std::fs::write(path, &out).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    let digest = u64::from_le_bytes(out[..8].try_into()?);
+    let rounds: Vec<String> = rounds.iter().map(|t| format!("{t:.4}")).collect();
+    println!(
+        "{{\"name\":\"{}\",\"bytes\":{bytes},\"alloc_s\":{alloc_s:.4},\"seconds\":{seconds:.4},\"rounds_s\":[{}],\"digest\":\"{digest:016x}\"}}",
+        a.name,
+        rounds.join(",")
+    );
+    client.free(x)?;
+    client.close()?;
+    Ok(())
+}
