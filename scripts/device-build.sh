@@ -6,7 +6,7 @@
 #
 # DEST (default target/device/main) gets gpumuxd, gpumux (ps, bench daemon), gpumux-cuda-check,
 # libgpumux_client.so, the Rust example clients (vector_add, histogram, fault_check, stream_pipeline,
-# event_timing), copy_bench
+# event_timing, oversubscribe: scripts/oversubscribe-gpu.sh), copy_bench
 # (the client's copy throughput, crates/gpumux-client/examples) and the C
 # ones (matmul, stencil; rpath $ORIGIN, kernels read from examples/clients/kernels relative to
 # the repository root the scripts run in), and launch_bench (the Rust client's launch + sync).
@@ -52,8 +52,8 @@ cp "$target/release/"{gpumuxd,gpumux,gpumux-cuda-check,libgpumux_client.so} "$de
 mkdir -p "$dest/tests"
 cargo test --release -p gpumuxd --test launch_limits --no-run --message-format=json |
     jq -r 'select(.executable != null and .target.name == "launch_limits") | .executable' | while read -r t; do cp "$t" "$dest/tests/launch_limits"; done
-for e in vector_add histogram fault_check copy_bench launch_bench stream_pipeline event_timing; do
-    # The last four are younger than revisions an A/B may build (--rev).
+for e in vector_add histogram fault_check copy_bench launch_bench stream_pipeline event_timing oversubscribe; do
+    # The last five are younger than revisions an A/B may build (--rev).
     case $e in vector_add | histogram | fault_check) ;; *) [ -e "$target/release/examples/$e" ] || continue ;; esac
     cp "$target/release/examples/$e" "$dest/"
 done

@@ -1,11 +1,12 @@
 //! One client of the oversubscription check (issue 39; docs/daemon.md,
 //! "Memory oversubscription"; scripts/oversubscribe-gpu.sh runs three).
 //!
-//! `oversubscribe [--socket PATH] [--fraction F] [--rounds R] [--name NAME] [--out FILE]`
+//! `oversubscribe [--socket PATH] [--fraction F] [--rounds R] [--steps K] [--name NAME] [--seed S] [--out FILE]`
 //!
 //! Allocates F (default 0.6) of the device's memory as one buffer, fills it
-//! on the device from a seed, runs R (default 4) kernels over all of it with
-//! a sync after each (so the daemon may evict it between them), and writes
+//! on the device from a seed, runs R (default 4) rounds of K (default 1)
+//! kernels over all of it with a sync after each round (so the daemon may
+//! evict it between them), and writes
 //! a 64-bit digest of every word with its index, then the first and last
 //! 4 KiB, to FILE. Prints one JSON line: bytes, seconds from the first
 //! kernel to the digest, and the seconds of each round. The same seed and
@@ -31,13 +32,14 @@ struct Args {
     socket: Option<PathBuf>,
     fraction: f64,
     rounds: u32,
+    steps: u32,
     name: String,
     seed: u32,
     out: Option<PathBuf>,
 }
 
 fn args() -> Result<Args, Box<dyn std::error::Error>> {
-    let mut a = Args { socket: None, fraction: 0.6, rounds: 4, name: "oversubscribe".into(), seed: 1, out: None };
+    let mut a = Args { socket: None, fraction: 0.6, rounds: 4, steps: 1, name: "oversubscribe".into(), seed: 1, out: None };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -45,12 +47,13 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
             "--socket" => a.socket = Some(PathBuf::from(value()?)),
             "--fraction" => a.fraction = value()?.parse()?,
             "--rounds" => a.rounds = value()?.parse()?,
+            "--steps" => a.steps = value()?.parse()?,
             "--name" => a.name = value()?,
             "--seed" => a.seed = value()?.parse()?,
             "--out" => a.out = Some(PathBuf::from(value()?)),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (--socket PATH, --fraction F, --rounds R, --name NAME, --seed S, --out FILE)"
+                    "unknown argument {other:?} (--socket PATH, --fraction F, --rounds R, --steps K, --name NAME, --seed S, --out FILE)"
                 )
                 .into())
             }
@@ -87,7 +90,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut rounds = Vec::new();
     for r in 0..a.rounds {
         let t = Instant::now();
-        client.launch(&step, &config, &[Arg::buffer(&x), n.clone(), Arg::bytes(r.to_le_bytes())])?;
+        for k in 0..a.steps {
+            let i = r * a.steps + k;
+            client.launch(&step, &config, &[Arg::buffer(&x), n.clone(), Arg::bytes(i.to_le_bytes())])?;
+        }
         // A sync between rounds: the client is idle there, and its buffer may go.
         client.sync(s)?;
         rounds.push(t.elapsed().as_secs_f64());

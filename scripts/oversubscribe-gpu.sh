@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Device memory oversubscription on a real GPU (issue 39; docs/daemon.md, "Memory oversubscription").
+#
+#   scripts/oversubscribe-gpu.sh [BIN_DIR] [OUTDIR]
+#
+# BIN_DIR: what scripts/device-build.sh makes (default target/device/main; needs gpumuxd, gpumux and
+#          the `oversubscribe` example client). OUTDIR: logs and outputs (default $OUT/oversubscribe,
+#          else /tmp/oversubscribe).
+# FRACTION (default 0.6): each client's share of the GPU's memory; ROUNDS (default 4) and STEPS
+# (default 50): each client runs ROUNDS rounds of STEPS kernels over its whole buffer, with a sync
+# after each round (where the daemon may evict it). DAEMON_DEVICE (default cuda:0).
+# Host memory: two clients' buffers evicted at rest, and one more during an exchange and as the
+# spare pinned copy: about 3 x FRACTION x the GPU's memory. With less RAM (an H200, 141 GB, at 0.6:
+# ~254 GB; the nvidia-h200 kind has 128 GiB, nvidia-h200-x4 512 GiB) FRACTION is scaled down to
+# fit and the table says SCALED. Needs python3 with CuPy (the native pinned-copy baseline).
+#
+#   1. each client alone (seeds 1, 2, 3), one after another: its output and time;
+#   2. the three at once: each output must equal its alone output byte for byte (a 64-bit digest
+#      of every word with its index, and the first and last 4 KiB); makespan against the sum of
+#      the alone times;
+#   3. the daemon's evictions and restores (its log: bytes, ms, GB/s each) against a native
+#      pinned cudaMemcpy of the same direction in the same run (CuPy).
+# Prints the issue's goals table last; exits non-zero if a measured goal fails.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(realpath -m "${1:-${BIN:-$root/target/device/main}}")
+OUT=$(realpath -m "${2:-${OUT:-/tmp}/oversubscribe}")
+cd "$root"
+for b in gpumuxd oversubscribe; do
+    [ -x "$BIN/$b" ] || { echo "oversubscribe-gpu: no $b in $BIN (scripts/device-build.sh makes it)" >&2; exit 2; }
+done
+mkdir -p "$OUT"
+source "$root/scripts/nvrtc-path.sh"
+FRACTION=${FRACTION:-0.6} ROUNDS=${ROUNDS:-4} STEPS=${STEPS:-50}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+gpu_mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | head -1)   # MiB
+gpu_bytes=$((gpu_mem * 1024 * 1024))
+host_bytes=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) * 1024))
+scaled=""
+need=$(python3 -c "print(int(3 * $FRACTION * $gpu_bytes) + (16 << 30))")
+if [ "$need" -gt "$host_bytes" ]; then
+    FRACTION=$(python3 -c "print(f'{($host_bytes - (16 << 30)) / (3 * $gpu_bytes):.3f}')")
+    scaled=" (SCALED to $FRACTION: this host has $((host_bytes >> 30)) GiB of RAM, 0.6 needs $((need >> 30)))"
+    echo "oversubscribe-gpu: FRACTION scaled to $FRACTION$scaled"
+fi
+swap=$(python3 -c "print(int(3 * $FRACTION * $gpu_bytes) + (4 << 30))")
+echo "GPU $((gpu_bytes >> 20)) MiB, host $((host_bytes >> 30)) GiB, each client $FRACTION of the GPU, swap_memory $((swap >> 30)) GiB"
+
+echo "== native pinned copies (CuPy)"
+copy_bytes=$(python3 -c "print(min(8 << 30, int($FRACTION * $gpu_bytes) // 4))")
+python3 - "$copy_bytes" >"$OUT/native.txt" 2>"$OUT/native.log" <<'EOF'
+import sys, time, cupy
+n = int(sys.argv[1])
+dev = cupy.cuda.alloc(n)
+host = cupy.cuda.alloc_pinned_memory(n)
+s = cupy.cuda.Stream(non_blocking=True)
+rt = cupy.cuda.runtime
+def best(kind, dst, src):
+    times = []
+    for _ in range(5):
+        s.synchronize(); t = time.perf_counter()
+        rt.memcpyAsync(dst, src, n, kind, s.ptr); s.synchronize()
+        times.append(time.perf_counter() - t)
+    return n / min(times) / 1e9
+d2h = best(rt.memcpyDeviceToHost, host.ptr, dev.ptr)
+h2d = best(rt.memcpyHostToDevice, dev.ptr, host.ptr)
+print(f"{d2h:.2f} {h2d:.2f}")
+EOF
+read -r native_d2h native_h2d <"$OUT/native.txt" || { echo "native copies failed: $(tail -3 "$OUT/native.log")"; exit 1; }
+echo "native pinned: device to host $native_d2h GB/s, host to device $native_h2d GB/s ($((copy_bytes >> 20)) MiB)"
+
+sock=$OUT/g.sock
+rm -f "$sock"
+"$BIN/gpumuxd" --device "${DAEMON_DEVICE:-cuda:0}" --socket "$sock" --swap-memory "$swap" 2>"$OUT/daemon.log" &
+daemon=$!
+for _ in $(seq 1 300); do [ -S "$sock" ] && break; sleep 0.1; done
+[ -S "$sock" ] || { echo "the daemon did not start:"; tail -20 "$OUT/daemon.log"; exit 1; }
+client() { # seed outfile jsonfile
+    "$BIN/oversubscribe" --socket "$sock" --fraction "$FRACTION" --rounds "$ROUNDS" --steps "$STEPS" \
+        --name "c$1" --seed "$1" --out "$2" >"$3" 2>&1
+}
+now() { date +%s.%N; }
+
+echo "== each alone"
+alone_sum=0 ok=1
+for i in 1 2 3; do
+    t=$(now)
+    client "$i" "$OUT/alone$i.bin" "$OUT/alone$i.json" || { ok=0; echo "alone $i failed: $(tail -2 "$OUT/alone$i.json")"; }
+    dt=$(python3 -c "print($(now) - $t)")
+    alone_sum=$(python3 -c "print($alone_sum + $dt)")
+    echo "alone c$i: $dt s $(cat "$OUT/alone$i.json")"
+done
+grep -c "evicted .* bytes" "$OUT/daemon.log" >"$OUT/evictions-alone.txt"
+
+echo "== the three at once"
+t=$(now)
+pids=()
+for i in 1 2 3; do client "$i" "$OUT/shared$i.bin" "$OUT/shared$i.json" & pids+=($!); done
+for p in "${pids[@]}"; do wait "$p" || ok=0; done
+makespan=$(python3 -c "print($(now) - $t)")
+for i in 1 2 3; do echo "shared c$i: $(cat "$OUT/shared$i.json")"; done
+"$BIN/gpumux" ps --socket "$sock" >"$OUT/ps.txt" 2>&1 || true
+kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
+
+equal=PASS
+for i in 1 2 3; do
+    cmp -s "$OUT/alone$i.bin" "$OUT/shared$i.bin" || equal=FAIL
+    [ -s "$OUT/shared$i.bin" ] || equal=FAIL
+done
+[ $ok = 1 ] || equal=FAIL
+# The daemon's moves: "evicted N bytes at A: pinned in P ms, copied in C ms (R GB/s)" and
+# "restored N bytes at A in T ms (R GB/s)" (its device process logs them).
+read -r evictions ev_rate <<<"$(awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) { if ($i == "evicted") b = $(i + 1); if ($i == "copied") ms = $(i + 2) } n++; B += b; M += ms}
+    END {printf "%d %.2f\n", n, (M > 0 ? B / (M / 1000) / 1e9 : 0)}' "$OUT/daemon.log")"
+read -r restores re_rate <<<"$(awk '/restored [0-9]+ bytes/ {for (i = 1; i <= NF; i++) { if ($i == "restored") b = $(i + 1); if ($i == "in") ms = $(i + 1) } n++; B += b; M += ms}
+    END {printf "%d %.2f\n", n, (M > 0 ? B / (M / 1000) / 1e9 : 0)}' "$OUT/daemon.log")"
+pinning=$(awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) if ($i == "pinned") ms = $(i + 2); M += ms} END {printf "%.0f", M}' "$OUT/daemon.log")
+ratio=$(python3 -c "print(f'{$makespan / $alone_sum:.3f}')")
+ge() { python3 -c "import sys; sys.exit(0 if $1 >= $2 else 1)"; }
+verdict() { if "$@"; then echo PASS; else echo FAIL; fi; }
+mk=$(verdict ge 1.15 "$ratio")
+evp=$(verdict ge "$ev_rate" "$(python3 -c "print(0.8 * $native_d2h)")")
+rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
+[ "$evictions" -gt 0 ] || { evp="FAIL (no eviction)"; }
+
+{
+    echo
+    echo "== goals (issue 39) on $(cut -d, -f1 "$OUT/gpu.txt"), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%F)$scaled"
+    echo "| goal | measured | verdict |"
+    echo "|---|---|---|"
+    echo "| 3 clients, each $FRACTION of device memory, kernels over all of it: outputs bitwise equal to alone | $equal | $equal |"
+    echo "| makespan <= 1.15x the sum of alone times | $(printf %.2f "$makespan") s / $(printf %.2f "$alone_sum") s = ${ratio}x | $mk |"
+    echo "| eviction throughput >= 80% of native pinned device-to-host | $ev_rate GB/s over $evictions evictions vs $native_d2h GB/s (host pinning besides: $pinning ms in all) | $evp |"
+    echo "| restore throughput >= 80% of native pinned host-to-device | $re_rate GB/s over $restores restores vs $native_h2d GB/s | $rep |"
+    echo "| a high-priority client that fits loses <= 10% of its rate beside two swapping | not measured by this script | - |"
+    echo "| nothing oversubscribed: existing benchmarks within noise | scripts/ab-daemon-gpu.sh BASE MAIN | - |"
+} | tee "$OUT/goals.md"
+[ "$equal" = PASS ] && [ "$mk" = PASS ] && [ "${evp%% *}" = PASS ] && [ "$rep" = PASS ]
