@@ -728,5 +728,10 @@ mod tests {
         assert_eq!(c.daemon.device.as_deref(), Some("sim:h100"));
         assert_eq!(c.daemon.policy.as_deref(), Some("fcfs"));
         assert!(c.allow.is_empty());
+        assert_eq!(c.daemon.swap_memory, None, "left out: the daemon's default");
+        let c = parse("[daemon]\nswap_memory = \"2 GiB\"\n").unwrap();
+        assert_eq!(c.daemon.swap_memory, Some(Bytes(2 << 30)));
+        let e = parse("[daemon]\nswap_memory = \"-1 GiB\"\n").unwrap_err().to_string();
+        assert!(e.contains("negative"), "{e}");
     }
 }
