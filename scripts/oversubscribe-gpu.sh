@@ -18,7 +18,9 @@
 #   2. the three at once: each output must equal its alone output byte for byte (a 64-bit digest
 #      of every word with its index, and the first and last 4 KiB); makespan against the sum of
 #      the alone times;
-#   3. the daemon's evictions and restores (its log: bytes, ms, GB/s each) against a native
+#   3. an urgent client (priority 5, 5 % of the memory) alone, then beside two clients that swap:
+#      its time (rate) lost, and its output equal;
+#   4. the daemon's evictions and restores (its log: bytes, ms, GB/s each) against a native
 #      pinned cudaMemcpy of the same direction in the same run (CuPy).
 # Prints the issue's goals table last; exits non-zero if a measured goal fails.
 set -uo pipefail
@@ -75,11 +77,18 @@ rm -f "$sock"
 daemon=$!
 for _ in $(seq 1 300); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { echo "the daemon did not start:"; tail -20 "$OUT/daemon.log"; exit 1; }
-client() { # seed outfile jsonfile
+client() { # seed outfile jsonfile [more arguments]
+    local seed=$1 out=$2 json=$3
+    shift 3
     "$BIN/oversubscribe" --socket "$sock" --fraction "$FRACTION" --rounds "$ROUNDS" --steps "$STEPS" \
-        --name "c$1" --seed "$1" --out "$2" >"$3" 2>&1
+        --name "c$seed" --seed "$seed" --out "$out" "$@" >"$json" 2>&1
 }
+# The urgent client of goal 4: 5 % of the memory, priority 5, twice the rounds.
+urgent() { client 9 "$1" "$2" --fraction 0.05 --priority 5 --rounds $((2 * ROUNDS)); }
+seconds_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['seconds'])" "$1"; }
 now() { date +%s.%N; }
+ge() { python3 -c "import sys; sys.exit(0 if $1 >= $2 else 1)"; }
+verdict() { if "$@"; then echo PASS; else echo FAIL; fi; }
 
 echo "== each alone"
 alone_sum=0 ok=1
@@ -100,6 +109,24 @@ for p in "${pids[@]}"; do wait "$p" || ok=0; done
 makespan=$(python3 -c "print($(now) - $t)")
 for i in 1 2 3; do echo "shared c$i: $(cat "$OUT/shared$i.json")"; done
 "$BIN/gpumux" ps --socket "$sock" >"$OUT/ps.txt" 2>&1 || true
+
+echo "== an urgent client that fits, alone, then beside two clients that swap"
+urgent_verdict="-" urgent_measured="not measured"
+if urgent "$OUT/urgent-alone.bin" "$OUT/urgent-alone.json"; then
+    pids=()
+    for i in 1 2; do client "$i" "$OUT/beside$i.bin" "$OUT/beside$i.json" & pids+=($!); done
+    sleep 1   # the two have allocated and started swapping
+    urgent "$OUT/urgent-beside.bin" "$OUT/urgent-beside.json" || ok=0
+    for p in "${pids[@]}"; do wait "$p" || ok=0; done
+    if ua=$(seconds_of "$OUT/urgent-alone.json") && ub=$(seconds_of "$OUT/urgent-beside.json"); then
+        loss=$(python3 -c "print(f'{(1 - $ua / $ub) * 100:.1f}')")
+        urgent_measured="alone $ua s, beside two swapping $ub s: rate lost $loss %"
+        urgent_verdict=$(verdict ge 10 "$loss")
+        cmp -s "$OUT/urgent-alone.bin" "$OUT/urgent-beside.bin" || urgent_verdict="FAIL (output differs)"
+    else
+        urgent_measured="the urgent client failed beside: $(tail -1 "$OUT/urgent-beside.json")" urgent_verdict=FAIL
+    fi
+fi
 kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
 
 equal=PASS
@@ -116,8 +143,6 @@ read -r restores re_rate <<<"$(awk '/restored [0-9]+ bytes/ {for (i = 1; i <= NF
     END {printf "%d %.2f\n", n, (M > 0 ? B / (M / 1000) / 1e9 : 0)}' "$OUT/daemon.log")"
 pinning=$(awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) if ($i == "pinned") ms = $(i + 2); M += ms} END {printf "%.0f", M}' "$OUT/daemon.log")
 ratio=$(python3 -c "print(f'{$makespan / $alone_sum:.3f}')")
-ge() { python3 -c "import sys; sys.exit(0 if $1 >= $2 else 1)"; }
-verdict() { if "$@"; then echo PASS; else echo FAIL; fi; }
 mk=$(verdict ge 1.15 "$ratio")
 evp=$(verdict ge "$ev_rate" "$(python3 -c "print(0.8 * $native_d2h)")")
 rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
@@ -132,7 +157,7 @@ rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
     echo "| makespan <= 1.15x the sum of alone times | $(printf %.2f "$makespan") s / $(printf %.2f "$alone_sum") s = ${ratio}x | $mk |"
     echo "| eviction throughput >= 80% of native pinned device-to-host | $ev_rate GB/s over $evictions evictions vs $native_d2h GB/s (host pinning besides: $pinning ms in all) | $evp |"
     echo "| restore throughput >= 80% of native pinned host-to-device | $re_rate GB/s over $restores restores vs $native_h2d GB/s | $rep |"
-    echo "| a high-priority client that fits loses <= 10% of its rate beside two swapping | not measured by this script | - |"
+    echo "| a high-priority client that fits loses <= 10% of its rate beside two swapping | $urgent_measured | $urgent_verdict |"
     echo "| nothing oversubscribed: existing benchmarks within noise | scripts/ab-daemon-gpu.sh BASE MAIN | - |"
 } | tee "$OUT/goals.md"
-[ "$equal" = PASS ] && [ "$mk" = PASS ] && [ "${evp%% *}" = PASS ] && [ "$rep" = PASS ]
+[ "$equal" = PASS ] && [ "$mk" = PASS ] && [ "${evp%% *}" = PASS ] && [ "$rep" = PASS ] && [ "${urgent_verdict%% *}" != FAIL ]

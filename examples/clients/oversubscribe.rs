@@ -1,7 +1,7 @@
 //! One client of the oversubscription check (issue 39; docs/daemon.md,
 //! "Memory oversubscription"; scripts/oversubscribe-gpu.sh runs three).
 //!
-//! `oversubscribe [--socket PATH] [--fraction F] [--rounds R] [--steps K] [--name NAME] [--seed S] [--out FILE]`
+//! `oversubscribe [--socket PATH] [--fraction F] [--rounds R] [--steps K] [--name NAME] [--seed S] [--priority P] [--out FILE]`
 //!
 //! Allocates F (default 0.6) of the device's memory as one buffer, fills it
 //! on the device from a seed, runs R (default 4) rounds of K (default 1)
@@ -35,11 +35,21 @@ struct Args {
     steps: u32,
     name: String,
     seed: u32,
+    priority: i32,
     out: Option<PathBuf>,
 }
 
 fn args() -> Result<Args, Box<dyn std::error::Error>> {
-    let mut a = Args { socket: None, fraction: 0.6, rounds: 4, steps: 1, name: "oversubscribe".into(), seed: 1, out: None };
+    let mut a = Args {
+        socket: None,
+        fraction: 0.6,
+        rounds: 4,
+        steps: 1,
+        name: "oversubscribe".into(),
+        seed: 1,
+        priority: 0,
+        out: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -50,10 +60,11 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
             "--steps" => a.steps = value()?.parse()?,
             "--name" => a.name = value()?,
             "--seed" => a.seed = value()?.parse()?,
+            "--priority" => a.priority = value()?.parse()?,
             "--out" => a.out = Some(PathBuf::from(value()?)),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (--socket PATH, --fraction F, --rounds R, --steps K, --name NAME, --seed S, --out FILE)"
+                    "unknown argument {other:?} (--socket PATH, --fraction F, --rounds R, --steps K, --name NAME, --seed S, --priority P, --out FILE)"
                 )
                 .into())
             }
@@ -67,7 +78,12 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let a = args()?;
-    let options = ConnectOptions { socket: a.socket.clone(), shm_bytes: 16 << 20, ..ConnectOptions::named(&a.name) };
+    let options = ConnectOptions {
+        socket: a.socket.clone(),
+        shm_bytes: 16 << 20,
+        priority: a.priority,
+        ..ConnectOptions::named(&a.name)
+    };
     let client = Client::connect(options)?;
     let total = client.device_properties()?.memory_bytes;
     let bytes = ((total as f64 * a.fraction) as u64) / GRANULE * GRANULE;

@@ -55,7 +55,7 @@ pub(crate) struct HostCopy {
 impl HostCopy {
     /// `len` bytes, pinned in the current context.
     fn new(len: usize, buffer: u64) -> Result<HostCopy, CudaError> {
-        let mut c = HostCopy { bytes: vec![0u8; len].into_boxed_slice(), len, buffer, pinned: false };
+        let mut c = HostCopy { bytes: zeroed(len)?, len, buffer, pinned: false };
         c.pin()?;
         Ok(c)
     }
@@ -102,6 +102,24 @@ impl std::fmt::Debug for HostCopy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "HostCopy({} bytes, pinned: {}, zeros: {})", self.len, self.pinned, self.is_zeros())
     }
+}
+
+/// `len` zeroed bytes from the system, or an error naming them (not an
+/// abort, as `vec!` would on a host out of memory); untouched pages cost
+/// nothing until pinned.
+fn zeroed(len: usize) -> Result<Box<[u8]>, CudaError> {
+    let no_memory = || CudaError::Invalid(format!("no host memory for an evicted buffer of {len} bytes"));
+    if len == 0 {
+        return Ok(Box::default());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len).map_err(|_| no_memory())?;
+    // SAFETY: a non-zero size.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return Err(no_memory());
+    }
+    // SAFETY: `len` bytes just allocated with the layout `Box<[u8]>` frees with.
+    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) })
 }
 
 /// What one allocation takes: its properties for `cuMemCreate` on `ordinal`.
