@@ -136,6 +136,17 @@ impl Core {
                 .any(|e| e.client == client && matches!(e.kind, OpKind::Kernel { .. } | OpKind::Copy { .. }))
     }
 
+    /// The device memory a buffer of `bytes` takes: a swappable one is
+    /// mapped in whole granules (a GPU's `cuMemCreate` rounds up), so a
+    /// restore planned on the buffers' own sizes could find the room short
+    /// by a granule, and wait for good.
+    fn footprint(&self, bytes: u64) -> u64 {
+        match self.backend.swap_granularity() {
+            Some(g) if g > 0 && bytes >= g => bytes.div_ceil(g).saturating_mul(g),
+            _ => bytes,
+        }
+    }
+
     /// When `client` last had an operation end (its streams' latest).
     fn last_ran(s: &Session) -> Nanos {
         s.streams.values().map(|st| st.last_done).max().unwrap_or(0)
@@ -180,7 +191,7 @@ impl Core {
                     continue;
                 }
                 host += bytes;
-                freed += bytes;
+                freed += self.footprint(bytes);
                 plan.push(Victim { client: id, buffer, bytes });
             }
         }
@@ -235,7 +246,7 @@ impl Core {
     /// Room for an allocation of `bytes` by `client`: evicts idle clients'
     /// buffers if that makes it. Returns whether it is there.
     pub(super) fn make_room(&mut self, client: u64, bytes: u64) -> bool {
-        match self.plan_room(bytes, client, 0) {
+        match self.plan_room(self.footprint(bytes), client, 0) {
             Some(plan) => {
                 self.evict_all(plan);
                 true
@@ -382,7 +393,8 @@ impl Core {
     fn restore_client(&mut self, client: u64) -> bool {
         let Some(s) = self.sessions.get(&client) else { return true };
         let need = s.memory_evicted;
-        let Some(plan) = self.plan_room(need, client, need) else { return false };
+        let room: u64 = s.buffers.values().filter(|b| b.evicted).map(|b| self.footprint(b.bytes)).sum();
+        let Some(plan) = self.plan_room(room, client, need) else { return false };
         let mut took = self.evict_all(plan);
         let evicted: Vec<(BufferId, DevAddr, u64)> =
             s_buffers(self.sessions.get(&client)).into_iter().filter(|b| b.3).map(|b| (b.0, b.1, b.2)).collect();
