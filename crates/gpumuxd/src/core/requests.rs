@@ -352,6 +352,24 @@ impl Core {
         // Evicted buffers come back all together before the client's next
         // kernel (core/swap.rs): more than the device holds could never run.
         let total = self.backend.info().mem_bytes;
+        if bytes > total {
+            // Larger than the device itself: its own refusal says why (and
+            // what bounds a simulated device's memory); it is never born evicted.
+            let e = match self.backend.alloc(bytes) {
+                Ok(addr) => {
+                    // Cannot be (the device has less); give it back.
+                    if let Err(e) = self.backend.free(addr) {
+                        tracing::error!("freeing an allocation larger than the device: {e}");
+                    }
+                    MemError::OutOfMemory { bytes, free: 0, total, bound: String::new() }
+                }
+                Err(e) => e,
+            };
+            return Err(match e {
+                MemError::OutOfMemory { .. } => err(ErrorKind::OutOfMemory, e.to_string()),
+                MemError::Device(m) => err(ErrorKind::Device, m),
+            });
+        }
         if s.memory_used.saturating_add(bytes) > total {
             return Err(err(
                 ErrorKind::OutOfMemory,
