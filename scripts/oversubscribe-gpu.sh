@@ -135,13 +135,15 @@ for i in 1 2 3; do
     [ -s "$OUT/shared$i.bin" ] || equal=FAIL
 done
 [ $ok = 1 ] || equal=FAIL
-# The daemon's moves: "evicted N bytes at A: pinned in P ms, copied in C ms (R GB/s)" and
-# "restored N bytes at A in T ms (R GB/s)" (its device process logs them).
+# The daemon's moves: "evicted N bytes at A: host memory in P ms, copied in C ms (R GB/s)" and
+# "restored N bytes at A (memory created and mapped in M ms) in T ms (R GB/s)" (its device process logs them).
 read -r evictions ev_rate <<<"$(awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) { if ($i == "evicted") b = $(i + 1); if ($i == "copied") ms = $(i + 2) } n++; B += b; M += ms}
     END {printf "%d %.2f\n", n, (M > 0 ? B / (M / 1000) / 1e9 : 0)}' "$OUT/daemon.log")"
 read -r restores re_rate <<<"$(awk '/restored [0-9]+ bytes/ {for (i = 1; i <= NF; i++) { if ($i == "restored") b = $(i + 1); if ($i == "in") ms = $(i + 1) } n++; B += b; M += ms}
     END {printf "%d %.2f\n", n, (M > 0 ? B / (M / 1000) / 1e9 : 0)}' "$OUT/daemon.log")"
-pinning=$(awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) if ($i == "pinned") ms = $(i + 2); M += ms} END {printf "%.0f", M}' "$OUT/daemon.log")
+# Host memory found for evictions (a fresh copy's allocation), and device memory created and mapped for restores.
+pinning=$(awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) if ($i == "memory" && $(i + 1) == "in") ms = $(i + 2); M += ms} END {printf "%.0f", M}' "$OUT/daemon.log")
+mapping=$(awk '/restored [0-9]+ bytes/ {for (i = 1; i <= NF; i++) if ($i == "mapped") ms = $(i + 2); M += ms} END {printf "%.0f", M}' "$OUT/daemon.log")
 ratio=$(python3 -c "print(f'{$makespan / $alone_sum:.3f}')")
 mk=$(verdict ge 1.15 "$ratio")
 evp=$(verdict ge "$ev_rate" "$(python3 -c "print(0.8 * $native_d2h)")")
@@ -155,8 +157,8 @@ rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
     echo "|---|---|---|"
     echo "| 3 clients, each $FRACTION of device memory, kernels over all of it: outputs bitwise equal to alone | $equal | $equal |"
     echo "| makespan <= 1.15x the sum of alone times | $(printf %.2f "$makespan") s / $(printf %.2f "$alone_sum") s = ${ratio}x | $mk |"
-    echo "| eviction throughput >= 80% of native pinned device-to-host | $ev_rate GB/s over $evictions evictions vs $native_d2h GB/s (host pinning besides: $pinning ms in all) | $evp |"
-    echo "| restore throughput >= 80% of native pinned host-to-device | $re_rate GB/s over $restores restores vs $native_h2d GB/s | $rep |"
+    echo "| eviction throughput >= 80% of native pinned device-to-host | $ev_rate GB/s over $evictions evictions vs $native_d2h GB/s (host memory found besides: $pinning ms in all) | $evp |"
+    echo "| restore throughput >= 80% of native pinned host-to-device | $re_rate GB/s over $restores restores vs $native_h2d GB/s (device memory created and mapped besides: $mapping ms in all) | $rep |"
     echo "| a high-priority client that fits loses <= 10% of its rate beside two swapping | $urgent_measured | $urgent_verdict |"
     echo "| nothing oversubscribed: existing benchmarks within noise | scripts/ab-daemon-gpu.sh BASE MAIN | - |"
 } | tee "$OUT/goals.md"

@@ -192,6 +192,8 @@ pub(super) struct InContext {
     pub(super) granularity: Option<usize>,
     /// The stream evictions and restores copy on (made on first use).
     pub(super) swap_stream: Option<usize>,
+    /// Their pinned ring (made on first use; [`super::staging`]).
+    pub(super) staging: Option<super::staging::Staging>,
     /// Workers of an operation queued behind the launch before it on its
     /// stream, by operation, until the engine launches it ([`ahead`]).
     ahead: HashMap<OpId, ahead::Ahead>,
@@ -256,6 +258,7 @@ impl InContext {
             mappings: HashMap::new(),
             granularity: super::swap::granularity(ctx.ordinal),
             swap_stream: None,
+            staging: None,
             ahead: HashMap::new(),
             orphans: Vec::new(),
             cut_kernel,

@@ -14,6 +14,7 @@ mod device;
 pub mod fault;
 pub mod memory;
 pub mod module;
+mod staging;
 mod swap;
 pub mod work;
 
