@@ -18,7 +18,7 @@
 //! no other client's work; other clients' kernels run meanwhile) and the
 //! call returns when they are done. Host copies are ordinary memory, copied
 //! through a small pinned ring (`staging`: pinning each copy cost 0.4 s per
-//! GB on the H200 machine, 25 times its copy), owned by the device rather
+//! GB on the H200 machine, about 20 times its copy), owned by the device rather
 //! than its context: after a lost context, an evicted buffer keeps its bytes
 //! and gets its range back ([`ClientDevice::readdress_evicted`]).
 
