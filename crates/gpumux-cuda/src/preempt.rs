@@ -328,6 +328,23 @@ pub fn is_long(
     block_ns.is_some_and(|bt| waves > 1 && bt * waves as f64 > launch_plan::SHORT_LAUNCH_NS)
 }
 
+/// The GPU time a launch of `func`'s whole grid is expected to take: its
+/// waves on `workers_per_sm` × `sm_count` slots times its shape's block time
+/// once timed, else `untimed_wave_ns` a wave (the CUDA client device's deep
+/// queue ahead bounds what it queues natively by this).
+pub fn expected_ns(
+    func: &Function,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    workers_per_sm: u32,
+    sm_count: u32,
+    untimed_wave_ns: f64,
+) -> f64 {
+    let (blocks, slots, block_ns) = whole_grid(func, grid, block, smem, workers_per_sm, sm_count);
+    blocks.div_ceil(slots.max(1)) as f64 * block_ns.unwrap_or(untimed_wave_ns)
+}
+
 /// A launch of `func`'s whole grid may hold the GPU longer than
 /// [`launch_plan::NATIVE_HOLD_MAX_NS`] ([`launch_plan::holds_too_long`]):
 /// such a launch never runs natively, as a peer of its priority could not

@@ -15,7 +15,7 @@
 mod examples;
 use examples::example;
 use gpumux_cuda::client::module;
-use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, Refill};
+use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, Refill, DEEP_MAX};
 use gpumux_cuda::nvrtc;
 use gpumux_cuda::runtime::{Module, Params, Stream};
 use gpumux_engine::device::{Command, CopyDirection, Device, DeviceError, Event, Mechanism};
@@ -568,6 +568,64 @@ fn with_hardware_priority_a_stream_of_dependent_native_kernels_runs_in_order_und
     let (on, native) = d.hw_priority();
     eprintln!("native launches: {native}; {:?}", d.ahead_counts());
     assert!(on && native == 24, "every step ran natively: {native}");
+}
+
+/// Deep queue ahead (`client/device/ahead.rs`, "Deep"): a stream of 40
+/// short dependent kernels alone on the GPU, all bound before the first is
+/// launched, is queued natively behind the first launch, a run of them at
+/// most `DEEP_MAX` long; kernels the GPU ran before the engine launched them
+/// are seen ended ahead and reported by operation (every block of the whole
+/// grid), and their launch commands then end them with every block done.
+/// `x` must be the host's.
+#[test]
+fn with_hardware_priority_a_stream_of_short_native_kernels_is_queued_deep_and_seen_ended_ahead() {
+    let Some((_gpu, mut d)) =
+        device_or_skip("with_hardware_priority_a_stream_of_short_native_kernels_is_queued_deep_and_seen_ended_ahead")
+    else {
+        return;
+    };
+    d.set_hw_priority(true);
+    d.set_report_ends_ahead(true);
+    let steps = 40u32;
+    let sx = StepX::new(&mut d, 1, hashed);
+    let (sms, blocks, n) = (d.info().num_sms, sx.blocks, sx.n);
+    let op = |k: u32| 100 + k as u64;
+    for k in 0..steps {
+        let after = k.checked_sub(1).map(|p| OpId(op(p)));
+        // SAFETY: a kernel binds no host memory.
+        unsafe { d.bind_after(OpId(op(k)), sx.work(k + 1, 0), after) }.expect("bind");
+    }
+    let all = SmSet::range(0, sms);
+    d.submit(d.now(), launch(op(0), 1000, BlockRanges::full(blocks as u64), all, blocks as u64)).expect("launch");
+    let queued = d.in_flight().len();
+    assert!(queued > 2, "kernels were queued behind the first launch: {queued} in flight, {:?}", d.ahead_counts());
+    assert!(queued <= 1 + DEEP_MAX, "at most DEEP_MAX queued: {queued} in flight");
+    // The GPU runs ahead of the launch commands.
+    std::thread::sleep(Duration::from_millis(2));
+    let mut reported = Vec::new();
+    for k in 0..steps {
+        let lid = 1000 + k as u64;
+        if k > 0 {
+            d.submit(d.now(), launch(op(k), lid, BlockRanges::full(blocks as u64), all, blocks as u64))
+                .expect("launch");
+        }
+        let events = run_until(&mut d, ended(LaunchId(lid))).expect("launch");
+        assert_eq!(ended_with(&events, lid), Some((0, blocks as u64)), "step {k} ran every block");
+        reported.extend(d.take_ends_ahead());
+        d.unbind(OpId(op(k)));
+    }
+    assert!(!d.busy(), "nothing left on the device once every step ended");
+    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+    assert!(sx.read(&mut d, 2) == want, "40 steps queued deep: x differs from the host's");
+    let c = d.ahead_counts();
+    eprintln!("deep: {c:?}; reported ends ahead: {}", reported.len());
+    assert!(c.deep > 0, "kernels were queued behind kernels themselves queued");
+    assert!(c.ended_ahead > 0 && !reported.is_empty(), "ends were seen before the launch commands");
+    assert!(
+        reported.iter().all(|&(o, b)| (op(1)..op(steps)).contains(&o.0) && b == blocks as u64),
+        "ends ahead name queued steps, each its whole grid: {reported:?}"
+    );
+    assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
 }
 
 #[test]

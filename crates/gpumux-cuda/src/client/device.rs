@@ -25,7 +25,7 @@ use crate::launch_plan::{Chunk, Plan};
 use crate::preempt::{SmMask, WorkerLaunch};
 use crate::runtime::launcher::Launcher;
 use crate::runtime::{Event as CuEvent, Module, Stream};
-pub use ahead::AheadCounts;
+pub use ahead::{AheadCounts, DEEP_HOLD_NS, DEEP_MAX};
 pub use corun::CoRunCounts;
 use corun::{CoRunChooser, KernelKey, Mode};
 use cudarc::driver::sys as cu;
@@ -99,6 +99,11 @@ struct Live {
     /// What happened to it, oldest first (the last [`HISTORY`]): named in
     /// the error if its workers ever leave with blocks left unasked.
     history: Vec<&'static str>,
+    /// The run of kernels of its stream it belongs to (the number of the
+    /// first launch of the run; kept by the kernels queued behind it and the
+    /// launches that adopt them): a stream's own kernels queued ahead are no
+    /// peers of it ([`ahead`], "Deep").
+    chain: u64,
 }
 
 /// Events a launch remembers.
@@ -396,6 +401,10 @@ pub struct ClientDevice {
     /// ([`ClientDevice::set_hw_priority`]), and the launches run natively so far.
     hw_priority: bool,
     native_launches: u64,
+    /// Ends of kernels queued natively seen before the engine launched them,
+    /// kept for [`ClientDevice::take_ends_ahead`] while `report_ends` ([`ahead`]).
+    ends_ahead: Vec<(OpId, u64)>,
+    report_ends: bool,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -456,7 +465,7 @@ fn co_location_spread(sm_count: u32, priority: i32, others: impl Iterator<Item =
 /// full occupancy would leave the peer's next launch no room beside it.
 fn placement(co_locate: bool, sm_count: u32, st: &InContext, live: &Live) -> Placement {
     let spread = co_location_spread(sm_count, live.priority, st.launches.values().map(|l| (l.priority, l.sms)));
-    let peer = !alone_at(&st.launches, &st.ahead, live.priority, None);
+    let peer = !alone_at(&st.launches, &st.ahead, live.priority, None, Some(live.chain));
     if co_locate && peer && !live.sms.is_empty() && live.sms.len() < spread.len() {
         Placement { mask: spread, share: Some((live.sms.len(), spread.len())) }
     } else {
@@ -479,7 +488,7 @@ fn place(
     if shared.share.is_none() {
         return (shared, None);
     }
-    let (Some(kernel), Some(peer)) = (kernel_of(st, live.op), sole_peer(st, live.priority)) else {
+    let (Some(kernel), Some(peer)) = (kernel_of(st, live.op), sole_peer(st, live.priority, live.chain)) else {
         return (shared, None);
     };
     if kernel == peer {
@@ -499,26 +508,29 @@ fn kernel_of(st: &InContext, op: OpId) -> Option<KernelKey> {
     st.ops.get(&op).map(|o| o.kernel.worker.key())
 }
 
-/// The one kernel running (or queued ahead to run) at `priority`, if
-/// exactly one is: the peer a launch of that priority is placed beside.
-fn sole_peer(st: &InContext, priority: i32) -> Option<KernelKey> {
+/// The one kernel running (or queued ahead to run, but on `chain`'s own
+/// stream) at `priority`, if exactly one is: the peer a launch of that
+/// priority is placed beside.
+fn sole_peer(st: &InContext, priority: i32, chain: u64) -> Option<KernelKey> {
     let running = st.launches.values().filter(|l| l.priority == priority && !l.sms.is_empty()).map(|l| l.op);
-    let queued = ahead::peers(&st.ahead, priority);
+    let queued = ahead::peers(&st.ahead, priority, Some(chain));
     let mut keys = running.chain(queued).filter_map(|op| kernel_of(st, op));
     let first = keys.next()?;
     keys.all(|k| k == first).then_some(first)
 }
 
 /// No launch of `priority` but `except` holds SMs, and no workers of it are
-/// queued ahead: a launch there has no peer to share SMs with.
+/// queued ahead but `chain`'s (its own stream's): a launch there has no
+/// peer to share SMs with.
 fn alone_at(
     launches: &HashMap<LaunchId, Live>,
     ahead: &HashMap<OpId, ahead::Ahead>,
     priority: i32,
     except: Option<LaunchId>,
+    chain: Option<u64>,
 ) -> bool {
     !launches.iter().any(|(&l, x)| Some(l) != except && x.priority == priority && !x.sms.is_empty())
-        && !ahead::peer_running(ahead, priority)
+        && !ahead::peer_running(ahead, priority, chain)
 }
 
 /// How a launch of `priority` runs under hardware priority
@@ -536,8 +548,9 @@ fn hw_native(
     ahead: &HashMap<OpId, ahead::Ahead>,
     priority: i32,
     except: Option<LaunchId>,
+    chain: Option<u64>,
 ) -> (bool, bool) {
-    if !hw_priority || !alone_at(launches, ahead, priority, except) {
+    if !hw_priority || !alone_at(launches, ahead, priority, except, chain) {
         return (false, false);
     }
     let others = launches.iter().filter(|(&l, x)| Some(l) != except && x.priority != priority);
@@ -706,6 +719,8 @@ impl ClientDevice {
             refills: (0, 0),
             hw_priority: false,
             native_launches: 0,
+            ends_ahead: Vec::new(),
+            report_ends: false,
         })
     }
 
@@ -1043,7 +1058,8 @@ impl ClientDevice {
         };
         // Hardware priority: a launch alone at its priority runs natively
         // (`hw_native` says when a short one does not).
-        let (native_anywhere, native_if_long) = hw_native(hw_priority, &st.launches, &st.ahead, live.priority, None);
+        let (native_anywhere, native_if_long) =
+            hw_native(hw_priority, &st.launches, &st.ahead, live.priority, None, Some(live.chain));
         // (Alone at its priority, a launch is placed on its own SMs: no peer to share them with.)
         let (place, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
         live.corun = corun;
@@ -1327,9 +1343,12 @@ impl Drop for ClientDevice {
         let c = self.ahead_counts;
         if c.queued > 0 {
             tracing::info!(
-                "CUDA device: queue ahead: {} kernels queued behind the one before, {} adopted as queued, \
+                "CUDA device: queue ahead: {} kernels queued behind the one before ({} natively behind a kernel \
+                 itself queued, {} seen ended before their launch command), {} adopted as queued, \
                  {} restarted elsewhere, {} cancelled; {} launches started again because no worker found room",
                 c.queued,
+                c.deep,
+                c.ended_ahead,
                 c.adopted,
                 c.restarted,
                 c.cancelled,
@@ -1450,6 +1469,7 @@ impl Device for ClientDevice {
                     place: Placement { mask: sms, share: None },
                     corun: None,
                     history: Vec::new(),
+                    chain: launch.0,
                 };
                 // Another kernel's workers queued on these SMs leave them.
                 let t = self.clock.start();
@@ -1543,6 +1563,9 @@ impl Device for ClientDevice {
             if self.out.is_empty() {
                 self.poll_cuts()?;
                 self.poll_launches()?;
+                if self.poll_ahead()? {
+                    self.deepen_tails()?;
+                }
                 self.poll_copies()?;
                 self.poll_orphans()?;
             }

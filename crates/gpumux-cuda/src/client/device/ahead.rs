@@ -49,14 +49,47 @@
 //! (not over every SM) whose SMs other workers may still fill, since what
 //! is queued would then run before it; if it were, the device stops on its
 //! check rather than restart the launch after its successor.
+//!
+//! **Deep, behind a native launch.** A native launch cannot be called back,
+//! and neither can a native kernel queued behind it: so the kernels after
+//! it on its stream, bound and run natively as a launch command would run
+//! them (`hw_native`: alone at their priority), are queued natively too, a
+//! run of them on the same CUDA stream ([`ClientDevice::queue_deeper`]), not
+//! just one. The engine then trails the GPU instead of pacing it: with one
+//! kernel ahead, the chain of the programs bench (511 dependent launches of
+//! 5.5 µs) moved at the pace of one engine round per kernel, ~20 µs through
+//! the device process. A peer of the same priority that comes meanwhile
+//! waits for what is queued (hardware priority lets an urgent one's blocks
+//! take slots first), so the run is bounded: at most [`DEEP_MAX`] kernels
+//! not yet seen ended, and at most [`DEEP_HOLD_NS`] of expected GPU time
+//! ([`preempt::expected_ns`]: a timed kernel's waves times its block time,
+//! an untimed one's waves at [`UNTIMED_WAVE_NS`]). A kernel that would not
+//! run natively (a peer of its priority came, another priority's workers
+//! run beside a short one, a launch that may hold the GPU too long) ends the
+//! run: it waits for the engine's launch command, as without queueing.
+//! Each kernel of a run needs a launch record at hand (its operation's or a
+//! spare): making one costs 0.8-2.1 ms of the device's thread, which the run
+//! does not wait for; the run goes on when records come back.
+//!
+//! **Ends seen ahead.** A natively queued kernel may end on the GPU before
+//! the engine has launched it. The device looks for such ends at each poll,
+//! in stream order (a kernel queued behind one not seen ended cannot have
+//! ended), and, where asked ([`ClientDevice::set_report_ends_ahead`]: the
+//! daemon's device process), reports them by operation
+//! ([`ClientDevice::take_ends_ahead`]), so that the daemon answers the
+//! engine's launch command for such an operation with its end at once,
+//! without a round trip to the device process. The launch command still
+//! comes: the device adopts the record and ends the launch as for any other
+//! (every block ran), and the daemon's side drops those events.
 
 use super::clock::Part;
 use super::{
-    all_left, failed, failed_with, hw_native, place, start_segs, state_of, still_to_run, ClientDevice, InContext, Live,
-    Placement, SegPlan,
+    all_left, failed, failed_with, hw_native, place, start_segs, state_of, still_to_run, ClientDevice, InContext,
+    KernelOp, Live, Placement, SegPlan,
 };
 use crate::launch_plan::Plan;
-use crate::preempt::{is_long, WorkerLaunch};
+use crate::launch_plan::SHORT_LAUNCH_NS;
+use crate::preempt::{expected_ns, holds_too_long, is_long, WorkerLaunch};
 use crate::runtime::Stream;
 use gpumux_engine::device::DeviceError;
 use gpumux_engine::ids::{LaunchId, OpId};
@@ -82,12 +115,49 @@ pub struct AheadCounts {
     /// them while the grid went through other SMs' free slots (see
     /// "What the engine sees").
     pub unplaced: u64,
+    /// Of `queued`, kernels queued natively behind a kernel that was itself
+    /// queued (deep queue ahead, module doc).
+    pub deep: u64,
+    /// Kernels queued natively that were seen ended on the GPU before the
+    /// engine launched them.
+    pub ended_ahead: u64,
+}
+
+/// Kernels queued natively ahead on one stream and not yet seen ended, at
+/// most (module doc, "Deep"). Enough to cover an engine round through the
+/// device process (~20 µs) many times over with 5 µs kernels (32 of them are
+/// ~180 µs of GPU work), while each holds a launch record.
+pub const DEEP_MAX: usize = 32;
+/// Expected GPU time of the kernels queued natively ahead on one stream and
+/// not yet seen ended, at most (ns): what a peer of the same priority that
+/// comes may wait for beyond the launch running. A tenth of
+/// [`crate::launch_plan::NATIVE_HOLD_MAX_NS`] (the most one native launch
+/// may hold the GPU), and about one ordinary kernel of a busy client.
+pub const DEEP_HOLD_NS: f64 = 1_000_000.0;
+/// A wave of an untimed kernel counts this long (ns) against
+/// [`DEEP_HOLD_NS`]: a launch expected to take at most this runs natively
+/// without preemption anyway (`launch_plan::SHORT_LAUNCH_NS`), and longer
+/// kernels are timed ([`crate::launch_plan::TIMED_LAUNCHES`]) unless they
+/// always ran natively. With [`DEEP_MAX`] the count bounds runs of untimed
+/// one-wave kernels (32 × 20 µs = 640 µs counted).
+pub const UNTIMED_WAVE_NS: f64 = SHORT_LAUNCH_NS;
+
+/// What queued workers wait for on their stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Behind {
+    /// A launch the engine made (it may have ended since).
+    Launch(LaunchId),
+    /// A kernel queued natively ahead (deep queue ahead, module doc).
+    Queued(OpId),
 }
 
 /// Workers of one kernel operation queued behind the launch before it.
 pub(in crate::client) struct Ahead {
-    /// The launch they are queued behind (it may have ended since).
-    behind: LaunchId,
+    /// What they are queued behind.
+    behind: Behind,
+    /// The run of kernels of one stream it belongs to ([`Live::chain`]): the
+    /// kernels of its own stream are no peers of it.
+    pub(super) chain: u64,
     /// The SMs `behind` held when they were queued: the engine gives them
     /// out again once `behind` ends, and a launch of another kernel there
     /// cancels these workers.
@@ -103,6 +173,24 @@ pub(in crate::client) struct Ahead {
     cancelled: bool,
     /// The engine's priority of their process.
     priority: i32,
+    /// Queued natively, and seen ended on the GPU (module doc, "Ends seen ahead").
+    ended: bool,
+    /// Its expected GPU time (ns), for [`DEEP_HOLD_NS`].
+    expect_ns: f64,
+}
+
+impl Ahead {
+    /// Every worker launch of it is the native kernel.
+    fn native(&self) -> bool {
+        !self.segs.is_empty() && self.segs.iter().all(|w| w.last_plan() == Some(Plan::Native))
+    }
+}
+
+/// The expected GPU time of kernel operation `o`'s whole grid (module doc, "Deep").
+fn expected_of(o: &KernelOp, sm_count: u32) -> f64 {
+    let threads = o.block.iter().product::<u32>();
+    let fits = o.kernel.worker.blocks_per_sm(threads, o.smem).unwrap_or(1);
+    expected_ns(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count, UNTIMED_WAVE_NS)
 }
 
 impl Ahead {
@@ -122,10 +210,10 @@ impl Ahead {
     }
 }
 
-/// Queued workers of `priority`, not cancelled, are there (running, or
-/// about to run once the launch before them ends).
-pub(super) fn peer_running(ahead: &HashMap<OpId, Ahead>, priority: i32) -> bool {
-    peers(ahead, priority).next().is_some()
+/// Queued workers of `priority`, not cancelled and not of `chain` (its own
+/// stream's), are there (running, or about to run once the launch before them ends).
+pub(super) fn peer_running(ahead: &HashMap<OpId, Ahead>, priority: i32, chain: Option<u64>) -> bool {
+    peers(ahead, priority, chain).next().is_some()
 }
 
 /// Workers (not native launches) of a priority other than `priority` are
@@ -137,21 +225,29 @@ pub(super) fn workers_of_others(ahead: &HashMap<OpId, Ahead>, priority: i32) -> 
         .any(|a| a.segs.iter().any(|w| w.running() && !w.running_native()))
 }
 
-/// The operations of `priority` whose workers are queued ahead and not cancelled.
-pub(super) fn peers(ahead: &HashMap<OpId, Ahead>, priority: i32) -> impl Iterator<Item = OpId> + '_ {
-    ahead.iter().filter(move |(_, a)| a.priority == priority && !a.cancelled).map(|(&op, _)| op)
+/// The operations of `priority` whose workers are queued ahead and not
+/// cancelled, but those of `chain` (a stream's own are no peers of it).
+pub(super) fn peers(
+    ahead: &HashMap<OpId, Ahead>,
+    priority: i32,
+    chain: Option<u64>,
+) -> impl Iterator<Item = OpId> + '_ {
+    ahead
+        .iter()
+        .filter(move |(_, a)| a.priority == priority && !a.cancelled && Some(a.chain) != chain)
+        .map(|(&op, _)| op)
 }
 
 /// Workers are queued behind launch `lid` and not cancelled.
 pub(super) fn queued_behind(ahead: &HashMap<OpId, Ahead>, lid: LaunchId) -> bool {
-    ahead.values().any(|a| a.behind == lid && !a.cancelled)
+    ahead.values().any(|a| a.behind == Behind::Launch(lid) && !a.cancelled)
 }
 
 /// `stream` of launch `lid`, which ended: handed to workers queued behind
 /// the launch (their order on it must hold), else returned for reuse.
 pub(super) fn take_stream(st: &mut InContext, lid: LaunchId, stream: Stream) -> Option<Stream> {
     let waiting = st.ahead.values_mut().chain(st.orphans.iter_mut().map(|o| &mut o.1));
-    match waiting.into_iter().find(|a| a.behind == lid && a.stream.is_none()) {
+    match waiting.into_iter().find(|a| a.behind == Behind::Launch(lid) && a.stream.is_none()) {
         Some(a) => {
             a.stream = Some(stream);
             None
@@ -172,10 +268,15 @@ impl ClientDevice {
         let Some(prev) = st.ops.get_mut(&after).filter(|o| !o.unbound) else { return };
         prev.next = Some(op);
         let running = st.launches.iter().filter(|(_, l)| l.op == after).map(|(&lid, _)| lid).next();
+        let queued = st.ahead.contains_key(&after);
         if let Some(lid) = running {
             if let Err(e) = self.try_queue_ahead(lid) {
                 // Not queued: the launch command starts it as usual.
                 tracing::warn!("CUDA device: queueing {op} behind launch {lid}: {e}");
+            }
+        } else if queued {
+            if let Err(e) = self.queue_deeper(after) {
+                tracing::warn!("CUDA device: queueing {op} behind {after}, itself queued: {e}");
             }
         }
     }
@@ -234,7 +335,8 @@ impl ClientDevice {
             return Ok(());
         }
         let native_before = live.segs.iter().all(|w| w.running() && w.last_plan() == Some(Plan::Native));
-        let (native_anywhere, native_if_long) = hw_native(hw_priority, launches, ahead, live.priority, Some(lid));
+        let (native_anywhere, native_if_long) =
+            hw_native(hw_priority, launches, ahead, live.priority, Some(lid), Some(live.chain));
         if native_if_long && !native_before {
             // A long next kernel would run natively (`hw_native`), and a
             // native kernel cannot wait queued behind workers (a retreat of
@@ -270,8 +372,11 @@ impl ClientDevice {
         let post = launcher.as_ref().map(|l| (l, ctx));
         let started = start_segs(ops, spare, next, &covers, &live.stream, how, lid, &mut segs, post, &mut self.clock);
         let (held, place) = (live.sms, live.place);
-        let priority = live.priority;
-        let a = Ahead { behind: lid, held, place, covers, stream: None, segs, cancelled: false, priority };
+        let (priority, chain) = (live.priority, live.chain);
+        let expect_ns = ops.get(&next).map_or(0.0, |o| expected_of(o, sm_count));
+        let behind = Behind::Launch(lid);
+        let (cancelled, ended) = (false, false);
+        let a = Ahead { behind, chain, held, place, covers, stream: None, segs, cancelled, priority, ended, expect_ns };
         if let Some(l) = launches.get_mut(&lid) {
             l.note("the next kernel queued behind it");
         }
@@ -279,21 +384,199 @@ impl ClientDevice {
         // the error says the context is gone, or the daemon stops).
         tracing::trace!("CUDA device: {next} queued behind launch {lid} ({place:?})");
         self.native_launches += a.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
+        let deepen = native_before && a.native();
         ahead.insert(next, a);
         self.ahead_counts.queued += 1;
-        started.map_err(failed_with(|| format!("queueing {next} behind launch {lid}")))
+        started.map_err(failed_with(|| format!("queueing {next} behind launch {lid}")))?;
+        // Behind a native kernel queued natively, the kernels after it too (module doc, "Deep").
+        if deepen {
+            self.queue_deeper(next)?;
+        }
+        Ok(())
+    }
+
+    /// Queues natively, behind `prev` (a kernel queued natively ahead), the
+    /// kernels after it on its stream that are bound and would run natively,
+    /// within [`DEEP_MAX`] and [`DEEP_HOLD_NS`] (module doc, "Deep").
+    pub(super) fn queue_deeper(&mut self, mut prev: OpId) -> Result<(), DeviceError> {
+        while let Some(next) = self.queue_one_deeper(prev)? {
+            prev = next;
+        }
+        Ok(())
+    }
+
+    /// [`ClientDevice::queue_deeper`]'s step: the kernel right after `prev`,
+    /// if it was queued natively (the run may go on behind it).
+    fn queue_one_deeper(&mut self, prev: OpId) -> Result<Option<OpId>, DeviceError> {
+        if !self.queue_ahead || !self.hw_priority {
+            return Ok(None);
+        }
+        let (chunk, sm_count, ctx) = (self.chunk, self.info.num_sms as u32, self.ctx.raw());
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        let InContext { launches, ops, spare, ahead, launcher, .. } = st;
+        let Some(a) = ahead.get(&prev) else { return Ok(None) };
+        if a.cancelled || !a.native() {
+            return Ok(None);
+        }
+        let (chain, priority, place, held) = (a.chain, a.priority, a.place, a.held);
+        let Some(next) = ops.get(&prev).and_then(|o| o.next) else { return Ok(None) };
+        if ahead.contains_key(&next) || launches.values().any(|l| l.op == next) {
+            return Ok(None);
+        }
+        let Some(o) = ops.get(&next).filter(|o| !o.unbound && o.kernel.native.is_some()) else { return Ok(None) };
+        let total: u64 = o.grid.iter().map(|&g| g as u64).product();
+        if o.left != BlockRanges::full(total) || total == 0 {
+            // A native grid runs whole, from block 0.
+            return Ok(None);
+        }
+        if o.pool.is_empty() && spare.is_empty() {
+            // No record at hand: not worth a new one's 1-2 ms here (module doc).
+            return Ok(None);
+        }
+        // The run back to the launch it is queued behind: what it holds not
+        // yet ended, and where its stream is.
+        let (mut queued, mut ns, mut at) = (0usize, expected_of(o, sm_count), prev);
+        let (root, stream) = loop {
+            let Some(e) = ahead.get(&at) else { return Ok(None) };
+            if !e.ended {
+                queued += 1;
+                ns += e.expect_ns;
+            }
+            match e.behind {
+                Behind::Queued(p) => at = p,
+                Behind::Launch(lid) => {
+                    let stream = e.stream.as_ref().or_else(|| launches.get(&lid).map(|l| &l.stream));
+                    break (lid, stream);
+                }
+            }
+        };
+        let Some(stream) = stream else { return Ok(None) };
+        if queued >= DEEP_MAX || ns > DEEP_HOLD_NS {
+            return Ok(None);
+        }
+        // Natively as a launch command would run it alone at its priority
+        // (`hw_native`; its own stream's kernels are no peers), and only so.
+        let (native_anywhere, native_if_long) = hw_native(true, launches, ahead, priority, Some(root), Some(chain));
+        let threads = o.block.iter().product::<u32>();
+        let fits = o.kernel.worker.blocks_per_sm(threads, o.smem).unwrap_or(1);
+        let long = || is_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
+        let too_long = holds_too_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
+        if too_long || !(native_anywhere || (native_if_long && long())) {
+            return Ok(None);
+        }
+        let covers = o.left.clone();
+        let expect_ns = expected_of(o, sm_count);
+        let how = SegPlan { place, never_native: false, native_anywhere, native_if_long, chunk, sm_count };
+        let mut segs = Vec::new();
+        let post = launcher.as_ref().map(|l| (l, ctx));
+        let started = start_segs(ops, spare, next, &covers, stream, how, root, &mut segs, post, &mut self.clock);
+        let behind = Behind::Queued(prev);
+        let (cancelled, ended) = (false, false);
+        let a = Ahead { behind, chain, held, place, covers, stream: None, segs, cancelled, priority, ended, expect_ns };
+        tracing::trace!("CUDA device: {next} queued natively behind {prev} (run behind launch {root})");
+        let native = a.native();
+        self.native_launches += a.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
+        ahead.insert(next, a);
+        self.ahead_counts.queued += 1;
+        self.ahead_counts.deep += 1;
+        started.map_err(failed_with(|| format!("queueing {next} behind {prev}")))?;
+        Ok(native.then_some(next))
+    }
+
+    /// Marks the kernels queued natively that ended on the GPU, in stream
+    /// order (module doc, "Ends seen ahead"): one behind a kernel not seen
+    /// ended is not looked at (it cannot have ended, and a look may query
+    /// its end event, which takes the driver's lock). Reports them where
+    /// asked ([`ClientDevice::set_report_ends_ahead`]). A fault shows here as
+    /// in any poll: the error of the end event's query.
+    pub(super) fn poll_ahead(&mut self) -> Result<bool, DeviceError> {
+        if self.st.as_ref().is_none_or(|st| st.ahead.is_empty()) {
+            return Ok(false);
+        }
+        let mut any = false;
+        let report = self.report_ends;
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        loop {
+            let ready: Vec<OpId> = st
+                .ahead
+                .iter()
+                .filter(|(_, a)| !a.ended && !a.cancelled && a.native())
+                .filter(|(_, a)| match a.behind {
+                    Behind::Launch(lid) => !st.launches.contains_key(&lid),
+                    Behind::Queued(p) => st.ahead.get(&p).is_none_or(|b| b.ended),
+                })
+                .map(|(&op, _)| op)
+                .collect();
+            let mut seen = false;
+            for op in ready {
+                let Some(a) = st.ahead.get_mut(&op) else { continue };
+                if !all_left(&a.segs).map_err(failed_with(|| format!("polling {op}'s kernel queued ahead")))? {
+                    continue;
+                }
+                a.ended = true;
+                seen = true;
+                self.ahead_counts.ended_ahead += 1;
+                if report {
+                    let blocks = a.covers.len();
+                    self.ends_ahead.push((op, blocks));
+                }
+            }
+            if !seen {
+                return Ok(any);
+            }
+            any = true;
+        }
+    }
+
+    /// After a poll saw kernels queued natively end: each run of them goes
+    /// on from its last kernel, within its bounds again (module doc, "Deep").
+    pub(super) fn deepen_tails(&mut self) -> Result<(), DeviceError> {
+        let Some(st) = self.st.as_ref() else { return Ok(()) };
+        let tails: Vec<OpId> = st
+            .ahead
+            .iter()
+            .filter(|(_, a)| !a.cancelled && a.native())
+            .filter(|(op, _)| st.ops.get(op).and_then(|o| o.next).is_some_and(|n| !st.ahead.contains_key(&n)))
+            .map(|(&op, _)| op)
+            .collect();
+        for op in tails {
+            self.queue_deeper(op)?;
+        }
+        Ok(())
+    }
+
+    /// Whether kernels queued natively that end before the engine launches
+    /// them are kept for [`ClientDevice::take_ends_ahead`] (the daemon's
+    /// device process asks; off by default, where nobody would take them).
+    pub fn set_report_ends_ahead(&mut self, on: bool) {
+        self.report_ends = on;
+        if !on {
+            self.ends_ahead.clear();
+        }
+    }
+
+    /// Kernel operations queued natively ahead that ran every block (the
+    /// second: their blocks from 0, the whole grid) before the engine
+    /// launched them, seen since the last call
+    /// ([`ClientDevice::set_report_ends_ahead`]). The engine's launch command
+    /// for such an operation is still to come; the device ends that launch
+    /// as soon as it comes (a poll after), every block done.
+    pub fn take_ends_ahead(&mut self) -> Vec<(OpId, u64)> {
+        std::mem::take(&mut self.ends_ahead)
     }
 
     /// Cancels the workers queued behind launch `lid` (before it is asked
     /// to leave any SM: see the module doc).
     pub(super) fn cancel_ahead_behind(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
-        self.cancel_where(|_, a| a.behind == lid)
+        self.cancel_where(|_, a| a.behind == Behind::Launch(lid))
     }
 
     /// Cancels queued workers on SMs the engine gives to a launch of
-    /// another operation than `except` (`sms`).
+    /// another operation than `except` (`sms`), but not the kernels queued
+    /// natively behind `except` on its own stream (they follow it).
     pub(super) fn cancel_ahead_on(&mut self, sms: SmSet, except: Option<OpId>) -> Result<(), DeviceError> {
-        self.cancel_where(|op, a| Some(op) != except && !a.held.intersection(&sms).is_empty())
+        let own = except.and_then(|op| self.st.as_ref()?.ahead.get(&op).map(|a| a.chain));
+        self.cancel_where(|op, a| Some(op) != except && Some(a.chain) != own && !a.held.intersection(&sms).is_empty())
     }
 
     fn cancel_where(&mut self, which: impl Fn(OpId, &Ahead) -> bool) -> Result<(), DeviceError> {
@@ -308,12 +591,14 @@ impl ClientDevice {
             if a.cancelled || !which(op, a) {
                 continue;
             }
-            if let Some(l) = st.launches.get_mut(&a.behind) {
-                l.note("the kernel queued behind it cancelled");
+            if let Behind::Launch(lid) = a.behind {
+                if let Some(l) = st.launches.get_mut(&lid) {
+                    l.note("the kernel queued behind it cancelled");
+                }
             }
             a.cancelled = true;
             self.ahead_counts.cancelled += 1;
-            tracing::trace!("CUDA device: {op}'s queued workers (behind launch {}) cancelled", a.behind);
+            tracing::trace!("CUDA device: {op}'s queued workers (behind {:?}) cancelled", a.behind);
             for w in &a.segs {
                 w.retreat(&st.ctl).map_err(failed_with(|| format!("cancelling the workers of {op} queued ahead")))?;
             }
@@ -333,6 +618,13 @@ impl ClientDevice {
             st.launches.insert(lid, live);
             return self.start_workers(lid);
         };
+        // What is queued natively behind it waits for this launch now.
+        for b in st.ahead.values_mut().chain(st.orphans.iter_mut().map(|o| &mut o.1)) {
+            if b.behind == Behind::Queued(live.op) {
+                b.behind = Behind::Launch(lid);
+            }
+        }
+        live.chain = a.chain;
         // The stream they are queued on is `behind`'s until it ends (and the
         // engine launches an operation only after the one before it on its
         // stream ended, so it has); the fresh one goes back.
@@ -386,12 +678,30 @@ impl ClientDevice {
         );
         if clean {
             let t = self.clock.start();
-            let queued = self.try_queue_ahead(lid);
+            let queued = self.try_queue_ahead(lid).and_then(|()| self.deepen_after(lid));
             self.clock.part(Part::QueueAhead, t);
             queued
         } else {
             Ok(())
         }
+    }
+
+    /// Launch `lid` adopted its kernel queued natively: the run behind it
+    /// goes on from its last kernel, as far as the ends seen so far let it
+    /// (module doc, "Deep").
+    fn deepen_after(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
+        let Some(st) = self.st.as_ref() else { return Ok(()) };
+        let Some(mut tail) = st.launches.get(&lid).map(|l| l.op) else { return Ok(()) };
+        let mut queued = false;
+        while let Some(n) = st.ops.get(&tail).and_then(|o| o.next).filter(|n| st.ahead.contains_key(n)) {
+            tail = n;
+            queued = true;
+        }
+        if !queued {
+            return Ok(());
+        }
+        self.poll_ahead()?;
+        self.queue_deeper(tail)
     }
 
     /// `op` is unbound: workers queued for it are cancelled and reaped once gone.
