@@ -15,6 +15,7 @@
 //! device no more (a faulted CUDA process cannot recover) and waits to be
 //! killed. It exits when the daemon closes its end.
 
+use crate::backend::ends_ahead::Silenced;
 use crate::backend::link::{self, Link, LinkError};
 use crate::backend::wire::{FromDevice, RegionId, SwapCall, ToDevice};
 use crate::backend::{Backend, Failure, MemError, Registered, Wake};
@@ -62,6 +63,9 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
             return Ok(false);
         }
     };
+    let mut backend = backend;
+    // The daemon answers launches of kernels that ended ahead itself (`backend::ends_ahead`).
+    backend.report_ends_ahead();
     let ready = FromDevice::Ready {
         describe: backend.describe(),
         info: backend.info().clone(),
@@ -81,6 +85,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         broken: false,
         spin,
         load: LoadClock::new(&LOAD_PARTS),
+        silenced: Silenced::default(),
     };
     host.run()?;
     Ok(true)
@@ -117,6 +122,8 @@ struct DeviceHost {
     spin: Duration,
     /// Where this process's time goes (logged when the daemon lets go).
     load: LoadClock,
+    /// Launches the daemon answered itself ([`crate::backend::ends_ahead`]).
+    silenced: Silenced,
 }
 
 impl DeviceHost {
@@ -128,7 +135,7 @@ impl DeviceHost {
             match self.link.recv_spin::<ToDevice>(self.spin) {
                 Ok(Some(msg)) => {
                     let kind = match msg {
-                        ToDevice::Submit(Command::Launch { .. }) => LAUNCHES,
+                        ToDevice::Submit(Command::Launch { .. }) | ToDevice::SubmitAnswered(_) => LAUNCHES,
                         ToDevice::Submit(_) => COMMANDS,
                         ToDevice::Poll => POLLS,
                         ToDevice::Bind { .. } => BINDS,
@@ -162,16 +169,22 @@ impl DeviceHost {
         let mut events = Vec::new();
         if self.broken {
             // Reported already; the daemon is about to replace this process.
-            let (failed, loaded, registered) = (Vec::new(), Vec::new(), Vec::new());
-            return FromDevice::Polled { events, failed, loaded, registered, wake: Wake::Idle };
+            let (failed, loaded, registered, ends_ahead) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            return FromDevice::Polled { events, failed, loaded, registered, ends_ahead, wake: Wake::Idle };
         }
         match self.backend.poll(&mut events) {
             Ok(_) => {
-                let (mut failed, mut loaded) = (Vec::new(), Vec::new());
+                if let Err(what) = self.silenced.filter(&mut events) {
+                    self.broken = true;
+                    return FromDevice::Fatal { what };
+                }
+                let (mut failed, mut loaded, mut ends_ahead) = (Vec::new(), Vec::new(), Vec::new());
                 self.backend.take_failed(&mut failed);
                 self.backend.take_loaded(&mut loaded);
+                self.backend.take_ends_ahead(&mut ends_ahead);
                 let registered = self.take_registered();
-                FromDevice::Polled { events, failed, loaded, registered, wake: self.backend.next_wake() }
+                let wake = self.backend.next_wake();
+                FromDevice::Polled { events, failed, loaded, registered, ends_ahead, wake }
             }
             Err(f) => {
                 self.broken = true;
@@ -279,6 +292,18 @@ impl DeviceHost {
             ToDevice::Submit(command) => {
                 if self.broken {
                     return Ok(());
+                }
+                if let Err(f) = self.backend.submit(command) {
+                    self.failed(f);
+                }
+                Ok(())
+            }
+            ToDevice::SubmitAnswered(command) => {
+                if self.broken {
+                    return Ok(());
+                }
+                if let Command::Launch { launch, .. } = &command {
+                    self.silenced.add(*launch);
                 }
                 if let Err(f) = self.backend.submit(command) {
                     self.failed(f);

@@ -353,6 +353,15 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn report_ends_ahead(&mut self) {
+        self.device.set_report_ends_ahead(true);
+    }
+
+    fn take_ends_ahead(&mut self, out: &mut Vec<super::ends_ahead::EndAhead>) {
+        let ends = self.device.take_ends_ahead();
+        out.extend(ends.into_iter().map(|(op, blocks)| super::ends_ahead::EndAhead { op, blocks }));
+    }
+
     fn frees_retreats_at_once(&self) -> bool {
         // `ClientDevice`'s per-SM leave announces the SMs released in the command.
         true

@@ -30,6 +30,7 @@ use std::time::Duration;
 pub mod compile;
 pub mod copy_engine;
 pub mod cuda;
+pub mod ends_ahead;
 pub mod link;
 pub mod remote;
 pub mod sim;
@@ -424,6 +425,13 @@ pub trait Backend: Send {
     fn frees_retreats_at_once(&self) -> bool {
         false
     }
+    /// Keep the ends of kernels the device ran before the engine launched
+    /// them for [`Backend::take_ends_ahead`] (a device process asks, to send
+    /// them to the daemon: [`ends_ahead`]). A device that runs nothing ahead
+    /// ignores it.
+    fn report_ends_ahead(&mut self) {}
+    /// Appends the ends seen ahead since the last call ([`Backend::report_ends_ahead`]).
+    fn take_ends_ahead(&mut self, _out: &mut Vec<ends_ahead::EndAhead>) {}
 
     /// After [`Failure::ContextLost`]: a fresh context, with no memory,
     /// modules or operations (the daemon re-allocates and reloads what its

@@ -26,11 +26,21 @@
 //! {33-43}"). In lockstep the device takes the `Grow` before it looks for
 //! finished work, and releases the grown SMs before the launch's end.
 //!
+//! Ends known ahead ([`super::ends_ahead`]): a poll's answer may report
+//! kernels the device ran before their launch command; the engine's launch
+//! command for one is answered here, at the next poll, with no exchange
+//! (the device still gets the command, marked answered). Between two real
+//! exchanges the answers are at most the ends reported at the first, which
+//! the device bounds (the CUDA device's runs of kernels queued natively:
+//! `DEEP_MAX` a stream), so the device is still polled for everything else
+//! within a few engine rounds.
+//!
 //! Time: the engine sees this process's clock (ns since the backend opened,
 //! monotonic across restarts); the child's device has its own. Events are
 //! stamped when their poll's answer is read here, which is how late the
 //! engine learns of them anyway.
 
+use super::ends_ahead::KnownEnds;
 use super::link::{socket_pair, Link, LinkError};
 use super::wire::{FromDevice, HostRef, RegionId, SwapCall, ToDevice};
 use super::{
@@ -278,6 +288,11 @@ impl InFlight {
         }
     }
 
+    /// A launch of `op` went to the device and its end was not read yet.
+    fn launches_op(&self, op: OpId) -> bool {
+        self.launches.values().any(|&o| o == op)
+    }
+
     fn ops(&self) -> Vec<OpId> {
         let mut ops: Vec<OpId> = self.launches.values().chain(self.copies.values()).copied().collect();
         ops.sort_unstable();
@@ -325,6 +340,8 @@ pub struct RemoteBackend {
     pinning: std::collections::BTreeMap<u64, (RegionId, Arc<ShmRegion>)>,
     /// Pins the child reported (or that needed none), for [`Backend::take_registered`].
     registered: Vec<Registered>,
+    /// Ends the child saw ahead, and the launches answered with them (module doc).
+    known: KnownEnds,
 }
 
 impl RemoteBackend {
@@ -353,6 +370,7 @@ impl RemoteBackend {
             pinning: Default::default(),
             registered: Vec::new(),
             kernels_loaded: 0,
+            known: KnownEnds::default(),
         })
     }
 
@@ -479,6 +497,13 @@ impl Drop for RemoteBackend {
     /// The daemon stops: the device process sees the link close and exits
     /// (a CUDA context is destroyed cleanly); killed if it takes too long.
     fn drop(&mut self) {
+        if self.known.count() > 0 {
+            tracing::info!(
+                "device {}: {} launch commands answered from ends the device saw ahead, without a round trip",
+                self.spec,
+                self.known.count()
+            );
+        }
         self.process.link.close();
         reap(&mut self.process.child);
     }
@@ -636,6 +661,7 @@ impl Backend for RemoteBackend {
     }
 
     fn unbind(&mut self, op: OpId) {
+        self.known.forget(op);
         if self.broken.is_none() {
             if let Err(e) = self.process.link.send(&ToDevice::Unbind { op }, None) {
                 self.lost(e);
@@ -652,9 +678,18 @@ impl Backend for RemoteBackend {
             // Lost already: the failure is reported by the next poll, if not yet.
             return Ok(());
         }
-        self.in_flight.command(&command);
-        self.unpolled = true;
-        if let Err(e) = self.process.link.send(&ToDevice::Submit(command), None) {
+        if self.known.drops(&command) {
+            // Its launch was answered here and ran every block (`ends_ahead`).
+            return Ok(());
+        }
+        let msg = if self.known.answer(&command) {
+            ToDevice::SubmitAnswered(command)
+        } else {
+            self.in_flight.command(&command);
+            self.unpolled = true;
+            ToDevice::Submit(command)
+        };
+        if let Err(e) = self.process.link.send(&msg, None) {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
         }
@@ -669,6 +704,11 @@ impl Backend for RemoteBackend {
             // Reported already; the core rebuilds.
             return Ok(self.now());
         }
+        if self.known.pending() && !self.poll_sent {
+            // Launches answered from ends seen ahead: no exchange (module doc).
+            self.known.take(events);
+            return Ok(self.now());
+        }
         self.unpolled = false;
         let answer = if std::mem::take(&mut self.poll_sent) {
             match self.poll_answer.take() {
@@ -679,7 +719,7 @@ impl Backend for RemoteBackend {
             self.call(&ToDevice::Poll, None)
         };
         match answer {
-            Ok(FromDevice::Polled { events: got, failed, loaded, registered, wake }) => {
+            Ok(FromDevice::Polled { events: got, failed, loaded, registered, ends_ahead, wake }) => {
                 for r in &registered {
                     if let Some((id, region)) = self.pinning.remove(&r.token) {
                         if r.result.is_ok() {
@@ -699,6 +739,10 @@ impl Backend for RemoteBackend {
                     self.in_flight.event(e);
                 }
                 events.extend(got);
+                // After the device's: those launches went to it after this poll.
+                self.known.take(events);
+                let in_flight = &self.in_flight;
+                self.known.learn(ends_ahead, |op| in_flight.launches_op(op));
                 self.failed.extend(failed);
                 self.wake = (wake, Instant::now());
             }
@@ -724,7 +768,7 @@ impl Backend for RemoteBackend {
     }
 
     fn start_poll(&mut self) -> bool {
-        if self.poll_sent || self.failure.is_some() || self.broken.is_some() {
+        if self.poll_sent || self.failure.is_some() || self.broken.is_some() || self.known.pending() {
             return self.poll_sent;
         }
         match self.process.link.send(&ToDevice::Poll, None) {
@@ -761,7 +805,7 @@ impl Backend for RemoteBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        if self.failure.is_some() || self.unpolled {
+        if self.failure.is_some() || self.unpolled || self.known.pending() {
             return Wake::After(Duration::ZERO);
         }
         if self.broken.is_some() {
@@ -798,6 +842,7 @@ impl Backend for RemoteBackend {
         self.poll_sent = false;
         self.poll_answer = None;
         self.failed.clear();
+        self.known = KnownEnds::default();
         if !self.spin.is_zero() {
             let spin = self.spin;
             self.spin_for(spin);

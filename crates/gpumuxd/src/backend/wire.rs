@@ -122,6 +122,10 @@ pub enum ToDevice {
     },
     /// [`super::Backend::submit`]. No answer (a failure answers the next `Poll`).
     Submit(Command),
+    /// A launch command the daemon answered itself from an end the device
+    /// reported ahead ([`super::ends_ahead`]): carried out as `Submit`, and
+    /// the launch's events are not sent. No answer.
+    SubmitAnswered(Command),
     /// [`super::Backend::spin_for`]: poll the link this long after each
     /// message from now on (0: the default). No answer.
     Spin {
@@ -179,6 +183,8 @@ pub enum FromDevice {
         loaded: Vec<super::Loaded>,
         /// Pins that finished ([`super::Backend::take_registered`]).
         registered: Vec<super::Registered>,
+        /// Kernels that ran before their launch command ([`super::Backend::take_ends_ahead`]).
+        ends_ahead: Vec<super::ends_ahead::EndAhead>,
         /// The device's [`super::Backend::next_wake`] right after that poll.
         wake: Wake,
     },

@@ -494,6 +494,7 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::ends_ahead::{EndAhead, KnownEnds};
     use crate::backend::sim::SimBackend;
     use crate::backend::{ModuleImage, Wake};
     use gpumux_proto::{Launch, MAGIC, VERSION};
@@ -769,6 +770,152 @@ mod tests {
         }) {
             panic!("a request was refused: {error:?}");
         }
+    }
+
+    /// The simulator behind a device that reports every one-block kernel
+    /// bound to follow another as ended ahead at its next poll (as the CUDA device's
+    /// deep queue ahead does behind a native launch), and answers the
+    /// engine's launches of those itself, as `RemoteBackend` does
+    /// (`backend::ends_ahead`): at the next poll, without asking the device,
+    /// which never runs them. Counts the launches answered, the polls
+    /// answered without the device, and the launches the device ran.
+    struct AnswersAhead {
+        sim: SimBackend,
+        known: KnownEnds,
+        /// Kernels bound to follow another, reported at the next device poll.
+        bound_after: Vec<EndAhead>,
+        /// Operations whose launch went to the device.
+        launched: HashSet<OpId>,
+        answered: Arc<AtomicUsize>,
+        local_polls: Arc<AtomicUsize>,
+        device_launches: Arc<AtomicUsize>,
+        known_left: Arc<AtomicUsize>,
+    }
+
+    impl AnswersAhead {
+        fn new() -> AnswersAhead {
+            AnswersAhead {
+                sim: SimBackend::with_info(gpumux_sim::presets::h100()),
+                known: KnownEnds::default(),
+                bound_after: Vec::new(),
+                launched: HashSet::new(),
+                answered: Arc::default(),
+                local_polls: Arc::default(),
+                device_launches: Arc::default(),
+                known_left: Arc::default(),
+            }
+        }
+    }
+
+    impl Backend for AnswersAhead {
+        delegate_to_sim!();
+        fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
+            self.sim.start_load(token, name, source, options)
+        }
+        fn bind(&mut self, op: OpId, work: OpWork) {
+            // One-block kernels only: a larger one stands for a kernel that runs long.
+            if let OpWork::Kernel { after: Some(_), grid: [1, 1, 1], .. } = &work {
+                self.bound_after.push(EndAhead { op, blocks: 1 });
+            }
+            self.sim.bind(op, work)
+        }
+        fn unbind(&mut self, op: OpId) {
+            self.known.forget(op);
+            self.bound_after.retain(|e| e.op != op);
+            self.known_left.store(self.known.known(), Ordering::Relaxed);
+            self.sim.unbind(op)
+        }
+        fn submit(&mut self, command: Command) -> Result<(), Failure> {
+            if self.known.drops(&command) {
+                return Ok(());
+            }
+            if self.known.answer(&command) {
+                self.answered.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            if let Command::Launch { op, .. } = &command {
+                self.launched.insert(*op);
+                self.device_launches.fetch_add(1, Ordering::Relaxed);
+            }
+            self.sim.submit(command)
+        }
+        fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
+            if self.known.pending() {
+                self.local_polls.fetch_add(1, Ordering::Relaxed);
+                self.known.take(events);
+                return Ok(self.sim.now());
+            }
+            let t = self.sim.poll(events)?;
+            let launched = &self.launched;
+            self.known.learn(self.bound_after.drain(..), |op| launched.contains(&op));
+            self.known_left.store(self.known.known(), Ordering::Relaxed);
+            Ok(t)
+        }
+        fn take_failed(&mut self, out: &mut Vec<crate::backend::OpFailed>) {
+            self.sim.take_failed(out)
+        }
+        fn next_wake(&self) -> Wake {
+            if self.known.pending() {
+                Wake::Spin
+            } else {
+                self.sim.next_wake()
+            }
+        }
+    }
+
+    /// Ends known ahead (`backend::ends_ahead`): a stream of 20 dependent
+    /// launches whose kernels after the first the device reports ended
+    /// ahead. The engine's launches of those are answered without the device
+    /// (which runs only the first), the stream's sync is answered in order
+    /// after them all, every kernel counts as done, and nothing is left known
+    /// once the stream drained; a second stream whose client leaves with
+    /// ends reported and not launched leaves none behind either.
+    #[test]
+    fn launches_answered_from_ends_known_ahead_complete_a_stream_in_order_without_the_device() {
+        let backend = AnswersAhead::new();
+        let (answered, local_polls, device_launches, known_left) = (
+            backend.answered.clone(),
+            backend.local_polls.clone(),
+            backend.device_launches.clone(),
+            backend.known_left.clone(),
+        );
+        let (mut core, kernel, replies) = core_with_kernel_on(Box::new(backend));
+        for i in 0..20 {
+            assert!(core.handle(request(10 + i, launch_of(kernel))));
+        }
+        assert!(core.handle(request(40, Request::SyncStream(StreamId(0)))));
+        assert_eq!(answer_to(&mut core, &replies, 40), Ok(Reply::Done));
+        assert_eq!(device_launches.load(Ordering::Relaxed), 1, "the device ran only the first kernel");
+        assert_eq!(answered.load(Ordering::Relaxed), 19, "the 19 after it were answered from their ends");
+        assert!(local_polls.load(Ordering::Relaxed) > 0, "answered at polls that did not ask the device");
+        let done = core.sessions.get(&1).map(|s| s.counters.kernels_done);
+        assert_eq!(done, Some(20), "every kernel counted as done");
+        assert_eq!(known_left.load(Ordering::Relaxed), 0, "no end known for a kernel that was launched");
+        if let Some(e) = replies.try_iter().find_map(|f| match f {
+            ServerFrame::Reply { result: Err(e), .. } => Some(e),
+            _ => None,
+        }) {
+            panic!("a request was refused: {e:?}");
+        }
+
+        // A client that leaves with kernels reported ended and not launched:
+        // a long kernel first holds the rest back, then the client goes.
+        let long = Launch { block_time_ns: Some(50_000_000), grid: [1_000, 1, 1], ..launch_of_struct(kernel) };
+        assert!(core.handle(request(50, Request::Launch(long))));
+        for i in 0..5 {
+            assert!(core.handle(request(51 + i, launch_of(kernel))));
+        }
+        core.pump().expect("pump");
+        core.pump().expect("pump");
+        assert!(known_left.load(Ordering::Relaxed) > 0, "the kernels behind the long one were reported ended");
+        core.disconnect(1);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while core.sessions.contains_key(&1) {
+            core.pump().expect("pump");
+            assert!(Instant::now() < deadline, "the client was not reaped in 10 s");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(known_left.load(Ordering::Relaxed), 0, "ends of a gone client's kernels are forgotten");
     }
 
     /// The simulator behind a device that refuses the binding of every
