@@ -277,6 +277,11 @@ pub struct WorkerLaunch {
     running_native: bool,
     /// The running native launch publishes its end in host memory ([`NATIVE_END_VAR`]).
     native_published: bool,
+    /// The next native start publishes its end ([`WorkerLaunch::publish_end`]).
+    publish_end: bool,
+    /// The running native launch is known to have ended: a later launch on
+    /// its stream published its end ([`WorkerLaunch::ended_before`]).
+    known_ended: bool,
     /// Started to displace other work: never native (see [`WorkerLaunch::urgent`]).
     urgent: bool,
     /// Run the whole grid natively whatever its length and SMs, if the native
@@ -414,6 +419,8 @@ impl WorkerLaunch {
             running: false,
             running_native: false,
             native_published: false,
+            publish_end: true,
+            known_ended: false,
             urgent: false,
             native_anywhere: false,
             native_if_long: false,
@@ -461,6 +468,8 @@ impl WorkerLaunch {
         self.native_anywhere = false;
         self.native_if_long = false;
         self.share_cap = None;
+        self.publish_end = true;
+        self.known_ended = false;
         Ok(())
     }
 
@@ -472,6 +481,32 @@ impl WorkerLaunch {
     pub fn urgent(mut self, yes: bool) -> Self {
         self.urgent = yes;
         self
+    }
+
+    /// Whether the next start, if native, publishes its end in host memory
+    /// (a stream write after the kernel, ~2 µs of the GPU's time between two
+    /// short kernels); the default, and set again after each start. Without
+    /// it the launch's end is read from its end event, or known from a
+    /// later launch of its stream that published its end
+    /// ([`WorkerLaunch::ended_before`]): the CUDA client device's runs of
+    /// kernels queued natively publish the end of one kernel in a few.
+    pub fn publish_end(&mut self, yes: bool) {
+        self.publish_end = yes;
+    }
+
+    /// The running launch is native and its end is neither published nor
+    /// known yet ([`WorkerLaunch::publish_end`]).
+    pub fn end_unpublished(&self) -> bool {
+        self.running && self.running_native && !self.native_published && !self.known_ended
+    }
+
+    /// The running native launch ended: a launch queued after it on the
+    /// same stream published its end (stream order). Its poll and finish
+    /// then need no driver call. Nothing for any other launch.
+    pub fn ended_before(&mut self) {
+        if self.running && self.running_native {
+            self.known_ended = true;
+        }
     }
 
     /// Gives the launch the kernel's native build, which [`Chunk::Auto`] uses
@@ -660,6 +695,8 @@ impl WorkerLaunch {
         }
         let plan = self.plan(mask);
         self.last_plan = Some(plan);
+        // For this start only (`publish_end`).
+        let publish_end = std::mem::replace(&mut self.publish_end, true);
         let planned = began.map(|_| std::time::Instant::now());
         let mut p = Params::default();
         for a in &self.args {
@@ -673,7 +710,7 @@ impl WorkerLaunch {
                 // driver's lock that the next launch waits for.
                 self.seq = self.seq.wrapping_add(1).max(1);
                 let publish = match &self.host {
-                    Some(h) if native_end_published() => {
+                    Some(h) if native_end_published() && publish_end => {
                         Some(Publish { addr: h.dev + HOST_SEQ_WORD as u64 * 4, value: self.seq })
                     }
                     _ => None,
@@ -820,7 +857,7 @@ impl WorkerLaunch {
                 return Err(e);
             }
         }
-        if self.host_result().is_some() {
+        if self.known_ended || self.host_result().is_some() {
             return Ok(true);
         }
         if self.host_words().is_some() {
@@ -864,6 +901,13 @@ impl WorkerLaunch {
     pub fn finish(&mut self) -> Result<Outcome> {
         self.settle()?;
         if !self.running {
+            return Ok(Outcome { next: self.next, end: self.end, workers: 0 });
+        }
+        if std::mem::take(&mut self.known_ended) {
+            // A native launch: every block ran (`ended_before`).
+            self.running = false;
+            self.running_native = false;
+            self.next = self.end;
             return Ok(Outcome { next: self.next, end: self.end, workers: 0 });
         }
         if let Some((next, workers)) = self.host_result() {

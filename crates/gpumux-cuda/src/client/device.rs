@@ -578,6 +578,8 @@ struct SegPlan {
     native_if_long: bool,
     chunk: Chunk,
     sm_count: u32,
+    /// A native start publishes its end in host memory (`WorkerLaunch::publish_end`).
+    publish_end: bool,
 }
 
 /// Starts workers for `ranges` of kernel operation `op` on `stream`, one
@@ -629,6 +631,7 @@ fn start_segs(
         w.set_native(if native { op.kernel.native.clone() } else { None });
         w.native_anywhere(how.native_anywhere);
         w.native_if_long(how.native_if_long);
+        w.publish_end(how.publish_end);
         log_if_slow(t, || format!("a launch record for launch {lid}"));
         w.share_cap = how.place.share.map(|(held, over)| share_of_each_sm(w.workers_per_sm(), held, over));
         let t = Instant::now();
@@ -1067,7 +1070,9 @@ impl ClientDevice {
             None => Err(CudaError::Invalid(format!("no work bound to {}", live.op))),
             Some(op) => {
                 let ranges = still_to_run(&live.requested, &op.left);
-                let how = SegPlan { place, never_native: false, native_anywhere, native_if_long, chunk, sm_count };
+                let (never_native, publish_end) = (false, true);
+                let how =
+                    SegPlan { place, never_native, native_anywhere, native_if_long, chunk, sm_count, publish_end };
                 let (ops, spare, segs) = (&mut st.ops, &mut st.spare, &mut live.segs);
                 start_segs(ops, spare, live.op, &ranges, &live.stream, how, lid, segs, None, &mut self.clock)
             }
@@ -1562,6 +1567,7 @@ impl Device for ClientDevice {
         loop {
             if self.out.is_empty() {
                 self.poll_cuts()?;
+                self.mark_implied_ends()?;
                 self.poll_launches()?;
                 if self.poll_ahead()? {
                     self.deepen_tails()?;

@@ -142,6 +142,10 @@ pub const DEEP_HOLD_NS: f64 = 1_000_000.0;
 /// one-wave kernels (32 × 20 µs = 640 µs counted).
 pub const UNTIMED_WAVE_NS: f64 = SHORT_LAUNCH_NS;
 
+/// A kernel queued natively behind a kernel itself queued publishes its end
+/// in host memory one time in this many (module doc, "Fewer end writes").
+pub const PUBLISH_EVERY: u64 = 4;
+
 /// What queued workers wait for on their stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Behind {
@@ -256,6 +260,21 @@ pub(super) fn take_stream(st: &mut InContext, lid: LaunchId, stream: Stream) -> 
     }
 }
 
+/// Whether the first kernel queued after `op` on its stream that publishes
+/// its end (module doc, "Fewer end writes") has ended, which says that `op`
+/// has (stream order); `None`: none after it publishes.
+fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError> {
+    let mut at = op;
+    while let Some(n) = st.ops.get(&at).and_then(|o| o.next) {
+        let Some(x) = st.ahead.get(&n) else { return Ok(None) };
+        if !x.segs.is_empty() && !x.segs.iter().any(WorkerLaunch::end_unpublished) {
+            return all_left(&x.segs).map(Some);
+        }
+        at = n;
+    }
+    Ok(None)
+}
+
 impl ClientDevice {
     /// What queueing ahead did so far.
     pub fn ahead_counts(&self) -> AheadCounts {
@@ -365,6 +384,7 @@ impl ClientDevice {
             native_if_long: native_before && native_if_long,
             chunk,
             sm_count,
+            publish_end: true,
         };
         let mut segs = Vec::new();
         // Made by the launcher thread: nobody waits for these workers until
@@ -466,7 +486,15 @@ impl ClientDevice {
         }
         let covers = o.left.clone();
         let expect_ns = expected_of(o, sm_count);
-        let how = SegPlan { place, never_native: false, native_anywhere, native_if_long, chunk, sm_count };
+        // One kernel's end in PUBLISH_EVERY is published, and that of the
+        // last one the run can hold as far as can be told now (module doc,
+        // "Fewer end writes"); the ends before it are known from it.
+        let after = o.next.and_then(|n| ops.get(&n)).filter(|x| !x.unbound);
+        let last = after.is_none_or(|x| {
+            queued + 1 >= DEEP_MAX || ns + expected_of(x, sm_count) > DEEP_HOLD_NS || spare.len() + o.pool.len() <= 1
+        });
+        let publish_end = last || (self.ahead_counts.deep + 1).is_multiple_of(PUBLISH_EVERY);
+        let how = SegPlan { place, never_native: false, native_anywhere, native_if_long, chunk, sm_count, publish_end };
         let mut segs = Vec::new();
         let post = launcher.as_ref().map(|l| (l, ctx));
         let started = start_segs(ops, spare, next, &covers, stream, how, root, &mut segs, post, &mut self.clock);
@@ -509,8 +537,23 @@ impl ClientDevice {
                 .collect();
             let mut seen = false;
             for op in ready {
+                let polling = || format!("polling {op}'s kernel queued ahead");
+                let Some(a) = st.ahead.get(&op) else { continue };
+                if a.segs.iter().any(WorkerLaunch::end_unpublished) {
+                    // Its end is known from a later kernel's, if one publishes (module doc).
+                    match later_end(st, op).map_err(failed_with(polling))? {
+                        Some(false) => continue,
+                        Some(true) => st
+                            .ahead
+                            .get_mut(&op)
+                            .into_iter()
+                            .flat_map(|a| a.segs.iter_mut())
+                            .for_each(|w| w.ended_before()),
+                        None => {}
+                    }
+                }
                 let Some(a) = st.ahead.get_mut(&op) else { continue };
-                if !all_left(&a.segs).map_err(failed_with(|| format!("polling {op}'s kernel queued ahead")))? {
+                if !all_left(&a.segs).map_err(failed_with(polling))? {
                     continue;
                 }
                 a.ended = true;
@@ -541,6 +584,33 @@ impl ClientDevice {
             .collect();
         for op in tails {
             self.queue_deeper(op)?;
+        }
+        Ok(())
+    }
+
+    /// Running native launches whose end is not published (module doc,
+    /// "Fewer end writes") are marked ended once a kernel queued after them
+    /// on their stream published its end: their poll then needs no query of
+    /// their end event (which takes the driver's lock the launcher thread's
+    /// calls wait for).
+    pub(super) fn mark_implied_ends(&mut self) -> Result<(), DeviceError> {
+        let Some(st) = self.st.as_mut() else { return Ok(()) };
+        if st.ahead.is_empty() {
+            return Ok(());
+        }
+        let waiting: Vec<(LaunchId, OpId)> = st
+            .launches
+            .iter()
+            .filter(|(_, l)| l.segs.iter().any(WorkerLaunch::end_unpublished))
+            .map(|(&lid, l)| (lid, l.op))
+            .collect();
+        for (lid, op) in waiting {
+            let known = later_end(st, op).map_err(failed_with(|| format!("polling what follows launch {lid}")))?;
+            if known == Some(true) {
+                if let Some(l) = st.launches.get_mut(&lid) {
+                    l.segs.iter_mut().for_each(WorkerLaunch::ended_before);
+                }
+            }
         }
         Ok(())
     }

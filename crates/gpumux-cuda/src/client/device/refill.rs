@@ -269,6 +269,7 @@ impl super::ClientDevice {
             native_if_long: false,
             chunk,
             sm_count,
+            publish_end: true,
         };
         let (ops, spare, segs) = (&mut st.ops, &mut st.spare, &mut live.segs);
         let r = start_segs(ops, spare, live.op, &rest, &live.stream, how, lid, segs, None, &mut self.clock);
