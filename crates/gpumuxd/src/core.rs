@@ -799,6 +799,12 @@ impl Core {
         self.launches.values().map(|(_, s)| s.len()).sum()
     }
 
+    /// Launch commands the device's side answered from ends it saw ahead,
+    /// without a round trip (`backend::ends_ahead`).
+    pub fn ends_answered(&self) -> u64 {
+        self.backend.ends_answered()
+    }
+
     /// Device memory held by all sessions, gone ones included, and by frees
     /// waiting for their operations.
     pub fn memory_held(&self) -> u64 {

@@ -305,7 +305,7 @@ impl DeviceHost {
                 if let Command::Launch { launch, .. } = &command {
                     self.silenced.add(*launch);
                 }
-                if let Err(f) = self.backend.submit(command) {
+                if let Err(f) = self.backend.submit_answered(command) {
                     self.failed(f);
                 }
                 Ok(())

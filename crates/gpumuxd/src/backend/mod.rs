@@ -432,6 +432,17 @@ pub trait Backend: Send {
     fn report_ends_ahead(&mut self) {}
     /// Appends the ends seen ahead since the last call ([`Backend::report_ends_ahead`]).
     fn take_ends_ahead(&mut self, _out: &mut Vec<ends_ahead::EndAhead>) {}
+    /// Carries out a launch command the daemon answered itself from an end
+    /// this device reported ahead ([`ends_ahead`]): the device adopts what it
+    /// ran and ends the launch (the device process drops its events).
+    fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
+        self.submit(command)
+    }
+    /// Launch commands answered without the device from ends it saw ahead
+    /// so far ([`ends_ahead`]; a device process's daemon side).
+    fn ends_answered(&self) -> u64 {
+        0
+    }
 
     /// After [`Failure::ContextLost`]: a fresh context, with no memory,
     /// modules or operations (the daemon re-allocates and reloads what its

@@ -526,6 +526,10 @@ impl Backend for RemoteBackend {
         self.process.frees_retreats_at_once
     }
 
+    fn ends_answered(&self) -> u64 {
+        self.known.count()
+    }
+
     fn mem_info(&mut self) -> Result<MemInfo, MemError> {
         match self.call(&ToDevice::MemInfo, None).map_err(MemError::Device)? {
             FromDevice::MemInfo(r) => r,

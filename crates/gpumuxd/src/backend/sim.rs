@@ -183,6 +183,28 @@ pub struct SimBackend {
     trapping: HashSet<KernelCode>,
     next_code: u64,
     fault: Option<Fault>,
+    /// [`ENDS_AHEAD_VAR`]'s scripted ends, in a device process that asked.
+    scripted: Option<ScriptedEnds>,
+}
+
+/// Set to `1` in a device process's environment, the simulated device
+/// reports every one-block kernel bound to follow another on its stream as
+/// ended ahead at its next poll, and ends such a launch that the daemon
+/// answered without running it: a scripted device for tests of the daemon's
+/// path for ends known ahead (`backend::ends_ahead`) without a GPU. The
+/// simulator does not model queue ahead (the CUDA device's); off, nothing
+/// changes.
+pub const ENDS_AHEAD_VAR: &str = "GPUMUX_SIM_ENDS_AHEAD";
+
+/// What [`ENDS_AHEAD_VAR`] scripts.
+#[derive(Default)]
+struct ScriptedEnds {
+    /// For the next poll.
+    report: Vec<crate::backend::ends_ahead::EndAhead>,
+    /// Reported and not launched yet.
+    reported: HashSet<OpId>,
+    /// The ends of answered launches, for the next poll (the device process drops them).
+    answers: Vec<Event>,
 }
 
 impl SimBackend {
@@ -236,6 +258,7 @@ impl SimBackend {
             trapping: HashSet::new(),
             next_code: 0,
             fault: None,
+            scripted: None,
         }
     }
 
@@ -679,11 +702,43 @@ impl Backend for SimBackend {
     }
 
     fn bind(&mut self, op: OpId, work: OpWork) {
+        if let (Some(s), OpWork::Kernel { after: Some(_), grid: [1, 1, 1], .. }) = (self.scripted.as_mut(), &work) {
+            s.report.push(crate::backend::ends_ahead::EndAhead { op, blocks: 1 });
+            s.reported.insert(op);
+        }
         self.bound.insert(op, work);
     }
 
     fn unbind(&mut self, op: OpId) {
+        if let Some(s) = self.scripted.as_mut() {
+            s.reported.remove(&op);
+            s.report.retain(|e| e.op != op);
+        }
         self.bound.remove(&op);
+    }
+
+    fn report_ends_ahead(&mut self) {
+        if std::env::var(ENDS_AHEAD_VAR).is_ok_and(|v| v.trim() == "1") {
+            tracing::info!("simulated device: scripted ends ahead ({ENDS_AHEAD_VAR}=1)");
+            self.scripted = Some(ScriptedEnds::default());
+        }
+    }
+
+    fn take_ends_ahead(&mut self, out: &mut Vec<crate::backend::ends_ahead::EndAhead>) {
+        if let Some(s) = self.scripted.as_mut() {
+            out.append(&mut s.report);
+        }
+    }
+
+    fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
+        if let (Some(s), Command::Launch { op, .. }) = (self.scripted.as_mut(), &command) {
+            if s.reported.remove(op) {
+                // Scripted as run ahead: it ends at once, having run nothing here.
+                s.answers.extend(crate::backend::ended_at_once(&command));
+                return Ok(());
+            }
+        }
+        self.submit(command)
     }
 
     fn now(&self) -> Nanos {
@@ -693,6 +748,10 @@ impl Backend for SimBackend {
     fn submit(&mut self, command: Command) -> Result<(), Failure> {
         match &command {
             Command::Launch { op, desc, .. } => {
+                if let Some(s) = self.scripted.as_mut() {
+                    // Launched the ordinary way (its report crossed the command): it runs here.
+                    s.reported.remove(op);
+                }
                 if let Some(OpWork::Kernel { code, .. }) = self.bound.get(op) {
                     if self.trapping.contains(code) && self.fault.is_none() {
                         let block = desc.sim_timing.map_or(0, |t| t.block_time_ns);
@@ -719,6 +778,9 @@ impl Backend for SimBackend {
             });
         }
         self.unsettled = false;
+        if let Some(s) = self.scripted.as_mut() {
+            events.append(&mut s.answers);
+        }
         let start = events.len();
         self.sim_now = self.sim.advance(Some(wall), events).map_err(Failure::Fatal)?;
         // Short of the clock with nothing to report: the event budget ran out.
@@ -758,7 +820,7 @@ impl Backend for SimBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        if !self.registered.is_empty() {
+        if !self.registered.is_empty() || self.scripted.as_ref().is_some_and(|s| !s.answers.is_empty()) {
             return Wake::After(Duration::ZERO);
         }
         if self.transforms.pending() > 0 {
@@ -799,6 +861,9 @@ impl Backend for SimBackend {
         self.bound.clear();
         self.copies.clear();
         self.modules.clear();
+        if let Some(s) = self.scripted.as_mut() {
+            *s = ScriptedEnds::default();
+        }
         self.fault = None;
         Ok(())
     }
