@@ -1129,10 +1129,18 @@ impl ClientDevice {
 
     /// Handles launches whose workers have all left.
     fn poll_launches(&mut self) -> Result<(), DeviceError> {
+        self.poll_launches_of(None)
+    }
+
+    /// [`ClientDevice::poll_launches`], of launch `only` alone if given (a
+    /// launch whose end the engine already has: ended between commands, it
+    /// can take no command the engine sends after; any other launch must
+    /// end at a poll, where the engine learns it before its next commands).
+    pub(super) fn poll_launches_of(&mut self, only: Option<LaunchId>) -> Result<(), DeviceError> {
         let now = self.now();
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let mut ended: Vec<LaunchId> = Vec::new();
-        for (&lid, live) in st.launches.iter() {
+        for (&lid, live) in st.launches.iter().filter(|(&l, _)| only.is_none_or(|o| o == l)) {
             if live.cut.is_none()
                 && all_left(&live.segs).map_err(failed_with(|| format!("polling launch {lid}")))?
                 && all_left(&live.leaving).map_err(failed_with(|| format!("polling launch {lid}'s cut workers")))?

@@ -181,6 +181,10 @@ pub(in crate::client) struct Ahead {
     ended: bool,
     /// Its expected GPU time (ns), for [`DEEP_HOLD_NS`].
     expect_ns: f64,
+    /// The CUDA stream its workers are queued on (its handle's value): what
+    /// is queued behind it must be on the same one, and the launch that
+    /// adopts it must hold that one to queue more behind it.
+    on_stream: usize,
 }
 
 impl Ahead {
@@ -396,7 +400,21 @@ impl ClientDevice {
         let expect_ns = ops.get(&next).map_or(0.0, |o| expected_of(o, sm_count));
         let behind = Behind::Launch(lid);
         let (cancelled, ended) = (false, false);
-        let a = Ahead { behind, chain, held, place, covers, stream: None, segs, cancelled, priority, ended, expect_ns };
+        let on_stream = live.stream.raw as usize;
+        let a = Ahead {
+            behind,
+            chain,
+            held,
+            place,
+            covers,
+            stream: None,
+            segs,
+            cancelled,
+            priority,
+            ended,
+            expect_ns,
+            on_stream,
+        };
         if let Some(l) = launches.get_mut(&lid) {
             l.note("the next kernel queued behind it");
         }
@@ -438,7 +456,7 @@ impl ClientDevice {
         if a.cancelled || !a.native() {
             return Ok(None);
         }
-        let (chain, priority, place, held) = (a.chain, a.priority, a.place, a.held);
+        let (chain, priority, place, held, on_stream) = (a.chain, a.priority, a.place, a.held, a.on_stream);
         let Some(next) = ops.get(&prev).and_then(|o| o.next) else { return Ok(None) };
         if ahead.contains_key(&next) || launches.values().any(|l| l.op == next) {
             return Ok(None);
@@ -470,7 +488,8 @@ impl ClientDevice {
                 }
             }
         };
-        let Some(stream) = stream else { return Ok(None) };
+        // Only on the stream the kernel before it is queued on (stream order).
+        let Some(stream) = stream.filter(|s| s.raw as usize == on_stream) else { return Ok(None) };
         if queued >= DEEP_MAX || ns > DEEP_HOLD_NS {
             return Ok(None);
         }
@@ -500,7 +519,20 @@ impl ClientDevice {
         let started = start_segs(ops, spare, next, &covers, stream, how, root, &mut segs, post, &mut self.clock);
         let behind = Behind::Queued(prev);
         let (cancelled, ended) = (false, false);
-        let a = Ahead { behind, chain, held, place, covers, stream: None, segs, cancelled, priority, ended, expect_ns };
+        let a = Ahead {
+            behind,
+            chain,
+            held,
+            place,
+            covers,
+            stream: None,
+            segs,
+            cancelled,
+            priority,
+            ended,
+            expect_ns,
+            on_stream,
+        };
         tracing::trace!("CUDA device: {next} queued natively behind {prev} (run behind launch {root})");
         let native = a.native();
         self.native_launches += a.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
@@ -683,6 +715,27 @@ impl ClientDevice {
     /// says (as after a grow).
     pub(super) fn adopt(&mut self, lid: LaunchId, mut live: Live) -> Result<(), DeviceError> {
         let (co_locate, sm_count) = (self.co_locate, self.info.num_sms as u32);
+        // The launch before it may still be in the table, its kernel ended: a
+        // daemon that answered that launch from its end seen ahead sends this
+        // one before the device has polled (`set_report_ends_ahead`). It ends
+        // first (its events go out before this launch's), so that its stream
+        // passes to these workers: what is queued behind them is on it, and a
+        // fresh stream would let the next kernels run before those.
+        let before = self.st.as_ref().and_then(|st| {
+            let a = st.ahead.get(&live.op).filter(|a| a.stream.is_none())?;
+            match a.behind {
+                Behind::Launch(prev) if st.launches.contains_key(&prev) => Some(prev),
+                _ => None,
+            }
+        });
+        if let Some(prev) = before {
+            // That launch alone: the engine already has its end (another's
+            // end between two commands would cross a command for it).
+            self.poll_launches_of(Some(prev))?;
+            if self.st.as_ref().is_some_and(|st| st.launches.contains_key(&prev)) {
+                tracing::debug!("CUDA device: launch {lid} adopts its queued kernel before launch {prev} ended");
+            }
+        }
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let Some(mut a) = st.ahead.remove(&live.op) else {
             st.launches.insert(lid, live);
@@ -701,6 +754,9 @@ impl ClientDevice {
         let mut clean = !a.cancelled;
         match a.stream.take() {
             Some(s) => {
+                // Not the stream they are on (a launch before them that did
+                // not end first, above): nothing may be queued behind them.
+                clean &= s.raw as usize == a.on_stream;
                 let fresh = std::mem::replace(&mut live.stream, s);
                 st.return_stream(fresh);
             }
