@@ -80,7 +80,13 @@
 //! engine's launch command for such an operation with its end at once,
 //! without a round trip to the device process. The launch command still
 //! comes: the device adopts the record and ends the launch as for any other
-//! (every block ran), and the daemon's side drops those events.
+//! (every block ran), and the daemon's side drops those events. Such a
+//! daemon may send a kernel's launch command before the device has polled
+//! the launch before it (its kernel ended, its end answered): the adoption
+//! ends that launch first, it alone, so that its stream passes to the
+//! kernels queued on it in order; a run extends only on the CUDA stream its
+//! last kernel is on ([`Ahead::on_stream`]), and an adoption handed another
+//! stream queues nothing behind it.
 
 use super::clock::Part;
 use super::{
