@@ -128,13 +128,15 @@ impl KnownEnds {
 /// events it does not send.
 #[derive(Debug, Default)]
 pub struct Silenced {
-    launches: HashSet<LaunchId>,
+    /// A few at a time (those answered since the device's last poll): a
+    /// look at each of a launch's events (one per SM) is a scan of these.
+    launches: Vec<LaunchId>,
 }
 
 impl Silenced {
     /// `launch` was answered by the daemon.
     pub fn add(&mut self, launch: LaunchId) {
-        self.launches.insert(launch);
+        self.launches.push(launch);
     }
 
     /// Removes the events of answered launches from `events`. A launch that
@@ -144,12 +146,12 @@ impl Silenced {
             return Ok(());
         }
         let mut wrong = None;
+        let launches = &mut self.launches;
         events.retain(|e| match e {
-            Event::SmReleased { launch, .. } => !self.launches.contains(launch),
+            Event::SmReleased { launch, .. } => !launches.contains(launch),
             Event::LaunchEnded { launch, remaining, .. } => {
-                if !self.launches.remove(launch) {
-                    return true;
-                }
+                let Some(i) = launches.iter().position(|l| l == launch) else { return true };
+                launches.swap_remove(i);
                 if !remaining.is_empty() && wrong.is_none() {
                     wrong = Some(format!(
                         "launch {launch}, answered as ended from its end seen ahead, ended with {} blocks left",
