@@ -628,6 +628,79 @@ fn with_hardware_priority_a_stream_of_short_native_kernels_is_queued_deep_and_se
     assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
 }
 
+/// The daemon's pattern with ends known ahead (gpumuxd's `backend::ends_ahead`):
+/// the launch command of a kernel reported ended ahead comes, with its
+/// operation's unbind, right after the one before it, with no poll of the
+/// device between them (the daemon answered the one before itself). Each
+/// adoption must take the stream the run is queued on (a fresh one let
+/// later kernels run before earlier ones: wrong output on the H200 at
+/// a508b4a), and `x` must be the host's.
+#[test]
+fn with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_polls_keep_stream_order() {
+    let Some((_gpu, mut d)) = device_or_skip(
+        "with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_polls_keep_stream_order",
+    ) else {
+        return;
+    };
+    d.set_hw_priority(true);
+    d.set_report_ends_ahead(true);
+    let steps = 120u32;
+    let sx = StepX::new(&mut d, 1, hashed);
+    let (sms, blocks, n) = (d.info().num_sms, sx.blocks, sx.n);
+    let op = |k: u32| 100 + k as u64;
+    for k in 0..steps {
+        let after = k.checked_sub(1).map(|p| OpId(op(p)));
+        // SAFETY: a kernel binds no host memory.
+        unsafe { d.bind_after(OpId(op(k)), sx.work(k + 1, 0), after) }.expect("bind");
+    }
+    let all = SmSet::range(0, sms);
+    let whole = || BlockRanges::full(blocks as u64);
+    let mut events = Vec::new();
+    let mut reported = std::collections::HashSet::new();
+    let (mut next, mut answered) = (0u32, 0u32);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while next < steps {
+        assert!(Instant::now() < deadline, "no progress in 20 s at step {next}: {:?}", d.ahead_counts());
+        let now = d.now();
+        d.advance(Some(now), &mut events).expect("poll");
+        reported.extend(d.take_ends_ahead().into_iter().map(|(o, _)| o));
+        if next > 0 && reported.contains(&OpId(op(next))) {
+            // Answered by the daemon: launch commands back to back, no poll between.
+            while next < steps && reported.contains(&OpId(op(next))) {
+                let lid = 1000 + next as u64;
+                d.submit(d.now(), launch(op(next), lid, whole(), all, blocks as u64)).expect("launch");
+                d.unbind(OpId(op(next)));
+                next += 1;
+                answered += 1;
+            }
+            continue;
+        }
+        // Not reported: launched once the one before ended, as the engine would.
+        let before_ended = next == 0 || ended_with(&events, 1000 + next as u64 - 1).is_some();
+        if before_ended {
+            let lid = 1000 + next as u64;
+            d.submit(d.now(), launch(op(next), lid, whole(), all, blocks as u64)).expect("launch");
+            events.extend(run_until(&mut d, ended(LaunchId(lid))).expect("launch"));
+            d.unbind(OpId(op(next)));
+            next += 1;
+        }
+    }
+    let last = LaunchId(1000 + steps as u64 - 1);
+    if end_of(&events, last).is_none() {
+        events.extend(run_until(&mut d, ended(last)).expect("the last launch"));
+    }
+    for k in 0..steps {
+        assert_eq!(ended_with(&events, 1000 + k as u64), Some((0, blocks as u64)), "step {k} ran every block");
+    }
+    assert!(!d.busy(), "nothing left on the device once every step ended");
+    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+    assert!(sx.read(&mut d, 2) == want, "{steps} steps, {answered} launched as answered: x differs from the host's");
+    let c = d.ahead_counts();
+    eprintln!("answered pattern: {answered} of {steps} launched back to back; {c:?}");
+    assert!(answered > 0, "some launch commands came for kernels seen ended ahead");
+    assert_eq!(c.restarted, 0, "every adoption took the run's stream as it was");
+}
+
 #[test]
 fn with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_workers_and_alone_runs_natively() {
     let Some((_gpu, mut d)) = device_or_skip(
