@@ -658,6 +658,7 @@ fn with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_poll
     let mut events = Vec::new();
     let mut reported = std::collections::HashSet::new();
     let (mut next, mut answered) = (0u32, 0u32);
+    let mut answered_lids = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while next < steps {
         assert!(Instant::now() < deadline, "no progress in 20 s at step {next}: {:?}", d.ahead_counts());
@@ -668,8 +669,9 @@ fn with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_poll
             // Answered by the daemon: launch commands back to back, no poll between.
             while next < steps && reported.contains(&OpId(op(next))) {
                 let lid = 1000 + next as u64;
-                d.submit(d.now(), launch(op(next), lid, whole(), all, blocks as u64)).expect("launch");
+                d.submit_answered(d.now(), launch(op(next), lid, whole(), all, blocks as u64)).expect("launch");
                 d.unbind(OpId(op(next)));
+                answered_lids.push(LaunchId(lid));
                 next += 1;
                 answered += 1;
             }
@@ -698,6 +700,9 @@ fn with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_poll
     let c = d.ahead_counts();
     eprintln!("answered pattern: {answered} of {steps} launched back to back; {c:?}");
     assert!(answered > 0, "some launch commands came for kernels seen ended ahead");
+    let released =
+        events.iter().any(|e| matches!(e, Event::SmReleased { launch, .. } if answered_lids.contains(launch)));
+    assert!(!released, "a launch answered by the daemon reports its end alone, no SM released");
     assert_eq!(c.restarted, 0, "every adoption took the run's stream as it was");
 }
 

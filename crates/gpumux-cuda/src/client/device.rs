@@ -405,6 +405,9 @@ pub struct ClientDevice {
     /// kept for [`ClientDevice::take_ends_ahead`] while `report_ends` ([`ahead`]).
     ends_ahead: Vec<(OpId, u64)>,
     report_ends: bool,
+    /// Launches the daemon answered itself from their ends seen ahead
+    /// ([`ClientDevice::submit_answered`]), until they end.
+    answered: Vec<LaunchId>,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -724,6 +727,7 @@ impl ClientDevice {
             native_launches: 0,
             ends_ahead: Vec::new(),
             report_ends: false,
+            answered: Vec::new(),
         })
     }
 
@@ -964,6 +968,18 @@ impl ClientDevice {
         }
     }
 
+    /// [`Device::submit`] of a launch command the daemon answered itself
+    /// from its kernel's end seen ahead ([`ClientDevice::take_ends_ahead`]):
+    /// carried out as any other (the queued kernel adopted, the launch ended
+    /// at the next poll, every block done), but its end reports no SM
+    /// released (the engine freed them with the end it was given).
+    pub fn submit_answered(&mut self, now: Nanos, command: Command) -> Result<(), DeviceError> {
+        if let Command::Launch { launch, .. } = &command {
+            self.answered.push(*launch);
+        }
+        self.submit(now, command)
+    }
+
     /// Operations on the device now (running launches, copies in flight):
     /// the suspects when the context is lost.
     pub fn in_flight(&self) -> Vec<OpId> {
@@ -1002,6 +1018,7 @@ impl ClientDevice {
         self.out.clear();
         // Pinned in the old context; a fresh one is made when needed.
         self.spare_copy = None;
+        self.answered.clear();
         self.ctx.recreate().map_err(|e| match ContextLost::of(&e) {
             // Seen on an H100 (driver 580): after an illegal address, a new
             // context in the same process fails with the same error. The
@@ -1099,11 +1116,17 @@ impl ClientDevice {
         let Some(mut live) = st.launches.remove(&lid) else { return };
         let op = st.ops.get_mut(&live.op);
         let remaining = op.as_ref().map(|o| still_to_run(&live.requested, &o.left)).unwrap_or_default();
-        for sm in live.releasing.iter() {
-            self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Retreated });
-        }
-        for sm in live.sms.difference(&live.releasing).iter() {
-            self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Exhausted });
+        // A launch the daemon answered: the engine freed its SMs with the
+        // end it was given; only the end goes out, for the daemon's side to
+        // check and drop (one event instead of one per SM).
+        let answered = self.answered.iter().position(|&l| l == lid).map(|i| self.answered.swap_remove(i));
+        if answered.is_none() {
+            for sm in live.releasing.iter() {
+                self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Retreated });
+            }
+            for sm in live.sms.difference(&live.releasing).iter() {
+                self.out.push(Event::SmReleased { launch: lid, sm, cause: ReleaseCause::Exhausted });
+            }
         }
         let completed = live.requested.len().saturating_sub(remaining.len());
         self.stats.blocks_completed += completed;

@@ -353,6 +353,18 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
+        if refused_op(&command).is_some_and(|op| self.refused.contains_key(&op)) {
+            // Never reported ahead (nothing of it ran): as any refused launch.
+            return self.submit(command);
+        }
+        let now = self.device.now();
+        match self.device.submit_answered(now, command) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.failure(e)),
+        }
+    }
+
     fn report_ends_ahead(&mut self) {
         self.device.set_report_ends_ahead(true);
     }

@@ -11,7 +11,9 @@
 //! H100, plus the device process's own work). The command still goes to the
 //! device, marked as answered, so that the device adopts the kernel's
 //! launch record and ends the launch as for any other; the device process
-//! drops that launch's events ([`Silenced`]), which the engine had already.
+//! drops that launch's events ([`Silenced`]), which the engine had already
+//! (the CUDA device, told by [`super::Backend::submit_answered`], reports
+//! only the launch's end, not one release per SM).
 //!
 //! What keeps this correct:
 //! * only a kernel that ran its whole grid is reported (a native grid runs
