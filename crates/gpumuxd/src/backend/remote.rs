@@ -687,6 +687,11 @@ impl Backend for RemoteBackend {
             return Ok(());
         }
         let msg = if self.known.answer(&command) {
+            if tracing::enabled!(tracing::Level::TRACE) {
+                if let Command::Launch { launch, op, .. } = &command {
+                    tracing::trace!("launch {launch} of {op} answered from its end seen ahead");
+                }
+            }
             ToDevice::SubmitAnswered(command)
         } else {
             self.in_flight.command(&command);
@@ -746,7 +751,9 @@ impl Backend for RemoteBackend {
                 // After the device's: those launches went to it after this poll.
                 self.known.take(events);
                 let in_flight = &self.in_flight;
+                let learnt = ends_ahead.len();
                 self.known.learn(ends_ahead, |op| in_flight.launches_op(op));
+                tracing::trace!("device poll: {} events, {learnt} ends seen ahead", events.len());
                 self.failed.extend(failed);
                 self.wake = (wake, Instant::now());
             }

@@ -336,9 +336,11 @@ impl ClientDevice {
         // SMs (leaving after a retreat, or cancelled ahead): its grid may
         // then find no room there and end with no block run (see "What the
         // engine sees"), and what is queued behind it would run first. Only
-        // a launch over every SM cannot miss its SMs.
+        // a launch over every SM cannot miss its SMs. Nor can a native one: its
+        // grid runs every block wherever slots free.
+        let native_before = live.segs.iter().all(|w| w.running() && w.last_plan() == Some(Plan::Native));
         let mask = live.place.mask;
-        if mask.len() < sm_count {
+        if mask.len() < sm_count && !native_before {
             let touches = |m: &SmSet| !m.intersection(&mask).is_empty();
             let others = launches.iter().any(|(&l, x)| l != lid && !x.segs.is_empty() && touches(&x.place.mask));
             let queued = ahead
@@ -363,7 +365,6 @@ impl ClientDevice {
         if covers.is_empty() {
             return Ok(());
         }
-        let native_before = live.segs.iter().all(|w| w.running() && w.last_plan() == Some(Plan::Native));
         let (native_anywhere, native_if_long) =
             hw_native(hw_priority, launches, ahead, live.priority, Some(lid), Some(live.chain));
         if native_if_long && !native_before {
@@ -604,6 +605,7 @@ impl ClientDevice {
                     a.ended = true;
                     any = true;
                     self.ahead_counts.ended_ahead += 1;
+                    tracing::trace!("CUDA device: {op}, queued natively, seen ended ahead");
                     if report {
                         let blocks = a.covers.len();
                         self.ends_ahead.push((op, blocks));
@@ -777,8 +779,19 @@ impl ClientDevice {
             }
             None => clean = false,
         }
-        let (place, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
-        live.corun = corun;
+        // A native kernel runs its whole grid wherever slots free: the SMs the
+        // engine gives its launch (a chain of small grids gets a few, other
+        // ones each time) are its account, not where it runs, so it is taken
+        // as it is wherever the engine puts it. Workers must run where the
+        // engine says.
+        let native = a.native();
+        let place = if native {
+            a.place
+        } else {
+            let (place, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
+            live.corun = corun;
+            place
+        };
         clean &= place == a.place && !live.sms.is_empty() && still_to_run(&live.requested, &a.covers) == a.covers;
         if !clean && !a.cancelled {
             for w in &a.segs {
