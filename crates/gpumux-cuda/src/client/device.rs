@@ -59,6 +59,11 @@ struct KernelOp {
     /// The kernel operation right after it on its stream, once bound: its
     /// workers may be queued behind this one's ([`ahead`]).
     next: Option<OpId>,
+    /// Its workers resident per SM (the worker's occupancy), asked of the
+    /// driver once per kernel and shape ([`InContext::fits`]): queueing ahead
+    /// weighs each kernel by it, and a driver call there waited for the
+    /// launcher thread's `cuLaunchKernel` (the driver's lock).
+    fits: u32,
 }
 
 /// One engine launch in flight.
@@ -199,6 +204,9 @@ pub(super) struct InContext {
     pub(super) swap_stream: Option<usize>,
     /// Their pinned ring (made on first use; [`super::staging`]).
     pub(super) staging: Option<super::staging::Staging>,
+    /// Workers resident per SM by kernel, threads per block and dynamic
+    /// shared memory ([`KernelOp::fits`]).
+    fits: HashMap<(KernelHandle, u32, u32), u32>,
     /// Workers of an operation queued behind the launch before it on its
     /// stream, by operation, until the engine launches it ([`ahead`]).
     ahead: HashMap<OpId, ahead::Ahead>,
@@ -264,6 +272,7 @@ impl InContext {
             granularity: super::swap::granularity(ctx.ordinal),
             swap_stream: None,
             staging: None,
+            fits: HashMap::new(),
             ahead: HashMap::new(),
             orphans: Vec::new(),
             cut_kernel,
@@ -793,6 +802,7 @@ impl ClientDevice {
     /// holds its module.
     pub fn unload_kernel(&mut self, kernel: KernelHandle) {
         let Ok(st) = state_of(&self.ctx, &mut self.st) else { return };
+        st.fits.retain(|&(h, _, _), _| h != kernel);
         if let Some((k, _)) = st.kernels.remove(&kernel) {
             // Idle records of it kept for other kernels would keep its module.
             let key = k.worker.key();
@@ -840,11 +850,15 @@ impl ClientDevice {
             )));
         }
         let left = BlockRanges::full(blocks);
+        let fits = *st
+            .fits
+            .entry((kernel, threads as u32, shared_bytes))
+            .or_insert_with(|| k.worker.blocks_per_sm(threads as u32, shared_bytes).unwrap_or(1));
         let (handle, kernel) = (kernel, k.clone());
         let (pool, unbound, next) = (Vec::new(), false, None);
         st.ops.insert(
             op,
-            KernelOp { handle, kernel, grid, block, smem: shared_bytes, params, left, pool, unbound, next },
+            KernelOp { handle, kernel, grid, block, smem: shared_bytes, params, left, pool, unbound, next, fits },
         );
         Ok(())
     }

@@ -202,9 +202,7 @@ impl Ahead {
 
 /// The expected GPU time of kernel operation `o`'s whole grid (module doc, "Deep").
 fn expected_of(o: &KernelOp, sm_count: u32) -> f64 {
-    let threads = o.block.iter().product::<u32>();
-    let fits = o.kernel.worker.blocks_per_sm(threads, o.smem).unwrap_or(1);
-    expected_ns(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count, UNTIMED_WAVE_NS)
+    expected_ns(&o.kernel.worker, o.grid, o.block, o.smem, o.fits, sm_count, UNTIMED_WAVE_NS)
 }
 
 impl Ahead {
@@ -378,9 +376,7 @@ impl ClientDevice {
             // wait a round trip per kernel (8 clients: 1 of 4 pairs as fast
             // as main's build with it, run 184).
             if let Some(o) = ops.get(&next).filter(|o| o.kernel.native.is_some()) {
-                let threads = o.block.iter().product::<u32>();
-                let fits = o.kernel.worker.blocks_per_sm(threads, o.smem).unwrap_or(0);
-                if is_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count) {
+                if is_long(&o.kernel.worker, o.grid, o.block, o.smem, o.fits, sm_count) {
                     return Ok(());
                 }
             }
@@ -503,8 +499,7 @@ impl ClientDevice {
         // Natively as a launch command would run it alone at its priority
         // (`hw_native`; its own stream's kernels are no peers), and only so.
         let (native_anywhere, native_if_long) = hw_native(true, launches, ahead, priority, Some(root), Some(chain));
-        let threads = o.block.iter().product::<u32>();
-        let fits = o.kernel.worker.blocks_per_sm(threads, o.smem).unwrap_or(1);
+        let fits = o.fits;
         let long = || is_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
         let too_long = holds_too_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
         if too_long || !(native_anywhere || (native_if_long && long())) {
