@@ -265,7 +265,11 @@ fn evicted_buffers_survive_a_lost_context_with_their_contents() {
     assert_eq!(evicted_of(&a, "a"), SIXTY);
     let m = b.load_module("k.cu", KERNELS, &[]).unwrap();
     let boom = m.kernel("boom").unwrap();
-    b.launch(&boom, &LaunchConfig::new([1, 1, 1], [32, 1, 1]), &[Arg::buffer(&bb)]).unwrap();
+    // Its block ends (and the context breaks) 200 ms after launch: time for the sync to queue
+    // behind it. With the default 10 µs the trap could be handled before the sync came, and
+    // the sync of the rebuilt, empty stream answered Ok (one run in six on a loaded host).
+    let config = LaunchConfig::new([1, 1, 1], [32, 1, 1]).block_time_ns(200_000_000);
+    b.launch(&boom, &config, &[Arg::buffer(&bb)]).unwrap();
     assert!(b.sync(StreamId::DEFAULT).is_err(), "the trap breaks the context");
     let deadline = Instant::now() + Duration::from_secs(5);
     let lost = loop {
