@@ -6,7 +6,9 @@
 //! inputs round-trip bitwise.
 
 use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
-use std::path::PathBuf;
+#[path = "client_args.rs"]
+mod client_args;
+use client_args::ClientArgs;
 
 /// The default size (`--size`).
 const N: usize = 1 << 20;
@@ -19,38 +21,8 @@ fn main() {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let (mut socket, mut out, mut check) = (None, None, false);
-    // --size: the input's elements (default N); --repeat: the kernel's launches, each
-    // computing the same output, so --check holds for any count.
-    let (mut n, mut repeat) = (N, 1u32);
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--socket" => socket = Some(PathBuf::from(args.next().ok_or("--socket needs a path")?)),
-            "--out" => out = Some(PathBuf::from(args.next().ok_or("--out needs a file")?)),
-            "--check" => check = true,
-            "--size" => {
-                n = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|&v| v > 0 && v < 1 << 30)
-                    .ok_or("--size needs a count of 1 to 2^30 - 1")?
-            }
-            "--repeat" => {
-                repeat = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|&v| v > 0)
-                    .ok_or("--repeat needs a count above 0")?
-            }
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?} (--socket PATH, --out FILE, --check, --size N, --repeat N)"
-                )
-                .into())
-            }
-        }
-    }
+    // --size: the input's elements (default N); --repeat: the kernel's launches.
+    let ClientArgs { socket, out, check, n, repeat } = ClientArgs::parse(N)?;
     let a: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.5).collect();
     let b: Vec<f32> = (0..n).map(|i| ((i * 7) % 1000) as f32 * 0.25).collect();
     let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
