@@ -192,7 +192,9 @@ elif GPUMUXD_TEST_BIN="$BIN/gpumuxd" GPUMUXD_TEST_DEVICE=${DAEMON_DEVICE:-cuda:0
         "$BIN/tests/launch_limits" --nocapture >"$dir/test.log" 2>&1; then
     pass "limits: every launch shape ran (its mark read back) or failed its own client with the limit; bystander untouched"
 else
-    tail -20 "$dir/test.log"; fail "limits: see $dir/test.log"
+    # The panic's own lines first (the daemon's log follows them and would push them out of a tail).
+    grep -A6 "panicked at" "$dir/test.log"; tail -20 "$dir/test.log"
+    fail "limits: $(grep -A1 "panicked at" "$dir/test.log" | tail -1 | cut -c1-200) (see $dir/test.log)"
 fi
 
 echo "== 5. a 4-stream pipeline with stream waits, and a kernel timed with events (issue 40)"
