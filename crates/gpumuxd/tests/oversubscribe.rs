@@ -77,8 +77,11 @@ fn one_client_work(d: &Daemon, name: &str, seed: u32, rounds: u32, all_in: Optio
 }
 
 /// Three clients, each with 60 % of the device, working at once: all
-/// finish, each with exactly the bytes it gets alone; the daemon evicted
-/// and restored along the way and holds nothing after.
+/// finish, each with exactly the bytes it gets alone; the daemon restored
+/// along the way (two of the three were born evicted) and holds nothing
+/// after. Whether a client is also evicted in its middle depends on how
+/// long its rounds take against its kept time: the other tests move bytes
+/// out and back for sure.
 #[test]
 fn three_clients_of_sixty_percent_each_finish_with_their_bytes_alone() {
     let d = small_device(None, &[]);
@@ -100,7 +103,7 @@ fn three_clients_of_sixty_percent_each_finish_with_their_bytes_alone() {
     }
     let s = watcher.status().expect("status");
     assert_eq!((s.memory_used, s.memory_evicted), (0, 0), "everything freed: {s:?}");
-    assert!(s.evictions > 0 && s.restores > 0, "the bytes went through eviction: {s:?}");
+    assert!(s.restores >= 2, "two clients at least were born evicted and restored: {s:?}");
 }
 
 /// Idle clients' buffers are evicted to make room, show in `Status` as
@@ -153,7 +156,10 @@ fn clients_killed_while_evicted_or_waiting_for_a_restore_leave_nothing() {
     victim.sync(StreamId::DEFAULT).unwrap();
     let busy = client(&d, "busy");
     let bb = busy.alloc(SIXTY).unwrap();
-    assert_eq!(evicted_of(&watcher, "victim"), SIXTY);
+    assert_eq!(evicted_of(&watcher, "busy"), SIXTY, "no room: born evicted, its room made when it runs");
+    busy.memset(&bb, 0, 2, SIXTY, StreamId::DEFAULT).unwrap();
+    busy.sync(StreamId::DEFAULT).unwrap();
+    assert_eq!(evicted_of(&watcher, "victim"), SIXTY, "busy's restore evicted the idle victim");
     // Killed while evicted.
     drop(victim);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -240,8 +246,8 @@ fn quotas_cap_resident_plus_evicted() {
     let b = client(&d, "b");
     let _ba = a.alloc(SIXTY).unwrap();
     let _bb = b.alloc(SIXTY).unwrap();
-    assert_eq!(evicted_of(&a, "a"), SIXTY);
-    let e = a.alloc(16 * MIB).unwrap_err();
+    assert_eq!(evicted_of(&a, "b"), SIXTY, "no room: born evicted");
+    let e = b.alloc(16 * MIB).unwrap_err();
     assert_eq!(e.kind(), Some(&ErrorKind::Quota), "evicted bytes count against the quota: {e}");
     let d2 = small_device(None, &[]);
     let big = client(&d2, "big");
@@ -262,7 +268,7 @@ fn evicted_buffers_survive_a_lost_context_with_their_contents() {
     a.copy_to_device(&ba, 0, &data, StreamId::DEFAULT).unwrap();
     let b = client(&d, "b");
     let bb = b.alloc(SIXTY).unwrap();
-    assert_eq!(evicted_of(&a, "a"), SIXTY);
+    assert_eq!(evicted_of(&a, "b"), SIXTY, "no room: born evicted, its room made when it runs");
     let m = b.load_module("k.cu", KERNELS, &[]).unwrap();
     let boom = m.kernel("boom").unwrap();
     // Its block ends (and the context breaks) 200 ms after launch: time for the sync to queue
@@ -271,6 +277,7 @@ fn evicted_buffers_survive_a_lost_context_with_their_contents() {
     let config = LaunchConfig::new([1, 1, 1], [32, 1, 1]).block_time_ns(200_000_000);
     b.launch(&boom, &config, &[Arg::buffer(&bb)]).unwrap();
     assert!(b.sync(StreamId::DEFAULT).is_err(), "the trap breaks the context");
+    assert_eq!(evicted_of(&a, "a"), SIXTY, "b's restore evicted a before its kernel ran");
     let deadline = Instant::now() + Duration::from_secs(5);
     let lost = loop {
         let notices = a.take_notices();

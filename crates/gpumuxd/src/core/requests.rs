@@ -381,18 +381,16 @@ impl Core {
                 ),
             ));
         }
-        // The device first; then room made by evicting idle clients'
-        // buffers; then a buffer born evicted (core/swap.rs).
-        let first = match self.backend.alloc(bytes) {
-            Ok(addr) => Ok(addr),
-            Err(MemError::OutOfMemory { .. }) if self.make_room(client, bytes) => self.backend.alloc(bytes),
-            Err(e) => Err(e),
-        };
-        let (addr, evicted) = match first {
+        // The device first; else a buffer born evicted, its room made when
+        // its owner next runs; else room made now (core/swap.rs, "Lazy").
+        let (addr, evicted) = match self.backend.alloc(bytes) {
             Ok(addr) => (addr, false),
-            Err(e @ MemError::OutOfMemory { .. }) => (self.alloc_evicted(client, bytes, e)?, true),
+            Err(e @ MemError::OutOfMemory { .. }) => self.place_elsewhere(client, bytes, e)?,
             Err(MemError::Device(m)) => return Err(err(ErrorKind::Device, m)),
         };
+        if !evicted {
+            self.keep_after_alloc(client, bytes);
+        }
         let s = self.session_mut(client)?;
         let id = BufferId(s.next_handle());
         s.buffers.insert(id, Buffer { addr, bytes, evicted });

@@ -11,6 +11,16 @@
 //! released. Addresses never change, so pointers stored inside buffers stay
 //! right.
 //!
+//! **Lazy**: an allocation that does not fit now is **born evicted** (an
+//! address, zero contents, host memory counted against `swap_memory`),
+//! and its room is made when its owner first queues work on it, by the
+//! gate's restore: nothing is moved in the allocating request, and the
+//! decision is made when it is needed, with the kept times below in
+//! force. Only if the host limit has no room for it are idle clients'
+//! buffers evicted in the request ([`Core::place_elsewhere`]). Evicting at
+//! allocation moved a client out before it had run at all (three clients
+//! of 0.56 of an H200 each: two 84 GB evictions inside `alloc`).
+//!
 //! **Victims** ([`Core::plan_room`]): the buffers of idle clients, lowest
 //! priority first, then least recently run (the client whose last
 //! operation ended longest ago), largest buffer first within a client (the
@@ -20,14 +30,16 @@
 //! (the same reason as an OS's LRU); largest first because a move's fixed
 //! cost is paid per buffer. A plan that cannot make the room evicts nothing.
 //!
-//! **What a swap costs decides too** (Share-a-GPU's time-slice bound, Eq. 1):
-//! a client whose buffers were just brought back keeps them for at least
-//! [`KEEP_FACTOR`] times what moving them out and in again costs (their
-//! bytes at the host link's rate, measured on the moves so far), even
-//! when it goes idle between kernels. Without it, clients that sync after
-//! each kernel trade their memory at every sync and the GPU spends its
-//! time copying; with it, swapping costs at most about 1 / (1 +
-//! [`KEEP_FACTOR`]) of the time.
+//! **Kept: what a swap costs decides too** (Share-a-GPU's time-slice
+//! bound, Eq. 1): a client that got its memory (restored, or an allocation
+//! placed on the device) keeps it for at least [`KEEP_FACTOR`] times what
+//! moving it out and in again costs (its bytes at the host link's rate,
+//! measured on the moves so far), even when it goes idle between kernels.
+//! Without it, clients that sync after each kernel trade their memory at
+//! every sync and the GPU spends its time copying; with it, swapping costs
+//! at most about 1 / (1 + [`KEEP_FACTOR`]) of the time, and a client whose
+//! run is shorter than its kept time swaps in once and runs to its end.
+//! A client of higher priority is not held by a lower one's kept time.
 //!
 //! **Limits**: a client's quota caps its resident plus evicted bytes (and no
 //! client may hold more than the device has: its buffers could never be
@@ -155,9 +167,10 @@ impl Core {
     /// The buffers to evict so that `need` bytes are free on the device,
     /// taking none of `except`'s, within the host limit plus `credit` (the
     /// bytes of a restore the evictions make room for, which leave host
-    /// memory right after: module doc, "an exchange"). `None`: no plan makes
-    /// the room. An empty plan: it is free.
-    fn plan_room(&mut self, need: u64, except: u64, credit: u64) -> Option<Vec<Victim>> {
+    /// memory right after: module doc, "an exchange"). A client in its
+    /// kept time is taken only for a client of higher `priority` (module
+    /// doc, "Kept"). `None`: no plan makes the room. An empty plan: it is free.
+    fn plan_room(&mut self, need: u64, except: u64, priority: i32, credit: u64) -> Option<Vec<Victim>> {
         let free = self.device_free();
         if free >= need {
             return Some(Vec::new());
@@ -168,7 +181,7 @@ impl Core {
             .sessions
             .values()
             .filter(|s| s.id != except && s.phase == Phase::Open && self.idle_for_swap(s.id))
-            .filter(|s| self.swap.keep_until.get(&s.id).is_none_or(|&t| t <= now))
+            .filter(|s| s.priority < priority || self.swap.keep_until.get(&s.id).is_none_or(|&t| t <= now))
             .map(|s| (s.priority, Self::last_ran(s), s.id))
             .collect();
         clients.sort();
@@ -243,23 +256,18 @@ impl Core {
         took
     }
 
-    /// Room for an allocation of `bytes` by `client`: evicts idle clients'
-    /// buffers if that makes it. Returns whether it is there.
-    pub(super) fn make_room(&mut self, client: u64, bytes: u64) -> bool {
-        match self.plan_room(self.footprint(bytes), client, 0) {
-            Some(plan) => {
-                self.evict_all(plan);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// An allocation that does not fit on the device even after evictions:
-    /// the buffer is born evicted (an address, zeroed host memory) if the
-    /// device swaps and the host limit has room; else the error names every
-    /// number. `first`: the device's own refusal.
-    pub(super) fn alloc_evicted(&mut self, client: u64, bytes: u64, first: MemError) -> Result<DevAddr, ErrorReply> {
+    /// An allocation of `bytes` by `client` that the device refused now
+    /// (`first`): born evicted if the device swaps and the host limit has
+    /// room (its room is made when its owner next runs: module doc,
+    /// "Lazy"); else room made now by evicting idle clients' buffers; else
+    /// an error that names every number. Returns the address and whether
+    /// the buffer is evicted.
+    pub(super) fn place_elsewhere(
+        &mut self,
+        client: u64,
+        bytes: u64,
+        first: MemError,
+    ) -> Result<(DevAddr, bool), ErrorReply> {
         let swappable = self.backend.swap_granularity().is_some_and(|g| bytes >= g);
         let host_room = self.swap.limit.saturating_sub(self.swap.evicted);
         if swappable && bytes <= host_room {
@@ -268,7 +276,18 @@ impl Core {
             if let Ok(s) = self.session_mut(client) {
                 s.memory_evicted += bytes;
             }
-            return Ok(addr);
+            return Ok((addr, true));
+        }
+        // The host limit has no room for it, but it may for smaller
+        // buffers of idle clients.
+        let priority = self.sessions.get(&client).map_or(0, |s| s.priority);
+        if let Some(plan) = self.plan_room(self.footprint(bytes), client, priority, 0) {
+            self.evict_all(plan);
+            match self.backend.alloc(bytes) {
+                Ok(addr) => return Ok((addr, false)),
+                Err(MemError::Device(m)) => return Err(err(ErrorKind::Device, m)),
+                Err(MemError::OutOfMemory { .. }) => {}
+            }
         }
         let free = self.device_free();
         let evictable = self.evictable_for(client);
@@ -394,7 +413,7 @@ impl Core {
         let Some(s) = self.sessions.get(&client) else { return true };
         let need = s.memory_evicted;
         let room: u64 = s.buffers.values().filter(|b| b.evicted).map(|b| self.footprint(b.bytes)).sum();
-        let Some(plan) = self.plan_room(room, client, need) else { return false };
+        let Some(plan) = self.plan_room(room, client, s.priority, need) else { return false };
         let mut took = self.evict_all(plan);
         let evicted: Vec<(BufferId, DevAddr, u64)> =
             s_buffers(self.sessions.get(&client)).into_iter().filter(|b| b.3).map(|b| (b.0, b.1, b.2)).collect();
@@ -425,11 +444,34 @@ impl Core {
         if let Some(r) = self.swap.restoring.get_mut(&client) {
             r.ready_at = Some(at);
         }
-        // Kept at least KEEP_FACTOR times a round trip of its bytes.
-        let rate = self.swap.rate(self.backend.info().pcie_bandwidth);
-        let keep = (KEEP_FACTOR * 2.0 * need as f64 / rate * 1e9) as Nanos;
-        self.swap.keep_until.insert(client, at.saturating_add(keep));
+        let resident = self.sessions.get(&client).map_or(0, |s| s.memory_used - s.memory_evicted);
+        self.keep(client, at, resident);
         true
+    }
+
+    /// `client` keeps `bytes` of device memory from `from` for at least
+    /// KEEP_FACTOR times a round trip of them (module doc, "Kept").
+    fn keep(&mut self, client: u64, from: Nanos, bytes: u64) {
+        let rate = self.swap.rate(self.backend.info().pcie_bandwidth);
+        let keep = (KEEP_FACTOR * 2.0 * bytes as f64 / rate * 1e9) as Nanos;
+        let until = from.saturating_add(keep);
+        let kept = self.swap.keep_until.entry(client).or_insert(until);
+        *kept = (*kept).max(until);
+    }
+
+    /// A buffer of `bytes` was just placed on the device for `client`:
+    /// its memory (all of it resident, this buffer included) is kept as a
+    /// restored client's is. Without it, the first client of three that
+    /// do not fit together lost its memory at its first sync to a client
+    /// born evicted, and each then swapped at every round (module doc).
+    pub(super) fn keep_after_alloc(&mut self, client: u64, bytes: u64) {
+        if self.backend.swap_granularity().is_none_or(|g| bytes < g) {
+            return;
+        }
+        let Some(s) = self.sessions.get(&client) else { return };
+        let resident = (s.memory_used - s.memory_evicted).saturating_add(bytes);
+        let now = self.backend.now();
+        self.keep(client, now, resident);
     }
 
     /// When the next restore's gates may go (for the core's sleep).
@@ -582,10 +624,16 @@ mod tests {
             Request::CopyToDevice { dst: BufferSlice { buffer: a, offset: 0 }, shm_offset: MIB, bytes: MIB, stream };
         call(&mut core, &rx, 1, 6, to_a);
 
-        // Another client takes 38 + 24 MiB: both of client 1's buffers go.
+        // Another client takes 38 + 24 MiB: born evicted (lazy), then
+        // restored for its memset: both of client 1's buffers go.
         let rx2 = open(&mut core, 2);
-        alloc(&mut core, &rx2, 2, 2, 38 * MIB);
+        let b1 = alloc(&mut core, &rx2, 2, 2, 38 * MIB);
         alloc(&mut core, &rx2, 2, 3, 24 * MIB);
+        assert!(!buffer(&core, 1, a).evicted && buffer(&core, 2, b1).evicted, "no room: born evicted");
+        assert_eq!(core.status().memory_evicted, 62 * MIB);
+        let memset = Request::Memset { dst: BufferSlice { buffer: b1, offset: 0 }, value: 3, bytes: MIB, stream };
+        call(&mut core, &rx2, 2, 4, memset);
+        call(&mut core, &rx2, 2, 5, Request::SyncStream(stream));
         assert!(buffer(&core, 1, a).evicted && buffer(&core, 1, p).evicted, "client 1 was idle: both went");
         assert_eq!(core.status().memory_evicted, 42 * MIB);
 
@@ -603,32 +651,58 @@ mod tests {
         call(&mut core, &rx, 1, 8, from_a);
         assert!(pread(&shm, MIB, MIB as usize) == pattern, "what `p` points at came back bitwise");
         let s = core.status();
-        assert_eq!((s.evictions, s.restores), (4, 2), "client 1's two out and in, client 2's two out: {s:?}");
+        assert_eq!((s.evictions, s.restores), (4, 4), "each client's two out and in (client 2's born out): {s:?}");
     }
 
-    /// A client just restored keeps its memory for KEEP_FACTOR round trips
-    /// of it, idle or not; then the next waiter gets the room.
+    /// A client that got its memory (allocated, or restored) keeps it for
+    /// KEEP_FACTOR round trips of it, idle or not; then the next waiter
+    /// gets the room.
     #[test]
-    fn a_restored_client_keeps_its_memory_for_a_while_then_gives_it_up() {
+    fn a_client_keeps_its_memory_for_a_while_then_gives_it_up() {
         let backend = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
         let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
         let (rx1, rx2) = (open(&mut core, 1), open(&mut core, 2));
         let a = alloc(&mut core, &rx1, 1, 2, 38 * MIB);
+        let kept1 = core.swap.keep_until[&1];
         let b = alloc(&mut core, &rx2, 2, 2, 38 * MIB);
-        assert!(buffer(&core, 1, a).evicted, "client 1 was idle");
+        assert!(!buffer(&core, 1, a).evicted && buffer(&core, 2, b).evicted, "no room: client 2's is born evicted");
         let stream = StreamId(0);
         let memset = |buffer| Request::Memset { dst: BufferSlice { buffer, offset: 0 }, value: 1, bytes: MIB, stream };
         let before = core.backend.now();
-        call(&mut core, &rx1, 1, 3, memset(a));
-        call(&mut core, &rx1, 1, 4, Request::SyncStream(stream));
-        assert!(!buffer(&core, 1, a).evicted && buffer(&core, 2, b).evicted, "client 1 restored, client 2 out");
-        let kept = core.swap.keep_until[&1];
+        call(&mut core, &rx2, 2, 3, memset(b));
+        call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
+        assert!(core.backend.now() >= kept1, "client 2 got the room only once client 1's time (from its alloc) was up");
+        assert!(buffer(&core, 1, a).evicted && !buffer(&core, 2, b).evicted, "client 2 restored, client 1 out");
+        let kept = core.swap.keep_until[&2];
         // The sim's link: 55 GB/s; kept 8 round trips of 38 MiB: about 11.6 ms.
         let round_trip = 2 * 38 * MIB * 1_000_000_000 / 55_000_000_000;
         assert!(kept >= before + 8 * round_trip, "kept until {kept}, restored after {before}");
-        call(&mut core, &rx2, 2, 3, memset(b));
+        call(&mut core, &rx1, 1, 3, memset(a));
+        call(&mut core, &rx1, 1, 4, Request::SyncStream(stream));
+        assert!(core.backend.now() >= kept, "client 1 got the room only once client 2's time was up");
+        assert!(!buffer(&core, 1, a).evicted && buffer(&core, 2, b).evicted);
+    }
+
+    /// A client of higher priority does not wait for a lower one's kept
+    /// time: an urgent client's next kernel must not wait (module doc).
+    #[test]
+    fn an_urgent_client_takes_the_room_of_a_kept_lower_one() {
+        let backend = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
+        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let rx1 = open(&mut core, 1);
+        let (tx, rx2) = std::sync::mpsc::channel();
+        core.connect(2, Peer { pid: 2, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
+        let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "u".into(), priority: 5, weight: 1.0 };
+        call(&mut core, &rx2, 2, 1, hello);
+        let a = alloc(&mut core, &rx1, 1, 2, 38 * MIB);
+        // Kept for far longer than this test runs.
+        core.swap.keep_until.insert(1, core.backend.now() + 3_600_000_000_000);
+        let b = alloc(&mut core, &rx2, 2, 2, 38 * MIB);
+        assert!(buffer(&core, 2, b).evicted, "no room: born evicted");
+        let stream = StreamId(0);
+        let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 1, bytes: MIB, stream };
+        call(&mut core, &rx2, 2, 3, memset);
         call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
-        assert!(core.backend.now() >= kept, "client 2 got the room only once client 1's time was up");
-        assert!(buffer(&core, 1, a).evicted && !buffer(&core, 2, b).evicted);
+        assert!(buffer(&core, 1, a).evicted && !buffer(&core, 2, b).evicted, "the urgent client took the room");
     }
 }
