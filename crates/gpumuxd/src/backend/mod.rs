@@ -245,6 +245,26 @@ pub struct Loaded {
     pub result: Result<ModuleImage, LoadError>,
 }
 
+/// A buffer move of [`Backend::start_move`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BufferMove {
+    /// [`Backend::evict`] the buffer at this address.
+    Evict(DevAddr),
+    /// [`Backend::restore`] the buffer at this address.
+    Restore(DevAddr),
+}
+
+/// A move started with [`Backend::start_move`] that finished.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Moved {
+    /// The caller's token of the move.
+    pub token: u64,
+    /// Done (with the time it took, ns, or 0 where the device does not
+    /// model it), or why not: then nothing changed, as for `evict` and
+    /// `restore`.
+    pub result: Result<Nanos, MemError>,
+}
+
 /// A pin started with [`Backend::start_register`] that finished.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Registered {
@@ -332,6 +352,31 @@ pub trait Backend: Send {
     /// changed.
     fn restore(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
         Err(MemError::Device(format!("this device cannot restore {addr:#x}")))
+    }
+    /// Starts a move without waiting for it (issue 39: a move of 84 GB held
+    /// the device, and every client's launches, for seconds): the device
+    /// moves buffers in the order they were started, on a thread and
+    /// streams of its own, so a restore started after the evictions that
+    /// make its room finds it. `Some`: done already (a device that moves
+    /// in the call: this default); `None`: [`Backend::take_moved`] reports
+    /// it with `token`. The daemon starts a move only of a buffer no bound
+    /// operation can touch, and frees a buffer under way only through
+    /// [`Backend::free`], which waits for its move.
+    fn start_move(&mut self, _token: u64, what: BufferMove) -> Option<Result<Nanos, MemError>> {
+        Some(match what {
+            BufferMove::Evict(addr) => self.evict(addr),
+            BufferMove::Restore(addr) => self.restore(addr),
+        })
+    }
+    /// Appends the moves of [`Backend::start_move`] that finished (the core
+    /// takes them after each poll, and looks again each poll period while
+    /// any is under way).
+    fn take_moved(&mut self, _out: &mut Vec<Moved>) {}
+    /// Waits for every move under way and appends them as
+    /// [`Backend::take_moved`] would (a lost context: the core settles its
+    /// account of the moves before it rebuilds).
+    fn settle_moves(&mut self, out: &mut Vec<Moved>) {
+        self.take_moved(out)
     }
     /// Evicted buffers' host copies outlive [`Backend::rebuild`] (they are
     /// in this process); `false` for a device process, which takes them

@@ -41,8 +41,8 @@
 use super::compile::WorkPool;
 use super::copy_engine::{CopyEngine, Fill, Move, ON_THREAD_FROM};
 use super::{
-    Backend, DevAddr, Failure, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed,
-    OpWork, Registered, Wake,
+    Backend, BufferMove, DevAddr, Failure, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage,
+    Moved, OpFailed, OpWork, Registered, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_cuda::lex::{lex, Kind};
@@ -180,6 +180,13 @@ pub struct SimBackend {
     transforms: WorkPool<SimTransform>,
     /// Pins started, for [`Backend::take_registered`] (done at once).
     registered: Vec<Registered>,
+    /// Buffer moves started ([`Backend::start_move`]): their bytes moved at
+    /// once, each reported when the host link model says it ends: (token,
+    /// end, result).
+    moves: Vec<(u64, Nanos, Result<Nanos, MemError>)>,
+    /// When the moves started so far end: they run one after another, as a
+    /// GPU's mover runs them (device time).
+    link_free_at: Nanos,
     trapping: HashSet<KernelCode>,
     next_code: u64,
     fault: Option<Fault>,
@@ -255,6 +262,8 @@ impl SimBackend {
             modules: HashMap::new(),
             transforms: WorkPool::new("gpumuxd-transform", 1),
             registered: Vec::new(),
+            moves: Vec::new(),
+            link_free_at: 0,
             trapping: HashSet::new(),
             next_code: 0,
             fault: None,
@@ -620,6 +629,44 @@ impl Backend for SimBackend {
         Ok(self.link_time(bytes))
     }
 
+    fn start_move(&mut self, token: u64, what: BufferMove) -> Option<Result<Nanos, MemError>> {
+        let result = match what {
+            BufferMove::Evict(addr) => self.evict(addr),
+            BufferMove::Restore(addr) => self.restore(addr),
+        };
+        // After the host copy (not the model's): the link's time is all modelled.
+        let now = self.now();
+        let end = match result {
+            Ok(took) => {
+                self.link_free_at = self.link_free_at.max(now).saturating_add(took);
+                self.link_free_at
+            }
+            Err(_) => now,
+        };
+        self.moves.push((token, end, result));
+        None
+    }
+
+    fn take_moved(&mut self, out: &mut Vec<Moved>) {
+        let now = self.now();
+        self.moves.retain_mut(|(token, end, result)| {
+            if *end > now {
+                return true;
+            }
+            let result = std::mem::replace(result, Ok(0));
+            out.push(Moved { token: *token, result });
+            false
+        });
+    }
+
+    fn settle_moves(&mut self, out: &mut Vec<Moved>) {
+        // Their bytes moved when they started.
+        for m in &mut self.moves {
+            m.1 = 0;
+        }
+        self.take_moved(out);
+    }
+
     fn evicted_survive_rebuild(&self) -> bool {
         true
     }
@@ -834,13 +881,16 @@ impl Backend for SimBackend {
             // Work to catch up on, in bounded polls, as a busy GPU is polled.
             return Wake::Spin;
         }
+        // A buffer move's end is known: looked at then.
+        let moved = self.moves.iter().map(|m| m.1).min();
         if self.copy_engine.in_flight() > 0 {
             // A move's end is looked for, not announced; a move takes ms
             // (a smaller one is done inline), so a look every
             // `MOVE_LOOK` costs a copy little and leaves the CPU to others.
-            return Wake::After(MOVE_LOOK);
+            let moved = moved.map(|t| Duration::from_nanos(t.saturating_sub(self.now())));
+            return Wake::After(moved.map_or(MOVE_LOOK, |m| m.min(MOVE_LOOK)));
         }
-        let next = [self.sim.next_event_at(), self.fault.as_ref().map(|f| f.at)].into_iter().flatten().min();
+        let next = [self.sim.next_event_at(), self.fault.as_ref().map(|f| f.at), moved].into_iter().flatten().min();
         match next {
             None => Wake::Idle,
             Some(t) => Wake::After(Duration::from_nanos(t.saturating_sub(self.now()))),
@@ -853,6 +903,11 @@ impl Backend for SimBackend {
         self.sim = SimGpu::new(self.info.clone(), self.seed).with_event_budget(EVENTS_PER_POLL);
         self.origin = Instant::now();
         self.sim_now = 0;
+        // Buffer moves' bytes moved when they started: reported at the next look.
+        for m in &mut self.moves {
+            m.1 = 0;
+        }
+        self.link_free_at = 0;
         self.unsettled = false;
         self.behind = false;
         self.used = 0;

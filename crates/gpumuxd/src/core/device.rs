@@ -113,6 +113,7 @@ impl Core {
             self.take_failed_ops();
             self.take_loaded();
             self.take_registered();
+            self.take_moved();
             if events.is_empty() && !sent {
                 self.events = events;
                 // Requests handled while this poll was out (a launch on an idle

@@ -89,7 +89,9 @@ impl Core {
                 self.backend.unregister_host(&r);
             }
         }
-        // Restores under way: their gates were in the old engine.
+        // Moves under way end first, so that the account says which buffers
+        // are out; restores under way: their gates were in the old engine.
+        self.settle_moves();
         self.swap.restoring.clear();
         // Gone clients' evicted buffers: their host copies go now.
         let gone_evicted: Vec<(u64, DevAddr, u64)> = self

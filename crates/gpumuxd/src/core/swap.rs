@@ -51,6 +51,7 @@
 //! that holds one client's buffers would block every exchange for good.
 
 use super::*;
+use crate::backend::{BufferMove, Moved};
 
 /// A client restored keeps its buffers at least this many times what
 /// moving them out and back costs (module doc): 8 bounds swapping to about
@@ -74,6 +75,27 @@ pub(super) struct Restoring {
     /// starve a third (seen in the example's first run: a client waited
     /// 20 s while two others exchanged their buffers round after round).
     since: Nanos,
+    /// Its moves are started (the evictions that make its room, then its
+    /// restores) and `pending` of them have not ended.
+    started: bool,
+    pending: usize,
+    /// One of them failed: it starts again once all have ended.
+    failed: bool,
+    /// The modelled time of moves a device made in the call (added to when
+    /// the gates go, as a simulated device's link model says).
+    took: Nanos,
+}
+
+/// A move under way ([`Backend::start_move`]).
+#[derive(Debug)]
+pub(super) struct InFlight {
+    client: u64,
+    buffer: BufferId,
+    bytes: u64,
+    restore: bool,
+    /// The client whose restore it is part of (an eviction that makes its room, or its restore).
+    for_client: Option<u64>,
+    started: Instant,
 }
 
 /// The daemon's side of oversubscription.
@@ -92,6 +114,9 @@ pub(super) struct Swap {
     moved: (f64, f64),
     /// Clients restored and protected until then (device time; module doc).
     pub keep_until: BTreeMap<u64, Nanos>,
+    /// Moves under way, by token.
+    pub moving: BTreeMap<u64, InFlight>,
+    next_token: u64,
 }
 
 impl Swap {
@@ -104,6 +129,8 @@ impl Swap {
             restores: 0,
             moved: (0.0, 0.0),
             keep_until: BTreeMap::new(),
+            moving: BTreeMap::new(),
+            next_token: 0,
         }
     }
 
@@ -226,10 +253,11 @@ impl Core {
         all.min(room)
     }
 
-    /// Evicts `plan`'s buffers; returns the moves' time, ns. A buffer the
-    /// device does not evict stays resident (logged): the room may then be
-    /// short, which the caller's next allocation or restore finds.
-    fn evict_all(&mut self, plan: Vec<Victim>) -> Nanos {
+    /// Evicts `plan`'s buffers in the call (an allocation that needs the
+    /// room now); returns the moves' time, ns. A buffer the device does not
+    /// evict stays resident (logged): the room may then be short, which
+    /// the caller's next allocation or restore finds.
+    fn evict_now(&mut self, plan: Vec<Victim>) -> Nanos {
         let mut took: Nanos = 0;
         for v in plan {
             let Some(addr) = self.sessions.get(&v.client).and_then(|s| s.buffers.get(&v.buffer)).map(|b| b.addr) else {
@@ -282,7 +310,7 @@ impl Core {
         // buffers of idle clients.
         let priority = self.sessions.get(&client).map_or(0, |s| s.priority);
         if let Some(plan) = self.plan_room(self.footprint(bytes), client, priority, 0) {
-            self.evict_all(plan);
+            self.evict_now(plan);
             match self.backend.alloc(bytes) {
                 Ok(addr) => return Ok((addr, false)),
                 Err(MemError::Device(m)) => return Err(err(ErrorKind::Device, m)),
@@ -381,7 +409,7 @@ impl Core {
             .swap
             .restoring
             .iter()
-            .filter(|(_, r)| r.ready_at.is_none())
+            .filter(|(_, r)| r.ready_at.is_none() && !r.started && r.pending == 0)
             .filter_map(|(c, r)| self.sessions.get(c).map(|s| (-s.priority, r.since, *c)))
             .collect();
         waiting.sort();
@@ -407,46 +435,172 @@ impl Core {
         }
     }
 
-    /// Brings every evicted buffer of `client` back if the room can be
-    /// made; sets when its gates may go. Returns whether it did.
+    /// Starts bringing every evicted buffer of `client` back, if the room
+    /// can be made: the evictions that make it, then the restores, all
+    /// started at once (the device moves them in order, off its own thread
+    /// and the core's: [`Backend::start_move`]); the gates go when all have
+    /// ended ([`Core::restore_ended`]). Returns whether it started. One
+    /// exchange at a time: while moves are under way, the device's free
+    /// memory does not yet say what they free or take.
     fn restore_client(&mut self, client: u64) -> bool {
+        if !self.swap.moving.is_empty() {
+            return false;
+        }
         let Some(s) = self.sessions.get(&client) else { return true };
         let need = s.memory_evicted;
         let room: u64 = s.buffers.values().filter(|b| b.evicted).map(|b| self.footprint(b.bytes)).sum();
         let Some(plan) = self.plan_room(room, client, s.priority, need) else { return false };
-        let mut took = self.evict_all(plan);
-        let evicted: Vec<(BufferId, DevAddr, u64)> =
-            s_buffers(self.sessions.get(&client)).into_iter().filter(|b| b.3).map(|b| (b.0, b.1, b.2)).collect();
-        for (id, addr, bytes) in evicted {
-            let call = Instant::now();
-            match self.backend.restore(addr) {
-                Ok(t) => {
-                    took = took.saturating_add(t);
-                    self.swap.note_move(bytes, move_time(call, t));
-                    self.swap.evicted -= bytes;
+        let evicted: Vec<(BufferId, u64)> =
+            s_buffers(self.sessions.get(&client)).into_iter().filter(|b| b.3).map(|b| (b.0, b.2)).collect();
+        let Some(r) = self.swap.restoring.get_mut(&client) else { return true };
+        r.started = true;
+        r.failed = false;
+        r.took = 0;
+        // One more than the moves: held until all are started, so that a
+        // move a device makes in the call cannot end the restore early.
+        r.pending = plan.len() + evicted.len() + 1;
+        for v in plan {
+            self.start_move(v.client, v.buffer, v.bytes, false, Some(client));
+        }
+        for (id, bytes) in evicted {
+            self.start_move(client, id, bytes, true, Some(client));
+        }
+        self.move_ended(Some(client), Ok(0));
+        true
+    }
+
+    /// Starts moving `client`'s `buffer` out (or back, `restore`), for
+    /// `for_client`'s restore. An eviction counts at once: the buffer is out
+    /// of its owner's reach (its next work waits behind a restore, which
+    /// the device starts only after this move) and its host memory is taken.
+    fn start_move(&mut self, client: u64, buffer: BufferId, bytes: u64, restore: bool, for_client: Option<u64>) {
+        let Some(addr) = self.sessions.get(&client).and_then(|s| s.buffers.get(&buffer)).map(|b| b.addr) else {
+            self.move_ended(for_client, Ok(0));
+            return;
+        };
+        if !restore {
+            self.set_evicted(client, buffer, bytes, true);
+        }
+        let token = self.swap.next_token;
+        self.swap.next_token += 1;
+        let started = Instant::now();
+        self.swap.moving.insert(token, InFlight { client, buffer, bytes, restore, for_client, started });
+        let what = if restore { BufferMove::Restore(addr) } else { BufferMove::Evict(addr) };
+        if let Some(result) = self.backend.start_move(token, what) {
+            self.moved(token, result, true);
+        }
+    }
+
+    /// Takes the moves that ended (after each poll).
+    pub(super) fn take_moved(&mut self) {
+        if self.swap.moving.is_empty() {
+            return;
+        }
+        let mut done: Vec<Moved> = Vec::new();
+        self.backend.take_moved(&mut done);
+        for m in done {
+            self.moved(m.token, m.result, false);
+        }
+    }
+
+    /// Waits for every move under way and takes them, before a rebuild: an
+    /// eviction that did not end leaves its buffer resident (lost with the
+    /// context), a restore that did not leaves it evicted (its host copy kept).
+    pub(super) fn settle_moves(&mut self) {
+        if self.swap.moving.is_empty() {
+            return;
+        }
+        let mut done: Vec<Moved> = Vec::new();
+        self.backend.settle_moves(&mut done);
+        for m in done {
+            self.moved(m.token, m.result, false);
+        }
+        let left: Vec<u64> = self.swap.moving.keys().copied().collect();
+        for token in left {
+            tracing::warn!("buffer move {token} was never reported: counted as failed");
+            self.moved(token, Err(MemError::Device("never reported".into())), false);
+        }
+    }
+
+    /// A move ended: the account follows. `in_call`: the device made it in
+    /// the call, and its time (a simulated link's) is still to pass.
+    fn moved(&mut self, token: u64, result: Result<Nanos, MemError>, in_call: bool) {
+        let Some(m) = self.swap.moving.remove(&token) else { return };
+        let ended = match result {
+            Ok(took) => {
+                self.swap.note_move(m.bytes, move_time(m.started, took));
+                if m.restore {
                     self.swap.restores += 1;
-                    if let Some(s) = self.sessions.get_mut(&client) {
-                        s.memory_evicted -= bytes;
-                        if let Some(b) = s.buffers.get_mut(&id) {
-                            b.evicted = false;
-                        }
-                    }
+                    self.set_evicted(m.client, m.buffer, m.bytes, false);
+                } else {
+                    self.swap.evictions += 1;
+                    tracing::debug!("evicted client {}'s buffer {} ({} bytes)", m.client, m.buffer.0, m.bytes);
                 }
-                Err(e) => {
-                    // The room was planned; another process on the GPU may
-                    // have taken it. The rest waits for the next try.
-                    tracing::debug!("client {client}'s buffer {} not restored yet: {e}", id.0);
-                    return false;
-                }
+                Ok(if in_call { took } else { 0 })
             }
+            Err(e) if m.restore => {
+                // The room was planned; another process on the GPU may
+                // have taken it. It starts again at the next look.
+                tracing::debug!("client {}'s buffer {} not restored yet: {e}", m.client, m.buffer.0);
+                Err(())
+            }
+            Err(e) => {
+                tracing::warn!("client {}'s buffer {} could not be evicted: {e}", m.client, m.buffer.0);
+                self.set_evicted(m.client, m.buffer, m.bytes, false);
+                Err(())
+            }
+        };
+        self.move_ended(m.for_client, ended);
+    }
+
+    /// One move of `client`'s restore ended (`Ok`: with the time still to
+    /// pass); the last one ends the restore, or lets it start again if one
+    /// failed.
+    fn move_ended(&mut self, client: Option<u64>, result: Result<Nanos, ()>) {
+        let Some(client) = client else { return };
+        let Some(r) = self.swap.restoring.get_mut(&client) else { return };
+        match result {
+            Ok(t) => r.took = r.took.saturating_add(t),
+            Err(()) => r.failed = true,
         }
-        let at = self.backend.now().saturating_add(took);
-        if let Some(r) = self.swap.restoring.get_mut(&client) {
-            r.ready_at = Some(at);
+        r.pending = r.pending.saturating_sub(1);
+        if r.pending > 0 || !r.started {
+            return;
         }
+        if r.failed {
+            r.started = false;
+            r.failed = false;
+            return;
+        }
+        self.restore_ended(client);
+    }
+
+    /// Every move of `client`'s restore ended well: its gates go once the
+    /// moves' modelled time has passed, and it keeps its memory a while.
+    fn restore_ended(&mut self, client: u64) {
+        let Some(r) = self.swap.restoring.get_mut(&client) else { return };
+        let at = self.backend.now().saturating_add(r.took);
+        r.ready_at = Some(at);
         let resident = self.sessions.get(&client).map_or(0, |s| s.memory_used - s.memory_evicted);
         self.keep(client, at, resident);
-        true
+    }
+
+    /// Marks a buffer evicted or not, with its bytes in both accounts (a
+    /// buffer freed meanwhile: nothing).
+    fn set_evicted(&mut self, client: u64, buffer: BufferId, bytes: u64, evicted: bool) {
+        let Some(s) = self.sessions.get_mut(&client) else { return };
+        let Some(b) = s.buffers.get_mut(&buffer) else { return };
+        if b.evicted == evicted {
+            return;
+        }
+        b.evicted = evicted;
+        if evicted {
+            s.memory_evicted += bytes;
+            self.swap.evicted += bytes;
+        } else {
+            s.memory_evicted -= bytes;
+            self.swap.evicted = self.swap.evicted.saturating_sub(bytes);
+        }
     }
 
     /// `client` keeps `bytes` of device memory from `from` for at least
@@ -479,9 +633,10 @@ impl Core {
         self.swap.restoring.values().filter_map(|r| r.ready_at).min()
     }
 
-    /// Whether a restore waits for room (the core then looks again each poll period).
+    /// Whether a restore waits for room or moves are under way (the core
+    /// then looks again each poll period).
     pub(super) fn swap_waiting(&self) -> bool {
-        self.swap.restoring.values().any(|r| r.ready_at.is_none())
+        !self.swap.moving.is_empty() || self.swap.restoring.values().any(|r| r.ready_at.is_none())
     }
 
     /// A freed evicted buffer's bytes leave the daemon's account.
@@ -704,5 +859,41 @@ mod tests {
         call(&mut core, &rx2, 2, 3, memset);
         call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
         assert!(buffer(&core, 1, a).evicted && !buffer(&core, 2, b).evicted, "the urgent client took the room");
+    }
+
+    /// Moves run off the request path: the restore's moves (client 1's
+    /// eviction, then client 2's restore) are under way after the request
+    /// that gated them was taken, the core answers other requests
+    /// meanwhile, and the gate goes only when the simulated link has
+    /// carried both, one after the other.
+    #[test]
+    fn moves_are_started_then_reported_and_the_gate_waits_for_both() {
+        let backend = SimBackend::open("sim:h100,memory=256MiB").expect("the preset");
+        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let (rx1, rx2) = (open(&mut core, 1), open(&mut core, 2));
+        let a = alloc(&mut core, &rx1, 1, 2, 150 * MIB);
+        let b = alloc(&mut core, &rx2, 2, 2, 150 * MIB);
+        core.swap.keep_until.clear();
+        let stream = StreamId(0);
+        let t0 = core.backend.now();
+        let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 1, bytes: MIB, stream };
+        core.inbound(2, Inbound::Request { id: 3, request: memset, fd: None });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while core.swap.moving.is_empty() {
+            core.pump().expect("pump");
+            assert!(Instant::now() < deadline, "no move started");
+        }
+        assert_eq!(core.swap.moving.len(), 2, "client 1's eviction and client 2's restore are under way");
+        assert!(buffer(&core, 1, a).evicted, "an eviction counts from its start");
+        assert!(buffer(&core, 2, b).evicted, "a restore counts from its end");
+        // The core serves others while the moves are under way.
+        let small = alloc(&mut core, &rx1, 1, 4, MIB);
+        assert!(!buffer(&core, 1, small).evicted);
+        call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
+        assert!(core.swap.moving.is_empty() && !buffer(&core, 2, b).evicted);
+        let link = 2 * 150 * MIB * 1_000_000_000 / 55_000_000_000;
+        assert!(core.backend.now() >= t0 + link, "the gate went before the link carried both moves");
+        let s = core.status();
+        assert_eq!((s.evictions, s.restores), (1, 1), "{s:?}");
     }
 }
