@@ -609,6 +609,7 @@ impl Core {
             || self.engine.has_commands_due()
             || self.engine.poll_timeout().is_some_and(|at| at <= now)
             || self.swap_due().is_some_and(|at| at <= now)
+            || self.swap_look_due()
     }
 
     /// How long to sleep before the device or the engine needs a look.
@@ -623,8 +624,7 @@ impl Core {
         let device = if self.engine.has_commands_due() { device.min(self.poll_every) } else { device };
         // A restore waiting for room looks again each poll period; one whose
         // moves are under way, when they end.
-        let device =
-            if self.swap_waiting() { device.min(self.poll_every.max(Duration::from_micros(100))) } else { device };
+        let device = if self.swap_waiting() { device.min(swap::SWAP_LOOK) } else { device };
         let now = self.backend.now();
         let timer = [self.engine.poll_timeout(), self.swap_due()]
             .into_iter()

@@ -18,7 +18,7 @@
 use crate::backend::ends_ahead::Silenced;
 use crate::backend::link::{self, Link, LinkError};
 use crate::backend::wire::{FromDevice, RegionId, SwapCall, ToDevice};
-use crate::backend::{Backend, Failure, MemError, Registered, Wake};
+use crate::backend::{Backend, Failure, MemError, Moved, Registered, Wake};
 use crate::load::LoadClock;
 use crate::shm::ShmRegion;
 use anyhow::{bail, Context, Result};
@@ -81,6 +81,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         regions: HashMap::new(),
         pinning: HashMap::new(),
         registered: Vec::new(),
+        moved: Vec::new(),
         failure: None,
         broken: false,
         spin,
@@ -114,6 +115,8 @@ struct DeviceHost {
     pinning: HashMap<u64, (RegionId, Arc<ShmRegion>)>,
     /// Pins that failed before they started, for the next poll.
     registered: Vec<Registered>,
+    /// Buffer moves the device made in the call, for the next poll.
+    moved: Vec<Moved>,
     /// A failure since the last poll, the answer to the next one.
     failure: Option<Failure>,
     /// The context is lost: nothing more is done with the device.
@@ -170,7 +173,8 @@ impl DeviceHost {
         if self.broken {
             // Reported already; the daemon is about to replace this process.
             let (failed, loaded, registered, ends_ahead) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            return FromDevice::Polled { events, failed, loaded, registered, ends_ahead, wake: Wake::Idle };
+            let moved = Vec::new();
+            return FromDevice::Polled { events, failed, loaded, registered, moved, ends_ahead, wake: Wake::Idle };
         }
         match self.backend.poll(&mut events) {
             Ok(_) => {
@@ -183,8 +187,10 @@ impl DeviceHost {
                 self.backend.take_loaded(&mut loaded);
                 self.backend.take_ends_ahead(&mut ends_ahead);
                 let registered = self.take_registered();
+                let mut moved = std::mem::take(&mut self.moved);
+                self.backend.take_moved(&mut moved);
                 let wake = self.backend.next_wake();
-                FromDevice::Polled { events, failed, loaded, registered, ends_ahead, wake }
+                FromDevice::Polled { events, failed, loaded, registered, moved, ends_ahead, wake }
             }
             Err(f) => {
                 self.broken = true;
@@ -237,6 +243,17 @@ impl DeviceHost {
                     SwapCall::Readdress(addr) => self.backend.readdress_evicted(addr),
                 };
                 self.send(FromDevice::Swapped(r))
+            }
+            ToDevice::StartMove { token, what } => {
+                if let Some(result) = self.backend.start_move(token, what) {
+                    self.moved.push(Moved { token, result });
+                }
+                Ok(())
+            }
+            ToDevice::SettleMoves => {
+                let mut moved = std::mem::take(&mut self.moved);
+                self.backend.settle_moves(&mut moved);
+                self.send(FromDevice::Settled(moved))
             }
             ToDevice::RegisterHost { region, bytes } => {
                 let r = self.register(region, bytes);

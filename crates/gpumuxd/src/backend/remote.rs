@@ -44,8 +44,8 @@ use super::ends_ahead::KnownEnds;
 use super::link::{socket_pair, Link, LinkError};
 use super::wire::{FromDevice, HostRef, RegionId, SwapCall, ToDevice};
 use super::{
-    Backend, DevAddr, Failure, KernelCode, LoadError, Loaded, MemError, MemInfo, ModuleImage, OpFailed, OpWork,
-    Registered, Wake,
+    Backend, BufferMove, DevAddr, Failure, KernelCode, LoadError, Loaded, MemError, MemInfo, ModuleImage, Moved,
+    OpFailed, OpWork, Registered, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_engine::device::{Command, DeviceError, Event};
@@ -340,6 +340,8 @@ pub struct RemoteBackend {
     pinning: std::collections::BTreeMap<u64, (RegionId, Arc<ShmRegion>)>,
     /// Pins the child reported (or that needed none), for [`Backend::take_registered`].
     registered: Vec<Registered>,
+    /// Buffer moves the child reported, for [`Backend::take_moved`].
+    moved: Vec<Moved>,
     /// Ends the child saw ahead, and the launches answered with them (module doc).
     known: KnownEnds,
 }
@@ -369,6 +371,7 @@ impl RemoteBackend {
             loaded: Vec::new(),
             pinning: Default::default(),
             registered: Vec::new(),
+            moved: Vec::new(),
             kernels_loaded: 0,
             known: KnownEnds::default(),
         })
@@ -567,6 +570,30 @@ impl Backend for RemoteBackend {
         self.swap(SwapCall::Restore(addr))
     }
 
+    fn start_move(&mut self, token: u64, what: BufferMove) -> Option<Result<Nanos, MemError>> {
+        if let Some(what) = &self.broken {
+            return Some(Err(MemError::Device(what.clone())));
+        }
+        match self.process.link.send(&ToDevice::StartMove { token, what }, None) {
+            Ok(()) => None,
+            Err(e) => Some(Err(MemError::Device(self.lost(e)))),
+        }
+    }
+
+    fn take_moved(&mut self, out: &mut Vec<Moved>) {
+        out.append(&mut self.moved);
+    }
+
+    fn settle_moves(&mut self, out: &mut Vec<Moved>) {
+        out.append(&mut self.moved);
+        match self.call(&ToDevice::SettleMoves, None) {
+            Ok(FromDevice::Settled(moved)) => out.extend(moved),
+            // The core counts every move not reported as failed.
+            Ok(other) => tracing::warn!("{}", Self::unexpected("Settled", &other)),
+            Err(e) => tracing::warn!("settling buffer moves: {e}"),
+        }
+    }
+
     fn readdress_evicted(&mut self, addr: DevAddr) -> Result<DevAddr, MemError> {
         // The host copies lived in the device process; one that was
         // restarted has none (docs/daemon.md, "Memory oversubscription").
@@ -728,7 +755,8 @@ impl Backend for RemoteBackend {
             self.call(&ToDevice::Poll, None)
         };
         match answer {
-            Ok(FromDevice::Polled { events: got, failed, loaded, registered, ends_ahead, wake }) => {
+            Ok(FromDevice::Polled { events: got, failed, loaded, registered, moved, ends_ahead, wake }) => {
+                self.moved.extend(moved);
                 for r in &registered {
                     if let Some((id, region)) = self.pinning.remove(&r.token) {
                         if r.result.is_ok() {

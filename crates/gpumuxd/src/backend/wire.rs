@@ -58,6 +58,16 @@ pub enum ToDevice {
     /// Oversubscription ([`super::Backend::reserve`], `evict`, `restore`,
     /// `readdress_evicted`). Answered by [`FromDevice::Swapped`].
     Swap(SwapCall),
+    /// [`super::Backend::start_move`]. No answer: the move comes in a later
+    /// [`FromDevice::Polled`]'s `moved`.
+    StartMove {
+        /// The daemon's token of the move.
+        token: u64,
+        /// Which buffer, out or back.
+        what: super::BufferMove,
+    },
+    /// [`super::Backend::settle_moves`]. Answered by [`FromDevice::Settled`].
+    SettleMoves,
     /// A client's region; its memfd comes with this message (`SCM_RIGHTS`).
     /// Answered by [`FromDevice::Registered`].
     RegisterHost {
@@ -171,6 +181,8 @@ pub enum FromDevice {
     Swapped(Result<u64, MemError>),
     /// Answer to [`ToDevice::RegisterHost`].
     Registered(Result<(), MemError>),
+    /// Answer to [`ToDevice::SettleMoves`]: every move not yet reported.
+    Settled(Vec<super::Moved>),
     /// Answer to [`ToDevice::LoadModule`].
     Module(Result<ModuleImage, LoadError>),
     /// Answer to [`ToDevice::Poll`]: what the device's poll reported, in its order.
@@ -183,6 +195,8 @@ pub enum FromDevice {
         loaded: Vec<super::Loaded>,
         /// Pins that finished ([`super::Backend::take_registered`]).
         registered: Vec<super::Registered>,
+        /// Buffer moves that finished ([`super::Backend::take_moved`]).
+        moved: Vec<super::Moved>,
         /// Kernels that ran before their launch command ([`super::Backend::take_ends_ahead`]).
         ends_ahead: Vec<super::ends_ahead::EndAhead>,
         /// The device's [`super::Backend::next_wake`] right after that poll.
@@ -216,6 +230,7 @@ impl FromDevice {
             FromDevice::MemInfo(_) => "MemInfo",
             FromDevice::Swapped(_) => "Swapped",
             FromDevice::Registered(_) => "Registered",
+            FromDevice::Settled(_) => "Settled",
             FromDevice::Module(_) => "Module",
             FromDevice::Polled { .. } => "Polled",
             FromDevice::ContextLost { .. } => "ContextLost",

@@ -58,6 +58,11 @@ use crate::backend::{BufferMove, Moved};
 /// 11 % of the time, inside issue 39's 1.15x makespan goal.
 pub(super) const KEEP_FACTOR: f64 = 8.0;
 
+/// How often the core looks at moves under way and restores waiting for
+/// room: a move of a 2 MiB granule takes tens of µs, a buffer's ms to
+/// seconds; a look is a poll of the device (a round trip to a device process).
+pub(super) const SWAP_LOOK: Duration = Duration::from_millis(1);
+
 /// The host link's rate before any move was measured, bytes/s (PCIe Gen5's
 /// practical rate; the simulated presets say their own).
 const DEFAULT_LINK_RATE: f64 = 50e9;
@@ -117,6 +122,8 @@ pub(super) struct Swap {
     /// Moves under way, by token.
     pub moving: BTreeMap<u64, InFlight>,
     next_token: u64,
+    /// When the core last took the device's moves (a pump).
+    looked: Instant,
 }
 
 impl Swap {
@@ -131,6 +138,7 @@ impl Swap {
             keep_until: BTreeMap::new(),
             moving: BTreeMap::new(),
             next_token: 0,
+            looked: Instant::now(),
         }
     }
 
@@ -493,6 +501,7 @@ impl Core {
 
     /// Takes the moves that ended (after each poll).
     pub(super) fn take_moved(&mut self) {
+        self.swap.looked = Instant::now();
         if self.swap.moving.is_empty() {
             return;
         }
@@ -633,10 +642,18 @@ impl Core {
         self.swap.restoring.values().filter_map(|r| r.ready_at).min()
     }
 
-    /// Whether a restore waits for room or moves are under way (the core
-    /// then looks again each poll period).
+    /// Whether a restore waits for room or moves are under way: the core
+    /// then looks again every [`SWAP_LOOK`].
     pub(super) fn swap_waiting(&self) -> bool {
         !self.swap.moving.is_empty() || self.swap.restoring.values().any(|r| r.ready_at.is_none())
+    }
+
+    /// Whether the device should be pumped for the swap's sake now
+    /// ([`Core::swap_waiting`], and no look for [`SWAP_LOOK`]): a GPU's
+    /// moves end unannounced, and a device process is not polled while
+    /// it is idle otherwise.
+    pub(super) fn swap_look_due(&self) -> bool {
+        self.swap_waiting() && self.swap.looked.elapsed() >= SWAP_LOOK
     }
 
     /// A freed evicted buffer's bytes leave the daemon's account.
