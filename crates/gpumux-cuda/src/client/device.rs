@@ -200,10 +200,9 @@ pub(super) struct InContext {
     pub(super) mappings: HashMap<u64, super::swap::Mapping>,
     /// The mapping granularity; `None`: this GPU cannot map, every buffer is a `cuMemAlloc`.
     pub(super) granularity: Option<usize>,
-    /// The stream evictions and restores copy on (made on first use).
-    pub(super) swap_stream: Option<usize>,
-    /// Their pinned ring (made on first use; [`super::staging`]).
-    pub(super) staging: Option<super::staging::Staging>,
+    /// The thread evictions and restores run on, with its stream and
+    /// pinned ring (started on first use; [`super::mover`]).
+    pub(super) mover: Option<super::mover::Mover>,
     /// Workers resident per SM by kernel, threads per block and dynamic
     /// shared memory ([`KernelOp::fits`]).
     fits: HashMap<(KernelHandle, u32, u32), u32>,
@@ -270,8 +269,7 @@ impl InContext {
             allocations: HashMap::new(),
             mappings: HashMap::new(),
             granularity: super::swap::granularity(ctx.ordinal),
-            swap_stream: None,
-            staging: None,
+            mover: None,
             fits: HashMap::new(),
             ahead: HashMap::new(),
             orphans: Vec::new(),
@@ -379,9 +377,11 @@ pub struct ClientDevice {
     /// Evicted buffers' bytes, by address: outside the context, so that they
     /// outlive a lost one ([`super::swap`]).
     pub(super) swapped: HashMap<u64, super::swap::HostCopy>,
-    /// The last restored buffer's pinned host copy, kept for the next
-    /// eviction of a buffer of about its size ([`super::swap`]).
+    /// The last restored buffer's host copy, kept for the next eviction of
+    /// a buffer of about its size ([`super::swap`]).
     pub(super) spare_copy: Option<super::swap::HostCopy>,
+    /// Buffer moves that ended and were not yet taken ([`super::swap`]).
+    pub(super) moves_ended: Vec<(u64, Result<Duration, super::memory::MemoryError>)>,
     info: DeviceInfo,
     start: Instant,
     chunk: Chunk,
@@ -718,6 +718,7 @@ impl ClientDevice {
             host: Vec::new(),
             swapped: HashMap::new(),
             spare_copy: None,
+            moves_ended: Vec::new(),
             info,
             start: Instant::now(),
             chunk,
@@ -1026,6 +1027,9 @@ impl ClientDevice {
     /// allocations), destroys it, creates a fresh one and registers the host
     /// ranges again. Kernel handles are never reused: old ones are refused.
     pub fn rebuild(&mut self) -> Result<(), CudaError> {
+        // Moves under way end first (failing, on a lost context), so that
+        // every host copy is back on the books before the mover goes.
+        self.collect_moves(true);
         // Handles first, context second: a stale handle must not outlive its
         // context (the driver may give its value to a new object).
         self.st = None;

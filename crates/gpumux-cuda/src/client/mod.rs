@@ -12,8 +12,10 @@
 mod context;
 mod device;
 pub mod fault;
+mod host_copy;
 pub mod memory;
 pub mod module;
+mod mover;
 mod staging;
 mod swap;
 pub mod work;

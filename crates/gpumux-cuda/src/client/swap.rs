@@ -14,21 +14,30 @@
 //! `cuMemAlloc` allocations (a mapping would round each up to 2 MiB, and
 //! evicting one frees little): they are never evicted.
 //!
-//! The copies run on a non-blocking stream of their own (so they wait for
-//! no other client's work; other clients' kernels run meanwhile) and the
-//! call returns when they are done. Host copies are ordinary memory, copied
-//! through a small pinned ring (`staging`: pinning each copy cost 0.4 s per
-//! GB on the H200 machine, about 20 times its copy), owned by the device rather
-//! than its context: after a lost context, an evicted buffer keeps its bytes
-//! and gets its range back ([`ClientDevice::readdress_evicted`]).
+//! The moves run on a thread of their own ([`super::mover`]), on a
+//! non-blocking stream of its own (so they wait for no other client's work;
+//! other clients' kernels run, and are launched, meanwhile):
+//! [`ClientDevice::start_move`] starts one, [`ClientDevice::take_moved`]
+//! reports its end. A buffer under way is not touched by this thread until
+//! then; freeing it waits for its move. Host copies are host memory that is
+//! fast to write ([`super::host_copy`]), copied through a small pinned ring
+//! (`staging`: pinning each copy cost 0.4 s per GB on the H200 machine,
+//! about 20 times its copy), owned by the device rather than its context:
+//! after a lost context, an evicted buffer keeps its bytes and gets its
+//! range back ([`ClientDevice::readdress_evicted`]).
 
 use super::device::ClientDevice;
+use super::host_copy::HostMem;
 use super::memory::MemoryError;
-use super::staging::Staging;
+use super::mover::{Done, Ended, Job, Mover};
 use crate::error::CudaError;
 use crate::runtime::check;
 use cudarc::driver::sys as cu;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// The token of a move made in the call ([`ClientDevice::evict`],
+/// [`ClientDevice::restore`]); the daemon's tokens count up from 0.
+const IN_CALL: u64 = u64::MAX;
 
 /// A mapped (resident) or reserved-only (evicted) range, in the context.
 #[derive(Debug)]
@@ -39,15 +48,17 @@ pub(crate) struct Mapping {
     pub bytes: u64,
     /// Its physical memory while resident.
     pub handle: Option<cu::CUmemGenericAllocationHandle>,
+    /// A move of it is under way on the mover ([`super::mover`]).
+    pub moving: bool,
 }
 
-/// An evicted buffer's bytes in ordinary host memory (owned by the device,
-/// so that they outlive a lost context; copied through the pinned ring of
-/// `staging`); or, for a buffer born evicted, nothing: it is all zeros,
-/// which the restore writes on the device.
+/// An evicted buffer's bytes in host memory ([`super::host_copy`]; owned
+/// by the device, so that they outlive a lost context; copied through the
+/// mover's pinned ring); or, for a buffer born evicted, nothing: it is all
+/// zeros, which the restore writes on the device.
 pub(crate) struct HostCopy {
-    /// Empty for a buffer of zeros.
-    bytes: Box<[u8]>,
+    /// `None` for a buffer of zeros.
+    mem: Option<HostMem>,
     /// The range's size.
     len: usize,
     /// The buffer's own size.
@@ -57,16 +68,31 @@ pub(crate) struct HostCopy {
 impl HostCopy {
     /// `len` bytes of host memory.
     fn new(len: usize, buffer: u64) -> Result<HostCopy, CudaError> {
-        Ok(HostCopy { bytes: zeroed(len)?, len, buffer })
+        Ok(HostCopy { mem: Some(HostMem::new(len)?), len, buffer })
     }
 
     /// A buffer of zeros: no host memory at all.
     fn zeros(len: usize, buffer: u64) -> HostCopy {
-        HostCopy { bytes: Box::default(), len, buffer }
+        HostCopy { mem: None, len, buffer }
     }
 
-    fn is_zeros(&self) -> bool {
-        self.bytes.is_empty()
+    pub(crate) fn is_zeros(&self) -> bool {
+        self.mem.is_none()
+    }
+
+    /// Its first `size` bytes (none for a buffer of zeros).
+    pub(crate) fn bytes(&self, size: usize) -> &[u8] {
+        self.mem.as_ref().map_or(&[][..], |m| &m.as_slice()[..size.min(m.len())])
+    }
+
+    pub(crate) fn bytes_mut(&mut self, size: usize) -> &mut [u8] {
+        match self.mem.as_mut() {
+            Some(m) => {
+                let n = size.min(m.len());
+                &mut m.as_mut_slice()[..n]
+            }
+            None => &mut [],
+        }
     }
 }
 
@@ -74,24 +100,6 @@ impl std::fmt::Debug for HostCopy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "HostCopy({} bytes, zeros: {})", self.len, self.is_zeros())
     }
-}
-
-/// `len` zeroed bytes from the system, or an error naming them (not an
-/// abort, as `vec!` would on a host out of memory); untouched pages cost
-/// nothing until written.
-fn zeroed(len: usize) -> Result<Box<[u8]>, CudaError> {
-    let no_memory = || CudaError::Invalid(format!("no host memory for an evicted buffer of {len} bytes"));
-    if len == 0 {
-        return Ok(Box::default());
-    }
-    let layout = std::alloc::Layout::array::<u8>(len).map_err(|_| no_memory())?;
-    // SAFETY: a non-zero size.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    if ptr.is_null() {
-        return Err(no_memory());
-    }
-    // SAFETY: `len` bytes just allocated with the layout `Box<[u8]>` frees with.
-    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) })
 }
 
 /// What one allocation takes: its properties for `cuMemCreate` on `ordinal`.
@@ -116,7 +124,7 @@ pub(crate) fn granularity(ordinal: i32) -> Option<usize> {
 }
 
 /// Physical memory of `size` bytes on `ordinal`; `None`: out of memory.
-fn create(ordinal: i32, size: usize) -> Result<Option<cu::CUmemGenericAllocationHandle>, CudaError> {
+pub(super) fn create(ordinal: i32, size: usize) -> Result<Option<cu::CUmemGenericAllocationHandle>, CudaError> {
     let mut h = 0;
     let p = prop(ordinal);
     // SAFETY: out-pointer to a local, a valid prop.
@@ -130,7 +138,7 @@ fn create(ordinal: i32, size: usize) -> Result<Option<cu::CUmemGenericAllocation
 
 /// Maps `h` at `ptr` (a reserved range of `size`) and lets the device read
 /// and write it; on an error the handle is released and nothing is mapped.
-fn map(ordinal: i32, ptr: u64, size: usize, h: cu::CUmemGenericAllocationHandle) -> Result<(), CudaError> {
+pub(super) fn map(ordinal: i32, ptr: u64, size: usize, h: cu::CUmemGenericAllocationHandle) -> Result<(), CudaError> {
     // SAFETY: `ptr` is a reserved, unmapped range of `size`; `h` a handle of `size`.
     let mapped = check("cuMemMap", unsafe { cu::cuMemMap(ptr, size, 0, h, 0) });
     if let Err(e) = mapped {
@@ -163,20 +171,6 @@ fn reserve(size: usize, granularity: usize, hint: u64) -> Result<u64, CudaError>
     Ok(ptr)
 }
 
-/// The swap stream of the current context (made on first use): non-blocking,
-/// so that its copies wait for no other stream's work.
-fn stream(slot: &mut Option<usize>) -> Result<cu::CUstream, CudaError> {
-    if let Some(s) = *slot {
-        return Ok(s as cu::CUstream);
-    }
-    let mut s: cu::CUstream = std::ptr::null_mut();
-    let flags = cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-    // SAFETY: out-pointer to a local; the context is current.
-    check("cuStreamCreate", unsafe { cu::cuStreamCreate(&mut s, flags) })?;
-    *slot = Some(s as usize);
-    Ok(s)
-}
-
 impl ClientDevice {
     /// The smallest buffer that is a mapping (and can be evicted), bytes;
     /// `None`: this GPU cannot map, every buffer is a `cuMemAlloc`.
@@ -207,12 +201,16 @@ impl ClientDevice {
             unsafe { cu::cuMemAddressFree(ptr, size) };
             return Err(e.into());
         }
-        self.state()?.mappings.insert(ptr, Mapping { size, bytes, handle: Some(h) });
+        self.state()?.mappings.insert(ptr, Mapping { size, bytes, handle: Some(h), moving: false });
         Ok(ptr)
     }
 
     /// Frees a mapped allocation, resident or evicted; `false`: not one.
     pub(super) fn free_mapped(&mut self, ptr: u64) -> Result<bool, MemoryError> {
+        if self.st.as_ref().and_then(|st| st.mappings.get(&ptr)).is_some_and(|m| m.moving) {
+            // Its move holds its memory: the end is kept for `take_moved`.
+            self.collect_moves(true);
+        }
         let host = self.swapped.remove(&ptr);
         if self.swapped.is_empty() {
             // Nothing evicted: no exchange to keep a pinned copy for.
@@ -236,117 +234,178 @@ impl ClientDevice {
         let g = self.swap_granularity().ok_or_else(|| CudaError::Invalid("this GPU cannot map memory".into()))?;
         let size = round_up(bytes, g as usize)?;
         let ptr = reserve(size, g as usize, 0)?;
-        self.state()?.mappings.insert(ptr, Mapping { size, bytes, handle: None });
+        self.state()?.mappings.insert(ptr, Mapping { size, bytes, handle: None, moving: false });
         self.swapped.insert(ptr, HostCopy::zeros(size, bytes));
         Ok(ptr)
     }
 
-    /// Evicts the mapped buffer at `ptr` (module doc). Its work must be done.
-    pub fn evict(&mut self, ptr: u64) -> Result<(), MemoryError> {
-        let (size, bytes, h) = match self.state()?.mappings.get(&ptr) {
-            Some(Mapping { size, bytes, handle: Some(h) }) => (*size, *bytes, *h),
+    /// Starts evicting (`evict`) or restoring the mapped buffer at `ptr` on
+    /// the mover ([`super::mover`]; module doc): moves run in the order they
+    /// are started, so a restore started after the evictions that make its
+    /// room finds it. Its end comes from [`ClientDevice::take_moved`] with
+    /// `token`. An eviction's buffer must have no work left; an error here:
+    /// nothing started, nothing changed.
+    pub fn start_move(&mut self, token: u64, evict: bool, ptr: u64) -> Result<(), MemoryError> {
+        let ordinal = self.ctx.ordinal;
+        let (size, bytes, handle) = match self.state()?.mappings.get(&ptr) {
+            Some(m) if !m.moving && m.handle.is_some() == evict => (m.size, m.bytes, m.handle),
             _ => return Err(MemoryError::NotAllocated(ptr)),
         };
-        let t = Instant::now();
-        // The last restore's host copy, if it fits: its pages are in place
-        // (a fresh one faults each page in as the copy writes it).
-        let mut host = match self.spare_copy.take() {
-            Some(mut c) if c.len >= size && c.len <= size.saturating_mul(2) => {
-                c.buffer = bytes;
-                c
+        let job = match (evict, handle) {
+            (true, Some(handle)) => {
+                let t = Instant::now();
+                // The last restore's host copy, if it fits: its pages are in place.
+                let host = match self.spare_copy.take() {
+                    Some(mut c) if c.len >= size && c.len <= size.saturating_mul(2) => {
+                        c.buffer = bytes;
+                        c
+                    }
+                    _ => HostCopy::new(size, bytes)?,
+                };
+                Job::Evict { token, ptr, size, handle, host, found: t.elapsed() }
             }
-            _ => HostCopy::new(size, bytes)?,
+            _ => {
+                let host = self.swapped.remove(&ptr).ok_or(MemoryError::NotAllocated(ptr))?;
+                Job::Restore { token, ptr, size, ordinal, host }
+            }
         };
-        let pinned = t.elapsed();
+        let ctx = self.ctx.raw();
         let st = self.state()?;
-        let s = stream(&mut st.swap_stream)?;
-        if st.staging.is_none() {
-            st.staging = Some(Staging::new()?);
+        if st.mover.is_none() {
+            st.mover = Some(Mover::start(ctx)?);
         }
-        if let Some(staging) = &st.staging {
-            staging.to_host(s, ptr, &mut host.bytes[..size])?;
+        let Some(mover) = st.mover.as_mut() else { return Err(MemoryError::NotAllocated(ptr)) };
+        if let Err(job) = mover.send(job) {
+            // The thread is gone: whatever the job holds goes back.
+            if let Job::Restore { host, .. } = job {
+                self.swapped.insert(ptr, host);
+            }
+            return Err(CudaError::Invalid("the buffer mover thread is gone".into()).into());
         }
-        let copied = t.elapsed() - pinned;
-        // SAFETY: mapped by `map`, its copy done.
-        check("cuMemUnmap", unsafe { cu::cuMemUnmap(ptr, size) })?;
-        // SAFETY: unmapped above.
-        check("cuMemRelease", unsafe { cu::cuMemRelease(h) })?;
-        if let Some(m) = st.mappings.get_mut(&ptr) {
-            m.handle = None;
+        if let Some(m) = self.state()?.mappings.get_mut(&ptr) {
+            m.moving = true;
         }
-        self.swapped.insert(ptr, host);
-        tracing::info!(
-            "evicted {size} bytes at {ptr:#x}: host memory in {:.1} ms, copied in {:.1} ms ({:.1} GB/s)",
-            pinned.as_secs_f64() * 1e3,
-            copied.as_secs_f64() * 1e3,
-            size as f64 / copied.as_secs_f64().max(1e-9) / 1e9
-        );
         Ok(())
     }
 
-    /// Restores the evicted buffer at `ptr` at the same address (module
-    /// doc). Out of memory: nothing changed.
+    /// Appends the moves that ended since the last call: their token, and
+    /// how long the move took or why it failed (then nothing changed).
+    pub fn take_moved(&mut self, out: &mut Vec<(u64, Result<Duration, MemoryError>)>) {
+        self.collect_moves(false);
+        out.append(&mut self.moves_ended);
+    }
+
+    /// Waits for every move under way, then appends them as
+    /// [`ClientDevice::take_moved`] does.
+    pub fn settle_moves(&mut self, out: &mut Vec<(u64, Result<Duration, MemoryError>)>) {
+        self.collect_moves(true);
+        out.append(&mut self.moves_ended);
+    }
+
+    /// Takes the mover's ends (all of them, waiting, if `wait`) and applies
+    /// them to the mappings and host copies.
+    pub(super) fn collect_moves(&mut self, wait: bool) {
+        loop {
+            let Some(mover) = self.st.as_mut().and_then(|st| st.mover.as_mut()) else { return };
+            if wait && mover.under_way == 0 {
+                return;
+            }
+            let Some(done) = mover.next(wait) else { return };
+            let r = self.apply(done);
+            self.moves_ended.push(r);
+        }
+    }
+
+    /// One move's end on the books (module doc); the log lines are what
+    /// `scripts/oversubscribe-gpu.sh` reads.
+    fn apply(&mut self, done: Done) -> (u64, Result<Duration, MemoryError>) {
+        let Done { token, ptr, size, host, what, prepared, copied } = done;
+        let rate = size as f64 / copied.as_secs_f64().max(1e-9) / 1e9;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let mapping = self.st.as_mut().and_then(|st| st.mappings.get_mut(&ptr));
+        let Some(m) = mapping else {
+            // Freed while it moved (`free_mapped` waits for it: a bug if seen).
+            tracing::warn!("a move of {size} bytes at {ptr:#x} ended after its buffer was freed");
+            return (token, Err(MemoryError::NotAllocated(ptr)));
+        };
+        m.moving = false;
+        let result = match what {
+            Ended::Evicted => {
+                m.handle = None;
+                self.swapped.insert(ptr, host);
+                tracing::info!(
+                    "evicted {size} bytes at {ptr:#x}: host memory in {:.1} ms, copied in {:.1} ms ({rate:.1} GB/s)",
+                    ms(prepared),
+                    ms(copied)
+                );
+                Ok(prepared + copied)
+            }
+            Ended::EvictFailed(e) => {
+                self.spare_copy = Some(host).filter(|c| !c.is_zeros());
+                Err(e.into())
+            }
+            Ended::Restored(h) => {
+                m.handle = Some(h);
+                // Kept for the next eviction while others are evicted (an
+                // exchange will follow): its pages are in place.
+                self.spare_copy = Some(host).filter(|c| !c.is_zeros() && !self.swapped.is_empty());
+                // The script's parser reads the last "in": the copy's time.
+                tracing::info!(
+                    "restored {size} bytes at {ptr:#x} (memory created and mapped in {:.1} ms) in {:.1} ms ({rate:.1} GB/s)",
+                    ms(prepared),
+                    ms(copied)
+                );
+                Ok(prepared + copied)
+            }
+            Ended::RestoreFailed(e, out_of_memory) => {
+                let bytes = host.buffer;
+                self.swapped.insert(ptr, host);
+                if out_of_memory {
+                    let (free, total) = self.mem_info().unwrap_or((0, 0));
+                    Err(MemoryError::OutOfMemory { bytes, free, total })
+                } else {
+                    Err(e.into())
+                }
+            }
+        };
+        (token, result)
+    }
+
+    /// Evicts the mapped buffer at `ptr` and waits for it (module doc). Its
+    /// work must be done.
+    pub fn evict(&mut self, ptr: u64) -> Result<(), MemoryError> {
+        self.start_move(IN_CALL, true, ptr)?;
+        self.wait_in_call()
+    }
+
+    /// Restores the evicted buffer at `ptr` at the same address and waits
+    /// for it (module doc). Out of memory: nothing changed.
     pub fn restore(&mut self, ptr: u64) -> Result<(), MemoryError> {
-        let ordinal = self.ctx.ordinal;
-        let (size, bytes) = match self.state()?.mappings.get(&ptr) {
-            Some(Mapping { size, bytes, handle: None }) => (*size, *bytes),
-            _ => return Err(MemoryError::NotAllocated(ptr)),
-        };
-        if !self.swapped.contains_key(&ptr) {
-            return Err(MemoryError::NotAllocated(ptr));
+        self.start_move(IN_CALL, false, ptr)?;
+        self.wait_in_call()
+    }
+
+    /// The end of the move started with [`IN_CALL`] (others ended meanwhile
+    /// wait for [`ClientDevice::take_moved`]).
+    fn wait_in_call(&mut self) -> Result<(), MemoryError> {
+        self.collect_moves(true);
+        match self.moves_ended.iter().position(|(t, _)| *t == IN_CALL) {
+            Some(i) => self.moves_ended.remove(i).1.map(|_| ()),
+            None => Err(CudaError::Invalid("the buffer mover thread ended before the move".into()).into()),
         }
-        let t = Instant::now();
-        let Some(h) = create(ordinal, size)? else {
-            let (free, total) = self.mem_info()?;
-            return Err(MemoryError::OutOfMemory { bytes, free, total });
-        };
-        map(ordinal, ptr, size, h)?;
-        let mapped = t.elapsed();
-        let st = self.state()?;
-        if let Some(m) = st.mappings.get_mut(&ptr) {
-            m.handle = Some(h);
-        }
-        let s = stream(&mut st.swap_stream)?;
-        if st.staging.is_none() {
-            st.staging = Some(Staging::new()?);
-        }
-        let Some(host) = self.swapped.get(&ptr) else { return Err(MemoryError::NotAllocated(ptr)) };
-        let Some(staging) = self.st.as_ref().and_then(|st| st.staging.as_ref()) else {
-            return Err(MemoryError::NotAllocated(ptr));
-        };
-        if host.is_zeros() {
-            // SAFETY: `size` bytes at `ptr` were just mapped.
-            check("cuMemsetD8Async", unsafe { cu::cuMemsetD8Async(ptr, 0, size, s) })?;
-            // SAFETY: a stream of this context.
-            check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(s) })?;
-        } else {
-            staging.to_device(s, &host.bytes[..size], ptr)?;
-        }
-        let copied = t.elapsed() - mapped;
-        // Kept for the next eviction while others are evicted (an exchange
-        // will follow): its pages are in place.
-        let copy = self.swapped.remove(&ptr);
-        self.spare_copy = copy.filter(|c| !c.is_zeros() && !self.swapped.is_empty());
-        // The script's parser reads the last "in": the copy's time.
-        tracing::info!(
-            "restored {size} bytes at {ptr:#x} (memory created and mapped in {:.1} ms) in {:.1} ms ({:.1} GB/s)",
-            mapped.as_secs_f64() * 1e3,
-            copied.as_secs_f64() * 1e3,
-            size as f64 / copied.as_secs_f64().max(1e-9) / 1e9
-        );
-        Ok(())
     }
 
     /// After a rebuild: the evicted buffer that was at `old` gets a range in
     /// the new context (at `old` where the driver can) and its host copy is
     /// pinned there; returns its address.
     pub fn readdress_evicted(&mut self, old: u64) -> Result<u64, MemoryError> {
+        self.collect_moves(true);
         let g = self.swap_granularity().ok_or_else(|| CudaError::Invalid("this GPU cannot map memory".into()))?;
         let Some(host) = self.swapped.remove(&old) else { return Err(MemoryError::NotAllocated(old)) };
         let size = host.len;
         let ptr = reserve(size, g as usize, old)?;
         let bytes = host.buffer;
-        self.state()?.mappings.insert(ptr, Mapping { size, bytes, handle: None });
+        self.state()?.mappings.insert(ptr, Mapping { size, bytes, handle: None, moving: false });
         self.swapped.insert(ptr, host);
         Ok(ptr)
     }

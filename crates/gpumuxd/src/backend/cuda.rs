@@ -5,8 +5,8 @@
 use super::compile::{self, CompilePool, WorkPool};
 use super::{ended_at_once, refused_op};
 use super::{
-    Backend, DevAddr, Failure, HostSpan, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage,
-    OpFailed, OpWork, Registered, Wake,
+    Backend, BufferMove, DevAddr, Failure, HostSpan, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo,
+    ModuleImage, Moved, OpFailed, OpWork, Registered, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_cuda::client::module::CompiledModule;
@@ -111,6 +111,12 @@ fn mem_error(e: MemoryError) -> MemError {
     }
 }
 
+/// A move's end as the core takes it: its time, ns, or why it failed.
+fn moved((token, result): (u64, Result<std::time::Duration, MemoryError>)) -> Moved {
+    let result = result.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)).map_err(mem_error);
+    Moved { token, result }
+}
+
 fn cuda_mem_error(e: CudaError) -> MemError {
     MemError::Device(Chain(&e).to_string())
 }
@@ -195,6 +201,28 @@ impl Backend for CudaBackend {
 
     fn restore(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
         self.device.restore(addr).map_err(mem_error).map(|()| 0)
+    }
+
+    // Moves run on the device's mover thread (gpumux_cuda's `mover`): the
+    // core and this thread go on meanwhile.
+    fn start_move(&mut self, token: u64, what: BufferMove) -> Option<Result<Nanos, MemError>> {
+        let started = match what {
+            BufferMove::Evict(addr) => self.device.start_move(token, true, addr),
+            BufferMove::Restore(addr) => self.device.start_move(token, false, addr),
+        };
+        started.err().map(|e| Err(mem_error(e)))
+    }
+
+    fn take_moved(&mut self, out: &mut Vec<Moved>) {
+        let mut ended = Vec::new();
+        self.device.take_moved(&mut ended);
+        out.extend(ended.into_iter().map(moved));
+    }
+
+    fn settle_moves(&mut self, out: &mut Vec<Moved>) {
+        let mut ended = Vec::new();
+        self.device.settle_moves(&mut ended);
+        out.extend(ended.into_iter().map(moved));
     }
 
     fn evicted_survive_rebuild(&self) -> bool {

@@ -1,0 +1,237 @@
+//! Buffer moves on a thread of their own (issue 39): evictions and restores
+//! of address-stable buffers ([`super::swap`]) are carried out here, in the
+//! order they were started, on a non-blocking stream and a pinned ring
+//! ([`super::staging`]) of this thread's own, while the device's thread
+//! goes on launching every other client's work. An 84 GB move took the
+//! device's one thread for seconds, and the urgent client's launches waited
+//! behind it (the first GPU run: 32 % of its rate lost).
+//!
+//! Jobs and their ends cross channels; the device's thread owns the
+//! buffers' bookkeeping (mappings, host copies) and applies an end when it
+//! takes it ([`super::device::ClientDevice::take_moved`]). A job owns what
+//! it moves (the host copy, the physical memory's handle) until it ends,
+//! and gives it back with its end, failed or not, so nothing is lost or
+//! freed twice.
+
+use super::swap::{create, map, HostCopy};
+use crate::error::CudaError;
+use crate::runtime::check;
+use cudarc::driver::sys as cu;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A move to make.
+pub(crate) enum Job {
+    /// Copy `size` bytes at `ptr` into `host`, then unmap the range and
+    /// release `handle`.
+    /// `found`: how long getting `host` took (logged with the move).
+    Evict {
+        token: u64,
+        ptr: u64,
+        size: usize,
+        handle: cu::CUmemGenericAllocationHandle,
+        host: HostCopy,
+        found: Duration,
+    },
+    /// Create `size` bytes of physical memory on `ordinal`, map them at
+    /// `ptr`, copy `host` in (or zero them).
+    Restore { token: u64, ptr: u64, size: usize, ordinal: i32, host: HostCopy },
+}
+
+/// A move that ended, with what it owned.
+pub(crate) struct Done {
+    pub token: u64,
+    pub ptr: u64,
+    pub size: usize,
+    /// The host copy: filled (an eviction that worked), or still the
+    /// buffer's (a restore, which the device's thread keeps as a spare or
+    /// puts back as the evicted copy if the restore failed).
+    pub host: HostCopy,
+    pub what: Ended,
+    /// Getting the memory (a restore's create and map), then the copy.
+    pub prepared: Duration,
+    pub copied: Duration,
+}
+
+/// How a move ended.
+pub(crate) enum Ended {
+    /// Out: its physical memory released.
+    Evicted,
+    /// Not out: still mapped, still resident.
+    EvictFailed(CudaError),
+    /// Back, in this physical memory.
+    Restored(cu::CUmemGenericAllocationHandle),
+    /// Not back: nothing mapped (`true`: out of device memory).
+    RestoreFailed(CudaError, bool),
+}
+
+// SAFETY: the raw handles in a job are plain numbers the driver resolves in
+// any thread of the process; the host copy is owned memory.
+unsafe impl Send for Job {}
+// SAFETY: as for `Job`.
+unsafe impl Send for Done {}
+
+/// The mover of one context.
+pub(crate) struct Mover {
+    jobs: Option<Sender<Job>>,
+    ended: Receiver<Done>,
+    thread: Option<JoinHandle<()>>,
+    /// Jobs sent and not yet taken back.
+    pub under_way: usize,
+}
+
+impl Mover {
+    /// Starts the thread, which makes `ctx` current on itself.
+    pub(crate) fn start(ctx: cu::CUcontext) -> Result<Mover, CudaError> {
+        let (jobs, rx) = channel::<Job>();
+        let (tx, ended) = channel::<Done>();
+        let ctx = ctx as usize;
+        let thread = std::thread::Builder::new()
+            .name("gpumux-mover".into())
+            .spawn(move || run(ctx as cu::CUcontext, rx, tx))
+            .map_err(|e| CudaError::Invalid(format!("starting the buffer mover thread: {e}")))?;
+        Ok(Mover { jobs: Some(jobs), ended, thread: Some(thread), under_way: 0 })
+    }
+
+    /// Sends a job; `Err` gives it back (the thread is gone).
+    pub(crate) fn send(&mut self, job: Job) -> Result<(), Job> {
+        let Some(jobs) = &self.jobs else { return Err(job) };
+        match jobs.send(job) {
+            Ok(()) => {
+                self.under_way += 1;
+                Ok(())
+            }
+            Err(e) => Err(e.0),
+        }
+    }
+
+    /// The next end: waiting for it if `wait`. `None`: none now (or, when
+    /// waiting, the thread is gone with nothing left to say).
+    pub(crate) fn next(&mut self, wait: bool) -> Option<Done> {
+        let done = if wait { self.ended.recv().ok() } else { self.ended.try_recv().ok() };
+        if done.is_some() {
+            self.under_way -= 1;
+        }
+        done
+    }
+}
+
+impl Drop for Mover {
+    /// The jobs sent are made (a lost context fails them at once), then the
+    /// thread ends; ends not taken are dropped with what they own.
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The thread: binds the context, then makes each job in turn.
+fn run(ctx: cu::CUcontext, jobs: Receiver<Job>, ended: Sender<Done>) {
+    // SAFETY: a live context (its owner joins this thread before destroying it).
+    let bound = check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx) });
+    let mut stream: cu::CUstream = std::ptr::null_mut();
+    let made = bound.and_then(|()| {
+        let flags = cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: out-pointer to a local; the context is current.
+        check("cuStreamCreate", unsafe { cu::cuStreamCreate(&mut stream, flags) })?;
+        super::staging::Staging::new()
+    });
+    let ring = made.as_ref().ok();
+    for job in jobs {
+        let done = match &made {
+            Ok(_) => make(job, stream, ring),
+            Err(e) => fail(job, CudaError::Invalid(format!("the buffer mover could not start: {e}"))),
+        };
+        if ended.send(done).is_err() {
+            break;
+        }
+    }
+    drop(made);
+    if !stream.is_null() {
+        // SAFETY: made above on this context; every copy on it is done.
+        unsafe { cu::cuStreamDestroy_v2(stream) };
+    }
+}
+
+/// A job that cannot be made: given back unmade.
+fn fail(job: Job, e: CudaError) -> Done {
+    let zero = Duration::ZERO;
+    match job {
+        Job::Evict { token, ptr, size, host, .. } => {
+            Done { token, ptr, size, host, what: Ended::EvictFailed(e), prepared: zero, copied: zero }
+        }
+        Job::Restore { token, ptr, size, host, .. } => {
+            Done { token, ptr, size, host, what: Ended::RestoreFailed(e, false), prepared: zero, copied: zero }
+        }
+    }
+}
+
+/// Makes one job on this thread's `stream` and `ring`.
+fn make(job: Job, s: cu::CUstream, ring: Option<&super::staging::Staging>) -> Done {
+    let Some(ring) = ring else { return fail(job, CudaError::Invalid("the mover has no staging ring".into())) };
+    let t = Instant::now();
+    match job {
+        Job::Evict { token, ptr, size, handle, mut host, found } => {
+            let prepared = found;
+            let copy = ring.to_host(s, ptr, host.bytes_mut(size));
+            let copied = t.elapsed() - prepared;
+            let what = match copy.and_then(|()| release(ptr, size, handle)) {
+                Ok(()) => Ended::Evicted,
+                Err(e) => Ended::EvictFailed(e),
+            };
+            Done { token, ptr, size, host, what, prepared, copied }
+        }
+        Job::Restore { token, ptr, size, ordinal, host } => {
+            let h = match create(ordinal, size) {
+                Ok(Some(h)) => h,
+                Ok(None) => {
+                    let e = CudaError::Invalid(format!("no device memory for {size} bytes to restore"));
+                    return Done {
+                        token,
+                        ptr,
+                        size,
+                        host,
+                        what: Ended::RestoreFailed(e, true),
+                        prepared: t.elapsed(),
+                        copied: Duration::ZERO,
+                    };
+                }
+                Err(e) => return fail(Job::Restore { token, ptr, size, ordinal, host }, e),
+            };
+            if let Err(e) = map(ordinal, ptr, size, h) {
+                // `map` released the handle.
+                return fail(Job::Restore { token, ptr, size, ordinal, host }, e);
+            }
+            let prepared = t.elapsed();
+            let copy = if host.is_zeros() {
+                // SAFETY: `size` bytes at `ptr` were just mapped.
+                check("cuMemsetD8Async", unsafe { cu::cuMemsetD8Async(ptr, 0, size, s) })
+                    // SAFETY: a stream of this context.
+                    .and_then(|()| check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(s) }))
+            } else {
+                ring.to_device(s, host.bytes(size), ptr)
+            };
+            let copied = t.elapsed() - prepared;
+            let what = match copy {
+                Ok(()) => Ended::Restored(h),
+                Err(e) => {
+                    // Back to reserved only: the host copy stays the buffer's.
+                    let _ = release(ptr, size, h);
+                    Ended::RestoreFailed(e, false)
+                }
+            };
+            Done { token, ptr, size, host, what, prepared, copied }
+        }
+    }
+}
+
+/// Unmaps `size` bytes at `ptr` and releases `h`.
+fn release(ptr: u64, size: usize, h: cu::CUmemGenericAllocationHandle) -> Result<(), CudaError> {
+    // SAFETY: mapped by `map`, its copies done.
+    check("cuMemUnmap", unsafe { cu::cuMemUnmap(ptr, size) })?;
+    // SAFETY: unmapped above.
+    check("cuMemRelease", unsafe { cu::cuMemRelease(h) })
+}

@@ -1,0 +1,135 @@
+//! Address-stable buffers moved out and back on the device's mover thread
+//! (issue 39; `client/swap.rs`, `client/mover.rs`) on a real GPU: two
+//! buffers larger than the pinned ring (so the ring wraps) evicted together
+//! and restored at their addresses, bitwise; a pointer stored in one still
+//! names the other; a buffer born evicted comes back as zeros; a buffer
+//! freed while its move is under way leaves nothing; and the device's own
+//! thread launches copies while a move runs. Without a GPU each test says
+//! it skipped and why.
+
+use gpumux_cuda::client::{ClientDevice, ClientWork, HostPtr, MemoryError};
+use gpumux_engine::device::{Command, CopyDirection, Device, Event};
+use gpumux_engine::ids::{CopyId, OpId, ProcessId};
+use std::time::{Duration, Instant};
+
+fn device_or_skip(test: &str) -> Option<ClientDevice> {
+    match ClientDevice::open(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("SKIPPED {test}: {}", gpumux_cuda::error::Chain(&e));
+            None
+        }
+    }
+}
+
+struct Pinned(Vec<u8>);
+
+impl Pinned {
+    fn new(d: &mut ClientDevice, bytes: Vec<u8>) -> Pinned {
+        let mut p = Pinned(bytes);
+        // SAFETY: the vector is neither moved nor resized while registered (the test unregisters it).
+        unsafe { d.register_host(p.0.as_mut_ptr(), p.0.len()) }.expect("register host");
+        p
+    }
+    fn ptr(&mut self) -> HostPtr {
+        HostPtr(self.0.as_mut_ptr())
+    }
+}
+
+/// One copy through the engine's commands, run to its end.
+fn copy(d: &mut ClientDevice, id: u64, work: ClientWork, bytes: u64) {
+    // SAFETY: the tests' host buffers are registered and outlive the copy.
+    unsafe { d.bind(OpId(id), work) }.expect("bind");
+    let c = CopyId(id);
+    let cmd =
+        Command::Copy { copy: c, op: OpId(id), process: ProcessId(0), direction: CopyDirection::DeviceToDevice, bytes };
+    d.submit(d.now(), cmd).expect("submit copy");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut events = Vec::new();
+    while !events.iter().any(|e| matches!(e, Event::CopyDone { copy, .. } if *copy == c)) {
+        assert!(Instant::now() < deadline, "copy {id} did not end in 30 s: {events:?}");
+        let now = d.now();
+        d.advance(Some(now + 1_000_000), &mut events).expect("advance");
+    }
+    d.unbind(OpId(id));
+}
+
+/// Waits for the moves with these tokens; returns their results.
+fn wait_moves(d: &mut ClientDevice, tokens: &[u64]) -> Vec<(u64, Result<Duration, MemoryError>)> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut got = Vec::new();
+    while !tokens.iter().all(|t| got.iter().any(|(g, _)| g == t)) {
+        assert!(Instant::now() < deadline, "moves {tokens:?} did not end in 60 s: {got:?}");
+        d.take_moved(&mut got);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    got
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed).collect()
+}
+
+#[test]
+fn buffers_moved_out_and_back_on_the_mover_keep_their_bytes_and_addresses() {
+    let Some(mut d) = device_or_skip("buffers_moved_out_and_back_on_the_mover_keep_their_bytes_and_addresses") else {
+        return;
+    };
+    let Some(g) = d.swap_granularity() else {
+        eprintln!("SKIPPED buffers_moved_out_and_back: this GPU cannot map memory");
+        return;
+    };
+    // 300 MiB and a bit: more than the ring's 4 x 64 MiB, and not a multiple of a chunk.
+    let n = (300 << 20) + 4096 * 3;
+    let (a, b) = (d.alloc(n as u64).expect("alloc a"), d.alloc(n as u64).expect("alloc b"));
+    assert!(n as u64 >= g);
+    let mut data_a = pattern(n, 1);
+    data_a[..8].copy_from_slice(&b.to_le_bytes());
+    let data_b = pattern(n, 2);
+    let mut src_a = Pinned::new(&mut d, data_a.clone());
+    let mut src_b = Pinned::new(&mut d, data_b.clone());
+    let mut back = Pinned::new(&mut d, vec![0u8; n]);
+    copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: src_a.ptr(), bytes: n as u64 }, n as u64);
+    copy(&mut d, 2, ClientWork::ToDevice { dst: b, src: src_b.ptr(), bytes: n as u64 }, n as u64);
+    let before = d.mem_info().expect("mem info").0;
+    d.start_move(10, true, a).expect("evict a");
+    d.start_move(11, true, b).expect("evict b");
+    assert!(d.start_move(12, true, a).is_err(), "a move of a buffer under way is refused");
+    // The device's own thread works meanwhile: a copy of a buffer not moving.
+    let c = d.alloc(1 << 20).expect("alloc c");
+    copy(&mut d, 3, ClientWork::Memset { dst: c, value: 7, bytes: 1 << 20 }, 1 << 20);
+    for (t, r) in wait_moves(&mut d, &[10, 11]) {
+        r.unwrap_or_else(|e| panic!("move {t}: {e}"));
+    }
+    let after = d.mem_info().expect("mem info").0;
+    assert!(after >= before + 2 * n as u64 - (64 << 20), "evictions gave the memory back: {before} -> {after} free");
+    d.start_move(20, false, b).expect("restore b");
+    d.start_move(21, false, a).expect("restore a");
+    for (t, r) in wait_moves(&mut d, &[20, 21]) {
+        r.unwrap_or_else(|e| panic!("move {t}: {e}"));
+    }
+    copy(&mut d, 4, ClientWork::ToHost { src: a, dst: back.ptr(), bytes: n as u64 }, n as u64);
+    assert!(back.0 == data_a, "a came back bitwise");
+    assert_eq!(u64::from_le_bytes(back.0[..8].try_into().expect("8 bytes")), b, "the pointer in a still names b");
+    copy(&mut d, 5, ClientWork::ToHost { src: b, dst: back.ptr(), bytes: n as u64 }, n as u64);
+    assert!(back.0 == data_b, "b came back bitwise");
+
+    // Born evicted: zeros; freed while its move is under way: nothing left.
+    let z = d.reserve_evicted(n as u64).expect("reserve");
+    d.start_move(30, false, z).expect("restore z");
+    wait_moves(&mut d, &[30])[0].1.as_ref().expect("restore z");
+    copy(&mut d, 6, ClientWork::ToHost { src: z, dst: back.ptr(), bytes: n as u64 }, n as u64);
+    assert!(back.0.iter().all(|&x| x == 0), "a buffer born evicted comes back as zeros");
+    d.start_move(40, true, a).expect("evict a again");
+    d.free(a).expect("free a while it moves");
+    for p in [b, c, z] {
+        d.free(p).expect("free");
+    }
+    let mut left = Vec::new();
+    d.take_moved(&mut left);
+    assert!(left.iter().any(|(t, _)| *t == 40), "the move of a freed buffer still ends: {left:?}");
+    assert_eq!(d.allocated(), 0, "nothing left");
+    d.unregister_host(src_a.ptr().0);
+    d.unregister_host(src_b.ptr().0);
+    d.unregister_host(back.ptr().0);
+}
