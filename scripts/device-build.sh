@@ -12,7 +12,7 @@
 # the repository root the scripts run in), and launch_bench (the Rust client's launch + sync).
 #   --rev REV   build commit REV (a temporary worktree, its own target dir) instead of the tree:
 #               the A side of an A/B (scripts/ab-daemon-gpu.sh target/device/base target/device/main)
-#   --tests     also the GPU test binaries of gpumux-cuda (client_gpu, engine_gpu, gpu, split_gpu) in DEST/tests/
+#   --tests     also the GPU test binaries of gpumux-cuda (client_gpu, engine_gpu, gpu, split_gpu, swap_gpu) in DEST/tests/
 #   --symbols   keep the symbol tables (strip --strip-debug), for a profile that names functions
 #   --perf      also this machine's perf and the libraries it needs beyond glibc in DEST/perf/
 #               (implies --symbols; scripts/profile-daemon-gpu.sh runs it there)
@@ -64,7 +64,9 @@ for c in matmul stencil; do
 done
 if [ $tests = 1 ]; then
     mkdir -p "$dest/tests"
-    cargo test --release -p gpumux-cuda --test client_gpu --test engine_gpu --test gpu --test split_gpu --no-run --message-format=json |
+    # swap_gpu (the buffer mover, issue 39) is younger than revisions an A/B may build.
+    swap=(); [ -e crates/gpumux-cuda/tests/swap_gpu.rs ] && swap=(--test swap_gpu)
+    cargo test --release -p gpumux-cuda --test client_gpu --test engine_gpu --test gpu --test split_gpu "${swap[@]}" --no-run --message-format=json |
         jq -r 'select(.executable != null) | .executable' | while read -r t; do
             cp "$t" "$dest/tests/$(basename "$t" | sed 's/-[0-9a-f]*$//')"
         done
