@@ -56,6 +56,12 @@ pub struct DaemonArgs {
     /// memory]. docs/daemon.md, "Memory oversubscription".
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub swap_memory: Option<u64>,
+    /// How long a client that got its memory keeps it, in round trips of
+    /// its bytes over the host link (default 8; `0`: it may be evicted at
+    /// its next idle moment, which makes clients that sync often swap at
+    /// every sync: for measuring moves). docs/oversubscription.md.
+    #[arg(long, value_name = "FACTOR", value_parser = parse_keep)]
+    pub swap_keep: Option<f64>,
     /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
@@ -77,7 +83,16 @@ impl DaemonArgs {
             poll_every: self.poll_us.map(std::time::Duration::from_micros),
             record: self.record.clone(),
             swap_memory: self.swap_memory,
+            swap_keep: self.swap_keep,
         }
+    }
+}
+
+/// `--swap-keep`: a finite factor, 0 or more.
+fn parse_keep(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 0.0 => Ok(f),
+        _ => Err(format!("{s:?} is not a factor of 0 or more (8: the default)")),
     }
 }
 

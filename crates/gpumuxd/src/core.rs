@@ -333,6 +333,9 @@ struct PendingLoad {
     since: Instant,
 }
 
+/// Round trips a client keeps memory it got, by default (core/swap.rs, "Kept").
+pub use swap::KEEP_FACTOR as DEFAULT_SWAP_KEEP;
+
 /// Host memory evicted buffers may take by default: half of the host's
 /// physical memory (the rest is the system's and the clients'), or 16 GiB
 /// where the system does not say.
@@ -415,6 +418,13 @@ impl Core {
     /// (`swap_memory`; 0: no buffer is ever evicted).
     pub fn with_swap_memory(mut self, bytes: u64) -> Core {
         self.swap.limit = bytes;
+        self
+    }
+
+    /// A client that got its memory keeps it for `factor` round trips of it
+    /// over the host link (core/swap.rs, "Kept"; default [`DEFAULT_SWAP_KEEP`]).
+    pub fn with_swap_keep(mut self, factor: f64) -> Core {
+        self.swap.keep_factor = factor.max(0.0);
         self
     }
 

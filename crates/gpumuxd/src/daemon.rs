@@ -33,6 +33,9 @@ pub struct Options {
     /// Host memory evicted buffers may take, bytes (default: the config's
     /// `swap_memory`, else [`crate::core::default_swap_memory`]).
     pub swap_memory: Option<u64>,
+    /// Round trips a client keeps memory it got (`--swap-keep`; default
+    /// [`crate::core::DEFAULT_SWAP_KEEP`]).
+    pub swap_keep: Option<f64>,
 }
 
 /// Where the device runs (docs/daemon.md, "Isolation and faults").
@@ -239,6 +242,10 @@ pub fn run(opts: Options) -> Result<()> {
     let swap =
         opts.swap_memory.or(config.daemon.swap_memory.map(|b| b.0)).unwrap_or_else(crate::core::default_swap_memory);
     core = core.with_swap_memory(swap);
+    if let Some(keep) = opts.swap_keep {
+        core = core.with_swap_keep(keep);
+        tracing::info!("a client keeps memory it got for {keep} round trips of it (swap_keep)");
+    }
     tracing::info!("evicted buffers may take {swap} bytes of host memory (swap_memory)");
     tracing::info!("device {}, policy {}", core.device(), core.policy());
     let listener = server::bind(&socket)?;

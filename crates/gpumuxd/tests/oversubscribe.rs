@@ -80,11 +80,24 @@ fn one_client_work(d: &Daemon, name: &str, seed: u32, rounds: u32, all_in: Optio
 /// finish, each with exactly the bytes it gets alone; the daemon restored
 /// along the way (two of the three were born evicted) and holds nothing
 /// after. Whether a client is also evicted in its middle depends on how
-/// long its rounds take against its kept time: the other tests move bytes
-/// out and back for sure.
+/// long its rounds take against its kept time: the next test makes sure.
 #[test]
 fn three_clients_of_sixty_percent_each_finish_with_their_bytes_alone() {
-    let d = small_device(None, &[]);
+    let s = three_clients(&[]);
+    assert!(s.restores >= 2, "two clients at least were born evicted and restored: {s:?}");
+}
+
+/// The same with no kept time (`--swap-keep 0`): a client is evicted at
+/// its first idle moment that another needs the room, so the three swap
+/// their bytes out and back round after round, and still end bitwise.
+#[test]
+fn with_no_kept_time_three_clients_swap_their_bytes_and_end_bitwise() {
+    let s = three_clients(&["--swap-keep", "0"]);
+    assert!(s.evictions >= 2 && s.restores >= 4, "the bytes went out and back: {s:?}");
+}
+
+fn three_clients(args: &[&str]) -> gpumux_proto::Status {
+    let d = small_device(None, args);
     let alone: Vec<Vec<u8>> = (0..3).map(|i| one_client_work(&d, &format!("alone{i}"), 11 + i, 4, None)).collect();
     let watcher = client(&d, "watcher");
     let before = watcher.status().expect("status");
@@ -103,7 +116,7 @@ fn three_clients_of_sixty_percent_each_finish_with_their_bytes_alone() {
     }
     let s = watcher.status().expect("status");
     assert_eq!((s.memory_used, s.memory_evicted), (0, 0), "everything freed: {s:?}");
-    assert!(s.restores >= 2, "two clients at least were born evicted and restored: {s:?}");
+    s
 }
 
 /// Idle clients' buffers are evicted to make room, show in `Status` as

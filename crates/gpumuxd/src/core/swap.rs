@@ -56,7 +56,7 @@ use crate::backend::{BufferMove, Moved};
 /// A client restored keeps its buffers at least this many times what
 /// moving them out and back costs (module doc): 8 bounds swapping to about
 /// 11 % of the time, inside issue 39's 1.15x makespan goal.
-pub(super) const KEEP_FACTOR: f64 = 8.0;
+pub const KEEP_FACTOR: f64 = 8.0;
 
 /// How often the core looks at moves under way and restores waiting for
 /// room: a move of a 2 MiB granule takes tens of µs, a buffer's ms to
@@ -108,6 +108,8 @@ pub(super) struct InFlight {
 pub(super) struct Swap {
     /// Host memory evicted buffers may take in all, bytes (`swap_memory`; 0: none).
     pub limit: u64,
+    /// Round trips a client keeps memory it got (`--swap-keep`; [`KEEP_FACTOR`]).
+    pub keep_factor: f64,
     /// Bytes of evicted buffers now.
     pub evicted: u64,
     /// Clients being restored.
@@ -130,6 +132,7 @@ impl Swap {
     pub(super) fn new(limit: u64) -> Swap {
         Swap {
             limit,
+            keep_factor: KEEP_FACTOR,
             evicted: 0,
             restoring: BTreeMap::new(),
             evictions: 0,
@@ -616,7 +619,7 @@ impl Core {
     /// KEEP_FACTOR times a round trip of them (module doc, "Kept").
     fn keep(&mut self, client: u64, from: Nanos, bytes: u64) {
         let rate = self.swap.rate(self.backend.info().pcie_bandwidth);
-        let keep = (KEEP_FACTOR * 2.0 * bytes as f64 / rate * 1e9) as Nanos;
+        let keep = (self.swap.keep_factor * 2.0 * bytes as f64 / rate * 1e9) as Nanos;
         let until = from.saturating_add(keep);
         let kept = self.swap.keep_until.entry(client).or_insert(until);
         *kept = (*kept).max(until);
