@@ -346,12 +346,14 @@ impl ClientDevice {
             }
             Ended::Restored(h) => {
                 m.handle = Some(h);
+                // A buffer born evicted is a memset, no copy: the GPU check's rates leave it out.
+                let zeros = if host.is_zeros() { " as zeros" } else { "" };
                 // Kept for the next eviction while others are evicted (an
                 // exchange will follow): its pages are in place.
                 self.spare_copy = Some(host).filter(|c| !c.is_zeros() && !self.swapped.is_empty());
                 // The script's parser reads the last "in": the copy's time.
                 tracing::info!(
-                    "restored {size} bytes at {ptr:#x} (memory created and mapped in {:.1} ms) in {:.1} ms ({rate:.1} GB/s)",
+                    "restored {size} bytes at {ptr:#x}{zeros} (memory created and mapped in {:.1} ms) in {:.1} ms ({rate:.1} GB/s)",
                     ms(prepared),
                     ms(copied)
                 );
