@@ -42,6 +42,11 @@ pub const DEFAULT_WAIT_FOR_DAEMON: std::time::Duration = std::time::Duration::fr
 /// in milliseconds (`0`: do not wait), for C programs too.
 pub const WAIT_ENV: &str = "GPUMUX_CONNECT_WAIT_MS";
 
+/// The environment variable that pins a client to one of the daemon's GPUs
+/// (its index, from 0) when [`ConnectOptions::gpu`] does not: for C and
+/// Python programs too. Unset: the daemon places the client.
+pub const GPU_ENV: &str = "GPUMUX_GPU";
+
 /// How to connect.
 #[derive(Clone, Debug)]
 pub struct ConnectOptions {
@@ -78,6 +83,11 @@ pub struct ConnectOptions {
     /// [`ClientError::NoDaemon`] naming the socket and the wait. Default:
     /// `$GPUMUX_CONNECT_WAIT_MS`, else [`DEFAULT_WAIT_FOR_DAEMON`] (2 s).
     pub wait_for_daemon: std::time::Duration,
+    /// The GPU to run on, among the daemon's (docs/multi-gpu.md); `None`:
+    /// `$GPUMUX_GPU` if set, else wherever the daemon's placement puts it.
+    /// A GPU the daemon does not serve is refused, naming those it does.
+    /// [`Client::gpu`] says where the client went.
+    pub gpu: Option<u32>,
 }
 
 impl Default for ConnectOptions {
@@ -92,7 +102,22 @@ impl Default for ConnectOptions {
             copy_threads: crate::copier::default_threads(),
             rings: crate::conn::rings_from_env(),
             wait_for_daemon: wait_from_env(),
+            gpu: None,
         }
+    }
+}
+
+/// `options`' GPU, else [`GPU_ENV`]'s; one that is not a number is an error
+/// (silently ignored, it would place the client elsewhere than asked).
+fn gpu_pin(options: &ConnectOptions) -> Result<Option<u32>> {
+    if options.gpu.is_some() {
+        return Ok(options.gpu);
+    }
+    match std::env::var(GPU_ENV) {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse::<u32>().map(Some).map_err(|_| {
+            ClientError::Invalid(format!("{GPU_ENV}=`{v}` is not a GPU index (0, 1, ...; unset: the daemon places)"))
+        }),
+        _ => Ok(None),
     }
 }
 
@@ -191,6 +216,7 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Connects, greets the daemon, and attaches a shared region.
     pub fn connect(options: ConnectOptions) -> Result<Client> {
+        let gpu = gpu_pin(&options)?;
         let stream = connect_socket(&options.socket_path(), options.wait_for_daemon)?;
         let mut name = options.name;
         if name.len() > MAX_NAME_BYTES {
@@ -200,8 +226,14 @@ impl Client {
             }
             name.truncate(end);
         }
-        let hello =
-            Request::Hello { magic: MAGIC, version: VERSION, name, priority: options.priority, weight: options.weight };
+        let hello = Request::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            name,
+            priority: options.priority,
+            weight: options.weight,
+            gpu,
+        };
         let (conn, reply) = Connection::handshake(stream, hello, options.rings)?;
         conn.set_urgent(options.priority > 0);
         let Reply::Welcome(welcome) = reply else {
@@ -238,6 +270,12 @@ impl Client {
     /// What the daemon said at the handshake: device, policy, SMs, this client's limits.
     pub fn welcome(&self) -> &Welcome {
         &self.welcome
+    }
+
+    /// The GPU the daemon placed this client on (its index among the
+    /// daemon's GPUs; 0 on a daemon of one GPU).
+    pub fn gpu(&self) -> u32 {
+        self.welcome.gpu
     }
 
     /// Whether the device is simulated (`sim:…`): kernels take time there but compute nothing.
@@ -643,4 +681,27 @@ pub(crate) fn unexpected(request: &'static str, reply: &Reply) -> ClientError {
         Reply::HostFunc(_) => "HostFunc",
     };
     ClientError::Protocol { request, got: format!("a {got} reply") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The option wins over `GPUMUX_GPU`; a `GPUMUX_GPU` that is not a
+    /// number is an error naming it, not a silent "anywhere". (The one test
+    /// of this crate's that sets the variable.)
+    #[test]
+    fn the_gpu_comes_from_the_option_else_the_environment_and_a_bad_one_is_an_error() {
+        let pinned = ConnectOptions { gpu: Some(3), ..ConnectOptions::named("t") };
+        std::env::set_var(GPU_ENV, "1");
+        assert_eq!(gpu_pin(&pinned).ok(), Some(Some(3)));
+        assert_eq!(gpu_pin(&ConnectOptions::named("t")).ok(), Some(Some(1)));
+        std::env::set_var(GPU_ENV, "second");
+        let e = gpu_pin(&ConnectOptions::named("t")).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("GPUMUX_GPU=`second`"), "{e}");
+        std::env::set_var(GPU_ENV, "");
+        assert_eq!(gpu_pin(&ConnectOptions::named("t")).ok(), Some(None));
+        std::env::remove_var(GPU_ENV);
+        assert_eq!(gpu_pin(&ConnectOptions::named("t")).ok(), Some(None));
+    }
 }

@@ -47,8 +47,12 @@ pub const MAGIC: [u8; 4] = *b"GMUX";
 /// beyond one stream (issue 40: `StreamWaitEvent`, `EventElapsed`,
 /// `DeviceProperties`, `Occupancy`, `HostFunc`, `EndHostFunc`, `Fill`, the
 /// `NotReady` error); version 6 added evicted memory to `Status` (issue 39:
-/// `memory_evicted`, `swap_memory`).
-pub const VERSION: u16 = 6;
+/// `memory_evicted`, `swap_memory`); version 7 serves several GPUs (issue
+/// 38: `Hello::gpu` pins a client to one, `Welcome::gpu` says which it got,
+/// `Status::gpus` and `ClientStatus::gpu`). A daemon answers an older
+/// client's `Hello`, which no longer decodes, with the same `Version` error
+/// ([`hello_version`]).
+pub const VERSION: u16 = 7;
 /// The largest frame body either side accepts (module sources are the big ones).
 pub const MAX_FRAME_BYTES: u32 = 8 << 20;
 /// The longest client or kernel name.
@@ -97,6 +101,27 @@ pub struct ClientFrame {
     pub id: u64,
     /// What is asked.
     pub request: Request,
+}
+
+/// The protocol version a client frame's `Hello` states, read from the
+/// frame's first bytes alone: `Some` when `body` begins as a [`ClientFrame`]
+/// whose request is `Hello` with the [`MAGIC`], even if the rest does not
+/// decode as this version's `Hello` (an older client's `Hello` has fewer
+/// fields). The daemon answers such a client with `ErrorKind::Version`
+/// naming both versions rather than a decode error.
+pub fn hello_version(body: &[u8]) -> Option<u16> {
+    /// `ClientFrame { id, request: Request::Hello { magic, version, .. } }`'s
+    /// first fields as postcard writes them: the id, the variant's index
+    /// (0: `Hello` is the first), then the magic and the version.
+    #[derive(Deserialize)]
+    struct HelloHead {
+        _id: u64,
+        variant: u32,
+        magic: [u8; 4],
+        version: u16,
+    }
+    let (head, _) = postcard::take_from_bytes::<HelloHead>(body).ok()?;
+    (head.variant == 0 && head.magic == MAGIC).then_some(head.version)
 }
 
 /// What the daemon sends.
@@ -178,6 +203,10 @@ pub enum Request {
         priority: i32,
         /// Share for proportional policies, > 0 and at most the config's limit.
         weight: f64,
+        /// The GPU to run on (its index among the daemon's GPUs, from 0);
+        /// `None`: the daemon places the client by its placement policy. A
+        /// GPU the daemon does not serve is refused with the list it does.
+        gpu: Option<u32>,
     },
     /// Changes the client's priority (next scheduling round).
     SetPriority(i32),
@@ -527,6 +556,9 @@ pub struct Welcome {
     pub sms: u32,
     /// The limits the client has.
     pub limits: Limits,
+    /// The GPU the client was placed on (its index among the daemon's GPUs;
+    /// 0 on a daemon of one GPU). Its streams, buffers and kernels live there.
+    pub gpu: u32,
 }
 
 /// A client's limits, from the daemon's config.
@@ -666,10 +698,36 @@ pub struct Status {
     pub host_memory_used: u64,
     /// Seconds since the daemon started.
     pub uptime_s: f64,
-    /// Contexts rebuilt after a fault.
+    /// Contexts rebuilt after a fault (on every GPU together).
     pub context_rebuilds: u32,
     /// One row per client.
     pub clients: Vec<ClientStatus>,
+    /// One row per GPU the daemon serves (one on a daemon of one GPU); the
+    /// fields above are their totals.
+    pub gpus: Vec<GpuStatus>,
+}
+
+/// One GPU in [`Status`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    /// Its index among the daemon's GPUs (what `Hello::gpu` names).
+    pub gpu: u32,
+    /// The device, in words.
+    pub device: String,
+    /// Its SMs.
+    pub sms: u32,
+    /// SMs its clients' kernels hold now.
+    pub sms_busy: u32,
+    /// Device memory its clients hold, bytes (evicted included).
+    pub memory_used: u64,
+    /// Its device memory, bytes.
+    pub memory_total: u64,
+    /// Clients placed on it.
+    pub clients: u32,
+    /// Operations queued or running on it.
+    pub ops: u32,
+    /// Contexts rebuilt after a fault on it.
+    pub context_rebuilds: u32,
 }
 
 /// One client in [`Status`].
@@ -677,6 +735,8 @@ pub struct Status {
 pub struct ClientStatus {
     /// Its number.
     pub client: u64,
+    /// The GPU it was placed on ([`GpuStatus::gpu`]).
+    pub gpu: u32,
     /// Process id, uid and gid, as the kernel reported them (`SO_PEERCRED`).
     pub pid: i32,
     /// User id.

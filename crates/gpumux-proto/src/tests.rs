@@ -4,7 +4,14 @@ use proptest::prelude::*;
 fn hello() -> ClientFrame {
     ClientFrame {
         id: 1,
-        request: Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 },
+        request: Request::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            name: "t".into(),
+            priority: 0,
+            weight: 1.0,
+            gpu: None,
+        },
     }
 }
 
@@ -174,4 +181,36 @@ fn version_5_requests_and_replies_round_trip_after_the_earlier_ones() {
         let bytes = encode_frame(&reply).unwrap();
         assert_eq!(decode_frame_body::<ServerFrame>(&bytes[4..]).unwrap(), reply);
     }
+}
+
+/// A version-6 client's `Hello` (no `gpu` field) does not decode as this
+/// version's, yet its version is read, so the daemon can name both.
+#[test]
+fn an_older_hello_that_does_not_decode_still_states_its_version() {
+    #[derive(Serialize)]
+    enum OldRequest {
+        Hello { magic: [u8; 4], version: u16, name: String, priority: i32, weight: f64 },
+    }
+    #[derive(Serialize)]
+    struct OldFrame {
+        id: u64,
+        request: OldRequest,
+    }
+    let old = OldFrame {
+        id: 300,
+        request: OldRequest::Hello { magic: MAGIC, version: 6, name: "old".into(), priority: 0, weight: 1.0 },
+    };
+    let bytes = encode_frame(&old).unwrap();
+    let body = &bytes[4..];
+    assert!(decode_frame_body::<ClientFrame>(body).is_err(), "a v6 Hello lacks the gpu field");
+    assert_eq!(hello_version(body), Some(6));
+    let current = encode_frame(&hello()).unwrap();
+    assert_eq!(hello_version(&current[4..]), Some(VERSION));
+    // Not a Hello, or not gpumux's magic: no version to speak of.
+    let status = encode_frame(&ClientFrame { id: 2, request: Request::Status }).unwrap();
+    assert_eq!(hello_version(&status[4..]), None);
+    let mut foreign = body.to_vec();
+    foreign[3] ^= 0xff;
+    assert_eq!(hello_version(&foreign), None);
+    assert_eq!(hello_version(&[]), None);
 }

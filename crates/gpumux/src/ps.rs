@@ -109,7 +109,8 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// The table: device, policy and totals, then one row per client.
+/// The table: device, policy and totals, a row per GPU where there are
+/// several, then one row per client (with its GPU where there are several).
 pub fn render(s: &Status) -> String {
     let mut out = String::new();
     let queued: u32 = s.clients.iter().map(|c| c.ops_queued).sum();
@@ -156,10 +157,34 @@ pub fn render(s: &Status) -> String {
             s.restores
         );
     }
+    // Several GPUs: a row each, and each client's GPU (docs/multi-gpu.md).
+    let several = s.gpus.len() > 1;
+    if several {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:>3} {:>7} {:>5} {:>11} {:>21} {:>8}  DEVICE",
+            "GPU", "CLIENTS", "OPS", "SMS BUSY", "MEMORY", "REBUILDS"
+        );
+        for g in &s.gpus {
+            let _ = writeln!(
+                out,
+                "{:>3} {:>7} {:>5} {:>11} {:>21} {:>8}  {}",
+                g.gpu,
+                g.clients,
+                g.ops,
+                format!("{} / {}", g.sms_busy, g.sms),
+                format!("{} / {}", bytes(g.memory_used), bytes(g.memory_total)),
+                g.context_rebuilds,
+                g.device
+            );
+        }
+    }
     let _ = writeln!(out);
+    let gpu_head = if several { format!("{:>3} ", "GPU") } else { String::new() };
     let _ = writeln!(
         out,
-        "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6} {:>21} {:>10} {:>10} {:>6} {:>5} {:>4} {:>8} {:>8}",
+        "{gpu_head}{:>4} {:>8} {:>6} {:<20} {:>4} {:>6} {:>21} {:>10} {:>10} {:>6} {:>5} {:>4} {:>8} {:>8}",
         "ID",
         "PID",
         "UID",
@@ -179,9 +204,10 @@ pub fn render(s: &Status) -> String {
         // Printable already (`printable`); cut to the column.
         let name: String = c.name.chars().take(20).collect();
         let memory = format!("{} / {}", bytes(c.memory_used), bytes(c.memory_quota));
+        let gpu = if several { format!("{:>3} ", c.gpu) } else { String::new() };
         let _ = writeln!(
             out,
-            "{:>4} {:>8} {:>6} {:<20} {:>4} {:>6.2} {:>21} {:>10} {:>10} {:>6} {:>5} {:>4} {:>8} {:>8}",
+            "{gpu}{:>4} {:>8} {:>6} {:<20} {:>4} {:>6.2} {:>21} {:>10} {:>10} {:>6} {:>5} {:>4} {:>8} {:>8}",
             c.client,
             c.pid,
             c.uid,
@@ -285,6 +311,7 @@ mod tests {
     fn the_table_shows_totals_and_one_row_per_client() {
         let row = |client, name: &str, used, queued, running, sms| ClientStatus {
             client,
+            gpu: 0,
             pid: 4242,
             uid: 1000,
             gid: 1000,
@@ -316,6 +343,7 @@ mod tests {
             uptime_s: 12.4,
             context_rebuilds: 0,
             clients: vec![row(1, "vector_add", 1 << 20, 2, 1, 66), row(2, "matmul", 2 << 20, 0, 1, 66)],
+            gpus: Vec::new(),
         };
         let text = render(&status);
         let lines: Vec<&str> = text.lines().collect();
@@ -356,6 +384,7 @@ mod tests {
     fn one_client(name: &str, memory_used: u64) -> ClientStatus {
         ClientStatus {
             client: 1,
+            gpu: 0,
             pid: 1,
             uid: 1000,
             gid: 1000,
@@ -390,7 +419,53 @@ mod tests {
             uptime_s: 1.0,
             context_rebuilds: 0,
             clients,
+            gpus: Vec::new(),
         }
+    }
+
+    /// Several GPUs: a row per GPU with its busy SMs and memory, and each client's GPU.
+    #[test]
+    fn several_gpus_show_a_row_each_and_each_clients_gpu() {
+        let gpu = |gpu, clients, sms_busy, memory_used| gpumux_client::GpuStatus {
+            gpu,
+            device: format!("sim:h100 #{gpu}"),
+            sms: 132,
+            sms_busy,
+            memory_used,
+            memory_total: 80 << 30,
+            clients,
+            ops: 3,
+            context_rebuilds: gpu,
+        };
+        let mut a = one_client("a", 1 << 20);
+        let mut b = one_client("b", 2 << 20);
+        (a.client, a.gpu, b.client, b.gpu) = (1, 1, 2, 0);
+        let mut status = status_of(3 << 20, vec![a, b]);
+        status.gpus = vec![gpu(0, 1, 66, 2 << 20), gpu(1, 1, 132, 1 << 20)];
+        let text = render(&status);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[3].split_whitespace().eq(["GPU", "CLIENTS", "OPS", "SMS", "BUSY", "MEMORY", "REBUILDS", "DEVICE"]),
+            "{text}"
+        );
+        assert!(
+            lines[4]
+                .split_whitespace()
+                .eq(["0", "1", "3", "66", "/", "132", "2.0", "MiB", "/", "80.0", "GiB", "0", "sim:h100", "#0"]),
+            "{text}"
+        );
+        assert!(
+            lines[5]
+                .split_whitespace()
+                .eq(["1", "1", "3", "132", "/", "132", "1.0", "MiB", "/", "80.0", "GiB", "1", "sim:h100", "#1"]),
+            "{text}"
+        );
+        assert_eq!(lines[7].split_whitespace().take(2).collect::<Vec<_>>(), ["GPU", "ID"], "{text}");
+        let rows: Vec<Vec<&str>> = lines[8..].iter().map(|l| l.split_whitespace().take(5).collect()).collect();
+        assert_eq!(rows, [vec!["1", "1", "1", "1000", "a"], vec!["0", "2", "1", "1000", "b"]], "{text}");
+        // One GPU: the table of old, no GPU column.
+        status.gpus.truncate(1);
+        assert!(render(&status).lines().nth(3).is_some_and(|l| l.trim_start().starts_with("ID")));
     }
 
     /// Issue 36, case 6: on 717b546 this name printed a line of its own

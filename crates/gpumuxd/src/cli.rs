@@ -12,7 +12,8 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub socket: Option<PathBuf>,
     /// Device: cuda:N (the GPU's index; options after commas: co-locate or own-sms, no-queue-ahead, no-refill or refill-always), or
-    /// sim:k20c, sim:h100, sim:h200 [default: cuda:0 if a GPU is found, else sim:h100]. On a GPU, launches given part of the SMs share
+    /// sim:k20c, sim:h100, sim:h200 [default: cuda:0 if a GPU is found, else sim:h100]. Several GPUs: cuda:all, cuda:0,1
+    /// (options after the indices), sim:h100x2 (docs/multi-gpu.md). On a GPU, launches given part of the SMs share
     /// every SM their priority level may use or keep SMs of their own, whichever measured better for the
     /// pair of kernels (`,co-locate`: always share; `,own-sms`: always their own), and a stream's next
     /// kernel is queued on the GPU behind the running one (`,no-queue-ahead`: not), and a launch given back
@@ -22,6 +23,12 @@ pub struct DaemonArgs {
     /// Scheduling policy (gpumux policies lists them) [default: ppq-even-drain].
     #[arg(long)]
     pub policy: Option<String>,
+    /// Which GPU a client goes to when the device is several (cuda:all,
+    /// cuda:0,1, sim:h100x2): least-loaded (fewest clients, then least work
+    /// queued) or memory (most free device memory); a client may pin itself
+    /// (GPUMUX_GPU=N) [default: least-loaded].
+    #[arg(long)]
+    pub placement: Option<String>,
     /// Config file: who may connect, with which limits [default: only this user and root].
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -84,6 +91,7 @@ impl DaemonArgs {
             record: self.record.clone(),
             swap_memory: self.swap_memory,
             swap_keep: self.swap_keep,
+            placement: self.placement.clone(),
         }
     }
 }

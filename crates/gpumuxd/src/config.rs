@@ -3,8 +3,9 @@
 //! ```toml
 //! [daemon]                  # optional; the command line wins over it
 //! socket = "/run/gpumux/gpumux.sock"
-//! device = "cuda:0"
+//! device = "cuda:0"       # cuda:all, cuda:0,1: every GPU, or these (docs/multi-gpu.md)
 //! policy = "ppq-even-drain"
+//! placement = "least-loaded" # which GPU a client goes to, with several (or "memory")
 //! record = "/var/lib/gpumux/clients.jsonl"   # optional: gpumuxd --record
 //! swap_memory = "64 GiB"    # host memory for evicted buffers (default: half the host's; 0: never evict)
 //!
@@ -242,6 +243,9 @@ pub struct DaemonDefaults {
     pub device: Option<String>,
     /// Scheduling policy.
     pub policy: Option<String>,
+    /// Which GPU a client goes to when the daemon serves several
+    /// (`least-loaded`, `memory`; docs/multi-gpu.md, "Placement").
+    pub placement: Option<String>,
     /// Record the clients' operations to this file (`--record`).
     pub record: Option<PathBuf>,
     /// Host memory evicted buffers may take in all (docs/daemon.md,
@@ -721,12 +725,13 @@ mod tests {
     #[test]
     fn the_daemon_table_gives_defaults() {
         let c = parse(
-            "[daemon]\nsocket = \"/tmp/g.sock\"\ndevice = \"sim:h100\"\npolicy = \"fcfs\"\nrecord = \"/tmp/r.jsonl\"\n",
+            "[daemon]\nsocket = \"/tmp/g.sock\"\ndevice = \"sim:h100\"\npolicy = \"fcfs\"\nrecord = \"/tmp/r.jsonl\"\nplacement = \"memory\"\n",
         )
         .unwrap();
         assert_eq!(c.daemon.record.as_deref(), Some(std::path::Path::new("/tmp/r.jsonl")));
         assert_eq!(c.daemon.device.as_deref(), Some("sim:h100"));
         assert_eq!(c.daemon.policy.as_deref(), Some("fcfs"));
+        assert_eq!(c.daemon.placement.as_deref(), Some("memory"));
         assert!(c.allow.is_empty());
         assert_eq!(c.daemon.swap_memory, None, "left out: the daemon's default");
         let c = parse("[daemon]\nswap_memory = \"2 GiB\"\n").unwrap();

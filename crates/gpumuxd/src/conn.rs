@@ -8,7 +8,7 @@
 //! first request is `Hello` and no other request is. A broken rule yields
 //! one [`Inbound::Violation`] and the connection ignores everything after it.
 
-use gpumux_proto::{decode_frame_body, ClientFrame, ErrorKind, ErrorReply, FrameReader, Request};
+use gpumux_proto::{decode_frame_body, ClientFrame, ErrorKind, ErrorReply, FrameReader, Request, VERSION};
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 
@@ -40,6 +40,15 @@ pub enum Inbound {
         /// The answer.
         result: Result<gpumux_proto::Reply, ErrorReply>,
     },
+    /// A request refused before the core saw it (a `Hello` pinned to a GPU
+    /// the daemon does not serve: `gpus.rs`): the core sends the error as
+    /// the request's reply and disconnects the client.
+    Refused {
+        /// The client's id for the reply.
+        id: u64,
+        /// Why.
+        error: ErrorReply,
+    },
 }
 
 /// Bytes of a request's or reply's variable contents that count one unit of
@@ -61,7 +70,7 @@ impl Inbound {
                 Request::Hello { name, .. } => name.len(),
                 _ => 0,
             },
-            Inbound::Violation(_) | Inbound::Answered { .. } => 0,
+            Inbound::Violation(_) | Inbound::Answered { .. } | Inbound::Refused { .. } => 0,
         };
         1 + (payload / COST_UNIT_BYTES) as u64
     }
@@ -184,7 +193,18 @@ impl Connection {
             self.frames += 1;
             let frame: ClientFrame = match decode_frame_body(&body) {
                 Ok(f) => f,
-                Err(e) => return self.violate(ErrorKind::BadFrame, e.to_string(), out),
+                Err(e) => {
+                    // An older client's Hello has other fields: name the versions, not the bytes.
+                    let older = gpumux_proto::hello_version(&body).filter(|&v| v != VERSION && !self.greeted);
+                    if let Some(client) = older {
+                        let kind = ErrorKind::Version { daemon: VERSION, client };
+                        let msg = format!(
+                            "the daemon speaks protocol version {VERSION}, the client {client}: use matching versions"
+                        );
+                        return self.violate(kind, msg, out);
+                    }
+                    return self.violate(ErrorKind::BadFrame, e.to_string(), out);
+                }
             };
             let is_hello = matches!(frame.request, Request::Hello { .. });
             if is_hello == self.greeted {
@@ -233,7 +253,8 @@ mod tests {
     use gpumux_proto::{encode_frame, MAGIC, VERSION};
 
     fn hello() -> Vec<u8> {
-        let request = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+        let request =
+            Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0, gpu: None };
         encode_frame(&ClientFrame { id: 1, request }).unwrap()
     }
 
@@ -243,6 +264,7 @@ mod tests {
                 Inbound::Request { .. } => None,
                 Inbound::Violation(e) => Some(e.kind.clone()),
                 Inbound::Answered { .. } => None,
+                Inbound::Refused { error, .. } => Some(error.kind.clone()),
             })
             .collect()
     }
@@ -285,5 +307,27 @@ mod tests {
         out.clear();
         Connection::new().receive(&u32::MAX.to_le_bytes(), Vec::new(), &mut out);
         assert_eq!(kinds(&out), vec![Some(ErrorKind::BadFrame)]);
+    }
+
+    /// A version-6 client's Hello (five fields, not six) is told the versions, not "does not decode".
+    #[test]
+    fn an_older_clients_hello_is_answered_with_both_versions() {
+        let mut body = vec![1u8, 0]; // id 1, variant 0 (Hello)
+        body.extend(MAGIC);
+        body.push(6); // version 6
+        body.extend([1, b't']); // the name
+        body.push(0); // priority 0 (zigzag varint)
+        body.extend(1.0f64.to_le_bytes());
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend(body);
+        let mut out = Vec::new();
+        Connection::new().receive(&frame, Vec::new(), &mut out);
+        assert_eq!(kinds(&out), vec![Some(ErrorKind::Version { daemon: VERSION, client: 6 })]);
+        match out.as_slice() {
+            [Inbound::Violation(e)] => {
+                assert!(e.message.contains(&format!("version {VERSION}, the client 6")), "{}", e.message)
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -165,6 +165,12 @@ pub enum CoreMsg {
         /// Whose.
         client: u64,
     },
+    /// The daemon asks for this GPU's part of `Status` (several GPUs:
+    /// `gpus.rs` merges every core's).
+    Status {
+        /// Where the part goes.
+        reply: Sender<Status>,
+    },
     /// SIGINT/SIGTERM: tell every client and stop.
     Shutdown,
 }
@@ -292,7 +298,15 @@ pub struct Core {
     record: record::Recorder,
     /// Oversubscription: evicted bytes, the host limit, restores under way.
     swap: swap::Swap,
+    /// This GPU's index among the daemon's (0 with one GPU).
+    gpu: u32,
+    /// Where this core publishes its load for placement (several GPUs), and when it last did.
+    board: Option<(Arc<crate::gpus::GpuBoard>, Instant)>,
 }
+
+/// A core publishes its load for placement at most this often: a client
+/// placed on a view this old is placed as well as on a fresh one.
+const PUBLISH_EVERY: Duration = Duration::from_millis(1);
 
 /// Module loads one client may have compiling at once: each holds its source
 /// (up to 4 MiB) until its compile ends, and a client that sent thousands
@@ -402,6 +416,8 @@ impl Core {
             next_pin: 0,
             record: record::Recorder::off(),
             swap: swap::Swap::new(default_swap_memory()),
+            gpu: 0,
+            board: None,
         })
     }
 
@@ -449,6 +465,25 @@ impl Core {
         self.sessions.len()
     }
 
+    /// This core serves GPU `gpu` of several, and publishes its load on `board`.
+    pub fn with_gpu(mut self, gpu: u32, board: Arc<crate::gpus::GpuBoard>) -> Core {
+        self.gpu = gpu;
+        self.board = Some((board, Instant::now()));
+        self
+    }
+
+    /// Publishes the load placement reads, at most every [`PUBLISH_EVERY`].
+    fn publish_load(&mut self) {
+        if let Some((board, last)) = &mut self.board {
+            if last.elapsed() >= PUBLISH_EVERY {
+                *last = Instant::now();
+                let memory: u64 =
+                    self.sessions.values().map(|s| s.buffers.values().map(|b| b.bytes).sum::<u64>()).sum();
+                board.publish(self.ops.len(), memory);
+            }
+        }
+    }
+
     /// Serves messages until [`CoreMsg::Shutdown`] or every sender is gone.
     pub fn run(mut self, rx: Receiver<CoreMsg>) -> Result<(), CoreError> {
         let mut load = LoadClock::new(&LOAD_PARTS);
@@ -467,6 +502,7 @@ impl Core {
         let mut active = Instant::now();
         loop {
             self.record.tick();
+            self.publish_load();
             let wait = self.wait();
             let spin = wait <= self.poll_every
                 || active.elapsed() < crate::spin::window_for(SPIN_AFTER_ACTIVITY, self.urgent_connected);
@@ -582,6 +618,7 @@ impl Core {
                     Inbound::Request { request, .. } => request.name(),
                     Inbound::Violation(_) => "a violation",
                     Inbound::Answered { .. } => "an answer",
+                    Inbound::Refused { .. } => "a refused request",
                 };
                 // Off the connection's backlog (its `outstanding` limit; `outbox`).
                 if let Some(outbox) = self.sessions.get(&client).and_then(|s| s.outbox.as_ref()) {
@@ -600,6 +637,9 @@ impl Core {
                 }
             }
             CoreMsg::Disconnected { client } => self.disconnect(client),
+            CoreMsg::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
             CoreMsg::Shutdown => return false,
         }
         true
@@ -748,6 +788,7 @@ impl Core {
                 s.id,
                 ClientStatus {
                     client: s.id,
+                    gpu: self.gpu,
                     pid: s.peer.pid,
                     uid: s.peer.uid,
                     gid: s.peer.gid,
@@ -782,6 +823,17 @@ impl Core {
             }
         }
         let memory_used = self.sessions.values().map(|s| s.buffers.values().map(|b| b.bytes).sum::<u64>()).sum();
+        let gpu = gpumux_proto::GpuStatus {
+            gpu: self.gpu,
+            device: self.backend.describe(),
+            sms: self.backend.info().num_sms as u32,
+            sms_busy: self.sms_held(),
+            memory_used,
+            memory_total: self.backend.info().mem_bytes,
+            clients: rows.len() as u32,
+            ops: self.ops.len() as u32,
+            context_rebuilds: self.rebuilds,
+        };
         Status {
             device: self.backend.describe(),
             policy: self.policy.clone(),
@@ -796,12 +848,18 @@ impl Core {
             uptime_s: self.started.elapsed().as_secs_f64(),
             context_rebuilds: self.rebuilds,
             clients: rows.into_values().collect(),
+            gpus: vec![gpu],
         }
     }
 
     /// The device's own account of its memory (for checks against [`Core::memory_held`]).
     pub fn device_memory(&mut self) -> Result<MemInfo, MemError> {
         self.backend.mem_info()
+    }
+
+    /// The device's memory, bytes.
+    pub fn memory_total(&self) -> u64 {
+        self.backend.info().mem_bytes
     }
 
     /// SMs held by device launches now, over all clients (gone ones included).
@@ -870,7 +928,8 @@ mod tests {
         let mut core = Core::new(Box::new(backend), None).expect("a core on sim:h100");
         let (tx, _rx) = std::sync::mpsc::channel();
         core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+        let hello =
+            Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0, gpu: None };
         request(&mut core, 1, 1, hello);
         request(&mut core, 1, 2, Request::Alloc { bytes: 4096 });
         request(&mut core, 1, 3, Request::Alloc { bytes: 4096 });
@@ -900,7 +959,14 @@ mod tests {
         let load = |core: &mut Core, client: u64, source: &str| {
             let (tx, rx) = std::sync::mpsc::channel();
             core.connect(client, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-            let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+            let hello = Request::Hello {
+                magic: MAGIC,
+                version: VERSION,
+                name: "t".into(),
+                priority: 0,
+                weight: 1.0,
+                gpu: None,
+            };
             request(core, client, 1, hello);
             let module = Request::LoadModule { name: "m.cu".into(), source: source.into(), options: Vec::new() };
             request(core, client, 2, module);

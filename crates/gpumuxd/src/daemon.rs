@@ -6,11 +6,14 @@ use crate::backend::sim::{SimBackend, UnknownPreset};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::core::{Core, CoreMsg};
+use crate::gpus::{GpuBoard, Gpus};
+use crate::placement::Placement;
 use crate::server;
 use anyhow::{bail, Context, Result};
 pub use gpumux_cuda::client::Refill;
 use std::path::PathBuf;
 use std::sync::mpsc::channel;
+use std::sync::Arc;
 
 /// What `gpumuxd` (and `gpumux daemon`) take; `None` means: the config's
 /// `[daemon]` table, else the default.
@@ -36,6 +39,9 @@ pub struct Options {
     /// Round trips a client keeps memory it got (`--swap-keep`; default
     /// [`crate::core::DEFAULT_SWAP_KEEP`]).
     pub swap_keep: Option<f64>,
+    /// Which GPU a client goes to when the daemon serves several
+    /// (default [`crate::placement::DEFAULT_PLACEMENT`]).
+    pub placement: Option<String>,
 }
 
 /// Where the device runs (docs/daemon.md, "Isolation and faults").
@@ -228,44 +234,100 @@ pub fn run(opts: Options) -> Result<()> {
     let device = opts.device.clone().or(config.daemon.device.clone());
     let policy = opts.policy.clone().or(config.daemon.policy.clone());
     let device = pick_device(device.as_deref());
-    let device = resolve_hw_priority(&device, policy.as_deref().unwrap_or(crate::core::DEFAULT_POLICY));
-    let hosting = opts.hosting.unwrap_or_else(|| DeviceHosting::default_for(&device));
-    let backend = open_device(&device, hosting)?;
-    let mut core = Core::new(backend, policy.as_deref()).context("cannot start the scheduling engine")?;
-    if let Some(every) = opts.poll_every {
-        core = core.with_poll_interval(every);
-    }
-    if let Some(path) = opts.record.clone().or(config.daemon.record.clone()) {
-        core = core.with_recording(&path)?;
-        tracing::info!("recording the clients' operations to {}", path.display());
+    let placement: Placement = match opts.placement.clone().or(config.daemon.placement.clone()) {
+        Some(name) => name.parse()?,
+        None => crate::placement::DEFAULT_PLACEMENT,
+    };
+    // One spec per GPU (cuda:all, cuda:0,1, sim:h100x2: gpus.rs), one core each.
+    let specs = crate::gpus::device_specs(&device, gpumux_cuda::runtime::gpu_count)?;
+    let record = opts.record.clone().or(config.daemon.record.clone());
+    if record.is_some() && specs.len() > 1 {
+        bail!(
+            "--record serves one GPU for now: `{device}` is {} GPUs (record one of them, e.g. {})",
+            specs.len(),
+            specs[0]
+        );
     }
     let swap =
         opts.swap_memory.or(config.daemon.swap_memory.map(|b| b.0)).unwrap_or_else(crate::core::default_swap_memory);
-    core = core.with_swap_memory(swap);
-    if let Some(keep) = opts.swap_keep {
-        core = core.with_swap_keep(keep);
-        tracing::info!("a client keeps memory it got for {keep} round trips of it (swap_keep)");
+    let mut cores = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        let spec = resolve_hw_priority(spec, policy.as_deref().unwrap_or(crate::core::DEFAULT_POLICY));
+        let hosting = opts.hosting.unwrap_or_else(|| DeviceHosting::default_for(&spec));
+        let backend = match open_device(&spec, hosting) {
+            Ok(b) => b,
+            Err(e) if specs.len() > 1 => return Err(e.context(format!("cannot open GPU {i} ({spec})"))),
+            Err(e) => return Err(e),
+        };
+        let mut core = Core::new(backend, policy.as_deref()).context("cannot start the scheduling engine")?;
+        if let Some(every) = opts.poll_every {
+            core = core.with_poll_interval(every);
+        }
+        if let Some(path) = &record {
+            core = core.with_recording(path)?;
+            tracing::info!("recording the clients' operations to {}", path.display());
+        }
+        // Host memory for evicted buffers is the daemon's, shared evenly among its GPUs.
+        core = core.with_swap_memory(swap / specs.len() as u64);
+        if let Some(keep) = opts.swap_keep {
+            core = core.with_swap_keep(keep);
+        }
+        let board = Arc::new(GpuBoard::new(core.device(), core.memory_total()));
+        core = core.with_gpu(i as u32, board.clone());
+        if specs.len() > 1 {
+            tracing::info!("GPU {i}: device {}, policy {}", core.device(), core.policy());
+        } else {
+            tracing::info!("device {}, policy {}", core.device(), core.policy());
+        }
+        cores.push((core, board));
     }
     tracing::info!("evicted buffers may take {swap} bytes of host memory (swap_memory)");
-    tracing::info!("device {}, policy {}", core.device(), core.policy());
+    if let Some(keep) = opts.swap_keep {
+        tracing::info!("a client keeps memory it got for {keep} round trips of it (swap_keep)");
+    }
+    if cores.len() > 1 {
+        tracing::info!("{} GPUs; clients are placed by `{placement}` unless they pin one", cores.len());
+    }
     let listener = server::bind(&socket)?;
     // From here every way out, an error or a panic, removes the socket file.
     let bound = BoundSocket(socket.clone());
     tracing::info!("listening on {}", socket.display());
     server::install_signal_handlers();
 
-    let (tx, rx) = channel::<CoreMsg>();
-    let core_thread = std::thread::Builder::new().name("gpumuxd-core".into()).spawn(move || core.run(rx))?;
+    let mut senders = Vec::new();
+    let mut boards = Vec::new();
+    let mut core_threads = Vec::new();
+    for (i, (core, board)) in cores.into_iter().enumerate() {
+        let (tx, rx) = channel::<CoreMsg>();
+        let name = if i == 0 { "gpumuxd-core".to_string() } else { format!("gpumuxd-core{i}") };
+        let down = board.clone();
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            let r = core.run(rx);
+            // Placement skips it from now on; the other GPUs go on.
+            down.set_down();
+            if let Err(e) = &r {
+                tracing::error!("GPU {i} stopped serving: {e:#}");
+            }
+            r
+        })?;
+        senders.push(tx);
+        boards.push(board);
+        core_threads.push(thread);
+    }
+    let gpus = Arc::new(Gpus::new(senders, boards, placement));
     let mut threads = Vec::new();
-    let served = server::serve(&listener, &config, &tx, &mut threads, || {
-        server::shutdown_requested() || core_thread.is_finished()
+    // The daemon serves while any GPU does (one GPU: while it does, as ever).
+    let served = server::serve(&listener, &config, &gpus, &mut threads, || {
+        server::shutdown_requested() || core_threads.iter().all(|t| t.is_finished())
     });
     if server::shutdown_requested() {
         tracing::info!("shutting down");
     }
-    let _ = tx.send(CoreMsg::Shutdown);
-    drop(tx);
-    let outcome = core_thread.join();
+    for core in gpus.cores() {
+        let _ = core.send(CoreMsg::Shutdown);
+    }
+    drop(gpus);
+    let outcomes: Vec<_> = core_threads.into_iter().map(|t| t.join()).collect();
     drop(listener);
     drop(bound);
     // Writers finish what the core queued (ShuttingDown notices) and close.
@@ -273,10 +335,13 @@ pub fn run(opts: Options) -> Result<()> {
         let _ = t.join();
     }
     served.context("the accept loop failed")?;
-    match outcome {
-        Ok(r) => r.context("the daemon stopped"),
-        Err(_) => bail!("the core thread panicked"),
+    for outcome in outcomes {
+        match outcome {
+            Ok(r) => r.context("the daemon stopped")?,
+            Err(_) => bail!("the core thread panicked"),
+        }
     }
+    Ok(())
 }
 
 /// A socket file this daemon bound: removed when dropped, so that no way out

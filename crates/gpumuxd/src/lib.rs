@@ -1,7 +1,7 @@
 //! gpumuxd: real processes share a real GPU through gpumux (docs/daemon.md).
 //!
-//! One daemon owns one device (one CUDA context, or the simulator), the
-//! engine with a policy, and a Unix socket. Clients speak `gpumux-proto`.
+//! One daemon owns one device or several (a CUDA context each, or the
+//! simulator), an engine with a policy per device, and a Unix socket. Clients speak `gpumux-proto`.
 //!
 //! * [`config`]: who may connect and with which limits (TOML).
 //! * [`conn`]: one connection's bytes → requests, with no I/O (what the
@@ -10,7 +10,9 @@
 //! * [`outbox`]: a client's way out, shared by the core (which writes into an
 //!   open ring directly) and its writer thread.
 //! * [`core`]: the one thread that owns the engine, the backend and every
-//!   client's state; requests come to it over a channel.
+//!   client's state; requests come to it over a channel. One per GPU.
+//! * [`gpus`]: several GPUs, one core each; each connection routed to one.
+//! * [`placement`]: which GPU a client goes to (least loaded, most free memory, or its pin).
 //! * [`session`]: a client's state in the core (buffers, modules, streams, events, quota use).
 //! * [`backend`]: what the daemon needs of a device; the simulated and the CUDA
 //!   one, in this process or behind [`backend::remote`] in a child process.
@@ -33,11 +35,13 @@ pub mod core;
 pub mod daemon;
 pub mod device_host;
 mod fdpass;
+pub mod gpus;
 pub mod harness;
 pub mod heap;
 pub mod latency;
 pub mod load;
 pub mod outbox;
+pub mod placement;
 pub mod recording;
 pub mod server;
 pub mod session;

@@ -23,6 +23,7 @@
 use crate::config::{Config, ServerLimits};
 use crate::conn::{Connection, Inbound};
 use crate::core::CoreMsg;
+use crate::gpus::{Gpus, Route};
 use crate::outbox::Outbox;
 use crate::session::Peer;
 use crate::spin::ConnSpin;
@@ -34,7 +35,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{channel, Receiver, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -272,7 +273,7 @@ impl RefusalLog {
 pub fn serve(
     listener: &UnixListener,
     config: &Config,
-    core: &Sender<CoreMsg>,
+    gpus: &Arc<Gpus>,
     threads: &mut Vec<JoinHandle<()>>,
     mut stop: impl FnMut() -> bool,
 ) -> std::io::Result<()> {
@@ -302,7 +303,7 @@ pub fn serve(
         threads.retain(|t| !t.is_finished());
         let client = next_client;
         next_client += 1;
-        if let Err(e) = admit(client, stream, accepted, config, core, threads, &counts, &mut refusals) {
+        if let Err(e) = admit(client, stream, accepted, config, gpus, threads, &counts, &mut refusals) {
             tracing::warn!("client {client}: {e}");
         }
     }
@@ -315,7 +316,7 @@ fn admit(
     stream: UnixStream,
     accepted: Instant,
     config: &Config,
-    core: &Sender<CoreMsg>,
+    gpus: &Arc<Gpus>,
     threads: &mut Vec<JoinHandle<()>>,
     counts: &Arc<Mutex<OpenCounts>>,
     refusals: &mut RefusalLog,
@@ -379,17 +380,20 @@ fn admit(
         }
     }
     let reader_spin = spin.clone();
-    core.send(CoreMsg::Connected { client, peer, limits, out: tx, spin, outbox: Some(outbox) })
-        .map_err(std::io::Error::other)?;
-    let core = core.clone();
-    let failed_core = core.clone();
+    // With several GPUs the route places the client on its Hello (gpus.rs).
+    let connected = CoreMsg::Connected { client, peer, limits, out: tx, spin, outbox: Some(outbox) };
+    let (route, sent) = Route::new(gpus, client, connected);
+    if !sent {
+        return Err(std::io::Error::other("the core is gone"));
+    }
+    let failed_core = route.core().cloned();
     let server_limits = config.limits.clone();
     let spawned = std::thread::Builder::new().name(format!("gpumuxd-r{client}")).spawn(move || {
         let _slot = slot;
         let reader = Reader {
             client,
             stream: &reader,
-            core: &core,
+            route,
             spin: &reader_spin,
             outbox: &reader_outbox,
             limits: &server_limits,
@@ -404,7 +408,10 @@ fn admit(
             // The core lets the session go, which ends its writer; the
             // socket closes with the writer's end of it (the client sees its end).
             refusals.note(|| format!("client {client}: no reader thread ({e}); its connection is closed"));
-            let _ = failed_core.send(CoreMsg::Disconnected { client });
+            // Not placed yet (several GPUs): no core knows it, and its writer ends with its channel.
+            if let Some(core) = failed_core {
+                let _ = core.send(CoreMsg::Disconnected { client });
+            }
         }
     }
     Ok(())
@@ -472,7 +479,8 @@ fn read_some(
 struct Reader<'a> {
     client: u64,
     stream: &'a UnixStream,
-    core: &'a Sender<CoreMsg>,
+    /// The way to the client's core (placed on its Hello: `gpus.rs`).
+    route: Route,
     spin: &'a ConnSpin,
     outbox: &'a Outbox,
     limits: &'a ServerLimits,
@@ -546,7 +554,7 @@ impl Reader<'_> {
             Some(_) => {}
         }
         self.outbox.sent_request(inbound.cost());
-        self.core.send(CoreMsg::Inbound { client: self.client, inbound, read_at }).is_ok()
+        self.route.send(CoreMsg::Inbound { client: self.client, inbound, read_at })
     }
 
     fn read_loop(mut self) {
@@ -621,7 +629,7 @@ impl Reader<'_> {
                 return;
             }
         }
-        let _ = self.core.send(CoreMsg::Disconnected { client: self.client });
+        let _ = self.route.send(CoreMsg::Disconnected { client: self.client });
     }
 
     /// The reader once the client's frames come through its ring: polls the
@@ -720,7 +728,7 @@ impl Reader<'_> {
                 }
             }
         }
-        let _ = self.core.send(CoreMsg::Disconnected { client: self.client });
+        let _ = self.route.send(CoreMsg::Disconnected { client: self.client });
     }
 }
 

@@ -212,6 +212,7 @@ fn serve(stream: UnixStream, behaviour: Behaviour) -> Log {
                         policy: "fcfs".into(),
                         sms: 132,
                         limits,
+                        gpu: 0,
                     };
                     reply(&stream, id, Ok(Reply::Welcome(welcome)));
                     if behaviour.farewell_after_welcome {

@@ -26,6 +26,8 @@ fn client_of(msg: &CoreMsg) -> Option<u64> {
         CoreMsg::Connected { client, .. } | CoreMsg::Inbound { client, .. } | CoreMsg::Disconnected { client } => {
             Some(*client)
         }
+        // The daemon's own question (several GPUs: `gpus.rs`), a queue of its own.
+        CoreMsg::Status { .. } => Some(u64::MAX),
         CoreMsg::Shutdown => None,
     }
 }

@@ -17,7 +17,9 @@ impl Core {
         match inbound {
             Inbound::Violation(e) => self.refuse(client, 0, e),
             Inbound::Answered { id, result } => self.reply(client, id, result),
-            Inbound::Request { id, request: Request::Hello { magic, version, name, priority, weight }, .. } => {
+            Inbound::Refused { id, error } => self.refuse(client, id, error),
+            // `gpu` was the route's to read (gpus.rs): the client is on this core's GPU.
+            Inbound::Request { id, request: Request::Hello { magic, version, name, priority, weight, .. }, .. } => {
                 match self.hello(client, magic, version, name, priority, weight) {
                     Ok(w) => self.reply(client, id, Ok(Reply::Welcome(w))),
                     Err(e) => self.refuse(client, id, e),
@@ -89,7 +91,7 @@ impl Core {
         tracing::info!("client {client} `{}` (pid {}, uid {}) connected", s.name, s.peer.pid, s.peer.uid);
         let limits = s.limits.to_proto(device_memory);
         self.update_urgent();
-        Ok(Welcome { version: VERSION, client, device, policy, sms, limits })
+        Ok(Welcome { version: VERSION, client, device, policy, sms, limits, gpu: self.gpu })
     }
 
     /// Serves one request; `None` when the answer comes later (from a completion).

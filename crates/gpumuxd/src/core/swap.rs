@@ -751,7 +751,8 @@ mod tests {
     fn open(core: &mut Core, client: u64) -> Receiver<ServerFrame> {
         let (tx, rx) = std::sync::mpsc::channel();
         core.connect(client, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+        let hello =
+            Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0, gpu: None };
         call(core, &rx, client, 1, hello);
         rx
     }

@@ -137,7 +137,14 @@ impl Client {
 
     pub fn hello(d: &Daemon, name: &str, priority: i32) -> (Client, Welcome) {
         let mut c = Client::connect(d);
-        let w = c.call(Request::Hello { magic: MAGIC, version: VERSION, name: name.into(), priority, weight: 1.0 });
+        let w = c.call(Request::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            name: name.into(),
+            priority,
+            weight: 1.0,
+            gpu: None,
+        });
         match w {
             Ok(Reply::Welcome(w)) => (c, w),
             other => panic!("no welcome: {other:?}"),

@@ -1,0 +1,176 @@
+//! Which GPU a client goes to when it connects (docs/multi-gpu.md,
+//! "Placement"): a pure choice over the GPUs' loads, so that the policies
+//! are tested without a daemon. The client stays on the GPU it was given:
+//! its streams, buffers and kernels live there, and nothing moves under a
+//! kernel.
+
+/// A placement policy (`[daemon] placement`, `--placement`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// The GPU with the fewest clients, then the fewest operations queued
+    /// or running, then the lowest index (the default: docs/multi-gpu.md
+    /// says why, from the measurement on `sim:h100x2`).
+    LeastLoaded,
+    /// The GPU with the most free device memory, then the fewest clients,
+    /// then the lowest index.
+    Memory,
+}
+
+/// The policy when none is named.
+pub const DEFAULT_PLACEMENT: Placement = Placement::LeastLoaded;
+
+/// The names `--placement` takes.
+pub const NAMES: [&str; 2] = ["least-loaded", "memory"];
+
+impl std::str::FromStr for Placement {
+    type Err = UnknownPlacement;
+
+    fn from_str(s: &str) -> Result<Placement, UnknownPlacement> {
+        match s {
+            "least-loaded" => Ok(Placement::LeastLoaded),
+            "memory" => Ok(Placement::Memory),
+            other => Err(UnknownPlacement(other.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Placement::LeastLoaded => "least-loaded",
+            Placement::Memory => "memory",
+        })
+    }
+}
+
+/// A placement name that is not one.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown placement `{0}`; known: least-loaded, memory")]
+pub struct UnknownPlacement(pub String);
+
+/// One GPU as placement sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuLoad {
+    /// Its core still runs (a GPU whose core stopped takes no one).
+    pub up: bool,
+    /// Clients placed on it and still connected.
+    pub clients: u32,
+    /// Operations queued or running on it.
+    pub ops: u32,
+    /// Device memory no client holds, bytes.
+    pub memory_free: u64,
+}
+
+/// Why a client cannot be placed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlaceError {
+    /// The client pinned itself to a GPU the daemon does not serve.
+    #[error("no GPU {asked}: this daemon serves GPU {serving} (GPUMUX_GPU or Hello's gpu names one of them)")]
+    NoSuchGpu {
+        /// The GPU asked for.
+        asked: u32,
+        /// The ones served, `0, 1`.
+        serving: String,
+    },
+    /// The client pinned itself to a GPU whose core has stopped.
+    #[error("GPU {asked} has stopped serving (its device failed for good); GPU {up} still serve")]
+    Down {
+        /// The GPU asked for.
+        asked: u32,
+        /// The ones still up, `0`, or `none`.
+        up: String,
+    },
+    /// Every GPU's core has stopped.
+    #[error("every GPU of this daemon has stopped serving")]
+    NoneUp,
+}
+
+/// The GPU for a client pinned to `pin` (if any) under `policy`.
+pub fn place(policy: Placement, gpus: &[GpuLoad], pin: Option<u32>) -> Result<usize, PlaceError> {
+    let list = |f: &dyn Fn(&GpuLoad) -> bool| {
+        let l: Vec<String> = gpus.iter().enumerate().filter(|(_, g)| f(g)).map(|(i, _)| i.to_string()).collect();
+        if l.is_empty() {
+            "none".to_string()
+        } else {
+            l.join(", ")
+        }
+    };
+    if let Some(asked) = pin {
+        let Some(g) = gpus.get(asked as usize) else {
+            return Err(PlaceError::NoSuchGpu { asked, serving: list(&|_| true) });
+        };
+        if !g.up {
+            return Err(PlaceError::Down { asked, up: list(&|g| g.up) });
+        }
+        return Ok(asked as usize);
+    }
+    let up = gpus.iter().enumerate().filter(|(_, g)| g.up);
+    let best = match policy {
+        Placement::LeastLoaded => up.min_by_key(|(i, g)| (g.clients, g.ops, *i)),
+        Placement::Memory => up.min_by_key(|(i, g)| (std::cmp::Reverse(g.memory_free), g.clients, *i)),
+    };
+    best.map(|(i, _)| i).ok_or(PlaceError::NoneUp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(clients: u32, ops: u32, memory_free: u64) -> GpuLoad {
+        GpuLoad { up: true, clients, ops, memory_free }
+    }
+
+    #[test]
+    fn least_loaded_takes_fewest_clients_then_fewest_ops_then_lowest_index() {
+        let p = Placement::LeastLoaded;
+        assert_eq!(place(p, &[gpu(1, 0, 0), gpu(0, 9, 0)], None), Ok(1));
+        assert_eq!(place(p, &[gpu(1, 5, 0), gpu(1, 2, 0)], None), Ok(1));
+        assert_eq!(place(p, &[gpu(1, 2, 0), gpu(1, 2, 0)], None), Ok(0));
+        // Four clients in turn on two GPUs: 0, 1, 0, 1.
+        let mut gpus = [gpu(0, 0, 0), gpu(0, 0, 0)];
+        let order: Vec<usize> = (0..4)
+            .map(|_| {
+                let g = place(p, &gpus, None).unwrap_or(usize::MAX);
+                gpus[g].clients += 1;
+                g
+            })
+            .collect();
+        assert_eq!(order, [0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn memory_takes_most_free_memory_then_fewest_clients() {
+        let p = Placement::Memory;
+        assert_eq!(place(p, &[gpu(0, 0, 10), gpu(3, 9, 20)], None), Ok(1));
+        assert_eq!(place(p, &[gpu(2, 0, 20), gpu(1, 0, 20)], None), Ok(1));
+        assert_eq!(place(p, &[gpu(1, 0, 20), gpu(1, 0, 20)], None), Ok(0));
+    }
+
+    #[test]
+    fn a_pin_is_kept_and_a_bad_one_names_the_gpus_served() {
+        let gpus = [gpu(5, 5, 0), gpu(0, 0, 100)];
+        assert_eq!(place(Placement::LeastLoaded, &gpus, Some(0)), Ok(0), "pinned beats least loaded");
+        let e = place(Placement::LeastLoaded, &gpus, Some(2)).err();
+        assert_eq!(e, Some(PlaceError::NoSuchGpu { asked: 2, serving: "0, 1".into() }));
+        let msg = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("no GPU 2") && msg.contains("GPU 0, 1"), "{msg}");
+    }
+
+    #[test]
+    fn a_stopped_gpu_takes_no_one() {
+        let gpus = [GpuLoad { up: false, ..gpu(0, 0, 100) }, gpu(4, 4, 1)];
+        assert_eq!(place(Placement::LeastLoaded, &gpus, None), Ok(1));
+        assert_eq!(place(Placement::Memory, &gpus, None), Ok(1));
+        assert_eq!(place(Placement::Memory, &gpus, Some(0)), Err(PlaceError::Down { asked: 0, up: "1".into() }));
+        let none = [GpuLoad { up: false, ..gpu(0, 0, 0) }];
+        assert_eq!(place(Placement::LeastLoaded, &none, None), Err(PlaceError::NoneUp));
+    }
+
+    #[test]
+    fn names_parse_and_print_back() {
+        for name in NAMES {
+            assert_eq!(name.parse::<Placement>().map(|p| p.to_string()).as_deref(), Ok(name));
+        }
+        assert_eq!("fastest".parse::<Placement>(), Err(UnknownPlacement("fastest".into())));
+    }
+}
