@@ -334,10 +334,10 @@ struct Shape {
 /// a few long compute-bound kernels over three matrices (matmul), and many
 /// short steps synced each time (stencil). Each takes about 0.25 s alone.
 const SHAPES: [Shape; 4] = [
-    Shape { name: "vector_add", memory: 12 << 30, launches: 60, blocks: 4224, block_us: 2000, per_sync: 10 },
-    Shape { name: "histogram", memory: 256 << 20, launches: 30, blocks: 1056, block_us: 8000, per_sync: 30 },
-    Shape { name: "matmul", memory: 3 << 30, launches: 10, blocks: 12672, block_us: 4000, per_sync: 10 },
-    Shape { name: "stencil", memory: 1 << 30, launches: 120, blocks: 2112, block_us: 2000, per_sync: 1 },
+    Shape { name: "vector_add", memory: 4 << 30, launches: 60, blocks: 4224, block_us: 2000, per_sync: 10 },
+    Shape { name: "histogram", memory: 64 << 20, launches: 30, blocks: 1056, block_us: 8000, per_sync: 30 },
+    Shape { name: "matmul", memory: 1 << 30, launches: 10, blocks: 12672, block_us: 4000, per_sync: 10 },
+    Shape { name: "stencil", memory: 512 << 20, launches: 120, blocks: 2112, block_us: 2000, per_sync: 1 },
 ];
 
 /// Runs `shape` as client `name` (memory first, as programs do); its time from connecting to its last sync.
