@@ -273,7 +273,9 @@ pub fn run(opts: Options) -> Result<()> {
             core = core.with_swap_keep(keep);
         }
         let board = Arc::new(GpuBoard::new(core.device(), core.memory_total()));
-        core = core.with_gpu(i as u32, board.clone());
+        if specs.len() > 1 {
+            core = core.with_gpu(i as u32, board.clone());
+        }
         if specs.len() > 1 {
             tracing::info!("GPU {i}: device {}, policy {}", core.device(), core.policy());
         } else {

@@ -327,9 +327,10 @@ impl Route {
         let msg = match self.gpu {
             Some(_) => self.answer_here(msg),
             None => match self.place(msg) {
-                Some(msg) => msg,
+                Placed::Send(msg) => msg,
                 // Gone before saying anything: no core ever heard of it.
-                None => return true,
+                Placed::Left => return true,
+                Placed::Nowhere => return false,
             },
         };
         match self.core() {
@@ -366,12 +367,12 @@ impl Route {
         }
     }
 
-    /// Places the client on its first message; the messages for its core
-    /// (its `Connected` is sent here). `None`: it left before any.
-    fn place(&mut self, msg: CoreMsg) -> Option<CoreMsg> {
-        let pending = self.pending.take()?;
+    /// Places the client on its first message, and sends its `Connected`
+    /// there; what is left to send (module doc).
+    fn place(&mut self, msg: CoreMsg) -> Placed {
+        let Some(pending) = self.pending.take() else { return Placed::Nowhere };
         if matches!(msg, CoreMsg::Disconnected { .. }) {
-            return None;
+            return Placed::Left;
         }
         let (pin, hello_id) = match &msg {
             CoreMsg::Inbound {
@@ -384,7 +385,7 @@ impl Route {
             Ok(g) => (g, msg),
             Err(error) => {
                 // Refused by a core that takes clients: it answers and lets go.
-                let g = self.gpus.place(None).ok()?;
+                let Ok(g) = self.gpus.place(None) else { return Placed::Nowhere };
                 tracing::info!("client {}: {}", self.client, error.message);
                 let refused = crate::conn::Inbound::Refused { id: hello_id.unwrap_or(0), error };
                 (g, CoreMsg::Inbound { client: self.client, inbound: refused, read_at: std::time::Instant::now() })
@@ -394,8 +395,18 @@ impl Route {
         tracing::debug!("client {} placed on GPU {gpu}", self.client);
         // A send that fails is seen on the message's own send.
         let _ = self.gpus.cores[gpu].send(pending);
-        Some(msg)
+        Placed::Send(msg)
     }
+}
+
+/// What [`Route::place`] did with a connection's first message.
+enum Placed {
+    /// Placed: send this to its core.
+    Send(CoreMsg),
+    /// The client left before saying anything: no core ever heard of it.
+    Left,
+    /// No GPU takes clients (every core has stopped), or it was placed already.
+    Nowhere,
 }
 
 impl Drop for Route {

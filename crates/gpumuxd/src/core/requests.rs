@@ -88,7 +88,9 @@ impl Core {
         s.phase = Phase::Open;
         s.spin.set_urgent(priority > 0);
         self.record.hello(client, &s.name, priority, weight, now);
-        tracing::info!("client {client} `{}` (pid {}, uid {}) connected", s.name, s.peer.pid, s.peer.uid);
+        // With several GPUs, which one (the multi-GPU check reads it: scripts/multi-gpu-daemon-check.sh).
+        let on = if self.board.is_some() { format!(" on GPU {}", self.gpu) } else { String::new() };
+        tracing::info!("client {client} `{}` (pid {}, uid {}) connected{on}", s.name, s.peer.pid, s.peer.uid);
         let limits = s.limits.to_proto(device_memory);
         self.update_urgent();
         Ok(Welcome { version: VERSION, client, device, policy, sms, limits, gpu: self.gpu })
