@@ -492,7 +492,9 @@ impl Core {
             tracing::info!("{line}");
         }
         if let Some(load) = load.summary() {
-            tracing::info!("core: {load}");
+            // With several GPUs, whose core (one line each at the end).
+            let whose = if self.board.is_some() { format!("GPU {} core", self.gpu) } else { "core".to_string() };
+            tracing::info!("{whose}: {load}");
         }
         result
     }
