@@ -6,7 +6,7 @@ mod common;
 
 use common::{kernel, Bench, PER_SM, SMS, WAVE_NS};
 use gpumux_engine::policies::ppq_even::DEFAULT_LINGER;
-use gpumux_engine::{Command, OpOutcome};
+use gpumux_engine::{Command, OpOutcome, StreamOp};
 
 const HALF: u32 = SMS as u32 / 2;
 
@@ -100,4 +100,63 @@ fn an_idle_peer_keeps_its_share_from_its_peers_for_the_linger_but_not_from_lower
     // Once it has been idle longer than the linger, the peer has every SM.
     b.run(Some(back + 3 * WAVE_NS + DEFAULT_LINGER + WAVE_NS));
     assert_eq!(b.sms_running(1).len(), SMS as u32, "after the linger the peer has the whole GPU");
+}
+
+/// Two clients launching one-block kernels one at a time (launch, wait for
+/// its end, a short pause, again), beside a peer whose grid never ends
+/// (issue 36's huge-grids abuser): once the split has settled, no small
+/// kernel takes an SM from the grid, and the grid never grows back, so a
+/// small kernel costs the grid's workers nothing (on the CUDA device each
+/// retreat is a per-SM leave and each grow a restart of the grid's workers,
+/// a few device rounds on the small kernel's path). Returns the retreats
+/// and grows sent after the first kernels.
+fn small_kernels_beside_an_endless_grid(mut b: Bench) -> (usize, usize) {
+    let grid = b.add(0, 0);
+    let smalls = [b.add(1, 0), b.add(2, 0)];
+    // 10,000 waves: it outlasts the test by far.
+    b.submit(grid, kernel("grid", 10_000));
+    b.run(Some(WAVE_NS / 2));
+    assert_eq!(b.sms_running(0).len(), SMS as u32, "alone, the grid has every SM");
+    let pause = WAVE_NS / 4;
+    let mut next_at = [b.now, b.now + WAVE_NS / 3];
+    let mut launched = [0usize; 2];
+    let mut settled_at = None;
+    while launched.iter().min() < Some(&40) {
+        for (i, &slot) in smalls.iter().enumerate() {
+            let done = b.outcomes(slot).len();
+            if done == launched[i] && b.now >= next_at[i] {
+                b.submit(slot, StreamOp::Kernel { desc: common::desc("small", 1), time_key: 0 });
+                launched[i] += 1;
+            }
+        }
+        if settled_at.is_none() && launched.iter().all(|&n| n >= 3) {
+            settled_at = Some(b.now);
+        }
+        let before = [b.outcomes(smalls[0]).len(), b.outcomes(smalls[1]).len()];
+        b.run(Some(b.now + 500));
+        for i in 0..2 {
+            if b.outcomes(smalls[i]).len() > before[i] {
+                next_at[i] = b.now + pause;
+            }
+        }
+    }
+    let from = settled_at.expect("settled");
+    let grows = b.commands_since(from).filter(|c| matches!(c, Command::Grow { .. })).count();
+    for slot in smalls {
+        assert!(b.outcomes(slot).iter().filter(|o| **o == OpOutcome::Completed).count() >= 39, "small kernels ran");
+    }
+    assert!(b.dev.ran_twice().is_empty(), "{:?}", b.dev.ran_twice());
+    (retreats(&b, from), grows)
+}
+
+#[test]
+fn small_kernels_beside_an_endless_grid_take_no_sm_from_it() {
+    let (retreats, grows) = small_kernels_beside_an_endless_grid(Bench::new("ppq-even-drain"));
+    assert_eq!((retreats, grows), (0, 0), "retreats and grows of the grid for 2 x 37 small kernels");
+}
+
+#[test]
+fn small_kernels_beside_an_endless_grid_take_no_sm_from_it_on_a_device_freeing_at_once() {
+    let (retreats, grows) = small_kernels_beside_an_endless_grid(Bench::freeing_at_once("ppq-even-drain"));
+    assert_eq!((retreats, grows), (0, 0), "retreats and grows of the grid for 2 x 37 small kernels");
 }
