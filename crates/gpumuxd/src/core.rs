@@ -950,6 +950,101 @@ mod tests {
         assert_eq!(core.status().memory_used, 0);
     }
 
+    /// Issue 36's huge-grids abuser: a client at its queued-ops limit that
+    /// keeps launching is refused each launch for the quota before anything
+    /// else is looked at (before, the launch was validated and its kernel
+    /// described first: here its argument count is wrong, and it was
+    /// answered `Invalid`), and each refusal is one turn of the core's
+    /// inbox: another client's requests, queued behind 200 of them, are
+    /// answered one per refusal, not after them.
+    #[test]
+    fn launches_over_the_quota_are_refused_first_and_in_turn_with_the_others() {
+        let backend = SimBackend::with_info(gpumux_sim::presets::h100());
+        let mut core = Core::new(Box::new(backend), None).expect("a core on sim:h100");
+        // Both clients' frames in one channel: its order is the order the core answered in.
+        let (tx, frames) = std::sync::mpsc::channel();
+        let peer = Peer { pid: 1, uid: 1000, gid: 1000 };
+        core.connect(1, peer, ClientLimits { queued_ops: 1, ..ClientLimits::default() }, tx.clone());
+        core.connect(2, peer, ClientLimits::default(), tx);
+        for client in [1, 2] {
+            let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+            request(&mut core, client, 1, hello);
+        }
+        let module =
+            Request::LoadModule { name: "m.cu".into(), source: "__global__ void k() {}\n".into(), options: vec![] };
+        request(&mut core, 1, 2, module);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let kernel = loop {
+            assert!(Instant::now() < deadline, "the module never loaded");
+            core.pump().expect("pump");
+            let loaded = frames.try_iter().find_map(|f| match f {
+                ServerFrame::Reply { id: 2, result: Ok(Reply::Module { kernels, .. }) } => Some(kernels[0].kernel),
+                _ => None,
+            });
+            if let Some(k) = loaded {
+                break k;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        };
+        let launch = |args: Vec<gpumux_proto::Arg>| {
+            Request::Launch(gpumux_proto::Launch {
+                kernel,
+                grid: [1, 1, 1],
+                block: [32, 1, 1],
+                shared_bytes: 0,
+                args,
+                stream: StreamId(0),
+                block_time_ns: Some(10_000_000_000),
+            })
+        };
+        // Under the quota, the wrong argument count is what is refused.
+        request(&mut core, 1, 4, launch(vec![gpumux_proto::Arg::U32(7)]));
+        let invalid = frames.try_iter().find_map(|f| match f {
+            ServerFrame::Reply { id: 4, result: Err(e) } => Some(e.kind),
+            _ => None,
+        });
+        assert_eq!(invalid, Some(ErrorKind::Invalid), "a launch with an argument too many, under the quota");
+        // One 10 s launch holds client 1's only slot.
+        request(&mut core, 1, 3, launch(Vec::new()));
+        core.pump().expect("pump");
+        assert!(frames.try_iter().all(|f| !matches!(f, ServerFrame::Reply { id: 3, .. })), "the launch was accepted");
+
+        let (msgs, rx) = std::sync::mpsc::channel();
+        let inbound = |client: u64, id: u64, request: Request| CoreMsg::Inbound {
+            client,
+            inbound: Inbound::Request { id, request, fd: None },
+            read_at: Instant::now(),
+        };
+        for id in 100..300 {
+            msgs.send(inbound(1, id, launch(vec![gpumux_proto::Arg::U32(7)]))).expect("queued");
+        }
+        for id in 10..15 {
+            msgs.send(inbound(2, id, Request::Status)).expect("queued");
+        }
+        drop(msgs);
+        core.run(rx).expect("the core stops when its channel closes");
+        let replies: Vec<(u64, Result<Reply, ErrorReply>)> = frames
+            .try_iter()
+            .filter_map(|f| match f {
+                ServerFrame::Reply { id, result } => Some((id, result)),
+                _ => None,
+            })
+            .collect();
+        let refused: Vec<_> = replies.iter().filter(|(id, _)| *id >= 100).collect();
+        assert_eq!(refused.len(), 200);
+        for (id, r) in refused {
+            match r {
+                Err(e) => assert_eq!(e.kind, ErrorKind::Quota, "launch {id}: {}", e.message),
+                Ok(r) => panic!("launch {id} over the quota answered {r:?}"),
+            }
+        }
+        let statuses: Vec<usize> =
+            replies.iter().enumerate().filter(|(_, (id, _))| *id < 100).map(|(i, _)| i).collect();
+        assert_eq!(statuses.len(), 5);
+        // Client 1's first launch, then one of each in turn: 1 2 1 2 ...
+        assert_eq!(statuses, [2, 4, 6, 8, 10], "client 2's Status among client 1's refusals");
+    }
+
     /// A client's modules are unloaded when it is reaped (a daemon serving
     /// clients for months would otherwise keep every module ever loaded),
     /// and a module another client loaded too (a cached image) stays for it.

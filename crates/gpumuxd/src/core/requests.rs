@@ -534,6 +534,12 @@ impl Core {
     /// Checks and submits a launch; an accepted one is not answered.
     fn launch(&mut self, client: u64, l: &gpumux_proto::Launch) -> Result<(), ErrorReply> {
         let s = self.session(client)?;
+        // The quota first: a client that launches flat out without a sync
+        // (issue 36's huge-grids abuser: ~200k launches a second) is refused
+        // most of them, and each refusal is one turn of the core's inbox;
+        // checked first, it costs a comparison and its reply, not the
+        // launch's validation and the kernel's description built for nothing.
+        under_queued_ops(s)?;
         let image = s
             .kernels
             .get(&l.kernel)
@@ -590,15 +596,7 @@ impl Core {
         let st = s.streams.get(&stream).filter(|st| !st.closing).ok_or_else(|| {
             err(ErrorKind::NoSuchHandle, format!("stream {} is not yours (or was destroyed)", stream.0))
         })?;
-        if s.in_flight >= s.limits.queued_ops {
-            return Err(err(
-                ErrorKind::Quota,
-                format!(
-                    "{} operations queued or running, your limit is {}: sync first",
-                    s.in_flight, s.limits.queued_ops
-                ),
-            ));
-        }
+        under_queued_ops(s)?;
         let (slot, priority, last_kernel) = (st.slot, s.priority, st.last_kernel);
         let is_kernel = matches!(op, StreamOp::Kernel { .. });
         // A recorded event or a sync is a marker: it orders nothing on the
@@ -733,6 +731,17 @@ impl Core {
 
 /// Refuses one more of `under_way` things a client has under way (`what`)
 /// once it has `most` (`MAX_LOADS_UNDER_WAY`, `MAX_PINS_UNDER_WAY`).
+/// Whether `s` may queue one more operation (its `queued_ops` limit).
+fn under_queued_ops(s: &Session) -> Result<(), ErrorReply> {
+    if s.in_flight < s.limits.queued_ops {
+        return Ok(());
+    }
+    Err(err(
+        ErrorKind::Quota,
+        format!("{} operations queued or running, your limit is {}: sync first", s.in_flight, s.limits.queued_ops),
+    ))
+}
+
 fn under_limit(under_way: usize, most: usize, what: &str) -> Result<(), ErrorReply> {
     if under_way < most {
         return Ok(());
