@@ -21,7 +21,11 @@
 //! * `sync`: the client's kernel completed → its `SyncStream` answered,
 //!   for a sync waiting on it (the reply then goes to the writer thread).
 //!
-//! Each stage keeps its last `KEEP` samples; memory per client is fixed.
+//! Each stage keeps its last `KEEP` samples, and its longest over all the
+//! client's kernels: a stall early in a long run (issue 36's soak: one
+//! launch + sync of 224 ms among ~500,000) is gone from the recent samples
+//! when the client leaves, and its stage is what says where it was. Memory
+//! per client is fixed.
 
 use gpumux_engine::time::Nanos;
 use std::fmt::Write as _;
@@ -36,11 +40,14 @@ pub const SUMMARY_AFTER: u64 = 100;
 struct Ring {
     samples: Vec<u32>,
     next: usize,
+    /// The longest sample ever pushed, ns.
+    longest: u32,
 }
 
 impl Ring {
     fn push(&mut self, ns: Nanos) {
         let ns = ns.min(u32::MAX as Nanos) as u32;
+        self.longest = self.longest.max(ns);
         if self.samples.len() < KEEP {
             self.samples.push(ns);
         } else {
@@ -115,10 +122,8 @@ impl StageTimes {
         self.sync.push(now.saturating_sub(from));
     }
 
-    /// One line: each stage's p50 / p99 / max in µs.
-    pub fn summary(&self) -> String {
-        let mut line = String::new();
-        for (name, ring) in [
+    fn stages(&self) -> [(&'static str, &Ring); 7] {
+        [
             ("wait", &self.wait),
             ("behind", &self.behind),
             ("decide", &self.decide),
@@ -126,11 +131,28 @@ impl StageTimes {
             ("run", &self.run),
             ("finish", &self.finish),
             ("sync", &self.sync),
-        ] {
+        ]
+    }
+
+    /// One line: each stage's p50 / p99 / max in µs over the recent
+    /// kernels, then each stage's longest over all of them.
+    pub fn summary(&self) -> String {
+        let mut line = String::new();
+        for (name, ring) in self.stages() {
             if let Some((p50, p99, max)) = ring.percentiles() {
                 let _ =
                     write!(line, "{}{name} {p50:.1} / {p99:.1} / {max:.1}", if line.is_empty() { "" } else { "; " });
             }
+        }
+        let mut first = true;
+        for (name, ring) in self.stages().into_iter().filter(|(_, r)| !r.samples.is_empty()) {
+            let _ = write!(
+                line,
+                "{}{name} {:.1}",
+                if first { "; the longest of all its kernels: " } else { ", " },
+                ring.longest as f64 / 1e3
+            );
+            first = false;
         }
         line
     }
@@ -170,7 +192,8 @@ mod tests {
         assert_eq!(
             t.summary(),
             "wait 2.0 / 2.0 / 2.0; behind 0.0 / 50.0 / 50.0; decide 6.0 / 6.0 / 6.0; launch 4.0 / 4.0 / 4.0; \
-             run 20.0 / 20.0 / 20.0; finish 1.0 / 1.0 / 1.0; sync 4.0 / 4.0 / 4.0"
+             run 20.0 / 20.0 / 20.0; finish 1.0 / 1.0 / 1.0; sync 4.0 / 4.0 / 4.0; the longest of all its kernels: \
+             wait 2.0, behind 50.0, decide 6.0, launch 4.0, run 20.0, finish 1.0, sync 4.0"
         );
     }
 
@@ -182,5 +205,6 @@ mod tests {
         }
         assert_eq!(r.samples.len(), KEEP);
         assert_eq!(r.percentiles(), Some((1.0, 1.0, 1.0)));
+        assert_eq!(r.longest, 1_000_000, "the early stall is still the longest of all");
     }
 }
