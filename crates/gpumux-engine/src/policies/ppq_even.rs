@@ -25,6 +25,20 @@
 //! every sync and wait, at its next launch, for the peer's blocks on them to
 //! drain. Lower levels may still use a lingering share: they accept being
 //! taken back from, which is what priority means.
+//!
+//! **A share is kept while its kernel finishes.** A kernel counts for the
+//! SMs its whole grid could keep busy, not only for its blocks still to
+//! issue, and the part of a share its process does not fill (its last
+//! blocks are all issued and running) is kept from its peers as a
+//! lingering share is. A device releases a launch's SMs once it has issued
+//! its last blocks (the simulated GPU does): before this, a client of
+//! one-block kernels gave its share to a peer as soon as each block
+//! started, and took it back at its next kernel. Beside a peer whose grid
+//! never ends (issue 36's huge-grids abuser) that was a retreat and a grow
+//! of the grid for every small kernel, on the CUDA device a per-SM leave
+//! and a restart of the grid's workers on the small kernel's path. What it
+//! costs: a peer does not grow onto SMs a finishing kernel has stopped
+//! issuing to (at most one of that kernel's block times, then the linger).
 
 use super::partition::even_capped;
 use crate::device::Mechanism;
