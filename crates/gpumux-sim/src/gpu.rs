@@ -26,6 +26,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
+mod fast_forward;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[allow(clippy::enum_variant_names)] // each is something that finished
 enum SimEvent {
@@ -171,6 +173,11 @@ pub struct SimGpu {
     fault: Option<TimeOverflow>,
     /// At most this many internal events per `advance` ([`SimGpu::with_event_budget`]).
     event_budget: Option<u64>,
+    /// Waves of a lone grid of identical blocks are skipped in one step
+    /// ([`SimGpu::with_fast_forward`]; `gpu/fast_forward.rs`).
+    fast_forward: bool,
+    /// Waves skipped so far ([`SimGpu::fast_forwarded`]).
+    waves_skipped: u64,
 }
 
 /// `at + plus`; when that overflows, records why in `fault` (first one
@@ -267,7 +274,23 @@ impl SimGpu {
             audit: None,
             fault: None,
             event_budget: None,
+            fast_forward: true,
+            waves_skipped: 0,
         }
+    }
+
+    /// Waves skipped in one step so far ([`SimGpu::with_fast_forward`]).
+    pub fn fast_forwarded(&self) -> u64 {
+        self.waves_skipped
+    }
+
+    /// Whether waves of a lone grid of identical blocks are skipped in one
+    /// step, with the same results as event by event (the default: on;
+    /// `gpu/fast_forward.rs` says when it applies). Off: every block end is
+    /// simulated (what the equivalence tests compare it with).
+    pub fn with_fast_forward(mut self, on: bool) -> Self {
+        self.fast_forward = on;
+        self
     }
 
     /// Bounds the work of one `advance`: it returns once it has processed
@@ -913,6 +936,10 @@ impl Device for SimGpu {
                     return Ok(self.now);
                 }
                 _ => {}
+            }
+            // A lone grid's waves up to `until`, at once where it can.
+            if self.fast_forward(until) {
+                continue;
             }
             // Process every internal event at the next instant, then report.
             let Some(Reverse((t, _, _))) = self.queue.peek().copied() else { continue };
