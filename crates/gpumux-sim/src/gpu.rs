@@ -178,6 +178,8 @@ pub struct SimGpu {
     fast_forward: bool,
     /// Waves skipped so far ([`SimGpu::fast_forwarded`]).
     waves_skipped: u64,
+    /// The fast forward's buffers and hint.
+    ff: fast_forward::Scratch,
 }
 
 /// `at + plus`; when that overflows, records why in `fault` (first one
@@ -276,6 +278,7 @@ impl SimGpu {
             event_budget: None,
             fast_forward: true,
             waves_skipped: 0,
+            ff: fast_forward::Scratch::default(),
         }
     }
 

@@ -33,7 +33,6 @@ use super::{Pending, Resident, SimEvent, SimGpu};
 use gpumux_engine::ids::LaunchId;
 use gpumux_engine::time::Nanos;
 use std::cmp::Reverse;
-use std::collections::HashMap;
 
 /// Fewer waves than this are simulated event by event (nothing to gain).
 const MIN_WAVES: u64 = 2;
@@ -41,70 +40,98 @@ const MIN_WAVES: u64 = 2;
 /// Sums of integral nanoseconds kept in an `f64` stay exact below this.
 const EXACT_F64: f64 = (1u64 << 53) as f64;
 
+/// What a skip reuses from one to the next (a skip every few µs of a
+/// daemon's wall clock must not allocate per block), and when to look again.
+#[derive(Debug, Default)]
+pub(super) struct Scratch {
+    /// The ends waiting, (seq, SM, token), and in processing order (SM, token).
+    waiting: Vec<(u64, usize, u64)>,
+    order: Vec<(usize, u64)>,
+    /// Per SM, where its ends start in `by_sm` (counting sort by SM).
+    starts: Vec<usize>,
+    /// Processing places (in `order`) of each SM's ends, grouped by SM.
+    by_sm: Vec<usize>,
+    /// List orders after a skip, by list order before it (one or two patterns).
+    memo: Vec<(Vec<usize>, u64, Vec<usize>)>,
+    ranks: Vec<usize>,
+    /// No lockstep is possible before this instant: an event then was
+    /// waiting at the last look that found none.
+    not_before: Nanos,
+}
+
 impl SimGpu {
     /// Skips whole waves of a lone grid if the device is in lockstep (module
     /// doc) and at least [`MIN_WAVES`] end by `until`; says whether it did.
-    /// Called with no pending issue and nothing to report.
+    /// Called with no pending issue and nothing to report; cheap when it
+    /// cannot apply (it runs before every instant).
     pub(super) fn fast_forward(&mut self, until: Option<Nanos>) -> bool {
         if !self.fast_forward || self.audit.is_some() || self.mem_demand != 0.0 || !self.pending.is_empty() {
             return false;
         }
-        // The events, in the order they would be processed.
-        let mut waiting: Vec<(Nanos, u64, SimEvent)> = self.queue.iter().map(|Reverse(e)| *e).collect();
-        waiting.sort_unstable();
-        let Some(&(at, _, _)) = waiting.first() else { return false };
-        let mut order: Vec<(usize, u64)> = Vec::with_capacity(waiting.len());
-        let mut lid: Option<LaunchId> = None;
-        for &(t, _, ev) in &waiting {
-            let SimEvent::BlockDone { sm, token } = ev else { return false };
-            let sm = sm as usize;
-            let Some(r) = self.sms[sm].resident.iter().find(|r| r.token == token) else { return false };
-            if t != at || r.end != at || lid.is_some_and(|l| l != r.launch) {
-                return false;
-            }
-            lid = Some(r.launch);
-            order.push((sm, token));
+        let Some(&Reverse((at, _, SimEvent::BlockDone { sm, token }))) = self.queue.peek() else { return false };
+        if at < self.ff.not_before {
+            return false;
         }
-        let Some(lid) = lid else { return false };
+        // The first end's launch must hold every resident block and have an
+        // end waiting for each (no stale end of a preempted block either).
+        let Some(lid) = self.sms[sm as usize].resident.iter().find(|r| r.token == token).map(|r| r.launch) else {
+            return false;
+        };
         let Some(l) = self.launches.get(&lid) else { return false };
         let period = l.timing.block_time_ns.max(1);
         let uniform = l.timing.block_time_spread <= 0.0 && l.mem.intensity <= 0.0 && l.mem.demand_per_block == 0.0;
         if !uniform || !l.restore.is_empty() || !l.leaving.is_empty() || l.exhausted {
             return false;
         }
-        // Every resident block of the device ends now (one event each), and
-        // each SM holding some is the launch's own, issuing one block per end.
-        let resident: usize = self.sms.iter().map(|s| s.resident.len()).sum();
-        if resident != order.len() || resident == 0 {
+        let others = self.launches.iter().any(|(&o, x)| o != lid && x.resident > 0);
+        if others || l.resident as usize != self.queue.len() || self.copies.iter().any(|c| c.current.is_some()) {
             return false;
         }
-        // Full: each end makes room for exactly one block, the one `fill_sm` issues.
-        let lone = self.sms.iter().enumerate().all(|(i, s)| {
-            s.resident.is_empty()
-                || (s.owner == Some(lid)
-                    && s.saving == 0
-                    && s.resident.iter().all(|r| r.launch == lid)
-                    && !self.fits(i, lid, l))
-        });
-        if !lone || self.copies.iter().any(|c| c.current.is_some()) {
+        // Every end waiting is now: else none can be before the latest waiting.
+        let latest = self.queue.iter().map(|Reverse((t, _, _))| *t).max().unwrap_or(at);
+        if latest != at {
+            self.ff.not_before = latest;
             return false;
         }
+        // The ends in processing order (their sequence numbers).
+        let mut waiting = std::mem::take(&mut self.ff.waiting);
+        waiting.clear();
+        for Reverse((_, seq, ev)) in self.queue.iter() {
+            let SimEvent::BlockDone { sm, token } = *ev else {
+                self.ff.waiting = waiting;
+                return false;
+            };
+            waiting.push((*seq, sm as usize, token));
+        }
+        waiting.sort_unstable_by_key(|w| w.0);
+        let mut order = std::mem::take(&mut self.ff.order);
+        order.clear();
+        order.extend(waiting.iter().map(|&(_, sm, token)| (sm, token)));
+        self.ff.waiting = waiting;
+        // Each is a resident block (no stale end) ending now; each SM
+        // holding some is the launch's own and full: an end makes room for
+        // exactly one block, the one `fill_sm` issues.
+        let ok = order.iter().all(|&(sm, token)| self.sms[sm].resident.iter().any(|r| r.token == token && r.end == at))
+            && self.sms.iter().enumerate().all(|(i, s)| {
+                s.resident.is_empty() || (s.owner == Some(lid) && s.saving == 0 && !self.fits(i, lid, l))
+            });
         // Waves ending by `until`, leaving the grid blocks to issue after them.
         let per_wave = order.len() as u64;
         let by_time = until.map_or(u64::MAX, |u| if u < at { 0 } else { (u - at) / period + 1 });
-        let by_blocks = l.blocks.len().saturating_sub(1) / per_wave;
+        let by_blocks = l.blocks.len().saturating_sub(1) / per_wave.max(1);
         let issued_ns = per_wave as f64 * period as f64;
         let by_exactness = ((EXACT_F64 - self.mem_stats.issued_ns.max(self.mem_stats.alone_ns)) / issued_ns).max(0.0);
         let waves = by_time.min(by_blocks).min(by_exactness as u64);
-        if waves < MIN_WAVES {
-            return false;
+        let last = (waves.max(1) - 1).checked_mul(period).and_then(|d| at.checked_add(d));
+        let fits_clock = last.is_some_and(|t| t.checked_add(period).is_some());
+        let go = ok && per_wave > 0 && waves >= MIN_WAVES && fits_clock;
+        if go {
+            if let Some(last) = last {
+                self.skip(lid, &order, waves, last);
+            }
         }
-        let Some(last) = (waves - 1).checked_mul(period).and_then(|d| at.checked_add(d)) else { return false };
-        if last.checked_add(period).is_none() {
-            return false;
-        }
-        self.skip(lid, &order, waves, last);
-        true
+        self.ff.order = order;
+        go
     }
 
     /// Carries out `waves` waves of `lid`, the last ending at `last` (the
@@ -120,39 +147,59 @@ impl SimGpu {
         // the j-th processed end's new block getting the j-th of them.
         let Some(l) = self.launches.get_mut(&lid) else { return };
         l.blocks.take_prefix((waves - 1) * per_wave);
-        let fresh: Vec<u64> = l.blocks.take_prefix(per_wave).ranges().iter().flat_map(|r| r.clone()).collect();
+        let fresh = l.blocks.take_prefix(per_wave);
+        let mut fresh = fresh.ranges().iter().flat_map(|r| r.clone());
         l.completed += skipped;
         let (base, mem) = (l.timing.block_time_ns, l.mem);
         let tok0 = self.next_token + (waves - 1) * per_wave;
         self.next_token += skipped;
-        // Each SM's ends in processing order (their places in `order`), and
-        // each block's rank among its SM's.
-        let mut js_of_sm: HashMap<usize, Vec<usize>> = HashMap::new();
-        let mut rank_of_token: HashMap<u64, usize> = HashMap::with_capacity(order.len());
-        for (j, &(sm, token)) in order.iter().enumerate() {
-            let js = js_of_sm.entry(sm).or_default();
-            rank_of_token.insert(token, js.len());
-            js.push(j);
+        let end = last + base.max(1);
+        // Each SM's ends in processing order (counting sort by SM).
+        let n = self.sms.len();
+        let ff = &mut self.ff;
+        ff.starts.clear();
+        ff.starts.resize(n + 1, 0);
+        for &(sm, _) in order {
+            ff.starts[sm + 1] += 1;
         }
-        // SMs in a fixed order: `busy_since` sums below must not depend on a map's.
-        let mut sms: Vec<(usize, Vec<usize>)> = js_of_sm.into_iter().collect();
-        sms.sort_unstable_by_key(|e| e.0);
-        let mut memo: HashMap<Vec<usize>, Vec<usize>> = HashMap::new();
-        for (sm, js) in &sms {
-            let s = &mut self.sms[*sm];
-            // The list now, as each block's rank in the SM's processing order
-            // (every resident block has its end in `order`: checked).
-            let now_ranks: Vec<usize> =
-                s.resident.iter().map(|r| rank_of_token.get(&r.token).copied().unwrap_or(0)).collect();
-            let after = memo.entry(now_ranks.clone()).or_insert_with(|| order_after(&now_ranks, waves)).clone();
-            let end = last + base.max(1);
-            s.resident = after
-                .iter()
-                .map(|&rank| {
-                    let j = js[rank];
-                    Resident { token: tok0 + j as u64, launch: lid, index: fresh[j], end }
-                })
-                .collect();
+        for i in 0..n {
+            ff.starts[i + 1] += ff.starts[i];
+        }
+        ff.by_sm.clear();
+        ff.by_sm.resize(order.len(), 0);
+        let mut next = ff.starts.clone();
+        for (j, &(sm, _)) in order.iter().enumerate() {
+            ff.by_sm[next[sm]] = j;
+            next[sm] += 1;
+        }
+        // The j-th end's successor: the j-th fresh block.
+        let blocks: Vec<u64> = fresh.by_ref().take(order.len()).collect();
+        for sm in 0..n {
+            let js = &ff.by_sm[ff.starts[sm]..ff.starts[sm + 1]];
+            if js.is_empty() {
+                continue;
+            }
+            let s = &mut self.sms[sm];
+            // The list now, as each block's rank among the SM's ends (every
+            // resident block has one: checked).
+            ff.ranks.clear();
+            ff.ranks.extend(s.resident.iter().map(|r| js.iter().position(|&j| order[j].1 == r.token).unwrap_or(0)));
+            let found = ff.memo.iter().position(|(before, w, _)| *w == waves && *before == ff.ranks);
+            let memo_at = match found {
+                Some(i) => i,
+                None => {
+                    if ff.memo.len() >= 4 {
+                        ff.memo.clear();
+                    }
+                    ff.memo.push((ff.ranks.clone(), waves, order_after(&ff.ranks, waves)));
+                    ff.memo.len() - 1
+                }
+            };
+            s.resident.clear();
+            for &rank in &ff.memo[memo_at].2 {
+                let j = js[rank];
+                s.resident.push(Resident { token: tok0 + j as u64, launch: lid, index: blocks[j], end });
+            }
             // One block at a time: the SM was empty between each end and the
             // issue after it (`evict`), its busy time counted to each end.
             if s.resident.len() == 1 {
