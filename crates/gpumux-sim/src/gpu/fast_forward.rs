@@ -268,11 +268,10 @@ mod tests {
             let starts: Vec<Vec<usize>> =
                 vec![(0..k).collect(), (0..k).rev().collect(), (0..k).map(|i| (i * 2 + 1) % k).collect()];
             for start in starts {
-                if {
-                    let mut s = start.clone();
-                    s.sort_unstable();
-                    s != (0..k).collect::<Vec<_>>()
-                } {
+                // Only permutations of 0..k (the third is one for odd k).
+                let mut sorted = start.clone();
+                sorted.sort_unstable();
+                if sorted != (0..k).collect::<Vec<_>>() {
                     continue;
                 }
                 let mut list = start.clone();
