@@ -40,14 +40,15 @@ pub const SUMMARY_AFTER: u64 = 100;
 struct Ring {
     samples: Vec<u32>,
     next: usize,
-    /// The longest sample ever pushed, ns.
-    longest: u32,
+    /// The longest sample ever pushed, ns (not clamped to the samples' u32:
+    /// a stall of over 4.29 s must say how long it was).
+    longest: Nanos,
 }
 
 impl Ring {
     fn push(&mut self, ns: Nanos) {
-        let ns = ns.min(u32::MAX as Nanos) as u32;
         self.longest = self.longest.max(ns);
+        let ns = ns.min(u32::MAX as Nanos) as u32;
         if self.samples.len() < KEEP {
             self.samples.push(ns);
         } else {
@@ -206,5 +207,7 @@ mod tests {
         assert_eq!(r.samples.len(), KEEP);
         assert_eq!(r.percentiles(), Some((1.0, 1.0, 1.0)));
         assert_eq!(r.longest, 1_000_000, "the early stall is still the longest of all");
+        r.push(5_000_000_000);
+        assert_eq!(r.longest, 5_000_000_000, "5 s, over a u32 of ns, kept whole");
     }
 }
