@@ -25,20 +25,6 @@
 //! every sync and wait, at its next launch, for the peer's blocks on them to
 //! drain. Lower levels may still use a lingering share: they accept being
 //! taken back from, which is what priority means.
-//!
-//! **A share is kept while its kernel finishes.** A kernel counts for the
-//! SMs its whole grid could keep busy, not only for its blocks still to
-//! issue, and the part of a share its process does not fill (its last
-//! blocks are all issued and running) is kept from its peers as a
-//! lingering share is. A device releases a launch's SMs once it has issued
-//! its last blocks (the simulated GPU does): before this, a client of
-//! one-block kernels gave its share to a peer as soon as each block
-//! started, and took it back at its next kernel. Beside a peer whose grid
-//! never ends (issue 36's huge-grids abuser) that was a retreat and a grow
-//! of the grid for every small kernel, on the CUDA device a per-SM leave
-//! and a restart of the grid's workers on the small kernel's path. What it
-//! costs: a peer does not grow onto SMs a finishing kernel has stopped
-//! issuing to (at most one of that kernel's block times, then the linger).
 
 use super::partition::even_capped;
 use crate::device::Mechanism;
@@ -136,7 +122,7 @@ impl Policy for PpqEven {
             };
             proc_of_kernel.push(i);
             let p = &mut procs[i];
-            p.demand = p.demand.saturating_add(kernel_demand(&k, n)).min(n);
+            p.demand = p.demand.saturating_add(k.useful_sms()).min(n);
             p.committed += k.sms_committed();
             p.kernels.push(k);
         }
@@ -231,21 +217,8 @@ impl Policy for PpqEven {
             }
         }
 
-        // A member's share it does not fill now (its kernel has issued its
-        // blocks and runs its last ones) is kept from its peers as a
-        // lingering one is: handed to a peer, it would be taken back at
-        // the member's next kernel, a retreat and a grow of the peer's
-        // launch each time (`kernel_demand`).
-        for &level in &levels {
-            let unfilled: u32 =
-                procs.iter().filter(|p| p.priority == level).map(|p| p.target.saturating_sub(p.committed)).sum();
-            for p in procs.iter_mut().filter(|p| p.priority == level) {
-                p.keep += unfilled;
-            }
-        }
-
         // SMs no share covers go to whoever can use them, by priority; a
-        // level leaves its lingering peers' and its members' unfilled shares alone.
+        // level leaves its lingering peers' shares alone.
         for &i in &order {
             let keep = procs[i].keep as usize;
             for (k, kernel) in procs[i].kernels.iter().enumerate() {
@@ -257,20 +230,6 @@ impl Policy for PpqEven {
             }
         }
     }
-}
-
-/// SMs `k` counts for in its process's share: those its whole grid could
-/// keep busy, not only its blocks still to issue (at most `n`). A device
-/// releases a launch's SMs once it has issued its last blocks, while they
-/// still run (the simulated GPU does; `Exhausted`): counting only what is
-/// left to issue, a one-block kernel wanted no SM as soon as its block
-/// started, its share went to a peer and came back from it at its next
-/// kernel. Beside a peer whose grid never ends (issue 36's huge-grids
-/// abuser) that was a retreat and a grow of the grid for each small kernel.
-fn kernel_demand(k: &ActiveKernel<'_>, n: u32) -> u32 {
-    let per = u64::from(k.blocks_per_sm().max(1));
-    let whole = k.desc().shape.blocks.div_ceil(per).min(u64::from(n)) as u32;
-    whole.max(k.useful_sms()).min(n)
 }
 
 /// An SM for process `i`, preempted from a lower level (lowest priority,
