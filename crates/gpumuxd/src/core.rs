@@ -967,7 +967,14 @@ mod tests {
         core.connect(1, peer, ClientLimits { queued_ops: 1, ..ClientLimits::default() }, tx.clone());
         core.connect(2, peer, ClientLimits::default(), tx);
         for client in [1, 2] {
-            let hello = Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0 };
+            let hello = Request::Hello {
+                magic: MAGIC,
+                version: VERSION,
+                name: "t".into(),
+                priority: 0,
+                weight: 1.0,
+                gpu: None,
+            };
             request(&mut core, client, 1, hello);
         }
         let module =
