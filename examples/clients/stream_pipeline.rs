@@ -10,8 +10,11 @@
 //! on the chunk and records an event; the copy-out stream waits for that
 //! one and copies the chunk's result back. The host never waits between
 //! stages: the copy of chunk c + 1 runs while chunk c computes and chunk
-//! c - 1 is copied out. Copies return when done (gpumux's host copies do),
-//! so the copy-in and copy-out stages run on a thread each.
+//! c - 1 is copied out. From `alloc_host` memory (the default) the copies
+//! do not wait (`copy_to_device_async`, `copy_to_host_async`, as
+//! `cudaMemcpyAsync` from pinned memory), so one thread queues every stage
+//! and syncs once, as the CUDA program does; with `--pageable` copies
+//! return when done, so the copy-in and copy-out stages run on a thread each.
 //!
 //! It prints the pipeline's time, and the time of the same copies alone and
 //! of the same kernels alone (medians of `--repeat`): overlap shows as a
@@ -20,7 +23,7 @@
 //! where kernels compute nothing, it checks that the inputs round-trip.
 //! `--out` writes the output for a byte comparison with native_lcg.py's.
 
-use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
+use gpumux_client::{Arg, Buffer, Client, ConnectOptions, Event, Kernel, LaunchConfig, StreamId};
 use std::time::Instant;
 
 #[path = "lcg_common.rs"]
@@ -48,16 +51,20 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let lcg = module.kernel("lcg")?;
     let (copy_in, copy_out) = (client.create_stream()?, client.create_stream()?);
     let compute = [client.create_stream()?, client.create_stream()?];
-    let n = args.chunk_elems as u32;
-    let launch = |c: usize, stream: StreamId| {
-        let off = (c * chunk_bytes) as u64;
-        // A simulated device takes 20 µs a block: chunk kernels of the order of their copies.
-        let config = LaunchConfig::for_threads(n, 256).stream(stream).block_time_ns(20_000);
-        let args =
-            [Arg::buffer_at(&din, off), Arg::buffer_at(&dout, off), (n as i32).into(), (args.iters as i32).into()];
-        client.launch(&lcg, &config, &args)
+    let stages = Stages {
+        din: &din,
+        dout: &dout,
+        lcg: &lcg,
+        copy_in,
+        copy_out,
+        compute,
+        chunks,
+        chunk_bytes,
+        n: args.chunk_elems as u32,
+        iters: args.iters as i32,
     };
     let range = |c: usize| c * chunk_bytes..(c + 1) * chunk_bytes;
+    let launch = |c: usize, stream: StreamId| stages.launch(&client, c, stream);
 
     // Warm-up: the module's first launch and the streams' first copies.
     client.copy_to_device(&din, 0, &host_in[range(0)], copy_in)?;
@@ -89,36 +96,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         client.sync(copy_out)?;
         host_out.fill(0);
         let t = Instant::now();
-        let (ins, outs): (&[u8], &mut [u8]) = (&host_in, &mut host_out);
-        std::thread::scope(|scope| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-            let (tx, rx) = std::sync::mpsc::channel::<(usize, gpumux_client::Event)>();
-            let client = &client;
-            let drain = scope.spawn(move || -> Result<(), gpumux_client::ClientError> {
-                let mut outs: Vec<&mut [u8]> = outs.chunks_mut(chunk_bytes).collect();
-                for (c, computed) in rx {
-                    client.stream_wait_event(copy_out, computed)?;
-                    client.copy_to_host(&dout, (c * chunk_bytes) as u64, outs[c], copy_out)?;
-                    client.destroy_event(computed)?;
-                }
-                Ok(())
-            });
-            for (c, chunk) in ins.chunks(chunk_bytes).enumerate() {
-                client.copy_to_device(&din, (c * chunk_bytes) as u64, chunk, copy_in)?;
-                let arrived = client.record_event(copy_in)?;
-                let k = compute[c % 2];
-                client.stream_wait_event(k, arrived)?;
-                launch(c, k)?;
-                client.destroy_event(arrived)?;
-                if tx.send((c, client.record_event(k)?)).is_err() {
-                    break; // the copy-out thread stopped: its error says why
-                }
-            }
-            drop(tx);
-            drain.join().map_err(|_| "the copy-out thread panicked")??;
-            Ok(())
-        })
-        .map_err(|e| e.to_string())?;
+        let events = if args.pageable {
+            pipeline_on_threads(&client, &stages, &host_in, &mut host_out)?
+        } else {
+            pipeline_async(&client, &stages, &host_in, &mut host_out)?
+        };
         pipeline.push(t.elapsed().as_secs_f64() * 1e3);
+        // Outside the time, as CuPy frees its events: each is a request here.
+        for e in events {
+            client.destroy_event(e)?;
+        }
     }
     let (p, cp, k) = (median(&mut pipeline), median(&mut copies), median(&mut kernels));
     println!(
@@ -152,4 +139,109 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     client.free(din)?;
     client.free(dout)?;
     Ok(client.close()?)
+}
+
+/// What each chunk's three stages use.
+struct Stages<'a> {
+    din: &'a Buffer,
+    dout: &'a Buffer,
+    lcg: &'a Kernel,
+    copy_in: StreamId,
+    copy_out: StreamId,
+    compute: [StreamId; 2],
+    chunks: usize,
+    chunk_bytes: usize,
+    n: u32,
+    iters: i32,
+}
+
+impl Stages<'_> {
+    /// Chunk `c`'s kernel on `stream`.
+    fn launch(&self, client: &Client, c: usize, stream: StreamId) -> gpumux_client::Result<()> {
+        let off = (c * self.chunk_bytes) as u64;
+        // A simulated device takes 20 µs a block: chunk kernels of the order of their copies.
+        let config = LaunchConfig::for_threads(self.n, 256).stream(stream).block_time_ns(20_000);
+        let args =
+            [Arg::buffer_at(self.din, off), Arg::buffer_at(self.dout, off), (self.n as i32).into(), self.iters.into()];
+        client.launch(self.lcg, &config, &args)
+    }
+
+    /// Byte offset of chunk `c`.
+    fn offset(&self, c: usize) -> u64 {
+        (c * self.chunk_bytes) as u64
+    }
+}
+
+/// The pipeline as CUDA programs (and native_lcg.py) write it, from host
+/// memory of `alloc_host`: the host queues every stage of every chunk and
+/// waits once, at the end. The copies do not wait (`copy_to_device_async`,
+/// as `cudaMemcpyAsync` from pinned memory), so the copy-in stream's copies
+/// follow each other on the device with no round trip between them. Returns
+/// the events it recorded, for the caller to destroy.
+fn pipeline_async(
+    client: &Client,
+    s: &Stages,
+    ins: &[u8],
+    outs: &mut [u8],
+) -> Result<Vec<Event>, Box<dyn std::error::Error>> {
+    let mut events = Vec::with_capacity(2 * s.chunks);
+    for (c, (chunk_in, chunk_out)) in ins.chunks(s.chunk_bytes).zip(outs.chunks_mut(s.chunk_bytes)).enumerate() {
+        // SAFETY: neither host buffer is touched until `sync(copy_out)`
+        // below, which comes after every copy of every chunk.
+        unsafe { client.copy_to_device_async(s.din, s.offset(c), chunk_in, s.copy_in)? };
+        let arrived = client.record_event(s.copy_in)?;
+        let k = s.compute[c % 2];
+        client.stream_wait_event(k, arrived)?;
+        s.launch(client, c, k)?;
+        let computed = client.record_event(k)?;
+        client.stream_wait_event(s.copy_out, computed)?;
+        // SAFETY: as above.
+        unsafe { client.copy_to_host_async(s.dout, s.offset(c), chunk_out, s.copy_out)? };
+        events.extend([arrived, computed]);
+    }
+    client.sync(s.copy_out)?;
+    Ok(events)
+}
+
+/// The pipeline from pageable memory, whose copies return when done (they
+/// go through the client's shared region): the copy-in stage on this
+/// thread, the copy-out stage on a thread of its own, so that neither waits
+/// for the other's copies. Returns the events left to destroy.
+fn pipeline_on_threads(
+    client: &Client,
+    s: &Stages,
+    ins: &[u8],
+    outs: &mut [u8],
+) -> Result<Vec<Event>, Box<dyn std::error::Error>> {
+    let arrived_events = std::thread::scope(|scope| -> Result<Vec<Event>, Box<dyn std::error::Error + Send + Sync>> {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Event)>();
+        let drain = scope.spawn(move || -> Result<Vec<Event>, gpumux_client::ClientError> {
+            let mut outs: Vec<&mut [u8]> = outs.chunks_mut(s.chunk_bytes).collect();
+            let mut done = Vec::new();
+            for (c, computed) in rx {
+                client.stream_wait_event(s.copy_out, computed)?;
+                client.copy_to_host(s.dout, s.offset(c), outs[c], s.copy_out)?;
+                done.push(computed);
+            }
+            Ok(done)
+        });
+        let mut arrived_events = Vec::new();
+        for (c, chunk) in ins.chunks(s.chunk_bytes).enumerate() {
+            client.copy_to_device(s.din, s.offset(c), chunk, s.copy_in)?;
+            let arrived = client.record_event(s.copy_in)?;
+            let k = s.compute[c % 2];
+            client.stream_wait_event(k, arrived)?;
+            s.launch(client, c, k)?;
+            arrived_events.push(arrived);
+            if tx.send((c, client.record_event(k)?)).is_err() {
+                break; // the copy-out thread stopped: its error says why
+            }
+        }
+        drop(tx);
+        let mut computed = drain.join().map_err(|_| "the copy-out thread panicked")??;
+        arrived_events.append(&mut computed);
+        Ok(arrived_events)
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(arrived_events)
 }

@@ -271,6 +271,29 @@ enum gpumux_status gpumux_copy_to_host(const struct gpumux_client *client,
                                        size_t bytes,
                                        uint32_t stream);
 
+// `gpumux_copy_to_device` that does not wait, from memory of `gpumux_host_alloc`
+// (`cudaMemcpyAsync` from pinned memory): queued on the stream, the call returns at once;
+// the copy is done once `gpumux_sync` of the stream, or an event recorded after it, says so,
+// and `src` must not be written before. A refusal is reported by the next call that waits
+// for stream work, as a launch's is. From other memory it waits, as `gpumux_copy_to_device`.
+enum gpumux_status gpumux_copy_to_device_async(const struct gpumux_client *client,
+                                               struct gpumux_buffer buffer,
+                                               uint64_t offset,
+                                               const void *src,
+                                               size_t bytes,
+                                               uint32_t stream);
+
+// `gpumux_copy_to_host` that does not wait, into memory of `gpumux_host_alloc`: the data is
+// in `dst` once `gpumux_sync` of the stream, or an event recorded after the copy, says so;
+// `dst` must not be read or written before. Refusals and other memory as
+// `gpumux_copy_to_device_async`.
+enum gpumux_status gpumux_copy_to_host_async(const struct gpumux_client *client,
+                                             struct gpumux_buffer buffer,
+                                             uint64_t offset,
+                                             void *dst,
+                                             size_t bytes,
+                                             uint32_t stream);
+
 // Copies `bytes` bytes between two of the client's buffers, in stream order.
 enum gpumux_status gpumux_copy_device(const struct gpumux_client *client,
                                       struct gpumux_buffer src,

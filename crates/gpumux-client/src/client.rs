@@ -191,7 +191,7 @@ pub struct Client {
     pub(crate) conn: Arc<Connection>,
     welcome: Welcome,
     /// The address ranges of this client's host buffers.
-    hosts: Arc<HostTable>,
+    pub(crate) hosts: Arc<HostTable>,
     /// Held while a host buffer is attached: one descriptor in flight at a
     /// time, as the daemon expects.
     attaching: Mutex<()>,
@@ -418,6 +418,72 @@ impl Client {
                 region.read(c.shm_offset as usize, &mut out[at..at + c.bytes as usize], &self.copier);
             },
         )
+    }
+
+    /// [`Client::copy_to_device`] that does not wait for the copy, when
+    /// `data` lies inside one of this client's [`HostBuffer`]s
+    /// (`cudaMemcpyAsync` from pinned memory): the request is queued on the
+    /// stream and the call returns at once; the copy is done once a
+    /// [`Client::sync`] of the stream, or an event recorded after it, says
+    /// so. The daemon refuses it only if it cannot take it, and that error
+    /// comes at the next call that waits for stream work, as a launch's
+    /// does. Other memory is copied as [`Client::copy_to_device`] copies it,
+    /// returning when done (CUDA does the same for pageable memory).
+    ///
+    /// A stream of such copies keeps the device's copy engine busy: the
+    /// next copy is queued while this one moves, where a copy that waits
+    /// leaves the engine idle for a round trip and the requests between
+    /// (issue 40's pipeline, `examples/clients/stream_pipeline.rs`).
+    ///
+    /// # Safety
+    /// The device reads `data` after the call returns: it must not be
+    /// written until the stream's work up to this copy is done. (Freeing
+    /// its [`HostBuffer`] is safe: the daemon keeps the memory until the
+    /// copies queued before are done.)
+    pub unsafe fn copy_to_device_async(
+        &self,
+        buffer: &Buffer,
+        offset: u64,
+        data: &[u8],
+        stream: StreamId,
+    ) -> Result<()> {
+        let dst = buffer.slice(offset, data.len() as u64, "copy to the device")?;
+        match self.hosts.find(data.as_ptr(), data.len()) {
+            Some(src) => self.deferred(Request::CopyFromHostRegionAsync { dst, src, bytes: data.len() as u64, stream }),
+            None => self.copy_to_device(buffer, offset, data, stream),
+        }
+    }
+
+    /// [`Client::copy_to_host`] that does not wait for the copy, when `out`
+    /// lies inside one of this client's [`HostBuffer`]s (`cudaMemcpyAsync`
+    /// to pinned memory): the data is in `out` once a [`Client::sync`] of
+    /// the stream, or an event recorded after the copy, says the stream got
+    /// there. Refusals and other memory as [`Client::copy_to_device_async`].
+    ///
+    /// # Safety
+    /// The device writes `out` after the call returns: it must not be read
+    /// or written until the stream's work up to this copy is done.
+    pub unsafe fn copy_to_host_async(
+        &self,
+        buffer: &Buffer,
+        offset: u64,
+        out: &mut [u8],
+        stream: StreamId,
+    ) -> Result<()> {
+        let src = buffer.slice(offset, out.len() as u64, "copy to the host")?;
+        match self.hosts.find(out.as_ptr(), out.len()) {
+            Some(dst) => self.deferred(Request::CopyToHostRegionAsync { src, dst, bytes: out.len() as u64, stream }),
+            None => self.copy_to_host(buffer, offset, out, stream),
+        }
+    }
+
+    /// Sends a request answered only when refused (a launch, an
+    /// asynchronous copy), after reporting an earlier such refusal.
+    fn deferred(&self, request: Request) -> Result<()> {
+        if let Some(e) = self.conn.take_deferred_error() {
+            return Err(e);
+        }
+        self.conn.send_deferred(request)
     }
 
     /// Copies `bytes` bytes between two of this client's buffers, in stream order.

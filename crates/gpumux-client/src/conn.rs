@@ -6,7 +6,7 @@
 //! the reply with that id comes. Notices are kept for `take_notices`. When
 //! the socket closes, every waiting caller gets [`ClientError::DaemonGone`].
 //!
-//! A request sent with [`Connection::send_deferred`] (a launch) has no
+//! A request sent with [`Connection::send_deferred`] (a launch, an asynchronous copy) has no
 //! caller waiting, and the daemon answers it only to refuse it (protocol
 //! version 3): a reply whose id nobody waits for is such a refusal, kept
 //! for [`Connection::take_deferred_error`], which the calls that wait for
@@ -75,7 +75,15 @@ struct Routing {
     /// (a host function's, [`Connection::send_reporting`]): an error in
     /// the reply is also kept in `deferred_errors`, by name.
     reported: HashMap<u64, &'static str>,
+    /// Deferred requests that are not launches (asynchronous copies), by
+    /// id, so that a refusal names its request: an accepted one is never
+    /// answered, so the oldest go once there are [`MAX_NAMED`].
+    named: std::collections::BTreeMap<u64, &'static str>,
 }
+
+/// The most deferred requests other than launches whose names are kept
+/// ([`Routing::named`]); one forgotten is refused as a `Launch` would be.
+const MAX_NAMED: usize = 1024;
 
 impl Routing {
     /// The error of a call on a closed connection: the daemon's reason, if it gave one.
@@ -318,11 +326,18 @@ impl Connection {
     /// reply is kept for [`Connection::take_deferred_error`].
     pub(crate) fn send_deferred(&self, request: Request) -> Result<()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let name = request.name();
         let bytes = encode_frame(&ClientFrame { id, request })?;
         {
-            let routing = lock(&self.routing);
+            let mut routing = lock(&self.routing);
             if routing.closed {
                 return Err(routing.gone());
+            }
+            if name != "Launch" {
+                if routing.named.len() >= MAX_NAMED {
+                    routing.named.pop_first();
+                }
+                routing.named.insert(id, name);
             }
         }
         self.write_frame(&bytes, None).map_err(|e| self.write_failed(e))
@@ -633,8 +648,8 @@ fn read_loop(
         let mut routing = lock(&routing);
         match frame {
             ServerFrame::Reply { id, result } => {
-                // A reply nobody waits for is a launch's refusal (module
-                // doc). Id 0 is no request's: the daemon's word on why it
+                // A reply nobody waits for is a launch's (or an
+                // asynchronous copy's) refusal (module doc). Id 0 is no request's: the daemon's word on why it
                 // closes the connection, kept for every call from then on.
                 if let Some(tx) = routing.waiting.remove(&id) {
                     if let Some(name) = routing.reported.remove(&id) {
@@ -644,8 +659,9 @@ fn read_loop(
                     }
                     let _ = tx.send(Routed::Answer(result));
                 } else if id != 0 {
+                    let name = routing.named.remove(&id).unwrap_or("Launch");
                     if let Err(error) = result {
-                        routing.deferred_errors.push_back(("Launch", error));
+                        routing.deferred_errors.push_back((name, error));
                     }
                 } else if let Err(error) = result {
                     routing.farewell = Some(error);

@@ -629,6 +629,49 @@ pub unsafe extern "C" fn gpumux_copy_to_host(
     })
 }
 
+/// `gpumux_copy_to_device` that does not wait, from memory of `gpumux_host_alloc`
+/// (`cudaMemcpyAsync` from pinned memory): queued on the stream, the call returns at once;
+/// the copy is done once `gpumux_sync` of the stream, or an event recorded after it, says so,
+/// and `src` must not be written before. A refusal is reported by the next call that waits
+/// for stream work, as a launch's is. From other memory it waits, as `gpumux_copy_to_device`.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_copy_to_device_async(
+    client: *const gpumux_client,
+    buffer: Buffer,
+    offset: u64,
+    src: *const c_void,
+    bytes: usize,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| {
+        let client = unsafe { client_ref(client) }?;
+        // SAFETY: the caller passes `bytes` readable bytes at `src`, unwritten until the copy is done.
+        let data = unsafe { host_bytes(src, bytes, "src") }?;
+        Ok(unsafe { client.copy_to_device_async(&buffer, offset, data, StreamId(stream)) }?)
+    })
+}
+
+/// `gpumux_copy_to_host` that does not wait, into memory of `gpumux_host_alloc`: the data is
+/// in `dst` once `gpumux_sync` of the stream, or an event recorded after the copy, says so;
+/// `dst` must not be read or written before. Refusals and other memory as
+/// `gpumux_copy_to_device_async`.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_copy_to_host_async(
+    client: *const gpumux_client,
+    buffer: Buffer,
+    offset: u64,
+    dst: *mut c_void,
+    bytes: usize,
+    stream: u32,
+) -> gpumux_status {
+    guard(|| {
+        let client = unsafe { client_ref(client) }?;
+        // SAFETY: the caller passes `bytes` writable bytes at `dst`, untouched until the copy is done.
+        let data = unsafe { host_bytes_mut(dst, bytes, "dst") }?;
+        Ok(unsafe { client.copy_to_host_async(&buffer, offset, data, StreamId(stream)) }?)
+    })
+}
+
 /// Copies `bytes` bytes between two of the client's buffers, in stream order.
 #[no_mangle]
 pub unsafe extern "C" fn gpumux_copy_device(

@@ -4,17 +4,18 @@
 //! functions in stream order, device queries, 16- and 32-bit fills and
 //! pitched (2-D) copies and memsets.
 //!
-//! Waits, event times, host functions, device queries and fills are
-//! requests of their own. 2-D operations are built here from the requests
-//! the daemon already has (memsets, copies, device copies, all on the
-//! caller's stream, so in stream order); how, and what each costs, is in
-//! each one's doc.
+//! Waits, event times, host functions, device queries, fills and pitched
+//! copies are requests of their own (a pitched copy is one `Copy2D`
+//! between a buffer and a buffer or a host buffer). 2-D memsets, and 2-D
+//! copies from other host memory, are built here from the requests the
+//! daemon has (all on the caller's stream, so in stream order); how, and
+//! what each costs, is in each one's doc.
 
 use crate::client::{expect_done, unexpected, Client, Event};
 use crate::conn::PendingReply;
 use crate::error::{ClientError, Result};
 use crate::handles::{Buffer, Kernel};
-use gpumux_proto::{DeviceProperties, ErrorKind, ErrorReply, Reply, Request, StreamId};
+use gpumux_proto::{DeviceProperties, ErrorKind, ErrorReply, Place2D, Reply, Request, StreamId};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -200,8 +201,9 @@ impl Client {
 
     /// Copies `height` rows of `width` bytes between two of this client's
     /// buffers (or within one), each side with its own pitch, in stream
-    /// order (`cudaMemcpy2D`, device to device). Contiguous on both sides:
-    /// one copy; otherwise a device copy per row, as [`Client::memset_2d`].
+    /// order (`cudaMemcpy2D`, device to device): one request (`Copy2D`, one
+    /// `cuMemcpy2DAsync` on a GPU), answered when accepted, as
+    /// [`Client::copy_device`].
     #[allow(clippy::too_many_arguments)]
     pub fn copy_device_2d(
         &self,
@@ -221,23 +223,25 @@ impl Client {
         if from.pitch == width && to.pitch == width {
             return self.copy_device(src, from.offset, dst, to.offset, width * height, stream);
         }
-        self.rows(height, stream, |row| {
-            Ok(Request::CopyDevice {
-                src: src.slice(from.offset + row * from.pitch, width, "copy_device_2d source")?,
-                dst: dst.slice(to.offset + row * to.pitch, width, "copy_device_2d destination")?,
-                bytes: width,
-                stream,
-            })
+        self.done(Request::Copy2D {
+            src: Place2D::Device { at: src.slice(from.offset, 0, "copy_device_2d source")?, pitch: from.pitch },
+            dst: Place2D::Device { at: dst.slice(to.offset, 0, "copy_device_2d destination")?, pitch: to.pitch },
+            width,
+            height,
+            stream,
+            wait: false,
         })
     }
 
     /// Copies `height` rows of `width` bytes from `src` (rows `src_pitch`
     /// apart) to `buffer` (rows `dst.pitch` apart from `dst.offset`), in
     /// stream order; returns when they are on the device (`cudaMemcpy2D`,
-    /// host to device). The rows are packed on the host and copied once;
-    /// into rows with gaps between them they go through a temporary device
-    /// buffer of `width × height` bytes (counted against the quota while the
-    /// call lasts) and one device copy per row.
+    /// host to device). From a [`crate::HostBuffer`]: one request and one
+    /// DMA of the rows as they lie (`Copy2D`). From other memory the rows
+    /// are packed on the host and copied once, and, into rows with gaps
+    /// between them, go through a temporary device buffer of
+    /// `width × height` bytes (counted against the quota while the call
+    /// lasts) and one pitched device copy.
     #[allow(clippy::too_many_arguments)]
     pub fn copy_to_device_2d(
         &self,
@@ -249,10 +253,25 @@ impl Client {
         height: u64,
         stream: StreamId,
     ) -> Result<()> {
-        rows_fit("copy_to_device_2d source", 0, src_pitch, width, height, src.len() as u64)?;
+        let extent = rows_fit("copy_to_device_2d source", 0, src_pitch, width, height, src.len() as u64)?;
         rows_fit("copy_to_device_2d destination", dst.offset, dst.pitch, width, height, buffer.len())?;
         if width == 0 || height == 0 {
             return Ok(());
+        }
+        if src_pitch != width || dst.pitch != width {
+            if let Some(at) = self.hosts.find(src.as_ptr(), extent as usize) {
+                return self.done(Request::Copy2D {
+                    src: Place2D::Host { at, pitch: src_pitch },
+                    dst: Place2D::Device {
+                        at: buffer.slice(dst.offset, 0, "copy_to_device_2d destination")?,
+                        pitch: dst.pitch,
+                    },
+                    width,
+                    height,
+                    stream,
+                    wait: true,
+                });
+            }
         }
         // Rows without gaps go as they are (from a `HostBuffer`: one DMA).
         let packed = pack(src, src_pitch, width, height);
@@ -272,8 +291,9 @@ impl Client {
     /// `src.pitch` apart from `src.offset`) into `dst` (rows `dst_pitch`
     /// apart), after the stream's earlier work; returns when they are there
     /// (`cudaMemcpy2D`, device to host). The reverse of
-    /// [`Client::copy_to_device_2d`], with the same temporary buffer for
-    /// rows with gaps between them.
+    /// [`Client::copy_to_device_2d`]: into a [`crate::HostBuffer`] one
+    /// request, else through a packed copy (and the same temporary buffer
+    /// for rows with gaps between them).
     #[allow(clippy::too_many_arguments)]
     pub fn copy_to_host_2d(
         &self,
@@ -286,13 +306,23 @@ impl Client {
         stream: StreamId,
     ) -> Result<()> {
         rows_fit("copy_to_host_2d source", src.offset, src.pitch, width, height, buffer.len())?;
-        rows_fit("copy_to_host_2d destination", 0, dst_pitch, width, height, dst.len() as u64)?;
+        let extent = rows_fit("copy_to_host_2d destination", 0, dst_pitch, width, height, dst.len() as u64)?;
         if width == 0 || height == 0 {
             return Ok(());
         }
         if src.pitch == width && dst_pitch == width {
             // Into a `HostBuffer`: one DMA.
             return self.copy_to_host(buffer, src.offset, &mut dst[..(width * height) as usize], stream);
+        }
+        if let Some(at) = self.hosts.find(dst.as_ptr(), extent as usize) {
+            return self.done(Request::Copy2D {
+                src: Place2D::Device { at: buffer.slice(src.offset, 0, "copy_to_host_2d source")?, pitch: src.pitch },
+                dst: Place2D::Host { at, pitch: dst_pitch },
+                width,
+                height,
+                stream,
+                wait: true,
+            });
         }
         let mut packed = vec![0u8; (width * height) as usize];
         if src.pitch == width {

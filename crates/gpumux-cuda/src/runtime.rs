@@ -601,6 +601,26 @@ impl Drop for HostMapped {
     }
 }
 
+/// One side of [`Stream::copy_2d_async`]: where its first row starts, and
+/// the bytes from one row's start to the next's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pitched2D {
+    /// Device memory.
+    Device {
+        /// The first row.
+        addr: u64,
+        /// Bytes between row starts.
+        pitch: usize,
+    },
+    /// Host memory registered with the context.
+    Host {
+        /// The first row.
+        ptr: *mut u8,
+        /// Bytes between row starts.
+        pitch: usize,
+    },
+}
+
 /// A non-blocking CUDA stream with a priority.
 pub struct Stream {
     pub(crate) raw: cu::CUstream,
@@ -671,6 +691,37 @@ impl Stream {
     /// `src` must point to `bytes` readable bytes that live until the copy ran.
     pub unsafe fn copy_to_device_async(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
         check("cuMemcpyHtoDAsync", unsafe { cu::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.raw) })
+    }
+    /// Asynchronous pitched copy (`cuMemcpy2DAsync`): `height` rows of
+    /// `width` bytes from `src` to `dst`, each side's rows its pitch apart;
+    /// either side device memory or host memory registered with the context.
+    ///
+    /// # Safety
+    /// Both sides' rows (`(height - 1) × pitch + width` bytes from their
+    /// start) must be memory of their kind that lives until the copy ran.
+    pub unsafe fn copy_2d_async(&self, src: Pitched2D, dst: Pitched2D, width: usize, height: usize) -> Result<()> {
+        use cu::CUmemorytype::{CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST};
+        // SAFETY: a plain C struct; every field not set below is unused for these memory types.
+        let mut p: cu::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+        match src {
+            Pitched2D::Device { addr, pitch } => {
+                (p.srcMemoryType, p.srcDevice, p.srcPitch) = (CU_MEMORYTYPE_DEVICE, addr, pitch);
+            }
+            Pitched2D::Host { ptr, pitch } => {
+                (p.srcMemoryType, p.srcHost, p.srcPitch) = (CU_MEMORYTYPE_HOST, ptr.cast_const().cast(), pitch);
+            }
+        }
+        match dst {
+            Pitched2D::Device { addr, pitch } => {
+                (p.dstMemoryType, p.dstDevice, p.dstPitch) = (CU_MEMORYTYPE_DEVICE, addr, pitch);
+            }
+            Pitched2D::Host { ptr, pitch } => {
+                (p.dstMemoryType, p.dstHost, p.dstPitch) = (CU_MEMORYTYPE_HOST, ptr.cast(), pitch);
+            }
+        }
+        (p.WidthInBytes, p.Height) = (width, height);
+        // SAFETY: the caller's guarantee; the struct is read during the call only.
+        check("cuMemcpy2DAsync", unsafe { cu::cuMemcpy2DAsync_v2(&p, self.raw) })
     }
     /// Asynchronous device-to-device copy.
     ///

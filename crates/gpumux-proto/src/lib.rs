@@ -51,8 +51,11 @@ pub const MAGIC: [u8; 4] = *b"GMUX";
 /// 38: `Hello::gpu` pins a client to one, `Welcome::gpu` says which it got,
 /// `Status::gpus` and `ClientStatus::gpu`). A daemon answers an older
 /// client's `Hello`, which no longer decodes, with the same `Version` error
-/// ([`hello_version`]).
-pub const VERSION: u16 = 7;
+/// ([`hello_version`]). Version 8 added copies that do not wait
+/// (`CopyFromHostRegionAsync`, `CopyToHostRegionAsync`: answered only when
+/// refused, as `cudaMemcpyAsync` from pinned memory) and pitched copies in
+/// one request (`Copy2D`, `cudaMemcpy2DAsync`).
+pub const VERSION: u16 = 8;
 /// The largest frame body either side accepts (module sources are the big ones).
 pub const MAX_FRAME_BYTES: u32 = 8 << 20;
 /// The longest client or kernel name.
@@ -427,6 +430,73 @@ pub enum Request {
         count: u64,
         /// Ordered after the stream's earlier work.
         stream: StreamId,
+    },
+    /// [`Request::CopyFromHostRegion`] without waiting for it
+    /// (`cudaMemcpyAsync` from pinned memory): answered only when refused,
+    /// as a `Launch` is; its end (or its failure) is seen through
+    /// `SyncStream` or an event. The span must not be written until then.
+    CopyFromHostRegionAsync {
+        /// Where in device memory.
+        dst: BufferSlice,
+        /// Where in the host region.
+        src: HostSlice,
+        /// How many.
+        bytes: u64,
+        /// Ordered after the stream's earlier work.
+        stream: StreamId,
+    },
+    /// [`Request::CopyToHostRegion`] without waiting for it: answered only
+    /// when refused; the span holds the data once `SyncStream` or an event
+    /// recorded after it says the stream got there.
+    CopyToHostRegionAsync {
+        /// Where in device memory.
+        src: BufferSlice,
+        /// Where in the host region.
+        dst: HostSlice,
+        /// How many.
+        bytes: u64,
+        /// Ordered after the stream's earlier work.
+        stream: StreamId,
+    },
+    /// A pitched copy (`cudaMemcpy2D`): `height` rows of `width` bytes,
+    /// each side's rows its own pitch apart, in stream order, as one
+    /// operation (one `cuMemcpy2DAsync` on a GPU). Device to device, host
+    /// region to device or device to host region (not host to host).
+    /// Answered when done if `wait`, else when accepted (as `CopyDevice`).
+    Copy2D {
+        /// Where the rows are read.
+        src: Place2D,
+        /// Where they are written.
+        dst: Place2D,
+        /// Bytes a row, at most either pitch.
+        width: u64,
+        /// Rows.
+        height: u64,
+        /// Ordered after the stream's earlier work.
+        stream: StreamId,
+        /// Answered when the copy is done (true: the host span may be
+        /// reused), or when accepted (false).
+        wait: bool,
+    },
+}
+
+/// One side of a [`Request::Copy2D`]: where its first row starts, and how
+/// far apart its rows are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Place2D {
+    /// In a buffer.
+    Device {
+        /// The first row.
+        at: BufferSlice,
+        /// Bytes from one row's start to the next's.
+        pitch: u64,
+    },
+    /// In a host region ([`Request::AttachHost`]).
+    Host {
+        /// The first row.
+        at: HostSlice,
+        /// Bytes from one row's start to the next's.
+        pitch: u64,
     },
 }
 
@@ -809,6 +879,9 @@ impl Request {
             Request::HostFunc(_) => "HostFunc",
             Request::EndHostFunc { .. } => "EndHostFunc",
             Request::Fill { .. } => "Fill",
+            Request::CopyFromHostRegionAsync { .. } => "CopyFromHostRegionAsync",
+            Request::CopyToHostRegionAsync { .. } => "CopyToHostRegionAsync",
+            Request::Copy2D { .. } => "Copy2D",
         }
     }
 }

@@ -91,6 +91,16 @@ fn host_region_requests_round_trip_after_the_earlier_ones() {
     for request in [
         Request::CopyFromHostRegion { dst, src: host, bytes: 4, stream: StreamId(1) },
         Request::CopyToHostRegion { src: dst, dst: host, bytes: 4, stream: StreamId(1) },
+        Request::CopyFromHostRegionAsync { dst, src: host, bytes: 4, stream: StreamId(1) },
+        Request::CopyToHostRegionAsync { src: dst, dst: host, bytes: 4, stream: StreamId(1) },
+        Request::Copy2D {
+            src: Place2D::Host { at: host, pitch: 16 },
+            dst: Place2D::Device { at: dst, pitch: 32 },
+            width: 8,
+            height: 3,
+            stream: StreamId(1),
+            wait: false,
+        },
     ] {
         let frame = ClientFrame { id: 9, request };
         let bytes = encode_frame(&frame).unwrap();

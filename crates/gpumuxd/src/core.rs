@@ -45,6 +45,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod copy_2d;
 mod device;
 mod host;
 mod inbox;

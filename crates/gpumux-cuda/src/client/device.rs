@@ -165,10 +165,7 @@ const MAX_SPARE: usize = 1024;
 /// run 129), which a client's first launches would otherwise wait for.
 const KEPT_RECORDS: usize = 16;
 
-/// Which copy stream serves a copy: host to device, device to host, on the device.
-const H2D: usize = 0;
-const D2H: usize = 1;
-const ON_DEVICE: usize = 2;
+// Which copy stream serves a copy: `work::CopyLane`, its index.
 
 /// Everything that lives in the context: dropped before the context is
 /// destroyed (so no stale handle outlives it), made again after.
@@ -1348,14 +1345,9 @@ impl ClientDevice {
     fn copy(&mut self, copy: CopyId, op: OpId) -> Result<(), CudaError> {
         let st = state_of(&self.ctx, &mut self.st)?;
         let work = st.copy_ops.get(&op).cloned().ok_or_else(|| CudaError::Invalid(format!("no copy bound to {op}")))?;
-        let (lane, bytes) = match work {
-            ClientWork::ToDevice { bytes, .. } => (H2D, bytes),
-            ClientWork::ToHost { bytes, .. } => (D2H, bytes),
-            ClientWork::DeviceCopy { bytes, .. }
-            | ClientWork::Memset { bytes, .. }
-            | ClientWork::Fill { bytes, .. } => (ON_DEVICE, bytes),
-            ClientWork::Kernel { .. } => return Err(CudaError::Invalid(format!("{op} is a launch, not a copy"))),
-        };
+        let lane =
+            work.copy_lane().ok_or_else(|| CudaError::Invalid(format!("{op} is a launch, not a copy")))? as usize;
+        let bytes = work.copy_bytes();
         let n = usize::try_from(bytes).map_err(|_| CudaError::Invalid(format!("a copy of {bytes} bytes")))?;
         let s = &st.copy_streams[lane];
         // SAFETY: the binder guaranteed (ClientDevice::bind) that the device
@@ -1367,6 +1359,11 @@ impl ClientDevice {
                 ClientWork::DeviceCopy { src, dst, .. } => s.copy_on_device_async(dst, src, n)?,
                 ClientWork::Memset { dst, value, .. } => s.memset_async(dst, value, n)?,
                 ClientWork::Fill { dst, value, width, .. } => s.fill_async(dst, value, width, n)?,
+                ClientWork::Copy2D { src, dst, width, height } => {
+                    let size =
+                        |v: u64| usize::try_from(v).map_err(|_| CudaError::Invalid(format!("a 2-D copy of {v}")));
+                    s.copy_2d_async(pitched(src, size)?, pitched(dst, size)?, size(width)?, size(height)?)?
+                }
                 ClientWork::Kernel { .. } => {}
             }
         }
@@ -1387,6 +1384,22 @@ impl ClientDevice {
             None => Stream::in_range(range, p),
         }
     }
+}
+
+/// A pitched copy's side as the runtime takes it (`size` converts a
+/// count, failing on a 32-bit host for one over `usize`).
+fn pitched(
+    side: super::work::PitchedSide,
+    size: impl Fn(u64) -> Result<usize, CudaError>,
+) -> Result<crate::runtime::Pitched2D, CudaError> {
+    Ok(match side {
+        super::work::PitchedSide::Device { addr, pitch } => {
+            crate::runtime::Pitched2D::Device { addr, pitch: size(pitch)? }
+        }
+        super::work::PitchedSide::Host { ptr, pitch } => {
+            crate::runtime::Pitched2D::Host { ptr: ptr.0, pitch: size(pitch)? }
+        }
+    })
 }
 
 impl Drop for ClientDevice {

@@ -26,5 +26,6 @@ pub use fault::ContextLost;
 pub use memory::{MemoryError, Pinner};
 pub use module::{ClientKernel, CompiledModule, ModuleError};
 pub use work::{
-    check_launch_shape, BindError, ClientWork, HostPtr, KernelHandle, MAX_BLOCK, MAX_GRID, MAX_LAUNCH_BLOCKS,
+    check_launch_shape, BindError, ClientWork, CopyLane, HostPtr, KernelHandle, PitchedSide, MAX_BLOCK, MAX_GRID,
+    MAX_LAUNCH_BLOCKS,
 };

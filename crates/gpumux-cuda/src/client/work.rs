@@ -79,6 +79,83 @@ pub enum ClientWork {
         /// How many bytes, a multiple of `width`.
         bytes: u64,
     },
+    /// A pitched copy (`cuMemcpy2DAsync`): `height` rows of `width` bytes;
+    /// host to device, device to host or device to device.
+    Copy2D {
+        /// Where the rows are read.
+        src: PitchedSide,
+        /// Where they are written.
+        dst: PitchedSide,
+        /// Bytes a row, at most either pitch.
+        width: u64,
+        /// Rows.
+        height: u64,
+    },
+}
+
+/// One side of a [`ClientWork::Copy2D`]: its first row and the bytes from
+/// one row's start to the next's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PitchedSide {
+    /// Device memory.
+    Device {
+        /// The first row.
+        addr: u64,
+        /// Bytes between row starts.
+        pitch: u64,
+    },
+    /// Registered host memory, as [`ClientWork::ToDevice`]'s source.
+    Host {
+        /// The first row.
+        ptr: HostPtr,
+        /// Bytes between row starts.
+        pitch: u64,
+    },
+}
+
+impl ClientWork {
+    /// The copy stream a copy goes on (`None` for a kernel): host to
+    /// device, device to host, or on the device ([`ClientWork::Copy2D`] by
+    /// its host side).
+    pub fn copy_lane(&self) -> Option<CopyLane> {
+        Some(match self {
+            ClientWork::ToDevice { .. } => CopyLane::HostToDevice,
+            ClientWork::ToHost { .. } => CopyLane::DeviceToHost,
+            ClientWork::Copy2D { src: PitchedSide::Host { .. }, .. } => CopyLane::HostToDevice,
+            ClientWork::Copy2D { dst: PitchedSide::Host { .. }, .. } => CopyLane::DeviceToHost,
+            ClientWork::Copy2D { .. }
+            | ClientWork::DeviceCopy { .. }
+            | ClientWork::Memset { .. }
+            | ClientWork::Fill { .. } => CopyLane::OnDevice,
+            ClientWork::Kernel { .. } => return None,
+        })
+    }
+
+    /// The bytes a copy moves or writes (0 for a kernel; saturating).
+    pub fn copy_bytes(&self) -> u64 {
+        match self {
+            ClientWork::ToDevice { bytes, .. }
+            | ClientWork::ToHost { bytes, .. }
+            | ClientWork::DeviceCopy { bytes, .. }
+            | ClientWork::Memset { bytes, .. }
+            | ClientWork::Fill { bytes, .. } => *bytes,
+            ClientWork::Copy2D { width, height, .. } => width.saturating_mul(*height),
+            ClientWork::Kernel { .. } => 0,
+        }
+    }
+}
+
+/// Which of the device's copy streams a copy goes on: one per direction,
+/// so that a copy up and a copy down move at once (each direction has its
+/// own copy engine), and one for work on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyLane {
+    /// Host to device.
+    HostToDevice = 0,
+    /// Device to host.
+    DeviceToHost = 1,
+    /// Device to device, memsets and fills.
+    OnDevice = 2,
 }
 
 /// CUDA's grid limit per dimension (x, y, z), the same on every GPU since

@@ -44,12 +44,32 @@ pub struct Move {
     pub src: *const u8,
     /// Destination.
     pub dst: *mut u8,
-    /// How many bytes.
+    /// How many bytes (a row's, for a pitched copy).
     pub bytes: usize,
+    /// How the bytes lie: one row, or a pitched copy's rows.
+    pub rows: Rows,
     /// A memset's byte, or a fill's word.
     pub fill: Option<Fill>,
     /// The shared region it reads or writes, kept mapped until it is done.
     pub region: Option<Arc<ShmRegion>>,
+}
+
+/// The rows of a move: `count` rows of [`Move::bytes`] each, the source's
+/// `src_pitch` and the destination's `dst_pitch` bytes apart (a pitched
+/// copy, `Request::Copy2D`); a plain move is [`Rows::ONE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rows {
+    /// How many rows.
+    pub count: usize,
+    /// Bytes between the source's row starts.
+    pub src_pitch: usize,
+    /// Bytes between the destination's row starts.
+    pub dst_pitch: usize,
+}
+
+impl Rows {
+    /// One row.
+    pub const ONE: Rows = Rows { count: 1, src_pitch: 0, dst_pitch: 0 };
 }
 
 // SAFETY: the pointers stay valid until the move is reported done (module
@@ -58,11 +78,30 @@ pub struct Move {
 unsafe impl Send for Move {}
 
 impl Move {
+    /// All the bytes it moves (every row's).
+    pub fn total_bytes(&self) -> usize {
+        self.bytes.saturating_mul(self.rows.count)
+    }
+
     /// Does it.
     ///
     /// # Safety
-    /// `src` (unless a fill) and `dst` are valid for `bytes` bytes; they may overlap.
+    /// `src` (unless a fill) and `dst` are valid for `bytes` bytes (for each
+    /// row, at its pitch); they may overlap.
     pub unsafe fn run(&self) {
+        if self.rows.count != 1 && self.fill.is_none() {
+            for r in 0..self.rows.count {
+                // SAFETY: the caller's guarantee, row by row.
+                unsafe {
+                    std::ptr::copy(
+                        self.src.add(r * self.rows.src_pitch),
+                        self.dst.add(r * self.rows.dst_pitch),
+                        self.bytes,
+                    )
+                }
+            }
+            return;
+        }
         // SAFETY: the caller's guarantee.
         unsafe {
             match self.fill {

@@ -5,12 +5,12 @@
 use super::compile::{self, CompilePool, WorkPool};
 use super::{ended_at_once, refused_op};
 use super::{
-    Backend, BufferMove, DevAddr, Failure, HostSpan, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo,
-    ModuleImage, Moved, OpFailed, OpWork, Registered, Wake,
+    pitched_extent, Backend, BufferMove, DevAddr, Failure, HostSpan, KernelCode, KernelImage, LoadError, Loaded,
+    MemError, MemInfo, ModuleImage, Moved, OpFailed, OpWork, Registered, Side2D, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_cuda::client::module::CompiledModule;
-use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, MemoryError};
+use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, MemoryError, PitchedSide};
 use gpumux_cuda::error::Chain;
 use gpumux_cuda::CudaError;
 use gpumux_engine::device::{Command, Device, DeviceError, Event};
@@ -147,6 +147,18 @@ impl CudaBackend {
             })
             .collect();
         Ok(ModuleImage { kernels, log, cached: compiled.cached })
+    }
+
+    /// A pitched copy's side for the device, and its host span if it has
+    /// one (kept while bound); `None` for a span outside its region.
+    fn pitched_side(side: Side2D, width: u64, height: u64) -> (Option<PitchedSide>, Option<HostSpan>) {
+        match side {
+            Side2D::Device { addr, pitch } => (Some(PitchedSide::Device { addr, pitch }), None),
+            Side2D::Host { span, pitch } => {
+                let ptr = pitched_extent(pitch, width, height).and_then(|extent| Self::host_ptr(&span, extent));
+                (ptr.map(|ptr| PitchedSide::Host { ptr, pitch }), Some(span))
+            }
+        }
     }
 
     fn host_ptr(span: &HostSpan, bytes: u64) -> Option<HostPtr> {
@@ -312,6 +324,13 @@ impl Backend for CudaBackend {
             OpWork::DeviceCopy { src, dst, bytes } => (Some(ClientWork::DeviceCopy { src, dst, bytes }), None),
             OpWork::Memset { dst, value, bytes } => (Some(ClientWork::Memset { dst, value, bytes }), None),
             OpWork::Fill { dst, value, width, bytes } => (Some(ClientWork::Fill { dst, value, width, bytes }), None),
+            OpWork::Copy2D { src, dst, width, height } => {
+                // At most one side is a host region (the core refuses host to host).
+                let (src, from) = Self::pitched_side(src, width, height);
+                let (dst, to) = Self::pitched_side(dst, width, height);
+                let work = src.zip(dst).map(|(src, dst)| ClientWork::Copy2D { src, dst, width, height });
+                (work, from.or(to))
+            }
         };
         let Some(work) = work else {
             self.refused.insert(op, "a host span outside its shared region".into());

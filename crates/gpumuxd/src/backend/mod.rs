@@ -206,6 +206,64 @@ pub enum OpWork<S = HostSpan> {
         /// How many bytes, a multiple of `width`.
         bytes: u64,
     },
+    /// A pitched copy (`Request::Copy2D`, `cuMemcpy2DAsync`): `height` rows
+    /// of `width` bytes; not host to host (the core refuses that).
+    Copy2D {
+        /// Where the rows are read.
+        src: Side2D<S>,
+        /// Where they are written.
+        dst: Side2D<S>,
+        /// Bytes a row, at most either pitch.
+        width: u64,
+        /// Rows.
+        height: u64,
+    },
+}
+
+/// One side of an [`OpWork::Copy2D`]: its first row and its pitch, the span
+/// of all its rows checked by the core.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Side2D<S = HostSpan> {
+    /// Device memory.
+    Device {
+        /// The first row.
+        addr: DevAddr,
+        /// Bytes from one row's start to the next's.
+        pitch: u64,
+    },
+    /// A host region.
+    Host {
+        /// The first row.
+        span: S,
+        /// Bytes from one row's start to the next's.
+        pitch: u64,
+    },
+}
+
+impl<S> Side2D<S> {
+    /// Bytes from one row's start to the next's.
+    pub fn pitch(&self) -> u64 {
+        match self {
+            Side2D::Device { pitch, .. } | Side2D::Host { pitch, .. } => *pitch,
+        }
+    }
+
+    /// The same side with its host span turned into another form by `f`.
+    pub fn map_span<T, E>(self, f: &mut impl FnMut(S) -> Result<T, E>) -> Result<Side2D<T>, E> {
+        Ok(match self {
+            Side2D::Device { addr, pitch } => Side2D::Device { addr, pitch },
+            Side2D::Host { span, pitch } => Side2D::Host { span: f(span)?, pitch },
+        })
+    }
+}
+
+/// Bytes from a pitched range's first byte to its last, plus one:
+/// `(height - 1) × pitch + width`; `None` on overflow or an empty range.
+pub fn pitched_extent(pitch: u64, width: u64, height: u64) -> Option<u64> {
+    if width == 0 || height == 0 {
+        return None;
+    }
+    (height - 1).checked_mul(pitch)?.checked_add(width)
 }
 
 impl<S> OpWork<S> {
@@ -220,6 +278,9 @@ impl<S> OpWork<S> {
             OpWork::DeviceCopy { src, dst, bytes } => OpWork::DeviceCopy { src, dst, bytes },
             OpWork::Memset { dst, value, bytes } => OpWork::Memset { dst, value, bytes },
             OpWork::Fill { dst, value, width, bytes } => OpWork::Fill { dst, value, width, bytes },
+            OpWork::Copy2D { src, dst, width, height } => {
+                OpWork::Copy2D { src: src.map_span(&mut f)?, dst: dst.map_span(&mut f)?, width, height }
+            }
         })
     }
 }

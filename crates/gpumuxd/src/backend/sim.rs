@@ -39,10 +39,10 @@
 //! they move.
 
 use super::compile::WorkPool;
-use super::copy_engine::{CopyEngine, Fill, Move, ON_THREAD_FROM};
+use super::copy_engine::{CopyEngine, Fill, Move, Rows, ON_THREAD_FROM};
 use super::{
-    Backend, BufferMove, DevAddr, Failure, KernelCode, KernelImage, LoadError, Loaded, MemError, MemInfo, ModuleImage,
-    Moved, OpFailed, OpWork, Registered, Wake,
+    pitched_extent, Backend, BufferMove, DevAddr, Failure, KernelCode, KernelImage, LoadError, Loaded, MemError,
+    MemInfo, ModuleImage, Moved, OpFailed, OpWork, Registered, Side2D, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_cuda::lex::{lex, Kind};
@@ -312,6 +312,7 @@ impl SimBackend {
             src,
             dst,
             bytes: bytes as usize,
+            rows: Rows::ONE,
             fill,
             region,
         };
@@ -353,8 +354,43 @@ impl SimBackend {
                 let fill = Some(Fill::Word { value, width });
                 mv(std::ptr::null(), block.bytes_mut()[at..].as_mut_ptr(), bytes, fill, None)
             }
+            OpWork::Copy2D { src, dst, width, height } => {
+                let from = self.pitched(op, &src, width, height)?;
+                let to = self.pitched(op, &dst, width, height)?;
+                let rows =
+                    Rows { count: height as usize, src_pitch: src.pitch() as usize, dst_pitch: dst.pitch() as usize };
+                Move { copy, src: from.0, dst: to.0, bytes: width as usize, rows, fill: None, region: from.1.or(to.1) }
+            }
             OpWork::Kernel { .. } => return Err(fatal(format!("operation {op} is a kernel, not a copy"))),
         })
+    }
+
+    /// Where a pitched copy's side starts, its whole span checked (and the
+    /// host region it lies in, kept mapped by the move).
+    fn pitched(
+        &mut self,
+        op: OpId,
+        side: &Side2D,
+        width: u64,
+        height: u64,
+    ) -> Result<(*mut u8, Option<Arc<ShmRegion>>), Failure> {
+        let extent = pitched_extent(side.pitch(), width, height).ok_or_else(|| {
+            fatal(format!("copy {op}: {height} rows of {width} bytes, {} apart, are no range", side.pitch()))
+        })?;
+        match side {
+            Side2D::Device { addr, .. } => {
+                let (block, at) = self.span_mut(*addr, extent)?;
+                Ok((block.bytes_mut()[at..].as_mut_ptr(), None))
+            }
+            Side2D::Host { span, .. } => {
+                if !span.region.contains(span.offset, extent) {
+                    return Err(fatal(format!("copy {op} names rows outside its host region")));
+                }
+                // SAFETY: `contains` checked offset + extent against the mapping.
+                let at = unsafe { span.region.as_ptr().add(span.offset as usize) };
+                Ok((at, Some(span.region.clone())))
+            }
+        }
     }
 }
 
@@ -842,7 +878,7 @@ impl Backend for SimBackend {
             };
             let op = self.copies.remove(&copy).ok_or_else(|| fatal(format!("unknown copy {copy} finished")))?;
             let m = self.move_of(op, copy)?;
-            if (m.bytes as u64) < ON_THREAD_FROM {
+            if (m.total_bytes() as u64) < ON_THREAD_FROM {
                 // SAFETY: `move_of` checked both spans; they stay mapped during the call.
                 unsafe { m.run() };
                 i += 1;

@@ -86,12 +86,18 @@ impl Core {
         Ok(Reply::Done)
     }
 
-    /// `CopyFromHostRegion` or `CopyToHostRegion` (`copy`): checked and
-    /// submitted; answered when the copy is done (`None`), or refused now.
+    /// `CopyFromHostRegion` or `CopyToHostRegion` (`copy`), or their `Async`
+    /// forms: checked and submitted; answered when the copy is done (`None`
+    /// here; the async forms never, as an accepted launch), or refused now.
+    /// A client that does not wait keeps the device's copy queue full: the
+    /// next copy of its stream is on its way while this one moves, not a
+    /// reply and a request later (issue 40's pipeline).
     pub(super) fn host_copy(&mut self, client: u64, id: u64, copy: Request) -> Option<Result<Reply, ErrorReply>> {
-        let (device, host, bytes, stream, to_device) = match copy {
-            Request::CopyFromHostRegion { dst, src, bytes, stream } => (dst, src, bytes, stream, true),
-            Request::CopyToHostRegion { src, dst, bytes, stream } => (src, dst, bytes, stream, false),
+        let (device, host, bytes, stream, to_device, wait) = match copy {
+            Request::CopyFromHostRegion { dst, src, bytes, stream } => (dst, src, bytes, stream, true, true),
+            Request::CopyToHostRegion { src, dst, bytes, stream } => (src, dst, bytes, stream, false, true),
+            Request::CopyFromHostRegionAsync { dst, src, bytes, stream } => (dst, src, bytes, stream, true, false),
+            Request::CopyToHostRegionAsync { src, dst, bytes, stream } => (src, dst, bytes, stream, false, false),
             other => return Some(Err(err(ErrorKind::Protocol, format!("{} is not a host region copy", other.name())))),
         };
         let checked = self
@@ -104,7 +110,7 @@ impl Core {
             } else {
                 (CopyDirection::DeviceToHost, OpWork::ToHost { src: addr, dst: span, bytes })
             };
-            self.submit_copy(client, stream, direction, bytes, work, Some(id))
+            self.submit_copy(client, stream, direction, bytes, work, wait.then_some(id))
         });
         submitted.err().map(Err)
     }

@@ -115,8 +115,15 @@ impl Core {
             Request::AttachShm { bytes } => return self.attach_shm(client, id, bytes, fd).err().map(Err),
             Request::AttachHost { bytes } => return self.attach_host(client, id, bytes, fd).err().map(Err),
             Request::DetachHost(h) => self.detach_host(client, h),
-            copy @ (Request::CopyFromHostRegion { .. } | Request::CopyToHostRegion { .. }) => {
+            copy @ (Request::CopyFromHostRegion { .. }
+            | Request::CopyToHostRegion { .. }
+            | Request::CopyFromHostRegionAsync { .. }
+            | Request::CopyToHostRegionAsync { .. }) => {
                 return self.host_copy(client, id, copy);
+            }
+            // Answered when done if it waits, else when accepted (core/copy_2d.rs).
+            Request::Copy2D { src, dst, width, height, stream, wait } => {
+                return self.copy_2d(client, id, src, dst, width, height, stream, wait);
             }
             Request::Alloc { bytes } => self.alloc(client, bytes),
             Request::Free(b) => self.free(client, b),
