@@ -29,6 +29,9 @@
 #      events): outputs byte-equal to native and checked against the CPU; the pipeline's time
 #      within 10% of native and below its copies' time plus its kernels' time (overlap). The
 #      figures (pipeline, copies, kernels, event-timed kernel, each side) are in the summary.
+#      Then the CI test `pitched_async_copies` against daemons on the GPU: pitched copies
+#      (cuMemcpy2DAsync) between buffers and host memory round-trip with their gaps untouched,
+#      copies that do not wait are ordered by their streams and events (BIN_DIR/tests/).
 # Prints PASS/FAIL per check and a summary last; exits non-zero if any failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -226,6 +229,13 @@ elif start_daemon ppq-even-drain "$sock" "$dir/daemon.log"; then
     if [ $timed != 0 ]; then fail "event timing: event_timing failed (see $dir/timing.log)"
     elif ! cmp -s "$dir/timing.bin" "$dir/native-timing.bin"; then fail "event timing: output differs from native"
     else pass "event timing: output equals native; kernel ${tk} ms by gpumux events against ${ntk} ms by CUDA events"
+    fi
+    if [ ! -x "$BIN/tests/pitched_async_copies" ]; then fail "copies: no $BIN/tests/pitched_async_copies (scripts/device-build.sh)"
+    elif GPUMUXD_TEST_BIN="$BIN/gpumuxd" GPUMUXD_TEST_DEVICE=${DAEMON_DEVICE:-cuda:0} GPUMUXD_TEST_LOG=info \
+            "$BIN/tests/pitched_async_copies" --test-threads 1 >"$dir/copies.log" 2>&1; then
+        pass "copies: pitched copies (one request each) and copies that do not wait round-trip on the GPU"
+    else
+        tail -20 "$dir/copies.log"; fail "copies: see $dir/copies.log"
     fi
 else
     fail "pipeline: daemon start"

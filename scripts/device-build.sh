@@ -52,6 +52,13 @@ cp "$target/release/"{gpumuxd,gpumux,gpumux-cuda-check,libgpumux_client.so} "$de
 mkdir -p "$dest/tests"
 cargo test --release -p gpumuxd --test launch_limits --no-run --message-format=json |
     jq -r 'select(.executable != null and .target.name == "launch_limits") | .executable' | while read -r t; do cp "$t" "$dest/tests/launch_limits"; done
+# Issue 40's pitched and asynchronous copies, which daemon-gpu-check.sh's pipeline check runs
+# against cuda:0 (younger than revisions an A/B may build).
+if [ -e crates/gpumuxd/tests/pitched_async_copies.rs ]; then
+    cargo test --release -p gpumuxd --test pitched_async_copies --no-run --message-format=json |
+        jq -r 'select(.executable != null and .target.name == "pitched_async_copies") | .executable' |
+        while read -r t; do cp "$t" "$dest/tests/pitched_async_copies"; done
+fi
 for e in vector_add histogram fault_check copy_bench launch_bench stream_pipeline event_timing oversubscribe; do
     # The last five are younger than revisions an A/B may build (--rev).
     case $e in vector_add | histogram | fault_check) ;; *) [ -e "$target/release/examples/$e" ] || continue ;; esac
