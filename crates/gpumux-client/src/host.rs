@@ -55,13 +55,16 @@ impl HostTable {
 /// memory and the device, at the bus's speed; any other slice goes through
 /// the client's shared region, in chunks, as before.
 ///
-/// **Copies wait.** A copy from or to a host buffer returns when it is done,
-/// as a staging copy does (not when it is queued, as `cudaMemcpyAsync` from
-/// pinned memory may): the borrow of the slice ends with the call, so the
-/// buffer can be written, read or freed right after it and never while the
-/// device uses it. For copies that overlap each other or kernels, issue them
-/// from several threads (the client is `Sync`; direct copies do not take
-/// turns through the shared region) on several streams.
+/// **Copies wait**, unless asked not to. A copy from or to a host buffer
+/// returns when it is done, as a staging copy does: the borrow of the slice
+/// ends with the call, so the buffer can be written, read or freed right
+/// after it and never while the device uses it.
+/// [`crate::Client::copy_to_device_async`] and
+/// [`crate::Client::copy_to_host_async`] return once the copy is queued, as
+/// `cudaMemcpyAsync` from pinned memory does (`unsafe`: the span is the
+/// device's until a sync or an event says the stream got there); copies on
+/// several streams, ordered by events, then overlap each other and kernels
+/// from one thread, as in a CUDA program.
 ///
 /// **Freed** on drop or with [`HostBuffer::free`] (which reports the
 /// daemon's answer): its handle goes at once; the daemon unpins it once
