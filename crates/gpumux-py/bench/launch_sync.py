@@ -28,6 +28,8 @@ from typing import Iterator, List, Optional
 import gpumux
 
 EMPTY = 'extern "C" __global__ void empty() {}'
+#: Launches timed together for `launch_us` (as launch_bench.rs).
+BATCH = 500
 
 
 def percentile(sorted_us: List[float], p: float) -> float:
@@ -48,9 +50,19 @@ def python_round(socket: str, n: int, warmup: int, block_ns: int) -> dict:
             sync()
             if i >= warmup:
                 us.append((clock() - t0) / 1e3)
+        # The client's own cost of a launch, as launch_bench.rs's `launch_us`:
+        # batches of BATCH launches with no wait, each batch then synced.
+        batches = []
+        for _ in range(-(-n // BATCH)):
+            t0 = clock()
+            for _ in range(BATCH):
+                k(1, 1, ())
+            batches.append((clock() - t0) / 1e3 / BATCH)
+            sync()
     us.sort()
+    batches.sort()
     return {"client": "python", "n": n, "p50_us": percentile(us, 0.5), "p90_us": percentile(us, 0.9),
-            "p99_us": percentile(us, 0.99)}
+            "p99_us": percentile(us, 0.99), "launch_us": batches[len(batches) // 2]}
 
 
 def rust_round(exe: str, socket: str, n: int, warmup: int, block_ns: int) -> dict:
@@ -87,14 +99,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             rust.append(rust_round(args.rust_bench, socket, args.n, args.warmup, args.sim_block_ns))
             py.append(python_round(socket, args.n, args.warmup, args.sim_block_ns))
             print(f"round {r + 1}: p50 rust {rust[-1]['p50_us']:.2f} µs, python {py[-1]['p50_us']:.2f} µs; "
-                  f"p99 rust {rust[-1]['p99_us']:.2f}, python {py[-1]['p99_us']:.2f}", file=sys.stderr)
+                  f"p99 rust {rust[-1]['p99_us']:.2f}, python {py[-1]['p99_us']:.2f}; launch alone "
+                  f"rust {rust[-1].get('launch_us', float('nan')):.3f}, python {py[-1]['launch_us']:.3f}",
+                  file=sys.stderr)
         with gpumux.connect(socket) as c:
             device = c.device
     rust_p50 = statistics.median(x["p50_us"] for x in rust)
     py_p50 = statistics.median(x["p50_us"] for x in py)
     diff = py_p50 - rust_p50
+    # The client side alone (no daemon in it): where a difference comes from.
+    rust_launch = statistics.median(x.get("launch_us", float("nan")) for x in rust)
+    py_launch = statistics.median(x["launch_us"] for x in py)
     print(json.dumps({"device": device, "n": args.n, "rounds": args.rounds, "rust_p50_us": round(rust_p50, 2),
                       "python_p50_us": round(py_p50, 2), "python_minus_rust_p50_us": round(diff, 2),
+                      "rust_launch_us": round(rust_launch, 3), "python_launch_us": round(py_launch, 3),
                       "goal_us": args.goal_us, "meets_goal": diff <= args.goal_us}))
     return 0 if diff <= args.goal_us else 1
 

@@ -23,6 +23,52 @@ use std::sync::Arc;
 /// or `(memory, byte offset)` for a view that does not start at it.
 const ARRAY_ATTR: &str = "__gpumux_arg__";
 
+/// A grid or a block (`what`) as CuPy takes it: an int, or a sequence of 1
+/// to 3 ints (the rest 1). Converted here rather than in Python, where the
+/// tuple it built was most of a launch's cost in the wrapper (issue 41).
+pub fn dim3(d: &Bound<'_, PyAny>, what: &str) -> PyResult<[u32; 3]> {
+    let wrong = || {
+        let shown = d.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
+        pyo3::exceptions::PyValueError::new_err(format!("{what} must be an int or a tuple of 1 to 3 ints, not {shown}"))
+    };
+    if d.is_exact_instance_of::<PyInt>() {
+        return Ok([extent(d, what)?, 1, 1]);
+    }
+    if let Ok(t) = d.cast::<PyTuple>() {
+        let n = t.len();
+        if !(1..=3).contains(&n) {
+            return Err(wrong());
+        }
+        let mut out = [1u32; 3];
+        for (i, item) in t.iter().enumerate() {
+            out[i] = extent(&item, what)?;
+        }
+        return Ok(out);
+    }
+    // Anything else int() takes (a NumPy integer), or another sequence.
+    if let Ok(i) = d.call_method0(pyo3::intern!(d.py(), "__index__")) {
+        return Ok([extent(&i, what)?, 1, 1]);
+    }
+    let items: Vec<Bound<'_, PyAny>> = d.try_iter().map_err(|_| wrong())?.collect::<PyResult<_>>()?;
+    if !(1..=3).contains(&items.len()) {
+        return Err(wrong());
+    }
+    let mut out = [1u32; 3];
+    for (i, item) in items.iter().enumerate() {
+        out[i] = extent(item, what)?;
+    }
+    Ok(out)
+}
+
+/// One extent of a grid or block: an int of 0 to 2³² - 1 (the daemon
+/// checks CUDA's limits, and refuses 0, naming them).
+fn extent(v: &Bound<'_, PyAny>, what: &str) -> PyResult<u32> {
+    v.extract::<u32>().map_err(|_| {
+        let shown = v.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
+        pyo3::exceptions::PyValueError::new_err(format!("{what} extents must be ints of 0 to 4294967295, not {shown}"))
+    })
+}
+
 /// `args` as the client library's arguments, for a kernel of `shared`'s client.
 pub fn convert(shared: &Arc<Shared>, args: &Bound<'_, PyAny>) -> PyResult<Vec<Arg>> {
     let mut out = Vec::new();

@@ -261,21 +261,16 @@ impl Client {
     fn launch(
         &self,
         kernel: &Kernel,
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
+        grid: &Bound<'_, PyAny>,
+        block: &Bound<'_, PyAny>,
         args: &Bound<'_, PyAny>,
         shared_mem: u32,
         stream: u32,
         block_time_ns: Option<u64>,
     ) -> PyResult<()> {
+        let (grid, block) = (args::dim3(grid, "grid")?, args::dim3(block, "block")?);
         let args = args::convert(&self.shared, args)?;
-        let config = LaunchConfig {
-            grid: [grid.0, grid.1, grid.2],
-            block: [block.0, block.1, block.2],
-            shared_bytes: shared_mem,
-            stream: StreamId(stream),
-            block_time_ns,
-        };
+        let config = LaunchConfig { grid, block, shared_bytes: shared_mem, stream: StreamId(stream), block_time_ns };
         self.shared.call_held(|c| c.launch(&kernel.kernel, &config, &args))
     }
 

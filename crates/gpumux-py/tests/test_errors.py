@@ -115,3 +115,20 @@ def test_a_closed_client_says_so(daemon) -> None:
         a.get()
     a.free()  # nothing to do: the daemon freed it when the client left
     assert "closed" in repr(c)
+
+
+def test_grid_and_block_take_ints_and_sequences_as_cupy_does(client: gpumux.Client) -> None:
+    # Converted by the extension, not in Python (issue 41's launch cost): the
+    # shapes CuPy takes run, the others are refused before anything is sent,
+    # naming which of grid and block is wrong.
+    k = client.compile(SCALE).kernel("nothing")
+    for grid, block in [(1, 1), ((2,), (4, 2)), ((1, 2, 3), [8, 1, 1]), (np.int64(3), (np.uint32(2), 2))]:
+        k(grid, block, ())
+    client.synchronize()
+    for grid, block, wrong in [((1, 1, 1, 1), 1, "grid"), (1, (), "block"), (1, [1, 2, 3, 4], "block"), (1.5, 1, "grid")]:
+        with pytest.raises(ValueError, match=f"{wrong} must be an int or a tuple of 1 to 3 ints"):
+            k(grid, block, ())
+    for grid, block, wrong in [(-1, 1, "grid"), (1, (2**32, 1), "block"), ("4", 1, "grid")]:
+        with pytest.raises(ValueError, match=f"{wrong} extents must be ints of 0 to 4294967295"):
+            k(grid, block, ())
+    client.synchronize()

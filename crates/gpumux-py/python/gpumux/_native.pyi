@@ -1,5 +1,5 @@
 # Stubs of the extension module (crates/gpumux-py/src). Private: use the gpumux package's API.
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 SOCKET_ENV: str
 DEFAULT_SOCKET: str
@@ -70,8 +70,8 @@ class Client:
     def launch(
         self,
         kernel: Kernel,
-        grid: Tuple[int, int, int],
-        block: Tuple[int, int, int],
+        grid: Union[int, Sequence[int]],
+        block: Union[int, Sequence[int]],
         args: Any,
         shared_mem: int = 0,
         stream: int = 0,
