@@ -10,8 +10,12 @@ one daemon.
 
 The Rust side is crates/gpumux-client/examples/launch_bench.rs. The two run
 in turns (Rust, Python, Rust, Python, ...: `--rounds`), so a drift of the
-machine shows in both; the p50 of each is the median of the rounds' p50s.
-Prints a line per round and one JSON line last.
+machine shows in both; the p50 of each is the median of the rounds' p50s,
+and the difference the median of the rounds' differences (each round's
+Python p50 minus the Rust p50 just before it: a drift between rounds, which
+moved one round's Python p50 below Rust's on the H200, cancels). Each side
+also reports its own cost of a launch with no wait (`launch_us`), the client
+side alone. Prints a line per round and one JSON line last.
 """
 
 from __future__ import annotations
@@ -88,7 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--rust-bench", required=True, help="the launch_bench example binary")
     p.add_argument("--n", type=int, default=3000, help="timed launches per round")
     p.add_argument("--warmup", type=int, default=300)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--sim-block-ns", type=int, default=1000)
     p.add_argument("--goal-us", type=float, default=3.0, help="exit 1 if Python's p50 is more above Rust's")
     args = p.parse_args(argv)
@@ -106,7 +110,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             device = c.device
     rust_p50 = statistics.median(x["p50_us"] for x in rust)
     py_p50 = statistics.median(x["p50_us"] for x in py)
-    diff = py_p50 - rust_p50
+    diff = statistics.median(p["p50_us"] - r["p50_us"] for r, p in zip(rust, py))
     # The client side alone (no daemon in it): where a difference comes from.
     rust_launch = statistics.median(x.get("launch_us", float("nan")) for x in rust)
     py_launch = statistics.median(x["launch_us"] for x in py)
