@@ -15,7 +15,9 @@
 mod examples;
 use examples::example;
 use gpumux_cuda::client::module;
-use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, Refill, DEEP_MAX};
+use gpumux_cuda::client::{
+    ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, PitchedSide, Refill, DEEP_MAX,
+};
 use gpumux_cuda::nvrtc;
 use gpumux_cuda::runtime::{Module, Params, Stream};
 use gpumux_engine::device::{Command, CopyDirection, Device, DeviceError, Event, Mechanism};
@@ -99,14 +101,7 @@ fn ended(launch: LaunchId) -> impl FnMut(&[Event]) -> bool {
 
 /// Binds and runs one copy to its end.
 fn copy(d: &mut ClientDevice, id: u64, work: ClientWork) {
-    let bytes = match &work {
-        ClientWork::ToDevice { bytes, .. }
-        | ClientWork::ToHost { bytes, .. }
-        | ClientWork::DeviceCopy { bytes, .. }
-        | ClientWork::Memset { bytes, .. }
-        | ClientWork::Fill { bytes, .. } => *bytes,
-        ClientWork::Kernel { .. } => 0,
-    };
+    let bytes = work.copy_bytes();
     // SAFETY: the tests' host buffers are registered and outlive the copy.
     unsafe { d.bind(OpId(id), work) }.expect("bind");
     let c = CopyId(id);
@@ -194,6 +189,28 @@ fn round_trip(d: &mut ClientDevice, first_op: u64) {
     assert!(back.0[..16].iter().all(|&x| x == 0xab), "memset");
     assert_eq!(&back.0[16..28], &[1, 2, 3, 4, 1, 2, 3, 4, 0xAA, 0xBB, 0xAA, 0xBB], "fills");
     assert_eq!(&back.0[28..], &data[28..], "host → device → device → host");
+    // A pitched copy each way (cuMemcpy2DAsync, issue 40): rows of 200 bytes,
+    // 256 apart on the host, 512 on the device, 300 back on the host.
+    let (w, h) = (200usize, 64usize);
+    back.0.fill(0xEE);
+    let up = ClientWork::Copy2D {
+        src: PitchedSide::Host { ptr: src.ptr(), pitch: 256 },
+        dst: PitchedSide::Device { addr: a, pitch: 512 },
+        width: w as u64,
+        height: h as u64,
+    };
+    copy(d, first_op + 6, up);
+    let down = ClientWork::Copy2D {
+        src: PitchedSide::Device { addr: a, pitch: 512 },
+        dst: PitchedSide::Host { ptr: back.ptr(), pitch: 300 },
+        width: w as u64,
+        height: h as u64,
+    };
+    copy(d, first_op + 7, down);
+    for row in 0..h {
+        assert_eq!(&back.0[row * 300..][..w], &data[row * 256..][..w], "pitched row {row}");
+        assert!(back.0[row * 300 + w..][..300 - w].iter().all(|&x| x == 0xEE), "row {row}'s gap");
+    }
     d.free(a).expect("free");
     d.free(b).expect("free");
     assert_eq!(d.allocated(), 0);
