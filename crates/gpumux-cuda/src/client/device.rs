@@ -165,12 +165,13 @@ const MAX_SPARE: usize = 1024;
 /// run 129), which a client's first launches would otherwise wait for.
 const KEPT_RECORDS: usize = 16;
 
-// Which copy stream serves a copy: `work::CopyLane`, its index.
-
 /// Everything that lives in the context: dropped before the context is
 /// destroyed (so no stale handle outlives it), made again after.
 pub(super) struct InContext {
     ctl: Stream,
+    /// One per [`super::work::CopyLane`] (its index): a copy up, a copy
+    /// down and work on the device each on a stream of its own, so that
+    /// both copy engines move at once.
     copy_streams: [Stream; 3],
     copies: [VecDeque<CopyInFlight>; 3],
     /// Idle launch streams by CUDA priority.
