@@ -127,7 +127,8 @@ pub struct Engine {
     // Ordered maps: a few live entries each, looked up per device event;
     // comparing ids is cheaper than SipHashing them.
     launches: BTreeMap<LaunchId, LaunchOwner>,
-    copies: BTreeMap<CopyId, Slot>,
+    /// Copies on the device: their process and operation.
+    copies: BTreeMap<CopyId, (Slot, OpId)>,
     /// Who holds each SM: the one record of it.
     sms: Vec<SmState>,
     /// When each reserved SM was asked for, for preemption latency.
@@ -348,9 +349,11 @@ impl Engine {
         let p = self.processes.get_mut(slot).ok_or(EngineError::UnknownSlot(slot))?;
         let id = OpId(self.next_op);
         self.next_op += 1;
-        p.stream.push_back(Queued { id, submitted: self.now, work, kernel: None });
+        p.stream.push_back(Queued { id, submitted: self.now, work, kernel: None, issued: false, done_early: false });
         if p.stream.len() == 1 {
             self.start_head(slot);
+        } else {
+            self.copy_ahead(slot);
         }
         Ok(id)
     }
@@ -367,14 +370,15 @@ impl Engine {
             let Some(p) = self.processes.get_mut(slot) else { return };
             let Some(head) = p.stream.front_mut() else { return };
             match &head.work {
-                Work::Copy { direction, bytes } => {
-                    let copy = CopyId(self.next_copy);
-                    self.next_copy += 1;
-                    self.copies.insert(copy, slot);
-                    let (direction, bytes, process, op) = (*direction, *bytes, p.info.id, head.id);
-                    self.out.push_back(Command::Copy { copy, op, process, direction, bytes });
+                Work::Copy { .. } if !head.done_early => {
+                    if !head.issued {
+                        self.issue_copy(slot, 0);
+                    }
+                    self.copy_ahead(slot);
                     return;
                 }
+                // Queued ahead and done before it got here: it ends now.
+                Work::Copy { .. } => {}
                 Work::Kernel { desc, time_key, blocks_per_sm } => {
                     let id = KernelId(self.next_kernel);
                     self.next_kernel += 1;
@@ -423,6 +427,42 @@ impl Engine {
             if let Some(op) = done {
                 self.completions.push_back(Completion { slot, op, outcome: OpOutcome::Completed });
                 self.wake_waiters(op);
+            }
+        }
+    }
+
+    /// Sends the command of the copy at `index` in `slot`'s stream.
+    fn issue_copy(&mut self, slot: Slot, index: usize) {
+        let Some(p) = self.processes.get_mut(slot) else { return };
+        let process = p.info.id;
+        let Some(q) = p.stream.get_mut(index) else { return };
+        let Work::Copy { direction, bytes } = q.work else { return };
+        q.issued = true;
+        let copy = CopyId(self.next_copy);
+        self.next_copy += 1;
+        self.copies.insert(copy, (slot, q.id));
+        self.out.push_back(Command::Copy { copy, op: q.id, process, direction, bytes });
+    }
+
+    /// Queues the stream's next copy on the device behind the one at its
+    /// head, when nothing but markers (recorded events, syncs: they order
+    /// nothing on the device) lies between them and both go the same way: a
+    /// device's copies of one direction run in the order they came (one
+    /// copy engine, one queue per direction), so the next one starts as the
+    /// head's ends instead of an engine round later (the device's end seen,
+    /// the next command sent). That round was a gap on the copy engine per
+    /// chunk of issue 40's pipeline. One copy ahead at most per stream, so
+    /// a client's queued copies take turns with other clients' (each device
+    /// queue is first come, first served).
+    fn copy_ahead(&mut self, slot: Slot) {
+        let Some(p) = self.processes.get(slot) else { return };
+        let Some(Work::Copy { direction: first, .. }) = p.stream.front().filter(|q| q.issued).map(|q| &q.work) else {
+            return;
+        };
+        let next = p.stream.iter().enumerate().skip(1).find(|(_, q)| !matches!(q.work, Work::Sync));
+        if let Some((i, q)) = next {
+            if matches!(q.work, Work::Copy { direction, .. } if direction == *first) && !q.issued {
+                self.issue_copy(slot, i);
             }
         }
     }
@@ -521,9 +561,17 @@ impl Engine {
                 self.on_launch_ended(launch, remaining, saved)
             }
             Event::CopyDone { copy } => {
-                let slot = self.copies.remove(&copy).ok_or(ProtocolError::UnknownCopy { copy })?;
+                let (slot, op) = self.copies.remove(&copy).ok_or(ProtocolError::UnknownCopy { copy })?;
                 // The copy of a removed process was reported dropped already.
-                self.head_done(slot);
+                let Some(p) = self.processes.get_mut(slot) else { return Ok(()) };
+                match p.stream.iter().position(|q| q.id == op) {
+                    Some(0) => self.head_done(slot),
+                    // Queued ahead, and done before the copy before it was
+                    // reported (a device that reports out of order): it ends
+                    // when it reaches the head.
+                    Some(i) => p.stream[i].done_early = true,
+                    None => {}
+                }
                 Ok(())
             }
         }

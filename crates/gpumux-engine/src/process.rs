@@ -119,6 +119,12 @@ pub(crate) struct Queued {
     pub work: Work,
     /// The active kernel a kernel operation became when it reached the head.
     pub kernel: Option<KernelId>,
+    /// A copy whose command went to the device (at the head, or queued
+    /// ahead behind the copy before it: `Engine::copy_ahead`).
+    pub issued: bool,
+    /// A copy queued ahead that the device reported done before it reached
+    /// the head: it completes when it gets there.
+    pub done_early: bool,
 }
 
 /// A [`StreamOp`] as the engine keeps it: a kernel's occupancy is worked out

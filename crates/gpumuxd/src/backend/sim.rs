@@ -878,7 +878,10 @@ impl Backend for SimBackend {
             };
             let op = self.copies.remove(&copy).ok_or_else(|| fatal(format!("unknown copy {copy} finished")))?;
             let m = self.move_of(op, copy)?;
-            if (m.total_bytes() as u64) < ON_THREAD_FROM {
+            // Small moves here, unless the thread has moves in hand: a
+            // stream's next copy may be queued behind the one before
+            // (the engine's copy ahead), and its bytes must land after.
+            if (m.total_bytes() as u64) < ON_THREAD_FROM && self.copy_engine.in_flight() == 0 {
                 // SAFETY: `move_of` checked both spans; they stay mapped during the call.
                 unsafe { m.run() };
                 i += 1;
