@@ -108,6 +108,21 @@ const SPIN_FOR_REPLY: std::time::Duration = std::time::Duration::from_micros(100
 /// daemon does the same for it (gpumuxd's `spin` module).
 const URGENT_SPIN: std::time::Duration = std::time::Duration::from_millis(5);
 
+/// The longest a call waiting for a copy keeps polling ([`Connection::send_spinning`]).
+pub(crate) const MAX_COPY_SPIN: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Where [`Connection`]'s spin deadline counts from.
+fn origin() -> std::time::Instant {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(std::time::Instant::now)
+}
+
+/// Whether `until` (ns after [`origin`], 0: none) is still ahead.
+fn before(until: &AtomicU64) -> bool {
+    let until = until.load(Ordering::Relaxed);
+    until != 0 && (origin().elapsed().as_nanos() as u64) < until
+}
+
 /// The poll window of a thread whose own default is `default`:
 /// `GPUMUX_SPIN_US` (read once) if set, else [`URGENT_SPIN`] for an urgent
 /// client, else the default.
@@ -181,6 +196,10 @@ pub(crate) struct Connection {
     reader: Option<JoinHandle<()>>,
     /// The client's priority is above 0 (`spin_window`); the reader thread reads it too.
     urgent: Arc<AtomicBool>,
+    /// Until when (ns after [`origin`]) the reader thread polls whatever its
+    /// window: a caller waits for a copy that takes this long
+    /// ([`Connection::send_spinning`]).
+    spin_until: Arc<AtomicU64>,
 }
 
 impl Connection {
@@ -200,7 +219,7 @@ impl Connection {
             }
         }
         let reply = loop {
-            match read_frame(&stream, &mut frames, &mut buf, None, false)? {
+            match read_frame(&stream, &mut frames, &mut buf, None, false, None)? {
                 ServerFrame::Reply { id: 1, result: Ok(reply) } => break reply,
                 ServerFrame::Reply { id: 1, result: Err(error) } => {
                     return Err(ClientError::Daemon { request: "Hello", error });
@@ -225,16 +244,18 @@ impl Connection {
         let reader_stream = stream.try_clone()?;
         let reader_routing = Arc::clone(&routing);
         let urgent = Arc::new(AtomicBool::new(false));
-        let reader_urgent = Arc::clone(&urgent);
+        let spin_until = Arc::new(AtomicU64::new(0));
+        let (reader_urgent, reader_until) = (Arc::clone(&urgent), Arc::clone(&spin_until));
         let reader = std::thread::Builder::new()
             .name("gpumux-client-reader".into())
-            .spawn(move || read_loop(reader_stream, ring_rx, frames, reader_routing, reader_urgent))?;
+            .spawn(move || read_loop(reader_stream, ring_rx, frames, reader_routing, reader_urgent, reader_until))?;
         let conn = Connection {
             writer: Mutex::new(Writer { stream, ring: ring_tx }),
             routing,
             next_id: AtomicU64::new(RINGS_ID + 1),
             reader: Some(reader),
             urgent,
+            spin_until,
         };
         Ok((conn, reply))
     }
@@ -311,6 +332,22 @@ impl Connection {
             return Err(self.write_failed(e));
         }
         Ok(PendingReply { request: name, rx, spin: spin_window(SPIN_FOR_REPLY, self.urgent.load(Ordering::Relaxed)) })
+    }
+
+    /// [`Connection::send`] for a request whose reply takes about `expect`
+    /// (a copy of known size): the caller and the reader thread keep
+    /// polling that long, at most [`MAX_COPY_SPIN`], instead of sleeping
+    /// after their usual window. A reply to a sleeping client costs two
+    /// wake-ups (the daemon's doorbell to the reader, the reader's hand-off
+    /// to the caller), tens of µs a copy of issue 40's pipeline; CUDA's own
+    /// synchronous copies spin likewise. One core busy while the copy runs.
+    pub(crate) fn send_spinning(&self, request: Request, expect: std::time::Duration) -> Result<PendingReply> {
+        let expect = expect.min(MAX_COPY_SPIN);
+        let until = (origin().elapsed() + expect).as_nanos() as u64;
+        self.spin_until.fetch_max(until, Ordering::Relaxed);
+        let mut pending = self.send_as(request, None, false)?;
+        pending.spin = pending.spin.max(expect);
+        Ok(pending)
     }
 
     /// Sends a request whose reply a thread of the library waits for, not
@@ -430,6 +467,7 @@ fn read_frame(
     buf: &mut [u8],
     spin_from: Option<std::time::Instant>,
     urgent: bool,
+    spin_until: Option<&AtomicU64>,
 ) -> Result<ServerFrame> {
     loop {
         if let Some(body) = frames.next_body()? {
@@ -438,7 +476,7 @@ fn read_frame(
         let mut n = None;
         let spin = spin_window(READER_SPIN, urgent);
         let mut looks = 0u32;
-        while spin_from.is_some_and(|t| t.elapsed() < spin) {
+        while spin_from.is_some_and(|t| t.elapsed() < spin || spin_until.is_some_and(before)) {
             // SAFETY: `buf` is valid for writes of its length.
             let got = unsafe { libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
             if got >= 0 {
@@ -587,6 +625,7 @@ fn read_frame_ring(
     buf: &mut [u8],
     spin_from: std::time::Instant,
     urgent: bool,
+    spin_until: &AtomicU64,
 ) -> Result<ServerFrame> {
     let mut inbox = Vec::new();
     let mut tries = 0u32;
@@ -607,7 +646,7 @@ fn read_frame_ring(
             return Err(ClientError::DaemonGone);
         }
         tries = tries.wrapping_add(1);
-        let spinning = spin_from.elapsed() < spin_window(READER_SPIN, urgent);
+        let spinning = spin_from.elapsed() < spin_window(READER_SPIN, urgent) || before(spin_until);
         if spinning && !tries.is_multiple_of(SOCKET_EVERY) {
             gpumux_ring::relax(tries);
             continue;
@@ -633,14 +672,15 @@ fn read_loop(
     mut frames: FrameReader,
     routing: Arc<Mutex<Routing>>,
     urgent: Arc<AtomicBool>,
+    spin_until: Arc<AtomicU64>,
 ) {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut last = std::time::Instant::now();
     let mut next = |last: std::time::Instant, buf: &mut [u8], frames: &mut FrameReader| {
         let urgent = urgent.load(Ordering::Relaxed);
         match ring.as_mut() {
-            Some(rx) => read_frame_ring(&stream, rx, frames, buf, last, urgent),
-            None => read_frame(&stream, frames, buf, Some(last), urgent),
+            Some(rx) => read_frame_ring(&stream, rx, frames, buf, last, urgent, &spin_until),
+            None => read_frame(&stream, frames, buf, Some(last), urgent, Some(&spin_until)),
         }
     };
     while let Ok(frame) = next(last, &mut buf, &mut frames) {

@@ -260,17 +260,20 @@ impl Client {
         }
         if src_pitch != width || dst.pitch != width {
             if let Some(at) = self.hosts.find(src.as_ptr(), extent as usize) {
-                return self.done(Request::Copy2D {
-                    src: Place2D::Host { at, pitch: src_pitch },
-                    dst: Place2D::Device {
-                        at: buffer.slice(dst.offset, 0, "copy_to_device_2d destination")?,
-                        pitch: dst.pitch,
+                return self.done_copy(
+                    Request::Copy2D {
+                        src: Place2D::Host { at, pitch: src_pitch },
+                        dst: Place2D::Device {
+                            at: buffer.slice(dst.offset, 0, "copy_to_device_2d destination")?,
+                            pitch: dst.pitch,
+                        },
+                        width,
+                        height,
+                        stream,
+                        wait: true,
                     },
-                    width,
-                    height,
-                    stream,
-                    wait: true,
-                });
+                    width * height,
+                );
             }
         }
         // Rows without gaps go as they are (from a `HostBuffer`: one DMA).
@@ -315,14 +318,20 @@ impl Client {
             return self.copy_to_host(buffer, src.offset, &mut dst[..(width * height) as usize], stream);
         }
         if let Some(at) = self.hosts.find(dst.as_ptr(), extent as usize) {
-            return self.done(Request::Copy2D {
-                src: Place2D::Device { at: buffer.slice(src.offset, 0, "copy_to_host_2d source")?, pitch: src.pitch },
-                dst: Place2D::Host { at, pitch: dst_pitch },
-                width,
-                height,
-                stream,
-                wait: true,
-            });
+            return self.done_copy(
+                Request::Copy2D {
+                    src: Place2D::Device {
+                        at: buffer.slice(src.offset, 0, "copy_to_host_2d source")?,
+                        pitch: src.pitch,
+                    },
+                    dst: Place2D::Host { at, pitch: dst_pitch },
+                    width,
+                    height,
+                    stream,
+                    wait: true,
+                },
+                width * height,
+            );
         }
         let mut packed = vec![0u8; (width * height) as usize];
         if src.pitch == width {
