@@ -439,9 +439,9 @@ fn read_some(
     spin: &ConnSpin,
     deadline: Option<Instant>,
 ) -> Got {
-    let spin = spin.window(READER_SPIN);
+    let (window, spin) = (spin.window(READER_SPIN), spin);
     let mut looks = 0u32;
-    while last.elapsed() < spin {
+    while last.elapsed() < window || spin.held() {
         match crate::fdpass::recv_with_fds(sock, buf, fds, true) {
             Ok(0) => return Got::End,
             Ok(n) => return Got::Bytes(n),
@@ -698,7 +698,7 @@ impl Reader<'_> {
                 break 'serve;
             }
             tries = tries.wrapping_add(1);
-            let spinning = last.elapsed() < self.spin.window(READER_SPIN);
+            let spinning = last.elapsed() < self.spin.window(READER_SPIN) || self.spin.held();
             if spinning && !tries.is_multiple_of(SOCKET_EVERY) {
                 gpumux_ring::relax(looks);
                 looks = looks.saturating_add(1);

@@ -55,9 +55,17 @@ pub fn window_for(default: Duration, urgent: bool) -> Duration {
 }
 
 /// Whether one connection's client is urgent: set by the core (from its
-/// priority), read by the connection's reader and writer threads.
+/// priority), read by the connection's reader and writer threads; and until
+/// when its reader polls whatever its window (a copy the client waits for,
+/// [`ConnSpin::hold_for`]).
 #[derive(Clone, Debug, Default)]
-pub struct ConnSpin(Arc<AtomicBool>);
+pub struct ConnSpin(Arc<AtomicBool>, Arc<AtomicU64>);
+
+/// Where [`ConnSpin`]'s hold counts from.
+fn origin() -> std::time::Instant {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(std::time::Instant::now)
+}
 
 impl ConnSpin {
     /// Marks the client urgent (priority above 0) or not.
@@ -67,6 +75,19 @@ impl ConnSpin {
     /// This connection's window for a poll whose own default is `default`.
     pub fn window(&self, default: Duration) -> Duration {
         window_for(default, self.0.load(Ordering::Relaxed))
+    }
+    /// Keeps the connection's reader polling for `d` from now (at most
+    /// [`URGENT_WINDOW`]): the client waits for a copy that long and sends
+    /// its next request right after the reply, which a reader asleep since
+    /// the copy's request would take a doorbell and a wake-up to read.
+    pub fn hold_for(&self, d: Duration) {
+        let until = (origin().elapsed() + d.min(URGENT_WINDOW)).as_nanos() as u64;
+        self.1.fetch_max(until, Ordering::Relaxed);
+    }
+    /// Whether a [`ConnSpin::hold_for`] is still under way.
+    pub fn held(&self) -> bool {
+        let until = self.1.load(Ordering::Relaxed);
+        until != 0 && (origin().elapsed().as_nanos() as u64) < until
     }
 }
 
@@ -88,5 +109,18 @@ mod tests {
         assert_eq!(urgent.window(Duration::from_micros(100)), URGENT_WINDOW);
         urgent.set_urgent(false);
         assert_eq!(urgent.window(Duration::from_micros(100)), Duration::from_micros(100));
+    }
+
+    #[test]
+    fn a_hold_lasts_its_time_and_no_longer_than_the_urgent_window() {
+        let spin = ConnSpin::default();
+        assert!(!spin.held(), "none at first");
+        spin.hold_for(Duration::from_millis(50));
+        assert!(spin.held());
+        std::thread::sleep(URGENT_WINDOW + Duration::from_millis(2));
+        assert!(!spin.held(), "capped at the urgent window");
+        spin.hold_for(Duration::from_secs(1));
+        spin.hold_for(Duration::from_micros(1));
+        assert!(spin.held(), "a shorter hold does not cut a longer one");
     }
 }
