@@ -195,6 +195,9 @@ pub struct Client {
     /// Held while a host buffer is attached: one descriptor in flight at a
     /// time, as the daemon expects.
     attaching: Mutex<()>,
+    /// Bytes of copies that did not wait queued since the last sync: the
+    /// next sync polls for about their time (`Connection::send_spinning`).
+    async_bytes: AtomicU64,
     /// Held for a whole host copy: the region's slots are the copy's (and
     /// a larger copy may replace the region: [`ConnectOptions::shm_max_bytes`]).
     region: Option<Mutex<SharedRegion>>,
@@ -254,6 +257,7 @@ impl Client {
             welcome,
             hosts: Arc::default(),
             attaching: Mutex::new(()),
+            async_bytes: AtomicU64::new(0),
             region,
             shm_bytes: AtomicU64::new(shm_bytes),
             shm_max: AtomicU64::new(shm_max),
@@ -451,7 +455,10 @@ impl Client {
     ) -> Result<()> {
         let dst = buffer.slice(offset, data.len() as u64, "copy to the device")?;
         match self.hosts.find(data.as_ptr(), data.len()) {
-            Some(src) => self.deferred(Request::CopyFromHostRegionAsync { dst, src, bytes: data.len() as u64, stream }),
+            Some(src) => {
+                self.async_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.deferred(Request::CopyFromHostRegionAsync { dst, src, bytes: data.len() as u64, stream })
+            }
             None => self.copy_to_device(buffer, offset, data, stream),
         }
     }
@@ -474,7 +481,10 @@ impl Client {
     ) -> Result<()> {
         let src = buffer.slice(offset, out.len() as u64, "copy to the host")?;
         match self.hosts.find(out.as_ptr(), out.len()) {
-            Some(dst) => self.deferred(Request::CopyToHostRegionAsync { src, dst, bytes: out.len() as u64, stream }),
+            Some(dst) => {
+                self.async_bytes.fetch_add(out.len() as u64, Ordering::Relaxed);
+                self.deferred(Request::CopyToHostRegionAsync { src, dst, bytes: out.len() as u64, stream })
+            }
             None => self.copy_to_host(buffer, offset, out, stream),
         }
     }
@@ -559,7 +569,14 @@ impl Client {
     /// Waits until everything queued on `stream` before now is done (a
     /// kernel that failed fails this).
     pub fn sync(&self, stream: StreamId) -> Result<()> {
-        let r = self.done(Request::SyncStream(stream));
+        // After copies that did not wait, the sync likely waits for them:
+        // poll about their time rather than sleep and be woken twice.
+        let queued = self.async_bytes.swap(0, Ordering::Relaxed);
+        let r = if queued > 0 {
+            self.conn.send_spinning(Request::SyncStream(stream), copy_time(queued)).and_then(expect_done)
+        } else {
+            self.done(Request::SyncStream(stream))
+        };
         self.deferred_first(r)
     }
 
