@@ -279,6 +279,13 @@ pub struct WorkerLaunch {
     native_published: bool,
     /// The next native start publishes its end ([`WorkerLaunch::publish_end`]).
     publish_end: bool,
+    /// The next native start made by a launcher thread records no end
+    /// event ([`WorkerLaunch::lazy_end`]).
+    lazy_end: bool,
+    /// The running launch's end event is not recorded yet: the raw handle
+    /// of the stream it was launched on, where the event is recorded when a
+    /// poll first needs it ([`WorkerLaunch::lazy_end`]).
+    end_unrecorded: std::cell::Cell<Option<usize>>,
     /// The running native launch is known to have ended: a later launch on
     /// its stream published its end ([`WorkerLaunch::ended_before`]).
     known_ended: bool,
@@ -420,6 +427,8 @@ impl WorkerLaunch {
             running_native: false,
             native_published: false,
             publish_end: true,
+            lazy_end: false,
+            end_unrecorded: std::cell::Cell::new(None),
             known_ended: false,
             urgent: false,
             native_anywhere: false,
@@ -469,6 +478,7 @@ impl WorkerLaunch {
         self.native_if_long = false;
         self.share_cap = None;
         self.publish_end = true;
+        self.lazy_end = false;
         self.known_ended = false;
         Ok(())
     }
@@ -492,6 +502,21 @@ impl WorkerLaunch {
     /// kernels queued natively publish the end of one kernel in a few.
     pub fn publish_end(&mut self, yes: bool) {
         self.publish_end = yes;
+    }
+
+    /// Whether the next start, if native and made by a launcher thread
+    /// ([`WorkerLaunch::start_posted`]), leaves its end event unrecorded (for
+    /// this start only). The thread then makes `cuLaunchKernel` alone (and
+    /// the end's write, if published): the CUDA client device's runs of
+    /// kernels queued natively, where a record per kernel cost the thread
+    /// 2.2 µs beside a 5.2 µs launch (H200), and the GPU waited for it. The
+    /// event is recorded on the launch's stream when a poll or a finish
+    /// first needs it (stream order: it completes once the kernel and
+    /// whatever was queued after it by then ended, or fails with a fault);
+    /// a poll that reads the end in host memory, or knows it from a later
+    /// kernel's ([`WorkerLaunch::ended_before`]), never does.
+    pub fn lazy_end(&mut self, yes: bool) {
+        self.lazy_end = yes;
     }
 
     /// The running launch is native and its end is neither published nor
@@ -695,8 +720,10 @@ impl WorkerLaunch {
         }
         let plan = self.plan(mask);
         self.last_plan = Some(plan);
-        // For this start only (`publish_end`).
+        // For this start only (`publish_end`, `lazy_end`).
         let publish_end = std::mem::replace(&mut self.publish_end, true);
+        let lazy_end = std::mem::replace(&mut self.lazy_end, false);
+        self.end_unrecorded.set(None);
         let planned = began.map(|_| std::time::Instant::now());
         let mut p = Params::default();
         for a in &self.args {
@@ -719,8 +746,11 @@ impl WorkerLaunch {
                 self.last_start_calls = match launcher {
                     Some((launcher, ctx)) => {
                         let (grid, block, smem) = (self.grid, self.block, self.smem);
-                        self.pending =
-                            Some(launcher.post(ctx, native, grid, block, smem, stream, p, publish, &self.ended)?);
+                        let ended = (!lazy_end).then_some(&self.ended);
+                        self.pending = Some(launcher.post(ctx, native, grid, block, smem, stream, p, publish, ended)?);
+                        if lazy_end {
+                            self.end_unrecorded.set(Some(stream.raw as usize));
+                        }
                         (0, 0)
                     }
                     None => {
@@ -775,7 +805,8 @@ impl WorkerLaunch {
             // Workers nobody waits for yet: the launcher thread makes the calls.
             (Some((launcher, ctx)), None) => {
                 let (func, block, smem) = (&self.func, self.block, self.smem);
-                let posted = launcher.post(ctx, func, [workers, 1, 1], block, smem, stream, p, None, &self.ended)?;
+                let ended = Some(&self.ended);
+                let posted = launcher.post(ctx, func, [workers, 1, 1], block, smem, stream, p, None, ended)?;
                 self.pending = Some(posted);
                 (0, 0)
             }
@@ -867,7 +898,26 @@ impl WorkerLaunch {
             }
             self.event_query_at.set(now + EVENT_QUERY_EVERY);
         }
+        self.record_end_if_lazy()?;
         self.ended.done()
+    }
+
+    /// Records the end event of a launch started without it
+    /// ([`WorkerLaunch::lazy_end`]), once its launch call was made: on its
+    /// stream, now, so that it completes after the kernel (or reports its fault).
+    fn record_end_if_lazy(&self) -> Result<()> {
+        if self.pending.as_ref().is_some_and(|p| !p.done()) {
+            return Ok(());
+        }
+        if let Some(stream) = self.end_unrecorded.take() {
+            // SAFETY: the stream the launch was made on: the device keeps its
+            // launch streams for the context's life (it reuses them, never frees them).
+            if let Err(e) = unsafe { self.ended.record_raw(stream as cudarc::driver::sys::CUstream) } {
+                self.end_unrecorded.set(Some(stream));
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// The result (next, workers) the running launch's last worker published
@@ -919,6 +969,7 @@ impl WorkerLaunch {
             self.next = next;
             return Ok(Outcome { next, end: self.end, workers });
         }
+        self.record_end_if_lazy()?;
         self.ended.sync()?;
         self.running = false;
         if std::mem::take(&mut self.running_native) {

@@ -799,6 +799,15 @@ impl Event {
         // SAFETY: valid handles.
         check("cuEventRecord", unsafe { cu::cuEventRecord(self.raw, s.raw) })
     }
+    /// [`Event::record`] on a stream known by its raw handle (a launch
+    /// record keeps it to record its end lazily: `preempt::WorkerLaunch`).
+    ///
+    /// # Safety
+    /// `s` must be a live stream of the event's context.
+    pub(crate) unsafe fn record_raw(&self, s: cu::CUstream) -> Result<()> {
+        // SAFETY: the caller's guarantee, and a valid event.
+        check("cuEventRecord", unsafe { cu::cuEventRecord(self.raw, s) })
+    }
     /// Waits until the work before the record has run.
     pub fn sync(&self) -> Result<()> {
         // SAFETY: valid handle.

@@ -25,7 +25,7 @@ use crate::launch_plan::{Chunk, Plan};
 use crate::preempt::{SmMask, WorkerLaunch};
 use crate::runtime::launcher::Launcher;
 use crate::runtime::{Event as CuEvent, Module, Stream};
-pub use ahead::{AheadCounts, DEEP_HOLD_NS, DEEP_MAX};
+pub use ahead::{AheadCounts, DEEP_HOLD_NS, DEEP_MAX, ENDED_WAITING_MAX};
 pub use corun::CoRunCounts;
 use corun::{CoRunChooser, KernelKey, Mode};
 use cudarc::driver::sys as cu;
@@ -207,6 +207,8 @@ pub(super) struct InContext {
     /// Workers of an operation queued behind the launch before it on its
     /// stream, by operation, until the engine launches it ([`ahead`]).
     ahead: HashMap<OpId, ahead::Ahead>,
+    /// Kernels of `ahead` queued natively and seen ended ([`ahead::ENDED_WAITING_MAX`]).
+    ended_waiting: usize,
     /// Queued workers of operations unbound before the engine launched
     /// them, leaving: reaped once their workers are gone.
     orphans: Vec<(OpId, ahead::Ahead)>,
@@ -270,6 +272,7 @@ impl InContext {
             mover: None,
             fits: HashMap::new(),
             ahead: HashMap::new(),
+            ended_waiting: 0,
             orphans: Vec::new(),
             cut_kernel,
             cut_stream: Stream::in_range(ctx.priority_range, ctx.priority_range.1)?,
@@ -415,6 +418,10 @@ pub struct ClientDevice {
     /// Launches the daemon answered itself from their ends seen ahead
     /// ([`ClientDevice::submit_answered`]), until they end.
     answered: Vec<LaunchId>,
+    /// Runs of kernels queued natively may go on at the next poll
+    /// ([`ClientDevice::deepen_tails`]): a launch adopted a queued kernel, or
+    /// an operation was unbound (launch records may have come back).
+    refill_ahead: bool,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -529,9 +536,9 @@ fn sole_peer(st: &InContext, priority: i32, chain: u64) -> Option<KernelKey> {
     keys.all(|k| k == first).then_some(first)
 }
 
-/// No launch of `priority` but `except` holds SMs, and no workers of it are
-/// queued ahead but `chain`'s (its own stream's): a launch there has no
-/// peer to share SMs with.
+/// No launch of `priority` but `except` and `chain`'s holds SMs, and no
+/// workers of it are queued ahead but `chain`'s (its own stream's): a launch
+/// there has no peer to share SMs with.
 fn alone_at(
     launches: &HashMap<LaunchId, Live>,
     ahead: &HashMap<OpId, ahead::Ahead>,
@@ -539,7 +546,9 @@ fn alone_at(
     except: Option<LaunchId>,
     chain: Option<u64>,
 ) -> bool {
-    !launches.iter().any(|(&l, x)| Some(l) != except && x.priority == priority && !x.sms.is_empty())
+    !launches
+        .iter()
+        .any(|(&l, x)| Some(l) != except && Some(x.chain) != chain && x.priority == priority && !x.sms.is_empty())
         && !ahead::peer_running(ahead, priority, chain)
 }
 
@@ -590,6 +599,10 @@ struct SegPlan {
     sm_count: u32,
     /// A native start publishes its end in host memory (`WorkerLaunch::publish_end`).
     publish_end: bool,
+    /// A native start by the launcher thread records no end event until a
+    /// poll needs one (`WorkerLaunch::lazy_end`): kernels queued natively
+    /// ahead, whose ends are read from host memory.
+    lazy_end: bool,
 }
 
 /// Starts workers for `ranges` of kernel operation `op` on `stream`, one
@@ -642,6 +655,7 @@ fn start_segs(
         w.native_anywhere(how.native_anywhere);
         w.native_if_long(how.native_if_long);
         w.publish_end(how.publish_end);
+        w.lazy_end(how.lazy_end);
         log_if_slow(t, || format!("a launch record for launch {lid}"));
         w.share_cap = how.place.share.map(|(held, over)| share_of_each_sm(w.workers_per_sm(), held, over));
         let t = Instant::now();
@@ -736,6 +750,7 @@ impl ClientDevice {
             ends_ahead: Vec::new(),
             report_ends: false,
             answered: Vec::new(),
+            refill_ahead: false,
         })
     }
 
@@ -967,6 +982,7 @@ impl ClientDevice {
     /// Forgets an operation that completed or was dropped (a launched kernel
     /// is forgotten once its launch ends).
     pub fn unbind(&mut self, op: OpId) {
+        self.refill_ahead = true;
         if let Err(e) = self.drop_ahead(op) {
             tracing::warn!("CUDA device: cancelling the queued workers of {op}: {e}");
         }
@@ -1103,9 +1119,17 @@ impl ClientDevice {
             None => Err(CudaError::Invalid(format!("no work bound to {}", live.op))),
             Some(op) => {
                 let ranges = still_to_run(&live.requested, &op.left);
-                let (never_native, publish_end) = (false, true);
-                let how =
-                    SegPlan { place, never_native, native_anywhere, native_if_long, chunk, sm_count, publish_end };
+                let (never_native, publish_end, lazy_end) = (false, true, false);
+                let how = SegPlan {
+                    place,
+                    never_native,
+                    native_anywhere,
+                    native_if_long,
+                    chunk,
+                    sm_count,
+                    publish_end,
+                    lazy_end,
+                };
                 let (ops, spare, segs) = (&mut st.ops, &mut st.spare, &mut live.segs);
                 start_segs(ops, spare, live.op, &ranges, &live.stream, how, lid, segs, None, &mut self.clock)
             }
@@ -1632,7 +1656,10 @@ impl Device for ClientDevice {
                 self.poll_cuts()?;
                 self.mark_implied_ends()?;
                 self.poll_launches()?;
-                if self.poll_ahead()? {
+                // Runs go on as their kernels end (and give their launch
+                // records back), not only at launch commands.
+                let ended = self.poll_ahead()?;
+                if ended || std::mem::take(&mut self.refill_ahead) {
                     self.deepen_tails()?;
                 }
                 self.poll_copies()?;

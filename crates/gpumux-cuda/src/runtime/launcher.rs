@@ -56,7 +56,9 @@ struct Handles {
     ctx: cu::CUcontext,
     func: cu::CUfunction,
     stream: cu::CUstream,
-    ended: cu::CUevent,
+    /// `None`: no end event is recorded (the poster records one later if
+    /// it needs one: `preempt::WorkerLaunch`, "lazy end").
+    ended: Option<cu::CUevent>,
 }
 
 // SAFETY: CUDA handles may be used from any thread once their context is
@@ -65,7 +67,7 @@ unsafe impl Send for Handles {}
 
 /// One launch: the kernel with `params` on `stream`, then the word of
 /// `publish` written (a native kernel's end, for the host to read), then
-/// `ended` recorded after it.
+/// `ended` recorded after it, if given.
 struct Job {
     handles: Handles,
     grid: [u32; 3],
@@ -209,9 +211,11 @@ impl Launcher {
     }
 
     /// Posts a launch of `func` with `params` on `stream` in `ctx`, then the
-    /// write of `publish` (stream order: once the kernel ended), and the record of `ended` after it (see the
-    /// module doc for what the caller must keep alive and leave alone until
-    /// it is done).
+    /// write of `publish` (stream order: once the kernel ended), and the
+    /// record of `ended` after it if given (see the module doc for what the
+    /// caller must keep alive and leave alone until it is done). Without
+    /// `ended` the thread makes only the launch (and the write): what it
+    /// costs per kernel of a chain is then `cuLaunchKernel` alone.
     #[allow(clippy::too_many_arguments)]
     pub fn post(
         &self,
@@ -223,10 +227,10 @@ impl Launcher {
         stream: &Stream,
         params: Params,
         publish: Option<Publish>,
-        ended: &Event,
+        ended: Option<&Event>,
     ) -> Result<Pending> {
         let slot = Arc::new(Slot::default());
-        let handles = Handles { ctx, func: func.raw, stream: stream.raw, ended: ended.raw() };
+        let handles = Handles { ctx, func: func.raw, stream: stream.raw, ended: ended.map(Event::raw) };
         let job = Job { handles, grid, block, smem, params, publish, slot: slot.clone() };
         let tx = self.tx.as_ref().ok_or_else(|| CudaError::Invalid("the launcher thread is gone".into()))?;
         self.posted.fetch_add(1, Ordering::Relaxed);
@@ -314,8 +318,10 @@ fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(u64, u64), DriverE
         let written = unsafe { cu::cuStreamWriteValue32_v2(h.stream, w.addr, w.value, 0) };
         as_driver(check("cuStreamWriteValue32", written))?;
     }
-    // SAFETY: valid handles (module doc).
-    as_driver(check("cuEventRecord", unsafe { cu::cuEventRecord(h.ended, h.stream) }))?;
+    if let Some(ended) = h.ended {
+        // SAFETY: valid handles (module doc).
+        as_driver(check("cuEventRecord", unsafe { cu::cuEventRecord(ended, h.stream) }))?;
+    }
     let record_ns = t.elapsed().as_nanos().min(u32::MAX as u128) as u64;
     job.slot.calls.store((launch_ns << 32) | record_ns, Ordering::Relaxed);
     Ok((launch_ns, record_ns))
@@ -334,7 +340,7 @@ mod tests {
 
     fn unmade_job(slot: &Arc<Slot>) -> Job {
         use std::ptr::null_mut;
-        let handles = Handles { ctx: null_mut(), func: null_mut(), stream: null_mut(), ended: null_mut() };
+        let handles = Handles { ctx: null_mut(), func: null_mut(), stream: null_mut(), ended: None };
         let (grid, block, params) = ([1; 3], [1; 3], Params::default());
         Job { handles, grid, block, smem: 0, params, publish: None, slot: slot.clone() }
     }

@@ -87,11 +87,33 @@
 //! kernels queued on it in order; a run extends only on the CUDA stream its
 //! last kernel is on ([`Ahead::on_stream`]), and an adoption handed another
 //! stream queues nothing behind it.
+//!
+//! **Records back at the end.** A kernel queued natively and seen ended
+//! gives its launch records back to the spares at once (its blocks marked
+//! done), instead of when the engine's launch command for it and its unbind
+//! come. Before, a run could hold only as many kernels as there were spare
+//! records (16 made with the context), and they came back at the pace of
+//! the device process's launch commands: the GPU was fed one kernel per
+//! launch command (on the H200 every kernel of the programs bench's chain
+//! had ended before its launch command came, 3.18x native). Now a run goes
+//! on at each poll that sees ends ([`ClientDevice::deepen_tails`]), at each
+//! bind ([`ClientDevice::follow`]), and at the poll after a launch command
+//! or an unbind; a launch command for a kernel seen ended adopts no record
+//! and ends the launch at once, with no driver call and no walk of the run.
+//! The kernels seen ended that the engine has not launched yet are bounded
+//! ([`ENDED_WAITING_MAX`], over all streams), so that the device's looks
+//! through them stay short: the GPU gains nothing from running further
+//! ahead of an engine that trails it. The kernels of a run record no end
+//! event (`WorkerLaunch::lazy_end`): the launcher thread's job per kernel is
+//! `cuLaunchKernel` alone (and an end write one time in [`PUBLISH_EVERY`]);
+//! a poll that needs an end event (a run that stopped on a kernel that does
+//! not publish; a kernel not seen ended 100 µs after its launch, which is
+//! how a fault shows) records it then, behind the kernel on its stream.
 
 use super::clock::Part;
 use super::{
     all_left, failed, failed_with, hw_native, place, start_segs, state_of, still_to_run, ClientDevice, InContext,
-    KernelOp, Live, Placement, SegPlan,
+    KernelOp, Live, Placement, SegPlan, MAX_SPARE,
 };
 use crate::launch_plan::Plan;
 use crate::launch_plan::SHORT_LAUNCH_NS;
@@ -148,6 +170,14 @@ pub const DEEP_HOLD_NS: f64 = 1_000_000.0;
 /// one-wave kernels (32 × 20 µs = 640 µs counted).
 pub const UNTIMED_WAVE_NS: f64 = SHORT_LAUNCH_NS;
 
+/// Kernels queued natively, seen ended and not yet launched by the engine,
+/// at most, over all streams (module doc, "Records back at the end"): past
+/// it no run goes on until the engine catches up. Each is an entry the
+/// device's polls and commands look through; the GPU gains nothing from
+/// running further ahead of an engine that trails it (a program ends when
+/// the engine has seen its last kernel end).
+pub const ENDED_WAITING_MAX: usize = 4 * DEEP_MAX;
+
 /// A kernel queued natively behind a kernel itself queued publishes its end
 /// in host memory one time in this many (module doc, "Fewer end writes").
 pub const PUBLISH_EVERY: u64 = 4;
@@ -191,12 +221,21 @@ pub(in crate::client) struct Ahead {
     /// is queued behind it must be on the same one, and the launch that
     /// adopts it must hold that one to queue more behind it.
     on_stream: usize,
+    /// Every worker launch of it was started as the native kernel (kept:
+    /// once seen ended its launch records are given back, and `segs` is
+    /// empty; module doc, "Records back at the end").
+    native: bool,
+}
+
+/// Every worker launch of `segs` (at least one) is the native kernel.
+fn all_native(segs: &[WorkerLaunch]) -> bool {
+    !segs.is_empty() && segs.iter().all(|w| w.last_plan() == Some(Plan::Native))
 }
 
 impl Ahead {
-    /// Every worker launch of it is the native kernel.
+    /// Its kernel was queued natively (module doc, "Deep").
     fn native(&self) -> bool {
-        !self.segs.is_empty() && self.segs.iter().all(|w| w.last_plan() == Some(Plan::Native))
+        self.native
     }
 }
 
@@ -275,12 +314,37 @@ fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError>
     let mut at = op;
     while let Some(n) = st.ops.get(&at).and_then(|o| o.next) {
         let Some(x) = st.ahead.get(&n) else { return Ok(None) };
+        if x.ended {
+            // Seen ended (its records given back): so has everything before it.
+            return Ok(Some(true));
+        }
         if !x.segs.is_empty() && !x.segs.iter().any(WorkerLaunch::end_unpublished) {
             return all_left(&x.segs).map(Some);
         }
         at = n;
     }
     Ok(None)
+}
+
+/// Kernel `op`, queued natively, was seen ended: its blocks are done, and
+/// its launch records go back to the spares at once, for the next kernels
+/// of the run (module doc, "Records back at the end"); `segs` are its
+/// worker launches, all ended.
+fn give_back_records(st: &mut InContext, op: OpId, segs: Vec<WorkerLaunch>) -> Result<(), crate::CudaError> {
+    let loaded = st.ops.get(&op).is_some_and(|o| st.kernels.contains_key(&o.handle));
+    for mut w in segs {
+        let from = w.next as u64;
+        let out = w.finish()?;
+        if let Some(k) = st.ops.get_mut(&op) {
+            k.left.remove(from..out.next as u64);
+        }
+        if loaded && st.spare.len() < MAX_SPARE {
+            st.spare.push(w);
+        } else {
+            st.park_or_free(w);
+        }
+    }
+    Ok(())
 }
 
 impl ClientDevice {
@@ -392,6 +456,7 @@ impl ClientDevice {
             chunk,
             sm_count,
             publish_end: true,
+            lazy_end: native_before,
         };
         let mut segs = Vec::new();
         // Made by the launcher thread: nobody waits for these workers until
@@ -404,6 +469,7 @@ impl ClientDevice {
         let behind = Behind::Launch(lid);
         let (cancelled, ended) = (false, false);
         let on_stream = live.stream.raw as usize;
+        let native = all_native(&segs);
         let a = Ahead {
             behind,
             chain,
@@ -417,6 +483,7 @@ impl ClientDevice {
             ended,
             expect_ns,
             on_stream,
+            native,
         };
         if let Some(l) = launches.get_mut(&lid) {
             l.note("the next kernel queued behind it");
@@ -454,6 +521,7 @@ impl ClientDevice {
         }
         let (chunk, sm_count, ctx) = (self.chunk, self.info.num_sms as u32, self.ctx.raw());
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        let st_ended_waiting = st.ended_waiting;
         let InContext { launches, ops, spare, ahead, launcher, .. } = st;
         let Some(a) = ahead.get(&prev) else { return Ok(None) };
         if a.cancelled || !a.native() {
@@ -474,31 +542,37 @@ impl ClientDevice {
             // No record at hand: not worth a new one's 1-2 ms here (module doc).
             return Ok(None);
         }
-        // The run back to the launch it is queued behind: what it holds not
-        // yet ended, and where its stream is.
+        if st_ended_waiting >= ENDED_WAITING_MAX {
+            // The engine trails far behind: the run waits for it (module doc, "Records back at the end").
+            return Ok(None);
+        }
+        // The run back to its first kernel not seen ended: what it holds
+        // (ends are seen in stream order, so every kernel before that one
+        // ended; a walk to the run's launch cost a step per kernel the
+        // engine had not launched yet, hundreds once the GPU ran ahead).
         let (mut queued, mut ns, mut at) = (0usize, expected_of(o, sm_count), prev);
-        let (root, stream) = loop {
-            let Some(e) = ahead.get(&at) else { return Ok(None) };
-            if !e.ended {
-                queued += 1;
-                ns += e.expect_ns;
+        while let Some(e) = ahead.get(&at).filter(|e| !e.ended) {
+            queued += 1;
+            ns += e.expect_ns;
+            if queued >= DEEP_MAX || ns > DEEP_HOLD_NS {
+                return Ok(None);
             }
             match e.behind {
                 Behind::Queued(p) => at = p,
-                Behind::Launch(lid) => {
-                    let stream = e.stream.as_ref().or_else(|| launches.get(&lid).map(|l| &l.stream));
-                    break (lid, stream);
-                }
+                Behind::Launch(_) => break,
             }
-        };
-        // Only on the stream the kernel before it is queued on (stream order).
-        let Some(stream) = stream.filter(|s| s.raw as usize == on_stream) else { return Ok(None) };
-        if queued >= DEEP_MAX || ns > DEEP_HOLD_NS {
-            return Ok(None);
         }
+        // Only on the stream the kernel before it is queued on (stream
+        // order), held by the run (its launch, or its first kernel once
+        // that launch ended).
+        let own = |s: &&Stream| s.raw as usize == on_stream;
+        let held_by_launch = launches.values().filter(|l| l.chain == chain).map(|l| &l.stream);
+        let held_queued = ahead.values().filter(|a| a.chain == chain).filter_map(|a| a.stream.as_ref());
+        let Some(stream) = held_by_launch.chain(held_queued).find(own) else { return Ok(None) };
+        let root = LaunchId(chain);
         // Natively as a launch command would run it alone at its priority
         // (`hw_native`; its own stream's kernels are no peers), and only so.
-        let (native_anywhere, native_if_long) = hw_native(true, launches, ahead, priority, Some(root), Some(chain));
+        let (native_anywhere, native_if_long) = hw_native(true, launches, ahead, priority, None, Some(chain));
         let fits = o.fits;
         let long = || is_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
         let too_long = holds_too_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
@@ -515,12 +589,23 @@ impl ClientDevice {
             queued + 1 >= DEEP_MAX || ns + expected_of(x, sm_count) > DEEP_HOLD_NS || spare.len() + o.pool.len() <= 1
         });
         let publish_end = last || (self.ahead_counts.deep + 1).is_multiple_of(PUBLISH_EVERY);
-        let how = SegPlan { place, never_native: false, native_anywhere, native_if_long, chunk, sm_count, publish_end };
+        let lazy_end = true;
+        let how = SegPlan {
+            place,
+            never_native: false,
+            native_anywhere,
+            native_if_long,
+            chunk,
+            sm_count,
+            publish_end,
+            lazy_end,
+        };
         let mut segs = Vec::new();
         let post = launcher.as_ref().map(|l| (l, ctx));
         let started = start_segs(ops, spare, next, &covers, stream, how, root, &mut segs, post, &mut self.clock);
         let behind = Behind::Queued(prev);
         let (cancelled, ended) = (false, false);
+        let native = all_native(&segs);
         let a = Ahead {
             behind,
             chain,
@@ -534,6 +619,7 @@ impl ClientDevice {
             ended,
             expect_ns,
             on_stream,
+            native,
         };
         tracing::trace!("CUDA device: {next} queued natively behind {prev} (run behind launch {root})");
         let native = a.native();
@@ -598,6 +684,7 @@ impl ClientDevice {
                         break;
                     }
                     a.ended = true;
+                    st.ended_waiting += 1;
                     any = true;
                     self.ahead_counts.ended_ahead += 1;
                     tracing::trace!("CUDA device: {op}, queued natively, seen ended ahead");
@@ -605,6 +692,8 @@ impl ClientDevice {
                         let blocks = a.covers.len();
                         self.ends_ahead.push((op, blocks));
                     }
+                    let segs = std::mem::take(&mut a.segs);
+                    give_back_records(st, op, segs).map_err(failed_with(polling))?;
                 }
                 match st.ops.get(&op).and_then(|o| o.next) {
                     Some(n) => op = n,
@@ -753,6 +842,9 @@ impl ClientDevice {
             st.launches.insert(lid, live);
             return self.start_workers(lid);
         };
+        if a.ended {
+            st.ended_waiting = st.ended_waiting.saturating_sub(1);
+        }
         // What is queued natively behind it waits for this launch now.
         for b in st.ahead.values_mut().chain(st.orphans.iter_mut().map(|o| &mut o.1)) {
             if b.behind == Behind::Queued(live.op) {
@@ -826,31 +918,17 @@ impl ClientDevice {
             place
         );
         if clean {
+            // Behind it, if nothing is queued yet; the run already queued
+            // behind it is extended at the next poll ([`ClientDevice::deepen_tails`]),
+            // not here: the command stays off the driver and its lock.
             let t = self.clock.start();
-            let queued = self.try_queue_ahead(lid).and_then(|()| self.deepen_after(lid));
+            let queued = self.try_queue_ahead(lid);
             self.clock.part(Part::QueueAhead, t);
+            self.refill_ahead = true;
             queued
         } else {
             Ok(())
         }
-    }
-
-    /// Launch `lid` adopted its kernel queued natively: the run behind it
-    /// goes on from its last kernel, as far as the ends seen so far let it
-    /// (module doc, "Deep").
-    fn deepen_after(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
-        let Some(st) = self.st.as_ref() else { return Ok(()) };
-        let Some(mut tail) = st.launches.get(&lid).map(|l| l.op) else { return Ok(()) };
-        let mut queued = false;
-        while let Some(n) = st.ops.get(&tail).and_then(|o| o.next).filter(|n| st.ahead.contains_key(n)) {
-            tail = n;
-            queued = true;
-        }
-        if !queued {
-            return Ok(());
-        }
-        self.poll_ahead()?;
-        self.queue_deeper(tail)
     }
 
     /// `op` is unbound: workers queued for it are cancelled and reaped once gone.
@@ -860,6 +938,9 @@ impl ClientDevice {
         }
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let Some(mut a) = st.ahead.remove(&op) else { return Ok(()) };
+        if a.ended {
+            st.ended_waiting = st.ended_waiting.saturating_sub(1);
+        }
         let stopped = if a.cancelled {
             Ok(())
         } else {

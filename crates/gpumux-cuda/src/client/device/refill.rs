@@ -270,6 +270,7 @@ impl super::ClientDevice {
             chunk,
             sm_count,
             publish_end: true,
+            lazy_end: false,
         };
         let (ops, spare, segs) = (&mut st.ops, &mut st.spare, &mut live.segs);
         let r = start_segs(ops, spare, live.op, &rest, &live.stream, how, lid, segs, None, &mut self.clock);
