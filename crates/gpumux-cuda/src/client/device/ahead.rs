@@ -551,7 +551,11 @@ impl ClientDevice {
         // ended; a walk to the run's launch cost a step per kernel the
         // engine had not launched yet, hundreds once the GPU ran ahead).
         let (mut queued, mut ns, mut at) = (0usize, expected_of(o, sm_count), prev);
-        while let Some(e) = ahead.get(&at).filter(|e| !e.ended) {
+        loop {
+            let Some(e) = ahead.get(&at) else { return Ok(None) };
+            if e.ended {
+                break;
+            }
             queued += 1;
             ns += e.expect_ns;
             if queued >= DEEP_MAX || ns > DEEP_HOLD_NS {
@@ -561,6 +565,9 @@ impl ClientDevice {
                 Behind::Queued(p) => at = p,
                 Behind::Launch(_) => break,
             }
+        }
+        if ns > DEEP_HOLD_NS {
+            return Ok(None);
         }
         // Only on the stream the kernel before it is queued on (stream
         // order), held by the run (its launch, or its first kernel once
