@@ -109,6 +109,11 @@ struct Live {
     /// launches that adopt them): a stream's own kernels queued ahead are no
     /// peers of it ([`ahead`], "Deep").
     chain: u64,
+    /// It adopted a kernel queued natively that was seen ended (its records
+    /// given back: no worker launch): it ends at the next poll, every block
+    /// done. Not in its launch command: a grow or retreat the engine sends
+    /// before it learns of the end must still find it.
+    done_ahead: bool,
 }
 
 /// Events a launch remembers.
@@ -1030,7 +1035,7 @@ impl ClientDevice {
     /// launching.
     pub fn busy(&self) -> bool {
         self.st.as_ref().is_some_and(|st| {
-            st.launches.values().any(|l| !l.segs.is_empty() || !l.leaving.is_empty())
+            st.launches.values().any(|l| !l.segs.is_empty() || !l.leaving.is_empty() || l.done_ahead)
                 || st.copies.iter().any(|q| !q.is_empty())
                 || !st.orphans.is_empty()
         })
@@ -1562,6 +1567,7 @@ impl Device for ClientDevice {
                     corun: None,
                     history: Vec::new(),
                     chain: launch.0,
+                    done_ahead: false,
                 };
                 // Another kernel's workers queued on these SMs leave them.
                 let t = self.clock.start();
@@ -1588,8 +1594,10 @@ impl Device for ClientDevice {
                     }
                 }
                 self.clock.command(began.elapsed(), got_stream);
-                // Nothing to run on, or nothing left to run: it ends with what it has.
-                if self.st.as_ref().and_then(|st| st.launches.get(&launch)).is_some_and(|l| l.segs.is_empty()) {
+                // Nothing to run on, or nothing left to run: it ends with what it
+                // has (one whose kernel was seen ended ahead ends at the next poll).
+                let ends_now = |l: &Live| l.segs.is_empty() && l.leaving.is_empty() && !l.done_ahead;
+                if self.st.as_ref().and_then(|st| st.launches.get(&launch)).is_some_and(ends_now) {
                     self.end_launch(launch);
                 }
             }

@@ -893,6 +893,9 @@ impl ClientDevice {
             }
         }
         live.segs = std::mem::take(&mut a.segs);
+        // Seen ended ahead: no worker launch left, every block done; it ends
+        // at the next poll (`Live::done_ahead`).
+        live.done_ahead = live.segs.is_empty() && a.ended;
         // Their launch calls may still be on the launcher thread: made
         // before anything else touches them (a refill's cut among others).
         // Rarely so: the thread had made them in all but 162-297 of 84,200
