@@ -728,6 +728,81 @@ fn with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_poll
     assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
 }
 
+/// Records back at the end (`client/device/ahead.rs`): a run of kernels
+/// queued natively goes on as its kernels end, with no launch command for
+/// them, through the device's polls: more kernels run ahead than there are
+/// launch records made with the context (each seen ended gives its record
+/// back), every step after the first is reported ended ahead, and the launch
+/// commands that come afterwards, answered, end each with every block done.
+/// `x` must be the host's.
+#[test]
+fn with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_without_launch_commands() {
+    let Some((_gpu, mut d)) = device_or_skip(
+        "with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_without_launch_commands",
+    ) else {
+        return;
+    };
+    d.set_hw_priority(true);
+    d.set_report_ends_ahead(true);
+    let steps = 80u32;
+    let sx = StepX::new(&mut d, 1, hashed);
+    let (sms, blocks, n) = (d.info().num_sms, sx.blocks as u64, sx.n);
+    let op = |k: u32| 100 + k as u64;
+    for k in 0..steps {
+        let after = k.checked_sub(1).map(|p| OpId(op(p)));
+        // SAFETY: a kernel binds no host memory.
+        unsafe { d.bind_after(OpId(op(k)), sx.work(k + 1, 0), after) }.expect("bind");
+    }
+    let all = SmSet::range(0, sms);
+    let kept = d.launch_records().0.len();
+    d.submit(d.now(), launch(op(0), 1000, BlockRanges::full(blocks), all, blocks)).expect("launch");
+    let mut events = run_until(&mut d, ended(LaunchId(1000))).expect("the first launch");
+    // No launch command from here on: the polls see the run's kernels end and queue more.
+    let mut reported = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reported.len() < steps as usize - 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} seen ended in 10 s: {:?}",
+            reported.len(),
+            steps - 1,
+            d.ahead_counts()
+        );
+        let now = d.now();
+        d.advance(Some(now), &mut events).expect("poll");
+        reported.extend(d.take_ends_ahead().into_iter().map(|(o, b)| {
+            assert_eq!(b, blocks, "{o} reported with its whole grid");
+            o
+        }));
+    }
+    assert!(
+        reported.len() > kept,
+        "more kernels ran ahead ({}) than the launch records made with the context ({kept})",
+        reported.len()
+    );
+    // The daemon's launch commands, answered from those ends: each ends with every block done.
+    for k in 1..steps {
+        let lid = 1000 + k as u64;
+        d.submit_answered(d.now(), launch(op(k), lid, BlockRanges::full(blocks), all, blocks)).expect("launch");
+        d.unbind(OpId(op(k)));
+    }
+    d.unbind(OpId(op(0)));
+    let last = LaunchId(1000 + steps as u64 - 1);
+    if end_of(&events, last).is_none() {
+        events.extend(run_until(&mut d, ended(last)).expect("the last launch"));
+    }
+    for k in 0..steps {
+        assert_eq!(ended_with(&events, 1000 + k as u64), Some((0, blocks)), "step {k} ran every block");
+    }
+    assert!(!d.busy(), "nothing left on the device once every step ended");
+    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+    assert!(sx.read(&mut d, 2) == want, "{steps} steps run ahead: x differs from the host's");
+    let c = d.ahead_counts();
+    eprintln!("run ahead without launch commands: {c:?}; {kept} kept records");
+    assert_eq!(c.ended_ahead, steps as u64 - 1, "every step after the first seen ended ahead");
+    assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
+}
+
 #[test]
 fn with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_workers_and_alone_runs_natively() {
     let Some((_gpu, mut d)) = device_or_skip(
