@@ -99,10 +99,11 @@
 //! on at each poll that sees ends ([`ClientDevice::deepen_tails`]), at each
 //! bind ([`ClientDevice::follow`]), and at the poll after a launch command
 //! or an unbind; a launch command for a kernel seen ended adopts no record
-//! and ends the launch at once, with no driver call and no walk of the run.
-//! The kernels seen ended that the engine has not launched yet are bounded
-//! ([`ENDED_WAITING_MAX`], over all streams), so that the device's looks
-//! through them stay short: the GPU gains nothing from running further
+//! (the launch ends at the next poll, every block done: `Live::done_ahead`),
+//! with no driver call and no walk of the run. The kernels seen ended that
+//! the engine has not launched yet are bounded ([`ENDED_WAITING_MAX`], over
+//! all streams), so that the device's looks through them stay short: the
+//! GPU gains nothing from running further
 //! ahead of an engine that trails it. The kernels of a run record no end
 //! event (`WorkerLaunch::lazy_end`): the launcher thread's job per kernel is
 //! `cuLaunchKernel` alone (and an end write one time in [`PUBLISH_EVERY`]);
