@@ -30,7 +30,7 @@
 #      within 10% of native and below its copies' time plus its kernels' time (overlap). The
 #      figures (pipeline, copies, kernels, event-timed kernel, each side) are in the summary.
 #      Then the CI test `pitched_async_copies` against daemons on the GPU: pitched copies
-#      (cuMemcpy2DAsync) between buffers and host memory round-trip with their gaps untouched,
+#      (a linear copy per row on the GPU) between buffers and host memory round-trip with their gaps untouched,
 #      copies that do not wait are ordered by their streams and events (BIN_DIR/tests/).
 # Prints PASS/FAIL per check and a summary last; exits non-zero if any failed.
 set -uo pipefail

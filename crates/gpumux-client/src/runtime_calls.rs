@@ -202,7 +202,7 @@ impl Client {
     /// Copies `height` rows of `width` bytes between two of this client's
     /// buffers (or within one), each side with its own pitch, in stream
     /// order (`cudaMemcpy2D`, device to device): one request (`Copy2D`, one
-    /// `cuMemcpy2DAsync` on a GPU), answered when accepted, as
+    /// copy per row queued at once on a GPU), answered when accepted, as
     /// [`Client::copy_device`].
     #[allow(clippy::too_many_arguments)]
     pub fn copy_device_2d(

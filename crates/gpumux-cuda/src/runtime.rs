@@ -692,36 +692,37 @@ impl Stream {
     pub unsafe fn copy_to_device_async(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
         check("cuMemcpyHtoDAsync", unsafe { cu::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.raw) })
     }
-    /// Asynchronous pitched copy (`cuMemcpy2DAsync`): `height` rows of
-    /// `width` bytes from `src` to `dst`, each side's rows its pitch apart;
-    /// either side device memory or host memory registered with the context.
+    /// Asynchronous pitched copy: `height` rows of `width` bytes from `src`
+    /// to `dst`, each side's rows its pitch apart; either side device memory
+    /// or host memory registered with the context. One linear async copy per
+    /// row, in stream order (`cuMemcpy2DAsync` aborted the device process on
+    /// the H200, c05cfa0, cause not found yet: the linear copies are the ones
+    /// every other copy uses).
     ///
     /// # Safety
     /// Both sides' rows (`(height - 1) × pitch + width` bytes from their
     /// start) must be memory of their kind that lives until the copy ran.
     pub unsafe fn copy_2d_async(&self, src: Pitched2D, dst: Pitched2D, width: usize, height: usize) -> Result<()> {
-        use cu::CUmemorytype::{CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST};
-        // SAFETY: a plain C struct; every field not set below is unused for these memory types.
-        let mut p: cu::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-        match src {
-            Pitched2D::Device { addr, pitch } => {
-                (p.srcMemoryType, p.srcDevice, p.srcPitch) = (CU_MEMORYTYPE_DEVICE, addr, pitch);
-            }
-            Pitched2D::Host { ptr, pitch } => {
-                (p.srcMemoryType, p.srcHost, p.srcPitch) = (CU_MEMORYTYPE_HOST, ptr.cast_const().cast(), pitch);
+        for row in 0..height {
+            // SAFETY: the caller's guarantee, row by row (each row lies in its side's span).
+            unsafe {
+                match (src, dst) {
+                    (Pitched2D::Host { ptr, pitch: sp }, Pitched2D::Device { addr, pitch: dp }) => {
+                        self.copy_to_device_async(addr + (row * dp) as u64, ptr.add(row * sp).cast_const(), width)?
+                    }
+                    (Pitched2D::Device { addr, pitch: sp }, Pitched2D::Host { ptr, pitch: dp }) => {
+                        self.copy_to_host_async(ptr.add(row * dp), addr + (row * sp) as u64, width)?
+                    }
+                    (Pitched2D::Device { addr: s, pitch: sp }, Pitched2D::Device { addr: d, pitch: dp }) => {
+                        self.copy_on_device_async(d + (row * dp) as u64, s + (row * sp) as u64, width)?
+                    }
+                    (Pitched2D::Host { .. }, Pitched2D::Host { .. }) => {
+                        return Err(CudaError::Invalid("a 2-D copy from host memory to host memory".into()))
+                    }
+                }
             }
         }
-        match dst {
-            Pitched2D::Device { addr, pitch } => {
-                (p.dstMemoryType, p.dstDevice, p.dstPitch) = (CU_MEMORYTYPE_DEVICE, addr, pitch);
-            }
-            Pitched2D::Host { ptr, pitch } => {
-                (p.dstMemoryType, p.dstHost, p.dstPitch) = (CU_MEMORYTYPE_HOST, ptr.cast(), pitch);
-            }
-        }
-        (p.WidthInBytes, p.Height) = (width, height);
-        // SAFETY: the caller's guarantee; the struct is read during the call only.
-        check("cuMemcpy2DAsync", unsafe { cu::cuMemcpy2DAsync_v2(&p, self.raw) })
+        Ok(())
     }
     /// Asynchronous device-to-device copy.
     ///

@@ -189,7 +189,7 @@ fn round_trip(d: &mut ClientDevice, first_op: u64) {
     assert!(back.0[..16].iter().all(|&x| x == 0xab), "memset");
     assert_eq!(&back.0[16..28], &[1, 2, 3, 4, 1, 2, 3, 4, 0xAA, 0xBB, 0xAA, 0xBB], "fills");
     assert_eq!(&back.0[28..], &data[28..], "host → device → device → host");
-    // A pitched copy each way (cuMemcpy2DAsync, issue 40): rows of 200 bytes,
+    // A pitched copy each way (a linear copy per row, issue 40): rows of 200 bytes,
     // 256 apart on the host, 512 on the device, 300 back on the host.
     let (w, h) = (200usize, 64usize);
     back.0.fill(0xEE);

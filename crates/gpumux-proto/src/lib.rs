@@ -460,7 +460,7 @@ pub enum Request {
     },
     /// A pitched copy (`cudaMemcpy2D`): `height` rows of `width` bytes,
     /// each side's rows its own pitch apart, in stream order, as one
-    /// operation (one `cuMemcpy2DAsync` on a GPU). Device to device, host
+    /// operation (on a GPU one linear copy per row, queued at once). Device to device, host
     /// region to device or device to host region (not host to host).
     /// Answered when done if `wait`, else when accepted (as `CopyDevice`).
     Copy2D {

@@ -1,8 +1,8 @@
 //! Pitched copies (`Request::Copy2D`, `cudaMemcpy2DAsync`): `height` rows of
 //! `width` bytes as one operation, not one request per row (issue 40). Each
 //! side is a buffer or a host region, with its own pitch; the span of all
-//! its rows is checked as one span, and the device moves the rows (one
-//! `cuMemcpy2DAsync` on a GPU, a row at a time on the simulated device).
+//! its rows is checked as one span, and the device moves the rows (a row
+//! at a time, all queued at once, on the GPU and on the simulated device).
 
 use super::*;
 use crate::backend::{pitched_extent, Side2D};
