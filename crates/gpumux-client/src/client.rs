@@ -573,7 +573,9 @@ impl Client {
         // poll about their time rather than sleep and be woken twice.
         let queued = self.async_bytes.swap(0, Ordering::Relaxed);
         let r = if queued > 0 {
-            self.conn.send_spinning(Request::SyncStream(stream), copy_time(queued)).and_then(expect_done)
+            self.conn
+                .send_spinning(Request::SyncStream(stream), gpumux_proto::expected_copy_time(queued))
+                .and_then(expect_done)
         } else {
             self.done(Request::SyncStream(stream))
         };
@@ -657,7 +659,7 @@ impl Client {
     /// and the reader thread poll for about the copy's time instead of
     /// sleeping (`Connection::send_spinning`).
     pub(crate) fn done_copy(&self, request: Request, bytes: u64) -> Result<()> {
-        expect_done(self.conn.send_spinning(request, copy_time(bytes))?)
+        expect_done(self.conn.send_spinning(request, gpumux_proto::expected_copy_time(bytes))?)
     }
 
     /// Before a copy of `bytes` through `region` (its lock held, so no copy
@@ -773,17 +775,6 @@ pub(crate) fn unexpected(request: &'static str, reply: &Reply) -> ClientError {
         Reply::HostFunc(_) => "HostFunc",
     };
     ClientError::Protocol { request, got: format!("a {got} reply") }
-}
-
-/// A host bus's speed below every GPU's this library meets (PCIe 4.0 x16
-/// moves ~25 GB/s, 5.0 ~50): a copy's expected time from it errs long, and a
-/// wait that polls that long ends at the reply anyway.
-const SPIN_BYTES_PER_SEC: u64 = 10_000_000_000;
-
-/// About how long a copy of `bytes` between host and device takes (at
-/// [`SPIN_BYTES_PER_SEC`]).
-fn copy_time(bytes: u64) -> std::time::Duration {
-    std::time::Duration::from_nanos(bytes.saturating_mul(1_000_000_000) / SPIN_BYTES_PER_SEC)
 }
 
 #[cfg(test)]

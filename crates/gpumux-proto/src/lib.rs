@@ -901,6 +901,21 @@ impl std::fmt::Display for ErrorReply {
 
 impl std::error::Error for ErrorReply {}
 
+/// The host-bus speed that both sides assume when they poll for a host
+/// copy's reply instead of sleeping: below every GPU's (PCIe 4.0 x16 moves
+/// ~25 GB/s, 5.0 ~50), so the estimate errs long, and a wait that polls that
+/// long ends at the reply anyway.
+pub const SPIN_COPY_BYTES_PER_SEC: u64 = 10_000_000_000;
+
+/// About how long a copy of `bytes` between host and device takes (at
+/// [`SPIN_COPY_BYTES_PER_SEC`]): how long a client waiting for it polls for
+/// the reply, and (plus its own window) how long the daemon's reader for that
+/// client keeps polling for the client's next request.
+pub fn expected_copy_time(bytes: u64) -> std::time::Duration {
+    // Bytes per ns (10): no product that could overflow for a copy of many GiB.
+    std::time::Duration::from_nanos(bytes / (SPIN_COPY_BYTES_PER_SEC / 1_000_000_000))
+}
+
 /// Where a daemon listens and a client connects when no path is given:
 /// `$XDG_RUNTIME_DIR/gpumux.sock` for a user's daemon, else
 /// `/run/gpumux/gpumux.sock`, a system service's (packaging/gpumuxd.service).

@@ -137,10 +137,9 @@ impl Core {
     }
 }
 
-/// About how long a host copy of `bytes` takes, erring long (10 GB/s, below
-/// the host bus of every GPU served: PCIe 4.0 x16 moves ~25 GB/s), plus the
-/// reader's own window: how long a client waiting for it keeps its
-/// connection's reader polling (`ConnSpin::hold_for`).
+/// How long a client waiting for a host copy of `bytes` keeps its
+/// connection's reader polling (`ConnSpin::hold_for`): the copy's expected
+/// time, as the client estimates it, plus the reader's own window.
 fn copy_time(bytes: u64) -> std::time::Duration {
-    std::time::Duration::from_nanos(bytes / 10).saturating_add(std::time::Duration::from_micros(100))
+    gpumux_proto::expected_copy_time(bytes).saturating_add(std::time::Duration::from_micros(100))
 }
