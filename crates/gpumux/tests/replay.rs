@@ -232,13 +232,16 @@ fn the_simulator_replays_a_recording_of_itself_within_a_few_percent() {
         let run = gpumux(&["run", toml.to_str().unwrap(), "--device", "sim:h100", "--policy", "fcfs", "-q"]);
         assert!(run.status.success(), "{}", stderr(&run));
         last = within_five_percent(&r);
+        // The report's verdict judges ANTT and STP; this test also each client's turnarounds,
+        // so it is the stricter of the two: the report may pass a run that this test records
+        // again (CI once had a client's shared turnaround at -5.0 % with ANTT and STP within
+        // 3 %), but never fail one that this test passes. The printed verdict is the report's.
+        let verdict = r["within_goal"].as_bool().expect("the report has a within_goal verdict");
+        assert!(printed.contains(if verdict { "PASS" } else { "FAIL" }), "{printed}");
         if last.is_ok() {
-            assert_eq!(r["within_goal"], true, "{r}");
-            assert!(printed.contains("PASS"), "{printed}");
+            assert!(verdict, "the report failed a run whose every figure is within 5 %: {r}");
             break;
         }
-        assert_eq!(r["within_goal"], false, "the report's verdict agrees: {r}");
-        assert!(printed.contains("FAIL"), "{printed}");
     }
     if let Err(why) = last {
         panic!("three recordings in a row replayed off by more than 5 %; the last: {why}");
