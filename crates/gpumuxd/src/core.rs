@@ -230,6 +230,27 @@ struct OpEntry {
     stamps: KernelStamps,
 }
 
+impl OpEntry {
+    /// An operation just queued at `now` for `client`'s `stream`, its request
+    /// having waited `waited` ns for the core: not launched, not ended.
+    fn queued(client: u64, stream: StreamId, kind: OpKind, priority: i32, now: Nanos, waited: Nanos) -> OpEntry {
+        OpEntry {
+            client,
+            stream,
+            kind,
+            ended: false,
+            failed: None,
+            launches: 0,
+            copying: false,
+            queued: now,
+            first_launch: None,
+            launched: 0,
+            priority,
+            stamps: KernelStamps { waited, queued: now, ..KernelStamps::default() },
+        }
+    }
+}
+
 /// A kernel of a stream of priority above 0 that takes longer than this from
 /// its request to its end is logged (info) with its timeline: how long it
 /// waited for its first launch, and how long it then ran. Urgent kernels are

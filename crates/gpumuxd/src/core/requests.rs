@@ -634,30 +634,7 @@ impl Core {
             self.backend.bind(id, w);
             count_call(&self.calls, |c| &mut c.sends, t.elapsed());
         }
-        self.ops.insert(
-            id,
-            OpEntry {
-                client,
-                stream,
-                kind,
-                ended: false,
-                failed: None,
-                launches: 0,
-                copying: false,
-                queued: now,
-                first_launch: None,
-                launched: 0,
-                priority,
-                stamps: KernelStamps {
-                    waited: self.request_waited,
-                    queued: now,
-                    ready: None,
-                    commanded: None,
-                    launched: None,
-                    ended: None,
-                },
-            },
-        );
+        self.ops.insert(id, OpEntry::queued(client, stream, kind, priority, now, self.request_waited));
         if let Ok(s) = self.session_mut(client) {
             s.in_flight += 1;
             if let Some(st) = s.streams.get_mut(&stream) {

@@ -369,30 +369,7 @@ impl Core {
             }
         };
         self.next_op = gate.0 + 1;
-        self.ops.insert(
-            gate,
-            OpEntry {
-                client,
-                stream,
-                kind: OpKind::Gate,
-                ended: false,
-                failed: None,
-                launches: 0,
-                copying: false,
-                queued: now,
-                first_launch: None,
-                launched: 0,
-                priority,
-                stamps: KernelStamps {
-                    waited: 0,
-                    queued: now,
-                    ready: None,
-                    commanded: None,
-                    launched: None,
-                    ended: None,
-                },
-            },
-        );
+        self.ops.insert(gate, OpEntry::queued(client, stream, OpKind::Gate, priority, now, 0));
         if let Some(s) = self.sessions.get_mut(&client) {
             s.in_flight += 1;
             if let Some(st) = s.streams.get_mut(&stream) {
