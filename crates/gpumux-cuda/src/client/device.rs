@@ -488,11 +488,44 @@ fn co_location_spread(sm_count: u32, priority: i32, others: impl Iterator<Item =
 fn placement(co_locate: bool, sm_count: u32, st: &InContext, live: &Live) -> Placement {
     let spread = co_location_spread(sm_count, live.priority, st.launches.values().map(|l| (l.priority, l.sms)));
     let peer = !alone_at(&st.launches, &st.ahead, live.priority, None, Some(live.chain));
-    if co_locate && peer && !live.sms.is_empty() && live.sms.len() < spread.len() {
-        Placement { mask: spread, share: Some((live.sms.len(), spread.len())) }
-    } else {
-        Placement { mask: live.sms, share: None }
+    // An operation not bound (the start fails on it anyway): its own SMs.
+    let workers_per_sm = st.ops.get(&live.op).map_or(1, |o| o.fits);
+    placement_of(co_locate && peer, live.sms, spread, workers_per_sm)
+}
+
+/// [`placement`]'s arithmetic: a launch given `sms`, that may spread over
+/// `spread` (`spread_ok`: co-location is on and a peer of its priority
+/// runs), with `workers_per_sm` slots per SM (its kernel's occupancy).
+///
+/// Spread, it takes `share_of_each_sm` workers on every SM of `spread`. A
+/// share that rounds to the whole SM is no share: its workers would fill
+/// every SM they reach, the SMs the engine kept for others included, and a
+/// launch the engine then starts there finds no slot until those workers
+/// leave, which a grid that never ends never does (issue 36: a grid of
+/// 2^31 blocks of 1024 threads given 130 of 132 SMs took 2 of 2 slots
+/// everywhere, and a peer's one-block kernel on the two SMs kept for it
+/// waited up to 5.4 s). Such a launch runs on its own SMs, at full
+/// occupancy there: the slots it is owed, exactly, and none of the others'.
+fn placement_of(spread_ok: bool, sms: SmSet, spread: SmSet, workers_per_sm: u32) -> Placement {
+    if spread_ok && !sms.is_empty() && sms.len() < spread.len() {
+        let share = (sms.len(), spread.len());
+        if share_of_each_sm(workers_per_sm, share.0, share.1) < workers_per_sm {
+            return Placement { mask: spread, share: Some(share) };
+        }
     }
+    Placement { mask: sms, share: None }
+}
+
+/// Workers a launch placed at `place` may have on SM `sm`, with
+/// `workers_per_sm` slots there: its share of the SM where it spreads,
+/// the whole SM where it runs on its own SMs, none elsewhere (the model of
+/// the mask and per-SM cap that the prelude's `gmx_enter` checks).
+#[cfg(test)]
+fn workers_on(place: Placement, workers_per_sm: u32, sm: gpumux_engine::ids::SmId) -> u32 {
+    if !place.mask.contains(sm) {
+        return 0;
+    }
+    place.share.map_or(workers_per_sm, |(held, over)| share_of_each_sm(workers_per_sm, held, over))
 }
 
 /// [`placement`], with co-location decided per pair of kernels by the
@@ -1700,7 +1733,8 @@ impl Device for ClientDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::{co_location_spread, share_of_each_sm};
+    use super::{co_location_spread, placement_of, share_of_each_sm, workers_on};
+    use gpumux_engine::ids::SmId;
     use gpumux_engine::smset::SmSet;
 
     #[test]
@@ -1728,5 +1762,59 @@ mod tests {
         // Never nothing: one SM of 132 still gets a worker per SM.
         assert_eq!(share_of_each_sm(8, 1, 132), 1);
         assert_eq!(share_of_each_sm(2, 132, 132), 2);
+    }
+
+    /// Issue 36's huge grid beside two small clients, as ppq-even splits an
+    /// H200 (132 SMs): the grid (1024-thread blocks, 2 per SM) is given 130
+    /// SMs, and the engine keeps SMs 130 and 131 for the small clients'
+    /// one-block kernels (32 threads, 32 per SM), which it starts there.
+    #[test]
+    fn a_grid_co_located_beside_small_launches_leaves_the_sms_kept_for_them_free() {
+        let all = SmSet::range(0, 132);
+        let (grid_sms, kept) = (SmSet::range(0, 130), SmSet::range(130, 132));
+        let (grid_w, small_w) = (2, 32);
+        // Every SM is the spread (one priority); a peer runs.
+        let grid = placement_of(true, grid_sms, all, grid_w);
+        for sm in kept.iter() {
+            assert_eq!(workers_on(grid, grid_w, sm), 0, "the grid's workers on kept SM {sm:?}: {grid:?}");
+        }
+        // Its own SMs at full occupancy: the 260 slots it is owed, exactly.
+        let grid_slots: u32 = all.iter().map(|sm| workers_on(grid, grid_w, sm)).sum();
+        assert_eq!(grid_slots, grid_sms.len() * grid_w);
+        // A small launch given kept SM 131 beside it has a slot on both kept
+        // SMs, and the grid's threads and its own fit there: it starts at once.
+        let small = placement_of(true, SmSet::single(SmId(131)), all, small_w);
+        for sm in kept.iter() {
+            let small_here = workers_on(small, small_w, sm);
+            assert!(small_here >= 1, "the small launch has no slot on kept SM {sm:?}: {small:?}");
+            let threads = workers_on(grid, grid_w, sm) * 1024 + small_here * 32;
+            assert!(threads <= 2048, "kept SM {sm:?} is asked for {threads} threads");
+        }
+        // On the grid's SMs the grid fills every slot, so the small one can
+        // only start on the kept ones.
+        assert!(grid_sms.iter().all(|sm| workers_on(grid, grid_w, sm) == grid_w));
+    }
+
+    #[test]
+    fn a_share_short_of_the_whole_sm_still_co_locates_and_a_lone_launch_never_does() {
+        let all = SmSet::range(0, 132);
+        // Even split, 8 per SM: 4 of 8 on every SM (issue 14's co-runs, unchanged).
+        let half = placement_of(true, SmSet::range(0, 66), all, 8);
+        assert_eq!(half.mask, all);
+        assert_eq!((0..132).map(|s| workers_on(half, 8, SmId(s))).collect::<Vec<_>>(), vec![4; 132]);
+        // 3/4 of the SMs, 2 per SM: 1.5 rounds to 2, the whole SM: its own SMs.
+        let most = placement_of(true, SmSet::range(0, 99), all, 2);
+        assert_eq!((most.mask, most.share), (SmSet::range(0, 99), None));
+        // 120 of 132 at 8 per SM: 7 of 8 on every SM, a slot left on each for a peer.
+        let wide = placement_of(true, SmSet::range(0, 120), all, 8);
+        assert_eq!(wide.mask, all);
+        assert!((0..132).all(|s| workers_on(wide, 8, SmId(s)) == 7));
+        // One worker per SM: any share is the whole SM.
+        let one = placement_of(true, SmSet::range(0, 66), all, 1);
+        assert_eq!(one.mask, SmSet::range(0, 66));
+        // No peer (or co-location off), or given every SM: its own SMs.
+        assert_eq!(placement_of(false, SmSet::range(0, 66), all, 8).share, None);
+        assert_eq!(placement_of(true, all, all, 8).share, None);
+        assert_eq!(placement_of(true, SmSet::EMPTY, all, 8).mask, SmSet::EMPTY);
     }
 }
