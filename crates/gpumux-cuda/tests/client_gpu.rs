@@ -8,7 +8,9 @@
 //! block once), a kernel unloaded while it runs (its work runs
 //! out, its module goes with the last of it), hardware priority (a launch
 //! alone on the GPU native, an urgent one native beside it, a short one
-//! beside another priority's workers kept as workers), and a faulting
+//! beside another priority's workers kept as workers), a one-block launch
+//! on SMs the engine kept beside a long grid of the same priority (started
+//! at once: issue 36), and a faulting
 //! kernel reported as a lost context and survived by a rebuild. Without a
 //! GPU (or NVRTC) each test says it skipped and why.
 
@@ -33,12 +35,20 @@ use std::time::{Duration, Instant};
 static GPU: Mutex<()> = Mutex::new(());
 
 fn device_or_skip(test: &str) -> Option<(MutexGuard<'static, ()>, ClientDevice)> {
+    device_or_skip_with(test, ClientDevice::open)
+}
+
+/// [`device_or_skip`], the device opened by `open` (co-located, say).
+fn device_or_skip_with(
+    test: &str,
+    open: fn(i32) -> Result<ClientDevice, gpumux_cuda::CudaError>,
+) -> Option<(MutexGuard<'static, ()>, ClientDevice)> {
     if !nvrtc::nvrtc_present() {
         eprintln!("SKIPPED {test}: libnvrtc not found (source .ci/install-nvrtc.sh)");
         return None;
     }
     let guard = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    match ClientDevice::open(0) {
+    match open(0) {
         Ok(d) => Some((guard, d)),
         Err(e) => {
             eprintln!("SKIPPED {test}: {}", gpumux_cuda::error::Chain(&e));
@@ -1137,6 +1147,62 @@ fn a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once() {
 /// client's launch takes one of them instead of making one (0.8-2.1 ms on
 /// the H100), and when its kernel is unloaded the record is idle again and
 /// holds none of its module, which goes.
+/// Issue 36's huge grid beside a well-behaved client, on a co-locating
+/// device as the daemon opens it: a long grid of 1024-thread blocks (two
+/// per SM) is given every SM but the last two while a one-block peer runs
+/// (so co-location would spread it), and the engine starts a one-block
+/// launch of 32 threads on one of the two SMs it kept. The grid's share of
+/// each SM rounds to the whole SM, so it runs on its own SMs: the small
+/// launch finds its slot at once, long before the grid ends, with no
+/// restart, and no block of the grid runs on the kept SMs. Before the fix
+/// the grid took both slots of every SM, the kept ones included, and the
+/// small launch waited for the grid's end.
+#[test]
+fn a_one_block_launch_on_sms_the_engine_kept_starts_at_once_beside_a_long_grid() {
+    let test = "a_one_block_launch_on_sms_the_engine_kept_starts_at_once_beside_a_long_grid";
+    let Some((_gpu, mut d)) = device_or_skip_with(test, ClientDevice::open_co_located) else { return };
+    let d = &mut d;
+    // Always co-located (the daemon's chooser starts a pair co-located too).
+    d.set_choose_placement(false);
+    let h = Stamps::kernel(d);
+    let sms = d.info().num_sms;
+    let (grid_sms, kept) = (SmSet::range(0, sms - 2), SmSet::range(sms - 2, sms));
+    // The grid: 300 waves of 1 ms blocks on its SMs, about 300 ms.
+    let grid_total = (sms as u64 - 2) * 2 * 300;
+    let (grid, peer, small) = (Stamps::new(d, grid_total, 501), Stamps::new(d, 1, 502), Stamps::new(d, 1, 503));
+    // SAFETY: kernels bind no host memory.
+    unsafe { d.bind(OpId(510), grid.work_of(h, 1_000_000, 1024)) }.expect("bind grid");
+    unsafe { d.bind(OpId(511), peer.work_of(h, 3_000_000, 32)) }.expect("bind peer");
+    unsafe { d.bind(OpId(512), small.work_of(h, 10_000, 32)) }.expect("bind small");
+    // The peer first, on a kept SM, so that the grid has a peer when it is placed.
+    d.submit(d.now(), launch(511, 511, BlockRanges::full(1), SmSet::range(sms - 1, sms), 1)).expect("peer");
+    d.submit(d.now(), launch(510, 510, BlockRanges::full(grid_total), grid_sms, grid_total)).expect("grid");
+    let mut events = run_until(d, ended(LaunchId(511))).expect("peer");
+    let unplaced = d.ahead_counts().unplaced;
+    let t = Instant::now();
+    d.submit(d.now(), launch(512, 512, BlockRanges::full(1), SmSet::range(sms - 1, sms), 1)).expect("small");
+    events.extend(run_until(d, ended(LaunchId(512))).expect("small"));
+    let took = t.elapsed();
+    let grid_ended_first = ended(LaunchId(510))(&events);
+    let restarts = d.ahead_counts().unplaced - unplaced;
+    events.extend(run_until(d, ended(LaunchId(510))).expect("grid"));
+    eprintln!("the small launch beside the grid: ended {:.0} µs after its launch", took.as_secs_f64() * 1e6);
+    for op in [510, 511, 512] {
+        d.unbind(OpId(op));
+    }
+    let grid_out = grid.read_and_free(d, 520);
+    let peer_out = peer.read_and_free(d, 530);
+    let small_out = small.read_and_free(d, 540);
+    assert!(grid_out.runs.iter().all(|&r| r == 1), "every block of the grid ran exactly once");
+    assert_eq!((peer_out.runs[0], small_out.runs[0]), (1, 1), "the peer's block and the small one's ran once");
+    assert!(!grid_ended_first, "the small launch waited for the grid's end ({took:?}): {events:?}");
+    assert!(took < Duration::from_millis(100), "the small launch took {took:?} beside the grid (which runs ~300 ms)");
+    assert_eq!(restarts, 0, "the small launch started again: no worker found room");
+    let on_kept = grid_out.sm_of.iter().filter(|&&s| kept.contains(gpumux_engine::ids::SmId(s as u16))).count();
+    assert_eq!(on_kept, 0, "{on_kept} blocks of the grid ran on the SMs the engine kept for the small launch");
+    eprintln!("the small launch's block ran on SM {} (kept: {} and {})", small_out.sm_of[0], sms - 2, sms - 1);
+}
+
 #[test]
 fn launch_records_made_with_the_context_serve_every_client_and_outlive_them() {
     let Some((_gpu, mut d)) =
