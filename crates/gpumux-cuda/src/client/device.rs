@@ -750,7 +750,9 @@ impl ClientDevice {
     /// compute-bound kernel split "in half" both stay resident everywhere:
     /// the memory-bound one needs bandwidth from every SM, not SMs of its
     /// own (issue 14's co-run measurements). A launch given every SM runs
-    /// as without co-location. Shares are exact for even splits; with
+    /// as without co-location, and so does one whose share rounds to the
+    /// whole SM (it would fill the SMs the engine kept for others:
+    /// `placement_of`). Shares are exact for even splits; with
     /// three or more launches the rounded shares may add up to a little
     /// more than an SM holds, and the hardware then fits what it can.
     pub fn open_co_located(ordinal: i32) -> Result<ClientDevice, CudaError> {
