@@ -17,6 +17,10 @@
 # REPLAY_CALIBRATION: a `gpumux calibrate` file whose device section (preemption cost) the
 # simulator takes; without it the replay drains and keeps SMs until a launch's end, as gpumux's
 # CUDA backend does, and copies run at the speed recorded.
+# REPLAY_MEM (default "vector_add=1 stencil=1"; empty: skip): a second replay of the same
+# recordings with these kernels' memory intensity given (`gpumux replay --mem-intensity`), the
+# one parameter a recording cannot tell; printed beside the first as "(mem)" lines in the
+# summary (replay-mem.txt / .json), not counted in the exit status.
 # Client sizes (each client's --size and --repeat; sized for tens of ms on an H200, the first
 # figures to tune if a client runs only a few ms alone):
 #   VECTOR_ADD_ARGS (default "--size 16777216 --repeat 400"), HISTOGRAM_ARGS ("--size 67108864
@@ -96,6 +100,24 @@ for policy in $POLICIES; do
     else
         cat "$dir/replay.err"
         results+=("FAIL $policy: gpumux replay failed (see $dir/replay.err)"); fails=$((fails + 1))
+    fi
+    mem=${REPLAY_MEM-vector_add=1 stencil=1}
+    if [ -n "$mem" ]; then
+        echo "== $policy: replay with memory intensities $mem"
+        replay=("$BIN/gpumux" replay "$dir/shared.jsonl" --alone "$dir/alone.jsonl" --policy "$policy"
+            --json "$dir/replay-mem.json")
+        [ -n "${REPLAY_TARGET:-}" ] && replay+=(--device "$REPLAY_TARGET")
+        [ -n "${REPLAY_CALIBRATION:-}" ] && replay+=(--calibration "$REPLAY_CALIBRATION")
+        for m in $mem; do replay+=(--mem-intensity "$m"); done
+        if "${replay[@]}" >"$dir/replay-mem.txt" 2>"$dir/replay-mem.err"; then
+            cat "$dir/replay-mem.txt"
+            verdict=$(grep -E '^(PASS|FAIL):' "$dir/replay-mem.txt" | tail -1)
+            figures=$(grep -E '^ANTT recorded' "$dir/replay-mem.txt" | tail -1)
+            results+=("${verdict%%:*} $policy (mem: $mem): $figures")
+        else
+            cat "$dir/replay-mem.err"
+            results+=("FAIL $policy (mem: $mem): gpumux replay failed (see $dir/replay-mem.err)")
+        fi
     fi
 done
 

@@ -23,7 +23,7 @@
 //! that no other client's work overlapped, else (noted) the shortest instance.
 
 use super::recording::{ClientRec, Recording};
-use crate::calibrate::measure::{fit_kernel, KernelRuns};
+use crate::calibrate::measure::{fit_kernel, sim_alone, KernelRuns};
 use anyhow::{Context, Result};
 use gpumux_engine::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::model::{Op, ProcessSpec, Workload};
@@ -87,6 +87,8 @@ pub struct Fitted {
     pub instances: usize,
     pub source: Source,
     pub block_time_us: f64,
+    /// Memory intensity the simulator gives it: 0 unless `--mem-intensity` names it.
+    pub mem_intensity: f64,
 }
 
 /// For each completed operation of a client, when it could start: its
@@ -144,11 +146,14 @@ fn kernel_samples(r: &Recording, only_clean: bool) -> BTreeMap<Shape, Samples> {
     out
 }
 
-/// Fits every kernel shape of `r` for `target`, from `alone` recordings first.
+/// Fits every kernel shape of `r` for `target`, from `alone` recordings first. A kernel
+/// named in `mem` gets that memory intensity (`--mem-intensity`), its block time fitted with
+/// it, so that alone it still takes its recorded time.
 pub fn fit_kernels(
     r: &Recording,
     alone: &[Recording],
     target: &DeviceInfo,
+    mem: &HashMap<String, f64>,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<Shape, (SimTiming, Fitted)>> {
     let mut from_alone: BTreeMap<Shape, Vec<f64>> = BTreeMap::new();
@@ -178,7 +183,7 @@ pub fn fit_kernels(
             }
         };
         let mean = times.iter().sum::<f64>() / times.len() as f64;
-        let fitted = fit(&shape, mean, target)
+        let fitted = fit(&shape, mean, target, mem.get(&shape.name).copied())
             .with_context(|| format!("fitting kernel {}", gpumux_files::text::quote(&shape.name)))?;
         let desc = shape.desc(fitted);
         out.insert(
@@ -193,6 +198,7 @@ pub fn fit_kernels(
                     instances: times.len(),
                     source,
                     block_time_us: fitted.block_time_ns as f64 / 1e3,
+                    mem_intensity: fitted.mem_intensity,
                 },
             ),
         );
@@ -201,8 +207,13 @@ pub fn fit_kernels(
 }
 
 /// The block time for which `shape` alone on `target` takes `alone_ns`
-/// (calibrate's fit, with no spread or memory measurements: both stay 0).
-fn fit(shape: &Shape, alone_ns: f64, target: &DeviceInfo) -> Result<SimTiming> {
+/// (calibrate's fit, with no spread or memory measurements: both stay 0), or with memory
+/// intensity `mem` when given: a recording made with the whole device has no run on fewer
+/// SMs to identify it from (docs/calibration.md), so it can only be given.
+fn fit(shape: &Shape, alone_ns: f64, target: &DeviceInfo, mem: Option<f64>) -> Result<SimTiming> {
+    if let Some(m) = mem {
+        return fit_with_mem(shape, alone_ns, target, m);
+    }
     let desc = shape.desc(SimTiming::new(1000));
     let bps = target.blocks_per_sm(&desc).with_context(|| format!("on {}", target.name))?;
     let runs = KernelRuns {
@@ -220,6 +231,20 @@ fn fit(shape: &Shape, alone_ns: f64, target: &DeviceInfo) -> Result<SimTiming> {
         block_time_spread: cal.block_time_spread,
         mem_intensity: cal.mem_intensity,
     })
+}
+
+/// `fit` with memory intensity `m`: the block time scaled until the simulated alone time on
+/// every SM is `alone_ns` (the memory model's factor alone cancels, as in `fit_kernel`).
+fn fit_with_mem(shape: &Shape, alone_ns: f64, target: &DeviceInfo, m: f64) -> Result<SimTiming> {
+    let timing =
+        |bt: f64| SimTiming { block_time_ns: bt.round().max(1.0) as u64, block_time_spread: 0.0, mem_intensity: m };
+    let alone_ns = alone_ns.max(1.0);
+    let mut bt = 1000.0;
+    for _ in 0..4 {
+        let t = sim_alone(target, &Arc::new(shape.desc(timing(bt))), target.num_sms, 1)?;
+        bt *= alone_ns / t.max(1.0);
+    }
+    Ok(timing(bt))
 }
 
 /// Most operations a process may have in flight in the replay: any number

@@ -53,6 +53,24 @@ pub struct ReplayArgs {
     /// The goal: ANTT and STP within this many percent of the recorded ones (a PASS/FAIL line).
     #[arg(long, default_value_t = 10.0)]
     pub goal_pct: f64,
+    /// Memory intensity M (0-1) of every recorded kernel named KERNEL (repeatable); its
+    /// block time is fitted with it, so alone it still takes its recorded time. Default 0:
+    /// a recording cannot tell it (docs/calibration.md); this tests what it would change.
+    #[arg(long = "mem-intensity", value_name = "KERNEL=M", value_parser = parse_mem_intensity)]
+    pub mem_intensity: Vec<(String, f64)>,
+}
+
+/// `KERNEL=M` of `--mem-intensity`.
+fn parse_mem_intensity(s: &str) -> Result<(String, f64), String> {
+    let (name, m) = s.split_once('=').ok_or_else(|| format!("expected KERNEL=M, got {s:?}"))?;
+    let m: f64 = m.trim().parse().map_err(|_| format!("{m:?} in {s:?} is not a number"))?;
+    if !(0.0..=1.0).contains(&m) {
+        return Err(format!("the memory intensity of {name:?} must be between 0 and 1, got {m}"));
+    }
+    if name.is_empty() {
+        return Err(format!("no kernel name before '=' in {s:?}"));
+    }
+    Ok((name.to_string(), m))
 }
 
 /// One client: recorded and simulated turnarounds, ms.
@@ -139,7 +157,25 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     if !latencies.is_empty() {
         tuning.link_latency_ns = Some((latencies.iter().sum::<f64>() / latencies.len() as f64).round() as u64);
     }
-    let kernels = build::fit_kernels(&rec, &alone, &info, &mut notes)?;
+    let mem: HashMap<String, f64> = args.mem_intensity.iter().cloned().collect();
+    let kernels = build::fit_kernels(&rec, &alone, &info, &mem, &mut notes)?;
+    for name in mem.keys() {
+        if !kernels.keys().any(|s| &s.name == name) {
+            let mut known: Vec<&str> = kernels.keys().map(|s| s.name.as_str()).collect();
+            known.dedup();
+            bail!(
+                "--mem-intensity names kernel {}, which {} never ran; its kernels: {}",
+                gpumux_files::text::quote(name),
+                rec.file,
+                known.join(", ")
+            );
+        }
+        notes.push(format!(
+            "kernel {}: memory intensity {} (--mem-intensity)",
+            gpumux_files::text::quote(name),
+            mem[name]
+        ));
+    }
     let workload = build::workload(&rec, &kernels, &mut notes)?;
     if let Some(path) = &args.out {
         std::fs::write(path, gpumux_workload::to_toml(&workload))
@@ -160,7 +196,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     let mut alone_sim: HashMap<String, Vec<f64>> = HashMap::new();
     for a in &alone {
         let mut ignored = Vec::new();
-        let fits = build::fit_kernels(a, &alone, &info, &mut ignored)?;
+        let fits = build::fit_kernels(a, &alone, &info, &mem, &mut ignored)?;
         let w = build::workload(a, &fits, &mut ignored)?;
         let m = simulate(&w, &device, run::ALONE_POLICY, args.seed)?;
         for (c, p) in a.clients.iter().zip(&m.processes) {
@@ -320,18 +356,19 @@ pub fn render(r: &ReplayReport) -> String {
     }
     let _ = writeln!(
         s,
-        "{:<20} {:>10} {:>10} {:>12} {:>10}  timed from",
-        "kernel", "blocks", "recorded us", "instances", "block us"
+        "{:<20} {:>10} {:>10} {:>12} {:>10} {:>5}  timed from",
+        "kernel", "blocks", "recorded us", "instances", "block us", "m"
     );
     for k in &r.kernels {
         let _ = writeln!(
             s,
-            "{:<20} {:>10} {:>10.1} {:>12} {:>10.2}  {}",
+            "{:<20} {:>10} {:>10.1} {:>12} {:>10.2} {:>5.2}  {}",
             gpumux_files::text::truncate(&k.name, 20),
             k.blocks,
             k.recorded_us,
             k.instances,
             k.block_time_us,
+            k.mem_intensity,
             match k.source {
                 build::Source::Alone => "alone recording",
                 build::Source::Uncontended => "uncontended runs",
