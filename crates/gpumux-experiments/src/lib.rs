@@ -91,6 +91,12 @@ pub struct ExperimentArgs {
     /// our estimates miss for 8 of 10 apps.
     #[arg(long, default_value = "estimate")]
     pub host: String,
+    /// Tanasic experiments: every Parboil kernel's block-time spread `s` (each
+    /// block takes mean × (1 ± s), uniform; at most 1). Default: 0.1, ours
+    /// (Table 1 gives mean block times only); tests how much draining costs
+    /// when the blocks on one SM end at different times.
+    #[arg(long)]
+    pub tb_spread: Option<f64>,
 }
 
 /// What every experiment needs to know about the run.
@@ -113,6 +119,8 @@ pub struct Ctx {
     pub async_launches: bool,
     /// `--host class2`.
     pub host_class2: bool,
+    /// `--tb-spread`: the Parboil kernels' block-time spread, `None` for the workload's own.
+    pub tb_spread: Option<f64>,
 }
 
 /// Runs the experiment(s) `args` names (or lists them, for `list`): each
@@ -157,6 +165,11 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
     if !(0.0..=1e6).contains(&args.preempt_overhead_us) {
         bail!("--preempt-overhead-us must be between 0 and 1e6, got {}", args.preempt_overhead_us);
     }
+    if let Some(s) = args.tb_spread {
+        if !(0.0..=1.0).contains(&s) {
+            bail!("--tb-spread must be between 0 and 1 (each block mean × (1 ± s)), got {s}");
+        }
+    }
     // Checked before the first experiment, which can take minutes, not after it.
     gpumux_files::output::check_dir(&args.out).map_err(|why| anyhow::anyhow!("--out {}: {why}", args.out.display()))?;
     let ctx = Ctx {
@@ -174,6 +187,7 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
         launch_gap_ns: (args.launch_gap_us * 1e3).round() as u64,
         async_launches: args.async_launches,
         host_class2,
+        tb_spread: args.tb_spread,
     };
     for name in names {
         let started = std::time::Instant::now();
@@ -213,6 +227,9 @@ fn options(ctx: &Ctx, name: &str) -> String {
         }
         if ctx.host_class2 {
             s.push_str(" --host class2");
+        }
+        if let Some(sp) = ctx.tb_spread {
+            s.push_str(&format!(" --tb-spread {sp}"));
         }
     }
     s
