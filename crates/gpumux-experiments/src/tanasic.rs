@@ -746,6 +746,20 @@ mod tests {
     }
 
     #[test]
+    fn tb_spread_changes_every_kernels_spread_and_nothing_else() {
+        let k = KernelDesc::new("k", KernelShape::new(1, 32, 1))
+            .with_sim_timing(SimTiming::new(1000).with_spread(0.1).with_mem_intensity(0.4));
+        let ops = vec![Op::Cpu { ns: 5 }, Op::Kernel(Arc::new(k.clone())), Op::Kernel(Arc::new(k))];
+        let out = with_spread(ops, 1.0);
+        assert!(matches!(out[0], Op::Cpu { ns: 5 }));
+        for op in &out[1..] {
+            let Op::Kernel(k) = op else { panic!("a kernel stays a kernel") };
+            let t = k.sim_timing.expect("timed");
+            assert_eq!((t.block_time_ns, t.block_time_spread, t.mem_intensity), (1000, 1.0, 0.4));
+        }
+    }
+
+    #[test]
     fn async_hosts_sync_only_after_reading_back() {
         let k = || Op::Kernel(Arc::new(kernel()));
         let ops = vec![
