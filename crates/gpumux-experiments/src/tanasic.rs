@@ -488,9 +488,15 @@ pub fn overhead(ctx: &Ctx) -> Result<String> {
         cells.push(paper_vals[j - 1].map_or("(higher than excl.)".into(), range));
         t.row(cells);
     }
-    let mut u = Table::new(&["mean STP", "n=2", "n=4", "n=6", "n=8"]);
+    let mut u = Table::new(&["mean STP / SM busy %", "n=2", "n=4", "n=6", "n=8"]);
     for (j, p) in pols.iter().enumerate() {
         u.row(row_by_n(p.to_string(), |n| by_n(&mixes, &res, n).map(|(_, r)| r[j].stp).collect()));
+    }
+    // Idle SM-time is where capacity a drain leaves unused can be made up later.
+    for (j, p) in pols.iter().enumerate() {
+        u.row(row_by_n(format!("SM busy %, {p}"), |n| {
+            by_n(&mixes, &res, n).map(|(_, r)| 100.0 * r[j].sm_utilisation).collect()
+        }));
     }
     // Who the STP is lost by: the prioritised process's 1/NTT and the others' Σ 1/NTT. A
     // draining SM keeps completing the others' blocks, so a mechanism can only cost STP
