@@ -88,7 +88,8 @@ pub struct ExperimentArgs {
     /// Tanasic experiments: the Parboil apps' host (CPU) time. `estimate`: ours
     /// (docs/workloads.md). `class2`: scaled so each app's time alone falls in
     /// its Table 1 Class 2 range (SHORT 4 ms, MEDIUM 60 ms, LONG 600 ms), which
-    /// our estimates miss for 8 of 10 apps.
+    /// our estimates miss for 8 of 10 apps. `class2-low`: at the low end of each
+    /// range (4, 35 and 420 ms), the least host time the table allows.
     #[arg(long, default_value = "estimate")]
     pub host: String,
     /// Tanasic experiments: every Parboil kernel's block-time spread `s` (each
@@ -117,8 +118,10 @@ pub struct Ctx {
     pub launch_gap_ns: u64,
     /// `--async-launches`.
     pub async_launches: bool,
-    /// `--host class2`.
+    /// `--host class2` or `class2-low`.
     pub host_class2: bool,
+    /// `--host class2-low`: each app at the low end of its Class 2 range, not mid-range.
+    pub class2_low: bool,
     /// `--tb-spread`: the Parboil kernels' block-time spread, `None` for the workload's own.
     pub tb_spread: Option<f64>,
 }
@@ -149,10 +152,11 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
         "table" => BlockTime::Table,
         other => bail!("--tb must be `fit` or `table`, got `{other}`"),
     };
-    let host_class2 = match args.host.as_str() {
-        "estimate" => false,
-        "class2" => true,
-        other => bail!("--host must be `estimate` or `class2`, got `{other}`"),
+    let (host_class2, class2_low) = match args.host.as_str() {
+        "estimate" => (false, false),
+        "class2" => (true, false),
+        "class2-low" => (true, true),
+        other => bail!("--host must be `estimate`, `class2` or `class2-low`, got `{other}`"),
     };
     if !(0.0..=1e9).contains(&args.launch_gap_us) {
         bail!("--launch-gap-us must be between 0 and 1e9, got {}", args.launch_gap_us);
@@ -187,6 +191,7 @@ pub fn run(args: ExperimentArgs) -> Result<()> {
         launch_gap_ns: (args.launch_gap_us * 1e3).round() as u64,
         async_launches: args.async_launches,
         host_class2,
+        class2_low,
         tb_spread: args.tb_spread,
     };
     for name in names {
@@ -226,7 +231,7 @@ fn options(ctx: &Ctx, name: &str) -> String {
             s.push_str(" --async-launches");
         }
         if ctx.host_class2 {
-            s.push_str(" --host class2");
+            s.push_str(if ctx.class2_low { " --host class2-low" } else { " --host class2" });
         }
         if let Some(sp) = ctx.tb_spread {
             s.push_str(&format!(" --tb-spread {sp}"));
