@@ -18,6 +18,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod multi_gpu;
+
 /// The co-run pairs.
 pub const PAIRS: [(LoopKernel, LoopKernel); 3] = [
     (LoopKernel::Triad, LoopKernel::Fma),
@@ -42,6 +44,9 @@ pub struct Bench {
     pub device: String,
     /// The CUDA ordinal; `None` on a simulated device (no native baselines).
     pub ordinal: Option<i32>,
+    /// The device of every GPU (`--device` as given) and its GPU count, when
+    /// it has several; `device` is then its first GPU.
+    pub many: Option<(String, usize)>,
     pub args: DaemonBenchArgs,
 }
 
@@ -227,7 +232,7 @@ fn loop_of(r: &JobResult) -> Result<(u64, u64)> {
 }
 
 /// The experiments `--only` may name.
-const EXPERIMENTS: [&str; 4] = ["priority", "corun", "overhead", "programs"];
+const EXPERIMENTS: [&str; 5] = ["priority", "corun", "overhead", "programs", "multi-gpu"];
 
 impl Bench {
     fn wants(&self, experiment: &str) -> bool {
@@ -254,11 +259,17 @@ impl Bench {
     }
 
     fn start_daemon(&self, c: &DaemonConfig) -> Result<Daemon> {
+        self.start_daemon_on(c, &self.device, "")
+    }
+
+    /// A daemon of configuration `c` serving `base` (one GPU or several),
+    /// its log named after `c` and `tag`.
+    fn start_daemon_on(&self, c: &DaemonConfig, base: &str, tag: &str) -> Result<Daemon> {
         let mut extra: Vec<String> = self.args.daemon_args.split_whitespace().map(str::to_owned).collect();
         if c.in_process && !c.sim && self.ordinal.is_some() {
             extra.push("--device-in-process".into());
         }
-        let mut device = if c.sim { "sim:h100".to_owned() } else { self.device.clone() };
+        let mut device = if c.sim { "sim:h100".to_owned() } else { base.to_owned() };
         if !c.sim && self.ordinal.is_some() {
             if c.own_sms {
                 device += ",own-sms";
@@ -281,8 +292,10 @@ impl Bench {
                 None => {}
             }
         }
-        let name: String =
-            c.label().chars().map(|ch| if ch.is_ascii_alphanumeric() || ch == '-' { ch } else { '_' }).collect();
+        let name: String = format!("{}{tag}", c.label())
+            .chars()
+            .map(|ch| if ch.is_ascii_alphanumeric() || ch == '-' { ch } else { '_' })
+            .collect();
         let log = self.args.logs.join(format!("{name}.log"));
         self.say(&format!("starting {} (log: {})", c.label(), log.display()));
         Daemon::start(&self.exe, &device, &c.policy, &extra, &self.dir, &log)
@@ -333,6 +346,14 @@ impl Bench {
         if let Some(o) = self.args.only.iter().find(|o| !EXPERIMENTS.contains(&o.trim())) {
             bail!("unknown experiment `{o}` in --only (known: {})", EXPERIMENTS.join(", "));
         }
+        if self.wants("multi-gpu") && self.many.is_none() {
+            bail!(
+                "the multi-gpu experiment needs a --device of 2 GPUs or more (cuda:0,1, cuda:all, sim:h100x2), not `{}`",
+                self.device
+            );
+        }
+        // The co-run loops alone: the co-run pairs' reference and the multi-gpu clients'.
+        let loops_alone = self.wants("corun") || self.wants("multi-gpu");
         let default = DaemonConfig::parse(&self.args.policy)?;
         let priority_configs: Vec<DaemonConfig> = std::iter::once(Ok(default.clone()))
             .chain(self.args.priority_policies.iter().filter(|p| !p.trim().is_empty()).map(|p| DaemonConfig::parse(p)))
@@ -430,18 +451,9 @@ impl Bench {
                     }
                 }
             }
-            if self.wants("corun") {
-                let target = self.args.corun_seconds;
+            if loops_alone {
                 for &k in &kernels {
-                    let cal = 20;
-                    let r = self.setting(
-                        &format!("co-run: calibrating {}", k.name()),
-                        &[ProcPlan::native(vec![Job::Loop { kernel: k, launches: cal }])],
-                        &env,
-                        None,
-                    )?;
-                    let (ns, _) = loop_of(first(&r)?)?;
-                    let n = ((target * 1e9 / (ns as f64 / cal as f64)).round() as u32).max(1);
+                    let n = self.calibrate(k, Mode::Native, &env)?;
                     launches.insert(k, n);
                     let r = self.setting(
                         &format!("co-run: {} alone, {n} launches", k.name()),
@@ -451,6 +463,8 @@ impl Bench {
                     )?;
                     alone.insert(k, loop_of(first(&r)?)?);
                 }
+            }
+            if self.wants("corun") {
                 for i in 0..PAIRS.len() {
                     for (label, together) in [("time slicing", false), ("one process, 2 streams", true)] {
                         corun.insert(
@@ -513,13 +527,15 @@ impl Bench {
                     }
                 }
             }
-        } else if self.wants("corun") {
+        } else if loops_alone {
             // No native reference on a simulated device: the daemon's own
             // alone runs under the default policy stand in for it.
             let d = self.start_daemon(&default)?;
             let env = self.env(Some(d.socket.clone()), &[]);
             for &k in &kernels {
-                let n = 3;
+                // Three launches check the co-run pairs; the multi-gpu STP
+                // needs loops long enough that their start costs weigh little.
+                let n = if self.wants("multi-gpu") { self.calibrate(k, Mode::Daemon, &env)? } else { 3 };
                 launches.insert(k, n);
                 let r = self.setting(
                     &format!("co-run: {} alone through gpumuxd", k.name()),
@@ -622,6 +638,9 @@ impl Bench {
                     overhead.daemon_launches_per_s.push((k, rate_of(&r)?));
                 }
             }
+        }
+        if self.wants("multi-gpu") {
+            report.multi_gpu = Some(self.multi_gpu(&default, &launches, &alone)?);
         }
 
         // Figures.
@@ -745,6 +764,19 @@ impl Bench {
         };
         let r = self.setting(&format!("co-run {}+{}: {label}", a.name(), b.name()), &plans, env, None)?;
         loops(&r)
+    }
+
+    /// Launches of `k` that run about `--corun-seconds` alone in `mode`, from 20 timed ones.
+    fn calibrate(&self, k: LoopKernel, mode: Mode, env: &Env) -> Result<u32> {
+        let cal = 20;
+        let r = self.setting(
+            &format!("co-run: calibrating {}", k.name()),
+            &[ProcPlan { mode, jobs: vec![Job::Loop { kernel: k, launches: cal }] }],
+            env,
+            None,
+        )?;
+        let (ns, _) = loop_of(first(&r)?)?;
+        Ok(((self.args.corun_seconds * 1e9 / (ns.max(1) as f64 / cal as f64)).round() as u32).max(1))
     }
 
     fn loop_job(&self, k: LoopKernel, launches: &BTreeMap<LoopKernel, u32>) -> Job {

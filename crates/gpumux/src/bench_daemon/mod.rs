@@ -11,7 +11,10 @@
 //! * **programs**: whole programs (a wavefront chain of 511 dependent
 //!   launches, a barrier stencil, 1 GiB copied each way around a kernel),
 //!   each checked against a CPU reference, natively alone against one
-//!   client of the default daemon (issue 35; [`programs`]).
+//!   client of the default daemon (issue 35; [`programs`]);
+//! * **multi-gpu**: four GPU-filling co-run loops at once through a daemon
+//!   of every GPU of `--device` and through one of its first GPU, STP of
+//!   each against the loops alone (issue 38; `experiments/multi_gpu.rs`).
 //!
 //! `--hostile` runs issue 36's soak instead: two well-behaved clients
 //! alone, then beside four abusive ones, then after them, against one
@@ -42,10 +45,14 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug, Clone)]
 pub struct DaemonBenchArgs {
     /// `cuda:<index>` or `sim:h100` (daemon rows only). Default: cuda:0 when
-    /// a CUDA driver is present, else sim:h100.
+    /// a CUDA driver is present, else sim:h100. Several GPUs (`cuda:0,1`,
+    /// `cuda:all`, `sim:h100x2`) for the multi-gpu experiment, which serves
+    /// them all; the other experiments use the first.
     #[arg(long)]
     pub device: Option<String>,
-    /// Experiments to run (comma-separated): priority, corun, overhead, programs.
+    /// Experiments to run (comma-separated): priority, corun, overhead, programs,
+    /// multi-gpu (four GPU-filling clients on every GPU of `--device` against
+    /// the same on its first GPU: issue 38's STP goal; not run unless named).
     #[arg(long, default_value = "priority,corun,overhead,programs", value_delimiter = ',')]
     pub only: Vec<String>,
     /// The daemon policy of the priority and overhead experiments (the candidate default).
@@ -154,6 +161,12 @@ pub fn run(mut args: DaemonBenchArgs) -> Result<()> {
             "sim:h100".into()
         }
     });
+    // Several GPUs (`cuda:0,1`, `cuda:all`, `sim:h100x2`): the multi-gpu
+    // experiment serves them all; every other setting serves the first.
+    let specs = gpumuxd::gpus::device_specs(&device, gpumux_cuda::runtime::gpu_count)
+        .map_err(|e| anyhow::anyhow!("bad device: {e}"))?;
+    let many = (specs.len() > 1).then(|| (device.clone(), specs.len()));
+    let device = specs.into_iter().next().unwrap_or(device);
     let ordinal = match device.strip_prefix("cuda:") {
         Some(n) => Some(n.parse::<i32>().with_context(|| format!("bad device `{device}`"))?),
         None if device.starts_with("sim:") => None,
@@ -184,7 +197,7 @@ pub fn run(mut args: DaemonBenchArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let bench = experiments::Bench { exe, dir: dir.clone(), device: device.clone(), ordinal, args: args.clone() };
+    let bench = experiments::Bench { exe, dir: dir.clone(), device: device.clone(), ordinal, many, args: args.clone() };
     let result = bench.run_all();
     let _ = std::fs::remove_dir_all(&dir);
     let report = result?;

@@ -194,6 +194,8 @@ fn log_tail(path: &Path, lines: usize) -> String {
 pub struct Daemon {
     child: Child,
     pub socket: PathBuf,
+    /// Its log (what it said about each client, e.g. the GPU it placed it on).
+    pub log: PathBuf,
 }
 
 impl Daemon {
@@ -218,7 +220,7 @@ impl Daemon {
             .stderr(log_file)
             .spawn()
             .with_context(|| format!("starting {} daemon", exe.display()))?;
-        let mut d = Daemon { child, socket };
+        let mut d = Daemon { child, socket, log: log.to_path_buf() };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let options = gpumux_client::ConnectOptions {

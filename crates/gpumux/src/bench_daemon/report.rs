@@ -173,6 +173,8 @@ pub struct Report {
     pub programs: Vec<ProgramRow>,
     /// What each program does (the programs table's legend).
     pub program_legend: Vec<String>,
+    /// Four clients on every GPU against the same on one (`--only multi-gpu`).
+    pub multi_gpu: Option<super::experiments::multi_gpu::MultiGpuReport>,
     /// What could not be measured, and why.
     pub notes: Vec<String>,
 }
@@ -293,6 +295,9 @@ impl Report {
         }
         if !self.programs.is_empty() {
             out += &self.render_programs();
+        }
+        if let Some(m) = &self.multi_gpu {
+            out += &m.render();
         }
         for n in &self.notes {
             out += &format!("\nnote: {n}");
