@@ -29,6 +29,13 @@ pub struct DaemonArgs {
     /// (GPUMUX_GPU=N) [default: least-loaded].
     #[arg(long)]
     pub placement: Option<String>,
+    /// With several GPUs: move an idle client (nothing queued or running) to
+    /// a GPU left with no client while its own GPU holds two or more, at its
+    /// next request; its buffers' bytes go through host memory and it keeps
+    /// its handles (docs/multi-gpu.md, "Moving a client between GPUs"). Off by
+    /// default; a device in a child process (cuda:N's default) cannot yet.
+    #[arg(long)]
+    pub rebalance: bool,
     /// Config file: who may connect, with which limits [default: only this user and root].
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -92,6 +99,7 @@ impl DaemonArgs {
             swap_memory: self.swap_memory,
             swap_keep: self.swap_keep,
             placement: self.placement.clone(),
+            rebalance: self.rebalance.then_some(true),
         }
     }
 }

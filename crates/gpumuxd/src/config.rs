@@ -6,6 +6,7 @@
 //! device = "cuda:0"       # cuda:all, cuda:0,1: every GPU, or these (docs/multi-gpu.md)
 //! policy = "ppq-even-drain"
 //! placement = "least-loaded" # which GPU a client goes to, with several (or "memory")
+//! rebalance = false         # move idle clients to a GPU left with none (docs/multi-gpu.md)
 //! record = "/var/lib/gpumux/clients.jsonl"   # optional: gpumuxd --record
 //! swap_memory = "64 GiB"    # host memory for evicted buffers (default: half the host's; 0: never evict)
 //!
@@ -251,6 +252,9 @@ pub struct DaemonDefaults {
     /// Host memory evicted buffers may take in all (docs/daemon.md,
     /// "Memory oversubscription"; default `core::default_swap_memory`).
     pub swap_memory: Option<Bytes>,
+    /// Move idle clients to GPUs left with no client (`--rebalance`;
+    /// docs/multi-gpu.md, "Moving a client between GPUs").
+    pub rebalance: Option<bool>,
 }
 
 /// The whole config.

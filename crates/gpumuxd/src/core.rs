@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 
 mod copy_2d;
 mod device;
+pub mod handover;
 mod host;
 mod inbox;
 mod load_parts;
@@ -172,6 +173,19 @@ pub enum CoreMsg {
         /// Where the part goes.
         reply: Sender<Status>,
     },
+    /// Several GPUs, `--rebalance`: hand `client` over to another core if it
+    /// is idle and its buffers fit in `room` bytes (`core/handover.rs`).
+    /// Queued behind the client's own messages, so none is overtaken.
+    HandOver {
+        /// Whose.
+        client: u64,
+        /// The other GPU's free memory.
+        room: u64,
+        /// The client's state, or why it stays.
+        reply: Sender<Result<handover::Handover, handover::NotNow>>,
+    },
+    /// A client another core handed over: this core serves it from now on.
+    Adopt(Box<handover::Handover>),
     /// SIGINT/SIGTERM: tell every client and stop.
     Shutdown,
 }
@@ -664,6 +678,10 @@ impl Core {
             CoreMsg::Status { reply } => {
                 let _ = reply.send(self.status());
             }
+            CoreMsg::HandOver { client, room, reply } => {
+                let _ = reply.send(self.hand_over(client, room));
+            }
+            CoreMsg::Adopt(h) => self.adopt(*h),
             CoreMsg::Shutdown => return false,
         }
         true

@@ -42,6 +42,8 @@ pub struct Options {
     /// Which GPU a client goes to when the daemon serves several
     /// (default [`crate::placement::DEFAULT_PLACEMENT`]).
     pub placement: Option<String>,
+    /// Moves idle clients to GPUs left with no client (`--rebalance`; default: the config's, else off).
+    pub rebalance: Option<bool>,
 }
 
 /// Where the device runs (docs/daemon.md, "Isolation and faults").
@@ -316,7 +318,11 @@ pub fn run(opts: Options) -> Result<()> {
         boards.push(board);
         core_threads.push(thread);
     }
-    let gpus = Arc::new(Gpus::new(senders, boards, placement));
+    let rebalance = opts.rebalance.or(config.daemon.rebalance).unwrap_or(false);
+    if rebalance && senders.len() > 1 {
+        tracing::info!("an idle client moves to a GPU left with no client (rebalance)");
+    }
+    let gpus = Arc::new(Gpus::new(senders, boards, placement).with_rebalance(rebalance));
     let mut threads = Vec::new();
     // The daemon serves while any GPU does (one GPU: while it does, as ever).
     let served = server::serve(&listener, &config, &gpus, &mut threads, || {

@@ -18,10 +18,11 @@
 //!   A `Status` is the one request it answers from every core at once
 //!   ([`Gpus::status`]).
 //!
-//! Later steps fit beside this (docs/multi-gpu.md, "Not built yet"):
-//! moving a client between GPUs is a route that changes its core between
-//! kernels (the buffers copied over first), and a launch split in the
-//! daemon is a request a route hands to several cores.
+//! With `--rebalance`, a route also moves its client, idle, to a GPU left
+//! with no client ([`Route::send`], `core/handover.rs`): the old core hands
+//! the client's state over, the new one adopts it, and the route forwards
+//! to the new one from then on. A launch split in the daemon would be a
+//! request a route hands to several cores (docs/multi-gpu.md, "Not built yet").
 
 use crate::core::CoreMsg;
 use crate::placement::{place, GpuLoad, Placement};
@@ -168,13 +169,32 @@ pub struct Gpus {
     /// One placement at a time: reading the loads and counting the client in
     /// are one step, so clients connecting together spread.
     placing: Mutex<()>,
+    /// `--rebalance`: an idle client moves to a GPU left with no client ([`Route::send`]).
+    rebalance: bool,
 }
 
 impl Gpus {
     /// GPU i is served by `cores[i]`, its load on `boards[i]`.
     pub fn new(cores: Vec<Sender<CoreMsg>>, boards: Vec<Arc<GpuBoard>>, placement: Placement) -> Gpus {
         debug_assert_eq!(cores.len(), boards.len());
-        Gpus { cores, boards, placement, placing: Mutex::new(()) }
+        Gpus { cores, boards, placement, placing: Mutex::new(()), rebalance: false }
+    }
+
+    /// Moves idle clients to GPUs left with no client (`--rebalance`; off by default).
+    pub fn with_rebalance(mut self, on: bool) -> Gpus {
+        self.rebalance = on;
+        self
+    }
+
+    /// Reserves a move for a client on `from`: the GPU it should go to
+    /// ([`crate::placement::rebalance_to`]), counted there at once so that
+    /// two clients do not both go, with that GPU's free memory.
+    fn reserve_move(&self, from: usize) -> Option<(usize, u64)> {
+        let _one = self.placing.lock().unwrap_or_else(PoisonError::into_inner);
+        let loads: Vec<GpuLoad> = self.boards.iter().map(|b| b.load()).collect();
+        let to = crate::placement::rebalance_to(&loads, from)?;
+        self.boards[to].clients.fetch_add(1, Ordering::Relaxed);
+        Some((to, loads[to].memory_free))
     }
 
     /// How many GPUs.
@@ -291,6 +311,8 @@ pub struct Route {
     pending: Option<CoreMsg>,
     /// Its GPU, once placed.
     gpu: Option<usize>,
+    /// It pinned itself (`Hello::gpu`): it never moves.
+    pinned: bool,
 }
 
 impl Route {
@@ -299,7 +321,7 @@ impl Route {
     /// as it always did; with several it waits for the client's `Hello`.
     /// False: the core is gone.
     pub fn new(gpus: &Arc<Gpus>, client: u64, connected: CoreMsg) -> (Route, bool) {
-        let mut route = Route { gpus: gpus.clone(), client, pending: None, gpu: None };
+        let mut route = Route { gpus: gpus.clone(), client, pending: None, gpu: None, pinned: false };
         if gpus.len() == 1 {
             route.gpu = Some(0);
             gpus.boards[0].clients.fetch_add(1, Ordering::Relaxed);
@@ -325,7 +347,12 @@ impl Route {
     /// core is gone.
     pub fn send(&mut self, msg: CoreMsg) -> bool {
         let msg = match self.gpu {
-            Some(_) => self.answer_here(msg),
+            Some(from) => {
+                if self.gpus.rebalance && !self.pinned && moves_with(&msg) {
+                    self.try_move(from);
+                }
+                self.answer_here(msg)
+            }
             None => match self.place(msg) {
                 Placed::Send(msg) => msg,
                 // Gone before saying anything: no core ever heard of it.
@@ -381,6 +408,7 @@ impl Route {
             } => (*gpu, Some(*id)),
             _ => (None, None),
         };
+        self.pinned = pin.is_some();
         let (gpu, msg) = match self.gpus.place(pin) {
             Ok(g) => (g, msg),
             Err(error) => {
@@ -397,6 +425,47 @@ impl Route {
         let _ = self.gpus.cores[gpu].send(pending);
         Placed::Send(msg)
     }
+}
+
+impl Route {
+    /// `--rebalance`: moves the client from GPU `from` to a GPU left with no
+    /// client, if there is one and its core hands the client over (idle,
+    /// fitting: `core/handover.rs`); else it stays. The reader thread waits
+    /// for the old core's answer, so no request of the client passes it.
+    fn try_move(&mut self, from: usize) {
+        let Some((to, room)) = self.gpus.reserve_move(from) else { return };
+        let (tx, rx) = channel();
+        let asked = self.gpus.cores[from].send(CoreMsg::HandOver { client: self.client, room, reply: tx }).is_ok();
+        // The old core always answers, unless it stopped (its sender dropped).
+        match rx.recv().ok().filter(|_| asked) {
+            Some(Ok(h)) => {
+                if self.gpus.cores[to].send(CoreMsg::Adopt(Box::new(h))).is_err() {
+                    // The new core stopped since the reservation: the state went
+                    // with the message, and the client's next request finds its core gone.
+                    tracing::error!("client {}: GPU {to} stopped while the client moved there", self.client);
+                }
+                self.gpus.boards[from].clients.fetch_sub(1, Ordering::Relaxed);
+                self.gpu = Some(to);
+            }
+            Some(Err(why)) => {
+                tracing::debug!("client {} stays on GPU {from}: {why}", self.client);
+                self.gpus.boards[to].clients.fetch_sub(1, Ordering::Relaxed);
+            }
+            None => {
+                self.gpus.boards[to].clients.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Whether a request is a moment to move its client: one of its own work
+/// (not its `Hello`, nor a `Status`, answered by every core).
+fn moves_with(msg: &CoreMsg) -> bool {
+    matches!(
+        msg,
+        CoreMsg::Inbound { inbound: crate::conn::Inbound::Request { request, .. }, .. }
+            if !matches!(request, Request::Hello { .. } | Request::Status)
+    )
 }
 
 /// What [`Route::place`] did with a connection's first message.

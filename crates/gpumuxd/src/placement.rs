@@ -1,8 +1,9 @@
 //! Which GPU a client goes to when it connects (docs/multi-gpu.md,
 //! "Placement"): a pure choice over the GPUs' loads, so that the policies
-//! are tested without a daemon. The client stays on the GPU it was given:
-//! its streams, buffers and kernels live there, and nothing moves under a
-//! kernel.
+//! are tested without a daemon. The client stays on the GPU it was given
+//! (its streams, buffers and kernels live there, and nothing moves under a
+//! kernel), unless `--rebalance` moves it, idle, to a GPU left with no
+//! client ([`rebalance_to`]; `core/handover.rs`).
 
 /// A placement policy (`[daemon] placement`, `--placement`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +113,22 @@ pub fn place(policy: Placement, gpus: &[GpuLoad], pin: Option<u32>) -> Result<us
     best.map(|(i, _)| i).ok_or(PlaceError::NoneUp)
 }
 
+/// With `--rebalance`, where a client on GPU `from` should move, if
+/// anywhere: to an up GPU with no client (the one with the most free
+/// memory, then the lowest index) while `from` holds two or more. One move
+/// fills an empty GPU; there is never a move back and forth, since the GPU
+/// moved to then holds one client, and a GPU of one never gives it away.
+pub fn rebalance_to(gpus: &[GpuLoad], from: usize) -> Option<usize> {
+    if gpus.get(from)?.clients < 2 {
+        return None;
+    }
+    gpus.iter()
+        .enumerate()
+        .filter(|(i, g)| *i != from && g.up && g.clients == 0)
+        .min_by_key(|(i, g)| (std::cmp::Reverse(g.memory_free), *i))
+        .map(|(i, _)| i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,6 +181,23 @@ mod tests {
         assert_eq!(place(Placement::Memory, &gpus, Some(0)), Err(PlaceError::Down { asked: 0, up: "1".into() }));
         let none = [GpuLoad { up: false, ..gpu(0, 0, 0) }];
         assert_eq!(place(Placement::LeastLoaded, &none, None), Err(PlaceError::NoneUp));
+    }
+
+    #[test]
+    fn rebalance_fills_an_empty_gpu_from_one_of_two_or_more_and_never_moves_back() {
+        // GPU 1 empty, GPU 0 with two: one of GPU 0's moves there; none from GPU 1.
+        assert_eq!(rebalance_to(&[gpu(2, 0, 0), gpu(0, 0, 5)], 0), Some(1));
+        assert_eq!(rebalance_to(&[gpu(1, 0, 0), gpu(0, 0, 5)], 0), None, "a client alone stays");
+        assert_eq!(rebalance_to(&[gpu(2, 0, 0), gpu(1, 0, 5)], 0), None, "no GPU is empty");
+        // After the move: 1 and 1, nothing more moves either way.
+        let after = [gpu(1, 0, 0), gpu(1, 0, 5)];
+        assert_eq!((rebalance_to(&after, 0), rebalance_to(&after, 1)), (None, None));
+        // Several empty: the most free memory, then the lowest index; never a stopped one, nor beyond the list.
+        let gpus = [gpu(3, 0, 0), gpu(0, 0, 5), gpu(0, 0, 9), gpu(0, 0, 9)];
+        assert_eq!(rebalance_to(&gpus, 0), Some(2));
+        let down = [gpu(3, 0, 0), GpuLoad { up: false, ..gpu(0, 0, 9) }];
+        assert_eq!(rebalance_to(&down, 0), None);
+        assert_eq!(rebalance_to(&gpus, 7), None);
     }
 
     #[test]

@@ -406,3 +406,96 @@ fn placement_stp() {
         );
     }
 }
+
+/// The clients of `status` named `name`: their GPU.
+fn gpu_of(status: &Status, name: &str) -> Option<u32> {
+    status.clients.iter().find(|c| c.name == name).map(|c| c.gpu)
+}
+
+/// A client with `data` in a buffer, a second buffer and the kernels
+/// loaded: (its region, the buffer, the second, the scale kernel).
+fn set_up(c: &mut Client, data: &[u8]) -> (std::os::fd::OwnedFd, BufferId, BufferId, KernelId) {
+    let region = memfd(1 << 20);
+    assert_eq!(c.attach(&region, 1 << 20), Ok(Reply::Done));
+    pwrite(&region, 0, data);
+    let n = data.len() as u64;
+    let (a, b) = (c.alloc(n), c.alloc(n));
+    let k = c.load(KERNELS);
+    c.ok(Request::CopyToDevice { dst: slice(a, 0), shm_offset: 0, bytes: n, stream: StreamId(0) });
+    c.ok(Request::SyncStream(StreamId(0)));
+    (region, a, b, k[SCALE].kernel)
+}
+
+/// With `--rebalance` (else not): clients a and c on GPU 0, b on GPU 1; b
+/// leaves, c has a long kernel queued and asks something (it stays: never
+/// moved with work under way), then idle a asks for its bytes back: it has
+/// moved to GPU 1 (ps says so), its bytes are those it put there, and its
+/// handles (buffers, kernel, stream) work there.
+fn idle_client_after_a_gpu_empties(rebalance: bool) -> (Status, Status) {
+    let args: &[&str] = if rebalance { &["--rebalance"] } else { &[] };
+    let d = Daemon::start_on(Some(TWO), None, args);
+    let (mut a, wa) = welcomed(&d, "a", None);
+    let (b, wb) = welcomed(&d, "b", None);
+    let (mut c, wc) = welcomed(&d, "c", None);
+    assert_eq!((wa.gpu, wb.gpu, wc.gpu), (0, 1, 0), "least-loaded: 0, 1, 0");
+    let data = data_of(5);
+    let n = data.len() as u64;
+    let (region, buf, other, scale) = set_up(&mut a, &data);
+    let (_c_region, c_buf, _, c_scale) = set_up(&mut c, &data_of(6));
+    // c's kernel runs for seconds on the simulated GPU (nothing computed, time taken).
+    c.launch_ok(launch(c_scale, 200_000, 50_000_000, vec![Arg::Buffer(slice(c_buf, 0)), Arg::U32(1)]));
+    // Answered after the launch is queued (b is still on GPU 1 until then:
+    // a launch read once GPU 1 is empty would move c first, then queue it).
+    let _ = c.status();
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.status().gpus.iter().find(|g| g.gpu == 1).map(|g| g.clients) != Some(0) {
+        assert!(Instant::now() < deadline, "b never left GPU 1");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The route counts b out when its reader ends, just after its core hears it.
+    std::thread::sleep(Duration::from_millis(100));
+    // c asks with its kernel queued: never moved under it.
+    let _more = c.alloc(4096);
+    let c_seen = c.status();
+    // a, idle, asks for its bytes back: moved first, if rebalancing.
+    copy_back(&mut a, buf, n);
+    assert!(pread(&region, 300_000, data.len()) == data, "a's bytes changed on their way");
+    // Its handles still work: its kernel over its buffer, a device copy into
+    // its other buffer, a memset, all back.
+    a.launch_ok(launch(scale, 64, 50_000, vec![Arg::Buffer(slice(buf, 0)), Arg::U32(n as u32 / 4)]));
+    a.ok(Request::CopyDevice { src: slice(buf, 0), dst: slice(other, 0), bytes: n, stream: StreamId(0) });
+    a.ok(Request::Memset { dst: slice(buf, 0), value: 9, bytes: 4096, stream: StreamId(0) });
+    a.ok(Request::SyncStream(StreamId(0)));
+    a.ok(Request::CopyToHost { src: slice(other, 0), shm_offset: 300_000, bytes: n, stream: StreamId(0) });
+    a.ok(Request::CopyToHost { src: slice(buf, 0), shm_offset: 600_000, bytes: 4096, stream: StreamId(0) });
+    assert!(pread(&region, 300_000, data.len()) == data, "the copy of a's buffer differs");
+    assert_eq!(pread(&region, 600_000, 4096), vec![9; 4096], "a's memset");
+    (c_seen, a.status())
+}
+
+/// `CopyToHost` of `n` bytes of `buf` to offset 300,000 of the client's region, then a sync.
+fn copy_back(c: &mut Client, buf: BufferId, n: u64) {
+    c.ok(Request::CopyToHost { src: slice(buf, 0), shm_offset: 300_000, bytes: n, stream: StreamId(0) });
+    c.ok(Request::SyncStream(StreamId(0)));
+}
+
+#[test]
+fn with_rebalance_an_idle_client_moves_to_an_emptied_gpu_with_its_bytes_and_handles_and_a_busy_one_never() {
+    let (c_seen, after) = idle_client_after_a_gpu_empties(true);
+    assert_eq!((gpu_of(&c_seen, "a"), gpu_of(&c_seen, "c")), (Some(0), Some(0)), "c, busy, stayed: {c_seen:?}");
+    assert_eq!((gpu_of(&after, "a"), gpu_of(&after, "c")), (Some(1), Some(0)), "a moved to GPU 1: {after:?}");
+    let per_gpu: Vec<(u32, u32)> = after.gpus.iter().map(|g| (g.gpu, g.clients)).collect();
+    assert_eq!(per_gpu, [(0, 1), (1, 1)]);
+    // a's memory moved with it: GPU 1 holds its two buffers, GPU 0 only c's.
+    let a_row = after.clients.iter().find(|c| c.name == "a").map(|c| c.memory_used);
+    assert_eq!(after.gpus.iter().find(|g| g.gpu == 1).map(|g| g.memory_used), a_row);
+}
+
+#[test]
+fn without_rebalance_every_client_stays_where_it_was_placed() {
+    let (_, after) = idle_client_after_a_gpu_empties(false);
+    assert_eq!((gpu_of(&after, "a"), gpu_of(&after, "c")), (Some(0), Some(0)), "{after:?}");
+    let per_gpu: Vec<(u32, u32)> = after.gpus.iter().map(|g| (g.gpu, g.clients)).collect();
+    assert_eq!(per_gpu, [(0, 2), (1, 0)]);
+}

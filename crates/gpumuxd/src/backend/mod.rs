@@ -452,6 +452,17 @@ pub trait Backend: Send {
     fn readdress_evicted(&mut self, addr: DevAddr) -> Result<DevAddr, MemError> {
         Err(MemError::Device(format!("this device kept no evicted buffer at {addr:#x}")))
     }
+    /// The `bytes` of the allocation at `addr`, read back now with nothing
+    /// of the device running on it (a client moving to another GPU:
+    /// `core/handover.rs`). `None`: this device cannot, and the client stays.
+    fn read_back(&mut self, _addr: DevAddr, _bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
+        None
+    }
+    /// Writes `data` at the start of the allocation at `addr` now (a moved
+    /// client's buffer on its new GPU). `None`: this device cannot.
+    fn write_in(&mut self, _addr: DevAddr, _data: &[u8]) -> Option<Result<(), MemError>> {
+        None
+    }
     /// Makes a client's shared region usable by copies (a real GPU pins it).
     fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError>;
     /// Starts registering a region without waiting: pinning takes long for a

@@ -23,9 +23,11 @@ pub struct FairInbox {
 /// Whose message it is (`None`: the daemon's own).
 fn client_of(msg: &CoreMsg) -> Option<u64> {
     match msg {
-        CoreMsg::Connected { client, .. } | CoreMsg::Inbound { client, .. } | CoreMsg::Disconnected { client } => {
-            Some(*client)
-        }
+        CoreMsg::Connected { client, .. }
+        | CoreMsg::Inbound { client, .. }
+        | CoreMsg::Disconnected { client }
+        | CoreMsg::HandOver { client, .. } => Some(*client),
+        CoreMsg::Adopt(h) => Some(h.client()),
         // The daemon's own question (several GPUs: `gpus.rs`), a queue of its own.
         CoreMsg::Status { .. } => Some(u64::MAX),
         CoreMsg::Shutdown => None,
