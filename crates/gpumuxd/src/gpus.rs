@@ -190,8 +190,11 @@ impl Gpus {
     /// ([`crate::placement::rebalance_to`]), counted there at once so that
     /// two clients do not both go, with that GPU's free memory.
     fn reserve_move(&self, from: usize) -> Option<(usize, u64)> {
+        let loads = || -> Vec<GpuLoad> { self.boards.iter().map(|b| b.load()).collect() };
+        // Asked at every request: the lock only when a move looks due.
+        crate::placement::rebalance_to(&loads(), from)?;
         let _one = self.placing.lock().unwrap_or_else(PoisonError::into_inner);
-        let loads: Vec<GpuLoad> = self.boards.iter().map(|b| b.load()).collect();
+        let loads = loads();
         let to = crate::placement::rebalance_to(&loads, from)?;
         self.boards[to].clients.fetch_add(1, Ordering::Relaxed);
         Some((to, loads[to].memory_free))
