@@ -499,3 +499,31 @@ fn without_rebalance_every_client_stays_where_it_was_placed() {
     let per_gpu: Vec<(u32, u32)> = after.gpus.iter().map(|g| (g.gpu, g.clients)).collect();
     assert_eq!(per_gpu, [(0, 2), (1, 0)]);
 }
+
+/// With `--rebalance`, a client pinned to its GPU stays there when another
+/// GPU empties; an idle one that was placed goes, with its bytes.
+#[test]
+fn with_rebalance_a_pinned_client_stays_and_a_placed_one_moves() {
+    let d = Daemon::start_on(Some(TWO), None, &["--rebalance"]);
+    let (mut a, wa) = welcomed(&d, "a", Some(0));
+    let (b, wb) = welcomed(&d, "b", None);
+    let (mut c, wc) = welcomed(&d, "c", None);
+    assert_eq!((wa.gpu, wb.gpu, wc.gpu), (0, 1, 0));
+    let (data_a, data_c) = (data_of(7), data_of(8));
+    let (region_a, buf_a, _, _) = set_up(&mut a, &data_a);
+    let (region_c, buf_c, _, _) = set_up(&mut c, &data_c);
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.status().gpus.iter().find(|g| g.gpu == 1).map(|g| g.clients) != Some(0) {
+        assert!(Instant::now() < deadline, "b never left GPU 1");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    copy_back(&mut a, buf_a, data_a.len() as u64);
+    assert_eq!(gpu_of(&a.status(), "a"), Some(0), "a pinned itself to GPU 0");
+    copy_back(&mut c, buf_c, data_c.len() as u64);
+    let s = c.status();
+    assert_eq!((gpu_of(&s, "a"), gpu_of(&s, "c")), (Some(0), Some(1)), "c, placed and idle, moved: {s:?}");
+    assert!(pread(&region_a, 300_000, data_a.len()) == data_a, "a's bytes");
+    assert!(pread(&region_c, 300_000, data_c.len()) == data_c, "c's bytes after its move");
+}
