@@ -327,7 +327,40 @@ impl DeviceHost {
                 }
                 Ok(())
             }
+            ToDevice::ReadPiece { addr, offset, bytes, region } => {
+                let r = self.piece(region, bytes, |b, span| b.read_piece(addr, offset, span));
+                self.send(FromDevice::Piece(r))
+            }
+            ToDevice::WritePiece { addr, offset, bytes, region } => {
+                let r = self.piece(region, bytes, |b, span| b.write_piece(addr, offset, span));
+                self.send(FromDevice::Piece(r))
+            }
         }
+    }
+
+    /// One piece of a moving client's bytes ([`crate::backend::pieces`]):
+    /// `copy` between the device and the first `bytes` bytes of `region`.
+    fn piece(
+        &mut self,
+        region: RegionId,
+        bytes: u64,
+        copy: impl FnOnce(&mut dyn Backend, &mut [u8]) -> Option<Result<(), MemError>>,
+    ) -> Result<(), MemError> {
+        if self.broken {
+            return Err(MemError::Device("the device failed; it is being restarted".into()));
+        }
+        let r = self
+            .regions
+            .get(&region)
+            .cloned()
+            .ok_or_else(|| MemError::Device(format!("staging region {} was never registered (a bug)", region.0)))?;
+        let len = usize::try_from(bytes).ok().filter(|&n| n <= r.len()).ok_or_else(|| {
+            MemError::Device(format!("a piece of {bytes} bytes through a staging region of {}", r.len()))
+        })?;
+        let span = &mut crate::backend::pieces::staging_bytes(&r)[..len];
+        copy(self.backend.as_mut(), span).unwrap_or_else(|| {
+            Err(MemError::Device(format!("{} cannot read or write buffers at once", self.backend.describe())))
+        })
     }
 
     /// Maps the memfd that came with `RegisterHost` and registers it with the device.

@@ -8,6 +8,9 @@ mod common;
 
 use common::*;
 use gpumux_proto::*;
+use gpumuxd::backend::pieces::PIECE;
+use gpumuxd::backend::remote::RemoteBackend;
+use gpumuxd::backend::Backend;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -433,6 +436,11 @@ fn set_up(c: &mut Client, data: &[u8]) -> (std::os::fd::OwnedFd, BufferId, Buffe
 /// handles (buffers, kernel, stream) work there.
 fn idle_client_after_a_gpu_empties(rebalance: bool) -> (Status, Status) {
     let args: &[&str] = if rebalance { &["--rebalance"] } else { &[] };
+    idle_client_after_a_gpu_empties_with(args)
+}
+
+/// [`idle_client_after_a_gpu_empties`] with the daemon's arguments `args`.
+fn idle_client_after_a_gpu_empties_with(args: &[&str]) -> (Status, Status) {
     let d = Daemon::start_on(Some(TWO), None, args);
     let (mut a, wa) = welcomed(&d, "a", None);
     let (b, wb) = welcomed(&d, "b", None);
@@ -490,6 +498,50 @@ fn with_rebalance_an_idle_client_moves_to_an_emptied_gpu_with_its_bytes_and_hand
     // a's memory moved with it: GPU 1 holds its two buffers, GPU 0 only c's.
     let a_row = after.clients.iter().find(|c| c.name == "a").map(|c| c.memory_used);
     assert_eq!(after.gpus.iter().find(|g| g.gpu == 1).map(|g| g.memory_used), a_row);
+}
+
+/// The same move with each GPU's device in a child process (a CUDA GPU's
+/// default): the bytes cross each device process's link in pieces
+/// (`backend::pieces`, `ToDevice::ReadPiece` / `WritePiece`).
+#[test]
+fn with_rebalance_a_client_moves_between_device_processes_with_its_bytes() {
+    let (c_seen, after) = idle_client_after_a_gpu_empties_with(&["--rebalance", "--device-process"]);
+    assert_eq!((gpu_of(&c_seen, "a"), gpu_of(&c_seen, "c")), (Some(0), Some(0)), "c, busy, stayed: {c_seen:?}");
+    assert_eq!((gpu_of(&after, "a"), gpu_of(&after, "c")), (Some(1), Some(0)), "a moved to GPU 1: {after:?}");
+}
+
+/// A device process reads back and writes in a buffer of several pieces
+/// (the staging region is [`PIECE`] bytes), the same after it is restarted
+/// (its staging region registered again), and refuses, naming the numbers,
+/// an address it does not hold and more bytes than a buffer has.
+#[test]
+fn a_device_process_reads_back_and_writes_in_a_buffer_of_several_pieces() {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpumuxd"));
+    let mut b = RemoteBackend::start(exe, "sim:h100").expect("the device process starts");
+    let n = PIECE as u64 + 4097;
+    let data: Vec<u8> = (0..n).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    for round in ["first", "after a restart"] {
+        let addr = b.alloc(n).expect("alloc");
+        assert!(matches!(b.write_in(addr, &data), Some(Ok(()))), "{round}: write in");
+        match b.read_back(addr, n) {
+            Some(Ok(back)) => assert!(back == data, "{round}: the bytes came back changed"),
+            other => panic!("{round}: read back: {:?}", other.map(|r| r.map(|v| v.len()))),
+        }
+        // A prefix reads back as itself.
+        match b.read_back(addr, 1000) {
+            Some(Ok(back)) => assert!(back[..] == data[..1000], "{round}: a prefix"),
+            other => panic!("{round}: a prefix: {:?}", other.map(|r| r.map(|v| v.len()))),
+        }
+        match b.read_back(addr, n + 1) {
+            Some(Err(e)) => assert!(e.to_string().contains(&n.to_string()), "{round}: {e}"),
+            other => panic!("{round}: a read past the end: {:?}", other.map(|r| r.map(|v| v.len()))),
+        }
+        b.free(addr).expect("free");
+        assert!(matches!(b.read_back(addr, 16), Some(Err(_))), "{round}: a freed buffer reads back");
+        if round == "first" {
+            b.rebuild().expect("a fresh device process");
+        }
+    }
 }
 
 #[test]

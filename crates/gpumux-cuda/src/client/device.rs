@@ -19,6 +19,7 @@ use super::work::{BindError, ClientWork, KernelHandle};
 mod ahead;
 mod clock;
 mod corun;
+mod handover;
 mod refill;
 use crate::error::CudaError;
 use crate::launch_plan::{Chunk, Plan};

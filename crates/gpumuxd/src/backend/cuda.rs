@@ -43,6 +43,7 @@ pub fn open(spec: crate::daemon::CudaSpec) -> anyhow::Result<Box<dyn Backend>> {
         pins: WorkPool::new("gpumuxd-pin", 1),
         pinning: HashMap::new(),
         registered: Vec::new(),
+        staging: None,
     }))
 }
 
@@ -72,6 +73,9 @@ pub struct CudaBackend {
     pinning: HashMap<u64, Arc<ShmRegion>>,
     /// Pins done, for [`Backend::take_registered`].
     registered: Vec<Registered>,
+    /// The region a moving client's bytes go through ([`super::pieces`]),
+    /// registered (pinned) on the first move and kept.
+    staging: Option<Arc<ShmRegion>>,
 }
 
 impl CudaBackend {
@@ -128,6 +132,17 @@ impl CudaBackend {
             Some(lost) => Failure::ContextLost { suspects: self.device.in_flight(), what: lost.to_string() },
             None => Failure::Fatal(e),
         }
+    }
+
+    /// The staging region, made and registered on first use.
+    fn staging(&mut self) -> Result<Arc<ShmRegion>, MemError> {
+        if let Some(r) = &self.staging {
+            return Ok(r.clone());
+        }
+        let region = super::pieces::staging_region(super::pieces::PIECE)?;
+        self.register_host(&region)?;
+        self.staging = Some(region.clone());
+        Ok(region)
     }
 
     /// Loads a compiled module into the context (the part of a load that needs it).
@@ -243,6 +258,41 @@ impl Backend for CudaBackend {
 
     fn readdress_evicted(&mut self, addr: DevAddr) -> Result<DevAddr, MemError> {
         self.device.readdress_evicted(addr).map_err(mem_error)
+    }
+
+    // A moving client's bytes, a piece at a time through the pinned staging
+    // region (`pieces`): each piece is one copy on the copy stream of its
+    // direction, waited for.
+    fn read_back(&mut self, addr: DevAddr, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
+        let staging = match self.staging() {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        let device = &mut self.device;
+        Some(super::pieces::read_back(bytes, &staging, |offset, len| {
+            let into = &mut super::pieces::staging_bytes(&staging)[..len];
+            device.read_piece(addr, offset, into).map_err(cuda_mem_error)
+        }))
+    }
+
+    fn write_in(&mut self, addr: DevAddr, data: &[u8]) -> Option<Result<(), MemError>> {
+        let staging = match self.staging() {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        let device = &mut self.device;
+        Some(super::pieces::write_in(data, &staging, |offset, len| {
+            let from = &super::pieces::staging_bytes(&staging)[..len];
+            device.write_piece(addr, offset, from).map_err(cuda_mem_error)
+        }))
+    }
+
+    fn read_piece(&mut self, addr: DevAddr, offset: u64, into: &mut [u8]) -> Option<Result<(), MemError>> {
+        Some(self.device.read_piece(addr, offset, into).map_err(cuda_mem_error))
+    }
+
+    fn write_piece(&mut self, addr: DevAddr, offset: u64, from: &[u8]) -> Option<Result<(), MemError>> {
+        Some(self.device.write_piece(addr, offset, from).map_err(cuda_mem_error))
     }
 
     fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {

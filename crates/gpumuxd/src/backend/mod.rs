@@ -32,6 +32,7 @@ pub mod copy_engine;
 pub mod cuda;
 pub mod ends_ahead;
 pub mod link;
+pub mod pieces;
 pub mod remote;
 pub mod sim;
 pub mod wire;
@@ -461,6 +462,18 @@ pub trait Backend: Send {
     /// Writes `data` at the start of the allocation at `addr` now (a moved
     /// client's buffer on its new GPU). `None`: this device cannot.
     fn write_in(&mut self, _addr: DevAddr, _data: &[u8]) -> Option<Result<(), MemError>> {
+        None
+    }
+    /// One piece of a read-back ([`pieces`]): `into.len()` bytes of the
+    /// allocation at `addr` from `offset` on, copied now into `into` (host
+    /// memory this device registered, where it is a region of a device
+    /// process). `None`: this device cannot.
+    fn read_piece(&mut self, _addr: DevAddr, _offset: u64, _into: &mut [u8]) -> Option<Result<(), MemError>> {
+        None
+    }
+    /// One piece of a write-in: `from` copied now into the allocation at
+    /// `addr` from `offset` on. `None`: this device cannot.
+    fn write_piece(&mut self, _addr: DevAddr, _offset: u64, _from: &[u8]) -> Option<Result<(), MemError>> {
         None
     }
     /// Makes a client's shared region usable by copies (a real GPU pins it).

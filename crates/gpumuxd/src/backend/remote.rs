@@ -344,6 +344,10 @@ pub struct RemoteBackend {
     moved: Vec<Moved>,
     /// Ends the child saw ahead, and the launches answered with them (module doc).
     known: KnownEnds,
+    /// The region a moving client's bytes go through ([`super::pieces`]),
+    /// made on the first move; registered with each child when it first
+    /// needs it (a fresh child after a rebuild too).
+    staging: Option<Arc<ShmRegion>>,
 }
 
 impl RemoteBackend {
@@ -374,6 +378,7 @@ impl RemoteBackend {
             moved: Vec::new(),
             kernels_loaded: 0,
             known: KnownEnds::default(),
+            staging: None,
         })
     }
 
@@ -898,5 +903,53 @@ impl Backend for RemoteBackend {
             self.send_pin(token);
         }
         Ok(())
+    }
+
+    // A moving client's bytes: one exchange per piece through the staging
+    // region the child maps and pins (`pieces`), so the child is held by
+    // one piece at a time.
+    fn read_back(&mut self, addr: DevAddr, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
+        let (staging, region) = match self.staging() {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(super::pieces::read_back(bytes, &staging, |offset, len| {
+            self.piece(ToDevice::ReadPiece { addr, offset, bytes: len as u64, region })
+        }))
+    }
+
+    fn write_in(&mut self, addr: DevAddr, data: &[u8]) -> Option<Result<(), MemError>> {
+        let (staging, region) = match self.staging() {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(super::pieces::write_in(data, &staging, |offset, len| {
+            self.piece(ToDevice::WritePiece { addr, offset, bytes: len as u64, region })
+        }))
+    }
+}
+
+impl RemoteBackend {
+    /// The staging region and its number in the child, made and registered
+    /// there when first needed.
+    fn staging(&mut self) -> Result<(Arc<ShmRegion>, RegionId), MemError> {
+        let region = match &self.staging {
+            Some(r) => r.clone(),
+            None => {
+                let r = super::pieces::staging_region(super::pieces::PIECE)?;
+                self.staging = Some(r.clone());
+                r
+            }
+        };
+        let id = self.region_id(&region)?;
+        Ok((region, id))
+    }
+
+    /// One `ReadPiece` or `WritePiece` and its answer.
+    fn piece(&mut self, msg: ToDevice) -> Result<(), MemError> {
+        match self.call(&msg, None).map_err(MemError::Device)? {
+            FromDevice::Piece(r) => r,
+            other => Err(MemError::Device(Self::unexpected("a piece", &other))),
+        }
     }
 }

@@ -741,6 +741,21 @@ impl Backend for SimBackend {
         })
     }
 
+    fn read_piece(&mut self, addr: DevAddr, offset: u64, into: &mut [u8]) -> Option<Result<(), MemError>> {
+        let Some(block) = self.memory.get(&addr) else {
+            return Some(Err(MemError::Device(format!("{addr:#x} is not a resident allocation"))));
+        };
+        Some(piece_range(offset, into.len(), block.bytes().len()).map(|r| into.copy_from_slice(&block.bytes()[r])))
+    }
+
+    fn write_piece(&mut self, addr: DevAddr, offset: u64, from: &[u8]) -> Option<Result<(), MemError>> {
+        let Some(block) = self.memory.get_mut(&addr) else {
+            return Some(Err(MemError::Device(format!("{addr:#x} is not a resident allocation"))));
+        };
+        let all = block.bytes_mut();
+        Some(piece_range(offset, from.len(), all.len()).map(|r| all[r].copy_from_slice(from)))
+    }
+
     fn register_host(&mut self, _region: &Arc<ShmRegion>) -> Result<(), MemError> {
         Ok(())
     }
@@ -986,6 +1001,15 @@ impl Backend for SimBackend {
         self.fault = None;
         Ok(())
     }
+}
+
+/// The range of a piece of `len` bytes at `offset` in an allocation of `size`.
+fn piece_range(offset: u64, len: usize, size: usize) -> Result<std::ops::Range<usize>, MemError> {
+    usize::try_from(offset)
+        .ok()
+        .and_then(|o| Some(o..o.checked_add(len)?))
+        .filter(|r| r.end <= size)
+        .ok_or_else(|| MemError::Device(format!("{len} bytes at offset {offset} of an allocation of {size}")))
 }
 
 #[cfg(test)]

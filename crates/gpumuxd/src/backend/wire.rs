@@ -146,6 +146,33 @@ pub enum ToDevice {
     /// Answered by [`FromDevice::Polled`], or by [`FromDevice::ContextLost`]
     /// or [`FromDevice::Fatal`] if the device failed since the last poll.
     Poll,
+    /// One piece of [`super::Backend::read_back`] ([`super::pieces`]): the
+    /// allocation's `bytes` bytes from `offset` copied to the start of
+    /// `region` (the daemon's staging region, registered before). Answered
+    /// by [`FromDevice::Piece`].
+    ReadPiece {
+        /// The allocation.
+        addr: DevAddr,
+        /// Where in it the piece starts.
+        offset: u64,
+        /// The piece's length (at most the region's).
+        bytes: u64,
+        /// The staging region.
+        region: RegionId,
+    },
+    /// One piece of [`super::Backend::write_in`]: the first `bytes` bytes of
+    /// `region` copied into the allocation from `offset`. Answered by
+    /// [`FromDevice::Piece`].
+    WritePiece {
+        /// The allocation.
+        addr: DevAddr,
+        /// Where in it the piece goes.
+        offset: u64,
+        /// The piece's length (at most the region's).
+        bytes: u64,
+        /// The staging region.
+        region: RegionId,
+    },
 }
 
 /// Device process → daemon.
@@ -217,6 +244,8 @@ pub enum FromDevice {
         /// The error, with its causes.
         what: String,
     },
+    /// Answer to [`ToDevice::ReadPiece`] and [`ToDevice::WritePiece`].
+    Piece(Result<(), MemError>),
 }
 
 impl FromDevice {
@@ -235,6 +264,7 @@ impl FromDevice {
             FromDevice::Polled { .. } => "Polled",
             FromDevice::ContextLost { .. } => "ContextLost",
             FromDevice::Fatal { .. } => "Fatal",
+            FromDevice::Piece(_) => "Piece",
         }
     }
 }

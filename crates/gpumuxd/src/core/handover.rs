@@ -12,6 +12,14 @@
 
 use super::*;
 
+/// The most bytes of buffers a moving client may hold. Each core copies
+/// them without serving anything else (the old one reads them back, the
+/// new one writes them in; `backend::pieces` bounds a device process's
+/// hold to one piece, not the core's), so this bounds how long a move
+/// holds a core: 1 GiB is one pass over the host link plus a host copy of
+/// the same bytes on each side.
+pub const MOVE_MAX: u64 = 1 << 30;
+
 /// A client's state on its way from one core to another.
 pub struct Handover {
     session: Session,
@@ -54,8 +62,16 @@ pub enum NotNow {
         /// The other GPU's free memory.
         room: u64,
     },
-    /// This device cannot read buffers back at once (a device process: its
-    /// link has no such call yet), or a read failed.
+    /// It holds more than [`MOVE_MAX`] bytes of buffers: copying them would
+    /// hold both cores too long.
+    #[error("client {client}'s {bytes} bytes are more than a move copies ({MOVE_MAX})")]
+    TooLarge {
+        /// Whose.
+        client: u64,
+        /// Its buffers' bytes.
+        bytes: u64,
+    },
+    /// This device cannot read buffers back at once, or a read failed.
     #[error("client {client}'s buffers cannot be read back: {why}")]
     Device {
         /// Whose.
@@ -85,6 +101,9 @@ impl Core {
             return Err(NotNow::Busy(client));
         }
         let total: u64 = s.buffers.values().map(|b| b.bytes).sum();
+        if total > MOVE_MAX {
+            return Err(NotNow::TooLarge { client, bytes: total });
+        }
         if total > room {
             return Err(NotNow::NoRoom { client, bytes: total, room });
         }

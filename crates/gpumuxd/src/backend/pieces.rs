@@ -1,0 +1,136 @@
+//! A buffer's bytes read back and written in piece by piece, for a client
+//! moving to another GPU (`core/handover.rs`; docs/multi-gpu.md, "Moving a
+//! client between GPUs").
+//!
+//! A real GPU's bytes travel through one staging region of [`PIECE`]
+//! bytes, registered with the device as a client's shared region is (a
+//! CUDA device pins it, so each piece is one DMA, the way a client's copy
+//! of a device buffer to its region goes), made on the first move and kept.
+//! A device process maps the same memfd: each piece is one exchange on its
+//! link ([`super::wire::ToDevice::ReadPiece`]), so the device process is
+//! held by one piece at a time, never by a whole buffer.
+
+use super::MemError;
+use crate::shm::ShmRegion;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+/// Bytes per piece, and the staging region's size: what one call holds
+/// the device (or its process) for, at most (64 MiB, the CUDA device's
+/// eviction ring's slot too: gpumux-cuda's `staging::CHUNK`).
+pub const PIECE: usize = 64 << 20;
+
+/// A region of `bytes` bytes of this process's own (a sealed memfd, as a
+/// client's), to register with a device as staging.
+pub fn staging_region(bytes: usize) -> Result<Arc<ShmRegion>, MemError> {
+    let fail = |what: &str| MemError::Device(format!("the staging region of {bytes} bytes: {what}"));
+    // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+    let raw = unsafe { libc::memfd_create(c"gpumuxd-staging".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if raw < 0 {
+        return Err(fail(&std::io::Error::last_os_error().to_string()));
+    }
+    // SAFETY: a fresh descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: plain syscalls on a descriptor we own.
+    let sized = unsafe {
+        libc::ftruncate(raw, bytes as libc::off_t) == 0 && libc::fcntl(raw, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) == 0
+    };
+    if !sized {
+        return Err(fail(&std::io::Error::last_os_error().to_string()));
+    }
+    ShmRegion::map(fd, bytes as u64).map(Arc::new).map_err(|e| fail(&e.to_string()))
+}
+
+/// The staging region as bytes for a device to copy into or out of. Only
+/// the thread that owns the backend touches it, one piece at a time, and
+/// holds no other view of it meanwhile.
+#[allow(clippy::mut_from_ref)]
+pub fn staging_bytes(region: &ShmRegion) -> &mut [u8] {
+    // SAFETY: the mapping is `len()` bytes, live while `region` is; its one
+    // user (the thread that owns the backend) makes one piece at a time.
+    unsafe { std::slice::from_raw_parts_mut(region.as_ptr(), region.len()) }
+}
+
+/// Reads `bytes` bytes back through `staging`: `piece(offset, len)` puts the
+/// buffer's `len` bytes from `offset` at the start of `staging`.
+pub fn read_back(
+    bytes: u64,
+    staging: &ShmRegion,
+    mut piece: impl FnMut(u64, usize) -> Result<(), MemError>,
+) -> Result<Vec<u8>, MemError> {
+    let total = usize::try_from(bytes).map_err(|_| MemError::Device(format!("a read-back of {bytes} bytes")))?;
+    let step = staging.len().min(PIECE);
+    let mut out = Vec::new();
+    out.try_reserve_exact(total)
+        .map_err(|_| MemError::Device(format!("no host memory for a read-back of {bytes} bytes")))?;
+    while out.len() < total {
+        let len = step.min(total - out.len());
+        let start = out.len();
+        piece(start as u64, len)?;
+        out.resize(start + len, 0);
+        staging.read(0, &mut out[start..]);
+    }
+    Ok(out)
+}
+
+/// Writes `data` in through `staging`: `piece(offset, len)` copies the
+/// first `len` bytes of `staging` into the buffer at `offset`.
+pub fn write_in(
+    data: &[u8],
+    staging: &ShmRegion,
+    mut piece: impl FnMut(u64, usize) -> Result<(), MemError>,
+) -> Result<(), MemError> {
+    let step = staging.len().min(PIECE);
+    for (i, chunk) in data.chunks(step).enumerate() {
+        staging.write(0, chunk);
+        piece((i * step) as u64, chunk.len())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_go_through_a_small_staging_region_in_order_and_come_out_whole() {
+        // A device of 10_000 bytes, staging of 4096: pieces of 4096, 4096, 1808.
+        let staging = staging_region(4096).expect("a memfd");
+        let device: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut offsets = Vec::new();
+        let back = read_back(device.len() as u64, &staging, |offset, len| {
+            offsets.push((offset, len));
+            let o = offset as usize;
+            staging_bytes(&staging)[..len].copy_from_slice(&device[o..o + len]);
+            Ok(())
+        })
+        .expect("read back");
+        assert_eq!(back, device);
+        assert_eq!(offsets, vec![(0, 4096), (4096, 4096), (8192, 1808)]);
+
+        let mut written = vec![0u8; device.len()];
+        write_in(&device, &staging, |offset, len| {
+            let o = offset as usize;
+            written[o..o + len].copy_from_slice(&staging_bytes(&staging)[..len]);
+            Ok(())
+        })
+        .expect("write in");
+        assert_eq!(written, device);
+    }
+
+    #[test]
+    fn a_failed_piece_stops_the_read_with_its_error() {
+        let staging = staging_region(1024).expect("a memfd");
+        let mut calls = 0;
+        let r = read_back(5000, &staging, |offset, _| {
+            calls += 1;
+            if offset >= 2048 {
+                Err(MemError::Device("gone".into()))
+            } else {
+                Ok(())
+            }
+        });
+        assert!(matches!(r, Err(MemError::Device(ref w)) if w == "gone"), "{r:?}");
+        assert_eq!(calls, 3);
+    }
+}
