@@ -59,6 +59,13 @@ if [ -e crates/gpumuxd/tests/pitched_async_copies.rs ]; then
         jq -r 'select(.executable != null and .target.name == "pitched_async_copies") | .executable' |
         while read -r t; do cp "$t" "$dest/tests/pitched_async_copies"; done
 fi
+# The multi-GPU daemon's CI tests, whose client move multi-gpu-daemon-check.sh runs against cuda:0,1
+# (check 5; younger than revisions an A/B may build).
+if grep -q GPUMUXD_TEST_MULTI_DEVICE crates/gpumuxd/tests/multi_gpu.rs 2>/dev/null; then
+    cargo test --release -p gpumuxd --test multi_gpu --no-run --message-format=json |
+        jq -r 'select(.executable != null and .target.name == "multi_gpu") | .executable' |
+        while read -r t; do cp "$t" "$dest/tests/multi_gpu"; done
+fi
 for e in vector_add histogram fault_check copy_bench launch_bench stream_pipeline event_timing oversubscribe; do
     # The last five are younger than revisions an A/B may build (--rev).
     case $e in vector_add | histogram | fault_check) ;; *) [ -e "$target/release/examples/$e" ] || continue ;; esac

@@ -23,6 +23,13 @@
 #   4. the same goal with four clients that each fill a GPU (triad, FMA, SGEMM and histogram loops
 #      of ~2 s alone natively): `gpumux bench daemon --device $MULTI_DEVICE --only multi-gpu`, its
 #      tables printed; outputs must equal the loops alone (MULTI_BENCH=0 skips it; MULTI_BENCH_ARGS).
+#   5. moving a client (`gpumuxd --rebalance`, docs/multi-gpu.md): the CI test
+#      `a_moved_client_keeps_every_byte_of_a_buffer_of_several_pieces_and_its_kernel_works` (BIN_DIR/tests/multi_gpu,
+#      from scripts/device-build.sh) against `gpumuxd --device $MULTI_REBALANCE_DEVICE --rebalance` (default
+#      cuda:0,1), once with each GPU's device in a child process and once in the daemon's: clients a and c
+#      placed on GPU 0, b on GPU 1; a fills a 67 MiB buffer (more than one 64 MiB staging piece); b leaves;
+#      a, idle, moves to GPU 1 at its next request; every byte of its buffer and its scale kernel's output
+#      there equal the expected ones. MULTI_ONLY=rebalance runs only this check (no CuPy needed).
 # Prints PASS/FAIL per check and a summary last (JSON in OUTDIR/multi-gpu.json); exits non-zero if a check failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,6 +69,31 @@ start_daemon() { # device socket log
     echo "daemon did not start; its log:"; tail -20 "$3"; return 1
 }
 stop_daemon() { kill -TERM "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; }
+
+# 5. (module doc) A client moved between GPUs keeps its bytes and its kernels work there.
+rebalance_check() {
+    local dev=${MULTI_REBALANCE_DEVICE:-cuda:0,1} dir="$OUT/rebalance"
+    echo "== 5. --rebalance on $dev: an idle client moves to an emptied GPU with its bytes"
+    mkdir -p "$dir"
+    if [ ! -x "$BIN/tests/multi_gpu" ]; then
+        fail "rebalance: no $BIN/tests/multi_gpu (scripts/device-build.sh)"
+    elif GPUMUXD_TEST_BIN="$BIN/gpumuxd" GPUMUXD_TEST_MULTI_DEVICE=$dev GPUMUXD_TEST_LOG=info timeout 600 \
+            "$BIN/tests/multi_gpu" a_moved_client_keeps_every_byte --test-threads 1 --nocapture >"$dir/test.log" 2>&1 \
+            && grep -q '^test result: ok. 1 passed' "$dir/test.log"; then
+        grep -E '^--device-(in-)?process: a moved' "$dir/test.log" | sed 's/^/  /'
+        grep -o 'client [0-9]* `a` moved from GPU 0 to GPU 1[^"]*' "$dir/test.log" | sed 's/^/  daemon: /'
+        pass "rebalance: a moved from GPU 0 to GPU 1 (device process and in-process), bytes and kernel output equal"
+    else
+        tail -30 "$dir/test.log"; fail "rebalance: see $dir/test.log"
+    fi
+}
+if [ "${MULTI_ONLY:-}" = rebalance ]; then
+    rebalance_check
+    echo
+    echo "== summary"
+    printf '%s\n' "${results[@]}"
+    exit $((fails > 0))
+fi
 
 clients=(vector_add histogram matmul stencil)
 # The STP runs' sizes: each client about a second of kernels on an H200, no --check (part 1 checked the outputs).
@@ -229,6 +261,8 @@ EOF
         fail "gpumux bench daemon --only multi-gpu: $(tail -3 "$dir/bench.err")"
     fi
 fi
+
+rebalance_check
 
 echo
 echo "== summary"

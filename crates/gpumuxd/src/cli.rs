@@ -33,7 +33,7 @@ pub struct DaemonArgs {
     /// a GPU left with no client while its own GPU holds two or more, at its
     /// next request; its buffers' bytes go through host memory and it keeps
     /// its handles (docs/multi-gpu.md, "Moving a client between GPUs"). Off by
-    /// default; a device in a child process (cuda:N's default) cannot yet.
+    /// default; a client with more than 1 GiB of buffers stays.
     #[arg(long)]
     pub rebalance: bool,
     /// Config file: who may connect, with which limits [default: only this user and root].

@@ -579,3 +579,88 @@ fn with_rebalance_a_pinned_client_stays_and_a_placed_one_moves() {
     assert!(pread(&region_a, 300_000, data_a.len()) == data_a, "a's bytes");
     assert!(pread(&region_c, 300_000, data_c.len()) == data_c, "c's bytes after its move");
 }
+
+/// The two-GPU device of [`a_moved_client_keeps_every_byte_of_a_buffer_of_several_pieces_and_its_kernel_works`]:
+/// `GPUMUXD_TEST_MULTI_DEVICE` (`cuda:0,1` in scripts/multi-gpu-daemon-check.sh), else `sim:h100x2`.
+fn multi_device() -> String {
+    std::env::var("GPUMUXD_TEST_MULTI_DEVICE").unwrap_or_else(|_| TWO.into())
+}
+
+/// Chunk `k` of a moving buffer: 1 MiB of floats, small integers (doubled exactly).
+fn chunk_of(k: u32) -> Vec<u8> {
+    (0..(1u32 << 18)).flat_map(|i| (((k * 7919 + i) % (1 << 20)) as f32).to_le_bytes()).collect()
+}
+
+/// `--rebalance` with each GPU's device in a child process (CUDA's default)
+/// and in the daemon's: clients a and c placed on GPU 0, b on GPU 1; a
+/// fills a buffer of more than one staging piece (`backend::pieces`) and
+/// goes idle; b leaves; a's next request moves it to GPU 1 (ps says so),
+/// where every byte of its buffer is what it wrote, and its kernel (loaded
+/// on GPU 0) doubles the first chunk there. On a real GPU (scripts/multi-gpu-daemon-check.sh)
+/// the output is checked too; the simulator's kernels compute nothing.
+#[test]
+fn a_moved_client_keeps_every_byte_of_a_buffer_of_several_pieces_and_its_kernel_works() {
+    let device = multi_device();
+    let computes = !device.starts_with("sim");
+    for mode in ["--device-process", "--device-in-process"] {
+        let d = Daemon::start_on(Some(&device), None, &["--rebalance", mode]);
+        let (mut a, wa) = welcomed(&d, "a", None);
+        let (b, wb) = welcomed(&d, "b", None);
+        let (_c, wc) = welcomed(&d, "c", None);
+        assert_eq!((wa.gpu, wb.gpu, wc.gpu), (0, 1, 0), "{mode}: least-loaded: 0, 1, 0");
+        let region = memfd(2 << 20);
+        assert_eq!(a.attach(&region, 2 << 20), Ok(Reply::Done));
+        let chunks = (PIECE >> 20) as u32 + 3;
+        let buf = a.alloc(u64::from(chunks) << 20);
+        let k = a.load(KERNELS);
+        for i in 0..chunks {
+            pwrite(&region, 0, &chunk_of(i));
+            a.ok(Request::CopyToDevice {
+                dst: slice(buf, u64::from(i) << 20),
+                shm_offset: 0,
+                bytes: 1 << 20,
+                stream: StreamId(0),
+            });
+            a.ok(Request::SyncStream(StreamId(0)));
+        }
+        drop(b);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while a.status().gpus.iter().find(|g| g.gpu == 1).map(|g| g.clients) != Some(0) {
+            assert!(Instant::now() < deadline, "{mode}: b never left GPU 1");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        // a's next request of its own moves it.
+        a.ok(Request::SyncStream(StreamId(0)));
+        let s = a.status();
+        assert_eq!(gpu_of(&s, "a"), Some(1), "{mode}: a, idle, moved to the empty GPU 1: {s:?}");
+        for i in 0..chunks {
+            a.ok(Request::CopyToHost {
+                src: slice(buf, u64::from(i) << 20),
+                shm_offset: 0,
+                bytes: 1 << 20,
+                stream: StreamId(0),
+            });
+            a.ok(Request::SyncStream(StreamId(0)));
+            assert!(pread(&region, 0, 1 << 20) == chunk_of(i), "{mode}: chunk {i} of {chunks} changed in the move");
+        }
+        let floats = 1u32 << 18;
+        a.launch_ok(launch(k[SCALE].kernel, floats / 128, 50_000, vec![Arg::Buffer(slice(buf, 0)), Arg::U32(floats)]));
+        a.ok(Request::SyncStream(StreamId(0)));
+        a.ok(Request::CopyToHost { src: slice(buf, 0), shm_offset: 1 << 20, bytes: 1 << 20, stream: StreamId(0) });
+        a.ok(Request::SyncStream(StreamId(0)));
+        let out = pread(&region, 1 << 20, 1 << 20);
+        if computes {
+            let doubled: Vec<u8> = chunk_of(0)
+                .chunks_exact(4)
+                .flat_map(|b| (2.0 * f32::from_le_bytes([b[0], b[1], b[2], b[3]])).to_le_bytes())
+                .collect();
+            assert!(out == doubled, "{mode}: the scale kernel's output on GPU 1 is not the first chunk doubled");
+        } else {
+            assert!(out == chunk_of(0), "{mode}: the simulator computes nothing: the chunk stays");
+        }
+        eprintln!(
+            "{mode}: a moved from GPU 0 to GPU 1 on {device} with {chunks} MiB; bytes and kernel output as expected"
+        );
+    }
+}
