@@ -664,3 +664,35 @@ fn a_moved_client_keeps_every_byte_of_a_buffer_of_several_pieces_and_its_kernel_
         );
     }
 }
+
+/// A client holding more than a move copies (`handover::MOVE_MAX`, 1 GiB:
+/// each core is held for its side of the copy) stays on its GPU; once it
+/// frees the large buffer, its next request moves it.
+#[test]
+fn with_rebalance_a_client_over_a_gib_of_buffers_stays_until_it_frees_it() {
+    let d = Daemon::start_on(Some(TWO), None, &["--rebalance"]);
+    let (mut a, wa) = welcomed(&d, "a", None);
+    let (b, wb) = welcomed(&d, "b", None);
+    let (_c, wc) = welcomed(&d, "c", None);
+    assert_eq!((wa.gpu, wb.gpu, wc.gpu), (0, 1, 0));
+    // The simulator's memory is the host's, mapped lazily: untouched, it costs nothing here.
+    let big = a.alloc((1 << 30) + 4096);
+    let _small = a.alloc(4096);
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.status().gpus.iter().find(|g| g.gpu == 1).map(|g| g.clients) != Some(0) {
+        assert!(Instant::now() < deadline, "b never left GPU 1");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    a.ok(Request::SyncStream(StreamId(0)));
+    assert_eq!(gpu_of(&a.status(), "a"), Some(0), "a holds over 1 GiB: it stays");
+    // Asked before the free is carried out: still too large.
+    a.ok(Request::Free(big));
+    assert_eq!(gpu_of(&a.status(), "a"), Some(0));
+    a.ok(Request::SyncStream(StreamId(0)));
+    let s = a.status();
+    assert_eq!(gpu_of(&s, "a"), Some(1), "a, down to 4 KiB, moved: {s:?}");
+    let a_row = s.clients.iter().find(|c| c.name == "a").map(|c| c.memory_used);
+    assert_eq!(a_row, Some(4096));
+}
