@@ -27,6 +27,9 @@ pub struct Handover {
     bytes: Vec<Vec<u8>>,
     /// The GPU it leaves (logged by the new core).
     from: u32,
+    /// How long the old core took to read its bytes back (logged by the
+    /// new core, with its own time: how long the move held each core).
+    read_took: std::time::Duration,
 }
 
 impl std::fmt::Debug for Handover {
@@ -107,6 +110,7 @@ impl Core {
         if total > room {
             return Err(NotNow::NoRoom { client, bytes: total, room });
         }
+        let began = Instant::now();
         let mut bytes = Vec::with_capacity(s.buffers.len());
         for (id, b) in &s.buffers {
             match self.backend.read_back(b.addr, b.bytes) {
@@ -142,7 +146,7 @@ impl Core {
         s.kernels.clear();
         self.swap.keep_until.remove(&client);
         self.update_urgent();
-        Ok(Handover { session: s, bytes, from: self.gpu })
+        Ok(Handover { session: s, bytes, from: self.gpu, read_took: began.elapsed() })
     }
 
     /// Takes over a client another core handed over (module doc). A buffer
@@ -150,7 +154,8 @@ impl Core {
     /// load, is dropped and logged, as after a rebuilt context; the client
     /// learns it from its next use of the handle (`NoSuchHandle`).
     pub fn adopt(&mut self, h: Handover) {
-        let Handover { session: mut s, bytes, from } = h;
+        let Handover { session: mut s, bytes, from, read_took } = h;
+        let began = Instant::now();
         let client = s.id;
         let per_stream = s.stream_weight();
         for (sid, st) in s.streams.iter_mut() {
@@ -214,13 +219,18 @@ impl Core {
                 Err(e) => tracing::error!("client {client} moving in: its module `{}` does not load: {e}", m.name),
             }
         }
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         tracing::info!(
-            "client {client} `{}` moved from GPU {from} to GPU {}: {} buffer(s), {} bytes, {} module(s)",
+            "client {client} `{}` moved from GPU {from} to GPU {}: {} buffer(s), {} bytes, {} module(s); \
+             held GPU {from}'s core {:.1} ms (read back), GPU {}'s {:.1} ms (written in, modules loaded)",
             s.name,
             self.gpu,
             s.buffers.len(),
             s.memory_used,
-            s.modules.len()
+            s.modules.len(),
+            ms(read_took),
+            self.gpu,
+            ms(began.elapsed())
         );
         self.sessions.insert(client, s);
         self.update_urgent();
