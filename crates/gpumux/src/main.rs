@@ -17,6 +17,7 @@ mod progress;
 mod protocol_log;
 mod ps;
 mod replay;
+mod rt_run;
 mod run;
 mod table;
 mod trace;
@@ -56,9 +57,10 @@ enum Command {
     /// Measure gpumux itself.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// Real-time GPU task sets: response-time analysis and mode assignment (GPU-SPARC).
+    /// Real-time GPU task sets: response-time analysis, mode assignment, and runs through
+    /// gpumuxd (GPU-SPARC).
     #[command(subcommand)]
-    Rt(gpumux_rt::cli::RtCommand),
+    Rt(RtCli),
     /// Re-run a seed paper's evaluation on the simulated GPU (`experiment list`).
     Experiment(gpumux_experiments::ExperimentArgs),
     /// List the scheduling policies.
@@ -121,6 +123,16 @@ struct RunArgs {
     calibration: Option<PathBuf>,
 }
 
+/// `gpumux rt`: the analysis commands of `gpumux-rt`, and `run`, which needs gpumuxd.
+#[derive(Subcommand, Debug)]
+enum RtCli {
+    /// Run a task set for real through gpumuxd, each task's measured response times beside
+    /// the analysis's bound (exits non-zero when one goes over it).
+    Run(rt_run::RtRunArgs),
+    #[command(flatten)]
+    Analysis(gpumux_rt::cli::RtCommand),
+}
+
 #[derive(Subcommand, Debug)]
 enum BenchCommand {
     /// Simulator speed: simulated blocks per second of wall time, one core.
@@ -175,7 +187,8 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::BenchRole(args) => bench_daemon::role::main(args),
         Command::BenchHostileRole(args) => bench_daemon::abusers::main(args),
-        Command::Rt(cmd) => gpumux_rt::cli::run(cmd),
+        Command::Rt(RtCli::Run(args)) => rt_run::run(args),
+        Command::Rt(RtCli::Analysis(cmd)) => gpumux_rt::cli::run(cmd),
         Command::Experiment(args) => gpumux_experiments::run(args),
         Command::Policies => {
             for (name, what) in gpumux_engine::policies::CATALOGUE {

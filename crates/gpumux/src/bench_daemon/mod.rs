@@ -33,7 +33,7 @@ mod experiments;
 pub mod gpu;
 mod hostile;
 pub mod jobs;
-mod procs;
+pub(crate) mod procs;
 pub mod programs;
 mod report;
 pub mod role;
