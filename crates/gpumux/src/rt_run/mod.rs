@@ -58,6 +58,10 @@ pub struct RtRunArgs {
     /// Default: cuda:all when a CUDA driver is present, else sim:h100x2.
     #[arg(long)]
     pub device: Option<String>,
+    /// Milliseconds per time unit of the file (0.1 runs a set of ms ten times faster, with
+    /// the same analysis verdicts).
+    #[arg(long, default_value_t = 1.0, value_parser = unit_ms)]
+    pub unit_ms: f64,
     /// The share of each stated time a subtask aims at (a stated time is a worst case).
     #[arg(long, default_value_t = 0.9, value_parser = fill)]
     pub fill: f64,
@@ -75,6 +79,15 @@ fn seconds(s: &str) -> std::result::Result<f64, String> {
         Ok(v)
     } else {
         Err(format!("{v} s: expected more than 0 and at most 86400"))
+    }
+}
+
+fn unit_ms(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|e| format!("`{s}` is not a number of ms: {e}"))?;
+    if v >= 0.001 && v <= 1000.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} ms: expected 0.001 to 1000"))
     }
 }
 
@@ -182,7 +195,7 @@ fn run_on(
     let mut plans = Vec::new();
     for (rank, task) in set.tasks.iter().enumerate() {
         let mode = modes.get(rank).copied().unwrap_or(Mode::Single);
-        let steps = subtasks::plan(task, mode, &fits, args.fill);
+        let steps = subtasks::plan(task, mode, &fits, args.fill, args.unit_ms * 1e-3);
         let piece = subtasks::largest_copy(&steps);
         let priority = max_priority.saturating_sub(rank as i32);
         let mut task_lanes = Vec::new();
@@ -194,7 +207,8 @@ fn run_on(
         plans.push((steps, priority));
     }
 
-    let longest = set.tasks.iter().map(|t| t.period).fold(0.0, f64::max) * 1e-3;
+    let unit_s = args.unit_ms * 1e-3;
+    let longest = set.tasks.iter().map(|t| t.period).fold(0.0, f64::max) * unit_s;
     let grace = (2.0 * longest).max(1.0);
     let start = Instant::now() + Duration::from_millis(100);
     let outcomes: Vec<Result<tasks::Outcome>> = std::thread::scope(|scope| {
@@ -204,8 +218,8 @@ fn run_on(
             .zip(&set.tasks)
             .map(|((runner, (steps, _)), task)| {
                 let timing = tasks::Timing {
-                    period_s: task.period * 1e-3,
-                    deadline_s: task.deadline * 1e-3,
+                    period_s: task.period * unit_s,
+                    deadline_s: task.deadline * unit_s,
                     duration_s: args.seconds,
                     grace_s: grace,
                 };
@@ -218,13 +232,21 @@ fn run_on(
             .collect()
     });
 
-    let mut rows = Vec::new();
+    let mut done = Vec::new();
     for (rank, outcome) in outcomes.into_iter().enumerate() {
         let name = &set.tasks[rank].name;
-        let o = outcome.with_context(|| format!("task {name}"))?;
-        let wrong = runners[rank].wrong_blocks;
-        rows.push(report::row(&analysis.tasks[rank], &o, plans[rank].1, wrong));
+        done.push(outcome.with_context(|| format!("task {name}"))?);
     }
+    let periods_s: Vec<f64> = set.tasks.iter().map(|t| t.period * unit_s).collect();
+    let rows: Vec<report::Row> = done
+        .iter()
+        .enumerate()
+        .map(|(rank, o)| {
+            let wrong = runners[rank].wrong_blocks;
+            let allowance_ms = report::allowance(rank, &done, &periods_s) * 1e3;
+            report::row(&analysis.tasks[rank], o, plans[rank].1, wrong, args.unit_ms, allowance_ms)
+        })
+        .collect();
     let violations = rows.iter().filter(|r| matches!(r.verdict, report::Verdict::Violation(_))).count();
     let overruns = rows.iter().filter(|r| matches!(r.verdict, report::Verdict::Overrun(_))).count();
     let misses = rows.iter().map(|r| r.misses).sum();
@@ -237,6 +259,7 @@ fn run_on(
         dispatch: format!("{:?}", args.dispatch).to_lowercase(),
         seconds: args.seconds,
         fill: args.fill,
+        unit_ms: args.unit_ms,
         fits,
         tasks: rows,
         violations,

@@ -50,14 +50,14 @@ pub struct Step {
     pub chunked: bool,
 }
 
-/// Plans every subtask of `task` in `mode` (times in the file's ms).
-pub fn plan(task: &Task, mode: Mode, fits: &Fits, fill: f64) -> Vec<Step> {
+/// Plans every subtask of `task` in `mode`; the file's times are `unit_s` seconds each.
+pub fn plan(task: &Task, mode: Mode, fits: &Fits, fill: f64, unit_s: f64) -> Vec<Step> {
     let gpus = if mode == Mode::Multi { MULTI_GPUS as u32 } else { 1 };
     let mut kernel_since_download = false;
     task.subtasks
         .iter()
         .map(|s| {
-            let stated_s = s.cost(mode) * 1e-3;
+            let stated_s = s.cost(mode) * unit_s;
             let target = stated_s * fill;
             let n = sections(s.cost(mode), s.chunk);
             let work = match s.resource {

@@ -20,6 +20,13 @@ pub struct Outcome {
     pub not_run: u64,
     /// Per subtask: the longest time it held its resource over its stated `C`.
     pub held_over_stated: Vec<f64>,
+    /// The most one job's subtasks held their resources beyond their stated times, in all
+    /// (`Σ_j max(0, held_j − C_j)`), seconds.
+    pub overrun_s: f64,
+    /// The worst response of a job that started at its release (its own previous job had
+    /// ended), seconds. A job that started late did so because the one before it ended past
+    /// this release, after its own deadline: the first job of such a chain is one of these.
+    pub worst_fresh_s: f64,
 }
 
 /// The task's timing, seconds.
@@ -46,19 +53,22 @@ pub fn run(runner: &mut Runner<'_>, steps: &[Step], timing: Timing, start: Insta
     while let Some(release) = releases.release(k) {
         out.released += 1;
         let begin = start_of(release, previous_end);
+        let fresh = begin == release;
         if begin > stop_starting {
             out.not_run += releases.jobs() - k;
             out.released = releases.jobs();
             break;
         }
         wait_until(start + begin);
+        let mut overrun = 0.0;
         for (j, step) in steps.iter().enumerate() {
-            let held = runner.run(step, k)?;
+            let held = runner.run(step, k)?.as_secs_f64();
+            overrun += (held - step.stated_s).max(0.0);
             if step.stated_s > 0.0 {
-                let ratio = held.as_secs_f64() / step.stated_s;
-                out.held_over_stated[j] = out.held_over_stated[j].max(ratio);
+                out.held_over_stated[j] = out.held_over_stated[j].max(held / step.stated_s);
             }
         }
+        out.overrun_s = out.overrun_s.max(overrun);
         runner.finish_job();
         let end = start.elapsed();
         let r = response(release, end);
@@ -66,6 +76,9 @@ pub fn run(runner: &mut Runner<'_>, steps: &[Step], timing: Timing, start: Insta
             out.misses += 1;
         }
         out.responses_s.push(r.as_secs_f64());
+        if fresh {
+            out.worst_fresh_s = out.worst_fresh_s.max(r.as_secs_f64());
+        }
         previous_end = Some(end);
         k += 1;
     }
