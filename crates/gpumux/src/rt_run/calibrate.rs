@@ -27,7 +27,7 @@ impl Linear {
     /// The line through two measurements `(x1, t1)`, `(x2, t2)` with `x2 > x1`. A slope that
     /// is not positive means the measurement saw no cost growing with the work: an error.
     pub fn fit(what: &str, (x1, t1): (f64, f64), (x2, t2): (f64, f64)) -> Result<Linear> {
-        if !(x2 > x1) || ![x1, t1, x2, t2].iter().all(|v| v.is_finite() && *v >= 0.0) {
+        if x2 <= x1 || ![x1, t1, x2, t2].iter().all(|v| v.is_finite() && *v >= 0.0) {
             bail!("calibrating {what}: bad measurements ({x1}, {t1} s), ({x2}, {t2} s)");
         }
         let per_unit_s = (t2 - t1) / (x2 - x1);

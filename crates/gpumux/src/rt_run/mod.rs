@@ -84,7 +84,7 @@ fn seconds(s: &str) -> std::result::Result<f64, String> {
 
 fn unit_ms(s: &str) -> std::result::Result<f64, String> {
     let v: f64 = s.trim().parse().map_err(|e| format!("`{s}` is not a number of ms: {e}"))?;
-    if v >= 0.001 && v <= 1000.0 {
+    if (0.001..=1000.0).contains(&v) {
         Ok(v)
     } else {
         Err(format!("{v} ms: expected 0.001 to 1000"))
