@@ -61,6 +61,16 @@ fn run_and_check(method: &str) -> Vec<String> {
         assert!(table.contains(name), "the table has {name}:\n{table}");
         let jobs = (SECONDS * 1e3 / period_ms).ceil() as u64;
         assert_eq!(t["jobs"], jobs, "{name}: {table}");
+        // Kernels went where the mode says: every one on both GPUs in multi mode (a split),
+        // each on one GPU in single mode; one launch per GPU subtask per job at least.
+        let launches: Vec<u64> =
+            t["launches_per_gpu"].as_array().expect("launches").iter().filter_map(|v| v.as_u64()).collect();
+        assert_eq!(launches.len(), 2, "{t}");
+        let completed = t["completed"].as_u64().unwrap_or(0);
+        match t["mode"].as_str() {
+            Some("multi") => assert!(launches[0] == launches[1] && launches[0] >= completed, "{name}: {launches:?}"),
+            _ => assert!(launches.iter().sum::<u64>() >= completed, "{name}: {launches:?}"),
+        }
         let worst = t["worst_ms"].as_f64().expect("a worst response");
         let bound = t["bound_ms"].as_f64().expect("a bound");
         assert!(worst > 0.0 && t["p99_ms"].as_f64().is_some_and(|p| p <= worst));

@@ -244,7 +244,9 @@ fn run_on(
         .map(|(rank, o)| {
             let wrong = runners[rank].wrong_blocks;
             let allowance_ms = report::allowance(rank, &done, &periods_s) * 1e3;
-            report::row(&analysis.tasks[rank], o, plans[rank].1, wrong, args.unit_ms, allowance_ms)
+            let mut launches = runners[rank].launches.clone();
+            launches.resize(gpus, 0);
+            report::row(&analysis.tasks[rank], o, plans[rank].1, wrong, args.unit_ms, allowance_ms, launches)
         })
         .collect();
     let violations = rows.iter().filter(|r| matches!(r.verdict, report::Verdict::Violation(_))).count();

@@ -91,6 +91,8 @@ pub struct Row {
     pub overrun_ms: f64,
     /// Blocks whose output was wrong (a real GPU; 0 on a simulated one).
     pub wrong_blocks: u64,
+    /// Kernels launched on each GPU (a multi-mode kernel counts on both).
+    pub launches_per_gpu: Vec<u64>,
     /// The verdict.
     pub verdict: Verdict,
 }
@@ -113,7 +115,8 @@ pub fn allowance(i: usize, outcomes: &[Outcome], periods_s: &[f64]) -> f64 {
             .sum::<f64>()
 }
 
-/// Builds a task's row from its analysis and what its run measured. Times of the analysis
+/// Builds a task's row from its analysis and what its run measured (and the kernels it
+/// launched on each GPU). Times of the analysis
 /// are in the file's unit, `unit_ms` milliseconds each; `allowance_ms` is the sum of every
 /// task's [`Outcome::overrun_s`] (module doc).
 pub fn row(
@@ -123,6 +126,7 @@ pub fn row(
     wrong_blocks: u64,
     unit_ms: f64,
     allowance_ms: f64,
+    launches_per_gpu: Vec<u64>,
 ) -> Row {
     let ms = |v: Option<f64>| v.map(|x| x * 1e3);
     let n = o.responses_s.len();
@@ -182,6 +186,7 @@ pub fn row(
         overrun_ms: o.overrun_s * 1e3,
         worst_job: o.responses_s.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(k, _)| k),
         wrong_blocks,
+        launches_per_gpu,
         verdict,
     }
 }
@@ -362,17 +367,17 @@ mod tests {
 
     #[test]
     fn a_bounded_task_within_its_bound_passes_and_over_it_is_a_violation() {
-        let ok = row(&analysed(Status::Meets, Some(50.0)), &outcome(&[20.0, 49.9, 30.0]), 10, 0, 1.0, 0.0);
+        let ok = row(&analysed(Status::Meets, Some(50.0)), &outcome(&[20.0, 49.9, 30.0]), 10, 0, 1.0, 0.0, Vec::new());
         assert_eq!(ok.verdict, Verdict::WithinBound);
         assert!((ok.worst_ms.unwrap() - 49.9).abs() < 1e-9);
         assert_eq!((ok.jobs, ok.completed, ok.misses), (3, 3, 0));
-        let over = row(&analysed(Status::Meets, Some(50.0)), &outcome(&[20.0, 50.5]), 10, 0, 1.0, 0.0);
+        let over = row(&analysed(Status::Meets, Some(50.0)), &outcome(&[20.0, 50.5]), 10, 0, 1.0, 0.0, Vec::new());
         match over.verdict {
             Verdict::Violation(why) => assert!(why.contains("50.500 ms > R 50.000"), "{why}"),
             v => panic!("{v:?}"),
         }
         // The file's unit scales R and D: 50 units of 0.1 ms are 5 ms.
-        let fast = row(&analysed(Status::Meets, Some(50.0)), &outcome(&[4.0, 5.5]), 10, 0, 0.1, 0.0);
+        let fast = row(&analysed(Status::Meets, Some(50.0)), &outcome(&[4.0, 5.5]), 10, 0, 0.1, 0.0, Vec::new());
         assert_eq!((fast.bound_ms, fast.deadline_ms), (Some(5.0), 10.0));
         assert!(matches!(fast.verdict, Verdict::Violation(_)), "{:?}", fast.verdict);
     }
@@ -381,11 +386,11 @@ mod tests {
     fn overruns_explain_an_excess_up_to_their_allowance_and_no_further() {
         // 0.5 ms over R: explained by an allowance of 0.8 ms, not by one of 0.3 ms.
         let slow = outcome(&[20.0, 50.5]);
-        match row(&analysed(Status::Meets, Some(50.0)), &slow, 1, 0, 1.0, 0.8).verdict {
+        match row(&analysed(Status::Meets, Some(50.0)), &slow, 1, 0, 1.0, 0.8, Vec::new()).verdict {
             Verdict::Overrun(why) => assert!(why.contains("0.800 ms a job"), "{why}"),
             v => panic!("{v:?}"),
         }
-        match row(&analysed(Status::Meets, Some(50.0)), &slow, 1, 0, 1.0, 0.3).verdict {
+        match row(&analysed(Status::Meets, Some(50.0)), &slow, 1, 0, 1.0, 0.3, Vec::new()).verdict {
             Verdict::Violation(why) => assert!(why.contains("more than the subtasks' overruns"), "{why}"),
             v => panic!("{v:?}"),
         }
@@ -393,11 +398,11 @@ mod tests {
         let mut backlog = outcome(&[20.0, 50.5, 300.0]);
         backlog.worst_fresh_s = 0.0505;
         assert!(matches!(
-            row(&analysed(Status::Meets, Some(50.0)), &backlog, 1, 0, 1.0, 0.8).verdict,
+            row(&analysed(Status::Meets, Some(50.0)), &backlog, 1, 0, 1.0, 0.8, Vec::new()).verdict,
             Verdict::Overrun(_)
         ));
         // Within R an overrun changes nothing.
-        let ok = row(&analysed(Status::Meets, Some(50.0)), &outcome(&[20.0]), 1, 0, 1.0, 5.0);
+        let ok = row(&analysed(Status::Meets, Some(50.0)), &outcome(&[20.0]), 1, 0, 1.0, 5.0, Vec::new());
         assert_eq!(ok.verdict, Verdict::WithinBound);
     }
 
@@ -420,15 +425,15 @@ mod tests {
         let mut o = outcome(&[10.0]);
         o.released = 3;
         o.not_run = 2;
-        match row(&analysed(Status::Meets, Some(50.0)), &o, 1, 0, 1.0, 0.0).verdict {
+        match row(&analysed(Status::Meets, Some(50.0)), &o, 1, 0, 1.0, 0.0, Vec::new()).verdict {
             Verdict::Violation(why) => assert!(why.contains("2 of 3 jobs did not run"), "{why}"),
             v => panic!("{v:?}"),
         }
-        match row(&analysed(Status::Meets, Some(50.0)), &outcome(&[10.0]), 1, 7, 1.0, 9.0).verdict {
+        match row(&analysed(Status::Meets, Some(50.0)), &outcome(&[10.0]), 1, 7, 1.0, 9.0, Vec::new()).verdict {
             Verdict::Violation(why) => assert!(why.contains("7 blocks"), "{why}"),
             v => panic!("{v:?}"),
         }
-        let late = row(&analysed(Status::Misses, Some(150.0)), &outcome(&[120.0, 160.0]), 1, 0, 1.0, 0.0);
+        let late = row(&analysed(Status::Misses, Some(150.0)), &outcome(&[120.0, 160.0]), 1, 0, 1.0, 0.0, Vec::new());
         assert!(matches!(late.verdict, Verdict::NotChecked(ref why) if why.contains("misses expected")));
         assert_eq!(late.misses, 2);
     }

@@ -116,6 +116,8 @@ pub struct Runner<'a> {
     stamp: u32,
     /// Blocks whose output was wrong (a real GPU only).
     pub wrong_blocks: u64,
+    /// Kernels launched on each GPU (a multi-mode kernel counts on both).
+    pub launches: Vec<u64>,
 }
 
 impl<'a> Runner<'a> {
@@ -144,6 +146,7 @@ impl<'a> Runner<'a> {
             pending_merge: None,
             stamp: 0,
             wrong_blocks: 0,
+            launches: Vec::new(),
         }
     }
 
@@ -258,6 +261,12 @@ impl<'a> Runner<'a> {
                     self.lane(*g1)?.sync()?;
                 }
                 [] => bail!("the GPU arbiter granted no GPU"),
+            }
+            for &g in &gpus {
+                if self.launches.len() <= g {
+                    self.launches.resize(g + 1, 0);
+                }
+                self.launches[g] += 1;
             }
             self.last_gpus = gpus;
             if chunked {
