@@ -115,6 +115,8 @@ fn output_paths_are_checked_before_the_work() {
         // Before the GPU is opened (on a machine without one, that error came first).
         (vec!["bench", "cuda", "all", "--json", missing], "--json"),
         (vec!["rt", "experiment", "fig7", "--sets", "50", "--quiet", "--out", "/proc/self"], "--out"),
+        // Before a daemon is started and the set run for seconds.
+        (vec!["rt", "run", "examples/rt/small-sim.toml", "--device", "sim:h100x2", "--json", missing], "--json"),
         (vec!["experiment", "adriaens-even", "--quick", "--quiet", "--out", "/proc/self"], "--out"),
     ];
     for (args, flag) in cases {
