@@ -15,7 +15,9 @@
 #     jobs), under single, local and gema (the paper's Single-GPU, LOCAL and GEMA);
 #   * examples/rt/gema-vs-local.toml at --unit-ms 0.5, under local and gema: a set GEMA
 #     schedules and LOCAL does not;
-#   * examples/rt/small-sim.toml (the CI set) under gema and local.
+#   * examples/rt/small-sim.toml (the CI set) under gema and local;
+#   * table4-chunked.toml under single with --dispatch partitioned (the paper's prototype's
+#     Single-GPU runs: each task's kernels on one GPU of its own), beside the global bounds.
 # Prints each run's measured-versus-bound table, then a summary: per run the analysis's verdict,
 # the tasks it bounds within their bound, the violations and WCET overruns, the deadline misses;
 # and the gain of GEMA over LOCAL: sets schedulable by analysis, and tasks with no miss measured.
@@ -38,14 +40,15 @@ ngpus=$(grep -c . "$OUT/gpu.txt")
 git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' | tee "$OUT/commit.txt"
 
 fails=0
-# name file unit methods...
+# name file unit methods... (RUN_ARGS: more arguments of these runs)
+RUN_ARGS=()
 run_set() {
     local name=$1 file=$2 unit=$3; shift 3
     for m in "$@"; do
         echo
-        echo "== $name, $m ($file, 1 unit = $unit ms, $SECONDS_EACH s)"
+        echo "== $name, $m ($file, 1 unit = $unit ms, $SECONDS_EACH s${RUN_ARGS[*]:+, ${RUN_ARGS[*]}})"
         "$BIN/gpumux" rt run "$file" --method "$m" --device "$DEVICE" --seconds "$SECONDS_EACH" \
-            --unit-ms "$unit" --json "$OUT/$name-$m.json" 2>"$OUT/$name-$m.err" | tee "$OUT/$name-$m.txt"
+            --unit-ms "$unit" "${RUN_ARGS[@]}" --json "$OUT/$name-$m.json" 2>"$OUT/$name-$m.err" | tee "$OUT/$name-$m.txt"
         rc=${PIPESTATUS[0]}
         if [ ! -s "$OUT/$name-$m.json" ]; then
             echo "FAIL $name/$m did not run: $(tail -3 "$OUT/$name-$m.err")"
@@ -60,6 +63,11 @@ run_set table4-chunked examples/rt/table4-chunked.toml 0.1 single local gema
 run_set table4 examples/rt/table4.toml 0.1 local gema
 run_set gema-vs-local examples/rt/gema-vs-local.toml 0.5 local gema
 run_set small examples/rt/small-sim.toml 1 gema local
+# The paper's prototype ran Single-GPU mode partitioned (P2 and P3 on one GPU, P1 on the other):
+# its Table IV verdicts, beside the global analysis's bounds (a reference only: not its model).
+RUN_ARGS=(--dispatch partitioned)
+run_set table4-chunked-partitioned examples/rt/table4-chunked.toml 0.1 single
+RUN_ARGS=()
 
 echo
 echo "== summary ($DEVICE, $SECONDS_EACH s a run)"

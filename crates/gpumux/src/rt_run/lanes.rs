@@ -95,7 +95,7 @@ impl Lane {
     }
 
     /// Copies the first `bytes` of the output buffer to the pinned host buffer; returns when
-    /// done. [`Lane::downloaded`] reads them.
+    /// done. [`Lane::downloaded_word`] reads them.
     pub fn download(&mut self, bytes: u64) -> Result<()> {
         let n = self.clamp(bytes);
         let gpu = self.gpu;
