@@ -32,6 +32,21 @@ pub fn quantile(v: &[f64], q: f64) -> Option<f64> {
     Some(s[rank - 1])
 }
 
+/// One subtask of a row: the analysis's bound on its response beside the measured one.
+#[derive(Clone, Debug, Serialize)]
+pub struct SubtaskRow {
+    /// `cpu`, `pci` or `gpu`.
+    pub resource: String,
+    /// `C` in the task's mode, ms.
+    pub stated_ms: f64,
+    /// The analysis's `w_ij` (its response from the previous subtask's end), ms.
+    pub w_ms: f64,
+    /// The longest measured response of the subtask (previous subtask's end to its end), ms.
+    pub worst_ms: f64,
+    /// The longest it held its resource, over `C`.
+    pub held_over_stated: f64,
+}
+
 /// A task's verdict.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "verdict", content = "why", rename_all = "snake_case")]
@@ -93,6 +108,8 @@ pub struct Row {
     pub wrong_blocks: u64,
     /// Kernels launched on each GPU (a multi-mode kernel counts on both).
     pub launches_per_gpu: Vec<u64>,
+    /// Per subtask, the analysis's `w` beside the measured worst.
+    pub subtasks: Vec<SubtaskRow>,
     /// The verdict.
     pub verdict: Verdict,
 }
@@ -133,6 +150,29 @@ pub fn row(
     let worst = ms(quantile(&o.responses_s, 1.0));
     let held = o.held_over_stated.iter().copied().fold(0.0, f64::max);
     let bound = a.response.map(|r| r * unit_ms);
+    let subtasks: Vec<SubtaskRow> = a
+        .subtasks
+        .iter()
+        .enumerate()
+        .map(|(j, s)| SubtaskRow {
+            resource: s.resource.name().to_string(),
+            stated_ms: s.cost * unit_ms,
+            w_ms: s.w * unit_ms,
+            worst_ms: o.subtask_worst_s.get(j).copied().unwrap_or(0.0) * 1e3,
+            held_over_stated: o.held_over_stated.get(j).copied().unwrap_or(0.0),
+        })
+        .collect();
+    // Where a failure shows first: the first subtask whose measured response passed its `w`.
+    let first_over_w = subtasks.iter().enumerate().find(|(_, s)| s.worst_ms > s.w_ms).map(|(j, s)| {
+        format!(
+            "first over its w: subtask {} ({}) {:.3} ms > w {:.3} ms (held {:.0}% of C)",
+            j + 1,
+            s.resource,
+            s.worst_ms,
+            s.w_ms,
+            s.held_over_stated * 100.0
+        )
+    });
     let verdict = match (a.status, bound) {
         (Status::Meets, Some(r)) => {
             let mut why = Vec::new();
@@ -146,6 +186,9 @@ pub fn row(
             }
             if wrong_blocks > 0 {
                 why.push(format!("{wrong_blocks} blocks wrote wrong output"));
+            }
+            if !why.is_empty() {
+                why.extend(first_over_w);
             }
             if why.is_empty() {
                 Verdict::WithinBound
@@ -187,6 +230,7 @@ pub fn row(
         worst_job: o.responses_s.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(k, _)| k),
         wrong_blocks,
         launches_per_gpu,
+        subtasks,
         verdict,
     }
 }
@@ -352,6 +396,7 @@ mod tests {
             not_run: 0,
             held_over_stated: vec![0.9, 0.95],
             overrun_s: 0.0,
+            subtask_worst_s: Vec::new(),
             worst_fresh_s: responses_ms.iter().copied().fold(0.0, f64::max) / 1e3,
         }
     }
@@ -418,6 +463,24 @@ mod tests {
         // Task 0 (a): its own 2 ms, and b's 1 ms for ⌈30 / 100⌉ + 1 = 2 jobs.
         assert!((allowance(0, &[a, b], &[0.04, 0.1]) - 0.004).abs() < 1e-12);
         assert_eq!(allowance(0, &[outcome(&[10.0])], &[0.04]), 0.0, "nothing overran");
+    }
+
+    #[test]
+    fn a_violation_names_the_first_subtask_over_its_w() {
+        use gpumux_rt::analysis::SubtaskReport;
+        use gpumux_rt::Resource;
+        let mut a = analysed(Status::Meets, Some(12.0));
+        let sub = |resource, cost, w| SubtaskReport { resource, cost, blocking: 0.0, jitter: 0.0, w };
+        a.subtasks = vec![sub(Resource::Pci, 1.0, 2.0), sub(Resource::Gpu, 8.0, 10.0)];
+        let mut o = outcome(&[13.5]);
+        o.subtask_worst_s = vec![0.0015, 0.012];
+        let r = row(&a, &o, 1, 0, 1.0, 0.0, Vec::new());
+        assert_eq!(r.subtasks.len(), 2);
+        assert_eq!((r.subtasks[1].w_ms, r.subtasks[1].stated_ms), (10.0, 8.0));
+        match r.verdict {
+            Verdict::Violation(why) => assert!(why.contains("subtask 2 (gpu) 12.000 ms > w 10.000 ms"), "{why}"),
+            v => panic!("{v:?}"),
+        }
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub struct Outcome {
     /// ended), seconds. A job that started late did so because the one before it ended past
     /// this release, after its own deadline: the first job of such a chain is one of these.
     pub worst_fresh_s: f64,
+    /// Per subtask: its longest response, from the moment the job got to it (the previous
+    /// subtask's end) to its own end, seconds: what the analysis bounds by `w_ij`.
+    pub subtask_worst_s: Vec<f64>,
 }
 
 /// The task's timing, seconds.
@@ -47,7 +50,11 @@ pub struct Timing {
 pub fn run(runner: &mut Runner<'_>, steps: &[Step], timing: Timing, start: Instant) -> Result<Outcome> {
     let releases = Releases { period_s: timing.period_s, duration_s: timing.duration_s };
     let stop_starting = Duration::from_secs_f64(timing.duration_s + timing.grace_s);
-    let mut out = Outcome { held_over_stated: vec![0.0; steps.len()], ..Outcome::default() };
+    let mut out = Outcome {
+        held_over_stated: vec![0.0; steps.len()],
+        subtask_worst_s: vec![0.0; steps.len()],
+        ..Outcome::default()
+    };
     let mut previous_end: Option<Duration> = None;
     let mut k = 0u64;
     while let Some(release) = releases.release(k) {
@@ -62,7 +69,9 @@ pub fn run(runner: &mut Runner<'_>, steps: &[Step], timing: Timing, start: Insta
         wait_until(start + begin);
         let mut overrun = 0.0;
         for (j, step) in steps.iter().enumerate() {
+            let ready = Instant::now();
             let held = runner.run(step, k)?.as_secs_f64();
+            out.subtask_worst_s[j] = out.subtask_worst_s[j].max(ready.elapsed().as_secs_f64());
             overrun += (held - step.stated_s).max(0.0);
             if step.stated_s > 0.0 {
                 out.held_over_stated[j] = out.held_over_stated[j].max(held / step.stated_s);
