@@ -87,6 +87,16 @@ for name, r in runs.items():
           f"{ok:>4} of {len(bounded):<3} {r['violations']:>10} {r['overruns']:>8} {r['misses']:>7} "
           f"{sum(t['jobs'] for t in r['tasks']):>6}  {ratios}")
 print()
+print("where the time went (tasks over their bound or whose subtasks overran by 1 ms a job or more):")
+for name, r in runs.items():
+    for t in r["tasks"]:
+        if t["verdict"]["verdict"] in ("violation", "overrun") or t.get("overrun_ms", 0) >= 1.0:
+            subs = t.get("subtasks") or []
+            slow = [f"{j + 1}:{s['resource']} held {s['held_over_stated']:.1f}xC, worst {s['worst_ms']:.2f} ms (C {s['stated_ms']:.2f}, w {s['w_ms']:.2f})"
+                    for j, s in enumerate(subs) if s["held_over_stated"] > 1.1 or s["worst_ms"] > s["w_ms"]]
+            print(f"  {name}/{t['name']} ({t['mode']}, over {t['overrun_ms']:.2f} ms a job, kernels per GPU {t.get('launches_per_gpu')}): "
+                  + ("; ".join(slow) if slow else ("no subtask over 1.1x C or over its w" if subs else "no per-subtask data")))
+print()
 print("GEMA over LOCAL (issue 38: the schedulability GEMA gains, on real runs):")
 for s in sorted({n.rsplit('-', 1)[0] for n in runs}):
     g, l = runs.get(f"{s}-gema"), runs.get(f"{s}-local")

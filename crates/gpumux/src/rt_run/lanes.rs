@@ -63,13 +63,18 @@ impl Lane {
         Ok(lane)
     }
 
-    /// A launch and a copy each way at their largest: the first of each pays for things a
-    /// job must not (the kernel's first use, the pinned memory's first touch), and would
-    /// show up as a first job far over its bound.
+    /// Launches of both shapes and a copy each way at their largest: the first of each pays
+    /// for things a job must not (the kernel's first use at a grid size, the pinned memory's
+    /// first touch), and would show up as a first job far over its bound, or as a calibration
+    /// outlier (on 2 H200s, d531e74 warmed the whole kernel only, and one run's calibration
+    /// gave the half kernel 457 µs of fixed cost where others gave 57 µs).
     fn warm(&mut self) -> Result<()> {
         for _ in 0..2 {
-            self.launch(0, 0, self.grid, 0)?;
-            self.sync()?;
+            // Both shapes a subtask launches: the whole kernel and one GPU's half of it.
+            for blocks in [self.grid, first_half(self.grid)] {
+                self.launch(0, 0, blocks, 0)?;
+                self.sync()?;
+            }
             self.upload(self.piece())?;
             self.download(self.piece())?;
         }
