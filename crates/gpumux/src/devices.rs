@@ -92,6 +92,9 @@ impl DeviceSpec {
 }
 
 /// A device opened for one run; [`OpenedDevice::finish`] ends the run.
+// One value per run, never in a collection: the variants' sizes (the simulator's state against a
+// CUDA device's handles) cost nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum OpenedDevice {
     /// The simulator.
     Sim(SimGpu),
