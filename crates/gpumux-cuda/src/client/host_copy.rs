@@ -12,6 +12,12 @@
 //! does nothing and the copy is as before. A copy is reused for the next
 //! eviction of about its size while anything is evicted (`spare_copy` in
 //! [`super::swap`]), so an exchange writes into pages already there.
+//!
+//! A copy of 2 MiB or more starts on a 2 MiB boundary (the mapping is made
+//! 2 MiB longer and trimmed), so that every 2 MiB piece the copy pool
+//! ([`super::copy_pool`]) faults in can be one huge page. A copy never
+//! written is `fresh`: the pool faults it in (`MADV_POPULATE_WRITE`) as it
+//! copies.
 
 use crate::error::CudaError;
 
@@ -23,6 +29,8 @@ const HUGE: usize = 2 << 20;
 pub(crate) struct HostMem {
     ptr: *mut u8,
     len: usize,
+    /// Never written: its pages are not there yet.
+    fresh: bool,
 }
 
 // SAFETY: owned memory, reached only through `&self`/`&mut self`.
@@ -37,11 +45,14 @@ impl HostMem {
         if len == 0 {
             return Err(no_memory("an empty buffer".into()));
         }
+        // Room to start on a 2 MiB boundary (trimmed below).
+        let pad = if len >= HUGE { HUGE } else { 0 };
+        let mapped = len.checked_add(pad).ok_or_else(|| no_memory("too large".into()))?;
         // SAFETY: a fresh anonymous mapping; no address asked.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len,
+                mapped,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -51,12 +62,40 @@ impl HostMem {
         if p == libc::MAP_FAILED {
             return Err(no_memory(std::io::Error::last_os_error().to_string()));
         }
+        let head = (HUGE - p as usize % HUGE) % HUGE;
+        let head = if pad == 0 { 0 } else { head };
+        // SAFETY: `head` bytes at the start and what is past `len` after them are
+        // ours and unused (a failed munmap leaves them mapped: memory, not safety).
+        unsafe {
+            if head > 0 {
+                libc::munmap(p, head);
+            }
+            // munmap takes whole pages: from the page after the copy's last byte.
+            let page = usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap_or(4096).max(1);
+            let tail = (head + len).next_multiple_of(page);
+            let end = mapped.next_multiple_of(page);
+            if pad > 0 && end > tail {
+                libc::munmap(p.cast::<u8>().add(tail).cast(), end - tail);
+            }
+        }
+        // SAFETY: `head < pad`, inside the mapping.
+        let p = unsafe { p.cast::<u8>().add(head) };
         if len >= HUGE {
             // Advice only: refused (huge pages off, an old kernel), the copy is slower, not wrong.
             // SAFETY: the mapping just made.
-            let _ = unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+            let _ = unsafe { libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE) };
         }
-        Ok(HostMem { ptr: p.cast(), len })
+        Ok(HostMem { ptr: p, len, fresh: true })
+    }
+
+    /// Never written (its pages are not there yet).
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Written whole: its pages are there.
+    pub(crate) fn mark_written(&mut self) {
+        self.fresh = false;
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -90,6 +129,10 @@ mod tests {
         for len in [1usize, 4096, HUGE, HUGE + 12345] {
             let mut m = HostMem::new(len).expect("host memory");
             assert_eq!(m.len(), len);
+            assert!(m.is_fresh(), "{len} bytes: fresh");
+            if len >= HUGE {
+                assert_eq!(m.as_slice().as_ptr() as usize % HUGE, 0, "{len} bytes start on a huge page");
+            }
             assert!(m.as_slice().iter().all(|&b| b == 0), "{len} bytes start zero");
             for (i, b) in m.as_mut_slice().iter_mut().enumerate() {
                 *b = (i % 251) as u8;

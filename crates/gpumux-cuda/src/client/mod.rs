@@ -10,6 +10,7 @@
 //! * `device`: [`ClientDevice`], the engine's `Device` over all of it.
 
 mod context;
+mod copy_pool;
 mod device;
 pub mod fault;
 mod host_copy;

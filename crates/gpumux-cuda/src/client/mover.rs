@@ -176,8 +176,12 @@ fn make(job: Job, s: cu::CUstream, ring: Option<&super::staging::Staging>) -> Do
     match job {
         Job::Evict { token, ptr, size, handle, mut host, found } => {
             let prepared = found;
-            let copy = ring.to_host(s, ptr, host.bytes_mut(size));
+            let fresh = host.is_fresh();
+            let copy = ring.to_host(s, ptr, host.bytes_mut(size), fresh);
             let copied = t.elapsed() - prepared;
+            if copy.is_ok() {
+                host.mark_written();
+            }
             let what = match copy.and_then(|()| release(ptr, size, handle)) {
                 Ok(()) => Ended::Evicted,
                 Err(e) => Ended::EvictFailed(e),

@@ -6,9 +6,19 @@
 //! Why not pin each host copy: pinning costs about 0.4 s per GB on the H200
 //! machine (an 84 GB buffer: 33 s, against 1.5 s for its copy; issue 39's
 //! first GPU run, 100 s of pinning in a 122 s makespan). The ring is pinned
-//! once per context ([`SLOTS`] x [`CHUNK`]); the CPU copies run on
-//! [`COPY_THREADS`] threads so that they keep up with the link.
+//! once per context ([`SLOTS`] x [`CHUNK`]).
+//!
+//! How the two overlap. To the host: up to [`SLOTS`] chunks' DMAs are
+//! queued on the stream; the mover waits for the oldest, copies it out of
+//! its slot, queues the next DMA into that slot, and so on, so while one
+//! chunk is copied the next three are moving. To the device: a chunk is
+//! copied into a slot whose last DMA is done, then its DMA is queued behind
+//! the ones still moving. The CPU copies run on a persistent pool of
+//! threads, a chunk split into 2 MiB pieces ([`super::copy_pool`]): with 8
+//! threads spawned per chunk they were the bound in both directions (22-28
+//! GB/s against 55 for the link).
 
+use super::copy_pool::CopyPool;
 use crate::error::CudaError;
 use crate::runtime::check;
 use cudarc::driver::sys as cu;
@@ -19,9 +29,6 @@ pub(crate) const CHUNK: usize = 64 << 20;
 /// Slots in the ring: the DMA of up to SLOTS - 1 chunks waits behind the
 /// CPU copy of one.
 pub(crate) const SLOTS: usize = 4;
-/// Threads a chunk's CPU copy is split over (one thread copies ~10 GB/s,
-/// the host link carries ~55).
-pub(crate) const COPY_THREADS: usize = 8;
 
 /// The pinned ring of one context (module doc).
 pub(crate) struct Staging {
@@ -29,12 +36,21 @@ pub(crate) struct Staging {
     slots: Vec<usize>,
     /// One event per slot: its last DMA is done.
     events: Vec<usize>,
+    /// The CPU copies' threads.
+    pool: CopyPool,
 }
 
 impl Staging {
     /// The ring, pinned in the current context.
     pub(crate) fn new() -> Result<Staging, CudaError> {
-        let mut st = Staging { slots: Vec::new(), events: Vec::new() };
+        let pool = CopyPool::new(CopyPool::default_threads());
+        tracing::info!(
+            "buffer mover: pinned ring of {SLOTS} x {} MiB, host copies on {} threads, transparent huge pages: {}",
+            CHUNK >> 20,
+            pool.threads(),
+            huge_pages()
+        );
+        let mut st = Staging { slots: Vec::new(), events: Vec::new(), pool };
         for _ in 0..SLOTS {
             let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
             // SAFETY: out-pointer to a local; freed in Drop.
@@ -57,14 +73,15 @@ impl Staging {
         self.events[i] as cu::CUevent
     }
 
-    /// Copies `host.len()` bytes at device address `dev` into `host` on `s`.
-    pub(crate) fn to_host(&self, s: cu::CUstream, dev: u64, host: &mut [u8]) -> Result<(), CudaError> {
+    /// Copies `host.len()` bytes at device address `dev` into `host` on `s`;
+    /// `fresh`: `host` was never written (its pages are faulted in as it is).
+    pub(crate) fn to_host(&self, s: cu::CUstream, dev: u64, host: &mut [u8], fresh: bool) -> Result<(), CudaError> {
         let chunks = host.len().div_ceil(CHUNK);
         let mut in_flight: VecDeque<(usize, usize)> = VecDeque::new();
         for k in 0..chunks {
             let slot = k % SLOTS;
             if in_flight.len() == SLOTS {
-                self.drain_one(&mut in_flight, host)?;
+                self.drain_one(&mut in_flight, host, fresh)?;
             }
             let len = CHUNK.min(host.len() - k * CHUNK);
             // SAFETY: the slot has CHUNK bytes; `len` bytes at dev + k*CHUNK are the buffer's.
@@ -76,21 +93,26 @@ impl Staging {
             in_flight.push_back((k, slot));
         }
         while !in_flight.is_empty() {
-            self.drain_one(&mut in_flight, host)?;
+            self.drain_one(&mut in_flight, host, fresh)?;
         }
         Ok(())
     }
 
     /// The oldest chunk in flight to the host: waits for its DMA, then
     /// copies it out of its slot.
-    fn drain_one(&self, in_flight: &mut VecDeque<(usize, usize)>, host: &mut [u8]) -> Result<(), CudaError> {
+    fn drain_one(
+        &self,
+        in_flight: &mut VecDeque<(usize, usize)>,
+        host: &mut [u8],
+        fresh: bool,
+    ) -> Result<(), CudaError> {
         let Some((k, slot)) = in_flight.pop_front() else { return Ok(()) };
         // SAFETY: an event of this context.
         check("cuEventSynchronize", unsafe { cu::cuEventSynchronize(self.event(slot)) })?;
         let len = CHUNK.min(host.len() - k * CHUNK);
         // SAFETY: the slot's DMA is done; it holds `len` bytes.
         let from = unsafe { std::slice::from_raw_parts(self.slot(slot), len) };
-        par_copy(&mut host[k * CHUNK..k * CHUNK + len], from);
+        self.pool.copy(&mut host[k * CHUNK..k * CHUNK + len], from, fresh);
         Ok(())
     }
 
@@ -107,7 +129,7 @@ impl Staging {
             let len = CHUNK.min(host.len() - k * CHUNK);
             // SAFETY: the slot has CHUNK bytes and no DMA reads it now.
             let to = unsafe { std::slice::from_raw_parts_mut(self.slot(slot), len) };
-            par_copy(to, &host[k * CHUNK..k * CHUNK + len]);
+            self.pool.copy(to, &host[k * CHUNK..k * CHUNK + len], false);
             // SAFETY: `len` bytes at dev + k*CHUNK are the buffer's; the slot holds them.
             check("cuMemcpyHtoDAsync", unsafe {
                 cu::cuMemcpyHtoDAsync_v2(dev + (k * CHUNK) as u64, self.slot(slot).cast(), len, s)
@@ -134,32 +156,14 @@ impl Drop for Staging {
     }
 }
 
-/// `dst.copy_from_slice(src)` on up to [`COPY_THREADS`] threads.
-fn par_copy(dst: &mut [u8], src: &[u8]) {
-    let parts = COPY_THREADS.min(dst.len().div_ceil(1 << 20)).max(1);
-    if parts == 1 {
-        dst.copy_from_slice(src);
-        return;
-    }
-    let per = dst.len().div_ceil(parts);
-    std::thread::scope(|s| {
-        for (d, from) in dst.chunks_mut(per).zip(src.chunks(per)) {
-            s.spawn(move || d.copy_from_slice(from));
-        }
-    });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_parallel_copy_is_a_copy() {
-        for len in [0usize, 1, 4095, 1 << 20, (3 << 20) + 17] {
-            let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-            let mut dst = vec![0u8; len];
-            par_copy(&mut dst, &src);
-            assert!(dst == src, "{len} bytes");
-        }
+/// The kernel's transparent huge page setting (the bracketed word of
+/// `/sys/kernel/mm/transparent_hugepage/enabled`), for the log: with
+/// `never`, fresh host copies fault 4 KiB at a time.
+fn huge_pages() -> String {
+    let read = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+    let Ok(line) = read else { return "unknown".into() };
+    match (line.find('['), line.find(']')) {
+        (Some(a), Some(b)) if a < b => line[a + 1..b].to_string(),
+        _ => line.trim().to_string(),
     }
 }

@@ -85,6 +85,18 @@ impl HostCopy {
         self.mem.as_ref().map_or(&[][..], |m| &m.as_slice()[..size.min(m.len())])
     }
 
+    /// Host memory never written yet (the ring's copy faults it in).
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.mem.as_ref().is_some_and(HostMem::is_fresh)
+    }
+
+    /// Written whole by an eviction.
+    pub(crate) fn mark_written(&mut self) {
+        if let Some(m) = self.mem.as_mut() {
+            m.mark_written();
+        }
+    }
+
     pub(crate) fn bytes_mut(&mut self, size: usize) -> &mut [u8] {
         match self.mem.as_mut() {
             Some(m) => {

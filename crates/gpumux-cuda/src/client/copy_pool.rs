@@ -1,0 +1,279 @@
+//! A persistent pool of host copy threads for the pinned ring (issue 39,
+//! [`super::staging`]).
+//!
+//! The ring's CPU copies bound both move directions: with 8 threads
+//! spawned per 64 MiB chunk, evictions and restores ran at 22-28 GB/s
+//! against 55 for the link (H200 machine, 84 GB buffers). Here the threads
+//! live as long as the mover, a copy is cut into pieces of [`PIECE`] bytes
+//! that the threads (and the caller, which works too) claim one at a time
+//! from a shared counter, so a slow thread holds back no one's share, and
+//! no thread is spawned per chunk.
+//!
+//! Fresh host memory (a host copy never written) is faulted in piece by
+//! piece with `MADV_POPULATE_WRITE` by the thread that copies the piece,
+//! in parallel: one call per 2 MiB instead of one fault per page where the
+//! kernel gives no huge pages. A kernel without it (before 5.14) refuses
+//! the advice and the copy faults the pages in as before.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// Bytes a thread claims at a time: one huge page, so that a piece of an
+/// aligned host copy ([`super::host_copy`]) is faulted in as one.
+pub(crate) const PIECE: usize = 2 << 20;
+
+/// Most threads a pool takes by default (about 50 GB/s of copying, at
+/// roughly 4-8 GB/s a thread for data not in cache).
+const MOST: usize = 16;
+
+/// Sets the threads (the caller included) a pool copies on.
+pub const COPY_THREADS_VAR: &str = "GPUMUX_COPY_THREADS";
+
+/// One copy, shared by the threads that work on it.
+struct Batch {
+    dst: usize,
+    /// 0: fault `dst` in only, copy nothing.
+    src: usize,
+    len: usize,
+    /// Fault each piece of `dst` in before writing it.
+    populate: bool,
+    pieces: usize,
+    /// The next piece to claim.
+    next: AtomicUsize,
+    /// Pieces finished.
+    done: AtomicUsize,
+}
+
+impl Batch {
+    /// Claims and copies pieces until none is left. The caller keeps the
+    /// memory borrowed until `done == pieces`, so every piece claimed is
+    /// inside live memory.
+    fn work(&self, shared: &Shared) {
+        loop {
+            let k = self.next.fetch_add(1, Ordering::Relaxed);
+            if k >= self.pieces {
+                return;
+            }
+            let at = k * PIECE;
+            let len = PIECE.min(self.len - at);
+            let dst = (self.dst + at) as *mut u8;
+            if self.populate {
+                // Advice only: refused (an old kernel), the copy below faults the pages in.
+                // SAFETY: `len` bytes of the caller's mapping at `dst`.
+                let _ = unsafe { libc::madvise(dst.cast(), len, libc::MADV_POPULATE_WRITE) };
+            }
+            if self.src != 0 {
+                // SAFETY: disjoint `len`-byte pieces of the caller's two slices
+                // (`copy` checks they do not overlap), live until every piece is done.
+                unsafe { std::ptr::copy_nonoverlapping((self.src + at) as *const u8, dst, len) };
+            }
+            if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.pieces {
+                // Taking the lock orders this notice after the caller's check.
+                let _guard = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                shared.finished.notify_all();
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    batch: Option<Arc<Batch>>,
+    /// Counts batches, so a thread takes each one once.
+    generation: u64,
+    quit: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// A new batch, or quit.
+    wake: Condvar,
+    /// A batch's last piece is done.
+    finished: Condvar,
+}
+
+/// The pool (module doc).
+pub(crate) struct CopyPool {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl CopyPool {
+    /// A pool of `threads` in all, the caller counted (so `threads - 1` are
+    /// started); fewer where a thread cannot start: the caller does their
+    /// share.
+    pub(crate) fn new(threads: usize) -> CopyPool {
+        let shared = Arc::new(Shared::default());
+        let mut started = Vec::new();
+        for i in 1..threads.max(1) {
+            let s = Arc::clone(&shared);
+            match std::thread::Builder::new().name(format!("gpumux-copy{i}")).spawn(move || worker(&s)) {
+                Ok(t) => started.push(t),
+                Err(e) => {
+                    tracing::warn!("host copy thread {i} of {threads} did not start ({e}); copying on {i}");
+                    break;
+                }
+            }
+        }
+        CopyPool { shared, threads: started }
+    }
+
+    /// Threads from [`COPY_THREADS_VAR`], else all but 4 of the host's
+    /// cores (the device's own threads and the daemon need some), at least
+    /// 2 and at most [`MOST`].
+    pub(crate) fn default_threads() -> usize {
+        let set = std::env::var(COPY_THREADS_VAR).ok().and_then(|v| v.trim().parse::<usize>().ok());
+        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+        set.unwrap_or(cores.saturating_sub(4).clamp(2, MOST)).max(1)
+    }
+
+    /// Threads copying, the caller counted.
+    pub(crate) fn threads(&self) -> usize {
+        self.threads.len() + 1
+    }
+
+    /// `dst.copy_from_slice(src)` on the pool; `populate`: `dst` is fresh
+    /// memory, fault it in first (module doc).
+    pub(crate) fn copy(&self, dst: &mut [u8], src: &[u8], populate: bool) {
+        assert_eq!(dst.len(), src.len(), "a host copy between slices of different lengths");
+        // A `&mut` and a `&` cannot overlap; the check is for the raw pieces' sake.
+        self.run(dst.as_mut_ptr() as usize, src.as_ptr() as usize, dst.len(), populate);
+    }
+
+    /// Faults `dst` in on the pool (writes nothing).
+    #[cfg(test)]
+    pub(crate) fn populate(&self, dst: &mut [u8]) {
+        self.run(dst.as_mut_ptr() as usize, 0, dst.len(), true);
+    }
+
+    /// Runs one batch with the caller working too, and returns when every
+    /// piece is done (the borrowed memory is then the caller's alone again).
+    fn run(&self, dst: usize, src: usize, len: usize, populate: bool) {
+        if len == 0 {
+            return;
+        }
+        let pieces = len.div_ceil(PIECE);
+        let batch =
+            Arc::new(Batch { dst, src, len, populate, pieces, next: AtomicUsize::new(0), done: AtomicUsize::new(0) });
+        if pieces > 1 && !self.threads.is_empty() {
+            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.batch = Some(Arc::clone(&batch));
+            st.generation += 1;
+            self.shared.wake.notify_all();
+        }
+        batch.work(&self.shared);
+        let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        while batch.done.load(Ordering::Acquire) < pieces {
+            st = self.shared.finished.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        // Threads that wake late find no piece left to claim.
+        st.batch = None;
+    }
+}
+
+impl Drop for CopyPool {
+    fn drop(&mut self) {
+        {
+            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.quit = true;
+            self.shared.wake.notify_all();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A pool thread: works on each new batch until told to quit.
+fn worker(shared: &Shared) {
+    let mut seen = 0u64;
+    loop {
+        let batch = {
+            let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if st.quit {
+                    return;
+                }
+                if st.generation != seen {
+                    seen = st.generation;
+                    if let Some(b) = &st.batch {
+                        break Arc::clone(b);
+                    }
+                }
+                st = shared.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        batch.work(shared);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(len: usize, seed: usize) -> Vec<u8> {
+        (0..len).map(|i| ((i * 31 + seed) % 251) as u8).collect()
+    }
+
+    #[test]
+    fn a_pool_copy_split_into_pieces_is_byte_equal() {
+        for threads in [1usize, 2, 5] {
+            let pool = CopyPool::new(threads);
+            assert!(pool.threads() >= 1 && pool.threads() <= threads, "{} threads of {threads}", pool.threads());
+            // Around the piece size, so the last piece is short, whole or alone.
+            for len in [0usize, 1, 4095, PIECE - 1, PIECE, PIECE + 1, 7 * PIECE + 12345] {
+                let src = pattern(len, threads + len);
+                for populate in [false, true] {
+                    let mut dst = vec![0xA5u8; len];
+                    pool.copy(&mut dst, &src, populate);
+                    assert!(dst == src, "{len} bytes on {threads} threads (populate {populate})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_pool_copies_batch_after_batch_and_leaves_bytes_outside_alone() {
+        let pool = CopyPool::new(4);
+        let mut dst = vec![7u8; 9 * PIECE];
+        // What `dst` must hold: the same copies made one byte at a time.
+        let mut model = dst.clone();
+        for round in 0..20 {
+            let src = pattern(5 * PIECE + round, round);
+            let at = round * 1000;
+            pool.copy(&mut dst[at..at + src.len()], &src, round % 2 == 0);
+            for (i, &b) in src.iter().enumerate() {
+                model[at + i] = b;
+            }
+            assert!(dst == model, "round {round}");
+        }
+        assert!(dst[at_end()..].iter().all(|&b| b == 7), "bytes no copy reached are untouched");
+    }
+
+    /// The end of the last round's copy above.
+    fn at_end() -> usize {
+        19 * 1000 + 5 * PIECE + 19
+    }
+
+    #[test]
+    fn populating_writes_nothing() {
+        let pool = CopyPool::new(3);
+        let mut m = super::super::host_copy::HostMem::new(5 * PIECE + 3).expect("host memory");
+        m.as_mut_slice()[PIECE + 5] = 9;
+        pool.populate(m.as_mut_slice());
+        let s = m.as_slice();
+        assert_eq!(s[PIECE + 5], 9, "a byte written before is kept");
+        assert_eq!(s.iter().filter(|&&b| b != 0).count(), 1, "everything else is still zero");
+    }
+
+    #[test]
+    fn the_default_thread_count_is_bounded() {
+        let n = CopyPool::default_threads();
+        assert!(n >= 1, "{n} threads");
+        if std::env::var(COPY_THREADS_VAR).is_err() {
+            assert!((2..=MOST).contains(&n), "{n} threads by default");
+        }
+    }
+}
