@@ -143,7 +143,6 @@ impl CopyPool {
     }
 
     /// Faults `dst` in on the pool (writes nothing).
-    #[cfg(test)]
     pub(crate) fn populate(&self, dst: &mut [u8]) {
         self.run(dst.as_mut_ptr() as usize, 0, dst.len(), true);
     }

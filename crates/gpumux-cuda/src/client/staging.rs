@@ -73,6 +73,11 @@ impl Staging {
         self.events[i] as cu::CUevent
     }
 
+    /// Faults fresh host memory in on the copy pool (writes nothing).
+    pub(crate) fn populate(&self, host: &mut [u8]) {
+        self.pool.populate(host);
+    }
+
     /// Copies `host.len()` bytes at device address `dev` into `host` on `s`;
     /// `fresh`: `host` was never written (its pages are faulted in as it is).
     pub(crate) fn to_host(&self, s: cu::CUstream, dev: u64, host: &mut [u8], fresh: bool) -> Result<(), CudaError> {

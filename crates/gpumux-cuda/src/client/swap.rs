@@ -29,7 +29,7 @@
 use super::device::ClientDevice;
 use super::host_copy::HostMem;
 use super::memory::MemoryError;
-use super::mover::{Done, Ended, Job, Mover};
+use super::mover::{Done, Ended, Job, Mover, Msg};
 use crate::error::CudaError;
 use crate::runtime::check;
 use cudarc::driver::sys as cu;
@@ -67,12 +67,28 @@ pub(crate) struct HostCopy {
 
 impl HostCopy {
     /// `len` bytes of host memory.
-    fn new(len: usize, buffer: u64) -> Result<HostCopy, CudaError> {
+    pub(super) fn new(len: usize, buffer: u64) -> Result<HostCopy, CudaError> {
         Ok(HostCopy { mem: Some(HostMem::new(len)?), len, buffer })
     }
 
+    /// Host memory, not zeros, that can take an eviction of a range of
+    /// `size` bytes without wasting more than as much again.
+    pub(super) fn fits(&self, size: usize) -> bool {
+        !self.is_zeros() && self.len >= size && self.len <= size.saturating_mul(2)
+    }
+
+    /// Its host memory's bytes (0 for zeros).
+    pub(super) fn held(&self) -> usize {
+        self.mem.as_ref().map_or(0, HostMem::len)
+    }
+
+    /// Now the copy of a buffer of `bytes`.
+    pub(super) fn set_buffer(&mut self, bytes: u64) {
+        self.buffer = bytes;
+    }
+
     /// A buffer of zeros: no host memory at all.
-    fn zeros(len: usize, buffer: u64) -> HostCopy {
+    pub(super) fn zeros(len: usize, buffer: u64) -> HostCopy {
         HostCopy { mem: None, len, buffer }
     }
 
@@ -224,6 +240,9 @@ impl ClientDevice {
             self.collect_moves(true);
         }
         let host = self.swapped.remove(&ptr);
+        if host.as_ref().is_some_and(HostCopy::is_zeros) {
+            self.trim_prepared();
+        }
         if self.swapped.is_empty() {
             // Nothing evicted: no exchange to keep a pinned copy for.
             self.spare_copy = None;
@@ -248,7 +267,37 @@ impl ClientDevice {
         let ptr = reserve(size, g as usize, 0)?;
         self.state()?.mappings.insert(ptr, Mapping { size, bytes, handle: None, moving: false });
         self.swapped.insert(ptr, HostCopy::zeros(size, bytes));
+        // Its room will be made by an eviction of about its size: the mover
+        // faults that eviction's host memory in now, while it is idle
+        // (`Msg::Prepare`; best effort: without it the eviction faults its own).
+        let _ = self.mover().map(|m| m.send_quiet(Msg::Prepare { len: size }));
         Ok(ptr)
+    }
+
+    /// Bytes of buffers born evicted and not yet restored: what host memory
+    /// faulted in ahead (`Msg::Prepare`) may hold, since the daemon counts
+    /// them in `swap_memory` although they take none.
+    fn zeros_bytes(&self) -> usize {
+        self.swapped.values().filter(|c| c.is_zeros()).map(|c| c.len).sum()
+    }
+
+    /// Tells the mover how much host memory faulted in ahead it may keep
+    /// ([`ClientDevice::zeros_bytes`]), after buffers of zeros went.
+    fn trim_prepared(&mut self) {
+        let keep = self.zeros_bytes();
+        if let Some(m) = self.st.as_mut().and_then(|st| st.mover.as_mut()) {
+            m.send_quiet(Msg::Trim { keep });
+        }
+    }
+
+    /// The mover, started on first use.
+    fn mover(&mut self) -> Result<&mut Mover, MemoryError> {
+        let ctx = self.ctx.raw();
+        let st = self.state()?;
+        if st.mover.is_none() {
+            st.mover = Some(Mover::start(ctx)?);
+        }
+        st.mover.as_mut().ok_or_else(|| CudaError::Invalid("the buffer mover did not start".into()).into())
     }
 
     /// Starts evicting (`evict`) or restoring the mapped buffer at `ptr` on
@@ -267,32 +316,43 @@ impl ClientDevice {
             (true, Some(handle)) => {
                 let t = Instant::now();
                 // The last restore's host copy, if it fits: its pages are in place.
+                // Else, while buffers born evicted wait, the mover's memory faulted
+                // in ahead for them (`None`: the mover picks); else fresh memory.
                 let host = match self.spare_copy.take() {
-                    Some(mut c) if c.len >= size && c.len <= size.saturating_mul(2) => {
-                        c.buffer = bytes;
-                        c
+                    Some(mut c) if c.fits(size) => {
+                        c.set_buffer(bytes);
+                        Some(c)
                     }
-                    _ => HostCopy::new(size, bytes)?,
+                    _ if self.zeros_bytes() > 0 => None,
+                    _ => Some(HostCopy::new(size, bytes)?),
                 };
-                Job::Evict { token, ptr, size, handle, host, found: t.elapsed() }
+                Job::Evict { token, ptr, size, bytes, handle, host, found: t.elapsed() }
             }
             _ => {
                 let host = self.swapped.remove(&ptr).ok_or(MemoryError::NotAllocated(ptr))?;
                 Job::Restore { token, ptr, size, ordinal, host }
             }
         };
-        let ctx = self.ctx.raw();
-        let st = self.state()?;
-        if st.mover.is_none() {
-            st.mover = Some(Mover::start(ctx)?);
-        }
-        let Some(mover) = st.mover.as_mut() else { return Err(MemoryError::NotAllocated(ptr)) };
+        let zeros_restored = matches!(&job, Job::Restore { host, .. } if host.is_zeros());
+        let mover = match self.mover() {
+            Ok(m) => m,
+            Err(e) => {
+                if let Job::Restore { host, .. } = job {
+                    self.swapped.insert(ptr, host);
+                }
+                return Err(e);
+            }
+        };
         if let Err(job) = mover.send(job) {
             // The thread is gone: whatever the job holds goes back.
             if let Job::Restore { host, .. } = job {
                 self.swapped.insert(ptr, host);
             }
             return Err(CudaError::Invalid("the buffer mover thread is gone".into()).into());
+        }
+        if zeros_restored {
+            // Behind the evictions that made its room (they took what they needed).
+            self.trim_prepared();
         }
         if let Some(m) = self.state()?.mappings.get_mut(&ptr) {
             m.moving = true;
