@@ -120,6 +120,18 @@ fn buffers_moved_out_and_back_on_the_mover_keep_their_bytes_and_addresses() {
     wait_moves(&mut d, &[30])[0].1.as_ref().expect("restore z");
     copy(&mut d, 6, ClientWork::ToHost { src: z, dst: back.ptr(), bytes: n as u64 }, n as u64);
     assert!(back.0.iter().all(|&x| x == 0), "a buffer born evicted comes back as zeros");
+    // Born evicted again: the mover faults host memory in ahead for the
+    // eviction that makes its room, and that eviction writes into it.
+    let z2 = d.reserve_evicted(n as u64).expect("reserve z2");
+    d.start_move(31, true, a).expect("evict a into memory faulted in ahead");
+    d.start_move(32, false, z2).expect("restore z2");
+    d.start_move(33, false, a).expect("restore a");
+    for (t, r) in wait_moves(&mut d, &[31, 32, 33]) {
+        r.unwrap_or_else(|e| panic!("move {t}: {e}"));
+    }
+    copy(&mut d, 7, ClientWork::ToHost { src: a, dst: back.ptr(), bytes: n as u64 }, n as u64);
+    assert!(back.0 == data_a, "a came back bitwise through memory faulted in ahead");
+    d.free(z2).expect("free z2");
     d.start_move(40, true, a).expect("evict a again");
     d.free(a).expect("free a while it moves");
     for p in [b, c, z] {
