@@ -159,8 +159,11 @@ impl Mover {
 
 impl Drop for Mover {
     /// The jobs sent are made (a lost context fails them at once), then the
-    /// thread ends; ends not taken are dropped with what they own.
+    /// thread ends; ends not taken are dropped with what they own, and so is
+    /// host memory faulted in ahead.
     fn drop(&mut self) {
+        // A faulting ahead under way stops at its next chunk (`prepare`).
+        self.waiting.fetch_add(1, Ordering::AcqRel);
         self.jobs = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
