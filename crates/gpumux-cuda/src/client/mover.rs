@@ -192,10 +192,7 @@ fn run(ctx: cu::CUcontext, jobs: Receiver<Msg>, ended: Sender<Done>, waiting: &A
                 continue;
             }
             (Msg::Trim { keep }, _) => {
-                ready.sort_by_key(HostCopy::held);
-                while ready.iter().map(HostCopy::held).sum::<usize>() > keep {
-                    ready.pop();
-                }
+                trim(&mut ready, keep);
                 continue;
             }
             (Msg::Move(job), made) => {
@@ -246,6 +243,15 @@ fn prepare(len: usize, ring: Option<&super::staging::Staging>, ready: &mut Vec<H
     ready.push(c);
     let ms = t.elapsed().as_secs_f64() * 1e3;
     tracing::info!("host memory for {len} bytes: {at} faulted in ahead in {ms:.1} ms");
+}
+
+/// Drops host memory faulted in ahead, the largest first, until `ready`
+/// holds at most `keep` bytes (`Msg::Trim`).
+fn trim(ready: &mut Vec<HostCopy>, keep: usize) {
+    ready.sort_by_key(HostCopy::held);
+    while ready.iter().map(HostCopy::held).sum::<usize>() > keep {
+        ready.pop();
+    }
 }
 
 /// A job that cannot be made: given back unmade.
@@ -347,4 +353,25 @@ fn release(ptr: u64, size: usize, h: cu::CUmemGenericAllocationHandle) -> Result
     check("cuMemUnmap", unsafe { cu::cuMemUnmap(ptr, size) })?;
     // SAFETY: unmapped above.
     check("cuMemRelease", unsafe { cu::cuMemRelease(h) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trimming_keeps_at_most_the_bytes_asked_dropping_the_largest_first() {
+        let sizes = [3usize << 20, 1 << 20, 2 << 20];
+        let mut ready: Vec<HostCopy> =
+            sizes.iter().map(|&n| HostCopy::new(n, n as u64).expect("host memory")).collect();
+        trim(&mut ready, 6 << 20);
+        assert_eq!(ready.len(), 3, "all fit in 6 MiB");
+        trim(&mut ready, (4 << 20) - 1);
+        let held: Vec<usize> = ready.iter().map(HostCopy::held).collect();
+        assert_eq!(held, vec![1 << 20, 2 << 20], "the 3 MiB one went first");
+        trim(&mut ready, 1 << 20);
+        assert_eq!(ready.iter().map(HostCopy::held).collect::<Vec<_>>(), vec![1 << 20]);
+        trim(&mut ready, 0);
+        assert!(ready.is_empty(), "nothing kept for no buffer born evicted");
+    }
 }
