@@ -125,8 +125,15 @@ fn buffers_moved_out_and_back_on_the_mover_keep_their_bytes_and_addresses() {
     let z2 = d.reserve_evicted(n as u64).expect("reserve z2");
     d.start_move(31, true, a).expect("evict a into memory faulted in ahead");
     d.start_move(32, false, z2).expect("restore z2");
+    // A buffer under way is refused a second move (see above): `a` comes
+    // back only once its eviction was taken, as the daemon's core does
+    // (it starts a client's restore after the moves before it ended).
+    assert!(d.start_move(33, false, a).is_err(), "a restore of a buffer whose eviction is under way is refused");
+    for (t, r) in wait_moves(&mut d, &[31, 32]) {
+        r.unwrap_or_else(|e| panic!("move {t}: {e}"));
+    }
     d.start_move(33, false, a).expect("restore a");
-    for (t, r) in wait_moves(&mut d, &[31, 32, 33]) {
+    for (t, r) in wait_moves(&mut d, &[33]) {
         r.unwrap_or_else(|e| panic!("move {t}: {e}"));
     }
     copy(&mut d, 7, ClientWork::ToHost { src: a, dst: back.ptr(), bytes: n as u64 }, n as u64);
