@@ -14,6 +14,16 @@
 //! in parallel: one call per 2 MiB instead of one fault per page where the
 //! kernel gives no huge pages. A kernel without it (before 5.14) refuses
 //! the advice and the copy faults the pages in as before.
+//!
+//! **Sharing the host.** The pool's threads are the host's to take back:
+//! each runs at the lowest CPU priority (`SCHED_BATCH`, nice 19), so the
+//! daemon's core, the device's launching thread and the clients run first
+//! wherever CPUs are short. And the pool is small ([`MOST`]): a host copy is
+//! bound by the host's memory bandwidth long before it has every core
+//! (the client library's copier measured one thread at 7-8 GB/s and 6-8 at
+//! 34-40 on an H100 host), so more threads only take that bandwidth from
+//! others. With 16 threads the GPU check's urgent client lost 55 % of its
+//! rate beside two clients swapping (f3caf1a).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -23,12 +33,16 @@ use std::thread::JoinHandle;
 /// aligned host copy ([`super::host_copy`]) is faulted in as one.
 pub(crate) const PIECE: usize = 2 << 20;
 
-/// Most threads a pool takes by default (about 50 GB/s of copying, at
-/// roughly 4-8 GB/s a thread for data not in cache).
-const MOST: usize = 16;
+/// Most threads a pool takes by default (module doc, "Sharing the host").
+const MOST: usize = 8;
 
-/// Sets the threads (the caller included) a pool copies on.
-pub const COPY_THREADS_VAR: &str = "GPUMUX_COPY_THREADS";
+/// Most threads a pool takes when told ([`COPY_THREADS_VAR`]).
+const MOST_TOLD: usize = 32;
+
+/// Sets the threads (the caller included) a pool copies on, in the
+/// daemon's environment (its device process inherits it). Not the client
+/// library's `GPUMUX_COPY_THREADS`, which sizes a client's own copies.
+pub const COPY_THREADS_VAR: &str = "GPUMUX_SWAP_COPY_THREADS";
 
 /// One copy, shared by the threads that work on it.
 struct Batch {
@@ -120,13 +134,13 @@ impl CopyPool {
         CopyPool { shared, threads: started }
     }
 
-    /// Threads from [`COPY_THREADS_VAR`], else all but 4 of the host's
-    /// cores (the device's own threads and the daemon need some), at least
-    /// 2 and at most [`MOST`].
+    /// Threads from [`COPY_THREADS_VAR`] (1 to [`MOST_TOLD`]), else a
+    /// quarter of the host's cores (the daemon, the device's own threads
+    /// and the clients need the rest), at least 2 and at most [`MOST`].
     pub(crate) fn default_threads() -> usize {
         let set = std::env::var(COPY_THREADS_VAR).ok().and_then(|v| v.trim().parse::<usize>().ok());
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-        set.unwrap_or(cores.saturating_sub(4).clamp(2, MOST)).max(1)
+        threads_for(set, cores)
     }
 
     /// Threads copying, the caller counted.
@@ -185,8 +199,33 @@ impl Drop for CopyPool {
     }
 }
 
+/// The pool's size: `told` (1 to [`MOST_TOLD`]), else a quarter of
+/// `cores`, 2 to [`MOST`].
+fn threads_for(told: Option<usize>, cores: usize) -> usize {
+    match told {
+        Some(n) => n.clamp(1, MOST_TOLD),
+        None => (cores / 4).clamp(2, MOST),
+    }
+}
+
+/// The calling thread at the lowest CPU priority (module doc, "Sharing the
+/// host"); `false`: the kernel refused both (the thread runs as before).
+fn lower_own_priority() -> bool {
+    // SAFETY: a plain struct; 0 is the only priority SCHED_BATCH takes.
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread on Linux; `param` lives for the call.
+    let batch = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } == 0;
+    // On Linux, nice is per thread: PRIO_PROCESS with 0 names the calling thread.
+    // SAFETY: no pointers; raising one's own nice value needs no privilege.
+    let nice = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) } == 0;
+    batch || nice
+}
+
 /// A pool thread: works on each new batch until told to quit.
 fn worker(shared: &Shared) {
+    if !lower_own_priority() {
+        tracing::debug!("a host copy thread kept its CPU priority (the kernel refused SCHED_BATCH and nice)");
+    }
     let mut seen = 0u64;
     loop {
         let batch = {
@@ -270,9 +309,35 @@ mod tests {
     #[test]
     fn the_default_thread_count_is_bounded() {
         let n = CopyPool::default_threads();
-        assert!(n >= 1, "{n} threads");
+        assert!((1..=MOST_TOLD).contains(&n), "{n} threads");
         if std::env::var(COPY_THREADS_VAR).is_err() {
             assert!((2..=MOST).contains(&n), "{n} threads by default");
         }
+        // A quarter of the cores, 2 to MOST; what is told, 1 to MOST_TOLD.
+        assert_eq!(threads_for(None, 1), 2);
+        assert_eq!(threads_for(None, 16), 4);
+        assert_eq!(threads_for(None, 64), MOST, "a 64-core host (the H200 x4 machine)");
+        assert_eq!(threads_for(None, 256), MOST);
+        assert_eq!(threads_for(Some(0), 64), 1);
+        assert_eq!(threads_for(Some(16), 4), 16);
+        assert_eq!(threads_for(Some(1000), 64), MOST_TOLD);
+    }
+
+    #[test]
+    fn a_pool_thread_lowers_only_its_own_priority() {
+        // SAFETY: reads the calling thread's nice value; errno is not needed.
+        let before = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let (lowered, nice) = std::thread::spawn(|| {
+            let lowered = lower_own_priority();
+            // SAFETY: as above.
+            (lowered, unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) })
+        })
+        .join()
+        .expect("the thread");
+        assert!(lowered, "SCHED_BATCH or nice 19 was taken");
+        assert_eq!(nice, 19, "the thread runs at nice 19");
+        // SAFETY: as above.
+        let after = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        assert_eq!(before, after, "the caller's own priority is unchanged");
     }
 }
