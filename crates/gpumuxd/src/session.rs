@@ -46,6 +46,10 @@ pub struct Buffer {
     pub bytes: u64,
     /// Its bytes are in host memory, its address kept (`core/swap.rs`).
     pub evicted: bool,
+    /// Born evicted and never resident since: its bytes are zeros, and its
+    /// restore is a memset on the device, no copy over the host link (the
+    /// link's rate leaves it out: `core/swap.rs`, "Kept").
+    pub zeros: bool,
 }
 
 /// A loaded module, kept so it can be reloaded into a rebuilt context.

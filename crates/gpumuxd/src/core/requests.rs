@@ -404,7 +404,7 @@ impl Core {
         }
         let s = self.session_mut(client)?;
         let id = BufferId(s.next_handle());
-        s.buffers.insert(id, Buffer { addr, bytes, evicted });
+        s.buffers.insert(id, Buffer { addr, bytes, evicted, zeros: evicted });
         s.memory_used += bytes;
         Ok(Reply::Buffer(id))
     }

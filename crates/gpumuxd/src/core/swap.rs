@@ -41,6 +41,22 @@
 //! run is shorter than its kept time swaps in once and runs to its end.
 //! A client of higher priority is not held by a lower one's kept time.
 //!
+//! The host link's rate that sizes it is measured on copies only: a
+//! restore of a buffer born evicted is a memset on the device (no byte
+//! crosses the link), and counting it read a 90 GB "move" of ~0.1-1 s as
+//! a link of hundreds of GB/s. The GPU check at 5c23ba3 fits that: the
+//! client restored as zeros was kept for less than its own run, evicted
+//! after its first round into fresh host memory (~17 s at 5 GB/s), and the
+//! makespan was 1.92x the sum of the alone runs.
+//!
+//! **Kept while used, not while idle** (ski rental): a kept client that has
+//! been idle (nothing queued or running) for longer than one round trip of
+//! its memory, and at least [`IDLE_FLOOR`], loses the protection before
+//! its kept time ends. Holding memory it does not use costs the waiting
+//! clients as much as swapping it out and back once would; a client that
+//! keeps working (a sync, then its next launch at once) is never idle that
+//! long, so clients still do not swap back and forth at their syncs.
+//!
 //! **Limits**: a client's quota caps its resident plus evicted bytes (and no
 //! client may hold more than the device has: its buffers could never be
 //! resident together); the daemon's `swap_memory` caps the host memory that
@@ -66,6 +82,12 @@ pub(super) const SWAP_LOOK: Duration = Duration::from_millis(1);
 /// The host link's rate before any move was measured, bytes/s (PCIe Gen5's
 /// practical rate; the simulated presets say their own).
 const DEFAULT_LINK_RATE: f64 = 50e9;
+
+/// A kept client idle at least this long, and longer than a round trip of
+/// its memory, loses the protection (module doc, "Kept while used"): the
+/// time a client's host thread may take between a sync's answer and its
+/// next request on a busy host, so that such a gap is never taken for idle.
+pub(super) const IDLE_FLOOR: Nanos = 20_000_000;
 
 /// A client whose evicted buffers are being brought back.
 #[derive(Debug, Default)]
@@ -98,6 +120,8 @@ pub(super) struct InFlight {
     buffer: BufferId,
     bytes: u64,
     restore: bool,
+    /// A restore of a buffer born evicted: a memset, not a link copy.
+    zeros: bool,
     /// The client whose restore it is part of (an eviction that makes its room, or its restore).
     for_client: Option<u64>,
     started: Instant,
@@ -121,6 +145,9 @@ pub(super) struct Swap {
     moved: (f64, f64),
     /// Clients restored and protected until then (device time; module doc).
     pub keep_until: BTreeMap<u64, Nanos>,
+    /// When each kept client got its memory, and its bytes then (module
+    /// doc, "Kept while used").
+    got: BTreeMap<u64, (Nanos, u64)>,
     /// Moves under way, by token.
     pub moving: BTreeMap<u64, InFlight>,
     next_token: u64,
@@ -139,6 +166,7 @@ impl Swap {
             restores: 0,
             moved: (0.0, 0.0),
             keep_until: BTreeMap::new(),
+            got: BTreeMap::new(),
             moving: BTreeMap::new(),
             next_token: 0,
             looked: Instant::now(),
@@ -202,6 +230,26 @@ impl Core {
         s.streams.values().map(|st| st.last_done).max().unwrap_or(0)
     }
 
+    /// Whether idle `s` is protected by its kept time at `now` (module
+    /// doc, "Kept" and "Kept while used"): inside it, and not idle since
+    /// the later of its last operation's end and when it got its memory for
+    /// longer than a round trip of that memory (and [`IDLE_FLOOR`]).
+    fn protected(&self, s: &Session, now: Nanos) -> bool {
+        if self.swap.keep_until.get(&s.id).is_none_or(|&t| t <= now) {
+            return false;
+        }
+        let (got_at, bytes) = self.swap.got.get(&s.id).copied().unwrap_or((0, 0));
+        let idle_since = Self::last_ran(s).max(got_at);
+        let round_trip = self.round_trip(bytes).max(IDLE_FLOOR);
+        now.saturating_sub(idle_since) <= round_trip
+    }
+
+    /// Moving `bytes` out and back in at the host link's rate, ns.
+    fn round_trip(&self, bytes: u64) -> Nanos {
+        let rate = self.swap.rate(self.backend.info().pcie_bandwidth);
+        (2.0 * bytes as f64 / rate * 1e9) as Nanos
+    }
+
     /// The buffers to evict so that `need` bytes are free on the device,
     /// taking none of `except`'s, within the host limit plus `credit` (the
     /// bytes of a restore the evictions make room for, which leave host
@@ -219,7 +267,7 @@ impl Core {
             .sessions
             .values()
             .filter(|s| s.id != except && s.phase == Phase::Open && self.idle_for_swap(s.id))
-            .filter(|s| s.priority < priority || self.swap.keep_until.get(&s.id).is_none_or(|&t| t <= now))
+            .filter(|s| s.priority < priority || !self.protected(s, now))
             .map(|s| (s.priority, Self::last_ran(s), s.id))
             .collect();
         clients.sort();
@@ -469,10 +517,11 @@ impl Core {
         if !restore {
             self.set_evicted(client, buffer, bytes, true);
         }
+        let zeros = restore && self.sessions.get(&client).and_then(|s| s.buffers.get(&buffer)).is_some_and(|b| b.zeros);
         let token = self.swap.next_token;
         self.swap.next_token += 1;
         let started = Instant::now();
-        self.swap.moving.insert(token, InFlight { client, buffer, bytes, restore, for_client, started });
+        self.swap.moving.insert(token, InFlight { client, buffer, bytes, restore, zeros, for_client, started });
         let what = if restore { BufferMove::Restore(addr) } else { BufferMove::Evict(addr) };
         if let Some(result) = self.backend.start_move(token, what) {
             self.moved(token, result, true);
@@ -517,10 +566,16 @@ impl Core {
         let Some(m) = self.swap.moving.remove(&token) else { return };
         let ended = match result {
             Ok(took) => {
-                self.swap.note_move(m.bytes, move_time(m.started, took));
+                if !m.zeros {
+                    // A memset says nothing of the link (module doc, "Kept").
+                    self.swap.note_move(m.bytes, move_time(m.started, took));
+                }
                 if m.restore {
                     self.swap.restores += 1;
                     self.set_evicted(m.client, m.buffer, m.bytes, false);
+                    if let Some(b) = self.sessions.get_mut(&m.client).and_then(|s| s.buffers.get_mut(&m.buffer)) {
+                        b.zeros = false;
+                    }
                 } else {
                     self.swap.evictions += 1;
                     tracing::debug!("evicted client {}'s buffer {} ({} bytes)", m.client, m.buffer.0, m.bytes);
@@ -595,11 +650,11 @@ impl Core {
     /// `client` keeps `bytes` of device memory from `from` for at least
     /// KEEP_FACTOR times a round trip of them (module doc, "Kept").
     fn keep(&mut self, client: u64, from: Nanos, bytes: u64) {
-        let rate = self.swap.rate(self.backend.info().pcie_bandwidth);
-        let keep = (self.swap.keep_factor * 2.0 * bytes as f64 / rate * 1e9) as Nanos;
+        let keep = (self.swap.keep_factor * self.round_trip(bytes) as f64) as Nanos;
         let until = from.saturating_add(keep);
         let kept = self.swap.keep_until.entry(client).or_insert(until);
         *kept = (*kept).max(until);
+        self.swap.got.insert(client, (from, bytes));
     }
 
     /// A buffer of `bytes` was just placed on the device for `client`:
@@ -647,6 +702,7 @@ impl Core {
         self.swap.evicted = self.swap.evicted.saturating_sub(bytes);
         self.swap.restoring.remove(&client);
         self.swap.keep_until.remove(&client);
+        self.swap.got.remove(&client);
     }
 }
 
@@ -858,6 +914,70 @@ mod tests {
         call(&mut core, &rx2, 2, 3, memset);
         call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
         assert!(buffer(&core, 1, a).evicted && !buffer(&core, 2, b).evicted, "the urgent client took the room");
+    }
+
+    /// The link's rate that sizes kept times counts copies only: a restore
+    /// of a buffer born evicted is a memset (module doc, "Kept"). Counted,
+    /// it read as a link of hundreds of GB/s on the H200 and shrank the next
+    /// kept time below the client's run.
+    #[test]
+    fn a_restore_of_a_buffer_born_evicted_is_no_measure_of_the_link() {
+        let backend = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
+        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let (rx1, rx2) = (open(&mut core, 1), open(&mut core, 2));
+        let a = alloc(&mut core, &rx1, 1, 2, 38 * MIB);
+        let b = alloc(&mut core, &rx2, 2, 2, 38 * MIB);
+        assert!(buffer(&core, 2, b).zeros && !buffer(&core, 1, a).zeros, "born evicted: zeros");
+        core.swap.keep_until.clear();
+        let stream = StreamId(0);
+        let memset = |buffer| Request::Memset { dst: BufferSlice { buffer, offset: 0 }, value: 1, bytes: MIB, stream };
+        call(&mut core, &rx2, 2, 3, memset(b));
+        call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
+        assert!(buffer(&core, 1, a).evicted && !buffer(&core, 2, b).evicted && !buffer(&core, 2, b).zeros);
+        assert_eq!(core.swap.moved.0, (38 * MIB) as f64, "client 1's eviction counted, client 2's memset not");
+        // Client 2's buffer has held bytes since: its next restore is a copy and counts.
+        core.swap.keep_until.clear();
+        call(&mut core, &rx1, 1, 3, memset(a));
+        call(&mut core, &rx1, 1, 4, Request::SyncStream(stream));
+        assert!(buffer(&core, 2, b).evicted && !buffer(&core, 1, a).evicted);
+        assert_eq!(core.swap.moved.0, (3 * 38 * MIB) as f64, "two evictions and a restore of a copy in all");
+    }
+
+    /// A kept client that works keeps its memory: between a sync and its
+    /// next request it is idle for far less than a round trip. Once it
+    /// stops for longer than a round trip (and IDLE_FLOOR), a waiting client
+    /// takes the room, long before the kept time ends (module doc, "Kept
+    /// while used").
+    #[test]
+    fn a_kept_client_keeps_its_memory_while_it_works_and_gives_it_up_when_idle() {
+        let backend = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
+        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let (rx1, rx2) = (open(&mut core, 1), open(&mut core, 2));
+        let a = alloc(&mut core, &rx1, 1, 2, 38 * MIB);
+        let hour = 3_600_000_000_000;
+        core.swap.keep_until.insert(1, core.backend.now() + hour);
+        let b = alloc(&mut core, &rx2, 2, 2, 38 * MIB);
+        assert!(buffer(&core, 2, b).evicted, "no room: born evicted");
+        let stream = StreamId(0);
+        let memset = |buffer| Request::Memset { dst: BufferSlice { buffer, offset: 0 }, value: 1, bytes: MIB, stream };
+        // Client 2 waits for room while client 1 works for 5 idle floors.
+        core.inbound(2, Inbound::Request { id: 3, request: memset(b), fd: None });
+        let t0 = Instant::now();
+        let mut id = 3;
+        while t0.elapsed() < Duration::from_nanos(5 * IDLE_FLOOR) {
+            call(&mut core, &rx1, 1, id, memset(a));
+            call(&mut core, &rx1, 1, id + 1, Request::SyncStream(stream));
+            id += 2;
+        }
+        assert!(!buffer(&core, 1, a).evicted && buffer(&core, 2, b).evicted, "a client at work keeps its memory");
+        // Client 1 stops: client 2 gets the room after about one idle floor.
+        let stopped = core.backend.now();
+        wait(&mut core, &rx2, 3);
+        call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
+        let now = core.backend.now();
+        assert!(buffer(&core, 1, a).evicted && !buffer(&core, 2, b).evicted, "the idle client gave up its memory");
+        assert!(now >= stopped + IDLE_FLOOR, "not before it was idle for the floor: {} ns", now - stopped);
+        assert!(now < stopped + hour / 2, "long before its kept time ended");
     }
 
     /// Moves run off the request path: the restore's moves (client 1's
