@@ -18,10 +18,16 @@
 #   2. the three at once: each output must equal its alone output byte for byte (a 64-bit digest
 #      of every word with its index, and the first and last 4 KiB); makespan against the sum of
 #      the alone times;
-#   3. an urgent client (priority 5, 5 % of the memory) alone, then beside two clients that swap:
-#      its time (rate) lost, and its output equal. This phase runs on a second daemon started with
-#      --swap-keep 0, so that the two really swap (out and back at every sync between rounds): with
-#      the default kept time, each runs to its end once it has the memory and nothing moves;
+#   3. an urgent client (priority 5, 5 % of the memory, URGENT_ROUNDS rounds: default 16 x ROUNDS,
+#      several seconds, so that it spans several of its neighbours' swaps) alone, then beside two
+#      clients that swap: its time (rate) lost, and its output equal. This phase runs on a second
+#      daemon started with --swap-keep 0, so that the two really swap (out and back at every sync
+#      between rounds): with the default kept time, each runs to its end once it has the memory and
+#      nothing moves. Two controls say where a loss comes from (CONTROLS=0 leaves them out): the
+#      urgent client beside two clients of CONTROL_FRACTION (default 0.3) that fit and never swap
+#      (what sharing the GPU costs it, swapping aside), and beside two that swap on a daemon whose
+#      copy pool has CONTROL_THREADS threads (default 16, GPUMUX_SWAP_COPY_THREADS: what more host
+#      copy threads cost it, and the rates they reach);
 #   4. the daemons' evictions and restores (their logs: bytes, ms, GB/s each; most come from
 #      phase 3) against a native pinned cudaMemcpy of the same direction in the same run (CuPy).
 # Prints the issue's goals table last; exits non-zero if a measured goal fails.
@@ -90,8 +96,10 @@ client() { # seed outfile jsonfile [more arguments]
     "$BIN/oversubscribe" --socket "$sock" --fraction "$FRACTION" --rounds "$ROUNDS" --steps "$STEPS" \
         --name "c$seed" --seed "$seed" --out "$out" "$@" >"$json" 2>&1
 }
-# The urgent client of goal 4: 5 % of the memory, priority 5, twice the rounds.
-urgent() { client 9 "$1" "$2" --fraction 0.05 --priority 5 --rounds $((2 * ROUNDS)); }
+# The urgent client of goal 4: 5 % of the memory, priority 5, URGENT_ROUNDS rounds.
+URGENT_ROUNDS=${URGENT_ROUNDS:-$((16 * ROUNDS))} CONTROLS=${CONTROLS:-1}
+CONTROL_FRACTION=${CONTROL_FRACTION:-0.3} CONTROL_THREADS=${CONTROL_THREADS:-16}
+urgent() { client 9 "$1" "$2" --fraction 0.05 --priority 5 --rounds "$URGENT_ROUNDS"; }
 seconds_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['seconds'])" "$1"; }
 now() { date +%s.%N; }
 ge() { python3 -c "import sys; sys.exit(0 if $1 >= $2 else 1)"; }
@@ -118,26 +126,59 @@ for i in 1 2 3; do echo "shared c$i: $(cat "$OUT/shared$i.json")"; done
 "$BIN/gpumux" ps --socket "$sock" >"$OUT/ps.txt" 2>&1 || true
 
 kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
+# The urgent client beside two others (seeds 1 and 2) of fraction $2, as run $1; sets `loss` (%),
+# compares every output with alone (the beside ones only at FRACTION, where alone ran them).
+beside() { # tag fraction
+    local tag=$1 f=$2 pids=() i
+    for i in 1 2; do client "$i" "$OUT/$tag$i.bin" "$OUT/$tag$i.json" --fraction "$f" & pids+=($!); done
+    sleep 1   # the two have allocated (and, oversubscribed, started swapping)
+    urgent "$OUT/urgent-$tag.bin" "$OUT/urgent-$tag.json" || ok=0
+    for p in "${pids[@]}"; do wait "$p" || ok=0; done
+    if [ "$f" = "$FRACTION" ]; then
+        for i in 1 2; do cmp -s "$OUT/alone$i.bin" "$OUT/$tag$i.bin" || { ok=0; echo "$tag c$i's output differs from alone"; }; done
+    fi
+    loss="" ub=$(seconds_of "$OUT/urgent-$tag.json") || return 1
+    loss=$(python3 -c "print(f'{(1 - $ua / $ub) * 100:.1f}')")
+    cmp -s "$OUT/urgent-alone.bin" "$OUT/urgent-$tag.bin" || { loss=""; echo "urgent-$tag: output differs from alone"; return 1; }
+}
+pool_threads() { grep -o 'host copies on [0-9]* threads' "$1" | head -1; }
+
 echo "== an urgent client that fits, alone, then beside two clients that swap (a daemon with --swap-keep 0)"
 start_daemon "$OUT/daemon-swapping.log" --swap-keep 0
-urgent_verdict="-" urgent_measured="not measured"
-if urgent "$OUT/urgent-alone.bin" "$OUT/urgent-alone.json"; then
-    pids=()
-    for i in 1 2; do client "$i" "$OUT/beside$i.bin" "$OUT/beside$i.json" & pids+=($!); done
-    sleep 1   # the two have allocated and started swapping
-    urgent "$OUT/urgent-beside.bin" "$OUT/urgent-beside.json" || ok=0
-    for p in "${pids[@]}"; do wait "$p" || ok=0; done
-    for i in 1 2; do cmp -s "$OUT/alone$i.bin" "$OUT/beside$i.bin" || { ok=0; echo "beside c$i's output differs from alone"; }; done
-    if ua=$(seconds_of "$OUT/urgent-alone.json") && ub=$(seconds_of "$OUT/urgent-beside.json"); then
-        loss=$(python3 -c "print(f'{(1 - $ua / $ub) * 100:.1f}')")
-        urgent_measured="alone $ua s, beside two swapping $ub s: rate lost $loss %"
+urgent_verdict="-" urgent_measured="not measured" controls=""
+if urgent "$OUT/urgent-alone.bin" "$OUT/urgent-alone.json" && ua=$(seconds_of "$OUT/urgent-alone.json"); then
+    if beside beside "$FRACTION"; then
+        urgent_measured="alone $ua s, beside two swapping $ub s: rate lost $loss % ($(pool_threads "$OUT/daemon-swapping.log"))"
         urgent_verdict=$(verdict ge 10 "$loss")
-        cmp -s "$OUT/urgent-alone.bin" "$OUT/urgent-beside.bin" || urgent_verdict="FAIL (output differs)"
     else
-        urgent_measured="the urgent client failed beside: $(tail -1 "$OUT/urgent-beside.json")" urgent_verdict=FAIL
+        urgent_measured="the urgent client failed or differed beside: $(tail -1 "$OUT/urgent-beside.json")" urgent_verdict=FAIL
+    fi
+    echo "urgent: $urgent_measured"
+    if [ "$CONTROLS" = 1 ]; then
+        echo "== control: the urgent client beside two clients of $CONTROL_FRACTION that fit (nothing swaps)"
+        ev_before=$(grep -c "evicted [0-9]* bytes" "$OUT/daemon-swapping.log")
+        beside fit "$CONTROL_FRACTION" && controls="beside two that fit and never swap: lost $loss %"
+        ev_fit=$(($(grep -c "evicted [0-9]* bytes" "$OUT/daemon-swapping.log") - ev_before))
+        controls="${controls:-beside two that fit: failed} ($ev_fit evictions meanwhile)"
+        echo "control: $controls"
     fi
 fi
 kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
+threads_line=""
+if [ "$CONTROLS" = 1 ] && [ -n "${ua:-}" ]; then
+    echo "== control: beside two that swap, on a daemon with GPUMUX_SWAP_COPY_THREADS=$CONTROL_THREADS"
+    export GPUMUX_SWAP_COPY_THREADS=$CONTROL_THREADS   # the daemon's device process inherits it
+    start_daemon "$OUT/daemon-threads.log" --swap-keep 0
+    unset GPUMUX_SWAP_COPY_THREADS
+    if beside threads "$FRACTION"; then t="lost $loss %"; else t="failed"; fi
+    kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
+    # Its moves' rates, apart from the goal's (which come from the default pool).
+    threads_line=$(awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) { if ($i == "evicted") b = $(i + 1); if ($i == "copied") ms = $(i + 2) } n++; B += b; M += ms}
+        /restored [0-9]+ bytes/ && !/as zeros/ {for (i = 1; i <= NF; i++) { if ($i == "restored") rb = $(i + 1); if ($i == "in") rms = $(i + 1) } rn++; RB += rb; RM += rms}
+        END {printf "evictions %.2f GB/s (%d), restores %.2f GB/s (%d)", (M > 0 ? B / (M / 1000) / 1e9 : 0), n, (RM > 0 ? RB / (RM / 1000) / 1e9 : 0), rn}' "$OUT/daemon-threads.log")
+    controls="$controls; beside two swapping with $(pool_threads "$OUT/daemon-threads.log"): $t, $threads_line"
+    echo "control: $controls"
+fi
 
 equal=PASS
 for i in 1 2 3; do
@@ -171,6 +212,7 @@ rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
     echo "| eviction throughput >= 80% of native pinned device-to-host | $ev_rate GB/s over $evictions evictions vs $native_d2h GB/s (host memory found besides: $pinning ms in all) | $evp |"
     echo "| restore throughput >= 80% of native pinned host-to-device | $re_rate GB/s over $restores restores vs $native_h2d GB/s (device memory created and mapped besides: $mapping ms in all) | $rep |"
     echo "| a high-priority client that fits loses <= 10% of its rate beside two swapping | $urgent_measured | $urgent_verdict |"
+    [ -z "$controls" ] || echo "| (controls for the line above, not goals) | $controls | - |"
     echo "| nothing oversubscribed: existing benchmarks within noise | scripts/ab-daemon-gpu.sh BASE MAIN | - |"
 } | tee "$OUT/goals.md"
 [ "$equal" = PASS ] && [ "$mk" = PASS ] && [ "${evp%% *}" = PASS ] && [ "$rep" = PASS ] && [ "${urgent_verdict%% *}" != FAIL ]
