@@ -79,6 +79,39 @@ EOF
 read -r native_d2h native_h2d <"$OUT/native.txt" || { echo "native copies failed: $(tail -3 "$OUT/native.log")"; exit 1; }
 echo "native pinned: device to host $native_d2h GB/s, host to device $native_h2d GB/s ($((copy_bytes >> 20)) MiB)"
 
+# What pinning a host copy in place costs (cudaHostRegister), fresh and already faulted in as huge
+# pages (what the mover's host copies are), and a DMA straight into it: whether evictions and
+# restores could skip the pinned ring's CPU copies, which host memory bandwidth bounds. Not a goal.
+python3 - "$copy_bytes" >"$OUT/register.txt" 2>"$OUT/register.log" <<'EOF'
+import ctypes, mmap, sys, time, cupy
+n = int(sys.argv[1])
+rt = cupy.cuda.runtime
+dev = cupy.cuda.alloc(n)
+s = cupy.cuda.Stream(non_blocking=True)
+def region(faulted):
+    m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    m.madvise(mmap.MADV_HUGEPAGE)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    if faulted:
+        ctypes.memset(addr, 1, n)
+    return m, addr
+out = []
+for faulted in (False, True):
+    m, addr = region(faulted)
+    t = time.perf_counter(); rt.hostRegister(addr, n, 0); reg = time.perf_counter() - t
+    s.synchronize(); t = time.perf_counter()
+    rt.memcpyAsync(addr, dev.ptr, n, rt.memcpyDeviceToHost, s.ptr); s.synchronize()
+    d2h = time.perf_counter() - t
+    t = time.perf_counter(); rt.memcpyAsync(dev.ptr, addr, n, rt.memcpyHostToDevice, s.ptr); s.synchronize()
+    h2d = time.perf_counter() - t
+    t = time.perf_counter(); rt.hostUnregister(addr); unreg = time.perf_counter() - t
+    out.append(f"{'faulted-in THP' if faulted else 'fresh'}: register {n / reg / 1e9:.1f} GB/s, unregister {n / unreg / 1e9:.1f} GB/s, "
+               f"DMA out {n / d2h / 1e9:.1f} / in {n / h2d / 1e9:.1f} GB/s")
+print("; ".join(out))
+EOF
+register_line=$(cat "$OUT/register.txt" 2>/dev/null)
+echo "host register: ${register_line:-failed: $(tail -2 "$OUT/register.log")}"
+
 sock=$OUT/g.sock
 start_daemon() { # log [more gpumuxd arguments]
     local log=$1
@@ -213,6 +246,7 @@ rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
     echo "| restore throughput >= 80% of native pinned host-to-device | $re_rate GB/s over $restores restores vs $native_h2d GB/s (device memory created and mapped besides: $mapping ms in all) | $rep |"
     echo "| a high-priority client that fits loses <= 10% of its rate beside two swapping | $urgent_measured | $urgent_verdict |"
     [ -z "$controls" ] || echo "| (controls for the line above, not goals) | $controls | - |"
+    echo "| (not a goal) pinning a host copy in place, $((copy_bytes >> 20)) MiB | ${register_line:-failed} | - |"
     echo "| nothing oversubscribed: existing benchmarks within noise | scripts/ab-daemon-gpu.sh BASE MAIN | - |"
 } | tee "$OUT/goals.md"
 [ "$equal" = PASS ] && [ "$mk" = PASS ] && [ "${evp%% *}" = PASS ] && [ "$rep" = PASS ] && [ "${urgent_verdict%% *}" != FAIL ]
