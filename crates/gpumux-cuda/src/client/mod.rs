@@ -12,6 +12,7 @@
 mod context;
 mod copy_pool;
 mod device;
+mod direct;
 pub mod fault;
 mod host_copy;
 pub mod memory;
