@@ -27,7 +27,8 @@
 #      urgent client beside two clients of CONTROL_FRACTION (default 0.3) that fit and never swap
 #      (what sharing the GPU costs it, swapping aside), and beside two that swap on a daemon whose
 #      copy pool has CONTROL_THREADS threads (default 16, GPUMUX_SWAP_COPY_THREADS: what more host
-#      copy threads cost it, and the rates they reach);
+#      copy threads cost it, and the rates they reach), and on one whose moves pin the host copies
+#      in place instead of copying through the ring (GPUMUX_SWAP_DIRECT=1; its cost and rates);
 #   4. the daemons' evictions and restores (their logs: bytes, ms, GB/s each; most come from
 #      phase 3) against a native pinned cudaMemcpy of the same direction in the same run (CuPy).
 # Prints the issue's goals table last; exits non-zero if a measured goal fails.
@@ -162,15 +163,16 @@ kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
 # The urgent client beside two others (seeds 1 and 2) of fraction $2, as run $1; sets `loss` (%),
 # compares every output with alone (the beside ones only at FRACTION, where alone ran them).
 beside() { # tag fraction
-    local tag=$1 f=$2 pids=() i
+    local tag=$1 f=$2 pids=() i same=1
     for i in 1 2; do client "$i" "$OUT/$tag$i.bin" "$OUT/$tag$i.json" --fraction "$f" & pids+=($!); done
     sleep 1   # the two have allocated (and, oversubscribed, started swapping)
     urgent "$OUT/urgent-$tag.bin" "$OUT/urgent-$tag.json" || ok=0
     for p in "${pids[@]}"; do wait "$p" || ok=0; done
     if [ "$f" = "$FRACTION" ]; then
-        for i in 1 2; do cmp -s "$OUT/alone$i.bin" "$OUT/$tag$i.bin" || { ok=0; echo "$tag c$i's output differs from alone"; }; done
+        for i in 1 2; do cmp -s "$OUT/alone$i.bin" "$OUT/$tag$i.bin" || { ok=0 same=0; echo "$tag c$i's output differs from alone"; }; done
     fi
     loss="" ub=$(seconds_of "$OUT/urgent-$tag.json") || return 1
+    [ $same = 1 ] || return 1
     loss=$(python3 -c "print(f'{(1 - $ua / $ub) * 100:.1f}')")
     cmp -s "$OUT/urgent-alone.bin" "$OUT/urgent-$tag.bin" || { loss=""; echo "urgent-$tag: output differs from alone"; return 1; }
 }
@@ -197,20 +199,28 @@ if urgent "$OUT/urgent-alone.bin" "$OUT/urgent-alone.json" && ua=$(seconds_of "$
     fi
 fi
 kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
-threads_line=""
-if [ "$CONTROLS" = 1 ] && [ -n "${ua:-}" ]; then
-    echo "== control: beside two that swap, on a daemon with GPUMUX_SWAP_COPY_THREADS=$CONTROL_THREADS"
-    export GPUMUX_SWAP_COPY_THREADS=$CONTROL_THREADS   # the daemon's device process inherits it
-    start_daemon "$OUT/daemon-threads.log" --swap-keep 0
-    unset GPUMUX_SWAP_COPY_THREADS
-    if beside threads "$FRACTION"; then t="lost $loss %"; else t="failed"; fi
-    kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
-    # Its moves' rates, apart from the goal's (which come from the default pool).
-    threads_line=$(awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) { if ($i == "evicted") b = $(i + 1); if ($i == "copied") ms = $(i + 2) } n++; B += b; M += ms}
+# Moves' rates in a daemon log: "evictions R GB/s (N), restores R GB/s (N)" (restores of zeros left out).
+rates_of() {
+    awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) { if ($i == "evicted") b = $(i + 1); if ($i == "copied") ms = $(i + 2) } n++; B += b; M += ms}
         /restored [0-9]+ bytes/ && !/as zeros/ {for (i = 1; i <= NF; i++) { if ($i == "restored") rb = $(i + 1); if ($i == "in") rms = $(i + 1) } rn++; RB += rb; RM += rms}
-        END {printf "evictions %.2f GB/s (%d), restores %.2f GB/s (%d)", (M > 0 ? B / (M / 1000) / 1e9 : 0), n, (RM > 0 ? RB / (RM / 1000) / 1e9 : 0), rn}' "$OUT/daemon-threads.log")
-    controls="$controls; beside two swapping with $(pool_threads "$OUT/daemon-threads.log"): $t, $threads_line"
+        END {printf "evictions %.2f GB/s (%d), restores %.2f GB/s (%d)", (M > 0 ? B / (M / 1000) / 1e9 : 0), n, (RM > 0 ? RB / (RM / 1000) / 1e9 : 0), rn}' "$1"
+}
+# The urgent client beside two that swap, on a daemon (--swap-keep 0) with one more setting in its environment.
+control_daemon() { # tag VAR value
+    local tag=$1 var=$2 value=$3 t ok_goals=$ok
+    echo "== control: beside two that swap, on a daemon with $var=$value"
+    export "$var=$value"   # the daemon's device process inherits it
+    start_daemon "$OUT/daemon-$tag.log" --swap-keep 0
+    unset "$var"
+    if beside "$tag" "$FRACTION"; then t="lost $loss %"; else t="FAILED (a client failed or its output differs)"; fi
+    ok=$ok_goals   # a control's failure is its own line's, not the goals'
+    kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
+    controls="$controls; beside two swapping with $var=$value ($(pool_threads "$OUT/daemon-$tag.log")): $t, $(rates_of "$OUT/daemon-$tag.log")"
     echo "control: $controls"
+}
+if [ "$CONTROLS" = 1 ] && [ -n "${ua:-}" ]; then
+    control_daemon threads GPUMUX_SWAP_COPY_THREADS "$CONTROL_THREADS"
+    control_daemon direct GPUMUX_SWAP_DIRECT 1
 fi
 
 equal=PASS
