@@ -18,12 +18,13 @@
 //! **Sharing the host.** The pool's threads are the host's to take back:
 //! each runs at the lowest CPU priority (`SCHED_BATCH`, nice 19), so the
 //! daemon's core, the device's launching thread and the clients run first
-//! wherever CPUs are short. And the pool is small ([`MOST`]): a host copy is
-//! bound by the host's memory bandwidth long before it has every core
-//! (the client library's copier measured one thread at 7-8 GB/s and 6-8 at
-//! 34-40 on an H100 host), so more threads only take that bandwidth from
-//! others. With 16 threads the GPU check's urgent client lost 55 % of its
-//! rate beside two clients swapping (f3caf1a).
+//! wherever CPUs are short; and the pool takes a quarter of the cores, at
+//! most [`MOST`]. Measured on the H200 x4 machine (64 cores; d805194,
+//! `scripts/oversubscribe-gpu.sh`, two 90 GB clients swapping beside an
+//! urgent one): 8 threads moved 18.6 GB/s out and 29.6 in, 16 threads 33.3
+//! and 40.8; the urgent client lost 16.1 % and 14.8 % of its rate, against
+//! 10.3 % beside the same neighbours not swapping, so 16 threads cost it no
+//! more than 8.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -34,7 +35,7 @@ use std::thread::JoinHandle;
 pub(crate) const PIECE: usize = 2 << 20;
 
 /// Most threads a pool takes by default (module doc, "Sharing the host").
-const MOST: usize = 8;
+const MOST: usize = 16;
 
 /// Most threads a pool takes when told ([`COPY_THREADS_VAR`]).
 const MOST_TOLD: usize = 32;
