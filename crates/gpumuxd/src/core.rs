@@ -54,6 +54,7 @@ mod load_parts;
 mod record;
 mod recovery;
 mod requests;
+mod round_clock;
 mod slow_waits;
 mod stream_order;
 mod swap;
@@ -113,6 +114,14 @@ pub struct PumpStats {
     pub poll_calls: Duration,
     /// Client requests handled while a poll's answer was on its way.
     pub requests: u32,
+    /// Of `engine`: on the device's events, and giving commands.
+    pub events_engine: Duration,
+    /// See `events_engine`.
+    pub commands_engine: Duration,
+    /// Time completing operations (replies, counters).
+    pub completions: Duration,
+    /// Launch commands answered in the turn that made them (ends known ahead).
+    pub answered_in_turn: u32,
 }
 
 /// Rounds of command/event exchange in one pump before the core lets requests in.
@@ -313,6 +322,8 @@ pub struct Core {
     /// The engine's and the device calls' time since `serve` last took it
     /// (a cell: frames to clients are sent through `&self`).
     calls: Cell<CallTimes>,
+    /// Where the device rounds' time goes ([`round_clock`]).
+    round_clock: round_clock::RoundClock,
     /// Requests that waited long for the core, logged once a second.
     slow_waits: slow_waits::SlowWaits,
     /// Messages taken from the readers' channel and not handled yet, one
@@ -443,6 +454,7 @@ impl Core {
             poll_every: SPIN_WAIT,
             urgent_connected: false,
             calls: Cell::new(CallTimes::default()),
+            round_clock: round_clock::RoundClock::default(),
             slow_waits: slow_waits::SlowWaits::default(),
             inbox: inbox::FairInbox::default(),
             failed_scratch: Vec::new(),
@@ -531,6 +543,9 @@ impl Core {
             // With several GPUs, whose core (one line each at the end).
             let whose = if self.board.is_some() { format!("GPU {} core", self.gpu) } else { "core".to_string() };
             tracing::info!("{whose}: {load}");
+            if let Some(rounds) = self.round_clock.summary() {
+                tracing::info!("{whose} rounds: {rounds}");
+            }
         }
         result
     }
@@ -613,6 +628,12 @@ impl Core {
             }
             if let Some(lap) = load.lap() {
                 tracing::debug!(target: "gpumuxd::load", "core: {lap}");
+                if let Some(rounds) = self.round_clock.lap() {
+                    tracing::debug!(target: "gpumuxd::load", "core rounds: {rounds}");
+                }
+                if let Some(link) = self.backend.exchange_lap() {
+                    tracing::debug!(target: "gpumuxd::load", "core's device link: {link}");
+                }
             }
             if busy > SLOW_ROUND {
                 // A slow request says so itself (`inbound`): this line is news
@@ -907,6 +928,14 @@ impl Core {
     /// SMs held by device launches now, over all clients (gone ones included).
     pub fn sms_held(&self) -> u32 {
         self.launches.values().map(|(_, s)| s.len()).sum()
+    }
+
+    /// Device rounds (command/event exchanges) of the pumps that did
+    /// something, and the launch commands answered in the turn that made
+    /// them from ends known ahead, so far.
+    pub fn device_rounds(&self) -> (u64, u64) {
+        let r = &self.round_clock.total;
+        (r.rounds, r.answered_in_turn)
     }
 
     /// Launch commands the device's side answered from ends it saw ahead,

@@ -16,6 +16,7 @@
 //! killed. It exits when the daemon closes its end.
 
 use crate::backend::ends_ahead::Silenced;
+use crate::backend::exchange_clock::{self, mono_ns, HostClock};
 use crate::backend::link::{self, Link, LinkError};
 use crate::backend::wire::{FromDevice, RegionId, SwapCall, ToDevice};
 use crate::backend::{Backend, Failure, MemError, Moved, Registered, Wake};
@@ -26,17 +27,13 @@ use gpumux_engine::device::{Command, DeviceError};
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// What the load clock counts: launch commands, the other commands (grows,
-/// retreats, copies), polls, binds and unbinds of operations, and the rest.
-const LOAD_PARTS: [&str; 6] = ["launch commands", "other commands", "polls", "binds", "unbinds", "other messages"];
-const LAUNCHES: usize = 0;
-const COMMANDS: usize = 1;
-const POLLS: usize = 2;
-const BINDS: usize = 3;
-const UNBINDS: usize = 4;
-const OTHER_MESSAGES: usize = 5;
+/// What the load clock counts: launch commands, launch commands the daemon
+/// answered itself, the other commands (grows, retreats, copies), polls,
+/// binds and unbinds of operations, and the rest (`exchange_clock::HOST_PARTS`,
+/// also what each poll's answer accounts for).
+const LOAD_PARTS: [&str; 7] = exchange_clock::HOST_PARTS;
 
 /// How long the device process waits for the daemon to offer the link's
 /// rings (sent right after the daemon starts it).
@@ -87,6 +84,8 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         spin,
         load: LoadClock::new(&LOAD_PARTS),
         silenced: Silenced::default(),
+        clock: HostClock::default(),
+        poll_read: 0,
     };
     host.run()?;
     Ok(true)
@@ -127,6 +126,10 @@ struct DeviceHost {
     load: LoadClock,
     /// Launches the daemon answered itself ([`crate::backend::ends_ahead`]).
     silenced: Silenced,
+    /// What it did since its last poll's answer, sent with the next ([`exchange_clock`]).
+    clock: HostClock,
+    /// When the poll being answered was read ([`mono_ns`]).
+    poll_read: u64,
 }
 
 impl DeviceHost {
@@ -137,22 +140,32 @@ impl DeviceHost {
         loop {
             match self.link.recv_spin::<ToDevice>(self.spin) {
                 Ok(Some(msg)) => {
+                    use exchange_clock as x;
                     let kind = match msg {
-                        ToDevice::Submit(Command::Launch { .. }) | ToDevice::SubmitAnswered(_) => LAUNCHES,
-                        ToDevice::Submit(_) => COMMANDS,
-                        ToDevice::Poll => POLLS,
-                        ToDevice::Bind { .. } => BINDS,
-                        ToDevice::Unbind { .. } => UNBINDS,
-                        _ => OTHER_MESSAGES,
+                        ToDevice::Submit(Command::Launch { .. }) => x::HOST_LAUNCHES,
+                        ToDevice::SubmitAnswered(_) => x::HOST_ANSWERED,
+                        ToDevice::Submit(_) => x::HOST_COMMANDS,
+                        ToDevice::Poll => x::HOST_POLLS,
+                        ToDevice::Bind { .. } => x::HOST_BINDS,
+                        ToDevice::Unbind { .. } => x::HOST_UNBINDS,
+                        _ => x::HOST_OTHER,
                     };
-                    let began = Instant::now();
+                    let began = mono_ns();
+                    self.poll_read = began;
                     self.handle(msg)?;
-                    self.load.add(kind, 1, began.elapsed());
+                    let ended = mono_ns();
+                    // A poll's own time goes with the next answer: its
+                    // answer says when it was read and ready.
+                    self.clock.did(kind, began, ended);
+                    self.load.add(kind, 1, Duration::from_nanos(ended.saturating_sub(began)));
                     if let Some(lap) = self.load.lap() {
                         tracing::debug!(target: "gpumuxd::load", "device process: {lap}");
                     }
                 }
-                Ok(None) => self.link.wait_readable(None).context("waiting for the daemon")?,
+                Ok(None) => {
+                    self.clock.slept();
+                    self.link.wait_readable(None).context("waiting for the daemon")?
+                }
                 Err(LinkError::Closed) => {
                     if let Some(load) = self.load.summary() {
                         tracing::info!("device process: {load}");
@@ -174,9 +187,21 @@ impl DeviceHost {
             // Reported already; the daemon is about to replace this process.
             let (failed, loaded, registered, ends_ahead) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let moved = Vec::new();
-            return FromDevice::Polled { events, failed, loaded, registered, moved, ends_ahead, wake: Wake::Idle };
+            let times = self.clock.answer(self.poll_read, 0);
+            return FromDevice::Polled {
+                events,
+                failed,
+                loaded,
+                registered,
+                moved,
+                ends_ahead,
+                wake: Wake::Idle,
+                times,
+            };
         }
-        match self.backend.poll(&mut events) {
+        let polled = self.backend.poll(&mut events);
+        let device_poll_ns = mono_ns().saturating_sub(self.poll_read);
+        match polled {
             Ok(_) => {
                 if let Err(what) = self.silenced.filter(&mut events) {
                     self.broken = true;
@@ -190,7 +215,8 @@ impl DeviceHost {
                 let mut moved = std::mem::take(&mut self.moved);
                 self.backend.take_moved(&mut moved);
                 let wake = self.backend.next_wake();
-                FromDevice::Polled { events, failed, loaded, registered, moved, ends_ahead, wake }
+                let times = self.clock.answer(self.poll_read, device_poll_ns);
+                FromDevice::Polled { events, failed, loaded, registered, moved, ends_ahead, wake, times }
             }
             Err(f) => {
                 self.broken = true;

@@ -31,6 +31,7 @@ pub mod compile;
 pub mod copy_engine;
 pub mod cuda;
 pub mod ends_ahead;
+pub mod exchange_clock;
 pub mod link;
 pub mod pieces;
 pub mod remote;
@@ -572,6 +573,11 @@ pub trait Backend: Send {
     /// so far ([`ends_ahead`]; a device process's daemon side).
     fn ends_answered(&self) -> u64 {
         0
+    }
+    /// Where the exchanges with a device in another process went since the
+    /// last call, in words ([`exchange_clock`]); `None` in-process.
+    fn exchange_lap(&mut self) -> Option<String> {
+        None
     }
 
     /// After [`Failure::ContextLost`]: a fresh context, with no memory,

@@ -41,6 +41,7 @@
 //! engine learns of them anyway.
 
 use super::ends_ahead::KnownEnds;
+use super::exchange_clock::{self as xc, ExchangeClock};
 use super::link::{socket_pair, Link, LinkError};
 use super::wire::{FromDevice, HostRef, RegionId, SwapCall, ToDevice};
 use super::{
@@ -348,6 +349,8 @@ pub struct RemoteBackend {
     /// made on the first move; registered with each child when it first
     /// needs it (a fresh child after a rebuild too).
     staging: Option<Arc<ShmRegion>>,
+    /// Where the exchanges' time goes ([`super::exchange_clock`]).
+    clock: ExchangeClock,
 }
 
 impl RemoteBackend {
@@ -379,6 +382,7 @@ impl RemoteBackend {
             kernels_loaded: 0,
             known: KnownEnds::default(),
             staging: None,
+            clock: ExchangeClock::default(),
         })
     }
 
@@ -414,6 +418,14 @@ impl RemoteBackend {
         }
     }
 
+    /// Sends `msg` (no descriptor), counting its time as `part` ([`xc::SEND_PARTS`]).
+    fn send_timed(&mut self, msg: &ToDevice, part: usize) -> Result<(), LinkError> {
+        let t = xc::mono_ns();
+        let sent = self.process.link.send(msg, None);
+        self.clock.sent(part, xc::mono_ns().saturating_sub(t));
+        sent
+    }
+
     fn lost(&mut self, e: LinkError) -> String {
         let pid = self.process.child.id();
         let what = match e {
@@ -444,16 +456,27 @@ impl RemoteBackend {
             let answer = self.answer()?;
             self.poll_answer = Some(answer);
         }
+        let t = xc::mono_ns();
         if let Err(e) = self.process.link.send(msg, fd) {
             return Err(self.lost(e));
         }
+        let polls = matches!(msg, ToDevice::Poll);
+        if polls {
+            self.clock.poll_sent();
+        }
+        self.clock.sent(if polls { xc::SEND_POLLS } else { xc::SEND_OTHER }, xc::mono_ns().saturating_sub(t));
         self.answer()
     }
 
     /// The next answer on the link, waited for up to [`CALL_TIMEOUT`].
     fn answer(&mut self) -> Result<FromDevice, String> {
         match self.process.link.recv_timeout::<FromDevice>(CALL_TIMEOUT) {
-            Ok(Some(answer)) => Ok(answer),
+            Ok(Some(answer)) => {
+                if matches!(answer, FromDevice::Polled { .. }) {
+                    self.clock.answer_read();
+                }
+                Ok(answer)
+            }
             Ok(None) => {
                 let what = format!(
                     "the device process (pid {}) did not answer in {}s: {}",
@@ -512,6 +535,9 @@ impl Drop for RemoteBackend {
                 self.known.count()
             );
         }
+        if let Some(words) = self.clock.summary() {
+            tracing::info!("device {} link: {words}", self.spec);
+        }
         self.process.link.close();
         reap(&mut self.process.child);
     }
@@ -536,6 +562,10 @@ impl Backend for RemoteBackend {
 
     fn ends_answered(&self) -> u64 {
         self.known.count()
+    }
+
+    fn exchange_lap(&mut self) -> Option<String> {
+        self.clock.lap()
     }
 
     fn mem_info(&mut self) -> Result<MemInfo, MemError> {
@@ -690,7 +720,7 @@ impl Backend for RemoteBackend {
             }
         };
         if self.broken.is_none() {
-            if let Err(e) = self.process.link.send(&ToDevice::Bind { op, work }, None) {
+            if let Err(e) = self.send_timed(&ToDevice::Bind { op, work }, xc::SEND_BINDS) {
                 self.lost(e);
             }
         }
@@ -699,7 +729,7 @@ impl Backend for RemoteBackend {
     fn unbind(&mut self, op: OpId) {
         self.known.forget(op);
         if self.broken.is_none() {
-            if let Err(e) = self.process.link.send(&ToDevice::Unbind { op }, None) {
+            if let Err(e) = self.send_timed(&ToDevice::Unbind { op }, xc::SEND_UNBINDS) {
                 self.lost(e);
             }
         }
@@ -718,19 +748,20 @@ impl Backend for RemoteBackend {
             // Its launch was answered here and ran every block (`ends_ahead`).
             return Ok(());
         }
-        let msg = if self.known.answer(&command) {
+        let launch = matches!(command, Command::Launch { .. });
+        let (msg, part) = if self.known.answer(&command) {
             if tracing::enabled!(tracing::Level::TRACE) {
                 if let Command::Launch { launch, op, .. } = &command {
                     tracing::trace!("launch {launch} of {op} answered from its end seen ahead");
                 }
             }
-            ToDevice::SubmitAnswered(command)
+            (ToDevice::SubmitAnswered(command), xc::SEND_ANSWERED)
         } else {
             self.in_flight.command(&command);
             self.unpolled = true;
-            ToDevice::Submit(command)
+            (ToDevice::Submit(command), if launch { xc::SEND_LAUNCHES } else { xc::SEND_COMMANDS })
         };
-        if let Err(e) = self.process.link.send(&msg, None) {
+        if let Err(e) = self.send_timed(&msg, part) {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
         }
@@ -747,6 +778,7 @@ impl Backend for RemoteBackend {
         }
         if self.known.pending() && !self.poll_sent {
             // Launches answered from ends seen ahead: no exchange (module doc).
+            self.clock.local_poll();
             self.known.take(events);
             return Ok(self.now());
         }
@@ -760,7 +792,8 @@ impl Backend for RemoteBackend {
             self.call(&ToDevice::Poll, None)
         };
         match answer {
-            Ok(FromDevice::Polled { events: got, failed, loaded, registered, moved, ends_ahead, wake }) => {
+            Ok(FromDevice::Polled { events: got, failed, loaded, registered, moved, ends_ahead, wake, times }) => {
+                self.clock.exchanged(&times);
                 self.moved.extend(moved);
                 for r in &registered {
                     if let Some((id, region)) = self.pinning.remove(&r.token) {
@@ -815,8 +848,11 @@ impl Backend for RemoteBackend {
         if self.poll_sent || self.failure.is_some() || self.broken.is_some() || self.known.pending() {
             return self.poll_sent;
         }
-        match self.process.link.send(&ToDevice::Poll, None) {
-            Ok(()) => self.poll_sent = true,
+        match self.send_timed(&ToDevice::Poll, xc::SEND_POLLS) {
+            Ok(()) => {
+                self.clock.poll_sent();
+                self.poll_sent = true;
+            }
             // Recorded: the poll reports it.
             Err(e) => {
                 self.lost(e);
@@ -831,6 +867,7 @@ impl Backend for RemoteBackend {
         }
         match self.process.link.try_recv::<FromDevice>() {
             Ok(Some(a)) => {
+                self.clock.answer_read();
                 self.poll_answer = Some(a);
                 true
             }

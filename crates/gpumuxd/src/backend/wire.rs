@@ -228,6 +228,8 @@ pub enum FromDevice {
         ends_ahead: Vec<super::ends_ahead::EndAhead>,
         /// The device's [`super::Backend::next_wake`] right after that poll.
         wake: Wake,
+        /// Where the exchange's time went in the device process ([`super::exchange_clock`]).
+        times: super::exchange_clock::HostTimes,
     },
     /// Answer to [`ToDevice::Poll`]: the context is broken
     /// ([`super::Failure::ContextLost`]); the process does nothing more with

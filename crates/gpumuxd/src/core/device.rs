@@ -83,7 +83,9 @@ impl Core {
         let mut sent_late = false;
         for _ in 0..MAX_ROUNDS {
             stats.rounds += 1;
+            let t = Instant::now();
             self.drain_completions();
+            stats.completions += t.elapsed();
             let sent = self.drain_commands(&mut stats)? | std::mem::take(&mut sent_late);
             let mut events = std::mem::take(&mut self.events);
             events.clear();
@@ -138,10 +140,24 @@ impl Core {
             }
             let took = engine.elapsed();
             stats.engine += took;
+            stats.events_engine += took;
             count_call(&self.calls, |c| &mut c.engine, took);
             self.events = events;
         }
+        let t = Instant::now();
         self.drain_completions();
+        stats.completions += t.elapsed();
+        if stats.events + stats.commands + stats.requests > 0 {
+            let r = &mut self.round_clock.total;
+            r.pumps += 1;
+            r.rounds += u64::from(stats.rounds);
+            r.events += u64::from(stats.events);
+            r.events_engine += stats.events_engine;
+            r.commands += u64::from(stats.commands);
+            r.commands_engine += stats.commands_engine;
+            r.completions += stats.completions;
+            r.answered_in_turn += u64::from(stats.answered_in_turn);
+        }
         // Clients idle now may make room for a restore that waits.
         self.try_restores();
         if !stats.retreat_calls.is_zero() {
@@ -204,6 +220,7 @@ impl Core {
             let next = self.engine.poll_command()?;
             let took = engine.elapsed();
             stats.engine += took;
+            stats.commands_engine += took;
             count_call(&self.calls, |c| &mut c.engine, took);
             let Some(cmd) = next else { break };
             sent = true;
