@@ -74,6 +74,11 @@ fn launches_of_kernels_the_device_ran_ahead_are_answered_without_a_round_trip_an
     // The first kernel follows none: the device runs it. The 29 after it were
     // reported at the first poll, before the engine launched any of them.
     assert_eq!(core.ends_answered(), n - 1, "every kernel after the first answered from its end seen ahead");
+    // Each answered in the engine turn that launched it: a few device rounds
+    // for the chain, not one per kernel (issue 35).
+    let (rounds, in_turn) = core.device_rounds();
+    assert_eq!(in_turn, n - 1, "every answer read in the turn that made its launch");
+    assert!(rounds < n / 3, "{rounds} device rounds for a chain of {n} kernels");
     assert_eq!(core.sms_held(), 0, "no launch left holding SMs");
     let done = core.status().clients.iter().find(|c| c.client == 1).map(|c| c.kernels_done);
     assert_eq!(done, Some(n), "every kernel counted done");

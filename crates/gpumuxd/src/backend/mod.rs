@@ -574,6 +574,14 @@ pub trait Backend: Send {
     fn ends_answered(&self) -> u64 {
         0
     }
+    /// Appends the events of launch commands this backend answered itself
+    /// since the last poll (ends known ahead, [`ends_ahead`]), for the engine
+    /// to read now, in the turn that made them, instead of at the next poll:
+    /// true if there were any. The core then launches the next kernel of a
+    /// chain whose end is known too, and so on, with no device round between.
+    fn take_answered(&mut self, _events: &mut Vec<Event>) -> bool {
+        false
+    }
     /// Where the exchanges with a device in another process went since the
     /// last call, in words ([`exchange_clock`]); `None` in-process.
     fn exchange_lap(&mut self) -> Option<String> {

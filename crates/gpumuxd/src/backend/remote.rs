@@ -564,6 +564,15 @@ impl Backend for RemoteBackend {
         self.known.count()
     }
 
+    fn take_answered(&mut self, events: &mut Vec<Event>) -> bool {
+        // With a poll on its way its answer takes them, after the device's events.
+        if self.poll_sent || !self.known.pending() {
+            return false;
+        }
+        self.known.take(events);
+        true
+    }
+
     fn exchange_lap(&mut self) -> Option<String> {
         self.clock.lap()
     }
