@@ -181,7 +181,11 @@ pub fn open_in_process(spec: &str) -> Result<Box<dyn Backend>> {
 /// executable run with `--device-host` ([`crate::device_host`]).
 pub fn open_device(spec: &str, hosting: DeviceHosting) -> Result<Box<dyn Backend>> {
     match hosting {
-        DeviceHosting::InProcess => open_in_process(spec),
+        // Launches of kernels the device ran ahead answered without a poll,
+        // as through a device process (`backend::answers_ahead`).
+        DeviceHosting::InProcess => {
+            Ok(Box::new(crate::backend::answers_ahead::AnswersAhead::new(open_in_process(spec)?)))
+        }
         DeviceHosting::ChildProcess => {
             if let Some(parsed) = parse_cuda_spec(spec) {
                 parsed?;

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod answers_ahead;
 pub mod compile;
 pub mod copy_engine;
 pub mod cuda;

@@ -445,6 +445,12 @@ fn launchable(source: &str) -> Result<Launchable, LoadError> {
 }
 
 impl SimBackend {
+    /// From now on, scripted ends ahead as [`ENDS_AHEAD_VAR`] says (for
+    /// tests that cannot set the variable for a whole process).
+    pub fn script_ends_ahead(&mut self) {
+        self.scripted.get_or_insert_with(ScriptedEnds::default);
+    }
+
     /// The image of a module loaded before with the same source and options
     /// (another load holds it now too).
     fn cached(&mut self, key: &(String, Vec<String>)) -> Option<ModuleImage> {
@@ -843,7 +849,7 @@ impl Backend for SimBackend {
     fn report_ends_ahead(&mut self) {
         if std::env::var(ENDS_AHEAD_VAR).is_ok_and(|v| v.trim() == "1") {
             tracing::info!("simulated device: scripted ends ahead ({ENDS_AHEAD_VAR}=1)");
-            self.scripted = Some(ScriptedEnds::default());
+            self.script_ends_ahead();
         }
     }
 

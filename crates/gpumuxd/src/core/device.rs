@@ -989,6 +989,44 @@ mod tests {
         assert_eq!(known_left.load(Ordering::Relaxed), 0, "ends of a gone client's kernels are forgotten");
     }
 
+    /// Ends known ahead in the daemon's process (`backend::answers_ahead`):
+    /// the simulated device scripted to report every one-block kernel bound
+    /// after another as ended ahead, in-process, behind the wrapper the
+    /// daemon puts around a device in its process. A chain of 40 completes
+    /// in order with its launches after the first answered in the turn that
+    /// made them (a few device rounds), no SM left held, every kernel done;
+    /// the simulated device ran only the first.
+    #[test]
+    fn in_process_a_chain_the_device_ran_ahead_completes_in_a_few_rounds() {
+        let mut sim = SimBackend::with_info(gpumux_sim::presets::h100());
+        sim.script_ends_ahead();
+        let backend = crate::backend::answers_ahead::AnswersAhead::new(Box::new(sim));
+        let (mut core, kernel, replies) = core_with_kernel_on(Box::new(backend));
+        let n = 40u64;
+        for i in 0..n {
+            assert!(core.handle(request(10 + i, launch_of(kernel))));
+        }
+        assert!(core.handle(request(100, Request::SyncStream(StreamId(0)))));
+        assert_eq!(answer_to(&mut core, &replies, 100), Ok(Reply::Done));
+        assert_eq!(core.ends_answered(), n - 1, "every kernel after the first answered from its end");
+        let (rounds, in_turn) = core.device_rounds();
+        assert_eq!(in_turn, n - 1, "each answer read in the turn that made its launch");
+        assert!(rounds < n / 4, "{rounds} device rounds for a chain of {n} kernels");
+        assert_eq!(core.sms_held(), 0, "no launch left holding SMs");
+        let done = core.sessions.get(&1).map(|s| s.counters.kernels_done);
+        assert_eq!(done, Some(n), "every kernel counted as done");
+        if let Some(e) = replies.try_iter().find_map(|f| match f {
+            ServerFrame::Reply { result: Err(e), .. } => Some(e),
+            _ => None,
+        }) {
+            panic!("a request was refused: {e:?}");
+        }
+        // Still in step: one more launch, and a sync.
+        assert!(core.handle(request(200, launch_of(kernel))));
+        assert!(core.handle(request(201, Request::SyncStream(StreamId(0)))));
+        assert_eq!(answer_to(&mut core, &replies, 201), Ok(Reply::Done));
+    }
+
     /// The simulator behind a device that refuses the binding of every
     /// kernel launched with a grid x of [`REFUSED_X`], as the CUDA device's
     /// own guard refuses one the daemon's checks let through: the launch

@@ -1,0 +1,246 @@
+//! Ends known ahead for a device in the daemon's own process
+//! (`--device-in-process`; issue 35).
+//!
+//! A device process reports the kernels its device ran ahead with its poll
+//! answers, and the daemon's side answers the engine's launch commands for
+//! them without a round trip ([`super::ends_ahead`]: [`KnownEnds`] in
+//! [`super::remote`], [`Silenced`] in [`crate::device_host`]). In-process
+//! the device had no such path: a launch command for a kernel the GPU had
+//! already run was carried out, and its end waited for the next poll of the
+//! device, one per kernel (a chain of 511 short kernels: 4-4.5x native on
+//! the H200, worse than through the device process). [`AnswersAhead`] is
+//! that pair in one process, around any backend: it asks the device to
+//! report ends ahead, learns them at each poll, answers a launch of such a
+//! kernel at once ([`Backend::take_answered`], read by the engine in the
+//! turn that made the launch), tells the device the launch was answered
+//! ([`Backend::submit_answered`]) and drops the events the device then
+//! sends for it. Every rule of [`super::ends_ahead`] holds as it does
+//! through a device process. A device that reports nothing (the simulated
+//! one unless scripted) is served as without it.
+
+use super::ends_ahead::{KnownEnds, Silenced};
+use super::{
+    Backend, BufferMove, DevAddr, Failure, KernelCode, LoadError, Loaded, MemError, MemInfo, ModuleImage, Moved,
+    OpFailed, OpWork, Registered, Wake,
+};
+use crate::shm::ShmRegion;
+use gpumux_engine::device::{Command, DeviceError, Event};
+use gpumux_engine::ids::{LaunchId, OpId};
+use gpumux_engine::kernel::DeviceInfo;
+use gpumux_engine::time::Nanos;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A backend whose launches of kernels it ran ahead are answered here (module doc).
+pub struct AnswersAhead {
+    inner: Box<dyn Backend>,
+    known: KnownEnds,
+    silenced: Silenced,
+    /// Launches that went to the device and whose end was not read yet: a
+    /// report of their operation is stale (the device answers them itself).
+    launched: HashMap<LaunchId, OpId>,
+    /// `take_ends_ahead`'s buffer, kept to spare an allocation per poll.
+    ends: Vec<super::ends_ahead::EndAhead>,
+}
+
+impl AnswersAhead {
+    /// `inner`, asked to report the kernels it runs ahead.
+    pub fn new(mut inner: Box<dyn Backend>) -> AnswersAhead {
+        inner.report_ends_ahead();
+        AnswersAhead {
+            inner,
+            known: KnownEnds::default(),
+            silenced: Silenced::default(),
+            launched: HashMap::new(),
+            ends: Vec::new(),
+        }
+    }
+}
+
+impl Drop for AnswersAhead {
+    fn drop(&mut self) {
+        if self.known.count() > 0 {
+            tracing::info!(
+                "device {}: {} launch commands answered from ends the device saw ahead",
+                self.inner.describe(),
+                self.known.count()
+            );
+        }
+    }
+}
+
+impl Backend for AnswersAhead {
+    fn submit(&mut self, command: Command) -> Result<(), Failure> {
+        if self.known.drops(&command) {
+            // Its launch was answered here and ran every block (`ends_ahead`).
+            return Ok(());
+        }
+        if self.known.answer(&command) {
+            if let Command::Launch { launch, .. } = &command {
+                self.silenced.add(*launch);
+            }
+            return self.inner.submit_answered(command);
+        }
+        if let Command::Launch { launch, op, .. } = &command {
+            self.launched.insert(*launch, *op);
+        }
+        self.inner.submit(command)
+    }
+
+    fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
+        let first = events.len();
+        let t = self.inner.poll(events)?;
+        let mut theirs = events.split_off(first);
+        if let Err(what) = self.silenced.filter(&mut theirs) {
+            return Err(Failure::Fatal(DeviceError::backend("the device", what)));
+        }
+        for e in &theirs {
+            if let Event::LaunchEnded { launch, .. } = e {
+                self.launched.remove(launch);
+            }
+        }
+        events.append(&mut theirs);
+        // After the device's: those launches went to it after this poll.
+        self.known.take(events);
+        self.inner.take_ends_ahead(&mut self.ends);
+        let launched = &self.launched;
+        self.known.learn(self.ends.drain(..), |op| launched.values().any(|&o| o == op));
+        Ok(t)
+    }
+
+    fn take_answered(&mut self, events: &mut Vec<Event>) -> bool {
+        if !self.known.pending() {
+            return false;
+        }
+        self.known.take(events);
+        true
+    }
+
+    fn unbind(&mut self, op: OpId) {
+        self.known.forget(op);
+        self.inner.unbind(op)
+    }
+
+    fn next_wake(&self) -> Wake {
+        if self.known.pending() {
+            return Wake::After(Duration::ZERO);
+        }
+        self.inner.next_wake()
+    }
+
+    fn ends_answered(&self) -> u64 {
+        self.known.count()
+    }
+
+    fn rebuild(&mut self) -> Result<(), MemError> {
+        self.known = KnownEnds::default();
+        self.silenced = Silenced::default();
+        self.launched.clear();
+        self.inner.rebuild()
+    }
+
+    // Reported here, not passed on.
+    fn report_ends_ahead(&mut self) {}
+
+    // The rest is the device's own.
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn info(&self) -> &DeviceInfo {
+        self.inner.info()
+    }
+    fn compute_capability(&self) -> [u32; 2] {
+        self.inner.compute_capability()
+    }
+    fn mem_info(&mut self) -> Result<MemInfo, MemError> {
+        self.inner.mem_info()
+    }
+    fn alloc(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+        self.inner.alloc(bytes)
+    }
+    fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
+        self.inner.free(addr)
+    }
+    fn swap_granularity(&self) -> Option<u64> {
+        self.inner.swap_granularity()
+    }
+    fn reserve(&mut self, bytes: u64) -> Result<DevAddr, MemError> {
+        self.inner.reserve(bytes)
+    }
+    fn evict(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        self.inner.evict(addr)
+    }
+    fn restore(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        self.inner.restore(addr)
+    }
+    fn start_move(&mut self, token: u64, what: BufferMove) -> Option<Result<Nanos, MemError>> {
+        self.inner.start_move(token, what)
+    }
+    fn take_moved(&mut self, out: &mut Vec<Moved>) {
+        self.inner.take_moved(out)
+    }
+    fn settle_moves(&mut self, out: &mut Vec<Moved>) {
+        self.inner.settle_moves(out)
+    }
+    fn evicted_survive_rebuild(&self) -> bool {
+        self.inner.evicted_survive_rebuild()
+    }
+    fn readdress_evicted(&mut self, addr: DevAddr) -> Result<DevAddr, MemError> {
+        self.inner.readdress_evicted(addr)
+    }
+    fn register_host(&mut self, region: &Arc<ShmRegion>) -> Result<(), MemError> {
+        self.inner.register_host(region)
+    }
+    fn start_register(&mut self, token: u64, region: &Arc<ShmRegion>) {
+        self.inner.start_register(token, region)
+    }
+    fn take_registered(&mut self, out: &mut Vec<Registered>) {
+        self.inner.take_registered(out)
+    }
+    fn unregister_host(&mut self, region: &ShmRegion) {
+        self.inner.unregister_host(region)
+    }
+    fn load_module(&mut self, name: &str, source: &str, options: &[String]) -> Result<ModuleImage, LoadError> {
+        self.inner.load_module(name, source, options)
+    }
+    fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
+        self.inner.start_load(token, name, source, options)
+    }
+    fn take_loaded(&mut self, out: &mut Vec<Loaded>) {
+        self.inner.take_loaded(out)
+    }
+    fn unload_module(&mut self, kernels: &[KernelCode]) {
+        self.inner.unload_module(kernels)
+    }
+    fn kernels_loaded(&self) -> usize {
+        self.inner.kernels_loaded()
+    }
+    fn bind(&mut self, op: OpId, work: OpWork) {
+        self.inner.bind(op, work)
+    }
+    fn now(&self) -> Nanos {
+        self.inner.now()
+    }
+    fn take_failed(&mut self, out: &mut Vec<OpFailed>) {
+        self.inner.take_failed(out)
+    }
+    fn start_poll(&mut self) -> bool {
+        self.inner.start_poll()
+    }
+    fn poll_ready(&mut self) -> bool {
+        self.inner.poll_ready()
+    }
+    fn spin_for(&mut self, window: Duration) {
+        self.inner.spin_for(window)
+    }
+    fn frees_retreats_at_once(&self) -> bool {
+        self.inner.frees_retreats_at_once()
+    }
+    fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
+        self.inner.submit_answered(command)
+    }
+    fn exchange_lap(&mut self) -> Option<String> {
+        self.inner.exchange_lap()
+    }
+}
