@@ -1478,14 +1478,19 @@ impl Drop for ClientDevice {
             tracing::info!(
                 "CUDA device: queue ahead: {} kernels queued behind the one before ({} natively behind a kernel \
                  itself queued, {} seen ended before their launch command), {} adopted as queued, \
-                 {} restarted elsewhere, {} cancelled; {} launches started again because no worker found room",
+                 {} restarted elsewhere, {} cancelled; {} launches started again because no worker found room; \
+                 a run's next kernel held back {} times for lack of a launch record, {} by the kernels ended and \
+                 not launched yet, {} by the run's bounds",
                 c.queued,
                 c.deep,
                 c.ended_ahead,
                 c.adopted,
                 c.restarted,
                 c.cancelled,
-                c.unplaced
+                c.unplaced,
+                c.held_no_record,
+                c.held_ended_waiting,
+                c.held_deep
             );
         }
         let launcher = self.st.as_ref().and_then(|st| st.launcher.as_ref()).map(Launcher::made).unwrap_or_default();

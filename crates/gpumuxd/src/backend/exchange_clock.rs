@@ -326,9 +326,7 @@ mod tests {
 
     #[test]
     fn stamps_outside_the_cores_window_do_not_underflow() {
-        let mut c = ExchangeClock::default();
-        c.poll_sent = 10_000;
-        c.answer_read = 12_000;
+        let mut c = ExchangeClock { poll_sent: 10_000, answer_read: 12_000, ..Default::default() };
         // A device that was idle long before the poll, and stamps past the answer.
         let h = HostTimes {
             poll_read: 50_000,

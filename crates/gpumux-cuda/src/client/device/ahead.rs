@@ -150,6 +150,14 @@ pub struct AheadCounts {
     /// Kernels queued natively that were seen ended on the GPU before the
     /// engine launched them.
     pub ended_ahead: u64,
+    /// Looks for a run's next kernel, bound and native, that found no launch
+    /// record at hand (issue 35: what bounds how far the GPU runs ahead of
+    /// the engine; counted per look, not per stop).
+    pub held_no_record: u64,
+    /// The same, held by [`ENDED_WAITING_MAX`] (the engine trails that far).
+    pub held_ended_waiting: u64,
+    /// The same, held by [`DEEP_MAX`] or [`DEEP_HOLD_NS`].
+    pub held_deep: u64,
 }
 
 /// Kernels queued natively ahead on one stream and not yet seen ended, at
@@ -541,10 +549,12 @@ impl ClientDevice {
         }
         if o.pool.is_empty() && spare.is_empty() {
             // No record at hand: not worth a new one's 1-2 ms here (module doc).
+            self.ahead_counts.held_no_record += 1;
             return Ok(None);
         }
         if st_ended_waiting >= ENDED_WAITING_MAX {
             // The engine trails far behind: the run waits for it (module doc, "Records back at the end").
+            self.ahead_counts.held_ended_waiting += 1;
             return Ok(None);
         }
         // The run back to its first kernel not seen ended: what it holds
@@ -560,6 +570,7 @@ impl ClientDevice {
             queued += 1;
             ns += e.expect_ns;
             if queued >= DEEP_MAX || ns > DEEP_HOLD_NS {
+                self.ahead_counts.held_deep += 1;
                 return Ok(None);
             }
             match e.behind {
@@ -568,6 +579,7 @@ impl ClientDevice {
             }
         }
         if ns > DEEP_HOLD_NS {
+            self.ahead_counts.held_deep += 1;
             return Ok(None);
         }
         // Only on the stream the kernel before it is queued on (stream
