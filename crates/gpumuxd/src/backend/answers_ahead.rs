@@ -91,16 +91,21 @@ impl Backend for AnswersAhead {
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
         let first = events.len();
         let t = self.inner.poll(events)?;
-        let mut theirs = events.split_off(first);
-        if let Err(what) = self.silenced.filter(&mut theirs) {
-            return Err(Failure::Fatal(DeviceError::backend("the device", what)));
+        if !self.silenced.is_empty() {
+            // The device's events only (an allocation only while answered launches are on it).
+            let mut theirs = events.split_off(first);
+            if let Err(what) = self.silenced.filter(&mut theirs) {
+                return Err(Failure::Fatal(DeviceError::backend("the device", what)));
+            }
+            events.append(&mut theirs);
         }
-        for e in &theirs {
-            if let Event::LaunchEnded { launch, .. } = e {
-                self.launched.remove(launch);
+        if !self.launched.is_empty() {
+            for e in &events[first..] {
+                if let Event::LaunchEnded { launch, .. } = e {
+                    self.launched.remove(launch);
+                }
             }
         }
-        events.append(&mut theirs);
         // After the device's: those launches went to it after this poll.
         self.known.take(events);
         self.inner.take_ends_ahead(&mut self.ends);
@@ -242,5 +247,80 @@ impl Backend for AnswersAhead {
     }
     fn exchange_lap(&mut self) -> Option<String> {
         self.inner.exchange_lap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimBackend;
+    use gpumux_engine::ids::{KernelId, ProcessId};
+    use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
+    use gpumux_engine::ranges::BlockRanges;
+    use gpumux_engine::smset::SmSet;
+
+    fn one_block(after: Option<OpId>) -> OpWork {
+        OpWork::Kernel {
+            code: KernelCode(1),
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            shared_bytes: 0,
+            params: Vec::new(),
+            after,
+        }
+    }
+
+    fn launch(lid: u64, op: OpId) -> Command {
+        Command::Launch {
+            launch: LaunchId(lid),
+            kernel: KernelId(op.0),
+            op,
+            process: ProcessId(0),
+            priority: 0,
+            desc: Arc::new(KernelDesc::new("k", KernelShape::new(1, 32, 32)).with_sim_timing(SimTiming::new(1_000))),
+            time_key: op.0,
+            blocks: BlockRanges::full(1),
+            restore: Vec::new(),
+            sms: SmSet::range(0, 2),
+        }
+    }
+
+    /// The simulated device scripted to report kernels bound after another
+    /// as run ahead: a launch of one is answered at once (its SMs released,
+    /// then its end), the device's own events for it are dropped at the
+    /// next poll, and a report of an operation whose launch went to the
+    /// device first is stale.
+    #[test]
+    fn a_launch_of_a_kernel_run_ahead_is_answered_at_once_and_the_devices_events_for_it_dropped() {
+        let mut sim = SimBackend::with_info(gpumux_sim::presets::h100());
+        sim.script_ends_ahead();
+        let mut b = AnswersAhead::new(Box::new(sim));
+        b.bind(OpId(2), one_block(Some(OpId(1))));
+        b.bind(OpId(3), one_block(Some(OpId(2))));
+        let mut events = Vec::new();
+        // Op 3's launch goes to the device before the poll that reports it: stale.
+        b.submit(launch(30, OpId(3))).expect("submitted");
+        b.poll(&mut events).expect("polled");
+        assert!(!b.take_answered(&mut events), "nothing answered yet");
+        b.submit(launch(20, OpId(2))).expect("answered");
+        let mut answered = Vec::new();
+        assert!(b.take_answered(&mut answered));
+        let released = answered.iter().filter(|e| matches!(e, Event::SmReleased { launch: LaunchId(20), .. })).count();
+        assert_eq!(released, 2, "both SMs of the launch released: {answered:?}");
+        assert!(
+            matches!(answered.last(), Some(Event::LaunchEnded { launch: LaunchId(20), remaining, completed: 1, .. }) if remaining.is_empty()),
+            "then its end, its block done: {answered:?}"
+        );
+        assert_eq!(b.ends_answered(), 1, "op 3's report was stale: its launch is the device's");
+        let mut later = Vec::new();
+        b.poll(&mut later).expect("polled");
+        assert!(
+            !later.iter().any(|e| matches!(
+                e,
+                Event::SmReleased { launch: LaunchId(20), .. } | Event::LaunchEnded { launch: LaunchId(20), .. }
+            )),
+            "the device's events for the answered launch are dropped: {later:?}"
+        );
+        assert!(b.silenced.is_empty(), "its end was seen on the device");
     }
 }
