@@ -428,6 +428,8 @@ pub struct ClientDevice {
     chooser: Option<CoRunChooser>,
     /// Where launch commands' time goes ([`clock`]), logged on close.
     clock: clock::LaunchClock,
+    /// Where polls' time goes ([`clock::PollClock`]), logged on close.
+    poll_clock: clock::PollClock,
     /// When a grow refills a launch ([`refill`]; [`ClientDevice::set_refill`]).
     refill: Refill,
     /// Refills asked and carried out (logged on close).
@@ -803,6 +805,7 @@ impl ClientDevice {
             ahead_counts: AheadCounts::default(),
             chooser: co_locate.then(CoRunChooser::default),
             clock: clock::LaunchClock::default(),
+            poll_clock: clock::PollClock::default(),
             refill: Refill::Drained,
             refills: (0, 0),
             hw_priority: false,
@@ -1512,6 +1515,9 @@ impl Drop for ClientDevice {
                 c.held_deep
             );
         }
+        if let Some(s) = self.poll_clock.summary() {
+            tracing::info!("CUDA device: {s}");
+        }
         let launcher = self.st.as_ref().and_then(|st| st.launcher.as_ref()).map(Launcher::made).unwrap_or_default();
         if let Some(s) = self.clock.summary(launcher) {
             tracing::info!("CUDA device: {s}");
@@ -1721,17 +1727,25 @@ impl Device for ClientDevice {
     fn advance(&mut self, until: Option<Nanos>, events: &mut Vec<Event>) -> Result<Nanos, DeviceError> {
         loop {
             if self.out.is_empty() {
+                self.poll_clock.begin();
                 self.poll_cuts()?;
+                self.poll_clock.part(0);
                 self.mark_implied_ends()?;
+                self.poll_clock.part(1);
                 self.poll_launches()?;
+                self.poll_clock.part(2);
                 // Runs go on as their kernels end (and give their launch
                 // records back), not only at launch commands.
                 let ended = self.poll_ahead()?;
+                self.poll_clock.part(3);
                 if ended || std::mem::take(&mut self.refill_ahead) {
                     self.deepen_tails()?;
                 }
+                self.poll_clock.part(4);
                 self.poll_copies()?;
+                self.poll_clock.part(5);
                 self.poll_orphans()?;
+                self.poll_clock.part(6);
             }
             let now = self.now();
             if !self.out.is_empty() {
