@@ -243,7 +243,16 @@ impl DeviceHost {
         match msg {
             ToDevice::Poll => {
                 let r = self.poll();
-                self.send(r)
+                let answered = matches!(r, FromDevice::Polled { .. });
+                self.send(r)?;
+                // What the device left for after the answer (the CUDA device's
+                // runs, with GPUMUX_DEEPEN_AFTER_POLL=1), while the daemon reads it.
+                if answered && !self.broken {
+                    if let Err(f) = self.backend.after_poll() {
+                        self.failed(f);
+                    }
+                }
+                Ok(())
             }
             ToDevice::Spin { us } => {
                 self.spin = if us == 0 { crate::spin::window(link::SPIN) } else { Duration::from_micros(us) };

@@ -449,6 +449,10 @@ pub struct ClientDevice {
     /// ([`ClientDevice::deepen_tails`]): a launch adopted a queued kernel, or
     /// an operation was unbound (launch records may have come back).
     refill_ahead: bool,
+    /// Runs are deepened after the poll's answer, not in the poll
+    /// ([`ClientDevice::set_deepen_after_poll`]); and one is owed.
+    deepen_after_poll: bool,
+    deepen_owed: bool,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -814,6 +818,8 @@ impl ClientDevice {
             report_ends: false,
             answered: Vec::new(),
             refill_ahead: false,
+            deepen_after_poll: false,
+            deepen_owed: false,
         })
     }
 
@@ -1739,7 +1745,11 @@ impl Device for ClientDevice {
                 let ended = self.poll_ahead()?;
                 self.poll_clock.part(3);
                 if ended || std::mem::take(&mut self.refill_ahead) {
-                    self.deepen_tails()?;
+                    if self.deepen_after_poll {
+                        self.deepen_owed = true;
+                    } else {
+                        self.deepen_tails()?;
+                    }
                 }
                 self.poll_clock.part(4);
                 self.poll_copies()?;
