@@ -152,6 +152,18 @@ impl Backend for AnswersAhead {
     fn report_ends_ahead(&mut self) {}
 
     // The rest is the device's own.
+    fn read_back(&mut self, addr: DevAddr, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
+        self.inner.read_back(addr, bytes)
+    }
+    fn write_in(&mut self, addr: DevAddr, data: &[u8]) -> Option<Result<(), MemError>> {
+        self.inner.write_in(addr, data)
+    }
+    fn read_piece(&mut self, addr: DevAddr, offset: u64, into: &mut [u8]) -> Option<Result<(), MemError>> {
+        self.inner.read_piece(addr, offset, into)
+    }
+    fn write_piece(&mut self, addr: DevAddr, offset: u64, from: &[u8]) -> Option<Result<(), MemError>> {
+        self.inner.write_piece(addr, offset, from)
+    }
     fn describe(&self) -> String {
         self.inner.describe()
     }
