@@ -158,6 +158,10 @@ pub struct Engine {
     /// orders streams after each other, so an operation's end costs one
     /// `is_empty` check otherwise.
     blocked: Vec<(OpId, Slot)>,
+    /// Streams whose next copy could not go ahead of a [`StreamOp::WaitFor`]
+    /// still waiting ([`Engine::copy_ahead`]): the operation waited for, and
+    /// the stream, tried again when that operation ends.
+    copy_blocked: Vec<(OpId, Slot)>,
 }
 
 impl Engine {
@@ -194,6 +198,7 @@ impl Engine {
             retreats_free_at_once: false,
             released_early: Vec::new(),
             blocked: Vec::new(),
+            copy_blocked: Vec::new(),
         })
     }
 
@@ -276,6 +281,7 @@ impl Engine {
             self.retire_kernel(id);
         }
         self.blocked.retain(|b| b.1 != slot);
+        self.copy_blocked.retain(|b| b.1 != slot);
         // A copy on the device cannot be called back; its `CopyDone` is ignored.
         for q in process.stream {
             self.completions.push_back(Completion { slot, op: q.id, outcome: OpOutcome::Dropped });
@@ -454,16 +460,43 @@ impl Engine {
     /// chunk of issue 40's pipeline. One copy ahead at most per stream, so
     /// a client's queued copies take turns with other clients' (each device
     /// queue is first come, first served).
+    ///
+    /// A wait for an operation that has ended orders nothing either: the
+    /// pipeline's copy-out stream is a wait for each chunk's kernel, then
+    /// its copy, and the kernel of chunk c + 1 ends while chunk c's copy
+    /// runs. A wait still waiting stops the look (nothing goes ahead of it),
+    /// and the stream is looked at again when what it waits for ends
+    /// (`copy_blocked`), so that the copy behind it still goes out before
+    /// the head's ends.
     fn copy_ahead(&mut self, slot: Slot) {
         let Some(p) = self.processes.get(slot) else { return };
         let Some(Work::Copy { direction: first, .. }) = p.stream.front().filter(|q| q.issued).map(|q| &q.work) else {
             return;
         };
-        let next = p.stream.iter().enumerate().skip(1).find(|(_, q)| !matches!(q.work, Work::Sync));
-        if let Some((i, q)) = next {
-            if matches!(q.work, Work::Copy { direction, .. } if direction == *first) && !q.issued {
-                self.issue_copy(slot, i);
+        let first = *first;
+        let mut waiting = None;
+        let next = p.stream.iter().enumerate().skip(1).find(|(_, q)| match q.work {
+            Work::Sync => false,
+            Work::WaitFor { slot: awaited, op } if !self.is_queued(awaited, op) => false,
+            Work::WaitFor { op, .. } => {
+                waiting = Some(op);
+                true
             }
+            _ => true,
+        });
+        let issue = match next {
+            Some((i, q)) if !q.issued && matches!(q.work, Work::Copy { direction, .. } if direction == first) => {
+                Some(i)
+            }
+            _ => None,
+        };
+        if let Some(op) = waiting {
+            if !self.copy_blocked.contains(&(op, slot)) {
+                self.copy_blocked.push((op, slot));
+            }
+        }
+        if let Some(i) = issue {
+            self.issue_copy(slot, i);
         }
     }
 
@@ -485,6 +518,18 @@ impl Engine {
 
     /// `op` ended: the streams waiting for it at their head go on.
     fn wake_waiters(&mut self, op: OpId) {
+        if !self.copy_blocked.is_empty() {
+            let mut again = Vec::new();
+            self.copy_blocked.retain(|&(awaited, slot)| {
+                if awaited == op {
+                    again.push(slot);
+                }
+                awaited != op
+            });
+            for slot in again {
+                self.copy_ahead(slot);
+            }
+        }
         if self.blocked.is_empty() {
             return;
         }

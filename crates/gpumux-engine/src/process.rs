@@ -70,8 +70,9 @@ pub enum StreamOp {
     /// ended, completed or dropped: a cross-stream dependency
     /// (`cudaStreamWaitEvent`). The operations after it on this stream stay
     /// out of the schedule until then: only a stream's head is ever active,
-    /// so no policy can start them early, whatever it preempts or resumes.
-    /// An `op` that is not in `slot`'s stream (ended already, or a process
+    /// so no policy can start them early, whatever it preempts or resumes
+    /// (once `op` has ended, a copy behind it may go to the device behind
+    /// the copy before it: `Engine::copy_ahead`). An `op` that is not in `slot`'s stream (ended already, or a process
     /// removed) is taken as ended.
     WaitFor {
         /// The process whose operation is waited for.

@@ -2,7 +2,9 @@
 //! (`Engine::copy_ahead`, issue 40's pipeline): when only markers lie
 //! between them and both go the same way, its command goes out at once, at
 //! most one ahead; it still completes in stream order, after the markers
-//! between, even if the device reports it first.
+//! between, even if the device reports it first. A wait for an operation
+//! that has ended is no barrier: the copy behind it goes out as that
+//! operation ends, while the head's copy still runs.
 
 mod common;
 
@@ -104,4 +106,43 @@ fn a_removed_process_copies_ahead_are_ignored_when_they_end() {
     assert!(completed(&mut e).is_empty(), "n's copy is still on the device");
     e.handle_event(8, Event::CopyDone { copy: mine[0].0 }).expect("n's copy ends");
     assert_eq!(completed(&mut e), vec![c]);
+}
+
+/// Issue 40's pipeline: the copy-out stream is a wait for each chunk's
+/// kernel, then its copy; chunk 1's kernel (a hold of another stream here)
+/// ends while chunk 0's copy runs. Without this, chunk 1's copy went out
+/// only once chunk 0's had ended: an engine round on the copy engine per
+/// chunk.
+#[test]
+fn a_copy_goes_ahead_across_a_wait_once_what_it_waits_for_has_ended() {
+    let (mut e, a, b) = setup();
+    let kernel1 = e.submit(0, b, StreamOp::Hold).expect("b's hold");
+    let c0 = e.submit(0, a, up(1 << 20)).expect("c0");
+    let w = e.submit(0, a, StreamOp::WaitFor { slot: b, op: kernel1 }).expect("wait");
+    let c1 = e.submit(0, a, up(1 << 20)).expect("c1");
+    let out = copies_out(&mut e);
+    assert_eq!(out.iter().map(|o| o.1).collect::<Vec<_>>(), vec![c0], "not across a wait still waiting");
+    assert!(completed(&mut e).is_empty());
+
+    // What it waits for ends while c0 runs: c1 goes out behind c0 at once.
+    assert!(e.release(5, b, kernel1).expect("release"));
+    assert_eq!(completed(&mut e), vec![kernel1]);
+    let ahead = copies_out(&mut e);
+    assert_eq!(ahead.iter().map(|o| o.1).collect::<Vec<_>>(), vec![c1], "c1 behind c0 once the wait is met");
+
+    // Reported first, c1 still ends after c0 and the wait.
+    e.handle_event(10, Event::CopyDone { copy: ahead[0].0 }).expect("c1 done early");
+    assert!(completed(&mut e).is_empty(), "c1 does not end before c0");
+    e.handle_event(20, Event::CopyDone { copy: out[0].0 }).expect("c0 done");
+    assert_eq!(completed(&mut e), vec![c0, w, c1], "in stream order");
+    assert!(copies_out(&mut e).is_empty(), "each copy went out once");
+
+    // A wait submitted after what it waits for ended is no barrier either.
+    let (mut e, a, b) = setup();
+    let h = e.submit(0, b, StreamOp::Hold).expect("hold");
+    e.release(1, b, h).expect("release");
+    let c0 = e.submit(2, a, up(1 << 20)).expect("c0");
+    e.submit(2, a, StreamOp::WaitFor { slot: b, op: h }).expect("wait for an ended op");
+    let c1 = e.submit(2, a, up(1 << 20)).expect("c1");
+    assert_eq!(copies_out(&mut e).iter().map(|o| o.1).collect::<Vec<_>>(), vec![c0, c1]);
 }
