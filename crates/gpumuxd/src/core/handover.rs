@@ -172,23 +172,29 @@ impl Core {
         }
         let mut dropped = Vec::new();
         for ((id, b), data) in s.buffers.iter_mut().zip(bytes) {
-            let written = self.backend.alloc(b.bytes).map_err(|e| e.to_string()).and_then(|addr| {
-                b.addr = addr;
-                match self.backend.write_in(addr, &data) {
-                    Some(Ok(())) => Ok(()),
-                    Some(Err(e)) => Err(e.to_string()),
-                    None => Err(format!("{} has no write-in", self.backend.describe())),
+            // Until its allocation here, `b.addr` is the old GPU's: never freed here.
+            let addr = match self.backend.alloc(b.bytes) {
+                Ok(addr) => addr,
+                Err(e) => {
+                    tracing::error!("client {client} moving in: its buffer {} is lost: {e}", id.0);
+                    dropped.push(*id);
+                    continue;
                 }
-            });
+            };
+            b.addr = addr;
+            let written = match self.backend.write_in(addr, &data) {
+                Some(r) => r.map_err(|e| e.to_string()),
+                None => Err(format!("{} has no write-in", self.backend.describe())),
+            };
             if let Err(e) = written {
                 tracing::error!("client {client} moving in: its buffer {} is lost: {e}", id.0);
+                let _ = self.backend.free(addr);
                 dropped.push(*id);
             }
         }
         for id in dropped {
             if let Some(b) = s.buffers.remove(&id) {
                 s.memory_used -= b.bytes;
-                let _ = self.backend.free(b.addr);
             }
         }
         if let Some(r) = &s.region {
