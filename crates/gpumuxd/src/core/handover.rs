@@ -144,7 +144,8 @@ impl Core {
         }
         // Kernel images are this device's: the new core loads its own.
         s.kernels.clear();
-        self.swap.keep_until.remove(&client);
+        // Its kept time and when it got its memory (none of it is evicted: idle).
+        self.forget_evicted(client, s.memory_evicted);
         self.update_urgent();
         Ok(Handover { session: s, bytes, from: self.gpu, read_took: began.elapsed() })
     }
