@@ -789,24 +789,7 @@ impl Core {
         }
         let Some(s) = self.sessions.remove(&client) else { return };
         self.forget_evicted(client, s.memory_evicted);
-        for b in s.buffers.values() {
-            if let Err(e) = self.backend.free(b.addr) {
-                tracing::error!("freeing client {client}'s buffer: {e}");
-            }
-        }
-        if let Some(r) = &s.region {
-            self.backend.unregister_host(r);
-        }
-        for r in s.host_regions.values() {
-            self.backend.unregister_host(r);
-        }
-        // Its modules: a daemon that serves clients for months would
-        // otherwise keep every module any of them ever loaded.
-        for m in s.modules.values() {
-            let codes: Vec<crate::backend::KernelCode> =
-                m.kernels.iter().filter_map(|k| s.kernels.get(k)).map(|k| k.code).collect();
-            self.backend.unload_module(&codes);
-        }
+        self.release_on_device(&s);
         tracing::info!(
             "client {client} ({}) is gone; its memory is freed and its {} module(s) unloaded ({} kernels loaded in all)",
             s.name,
@@ -821,6 +804,28 @@ impl Core {
                 s.counters.kernels_done,
                 s.stages.summary()
             );
+        }
+    }
+
+    /// Gives the device back what a session holds on it: its buffers, its
+    /// registered regions and its modules (a reaped client; one moving to
+    /// another GPU, `handover.rs`).
+    fn release_on_device(&mut self, s: &Session) {
+        let client = s.id;
+        for b in s.buffers.values() {
+            if let Err(e) = self.backend.free(b.addr) {
+                tracing::error!("freeing client {client}'s buffer: {e}");
+            }
+        }
+        for r in s.region.iter().chain(s.host_regions.values()) {
+            self.backend.unregister_host(r);
+        }
+        // Its modules: a daemon that serves clients for months would
+        // otherwise keep every module any of them ever loaded.
+        for m in s.modules.values() {
+            let codes: Vec<crate::backend::KernelCode> =
+                m.kernels.iter().filter_map(|k| s.kernels.get(k)).map(|k| k.code).collect();
+            self.backend.unload_module(&codes);
         }
     }
 

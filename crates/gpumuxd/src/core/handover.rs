@@ -129,19 +129,7 @@ impl Core {
                 tracing::error!("client {client} moving: removing a stream from the engine: {e}");
             }
         }
-        for b in s.buffers.values() {
-            if let Err(e) = self.backend.free(b.addr) {
-                tracing::error!("client {client} moving: freeing its buffer: {e}");
-            }
-        }
-        for r in s.region.iter().chain(s.host_regions.values()) {
-            self.backend.unregister_host(r);
-        }
-        for m in s.modules.values() {
-            let codes: Vec<crate::backend::KernelCode> =
-                m.kernels.iter().filter_map(|k| s.kernels.get(k)).map(|k| k.code).collect();
-            self.backend.unload_module(&codes);
-        }
+        self.release_on_device(&s);
         // Kernel images are this device's: the new core loads its own.
         s.kernels.clear();
         // Its kept time and when it got its memory (none of it is evicted: idle).
