@@ -418,11 +418,15 @@ impl RemoteBackend {
         }
     }
 
-    /// Sends `msg` (no descriptor), counting its time as `part` ([`xc::SEND_PARTS`]).
-    fn send_timed(&mut self, msg: &ToDevice, part: usize) -> Result<(), LinkError> {
+    /// Sends `msg` (with `fd`), counting its time as `part`
+    /// ([`xc::SEND_PARTS`]); a `Poll` sent is the start of its exchange.
+    fn send_timed(&mut self, msg: &ToDevice, fd: Option<BorrowedFd<'_>>, part: usize) -> Result<(), LinkError> {
         let t = xc::mono_ns();
-        let sent = self.process.link.send(msg, None);
+        let sent = self.process.link.send(msg, fd);
         self.clock.sent(part, xc::mono_ns().saturating_sub(t));
+        if sent.is_ok() && part == xc::SEND_POLLS {
+            self.clock.poll_sent();
+        }
         sent
     }
 
@@ -456,15 +460,10 @@ impl RemoteBackend {
             let answer = self.answer()?;
             self.poll_answer = Some(answer);
         }
-        let t = xc::mono_ns();
-        if let Err(e) = self.process.link.send(msg, fd) {
+        let part = if matches!(msg, ToDevice::Poll) { xc::SEND_POLLS } else { xc::SEND_OTHER };
+        if let Err(e) = self.send_timed(msg, fd, part) {
             return Err(self.lost(e));
         }
-        let polls = matches!(msg, ToDevice::Poll);
-        if polls {
-            self.clock.poll_sent();
-        }
-        self.clock.sent(if polls { xc::SEND_POLLS } else { xc::SEND_OTHER }, xc::mono_ns().saturating_sub(t));
         self.answer()
     }
 
@@ -729,7 +728,7 @@ impl Backend for RemoteBackend {
             }
         };
         if self.broken.is_none() {
-            if let Err(e) = self.send_timed(&ToDevice::Bind { op, work }, xc::SEND_BINDS) {
+            if let Err(e) = self.send_timed(&ToDevice::Bind { op, work }, None, xc::SEND_BINDS) {
                 self.lost(e);
             }
         }
@@ -738,7 +737,7 @@ impl Backend for RemoteBackend {
     fn unbind(&mut self, op: OpId) {
         self.known.forget(op);
         if self.broken.is_none() {
-            if let Err(e) = self.send_timed(&ToDevice::Unbind { op }, xc::SEND_UNBINDS) {
+            if let Err(e) = self.send_timed(&ToDevice::Unbind { op }, None, xc::SEND_UNBINDS) {
                 self.lost(e);
             }
         }
@@ -770,7 +769,7 @@ impl Backend for RemoteBackend {
             self.unpolled = true;
             (ToDevice::Submit(command), if launch { xc::SEND_LAUNCHES } else { xc::SEND_COMMANDS })
         };
-        if let Err(e) = self.send_timed(&msg, part) {
+        if let Err(e) = self.send_timed(&msg, None, part) {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
         }
@@ -857,11 +856,8 @@ impl Backend for RemoteBackend {
         if self.poll_sent || self.failure.is_some() || self.broken.is_some() || self.known.pending() {
             return self.poll_sent;
         }
-        match self.send_timed(&ToDevice::Poll, xc::SEND_POLLS) {
-            Ok(()) => {
-                self.clock.poll_sent();
-                self.poll_sent = true;
-            }
+        match self.send_timed(&ToDevice::Poll, None, xc::SEND_POLLS) {
+            Ok(()) => self.poll_sent = true,
             // Recorded: the poll reports it.
             Err(e) => {
                 self.lost(e);
