@@ -107,13 +107,13 @@ pub struct HostTimes {
     pub sleeps: u64,
     /// The messages it carried out since its last answer, by [`HOST_PARTS`]
     /// (the poll itself not yet among them).
-    pub work: [Work; 7],
+    pub work: [Work; HOST_PARTS.len()],
 }
 
 /// Sums of the parts (module doc).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Tally {
-    sends: [Work; 7],
+    sends: [Work; SEND_PARTS.len()],
     /// Polls answered by the device process: count and the core's whole wait.
     exchanges: Work,
     busy_ns: u64,
@@ -123,7 +123,7 @@ struct Tally {
     back_ns: u64,
     /// Polls answered without the device process (ends known ahead).
     local_polls: u64,
-    host: [Work; 7],
+    host: [Work; HOST_PARTS.len()],
     host_sleeps: u64,
 }
 
@@ -248,7 +248,7 @@ impl ExchangeClock {
 /// The device process's side: what it did since its last answer.
 #[derive(Debug, Default)]
 pub struct HostClock {
-    work: [Work; 7],
+    work: [Work; HOST_PARTS.len()],
     sleeps: u64,
     busy_until: u64,
 }
