@@ -186,34 +186,8 @@ impl Core {
                 s.memory_used -= b.bytes;
             }
         }
-        if let Some(r) = &s.region {
-            if let Err(e) = self.backend.register_host(r) {
-                tracing::error!("client {client} moving in: its shared region cannot be registered: {e}");
-                s.region = None;
-            }
-        }
-        let mut unpinned = Vec::new();
-        for (id, r) in &s.host_regions {
-            if let Err(e) = self.backend.register_host(r) {
-                tracing::error!("client {client} moving in: its host region {} cannot be registered: {e}", id.0);
-                unpinned.push(*id);
-            }
-        }
-        for id in unpinned {
-            if let Some(r) = s.host_regions.remove(&id) {
-                s.host_used -= r.len() as u64;
-            }
-        }
-        for m in s.modules.values() {
-            match self.backend.load_module(&m.name, &m.source, &m.options) {
-                Ok(image) => {
-                    for (kid, k) in m.kernels.iter().zip(image.kernels) {
-                        s.kernels.insert(*kid, k);
-                    }
-                }
-                Err(e) => tracing::error!("client {client} moving in: its module `{}` does not load: {e}", m.name),
-            }
-        }
+        // Its kernel images were the old device's (`hand_over` cleared them).
+        self.reattach(&mut s, "moving in");
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         tracing::info!(
             "client {client} `{}` moved from GPU {from} to GPU {}: {} buffer(s), {} bytes, {} module(s); \

@@ -168,16 +168,28 @@ impl Core {
                 s.memory_used -= b.bytes;
             }
         }
+        self.reattach(&mut s, "on a rebuilt context");
+        self.sessions.insert(client, s);
+        Ok(())
+    }
+
+    /// Registers a session's regions with this core's device again and
+    /// loads its modules there (a rebuilt context; a client moving in from
+    /// another GPU, `handover.rs`). A region or module that fails is dropped
+    /// and logged, `when` saying in which case; the client learns it from
+    /// its next use of the handle.
+    pub(super) fn reattach(&mut self, s: &mut Session, when: &str) {
+        let client = s.id;
         if let Some(r) = &s.region {
             if let Err(e) = self.backend.register_host(r) {
-                tracing::error!("client {client}'s shared region cannot be registered again: {e}");
+                tracing::error!("client {client} {when}: its shared region cannot be registered: {e}");
                 s.region = None;
             }
         }
         let mut unpinned = Vec::new();
         for (id, r) in &s.host_regions {
             if let Err(e) = self.backend.register_host(r) {
-                tracing::error!("client {client}'s host region {} cannot be registered again: {e}", id.0);
+                tracing::error!("client {client} {when}: its host region {} cannot be registered: {e}", id.0);
                 unpinned.push(*id);
             }
         }
@@ -194,14 +206,12 @@ impl Core {
                     }
                 }
                 Err(e) => {
-                    tracing::error!("client {client}'s module `{}` does not reload: {e}", m.name);
+                    tracing::error!("client {client} {when}: its module `{}` does not load: {e}", m.name);
                     for kid in &m.kernels {
                         s.kernels.remove(kid);
                     }
                 }
             }
         }
-        self.sessions.insert(client, s);
-        Ok(())
     }
 }
