@@ -150,12 +150,14 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// The GPUs copies of the current job go to or come from.
+    /// The GPUs copies of the current job go to or come from: inputs to the first two GPUs
+    /// (multi mode) or the home GPU, outputs from the GPUs the last kernel ran on (a download
+    /// follows a kernel), which [`Runner::merge`] reads.
     fn copy_gpus(&self, upload: bool) -> Vec<usize> {
         match self.mode {
-            Mode::Multi => (0..MULTI_GPUS).collect(),
+            Mode::Multi if upload => (0..MULTI_GPUS).collect(),
             Mode::Single if upload => vec![self.home],
-            Mode::Single => self.last_gpus.clone(),
+            Mode::Multi | Mode::Single => self.last_gpus.clone(),
         }
     }
 
@@ -319,4 +321,23 @@ pub fn spin_until(until: Instant) {
         }
     }
     std::hint::black_box(x);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_are_downloaded_from_the_gpus_the_last_kernel_ran_on() {
+        // A multi-mode kernel granted GPUs 2 and 3 of four: `merge` reads those lanes, so the
+        // download must fill them, not GPUs 0 and 1.
+        let (gpus, bus) = (Arbiter::new(4), Arbiter::new(1));
+        let mut r = Runner::new(Vec::new(), &gpus, &bus, 0, Mode::Multi, 0, false, false);
+        r.last_gpus = vec![2, 3];
+        assert_eq!(r.copy_gpus(true), vec![0, 1]);
+        assert_eq!(r.copy_gpus(false), vec![2, 3]);
+        let mut s = Runner::new(Vec::new(), &gpus, &bus, 0, Mode::Single, 1, false, false);
+        s.last_gpus = vec![3];
+        assert_eq!((s.copy_gpus(true), s.copy_gpus(false)), (vec![1], vec![3]));
+    }
 }
