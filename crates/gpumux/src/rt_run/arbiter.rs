@@ -80,11 +80,10 @@ impl Arbiter {
         s.waiters.insert(key, Waiter { want, granted: None });
         grant(&mut s);
         loop {
-            if let Some(units) = s.waiters.get(&key).and_then(|w| w.granted.clone()) {
+            if let Some(units) = s.waiters.get_mut(&key).and_then(|w| w.granted.take()) {
+                // A granted waiter keeps nothing from the others (`grant` skips it, and its
+                // units are no longer free), so taking it out changes no one's grant.
                 s.waiters.remove(&key);
-                // Others may now pass the units this waiter was keeping from them.
-                grant(&mut s);
-                self.changed.notify_all();
                 return units;
             }
             s = self.changed.wait(s).unwrap_or_else(PoisonError::into_inner);
