@@ -133,9 +133,8 @@ pub fn allowance(i: usize, outcomes: &[Outcome], periods_s: &[f64]) -> f64 {
 }
 
 /// Builds a task's row from its analysis and what its run measured (and the kernels it
-/// launched on each GPU). Times of the analysis
-/// are in the file's unit, `unit_ms` milliseconds each; `allowance_ms` is the sum of every
-/// task's [`Outcome::overrun_s`] (module doc).
+/// launched on each GPU). Times of the analysis are in the file's unit, `unit_ms`
+/// milliseconds each; `allowance_ms` is the task's [`allowance`], in ms (module doc).
 pub fn row(
     a: &TaskReport,
     o: &Outcome,
