@@ -518,29 +518,10 @@ impl Engine {
 
     /// `op` ended: the streams waiting for it at their head go on.
     fn wake_waiters(&mut self, op: OpId) {
-        if !self.copy_blocked.is_empty() {
-            let mut again = Vec::new();
-            self.copy_blocked.retain(|&(awaited, slot)| {
-                if awaited == op {
-                    again.push(slot);
-                }
-                awaited != op
-            });
-            for slot in again {
-                self.copy_ahead(slot);
-            }
+        for slot in take_waiting(&mut self.copy_blocked, op) {
+            self.copy_ahead(slot);
         }
-        if self.blocked.is_empty() {
-            return;
-        }
-        let mut woken = Vec::new();
-        self.blocked.retain(|&(awaited, waiter)| {
-            if awaited == op {
-                woken.push(waiter);
-            }
-            awaited != op
-        });
-        for slot in woken {
+        for slot in take_waiting(&mut self.blocked, op) {
             self.start_head(slot);
         }
     }
@@ -913,4 +894,21 @@ impl Engine {
             self.sms[sm.0 as usize] = SmState::Running { kernel, launch };
         }
     }
+}
+
+/// Takes the streams of `list` waiting for `op` out of it (`Engine::blocked`,
+/// `Engine::copy_blocked`), in their order there. Most ops end with nothing
+/// waiting for them: an empty list costs one check and no allocation.
+fn take_waiting(list: &mut Vec<(OpId, Slot)>, op: OpId) -> Vec<Slot> {
+    if list.is_empty() {
+        return Vec::new();
+    }
+    let mut woken = Vec::new();
+    list.retain(|&(awaited, slot)| {
+        if awaited == op {
+            woken.push(slot);
+        }
+        awaited != op
+    });
+    woken
 }
