@@ -79,8 +79,9 @@ impl Batch {
                 let _ = unsafe { libc::madvise(dst.cast(), len, libc::MADV_POPULATE_WRITE) };
             }
             if self.src != 0 {
-                // SAFETY: disjoint `len`-byte pieces of the caller's two slices
-                // (`copy` checks they do not overlap), live until every piece is done.
+                // SAFETY: disjoint `len`-byte pieces of the caller's two slices (a
+                // `&mut` and a `&` in `copy`, so they do not overlap), live until every
+                // piece is done.
                 unsafe { std::ptr::copy_nonoverlapping((self.src + at) as *const u8, dst, len) };
             }
             if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.pieces {
@@ -153,7 +154,7 @@ impl CopyPool {
     /// memory, fault it in first (module doc).
     pub(crate) fn copy(&self, dst: &mut [u8], src: &[u8], populate: bool) {
         assert_eq!(dst.len(), src.len(), "a host copy between slices of different lengths");
-        // A `&mut` and a `&` cannot overlap; the check is for the raw pieces' sake.
+        // A `&mut` and a `&` cannot overlap, so neither do the raw pieces made of them.
         self.run(dst.as_mut_ptr() as usize, src.as_ptr() as usize, dst.len(), populate);
     }
 
