@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// What a section needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +91,12 @@ impl Arbiter {
         }
     }
 
+    /// [`Arbiter::acquire`], the units given back when the [`Held`] is dropped or released.
+    pub fn hold(&self, rank: usize, want: Want) -> Held<'_> {
+        let units = self.acquire(rank, want);
+        Held { arbiter: self, units, since: Instant::now() }
+    }
+
     /// Gives units back and serves the waiters they now satisfy.
     pub fn release(&self, units: &[usize]) {
         let mut s = self.lock();
@@ -100,6 +107,32 @@ impl Arbiter {
         }
         grant(&mut s);
         self.changed.notify_all();
+    }
+}
+
+/// Units held from an [`Arbiter`] ([`Arbiter::hold`]), given back when dropped: a section
+/// that fails (a device error, a panic) must not leave the tasks waiting for them waiting
+/// forever, and the run with them.
+#[derive(Debug)]
+pub struct Held<'a> {
+    arbiter: &'a Arbiter,
+    /// The units, lowest first.
+    pub units: Vec<usize>,
+    since: Instant,
+}
+
+impl Held<'_> {
+    /// Gives the units back; how long they were held.
+    pub fn release(self) -> Duration {
+        let held = self.since.elapsed();
+        drop(self);
+        held
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.arbiter.release(&self.units);
     }
 }
 
@@ -205,6 +238,21 @@ mod tests {
         assert_eq!(gang.join().unwrap(), vec![0, 1]);
         assert_eq!(lower.join().unwrap().len(), 1);
         assert_eq!(*order.lock().unwrap(), vec![1, 3]);
+    }
+
+    #[test]
+    fn units_held_come_back_when_the_section_fails() {
+        let a = Arbiter::new(2);
+        let section = || -> Result<(), String> {
+            let _held = a.hold(0, Want::Any(2));
+            Err("a device error".into())
+        };
+        assert!(section().is_err());
+        assert_eq!(a.lock().free, vec![true, true], "the error gave both units back");
+        let h = a.hold(1, Want::Unit(1));
+        assert_eq!(h.units, vec![1]);
+        let _ = h.release();
+        assert_eq!(a.lock().free, vec![true, true]);
     }
 
     #[test]

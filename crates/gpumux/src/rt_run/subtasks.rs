@@ -18,7 +18,7 @@ use anyhow::{bail, Result};
 use gpumux_rt::{Mode, Resource, Task};
 use std::time::{Duration, Instant};
 
-use super::arbiter::{Arbiter, Want};
+use super::arbiter::{Arbiter, Held, Want};
 use super::calibrate::{plan_copy, plan_kernel, sections, CopyPlan, Fits, KernelPlan};
 use super::lanes::{first_half, Lane, MAX_PIECE};
 
@@ -194,12 +194,12 @@ impl<'a> Runner<'a> {
     }
 
     fn copies(&mut self, copy: CopyPlan, chunked: bool, gpus: &[usize], upload: bool) -> Result<Duration> {
+        let bus = self.bus;
         let mut held = Duration::ZERO;
-        let mut grant: Option<(Vec<usize>, Instant)> = None;
+        let mut grant: Option<Held<'_>> = None;
         for _ in 0..copy.pieces {
             if grant.is_none() {
-                let units = self.bus.acquire(self.rank, Want::Any(1));
-                grant = Some((units, Instant::now()));
+                grant = Some(bus.hold(self.rank, Want::Any(1)));
             }
             for &g in gpus {
                 let lane = self.lane(g)?;
@@ -210,15 +210,13 @@ impl<'a> Runner<'a> {
                 }
             }
             if chunked {
-                if let Some((units, since)) = grant.take() {
-                    held += since.elapsed();
-                    self.bus.release(&units);
+                if let Some(g) = grant.take() {
+                    held += g.release();
                 }
             }
         }
-        if let Some((units, since)) = grant.take() {
-            held += since.elapsed();
-            self.bus.release(&units);
+        if let Some(g) = grant.take() {
+            held += g.release();
         }
         Ok(held)
     }
@@ -240,14 +238,14 @@ impl<'a> Runner<'a> {
         // A different stamp for every job and subtask, so a stale output is caught.
         self.stamp = (job as u32).wrapping_mul(1 << 16).wrapping_add(self.stamp & 0xffff).wrapping_add(1);
         let stamp = self.stamp;
+        let arbiter = self.gpus;
         let mut held = Duration::ZERO;
-        let mut grant: Option<(Vec<usize>, Instant)> = None;
+        let mut grant: Option<Held<'_>> = None;
         for _ in 0..plan.launches {
             if grant.is_none() {
-                let units = self.gpus.acquire(self.rank, want);
-                grant = Some((units, Instant::now()));
+                grant = Some(arbiter.hold(self.rank, want));
             }
-            let gpus = grant.as_ref().map(|(u, _)| u.clone()).unwrap_or_default();
+            let gpus = grant.as_ref().map(|g| g.units.clone()).unwrap_or_default();
             match gpus.as_slice() {
                 [g] => {
                     let lane = self.lane(*g)?;
@@ -272,15 +270,13 @@ impl<'a> Runner<'a> {
             }
             self.last_gpus = gpus;
             if chunked {
-                if let Some((units, since)) = grant.take() {
-                    held += since.elapsed();
-                    self.gpus.release(&units);
+                if let Some(g) = grant.take() {
+                    held += g.release();
                 }
             }
         }
-        if let Some((units, since)) = grant.take() {
-            held += since.elapsed();
-            self.gpus.release(&units);
+        if let Some(g) = grant.take() {
+            held += g.release();
         }
         Ok(held)
     }
