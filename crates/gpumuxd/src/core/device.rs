@@ -133,15 +133,7 @@ impl Core {
                 }
                 break;
             }
-            let engine = Instant::now();
-            for e in events.drain(..) {
-                self.track_event(&e);
-                self.engine.handle_event(t, e)?;
-            }
-            let took = engine.elapsed();
-            stats.engine += took;
-            stats.events_engine += took;
-            count_call(&self.calls, |c| &mut c.engine, took);
+            self.engine_on_events(t, &mut events, &mut stats)?;
             self.events = events;
         }
         let t = Instant::now();
@@ -281,8 +273,26 @@ impl Core {
         stats.answered_in_turn += 1;
         stats.events += answered.len() as u32;
         let now = self.backend.now();
+        self.engine_on_events(now, &mut answered, stats)?;
+        self.events = answered;
+        // Its operation completes (an unbind, the stream's next), as at the start of a round.
+        let t = Instant::now();
+        self.drain_completions();
+        stats.completions += t.elapsed();
+        Ok(())
+    }
+
+    /// Hands `events` (drained) to the engine at `now`, each tracked first,
+    /// and counts the engine's time: a round's events and the ends answered
+    /// in the turn that made their launch go the same way.
+    fn engine_on_events(
+        &mut self,
+        now: Nanos,
+        events: &mut Vec<Event>,
+        stats: &mut PumpStats,
+    ) -> Result<(), CoreError> {
         let engine = Instant::now();
-        for e in answered.drain(..) {
+        for e in events.drain(..) {
             self.track_event(&e);
             self.engine.handle_event(now, e)?;
         }
@@ -290,11 +300,6 @@ impl Core {
         stats.engine += took;
         stats.events_engine += took;
         count_call(&self.calls, |c| &mut c.engine, took);
-        self.events = answered;
-        // Its operation completes (an unbind, the stream's next), as at the start of a round.
-        let t = Instant::now();
-        self.drain_completions();
-        stats.completions += t.elapsed();
         Ok(())
     }
 
