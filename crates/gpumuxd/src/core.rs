@@ -122,6 +122,8 @@ pub struct PumpStats {
     pub completions: Duration,
     /// Launch commands answered in the turn that made them (ends known ahead).
     pub answered_in_turn: u32,
+    /// Client requests taken between rounds and turns (of `requests`).
+    pub requests_between: u32,
 }
 
 /// Rounds of command/event exchange in one pump before the core lets requests in.

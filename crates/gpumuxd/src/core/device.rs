@@ -28,6 +28,23 @@
 //! once (run 190, docs/history/benchmarks.md), and the pump polls for them as for
 //! commands sent in their turn: twice before it ends, where with one poll a
 //! short kernel's end waited for the next poll period (run 191).
+//!
+//! **Requests between rounds.** A pump also takes the requests that
+//! [`handled_during_poll`] lets through at the start of each round and after
+//! each launch answered from its end known ahead ([`Core::take_requests`]),
+//! for at most [`REQUESTS_BETWEEN_TURNS`] each time, first those the core's
+//! loop had moved to its inbox (in turn, none overtaking its client's
+//! earlier message). Before, a pump took requests only while a poll was out,
+//! and only from the channel: a program that sent its 511 dependent launches
+//! at once had them bound about 7 a device round (one exchange, ~22 µs, on
+//! the H200), the rest waiting in the inbox or the channel, so the device
+//! could queue natively only what was bound and the GPU's feed moved at the
+//! pace of the core's rounds (issue 35: 73 rounds for the chain's 511
+//! kernels, 7 requests taken in each). A bound kernel is what the device
+//! needs to queue it behind its predecessor (`ClientDevice::follow`), so the
+//! GPU now runs ahead of the engine as far as the device's bounds let it.
+//! Nothing else is taken: another message waits for the pump's end, and
+//! while one is held the pump takes no more (it ends sooner).
 
 use super::*;
 
@@ -35,6 +52,11 @@ use super::*;
 /// before it waits for the answer alone (which then spins, then sleeps:
 /// `Link::recv_timeout`).
 const REQUESTS_DURING_POLL: Duration = Duration::from_micros(200);
+
+/// How long a pump takes the clients' requests at each round and after each
+/// launch answered from its end known ahead, at most (module doc, "Requests
+/// between rounds"): about ten launches, so a device poll waits little.
+const REQUESTS_BETWEEN_TURNS: Duration = Duration::from_micros(20);
 
 /// A request that can be handled while a poll's answer is on its way: it
 /// asks nothing of the device that needs an answer (it may bind work) and
@@ -86,7 +108,13 @@ impl Core {
             let t = Instant::now();
             self.drain_completions();
             stats.completions += t.elapsed();
-            let sent = self.drain_commands(&mut stats)? | std::mem::take(&mut sent_late);
+            // The clients' requests waiting: bound, their kernels may be
+            // queued on the GPU while the engine trails (module doc). Not
+            // before the first round: the core's loop has just taken its own.
+            if stats.rounds > 1 {
+                self.take_requests(inbox, &mut stats);
+            }
+            let sent = self.drain_commands(&mut stats, inbox)? | std::mem::take(&mut sent_late);
             let mut events = std::mem::take(&mut self.events);
             events.clear();
             let call = Instant::now();
@@ -127,7 +155,7 @@ impl Core {
                 // else came meanwhile (8 clients launched fewer per second when
                 // every such round polled again, run 190).
                 let polled_again = matches!(self.backend.next_wake(), Wake::Spin);
-                if requests_during_poll && !polled_again && self.drain_commands(&mut stats)? {
+                if requests_during_poll && !polled_again && self.drain_commands(&mut stats, inbox)? {
                     sent_late = true;
                     continue;
                 }
@@ -149,6 +177,7 @@ impl Core {
             r.commands_engine += stats.commands_engine;
             r.completions += stats.completions;
             r.answered_in_turn += u64::from(stats.answered_in_turn);
+            r.requests_between += u64::from(stats.requests_between);
         }
         // Clients idle now may make room for a restore that waits.
         self.try_restores();
@@ -177,18 +206,16 @@ impl Core {
         let mut handling = Duration::ZERO;
         let mut idle_looks = 0u32;
         while !self.backend.poll_ready() {
+            // Those waiting in the inbox first (the core's loop moved them
+            // there; left there, a program's launches waited for the pump's end).
+            if let Some(msg) = self.inbox.pop_where(handled_during_poll) {
+                handling += self.handle_in_pump(msg, stats);
+                continue;
+            }
             match inbox.try_recv() {
                 // A client's message may not overtake its own waiting in the inbox.
                 Ok(msg) if handled_during_poll(&msg) && !self.inbox.holds_for(&msg) => {
-                    let nested = self.calls.get().all();
-                    let t = Instant::now();
-                    let go_on = self.handle(msg);
-                    debug_assert!(go_on, "a request handled during a poll ended the core");
-                    let took = t.elapsed();
-                    handling += took;
-                    let own = took.saturating_sub(self.calls.get().all().saturating_sub(nested));
-                    count_call(&self.calls, |c| &mut c.messages, own);
-                    stats.requests += 1;
+                    handling += self.handle_in_pump(msg, stats);
                     continue;
                 }
                 Ok(msg) => self.inbox.push(msg),
@@ -204,8 +231,55 @@ impl Core {
         handling
     }
 
+    /// Handles `msg` (one that [`handled_during_poll`] lets through) within a
+    /// pump, counting it; returns the time it took.
+    fn handle_in_pump(&mut self, msg: CoreMsg, stats: &mut PumpStats) -> Duration {
+        let nested = self.calls.get().all();
+        let t = Instant::now();
+        let go_on = self.handle(msg);
+        debug_assert!(go_on, "a request handled within a pump ended the core");
+        let took = t.elapsed();
+        let own = took.saturating_sub(self.calls.get().all().saturating_sub(nested));
+        count_call(&self.calls, |c| &mut c.messages, own);
+        stats.requests += 1;
+        took
+    }
+
+    /// Takes the requests waiting that a pump may handle (module doc,
+    /// "Requests between rounds"), for at most [`REQUESTS_BETWEEN_TURNS`],
+    /// and only while no other message is held back (which waits for the
+    /// pump's end: the pump ends sooner without more work).
+    fn take_requests(&mut self, inbox: Option<&Receiver<CoreMsg>>, stats: &mut PumpStats) {
+        let Some(inbox) = inbox else { return };
+        let start = Instant::now();
+        loop {
+            if let Some(msg) = self.inbox.pop_where(handled_during_poll) {
+                self.handle_in_pump(msg, stats);
+                stats.requests_between += 1;
+            } else {
+                match inbox.try_recv() {
+                    Ok(msg) if handled_during_poll(&msg) && !self.inbox.holds_for(&msg) => {
+                        self.handle_in_pump(msg, stats);
+                        stats.requests_between += 1;
+                    }
+                    Ok(msg) => {
+                        self.inbox.push(msg);
+                        return;
+                    }
+                    Err(_) => return,
+                }
+            }
+            if start.elapsed() >= REQUESTS_BETWEEN_TURNS {
+                return;
+            }
+        }
+    }
+
     /// Sends the engine's commands to the device; true if any went.
-    fn drain_commands(&mut self, stats: &mut PumpStats) -> Result<bool, CoreError> {
+    /// Between launches answered from ends known ahead it takes the clients'
+    /// requests ([`Core::take_requests`]): such a chain of turns goes on
+    /// without a poll, and requests were handled only during polls.
+    fn drain_commands(&mut self, stats: &mut PumpStats, inbox: Option<&Receiver<CoreMsg>>) -> Result<bool, CoreError> {
         let mut sent = false;
         loop {
             let engine = Instant::now();
@@ -247,8 +321,8 @@ impl Core {
                 self.failure(f)?;
                 return Ok(true);
             }
-            if launched_op.is_some() {
-                self.take_answered(stats)?;
+            if launched_op.is_some() && self.take_answered(stats)? {
+                self.take_requests(inbox, stats);
             }
         }
         Ok(sent)
@@ -263,12 +337,12 @@ impl Core {
     /// no device round at all: before, each such end waited for a round of
     /// its own (its poll answered without the device), and the core's rounds
     /// paced the chain (issue 35, one round per kernel of ~14 µs on the H200).
-    fn take_answered(&mut self, stats: &mut PumpStats) -> Result<(), CoreError> {
+    fn take_answered(&mut self, stats: &mut PumpStats) -> Result<bool, CoreError> {
         let mut answered = std::mem::take(&mut self.events);
         answered.clear();
         if !self.backend.take_answered(&mut answered) {
             self.events = answered;
-            return Ok(());
+            return Ok(false);
         }
         stats.answered_in_turn += 1;
         stats.events += answered.len() as u32;
@@ -279,7 +353,7 @@ impl Core {
         let t = Instant::now();
         self.drain_completions();
         stats.completions += t.elapsed();
-        Ok(())
+        Ok(true)
     }
 
     /// Hands `events` (drained) to the engine at `now`, each tracked first,
@@ -992,6 +1066,78 @@ mod tests {
             std::thread::sleep(Duration::from_micros(200));
         }
         assert_eq!(known_left.load(Ordering::Relaxed), 0, "ends of a gone client's kernels are forgotten");
+    }
+
+    /// Requests between rounds (module doc): a program's 40 dependent
+    /// launches and its sync, sent at once, waiting in the core's inbox and
+    /// in its channel while a pump runs the first. With a device that answers
+    /// polls at once (no poll is ever out, as in the daemon's process, or
+    /// while launches are answered from ends known ahead) a pump used to take
+    /// none of them: they were bound only after it ended, at the core loop's
+    /// next turn. Now pumps alone take every one, in order, the chain
+    /// completes with its launches after the first answered from their ends,
+    /// and the sync is answered. A message the pump may not handle (an
+    /// allocation) holds its client's later requests in the inbox, in order.
+    #[test]
+    fn a_pump_takes_waiting_launches_between_its_rounds_and_turns_in_order() {
+        let backend = AnswersAhead::new();
+        let (answered, device_launches) = (backend.answered.clone(), backend.device_launches.clone());
+        let (mut core, kernel, replies) = core_with_kernel_on(Box::new(backend));
+        assert!(core.handle(request(10, launch_of(kernel))));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let n = 40u64;
+        // Half moved to the inbox by the core's loop, the rest still in the channel.
+        for i in 1..n / 2 {
+            core.inbox.push(request(10 + i, launch_of(kernel)));
+        }
+        for i in n / 2..n {
+            tx.send(request(10 + i, launch_of(kernel))).expect("the channel is open");
+        }
+        tx.send(request(100, Request::SyncStream(StreamId(0)))).expect("the channel is open");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let synced = loop {
+            core.pump_with(Some(&rx)).expect("pump");
+            let got = replies.try_iter().find_map(|f| match f {
+                ServerFrame::Reply { id: 100, result } => Some(result),
+                _ => None,
+            });
+            if let Some(r) = got {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "the sync was not answered in 10 s: pumps took no request");
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        assert_eq!(synced, Ok(Reply::Done));
+        assert_eq!(core.round_clock.total.requests_between, n, "every launch after the first and the sync");
+        assert!(core.inbox.is_empty(), "nothing left in the inbox");
+        // Those bound before the device's next poll are reported ended ahead
+        // (the script), and the others run on the device: each exactly once.
+        let (answered, ran) = (answered.load(Ordering::Relaxed), device_launches.load(Ordering::Relaxed));
+        assert_eq!(answered + ran, n as usize, "{answered} answered ahead and {ran} run: each kernel once");
+        assert!(answered > 0, "kernels taken between rounds were queued ahead of the engine");
+        let done = core.sessions.get(&1).map(|s| s.counters.kernels_done);
+        assert_eq!(done, Some(n), "every kernel counted as done");
+        if let Some(e) = replies.try_iter().find_map(|f| match f {
+            ServerFrame::Reply { result: Err(e), .. } => Some(e),
+            _ => None,
+        }) {
+            panic!("a request was refused: {e:?}");
+        }
+
+        // An allocation is not a pump's to handle: it and the launch after it
+        // wait (in the inbox or still in the channel), in order. A launch
+        // first, so that the pump has rounds after its first.
+        assert!(core.handle(request(199, launch_of(kernel))));
+        tx.send(request(200, Request::Alloc { bytes: 4096 })).expect("the channel is open");
+        tx.send(request(201, launch_of(kernel))).expect("the channel is open");
+        let stats = core.pump_with(Some(&rx)).expect("pump");
+        assert!(stats.rounds > 1, "the pump had a round to take requests in");
+        assert_eq!(stats.requests_between, 0, "the launch did not overtake the allocation");
+        assert_eq!(
+            core.inbox.len() + rx.try_iter().count(),
+            2,
+            "the allocation and the launch wait for the core's loop"
+        );
     }
 
     /// Ends known ahead in the daemon's process (`backend::answers_ahead`):

@@ -75,6 +75,28 @@ impl FairInbox {
         }
     }
 
+    /// The first message, in turn, of a client whose next message passes
+    /// `take` (the others keep theirs, in order; that client goes to the back
+    /// of the turn): how a pump takes the requests it may handle between its
+    /// rounds (`Core::take_requests`) without reordering any client's. `None`
+    /// while `Shutdown` waits (the core's loop takes it).
+    pub fn pop_where(&mut self, take: impl Fn(&CoreMsg) -> bool) -> Option<CoreMsg> {
+        if self.shutdown {
+            return None;
+        }
+        let at = self.turn.iter().position(|c| self.queues.get(c).and_then(|q| q.front()).is_some_and(&take))?;
+        let client = self.turn.remove(at)?;
+        let q = self.queues.get_mut(&client)?;
+        let msg = q.pop_front()?;
+        if q.is_empty() {
+            self.queues.remove(&client);
+        } else {
+            self.turn.push_back(client);
+        }
+        self.len -= 1;
+        Some(msg)
+    }
+
     /// Whether `msg`'s client has messages waiting here (it may not overtake them).
     pub fn holds_for(&self, msg: &CoreMsg) -> bool {
         client_of(msg).map_or(self.shutdown, |c| self.queues.contains_key(&c))
@@ -132,6 +154,32 @@ mod tests {
         assert_eq!(inbox.pop().and_then(|m| who(&m)), Some(1));
         assert!(inbox.pop().is_none());
         assert!(inbox.is_empty());
+    }
+
+    #[test]
+    fn pop_where_skips_a_client_whose_next_message_fails_and_keeps_its_order() {
+        let mut inbox = FairInbox::default();
+        // Client 1: a message the pump may not take, then one it may; client 2: two it may.
+        inbox.push(gone(1));
+        inbox.push(request(1, 1));
+        inbox.push(request(2, 2));
+        inbox.push(request(2, 3));
+        let is_request = |m: &CoreMsg| matches!(m, CoreMsg::Inbound { .. });
+        let id = |m: Option<CoreMsg>| match m {
+            Some(CoreMsg::Inbound { inbound: crate::conn::Inbound::Request { id, .. }, .. }) => Some(id),
+            _ => None,
+        };
+        assert_eq!(id(inbox.pop_where(is_request)), Some(2));
+        assert_eq!(id(inbox.pop_where(is_request)), Some(3));
+        // Client 1's request may not overtake its first message.
+        assert!(inbox.pop_where(is_request).is_none());
+        assert_eq!(inbox.len(), 2);
+        assert!(matches!(inbox.pop(), Some(CoreMsg::Disconnected { client: 1 })));
+        assert_eq!(id(inbox.pop_where(is_request)), Some(1));
+        assert!(inbox.is_empty());
+        inbox.push(request(3, 4));
+        inbox.push(CoreMsg::Shutdown);
+        assert!(inbox.pop_where(is_request).is_none(), "shutdown waits for the core's loop");
     }
 
     /// A request of `client` numbered `id` (what the order checks read back).

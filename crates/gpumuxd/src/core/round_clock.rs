@@ -25,6 +25,9 @@ pub(crate) struct RoundTally {
     /// Launch commands answered in the turn that made them, from ends the
     /// device reported ahead (`Core::drain_commands`).
     pub(crate) answered_in_turn: u64,
+    /// Client requests a pump took between its rounds and turns, not
+    /// during a poll (`Core::take_requests`).
+    pub(crate) requests_between: u64,
     /// Time completing operations (`drain_completions`: replies, counters).
     pub(crate) completions: Duration,
 }
@@ -39,6 +42,7 @@ impl RoundTally {
             commands: self.commands - o.commands,
             commands_engine: self.commands_engine.saturating_sub(o.commands_engine),
             answered_in_turn: self.answered_in_turn - o.answered_in_turn,
+            requests_between: self.requests_between - o.requests_between,
             completions: self.completions.saturating_sub(o.completions),
         }
     }
@@ -61,6 +65,9 @@ impl RoundTally {
         );
         if self.answered_in_turn > 0 {
             let _ = write!(s, "; {} launches answered in the turn that made them", self.answered_in_turn);
+        }
+        if self.requests_between > 0 {
+            let _ = write!(s, "; {} requests taken between rounds", self.requests_between);
         }
         Some(s)
     }
@@ -109,7 +116,9 @@ mod tests {
         assert!(c.lap().is_none(), "nothing since the lap");
         c.total.rounds += 1;
         c.total.answered_in_turn = 3;
+        c.total.requests_between = 5;
         let s = c.lap().expect("one more round");
         assert!(s.starts_with("1 device rounds in 0 pumps") && s.contains("3 launches answered"), "{s}");
+        assert!(s.ends_with("; 5 requests taken between rounds"), "{s}");
     }
 }
