@@ -20,6 +20,7 @@ mod ahead;
 mod clock;
 mod corun;
 mod handover;
+mod lead;
 mod refill;
 use crate::error::CudaError;
 use crate::launch_plan::{Chunk, Plan};
@@ -449,10 +450,8 @@ pub struct ClientDevice {
     /// ([`ClientDevice::deepen_tails`]): a launch adopted a queued kernel, or
     /// an operation was unbound (launch records may have come back).
     refill_ahead: bool,
-    /// Runs are deepened after the poll's answer, not in the poll
-    /// ([`ClientDevice::set_deepen_after_poll`]); and one is owed.
-    deepen_after_poll: bool,
-    deepen_owed: bool,
+    /// The GPU's lead over the engine at each poll ([`lead`]).
+    lead: lead::Lead,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -818,8 +817,7 @@ impl ClientDevice {
             report_ends: false,
             answered: Vec::new(),
             refill_ahead: false,
-            deepen_after_poll: false,
-            deepen_owed: false,
+            lead: lead::Lead::default(),
         })
     }
 
@@ -1521,6 +1519,9 @@ impl Drop for ClientDevice {
                 c.held_deep
             );
         }
+        if let Some(words) = self.lead.words() {
+            tracing::info!("CUDA device: the GPU's lead over the engine: {words}");
+        }
         if let Some(s) = self.poll_clock.summary() {
             tracing::info!("CUDA device: {s}");
         }
@@ -1745,12 +1746,9 @@ impl Device for ClientDevice {
                 let ended = self.poll_ahead()?;
                 self.poll_clock.part(3);
                 if ended || std::mem::take(&mut self.refill_ahead) {
-                    if self.deepen_after_poll {
-                        self.deepen_owed = true;
-                    } else {
-                        self.deepen_tails()?;
-                    }
+                    self.deepen_tails()?;
                 }
+                self.note_lead();
                 self.poll_clock.part(4);
                 self.poll_copies()?;
                 self.poll_clock.part(5);

@@ -91,9 +91,6 @@ impl Backend for AnswersAhead {
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
         let first = events.len();
         let t = self.inner.poll(events)?;
-        // In one process nothing waits for an answer: what a device leaves
-        // for after its poll's answer is done now.
-        self.inner.after_poll()?;
         if !self.silenced.is_empty() {
             // The device's events only (an allocation only while answered launches are on it).
             let mut theirs = events.split_off(first);

@@ -185,12 +185,6 @@ impl CudaBackend {
     }
 }
 
-/// Set to `1`, a device whose launches of kernels run ahead are answered by
-/// the daemon ([`Backend::report_ends_ahead`]) queues the next kernels of its
-/// native runs after each poll's answer ([`Backend::after_poll`]) instead of
-/// in the poll the daemon's core waits for (issue 35). For measurements.
-pub const DEEPEN_AFTER_POLL_VAR: &str = "GPUMUX_DEEPEN_AFTER_POLL";
-
 impl Backend for CudaBackend {
     fn describe(&self) -> String {
         self.device.describe()
@@ -470,17 +464,11 @@ impl Backend for CudaBackend {
 
     fn report_ends_ahead(&mut self) {
         self.device.set_report_ends_ahead(true);
-        if std::env::var(DEEPEN_AFTER_POLL_VAR).is_ok_and(|v| v.trim() == "1") {
-            tracing::info!(
-                "CUDA device: runs queued natively go on after each poll's answer ({DEEPEN_AFTER_POLL_VAR}=1)"
-            );
-            self.device.set_deepen_after_poll(true);
-        }
     }
 
-    fn after_poll(&mut self) -> Result<(), Failure> {
-        match self.device.deepen_owed_runs() {
-            Ok(()) => Ok(()),
+    fn look_ahead(&mut self) -> Result<bool, Failure> {
+        match self.device.look_ahead() {
+            Ok(looked) => Ok(looked),
             Err(e) => Err(self.failure(e)),
         }
     }
