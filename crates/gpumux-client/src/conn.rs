@@ -123,15 +123,19 @@ fn before(until: &AtomicU64) -> bool {
     until != 0 && (origin().elapsed().as_nanos() as u64) < until
 }
 
+/// `GPUMUX_SPIN_US` in µs (read once), if set and above 0.
+fn fixed_spin() -> Option<u64> {
+    static SPIN_US: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *SPIN_US.get_or_init(|| {
+        std::env::var("GPUMUX_SPIN_US").ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|&us| us > 0)
+    })
+}
+
 /// The poll window of a thread whose own default is `default`:
 /// `GPUMUX_SPIN_US` (read once) if set, else [`URGENT_SPIN`] for an urgent
 /// client, else the default.
 fn spin_window(default: std::time::Duration, urgent: bool) -> std::time::Duration {
-    static SPIN_US: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    let us = SPIN_US.get_or_init(|| {
-        std::env::var("GPUMUX_SPIN_US").ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|&us| us > 0)
-    });
-    match *us {
+    match fixed_spin() {
         Some(us) => std::time::Duration::from_micros(us.min(1_000_000)),
         None if urgent => default.max(URGENT_SPIN),
         None => default,
@@ -200,6 +204,10 @@ pub(crate) struct Connection {
     /// window: a caller waits for a copy that takes this long
     /// ([`Connection::send_spinning`]).
     spin_until: Arc<AtomicU64>,
+    /// The gaps between this client's requests (`gpumux_ring::cadence`):
+    /// a client that comes back every few ms keeps its reader polling that
+    /// long after each request, as the daemon does for it.
+    cadence: gpumux_ring::cadence::Cadence,
 }
 
 impl Connection {
@@ -256,6 +264,7 @@ impl Connection {
             reader: Some(reader),
             urgent,
             spin_until,
+            cadence: gpumux_ring::cadence::Cadence::new(),
         };
         Ok((conn, reply))
     }
@@ -307,6 +316,7 @@ impl Connection {
 
     /// [`Connection::send`]; `reported`: [`Connection::send_reporting`].
     fn send_as(&self, request: Request, fd: Option<BorrowedFd<'_>>, reported: bool) -> Result<PendingReply> {
+        self.note_cadence();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let name = request.name();
         let bytes = encode_frame(&ClientFrame { id, request })?;
@@ -332,6 +342,22 @@ impl Connection {
             return Err(self.write_failed(e));
         }
         Ok(PendingReply { request: name, rx, spin: spin_window(SPIN_FOR_REPLY, self.urgent.load(Ordering::Relaxed)) })
+    }
+
+    /// A request goes out now: the cadence learns its gap to the last, and a
+    /// window learned keeps the reader polling that long from now (its
+    /// reply, and the replies of the requests that follow within the
+    /// window, then find it awake). Nothing is learned with `GPUMUX_SPIN_US`
+    /// set: every window is that.
+    fn note_cadence(&self) {
+        if fixed_spin().is_some() {
+            return;
+        }
+        let now = origin().elapsed().as_nanos() as u64 + 1;
+        let window = self.cadence.note(now, READER_SPIN, gpumux_ring::cadence::CADENCE_CAP);
+        if !window.is_zero() {
+            self.spin_until.fetch_max(now + window.as_nanos() as u64, Ordering::Relaxed);
+        }
     }
 
     /// [`Connection::send`] for a request whose reply takes about `expect`
@@ -362,6 +388,7 @@ impl Connection {
     /// Sends a request no caller waits for (module doc): an error in its
     /// reply is kept for [`Connection::take_deferred_error`].
     pub(crate) fn send_deferred(&self, request: Request) -> Result<()> {
+        self.note_cadence();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let name = request.name();
         let bytes = encode_frame(&ClientFrame { id, request })?;

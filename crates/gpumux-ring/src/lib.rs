@@ -31,6 +31,8 @@
 //! sequentially consistent operations, so at least one sees the other: no
 //! message is left in a ring while its reader sleeps.
 
+pub mod cadence;
+
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;

@@ -45,6 +45,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod cadence;
 mod copy_2d;
 mod device;
 pub mod handover;
@@ -321,6 +322,10 @@ pub struct Core {
     poll_every: Duration,
     /// A client of priority above 0 is connected (`update_urgent`).
     urgent_connected: bool,
+    /// The clients' cadence windows, as far as the core polls for them ([`cadence`]).
+    cadence: cadence::CoreCadence,
+    /// The window the device process was last asked to poll for (`sync_device_spin`).
+    device_spin: Duration,
     /// The engine's and the device calls' time since `serve` last took it
     /// (a cell: frames to clients are sent through `&self`).
     calls: Cell<CallTimes>,
@@ -455,6 +460,8 @@ impl Core {
             request_waited: 0,
             poll_every: SPIN_WAIT,
             urgent_connected: false,
+            cadence: cadence::CoreCadence::default(),
+            device_spin: Duration::ZERO,
             calls: Cell::new(CallTimes::default()),
             round_clock: round_clock::RoundClock::default(),
             slow_waits: slow_waits::SlowWaits::default(),
@@ -559,7 +566,10 @@ impl Core {
             self.record.tick();
             self.publish_load();
             let wait = self.wait();
+            let cadence = self.cadence.awake(Instant::now());
+            self.sync_device_spin(cadence);
             let spin = wait <= self.poll_every
+                || cadence
                 || active.elapsed() < crate::spin::window_for(SPIN_AFTER_ACTIVITY, self.urgent_connected);
             let got = match self.inbox.pop() {
                 Some(msg) => Ok(msg),
@@ -686,6 +696,9 @@ impl Core {
                     outbox.took_request(inbound.cost());
                 }
                 let start = Instant::now();
+                if let (Inbound::Request { .. }, Some(s)) = (&inbound, self.sessions.get(&client)) {
+                    self.cadence.on_request(s.spin.cadence_window(), start);
+                }
                 self.request_waited = waited.as_nanos() as Nanos;
                 self.inbound(client, inbound);
                 self.request_waited = 0;

@@ -159,7 +159,7 @@ fn next_frame(rx: &Receiver<ServerFrame>, spin: &ConnSpin) -> Option<ServerFrame
         match rx.try_recv() {
             Ok(f) => return Some(f),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if start.elapsed() < window => gpumux_ring::relax(looks),
+            Err(TryRecvError::Empty) if start.elapsed() < window || spin.held() => gpumux_ring::relax(looks),
             Err(TryRecvError::Empty) => return rx.recv().ok(),
         }
         looks = looks.saturating_add(1);
@@ -554,6 +554,10 @@ impl Reader<'_> {
             Some(_) => {}
         }
         self.outbox.sent_request(inbound.cost());
+        if matches!(inbound, Inbound::Request { .. }) {
+            // Learned before the core sees it: the core reads the window with the request.
+            self.spin.note_request();
+        }
         self.route.send(CoreMsg::Inbound { client: self.client, inbound, read_at })
     }
 

@@ -248,8 +248,25 @@ impl Core {
         let any = self.sessions.values().any(|s| s.phase == Phase::Open && s.priority > 0);
         if any != self.urgent_connected {
             self.urgent_connected = any;
+            let cadence = self.cadence.awake(std::time::Instant::now());
+            self.sync_device_spin(cadence);
+        }
+    }
+
+    /// Asks the device process to poll [`URGENT_WINDOW`] after each message
+    /// while an urgent client is connected or a client's cadence window is
+    /// open (`cadence`), its own window otherwise; a message only when that
+    /// changes.
+    pub(super) fn sync_device_spin(&mut self, cadence: bool) {
+        let wanted = if self.urgent_connected || cadence {
+            crate::spin::window_for(URGENT_WINDOW, true)
+        } else {
             // ZERO: the device process's own window (`--spin-us` included).
-            self.backend.spin_for(if any { crate::spin::window_for(URGENT_WINDOW, true) } else { Duration::ZERO });
+            Duration::ZERO
+        };
+        if wanted != self.device_spin {
+            self.device_spin = wanted;
+            self.backend.spin_for(wanted);
         }
     }
 
