@@ -348,9 +348,9 @@ impl Connection {
     /// window learned keeps the reader polling that long from now (its
     /// reply, and the replies of the requests that follow within the
     /// window, then find it awake). Nothing is learned with `GPUMUX_SPIN_US`
-    /// set: every window is that.
+    /// set (every window is that), nor with `GPUMUX_CADENCE=0`.
     fn note_cadence(&self) {
-        if fixed_spin().is_some() {
+        if fixed_spin().is_some() || !gpumux_ring::cadence::enabled() {
             return;
         }
         let now = origin().elapsed().as_nanos() as u64 + 1;

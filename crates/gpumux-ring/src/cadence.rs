@@ -25,6 +25,14 @@ use std::time::Duration;
 /// the gaps of a client that launches every few ms.
 pub const CADENCE_CAP: Duration = Duration::from_millis(5);
 
+/// Whether cadences are learned: yes unless `GPUMUX_CADENCE=0` is in the
+/// environment (read once; the daemon and the client library each read their
+/// own), so that a run can measure the path without them.
+pub fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUMUX_CADENCE").map_or(true, |v| v.trim() != "0"))
+}
+
 /// One client's cadence (module doc). Times are ns on the caller's clock.
 #[derive(Debug, Default)]
 pub struct Cadence {

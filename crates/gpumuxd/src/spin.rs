@@ -137,9 +137,9 @@ impl ConnSpin {
     /// A request came (called by the connection's reader for each one): the
     /// cadence learns from its gap to the last (module doc of
     /// `gpumux_ring::cadence`). With `--spin-us` set, every window is that
-    /// and nothing is learned.
+    /// and nothing is learned; nor with `GPUMUX_CADENCE=0`.
     pub fn note_request(&self) {
-        if get() == 0 {
+        if get() == 0 && gpumux_ring::cadence::enabled() {
             self.note_request_at(now_ns());
         }
     }
