@@ -50,6 +50,7 @@ mod copy_2d;
 mod device;
 pub mod handover;
 mod host;
+mod id_map;
 mod inbox;
 mod load_parts;
 mod record;
@@ -305,9 +306,9 @@ pub struct Core {
     engine: Engine,
     policy: String,
     sessions: BTreeMap<u64, Session>,
-    ops: HashMap<OpId, OpEntry>,
-    launches: HashMap<LaunchId, (OpId, SmSet)>,
-    copies: HashMap<CopyId, OpId>,
+    ops: id_map::IdMap<OpId, OpEntry>,
+    launches: id_map::IdMap<LaunchId, (OpId, SmSet)>,
+    copies: id_map::IdMap<CopyId, OpId>,
     deferred: Vec<Deferred>,
     /// The id the engine gives the next submitted operation (it counts
     /// successful submits from 0), used as the kernel's `time_key`.
@@ -449,9 +450,9 @@ impl Core {
             backend,
             engine,
             sessions: BTreeMap::new(),
-            ops: HashMap::new(),
-            launches: HashMap::new(),
-            copies: HashMap::new(),
+            ops: Default::default(),
+            launches: Default::default(),
+            copies: Default::default(),
             deferred: Vec::new(),
             next_op: 0,
             started: Instant::now(),

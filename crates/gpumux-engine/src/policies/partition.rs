@@ -75,16 +75,29 @@ pub fn even(n: usize, sms: u32) -> Vec<u32> {
 /// Even with a cap per application; what a capped application cannot use is
 /// split evenly among the others (water filling).
 pub fn even_capped(caps: &[u32], sms: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    even_capped_into(caps, sms, &mut out, &mut Vec::new(), &mut Vec::new());
+    out
+}
+
+/// [`even_capped`] into `out`, with `open` and `next` as scratch: a policy
+/// that runs at every launch keeps them instead of allocating three vectors
+/// a round (issue 35, the core's work per kernel).
+pub fn even_capped_into(caps: &[u32], sms: u32, out: &mut Vec<u32>, open: &mut Vec<usize>, next: &mut Vec<usize>) {
     let n = caps.len();
-    let mut out = vec![0u32; n];
+    out.clear();
+    out.resize(n, 0);
     let mut left = sms;
-    let mut open: Vec<usize> = (0..n).collect();
+    open.clear();
+    open.extend(0..n);
     while left > 0 && !open.is_empty() {
-        let share = even(open.len(), left);
-        let mut next = Vec::new();
+        // `even(open.len(), left)`, one share at a time.
+        let (q, r) = (left / open.len() as u32, left as usize % open.len());
+        next.clear();
         let mut given = 0;
         for (slot, &i) in open.iter().enumerate() {
-            let g = share[slot].min(caps[i] - out[i]);
+            let share = q + u32::from(slot < r);
+            let g = share.min(caps[i] - out[i]);
             out[i] += g;
             given += g;
             if out[i] < caps[i] {
@@ -95,9 +108,8 @@ pub fn even_capped(caps: &[u32], sms: u32) -> Vec<u32> {
         if given == 0 {
             break;
         }
-        open = next;
+        std::mem::swap(open, next);
     }
-    out
 }
 
 /// Smart Even: Even, but no application gets more SMs than it has blocks

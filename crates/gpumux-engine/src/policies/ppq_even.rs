@@ -26,10 +26,11 @@
 //! drain. Lower levels may still use a lingering share: they accept being
 //! taken back from, which is what priority means.
 
-use super::partition::even_capped;
+use super::partition::even_capped_into;
 use crate::device::Mechanism;
 use crate::ids::{KernelId, Slot, SmId};
 use crate::policy::{ActiveKernel, Decision, Policy, SchedView, SmState};
+use crate::smset::SmSet;
 use crate::time::{Nanos, NS_PER_US};
 
 /// How long a process that went idle keeps its share from its peers: a few
@@ -51,12 +52,40 @@ pub struct PpqEven {
     /// Processes whose kernels all finished lately, in slot order: (slot,
     /// priority, SMs they could use, until when).
     lingering: Vec<(Slot, i32, u32, Nanos)>,
+    /// The round's vectors, kept from round to round: the policy runs at
+    /// every launch, and allocating a dozen vectors each time was a third of
+    /// its instructions (callgrind, issue 35).
+    scratch: Scratch,
+}
+
+/// [`PpqEven::schedule`]'s working vectors, cleared before each use.
+#[derive(Debug, Default)]
+struct Scratch {
+    proc_of_kernel: Vec<usize>,
+    /// Each process's SMs it runs on (`Proc::running`), handed back after the round.
+    running: Vec<Vec<SmId>>,
+    levels: Vec<i32>,
+    members: Vec<usize>,
+    caps: Vec<u32>,
+    shares: Vec<u32>,
+    open: Vec<usize>,
+    next: Vec<usize>,
+    order: Vec<usize>,
+    /// SMs each kernel could still use, every process's kernels one after
+    /// the other (`Proc::wants_at` says where a process's begin).
+    wants: Vec<u32>,
 }
 
 impl PpqEven {
     /// The policy, taking SMs back with `mechanism`.
     pub fn new(mechanism: Mechanism) -> Self {
-        PpqEven { mechanism, linger: DEFAULT_LINGER, active_before: Vec::new(), lingering: Vec::new() }
+        PpqEven {
+            mechanism,
+            linger: DEFAULT_LINGER,
+            active_before: Vec::new(),
+            lingering: Vec::new(),
+            scratch: Scratch::default(),
+        }
     }
 }
 
@@ -76,6 +105,8 @@ struct Proc<'v> {
     keep: u32,
     /// SMs it runs on (not being preempted), highest last.
     running: Vec<SmId>,
+    /// Where its kernels' entries begin in `Scratch::wants`.
+    wants_at: usize,
 }
 
 impl Policy for PpqEven {
@@ -94,17 +125,23 @@ impl Policy for PpqEven {
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
         let n = view.device.num_sms as u32;
+        let sc = &mut self.scratch;
         // Processes in the order of their oldest active kernel. A round runs
         // at every event batch (an urgent kernel's path has three), so its
         // lookups are linear scans of the few processes and kernels, not
         // hashes: this function was half of the engine's time on that path.
         let mut procs: Vec<Proc> = Vec::new();
         // Each active kernel's process, by the kernel's arrival index.
-        let mut proc_of_kernel: Vec<usize> = Vec::with_capacity(view.kernel_count());
+        sc.proc_of_kernel.clear();
         for k in view.kernels() {
             let i = match procs.iter().position(|p| p.slot == k.process()) {
                 Some(i) => i,
                 None => {
+                    // Room for every SM: one allocation kept across rounds,
+                    // where growing push by push reallocated up to eight times.
+                    let mut running = sc.running.pop().unwrap_or_default();
+                    running.clear();
+                    running.reserve(n as usize);
                     procs.push(Proc {
                         slot: k.process(),
                         priority: k.priority(),
@@ -113,14 +150,13 @@ impl Policy for PpqEven {
                         committed: 0,
                         target: 0,
                         keep: 0,
-                        // Room for every SM: one allocation, where growing
-                        // push by push reallocated up to eight times a round.
-                        running: Vec::with_capacity(n as usize),
+                        running,
+                        wants_at: 0,
                     });
                     procs.len() - 1
                 }
             };
-            proc_of_kernel.push(i);
+            sc.proc_of_kernel.push(i);
             let p = &mut procs[i];
             p.demand = p.demand.saturating_add(k.useful_sms()).min(n);
             p.committed += k.sms_committed();
@@ -133,7 +169,7 @@ impl Policy for PpqEven {
                 let p = match last {
                     Some((k, p)) if k == *kernel => p,
                     _ => {
-                        let p = view.position(*kernel).map(|at| proc_of_kernel[at]);
+                        let p = view.position(*kernel).map(|at| sc.proc_of_kernel[at]);
                         last = Some((*kernel, p));
                         p
                     }
@@ -164,46 +200,53 @@ impl Policy for PpqEven {
         // levels above it use none of; lingering peers take part in the
         // split (their share is kept from the level, `keep`), but the
         // levels below may use it.
-        let mut levels: Vec<i32> = procs.iter().map(|p| p.priority).collect();
-        levels.sort_unstable_by(|a, b| b.cmp(a));
-        levels.dedup();
+        sc.levels.clear();
+        sc.levels.extend(procs.iter().map(|p| p.priority));
+        sc.levels.sort_unstable_by(|a, b| b.cmp(a));
+        sc.levels.dedup();
         let mut budget = n;
-        for &level in &levels {
-            let members: Vec<usize> = (0..procs.len()).filter(|&i| procs[i].priority == level).collect();
+        for &level in &sc.levels {
+            sc.members.clear();
+            sc.members.extend((0..procs.len()).filter(|&i| procs[i].priority == level));
             // In slot order (`lingering` is kept so): the water filling gives
             // remainders by position, and a map's order made the shares
             // differ from run to run.
             let idle_peers = self.lingering.iter().filter(|e| e.1 == level).map(|e| e.2.min(n));
-            let caps: Vec<u32> = members.iter().map(|&i| procs[i].demand).chain(idle_peers).collect();
-            let shares = even_capped(&caps, budget);
-            for (&i, &s) in members.iter().zip(&shares) {
+            sc.caps.clear();
+            sc.caps.extend(sc.members.iter().map(|&i| procs[i].demand).chain(idle_peers));
+            even_capped_into(&sc.caps, budget, &mut sc.shares, &mut sc.open, &mut sc.next);
+            for (&i, &s) in sc.members.iter().zip(&sc.shares) {
                 procs[i].target = s;
                 budget -= s;
             }
-            let keep = shares[members.len()..].iter().sum();
-            for &i in &members {
+            let keep = sc.shares[sc.members.len()..].iter().sum();
+            for &i in &sc.members {
                 procs[i].keep = keep;
             }
         }
 
         // Each process, by priority then arrival, takes what its share is owed.
-        let mut order: Vec<usize> = (0..procs.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(procs[i].priority)); // stable: arrival order within a level
-        let mut idle: Vec<SmId> = Vec::with_capacity(n as usize);
-        idle.extend(view.idle_sms());
-        // pop() hands out SM 0 first.
-        idle.reverse();
+        sc.order.clear();
+        sc.order.extend(0..procs.len());
+        let by_priority = |i: &usize| std::cmp::Reverse(procs[*i].priority);
+        sc.order.sort_by_key(by_priority); // stable: arrival order within a level
+                                           // A bit set, lowest SM handed out first: no vector of up to 132 SMs
+                                           // filled, reversed and popped each round.
+        let mut idle: SmSet = view.idle_sms().collect();
         // SMs each kernel could still use, kept up to date through the round.
-        let mut wants: Vec<Vec<u32>> = procs
-            .iter()
-            .map(|p| p.kernels.iter().map(|k| k.useful_sms().saturating_sub(k.sms_committed())).collect())
-            .collect();
-        for &i in &order {
+        sc.wants.clear();
+        for p in procs.iter_mut() {
+            p.wants_at = sc.wants.len();
+            sc.wants.extend(p.kernels.iter().map(|k| k.useful_sms().saturating_sub(k.sms_committed())));
+        }
+        for &i in &sc.order {
             let mut need = procs[i].target.saturating_sub(procs[i].committed);
-            for (k, want) in wants[i].iter_mut().enumerate() {
+            let (at, count) = (procs[i].wants_at, procs[i].kernels.len());
+            for k in 0..count {
                 let kernel = procs[i].kernels[k].id();
+                let want = &mut sc.wants[at + k];
                 while need > 0 && *want > 0 {
-                    if let Some(sm) = idle.pop() {
+                    if let Some(sm) = pop_idle(&mut idle) {
                         out.push(Decision::Assign { sm, kernel, slice: None });
                     } else if let Some(sm) = take_from_others(&mut procs, i) {
                         out.push(Decision::Preempt { sm, mechanism: self.mechanism, next: Some(kernel) });
@@ -219,17 +262,26 @@ impl Policy for PpqEven {
 
         // SMs no share covers go to whoever can use them, by priority; a
         // level leaves its lingering peers' shares alone.
-        for &i in &order {
+        for &i in &sc.order {
             let keep = procs[i].keep as usize;
+            let at = procs[i].wants_at;
             for (k, kernel) in procs[i].kernels.iter().enumerate() {
-                while wants[i][k] > 0 && idle.len() > keep {
-                    let Some(sm) = idle.pop() else { break };
+                while sc.wants[at + k] > 0 && idle.len() as usize > keep {
+                    let Some(sm) = pop_idle(&mut idle) else { break };
                     out.push(Decision::Assign { sm, kernel: kernel.id(), slice: None });
-                    wants[i][k] -= 1;
+                    sc.wants[at + k] -= 1;
                 }
             }
         }
+        sc.running.extend(procs.into_iter().map(|p| p.running));
     }
+}
+
+/// The lowest idle SM, taken out of `idle`.
+fn pop_idle(idle: &mut SmSet) -> Option<SmId> {
+    let sm = idle.first()?;
+    idle.remove(sm);
+    Some(sm)
 }
 
 /// An SM for process `i`, preempted from a lower level (lowest priority,

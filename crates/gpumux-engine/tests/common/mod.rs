@@ -48,9 +48,25 @@ pub struct Bench {
 
 impl Bench {
     pub fn new(policy: &str) -> Self {
-        let policy = policies::by_name(policy).expect("a catalogued policy");
+        Bench::with_policy(policies::by_name(policy).expect("a catalogued policy"))
+    }
+
+    /// With a policy made by the test.
+    pub fn with_policy(policy: Box<dyn gpumux_engine::Policy>) -> Self {
         let engine = Engine::new(device(), policy).expect("engine");
         Bench { engine, dev: ScriptedDevice::new(device()), now: 0, completions: Vec::new() }
+    }
+
+    /// [`Bench::freeing_at_once`] with a policy made by the test.
+    pub fn freeing_at_once_with(policy: Box<dyn gpumux_engine::Policy>) -> Self {
+        let mut b = Bench::with_policy(policy);
+        b.engine = std::mem::replace(
+            &mut b.engine,
+            Engine::new(device(), policies::by_name("fcfs").expect("fcfs")).expect("engine"),
+        )
+        .with_retreats_freeing_at_once(true);
+        b.dev = ScriptedDevice::new(device()).freeing_retreats_in_the_command();
+        b
     }
 
     /// The same with an engine built `with_retreats_freeing_at_once` and a

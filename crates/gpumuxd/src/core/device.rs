@@ -1178,6 +1178,46 @@ mod tests {
         assert_eq!(answer_to(&mut core, &replies, 201), Ok(Reply::Done));
     }
 
+    /// The core's own work per kernel of a chain the device ran ahead (the
+    /// chain program's path on a GPU, issue 35), without threads or sockets:
+    /// a measurement run by hand, under callgrind for counts that do not
+    /// depend on the machine's load (docs/program-speed.md says how). It
+    /// checks the chain completes; the time it prints is the core's alone.
+    #[test]
+    #[ignore = "a measurement: run by hand (docs/program-speed.md)"]
+    fn the_cores_work_per_kernel_of_a_chain_run_ahead() {
+        let mut sim = SimBackend::with_info(gpumux_sim::presets::h100());
+        sim.script_ends_ahead();
+        let backend = crate::backend::answers_ahead::AnswersAhead::new(Box::new(sim));
+        let (mut core, kernel, replies) = core_with_kernel_on(Box::new(backend));
+        let grid = std::env::var("GPUMUX_COST_GRID").ok().and_then(|g| g.parse().ok()).unwrap_or(64u32);
+        let (batches, per_batch) = (50u64, 40u64);
+        let mut busy = Duration::ZERO;
+        for b in 0..batches {
+            let t = Instant::now();
+            for i in 0..per_batch {
+                let mut l = launch_of_struct(kernel);
+                l.grid = [grid, 1, 1];
+                assert!(core.handle(request(1_000 + b * 1_000 + i, Request::Launch(l))));
+            }
+            let sync = 1_000 + b * 1_000 + 999;
+            assert!(core.handle(request(sync, Request::SyncStream(StreamId(0)))));
+            core.pump().expect("pump");
+            busy += t.elapsed();
+            assert_eq!(answer_to(&mut core, &replies, sync), Ok(Reply::Done));
+        }
+        let n = batches * per_batch;
+        assert_eq!(core.sessions.get(&1).map(|s| s.counters.kernels_done), Some(n));
+        assert_eq!(core.sms_held(), 0, "no launch left holding SMs");
+        let (rounds, in_turn) = core.device_rounds();
+        eprintln!(
+            "{n} kernels of {grid} blocks: {:.2} µs of the core's first pump per kernel (requests, engine, \
+             the device's answers ahead); {rounds} device rounds, {in_turn} answered in turn; {}",
+            busy.as_secs_f64() * 1e6 / n as f64,
+            core.round_clock.summary().unwrap_or_default()
+        );
+    }
+
     /// The simulator behind a device that refuses the binding of every
     /// kernel launched with a grid x of [`REFUSED_X`], as the CUDA device's
     /// own guard refuses one the daemon's checks let through: the launch
