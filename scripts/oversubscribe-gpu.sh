@@ -10,7 +10,7 @@
 # (default 50): each client runs ROUNDS rounds of STEPS kernels over its whole buffer, with a sync
 # after each round (where the daemon may evict it). DAEMON_DEVICE (default cuda:0).
 # Host memory: two clients' buffers evicted at rest, and one more during an exchange and as the
-# spare pinned copy: about 3 x FRACTION x the GPU's memory. With less RAM (an H200, 141 GB, at 0.6:
+# pinned host pool's free copy: about 3 x FRACTION x the GPU's memory (pinned, at most swap_memory). With less RAM (an H200, 141 GB, at 0.6:
 # ~254 GB; the nvidia-h200 kind has 128 GiB, nvidia-h200-x4 512 GiB) FRACTION is scaled down to
 # fit and the table says SCALED. Needs python3 with CuPy (the native pinned-copy baseline).
 #
@@ -27,8 +27,8 @@
 #      urgent client beside two clients of CONTROL_FRACTION (default 0.3) that fit and never swap
 #      (what sharing the GPU costs it, swapping aside), and beside two that swap on a daemon whose
 #      copy pool has CONTROL_THREADS threads (default 16, GPUMUX_SWAP_COPY_THREADS: what more host
-#      copy threads cost it, and the rates they reach), and on one whose moves pin the host copies
-#      in place instead of copying through the ring (GPUMUX_SWAP_DIRECT=1; its cost and rates);
+#      copy threads cost it, and the rates they reach), and on one with no pinned host pool, every
+#      move through the ring (GPUMUX_SWAP_PINNED=0: what the pool changes, its cost and rates);
 #   4. the daemons' evictions and restores (their logs: bytes, ms, GB/s each; most come from
 #      phase 3) against a native pinned cudaMemcpy of the same direction in the same run (CuPy).
 # Prints the issue's goals table last; exits non-zero if a measured goal fails.
@@ -204,6 +204,12 @@ rates_of() {
     awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) { if ($i == "evicted") b = $(i + 1); if ($i == "copied") ms = $(i + 2) } n++; B += b; M += ms}
         /restored [0-9]+ bytes/ && !/as zeros/ {for (i = 1; i <= NF; i++) { if ($i == "restored") rb = $(i + 1); if ($i == "in") rms = $(i + 1) } rn++; RB += rb; RM += rms}
         END {printf "evictions %.2f GB/s (%d), restores %.2f GB/s (%d)", (M > 0 ? B / (M / 1000) / 1e9 : 0), n, (RM > 0 ? RB / (RM / 1000) / 1e9 : 0), rn}' "$1"
+    printf ', %s' "$(straight "$1")"
+}
+# Bytes moved straight from or into pinned memory (the pinned host pool), of all moved: "S % of B GB straight".
+straight() {
+    awk '(/evicted [0-9]+ bytes/ || (/restored [0-9]+ bytes/ && !/as zeros/)) {for (i = 1; i <= NF; i++) { if ($i == "evicted" || $i == "restored") b = $(i + 1); if ($i == "straight") p = $(i - 2) } B += b; S += b * p / 100}
+        END {printf "%.0f %% of %.0f GB straight from pinned memory", (B > 0 ? 100 * S / B : 0), B / 1e9}' "$@"
 }
 # The urgent client beside two that swap, on a daemon (--swap-keep 0) with one more setting in its environment.
 control_daemon() { # tag VAR value
@@ -220,7 +226,7 @@ control_daemon() { # tag VAR value
 }
 if [ "$CONTROLS" = 1 ] && [ -n "${ua:-}" ]; then
     control_daemon threads GPUMUX_SWAP_COPY_THREADS "$CONTROL_THREADS"
-    control_daemon direct GPUMUX_SWAP_DIRECT 1
+    control_daemon ring GPUMUX_SWAP_PINNED 0
 fi
 
 equal=PASS
@@ -254,6 +260,7 @@ rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
     echo "| makespan <= 1.15x the sum of alone times | $(printf %.2f "$makespan") s / $(printf %.2f "$alone_sum") s = ${ratio}x | $mk |"
     echo "| eviction throughput >= 80% of native pinned device-to-host | $ev_rate GB/s over $evictions evictions vs $native_d2h GB/s (host memory found besides: $pinning ms in all) | $evp |"
     echo "| restore throughput >= 80% of native pinned host-to-device | $re_rate GB/s over $restores restores vs $native_h2d GB/s (device memory created and mapped besides: $mapping ms in all) | $rep |"
+    echo "| (not a goal) the moves above: pinned host pool | $(straight "$OUT/daemon.log" "$OUT/daemon-swapping.log"); $(grep -h -o 'device memory unmapped and released after it, [0-9.]* ms' "$OUT/daemon.log" "$OUT/daemon-swapping.log" | awk '{M += $NF} END {printf "evictions unmapped and released device memory in %.0f ms in all", M}') | - |"
     echo "| a high-priority client that fits loses <= 10% of its rate beside two swapping | $urgent_measured | $urgent_verdict |"
     [ -z "$controls" ] || echo "| (controls for the line above, not goals) | $controls | - |"
     echo "| (not a goal) pinning a host copy in place, $((copy_bytes >> 20)) MiB | ${register_line:-failed} | - |"

@@ -4,8 +4,9 @@
 //! and restored at their addresses, bitwise; a pointer stored in one still
 //! names the other; a buffer born evicted comes back as zeros; a buffer
 //! freed while its move is under way leaves nothing; and the device's own
-//! thread launches copies while a move runs. Without a GPU each test says
-//! it skipped and why.
+//! thread launches copies while a move runs; with a pinned host pool, moves
+//! go straight between the device and pinned memory once the pool has grown
+//! (and never past its cap). Without a GPU each test says it skipped and why.
 
 use gpumux_cuda::client::{ClientDevice, ClientWork, HostPtr, MemoryError};
 use gpumux_engine::device::{Command, CopyDirection, Device, Event};
@@ -75,6 +76,8 @@ fn buffers_moved_out_and_back_on_the_mover_keep_their_bytes_and_addresses() {
     let Some(mut d) = device_or_skip("buffers_moved_out_and_back_on_the_mover_keep_their_bytes_and_addresses") else {
         return;
     };
+    // Through the ring only (the pinned pool's test is below).
+    d.set_swap_pinned(0);
     let Some(g) = d.swap_granularity() else {
         eprintln!("SKIPPED buffers_moved_out_and_back: this GPU cannot map memory");
         return;
@@ -150,5 +153,83 @@ fn buffers_moved_out_and_back_on_the_mover_keep_their_bytes_and_addresses() {
     assert_eq!(d.allocated(), 0, "nothing left");
     d.unregister_host(src_a.ptr().0);
     d.unregister_host(src_b.ptr().0);
+    d.unregister_host(back.ptr().0);
+}
+
+/// Evicts and restores `a` (`n` bytes, holding `data`) until a round trip
+/// goes wholly straight through pinned memory or `rounds` are done; checks
+/// its bytes after each. Returns the rounds made and whether the last was direct.
+fn round_trips(d: &mut ClientDevice, a: u64, n: usize, data: &[u8], back: &mut Pinned, rounds: u64) -> (u64, bool) {
+    for r in 0..rounds {
+        let before = d.swap_moved_direct();
+        d.start_move(100 + 2 * r, true, a).expect("evict");
+        wait_moves(d, &[100 + 2 * r])[0].1.as_ref().expect("evict");
+        d.start_move(101 + 2 * r, false, a).expect("restore");
+        wait_moves(d, &[101 + 2 * r])[0].1.as_ref().expect("restore");
+        back.0.fill(0);
+        copy(d, 200 + r, ClientWork::ToHost { src: a, dst: back.ptr(), bytes: n as u64 }, n as u64);
+        assert!(back.0 == data, "round {r}: a came back bitwise");
+        let after = d.swap_moved_direct();
+        let (direct, moved) = (after.0 - before.0, after.1 - before.1);
+        assert!(moved > 0 && direct <= moved, "round {r}: {direct} of {moved} bytes straight");
+        if direct == moved {
+            return (r + 1, true);
+        }
+        // The mover grows the pool while it has nothing to move.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (rounds, false)
+}
+
+#[test]
+fn moves_go_straight_through_the_pinned_pool_once_it_has_grown_and_never_past_its_cap() {
+    let test = "moves_go_straight_through_the_pinned_pool_once_it_has_grown_and_never_past_its_cap";
+    let Some(mut d) = device_or_skip(test) else { return };
+    if d.swap_granularity().is_none() {
+        eprintln!("SKIPPED {test}: this GPU cannot map memory");
+        return;
+    }
+    // 300 MiB and a bit: more than a pinned piece (128 MiB), not a multiple of one.
+    let n = (300 << 20) + 4096 * 5;
+    d.set_swap_pinned(1 << 30);
+    let a = d.alloc(n as u64).expect("alloc a");
+    let data = pattern(n, 3);
+    let mut src = Pinned::new(&mut d, data.clone());
+    let mut back = Pinned::new(&mut d, vec![0u8; n]);
+    copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 }, n as u64);
+    // The first eviction finds no pinned copy (the ring), and asks the pool for one.
+    let (rounds, direct) = round_trips(&mut d, a, n, &data, &mut back, 50);
+    assert!(direct, "after {rounds} round trips, moves still went through the ring: {:?}", d.swap_moved_direct());
+    assert!(rounds >= 2, "the first eviction cannot find a pinned copy yet");
+    // The copy is reused: the next round trip is straight too, with no growth between.
+    let (again, direct) = round_trips(&mut d, a, n, &data, &mut back, 1);
+    assert!(again == 1 && direct, "the pinned copy was reused");
+    // Freed while evicted: its copy goes back to the pool, and a buffer of
+    // the same size evicted next is straight at once.
+    d.start_move(500, true, a).expect("evict a");
+    wait_moves(&mut d, &[500])[0].1.as_ref().expect("evict a");
+    d.free(a).expect("free a while evicted");
+    let b = d.alloc(n as u64).expect("alloc b");
+    copy(&mut d, 2, ClientWork::ToDevice { dst: b, src: src.ptr(), bytes: n as u64 }, n as u64);
+    let (first, direct) = round_trips(&mut d, b, n, &data, &mut back, 1);
+    assert!(first == 1 && direct, "a freed buffer's pinned copy was reused at once");
+    d.free(b).expect("free b");
+    assert_eq!(d.allocated(), 0, "nothing left");
+    d.unregister_host(src.ptr().0);
+    d.unregister_host(back.ptr().0);
+
+    // A cap below the buffer: nothing is pinned for it, every move goes through the ring.
+    drop(d);
+    let Some(mut d) = device_or_skip(test) else { return };
+    d.set_swap_pinned(64 << 20);
+    let a = d.alloc(n as u64).expect("alloc a");
+    let mut src = Pinned::new(&mut d, data.clone());
+    let mut back = Pinned::new(&mut d, vec![0u8; n]);
+    copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 }, n as u64);
+    let (rounds, direct) = round_trips(&mut d, a, n, &data, &mut back, 5);
+    assert!(rounds == 5 && !direct, "past the cap, no move is straight");
+    assert_eq!(d.swap_moved_direct().0, 0, "no byte went straight past the cap");
+    d.free(a).expect("free a");
+    d.unregister_host(src.ptr().0);
     d.unregister_host(back.ptr().0);
 }

@@ -407,6 +407,9 @@ pub struct ClientDevice {
     /// The last restored buffer's host copy, kept for the next eviction of
     /// a buffer of about its size ([`super::swap`]).
     pub(super) spare_copy: Option<super::swap::HostCopy>,
+    /// The pinned host pool's cap, if set on the device ([`ClientDevice::set_swap_pinned`]);
+    /// else gpumuxd's environment says ([`super::PINNED_VAR`]).
+    pub(super) swap_pinned: Option<usize>,
     /// Buffer moves that ended and were not yet taken ([`super::swap`]).
     pub(super) moves_ended: Vec<(u64, Result<Duration, super::memory::MemoryError>)>,
     info: DeviceInfo,
@@ -795,6 +798,7 @@ impl ClientDevice {
             host: Vec::new(),
             swapped: HashMap::new(),
             spare_copy: None,
+            swap_pinned: None,
             moves_ended: Vec::new(),
             info,
             start: Instant::now(),
@@ -1117,6 +1121,8 @@ impl ClientDevice {
         self.out.clear();
         // Pinned in the old context; a fresh one is made when needed.
         self.spare_copy = None;
+        // Host copies of the pinned pool were pinned in the old context too.
+        self.forget_pins();
         self.answered.clear();
         self.ctx.recreate().map_err(|e| match ContextLost::of(&e) {
             // Seen on an H100 (driver 580): after an illegal address, a new

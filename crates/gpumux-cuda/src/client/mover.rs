@@ -12,13 +12,19 @@
 //! it moves (the host copy, the physical memory's handle) until it ends,
 //! and gives it back with its end, failed or not, so nothing is lost or
 //! freed twice.
+//!
+//! The mover also keeps the pinned host pool ([`super::pinned_pool`]): it
+//! grows it while it has nothing to move, a piece at a time, and DMAs
+//! straight between the device and the pool's copies.
 
+use super::host_copy::HostMem;
+use super::pinned_pool::PinnedPool;
 use super::swap::{create, map, HostCopy};
 use crate::error::CudaError;
 use crate::runtime::check;
 use cudarc::driver::sys as cu;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -60,6 +66,9 @@ pub(crate) enum Msg {
     Trim {
         keep: usize,
     },
+    /// The pinned pool's copy of a buffer freed while evicted: back into the
+    /// pool. No end.
+    Recycle(HostMem),
 }
 
 /// A move that ended, with what it owned.
@@ -75,6 +84,15 @@ pub(crate) struct Done {
     /// Getting the memory (a restore's create and map), then the copy.
     pub prepared: Duration,
     pub copied: Duration,
+    /// A restore of a buffer born evicted (a memset, not a copy): `host`
+    /// alone no longer says so once a pinned copy went back to the pool.
+    pub zeros: bool,
+    /// Bytes DMAed straight from or into pinned memory (the rest went
+    /// through the ring).
+    pub direct: usize,
+    /// An eviction's unmapping and release of the device memory (driver
+    /// calls that may hold the context's locks while other clients launch).
+    pub released: Duration,
 }
 
 /// How a move ended.
@@ -106,11 +124,16 @@ pub(crate) struct Mover {
     waiting: Arc<AtomicUsize>,
     /// Jobs sent and not yet taken back.
     pub under_way: usize,
+    /// Bytes its moves DMAed straight from or into pinned memory, and bytes
+    /// moved in all (restores of zeros left out).
+    pub moved_direct: u64,
+    pub moved: u64,
 }
 
 impl Mover {
-    /// Starts the thread, which makes `ctx` current on itself.
-    pub(crate) fn start(ctx: cu::CUcontext) -> Result<Mover, CudaError> {
+    /// Starts the thread, which makes `ctx` current on itself; `pinned`:
+    /// the pinned pool's cap (0: none).
+    pub(crate) fn start(ctx: cu::CUcontext, pinned: usize) -> Result<Mover, CudaError> {
         let (jobs, rx) = channel::<Msg>();
         let (tx, ended) = channel::<Done>();
         let ctx = ctx as usize;
@@ -118,9 +141,9 @@ impl Mover {
         let w = Arc::clone(&waiting);
         let thread = std::thread::Builder::new()
             .name("gpumux-mover".into())
-            .spawn(move || run(ctx as cu::CUcontext, rx, tx, &w))
+            .spawn(move || run(ctx as cu::CUcontext, pinned, rx, tx, &w))
             .map_err(|e| CudaError::Invalid(format!("starting the buffer mover thread: {e}")))?;
-        Ok(Mover { jobs: Some(jobs), ended, thread: Some(thread), waiting, under_way: 0 })
+        Ok(Mover { jobs: Some(jobs), ended, thread: Some(thread), waiting, under_way: 0, moved_direct: 0, moved: 0 })
     }
 
     /// Sends a job that reports no end (`Prepare`, `Trim`); `false`: the
@@ -141,7 +164,7 @@ impl Mover {
             Err(e) => match e.0 {
                 Msg::Move(job) => Err(job),
                 // Not what was sent.
-                Msg::Prepare { .. } | Msg::Trim { .. } => Ok(()),
+                Msg::Prepare { .. } | Msg::Trim { .. } | Msg::Recycle(_) => Ok(()),
             },
         }
     }
@@ -150,8 +173,12 @@ impl Mover {
     /// waiting, the thread is gone with nothing left to say).
     pub(crate) fn next(&mut self, wait: bool) -> Option<Done> {
         let done = if wait { self.ended.recv().ok() } else { self.ended.try_recv().ok() };
-        if done.is_some() {
+        if let Some(d) = &done {
             self.under_way -= 1;
+            if !d.zeros && matches!(d.what, Ended::Evicted | Ended::Restored(_)) {
+                self.moved_direct += d.direct as u64;
+                self.moved += d.size as u64;
+            }
         }
         done
     }
@@ -171,8 +198,13 @@ impl Drop for Mover {
     }
 }
 
-/// The thread: binds the context, then makes each job in turn.
-fn run(ctx: cu::CUcontext, jobs: Receiver<Msg>, ended: Sender<Done>, waiting: &AtomicUsize) {
+/// How long the mover sleeps between looks at its pinned pool when it has
+/// nothing to grow (to give back copies unused for long).
+const TICK: Duration = Duration::from_secs(1);
+
+/// The thread: binds the context, then makes each job in turn; while no
+/// job waits, grows the pinned pool a piece at a time.
+fn run(ctx: cu::CUcontext, cap: usize, jobs: Receiver<Msg>, ended: Sender<Done>, waiting: &AtomicUsize) {
     // SAFETY: a live context (its owner joins this thread before destroying it).
     let bound = check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx) });
     let mut stream: cu::CUstream = std::ptr::null_mut();
@@ -180,25 +212,53 @@ fn run(ctx: cu::CUcontext, jobs: Receiver<Msg>, ended: Sender<Done>, waiting: &A
         let flags = cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: out-pointer to a local; the context is current.
         check("cuStreamCreate", unsafe { cu::cuStreamCreate(&mut stream, flags) })?;
-        super::staging::Staging::new()
+        super::staging::Staging::new(cap)
     });
     let ring = made.as_ref().ok();
-    // Host memory faulted in ahead (`Msg::Prepare`).
+    // Host memory faulted in ahead (`Msg::Prepare`), when there is no pool.
     let mut ready: Vec<HostCopy> = Vec::new();
-    for job in jobs {
+    let mut pool = (cap > 0 && ring.is_some()).then(|| PinnedPool::new(cap));
+    loop {
+        let growing = pool.as_mut().is_some_and(PinnedPool::has_work);
+        let next = if growing {
+            jobs.try_recv().map_err(|e| e == TryRecvError::Disconnected)
+        } else {
+            jobs.recv_timeout(TICK).map_err(|e| e == RecvTimeoutError::Disconnected)
+        };
+        let job = match next {
+            Ok(job) => job,
+            Err(true) => break,
+            Err(false) => {
+                // Idle: grow the pool by a piece, give back what is unused.
+                if let (Some(p), Some(r)) = (pool.as_mut(), ring) {
+                    p.grow_step(&|b| r.populate(b));
+                    p.expire();
+                }
+                continue;
+            }
+        };
         let done = match (job, &made) {
             (Msg::Prepare { len }, _) => {
-                prepare(len, ring, &mut ready, waiting);
+                match pool.as_mut() {
+                    Some(p) => p.want(len),
+                    None => prepare(len, ring, &mut ready, waiting),
+                }
                 continue;
             }
             (Msg::Trim { keep }, _) => {
                 trim(&mut ready, keep);
                 continue;
             }
+            (Msg::Recycle(m), _) => {
+                if let Some(p) = pool.as_mut() {
+                    p.put(m);
+                }
+                continue;
+            }
             (Msg::Move(job), made) => {
                 waiting.fetch_sub(1, Ordering::AcqRel);
                 match made {
-                    Ok(_) => make(job, stream, ring, &mut ready),
+                    Ok(_) => make(job, stream, ring, &mut ready, pool.as_mut()),
                     Err(e) => fail(job, CudaError::Invalid(format!("the buffer mover could not start: {e}"))),
                 }
             }
@@ -208,6 +268,8 @@ fn run(ctx: cu::CUcontext, jobs: Receiver<Msg>, ended: Sender<Done>, waiting: &A
         }
     }
     drop(ready);
+    // Unpinned in this thread's context, before the ring and the stream go.
+    drop(pool);
     drop(made);
     if !stream.is_null() {
         // SAFETY: made above on this context; every copy on it is done.
@@ -260,27 +322,46 @@ fn fail(job: Job, e: CudaError) -> Done {
     match job {
         Job::Evict { token, ptr, size, bytes, host, .. } => {
             let host = host.unwrap_or_else(|| HostCopy::zeros(size, bytes));
-            Done { token, ptr, size, host, what: Ended::EvictFailed(e), prepared: zero, copied: zero }
+            let what = Ended::EvictFailed(e);
+            Done { token, ptr, size, host, what, prepared: zero, copied: zero, zeros: false, direct: 0, released: zero }
         }
         Job::Restore { token, ptr, size, host, .. } => {
-            Done { token, ptr, size, host, what: Ended::RestoreFailed(e, false), prepared: zero, copied: zero }
+            let (what, zeros) = (Ended::RestoreFailed(e, false), host.is_zeros());
+            Done { token, ptr, size, host, what, prepared: zero, copied: zero, zeros, direct: 0, released: zero }
         }
     }
 }
 
-/// Makes one job on this thread's `stream` and `ring`.
-fn make(job: Job, s: cu::CUstream, ring: Option<&super::staging::Staging>, ready: &mut Vec<HostCopy>) -> Done {
+/// Makes one job on this thread's `stream` and `ring`, straight from or
+/// into pinned memory of `pool` where it has some.
+fn make(
+    job: Job,
+    s: cu::CUstream,
+    ring: Option<&super::staging::Staging>,
+    ready: &mut Vec<HostCopy>,
+    mut pool: Option<&mut PinnedPool>,
+) -> Done {
     let Some(ring) = ring else { return fail(job, CudaError::Invalid("the mover has no staging ring".into())) };
     let t = Instant::now();
     match job {
         Job::Evict { token, ptr, size, bytes, handle, host, found } => {
-            let host = match host {
-                Some(h) => Ok(h),
-                // The smallest that fits: faulted in ahead; else fresh.
-                None => match ready.iter().enumerate().filter(|(_, c)| c.fits(size)).min_by_key(|(_, c)| c.held()) {
-                    Some((i, _)) => Ok(ready.swap_remove(i)),
-                    None => HostCopy::new(size, bytes),
-                },
+            // A pinned copy of the pool first: no CPU copy. Else the host copy
+            // sent; else memory faulted in ahead that fits (the smallest); else
+            // fresh. Whichever is not taken is dropped after the move.
+            let pinned = pool.as_deref_mut().and_then(|p| p.take(size));
+            let mut unused = None;
+            let host = match (pinned, host) {
+                (Some(m), h) => {
+                    unused = h;
+                    Ok(HostCopy::from_mem(m, size, bytes))
+                }
+                (None, Some(h)) => Ok(h),
+                (None, None) => {
+                    match ready.iter().enumerate().filter(|(_, c)| c.fits(size)).min_by_key(|(_, c)| c.held()) {
+                        Some((i, _)) => Ok(ready.swap_remove(i)),
+                        None => HostCopy::new(size, bytes),
+                    }
+                }
             };
             let mut host = match host {
                 Ok(mut h) => {
@@ -291,32 +372,36 @@ fn make(job: Job, s: cu::CUstream, ring: Option<&super::staging::Staging>, ready
             };
             let prepared = found + t.elapsed();
             let t = Instant::now();
-            let fresh = host.is_fresh();
-            let copy = ring.to_host(s, ptr, host.bytes_mut(size), fresh);
+            let copy = super::direct::to_host(s, ptr, &mut host, size, ring);
             let copied = t.elapsed();
+            let direct = *copy.as_ref().unwrap_or(&0);
             if copy.is_ok() {
                 host.mark_written();
             }
-            let what = match copy.and_then(|()| release(ptr, size, handle)) {
+            if let Some(p) = pool {
+                // The next eviction of this size finds a pinned copy (one is
+                // grown while idle unless a free one fits already): swapping
+                // clients need one copy more than they have buffers out.
+                p.want(size);
+            }
+            let t = Instant::now();
+            let what = match copy.and_then(|_| release(ptr, size, handle)) {
                 Ok(()) => Ended::Evicted,
                 Err(e) => Ended::EvictFailed(e),
             };
-            Done { token, ptr, size, host, what, prepared, copied }
+            let released = t.elapsed();
+            drop(unused);
+            Done { token, ptr, size, host, what, prepared, copied, zeros: false, direct, released }
         }
-        Job::Restore { token, ptr, size, ordinal, host } => {
+        Job::Restore { token, ptr, size, ordinal, mut host } => {
+            let zeros = host.is_zeros();
             let h = match create(ordinal, size) {
                 Ok(Some(h)) => h,
                 Ok(None) => {
                     let e = CudaError::Invalid(format!("no device memory for {size} bytes to restore"));
-                    return Done {
-                        token,
-                        ptr,
-                        size,
-                        host,
-                        what: Ended::RestoreFailed(e, true),
-                        prepared: t.elapsed(),
-                        copied: Duration::ZERO,
-                    };
+                    let (what, prepared) = (Ended::RestoreFailed(e, true), t.elapsed());
+                    let (copied, released) = (Duration::ZERO, Duration::ZERO);
+                    return Done { token, ptr, size, host, what, prepared, copied, zeros, direct: 0, released };
                 }
                 Err(e) => return fail(Job::Restore { token, ptr, size, ordinal, host }, e),
             };
@@ -325,24 +410,38 @@ fn make(job: Job, s: cu::CUstream, ring: Option<&super::staging::Staging>, ready
                 return fail(Job::Restore { token, ptr, size, ordinal, host }, e);
             }
             let prepared = t.elapsed();
-            let copy = if host.is_zeros() {
+            let copy = if zeros {
                 // SAFETY: `size` bytes at `ptr` were just mapped.
                 check("cuMemsetD8Async", unsafe { cu::cuMemsetD8Async(ptr, 0, size, s) })
                     // SAFETY: a stream of this context.
                     .and_then(|()| check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(s) }))
+                    .map(|()| 0)
             } else {
-                ring.to_device(s, host.bytes(size), ptr)
+                super::direct::to_device(s, &mut host, size, ptr, ring)
             };
             let copied = t.elapsed() - prepared;
+            let direct = *copy.as_ref().unwrap_or(&0);
             let what = match copy {
-                Ok(()) => Ended::Restored(h),
+                Ok(_) => Ended::Restored(h),
                 Err(e) => {
                     // Back to reserved only: the host copy stays the buffer's.
                     let _ = release(ptr, size, h);
                     Ended::RestoreFailed(e, false)
                 }
             };
-            Done { token, ptr, size, host, what, prepared, copied }
+            if let (Ended::Restored(_), Some(p)) = (&what, pool) {
+                // Restored: a pool's copy goes back to the pool (the device's
+                // thread gets none to keep as its spare).
+                let buffer = host.buffer();
+                host = match host.into_pooled() {
+                    Ok(m) => {
+                        p.put(m);
+                        HostCopy::zeros(size, buffer)
+                    }
+                    Err(h) => h,
+                };
+            }
+            Done { token, ptr, size, host, what, prepared, copied, zeros, direct, released: Duration::ZERO }
         }
     }
 }

@@ -3,10 +3,14 @@
 //! between a few pinned slots and the evicted buffer's ordinary (pageable)
 //! host copy.
 //!
-//! Why not pin each host copy: pinning costs about 0.4 s per GB on the H200
-//! machine (an 84 GB buffer: 33 s, against 1.5 s for its copy; issue 39's
-//! first GPU run, 100 s of pinning in a 122 s makespan). The ring is pinned
-//! once per context ([`SLOTS`] x [`CHUNK`]).
+//! The ring carries what the pinned host pool ([`super::pinned_pool`]) does
+//! not: every move when the pool is off or the driver will not pin, the
+//! first evictions before the pool has grown, and the part of a copy not
+//! pinned yet. Pinning a host copy on the move's path cost about 0.4 s per
+//! GB of fresh 4 KiB pages on the H200 machine (an 84 GB buffer: 33 s,
+//! against 1.5 s for its copy; issue 39's first GPU run, 100 s of pinning in
+//! a 122 s makespan). The ring is pinned once per context ([`SLOTS`] x
+//! [`CHUNK`]).
 //!
 //! How the two overlap. To the host: up to [`SLOTS`] chunks' DMAs are
 //! queued on the stream; the mover waits for the oldest, copies it out of
@@ -39,23 +43,21 @@ pub(crate) struct Staging {
     events: Vec<usize>,
     /// The CPU copies' threads.
     pool: CopyPool,
-    /// Moves pin the host copy and skip the ring ([`super::direct`], opt-in).
-    direct: bool,
 }
 
 impl Staging {
     /// The ring, pinned in the current context.
-    pub(crate) fn new() -> Result<Staging, CudaError> {
+    /// `pinned`: the pinned pool's cap, for the log ([`super::pinned_pool`]).
+    pub(crate) fn new(pinned: usize) -> Result<Staging, CudaError> {
         let pool = CopyPool::new(CopyPool::default_threads());
-        let direct = super::direct::enabled();
         tracing::info!(
-            "buffer mover: pinned ring of {SLOTS} x {} MiB, host copies on {} threads, transparent huge pages: {}, {}",
+            "buffer mover: pinned ring of {SLOTS} x {} MiB, host copies on {} threads, transparent huge pages: {}, \
+             pinned host pool of at most {pinned} bytes",
             CHUNK >> 20,
             pool.threads(),
             huge_pages(),
-            if direct { "host copies pinned in place (direct)" } else { "through the ring" }
         );
-        let mut st = Staging { slots: Vec::new(), events: Vec::new(), pool, direct };
+        let mut st = Staging { slots: Vec::new(), events: Vec::new(), pool };
         for _ in 0..SLOTS {
             let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
             // SAFETY: out-pointer to a local; freed in Drop.
@@ -86,11 +88,6 @@ impl Staging {
     /// Copies `host.len()` bytes at device address `dev` into `host` on `s`;
     /// `fresh`: `host` was never written (its pages are faulted in as it is).
     pub(crate) fn to_host(&self, s: cu::CUstream, dev: u64, host: &mut [u8], fresh: bool) -> Result<(), CudaError> {
-        let way = super::direct::Way::ToHost { fresh };
-        // SAFETY: `host` is borrowed mutably for the call.
-        if self.direct && unsafe { super::direct::copy(s, dev, host.as_mut_ptr(), host.len(), way, &self.pool) }? {
-            return Ok(());
-        }
         let chunks = host.len().div_ceil(CHUNK);
         let mut in_flight: VecDeque<(usize, usize)> = VecDeque::new();
         for k in 0..chunks {
@@ -133,11 +130,6 @@ impl Staging {
 
     /// Copies `host` to device address `dev` on `s`, and waits for it.
     pub(crate) fn to_device(&self, s: cu::CUstream, host: &[u8], dev: u64) -> Result<(), CudaError> {
-        let (p, way) = (host.as_ptr().cast_mut(), super::direct::Way::ToDevice);
-        // SAFETY: `host` is borrowed for the call; a move to the device only reads it.
-        if self.direct && unsafe { super::direct::copy(s, dev, p, host.len(), way, &self.pool) }? {
-            return Ok(());
-        }
         let chunks = host.len().div_ceil(CHUNK);
         for k in 0..chunks {
             let slot = k % SLOTS;

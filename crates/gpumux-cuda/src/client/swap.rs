@@ -20,11 +20,12 @@
 //! [`ClientDevice::start_move`] starts one, [`ClientDevice::take_moved`]
 //! reports its end. A buffer under way is not touched by this thread until
 //! then; freeing it waits for its move. Host copies are host memory that is
-//! fast to write ([`super::host_copy`]), copied through a small pinned ring
-//! (`staging`: pinning each copy cost 0.4 s per GB on the H200 machine,
-//! about 20 times its copy), owned by the device rather than its context:
-//! after a lost context, an evicted buffer keeps its bytes and gets its
-//! range back ([`ClientDevice::readdress_evicted`]).
+//! fast to write ([`super::host_copy`]): copies of the mover's pinned host
+//! pool ([`super::pinned_pool`]), pinned ahead of need and DMAed straight,
+//! or ordinary memory copied through a small pinned ring (`staging`). They
+//! are owned by the device rather than its context: after a lost context,
+//! an evicted buffer keeps its bytes (its pins go with the context) and gets
+//! its range back ([`ClientDevice::readdress_evicted`]).
 
 use super::device::ClientDevice;
 use super::host_copy::HostMem;
@@ -53,8 +54,8 @@ pub(crate) struct Mapping {
 }
 
 /// An evicted buffer's bytes in host memory ([`super::host_copy`]; owned
-/// by the device, so that they outlive a lost context; copied through the
-/// mover's pinned ring); or, for a buffer born evicted, nothing: it is all
+/// by the device, so that they outlive a lost context; pinned by the
+/// mover's pool, or copied through its pinned ring); or, for a buffer born evicted, nothing: it is all
 /// zeros, which the restore writes on the device.
 pub(crate) struct HostCopy {
     /// `None` for a buffer of zeros.
@@ -69,6 +70,40 @@ impl HostCopy {
     /// `len` bytes of host memory.
     pub(super) fn new(len: usize, buffer: u64) -> Result<HostCopy, CudaError> {
         Ok(HostCopy { mem: Some(HostMem::new(len)?), len, buffer })
+    }
+
+    /// A copy for a range of `size` in memory of the pinned pool.
+    pub(super) fn from_mem(mem: HostMem, size: usize, buffer: u64) -> HostCopy {
+        HostCopy { mem: Some(mem), len: size, buffer }
+    }
+
+    /// Its host memory, if it is the pinned pool's (to go back there); else
+    /// the copy as it was.
+    pub(super) fn into_pooled(self) -> Result<HostMem, HostCopy> {
+        match self.mem {
+            Some(m) if m.is_pooled() => Ok(m),
+            mem => Err(HostCopy { mem, ..self }),
+        }
+    }
+
+    /// Where its first `len` bytes start and how many of them are pinned.
+    pub(super) fn pinned_part(&mut self, len: usize) -> (*mut u8, usize) {
+        match self.mem.as_mut() {
+            Some(m) => (m.as_mut_ptr(), m.pinned().min(len)),
+            None => (std::ptr::null_mut(), 0),
+        }
+    }
+
+    /// Its pins went with their context (`HostMem::forget_pins`).
+    pub(super) fn forget_pins(&mut self) {
+        if let Some(m) = self.mem.as_mut() {
+            m.forget_pins();
+        }
+    }
+
+    /// The size of the buffer it holds.
+    pub(super) fn buffer(&self) -> u64 {
+        self.buffer
     }
 
     /// Host memory, not zeros, that can take an eviction of a range of
@@ -239,16 +274,21 @@ impl ClientDevice {
             // Its move holds its memory: the end is kept for `take_moved`.
             self.collect_moves(true);
         }
-        let host = self.swapped.remove(&ptr);
+        let mut host = self.swapped.remove(&ptr);
         if host.as_ref().is_some_and(HostCopy::is_zeros) {
             self.trim_prepared();
+        }
+        let freed = host.is_some();
+        if let Some(Ok(m)) = host.take().map(HostCopy::into_pooled) {
+            // A copy of the pinned pool goes back to it, pinned, for the next eviction.
+            self.recycle(m);
         }
         if self.swapped.is_empty() {
             // Nothing evicted: no exchange to keep a pinned copy for.
             self.spare_copy = None;
         }
         let st = self.state()?;
-        let Some(m) = st.mappings.remove(&ptr) else { return Ok(host.is_some()) };
+        let Some(m) = st.mappings.remove(&ptr) else { return Ok(freed) };
         if let Some(h) = m.handle {
             // SAFETY: mapped by `map`; no bound operation uses it (the caller's rule).
             check("cuMemUnmap", unsafe { cu::cuMemUnmap(ptr, m.size) })?;
@@ -290,12 +330,37 @@ impl ClientDevice {
         }
     }
 
+    /// Hands a pinned pool's copy back to the mover's pool (dropped, and so
+    /// unpinned, when there is no mover).
+    fn recycle(&mut self, m: HostMem) {
+        if let Some(mover) = self.st.as_mut().and_then(|st| st.mover.as_mut()) {
+            mover.send_quiet(Msg::Recycle(m));
+        }
+    }
+
+    /// After a lost context: host copies were pinned in it, and their pins
+    /// went with it.
+    pub(super) fn forget_pins(&mut self) {
+        for c in self.swapped.values_mut() {
+            c.forget_pins();
+        }
+    }
+
+    /// Caps the pinned host pool of the moves ([`super::pinned_pool`]) at
+    /// `bytes` (0: none, every move goes through the ring), instead of what
+    /// gpumuxd's environment says ([`super::PINNED_VAR`]); for a mover not
+    /// started yet (the first move starts it).
+    pub fn set_swap_pinned(&mut self, bytes: usize) {
+        self.swap_pinned = Some(bytes);
+    }
+
     /// The mover, started on first use.
     fn mover(&mut self) -> Result<&mut Mover, MemoryError> {
         let ctx = self.ctx.raw();
+        let cap = self.swap_pinned.or_else(super::pinned_pool::cap_from_env).unwrap_or(0);
         let st = self.state()?;
         if st.mover.is_none() {
-            st.mover = Some(Mover::start(ctx)?);
+            st.mover = Some(Mover::start(ctx, cap)?);
         }
         st.mover.as_mut().ok_or_else(|| CudaError::Invalid("the buffer mover did not start".into()).into())
     }
@@ -360,6 +425,14 @@ impl ClientDevice {
         Ok(())
     }
 
+    /// Bytes the moves taken so far DMAed straight from or into pinned host
+    /// memory, and bytes they moved in all (restores of buffers born
+    /// evicted left out): how much the pinned pool
+    /// ([`super::pinned_pool`]) carried.
+    pub fn swap_moved_direct(&self) -> (u64, u64) {
+        self.st.as_ref().and_then(|st| st.mover.as_ref()).map_or((0, 0), |m| (m.moved_direct, m.moved))
+    }
+
     /// Appends the moves that ended since the last call: their token, and
     /// how long the move took or why it failed (then nothing changed).
     pub fn take_moved(&mut self, out: &mut Vec<(u64, Result<Duration, MemoryError>)>) {
@@ -391,7 +464,14 @@ impl ClientDevice {
     /// One move's end on the books (module doc); the log lines are what
     /// `scripts/oversubscribe-gpu.sh` reads.
     fn apply(&mut self, done: Done) -> (u64, Result<Duration, MemoryError>) {
-        let Done { token, ptr, size, host, what, prepared, copied } = done;
+        let Done { token, ptr, size, host, what, prepared, copied, zeros, direct, released } = done;
+        // How much went straight from or into pinned memory (no field is "in"
+        // or "copied": the GPU check's parser reads those).
+        let pinned = if zeros {
+            String::new()
+        } else {
+            format!("; {} % straight from pinned memory", direct * 100 / size.max(1))
+        };
         let rate = size as f64 / copied.as_secs_f64().max(1e-9) / 1e9;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let mapping = self.st.as_mut().and_then(|st| st.mappings.get_mut(&ptr));
@@ -406,9 +486,11 @@ impl ClientDevice {
                 m.handle = None;
                 self.swapped.insert(ptr, host);
                 tracing::info!(
-                    "evicted {size} bytes at {ptr:#x}: host memory in {:.1} ms, copied in {:.1} ms ({rate:.1} GB/s)",
+                    "evicted {size} bytes at {ptr:#x}: host memory in {:.1} ms, copied in {:.1} ms ({rate:.1} GB/s{pinned}); \
+                     device memory unmapped and released after it, {:.1} ms",
                     ms(prepared),
-                    ms(copied)
+                    ms(copied),
+                    ms(released)
                 );
                 Ok(prepared + copied)
             }
@@ -419,13 +501,13 @@ impl ClientDevice {
             Ended::Restored(h) => {
                 m.handle = Some(h);
                 // A buffer born evicted is a memset, no copy: the GPU check's rates leave it out.
-                let zeros = if host.is_zeros() { " as zeros" } else { "" };
+                let zeros = if zeros { " as zeros" } else { "" };
                 // Kept for the next eviction while others are evicted (an
                 // exchange will follow): its pages are in place.
                 self.spare_copy = Some(host).filter(|c| !c.is_zeros() && !self.swapped.is_empty());
                 // The script's parser reads the last "in": the copy's time.
                 tracing::info!(
-                    "restored {size} bytes at {ptr:#x}{zeros} (memory created and mapped in {:.1} ms) in {:.1} ms ({rate:.1} GB/s)",
+                    "restored {size} bytes at {ptr:#x}{zeros} (memory created and mapped in {:.1} ms) in {:.1} ms ({rate:.1} GB/s{pinned})",
                     ms(prepared),
                     ms(copied)
                 );
