@@ -219,7 +219,7 @@ fn run(ctx: cu::CUcontext, cap: usize, jobs: Receiver<Msg>, ended: Sender<Done>,
     let mut ready: Vec<HostCopy> = Vec::new();
     let mut pool = (cap > 0 && ring.is_some()).then(|| PinnedPool::new(cap));
     loop {
-        let growing = pool.as_mut().is_some_and(PinnedPool::has_work);
+        let growing = pool.as_ref().is_some_and(PinnedPool::has_work);
         let next = if growing {
             jobs.try_recv().map_err(|e| e == TryRecvError::Disconnected)
         } else {

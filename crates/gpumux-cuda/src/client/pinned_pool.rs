@@ -178,9 +178,17 @@ impl<R: Region> Book<R> {
         None
     }
 
-    /// A free copy `pending` says is not whole yet (to grow next).
-    pub(crate) fn growing(&mut self, pending: impl Fn(&R) -> bool) -> Option<&mut R> {
-        self.free.iter_mut().map(|(r, _)| r).find(|r| pending(r))
+    /// A free copy `pending` says is not whole yet (to grow next): growing
+    /// is using it, so its idle time starts again at `now`.
+    pub(crate) fn growing(&mut self, pending: impl Fn(&R) -> bool, now: Instant) -> Option<&mut R> {
+        let (r, since) = self.free.iter_mut().find(|(r, _)| pending(r))?;
+        *since = now;
+        Some(r)
+    }
+
+    /// Whether a free copy is not whole yet.
+    pub(crate) fn any_growing(&self, pending: impl Fn(&R) -> bool) -> bool {
+        self.free.iter().any(|(r, _)| pending(r))
     }
 }
 
@@ -218,8 +226,8 @@ impl PinnedPool {
     }
 
     /// Something to grow while idle.
-    pub(crate) fn has_work(&mut self) -> bool {
-        !self.broken && (self.book.growing(|m| m.next_pin() > 0).is_some() || !self.book.want.is_empty())
+    pub(crate) fn has_work(&self) -> bool {
+        !self.broken && (self.book.any_growing(|m| m.next_pin() > 0) || !self.book.want.is_empty())
     }
 
     /// One step of growth while the mover is idle: pin the next piece of a
@@ -229,7 +237,7 @@ impl PinnedPool {
         if self.broken {
             return;
         }
-        if let Some(m) = self.book.growing(|m| m.next_pin() > 0) {
+        if let Some(m) = self.book.growing(|m| m.next_pin() > 0, Instant::now()) {
             if let Err(e) = m.pin_next(populate) {
                 self.broken = true;
                 tracing::warn!(
@@ -350,6 +358,12 @@ mod tests {
         assert_eq!(gone.iter().map(|f| f.len).collect::<Vec<_>>(), vec![2 * G], "the one idle since t0");
         drop(gone);
         assert_eq!((b.held(), b.free_bytes()), (3 * G, 3 * G), "given back: only the used one is pinned");
+        // A copy still growing is in use: its idle time starts again.
+        let grown = b.growing(|f| f.len == 3 * G, t0 + Duration::from_secs(200)).map(|f| f.len);
+        assert_eq!(grown, Some(3 * G));
+        assert!(b.expire(t0 + Duration::from_secs(300), IDLE).is_empty(), "grown 100 s ago: kept");
+        assert_eq!(b.expire(t0 + Duration::from_secs(320), IDLE).len(), 1, "idle 120 s since: given back");
+        assert_eq!(b.held(), 0, "nothing pinned");
     }
 
     #[test]
