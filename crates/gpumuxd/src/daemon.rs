@@ -410,6 +410,18 @@ fn check_os_room(limits: &crate::config::ServerLimits) {
     }
 }
 
+/// Caps each GPU's pinned host pool for evicted buffers (docs/oversubscription.md,
+/// "The host side") at its share of `swap_memory`, unless gpumuxd's environment
+/// sets it ([`gpumux_cuda::client::PINNED_VAR`]). The device processes, started
+/// after this, inherit it; set before any device, client or worker thread runs.
+fn pin_swap_memory(share: u64) {
+    let var = gpumux_cuda::client::PINNED_VAR;
+    match std::env::var_os(var) {
+        Some(v) => tracing::info!("pinned host memory for evicted buffers: at most {v:?} per GPU ({var})"),
+        None => std::env::set_var(var, share.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{parse_cuda_spec, resolve_hw_priority, CudaSpec, Refill};
@@ -452,17 +464,5 @@ mod tests {
         assert!(bad.contains("unknown option `fast`"), "{bad}");
         assert!(parse_cuda_spec("cuda:x").is_some_and(|r| r.is_err()));
         assert!(parse_cuda_spec("cuda:-1").is_some_and(|r| r.is_err()));
-    }
-}
-
-/// Caps each GPU's pinned host pool for evicted buffers (docs/oversubscription.md,
-/// "The host side") at its share of `swap_memory`, unless gpumuxd's environment
-/// sets it ([`gpumux_cuda::client::PINNED_VAR`]). The device processes, started
-/// after this, inherit it; set before any device, client or worker thread runs.
-fn pin_swap_memory(share: u64) {
-    let var = gpumux_cuda::client::PINNED_VAR;
-    match std::env::var_os(var) {
-        Some(v) => tracing::info!("pinned host memory for evicted buffers: at most {v:?} per GPU ({var})"),
-        None => std::env::set_var(var, share.to_string()),
     }
 }
