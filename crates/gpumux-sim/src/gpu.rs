@@ -134,6 +134,10 @@ pub struct SimTuning {
     /// issued ([`SimGpu::with_tuning`]).
     #[serde(default)]
     pub release_at_end: bool,
+    /// The memory model's saturation ratio κ (SMs' summed ceiling over DRAM bandwidth,
+    /// `memory.rs`), where it was measured (`gpumux replay --probe`); `None`: the preset's.
+    #[serde(default)]
+    pub mem_ratio: Option<f64>,
 }
 
 /// A simulated GPU. Deterministic: the same commands at the same times with
@@ -349,6 +353,9 @@ impl SimGpu {
         self.preempt_overhead_ns = t.preempt_overhead_ns;
         self.forced_mechanism = t.mechanism;
         self.release_at_end = t.release_at_end;
+        if let Some(k) = t.mem_ratio.filter(|k| k.is_finite() && *k > 0.0) {
+            self.mem = MemModel { calibration_sms: self.mem.calibration_sms, ..MemModel::with_ratio(&self.info, k) };
+        }
         self
     }
 
@@ -1096,6 +1103,16 @@ mod tests {
     }
 
     #[test]
+    fn a_tuning_sets_the_saturation_ratio() {
+        let info = crate::presets::h200();
+        let tuned =
+            SimGpu::new(info.clone(), 1).with_tuning(&SimTuning { mem_ratio: Some(4.0), ..SimTuning::default() });
+        assert!((tuned.memory().saturation_ratio(&info) - 4.0).abs() < 1e-9);
+        let plain = SimGpu::new(info.clone(), 1).with_tuning(&SimTuning::default());
+        assert_eq!(plain.memory(), &crate::presets::h200_memory());
+    }
+
+    #[test]
     fn a_tuning_sets_each_link_direction_and_forces_the_mechanism() {
         let tuning = SimTuning {
             h2d_bandwidth: Some(1e9),
@@ -1104,6 +1121,7 @@ mod tests {
             preempt_overhead_ns: 0,
             mechanism: Some(Mechanism::Drain),
             release_at_end: false,
+            mem_ratio: None,
         };
         let mut gpu = SimGpu::new(crate::presets::k20c(), 1).with_tuning(&tuning);
         let mut events = Vec::new();

@@ -192,6 +192,7 @@ impl Calibration {
             preempt_overhead_ns: (self.device.preempt_overhead_us * 1000.0).round() as Nanos,
             mechanism: self.mechanism()?,
             release_at_end: self.release_at_end()?,
+            mem_ratio: None,
         })
     }
 

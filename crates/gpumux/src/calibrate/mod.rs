@@ -8,7 +8,7 @@
 
 pub mod file;
 pub(crate) mod measure;
-mod probe;
+pub(crate) mod probe;
 
 use crate::devices::DeviceSpec;
 use crate::run::{self, RunOptions};

@@ -26,6 +26,11 @@ impl<'a> Probe<'a> {
         Probe { dev, now: 0, next_launch: 0, next_kernel: 0, next_copy: 0, events: Vec::new() }
     }
 
+    /// The device's clock as last seen (ns).
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
     pub fn num_sms(&self) -> u16 {
         self.dev.info().num_sms
     }
@@ -148,6 +153,61 @@ impl<'a> Probe<'a> {
             self.timed(desc, kernel, remaining, sms)?;
         }
         Ok(Some(latency))
+    }
+
+    /// `runs` launches of `k`, back to back, on the first `sms` SMs, while `p` runs back to back
+    /// on the others: the start and end of each of `k`'s launches and of each of `p`'s (the last
+    /// of `p`'s waited for, so that `p` ran over all of `k`'s). A co-run with a probe kernel,
+    /// as `gpumux replay --probe` reads one from a recording.
+    pub fn beside(
+        &mut self,
+        k: &Arc<KernelDesc>,
+        sms: u16,
+        p: &Arc<KernelDesc>,
+        runs: u32,
+    ) -> Result<(Vec<(Nanos, Nanos)>, Vec<(Nanos, Nanos)>)> {
+        let n = self.num_sms();
+        if sms == 0 || sms >= n {
+            bail!("a co-run needs SMs on both sides: {sms} of {n} for `{}`", k.name);
+        }
+        let (ks, ps) = (SmSet::range(0, sms), SmSet::range(sms, n));
+        let (mut k_runs, mut p_runs) = (Vec::new(), Vec::new());
+        let inv = self.invocation();
+        let mut kl = self.launch(k, inv, BlockRanges::full(k.shape.blocks), ks)?;
+        let mut k0 = self.now;
+        let inv = self.invocation();
+        let mut pl = self.launch(p, inv, BlockRanges::full(p.shape.blocks), ps)?;
+        let mut p0 = self.now;
+        while k_runs.len() < runs as usize {
+            self.now =
+                self.dev.advance(None, &mut self.events).map_err(|e| anyhow!("co-running `{}`: {e:#}", k.name))?;
+            let ended: Vec<LaunchId> = self
+                .events
+                .drain(..)
+                .filter_map(|e| match e {
+                    Event::LaunchEnded { launch, .. } => Some(launch),
+                    _ => None,
+                })
+                .collect();
+            for l in ended {
+                if l == kl {
+                    k_runs.push((k0, self.now));
+                    if k_runs.len() < runs as usize {
+                        let inv = self.invocation();
+                        kl = self.launch(k, inv, BlockRanges::full(k.shape.blocks), ks)?;
+                        k0 = self.now;
+                    }
+                } else if l == pl {
+                    p_runs.push((p0, self.now));
+                    let inv = self.invocation();
+                    pl = self.launch(p, inv, BlockRanges::full(p.shape.blocks), ps)?;
+                    p0 = self.now;
+                }
+            }
+        }
+        self.wait_launch(pl)?;
+        p_runs.push((p0, self.now));
+        Ok((k_runs, p_runs))
     }
 
     /// One copy of `bytes`, timed (ns).

@@ -42,7 +42,7 @@ pub struct Shape {
 }
 
 impl Shape {
-    fn of(what: &What) -> Option<Shape> {
+    pub(super) fn of(what: &What) -> Option<Shape> {
         match what {
             What::Kernel { name, grid, block, shared_bytes, regs_per_thread, .. } => Some(Shape {
                 name: name.clone(),
@@ -55,7 +55,7 @@ impl Shape {
         }
     }
 
-    fn desc(&self, timing: SimTiming) -> KernelDesc {
+    pub(super) fn desc(&self, timing: SimTiming) -> KernelDesc {
         let blocks = self.grid.iter().map(|&g| u64::from(g)).product();
         let threads = self.block.iter().product();
         let shape = KernelShape::new(blocks, threads, self.regs_per_thread).with_smem_per_block(self.shared_bytes);
@@ -87,14 +87,14 @@ pub struct Fitted {
     pub instances: usize,
     pub source: Source,
     pub block_time_us: f64,
-    /// Memory intensity the simulator gives it: 0 unless `--mem-intensity` names it.
+    /// Memory intensity the simulator gives it: 0 unless `--mem-intensity` or `--probe` gives one.
     pub mem_intensity: f64,
 }
 
 /// For each completed operation of a client, when it could start: its
 /// submission, or the end of the operation before it on its stream if later
 /// (memsets and device copies skipped: see inside).
-fn ready_times(c: &ClientRec) -> Vec<(u64, &OpLine)> {
+pub(super) fn ready_times(c: &ClientRec) -> Vec<(u64, &OpLine)> {
     let mut last_end: HashMap<u32, u64> = HashMap::new();
     let mut out = Vec::new();
     for o in c.completed() {
@@ -144,6 +144,18 @@ fn kernel_samples(r: &Recording, only_clean: bool) -> BTreeMap<Shape, Samples> {
         }
     }
     out
+}
+
+/// Mean recorded time of each kernel shape over `alone` recordings (every instance: each
+/// client ran by itself), ns.
+pub(super) fn alone_means(alone: &[Recording]) -> BTreeMap<Shape, f64> {
+    let mut all: BTreeMap<Shape, Vec<f64>> = BTreeMap::new();
+    for a in alone {
+        for (shape, s) in kernel_samples(a, false) {
+            all.entry(shape).or_default().extend(s.all);
+        }
+    }
+    all.into_iter().filter(|(_, t)| !t.is_empty()).map(|(s, t)| (s, t.iter().sum::<f64>() / t.len() as f64)).collect()
 }
 
 /// Fits every kernel shape of `r` for `target`, from `alone` recordings first. A kernel
@@ -210,7 +222,7 @@ pub fn fit_kernels(
 /// (calibrate's fit, with no spread or memory measurements: both stay 0), or with memory
 /// intensity `mem` when given: a recording made with the whole device has no run on fewer
 /// SMs to identify it from (docs/calibration.md), so it can only be given.
-fn fit(shape: &Shape, alone_ns: f64, target: &DeviceInfo, mem: Option<f64>) -> Result<SimTiming> {
+pub(super) fn fit(shape: &Shape, alone_ns: f64, target: &DeviceInfo, mem: Option<f64>) -> Result<SimTiming> {
     if let Some(m) = mem {
         return fit_with_mem(shape, alone_ns, target, m);
     }

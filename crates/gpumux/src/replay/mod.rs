@@ -5,6 +5,7 @@
 //! "Replaying the daemon's clients", says what is modelled and what is not.
 
 mod build;
+pub mod probe;
 pub mod recording;
 
 use crate::devices::DeviceSpec;
@@ -58,6 +59,15 @@ pub struct ReplayArgs {
     /// a recording cannot tell it (docs/calibration.md); this tests what it would change.
     #[arg(long = "mem-intensity", value_name = "KERNEL=M", value_parser = parse_mem_intensity)]
     pub mem_intensity: Vec<(String, f64)>,
+    /// A recording of each client run beside a memory-bound probe client (each on half the
+    /// SMs): every kernel's memory intensity and the device's saturation ratio κ are fitted
+    /// from it and replayed (docs/calibration.md); needs --alone. `--mem-intensity` overrides.
+    #[arg(long, value_name = "FILE", requires = "alone")]
+    pub probe: Option<PathBuf>,
+    /// The probe's kernel: a client whose every kernel has this name is the probe (memory
+    /// intensity 1 by definition).
+    #[arg(long, value_name = "KERNEL", default_value = "vector_add")]
+    pub probe_kernel: String,
 }
 
 /// `KERNEL=M` of `--mem-intensity`.
@@ -104,6 +114,8 @@ pub struct ReplayReport {
     /// Whether both errors are within `goal_pct` (with `--alone`).
     pub within_goal: Option<bool>,
     pub goal_pct: f64,
+    /// With `--probe`: κ and each kernel's memory intensity as fitted.
+    pub probe: Option<probe::ProbeFit>,
 }
 
 pub fn run(args: ReplayArgs) -> Result<()> {
@@ -157,9 +169,22 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     if !latencies.is_empty() {
         tuning.link_latency_ns = Some((latencies.iter().sum::<f64>() / latencies.len() as f64).round() as u64);
     }
-    let mem: HashMap<String, f64> = args.mem_intensity.iter().cloned().collect();
+    let given: HashMap<String, f64> = args.mem_intensity.iter().cloned().collect();
+    let probe_fit = match &args.probe {
+        Some(path) => {
+            let p = Recording::load(path)?;
+            let fitted = probe::fit_recording(&p, &build::alone_means(&alone), &args.probe_kernel, &info, &mut notes)
+                .with_context(|| format!("fitting memory intensities to {}", path.display()))?;
+            tuning.mem_ratio = Some(fitted.kappa);
+            Some(fitted)
+        }
+        None => None,
+    };
+    // Fitted intensities for the kernels the probe recording saw; what --mem-intensity gives wins.
+    let mut mem: HashMap<String, f64> = probe_fit.as_ref().map(|p| p.intensities()).unwrap_or_default();
+    mem.extend(given.clone());
     let kernels = build::fit_kernels(&rec, &alone, &info, &mem, &mut notes)?;
-    for name in mem.keys() {
+    for name in given.keys() {
         if !kernels.keys().any(|s| &s.name == name) {
             let mut known: Vec<&str> = kernels.keys().map(|s| s.name.as_str()).collect();
             known.dedup();
@@ -251,6 +276,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         notes,
         within_goal,
         goal_pct: args.goal_pct,
+        probe: probe_fit,
     };
     print!("{}", render(&report));
     if let Some(path) = &args.json {
@@ -375,6 +401,36 @@ pub fn render(r: &ReplayReport) -> String {
                 build::Source::Shortest => "shortest run (shared)",
             }
         );
+    }
+    if let Some(p) = &r.probe {
+        let _ = writeln!(
+            s,
+            "memory intensity beside the probe `{}` ({}): κ {:.2} (as good: {:.2}-{:.2}; the preset's {:.2})",
+            p.probe_kernel, p.recording, p.kappa, p.kappa_range.0, p.kappa_range.1, p.preset_kappa
+        );
+        let _ = writeln!(
+            s,
+            "{:<20} {:>5} {:>5} {:>6} {:>7} {:>7} | {:>7} {:>7} {:>6} | {:>5} {:>11}",
+            "kernel", "SMs", "probe", "runs", "x alone", "fit", "probe x", "fit", "runs", "m", "m as good"
+        );
+        for k in &p.kernels {
+            let _ = writeln!(
+                s,
+                "{:<20} {:>5} {:>5} {:>6} {:>7.3} {:>7.3} | {:>7} {:>7.3} {:>6} | {:>5.2} {:>5.2}-{:<5.2}",
+                gpumux_files::text::truncate(&k.name, 20),
+                k.sms,
+                k.probe_sms,
+                k.instances,
+                k.ratio,
+                k.fitted_ratio,
+                k.probe_ratio.map_or_else(|| "-".into(), |r| format!("{r:.3}")),
+                k.fitted_probe_ratio,
+                k.probe_instances,
+                k.mem_intensity,
+                k.mem_range.0,
+                k.mem_range.1
+            );
+        }
     }
     for n in &r.notes {
         let _ = writeln!(s, "note: {n}");
