@@ -7,7 +7,7 @@
 # BIN_DIR: what scripts/device-build.sh makes (default target/device/main; $BIN also works).
 # OUT:     recordings, workloads, tables (default $OUT/replay, else /tmp/replay).
 # Per policy (REPLAY_POLICIES, default "ppq-even-drain spatial-even"):
-#   1. a daemon on REPLAY_DEVICE (default cuda:0) recording to OUT/POLICY/alone.jsonl runs the
+#   1. a daemon on REPLAY_DEVICE (below) recording to OUT/POLICY/alone.jsonl runs the
 #      four clients (Rust vector_add and histogram, C matmul and stencil) one after another;
 #   2. a fresh daemon recording to OUT/POLICY/shared.jsonl runs them all at once;
 #   3. `gpumux replay shared.jsonl --alone alone.jsonl --policy POLICY` simulates the shared run
@@ -17,15 +17,25 @@
 # REPLAY_CALIBRATION: a `gpumux calibrate` file whose device section (preemption cost) the
 # simulator takes; without it the replay drains and keeps SMs until a launch's end, as gpumux's
 # CUDA backend does, and copies run at the speed recorded.
-# REPLAY_MEM (default "vector_add=1 stencil=1"; empty: skip): a second replay of the same
-# recordings with these kernels' memory intensity given (`gpumux replay --mem-intensity`), the
-# one parameter a recording cannot tell; printed beside the first as "(mem)" lines in the
-# summary (replay-mem.txt / .json), not counted in the exit status.
+# REPLAY_DEVICE defaults to cuda:0,own-sms: each launch on SMs of its own, as the simulator
+# models it (the CUDA device's default co-locates launches of one priority on every SM at a
+# share of each, so their warps share each SM's issue slots, which the simulator does not model;
+# REPLAY_DEVICE=cuda:0 measures that set-up).
+# The probe (once, before the policies; REPLAY_PROBE=0 skips it): a daemon under spatial-even
+# recording to OUT/probe/probe.jsonl runs each client other than vector_add beside a vector_add
+# client (PROBE_ARGS, default "--size 16777216 --repeat 100000": the same --size as
+# VECTOR_ADD_ARGS, so that its alone time is in the alone recordings; stopped when the client
+# ends), each on half the SMs. Each policy is then replayed a second time with
+# `--probe OUT/probe/probe.jsonl`: every kernel's memory intensity and the device's saturation
+# ratio κ fitted from how each kernel and the probe slowed each other (docs/calibration.md,
+# "Memory intensity beside a probe"), printed as "(probe)" lines in the summary (replay-probe.txt
+# / .json). The exit status counts the probe replays (the plain ones are printed for comparison).
 # Client sizes (each client's --size and --repeat; sized for tens of ms on an H200, the first
 # figures to tune if a client runs only a few ms alone):
 #   VECTOR_ADD_ARGS (default "--size 16777216 --repeat 400"), HISTOGRAM_ARGS ("--size 67108864
 #   --repeat 100"), MATMUL_ARGS ("--size 1024 --repeat 40"), STENCIL_ARGS ("--size 4096 --repeat 500").
-# Exits non-zero if any policy's replay failed or missed the goal. Needs no Python.
+# Exits non-zero if the probe recording or any policy's probe replay failed or missed the goal.
+# Needs no Python.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(realpath -m "${1:-${BIN:-$root/target/device/main}}")
@@ -35,7 +45,7 @@ for b in gpumuxd gpumux vector_add histogram matmul stencil; do
     [ -x "$BIN/$b" ] || { echo "replay-gpu: no $b in $BIN (scripts/device-build.sh makes it)" >&2; exit 2; }
 done
 POLICIES=${REPLAY_POLICIES:-ppq-even-drain spatial-even}
-DEVICE=${REPLAY_DEVICE:-cuda:0}
+DEVICE=${REPLAY_DEVICE:-cuda:0,own-sms}
 declare -A ARGS=(
     [vector_add]=${VECTOR_ADD_ARGS:---size 16777216 --repeat 400}
     [histogram]=${HISTOGRAM_ARGS:---size 67108864 --repeat 100}
@@ -67,6 +77,25 @@ run_client() { # name socket log
 
 fails=0
 results=()
+probe_rec=
+if [ "${REPLAY_PROBE:-1}" != 0 ]; then
+    pdir="$OUT/probe"; mkdir -p "$pdir"; sock="$OUT/probe.sock"; rm -f "$pdir/probe.jsonl"
+    echo "== probe: each client beside vector_add (spatial-even, half the SMs each)"
+    if start_daemon spatial-even "$sock" "$pdir/daemon.log" "$pdir/probe.jsonl"; then
+        ok=1
+        for c in histogram matmul stencil; do
+            # shellcheck disable=SC2086 # the arguments are words
+            "$BIN/vector_add" --socket "$sock" ${PROBE_ARGS:---size 16777216 --repeat 100000} >"$pdir/probe-$c.log" 2>&1 &
+            probe_pid=$!
+            sleep "${PROBE_LEAD:-1}" # its copies done and its kernels running before the client comes
+            run_client "$c" "$sock" "$pdir/$c.log" || { ok=0; echo "  $c failed beside the probe: $(tail -3 "$pdir/$c.log")"; }
+            kill -TERM "$probe_pid" 2>/dev/null; wait "$probe_pid" 2>/dev/null
+        done
+        stop_daemon
+        [ $ok = 1 ] && probe_rec="$pdir/probe.jsonl"
+    fi
+    [ -n "$probe_rec" ] || { results+=("FAIL probe: the probe recording failed (see $pdir)"); fails=$((fails + 1)); }
+fi
 for policy in $POLICIES; do
     dir="$OUT/$policy"; mkdir -p "$dir"; sock="$OUT/$policy.sock"
     echo "== $policy: each client alone"
@@ -95,28 +124,27 @@ for policy in $POLICIES; do
         cat "$dir/replay.txt"
         verdict=$(grep -E '^(PASS|FAIL):' "$dir/replay.txt" | tail -1)
         figures=$(grep -E '^ANTT recorded' "$dir/replay.txt" | tail -1)
-        results+=("${verdict%%:*} $policy: $figures")
-        [[ $verdict == PASS* ]] || fails=$((fails + 1))
+        results+=("${verdict%%:*} $policy (m = 0, not counted): $figures")
     else
         cat "$dir/replay.err"
         results+=("FAIL $policy: gpumux replay failed (see $dir/replay.err)"); fails=$((fails + 1))
     fi
-    mem=${REPLAY_MEM-vector_add=1 stencil=1}
-    if [ -n "$mem" ]; then
-        echo "== $policy: replay with memory intensities $mem"
+    if [ -n "$probe_rec" ]; then
+        echo "== $policy: replay with memory intensities fitted beside the probe"
         replay=("$BIN/gpumux" replay "$dir/shared.jsonl" --alone "$dir/alone.jsonl" --policy "$policy"
-            --json "$dir/replay-mem.json")
+            --probe "$probe_rec" --json "$dir/replay-probe.json")
         [ -n "${REPLAY_TARGET:-}" ] && replay+=(--device "$REPLAY_TARGET")
         [ -n "${REPLAY_CALIBRATION:-}" ] && replay+=(--calibration "$REPLAY_CALIBRATION")
-        for m in $mem; do replay+=(--mem-intensity "$m"); done
-        if "${replay[@]}" >"$dir/replay-mem.txt" 2>"$dir/replay-mem.err"; then
-            cat "$dir/replay-mem.txt"
-            verdict=$(grep -E '^(PASS|FAIL):' "$dir/replay-mem.txt" | tail -1)
-            figures=$(grep -E '^ANTT recorded' "$dir/replay-mem.txt" | tail -1)
-            results+=("${verdict%%:*} $policy (mem: $mem): $figures")
+        if "${replay[@]}" >"$dir/replay-probe.txt" 2>"$dir/replay-probe.err"; then
+            cat "$dir/replay-probe.txt"
+            verdict=$(grep -E '^(PASS|FAIL):' "$dir/replay-probe.txt" | tail -1)
+            figures=$(grep -E '^ANTT recorded' "$dir/replay-probe.txt" | tail -1)
+            kappa=$(grep -oE 'κ [0-9.]+ \(as good: [0-9.-]+' "$dir/replay-probe.txt" | head -1)
+            results+=("${verdict%%:*} $policy (probe; $kappa): $figures")
+            [[ $verdict == PASS* ]] || fails=$((fails + 1))
         else
-            cat "$dir/replay-mem.err"
-            results+=("FAIL $policy (mem: $mem): gpumux replay failed (see $dir/replay-mem.err)")
+            cat "$dir/replay-probe.err"
+            results+=("FAIL $policy (probe): gpumux replay failed (see $dir/replay-probe.err)"); fails=$((fails + 1))
         fi
     fi
 done

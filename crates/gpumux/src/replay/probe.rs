@@ -407,10 +407,27 @@ pub fn fit_recording(
             fitted.kappa
         ));
     }
+    if fitted.kappa >= KAPPA_MAX - KAPPA_STEP / 2.0 || fitted.kappa <= KAPPA_MIN + KAPPA_STEP / 2.0 {
+        notes.push(format!(
+            "probe: κ {:.2} is at the edge of the grid ({KAPPA_MIN}-{KAPPA_MAX}): the recorded slowdowns ask for more \
+             (or less) than the memory model gives; see each kernel's fitted ratios",
+            fitted.kappa
+        ));
+    }
     let kernels = obs
         .iter()
         .zip(&fitted.m)
         .map(|(o, &(m, range, (rk, rp)))| {
+            let off = |fit: f64, rec: f64| (fit / rec - 1.0).abs() > 0.1;
+            if off(rk, o.ratio_k) || o.ratio_p.is_some_and(|r| off(rp, r)) {
+                notes.push(format!(
+                    "probe: kernel `{}`: the model cannot reproduce its pair (beside the probe {:.3}x alone, fitted \
+                     {rk:.3}x; the probe {}x, fitted {rp:.3}x): something other than DRAM bandwidth slowed it",
+                    o.shape.name,
+                    o.ratio_k,
+                    o.ratio_p.map_or_else(|| "-".into(), |r| format!("{r:.3}"))
+                ));
+            }
             if range.1 - range.0 > 0.25 {
                 notes.push(format!(
                     "probe: kernel `{}`: m is not identified ({:.2} to {:.2} fit as well); took {m:.2}",
