@@ -11,6 +11,10 @@ use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
 use std::sync::Arc;
 
+/// When a launch started and ended (ns).
+#[cfg(test)]
+pub type Span = (Nanos, Nanos);
+
 /// A device and the ids handed out so far. Every launch is process 0's.
 pub struct Probe<'a> {
     dev: &'a mut (dyn Device + Send),
@@ -27,6 +31,7 @@ impl<'a> Probe<'a> {
     }
 
     /// The device's clock as last seen (ns).
+    #[cfg(test)]
     pub fn now(&self) -> Nanos {
         self.now
     }
@@ -158,14 +163,16 @@ impl<'a> Probe<'a> {
     /// `runs` launches of `k`, back to back, on the first `sms` SMs, while `p` runs back to back
     /// on the others: the start and end of each of `k`'s launches and of each of `p`'s (the last
     /// of `p`'s waited for, so that `p` ran over all of `k`'s). A co-run with a probe kernel,
-    /// as `gpumux replay --probe` reads one from a recording.
+    /// as `gpumux replay --probe` reads one from a recording (its tests use the simulator as
+    /// the GPU this way).
+    #[cfg(test)]
     pub fn beside(
         &mut self,
         k: &Arc<KernelDesc>,
         sms: u16,
         p: &Arc<KernelDesc>,
         runs: u32,
-    ) -> Result<(Vec<(Nanos, Nanos)>, Vec<(Nanos, Nanos)>)> {
+    ) -> Result<(Vec<Span>, Vec<Span>)> {
         let n = self.num_sms();
         if sms == 0 || sms >= n {
             bail!("a co-run needs SMs on both sides: {sms} of {n} for `{}`", k.name);

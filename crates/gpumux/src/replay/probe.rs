@@ -268,8 +268,18 @@ pub struct Fit {
     pub kappa: f64,
     /// κ values whose summed error is within [`TOLERANCE`] of the best.
     pub kappa_range: (f64, f64),
-    /// Per kernel (in `terms` order): `m`, the range of `m` as good, and the predicted ratios.
-    pub m: Vec<(f64, (f64, f64), (f64, f64))>,
+    /// Per kernel, in `terms` order.
+    pub m: Vec<KernelM>,
+}
+
+/// One kernel's fitted intensity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KernelM {
+    pub m: f64,
+    /// The range of `m` as good (within [`TOLERANCE`]).
+    pub range: (f64, f64),
+    /// The predicted `(r_K, r_P)` at `m` and the fitted κ.
+    pub predicted: (f64, f64),
 }
 
 /// Fits κ and each kernel's `m` to `terms` (module doc); `prior_kappa` breaks ties (the preset's).
@@ -290,7 +300,7 @@ pub fn fit(terms: &[Terms], prior_kappa: f64) -> Fit {
         .iter()
         .map(|t| {
             let (m, _, range) = best_m(t, kappa);
-            (m, range, predict(t, m, kappa))
+            KernelM { m, range, predicted: predict(t, m, kappa) }
         })
         .collect();
     Fit { kappa, kappa_range, m }
@@ -345,7 +355,7 @@ struct Geometry<'a> {
 impl Geometry<'_> {
     fn bps(&self, shape: &Shape) -> Result<u32> {
         let d = shape.desc(gpumux_engine::kernel::SimTiming::new(1000));
-        Ok(self.target.blocks_per_sm(&d).with_context(|| format!("kernel `{}` on {}", shape.name, self.target.name))?)
+        self.target.blocks_per_sm(&d).with_context(|| format!("kernel `{}` on {}", shape.name, self.target.name))
     }
 
     fn rho(&self, shape: &Shape, sms: u32) -> Result<f64> {
@@ -417,7 +427,7 @@ pub fn fit_recording(
     let kernels = obs
         .iter()
         .zip(&fitted.m)
-        .map(|(o, &(m, range, (rk, rp)))| {
+        .map(|(o, &KernelM { m, range, predicted: (rk, rp) })| {
             let off = |fit: f64, rec: f64| (fit / rec - 1.0).abs() > 0.1;
             if off(rk, o.ratio_k) || o.ratio_p.is_some_and(|r| off(rp, r)) {
                 notes.push(format!(
@@ -491,7 +501,7 @@ mod tests {
             [(1.0, 1.0), (0.6, 1.0), (0.3, 0.25), (0.0, 1.0)].iter().map(|&(m, r)| terms(m, kappa, r)).collect();
         let got = fit(&ts, 1.74);
         assert!((got.kappa - kappa).abs() <= 0.05, "κ {} for {kappa}", got.kappa);
-        for ((m, _, _), want) in got.m.iter().zip([1.0, 0.6, 0.3, 0.0]) {
+        for (KernelM { m, .. }, want) in got.m.iter().zip([1.0, 0.6, 0.3, 0.0]) {
             assert!((m - want).abs() <= 0.02, "m {m} for {want}");
         }
     }
@@ -505,13 +515,13 @@ mod tests {
         let got = fit(&ts, 1.74);
         assert!(got.kappa_range.0 <= 2.01 && got.kappa_range.1 >= 7.9, "{:?}", got.kappa_range);
         assert!((got.kappa - got.kappa_range.0).abs() < 1e-9, "{} of {:?}", got.kappa, got.kappa_range);
-        assert!(got.m[0].0 < 0.01, "{:?}", got.m[0]);
+        assert!(got.m[0].m < 0.01, "{:?}", got.m[0]);
     }
 
     // The simulator as the GPU: kernels of known memory intensity run alone and beside a
     // probe on a simulated H100 whose κ (4) is not the preset's (2.5), written as recordings,
     // then fitted and replayed on the preset.
-    use crate::calibrate::probe::Probe;
+    use crate::calibrate::probe::{Probe, Span};
     use gpumux_engine::kernel::SimTiming;
     use gpumux_engine::time::Nanos;
     use gpumux_sim::memory::MemModel;
@@ -519,6 +529,9 @@ mod tests {
     use gpumuxd::recording::{Line, OpLine, What};
 
     const TRUE_KAPPA: f64 = 4.0;
+
+    /// A client of a synthetic recording: name, kernel shape, its launches, SMs.
+    type ClientRuns<'a> = (&'a str, &'a Shape, Vec<Span>, u32);
 
     fn shape(name: &str, blocks: u32) -> Shape {
         Shape { name: name.into(), grid: [blocks, 1, 1], block: [256, 1, 1], shared_bytes: 0, regs_per_thread: 32 }
@@ -530,7 +543,7 @@ mod tests {
     }
 
     /// A recording: per client (name, shape, its kernels' start and end, SMs), kernels back to back.
-    fn recording(clients: &[(&str, &Shape, Vec<(Nanos, Nanos)>, u32)]) -> String {
+    fn recording(clients: &[ClientRuns]) -> String {
         let mut lines = vec![Line::Daemon {
             format: gpumuxd::recording::FORMAT,
             device: "sim:h100".into(),
@@ -577,7 +590,7 @@ mod tests {
         let probe_desc = Arc::new(probe.desc(SimTiming::new(5_000).with_mem_intensity(1.0)));
         let mut g = gpu();
         let mut p = Probe::new(&mut g);
-        let mut alone: Vec<(String, Shape, Vec<(Nanos, Nanos)>)> = Vec::new();
+        let mut alone: Vec<(String, Shape, Vec<Span>)> = Vec::new();
         let mut pairs = Vec::new();
         let mut shapes = Vec::new();
         let mut timed = |p: &mut Probe, name: &str, s: &Shape, d: &Arc<gpumux_engine::kernel::KernelDesc>| {
@@ -599,10 +612,8 @@ mod tests {
             pairs.push((name.to_string(), s.clone(), k, 66));
             shapes.push(s);
         }
-        let alone: Vec<(&str, &Shape, Vec<(Nanos, Nanos)>, u32)> =
-            alone.iter().map(|(n, s, r)| (n.as_str(), s, r.clone(), 132)).collect();
-        let pairs: Vec<(&str, &Shape, Vec<(Nanos, Nanos)>, u32)> =
-            pairs.iter().map(|(n, s, r, sms)| (n.as_str(), s, r.clone(), *sms)).collect();
+        let alone: Vec<ClientRuns> = alone.iter().map(|(n, s, r)| (n.as_str(), s, r.clone(), 132)).collect();
+        let pairs: Vec<ClientRuns> = pairs.iter().map(|(n, s, r, sms)| (n.as_str(), s, r.clone(), *sms)).collect();
         (recording(&alone), recording(&pairs), shapes)
     }
 
