@@ -689,9 +689,8 @@ const HELPED_BINS: [(f64, f64); 4] = [(0.0, 0.1), (0.1, 0.25), (0.25, 0.5), (0.5
 fn stp_by_helped_share(mixes: &[Mix], res: &[Vec<PolicyMetrics>]) -> String {
     let mut t = Table::new(&["helped apps' share of FCFS STP", "workloads", "STP degr., cs", "STP degr., drain"]);
     let helped_share = |r: &[PolicyMetrics]| -> f64 {
-        let (fcfs, dss) = (&r[0].processes, &r[1].processes);
-        let helped: f64 = fcfs.iter().zip(dss).filter(|(f, d)| f.ntt > d.ntt).map(|(f, _)| 1.0 / f.ntt).sum();
-        helped / r[0].stp
+        let ntt = |j: usize| r[j].processes.iter().map(|p| p.ntt).collect::<Vec<f64>>();
+        helped_share(&ntt(0), &ntt(1))
     };
     for (lo, hi) in HELPED_BINS {
         let inside: Vec<&Vec<PolicyMetrics>> = mixes
@@ -703,11 +702,33 @@ fn stp_by_helped_share(mixes: &[Mix], res: &[Vec<PolicyMetrics>]) -> String {
         let loss = |j: usize| mean(&inside.iter().map(|r| r[0].stp / r[j].stp).collect::<Vec<_>>());
         t.row(vec![format!("{lo:.2}-{:.2}", hi.min(1.0)), inside.len().to_string(), f2(loss(1)), f2(loss(2))]);
     }
+    use paper::*;
+    let need = |i: usize| {
+        let at = |p: (f64, f64)| if i == 0 { p.0 } else { p.1 };
+        let (loss, long) = (at(DSS_CS_STP_LOSS), at(DSS_LONG));
+        (required_share(loss, at(DSS_CS_SHORT), long), required_share(loss, at(DSS_CS_MEDIUM), long))
+    };
+    let ((s2, m2), (s8, m8)) = (need(0), need(1));
     format!(
         "STP degradation by the share of FCFS's STP held by the apps DSS (cs) helps\n\
-         (the paper's Fig. 7a means and 7c losses need that share at 0.03-0.11 at 2 processes, 0.06-0.17 at 8):\n{}",
+         (the paper's Fig. 7a class means and Fig. 7c losses need that share at {s2:.2}-{m2:.2} at 2 processes,\n\
+         {s8:.2}-{m8:.2} at 8: helped apps gaining as SHORT-MEDIUM, the rest losing as LONG):\n{}",
         t.render()
     )
+}
+
+/// The share of FCFS's STP (Σ 1/NTT) held by the apps whose NTT DSS improved, from each
+/// app's NTT under FCFS and under DSS.
+fn helped_share(fcfs: &[f64], dss: &[f64]) -> f64 {
+    let stp: f64 = fcfs.iter().map(|n| 1.0 / n).sum();
+    let helped: f64 = fcfs.iter().zip(dss).filter(|(f, d)| f > d).map(|(f, _)| 1.0 / f).sum();
+    helped / stp
+}
+
+/// The share `s` of FCFS's STP that apps improving `gain`x must hold, the others moving
+/// `other`x, for DSS to lose `loss` (STP(FCFS) / STP(DSS)): `1 / loss = s·gain + (1 − s)·other`.
+fn required_share(loss: f64, gain: f64, other: f64) -> f64 {
+    (1.0 / loss - other) / (gain - other)
 }
 
 /// The paper's Fig. 7a mean for `n` processes: given at 2 and 8, linear between.
@@ -764,6 +785,18 @@ fn paper_ntt_on_our_fcfs(mixes: &[Mix], res: &[Vec<PolicyMetrics>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_paper_needs_helped_apps_with_almost_no_fcfs_share() {
+        // Two apps: one slowed 35x under FCFS (share 1/35 of 1/35 + 1 = 0.0278) gains 2.45x,
+        // the other 0.9x: STP 1.0286 → 0.0700 + 0.9 = 0.970, a loss of 1.06, the paper's.
+        let s = helped_share(&[35.0, 1.0], &[35.0 / 2.45, 1.0 / 0.9]);
+        assert!((s - 1.0 / 36.0).abs() < 1e-12, "{s}");
+        let need = required_share(1.06, 2.45, 0.9);
+        assert!((need - s).abs() < 0.002, "{need} against {s}");
+        // A loss needs a small share: any share above it gives a gain.
+        assert!(required_share(1.0, 2.45, 0.9) > need);
+    }
 
     #[test]
     fn stp_loss_weighs_each_class_by_its_fcfs_share() {
