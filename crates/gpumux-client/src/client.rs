@@ -8,7 +8,7 @@ use crate::handles::{check_args, Arg, Buffer, Kernel, LaunchConfig, Module};
 use crate::host::{HostBuffer, HostTable};
 use crate::shm::{SharedRegion, HOST_MEMFD_NAME, MEMFD_NAME};
 use gpumux_proto::{
-    EventId, Launch, Notice, Reply, Request, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES, VERSION,
+    ClientClass, EventId, Launch, Notice, Reply, Request, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES, VERSION,
 };
 use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
@@ -46,6 +46,12 @@ pub const WAIT_ENV: &str = "GPUMUX_CONNECT_WAIT_MS";
 /// (its index, from 0) when [`ConnectOptions::gpu`] does not: for C and
 /// Python programs too. Unset: the daemon places the client.
 pub const GPU_ENV: &str = "GPUMUX_GPU";
+
+/// The environment variable that declares what bounds a client's kernels
+/// (`memory` or `compute`) when [`ConnectOptions::class`] does not: the
+/// daemon's `pairs` placement puts memory-bound clients beside
+/// compute-bound ones (docs/multi-gpu.md). Unset: not declared.
+pub const CLASS_ENV: &str = "GPUMUX_CLASS";
 
 /// How to connect.
 #[derive(Clone, Debug)]
@@ -88,6 +94,9 @@ pub struct ConnectOptions {
     /// A GPU the daemon does not serve is refused, naming those it does.
     /// [`Client::gpu`] says where the client went.
     pub gpu: Option<u32>,
+    /// What bounds the client's kernels, for placement; `None`:
+    /// `$GPUMUX_CLASS` if set, else not declared.
+    pub class: Option<ClientClass>,
 }
 
 impl Default for ConnectOptions {
@@ -103,6 +112,7 @@ impl Default for ConnectOptions {
             rings: crate::conn::rings_from_env(),
             wait_for_daemon: wait_from_env(),
             gpu: None,
+            class: None,
         }
     }
 }
@@ -117,6 +127,20 @@ fn gpu_pin(options: &ConnectOptions) -> Result<Option<u32>> {
         Ok(v) if !v.trim().is_empty() => v.trim().parse::<u32>().map(Some).map_err(|_| {
             ClientError::Invalid(format!("{GPU_ENV}=`{v}` is not a GPU index (0, 1, ...; unset: the daemon places)"))
         }),
+        _ => Ok(None),
+    }
+}
+
+/// `options`' class, else [`CLASS_ENV`]'s; an unknown name is an error
+/// (ignored, the client would be placed as if it had said nothing).
+fn declared_class(options: &ConnectOptions) -> Result<Option<ClientClass>> {
+    if options.class.is_some() {
+        return Ok(options.class);
+    }
+    match std::env::var(CLASS_ENV) {
+        Ok(v) if !v.trim().is_empty() => {
+            v.trim().parse::<ClientClass>().map(Some).map_err(|e| ClientError::Invalid(format!("{CLASS_ENV}: {e}")))
+        }
         _ => Ok(None),
     }
 }
@@ -220,6 +244,7 @@ impl Client {
     /// Connects, greets the daemon, and attaches a shared region.
     pub fn connect(options: ConnectOptions) -> Result<Client> {
         let gpu = gpu_pin(&options)?;
+        let class = declared_class(&options)?;
         let stream = connect_socket(&options.socket_path(), options.wait_for_daemon)?;
         let mut name = options.name;
         if name.len() > MAX_NAME_BYTES {
@@ -236,6 +261,7 @@ impl Client {
             priority: options.priority,
             weight: options.weight,
             gpu,
+            class,
         };
         let (conn, reply) = Connection::handshake(stream, hello, options.rings)?;
         conn.set_urgent(options.priority > 0);
@@ -797,5 +823,19 @@ mod tests {
         assert_eq!(gpu_pin(&ConnectOptions::named("t")).ok(), Some(None));
         std::env::remove_var(GPU_ENV);
         assert_eq!(gpu_pin(&ConnectOptions::named("t")).ok(), Some(None));
+    }
+
+    /// The same for the class (the one test that sets `GPUMUX_CLASS`).
+    #[test]
+    fn the_class_comes_from_the_option_else_the_environment_and_a_bad_one_is_an_error() {
+        let declared = ConnectOptions { class: Some(ClientClass::Compute), ..ConnectOptions::named("t") };
+        std::env::set_var(CLASS_ENV, "memory");
+        assert_eq!(declared_class(&declared).ok(), Some(Some(ClientClass::Compute)));
+        assert_eq!(declared_class(&ConnectOptions::named("t")).ok(), Some(Some(ClientClass::Memory)));
+        std::env::set_var(CLASS_ENV, "fast");
+        let e = declared_class(&ConnectOptions::named("t")).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("GPUMUX_CLASS") && e.contains("`fast`"), "{e}");
+        std::env::remove_var(CLASS_ENV);
+        assert_eq!(declared_class(&ConnectOptions::named("t")).ok(), Some(None));
     }
 }

@@ -48,13 +48,13 @@ mod runtime_calls;
 mod shm;
 
 pub use client::{
-    Client, ConnectOptions, Event, DEFAULT_SHM_BYTES, DEFAULT_SHM_MAX_BYTES, DEFAULT_WAIT_FOR_DAEMON, GPU_ENV,
-    SOCKET_ENV, WAIT_ENV,
+    Client, ConnectOptions, Event, CLASS_ENV, DEFAULT_SHM_BYTES, DEFAULT_SHM_MAX_BYTES, DEFAULT_WAIT_FOR_DAEMON,
+    GPU_ENV, SOCKET_ENV, WAIT_ENV,
 };
 pub use error::{ClientError, Result};
 pub use gpumux_proto::{
-    printable_name, ClientStatus, DeviceProperties, ErrorKind, GpuStatus, HostRegionId, Limits, LostWork, Notice,
-    Status, StreamId, Welcome,
+    printable_name, ClientClass, ClientStatus, DeviceProperties, ErrorKind, GpuStatus, HostRegionId, Limits, LostWork,
+    Notice, Status, StreamId, Welcome,
 };
 pub use handles::{Arg, Buffer, Kernel, LaunchConfig, Module};
 pub use host::HostBuffer;

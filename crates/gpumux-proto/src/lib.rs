@@ -54,8 +54,10 @@ pub const MAGIC: [u8; 4] = *b"GMUX";
 /// ([`hello_version`]). Version 8 added copies that do not wait
 /// (`CopyFromHostRegionAsync`, `CopyToHostRegionAsync`: answered only when
 /// refused, as `cudaMemcpyAsync` from pinned memory) and pitched copies in
-/// one request (`Copy2D`, `cudaMemcpy2DAsync`).
-pub const VERSION: u16 = 8;
+/// one request (`Copy2D`, `cudaMemcpy2DAsync`). Version 9 added
+/// `Hello::class` (issue 38: what bounds a client's kernels, so that
+/// placement puts memory-bound clients beside compute-bound ones).
+pub const VERSION: u16 = 9;
 /// The largest frame body either side accepts (module sources are the big ones).
 pub const MAX_FRAME_BYTES: u32 = 8 << 20;
 /// The longest client or kernel name.
@@ -191,6 +193,45 @@ impl Arg {
     }
 }
 
+/// What bounds a client's kernels, as it declares it (`Hello::class`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ClientClass {
+    /// Its kernels stream memory: they leave the SMs' arithmetic idle.
+    Memory,
+    /// Its kernels are arithmetic-bound: they leave memory bandwidth idle.
+    Compute,
+}
+
+impl ClientClass {
+    /// Its name in `GPUMUX_CLASS`, logs and `--class`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientClass::Memory => "memory",
+            ClientClass::Compute => "compute",
+        }
+    }
+
+    /// The other class: the one it pairs with.
+    pub fn other(self) -> ClientClass {
+        match self {
+            ClientClass::Memory => ClientClass::Compute,
+            ClientClass::Compute => ClientClass::Memory,
+        }
+    }
+}
+
+impl std::str::FromStr for ClientClass {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ClientClass, String> {
+        match s {
+            "memory" => Ok(ClientClass::Memory),
+            "compute" => Ok(ClientClass::Compute),
+            other => Err(format!("unknown class `{other}`; known: memory, compute")),
+        }
+    }
+}
+
 /// Everything a client can ask.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Request {
@@ -210,6 +251,10 @@ pub enum Request {
         /// `None`: the daemon places the client by its placement policy. A
         /// GPU the daemon does not serve is refused with the list it does.
         gpu: Option<u32>,
+        /// What bounds the client's kernels, if it says (`GPUMUX_CLASS`):
+        /// the `pairs` placement puts a memory-bound client beside
+        /// compute-bound ones (docs/multi-gpu.md, "Placement").
+        class: Option<ClientClass>,
     },
     /// Changes the client's priority (next scheduling round).
     SetPriority(i32),

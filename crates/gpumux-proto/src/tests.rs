@@ -11,6 +11,7 @@ fn hello() -> ClientFrame {
             priority: 0,
             weight: 1.0,
             gpu: None,
+            class: None,
         },
     }
 }
@@ -223,4 +224,47 @@ fn an_older_hello_that_does_not_decode_still_states_its_version() {
     foreign[3] ^= 0xff;
     assert_eq!(hello_version(&foreign), None);
     assert_eq!(hello_version(&[]), None);
+}
+
+/// Version 9 added `Hello::class`: a version-8 `Hello` (with `gpu`, no
+/// `class`) no longer decodes but states its version, and a declared class
+/// round trips, as its name does.
+#[test]
+fn a_hello_with_a_class_round_trips_and_a_version_8_one_states_its_version() {
+    #[derive(Serialize)]
+    enum V8Request {
+        Hello { magic: [u8; 4], version: u16, name: String, priority: i32, weight: f64, gpu: Option<u32> },
+    }
+    #[derive(Serialize)]
+    struct V8Frame {
+        id: u64,
+        request: V8Request,
+    }
+    let v8 = V8Frame {
+        id: 5,
+        request: V8Request::Hello {
+            magic: MAGIC,
+            version: 8,
+            name: "v8".into(),
+            priority: 0,
+            weight: 1.0,
+            gpu: Some(1),
+        },
+    };
+    let bytes = encode_frame(&v8).unwrap();
+    assert!(decode_frame_body::<ClientFrame>(&bytes[4..]).is_err(), "a v8 Hello lacks the class field");
+    assert_eq!(hello_version(&bytes[4..]), Some(8));
+    for class in [ClientClass::Memory, ClientClass::Compute] {
+        let mut frame = hello();
+        if let Request::Hello { class: c, .. } = &mut frame.request {
+            *c = Some(class);
+        }
+        let bytes = encode_frame(&frame).unwrap();
+        assert_eq!(decode_frame_body::<ClientFrame>(&bytes[4..]).ok(), Some(frame));
+        assert_eq!(class.name().parse::<ClientClass>(), Ok(class));
+        assert_eq!(class.other().other(), class);
+        assert_ne!(class.other(), class);
+    }
+    let e = "disk".parse::<ClientClass>().err().unwrap_or_default();
+    assert!(e.contains("`disk`") && e.contains("memory, compute"), "{e}");
 }

@@ -24,9 +24,11 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub policy: Option<String>,
     /// Which GPU a client goes to when the device is several (cuda:all,
-    /// cuda:0,1, sim:h100x2): least-loaded (fewest clients, then least work
-    /// queued) or memory (most free device memory); a client may pin itself
-    /// (GPUMUX_GPU=N) [default: least-loaded].
+    /// cuda:0,1, sim:h100x2): pairs (least-loaded, with a memory-bound and a
+    /// compute-bound client, as they declare with GPUMUX_CLASS, counted as one
+    /// on a GPU), least-loaded (fewest clients, then least work queued) or
+    /// memory (most free device memory); a client may pin itself
+    /// (GPUMUX_GPU=N) [default: pairs].
     #[arg(long)]
     pub placement: Option<String>,
     /// With several GPUs: move an idle client (nothing queued or running) to

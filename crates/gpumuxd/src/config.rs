@@ -5,7 +5,7 @@
 //! socket = "/run/gpumux/gpumux.sock"
 //! device = "cuda:0"       # cuda:all, cuda:0,1: every GPU, or these (docs/multi-gpu.md)
 //! policy = "ppq-even-drain"
-//! placement = "least-loaded" # which GPU a client goes to, with several (or "memory")
+//! placement = "pairs"     # which GPU a client goes to, with several (or "least-loaded", "memory")
 //! rebalance = false         # move idle clients to a GPU left with none (docs/multi-gpu.md)
 //! record = "/var/lib/gpumux/clients.jsonl"   # optional: gpumuxd --record
 //! swap_memory = "64 GiB"    # host memory for evicted buffers (default: half the host's; 0: never evict)
@@ -245,7 +245,7 @@ pub struct DaemonDefaults {
     /// Scheduling policy.
     pub policy: Option<String>,
     /// Which GPU a client goes to when the daemon serves several
-    /// (`least-loaded`, `memory`; docs/multi-gpu.md, "Placement").
+    /// (`pairs`, `least-loaded`, `memory`; docs/multi-gpu.md, "Placement").
     pub placement: Option<String>,
     /// Record the clients' operations to this file (`--record`).
     pub record: Option<PathBuf>,

@@ -1020,8 +1020,15 @@ mod tests {
         let mut core = Core::new(Box::new(backend), None).expect("a core on sim:h100");
         let (tx, _rx) = std::sync::mpsc::channel();
         core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello =
-            Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0, gpu: None };
+        let hello = Request::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            name: "t".into(),
+            priority: 0,
+            weight: 1.0,
+            gpu: None,
+            class: None,
+        };
         request(&mut core, 1, 1, hello);
         request(&mut core, 1, 2, Request::Alloc { bytes: 4096 });
         request(&mut core, 1, 3, Request::Alloc { bytes: 4096 });
@@ -1064,6 +1071,7 @@ mod tests {
                 priority: 0,
                 weight: 1.0,
                 gpu: None,
+                class: None,
             };
             request(&mut core, client, 1, hello);
         }
@@ -1160,6 +1168,7 @@ mod tests {
                 priority: 0,
                 weight: 1.0,
                 gpu: None,
+                class: None,
             };
             request(core, client, 1, hello);
             let module = Request::LoadModule { name: "m.cu".into(), source: source.into(), options: Vec::new() };

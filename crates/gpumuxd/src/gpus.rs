@@ -26,7 +26,7 @@
 
 use crate::core::CoreMsg;
 use crate::placement::{place, GpuLoad, Placement};
-use gpumux_proto::{ErrorKind, ErrorReply, GpuStatus, Reply, Request, Status};
+use gpumux_proto::{ClientClass, ErrorKind, ErrorReply, GpuStatus, Reply, Request, Status};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -118,6 +118,10 @@ pub fn device_specs(spec: &str, gpu_count: impl FnOnce() -> i32) -> Result<Vec<S
 pub struct GpuBoard {
     /// Clients placed on it and still connected (kept by [`Route`]).
     clients: AtomicU32,
+    /// Of those, the ones that declared themselves memory-bound, and
+    /// compute-bound (`Hello::class`; the `pairs` placement reads them).
+    memory_bound: AtomicU32,
+    compute_bound: AtomicU32,
     /// Operations its core tracks (published by the core).
     ops: AtomicU32,
     /// Device memory its clients hold, bytes (published by the core).
@@ -149,12 +153,30 @@ impl GpuBoard {
         self.down.store(true, Ordering::SeqCst);
     }
 
+    /// Counts a client of `class` in (`add`) or out.
+    fn count(&self, class: Option<ClientClass>, add: bool) {
+        let of_class = match class {
+            Some(ClientClass::Memory) => Some(&self.memory_bound),
+            Some(ClientClass::Compute) => Some(&self.compute_bound),
+            None => None,
+        };
+        for n in std::iter::once(&self.clients).chain(of_class) {
+            if add {
+                n.fetch_add(1, Ordering::Relaxed);
+            } else {
+                n.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// What placement reads.
     pub fn load(&self) -> GpuLoad {
         let total = self.memory_total.load(Ordering::Relaxed);
         GpuLoad {
             up: !self.down.load(Ordering::SeqCst),
             clients: self.clients.load(Ordering::Relaxed),
+            memory_bound: self.memory_bound.load(Ordering::Relaxed),
+            compute_bound: self.compute_bound.load(Ordering::Relaxed),
             ops: self.ops.load(Ordering::Relaxed),
             memory_free: total.saturating_sub(self.memory_used.load(Ordering::Relaxed)),
         }
@@ -189,14 +211,14 @@ impl Gpus {
     /// Reserves a move for a client on `from`: the GPU it should go to
     /// ([`crate::placement::rebalance_to`]), counted there at once so that
     /// two clients do not both go, with that GPU's free memory.
-    fn reserve_move(&self, from: usize) -> Option<(usize, u64)> {
+    fn reserve_move(&self, from: usize, class: Option<ClientClass>) -> Option<(usize, u64)> {
         let loads = || -> Vec<GpuLoad> { self.boards.iter().map(|b| b.load()).collect() };
         // Asked at every request: the lock only when a move looks due.
         crate::placement::rebalance_to(&loads(), from)?;
         let _one = self.placing.lock().unwrap_or_else(PoisonError::into_inner);
         let loads = loads();
         let to = crate::placement::rebalance_to(&loads, from)?;
-        self.boards[to].clients.fetch_add(1, Ordering::Relaxed);
+        self.boards[to].count(class, true);
         Some((to, loads[to].memory_free))
     }
 
@@ -215,12 +237,14 @@ impl Gpus {
         &self.cores
     }
 
-    /// Places a client pinned to `pin` (if any) and counts it on its GPU.
-    fn place(&self, pin: Option<u32>) -> Result<usize, ErrorReply> {
+    /// Places a client pinned to `pin` (if any), of `class` (if declared),
+    /// and counts it on its GPU.
+    fn place(&self, pin: Option<u32>, class: Option<ClientClass>) -> Result<usize, ErrorReply> {
         let _one = self.placing.lock().unwrap_or_else(PoisonError::into_inner);
         let loads: Vec<GpuLoad> = self.boards.iter().map(|b| b.load()).collect();
-        let g = place(self.placement, &loads, pin).map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
-        self.boards[g].clients.fetch_add(1, Ordering::Relaxed);
+        let g = place(self.placement, &loads, pin, class)
+            .map_err(|e| ErrorReply::new(ErrorKind::Invalid, e.to_string()))?;
+        self.boards[g].count(class, true);
         Ok(g)
     }
 
@@ -316,6 +340,8 @@ pub struct Route {
     gpu: Option<usize>,
     /// It pinned itself (`Hello::gpu`): it never moves.
     pinned: bool,
+    /// The class it declared (`Hello::class`), counted on its GPU's board.
+    class: Option<ClientClass>,
 }
 
 impl Route {
@@ -324,10 +350,10 @@ impl Route {
     /// as it always did; with several it waits for the client's `Hello`.
     /// False: the core is gone.
     pub fn new(gpus: &Arc<Gpus>, client: u64, connected: CoreMsg) -> (Route, bool) {
-        let mut route = Route { gpus: gpus.clone(), client, pending: None, gpu: None, pinned: false };
+        let mut route = Route { gpus: gpus.clone(), client, pending: None, gpu: None, pinned: false, class: None };
         if gpus.len() == 1 {
             route.gpu = Some(0);
-            gpus.boards[0].clients.fetch_add(1, Ordering::Relaxed);
+            gpus.boards[0].count(None, true);
             let sent = gpus.cores[0].send(connected).is_ok();
             return (route, sent);
         }
@@ -404,26 +430,30 @@ impl Route {
         if matches!(msg, CoreMsg::Disconnected { .. }) {
             return Placed::Left;
         }
-        let (pin, hello_id) = match &msg {
+        let (pin, class, hello_id) = match &msg {
             CoreMsg::Inbound {
-                inbound: crate::conn::Inbound::Request { id, request: Request::Hello { gpu, .. }, .. },
+                inbound: crate::conn::Inbound::Request { id, request: Request::Hello { gpu, class, .. }, .. },
                 ..
-            } => (*gpu, Some(*id)),
-            _ => (None, None),
+            } => (*gpu, *class, Some(*id)),
+            _ => (None, None, None),
         };
         self.pinned = pin.is_some();
-        let (gpu, msg) = match self.gpus.place(pin) {
+        self.class = class;
+        let (gpu, msg) = match self.gpus.place(pin, class) {
             Ok(g) => (g, msg),
             Err(error) => {
                 // Refused by a core that takes clients: it answers and lets go.
-                let Ok(g) = self.gpus.place(None) else { return Placed::Nowhere };
+                let Ok(g) = self.gpus.place(None, class) else { return Placed::Nowhere };
                 tracing::info!("client {}: {}", self.client, error.message);
                 let refused = crate::conn::Inbound::Refused { id: hello_id.unwrap_or(0), error };
                 (g, CoreMsg::Inbound { client: self.client, inbound: refused, read_at: std::time::Instant::now() })
             }
         };
         self.gpu = Some(gpu);
-        tracing::debug!("client {} placed on GPU {gpu}", self.client);
+        match class {
+            Some(c) => tracing::debug!("client {} ({} bound) placed on GPU {gpu}", self.client, c.name()),
+            None => tracing::debug!("client {} placed on GPU {gpu}", self.client),
+        }
         // A send that fails is seen on the message's own send.
         let _ = self.gpus.cores[gpu].send(pending);
         Placed::Send(msg)
@@ -436,7 +466,7 @@ impl Route {
     /// fitting: `core/handover.rs`); else it stays. The reader thread waits
     /// for the old core's answer, so no request of the client passes it.
     fn try_move(&mut self, from: usize) {
-        let Some((to, room)) = self.gpus.reserve_move(from) else { return };
+        let Some((to, room)) = self.gpus.reserve_move(from, self.class) else { return };
         let (tx, rx) = channel();
         let asked = self.gpus.cores[from].send(CoreMsg::HandOver { client: self.client, room, reply: tx }).is_ok();
         // The old core always answers, unless it stopped (its sender dropped).
@@ -447,15 +477,15 @@ impl Route {
                     // with the message, and the client's next request finds its core gone.
                     tracing::error!("client {}: GPU {to} stopped while the client moved there", self.client);
                 }
-                self.gpus.boards[from].clients.fetch_sub(1, Ordering::Relaxed);
+                self.gpus.boards[from].count(self.class, false);
                 self.gpu = Some(to);
             }
             Some(Err(why)) => {
                 tracing::debug!("client {} stays on GPU {from}: {why}", self.client);
-                self.gpus.boards[to].clients.fetch_sub(1, Ordering::Relaxed);
+                self.gpus.boards[to].count(self.class, false);
             }
             None => {
-                self.gpus.boards[to].clients.fetch_sub(1, Ordering::Relaxed);
+                self.gpus.boards[to].count(self.class, false);
             }
         }
     }
@@ -484,7 +514,7 @@ enum Placed {
 impl Drop for Route {
     fn drop(&mut self) {
         if let Some(g) = self.gpu {
-            self.gpus.boards[g].clients.fetch_sub(1, Ordering::Relaxed);
+            self.gpus.boards[g].count(self.class, false);
         }
     }
 }
@@ -615,6 +645,7 @@ mod tests {
                     priority: 0,
                     weight: 1.0,
                     gpu,
+                    class: None,
                 },
                 fd: None,
             },

@@ -5,23 +5,32 @@
 //! kernel), unless `--rebalance` moves it, idle, to a GPU left with no
 //! client ([`rebalance_to`]; `core/handover.rs`).
 
+use gpumux_proto::ClientClass;
+
 /// A placement policy (`[daemon] placement`, `--placement`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
     /// The GPU with the fewest clients, then the fewest operations queued
-    /// or running, then the lowest index (the default: docs/multi-gpu.md
-    /// says why, from the measurement on `sim:h100x2`).
+    /// or running, then the lowest index.
     LeastLoaded,
     /// The GPU with the most free device memory, then the fewest clients,
     /// then the lowest index.
     Memory,
+    /// Like `least-loaded`, but a client that declares its class
+    /// (`Hello::class`, `GPUMUX_CLASS`) counts a complementary pair on one GPU
+    /// (one memory-bound, one compute-bound client) as the load of one: it
+    /// goes where it adds the least such load, and on a tie where it
+    /// completes a pair, then to the fewest clients. Clients that declare
+    /// nothing are placed exactly as by `least-loaded` ([`pair_load`]).
+    /// The default: docs/multi-gpu.md says why.
+    Pairs,
 }
 
 /// The policy when none is named.
-pub const DEFAULT_PLACEMENT: Placement = Placement::LeastLoaded;
+pub const DEFAULT_PLACEMENT: Placement = Placement::Pairs;
 
 /// The names `--placement` takes.
-pub const NAMES: [&str; 2] = ["least-loaded", "memory"];
+pub const NAMES: [&str; 3] = ["least-loaded", "memory", "pairs"];
 
 impl std::str::FromStr for Placement {
     type Err = UnknownPlacement;
@@ -30,6 +39,7 @@ impl std::str::FromStr for Placement {
         match s {
             "least-loaded" => Ok(Placement::LeastLoaded),
             "memory" => Ok(Placement::Memory),
+            "pairs" => Ok(Placement::Pairs),
             other => Err(UnknownPlacement(other.to_string())),
         }
     }
@@ -40,13 +50,14 @@ impl std::fmt::Display for Placement {
         f.write_str(match self {
             Placement::LeastLoaded => "least-loaded",
             Placement::Memory => "memory",
+            Placement::Pairs => "pairs",
         })
     }
 }
 
 /// A placement name that is not one.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown placement `{0}`; known: least-loaded, memory")]
+#[error("unknown placement `{0}`; known: least-loaded, memory, pairs")]
 pub struct UnknownPlacement(pub String);
 
 /// One GPU as placement sees it.
@@ -56,6 +67,10 @@ pub struct GpuLoad {
     pub up: bool,
     /// Clients placed on it and still connected.
     pub clients: u32,
+    /// Of those, the ones that declared themselves memory-bound.
+    pub memory_bound: u32,
+    /// And compute-bound.
+    pub compute_bound: u32,
     /// Operations queued or running on it.
     pub ops: u32,
     /// Device memory no client holds, bytes.
@@ -86,8 +101,36 @@ pub enum PlaceError {
     NoneUp,
 }
 
-/// The GPU for a client pinned to `pin` (if any) under `policy`.
-pub fn place(policy: Placement, gpus: &[GpuLoad], pin: Option<u32>) -> Result<usize, PlaceError> {
+/// A GPU's load as `pairs` counts it: a memory-bound and a compute-bound
+/// client share a GPU at little cost to each other (one H200 ran the FMA
+/// loop beside the triad at 0.93 of its rate alone: docs/multi-gpu.md), so
+/// such a pair counts as one; clients of one class, and clients that
+/// declared none, each count as one.
+pub fn pair_load(g: &GpuLoad) -> u32 {
+    let undeclared = g.clients.saturating_sub(g.memory_bound + g.compute_bound);
+    g.memory_bound.max(g.compute_bound) + undeclared
+}
+
+/// `g` with one more client of `class`.
+fn with_client(g: &GpuLoad, class: Option<ClientClass>) -> GpuLoad {
+    let mut g = *g;
+    g.clients += 1;
+    match class {
+        Some(ClientClass::Memory) => g.memory_bound += 1,
+        Some(ClientClass::Compute) => g.compute_bound += 1,
+        None => {}
+    }
+    g
+}
+
+/// The GPU for a client pinned to `pin` (if any), of class `class` (if it
+/// declared one), under `policy`.
+pub fn place(
+    policy: Placement,
+    gpus: &[GpuLoad],
+    pin: Option<u32>,
+    class: Option<ClientClass>,
+) -> Result<usize, PlaceError> {
     let list = |f: &dyn Fn(&GpuLoad) -> bool| {
         let l: Vec<String> = gpus.iter().enumerate().filter(|(_, g)| f(g)).map(|(i, _)| i.to_string()).collect();
         if l.is_empty() {
@@ -109,6 +152,13 @@ pub fn place(policy: Placement, gpus: &[GpuLoad], pin: Option<u32>) -> Result<us
     let best = match policy {
         Placement::LeastLoaded => up.min_by_key(|(i, g)| (g.clients, g.ops, *i)),
         Placement::Memory => up.min_by_key(|(i, g)| (std::cmp::Reverse(g.memory_free), g.clients, *i)),
+        // The load after, then whether it rose (0: the client completes a
+        // pair), then least-loaded's order. With no class declared the first
+        // two are the clients + 1 and 1 everywhere: least-loaded exactly.
+        Placement::Pairs => up.min_by_key(|(i, g)| {
+            let after = pair_load(&with_client(g, class));
+            (after, after - pair_load(g), g.clients, g.ops, *i)
+        }),
     };
     best.map(|(i, _)| i).ok_or(PlaceError::NoneUp)
 }
@@ -134,20 +184,72 @@ mod tests {
     use super::*;
 
     fn gpu(clients: u32, ops: u32, memory_free: u64) -> GpuLoad {
-        GpuLoad { up: true, clients, ops, memory_free }
+        GpuLoad { up: true, clients, ops, memory_free, memory_bound: 0, compute_bound: 0 }
+    }
+
+    /// Places `classes` in turn on `n` empty GPUs under `policy`: each one's GPU.
+    fn in_turn(policy: Placement, n: usize, classes: &[Option<ClientClass>]) -> Vec<usize> {
+        let mut gpus = vec![gpu(0, 0, 0); n];
+        classes
+            .iter()
+            .map(|&c| {
+                let g = place(policy, &gpus, None, c).unwrap_or(usize::MAX);
+                gpus[g] = with_client(&gpus[g], c);
+                g
+            })
+            .collect()
+    }
+
+    const M: Option<ClientClass> = Some(ClientClass::Memory);
+    const C: Option<ClientClass> = Some(ClientClass::Compute);
+
+    #[test]
+    fn pairs_puts_each_memory_bound_client_beside_a_compute_bound_one_in_any_order() {
+        // Every order of two of each on two GPUs: each GPU gets one of each.
+        for order in [[M, M, C, C], [M, C, M, C], [C, M, M, C], [C, C, M, M], [M, C, C, M], [C, M, C, M]] {
+            let gpus = in_turn(Placement::Pairs, 2, &order);
+            for g in 0..2 {
+                let here: Vec<_> = order.iter().zip(&gpus).filter(|(_, &x)| x == g).map(|(c, _)| *c).collect();
+                assert!(here.contains(&M) && here.contains(&C), "order {order:?} placed {gpus:?}");
+            }
+        }
+        // Least-loaded splits the pairs in arrival order: M, C, M, C gives GPU 0 both M.
+        assert_eq!(in_turn(Placement::LeastLoaded, 2, &[M, C, M, C]), [0, 1, 0, 1]);
+        assert_eq!(in_turn(Placement::Pairs, 2, &[M, C, M, C]), [0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn pairs_spreads_clients_of_one_class_and_undeclared_ones_as_least_loaded_does() {
+        for class in [M, C, None] {
+            assert_eq!(in_turn(Placement::Pairs, 2, &[class; 4]), [0, 1, 0, 1], "{class:?}");
+            assert_eq!(in_turn(Placement::Pairs, 3, &[class; 5]), [0, 1, 2, 0, 1], "{class:?}");
+        }
+        // Undeclared clients among loads of every kind: the same GPU as least-loaded.
+        let loads = [gpu(2, 5, 0), gpu(2, 3, 0), GpuLoad { memory_bound: 1, ..gpu(1, 9, 0) }];
+        assert_eq!(place(Placement::Pairs, &loads, None, None), place(Placement::LeastLoaded, &loads, None, None));
+        // A declared client pairs up before it spreads, but not onto a GPU
+        // that is loaded more: one M and one C (load 1) beside one C (load 1).
+        let loads = [
+            GpuLoad { memory_bound: 1, compute_bound: 1, ..gpu(2, 0, 0) },
+            GpuLoad { compute_bound: 1, ..gpu(1, 0, 0) },
+        ];
+        assert_eq!(place(Placement::Pairs, &loads, None, M), Ok(1), "completes GPU 1's pair");
+        assert_eq!(place(Placement::Pairs, &loads, None, C), Ok(1), "load 2 either way: fewer clients");
+        assert_eq!(pair_load(&loads[0]), 1);
+        assert_eq!(pair_load(&GpuLoad { memory_bound: 2, compute_bound: 1, ..gpu(5, 0, 0) }), 4);
     }
 
     #[test]
     fn least_loaded_takes_fewest_clients_then_fewest_ops_then_lowest_index() {
         let p = Placement::LeastLoaded;
-        assert_eq!(place(p, &[gpu(1, 0, 0), gpu(0, 9, 0)], None), Ok(1));
-        assert_eq!(place(p, &[gpu(1, 5, 0), gpu(1, 2, 0)], None), Ok(1));
-        assert_eq!(place(p, &[gpu(1, 2, 0), gpu(1, 2, 0)], None), Ok(0));
+        assert_eq!(place(p, &[gpu(1, 0, 0), gpu(0, 9, 0)], None, None), Ok(1));
+        assert_eq!(place(p, &[gpu(1, 5, 0), gpu(1, 2, 0)], None, None), Ok(1));
+        assert_eq!(place(p, &[gpu(1, 2, 0), gpu(1, 2, 0)], None, None), Ok(0));
         // Four clients in turn on two GPUs: 0, 1, 0, 1.
         let mut gpus = [gpu(0, 0, 0), gpu(0, 0, 0)];
         let order: Vec<usize> = (0..4)
             .map(|_| {
-                let g = place(p, &gpus, None).unwrap_or(usize::MAX);
+                let g = place(p, &gpus, None, None).unwrap_or(usize::MAX);
                 gpus[g].clients += 1;
                 g
             })
@@ -158,16 +260,16 @@ mod tests {
     #[test]
     fn memory_takes_most_free_memory_then_fewest_clients() {
         let p = Placement::Memory;
-        assert_eq!(place(p, &[gpu(0, 0, 10), gpu(3, 9, 20)], None), Ok(1));
-        assert_eq!(place(p, &[gpu(2, 0, 20), gpu(1, 0, 20)], None), Ok(1));
-        assert_eq!(place(p, &[gpu(1, 0, 20), gpu(1, 0, 20)], None), Ok(0));
+        assert_eq!(place(p, &[gpu(0, 0, 10), gpu(3, 9, 20)], None, None), Ok(1));
+        assert_eq!(place(p, &[gpu(2, 0, 20), gpu(1, 0, 20)], None, None), Ok(1));
+        assert_eq!(place(p, &[gpu(1, 0, 20), gpu(1, 0, 20)], None, None), Ok(0));
     }
 
     #[test]
     fn a_pin_is_kept_and_a_bad_one_names_the_gpus_served() {
         let gpus = [gpu(5, 5, 0), gpu(0, 0, 100)];
-        assert_eq!(place(Placement::LeastLoaded, &gpus, Some(0)), Ok(0), "pinned beats least loaded");
-        let e = place(Placement::LeastLoaded, &gpus, Some(2)).err();
+        assert_eq!(place(Placement::LeastLoaded, &gpus, Some(0), None), Ok(0), "pinned beats least loaded");
+        let e = place(Placement::LeastLoaded, &gpus, Some(2), None).err();
         assert_eq!(e, Some(PlaceError::NoSuchGpu { asked: 2, serving: "0, 1".into() }));
         let msg = e.map(|e| e.to_string()).unwrap_or_default();
         assert!(msg.contains("no GPU 2") && msg.contains("GPU 0, 1"), "{msg}");
@@ -176,11 +278,11 @@ mod tests {
     #[test]
     fn a_stopped_gpu_takes_no_one() {
         let gpus = [GpuLoad { up: false, ..gpu(0, 0, 100) }, gpu(4, 4, 1)];
-        assert_eq!(place(Placement::LeastLoaded, &gpus, None), Ok(1));
-        assert_eq!(place(Placement::Memory, &gpus, None), Ok(1));
-        assert_eq!(place(Placement::Memory, &gpus, Some(0)), Err(PlaceError::Down { asked: 0, up: "1".into() }));
+        assert_eq!(place(Placement::LeastLoaded, &gpus, None, None), Ok(1));
+        assert_eq!(place(Placement::Memory, &gpus, None, None), Ok(1));
+        assert_eq!(place(Placement::Memory, &gpus, Some(0), None), Err(PlaceError::Down { asked: 0, up: "1".into() }));
         let none = [GpuLoad { up: false, ..gpu(0, 0, 0) }];
-        assert_eq!(place(Placement::LeastLoaded, &none, None), Err(PlaceError::NoneUp));
+        assert_eq!(place(Placement::LeastLoaded, &none, None, None), Err(PlaceError::NoneUp));
     }
 
     #[test]

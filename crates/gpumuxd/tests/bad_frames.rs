@@ -33,7 +33,15 @@ fn frame(id: u64, request: Request) -> Vec<u8> {
 fn hello() -> Vec<u8> {
     frame(
         1,
-        Request::Hello { magic: MAGIC, version: VERSION, name: "fuzz".into(), priority: 0, weight: 1.0, gpu: None },
+        Request::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            name: "fuzz".into(),
+            priority: 0,
+            weight: 1.0,
+            gpu: None,
+            class: None,
+        },
     )
 }
 

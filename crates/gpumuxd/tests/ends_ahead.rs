@@ -49,8 +49,15 @@ fn launches_of_kernels_the_device_ran_ahead_are_answered_without_a_round_trip_an
     let mut core = Core::new(Box::new(backend), None).expect("a core");
     let (tx, rx) = channel();
     core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-    let hello =
-        Request::Hello { magic: MAGIC, version: VERSION, name: "ahead".into(), priority: 0, weight: 1.0, gpu: None };
+    let hello = Request::Hello {
+        magic: MAGIC,
+        version: VERSION,
+        name: "ahead".into(),
+        priority: 0,
+        weight: 1.0,
+        gpu: None,
+        class: None,
+    };
     assert!(matches!(call(&mut core, &rx, 1, hello), Ok(Reply::Welcome(_))));
     let module =
         Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };

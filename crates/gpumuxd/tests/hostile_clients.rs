@@ -125,6 +125,7 @@ fn a_name_with_newlines_and_escapes_is_stored_and_logged_printable() {
         priority: 0,
         weight: 1.0,
         gpu: None,
+        class: None,
     });
     assert!(matches!(w, Ok(Reply::Welcome(_))), "{w:?}");
     let loaded = raw.call(Request::LoadModule {

@@ -31,8 +31,15 @@ fn rss_mb(d: &Daemon) -> f64 {
 }
 
 fn hello_bytes(id: u64) -> Vec<u8> {
-    let request =
-        Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0, gpu: None };
+    let request = Request::Hello {
+        magic: MAGIC,
+        version: VERSION,
+        name: "t".into(),
+        priority: 0,
+        weight: 1.0,
+        gpu: None,
+        class: None,
+    };
     encode_frame(&ClientFrame { id, request }).unwrap()
 }
 

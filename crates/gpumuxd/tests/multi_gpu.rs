@@ -26,8 +26,26 @@ fn slice(buffer: BufferId, offset: u64) -> BufferSlice {
 
 /// Says hello pinned to `gpu` (`None`: placed by the daemon).
 fn hello_on(d: &Daemon, name: &str, gpu: Option<u32>) -> (Client, Result<Reply, ErrorReply>) {
+    hello_as(d, name, gpu, None)
+}
+
+/// Says hello pinned to `gpu`, declaring `class`.
+fn hello_as(
+    d: &Daemon,
+    name: &str,
+    gpu: Option<u32>,
+    class: Option<ClientClass>,
+) -> (Client, Result<Reply, ErrorReply>) {
     let mut c = Client::connect(d);
-    let r = c.call(Request::Hello { magic: MAGIC, version: VERSION, name: name.into(), priority: 0, weight: 1.0, gpu });
+    let r = c.call(Request::Hello {
+        magic: MAGIC,
+        version: VERSION,
+        name: name.into(),
+        priority: 0,
+        weight: 1.0,
+        gpu,
+        class,
+    });
     (c, r)
 }
 
@@ -292,6 +310,44 @@ fn a_killed_device_process_fails_only_its_gpus_client() {
     assert!(fresh.contains(&victims[1]) && !fresh.contains(&victims[0]), "{victims:?} then {fresh:?}");
     let (c, _, _) = &mut clients[lost];
     c.ok(Request::SyncStream(StreamId(0)));
+}
+
+/// Four clients declaring memory, compute, memory, compute, connected one
+/// after the other on two simulated GPUs with the daemon's arguments
+/// `args`: each one's GPU, after checking that every client's bytes came
+/// back as it put them (through its kernel, device copy and memset).
+fn declared_clients(args: &[&str]) -> Vec<u32> {
+    let d = Daemon::start_on(Some(TWO), None, args);
+    let classes = [ClientClass::Memory, ClientClass::Compute, ClientClass::Memory, ClientClass::Compute];
+    let mut clients: Vec<(Client, u32)> = classes
+        .iter()
+        .enumerate()
+        .map(|(i, &class)| match hello_as(&d, &format!("{}{i}", class.name()), None, Some(class)) {
+            (c, Ok(Reply::Welcome(w))) => (c, w.gpu),
+            (_, other) => panic!("client {i}: no welcome: {other:?}"),
+        })
+        .collect();
+    for (i, (c, _)) in clients.iter_mut().enumerate() {
+        let expect = [data_of(i as u32), vec![i as u8 + 1; 4096]].concat();
+        assert!(work(c, i as u32) == expect, "client {i}: the bytes came back changed");
+    }
+    let status = clients[0].0.status();
+    for row in &status.clients {
+        let placed = classes.iter().enumerate().find(|(i, c)| row.name == format!("{}{i}", c.name()));
+        let welcome_gpu = placed.map(|(i, _)| clients[i].1);
+        assert_eq!(Some(row.gpu), welcome_gpu, "ps and the Welcome agree: {status:?}");
+    }
+    clients.iter().map(|(_, g)| *g).collect()
+}
+
+/// The default placement (`pairs`) puts each memory-bound client beside a
+/// compute-bound one, where `least-loaded` (in arrival order) puts both
+/// memory-bound clients on GPU 0; the bytes are right either way.
+#[test]
+fn declared_classes_pair_a_memory_bound_client_with_a_compute_bound_one_on_each_gpu() {
+    assert_eq!(declared_clients(&[]), [0, 0, 1, 1], "pairs (the default): M+C on GPU 0, M+C on GPU 1");
+    assert_eq!(declared_clients(&["--placement", "pairs"]), [0, 0, 1, 1]);
+    assert_eq!(declared_clients(&["--placement", "least-loaded"]), [0, 1, 0, 1], "least-loaded: M+M on GPU 0");
 }
 
 /// A region kept with its client.

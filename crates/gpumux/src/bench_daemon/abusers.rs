@@ -479,8 +479,15 @@ fn abuse(role: HostileRole, args: &HostileRoleArgs) -> Result<AbuserResult> {
 }
 
 fn hello_bytes(name: &str) -> Vec<u8> {
-    let request =
-        Request::Hello { magic: MAGIC, version: VERSION, name: name.into(), priority: 0, weight: 1.0, gpu: None };
+    let request = Request::Hello {
+        magic: MAGIC,
+        version: VERSION,
+        name: name.into(),
+        priority: 0,
+        weight: 1.0,
+        gpu: None,
+        class: None,
+    };
     encode_frame(&ClientFrame { id: 1, request }).expect("a Hello encodes")
 }
 

@@ -729,8 +729,15 @@ mod tests {
         let mut core = Core::new(backend, None).expect("a core on sim:h100");
         let (tx, replies) = std::sync::mpsc::channel();
         core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello =
-            Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0, gpu: None };
+        let hello = Request::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            name: "t".into(),
+            priority: 0,
+            weight: 1.0,
+            gpu: None,
+            class: None,
+        };
         assert!(core.handle(request(1, hello)));
         let module =
             Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };

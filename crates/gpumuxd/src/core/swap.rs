@@ -784,8 +784,15 @@ mod tests {
     fn open(core: &mut Core, client: u64) -> Receiver<ServerFrame> {
         let (tx, rx) = std::sync::mpsc::channel();
         core.connect(client, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello =
-            Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0, gpu: None };
+        let hello = Request::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            name: "t".into(),
+            priority: 0,
+            weight: 1.0,
+            gpu: None,
+            class: None,
+        };
         call(core, &rx, client, 1, hello);
         rx
     }
@@ -901,8 +908,15 @@ mod tests {
         let rx1 = open(&mut core, 1);
         let (tx, rx2) = std::sync::mpsc::channel();
         core.connect(2, Peer { pid: 2, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello =
-            Request::Hello { magic: MAGIC, version: VERSION, name: "u".into(), priority: 5, weight: 1.0, gpu: None };
+        let hello = Request::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            name: "u".into(),
+            priority: 5,
+            weight: 1.0,
+            gpu: None,
+            class: None,
+        };
         call(&mut core, &rx2, 2, 1, hello);
         let a = alloc(&mut core, &rx1, 1, 2, 38 * MIB);
         // Kept for far longer than this test runs.

@@ -144,6 +144,7 @@ impl Client {
             priority,
             weight: 1.0,
             gpu: None,
+            class: None,
         });
         match w {
             Ok(Reply::Welcome(w)) => (c, w),
