@@ -149,14 +149,16 @@ fn a_daemon_that_will_not_start_is_reported_with_its_reason() {
     );
 }
 
-/// Issue 38's STP goal on the simulated 2-GPU device: the four co-run loops
-/// at once through a daemon of both GPUs and through one of the first, each
-/// against itself alone. The default placement spreads them two and two, and
+/// Issue 38's STP goal on the simulated 2-GPU device: each case's four
+/// loops at once through a daemon of both GPUs and through one of the
+/// first, each against itself alone. The default placement spreads the
+/// identical clients two and two and puts each declared memory-bound client
+/// beside a compute-bound one; `least-loaded` is run beside it for the pairs;
 /// two GPUs give a higher STP than one (the simulated GPUs' kernels take
 /// wall-clock time, so the figures are loose; the GPU figures come from
 /// `--device cuda:0,1` on the device: docs/multi-gpu.md).
 #[test]
-fn the_multi_gpu_experiment_spreads_four_clients_and_reports_both_stps_on_the_simulated_pair() {
+fn the_multi_gpu_experiment_places_each_case_and_reports_its_stps_on_the_simulated_pair() {
     let dir = tempfile::Builder::new().prefix("gpumux-bench-daemon-test-").tempdir().expect("a temporary directory");
     let json = dir.path().join("report.json");
     let args =
@@ -164,27 +166,39 @@ fn the_multi_gpu_experiment_spreads_four_clients_and_reports_both_stps_on_the_si
     let out = quick_bench(&args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        stdout.contains("Four GPU-filling clients on 2 GPUs (sim:h100x2) against the same on one (sim:h100)"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("Multi-GPU `identical`: four identical GPU-filling clients (SGEMM) on 2 GPUs (sim:h100x2) against the same on one (sim:h100)"), "{stdout}");
+    assert!(stdout.contains("best this mix allows"), "{stdout}");
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let m = &r["multi_gpu"];
-    let rows = m["rows"].as_array().unwrap();
-    let names: Vec<&str> = rows.iter().map(|x| x["kernel"].as_str().unwrap()).collect();
-    assert_eq!(names, ["triad", "fma", "sgemm", "histogram"]);
-    let mut per_gpu = [0; 2];
-    for row in rows {
-        assert_eq!(row["outputs_equal"], true, "{row}");
-        per_gpu[row["gpu"].as_u64().unwrap_or_else(|| panic!("no GPU in {row}")) as usize] += 1;
-        for t in ["alone_ms", "one_gpu_ms", "all_gpus_ms"] {
-            assert!(row[t].as_f64().unwrap() > 0.0, "{row}");
+    let cases = r["multi_gpu"]["cases"].as_array().unwrap();
+    let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["identical", "pairs", "loops"]);
+    for c in cases {
+        let rows = c["rows"].as_array().unwrap();
+        let runs = c["runs"].as_array().unwrap();
+        for row in rows {
+            assert_eq!(row["outputs_equal"], true, "{row}");
+            assert!(row["alone_ms"].as_f64().unwrap() > 0.0 && row["one_gpu_ms"].as_f64().unwrap() > 0.0, "{row}");
+            assert_eq!(row["all_gpus_ms"].as_array().unwrap().len(), runs.len(), "{row}");
+        }
+        // Each run's GPUs per client, in the case's client order.
+        let gpus = |run: usize| -> Vec<u64> {
+            rows.iter().map(|x| x["gpu"][run].as_u64().unwrap_or_else(|| panic!("no GPU in {x}"))).collect()
+        };
+        let one = c["stp_one"].as_f64().unwrap();
+        for (i, run) in runs.iter().enumerate() {
+            let g = gpus(i);
+            assert_eq!(g.iter().filter(|&&x| x == 0).count(), 2, "two on each GPU: {c}");
+            let (stp, ratio) = (run["stp"].as_f64().unwrap(), run["ratio"].as_f64().unwrap());
+            assert!(one > 0.0 && (ratio - stp / one).abs() < 1e-9, "{c}");
+        }
+        assert!((c["best_ratio"].as_f64().unwrap() - 4.0 / one).abs() < 1e-9, "{c}");
+        assert_eq!(c["met"], runs[0]["ratio"].as_f64().unwrap() >= 1.9);
+        assert!(runs[0]["stp"].as_f64().unwrap() > one, "two GPUs' STP not above one's: {c}");
+        if c["name"] == "pairs" {
+            // Triad (memory) and FMA (compute) twice: the default, pairs, puts one of each on each GPU.
+            let g = gpus(0);
+            assert!(g[0] != g[2] && g[1] != g[3], "pairs placement split each class: {g:?} in {c}");
+            assert_eq!(runs[1]["placement"], "least-loaded");
         }
     }
-    assert_eq!(per_gpu, [2, 2], "least-loaded spreads four clients two and two: {rows:?}");
-    let (one, all, ratio) =
-        (m["stp_one"].as_f64().unwrap(), m["stp_all"].as_f64().unwrap(), m["ratio"].as_f64().unwrap());
-    assert!(one > 0.0 && all > one, "two GPUs' STP {all} not above one's {one}");
-    assert!((ratio - all / one).abs() < 1e-9, "{m}");
-    assert_eq!(m["met"], ratio >= 1.9);
 }

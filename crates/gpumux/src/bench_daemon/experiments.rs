@@ -265,7 +265,13 @@ impl Bench {
     /// A daemon of configuration `c` serving `base` (one GPU or several),
     /// its log named after `c` and `tag`.
     fn start_daemon_on(&self, c: &DaemonConfig, base: &str, tag: &str) -> Result<Daemon> {
+        self.start_daemon_with(c, base, tag, &[])
+    }
+
+    /// [`Bench::start_daemon_on`] with `more` arguments for the daemon.
+    fn start_daemon_with(&self, c: &DaemonConfig, base: &str, tag: &str, more: &[String]) -> Result<Daemon> {
         let mut extra: Vec<String> = self.args.daemon_args.split_whitespace().map(str::to_owned).collect();
+        extra.extend(more.iter().cloned());
         if c.in_process && !c.sim && self.ordinal.is_some() {
             extra.push("--device-in-process".into());
         }
@@ -729,9 +735,12 @@ impl Bench {
     ) -> Result<PriorityRaw> {
         let (urgent, fill) = (self.urgent(shape, b), self.fill(shape, b));
         let plans = if together {
-            vec![ProcPlan { mode, jobs: vec![urgent, fill] }]
+            vec![ProcPlan { mode, jobs: vec![urgent, fill], vars: Vec::new() }]
         } else {
-            vec![ProcPlan { mode, jobs: vec![urgent] }, ProcPlan { mode, jobs: vec![fill] }]
+            vec![
+                ProcPlan { mode, jobs: vec![urgent], vars: Vec::new() },
+                ProcPlan { mode, jobs: vec![fill], vars: Vec::new() },
+            ]
         };
         let r = self.setting(&format!("priority {b} µs: {label}"), &plans, env, None)?;
         Ok(priority_raw(&r))
@@ -739,7 +748,7 @@ impl Bench {
 
     /// The low-priority client of block size `b` alone for the alone window, in `mode`.
     fn lp_alone(&self, b: u64, label: &str, mode: Mode, shape: Shape, env: &Env) -> Result<PriorityRaw> {
-        let plans = [ProcPlan { mode, jobs: vec![self.fill(shape, b)] }];
+        let plans = [ProcPlan { mode, jobs: vec![self.fill(shape, b)], vars: Vec::new() }];
         let r = self.setting(&format!("priority {b} µs: {label}"), &plans, env, Some(self.lp_alone_window()))?;
         Ok(priority_raw(&r))
     }
@@ -758,9 +767,12 @@ impl Bench {
         let (a, b) = PAIRS[i];
         let (ja, jb) = (self.loop_job(a, launches), self.loop_job(b, launches));
         let plans = if together {
-            vec![ProcPlan { mode, jobs: vec![ja, jb] }]
+            vec![ProcPlan { mode, jobs: vec![ja, jb], vars: Vec::new() }]
         } else {
-            vec![ProcPlan { mode, jobs: vec![ja] }, ProcPlan { mode, jobs: vec![jb] }]
+            vec![
+                ProcPlan { mode, jobs: vec![ja], vars: Vec::new() },
+                ProcPlan { mode, jobs: vec![jb], vars: Vec::new() },
+            ]
         };
         let r = self.setting(&format!("co-run {}+{}: {label}", a.name(), b.name()), &plans, env, None)?;
         loops(&r)
@@ -771,7 +783,7 @@ impl Bench {
         let cal = 20;
         let r = self.setting(
             &format!("co-run: calibrating {}", k.name()),
-            &[ProcPlan { mode, jobs: vec![Job::Loop { kernel: k, launches: cal }] }],
+            &[ProcPlan { mode, jobs: vec![Job::Loop { kernel: k, launches: cal }], vars: Vec::new() }],
             env,
             None,
         )?;
@@ -793,7 +805,7 @@ impl Bench {
         let job = Job::Program { program: p, reps: self.args.program_reps };
         let r = self.setting(
             &format!("programs: {} through {label}", p.name()),
-            &[ProcPlan { mode, jobs: vec![job] }],
+            &[ProcPlan { mode, jobs: vec![job], vars: Vec::new() }],
             env,
             None,
         )?;

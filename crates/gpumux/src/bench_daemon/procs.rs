@@ -22,14 +22,16 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct ProcPlan {
     pub mode: Mode,
     pub jobs: Vec<Job>,
+    /// Environment of this process alone (a client's `GPUMUX_CLASS`), over the setting's.
+    pub vars: Vec<(String, String)>,
 }
 
 impl ProcPlan {
     pub fn native(jobs: Vec<Job>) -> ProcPlan {
-        ProcPlan { mode: Mode::Native, jobs }
+        ProcPlan { mode: Mode::Native, jobs, vars: Vec::new() }
     }
     pub fn daemon(jobs: Vec<Job>) -> ProcPlan {
-        ProcPlan { mode: Mode::Daemon, jobs }
+        ProcPlan { mode: Mode::Daemon, jobs, vars: Vec::new() }
     }
 }
 
@@ -113,7 +115,7 @@ fn spawn(exe: &Path, plan: &ProcPlan, env: &Env, name: &str) -> Result<Running> 
     if let Some(s) = &env.socket {
         cmd.arg("--socket").arg(s);
     }
-    for (k, v) in &env.vars {
+    for (k, v) in env.vars.iter().chain(&plan.vars) {
         cmd.env(k, v);
     }
     let mut child = cmd
