@@ -14,6 +14,7 @@
 mod check;
 mod fill;
 mod launches;
+mod links;
 mod overhead;
 mod preemption;
 mod spatial;
@@ -22,6 +23,7 @@ mod split;
 pub use check::{check_suite, exactly_once, CheckRow, ExactlyOnce};
 pub use fill::{fill, FillRow};
 pub use launches::{launches, LaunchesRow, STENCIL_SMEM_SOURCE, WAVEFRONT_SOURCE};
+pub use links::{links, LinkFit, LinkRow, LinksReport};
 pub use overhead::{overhead, OverheadRow};
 pub use preemption::{lp_hog, preemption, PreemptRow};
 pub use spatial::{spatial, spatial_child, SpatialConfig, SpatialRow};
@@ -162,7 +164,16 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1 << 30)]
         reduction_n: u64,
     },
-    /// Everything above but `fill` and `split`, in that order, with default settings.
+    /// The links the simulator models (issue 38): peer copies between GPUs 0
+    /// and 1 and host copies to and from each, 4 KiB to 1 GiB, with the
+    /// simulator's link model fitted to each and the preset's beside it.
+    /// Not part of `all`.
+    Links {
+        /// Timed copies per size (the median is reported).
+        #[arg(long, default_value_t = 9)]
+        reps: u32,
+    },
+    /// Everything above but `fill`, `split` and `links`, in that order, with default settings.
     All,
     /// (internal) A second process that keeps the GPU busy with low-priority spin kernels.
     #[command(hide = true)]
@@ -207,6 +218,8 @@ pub struct Report {
     pub fill: Vec<FillRow>,
     /// `split`: the rows, refusals and goals.
     pub split: Option<SplitReport>,
+    /// `links`: the copies' times and the model fitted to each link.
+    pub links: Option<LinksReport>,
 }
 
 /// Runs the measurements `args` asks for, printing a table for each (and
@@ -243,6 +256,11 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<()> {
     };
     let all = matches!(args.command, BenchCommand::All);
     let mut failed = false;
+    if let BenchCommand::Links { reps } = args.command {
+        rep.links = Some(links(reps)?);
+        save(&rep)?;
+        return Ok(());
+    }
     if let BenchCommand::Split { gpus, reps, fma_n, fma_iters, nbody_n, triad_n, reduction_n } = args.command {
         let cfg = SplitConfig { gpus, reps, fma_n, fma_iters, nbody_n, triad_n, reduction_n, seed: args.seed };
         let (report, ok) = split(&cfg)?;

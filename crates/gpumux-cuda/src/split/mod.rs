@@ -13,9 +13,11 @@
 //!
 //! * [`partition`], [`merge`], [`analysis`]: pure, CPU-tested;
 //! * [`run`]: the GPUs (contexts, peer access, replicated buffers, the launch);
-//! * [`suite`]: a suite kernel's launch as a split launch (GPU tests, the check).
+//! * [`suite`]: a suite kernel's launch as a split launch (GPU tests, the check);
+//! * [`links`]: the copies' times over the links (`gpumux-cuda-check links`).
 
 pub mod analysis;
+pub mod links;
 pub mod merge;
 pub mod partition;
 pub mod run;
