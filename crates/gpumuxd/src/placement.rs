@@ -20,8 +20,8 @@ pub enum Placement {
     /// (`Hello::class`, `GPUMUX_CLASS`) counts a complementary pair on one GPU
     /// (one memory-bound, one compute-bound client) as the load of one: it
     /// goes where it adds the least such load, and on a tie where it
-    /// completes a pair, then to the fewest clients. Clients that declare
-    /// nothing are placed exactly as by `least-loaded` ([`pair_load`]).
+    /// completes a pair, then to the fewest clients. Where no client
+    /// declares a class, placement is exactly `least-loaded`'s ([`pair_load`]).
     /// The default: docs/multi-gpu.md says why.
     Pairs,
 }
@@ -153,8 +153,8 @@ pub fn place(
         Placement::LeastLoaded => up.min_by_key(|(i, g)| (g.clients, g.ops, *i)),
         Placement::Memory => up.min_by_key(|(i, g)| (std::cmp::Reverse(g.memory_free), g.clients, *i)),
         // The load after, then whether it rose (0: the client completes a
-        // pair), then least-loaded's order. With no class declared the first
-        // two are the clients + 1 and 1 everywhere: least-loaded exactly.
+        // pair), then least-loaded's order. Where no client declared a class
+        // the first two are the clients + 1 and 1 everywhere: least-loaded exactly.
         Placement::Pairs => up.min_by_key(|(i, g)| {
             let after = pair_load(&with_client(g, class));
             (after, after - pair_load(g), g.clients, g.ops, *i)
