@@ -32,6 +32,10 @@
 #      placed on GPU 0, b on GPU 1; a fills a 67 MiB buffer (more than one 64 MiB staging piece); b leaves;
 #      a, idle, moves to GPU 1 at its next request; every byte of its buffer and its scale kernel's output
 #      there equal the expected ones. MULTI_ONLY=rebalance runs only this check (no CuPy needed).
+#   6. the links the simulator models (docs/multi-gpu.md, "The simulated links"): `gpumux-cuda-check links`
+#      times peer copies between GPUs 0 and 1 and host copies to and from each, 4 KiB to 1 GiB, and prints
+#      the model fitted to each link beside the preset's (MULTI_LINKS=0 skips it; MULTI_ONLY=links runs only
+#      this check). Fails only if it cannot run.
 # Prints PASS/FAIL per check and a summary last (JSON in OUTDIR/multi-gpu.json); exits non-zero if a check failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -89,6 +93,27 @@ rebalance_check() {
         tail -30 "$dir/test.log"; fail "rebalance: see $dir/test.log"
     fi
 }
+# 6. (module doc) The links the simulator models, timed: `gpumux-cuda-check links`.
+links_check() {
+    echo "== 6. the links of GPUs 0 and 1 (gpumux-cuda-check links)"
+    local dir="$OUT/links"; mkdir -p "$dir"
+    if [ ! -x "$BIN/gpumux-cuda-check" ]; then
+        fail "links: no $BIN/gpumux-cuda-check (scripts/device-build.sh)"
+    elif timeout 300 "$BIN/gpumux-cuda-check" --json "$dir/links.json" links >"$dir/links.txt" 2>&1; then
+        cat "$dir/links.txt"
+        pass "links: peer and host copies timed, the model fitted to each link (table above; $dir/links.json)"
+    else
+        cat "$dir/links.txt"
+        fail "links: gpumux-cuda-check links exited non-zero (see $dir/links.txt)"
+    fi
+}
+if [ "${MULTI_ONLY:-}" = links ]; then
+    links_check
+    echo
+    echo "== summary"
+    printf '%s\n' "${results[@]}"
+    exit $((fails > 0))
+fi
 if [ "${MULTI_ONLY:-}" = rebalance ]; then
     rebalance_check
     echo
@@ -269,6 +294,8 @@ EOF
 fi
 
 rebalance_check
+
+[ "${MULTI_LINKS:-1}" != 0 ] && links_check
 
 echo
 echo "== summary"
