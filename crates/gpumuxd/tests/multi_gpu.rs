@@ -1,8 +1,9 @@
 //! One daemon, two simulated GPUs (`sim:h100x2`; docs/multi-gpu.md): clients
-//! spread over both under `least-loaded` with the bytes a one-GPU daemon
+//! spread over both under the default placement with the bytes a one-GPU daemon
 //! gives, a pinned client stays on its GPU, a pin to a GPU that is not there
 //! is refused naming those that are, and a fault or a killed device process
-//! on one GPU leaves the other GPU's client untouched.
+//! on one GPU leaves the other GPU's client untouched; clients that declare
+//! their class are placed a memory-bound one beside a compute-bound one.
 
 mod common;
 
@@ -129,7 +130,11 @@ fn four_clients_spread_over_two_gpus_and_get_the_bytes_one_gpu_gives() {
     let (two, status) = four_clients(TWO);
     let (one, one_status) = four_clients("sim:h100");
     let gpus: Vec<u32> = two.iter().map(|(g, _)| *g).collect();
-    assert_eq!(gpus.iter().filter(|&&g| g == 0).count(), 2, "least-loaded puts two on each GPU: {gpus:?}");
+    assert_eq!(
+        gpus.iter().filter(|&&g| g == 0).count(),
+        2,
+        "the default (pairs, as least-loaded for undeclared clients) puts two on each GPU: {gpus:?}"
+    );
     assert_eq!(gpus.iter().filter(|&&g| g == 1).count(), 2, "{gpus:?}");
     assert!(one.iter().all(|(g, _)| *g == 0), "one GPU: all on GPU 0");
     for (i, ((_, a), (_, b))) in two.iter().zip(&one).enumerate() {
@@ -455,7 +460,7 @@ fn placement_stp() {
     println!("| run | GPUs of vector_add, histogram, matmul, stencil | STP | vs one GPU |");
     println!("|---|---|---|---|");
     println!("| 4 clients on 1 GPU | {:?} | {one_stp:.2} | 1.00x |", one.iter().map(|r| r.0).collect::<Vec<_>>());
-    for placement in ["least-loaded", "memory"] {
+    for placement in ["pairs", "least-loaded", "memory"] {
         let two = co_run(TWO, placement);
         let s = stp(&two);
         println!(
