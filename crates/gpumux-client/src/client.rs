@@ -8,7 +8,8 @@ use crate::handles::{check_args, Arg, Buffer, Kernel, LaunchConfig, Module};
 use crate::host::{HostBuffer, HostTable};
 use crate::shm::{SharedRegion, HOST_MEMFD_NAME, MEMFD_NAME};
 use gpumux_proto::{
-    ClientClass, EventId, Launch, Notice, Reply, Request, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES, VERSION,
+    ClientClass, EventId, Launch, Notice, Reply, Request, Split, Status, StreamId, Welcome, MAGIC, MAX_NAME_BYTES,
+    VERSION,
 };
 use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
@@ -577,6 +578,38 @@ impl Client {
             stream: config.stream,
             block_time_ns: config.block_time_ns,
         }))
+    }
+
+    /// Launches `kernel` as [`Client::launch`] does, split over the daemon's
+    /// GPUs by block range and merged back on this client's GPU before
+    /// anything after it on the stream starts (docs/multi-gpu.md, "Splitting
+    /// in the daemon"). A kernel whose writes the daemon's source analysis
+    /// cannot merge is refused with its reasons, reported as a refused
+    /// launch is, unless `split.splittable` is [`Splittable::Declared`]; a
+    /// daemon of one GPU runs it whole.
+    pub fn launch_split(&self, kernel: &Kernel, config: &LaunchConfig, args: &[Arg], split: &Split) -> Result<()> {
+        check_args(kernel, args)?;
+        if let Some(e) = self.conn.take_deferred_error() {
+            return Err(e);
+        }
+        let launch = Launch {
+            kernel: kernel.id,
+            grid: config.grid,
+            block: config.block,
+            shared_bytes: config.shared_bytes,
+            args: args.iter().map(|a| a.0.clone()).collect(),
+            stream: config.stream,
+            block_time_ns: config.block_time_ns,
+        };
+        self.conn.send_deferred(Request::LaunchSplit { launch, split: split.clone() })
+    }
+
+    /// Splits every later launch of `kernel` over the daemon's GPUs
+    /// (`Some`), or runs them whole again (`None`). Refused at once, with the
+    /// daemon's source analysis's reasons, when the kernel's writes cannot
+    /// be merged and `split.splittable` is [`Splittable::IfChecked`].
+    pub fn split_kernel(&self, kernel: &Kernel, split: Option<&Split>) -> Result<()> {
+        self.done(Request::SplitKernel { kernel: kernel.id, split: split.cloned() })
     }
 
     /// A new stream, independent of the others.

@@ -54,7 +54,7 @@ pub use client::{
 pub use error::{ClientError, Result};
 pub use gpumux_proto::{
     printable_name, ClientClass, ClientStatus, DeviceProperties, ErrorKind, GpuStatus, HostRegionId, Limits, LostWork,
-    Notice, Status, StreamId, Welcome,
+    Notice, Split, SplitMerge, Splittable, Status, StreamId, Welcome,
 };
 pub use handles::{Arg, Buffer, Kernel, LaunchConfig, Module};
 pub use host::HostBuffer;

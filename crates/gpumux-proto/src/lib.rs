@@ -56,8 +56,10 @@ pub const MAGIC: [u8; 4] = *b"GMUX";
 /// refused, as `cudaMemcpyAsync` from pinned memory) and pitched copies in
 /// one request (`Copy2D`, `cudaMemcpy2DAsync`). Version 9 added
 /// `Hello::class` (issue 38: what bounds a client's kernels, so that
-/// placement puts memory-bound clients beside compute-bound ones).
-pub const VERSION: u16 = 9;
+/// placement puts memory-bound clients beside compute-bound ones). Version 10
+/// splits a launch over several GPUs (issue 38: `SplitKernel` per kernel,
+/// `LaunchSplit` per launch, with [`Split`]).
+pub const VERSION: u16 = 10;
 /// The largest frame body either side accepts (module sources are the big ones).
 pub const MAX_FRAME_BYTES: u32 = 8 << 20;
 /// The longest client or kernel name.
@@ -523,6 +525,69 @@ pub enum Request {
         /// reused), or when accepted (false).
         wait: bool,
     },
+    /// Splits every later launch of `kernel` over the daemon's GPUs
+    /// (`Some`), or stops splitting it (`None`). Answered `Done`, or refused
+    /// with the source analysis's reasons when the kernel's writes cannot be
+    /// merged and `split.splittable` is `IfChecked` (docs/multi-gpu.md,
+    /// "Splitting in the daemon").
+    SplitKernel {
+        /// Which kernel.
+        kernel: KernelId,
+        /// How, or `None` to run it whole again.
+        split: Option<Split>,
+    },
+    /// One launch split over the daemon's GPUs, in stream order like
+    /// `Launch` and answered only when refused, as `Launch` is. A daemon of
+    /// one GPU runs it whole (its log says so).
+    LaunchSplit {
+        /// The launch.
+        launch: Launch,
+        /// How.
+        split: Split,
+    },
+}
+
+/// How a launch is split over GPUs ([`Request::SplitKernel`],
+/// [`Request::LaunchSplit`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Split {
+    /// Whether the daemon's source analysis decides, or the client vouches.
+    pub splittable: Splittable,
+    /// At most this many GPUs (0: every GPU the daemon serves).
+    pub gpus: u32,
+    /// How each written buffer argument is merged, by argument index; a
+    /// written buffer not named here is merged by shadow copy.
+    pub merges: Vec<(u32, SplitMerge)>,
+}
+
+/// Whether a kernel may be split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Splittable {
+    /// If the daemon's source analysis finds nothing that breaks the merge
+    /// (global atomics, stores not indexed by the block, stores at an index
+    /// read from memory, ...): else the request is refused with its reasons.
+    IfChecked,
+    /// The client vouches that different blocks write disjoint words.
+    Declared,
+}
+
+/// How a written buffer's copies are merged back on the client's GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SplitMerge {
+    /// GPU-SPARC's shadow buffers: per 4-byte word, another GPU's value
+    /// where it differs from the buffer before the launch.
+    Shadow,
+    /// Blocks `[g * granule_blocks, (g + 1) * granule_blocks)` write only
+    /// bytes `[offset + g * bytes_per_granule, offset + (g + 1) * bytes_per_granule)`
+    /// from the argument's pointer: each GPU's slices are copied back as they are.
+    Slices {
+        /// Blocks per granule.
+        granule_blocks: u32,
+        /// Bytes a granule writes.
+        bytes_per_granule: u64,
+        /// Where granule 0's bytes start, from the argument's pointer.
+        offset: u64,
+    },
 }
 
 /// One side of a [`Request::Copy2D`]: where its first row starts, and how
@@ -927,6 +992,8 @@ impl Request {
             Request::CopyFromHostRegionAsync { .. } => "CopyFromHostRegionAsync",
             Request::CopyToHostRegionAsync { .. } => "CopyToHostRegionAsync",
             Request::Copy2D { .. } => "Copy2D",
+            Request::SplitKernel { .. } => "SplitKernel",
+            Request::LaunchSplit { .. } => "LaunchSplit",
         }
     }
 }

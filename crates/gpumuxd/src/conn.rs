@@ -66,7 +66,9 @@ impl Inbound {
                 Request::LoadModule { name, source, options } => {
                     name.len() + source.len() + options.iter().map(String::len).sum::<usize>()
                 }
-                Request::Launch(l) => l.args.iter().map(gpumux_proto::Arg::size).sum(),
+                Request::Launch(l) | Request::LaunchSplit { launch: l, .. } => {
+                    l.args.iter().map(gpumux_proto::Arg::size).sum()
+                }
                 Request::Hello { name, .. } => name.len(),
                 _ => 0,
             },

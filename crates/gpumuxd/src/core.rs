@@ -58,6 +58,7 @@ mod recovery;
 mod requests;
 mod round_clock;
 mod slow_waits;
+pub mod split;
 mod stream_order;
 mod swap;
 
@@ -199,6 +200,10 @@ pub enum CoreMsg {
     },
     /// A client another core handed over: this core serves it from now on.
     Adopt(Box<handover::Handover>),
+    /// A block range of another core's split launch, to run here (`core/split.rs`).
+    SplitPart(Box<split::Part>),
+    /// A range this core's split launch sent to another core ended there.
+    SplitDone(Box<split::PartDone>),
     /// SIGINT/SIGTERM: tell every client and stop.
     Shutdown,
 }
@@ -231,6 +236,16 @@ enum OpKind {
     /// A restore's gate: the stream's work behind it waits for its
     /// client's evicted buffers (`core/swap.rs`).
     Gate,
+    /// A split launch's marker: the stream reached it (`core/split.rs`).
+    SplitReached {
+        token: u64,
+    },
+    /// A split launch's hold on its stream, released after the merge.
+    SplitHold,
+    /// One block range of a split launch, on this GPU.
+    SplitRange {
+        token: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -357,6 +372,8 @@ pub struct Core {
     gpu: u32,
     /// Where this core publishes its load for placement (several GPUs), and when it last did.
     board: Option<(Arc<crate::gpus::GpuBoard>, Instant)>,
+    /// Split launches under way, and parts of other GPUs' (`core/split.rs`).
+    split: split::Splits,
 }
 
 /// A core publishes its load for placement at most this often: a client
@@ -476,6 +493,7 @@ impl Core {
             swap: swap::Swap::new(default_swap_memory()),
             gpu: 0,
             board: None,
+            split: split::Splits::default(),
         })
     }
 
@@ -719,6 +737,8 @@ impl Core {
                 let _ = reply.send(self.hand_over(client, room));
             }
             CoreMsg::Adopt(h) => self.adopt(*h),
+            CoreMsg::SplitPart(p) => self.run_part(*p),
+            CoreMsg::SplitDone(d) => self.part_done(*d),
             CoreMsg::Shutdown => return false,
         }
         true
@@ -944,6 +964,11 @@ impl Core {
     /// The device's memory, bytes.
     pub fn memory_total(&self) -> u64 {
         self.backend.info().mem_bytes
+    }
+
+    /// The device's SMs (how a split launch divides its blocks).
+    pub fn sms(&self) -> u32 {
+        u32::from(self.backend.info().num_sms)
     }
 
     /// SMs held by device launches now, over all clients (gone ones included).

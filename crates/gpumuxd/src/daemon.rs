@@ -12,7 +12,7 @@ use crate::server;
 use anyhow::{bail, Context, Result};
 pub use gpumux_cuda::client::Refill;
 use std::path::PathBuf;
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
 /// What `gpumuxd` (and `gpumux daemon`) take; `None` means: the config's
@@ -306,8 +306,15 @@ pub fn run(opts: Options) -> Result<()> {
     let mut senders = Vec::new();
     let mut boards = Vec::new();
     let mut core_threads = Vec::new();
-    for (i, (core, board)) in cores.into_iter().enumerate() {
-        let (tx, rx) = channel::<CoreMsg>();
+    // Every core's channel first: with several GPUs each core can send another
+    // a part of a split launch (core/split.rs).
+    let channels: Vec<_> = cores.iter().map(|_| channel::<CoreMsg>()).collect();
+    let peers: Vec<Sender<CoreMsg>> = channels.iter().map(|(tx, _)| tx.clone()).collect();
+    let sms: Vec<u32> = cores.iter().map(|(c, _)| c.sms()).collect();
+    for (i, ((mut core, board), (tx, rx))) in cores.into_iter().zip(channels).enumerate() {
+        if peers.len() > 1 {
+            core = core.with_peers(peers.clone(), sms.clone());
+        }
         let name = if i == 0 { "gpumuxd-core".to_string() } else { format!("gpumuxd-core{i}") };
         let down = board.clone();
         let thread = std::thread::Builder::new().name(name).spawn(move || {

@@ -151,6 +151,8 @@ pub struct Session {
     pub streams: BTreeMap<StreamId, Stream>,
     /// Its events.
     pub events: BTreeMap<EventId, EventState>,
+    /// Kernels whose every launch is split over GPUs (`SplitKernel`, core/split.rs).
+    pub split_kernels: BTreeMap<KernelId, gpumux_proto::Split>,
     /// Operations of it the core tracks (in the engine or on the device).
     pub in_flight: u32,
     /// For `Status`.
@@ -186,6 +188,7 @@ impl Session {
             kernels: BTreeMap::new(),
             streams: BTreeMap::new(),
             events: BTreeMap::new(),
+            split_kernels: BTreeMap::new(),
             in_flight: 0,
             counters: Counters::default(),
             stages: StageTimes::default(),

@@ -379,6 +379,15 @@ pub trait Backend: Send {
         [0, 0]
     }
 
+    /// Whether an `OpWork::Kernel` whose engine kernel has fewer blocks than
+    /// its grid runs them as a block range of the whole launch (a split
+    /// launch's part, core/split.rs). The simulated device does: its kernels
+    /// compute nothing, so a range is its block count. A device that does
+    /// not runs split launches whole.
+    fn runs_block_ranges(&self) -> bool {
+        false
+    }
+
     /// Device memory now.
     fn mem_info(&mut self) -> Result<MemInfo, MemError>;
     /// Allocates `bytes` (> 0).

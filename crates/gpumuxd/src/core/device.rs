@@ -491,6 +491,20 @@ impl Core {
             let Some(e) = self.ops.get_mut(&c.op) else { continue };
             e.ended = true;
             let (client, stream) = (e.client, e.stream);
+            // A split's operations are handled after the drain (core/split.rs).
+            match &e.kind {
+                OpKind::SplitReached { token } => self
+                    .split
+                    .todo
+                    .push(super::split::Step::Reached { token: *token, completed: c.outcome == OpOutcome::Completed }),
+                OpKind::SplitRange { token } => self.split.todo.push(super::split::Step::RangeEnded {
+                    client,
+                    token: *token,
+                    completed: c.outcome == OpOutcome::Completed,
+                    failed: e.failed.clone(),
+                }),
+                _ => {}
+            }
             if let Some(why) = e.failed.take() {
                 let what = match &e.kind {
                     OpKind::Kernel { name } => format!("kernel `{name}` ({}) did not run: {why}", c.op),
@@ -509,6 +523,7 @@ impl Core {
                 OpKind::Sync { reply } => (false, Some(*reply).filter(|_| completed), None),
                 OpKind::Event(ev) => (false, None, Some(*ev).filter(|_| completed)),
                 OpKind::Wait | OpKind::Hold | OpKind::Gate => (false, None, None),
+                OpKind::SplitReached { .. } | OpKind::SplitHold | OpKind::SplitRange { .. } => (false, None, None),
                 // Answered below, with the hold's token (`host_func_reached`).
                 OpKind::HostFunc { .. } => (false, None, None),
             };
@@ -569,6 +584,9 @@ impl Core {
             }
             self.close_stream_if_idle(client, stream);
             self.maybe_finish(c.op);
+        }
+        if !self.split.todo.is_empty() {
+            self.split_steps();
         }
     }
 

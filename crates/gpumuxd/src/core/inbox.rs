@@ -30,6 +30,8 @@ fn client_of(msg: &CoreMsg) -> Option<u64> {
         CoreMsg::Adopt(h) => Some(h.client()),
         // The daemon's own question (several GPUs: `gpus.rs`), a queue of its own.
         CoreMsg::Status { .. } => Some(u64::MAX),
+        // Between cores (a split launch, core/split.rs): a queue of their own.
+        CoreMsg::SplitPart(_) | CoreMsg::SplitDone(_) => Some(u64::MAX - 1),
         CoreMsg::Shutdown => None,
     }
 }

@@ -212,6 +212,9 @@ impl Core {
             Request::HostFunc(stream) => return self.host_func(client, id, stream).err().map(Err),
             Request::EndHostFunc { token } => self.end_host_func(client, token),
             Request::Fill { dst, value, width, count, stream } => self.fill(client, dst, value, width, count, stream),
+            // Issue 38's split (core/split.rs).
+            Request::SplitKernel { kernel, split } => self.split_kernel(client, kernel, split),
+            Request::LaunchSplit { launch, split } => return self.launch_split(client, &launch, &split).err().map(Err),
         };
         Some(r)
     }
@@ -555,8 +558,18 @@ impl Core {
         Ok(Reply::Module { module, kernels: entries, log: image.log, cached: image.cached })
     }
 
-    /// Checks and submits a launch; an accepted one is not answered.
+    /// Checks and submits a launch, split where its kernel asks for it
+    /// (`SplitKernel`); an accepted one is not answered.
     fn launch(&mut self, client: u64, l: &gpumux_proto::Launch) -> Result<(), ErrorReply> {
+        let split = self.session(client)?.split_kernels.get(&l.kernel).cloned();
+        match split {
+            Some(sp) => self.launch_split(client, l, &sp),
+            None => self.launch_whole(client, l),
+        }
+    }
+
+    /// Checks and submits a launch on this GPU.
+    pub(super) fn launch_whole(&mut self, client: u64, l: &gpumux_proto::Launch) -> Result<(), ErrorReply> {
         let s = self.session(client)?;
         // The quota first: a client that launches flat out without a sync
         // (issue 36's huge-grids abuser: ~200k launches a second) is refused

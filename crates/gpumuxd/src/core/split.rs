@@ -1,0 +1,1050 @@
+//! One launch split over several GPUs inside the daemon (issue 38, item 3;
+//! docs/multi-gpu.md, "Splitting in the daemon").
+//!
+//! A client asks per launch (`LaunchSplit`) or per kernel (`SplitKernel`).
+//! Its home core (the GPU it was placed on) checks the kernel's source with
+//! `gpumux_cuda::split::analyse` and refuses, with the analysis's reasons, a
+//! kernel whose writes cannot be merged unless the client declared it
+//! splittable; it divides the blocks by SM count (`split::partition`) and
+//! plans what is replicated and merged (`split::merge::plan`).
+//!
+//! In stream order the launch is two operations on the client's stream: a
+//! marker, which completes when everything before it has, and a hold, which
+//! keeps everything after it waiting until the merge ends. When the marker
+//! completes, the home core reads back the buffers the launch uses (inputs
+//! to replicate, outputs' pre-launch contents for the shadow merge), sends
+//! each other GPU's core its block range with those bytes ([`Part`]), and
+//! runs its own range on a stream of the client's own, made for the split.
+//! Another core runs its part as a session of its own (the kernel's module
+//! loaded, the buffers allocated and written in, one launch over the
+//! range), reads back what its blocks wrote and sends it home
+//! ([`PartDone`]), then lets the session go like a client that left. When
+//! every range has ended, the home core merges (`merge_shadow`: per 4-byte
+//! word, another GPU's value where it differs from the pre-launch contents;
+//! declared slices: copied as they are) and releases the hold.
+//!
+//! Bytes travel through host memory (`Backend::read_back` / `write_in`, the
+//! pieces path of a client's move between GPUs), not over a peer link:
+//! every core's device owns its own context.
+
+use super::*;
+use gpumux_cuda::split::merge::{self, BlockSlices, BufferUse, Merge, Role};
+use gpumux_proto::{Arg, Split, SplitMerge, Splittable};
+use std::ops::Range;
+
+/// A part session's key on another core: the high bit keeps it apart from
+/// every client's number.
+const PART_BIT: u64 = 1 << 63;
+
+/// The split state of one core: its own clients' splits under way, and
+/// parts of other cores' splits it runs.
+#[derive(Default)]
+pub(super) struct Splits {
+    /// Every core's channel, by GPU (empty with one GPU).
+    peers: Vec<Sender<CoreMsg>>,
+    /// Every GPU's SMs, by GPU (how blocks are divided).
+    sms: Vec<u32>,
+    next_token: u64,
+    /// This core's clients' splits, by token.
+    pending: HashMap<u64, PendingSplit>,
+    /// Parts of other cores' splits run here, by part session.
+    parts: HashMap<u64, RunningPart>,
+    /// Engine completions of split operations, handled after the drain
+    /// that saw them (they submit and release operations).
+    pub(super) todo: Vec<Step>,
+}
+
+/// A split operation's end, seen in `drain_completions`.
+#[derive(Debug)]
+pub(super) enum Step {
+    /// The marker: the stream reached the split launch.
+    Reached { token: u64, completed: bool },
+    /// A range ended, on a home core or a part's.
+    RangeEnded { client: u64, token: u64, completed: bool, failed: Option<String> },
+}
+
+/// One buffer of a split launch.
+#[derive(Clone, Debug)]
+struct SplitBuffer {
+    id: BufferId,
+    addr: DevAddr,
+    bytes: u64,
+    /// Its contents go to every other GPU before the launch.
+    replicate: bool,
+    /// Spans (in the buffer) merged by shadow copy.
+    shadow: Vec<Range<u64>>,
+    /// Per GPU of the plan, the spans its blocks wrote (declared slices).
+    slices: Vec<Vec<Range<u64>>>,
+}
+
+impl SplitBuffer {
+    /// What GPU `g` of the plan sends home after its range.
+    fn back(&self, g: usize) -> Vec<Range<u64>> {
+        let mut spans = self.shadow.clone();
+        spans.extend(self.slices.get(g).into_iter().flatten().cloned());
+        spans
+    }
+}
+
+struct PendingSplit {
+    client: u64,
+    stream: StreamId,
+    hold: Option<OpId>,
+    kernel: String,
+    launch: gpumux_proto::Launch,
+    /// The plan's GPUs, home first, and their block ranges.
+    gpus: Vec<u32>,
+    ranges: Vec<Range<u32>>,
+    buffers: Vec<SplitBuffer>,
+    /// Pre-launch contents of buffers with shadow spans, by buffer index.
+    snapshots: HashMap<usize, Arc<Vec<u8>>>,
+    /// The split's own stream on this core, once reached.
+    own_stream: Option<StreamId>,
+    ranges_left: usize,
+    /// What other GPUs sent home: (plan index, buffer index, span, bytes).
+    back: Vec<(usize, usize, Range<u64>, Vec<u8>)>,
+    error: Option<String>,
+    replicated: u64,
+    reached: Option<Instant>,
+}
+
+struct RunningPart {
+    token: u64,
+    home: Sender<CoreMsg>,
+    /// Index of this GPU in the plan.
+    index: usize,
+    /// What to send home: buffer index, its handle, the spans.
+    back: Vec<(usize, BufferId, Vec<Range<u64>>)>,
+}
+
+/// A block range of another core's split launch, to run here.
+pub struct Part {
+    token: u64,
+    home_gpu: u32,
+    home: Sender<CoreMsg>,
+    index: usize,
+    client: u64,
+    name: String,
+    limits: ClientLimits,
+    module: (String, String, Vec<String>),
+    kernel: String,
+    launch: gpumux_proto::Launch,
+    range: Range<u32>,
+    /// Each buffer: handle, bytes, contents to write in (replicated), spans to send back.
+    buffers: Vec<(BufferId, u64, Option<Arc<Vec<u8>>>, Vec<Range<u64>>)>,
+}
+
+impl std::fmt::Debug for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Part {{ token: {}, from GPU {}, blocks {:?} }}", self.token, self.home_gpu, self.range)
+    }
+}
+
+/// What a part sends home: the spans its blocks wrote, or why it failed.
+#[derive(Debug)]
+pub struct PartDone {
+    token: u64,
+    index: usize,
+    result: Result<Vec<(usize, Range<u64>, Vec<u8>)>, String>,
+}
+
+/// Why a kernel is refused, in the words of `gpumux_cuda::split::SplitError::Refused`.
+fn refused(kernel: &str, reasons: &[gpumux_cuda::split::Refusal]) -> ErrorReply {
+    let e = gpumux_cuda::split::SplitError::Refused { kernel: kernel.to_owned(), reasons: reasons.to_vec() };
+    err(ErrorKind::Invalid, e.to_string().replace("Splittable::Declared", "Splittable::Declared in its Split"))
+}
+
+/// Shadow merge of one span: each 4-byte word of `other` that differs from
+/// `snapshot` replaces `home`'s (GPU-SPARC's shadow buffers; merge.rs's
+/// `gmx_shadow_merge`, here on the host). A trailing part word is compared
+/// byte by byte. Returns the bytes taken from `other`.
+pub fn merge_shadow(home: &mut [u8], snapshot: &[u8], other: &[u8]) -> u64 {
+    let n = home.len().min(snapshot.len()).min(other.len());
+    let mut taken = 0u64;
+    let mut w = 0;
+    while w < n {
+        let end = (w + 4).min(n);
+        if other[w..end] != snapshot[w..end] {
+            home[w..end].copy_from_slice(&other[w..end]);
+            taken += (end - w) as u64;
+        }
+        w = end;
+    }
+    taken
+}
+
+impl Core {
+    /// Several GPUs: every core's channel and SMs, by GPU.
+    pub fn with_peers(mut self, peers: Vec<Sender<CoreMsg>>, sms: Vec<u32>) -> Core {
+        self.split.peers = peers;
+        self.split.sms = sms;
+        self
+    }
+
+    /// Checks `split` for `kernel` of `client`: the analysis's refusal, or
+    /// which buffer arguments it writes (`None`: the analysis could not
+    /// read the kernel, and the client declared it splittable).
+    fn split_check(&self, client: u64, kernel: KernelId, split: &Split) -> Result<Option<Vec<bool>>, ErrorReply> {
+        let s = self.session(client)?;
+        let image = s
+            .kernels
+            .get(&kernel)
+            .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("kernel {} is not yours", kernel.0)))?;
+        let source = s.modules.values().find(|m| m.kernels.contains(&kernel)).map(|m| m.source.as_str());
+        let analysis = source.and_then(|src| gpumux_cuda::split::analyse(src, &image.name));
+        for (arg, m) in &split.merges {
+            if let SplitMerge::Slices { granule_blocks: 0, .. } | SplitMerge::Slices { bytes_per_granule: 0, .. } = m {
+                return Err(err(ErrorKind::Invalid, format!("argument {arg}: declared slices of 0 blocks or 0 bytes")));
+            }
+        }
+        match (analysis, split.splittable) {
+            (Some(a), Splittable::IfChecked) if !a.splittable() => Err(refused(&a.kernel, &a.refusals)),
+            (None, Splittable::IfChecked) => Err(err(
+                ErrorKind::Invalid,
+                format!(
+                    "kernel `{}` is not split: its source cannot be read by the daemon's analysis; declare it \
+                     splittable (Splittable::Declared in its Split) if its blocks write disjoint words",
+                    image.name
+                ),
+            )),
+            (Some(a), _) => Ok(Some(a.params.iter().map(|p| p.pointer && p.written).collect())),
+            (None, Splittable::Declared) => Ok(None),
+        }
+    }
+
+    /// `SplitKernel`: every later launch of `kernel` is split (or not).
+    pub(super) fn split_kernel(
+        &mut self,
+        client: u64,
+        kernel: KernelId,
+        split: Option<Split>,
+    ) -> Result<Reply, ErrorReply> {
+        if let Some(sp) = &split {
+            self.split_check(client, kernel, sp)?;
+        }
+        let s = self.session_mut(client)?;
+        if !s.kernels.contains_key(&kernel) {
+            return Err(err(ErrorKind::NoSuchHandle, format!("kernel {} is not yours", kernel.0)));
+        }
+        match split {
+            Some(sp) => s.split_kernels.insert(kernel, sp),
+            None => s.split_kernels.remove(&kernel),
+        };
+        Ok(Reply::Done)
+    }
+
+    /// A launch with a split: checked, planned, and queued on its stream as
+    /// a marker and a hold (module doc); run whole where it cannot split.
+    pub(super) fn launch_split(
+        &mut self,
+        client: u64,
+        l: &gpumux_proto::Launch,
+        split: &Split,
+    ) -> Result<(), ErrorReply> {
+        let written = self.split_check(client, l.kernel, split)?;
+        let s = self.session(client)?;
+        let image = s
+            .kernels
+            .get(&l.kernel)
+            .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("kernel {} is not yours", l.kernel.0)))?;
+        let c = validate::launch(s, image, self.backend.info(), l)?;
+        let name = image.name.clone();
+        let wanted = if split.gpus == 0 { u32::MAX } else { split.gpus };
+        let gpus: Vec<u32> = std::iter::once(self.gpu)
+            .chain((0..self.split.peers.len() as u32).filter(|&g| g != self.gpu))
+            .take(wanted.min(self.split.peers.len().max(1) as u32) as usize)
+            .collect();
+        let whole = if gpus.len() < 2 {
+            Some(format!(
+                "this daemon serves {} GPU(s) and the split asks for {}",
+                self.split.peers.len().max(1),
+                split.gpus
+            ))
+        } else if !self.backend.runs_block_ranges() {
+            Some(format!("{} cannot run part of a launch yet", self.backend.describe()))
+        } else if c.blocks < 2 {
+            Some("one block".into())
+        } else {
+            None
+        };
+        if let Some(why) = whole {
+            tracing::info!("client {client}: `{name}` runs whole, not split: {why}");
+            return self.launch_whole(client, l);
+        }
+        // What each buffer argument is to the merge.
+        let mut uses = Vec::new();
+        let mut args = Vec::new();
+        for (i, a) in l.args.iter().enumerate() {
+            let Arg::Buffer(slice) = a else { continue };
+            let b = s
+                .buffers
+                .get(&slice.buffer)
+                .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("buffer {} is not yours", slice.buffer.0)))?;
+            let writes = written.as_ref().map_or(true, |w| w.get(i).copied().unwrap_or(true));
+            let merge = match split.merges.iter().find(|(arg, _)| *arg as usize == i).map(|(_, m)| *m) {
+                Some(SplitMerge::Slices { granule_blocks, bytes_per_granule, offset }) => {
+                    Merge::Slices { slices: BlockSlices { granule_blocks, bytes_per_granule, offset }, verify: false }
+                }
+                _ => Merge::Shadow,
+            };
+            // Written buffers are replicated too (a kernel may read what it writes).
+            let role = if writes { Role::InOut } else { Role::In };
+            uses.push(BufferUse { bytes: b.bytes.saturating_sub(slice.offset), role, merge });
+            args.push((slice.buffer, slice.offset, b.addr, b.bytes));
+        }
+        let bad = |e: gpumux_cuda::split::SplitError| err(ErrorKind::Invalid, format!("`{name}` is not split: {e}"));
+        let granule = merge::granule(&uses).map_err(bad)?;
+        let sms: Vec<u32> = gpus.iter().map(|&g| self.split.sms.get(g as usize).copied().unwrap_or(1)).collect();
+        let ranges = gpumux_cuda::split::partition(c.blocks as u32, &sms, granule).map_err(bad)?;
+        let plan = merge::plan(ranges.clone(), &uses).map_err(bad)?;
+        // One entry per distinct buffer, its arguments' spans made the buffer's.
+        let mut buffers: Vec<SplitBuffer> = Vec::new();
+        for ((id, offset, addr, bytes), (u, p)) in args.iter().zip(uses.iter().zip(&plan.buffers)) {
+            let i = match buffers.iter().position(|b| b.id == *id) {
+                Some(i) => i,
+                None => {
+                    buffers.push(SplitBuffer {
+                        id: *id,
+                        addr: *addr,
+                        bytes: *bytes,
+                        replicate: false,
+                        shadow: Vec::new(),
+                        slices: vec![Vec::new(); gpus.len()],
+                    });
+                    buffers.len() - 1
+                }
+            };
+            let b = &mut buffers[i];
+            b.replicate |= p.replicate;
+            if p.shadow_merge.iter().any(|&m| m) {
+                b.shadow.push(*offset..offset + u.bytes);
+            }
+            for (g, spans) in p.copy_back.iter().enumerate() {
+                b.slices[g].extend(spans.iter().map(|r| r.start + offset..r.end + offset));
+            }
+        }
+        let s = self.session(client)?;
+        if s.in_flight.saturating_add(3) > s.limits.queued_ops {
+            return Err(err(
+                ErrorKind::Quota,
+                format!(
+                    "{} operations queued or running, your limit is {} (a split launch takes 3): sync first",
+                    s.in_flight, s.limits.queued_ops
+                ),
+            ));
+        }
+        let token = self.split.next_token;
+        self.split.next_token += 1;
+        let marker = self.submit_op(client, l.stream, StreamOp::Sync, None, OpKind::SplitReached { token })?;
+        let hold = match self.submit_op(client, l.stream, StreamOp::Hold, None, OpKind::SplitHold) {
+            Ok(h) => h,
+            Err(e) => {
+                // The marker then starts nothing.
+                if let Some(m) = self.ops.get_mut(&marker) {
+                    m.kind = OpKind::Wait;
+                }
+                return Err(e);
+            }
+        };
+        tracing::debug!("client {client}: `{name}` split over GPUs {gpus:?} as blocks {ranges:?}");
+        self.split.pending.insert(
+            token,
+            PendingSplit {
+                client,
+                stream: l.stream,
+                hold: Some(hold),
+                kernel: name,
+                launch: l.clone(),
+                gpus,
+                ranges,
+                buffers,
+                snapshots: HashMap::new(),
+                own_stream: None,
+                ranges_left: 0,
+                back: Vec::new(),
+                error: None,
+                replicated: 0,
+                reached: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Handles the split operations' ends that the last drain saw.
+    pub(super) fn split_steps(&mut self) {
+        while !self.split.todo.is_empty() {
+            for step in std::mem::take(&mut self.split.todo) {
+                match step {
+                    Step::Reached { token, completed: true } => self.split_reached(token),
+                    Step::Reached { token, completed: false } => {
+                        self.split.pending.remove(&token);
+                    }
+                    Step::RangeEnded { client, completed, failed, .. } if client & PART_BIT != 0 => {
+                        self.part_ended(client, completed, failed)
+                    }
+                    Step::RangeEnded { token, completed, failed, .. } => {
+                        let why = failed.or_else(|| (!completed).then(|| "it was stopped".to_string()));
+                        self.range_ended(token, 0, why.map(Err).unwrap_or(Ok(Vec::new())));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The stream reached a split launch: its bytes go to the other GPUs,
+    /// and its ranges start.
+    fn split_reached(&mut self, token: u64) {
+        let Some(p) = self.split.pending.get_mut(&token) else { return };
+        p.reached = Some(Instant::now());
+        let client = p.client;
+        let open = self.sessions.get(&client).is_some_and(|s| s.phase == Phase::Open);
+        if !open {
+            self.split.pending.remove(&token);
+            return;
+        }
+        // Each buffer's bytes, read once: replicated, and kept as the snapshot.
+        let mut contents: Vec<Option<Arc<Vec<u8>>>> = Vec::with_capacity(p.buffers.len());
+        let mut whole: Option<String> = None;
+        for b in &p.buffers {
+            if !(b.replicate || !b.shadow.is_empty()) {
+                contents.push(None);
+                continue;
+            }
+            match self.backend.read_back(b.addr, b.bytes) {
+                Some(Ok(d)) => contents.push(Some(Arc::new(d))),
+                Some(Err(e)) => {
+                    whole = Some(format!("buffer {}: {e}", b.id.0));
+                    break;
+                }
+                None => {
+                    whole = Some(format!("{} has no read-back", self.backend.describe()));
+                    break;
+                }
+            }
+        }
+        let Some(p) = self.split.pending.get_mut(&token) else { return };
+        let mut own: Vec<Range<u32>> = vec![p.ranges[0].clone()];
+        if let Some(why) = whole {
+            // Nothing was sent: the home GPU runs every range.
+            tracing::warn!("client {client}: `{}` runs whole on GPU {}: {why}", p.kernel, self.gpu);
+            own = p.ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
+        } else {
+            for (i, c) in contents.iter().enumerate() {
+                if let Some(c) = c {
+                    if !p.buffers[i].shadow.is_empty() {
+                        p.snapshots.insert(i, c.clone());
+                    }
+                }
+            }
+            let (name, limits, module) = match self.sessions.get(&client) {
+                Some(s) => {
+                    let m = s.modules.values().find(|m| m.kernels.contains(&p.launch.kernel));
+                    (
+                        s.name.clone(),
+                        s.limits.clone(),
+                        m.map(|m| (m.name.clone(), m.source.clone(), m.options.clone())).unwrap_or_default(),
+                    )
+                }
+                None => return,
+            };
+            for g in 1..p.gpus.len() {
+                if p.ranges[g].is_empty() {
+                    continue;
+                }
+                let gpu = p.gpus[g];
+                let buffers: Vec<_> = p
+                    .buffers
+                    .iter()
+                    .zip(&contents)
+                    .map(|(b, c)| (b.id, b.bytes, c.clone().filter(|_| b.replicate), b.back(g)))
+                    .collect();
+                let part = Part {
+                    token,
+                    home_gpu: self.gpu,
+                    home: self.split.peers[self.gpu as usize].clone(),
+                    index: g,
+                    client,
+                    name: name.clone(),
+                    limits: limits.clone(),
+                    module: module.clone(),
+                    kernel: p.kernel.clone(),
+                    launch: p.launch.clone(),
+                    range: p.ranges[g].clone(),
+                    buffers,
+                };
+                let sent = self
+                    .split
+                    .peers
+                    .get(gpu as usize)
+                    .is_some_and(|tx| tx.send(CoreMsg::SplitPart(Box::new(part))).is_ok());
+                if sent {
+                    p.ranges_left += 1;
+                    p.replicated += p.buffers.iter().filter(|b| b.replicate).map(|b| b.bytes).sum::<u64>();
+                } else {
+                    tracing::warn!("client {client}: GPU {gpu} does not serve; GPU {} runs its blocks", self.gpu);
+                    own.push(p.ranges[g].clone());
+                }
+            }
+        }
+        if let Err(e) = self.run_own_ranges(token, own) {
+            self.range_ended(token, 0, Err(e.message));
+        }
+    }
+
+    /// Runs `ranges` of split `token` on this GPU, on a stream of the client's
+    /// made for the split (its own stream is held until the merge).
+    fn run_own_ranges(&mut self, token: u64, ranges: Vec<Range<u32>>) -> Result<(), ErrorReply> {
+        let Some(p) = self.split.pending.get(&token) else { return Ok(()) };
+        let (client, launch, n) = (p.client, p.launch.clone(), ranges.len());
+        let stream = self.split_stream(client)?;
+        if let Some(p) = self.split.pending.get_mut(&token) {
+            p.own_stream = Some(stream);
+            p.ranges_left += n;
+        }
+        for r in ranges {
+            if let Err(e) = self.submit_range(client, stream, &launch, r, token) {
+                // Counted above: this one will not end by itself.
+                self.range_ended(token, 0, Err(e.message));
+            }
+        }
+        Ok(())
+    }
+
+    /// A stream of `client`'s for a split's ranges, in the engine like its others.
+    fn split_stream(&mut self, client: u64) -> Result<StreamId, ErrorReply> {
+        let s = self.session_mut(client)?;
+        let id = s.next_stream().ok_or_else(|| err(ErrorKind::Quota, "no stream ids left"))?;
+        let info = ProcessInfo::new(ProcessId(client as u32), format!("{}#{client}.{} (split)", s.name, id.0))
+            .with_priority(s.priority)
+            .with_weight(s.stream_weight());
+        let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
+        let now = self.backend.now();
+        let s = self.session_mut(client)?;
+        s.streams
+            .insert(id, Stream { slot, pending: 0, closing: false, last_kernel: None, last_done: now, error: None });
+        Ok(id)
+    }
+
+    /// Submits blocks `range` of `launch` (with the whole launch's grid) on
+    /// `stream` of `client` (a client's or a part session's).
+    fn submit_range(
+        &mut self,
+        client: u64,
+        stream: StreamId,
+        launch: &gpumux_proto::Launch,
+        range: Range<u32>,
+        token: u64,
+    ) -> Result<OpId, ErrorReply> {
+        let s = self.session(client)?;
+        let image = s
+            .kernels
+            .get(&launch.kernel)
+            .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("kernel {} is not here", launch.kernel.0)))?;
+        let c = validate::launch(s, image, self.backend.info(), launch)?;
+        let shape = KernelShape::new(range.len() as u64, c.threads, image.regs_per_thread).with_smem_per_block(c.smem);
+        let desc = KernelDesc::new(image.name.clone(), shape)
+            .with_idempotent(false)
+            .with_sim_timing(SimTiming::new(c.block_time_ns));
+        let work = OpWork::Kernel {
+            code: image.code,
+            grid: launch.grid,
+            block: launch.block,
+            shared_bytes: launch.shared_bytes,
+            params: c.params,
+            after: None,
+        };
+        let op = StreamOp::Kernel { desc: Arc::new(desc), time_key: self.next_op };
+        self.submit_op(client, stream, op, Some(work), OpKind::SplitRange { token })
+    }
+
+    /// A range of split `token` ended: on this GPU (`index` 0, no bytes) or
+    /// another (its spans). The last one merges and releases the stream.
+    fn range_ended(&mut self, token: u64, index: usize, result: Result<Vec<(usize, Range<u64>, Vec<u8>)>, String>) {
+        let Some(p) = self.split.pending.get_mut(&token) else { return };
+        match result {
+            Ok(spans) => p.back.extend(spans.into_iter().map(|(b, r, d)| (index, b, r, d))),
+            Err(why) => {
+                let gpu = p.gpus.get(index).copied().unwrap_or(self.gpu);
+                p.error.get_or_insert(format!("GPU {gpu}: {why}"));
+            }
+        }
+        p.ranges_left = p.ranges_left.saturating_sub(1);
+        if p.ranges_left == 0 {
+            self.split_finish(token);
+        }
+    }
+
+    /// Every range ended: merge, then let the stream go on.
+    fn split_finish(&mut self, token: u64) {
+        let Some(mut p) = self.split.pending.remove(&token) else { return };
+        let client = p.client;
+        let merged_at = Instant::now();
+        let mut taken = 0u64;
+        let mut back_bytes = 0u64;
+        if p.error.is_none() {
+            if let Err(why) = self.merge_home(&mut p, &mut taken, &mut back_bytes) {
+                p.error = Some(format!("the merge on GPU {}: {why}", self.gpu));
+            }
+        }
+        let now = self.backend.now();
+        let own_error = p.own_stream.and_then(|st| {
+            let s = self.sessions.get_mut(&client)?;
+            let e = s.streams.get(&st).and_then(|x| x.error.clone());
+            let gone = s.streams.remove(&st);
+            if let Some(g) = gone {
+                if let Err(e) = self.engine.remove_process(now, g.slot) {
+                    tracing::error!("client {client}: removing a split's stream: {e}");
+                }
+            }
+            e
+        });
+        let error = p
+            .error
+            .clone()
+            .map(|e| ErrorReply::new(ErrorKind::Device, format!("split launch of `{}`: {e}", p.kernel)))
+            .or(own_error);
+        if let Some(s) = self.sessions.get_mut(&client) {
+            if let (Some(e), Some(st)) = (error, s.streams.get_mut(&p.stream)) {
+                st.error.get_or_insert(e);
+            }
+        }
+        let ms = |t: Option<Instant>| t.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+        tracing::info!(
+            "client {client}: `{}` split over GPUs {:?} as blocks {:?}: {} bytes replicated, {} back, {} merged; \
+             {:.2} ms from the stream reaching it, the merge {:.2} ms{}",
+            p.kernel,
+            p.gpus,
+            p.ranges,
+            p.replicated,
+            back_bytes,
+            taken,
+            ms(p.reached),
+            merged_at.elapsed().as_secs_f64() * 1e3,
+            p.error.as_ref().map(|e| format!(" (failed: {e})")).unwrap_or_default()
+        );
+        if let (Some(hold), Some(slot)) =
+            (p.hold, self.sessions.get(&client).and_then(|s| s.streams.get(&p.stream)).map(|st| st.slot))
+        {
+            if let Err(e) = self.engine.release(now, slot, hold) {
+                tracing::error!("client {client}: releasing a split launch's hold: {e}");
+            }
+        }
+    }
+
+    /// Puts what the other GPUs wrote into the home copies.
+    fn merge_home(&mut self, p: &mut PendingSplit, taken: &mut u64, back_bytes: &mut u64) -> Result<(), String> {
+        for (i, b) in p.buffers.iter().enumerate() {
+            let from: Vec<_> = p.back.iter().filter(|(_, bi, _, _)| *bi == i).collect();
+            if from.is_empty() {
+                continue;
+            }
+            *back_bytes += from.iter().map(|(_, _, _, d)| d.len() as u64).sum::<u64>();
+            let mut home = match self.backend.read_back(b.addr, b.bytes) {
+                Some(r) => r.map_err(|e| e.to_string())?,
+                None => return Err(format!("{} has no read-back", self.backend.describe())),
+            };
+            let snapshot = p.snapshots.get(&i);
+            for (_, _, span, data) in from {
+                let (lo, hi) = (span.start as usize, span.end as usize);
+                if hi > home.len() || data.len() != hi - lo {
+                    return Err(format!("buffer {}: span {lo}..{hi} of {} bytes", b.id.0, home.len()));
+                }
+                let shadow = b.shadow.iter().any(|s| s.start <= span.start && span.end <= s.end);
+                match (shadow, snapshot) {
+                    (true, Some(snap)) => *taken += merge_shadow(&mut home[lo..hi], &snap[lo..hi], data),
+                    _ => {
+                        home[lo..hi].copy_from_slice(data);
+                        *taken += data.len() as u64;
+                    }
+                }
+            }
+            match self.backend.write_in(b.addr, &home) {
+                Some(r) => r.map_err(|e| e.to_string())?,
+                None => return Err(format!("{} has no write-in", self.backend.describe())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Another GPU's range arrived from its core.
+    pub(super) fn part_done(&mut self, d: PartDone) {
+        self.range_ended(d.token, d.index, d.result);
+    }
+
+    /// Runs a part of another core's split (module doc).
+    pub(super) fn run_part(&mut self, part: Part) {
+        let key = PART_BIT | (u64::from(part.home_gpu) << 40) | part.token;
+        let (token, index, home) = (part.token, part.index, part.home.clone());
+        if let Err(why) = self.start_part(key, part) {
+            let _ = home.send(CoreMsg::SplitDone(Box::new(PartDone { token, index, result: Err(why) })));
+            self.end_part_session(key);
+        }
+    }
+
+    fn start_part(&mut self, key: u64, part: Part) -> Result<(), String> {
+        let (out, _) = std::sync::mpsc::channel();
+        let mut s = Session::new(key, Peer { pid: 0, uid: 0, gid: 0 }, part.limits.clone(), out);
+        s.out = None;
+        s.phase = Phase::Open;
+        s.name = format!("{}#{} (split from GPU {})", part.name, part.client, part.home_gpu);
+        self.sessions.insert(key, s);
+        let (mname, source, options) = &part.module;
+        let image = self.backend.load_module(mname, source, options).map_err(|e| format!("loading `{mname}`: {e}"))?;
+        let codes: Vec<_> = image.kernels.iter().map(|k| k.code).collect();
+        let Some(k) = image.kernels.iter().find(|k| k.name == part.kernel).cloned() else {
+            self.backend.unload_module(&codes);
+            return Err(format!("module `{mname}` has no kernel `{}`", part.kernel));
+        };
+        // The other kernels of the module: unloaded with the session.
+        let mut back = Vec::new();
+        {
+            let Some(s) = self.sessions.get_mut(&key) else { return Err("the part's session is gone".into()) };
+            let mut handles = Vec::new();
+            for (j, img) in image.kernels.into_iter().enumerate() {
+                let id = if img.name == k.name { part.launch.kernel } else { KernelId(u64::MAX - j as u64) };
+                handles.push(id);
+                s.kernels.insert(id, img);
+            }
+            s.modules.insert(
+                ModuleId(1),
+                LoadedModule { name: mname.clone(), source: String::new(), options: Vec::new(), kernels: handles },
+            );
+        }
+        for (i, (id, bytes, data, spans)) in part.buffers.iter().enumerate() {
+            let addr = self.backend.alloc(*bytes).map_err(|e| format!("buffer {} of {bytes} bytes: {e}", id.0))?;
+            if let Some(s) = self.sessions.get_mut(&key) {
+                s.buffers.insert(*id, Buffer { addr, bytes: *bytes, evicted: false, zeros: false });
+                s.memory_used += bytes;
+            }
+            if let Some(d) = data {
+                match self.backend.write_in(addr, d) {
+                    Some(r) => r.map_err(|e| format!("writing buffer {} in: {e}", id.0))?,
+                    None => return Err(format!("{} has no write-in", self.backend.describe())),
+                }
+            }
+            if !spans.is_empty() {
+                back.push((i, *id, spans.clone()));
+            }
+        }
+        let stream = self.split_stream(key).map_err(|e| e.message)?;
+        self.submit_range(key, stream, &part.launch, part.range.clone(), part.token).map_err(|e| e.message)?;
+        self.split.parts.insert(key, RunningPart { token: part.token, home: part.home, index: part.index, back });
+        Ok(())
+    }
+
+    /// A part's range ended here: its spans go home, its session goes.
+    fn part_ended(&mut self, key: u64, completed: bool, failed: Option<String>) {
+        let Some(rp) = self.split.parts.remove(&key) else { return };
+        let result = match (completed, failed) {
+            (_, Some(why)) => Err(why),
+            (false, None) => Err("it was stopped".to_string()),
+            (true, None) => self.read_part(key, &rp.back),
+        };
+        // A home gone (its client left, its core stopped) wants nothing.
+        let _ = rp.home.send(CoreMsg::SplitDone(Box::new(PartDone { token: rp.token, index: rp.index, result })));
+        self.end_part_session(key);
+    }
+
+    fn read_part(
+        &mut self,
+        key: u64,
+        back: &[(usize, BufferId, Vec<Range<u64>>)],
+    ) -> Result<Vec<(usize, Range<u64>, Vec<u8>)>, String> {
+        let mut out = Vec::new();
+        for (i, id, spans) in back {
+            let b = self
+                .sessions
+                .get(&key)
+                .and_then(|s| s.buffers.get(id))
+                .copied()
+                .ok_or("a buffer of the part is gone")?;
+            let data = match self.backend.read_back(b.addr, b.bytes) {
+                Some(r) => r.map_err(|e| format!("reading buffer {} back: {e}", id.0))?,
+                None => return Err(format!("{} has no read-back", self.backend.describe())),
+            };
+            for r in spans {
+                let (lo, hi) = (r.start as usize, (r.end as usize).min(data.len()));
+                out.push((*i, r.start..hi as u64, data[lo.min(hi)..hi].to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A part session leaves like a client: its streams out of the engine,
+    /// its memory and module freed once nothing of it runs.
+    fn end_part_session(&mut self, key: u64) {
+        self.split.parts.remove(&key);
+        self.disconnect(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimBackend;
+    use gpumux_proto::{BufferSlice, Launch, ServerFrame, MAGIC, VERSION};
+    use std::sync::mpsc::{channel, Receiver};
+
+    const SCALE: &str = "__global__ void scale(float* x, unsigned n) {\n  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) x[i] *= 2.0f;\n}\n";
+    const HIST: &str = "__global__ void hist(const unsigned* v, unsigned* h, unsigned n) {\n  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) atomicAdd(&h[v[i] % 64], 1u);\n}\n";
+    /// 256 blocks of 64 threads over 64 KiB of floats.
+    const BLOCKS: u32 = 256;
+    const BYTES: u64 = BLOCKS as u64 * 64 * 4;
+
+    /// Two cores on simulated H100s that know each other, as `daemon.rs` makes them.
+    fn two_cores() -> (Core, Receiver<CoreMsg>, Core, Receiver<CoreMsg>) {
+        let (tx0, rx0) = channel();
+        let (tx1, rx1) = channel();
+        let core = |gpu: u32| {
+            let mut c = Core::new(Box::new(SimBackend::with_info(gpumux_sim::presets::h100())), None)
+                .expect("a core on sim:h100")
+                .with_peers(vec![tx0.clone(), tx1.clone()], vec![132, 132]);
+            c.gpu = gpu;
+            c
+        };
+        (core(0), rx0, core(1), rx1)
+    }
+
+    fn request(core: &mut Core, client: u64, id: u64, request: Request) {
+        core.inbound(client, Inbound::Request { id, request, fd: None });
+    }
+
+    /// Pumps `core` until `f` finds what it waits for in `frames`.
+    fn until<T>(core: &mut Core, frames: &Receiver<ServerFrame>, mut f: impl FnMut(&ServerFrame) -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            assert!(Instant::now() < deadline, "timed out");
+            core.pump().expect("pump");
+            if let Some(t) = frames.try_iter().find_map(|fr| f(&fr)) {
+                return t;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Pumps `core` until a message arrives on `rx`.
+    fn until_msg(core: &mut Core, rx: &Receiver<CoreMsg>) -> CoreMsg {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            assert!(Instant::now() < deadline, "no message between cores");
+            core.pump().expect("pump");
+            if let Ok(m) = rx.try_recv() {
+                return m;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Client 1 on `core`: a buffer holding `data`, `source`'s kernels loaded.
+    fn client(core: &mut Core, source: &str, data: &[u8]) -> (Receiver<ServerFrame>, BufferId, Vec<KernelId>) {
+        let (tx, frames) = channel();
+        core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
+        let hello =
+            Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0, gpu: None };
+        request(core, 1, 1, hello);
+        request(core, 1, 2, Request::Alloc { bytes: data.len() as u64 });
+        let module = Request::LoadModule { name: "m.cu".into(), source: source.into(), options: vec![] };
+        request(core, 1, 3, module);
+        let kernels = until(core, &frames, |f| match f {
+            ServerFrame::Reply { id: 3, result: Ok(Reply::Module { kernels, .. }) } => {
+                Some(kernels.iter().map(|k| k.kernel).collect::<Vec<_>>())
+            }
+            _ => None,
+        });
+        let (&buffer, b) = core.sessions[&1].buffers.iter().next().expect("the buffer");
+        let addr = b.addr;
+        core.backend.write_in(addr, data).expect("sim writes in").expect("written");
+        (frames, buffer, kernels)
+    }
+
+    fn scale_launch(kernel: KernelId, buffer: BufferId) -> Launch {
+        Launch {
+            kernel,
+            grid: [BLOCKS, 1, 1],
+            block: [64, 1, 1],
+            shared_bytes: 0,
+            args: vec![Arg::Buffer(BufferSlice { buffer, offset: 0 }), Arg::U32(BLOCKS * 64)],
+            stream: StreamId(0),
+            block_time_ns: Some(20_000_000),
+        }
+    }
+
+    fn checked() -> Split {
+        Split { splittable: Splittable::IfChecked, gpus: 0, merges: Vec::new() }
+    }
+
+    fn bytes_of(core: &mut Core, client: u64, buffer: BufferId) -> Vec<u8> {
+        let b = core.sessions[&client].buffers[&buffer];
+        core.backend.read_back(b.addr, b.bytes).expect("sim reads back").expect("read")
+    }
+
+    fn synced(id: u64) -> impl FnMut(&ServerFrame) -> Option<Result<Reply, ErrorReply>> {
+        move |f| match f {
+            ServerFrame::Reply { id: i, result } if *i == id => Some(result.clone()),
+            _ => None,
+        }
+    }
+
+    /// The whole path on two simulated GPUs: the part sent to GPU 1 with the
+    /// replicated bytes and blocks 128..256; what each GPU "wrote" (set
+    /// through the device's bytes, since the simulator computes nothing)
+    /// merged at home; a sync behind the launch answered only after the
+    /// merge; nothing of the part left on GPU 1.
+    #[test]
+    fn a_split_launch_replicates_runs_a_range_on_each_gpu_and_merges_both_gpus_writes_in_stream_order() {
+        let (mut home, rx0, mut other, rx1) = two_cores();
+        let data: Vec<u8> = (0..BYTES as u32).map(|i| (i * 31 % 251) as u8).collect();
+        let (frames, buffer, k) = client(&mut home, SCALE, &data);
+        request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
+        request(&mut home, 1, 11, Request::SyncStream(StreamId(0)));
+        let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
+        assert_eq!(part.range, 128..256, "equal GPUs, equal halves");
+        assert_eq!(part.buffers.len(), 1);
+        assert_eq!(part.buffers[0].2.as_deref(), Some(&data), "the buffer is replicated as it was");
+        assert_eq!(part.buffers[0].3, vec![0..BYTES], "a shadow merge brings the whole buffer back");
+        // The home GPU's blocks write the first half, GPU 1's the second.
+        let half = (BYTES / 2) as usize;
+        let b = home.sessions[&1].buffers[&buffer];
+        let mut mine = data.clone();
+        mine[..half].iter_mut().for_each(|x| *x = x.wrapping_add(1));
+        home.backend.write_in(b.addr, &mine).expect("sim").expect("written");
+        other.handle(CoreMsg::SplitPart(part));
+        let key = *other.split.parts.keys().next().expect("the part runs on GPU 1");
+        let theirs_addr = other.sessions[&key].buffers[&buffer].addr;
+        let mut theirs = data.clone();
+        theirs[half..].iter_mut().for_each(|x| *x = x.wrapping_add(2));
+        other.backend.write_in(theirs_addr, &theirs).expect("sim").expect("written");
+        // The sync waits for GPU 1's range and the merge.
+        let done = until_msg(&mut other, &rx0);
+        assert!(frames.try_iter().all(|f| !matches!(f, ServerFrame::Reply { id: 11, .. })), "synced before the merge");
+        assert!(matches!(&done, CoreMsg::SplitDone(d) if d.result.is_ok()), "{done:?}");
+        home.handle(done);
+        assert_eq!(until(&mut home, &frames, synced(11)), Ok(Reply::Done));
+        let merged = bytes_of(&mut home, 1, buffer);
+        assert!(merged[..half] == mine[..half], "the home GPU's writes stay");
+        assert!(merged[half..] == theirs[half..], "GPU 1's writes are merged in");
+        // GPU 1 gave everything back.
+        for _ in 0..50 {
+            other.pump().expect("pump");
+        }
+        assert_eq!(other.sessions(), 0, "the part's session is gone");
+        assert_eq!(other.status().memory_used, 0);
+        assert_eq!(other.backend.kernels_loaded(), 0, "the part's module is unloaded");
+        assert_eq!(home.sessions[&1].streams.len(), 1, "the split's own stream is gone");
+    }
+
+    /// Declared slices: GPU 1 sends back only its blocks' bytes, copied in as they are.
+    #[test]
+    fn declared_slices_bring_back_only_each_gpus_bytes() {
+        let (mut home, rx0, mut other, rx1) = two_cores();
+        let data = vec![5u8; BYTES as usize];
+        let (frames, buffer, k) = client(&mut home, SCALE, &data);
+        let slices = SplitMerge::Slices { granule_blocks: 1, bytes_per_granule: 256, offset: 0 };
+        let split = Split { splittable: Splittable::IfChecked, gpus: 2, merges: vec![(0, slices)] };
+        request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split });
+        let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
+        assert_eq!(part.buffers[0].3, vec![128 * 256..BYTES], "blocks 128.. write bytes 32768..");
+        other.handle(CoreMsg::SplitPart(part));
+        let key = *other.split.parts.keys().next().expect("the part runs");
+        let addr = other.sessions[&key].buffers[&buffer].addr;
+        let theirs: Vec<u8> = (0..BYTES).map(|i| if i >= 128 * 256 { 9 } else { 7 }).collect();
+        other.backend.write_in(addr, &theirs).expect("sim").expect("written");
+        let done = until_msg(&mut other, &rx0);
+        home.handle(done);
+        request(&mut home, 1, 11, Request::SyncStream(StreamId(0)));
+        assert_eq!(until(&mut home, &frames, synced(11)), Ok(Reply::Done));
+        let merged = bytes_of(&mut home, 1, buffer);
+        assert!(merged[..128 * 256].iter().all(|&b| b == 5), "outside GPU 1's slices nothing came back");
+        assert!(merged[128 * 256..].iter().all(|&b| b == 9), "GPU 1's slices came back");
+    }
+
+    #[test]
+    fn a_kernel_with_global_atomics_is_refused_with_its_reasons_unless_declared() {
+        let (mut home, _rx0, _other, _rx1) = two_cores();
+        let (frames, buffer, k) = client(&mut home, HIST, &[0u8; 1024]);
+        let mut l = scale_launch(k[0], buffer);
+        l.args = vec![
+            Arg::Buffer(BufferSlice { buffer, offset: 0 }),
+            Arg::Buffer(BufferSlice { buffer, offset: 512 }),
+            Arg::U32(128),
+        ];
+        request(&mut home, 1, 10, Request::SplitKernel { kernel: k[0], split: Some(checked()) });
+        let r = until(&mut home, &frames, synced(10));
+        let e = r.expect_err("refused");
+        assert_eq!(e.kind, ErrorKind::Invalid);
+        assert!(
+            e.message.contains("kernel `hist` is not split: line 3: atomicAdd on global memory (`h`)"),
+            "{}",
+            e.message
+        );
+        request(&mut home, 1, 11, Request::LaunchSplit { launch: l.clone(), split: checked() });
+        let r = until(&mut home, &frames, synced(11));
+        assert!(r.as_ref().is_err_and(|e| e.message.contains("atomicAdd")), "{r:?}");
+        let declared = Split { splittable: Splittable::Declared, gpus: 0, merges: Vec::new() };
+        request(&mut home, 1, 12, Request::SplitKernel { kernel: k[0], split: Some(declared) });
+        assert_eq!(until(&mut home, &frames, synced(12)), Ok(Reply::Done));
+    }
+
+    /// A client that leaves while GPU 1 runs its part: the part ends, its
+    /// answer finds no one, and neither GPU keeps anything of it.
+    #[test]
+    fn a_client_gone_mid_split_leaves_nothing_on_either_gpu() {
+        let (mut home, rx0, mut other, rx1) = two_cores();
+        let (_frames, buffer, k) = client(&mut home, SCALE, &vec![1u8; BYTES as usize]);
+        request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
+        let part = until_msg(&mut home, &rx1);
+        other.handle(part);
+        home.disconnect(1);
+        let done = until_msg(&mut other, &rx0);
+        home.handle(done);
+        for _ in 0..200 {
+            home.pump().expect("pump");
+            other.pump().expect("pump");
+            if home.sessions() == 0 && other.sessions() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!((home.sessions(), other.sessions()), (0, 0));
+        assert_eq!((home.status().memory_used, other.status().memory_used), (0, 0));
+        assert!(home.split.pending.is_empty() && other.split.parts.is_empty());
+    }
+
+    /// One GPU: the launch runs whole, and the stream goes on.
+    #[test]
+    fn a_daemon_of_one_gpu_runs_a_split_launch_whole() {
+        let mut core = Core::new(Box::new(SimBackend::with_info(gpumux_sim::presets::h100())), None).expect("a core");
+        let (frames, buffer, k) = client(&mut core, SCALE, &vec![3u8; BYTES as usize]);
+        request(&mut core, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
+        request(&mut core, 1, 11, Request::SyncStream(StreamId(0)));
+        assert_eq!(until(&mut core, &frames, synced(11)), Ok(Reply::Done));
+        assert!(core.split.pending.is_empty(), "nothing was split");
+        assert_eq!(core.sessions[&1].counters.kernels_done, 1, "one whole launch ran");
+    }
+
+    #[test]
+    fn the_shadow_merge_takes_every_word_the_other_gpu_changed_and_nothing_else() {
+        let snapshot: Vec<u8> = (0..64u8).collect();
+        // Home wrote words 0..4; the other GPU wrote words 8..12, once with the old value.
+        let mut home = snapshot.clone();
+        home[..16].fill(0xAA);
+        let mut other = snapshot.clone();
+        other[32..48].fill(0xBB);
+        other[44..48].copy_from_slice(&snapshot[44..48]);
+        let taken = merge_shadow(&mut home, &snapshot, &other);
+        assert_eq!(taken, 12, "three words changed on the other GPU");
+        assert!(home[..16].iter().all(|&b| b == 0xAA), "home's own writes stay");
+        assert!(home[32..44].iter().all(|&b| b == 0xBB), "the other GPU's writes arrive");
+        assert_eq!(&home[16..32], &snapshot[16..32]);
+        assert_eq!(&home[44..], &snapshot[44..], "a word written with its old value is still right");
+    }
+
+    #[test]
+    fn a_trailing_part_word_is_merged_by_its_bytes() {
+        let snapshot = vec![0u8; 6];
+        let mut home = snapshot.clone();
+        let other = vec![0, 0, 0, 0, 0, 7];
+        assert_eq!(merge_shadow(&mut home, &snapshot, &other), 2);
+        assert_eq!(home, other);
+    }
+}
