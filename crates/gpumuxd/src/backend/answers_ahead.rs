@@ -170,6 +170,9 @@ impl Backend for AnswersAhead {
     fn compute_capability(&self) -> [u32; 2] {
         self.inner.compute_capability()
     }
+    fn runs_block_ranges(&self) -> bool {
+        self.inner.runs_block_ranges()
+    }
     fn mem_info(&mut self) -> Result<MemInfo, MemError> {
         self.inner.mem_info()
     }
