@@ -52,8 +52,11 @@ struct KernelOp {
     block: [u32; 3],
     smem: u32,
     params: Vec<Vec<u8>>,
-    /// Blocks not yet run.
+    /// Blocks not yet run, in the whole grid's linear index.
     left: BlockRanges,
+    /// The grid's block that the engine's block 0 is: 0, or where a split
+    /// launch's range starts ([`ClientDevice::run_range`]).
+    first: u64,
     /// Idle workers (control records) of this operation, reused by its relaunches.
     pool: Vec<WorkerLaunch>,
     /// Unbound while launched: forgotten when its launch ends.
@@ -750,6 +753,23 @@ fn all_left(segs: &[WorkerLaunch]) -> Result<bool, CudaError> {
     Ok(true)
 }
 
+/// `r` moved up by `by` blocks (`up`), or down: between the engine's block
+/// index and a range operation's grid index (`ClientDevice::run_range`).
+fn shifted(r: &BlockRanges, by: u64, up: bool) -> BlockRanges {
+    if by == 0 {
+        return r.clone();
+    }
+    let mut out = BlockRanges::new();
+    for x in r.ranges() {
+        if up {
+            out.insert(x.start + by..x.end + by);
+        } else {
+            out.insert(x.start.saturating_sub(by)..x.end.saturating_sub(by));
+        }
+    }
+    out
+}
+
 /// Blocks of `requested` still in `left`.
 fn still_to_run(requested: &BlockRanges, left: &BlockRanges) -> BlockRanges {
     let mut out = BlockRanges::new();
@@ -943,8 +963,43 @@ impl ClientDevice {
         let (pool, unbound, next) = (Vec::new(), false, None);
         st.ops.insert(
             op,
-            KernelOp { handle, kernel, grid, block, smem: shared_bytes, params, left, pool, unbound, next, fits },
+            KernelOp {
+                handle,
+                kernel,
+                grid,
+                block,
+                smem: shared_bytes,
+                params,
+                left,
+                first: 0,
+                pool,
+                unbound,
+                next,
+                fits,
+            },
         );
+        Ok(())
+    }
+
+    /// Makes bound kernel operation `op` run only blocks `blocks` of its
+    /// grid (linear index, `blockIdx`/`gridDim` of the whole grid): the
+    /// engine's blocks 0.. are the grid's `blocks.start`.. (a launch split
+    /// over GPUs: gpumuxd's `core/split.rs`). Before it is launched. Such an
+    /// operation never runs natively (a native grid runs whole) nor is
+    /// queued ahead (both need the whole grid).
+    pub fn run_range(&mut self, op: OpId, blocks: std::ops::Range<u64>) -> Result<(), BindError> {
+        let Some(st) = self.st.as_mut() else { return Err(BindError::UnknownKernel(KernelHandle(0))) };
+        let k = st.ops.get_mut(&op).ok_or(BindError::NotBound(op.0))?;
+        let total = k.left.len();
+        if blocks.is_empty() || blocks.end > total || k.left != BlockRanges::full(total) {
+            return Err(BindError::Shape {
+                kernel: k.kernel.name.clone(),
+                what: format!("blocks {blocks:?} of a grid of {total} (or after it started)"),
+            });
+        }
+        k.left = BlockRanges::new();
+        k.left.insert(blocks.clone());
+        k.first = blocks.start;
         Ok(())
     }
 
@@ -1228,7 +1283,8 @@ impl ClientDevice {
         let Some(st) = self.st.as_mut() else { return };
         let Some(mut live) = st.launches.remove(&lid) else { return };
         let op = st.ops.get_mut(&live.op);
-        let remaining = op.as_ref().map(|o| still_to_run(&live.requested, &o.left)).unwrap_or_default();
+        let remaining =
+            op.as_ref().map(|o| shifted(&still_to_run(&live.requested, &o.left), o.first, false)).unwrap_or_default();
         // A launch the daemon answered: the engine freed its SMs with the
         // end it was given; only the end goes out, for the daemon's side to
         // check and drop (one event instead of one per SM).
@@ -1626,9 +1682,11 @@ impl Device for ClientDevice {
                     let why = CudaError::Invalid(format!("no kernel is bound to operation {op}"));
                     return Err(DeviceError::backend(format!("launch {launch}"), why));
                 }
+                // The engine's blocks are the operation's range's (`run_range`).
+                let first = st.ops.get(&op).map_or(0, |k| k.first);
                 let live = Live {
                     op,
-                    requested: blocks,
+                    requested: shifted(&blocks, first, true),
                     sms,
                     releasing: SmSet::EMPTY,
                     stream,
@@ -1788,7 +1846,25 @@ impl Device for ClientDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::{co_location_spread, placement_of, share_of_each_sm, workers_on};
+    use super::{co_location_spread, placement_of, share_of_each_sm, shifted, still_to_run, workers_on};
+    use gpumux_engine::ranges::BlockRanges;
+
+    /// A split launch's part (`run_range`): the engine's blocks 0..k are the
+    /// grid's first..first+k, and what is left goes back in the engine's index.
+    #[test]
+    fn a_range_operations_blocks_move_between_the_engines_index_and_the_grids() {
+        let mut engine = BlockRanges::new();
+        engine.insert(0..10);
+        engine.insert(20..25);
+        let grid = shifted(&engine, 128, true);
+        assert_eq!(grid.ranges(), &[128..138, 148..153]);
+        let mut left = BlockRanges::new();
+        left.insert(128..256);
+        left.remove(128..133);
+        let remaining = shifted(&still_to_run(&grid, &left), 128, false);
+        assert_eq!(remaining.ranges(), &[5..10, 20..25]);
+        assert_eq!(shifted(&engine, 0, true), engine, "a whole grid is not moved");
+    }
     use gpumux_engine::ids::SmId;
     use gpumux_engine::smset::SmSet;
 

@@ -232,6 +232,9 @@ pub enum BindError {
     /// The operation is bound already.
     #[error("operation {0} is bound already")]
     Twice(u64),
+    /// No kernel is bound to the operation.
+    #[error("no kernel is bound to operation {0}")]
+    NotBound(u64),
 }
 
 #[cfg(test)]

@@ -282,6 +282,7 @@ mod tests {
             shared_bytes: 0,
             params: Vec::new(),
             after,
+            range: None,
         }
     }
 

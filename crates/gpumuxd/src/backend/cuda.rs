@@ -354,15 +354,21 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn runs_block_ranges(&self) -> bool {
+        true
+    }
+
     fn kernels_loaded(&self) -> usize {
         self.device.kernels_loaded()
     }
 
     fn bind(&mut self, op: OpId, work: OpWork) {
         let mut follows = None;
+        let mut blocks = None;
         let (work, span) = match work {
-            OpWork::Kernel { code, grid, block, shared_bytes, params, after } => {
+            OpWork::Kernel { code, grid, block, shared_bytes, params, after, range } => {
                 follows = after;
+                blocks = range.map(|[a, b]| a..b);
                 (Some(ClientWork::Kernel { kernel: KernelHandle(code.0), grid, block, shared_bytes, params }), None)
             }
             OpWork::ToDevice { dst, src, bytes } => {
@@ -388,7 +394,10 @@ impl Backend for CudaBackend {
         };
         // SAFETY: host spans point into regions the daemon registered; the
         // span (an Arc of its region) is kept in `self.bound` until unbind.
-        match unsafe { self.device.bind_after(op, work, follows) } {
+        let bound = unsafe { self.device.bind_after(op, work, follows) };
+        // A split launch's part: its range of the grid (core/split.rs).
+        let bound = bound.and_then(|()| blocks.map_or(Ok(()), |b| self.device.run_range(op, b)));
+        match bound {
             Ok(()) => {
                 if let Some(span) = span {
                     self.bound.insert(op, span);

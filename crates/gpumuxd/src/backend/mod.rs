@@ -161,6 +161,10 @@ pub enum OpWork<S = HostSpan> {
         /// between them: a device may queue this kernel's work behind it
         /// (the CUDA device's queue ahead, `gpumux_cuda::client` docs).
         after: Option<OpId>,
+        /// Only blocks `[start, end)` of the grid (linear index), the
+        /// engine's block 0 being `start`: a part of a split launch
+        /// (`core/split.rs`); `None`: the whole grid.
+        range: Option<[u64; 2]>,
     },
     /// `bytes` from the host span to `dst`.
     ToDevice {
@@ -273,8 +277,8 @@ impl<S> OpWork<S> {
     /// The same work with each host span turned into another form by `f`.
     pub fn map_spans<T, E>(self, mut f: impl FnMut(S) -> Result<T, E>) -> Result<OpWork<T>, E> {
         Ok(match self {
-            OpWork::Kernel { code, grid, block, shared_bytes, params, after } => {
-                OpWork::Kernel { code, grid, block, shared_bytes, params, after }
+            OpWork::Kernel { code, grid, block, shared_bytes, params, after, range } => {
+                OpWork::Kernel { code, grid, block, shared_bytes, params, after, range }
             }
             OpWork::ToDevice { dst, src, bytes } => OpWork::ToDevice { dst, src: f(src)?, bytes },
             OpWork::ToHost { src, dst, bytes } => OpWork::ToHost { src, dst: f(dst)?, bytes },
@@ -381,9 +385,11 @@ pub trait Backend: Send {
 
     /// Whether an `OpWork::Kernel` whose engine kernel has fewer blocks than
     /// its grid runs them as a block range of the whole launch (a split
-    /// launch's part, core/split.rs). The simulated device does: its kernels
-    /// compute nothing, so a range is its block count. A device that does
-    /// not runs split launches whole.
+    /// launch's part, core/split.rs; `OpWork::Kernel::range`). The simulated
+    /// device does (its kernels compute nothing: a range is its block
+    /// count), the CUDA device does (`ClientDevice::run_range`), a device
+    /// process does what its device does. A device that does not runs split
+    /// launches whole.
     fn runs_block_ranges(&self) -> bool {
         false
     }

@@ -555,6 +555,11 @@ impl Backend for RemoteBackend {
         self.process.compute_capability
     }
 
+    fn runs_block_ranges(&self) -> bool {
+        // Both devices a device process serves (CUDA, simulated) do.
+        true
+    }
+
     fn frees_retreats_at_once(&self) -> bool {
         self.process.frees_retreats_at_once
     }

@@ -1176,6 +1176,7 @@ mod tests {
             shared_bytes: 0,
             params: vec![],
             after: None,
+            range: None,
         };
         b.bind(OpId(1), work(m.kernels[0].code));
         b.bind(OpId(2), work(m.kernels[1].code));

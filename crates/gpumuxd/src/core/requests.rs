@@ -594,6 +594,7 @@ impl Core {
             shared_bytes: l.shared_bytes,
             params: c.params,
             after: None,
+            range: None,
         };
         let name = image.name.clone();
         let op = StreamOp::Kernel { desc: Arc::new(desc), time_key: self.next_op };

@@ -130,9 +130,21 @@ pub struct Part {
     kernel: String,
     launch: gpumux_proto::Launch,
     range: Range<u32>,
-    /// Each buffer: handle, bytes, contents to write in (replicated), spans to send back.
-    buffers: Vec<(BufferId, u64, Option<Arc<Vec<u8>>>, Vec<Range<u64>>)>,
+    buffers: Vec<PartBuffer>,
 }
+
+/// A buffer of a part: its handle (the client's), its size, its contents to
+/// write in (replicated; `None`: left as allocated), the spans to send back.
+#[derive(Debug)]
+struct PartBuffer {
+    id: BufferId,
+    bytes: u64,
+    data: Option<Arc<Vec<u8>>>,
+    back: Vec<Range<u64>>,
+}
+
+/// What one GPU's range sends home: (buffer index, span, its bytes).
+type Spans = Vec<(usize, Range<u64>, Vec<u8>)>;
 
 impl std::fmt::Debug for Part {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,7 +157,7 @@ impl std::fmt::Debug for Part {
 pub struct PartDone {
     token: u64,
     index: usize,
-    result: Result<Vec<(usize, Range<u64>, Vec<u8>)>, String>,
+    result: Result<Spans, String>,
 }
 
 /// Why a kernel is refused, in the words of `gpumux_cuda::split::SplitError::Refused`.
@@ -280,7 +292,7 @@ impl Core {
                 .buffers
                 .get(&slice.buffer)
                 .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("buffer {} is not yours", slice.buffer.0)))?;
-            let writes = written.as_ref().map_or(true, |w| w.get(i).copied().unwrap_or(true));
+            let writes = written.as_ref().is_none_or(|w| w.get(i).copied().unwrap_or(true));
             let merge = match split.merges.iter().find(|(arg, _)| *arg as usize == i).map(|(_, m)| *m) {
                 Some(SplitMerge::Slices { granule_blocks, bytes_per_granule, offset }) => {
                     Merge::Slices { slices: BlockSlices { granule_blocks, bytes_per_granule, offset }, verify: false }
@@ -406,7 +418,7 @@ impl Core {
         let mut contents: Vec<Option<Arc<Vec<u8>>>> = Vec::with_capacity(p.buffers.len());
         let mut whole: Option<String> = None;
         for b in &p.buffers {
-            if !(b.replicate || !b.shadow.is_empty()) {
+            if !b.replicate && b.shadow.is_empty() {
                 contents.push(None);
                 continue;
             }
@@ -456,7 +468,12 @@ impl Core {
                     .buffers
                     .iter()
                     .zip(&contents)
-                    .map(|(b, c)| (b.id, b.bytes, c.clone().filter(|_| b.replicate), b.back(g)))
+                    .map(|(b, c)| PartBuffer {
+                        id: b.id,
+                        bytes: b.bytes,
+                        data: c.clone().filter(|_| b.replicate),
+                        back: b.back(g),
+                    })
                     .collect();
                 let part = Part {
                     token,
@@ -552,6 +569,7 @@ impl Core {
             shared_bytes: launch.shared_bytes,
             params: c.params,
             after: None,
+            range: Some([u64::from(range.start), u64::from(range.end)]),
         };
         let op = StreamOp::Kernel { desc: Arc::new(desc), time_key: self.next_op };
         self.submit_op(client, stream, op, Some(work), OpKind::SplitRange { token })
@@ -559,7 +577,7 @@ impl Core {
 
     /// A range of split `token` ended: on this GPU (`index` 0, no bytes) or
     /// another (its spans). The last one merges and releases the stream.
-    fn range_ended(&mut self, token: u64, index: usize, result: Result<Vec<(usize, Range<u64>, Vec<u8>)>, String>) {
+    fn range_ended(&mut self, token: u64, index: usize, result: Result<Spans, String>) {
         let Some(p) = self.split.pending.get_mut(&token) else { return };
         match result {
             Ok(spans) => p.back.extend(spans.into_iter().map(|(b, r, d)| (index, b, r, d))),
@@ -710,7 +728,7 @@ impl Core {
                 LoadedModule { name: mname.clone(), source: String::new(), options: Vec::new(), kernels: handles },
             );
         }
-        for (i, (id, bytes, data, spans)) in part.buffers.iter().enumerate() {
+        for (i, PartBuffer { id, bytes, data, back: spans }) in part.buffers.iter().enumerate() {
             let addr = self.backend.alloc(*bytes).map_err(|e| format!("buffer {} of {bytes} bytes: {e}", id.0))?;
             if let Some(s) = self.sessions.get_mut(&key) {
                 s.buffers.insert(*id, Buffer { addr, bytes: *bytes, evicted: false, zeros: false });
@@ -745,11 +763,7 @@ impl Core {
         self.end_part_session(key);
     }
 
-    fn read_part(
-        &mut self,
-        key: u64,
-        back: &[(usize, BufferId, Vec<Range<u64>>)],
-    ) -> Result<Vec<(usize, Range<u64>, Vec<u8>)>, String> {
+    fn read_part(&mut self, key: u64, back: &[(usize, BufferId, Vec<Range<u64>>)]) -> Result<Spans, String> {
         let mut out = Vec::new();
         for (i, id, spans) in back {
             let b = self
@@ -900,8 +914,8 @@ mod tests {
         let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
         assert_eq!(part.range, 128..256, "equal GPUs, equal halves");
         assert_eq!(part.buffers.len(), 1);
-        assert_eq!(part.buffers[0].2.as_deref(), Some(&data), "the buffer is replicated as it was");
-        assert_eq!(part.buffers[0].3, vec![0..BYTES], "a shadow merge brings the whole buffer back");
+        assert_eq!(part.buffers[0].data.as_deref(), Some(&data), "the buffer is replicated as it was");
+        assert_eq!(part.buffers[0].back, vec![0..BYTES], "a shadow merge brings the whole buffer back");
         // The home GPU's blocks write the first half, GPU 1's the second.
         let half = (BYTES / 2) as usize;
         let b = home.sessions[&1].buffers[&buffer];
@@ -943,7 +957,7 @@ mod tests {
         let split = Split { splittable: Splittable::IfChecked, gpus: 2, merges: vec![(0, slices)] };
         request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split });
         let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
-        assert_eq!(part.buffers[0].3, vec![128 * 256..BYTES], "blocks 128.. write bytes 32768..");
+        assert_eq!(part.buffers[0].back, vec![128 * 256..BYTES], "blocks 128.. write bytes 32768..");
         other.handle(CoreMsg::SplitPart(part));
         let key = *other.split.parts.keys().next().expect("the part runs");
         let addr = other.sessions[&key].buffers[&buffer].addr;
