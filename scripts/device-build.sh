@@ -66,6 +66,13 @@ if grep -q GPUMUXD_TEST_MULTI_DEVICE crates/gpumuxd/tests/multi_gpu.rs 2>/dev/nu
         jq -r 'select(.executable != null and .target.name == "multi_gpu") | .executable' |
         while read -r t; do cp "$t" "$dest/tests/multi_gpu"; done
 fi
+# The daemon's split launch (issue 38), which multi-gpu-daemon-check.sh's MULTI_ONLY=split runs
+# against cuda:0,1 (younger than revisions an A/B may build).
+if [ -e crates/gpumuxd/tests/split_launch.rs ]; then
+    cargo test --release -p gpumuxd --test split_launch --no-run --message-format=json |
+        jq -r 'select(.executable != null and .target.name == "split_launch") | .executable' |
+        while read -r t; do cp "$t" "$dest/tests/split_launch"; done
+fi
 for e in vector_add histogram fault_check copy_bench launch_bench stream_pipeline event_timing oversubscribe; do
     # The last five are younger than revisions an A/B may build (--rev).
     case $e in vector_add | histogram | fault_check) ;; *) [ -e "$target/release/examples/$e" ] || continue ;; esac

@@ -114,7 +114,7 @@ fn part_on_each_gpu(args: &[&str]) {
 
 #[test]
 fn a_kernel_with_global_atomics_is_refused_naming_them_unless_declared_splittable() {
-    let d = Daemon::start_on(Some(TWO), None, &[]);
+    let d = Daemon::start_on(Some(multi_device()), None, &[]);
     let c = connect(&d, "hist");
     let module = c.load_module("hist.cu", HIST, &[]).expect("loads");
     let hist = module.kernel("hist").expect("hist");
@@ -225,7 +225,8 @@ const FMA: &str = "__global__ void fma_loop(float* out, unsigned n, unsigned ite
   out[i] = a + b + c + d;\n\
 }\n";
 
-/// The two-GPU device of [`a_compute_bound_kernel_split_over_two_gpus_is_bitwise_equal_to_one_gpu`]:
+/// The two-GPU device of [`a_compute_bound_kernel_split_over_two_gpus_is_bitwise_equal_to_one_gpu`]
+/// and of the refusal test:
 /// `GPUMUXD_TEST_MULTI_DEVICE` (`cuda:0,1` in scripts/multi-gpu-daemon-check.sh's
 /// `MULTI_ONLY=split`), else `sim:h100x2`.
 fn multi_device() -> &'static str {
@@ -249,13 +250,14 @@ fn env_u32(name: &str, default: u32) -> u32 {
 /// test. On `sim:h100x2` the kernel computes nothing: the bytes check the
 /// path (replication, both merges) and the times the simulator's waves.
 /// `GPUMUXD_SPLIT_FMA_N` threads (default 2^21), `GPUMUXD_SPLIT_FMA_ITERS`
-/// iterations (default 200,000), `GPUMUXD_SPLIT_REPS` timed runs (default 5).
+/// iterations (default 1,000,000: a kernel long beside the split's fixed
+/// costs), `GPUMUXD_SPLIT_REPS` timed runs (default 5).
 #[test]
 fn a_compute_bound_kernel_split_over_two_gpus_is_bitwise_equal_to_one_gpu() {
     let device = multi_device();
     let on_gpu = device.starts_with("cuda");
     let n = env_u32("GPUMUXD_SPLIT_FMA_N", if on_gpu { 1 << 21 } else { 1 << 16 });
-    let iters = env_u32("GPUMUXD_SPLIT_FMA_ITERS", 200_000);
+    let iters = env_u32("GPUMUXD_SPLIT_FMA_ITERS", 1_000_000);
     let reps = env_u32("GPUMUXD_SPLIT_REPS", 5).max(1);
     let d = Daemon::start_on(Some(device), None, &[]);
     let c = connect(&d, "fma");

@@ -106,6 +106,10 @@ struct PendingSplit {
     error: Option<String>,
     replicated: u64,
     reached: Option<Instant>,
+    /// How long the home core took to read the buffers back and send the parts.
+    sending: Duration,
+    /// Each other GPU's times, in words (from its [`PartDone`]).
+    part_times: Vec<String>,
 }
 
 struct RunningPart {
@@ -115,6 +119,10 @@ struct RunningPart {
     index: usize,
     /// What to send home: buffer index, its handle, the spans.
     back: Vec<(usize, BufferId, Vec<Range<u64>>)>,
+    /// How long its set-up took (module loaded, buffers allocated and
+    /// written in), and when its range was queued.
+    setup: Duration,
+    queued: Instant,
 }
 
 /// A block range of another core's split launch, to run here.
@@ -158,6 +166,8 @@ pub struct PartDone {
     token: u64,
     index: usize,
     result: Result<Spans, String>,
+    /// Where its time went, in words (the home core logs it).
+    times: String,
 }
 
 /// Why a kernel is refused, in the words of `gpumux_cuda::split::SplitError::Refused`.
@@ -377,6 +387,8 @@ impl Core {
                 error: None,
                 replicated: 0,
                 reached: None,
+                sending: Duration::ZERO,
+                part_times: Vec::new(),
             },
         );
         Ok(())
@@ -407,7 +419,8 @@ impl Core {
     /// and its ranges start.
     fn split_reached(&mut self, token: u64) {
         let Some(p) = self.split.pending.get_mut(&token) else { return };
-        p.reached = Some(Instant::now());
+        let reached = Some(Instant::now());
+        p.reached = reached;
         let client = p.client;
         let open = self.sessions.get(&client).is_some_and(|s| s.phase == Phase::Open);
         if !open {
@@ -502,6 +515,9 @@ impl Core {
                     own.push(p.ranges[g].clone());
                 }
             }
+        }
+        if let (Some(p), Some(t)) = (self.split.pending.get_mut(&token), reached) {
+            p.sending = t.elapsed();
         }
         if let Err(e) = self.run_own_ranges(token, own) {
             self.range_ended(token, 0, Err(e.message));
@@ -629,7 +645,7 @@ impl Core {
         let ms = |t: Option<Instant>| t.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
         tracing::info!(
             "client {client}: `{}` split over GPUs {:?} as blocks {:?}: {} bytes replicated, {} back, {} merged; \
-             {:.2} ms from the stream reaching it, the merge {:.2} ms{}",
+             {:.2} ms from the stream reaching it: read back and sent {:.2} ms ({}), the merge {:.2} ms{}",
             p.kernel,
             p.gpus,
             p.ranges,
@@ -637,6 +653,8 @@ impl Core {
             back_bytes,
             taken,
             ms(p.reached),
+            p.sending.as_secs_f64() * 1e3,
+            p.part_times.join("; "),
             merged_at.elapsed().as_secs_f64() * 1e3,
             p.error.as_ref().map(|e| format!(" (failed: {e})")).unwrap_or_default()
         );
@@ -686,6 +704,9 @@ impl Core {
 
     /// Another GPU's range arrived from its core.
     pub(super) fn part_done(&mut self, d: PartDone) {
+        if let Some(p) = self.split.pending.get_mut(&d.token) {
+            p.part_times.push(d.times);
+        }
         self.range_ended(d.token, d.index, d.result);
     }
 
@@ -694,12 +715,14 @@ impl Core {
         let key = PART_BIT | (u64::from(part.home_gpu) << 40) | part.token;
         let (token, index, home) = (part.token, part.index, part.home.clone());
         if let Err(why) = self.start_part(key, part) {
-            let _ = home.send(CoreMsg::SplitDone(Box::new(PartDone { token, index, result: Err(why) })));
+            let done = PartDone { token, index, result: Err(why), times: String::new() };
+            let _ = home.send(CoreMsg::SplitDone(Box::new(done)));
             self.end_part_session(key);
         }
     }
 
     fn start_part(&mut self, key: u64, part: Part) -> Result<(), String> {
+        let began = Instant::now();
         let (out, _) = std::sync::mpsc::channel();
         let mut s = Session::new(key, Peer { pid: 0, uid: 0, gid: 0 }, part.limits.clone(), out);
         s.out = None;
@@ -746,20 +769,33 @@ impl Core {
         }
         let stream = self.split_stream(key).map_err(|e| e.message)?;
         self.submit_range(key, stream, &part.launch, part.range.clone(), part.token).map_err(|e| e.message)?;
-        self.split.parts.insert(key, RunningPart { token: part.token, home: part.home, index: part.index, back });
+        let (setup, queued) = (began.elapsed(), Instant::now());
+        let running = RunningPart { token: part.token, home: part.home, index: part.index, back, setup, queued };
+        self.split.parts.insert(key, running);
         Ok(())
     }
 
     /// A part's range ended here: its spans go home, its session goes.
     fn part_ended(&mut self, key: u64, completed: bool, failed: Option<String>) {
         let Some(rp) = self.split.parts.remove(&key) else { return };
+        let ran = rp.queued.elapsed();
+        let reading = Instant::now();
         let result = match (completed, failed) {
             (_, Some(why)) => Err(why),
             (false, None) => Err("it was stopped".to_string()),
             (true, None) => self.read_part(key, &rp.back),
         };
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let times = format!(
+            "GPU {}: set up {:.2} ms, its range {:.2} ms, read back {:.2} ms",
+            self.gpu,
+            ms(rp.setup),
+            ms(ran),
+            ms(reading.elapsed())
+        );
         // A home gone (its client left, its core stopped) wants nothing.
-        let _ = rp.home.send(CoreMsg::SplitDone(Box::new(PartDone { token: rp.token, index: rp.index, result })));
+        let done = PartDone { token: rp.token, index: rp.index, result, times };
+        let _ = rp.home.send(CoreMsg::SplitDone(Box::new(done)));
         self.end_part_session(key);
     }
 
