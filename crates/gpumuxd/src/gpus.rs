@@ -21,8 +21,9 @@
 //! With `--rebalance`, a route also moves its client, idle, to a GPU left
 //! with no client ([`Route::send`], `core/handover.rs`): the old core hands
 //! the client's state over, the new one adopts it, and the route forwards
-//! to the new one from then on. A launch split in the daemon would be a
-//! request a route hands to several cores (docs/multi-gpu.md, "Not built yet").
+//! to the new one from then on. A launch split over GPUs goes to the
+//! client's core like any request; that core sends the other cores their
+//! parts itself (`core/split.rs`).
 
 use crate::core::CoreMsg;
 use crate::placement::{place, GpuLoad, Placement};
