@@ -141,6 +141,36 @@ typedef struct gpumux_arg {
   size_t len;
 } gpumux_arg;
 
+// Declared slices of one buffer argument of a split launch: block `b`
+// writes only bytes `[offset + ⌊b / granule_blocks⌋ × bytes_per_granule, +
+// bytes_per_granule)` from the argument's pointer (docs/multi-gpu.md,
+// "Splitting in the daemon").
+typedef struct gpumux_split_slices {
+  // The argument's index in the launch.
+  uint32_t arg;
+  // Blocks per granule, at least 1.
+  uint32_t granule_blocks;
+  // Bytes one granule writes, at least 1.
+  uint64_t bytes_per_granule;
+  // Where granule 0's bytes start, from the pointer.
+  uint64_t offset;
+} gpumux_split_slices;
+
+// How a launch is split over the daemon's GPUs.
+typedef struct gpumux_split {
+  // 1: the caller vouches that different blocks write disjoint words
+  // (the daemon's source analysis does not refuse the kernel); 0: the
+  // analysis decides. An integer, checked, as a C `bool` of another value
+  // would be undefined behaviour here.
+  int32_t declared;
+  // At most this many GPUs; 0: every GPU the daemon serves.
+  uint32_t gpus;
+  // `n_slices` declared write sets; written buffers not named are merged by shadow copy.
+  const struct gpumux_split_slices *slices;
+  // How many; at most 256 (`MAX_ARGS`).
+  size_t n_slices;
+} gpumux_split;
+
 // What the device is (`cudaDeviceProp`'s fields of the same meaning).
 typedef struct gpumux_device_properties {
   // The device in words, NUL-terminated (cut to 255 bytes).
@@ -330,6 +360,27 @@ enum gpumux_status gpumux_launch(const struct gpumux_client *client,
                                  const struct gpumux_launch_config *config,
                                  const struct gpumux_arg *args,
                                  size_t n_args);
+
+// [`gpumux_launch`], split over the daemon's GPUs by block range as
+// `*split` says and merged back before the stream goes on
+// (docs/multi-gpu.md, "Splitting in the daemon"). A kernel the daemon's
+// source analysis refuses reports the analysis's reasons as a refused
+// launch does (at the next sync), unless `split->declared`; a daemon of one
+// GPU runs it whole.
+enum gpumux_status gpumux_launch_split(const struct gpumux_client *client,
+                                       const struct gpumux_kernel *kernel,
+                                       const struct gpumux_launch_config *config,
+                                       const struct gpumux_arg *args,
+                                       size_t n_args,
+                                       const struct gpumux_split *split);
+
+// Splits every later launch of `kernel` over the daemon's GPUs as `*split`
+// says, or (NULL) runs them whole again. Refused with the daemon's source
+// analysis's reasons (in `gpumux_last_error()`) when the kernel's writes
+// cannot be merged and `split->declared` is 0.
+enum gpumux_status gpumux_split_kernel(const struct gpumux_client *client,
+                                       const struct gpumux_kernel *kernel,
+                                       const struct gpumux_split *split);
 
 // A pointer `offset` bytes into `buffer`.
 struct gpumux_arg gpumux_arg_buffer(struct gpumux_buffer buffer, uint64_t offset);

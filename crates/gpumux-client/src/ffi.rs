@@ -203,6 +203,40 @@ pub struct gpumux_launch_config {
     pub block_time_ns: u64,
 }
 
+/// Declared slices of one buffer argument of a split launch: block `b`
+/// writes only bytes `[offset + ⌊b / granule_blocks⌋ × bytes_per_granule, +
+/// bytes_per_granule)` from the argument's pointer (docs/multi-gpu.md,
+/// "Splitting in the daemon").
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumux_split_slices {
+    /// The argument's index in the launch.
+    pub arg: u32,
+    /// Blocks per granule, at least 1.
+    pub granule_blocks: u32,
+    /// Bytes one granule writes, at least 1.
+    pub bytes_per_granule: u64,
+    /// Where granule 0's bytes start, from the pointer.
+    pub offset: u64,
+}
+
+/// How a launch is split over the daemon's GPUs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumux_split {
+    /// 1: the caller vouches that different blocks write disjoint words
+    /// (the daemon's source analysis does not refuse the kernel); 0: the
+    /// analysis decides. An integer, checked, as a C `bool` of another value
+    /// would be undefined behaviour here.
+    pub declared: i32,
+    /// At most this many GPUs; 0: every GPU the daemon serves.
+    pub gpus: u32,
+    /// `n_slices` declared write sets; written buffers not named are merged by shadow copy.
+    pub slices: *const gpumux_split_slices,
+    /// How many; at most 256 (`MAX_ARGS`).
+    pub n_slices: usize,
+}
+
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
@@ -785,7 +819,21 @@ pub unsafe extern "C" fn gpumux_launch(
     args: *const gpumux_arg,
     n_args: usize,
 ) -> gpumux_status {
+    // SAFETY: the caller's pointers, checked there.
+    unsafe { launch_with(client, kernel, config, args, n_args, std::ptr::null()) }
+}
+
+/// [`gpumux_launch`], split where `split` is not NULL.
+unsafe fn launch_with(
+    client: *const gpumux_client,
+    kernel: *const Kernel,
+    config: *const gpumux_launch_config,
+    args: *const gpumux_arg,
+    n_args: usize,
+    split: *const gpumux_split,
+) -> gpumux_status {
     guard(|| {
+        let split = unsafe { to_split(split) }?;
         let client_ptr = client;
         let client = unsafe { client_ref(client) }?;
         let kernel = unsafe { kernel_handle(kernel, client_ptr) }?;
@@ -812,7 +860,92 @@ pub unsafe extern "C" fn gpumux_launch(
             stream: StreamId(config.stream),
             block_time_ns: (config.block_time_ns > 0).then_some(config.block_time_ns),
         };
-        Ok(client.launch(kernel, &cfg, &args)?)
+        match split {
+            None => Ok(client.launch(kernel, &cfg, &args)?),
+            Some(s) => Ok(client.launch_split(kernel, &cfg, &args, &s)?),
+        }
+    })
+}
+
+/// `*split`, checked (`None` for NULL).
+unsafe fn to_split(split: *const gpumux_split) -> Result<Option<gpumux_proto::Split>, Failure> {
+    if split.is_null() {
+        return Ok(None);
+    }
+    aligned(split, "the split")?;
+    // SAFETY: checked non-null and aligned; every bit pattern is a valid split.
+    let s = unsafe { &*split };
+    if s.declared != 0 && s.declared != 1 {
+        return Err(invalid(format!("the split's `declared` is {}: 0 or 1", s.declared)));
+    }
+    if s.n_slices > MAX_ARGS {
+        return Err(invalid(format!("n_slices is {}, over the limit of {MAX_ARGS}", s.n_slices)));
+    }
+    let slices: &[gpumux_split_slices] = if s.n_slices == 0 {
+        &[]
+    } else {
+        aligned(s.slices, "the split's slices")?;
+        // SAFETY: the caller passes `n_slices` entries (checked non-null).
+        unsafe { std::slice::from_raw_parts(s.slices, s.n_slices) }
+    };
+    let mut merges = Vec::with_capacity(slices.len());
+    for (i, d) in slices.iter().enumerate() {
+        if d.granule_blocks == 0 || d.bytes_per_granule == 0 {
+            return Err(invalid(format!(
+                "the split's slices {i} (argument {}) have {} blocks of {} bytes a granule: both must be at least 1",
+                d.arg, d.granule_blocks, d.bytes_per_granule
+            )));
+        }
+        let m = gpumux_proto::SplitMerge::Slices {
+            granule_blocks: d.granule_blocks,
+            bytes_per_granule: d.bytes_per_granule,
+            offset: d.offset,
+        };
+        merges.push((d.arg, m));
+    }
+    let splittable =
+        if s.declared == 1 { gpumux_proto::Splittable::Declared } else { gpumux_proto::Splittable::IfChecked };
+    Ok(Some(gpumux_proto::Split { splittable, gpus: s.gpus, merges }))
+}
+
+/// [`gpumux_launch`], split over the daemon's GPUs by block range as
+/// `*split` says and merged back before the stream goes on
+/// (docs/multi-gpu.md, "Splitting in the daemon"). A kernel the daemon's
+/// source analysis refuses reports the analysis's reasons as a refused
+/// launch does (at the next sync), unless `split->declared`; a daemon of one
+/// GPU runs it whole.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_launch_split(
+    client: *const gpumux_client,
+    kernel: *const Kernel,
+    config: *const gpumux_launch_config,
+    args: *const gpumux_arg,
+    n_args: usize,
+    split: *const gpumux_split,
+) -> gpumux_status {
+    if split.is_null() {
+        return guard(|| Err(null("the split")));
+    }
+    // SAFETY: the caller's pointers, checked there.
+    unsafe { launch_with(client, kernel, config, args, n_args, split) }
+}
+
+/// Splits every later launch of `kernel` over the daemon's GPUs as `*split`
+/// says, or (NULL) runs them whole again. Refused with the daemon's source
+/// analysis's reasons (in `gpumux_last_error()`) when the kernel's writes
+/// cannot be merged and `split->declared` is 0.
+#[no_mangle]
+pub unsafe extern "C" fn gpumux_split_kernel(
+    client: *const gpumux_client,
+    kernel: *const Kernel,
+    split: *const gpumux_split,
+) -> gpumux_status {
+    guard(|| {
+        let client_ptr = client;
+        let client = unsafe { client_ref(client) }?;
+        let kernel = unsafe { kernel_handle(kernel, client_ptr) }?;
+        let split = unsafe { to_split(split) }?;
+        Ok(client.split_kernel(kernel, split.as_ref())?)
     })
 }
 

@@ -314,3 +314,68 @@ fn a_compute_bound_kernel_split_over_two_gpus_is_bitwise_equal_to_one_gpu() {
         );
     }
 }
+
+/// The C ABI's split (`gpumux_launch_split`, `gpumux_split_kernel`): a
+/// launch split with declared slices syncs and leaves the bytes as they
+/// went; a kernel with global atomics is refused naming them (in
+/// `gpumux_last_error`) unless declared; a `declared` other than 0 or 1 and
+/// a NULL split are refused before anything is sent.
+#[test]
+fn the_c_abi_splits_a_launch_and_refuses_what_the_analysis_refuses() {
+    use ::gpumux_client::ffi::*;
+    use std::ffi::{CStr, CString};
+    use std::ptr::{null, null_mut};
+    let last_error = || unsafe { CStr::from_ptr(gpumux_last_error()) }.to_string_lossy().into_owned();
+    let d = Daemon::start_on(Some(TWO), None, &[]);
+    let socket = CString::new(d.socket.to_str().expect("a UTF-8 path")).expect("no NUL");
+    let name = CString::new("c-split").expect("no NUL");
+    let mut client = null_mut();
+    let ok = gpumux_status::GPUMUX_OK;
+    assert_eq!(unsafe { gpumux_connect(socket.as_ptr(), name.as_ptr(), 0, 1.0, 8 << 20, &mut client) }, ok);
+    let load = |src: &str, kernel: &str| {
+        let (n, s, k) = (CString::new("m.cu").unwrap(), CString::new(src).unwrap(), CString::new(kernel).unwrap());
+        let mut module = null_mut();
+        assert_eq!(unsafe { gpumux_load_module(client, n.as_ptr(), s.as_ptr(), null(), 0, &mut module) }, ok);
+        let mut k_ptr = null();
+        assert_eq!(unsafe { gpumux_module_kernel(module, k.as_ptr(), &mut k_ptr) }, ok);
+        (module, k_ptr)
+    };
+    let (scale_module, scale) = load(SCALE, "scale");
+    let data = data();
+    let mut x = ::gpumux_client::Buffer::default();
+    assert_eq!(unsafe { gpumux_alloc(client, data.len() as u64, &mut x) }, ok);
+    assert_eq!(unsafe { gpumux_copy_to_device(client, x, 0, data.as_ptr().cast(), data.len(), 0) }, ok);
+    let cfg = gpumux_launch_config {
+        grid: [BLOCKS, 1, 1],
+        block: [THREADS, 1, 1],
+        shared_bytes: 0,
+        stream: 0,
+        block_time_ns: 1_000_000,
+    };
+    let args = [gpumux_arg_buffer(x, 0), gpumux_arg_u32(BLOCKS * THREADS)];
+    let slices = [gpumux_split_slices { arg: 0, granule_blocks: 1, bytes_per_granule: 4096, offset: 0 }];
+    let split = gpumux_split { declared: 0, gpus: 0, slices: slices.as_ptr(), n_slices: 1 };
+    assert_eq!(unsafe { gpumux_launch_split(client, scale, &cfg, args.as_ptr(), 2, &split) }, ok, "{}", last_error());
+    assert_eq!(unsafe { gpumux_sync(client, 0) }, ok, "{}", last_error());
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(unsafe { gpumux_copy_to_host(client, x, 0, back.as_mut_ptr().cast(), back.len(), 0) }, ok);
+    assert!(back == data);
+    let bad = gpumux_split { declared: 7, ..split };
+    let invalid = gpumux_status::GPUMUX_ERR_INVALID_ARGUMENT;
+    assert_eq!(unsafe { gpumux_launch_split(client, scale, &cfg, args.as_ptr(), 2, &bad) }, invalid);
+    assert!(last_error().contains("`declared` is 7"), "{}", last_error());
+    let null_split = unsafe { gpumux_launch_split(client, scale, &cfg, args.as_ptr(), 2, null()) };
+    assert_eq!(null_split, gpumux_status::GPUMUX_ERR_NULL);
+    let (hist_module, hist) = load(HIST, "hist");
+    let checked = gpumux_split { declared: 0, gpus: 0, slices: null(), n_slices: 0 };
+    assert_eq!(unsafe { gpumux_split_kernel(client, hist, &checked) }, gpumux_status::GPUMUX_ERR_INVALID);
+    assert!(last_error().contains("line 3: atomicAdd on global memory (`h`)"), "{}", last_error());
+    let declared = gpumux_split { declared: 1, ..checked };
+    assert_eq!(unsafe { gpumux_split_kernel(client, hist, &declared) }, ok, "{}", last_error());
+    assert_eq!(unsafe { gpumux_split_kernel(client, hist, null()) }, ok, "NULL: whole again");
+    unsafe {
+        gpumux_module_free(hist_module);
+        gpumux_module_free(scale_module);
+        gpumux_disconnect(client);
+    }
+}
