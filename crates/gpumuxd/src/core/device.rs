@@ -251,6 +251,9 @@ impl Core {
     /// pump's end: the pump ends sooner without more work).
     fn take_requests(&mut self, inbox: Option<&Receiver<CoreMsg>>, stats: &mut PumpStats) {
         let Some(inbox) = inbox else { return };
+        if self.inbox.holds_other(handled_during_poll) {
+            return;
+        }
         let start = Instant::now();
         loop {
             if let Some(msg) = self.inbox.pop_where(handled_during_poll) {

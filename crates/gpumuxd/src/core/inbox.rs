@@ -99,6 +99,12 @@ impl FairInbox {
         Some(msg)
     }
 
+    /// Whether some client's next message fails `take` (or `Shutdown` waits):
+    /// a message the core's loop must handle is held here.
+    pub fn holds_other(&self, take: impl Fn(&CoreMsg) -> bool) -> bool {
+        self.shutdown || self.queues.values().any(|q| q.front().is_some_and(|m| !take(m)))
+    }
+
     /// Whether `msg`'s client has messages waiting here (it may not overtake them).
     pub fn holds_for(&self, msg: &CoreMsg) -> bool {
         client_of(msg).map_or(self.shutdown, |c| self.queues.contains_key(&c))
@@ -176,7 +182,9 @@ mod tests {
         // Client 1's request may not overtake its first message.
         assert!(inbox.pop_where(is_request).is_none());
         assert_eq!(inbox.len(), 2);
+        assert!(inbox.holds_other(is_request), "client 1's first message is not a request");
         assert!(matches!(inbox.pop(), Some(CoreMsg::Disconnected { client: 1 })));
+        assert!(!inbox.holds_other(is_request), "only a request left");
         assert_eq!(id(inbox.pop_where(is_request)), Some(1));
         assert!(inbox.is_empty());
         inbox.push(request(3, 4));
