@@ -159,7 +159,10 @@ fn next_frame(rx: &Receiver<ServerFrame>, spin: &ConnSpin) -> Option<ServerFrame
         match rx.try_recv() {
             Ok(f) => return Some(f),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if start.elapsed() < window || spin.held() => gpumux_ring::relax(looks),
+            // Not `spin.held()`: a ringed client's replies are written by the
+            // core itself while the writer has none queued, so a cadence or a
+            // copy's hold would keep this thread polling for nothing.
+            Err(TryRecvError::Empty) if start.elapsed() < window => gpumux_ring::relax(looks),
             Err(TryRecvError::Empty) => return rx.recv().ok(),
         }
         looks = looks.saturating_add(1);
