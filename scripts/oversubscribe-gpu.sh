@@ -28,7 +28,12 @@
 #      (what sharing the GPU costs it, swapping aside), and beside two that swap on a daemon whose
 #      copy pool has CONTROL_THREADS threads (default 16, GPUMUX_SWAP_COPY_THREADS: what more host
 #      copy threads cost it, and the rates they reach), and on one with no pinned host pool, every
-#      move through the ring (GPUMUX_SWAP_PINNED=0: what the pool changes, its cost and rates);
+#      move through the ring (GPUMUX_SWAP_PINNED=0: what the pool changes, its cost and rates), and
+#      on one whose straight moves are paced at CONTROL_PACE GB/s (default 46, 83 % of the link;
+#      GPUMUX_SWAP_PACE: does a move at the link's full rate cost the urgent client?).
+#      One more control, beside ONE client of FRACTION that fits and never swaps, says what sharing
+#      the GPU with kernels as long as the swapping neighbours' costs (their blocks stride over
+#      FRACTION of the memory, twice the fit control's). CONTROLS=urgent runs only these two;
 #   4. the daemons' evictions and restores (their logs: bytes, ms, GB/s each; most come from
 #      phase 3) against a native pinned cudaMemcpy of the same direction in the same run (CuPy).
 # Prints the issue's goals table last; exits non-zero if a measured goal fails.
@@ -162,14 +167,14 @@ for i in 1 2 3; do echo "shared c$i: $(cat "$OUT/shared$i.json")"; done
 kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
 # The urgent client beside two others (seeds 1 and 2) of fraction $2, as run $1; sets `loss` (%),
 # compares every output with alone (the beside ones only at FRACTION, where alone ran them).
-beside() { # tag fraction
-    local tag=$1 f=$2 pids=() i same=1
-    for i in 1 2; do client "$i" "$OUT/$tag$i.bin" "$OUT/$tag$i.json" --fraction "$f" & pids+=($!); done
+beside() { # tag fraction [neighbours, default 2]
+    local tag=$1 f=$2 n=${3:-2} pids=() i same=1
+    for i in $(seq 1 "$n"); do client "$i" "$OUT/$tag$i.bin" "$OUT/$tag$i.json" --fraction "$f" & pids+=($!); done
     sleep 1   # the two have allocated (and, oversubscribed, started swapping)
     urgent "$OUT/urgent-$tag.bin" "$OUT/urgent-$tag.json" || ok=0
     for p in "${pids[@]}"; do wait "$p" || ok=0; done
     if [ "$f" = "$FRACTION" ]; then
-        for i in 1 2; do cmp -s "$OUT/alone$i.bin" "$OUT/$tag$i.bin" || { ok=0 same=0; echo "$tag c$i's output differs from alone"; }; done
+        for i in $(seq 1 "$n"); do cmp -s "$OUT/alone$i.bin" "$OUT/$tag$i.bin" || { ok=0 same=0; echo "$tag c$i's output differs from alone"; }; done
     fi
     loss="" ub=$(seconds_of "$OUT/urgent-$tag.json") || return 1
     [ $same = 1 ] || return 1
@@ -196,6 +201,18 @@ if urgent "$OUT/urgent-alone.bin" "$OUT/urgent-alone.json" && ua=$(seconds_of "$
         ev_fit=$(($(grep -c "evicted [0-9]* bytes" "$OUT/daemon-swapping.log") - ev_before))
         controls="${controls:-beside two that fit: failed} ($ev_fit evictions meanwhile)"
         echo "control: $controls"
+    fi
+    if [ "$CONTROLS" = 1 ] || [ "$CONTROLS" = urgent ]; then
+        # The swapping neighbours' kernels stride over FRACTION of the memory, the fit control's
+        # over CONTROL_FRACTION: their blocks last longer. One neighbour of FRACTION fits and never
+        # swaps: what sharing the GPU with such kernels costs the urgent client, swapping aside.
+        echo "== control: the urgent client beside one client of $FRACTION (nothing swaps)"
+        ev_before=$(grep -c "evicted [0-9]* bytes" "$OUT/daemon-swapping.log")
+        t="beside one of $FRACTION that fits: failed"
+        beside one "$FRACTION" 1 && t="beside one of $FRACTION that fits and never swaps: lost $loss %"
+        t="$t ($(($(grep -c "evicted [0-9]* bytes" "$OUT/daemon-swapping.log") - ev_before)) evictions meanwhile)"
+        controls="${controls:+$controls; }$t"
+        echo "control: $t"
     fi
 fi
 kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
@@ -227,6 +244,9 @@ control_daemon() { # tag VAR value
 if [ "$CONTROLS" = 1 ] && [ -n "${ua:-}" ]; then
     control_daemon threads GPUMUX_SWAP_COPY_THREADS "$CONTROL_THREADS"
     control_daemon ring GPUMUX_SWAP_PINNED 0
+fi
+if { [ "$CONTROLS" = 1 ] || [ "$CONTROLS" = urgent ]; } && [ -n "${ua:-}" ]; then
+    control_daemon paced GPUMUX_SWAP_PACE "${CONTROL_PACE:-46}"
 fi
 
 equal=PASS
@@ -260,7 +280,7 @@ rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
     echo "| makespan <= 1.15x the sum of alone times | $(printf %.2f "$makespan") s / $(printf %.2f "$alone_sum") s = ${ratio}x | $mk |"
     echo "| eviction throughput >= 80% of native pinned device-to-host | $ev_rate GB/s over $evictions evictions vs $native_d2h GB/s (host memory found besides: $pinning ms in all) | $evp |"
     echo "| restore throughput >= 80% of native pinned host-to-device | $re_rate GB/s over $restores restores vs $native_h2d GB/s (device memory created and mapped besides: $mapping ms in all) | $rep |"
-    echo "| (not a goal) the moves above: pinned host pool | $(straight "$OUT/daemon.log" "$OUT/daemon-swapping.log"); $(grep -h -o 'device memory unmapped and released after it, [0-9.]* ms' "$OUT/daemon.log" "$OUT/daemon-swapping.log" | awk '{M += $NF} END {printf "evictions unmapped and released device memory in %.0f ms in all", M}') | - |"
+    echo "| (not a goal) the moves above: pinned host pool | $(straight "$OUT/daemon.log" "$OUT/daemon-swapping.log"); $(grep -h -o 'device memory unmapped and released after it, [0-9.]* ms' "$OUT/daemon.log" "$OUT/daemon-swapping.log" | awk '{M += $(NF - 1)} END {printf "evictions unmapped and released device memory in %.0f ms in all", M}') | - |"
     echo "| a high-priority client that fits loses <= 10% of its rate beside two swapping | $urgent_measured | $urgent_verdict |"
     [ -z "$controls" ] || echo "| (controls for the line above, not goals) | $controls | - |"
     echo "| (not a goal) pinning a host copy in place, $((copy_bytes >> 20)) MiB | ${register_line:-failed} | - |"

@@ -5,8 +5,8 @@
 //! names the other; a buffer born evicted comes back as zeros; a buffer
 //! freed while its move is under way leaves nothing; and the device's own
 //! thread launches copies while a move runs; with a pinned host pool, moves
-//! go straight between the device and pinned memory once the pool has grown
-//! (and never past its cap). Without a GPU each test says it skipped and why.
+//! go straight between the device and pinned memory, copies are reused, and
+//! nothing is pinned past the pool's cap. Without a GPU each test says it skipped and why.
 
 use gpumux_cuda::client::{ClientDevice, ClientWork, HostPtr, MemoryError};
 use gpumux_engine::device::{Command, CopyDirection, Device, Event};
@@ -182,8 +182,8 @@ fn round_trips(d: &mut ClientDevice, a: u64, n: usize, data: &[u8], back: &mut P
 }
 
 #[test]
-fn moves_go_straight_through_the_pinned_pool_once_it_has_grown_and_never_past_its_cap() {
-    let test = "moves_go_straight_through_the_pinned_pool_once_it_has_grown_and_never_past_its_cap";
+fn moves_go_straight_through_the_pinned_pool_and_never_past_its_cap() {
+    let test = "moves_go_straight_through_the_pinned_pool_and_never_past_its_cap";
     let Some(mut d) = device_or_skip(test) else { return };
     if d.swap_granularity().is_none() {
         eprintln!("SKIPPED {test}: this GPU cannot map memory");
@@ -197,10 +197,10 @@ fn moves_go_straight_through_the_pinned_pool_once_it_has_grown_and_never_past_it
     let mut src = Pinned::new(&mut d, data.clone());
     let mut back = Pinned::new(&mut d, vec![0u8; n]);
     copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 }, n as u64);
-    // The first eviction finds no pinned copy (the ring), and asks the pool for one.
-    let (rounds, direct) = round_trips(&mut d, a, n, &data, &mut back, 50);
+    // The pool is empty: the first eviction makes a copy and pins it on its path, straight.
+    let (rounds, direct) = round_trips(&mut d, a, n, &data, &mut back, 5);
     assert!(direct, "after {rounds} round trips, moves still went through the ring: {:?}", d.swap_moved_direct());
-    assert!(rounds >= 2, "the first eviction cannot find a pinned copy yet");
+    assert_eq!(rounds, 1, "the first round trip is straight: its copy was pinned on the eviction's path");
     // The copy is reused: the next round trip is straight too, with no growth between.
     let (again, direct) = round_trips(&mut d, a, n, &data, &mut back, 1);
     assert!(again == 1 && direct, "the pinned copy was reused");

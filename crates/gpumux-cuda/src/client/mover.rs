@@ -348,7 +348,9 @@ fn make(
             // A pinned copy of the pool first: no CPU copy. Else the host copy
             // sent; else memory faulted in ahead that fits (the smallest); else
             // fresh. Whichever is not taken is dropped after the move.
-            let pinned = pool.as_deref_mut().and_then(|p| p.take(size));
+            // A free copy of the pool (pinned whole or in part), else a new
+            // one where its cap has room (pinned on the path, and kept).
+            let pinned = pool.as_deref_mut().and_then(|p| p.take(size).or_else(|| p.fresh(size)));
             let mut unused = None;
             let host = match (pinned, host) {
                 (Some(m), h) => {
@@ -372,9 +374,10 @@ fn make(
             };
             let prepared = found + t.elapsed();
             let t = Instant::now();
-            let copy = super::direct::to_host(s, ptr, &mut host, size, ring);
+            let grow = pool.as_deref().is_some_and(PinnedPool::grows);
+            let copy = super::direct::to_host(s, ptr, &mut host, size, ring, grow);
             let copied = t.elapsed();
-            let direct = *copy.as_ref().unwrap_or(&0);
+            let direct = straight_of(&copy, pool.as_deref_mut());
             if copy.is_ok() {
                 host.mark_written();
             }
@@ -417,7 +420,9 @@ fn make(
                     .and_then(|()| check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(s) }))
                     .map(|()| 0)
             } else {
-                super::direct::to_device(s, &mut host, size, ptr, ring)
+                let grow = pool.as_deref().is_some_and(PinnedPool::grows);
+                super::direct::to_device(s, &mut host, size, ptr, ring, grow)
+                    .map(|st| straight_of(&Ok(st), pool.as_deref_mut()))
             };
             let copied = t.elapsed() - prepared;
             let direct = *copy.as_ref().unwrap_or(&0);
@@ -444,6 +449,16 @@ fn make(
             Done { token, ptr, size, host, what, prepared, copied, zeros, direct, released: Duration::ZERO }
         }
     }
+}
+
+/// The bytes a straight move DMAed straight; a failed pin on its path
+/// stops the pool's growth (logged there).
+fn straight_of(r: &Result<super::direct::Straight, CudaError>, pool: Option<&mut PinnedPool>) -> usize {
+    let Ok(st) = r else { return 0 };
+    if let (Some(e), Some(p)) = (&st.pin_failed, pool) {
+        p.fail(e);
+    }
+    st.direct
 }
 
 /// Unmaps `size` bytes at `ptr` and releases `h`.

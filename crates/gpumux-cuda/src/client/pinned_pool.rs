@@ -24,8 +24,9 @@
 //! next size wanted, then its pieces, faulted in and pinned one
 //! [`super::host_copy::PIN_PIECE`] at a time, so a move sent meanwhile waits at most for one
 //! piece. An eviction takes the smallest free copy that fits (from its size
-//! to twice it); its pinned part is DMAed straight, the rest (a copy still
-//! growing) through the ring. A restore's copy goes back to the pool, and so
+//! to twice it), else a new one where the cap has room; its pinned part is
+//! DMAed straight, and the rest is pinned on the move's path, overlapping
+//! the DMAs ([`super::direct`]), and stays pinned. A restore's copy goes back to the pool, and so
 //! does an evicted buffer's copy when its owner frees it. A free copy unused
 //! for [`IDLE`] is unpinned and given back to the host.
 //!
@@ -38,6 +39,7 @@
 //! through the ring as before.
 
 use super::host_copy::HostMem;
+use crate::error::CudaError;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -210,6 +212,43 @@ impl PinnedPool {
         self.book.take(size)
     }
 
+    /// A new copy for a range of `size`, not pinned yet (the move pins it
+    /// on its path), if the cap has room and pinning works.
+    pub(crate) fn fresh(&mut self, size: usize) -> Option<HostMem> {
+        if self.broken {
+            return None;
+        }
+        let book = self.book.admit(size)?;
+        match HostMem::new(size) {
+            Ok(mut m) => {
+                m.set_book(book);
+                Some(m)
+            }
+            Err(e) => {
+                book.fetch_sub(size, Ordering::AcqRel);
+                tracing::warn!("no pinned host copy of {size} bytes: {e}");
+                None
+            }
+        }
+    }
+
+    /// Whether moves may pin a pool's copy on their path.
+    pub(crate) fn grows(&self) -> bool {
+        !self.broken
+    }
+
+    /// Pinning failed: grow no more (logged once).
+    pub(crate) fn fail(&mut self, e: &CudaError) {
+        if !self.broken {
+            self.broken = true;
+            tracing::warn!(
+                "pinning host memory failed ({e}); evictions and restores go through the pinned ring \
+                 (host copies, {} bytes pinned)",
+                self.book.held()
+            );
+        }
+    }
+
     /// Back into the pool (a restore's copy, an evicted buffer freed); a
     /// copy the pool did not make is dropped.
     pub(crate) fn put(&mut self, m: HostMem) {
@@ -238,17 +277,14 @@ impl PinnedPool {
             return;
         }
         if let Some(m) = self.book.growing(|m| m.next_pin() > 0, Instant::now()) {
-            if let Err(e) = m.pin_next(populate) {
-                self.broken = true;
-                tracing::warn!(
-                    "pinning host memory failed ({e}); evictions and restores go through the pinned ring \
-                     (host copies, {} bytes pinned)",
-                    self.book.held()
-                );
-            } else if m.next_pin() == 0 {
+            let pinned = m.pin_next(populate);
+            let (len, whole) = (m.len(), m.next_pin() == 0);
+            if let Err(e) = pinned {
+                self.fail(&e);
+            } else if whole {
                 tracing::info!(
                     "pinned host pool: a copy of {} bytes pinned; {} bytes pinned in all, {} free",
-                    m.len(),
+                    len,
                     self.book.held(),
                     self.book.free_bytes()
                 );

@@ -94,6 +94,17 @@ impl HostCopy {
         }
     }
 
+    /// Pins its host memory's next piece (`HostMem::pin_next`); nothing
+    /// for a buffer of zeros.
+    pub(super) fn pin_next(&mut self, populate: impl FnOnce(&mut [u8])) -> Result<(), CudaError> {
+        self.mem.as_mut().map_or(Ok(()), |m| m.pin_next(populate))
+    }
+
+    /// Host memory of the pinned pool.
+    pub(super) fn is_pooled(&self) -> bool {
+        self.mem.as_ref().is_some_and(HostMem::is_pooled)
+    }
+
     /// Its pins went with their context (`HostMem::forget_pins`).
     pub(super) fn forget_pins(&mut self) {
         if let Some(m) = self.mem.as_mut() {
