@@ -32,7 +32,8 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub placement: Option<String>,
     /// With several GPUs: move an idle client (nothing queued or running) to
-    /// a GPU left with no client while its own GPU holds two or more, at its
+    /// a GPU left with no client while its own GPU holds two or more (or, a
+    /// client that declared GPUMUX_CLASS, to where it completes a pair), at its
     /// next request; its buffers' bytes go through host memory and it keeps
     /// its handles (docs/multi-gpu.md, "Moving a client between GPUs"). Off by
     /// default; a client with more than 1 GiB of buffers stays.

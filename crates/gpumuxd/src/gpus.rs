@@ -192,7 +192,8 @@ pub struct Gpus {
     /// One placement at a time: reading the loads and counting the client in
     /// are one step, so clients connecting together spread.
     placing: Mutex<()>,
-    /// `--rebalance`: an idle client moves to a GPU left with no client ([`Route::send`]).
+    /// `--rebalance`: an idle client moves to a GPU left with no client, or
+    /// a declared one to where it pairs ([`Route::send`], [`crate::placement::rebalance_to`]).
     rebalance: bool,
 }
 
@@ -203,7 +204,8 @@ impl Gpus {
         Gpus { cores, boards, placement, placing: Mutex::new(()), rebalance: false }
     }
 
-    /// Moves idle clients to GPUs left with no client (`--rebalance`; off by default).
+    /// Moves idle clients to GPUs left with no client, and declared ones to
+    /// where they pair (`--rebalance`; off by default).
     pub fn with_rebalance(mut self, on: bool) -> Gpus {
         self.rebalance = on;
         self
@@ -215,10 +217,10 @@ impl Gpus {
     fn reserve_move(&self, from: usize, class: Option<ClientClass>) -> Option<(usize, u64)> {
         let loads = || -> Vec<GpuLoad> { self.boards.iter().map(|b| b.load()).collect() };
         // Asked at every request: the lock only when a move looks due.
-        crate::placement::rebalance_to(&loads(), from)?;
+        crate::placement::rebalance_to(&loads(), from, class)?;
         let _one = self.placing.lock().unwrap_or_else(PoisonError::into_inner);
         let loads = loads();
-        let to = crate::placement::rebalance_to(&loads, from)?;
+        let to = crate::placement::rebalance_to(&loads, from, class)?;
         self.boards[to].count(class, true);
         Some((to, loads[to].memory_free))
     }

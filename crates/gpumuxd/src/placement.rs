@@ -163,20 +163,57 @@ pub fn place(
     best.map(|(i, _)| i).ok_or(PlaceError::NoneUp)
 }
 
-/// With `--rebalance`, where a client on GPU `from` should move, if
-/// anywhere: to an up GPU with no client (the one with the most free
-/// memory, then the lowest index) while `from` holds two or more. One move
-/// fills an empty GPU; there is never a move back and forth, since the GPU
-/// moved to then holds one client, and a GPU of one never gives it away.
-pub fn rebalance_to(gpus: &[GpuLoad], from: usize) -> Option<usize> {
-    if gpus.get(from)?.clients < 2 {
+/// `g` with one client of `class` fewer.
+fn without_client(g: &GpuLoad, class: Option<ClientClass>) -> GpuLoad {
+    let mut g = *g;
+    g.clients = g.clients.saturating_sub(1);
+    match class {
+        Some(ClientClass::Memory) => g.memory_bound = g.memory_bound.saturating_sub(1),
+        Some(ClientClass::Compute) => g.compute_bound = g.compute_bound.saturating_sub(1),
+        None => {}
+    }
+    g
+}
+
+/// With `--rebalance`, where a client of `class` (if it declared one) on
+/// GPU `from` should move, if anywhere, while `from` holds two clients or
+/// more (a GPU of one never gives it away):
+/// * to an up GPU with no client (the one with the most free memory, then
+///   the lowest index): the GPU moved to then holds one client, so nothing
+///   moves back;
+/// * else, for a client that declared its class, to the GPU where the move
+///   lowers the two GPUs' summed pair load ([`pair_load`]; the lowest sum,
+///   then the lowest larger load of the two, then the lowest index): a
+///   memory-bound client leaves a GPU of two memory-bound ones for one
+///   where a compute-bound client has no partner. (A move changes each
+///   GPU's pair load by at most one, so one that lowers the sum never
+///   raises the larger.) Every such move lowers the sum of all GPUs' pair
+///   loads, so moves end.
+pub fn rebalance_to(gpus: &[GpuLoad], from: usize, class: Option<ClientClass>) -> Option<usize> {
+    let here = gpus.get(from)?;
+    if here.clients < 2 {
         return None;
     }
-    gpus.iter()
+    let empty = gpus
+        .iter()
         .enumerate()
         .filter(|(i, g)| *i != from && g.up && g.clients == 0)
         .min_by_key(|(i, g)| (std::cmp::Reverse(g.memory_free), *i))
-        .map(|(i, _)| i)
+        .map(|(i, _)| i);
+    if empty.is_some() || class.is_none() {
+        return empty;
+    }
+    let (here_before, here_after) = (pair_load(here), pair_load(&without_client(here, class)));
+    gpus.iter()
+        .enumerate()
+        .filter(|(i, g)| *i != from && g.up)
+        .filter_map(|(i, g)| {
+            let (before, after) = (pair_load(g), pair_load(&with_client(g, class)));
+            let (sum, max) = (here_after + after, here_after.max(after));
+            (sum < here_before + before).then_some((sum, max, i))
+        })
+        .min()
+        .map(|(_, _, i)| i)
 }
 
 #[cfg(test)]
@@ -288,18 +325,46 @@ mod tests {
     #[test]
     fn rebalance_fills_an_empty_gpu_from_one_of_two_or_more_and_never_moves_back() {
         // GPU 1 empty, GPU 0 with two: one of GPU 0's moves there; none from GPU 1.
-        assert_eq!(rebalance_to(&[gpu(2, 0, 0), gpu(0, 0, 5)], 0), Some(1));
-        assert_eq!(rebalance_to(&[gpu(1, 0, 0), gpu(0, 0, 5)], 0), None, "a client alone stays");
-        assert_eq!(rebalance_to(&[gpu(2, 0, 0), gpu(1, 0, 5)], 0), None, "no GPU is empty");
+        assert_eq!(rebalance_to(&[gpu(2, 0, 0), gpu(0, 0, 5)], 0, None), Some(1));
+        assert_eq!(rebalance_to(&[gpu(1, 0, 0), gpu(0, 0, 5)], 0, None), None, "a client alone stays");
+        assert_eq!(rebalance_to(&[gpu(2, 0, 0), gpu(1, 0, 5)], 0, None), None, "no GPU is empty");
         // After the move: 1 and 1, nothing more moves either way.
         let after = [gpu(1, 0, 0), gpu(1, 0, 5)];
-        assert_eq!((rebalance_to(&after, 0), rebalance_to(&after, 1)), (None, None));
+        assert_eq!((rebalance_to(&after, 0, None), rebalance_to(&after, 1, None)), (None, None));
         // Several empty: the most free memory, then the lowest index; never a stopped one, nor beyond the list.
         let gpus = [gpu(3, 0, 0), gpu(0, 0, 5), gpu(0, 0, 9), gpu(0, 0, 9)];
-        assert_eq!(rebalance_to(&gpus, 0), Some(2));
+        assert_eq!(rebalance_to(&gpus, 0, None), Some(2));
         let down = [gpu(3, 0, 0), GpuLoad { up: false, ..gpu(0, 0, 9) }];
-        assert_eq!(rebalance_to(&down, 0), None);
-        assert_eq!(rebalance_to(&gpus, 7), None);
+        assert_eq!(rebalance_to(&down, 0, None), None);
+        assert_eq!(rebalance_to(&gpus, 7, None), None);
+    }
+
+    #[test]
+    fn rebalance_moves_a_declared_client_to_where_it_completes_a_pair_and_the_moves_end() {
+        let on = |m: u32, c: u32, u: u32| GpuLoad { memory_bound: m, compute_bound: c, ..gpu(m + c + u, 0, 0) };
+        // M, M on GPU 0 and C, C on GPU 1 (least-loaded's arrival-order split): an M moves over.
+        let mut gpus = [on(2, 0, 0), on(0, 2, 0)];
+        assert_eq!(rebalance_to(&gpus, 0, M), Some(1));
+        assert_eq!(rebalance_to(&gpus, 1, C), Some(0));
+        assert_eq!(rebalance_to(&gpus, 0, None), None, "an undeclared client only fills an empty GPU");
+        // Moved: then a C leaves GPU 1's M, C, C for GPU 0's lone M; then nothing moves.
+        gpus = [on(1, 0, 0), on(1, 2, 0)];
+        assert_eq!(rebalance_to(&gpus, 0, M), None, "a GPU of one never gives it away");
+        assert_eq!(rebalance_to(&gpus, 1, C), Some(0));
+        assert_eq!(rebalance_to(&gpus, 1, M), None, "M, C on GPU 0 is no better for an M than M, C, C less one");
+        gpus = [on(1, 1, 0), on(1, 1, 0)];
+        for (g, class) in [(0, M), (0, C), (1, M), (1, C)] {
+            assert_eq!(rebalance_to(&gpus, g, class), None, "paired: stays");
+        }
+        // M, M, C here (2) and C, C, C there (3): an M there lowers the sum
+        // (1 + 3); an undeclared one beside two Ms gains nothing anywhere.
+        assert_eq!(rebalance_to(&[on(2, 1, 0), on(0, 3, 0)], 0, M), Some(1));
+        assert_eq!(rebalance_to(&[on(2, 0, 1), on(0, 1, 0)], 0, M), Some(1));
+        assert_eq!(rebalance_to(&[on(1, 0, 1), on(1, 0, 0)], 0, M), None, "M, U here, M there: no gain");
+        // Of several GPUs, the lowest sum after the move.
+        assert_eq!(rebalance_to(&[on(3, 0, 0), on(1, 1, 0), on(0, 1, 0)], 0, M), Some(2));
+        // An empty GPU still comes first, for declared clients too.
+        assert_eq!(rebalance_to(&[on(1, 1, 0), on(0, 0, 0)], 0, M), Some(1));
     }
 
     #[test]

@@ -319,9 +319,11 @@ fn a_killed_device_process_fails_only_its_gpus_client() {
 
 /// Four clients declaring memory, compute, memory, compute, connected one
 /// after the other on two simulated GPUs with the daemon's arguments
-/// `args`: each one's GPU, after checking that every client's bytes came
-/// back as it put them (through its kernel, device copy and memset).
-fn declared_clients(args: &[&str]) -> Vec<u32> {
+/// `args`, then each doing its work in turn: the GPU each one's `Welcome`
+/// named and the one `ps` shows it on afterwards, after checking that every
+/// client's bytes came back as it put them (through its kernel, device copy
+/// and memset).
+fn declared_clients(args: &[&str]) -> (Vec<u32>, Vec<u32>) {
     let d = Daemon::start_on(Some(TWO), None, args);
     let classes = [ClientClass::Memory, ClientClass::Compute, ClientClass::Memory, ClientClass::Compute];
     let mut clients: Vec<(Client, u32)> = classes
@@ -337,12 +339,15 @@ fn declared_clients(args: &[&str]) -> Vec<u32> {
         assert!(work(c, i as u32) == expect, "client {i}: the bytes came back changed");
     }
     let status = clients[0].0.status();
-    for row in &status.clients {
-        let placed = classes.iter().enumerate().find(|(i, c)| row.name == format!("{}{i}", c.name()));
-        let welcome_gpu = placed.map(|(i, _)| clients[i].1);
-        assert_eq!(Some(row.gpu), welcome_gpu, "ps and the Welcome agree: {status:?}");
-    }
-    clients.iter().map(|(_, g)| *g).collect()
+    let now = classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let row = status.clients.iter().find(|r| r.name == format!("{}{i}", c.name()));
+            row.map(|r| r.gpu).unwrap_or_else(|| panic!("client {i} not in ps: {status:?}"))
+        })
+        .collect();
+    (clients.iter().map(|(_, g)| *g).collect(), now)
 }
 
 /// The default placement (`pairs`) puts each memory-bound client beside a
@@ -350,9 +355,23 @@ fn declared_clients(args: &[&str]) -> Vec<u32> {
 /// memory-bound clients on GPU 0; the bytes are right either way.
 #[test]
 fn declared_classes_pair_a_memory_bound_client_with_a_compute_bound_one_on_each_gpu() {
-    assert_eq!(declared_clients(&[]), [0, 0, 1, 1], "pairs (the default): M+C on GPU 0, M+C on GPU 1");
-    assert_eq!(declared_clients(&["--placement", "pairs"]), [0, 0, 1, 1]);
-    assert_eq!(declared_clients(&["--placement", "least-loaded"]), [0, 1, 0, 1], "least-loaded: M+M on GPU 0");
+    let pairs = [0, 0, 1, 1];
+    assert_eq!(declared_clients(&[]), (pairs.to_vec(), pairs.to_vec()), "pairs (the default): M+C on each GPU");
+    assert_eq!(declared_clients(&["--placement", "pairs"]).0, pairs);
+    let split = [0, 1, 0, 1];
+    let least = declared_clients(&["--placement", "least-loaded"]);
+    assert_eq!(least, (split.to_vec(), split.to_vec()), "least-loaded: M+M on GPU 0, and they stay");
+}
+
+/// With `--rebalance`, clients that least-loaded placed M+M and C+C move,
+/// idle, at their next request: M0 to GPU 1 (its M+M was the worse), then
+/// C1 from GPU 1's M+C+C to GPU 0's lone M; then every GPU holds one of
+/// each and nothing moves. Every client's bytes are right after its move.
+#[test]
+fn with_rebalance_declared_clients_move_until_each_gpu_holds_a_pair() {
+    let (welcome, now) = declared_clients(&["--placement", "least-loaded", "--rebalance"]);
+    assert_eq!(welcome, [0, 1, 0, 1]);
+    assert_eq!(now, [1, 0, 0, 1], "M0 and C1 moved: GPU 0 holds C1 and M2, GPU 1 M0 and C3");
 }
 
 /// A region kept with its client.
