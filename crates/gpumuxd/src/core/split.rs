@@ -430,7 +430,23 @@ impl Core {
         // Each buffer's bytes, read once: replicated, and kept as the snapshot.
         let mut contents: Vec<Option<Arc<Vec<u8>>>> = Vec::with_capacity(p.buffers.len());
         let mut whole: Option<String> = None;
+        let mut buffers = std::mem::take(&mut p.buffers);
+        for b in &mut buffers {
+            match self.current_addr(client, b) {
+                Ok(a) => b.addr = a,
+                Err(why) => {
+                    whole = Some(why);
+                    break;
+                }
+            }
+        }
+        let Some(p) = self.split.pending.get_mut(&token) else { return };
+        p.buffers = buffers;
+        let p = &self.split.pending[&token];
         for b in &p.buffers {
+            if whole.is_some() {
+                break;
+            }
             if !b.replicate && b.shadow.is_empty() {
                 contents.push(None);
                 continue;
@@ -528,7 +544,17 @@ impl Core {
     /// made for the split (its own stream is held until the merge).
     fn run_own_ranges(&mut self, token: u64, ranges: Vec<Range<u32>>) -> Result<(), ErrorReply> {
         let Some(p) = self.split.pending.get(&token) else { return Ok(()) };
-        let (client, launch, n) = (p.client, p.launch.clone(), ranges.len());
+        let (client, mut launch, n) = (p.client, p.launch.clone(), ranges.len());
+        // Its buffers by the addresses found when the stream reached it: one
+        // the client freed since is still there (its device free waits for
+        // the split, as for any launch of it), though no longer its handle.
+        for a in &mut launch.args {
+            if let Arg::Buffer(slice) = a {
+                if let Some(b) = p.buffers.iter().find(|b| b.id == slice.buffer) {
+                    *a = Arg::U64(b.addr + slice.offset);
+                }
+            }
+        }
         let stream = self.split_stream(client)?;
         if let Some(p) = self.split.pending.get_mut(&token) {
             p.own_stream = Some(stream);
@@ -547,7 +573,9 @@ impl Core {
     fn split_stream(&mut self, client: u64) -> Result<StreamId, ErrorReply> {
         let s = self.session_mut(client)?;
         let id = s.next_stream().ok_or_else(|| err(ErrorKind::Quota, "no stream ids left"))?;
-        let info = ProcessInfo::new(ProcessId(client as u32), format!("{}#{client}.{} (split)", s.name, id.0))
+        // A part session's own process number, apart from the clients' (low numbers).
+        let pid = if client & PART_BIT != 0 { u32::MAX - (client as u32 & 0xFFFF) } else { client as u32 };
+        let info = ProcessInfo::new(ProcessId(pid), format!("{}#{client}.{} (split)", s.name, id.0))
             .with_priority(s.priority)
             .with_weight(s.stream_weight());
         let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
@@ -674,6 +702,8 @@ impl Core {
             if from.is_empty() {
                 continue;
             }
+            let addr = self.current_addr(p.client, b)?;
+            let b = &SplitBuffer { addr, ..b.clone() };
             *back_bytes += from.iter().map(|(_, _, _, d)| d.len() as u64).sum::<u64>();
             let mut home = match self.backend.read_back(b.addr, b.bytes) {
                 Some(r) => r.map_err(|e| e.to_string())?,
@@ -700,6 +730,18 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Where buffer `b` of `client` is now: moved by the daemon since the
+    /// launch was checked perhaps (evicted and restored, `core/swap.rs`);
+    /// freed by the client since, its device free waits for the split, so
+    /// the address it had still holds it. Evicted now: an error.
+    fn current_addr(&self, client: u64, b: &SplitBuffer) -> Result<DevAddr, String> {
+        match self.sessions.get(&client).and_then(|s| s.buffers.get(&b.id)) {
+            Some(x) if x.evicted => Err(format!("buffer {} is in host memory (evicted)", b.id.0)),
+            Some(x) => Ok(x.addr),
+            None => Ok(b.addr),
+        }
     }
 
     /// Another GPU's range arrived from its core.
@@ -1058,6 +1100,30 @@ mod tests {
         assert_eq!((home.sessions(), other.sessions()), (0, 0));
         assert_eq!((home.status().memory_used, other.status().memory_used), (0, 0));
         assert!(home.split.pending.is_empty() && other.split.parts.is_empty());
+    }
+
+    /// A buffer freed while its split runs: its device memory waits for the
+    /// split (as for any launch of it), the merge writes into it, and it is
+    /// freed after; nothing is left on either GPU.
+    #[test]
+    fn a_buffer_freed_during_its_split_is_freed_after_the_merge() {
+        let (mut home, rx0, mut other, rx1) = two_cores();
+        let (frames, buffer, k) = client(&mut home, SCALE, &vec![2u8; BYTES as usize]);
+        request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
+        request(&mut home, 1, 11, Request::Free(buffer));
+        assert_eq!(until(&mut home, &frames, synced(11)), Ok(Reply::Done));
+        let part = until_msg(&mut home, &rx1);
+        other.handle(part);
+        let done = until_msg(&mut other, &rx0);
+        assert!(matches!(&done, CoreMsg::SplitDone(d) if d.result.is_ok()), "{done:?}");
+        home.handle(done);
+        request(&mut home, 1, 12, Request::SyncStream(StreamId(0)));
+        assert_eq!(until(&mut home, &frames, synced(12)), Ok(Reply::Done), "no error from the merge");
+        for _ in 0..50 {
+            home.pump().expect("pump");
+            other.pump().expect("pump");
+        }
+        assert_eq!((home.status().memory_used, other.status().memory_used), (0, 0));
     }
 
     /// One GPU: the launch runs whole, and the stream goes on.
