@@ -22,14 +22,17 @@
 # share of each, so their warps share each SM's issue slots, which the simulator does not model;
 # REPLAY_DEVICE=cuda:0 measures that set-up).
 # The probe (once, before the policies; REPLAY_PROBE=0 skips it): a daemon under spatial-even
-# recording to OUT/probe/probe.jsonl runs each client other than vector_add beside a vector_add
-# client (PROBE_ARGS, default "--size 16777216 --repeat 100000": the same --size as
-# VECTOR_ADD_ARGS, so that its alone time is in the alone recordings; stopped when the client
-# ends), each on half the SMs. Each policy is then replayed a second time with
-# `--probe OUT/probe/probe.jsonl`: every kernel's memory intensity and the device's saturation
-# ratio κ fitted from how each kernel and the probe slowed each other (docs/calibration.md,
-# "Memory intensity beside a probe"), printed as "(probe)" lines in the summary (replay-probe.txt
-# / .json). The exit status counts the probe replays (the plain ones are printed for comparison).
+# recording to OUT/probe/probe.jsonl runs each client other than vector_add beside vector_add
+# clients run one after another in a loop (PROBE_ARGS, default "--size 16777216 --repeat 4000":
+# the same --size as VECTOR_ADD_ARGS, so that its alone time is in the alone recordings, and
+# launches under the daemon's limit of 4096 queued operations, since vector_add syncs only at its
+# end; the loop stops after the client ends), each on half the SMs. Each policy is then replayed
+# a second time with `--probe OUT/probe/probe.jsonl`: every kernel's memory intensity and the
+# device's saturation ratio κ fitted from how each kernel and the probe slowed each other
+# (docs/calibration.md, "Memory intensity beside a probe"), printed as "(probe)" lines in the
+# summary (replay-probe.txt / .json). The exit status counts the probe replays (the plain ones
+# are printed for comparison). The end of stdout repeats, per policy, the clients' table, the
+# fitted intensities and the summary.
 # Client sizes (each client's --size and --repeat; sized for tens of ms on an H200, the first
 # figures to tune if a client runs only a few ms alone):
 #   VECTOR_ADD_ARGS (default "--size 16777216 --repeat 400"), HISTOGRAM_ARGS ("--size 67108864
@@ -84,12 +87,24 @@ if [ "${REPLAY_PROBE:-1}" != 0 ]; then
     if start_daemon spatial-even "$sock" "$pdir/daemon.log" "$pdir/probe.jsonl"; then
         ok=1
         for c in histogram matmul stencil; do
-            # shellcheck disable=SC2086 # the arguments are words
-            "$BIN/vector_add" --socket "$sock" ${PROBE_ARGS:---size 16777216 --repeat 100000} >"$pdir/probe-$c.log" 2>&1 &
+            rm -f "$pdir/stop"
+            # vector_add after vector_add until the client has ended (each run syncs only at its
+            # end, so each stays under the daemon's queued-operations limit).
+            (
+                i=0
+                while [ ! -e "$pdir/stop" ]; do
+                    i=$((i + 1))
+                    # shellcheck disable=SC2086 # the arguments are words
+                    "$BIN/vector_add" --socket "$sock" ${PROBE_ARGS:---size 16777216 --repeat 4000} \
+                        >"$pdir/probe-$c.$i.log" 2>&1 || { echo "  probe run $i beside $c failed: $(tail -3 "$pdir/probe-$c.$i.log")"; break; }
+                done
+                echo "  probe beside $c: $i vector_add runs"
+            ) &
             probe_pid=$!
-            sleep "${PROBE_LEAD:-1}" # its copies done and its kernels running before the client comes
+            sleep "${PROBE_LEAD:-0.5}" # its copies done and its kernels running before the client comes
             run_client "$c" "$sock" "$pdir/$c.log" || { ok=0; echo "  $c failed beside the probe: $(tail -3 "$pdir/$c.log")"; }
-            kill -TERM "$probe_pid" 2>/dev/null; wait "$probe_pid" 2>/dev/null
+            touch "$pdir/stop"
+            wait "$probe_pid"
         done
         stop_daemon
         [ $ok = 1 ] && probe_rec="$pdir/probe.jsonl"
@@ -149,6 +164,18 @@ for policy in $POLICIES; do
     fi
 done
 
+echo
+echo "== per policy: clients, and the intensities fitted beside the probe (full tables in $OUT/*/replay*.txt)"
+for policy in $POLICIES; do
+    f="$OUT/$policy/replay-probe.txt"
+    [ -f "$f" ] || f="$OUT/$policy/replay.txt"
+    [ -f "$f" ] || continue
+    echo "-- $policy ($(basename "$f"))"
+    sed -n '2,/^ANTT recorded/p' "$f"
+    sed -n '/^memory intensity beside the probe/,/^note:/p' "$f" | grep -v '^note:'
+    grep -E '^note: probe:' "$f"
+done
+[ -f "$OUT/probe/probe.jsonl" ] && echo "probe recording: $(grep -c '"kind":"op"' "$OUT/probe/probe.jsonl") operations"
 echo
 echo "== summary (goal: simulated ANTT and STP within 10 % of the GPU's; tables in $OUT/*/replay.txt)"
 printf '%s\n' "${results[@]}" | tee "$OUT/summary.txt"

@@ -201,11 +201,19 @@ pub fn observe(
         }
     }
     if out.is_empty() {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let spans = |v: &[&(u64, Vec<Inst>)]| -> String {
+            let s: Vec<String> =
+                v.iter().filter_map(|(_, i)| span(i).map(|(a, b)| format!("{:.1}-{:.1}", ms(a), ms(b)))).collect();
+            s.join(", ")
+        };
         anyhow::bail!(
             "{}: no kernel ran beside the probe {} (a client of other kernels while a probe client ran), with an \
-             alone time to compare",
+             alone time to compare: probe clients' kernels ran at {} ms, the others' at {} ms",
             rec.file,
-            gpumux_files::text::quote(probe)
+            gpumux_files::text::quote(probe),
+            spans(&probes),
+            spans(&subjects)
         );
     }
     Ok(out)
