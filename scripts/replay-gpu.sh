@@ -22,8 +22,8 @@
 # share of each, so their warps share each SM's issue slots, which the simulator does not model;
 # REPLAY_DEVICE=cuda:0 measures that set-up).
 # The probe (once, before the policies; REPLAY_PROBE=0 skips it): a daemon under spatial-even
-# recording to OUT/probe/probe.jsonl runs each client other than vector_add beside vector_add
-# clients run one after another in a loop (PROBE_ARGS, default "--size 16777216 --repeat 4000":
+# recording to OUT/probe/probe.jsonl runs each client other than vector_add, started once the
+# probe's first kernels are recorded, beside vector_add clients run one after another in a loop (PROBE_ARGS, default "--size 16777216 --repeat 4000":
 # the same --size as VECTOR_ADD_ARGS, so that its alone time is in the alone recordings, and
 # launches under the daemon's limit of 4096 queued operations, since vector_add syncs only at its
 # end; the loop stops after the client ends), each on half the SMs. Each policy is then replayed
@@ -101,7 +101,15 @@ if [ "${REPLAY_PROBE:-1}" != 0 ]; then
                 echo "  probe beside $c: $i vector_add runs"
             ) &
             probe_pid=$!
-            sleep "${PROBE_LEAD:-0.5}" # its copies done and its kernels running before the client comes
+            # The client comes once the probe's kernels run: a probe kernel recorded since (the
+            # recorder writes within a millisecond while busy), then PROBE_LEAD more seconds.
+            kernels() { grep -c '"type":"kernel","name":"vector_add"' "$pdir/probe.jsonl" 2>/dev/null || true; }
+            before=$(kernels)
+            for _ in $(seq 1 200); do
+                sleep 0.05
+                [ "$(kernels)" -gt "${before:-0}" ] && break
+            done
+            sleep "${PROBE_LEAD:-0}"
             run_client "$c" "$sock" "$pdir/$c.log" || { ok=0; echo "  $c failed beside the probe: $(tail -3 "$pdir/$c.log")"; }
             touch "$pdir/stop"
             wait "$probe_pid"
