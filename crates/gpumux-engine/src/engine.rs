@@ -577,6 +577,23 @@ impl Engine {
         self.dirty = true;
     }
 
+    /// Takes the release of every SM in `sms` by `launch` at `now`: what the
+    /// device reports as one `SmReleased` per SM, handed over at once (the
+    /// same as those events one after the other, in SM order; the policy
+    /// runs at the next [`Engine::poll_command`] either way). A launch's end
+    /// was one event per SM it held, each with its lookups (issue 35).
+    pub fn handle_released(
+        &mut self,
+        now: Nanos,
+        launch: LaunchId,
+        sms: SmSet,
+        cause: ReleaseCause,
+    ) -> Result<(), EngineError> {
+        self.advance_to(now);
+        self.dirty = true;
+        self.on_sms_released(launch, sms, cause)
+    }
+
     /// Takes an event the device reported at `now`.
     pub fn handle_event(&mut self, now: Nanos, event: Event) -> Result<(), EngineError> {
         self.advance_to(now);
@@ -623,34 +640,49 @@ impl Engine {
     }
 
     fn on_sm_released(&mut self, launch: LaunchId, sm: SmId, cause: ReleaseCause) -> Result<(), EngineError> {
-        if cause == ReleaseCause::Retreated {
-            if let Some(i) = self.released_early.iter().position(|&e| e == (launch, sm)) {
-                // Freed when the retreat was sent.
-                self.released_early.swap_remove(i);
-                return Ok(());
+        self.on_sms_released(launch, SmSet::single(sm), cause)
+    }
+
+    /// Every SM of `sms` released by `launch`, in SM order, as that many
+    /// `SmReleased` events would be ([`Engine::handle_released`]), with the
+    /// launch and its kernel looked up once.
+    fn on_sms_released(&mut self, launch: LaunchId, sms: SmSet, cause: ReleaseCause) -> Result<(), EngineError> {
+        let mut rest = sms;
+        if cause == ReleaseCause::Retreated && !self.released_early.is_empty() {
+            for sm in sms.iter() {
+                if let Some(i) = self.released_early.iter().position(|&e| e == (launch, sm)) {
+                    // Freed when the retreat was sent.
+                    self.released_early.swap_remove(i);
+                    rest.remove(sm);
+                }
             }
+        }
+        if rest.is_empty() {
+            return Ok(());
         }
         let owner =
             *self.launches.get(&launch).ok_or(ProtocolError::UnknownLaunch { launch, by: Message::SmReleased })?;
-        let i = sm.0 as usize;
-        let Some(&state) = self.sms.get(i) else {
-            let (device, sms) = (self.device.name.clone(), self.sms.len());
-            return Err(ProtocolError::NoSuchSm { sm, device, sms }.into());
-        };
-        match state {
-            SmState::Running { launch: l, .. } if l == launch => {}
-            SmState::Reserved { launch: l, .. } if l == launch => {
-                if cause == ReleaseCause::Retreated {
-                    let at_ns = self.reserved_at[i];
-                    self.preemptions.push(PreemptionSample { at_ns, latency_ns: self.now - at_ns });
+        for sm in rest.iter() {
+            let i = sm.0 as usize;
+            let Some(&state) = self.sms.get(i) else {
+                let (device, sms) = (self.device.name.clone(), self.sms.len());
+                return Err(ProtocolError::NoSuchSm { sm, device, sms }.into());
+            };
+            match state {
+                SmState::Running { launch: l, .. } if l == launch => {}
+                SmState::Reserved { launch: l, .. } if l == launch => {
+                    if cause == ReleaseCause::Retreated {
+                        let at_ns = self.reserved_at[i];
+                        self.preemptions.push(PreemptionSample { at_ns, latency_ns: self.now - at_ns });
+                    }
+                    // Tanasic's SMST `next` only books the SM while it is being
+                    // freed; once idle, the policy hands it out again with what it
+                    // knows now (the kernel may have finished or fallen behind).
                 }
-                // Tanasic's SMST `next` only books the SM while it is being
-                // freed; once idle, the policy hands it out again with what it
-                // knows now (the kernel may have finished or fallen behind).
+                _ => return Err(ProtocolError::SmNotHeld { launch, sm, state }.into()),
             }
-            _ => return Err(ProtocolError::SmNotHeld { launch, sm, state }.into()),
+            self.sms[i] = SmState::Idle;
         }
-        self.sms[i] = SmState::Idle;
         if let (ReleaseCause::Exhausted, LaunchOwner::Kernel(kernel)) = (cause, owner) {
             if let Some(ki) = self.kernel_index(kernel) {
                 let k = &mut self.kernels[ki];

@@ -8,13 +8,12 @@
 
 mod common;
 
-use common::{desc, Bench, PER_SM, SMS, WAVE_NS};
+use common::{seeded_run as run, Bench};
 use gpumux_engine::device::Mechanism;
 use gpumux_engine::ids::{KernelId, Slot, SmId};
 use gpumux_engine::policies::ppq_even::{PpqEven, DEFAULT_LINGER};
 use gpumux_engine::policy::{ActiveKernel, Decision, Policy, SchedView, SmState};
 use gpumux_engine::time::Nanos;
-use gpumux_engine::StreamOp;
 
 /// `partition::even` as it was.
 fn even(n: usize, sms: u32) -> Vec<u32> {
@@ -249,46 +248,6 @@ fn take_from_others(procs: &mut [Proc], i: usize) -> Option<SmId> {
     let sm = procs[from].running.pop()?;
     procs[from].committed = procs[from].committed.saturating_sub(1);
     Some(sm)
-}
-
-/// A small deterministic generator (the test needs no crate for it).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) % below.max(1)
-    }
-}
-
-/// One seeded workload on `b`: what the device was told and what completed, in order.
-fn run(mut b: Bench, seed: u64) -> (Vec<(Nanos, String)>, Vec<String>) {
-    let mut rng = Lcg(seed);
-    let priorities = [0, 0, 1, 2, 0];
-    let mut slots: Vec<Option<Slot>> = vec![None; priorities.len()];
-    let full = PER_SM * SMS as u64;
-    for step in 0..60u64 {
-        let p = rng.next(priorities.len() as u64) as usize;
-        match (slots[p], rng.next(10)) {
-            (None, _) => slots[p] = Some(b.add(p as u32, priorities[p])),
-            // Leaves now and then, with whatever it still had queued.
-            (Some(s), 0) if step > 10 => {
-                b.engine.remove_process(b.now, s).expect("removes");
-                slots[p] = None;
-            }
-            (Some(s), _) => {
-                // From one block to three waves of the whole device.
-                let blocks = 1 + rng.next(3 * full);
-                b.submit(s, StreamOp::Kernel { desc: desc(&format!("k{step}"), blocks), time_key: step });
-            }
-        }
-        let until = b.now + rng.next(2 * WAVE_NS) + 1;
-        b.run(Some(until));
-    }
-    b.run(None);
-    let commands = b.dev.log().iter().map(|(t, c)| (*t, format!("{c:?}"))).collect();
-    let completions = b.completions.iter().map(|(t, c)| format!("{t} {c:?}")).collect();
-    (commands, completions)
 }
 
 fn same_as_the_reference(mechanism: Mechanism, freeing_at_once: bool) {

@@ -2,13 +2,14 @@
 //! engine and a `ScriptedDevice` stepped by hand, and what the device was told.
 #![allow(dead_code)] // each test file uses a part of it
 
+use gpumux_engine::device::ReleaseCause;
 use gpumux_engine::kernel::{DeviceInfo, KernelDesc, KernelShape, SimTiming, SmLimits};
 use gpumux_engine::scripted::ScriptedDevice;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
 use gpumux_engine::{
-    policies, Command, Completion, Device, DeviceError, Engine, KernelId, LaunchId, OpOutcome, ProcessId, ProcessInfo,
-    Slot, StreamOp,
+    policies, Command, Completion, Device, DeviceError, Engine, Event, KernelId, LaunchId, OpOutcome, ProcessId,
+    ProcessInfo, Slot, SmId, StreamOp,
 };
 use std::sync::Arc;
 
@@ -44,6 +45,11 @@ pub struct Bench {
     pub dev: ScriptedDevice,
     pub now: Nanos,
     pub completions: Vec<(Nanos, Completion)>,
+    /// Hand a launch's SMs released one after the other in increasing order
+    /// to the engine as one release (`Engine::handle_released`), as gpumuxd's core does.
+    pub coalesce: bool,
+    /// SMs handed over merged into a release of several (with `coalesce`).
+    pub merged: u64,
 }
 
 impl Bench {
@@ -54,7 +60,14 @@ impl Bench {
     /// With a policy made by the test.
     pub fn with_policy(policy: Box<dyn gpumux_engine::Policy>) -> Self {
         let engine = Engine::new(device(), policy).expect("engine");
-        Bench { engine, dev: ScriptedDevice::new(device()), now: 0, completions: Vec::new() }
+        Bench {
+            engine,
+            dev: ScriptedDevice::new(device()),
+            now: 0,
+            completions: Vec::new(),
+            coalesce: false,
+            merged: 0,
+        }
     }
 
     /// [`Bench::freeing_at_once`] with a policy made by the test.
@@ -113,6 +126,9 @@ impl Bench {
                 Err(DeviceError::Stalled { .. }) => return,
                 Err(e) => panic!("device: {e}"),
             };
+            if self.coalesce {
+                self.hand_coalesced(&mut events);
+            }
             for ev in events.drain(..) {
                 self.engine.handle_event(self.now, ev).expect("engine accepts device events");
             }
@@ -124,6 +140,39 @@ impl Bench {
                 return;
             }
         }
+    }
+
+    /// Hands `events` (drained) to the engine, runs of one launch's SMs
+    /// released in increasing order as one release each (gpumuxd's
+    /// `engine_on_events` does the same).
+    fn hand_coalesced(&mut self, events: &mut Vec<Event>) {
+        let now = self.now;
+        let mut run: Option<(LaunchId, ReleaseCause, SmId, SmSet)> = None;
+        let flush = |engine: &mut Engine, run: &mut Option<(LaunchId, ReleaseCause, SmId, SmSet)>| {
+            if let Some((l, c, _, set)) = run.take() {
+                engine.handle_released(now, l, set, c).expect("engine accepts device events");
+            }
+        };
+        for ev in events.drain(..) {
+            match ev {
+                Event::SmReleased { launch, sm, cause } => match &mut run {
+                    Some((l, c, last, set)) if *l == launch && *c == cause && sm > *last => {
+                        set.insert(sm);
+                        *last = sm;
+                        self.merged += 1;
+                    }
+                    _ => {
+                        flush(&mut self.engine, &mut run);
+                        run = Some((launch, cause, sm, SmSet::single(sm)));
+                    }
+                },
+                other => {
+                    flush(&mut self.engine, &mut run);
+                    self.engine.handle_event(now, other).expect("engine accepts device events");
+                }
+            }
+        }
+        flush(&mut self.engine, &mut run);
     }
 
     /// Commands (with their times) sent at or after `from`.
@@ -178,4 +227,51 @@ impl Bench {
     pub fn outcomes(&self, slot: Slot) -> Vec<OpOutcome> {
         self.completions.iter().filter(|(_, c)| c.slot == slot).map(|(_, c)| c.outcome).collect()
     }
+}
+
+/// A small deterministic generator (the test needs no crate for it).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self, below: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % below.max(1)
+    }
+}
+
+/// One seeded workload on `b` (processes of priorities 0-2 coming, submitting
+/// kernels of one block to three waves, and leaving): what the device was told and what completed, in order.
+pub fn seeded_run(b: Bench, seed: u64) -> (Vec<(Nanos, String)>, Vec<String>) {
+    let (commands, completions, _) = seeded_run_merged(b, seed);
+    (commands, completions)
+}
+
+/// [`seeded_run`], and how many SMs went to the engine merged (`Bench::merged`).
+pub fn seeded_run_merged(mut b: Bench, seed: u64) -> (Vec<(Nanos, String)>, Vec<String>, u64) {
+    let mut rng = Lcg(seed);
+    let priorities = [0, 0, 1, 2, 0];
+    let mut slots: Vec<Option<Slot>> = vec![None; priorities.len()];
+    let full = PER_SM * SMS as u64;
+    for step in 0..60u64 {
+        let p = rng.next(priorities.len() as u64) as usize;
+        match (slots[p], rng.next(10)) {
+            (None, _) => slots[p] = Some(b.add(p as u32, priorities[p])),
+            // Leaves now and then, with whatever it still had queued.
+            (Some(s), 0) if step > 10 => {
+                b.engine.remove_process(b.now, s).expect("removes");
+                slots[p] = None;
+            }
+            (Some(s), _) => {
+                // From one block to three waves of the whole device.
+                let blocks = 1 + rng.next(3 * full);
+                b.submit(s, StreamOp::Kernel { desc: desc(&format!("k{step}"), blocks), time_key: step });
+            }
+        }
+        let until = b.now + rng.next(2 * WAVE_NS) + 1;
+        b.run(Some(until));
+    }
+    b.run(None);
+    let commands = b.dev.log().iter().map(|(t, c)| (*t, format!("{c:?}"))).collect();
+    let completions = b.completions.iter().map(|(t, c)| format!("{t} {c:?}")).collect();
+    (commands, completions, b.merged)
 }

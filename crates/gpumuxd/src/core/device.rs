@@ -47,6 +47,8 @@
 //! while one is held the pump takes no more (it ends sooner).
 
 use super::*;
+use gpumux_engine::device::ReleaseCause;
+use gpumux_engine::ids::SmId;
 
 /// How long the core handles requests while a poll's answer is on its way
 /// before it waits for the answer alone (which then spins, then sleeps:
@@ -369,9 +371,37 @@ impl Core {
         stats: &mut PumpStats,
     ) -> Result<(), CoreError> {
         let engine = Instant::now();
+        // A launch's SMs released one after the other (one event per SM the
+        // device reports) go to the engine as one release: one lookup of the
+        // launch and its kernel instead of one per SM (issue 35). Only a run
+        // in increasing SM order is merged, so that the engine sees exactly
+        // what the events one by one would have shown it.
+        let mut run: Option<(LaunchId, ReleaseCause, SmId, SmSet)> = None;
         for e in events.drain(..) {
+            if let Event::SmReleased { launch, sm, cause } = e {
+                self.track_event(&e);
+                match &mut run {
+                    Some((l, c, last, set)) if *l == launch && *c == cause && sm > *last => {
+                        set.insert(sm);
+                        *last = sm;
+                    }
+                    _ => {
+                        if let Some((l, c, _, set)) = run.take() {
+                            self.engine.handle_released(now, l, set, c)?;
+                        }
+                        run = Some((launch, cause, sm, SmSet::single(sm)));
+                    }
+                }
+                continue;
+            }
+            if let Some((l, c, _, set)) = run.take() {
+                self.engine.handle_released(now, l, set, c)?;
+            }
             self.track_event(&e);
             self.engine.handle_event(now, e)?;
+        }
+        if let Some((l, c, _, set)) = run.take() {
+            self.engine.handle_released(now, l, set, c)?;
         }
         let took = engine.elapsed();
         stats.engine += took;
