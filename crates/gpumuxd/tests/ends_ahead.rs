@@ -113,8 +113,15 @@ fn the_device_process_looks_ahead_between_messages_and_reports_at_the_next_poll(
     let mut backend = RemoteBackend::start(exe, "sim:h100").expect("the device process starts");
     let image = backend.load_module("m.cu", "__global__ void j() {}\n", &[]).expect("the module loads");
     let code = image.kernels[0].code;
-    let work =
-        |after| OpWork::Kernel { code, grid: [1, 1, 1], block: [32, 1, 1], shared_bytes: 0, params: Vec::new(), after };
+    let work = |after| OpWork::Kernel {
+        code,
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_bytes: 0,
+        params: Vec::new(),
+        range: None,
+        after,
+    };
     backend.bind(OpId(1), work(None));
     // A kernel bound behind the last each time; the device process spins on
     // the link for 200 µs after a message and looks ahead every 4 µs: one of

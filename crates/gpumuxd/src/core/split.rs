@@ -931,8 +931,15 @@ mod tests {
     fn client(core: &mut Core, source: &str, data: &[u8]) -> (Receiver<ServerFrame>, BufferId, Vec<KernelId>) {
         let (tx, frames) = channel();
         core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello =
-            Request::Hello { magic: MAGIC, version: VERSION, name: "t".into(), priority: 0, weight: 1.0, gpu: None };
+        let hello = Request::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            name: "t".into(),
+            priority: 0,
+            weight: 1.0,
+            gpu: None,
+            class: None,
+        };
         request(core, 1, 1, hello);
         request(core, 1, 2, Request::Alloc { bytes: data.len() as u64 });
         let module = Request::LoadModule { name: "m.cu".into(), source: source.into(), options: vec![] };
