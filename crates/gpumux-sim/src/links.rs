@@ -91,18 +91,27 @@ pub struct Links {
 }
 
 /// The H200 pair's peer link: NVLink 4, 18 links (`nvidia-smi topo -m`:
-/// NV18). 394 GB/s is the peer copy rate measured on the lent H200 pair on
-/// 2026-11-28 (DESIGN.md, "Many GPUs"; large `cuMemcpyPeerAsync` copies).
-/// The latency is not measured yet: 10 µs is an assumption of the order of a
-/// host link's, until `gpumux-cuda-check links` gives it (docs/multi-gpu.md).
-pub const NV18: Link = Link { latency_ns: 10_000, bandwidth: 394e9 };
+/// NV18). Measured by `gpumux-cuda-check links` on two H200s
+/// (`nvidia-h200-x2`, 2026-11-28): 9.7-9.9 µs and 396.8-396.9 GB/s each way,
+/// the model within 2.4 % of every copy from 4 KiB to 1 GiB (docs/multi-gpu.md,
+/// "The simulated links").
+pub const NV18: Link = Link { latency_ns: 10_000, bandwidth: 397e9 };
+
+/// An H200's host link, pinned memory both ways, measured the same run:
+/// 7.2-8.2 µs and 54.0-55.5 GB/s over the four directions of GPUs 0 and 1.
+/// The H200 preset's `pcie_*` (5 µs, 55 GB/s: the vendor's figure, which
+/// the simulated device's eviction uses) is left as it is; the links use this.
+pub const H200_HOST: Link = Link { latency_ns: 7_500, bandwidth: 55e9 };
 
 impl Links {
-    /// `gpus` GPUs of preset `info`: each GPU's host link is the preset's
-    /// (`pcie_bandwidth`, `pcie_latency_ns`), and the peer link the preset's
-    /// ([`peer_link`]).
+    /// `gpus` GPUs of preset `info`: each GPU's host link is the measured
+    /// [`H200_HOST`] for the H200, else the preset's (`pcie_bandwidth`,
+    /// `pcie_latency_ns`), and the peer link the preset's ([`peer_link`]).
     pub fn of_preset(info: &DeviceInfo, gpus: usize) -> Links {
-        let host = Link { latency_ns: info.pcie_latency_ns, bandwidth: info.pcie_bandwidth };
+        let host = match info.name.strip_prefix("sim:").unwrap_or(&info.name) {
+            "h200" => H200_HOST,
+            _ => Link { latency_ns: info.pcie_latency_ns, bandwidth: info.pcie_bandwidth },
+        };
         Links { host: vec![host; gpus], peer: peer_link(info) }
     }
 
@@ -190,6 +199,7 @@ mod tests {
     fn copies_the_links_cannot_carry_are_refused_naming_why() {
         let links = Links::of_preset(&presets::h200(), 2);
         assert_eq!(links.gpus(), 2);
+        assert_eq!((links.host[1], links.peer), (H200_HOST, Some(NV18)), "the H200's measured links");
         assert_eq!(links.copy_ns(End::Gpu(0), End::Gpu(2), 1), Err(LinkError::NoGpu { gpu: 2, gpus: 2 }));
         assert_eq!(links.copy_ns(End::Host, End::Gpu(5), 1), Err(LinkError::NoGpu { gpu: 5, gpus: 2 }));
         assert_eq!(links.copy_ns(End::Gpu(1), End::Gpu(1), 1), Err(LinkError::Same(End::Gpu(1))));
