@@ -204,8 +204,10 @@ impl Core {
     }
 
     /// Checks `split` for `kernel` of `client`: the analysis's refusal, or
-    /// which buffer arguments it writes (`None`: the analysis could not
-    /// read the kernel, and the client declared it splittable).
+    /// which buffer arguments it writes (`None`: every one may be, for a
+    /// kernel declared splittable: the analysis may have missed a write,
+    /// through a helper or a pointer it cannot follow, and a buffer taken
+    /// for an input would lose the other GPUs' writes).
     fn split_check(&self, client: u64, kernel: KernelId, split: &Split) -> Result<Option<Vec<bool>>, ErrorReply> {
         let s = self.session(client)?;
         let image = s
@@ -229,8 +231,8 @@ impl Core {
                     image.name
                 ),
             )),
-            (Some(a), _) => Ok(Some(a.params.iter().map(|p| p.pointer && p.written).collect())),
-            (None, Splittable::Declared) => Ok(None),
+            (Some(a), Splittable::IfChecked) => Ok(Some(a.params.iter().map(|p| p.pointer && p.written).collect())),
+            (_, Splittable::Declared) => Ok(None),
         }
     }
 
