@@ -213,16 +213,21 @@ fn a_split_launch_of_four_waves_takes_about_half_the_time_on_two_simulated_gpus(
 }
 
 /// A compute-bound kernel: four FMA chains per thread, seeded by its index,
-/// each block writing its own 4 KiB of `out` (the split check's `fma_loop`).
+/// each block writing its own 1 KiB of `out` (after the split check's
+/// `fma_loop`). The chains converge, so the index is added at the end: every
+/// thread's value differs, and a block merged in the wrong place shows. No
+/// product feeds an addition outside `fmaf`, so no build may contract it
+/// differently (a native whole-grid build against the workers').
 const FMA: &str = "__global__ void fma_loop(float* out, unsigned n, unsigned iters) {\n\
   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n\
   if (i >= n) return;\n\
-  float a = (float)i * 1e-7f, b = a + 0.25f, c = a + 0.5f, d = a + 0.75f;\n\
+  float a = (float)(i & 1023) * 0.001f;\n\
+  float b = a * 1.5f, c = a * 2.5f, d = a * 3.5f;\n\
   for (unsigned k = 0; k < iters; ++k) {\n\
     a = fmaf(a, 0.9999f, 1e-4f); b = fmaf(b, 0.9998f, 2e-4f);\n\
     c = fmaf(c, 0.9997f, 3e-4f); d = fmaf(d, 0.9996f, 4e-4f);\n\
   }\n\
-  out[i] = a + b + c + d;\n\
+  out[i] = a + b + c + d + (float)i;\n\
 }\n";
 
 /// The two-GPU device of [`a_compute_bound_kernel_split_over_two_gpus_is_bitwise_equal_to_one_gpu`]
