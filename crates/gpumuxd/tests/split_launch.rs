@@ -26,12 +26,14 @@ const BLOCKS: u32 = 1056;
 const THREADS: u32 = 1024;
 
 fn connect(d: &Daemon, name: &str) -> Client {
-    Client::connect(ConnectOptions {
-        socket: Some(PathBuf::from(&d.socket)),
-        shm_bytes: 8 << 20,
-        ..ConnectOptions::named(name)
-    })
-    .expect("connects")
+    connect_on(d, name, None)
+}
+
+/// Connects pinned to `gpu` (`None`: placed by the daemon).
+fn connect_on(d: &Daemon, name: &str, gpu: Option<u32>) -> Client {
+    let socket = Some(PathBuf::from(&d.socket));
+    Client::connect(ConnectOptions { socket, shm_bytes: 8 << 20, gpu, ..ConnectOptions::named(name) })
+        .expect("connects")
 }
 
 fn config(block_time: Duration) -> LaunchConfig {
@@ -79,7 +81,7 @@ fn a_split_launch_through_device_processes_runs_part_on_each_gpu() {
 
 fn part_on_each_gpu(args: &[&str]) {
     let d = Daemon::start_on(Some(TWO), None, args);
-    let c = connect(&d, "splitter");
+    let c = connect_on(&d, "splitter", Some(0));
     assert_eq!(c.gpu(), 0);
     let data = data();
     let (x, y) = (c.alloc(data.len() as u64).expect("alloc"), c.alloc(data.len() as u64).expect("alloc"));
@@ -135,9 +137,9 @@ fn a_kernel_with_global_atomics_is_refused_naming_them_unless_declared_splittabl
 #[test]
 fn a_client_gone_mid_split_leaves_nothing_on_either_gpu() {
     let d = Daemon::start_on(Some(TWO), None, &[]);
-    let watcher = connect(&d, "watcher");
-    let c = connect(&d, "leaver");
-    assert_eq!((watcher.gpu(), c.gpu()), (0, 1), "least-loaded");
+    let watcher = connect_on(&d, "watcher", Some(0));
+    let c = connect_on(&d, "leaver", Some(1));
+    assert_eq!((watcher.gpu(), c.gpu()), (0, 1), "pinned");
     let data = data();
     let x = c.alloc(data.len() as u64).expect("alloc");
     c.copy_to_device(&x, 0, &data, StreamId::DEFAULT).expect("up");
@@ -265,7 +267,7 @@ fn a_compute_bound_kernel_split_over_two_gpus_is_bitwise_equal_to_one_gpu() {
     let iters = env_u32("GPUMUXD_SPLIT_FMA_ITERS", 1_000_000);
     let reps = env_u32("GPUMUXD_SPLIT_REPS", 5).max(1);
     let d = Daemon::start_on(Some(device), None, &[]);
-    let c = connect(&d, "fma");
+    let c = connect_on(&d, "fma", Some(0));
     assert_eq!(c.gpu(), 0);
     let bytes = u64::from(n) * 4;
     let out = c.alloc(bytes).expect("alloc");
