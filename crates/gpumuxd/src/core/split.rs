@@ -166,6 +166,8 @@ pub struct PartDone {
     token: u64,
     index: usize,
     result: Result<Spans, String>,
+    /// Its range was launched there (false: it failed before, in its set-up).
+    ran: bool,
     /// Where its time went, in words (the home core logs it).
     times: String,
 }
@@ -557,7 +559,10 @@ impl Core {
                 }
             }
         }
-        let stream = self.split_stream(client)?;
+        let stream = match p.own_stream {
+            Some(s) => s,
+            None => self.split_stream(client)?,
+        };
         if let Some(p) = self.split.pending.get_mut(&token) {
             p.own_stream = Some(stream);
             p.ranges_left += n;
@@ -748,8 +753,25 @@ impl Core {
 
     /// Another GPU's range arrived from its core.
     pub(super) fn part_done(&mut self, d: PartDone) {
-        if let Some(p) = self.split.pending.get_mut(&d.token) {
-            p.part_times.push(d.times);
+        let Some(p) = self.split.pending.get_mut(&d.token) else { return };
+        p.part_times.push(d.times);
+        if let (false, Err(why)) = (d.ran, &d.result) {
+            // A GPU that could not take its part (no memory for the
+            // buffers, a module that does not load there): its blocks run
+            // here, on the split's stream, and the launch still completes.
+            let (gpu, range) = (p.gpus[d.index], p.ranges[d.index].clone());
+            tracing::warn!(
+                "client {}: GPU {gpu} could not run blocks {range:?} of `{}` ({why}); GPU {} runs them",
+                p.client,
+                p.kernel,
+                self.gpu
+            );
+            let token = d.token;
+            if let Err(e) = self.run_own_ranges(token, vec![range]) {
+                self.range_ended(token, 0, Err(e.message));
+            }
+            self.range_ended(token, d.index, Ok(Vec::new()));
+            return;
         }
         self.range_ended(d.token, d.index, d.result);
     }
@@ -759,7 +781,7 @@ impl Core {
         let key = PART_BIT | (u64::from(part.home_gpu) << 40) | part.token;
         let (token, index, home) = (part.token, part.index, part.home.clone());
         if let Err(why) = self.start_part(key, part) {
-            let done = PartDone { token, index, result: Err(why), times: String::new() };
+            let done = PartDone { token, index, result: Err(why), ran: false, times: String::new() };
             let _ = home.send(CoreMsg::SplitDone(Box::new(done)));
             self.end_part_session(key);
         }
@@ -838,7 +860,7 @@ impl Core {
             ms(reading.elapsed())
         );
         // A home gone (its client left, its core stopped) wants nothing.
-        let done = PartDone { token: rp.token, index: rp.index, result, times };
+        let done = PartDone { token: rp.token, index: rp.index, result, ran: true, times };
         let _ = rp.home.send(CoreMsg::SplitDone(Box::new(done)));
         self.end_part_session(key);
     }
@@ -1133,6 +1155,36 @@ mod tests {
             other.pump().expect("pump");
         }
         assert_eq!((home.status().memory_used, other.status().memory_used), (0, 0));
+    }
+
+    /// GPU 1 without the memory for the buffers: its part fails in its
+    /// set-up, the home GPU runs those blocks too, and the launch completes
+    /// without an error.
+    #[test]
+    fn a_gpu_that_cannot_take_its_part_leaves_its_blocks_to_the_home_gpu() {
+        let (tx0, rx0) = channel();
+        let (tx1, rx1) = channel();
+        let peers = vec![tx0, tx1];
+        let mut small = gpumux_sim::presets::h100();
+        small.mem_bytes = 4096;
+        let mut home = Core::new(Box::new(SimBackend::with_info(gpumux_sim::presets::h100())), None)
+            .expect("a core")
+            .with_peers(peers.clone(), vec![132, 132]);
+        let mut other =
+            Core::new(Box::new(SimBackend::with_info(small)), None).expect("a core").with_peers(peers, vec![132, 132]);
+        other.gpu = 1;
+        let (frames, buffer, k) = client(&mut home, SCALE, &vec![4u8; BYTES as usize]);
+        request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
+        let part = until_msg(&mut home, &rx1);
+        other.handle(part);
+        let done = until_msg(&mut other, &rx0);
+        assert!(matches!(&done, CoreMsg::SplitDone(d) if !d.ran && d.result.is_err()), "{done:?}");
+        home.handle(done);
+        request(&mut home, 1, 11, Request::SyncStream(StreamId(0)));
+        assert_eq!(until(&mut home, &frames, synced(11)), Ok(Reply::Done), "the home GPU ran GPU 1's blocks");
+        assert_eq!(bytes_of(&mut home, 1, buffer), vec![4u8; BYTES as usize]);
+        assert_eq!(home.sessions[&1].streams.len(), 1, "one split stream, gone");
+        assert_eq!((other.sessions(), other.status().memory_used), (0, 0));
     }
 
     /// One GPU: the launch runs whole, and the stream goes on.
