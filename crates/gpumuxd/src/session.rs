@@ -152,7 +152,9 @@ pub struct Session {
     /// Its events.
     pub events: BTreeMap<EventId, EventState>,
     /// Kernels whose every launch is split over GPUs (`SplitKernel`, core/split.rs).
-    pub split_kernels: BTreeMap<KernelId, gpumux_proto::Split>,
+    /// With the analysis's verdict of which buffer arguments it writes
+    /// (checked once, at `SplitKernel`, not at every launch).
+    pub split_kernels: BTreeMap<KernelId, (gpumux_proto::Split, Option<Vec<bool>>)>,
     /// Operations of it the core tracks (in the engine or on the device).
     pub in_flight: u32,
     /// For `Status`.

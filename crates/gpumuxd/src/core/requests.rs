@@ -563,7 +563,7 @@ impl Core {
     fn launch(&mut self, client: u64, l: &gpumux_proto::Launch) -> Result<(), ErrorReply> {
         let split = self.session(client)?.split_kernels.get(&l.kernel).cloned();
         match split {
-            Some(sp) => self.launch_split(client, l, &sp),
+            Some((sp, written)) => self.launch_split_checked(client, l, &sp, written),
             None => self.launch_whole(client, l),
         }
     }

@@ -245,16 +245,17 @@ impl Core {
         kernel: KernelId,
         split: Option<Split>,
     ) -> Result<Reply, ErrorReply> {
-        if let Some(sp) = &split {
-            self.split_check(client, kernel, sp)?;
-        }
+        let written = match &split {
+            Some(sp) => Some(self.split_check(client, kernel, sp)?),
+            None => None,
+        };
         let s = self.session_mut(client)?;
         if !s.kernels.contains_key(&kernel) {
             return Err(err(ErrorKind::NoSuchHandle, format!("kernel {} is not yours", kernel.0)));
         }
-        match split {
-            Some(sp) => s.split_kernels.insert(kernel, sp),
-            None => s.split_kernels.remove(&kernel),
+        match (split, written) {
+            (Some(sp), Some(w)) => s.split_kernels.insert(kernel, (sp, w)),
+            _ => s.split_kernels.remove(&kernel),
         };
         Ok(Reply::Done)
     }
@@ -268,6 +269,18 @@ impl Core {
         split: &Split,
     ) -> Result<(), ErrorReply> {
         let written = self.split_check(client, l.kernel, split)?;
+        self.launch_split_checked(client, l, split, written)
+    }
+
+    /// [`Core::launch_split`] of a kernel checked already (`written`: which
+    /// buffer arguments it writes, `None`: any).
+    pub(super) fn launch_split_checked(
+        &mut self,
+        client: u64,
+        l: &gpumux_proto::Launch,
+        split: &Split,
+        written: Option<Vec<bool>>,
+    ) -> Result<(), ErrorReply> {
         let s = self.session(client)?;
         let image = s
             .kernels
@@ -1185,6 +1198,28 @@ mod tests {
         assert_eq!(bytes_of(&mut home, 1, buffer), vec![4u8; BYTES as usize]);
         assert_eq!(home.sessions[&1].streams.len(), 1, "one split stream, gone");
         assert_eq!((other.sessions(), other.status().memory_used), (0, 0));
+    }
+
+    /// `SplitKernel`: a plain `Launch` of the kernel is split from then on,
+    /// and runs whole again after `SplitKernel` with `None`.
+    #[test]
+    fn a_kernel_split_once_has_its_plain_launches_split() {
+        let (mut home, rx0, mut other, rx1) = two_cores();
+        let (frames, buffer, k) = client(&mut home, SCALE, &vec![6u8; BYTES as usize]);
+        request(&mut home, 1, 10, Request::SplitKernel { kernel: k[0], split: Some(checked()) });
+        assert_eq!(until(&mut home, &frames, synced(10)), Ok(Reply::Done));
+        request(&mut home, 1, 11, Request::Launch(scale_launch(k[0], buffer)));
+        let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
+        assert_eq!(part.range, 128..256);
+        other.handle(CoreMsg::SplitPart(part));
+        let done = until_msg(&mut other, &rx0);
+        home.handle(done);
+        request(&mut home, 1, 12, Request::SplitKernel { kernel: k[0], split: None });
+        request(&mut home, 1, 13, Request::Launch(scale_launch(k[0], buffer)));
+        request(&mut home, 1, 14, Request::SyncStream(StreamId(0)));
+        assert_eq!(until(&mut home, &frames, synced(14)), Ok(Reply::Done));
+        assert!(rx1.try_recv().is_err(), "the second launch ran whole");
+        assert_eq!(home.sessions[&1].counters.kernels_done, 1, "one whole launch (split ranges are not counted)");
     }
 
     /// One GPU: the launch runs whole, and the stream goes on.
