@@ -110,6 +110,10 @@ struct Shared {
     finished: Condvar,
 }
 
+/// A batch under way on the pool's threads ([`CopyPool::start_populate`]).
+#[must_use = "the memory is borrowed until the batch is waited for"]
+pub(crate) struct Pending(Arc<Batch>);
+
 /// The pool (module doc).
 pub(crate) struct CopyPool {
     shared: Arc<Shared>,
@@ -161,6 +165,46 @@ impl CopyPool {
     /// Faults `dst` in on the pool (writes nothing).
     pub(crate) fn populate(&self, dst: &mut [u8]) {
         self.run(dst.as_mut_ptr() as usize, 0, dst.len(), true);
+    }
+
+    /// Starts faulting `len` bytes at `dst` in on the pool's threads (not
+    /// the caller's), so the caller can do something else meanwhile (pin
+    /// the piece before); [`CopyPool::wait`] waits for it. With no thread,
+    /// or one piece, it is done here, now.
+    ///
+    /// # Safety
+    /// `len` bytes at `dst` must be the caller's mapping, touched by no one
+    /// else and no other batch started, until `wait` returns.
+    pub(crate) unsafe fn start_populate(&self, dst: *mut u8, len: usize) -> Pending {
+        let pieces = len.div_ceil(PIECE);
+        let batch = Arc::new(Batch {
+            dst: dst as usize,
+            src: 0,
+            len,
+            populate: true,
+            pieces,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+        });
+        if pieces > 1 && !self.threads.is_empty() {
+            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.batch = Some(Arc::clone(&batch));
+            st.generation += 1;
+            self.shared.wake.notify_all();
+        } else {
+            batch.work(&self.shared);
+        }
+        Pending(batch)
+    }
+
+    /// Waits for a batch [`CopyPool::start_populate`] started.
+    pub(crate) fn wait(&self, p: Pending) {
+        let batch = p.0;
+        let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        while batch.done.load(Ordering::Acquire) < batch.pieces {
+            st = self.shared.finished.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.batch = None;
     }
 
     /// Runs one batch with the caller working too, and returns when every
@@ -306,6 +350,23 @@ mod tests {
         let s = m.as_slice();
         assert_eq!(s[PIECE + 5], 9, "a byte written before is kept");
         assert_eq!(s.iter().filter(|&&b| b != 0).count(), 1, "everything else is still zero");
+    }
+
+    #[test]
+    fn populating_in_the_background_writes_nothing_and_the_pool_copies_after_it() {
+        for threads in [1usize, 4] {
+            let pool = CopyPool::new(threads);
+            let mut m = super::super::host_copy::HostMem::new(7 * PIECE + 5).expect("host memory");
+            let n = m.len();
+            // SAFETY: `m` is ours, untouched until `wait` returns.
+            let p = unsafe { pool.start_populate(m.as_mut_ptr(), n) };
+            pool.wait(p);
+            assert!(m.as_slice().iter().all(|&b| b == 0), "{threads} threads: populated memory reads zero");
+            // The pool takes the next batch as before (the background one left no state behind).
+            let src = pattern(n, threads);
+            pool.copy(m.as_mut_slice(), &src, false);
+            assert!(m.as_slice() == src.as_slice(), "{threads} threads: a copy after a background batch is byte-equal");
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! whole yet (the pool grows while the mover is idle, and a move can come
 //! first) has its remaining pieces pinned on the move's path, each piece's
 //! DMA queued as soon as it is pinned, so pinning the next piece overlaps
-//! the DMA of the one before; the pins are kept for the next moves (the
+//! the DMA of the one before (and faulting in the piece after overlaps the
+//! pinning, on the copy pool's threads); the pins are kept for the next moves (the
 //! former per-move pinning also unpinned everything afterwards). What is
 //! not pinned (a copy that is not the pool's, or the driver refused)
 //! goes through the ring ([`super::staging`]) behind them, on the same
@@ -16,7 +17,7 @@
 //! for the GPU check: does a move at the full rate cost an urgent client
 //! launching beside it?).
 
-use super::host_copy::PIN_PIECE;
+use super::host_copy::{PinStop, PIN_PIECE};
 use super::staging::Staging;
 use super::swap::HostCopy;
 use crate::error::CudaError;
@@ -86,23 +87,18 @@ impl Queue {
 /// if `grow` (a pool's copy, the pool not broken), the rest pinned piece by
 /// piece on the path. Returns how far it got.
 fn straight(q: &mut Queue, host: &mut HostCopy, len: usize, grow: bool, ring: &Staging) -> Result<Straight, CudaError> {
-    let (p, mut direct) = host.pinned_part(len);
+    let (p, direct) = host.pinned_part(len);
     q.up_to(p, direct)?;
     let mut pin_failed = None;
     // Only the pool's copies: their bytes count against its cap.
-    while grow && host.is_pooled() && direct < len {
-        if let Err(e) = host.pin_next(|b| ring.populate(b)) {
-            pin_failed = Some(e);
-            break;
+    if grow && host.is_pooled() && direct < len {
+        match host.pin_upto(len, ring.copy_pool(), |p, pinned| q.up_to(p, pinned.min(len))) {
+            Ok(()) => {}
+            Err(PinStop::Pin(e)) => pin_failed = Some(e),
+            Err(PinStop::Dma(e)) => return Err(e),
         }
-        let (p, now) = host.pinned_part(len);
-        if now <= direct {
-            break;
-        }
-        q.up_to(p, now)?;
-        direct = now;
     }
-    Ok(Straight { direct, pin_failed })
+    Ok(Straight { direct: host.pinned_part(len).1, pin_failed })
 }
 
 /// Copies `len` bytes at device address `dev` into `host` on `s` and waits

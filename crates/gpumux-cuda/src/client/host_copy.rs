@@ -24,6 +24,7 @@
 //! registration per piece): a move DMAs its pinned part straight to or from
 //! it and sends only the rest through the ring. It is unpinned when dropped.
 
+use super::copy_pool::{CopyPool, Pending};
 use crate::error::CudaError;
 use crate::runtime::check;
 use cudarc::driver::sys as cu;
@@ -37,6 +38,14 @@ pub(crate) const PIN_PIECE: usize = 128 << 20;
 
 /// Huge pages are asked for copies of at least this many bytes.
 const HUGE: usize = 2 << 20;
+
+/// Why [`HostMem::pin_upto`] stopped short.
+pub(crate) enum PinStop {
+    /// The driver would not pin a piece.
+    Pin(CudaError),
+    /// The DMA queued after a piece failed.
+    Dma(CudaError),
+}
 
 /// Host memory of a host copy: an anonymous private mapping (zeros until
 /// written), unmapped on drop.
@@ -128,25 +137,59 @@ impl HostMem {
         PIN_PIECE.min(self.len - self.pinned)
     }
 
-    /// Faults the next piece in (on `populate`, the copy pool: pinning fresh
-    /// 4 KiB pages ran at 7.8 GB/s on the H200 machine, memory faulted in as
-    /// huge pages at 51.5) and pins it in the current context.
-    pub(crate) fn pin_next(&mut self, populate: impl FnOnce(&mut [u8])) -> Result<(), CudaError> {
-        let (at, n) = (self.pinned, self.next_pin());
-        if n == 0 {
-            return Ok(());
+    /// Pins pieces until `upto` bytes (at most its length) are pinned, for a
+    /// move waiting on them: while one piece is pinned, the pool's threads
+    /// fault the next in (fresh memory), so the two overlap instead of adding
+    /// up. After each piece, `then(start, pinned)` queues its DMA.
+    pub(crate) fn pin_upto(
+        &mut self,
+        upto: usize,
+        pool: &CopyPool,
+        mut then: impl FnMut(*mut u8, usize) -> Result<(), CudaError>,
+    ) -> Result<(), PinStop> {
+        let upto = upto.min(self.len);
+        let mut ahead: Option<(Pending, usize)> = None;
+        let mut out = Ok(());
+        while self.pinned < upto {
+            let (at, n) = (self.pinned, self.next_pin());
+            if self.fresh {
+                match ahead.take() {
+                    Some((p, from)) => {
+                        pool.wait(p);
+                        if from != at {
+                            pool.populate(&mut self.as_mut_slice()[at..at + n]);
+                        }
+                    }
+                    None => pool.populate(&mut self.as_mut_slice()[at..at + n]),
+                }
+                let next = at + n;
+                if next < upto {
+                    let m = PIN_PIECE.min(self.len - next);
+                    // SAFETY: `m` bytes of our mapping past the piece pinned below, touched
+                    // by no one else (we hold `&mut self`) until waited for.
+                    ahead = Some((unsafe { pool.start_populate(self.ptr.add(next), m) }, next));
+                }
+            }
+            // SAFETY: `n` bytes of our mapping; unregistered in Drop (or forgotten with their context).
+            let r = check("cuMemHostRegister", unsafe { cu::cuMemHostRegister_v2(self.ptr.add(at).cast(), n, 0) });
+            if let Err(e) = r {
+                out = Err(PinStop::Pin(e));
+                break;
+            }
+            self.pinned += n;
+            if let Err(e) = then(self.ptr, self.pinned) {
+                out = Err(PinStop::Dma(e));
+                break;
+            }
         }
-        if self.fresh {
-            populate(&mut self.as_mut_slice()[at..at + n]);
+        if let Some((p, _)) = ahead {
+            pool.wait(p);
         }
-        // SAFETY: `n` bytes of our mapping; unregistered in Drop (or forgotten with their context).
-        check("cuMemHostRegister", unsafe { cu::cuMemHostRegister_v2(self.ptr.add(at).cast(), n, 0) })?;
-        self.pinned += n;
         if self.pinned == self.len {
             // Every piece was populated before it was pinned.
             self.fresh = false;
         }
-        Ok(())
+        out
     }
 
     /// The context its pieces were pinned in is gone, and so are their
@@ -193,7 +236,7 @@ impl Drop for HostMem {
         let mut at = 0;
         while at < self.pinned {
             // A failure (its context already gone) leaves nothing to do.
-            // SAFETY: a piece pinned by `pin_next`; no DMA uses it (its move ended).
+            // SAFETY: a piece pinned by `pin_upto`; no DMA uses it (its move ended).
             unsafe { cu::cuMemHostUnregister(self.ptr.add(at).cast()) };
             at += PIN_PIECE;
         }

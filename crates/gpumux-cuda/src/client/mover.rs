@@ -231,7 +231,7 @@ fn run(ctx: cu::CUcontext, cap: usize, jobs: Receiver<Msg>, ended: Sender<Done>,
             Err(false) => {
                 // Idle: grow the pool by a piece, give back what is unused.
                 if let (Some(p), Some(r)) = (pool.as_mut(), ring) {
-                    p.grow_step(&|b| r.populate(b));
+                    p.grow_step(r.copy_pool());
                     p.expire();
                 }
                 continue;

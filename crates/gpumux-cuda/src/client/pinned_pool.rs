@@ -21,9 +21,9 @@
 //! eviction that makes its room will need its size), or an eviction went
 //! through the ring because no pinned copy fitted (the next one of its size
 //! will not). While the mover is idle it grows the pool: a host copy for the
-//! next size wanted, then its pieces, faulted in and pinned one
-//! [`super::host_copy::PIN_PIECE`] at a time, so a move sent meanwhile waits at most for one
-//! piece. An eviction takes the smallest free copy that fits (from its size
+//! next size wanted, then its pieces, faulted in and pinned a few
+//! [`PIN_PIECE`]s at a time, so a move sent meanwhile waits for a few pieces
+//! at most. An eviction takes the smallest free copy that fits (from its size
 //! to twice it), else a new one where the cap has room; its pinned part is
 //! DMAed straight, and the rest is pinned on the move's path, overlapping
 //! the DMAs ([`super::direct`]), and stays pinned. A restore's copy goes back to the pool, and so
@@ -38,7 +38,8 @@
 //! driver will not pin, the pool logs why and stops growing; moves go
 //! through the ring as before.
 
-use super::host_copy::HostMem;
+use super::copy_pool::CopyPool;
+use super::host_copy::{HostMem, PinStop, PIN_PIECE};
 use crate::error::CudaError;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -108,6 +109,11 @@ pub(crate) struct Book<R> {
     free: Vec<(R, Instant)>,
     want: VecDeque<usize>,
 }
+
+/// Pieces a step of growth pins ([`PinnedPool::grow_step`]): a move sent
+/// meanwhile waits for them (512 MiB, about 10 ms at the rates pinning ran
+/// on the H200 machine).
+const STEP_PIECES: usize = 4;
 
 /// Sizes remembered as wanted at most: the latest count.
 const WANTS: usize = 8;
@@ -271,15 +277,17 @@ impl PinnedPool {
 
     /// One step of growth while the mover is idle: pin the next piece of a
     /// free copy not pinned whole, else make a copy for the next size wanted.
-    /// `populate` faults fresh memory in (the copy pool).
-    pub(crate) fn grow_step(&mut self, populate: &dyn Fn(&mut [u8])) {
+    /// A step pins up to [`STEP_PIECES`] pieces, faulting each next one in on
+    /// `pool`'s threads while the one before is pinned.
+    pub(crate) fn grow_step(&mut self, pool: &CopyPool) {
         if self.broken {
             return;
         }
         if let Some(m) = self.book.growing(|m| m.next_pin() > 0, Instant::now()) {
-            let pinned = m.pin_next(populate);
+            let upto = m.pinned() + STEP_PIECES * PIN_PIECE;
+            let pinned = m.pin_upto(upto, pool, |_, _| Ok(()));
             let (len, whole) = (m.len(), m.next_pin() == 0);
-            if let Err(e) = pinned {
+            if let Err(PinStop::Pin(e) | PinStop::Dma(e)) = pinned {
                 self.fail(&e);
             } else if whole {
                 tracing::info!(

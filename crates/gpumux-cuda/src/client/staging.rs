@@ -80,6 +80,11 @@ impl Staging {
         self.events[i] as cu::CUevent
     }
 
+    /// The copy pool's threads.
+    pub(crate) fn copy_pool(&self) -> &CopyPool {
+        &self.pool
+    }
+
     /// Faults fresh host memory in on the copy pool (writes nothing).
     pub(crate) fn populate(&self, host: &mut [u8]) {
         self.pool.populate(host);

@@ -94,10 +94,14 @@ impl HostCopy {
         }
     }
 
-    /// Pins its host memory's next piece (`HostMem::pin_next`); nothing
-    /// for a buffer of zeros.
-    pub(super) fn pin_next(&mut self, populate: impl FnOnce(&mut [u8])) -> Result<(), CudaError> {
-        self.mem.as_mut().map_or(Ok(()), |m| m.pin_next(populate))
+    /// Pins its host memory up to `upto` bytes (`HostMem::pin_upto`).
+    pub(super) fn pin_upto(
+        &mut self,
+        upto: usize,
+        pool: &super::copy_pool::CopyPool,
+        then: impl FnMut(*mut u8, usize) -> Result<(), CudaError>,
+    ) -> Result<(), super::host_copy::PinStop> {
+        self.mem.as_mut().map_or(Ok(()), |m| m.pin_upto(upto, pool, then))
     }
 
     /// Host memory of the pinned pool.
