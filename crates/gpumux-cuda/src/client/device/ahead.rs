@@ -792,7 +792,10 @@ impl ClientDevice {
     /// launches at polls only. Reports the ends seen as a poll does
     /// ([`ClientDevice::take_ends_ahead`]).
     pub fn look_ahead(&mut self) -> Result<bool, DeviceError> {
-        if self.st.as_ref().is_none_or(|st| st.ahead.is_empty()) {
+        // Nothing to look at (workers queued, or kernels all seen ended): no
+        // driver call, not even the context's (this runs every few µs).
+        let waiting = |st: &InContext| st.ahead.values().any(|a| a.native() && !a.cancelled && !a.ended);
+        if !self.refill_ahead && self.st.as_ref().is_none_or(|st| !waiting(st)) {
             return Ok(false);
         }
         let ended = self.poll_ahead()?;
