@@ -14,16 +14,6 @@
 //! next `Poll`. After the device reports a lost context it touches the
 //! device no more (a faulted CUDA process cannot recover) and waits to be
 //! killed. It exits when the daemon closes its end.
-//!
-//! **Between messages** it looks ahead ([`Backend::look_ahead`], every
-//! [`LOOK_AHEAD_EVERY`] while it polls the link): the CUDA device looks for
-//! the ends of the kernels it queued natively and queues the next kernels of
-//! their runs, so that the GPU's feed does not wait for the daemon's next
-//! poll (issue 35: the runs went on only at polls and binds, and a kernel
-//! queued natively holds a launch record until seen ended; the ends it sees
-//! go with the next poll's answer). It makes no event and answers nothing:
-//! the device still sees commands and polls in the daemon's order, and a
-//! launch's events still come only with a poll's answer.
 
 use crate::backend::ends_ahead::Silenced;
 use crate::backend::exchange_clock::{self, mono_ns, HostClock};
@@ -41,31 +31,9 @@ use std::time::Duration;
 
 /// What the load clock counts: launch commands, launch commands the daemon
 /// answered itself, the other commands (grows, retreats, copies), polls,
-/// binds and unbinds of operations, the rest, and the looks ahead between
-/// messages (`exchange_clock::HOST_PARTS`, also what each poll's answer
-/// accounts for).
-const LOAD_PARTS: [&str; 8] = exchange_clock::HOST_PARTS;
-
-/// How often the device process looks ahead while it waits for the daemon's
-/// next message (module doc, "Between messages"), at most.
-const LOOK_AHEAD_EVERY: Duration = Duration::from_micros(4);
-/// Set to a number of µs to look ahead that often instead of
-/// [`LOOK_AHEAD_EVERY`]; `0` never (issue 35's A/B: the runs then go on at
-/// polls and binds only).
-pub const LOOK_AHEAD_VAR: &str = "GPUMUX_LOOK_AHEAD_US";
-
-/// [`LOOK_AHEAD_EVERY`], or what [`LOOK_AHEAD_VAR`] says (`None`: never).
-fn look_ahead_every() -> Option<Duration> {
-    let Ok(v) = std::env::var(LOOK_AHEAD_VAR) else { return Some(LOOK_AHEAD_EVERY) };
-    match v.trim().parse::<u64>() {
-        Ok(0) => None,
-        Ok(us) => Some(Duration::from_micros(us)),
-        Err(_) => {
-            tracing::warn!("{LOOK_AHEAD_VAR}={v:?} is not a number of µs: every {LOOK_AHEAD_EVERY:?}");
-            Some(LOOK_AHEAD_EVERY)
-        }
-    }
-}
+/// binds and unbinds of operations, and the rest (`exchange_clock::HOST_PARTS`,
+/// also what each poll's answer accounts for).
+const LOAD_PARTS: [&str; 7] = exchange_clock::HOST_PARTS;
 
 /// How long the device process waits for the daemon to offer the link's
 /// rings (sent right after the daemon starts it).
@@ -118,11 +86,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         silenced: Silenced::default(),
         clock: HostClock::default(),
         poll_read: 0,
-        look_every: look_ahead_every(),
     };
-    if host.look_every.is_none() {
-        tracing::info!("device process: no look ahead between messages ({LOOK_AHEAD_VAR}=0)");
-    }
     host.run()?;
     Ok(true)
 }
@@ -166,8 +130,6 @@ struct DeviceHost {
     clock: HostClock,
     /// When the poll being answered was read ([`mono_ns`]).
     poll_read: u64,
-    /// How often to look ahead between messages (module doc); `None`: never.
-    look_every: Option<Duration>,
 }
 
 impl DeviceHost {
@@ -176,17 +138,7 @@ impl DeviceHost {
     /// flight: [`link::SPIN`]), then sleeps on it.
     fn run(&mut self) -> Result<()> {
         loop {
-            let got = match self.look_every {
-                Some(every) => {
-                    let (backend, clock, load) = (&mut self.backend, &mut self.clock, &mut self.load);
-                    let (broken, failure) = (&mut self.broken, &mut self.failure);
-                    self.link.recv_spin_doing::<ToDevice>(self.spin, every, || {
-                        look_ahead(backend.as_mut(), clock, load, broken, failure)
-                    })
-                }
-                None => self.link.recv_spin::<ToDevice>(self.spin),
-            };
-            match got {
+            match self.link.recv_spin::<ToDevice>(self.spin) {
                 Ok(Some(msg)) => {
                     use exchange_clock as x;
                     let kind = match msg {
@@ -464,34 +416,6 @@ impl DeviceHost {
             }
         }
         done
-    }
-}
-
-/// One look ahead between messages (module doc), counted when the device
-/// saw an end; a failure is kept for the next poll's answer, and the
-/// device is left alone after it.
-fn look_ahead(
-    backend: &mut dyn Backend,
-    clock: &mut HostClock,
-    load: &mut LoadClock,
-    broken: &mut bool,
-    failure: &mut Option<Failure>,
-) {
-    if *broken {
-        return;
-    }
-    let began = mono_ns();
-    match backend.look_ahead() {
-        Ok(false) => {}
-        Ok(true) => {
-            let ended = mono_ns();
-            clock.did(exchange_clock::HOST_LOOKS, began, ended);
-            load.add(exchange_clock::HOST_LOOKS, 1, Duration::from_nanos(ended.saturating_sub(began)));
-        }
-        Err(f) => {
-            *broken = true;
-            failure.get_or_insert(f);
-        }
     }
 }
 
