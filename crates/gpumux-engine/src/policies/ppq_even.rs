@@ -228,10 +228,10 @@ impl Policy for PpqEven {
         // Each process, by priority then arrival, takes what its share is owed.
         sc.order.clear();
         sc.order.extend(0..procs.len());
-        let by_priority = |i: &usize| std::cmp::Reverse(procs[*i].priority);
-        sc.order.sort_by_key(by_priority); // stable: arrival order within a level
-                                           // A bit set, lowest SM handed out first: no vector of up to 132 SMs
-                                           // filled, reversed and popped each round.
+        // Stable: arrival order within a level.
+        sc.order.sort_by_key(|&i| std::cmp::Reverse(procs[i].priority));
+        // A bit set, lowest SM handed out first: no vector of up to 132 SMs
+        // filled, reversed and popped each round.
         let mut idle: SmSet = view.idle_sms().collect();
         // SMs each kernel could still use, kept up to date through the round.
         sc.wants.clear();
