@@ -565,11 +565,19 @@ impl Client {
     /// [`Client::wait_event`], [`Client::query_event`]) or at the next
     /// launch, which is then not sent. Each such error is reported once.
     pub fn launch(&self, kernel: &Kernel, config: &LaunchConfig, args: &[Arg]) -> Result<()> {
+        let launch = self.checked_launch(kernel, config, args)?;
+        self.conn.send_deferred(Request::Launch(launch))
+    }
+
+    /// The launch of `kernel` that [`Client::launch`] and
+    /// [`Client::launch_split`] send: its arguments checked, and an error a
+    /// deferred request met reported first.
+    fn checked_launch(&self, kernel: &Kernel, config: &LaunchConfig, args: &[Arg]) -> Result<Launch> {
         check_args(kernel, args)?;
         if let Some(e) = self.conn.take_deferred_error() {
             return Err(e);
         }
-        self.conn.send_deferred(Request::Launch(Launch {
+        Ok(Launch {
             kernel: kernel.id,
             grid: config.grid,
             block: config.block,
@@ -577,7 +585,7 @@ impl Client {
             args: args.iter().map(|a| a.0.clone()).collect(),
             stream: config.stream,
             block_time_ns: config.block_time_ns,
-        }))
+        })
     }
 
     /// Launches `kernel` as [`Client::launch`] does, split over the daemon's
@@ -588,19 +596,7 @@ impl Client {
     /// launch is, unless `split.splittable` is [`Splittable::Declared`]; a
     /// daemon of one GPU runs it whole.
     pub fn launch_split(&self, kernel: &Kernel, config: &LaunchConfig, args: &[Arg], split: &Split) -> Result<()> {
-        check_args(kernel, args)?;
-        if let Some(e) = self.conn.take_deferred_error() {
-            return Err(e);
-        }
-        let launch = Launch {
-            kernel: kernel.id,
-            grid: config.grid,
-            block: config.block,
-            shared_bytes: config.shared_bytes,
-            args: args.iter().map(|a| a.0.clone()).collect(),
-            stream: config.stream,
-            block_time_ns: config.block_time_ns,
-        };
+        let launch = self.checked_launch(kernel, config, args)?;
         self.conn.send_deferred(Request::LaunchSplit { launch, split: split.clone() })
     }
 
