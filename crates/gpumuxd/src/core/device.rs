@@ -208,20 +208,9 @@ impl Core {
         let mut handling = Duration::ZERO;
         let mut idle_looks = 0u32;
         while !self.backend.poll_ready() {
-            // Those waiting in the inbox first (the core's loop moved them
-            // there; left there, a program's launches waited for the pump's end).
-            if let Some(msg) = self.inbox.pop_where(handled_during_poll) {
+            if let Some(msg) = self.next_for_pump(inbox) {
                 handling += self.handle_in_pump(msg, stats);
                 continue;
-            }
-            match inbox.try_recv() {
-                // A client's message may not overtake its own waiting in the inbox.
-                Ok(msg) if handled_during_poll(&msg) && !self.inbox.holds_for(&msg) => {
-                    handling += self.handle_in_pump(msg, stats);
-                    continue;
-                }
-                Ok(msg) => self.inbox.push(msg),
-                Err(_) => {}
             }
             // A clock read costs about as much as a look at the link: not every time.
             idle_looks += 1;
@@ -257,26 +246,32 @@ impl Core {
             return;
         }
         let start = Instant::now();
-        loop {
-            if let Some(msg) = self.inbox.pop_where(handled_during_poll) {
-                self.handle_in_pump(msg, stats);
-                stats.requests_between += 1;
-            } else {
-                match inbox.try_recv() {
-                    Ok(msg) if handled_during_poll(&msg) && !self.inbox.holds_for(&msg) => {
-                        self.handle_in_pump(msg, stats);
-                        stats.requests_between += 1;
-                    }
-                    Ok(msg) => {
-                        self.inbox.push(msg);
-                        return;
-                    }
-                    Err(_) => return,
-                }
-            }
+        while let Some(msg) = self.next_for_pump(inbox) {
+            self.handle_in_pump(msg, stats);
+            stats.requests_between += 1;
             if start.elapsed() >= REQUESTS_BETWEEN_TURNS {
                 return;
             }
+        }
+    }
+
+    /// The next message a pump may handle ([`handled_during_poll`]): those
+    /// waiting in the inbox first (the core's loop moved them there; left
+    /// there, a program's launches waited for the pump's end), else the
+    /// channel's next, unless its client has messages waiting in the inbox
+    /// (it may not overtake them). One the pump may not handle goes to the
+    /// inbox, and `None` is returned, as when nothing waits.
+    fn next_for_pump(&mut self, inbox: &Receiver<CoreMsg>) -> Option<CoreMsg> {
+        if let Some(msg) = self.inbox.pop_where(handled_during_poll) {
+            return Some(msg);
+        }
+        match inbox.try_recv() {
+            Ok(msg) if handled_during_poll(&msg) && !self.inbox.holds_for(&msg) => Some(msg),
+            Ok(msg) => {
+                self.inbox.push(msg);
+                None
+            }
+            Err(_) => None,
         }
     }
 
