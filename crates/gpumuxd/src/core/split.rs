@@ -216,16 +216,21 @@ impl Core {
             .kernels
             .get(&kernel)
             .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("kernel {} is not yours", kernel.0)))?;
-        let source = s.modules.values().find(|m| m.kernels.contains(&kernel)).map(|m| m.source.as_str());
-        let analysis = source.and_then(|src| gpumux_cuda::split::analyse(src, &image.name));
         for (arg, m) in &split.merges {
             if let SplitMerge::Slices { granule_blocks: 0, .. } | SplitMerge::Slices { bytes_per_granule: 0, .. } = m {
                 return Err(err(ErrorKind::Invalid, format!("argument {arg}: declared slices of 0 blocks or 0 bytes")));
             }
         }
-        match (analysis, split.splittable) {
-            (Some(a), Splittable::IfChecked) if !a.splittable() => Err(refused(&a.kernel, &a.refusals)),
-            (None, Splittable::IfChecked) => Err(err(
+        // Declared: the client vouches, and the analysis's answer is not read
+        // (it parses the source, at every `LaunchSplit`).
+        if split.splittable == Splittable::Declared {
+            return Ok(None);
+        }
+        let source = s.modules.values().find(|m| m.kernels.contains(&kernel)).map(|m| m.source.as_str());
+        match source.and_then(|src| gpumux_cuda::split::analyse(src, &image.name)) {
+            Some(a) if !a.splittable() => Err(refused(&a.kernel, &a.refusals)),
+            Some(a) => Ok(Some(a.params.iter().map(|p| p.pointer && p.written).collect())),
+            None => Err(err(
                 ErrorKind::Invalid,
                 format!(
                     "kernel `{}` is not split: its source cannot be read by the daemon's analysis; declare it \
@@ -233,8 +238,6 @@ impl Core {
                     image.name
                 ),
             )),
-            (Some(a), Splittable::IfChecked) => Ok(Some(a.params.iter().map(|p| p.pointer && p.written).collect())),
-            (_, Splittable::Declared) => Ok(None),
         }
     }
 
