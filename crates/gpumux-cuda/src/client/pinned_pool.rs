@@ -89,6 +89,13 @@ pub(crate) fn parse_size(v: &str) -> Option<usize> {
     n.checked_mul(unit)
 }
 
+/// A copy of `len` bytes fits a range of `size`: from its size to twice it
+/// (more would waste as much again). The rule of every host copy reused
+/// for an eviction (`HostCopy::fits` too).
+pub(crate) fn fits(len: usize, size: usize) -> bool {
+    len >= size && len <= size.saturating_mul(2)
+}
+
 /// A host copy as the pool's accounting sees it.
 pub(crate) trait Region {
     fn len(&self) -> usize;
@@ -146,8 +153,8 @@ impl<R: Region> Book<R> {
     /// The smallest free copy that fits a range of `size` (from its size to
     /// twice it: more would waste as much again), taken out.
     pub(crate) fn take(&mut self, size: usize) -> Option<R> {
-        let fits = |r: &R| r.len() >= size && r.len() <= size.saturating_mul(2);
-        let i = self.free.iter().enumerate().filter(|(_, (r, _))| fits(r)).min_by_key(|(_, (r, _))| r.len())?.0;
+        let i =
+            self.free.iter().enumerate().filter(|(_, (r, _))| fits(r.len(), size)).min_by_key(|(_, (r, _))| r.len())?.0;
         Some(self.free.swap_remove(i).0)
     }
 
@@ -177,7 +184,7 @@ impl<R: Region> Book<R> {
     /// already, or that the cap has no room for, are dropped.
     pub(crate) fn next_want(&mut self) -> Option<usize> {
         while let Some(size) = self.want.pop_front() {
-            let fitted = self.free.iter().any(|(r, _)| r.len() >= size && r.len() <= size.saturating_mul(2));
+            let fitted = self.free.iter().any(|(r, _)| fits(r.len(), size));
             let room = self.held().checked_add(size).is_some_and(|n| n <= self.cap);
             if !fitted && room {
                 return Some(size);
@@ -218,8 +225,8 @@ impl PinnedPool {
         self.book.take(size)
     }
 
-    /// A new copy for a range of `size`, not pinned yet (the move pins it
-    /// on its path), if the cap has room and pinning works.
+    /// A new copy for a range of `size`, not pinned yet (a move pins it on
+    /// its path, growth while idle), if the cap has room and pinning works.
     pub(crate) fn fresh(&mut self, size: usize) -> Option<HostMem> {
         if self.broken {
             return None;
@@ -231,6 +238,7 @@ impl PinnedPool {
                 Some(m)
             }
             Err(e) => {
+                // No copy to give the count back when dropped: given back here.
                 book.fetch_sub(size, Ordering::AcqRel);
                 tracing::warn!("no pinned host copy of {size} bytes: {e}");
                 None
@@ -300,17 +308,8 @@ impl PinnedPool {
             return;
         }
         let Some(size) = self.book.next_want() else { return };
-        let Some(book) = self.book.admit(size) else { return };
-        match HostMem::new(size) {
-            Ok(mut m) => {
-                m.set_book(book);
-                self.book.put(m, Instant::now());
-            }
-            Err(e) => {
-                // No copy to give the count back when dropped: given back here.
-                book.fetch_sub(size, Ordering::AcqRel);
-                tracing::warn!("pinned host pool not grown: {e}");
-            }
+        if let Some(m) = self.fresh(size) {
+            self.book.put(m, Instant::now());
         }
     }
 

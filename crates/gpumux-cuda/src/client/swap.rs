@@ -124,7 +124,7 @@ impl HostCopy {
     /// Host memory, not zeros, that can take an eviction of a range of
     /// `size` bytes without wasting more than as much again.
     pub(super) fn fits(&self, size: usize) -> bool {
-        !self.is_zeros() && self.len >= size && self.len <= size.saturating_mul(2)
+        !self.is_zeros() && super::pinned_pool::fits(self.len, size)
     }
 
     /// Its host memory's bytes (0 for zeros).
