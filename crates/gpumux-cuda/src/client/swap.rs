@@ -372,9 +372,11 @@ impl ClientDevice {
     /// The mover, started on first use.
     fn mover(&mut self) -> Result<&mut Mover, MemoryError> {
         let ctx = self.ctx.raw();
-        let cap = self.swap_pinned.or_else(super::pinned_pool::cap_from_env).unwrap_or(0);
+        let told = self.swap_pinned;
         let st = self.state()?;
         if st.mover.is_none() {
+            // Read once, when the mover starts (not on every move: an unreadable value warns).
+            let cap = told.or_else(super::pinned_pool::cap_from_env).unwrap_or(0);
             st.mover = Some(Mover::start(ctx, cap)?);
         }
         st.mover.as_mut().ok_or_else(|| CudaError::Invalid("the buffer mover did not start".into()).into())
