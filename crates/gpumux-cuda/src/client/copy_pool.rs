@@ -176,22 +176,8 @@ impl CopyPool {
     /// `len` bytes at `dst` must be the caller's mapping, touched by no one
     /// else and no other batch started, until `wait` returns.
     pub(crate) unsafe fn start_populate(&self, dst: *mut u8, len: usize) -> Pending {
-        let pieces = len.div_ceil(PIECE);
-        let batch = Arc::new(Batch {
-            dst: dst as usize,
-            src: 0,
-            len,
-            populate: true,
-            pieces,
-            next: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
-        });
-        if pieces > 1 && !self.threads.is_empty() {
-            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.batch = Some(Arc::clone(&batch));
-            st.generation += 1;
-            self.shared.wake.notify_all();
-        } else {
+        let (batch, handed) = self.start(dst as usize, 0, len, true);
+        if !handed {
             batch.work(&self.shared);
         }
         Pending(batch)
@@ -199,11 +185,33 @@ impl CopyPool {
 
     /// Waits for a batch [`CopyPool::start_populate`] started.
     pub(crate) fn wait(&self, p: Pending) {
-        let batch = p.0;
+        self.finish(&p.0);
+    }
+
+    /// A batch, handed to the pool's threads if it has more than one piece
+    /// and there are threads (`true`); else no one works on it yet.
+    fn start(&self, dst: usize, src: usize, len: usize, populate: bool) -> (Arc<Batch>, bool) {
+        let pieces = len.div_ceil(PIECE);
+        let batch =
+            Arc::new(Batch { dst, src, len, populate, pieces, next: AtomicUsize::new(0), done: AtomicUsize::new(0) });
+        let handed = pieces > 1 && !self.threads.is_empty();
+        if handed {
+            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.batch = Some(Arc::clone(&batch));
+            st.generation += 1;
+            self.shared.wake.notify_all();
+        }
+        (batch, handed)
+    }
+
+    /// Waits until every piece of `batch` is done (the borrowed memory is
+    /// then the caller's alone again).
+    fn finish(&self, batch: &Batch) {
         let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         while batch.done.load(Ordering::Acquire) < batch.pieces {
             st = self.shared.finished.wait(st).unwrap_or_else(|p| p.into_inner());
         }
+        // Threads that wake late find no piece left to claim.
         st.batch = None;
     }
 
@@ -213,22 +221,9 @@ impl CopyPool {
         if len == 0 {
             return;
         }
-        let pieces = len.div_ceil(PIECE);
-        let batch =
-            Arc::new(Batch { dst, src, len, populate, pieces, next: AtomicUsize::new(0), done: AtomicUsize::new(0) });
-        if pieces > 1 && !self.threads.is_empty() {
-            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.batch = Some(Arc::clone(&batch));
-            st.generation += 1;
-            self.shared.wake.notify_all();
-        }
+        let (batch, _) = self.start(dst, src, len, populate);
         batch.work(&self.shared);
-        let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        while batch.done.load(Ordering::Acquire) < pieces {
-            st = self.shared.finished.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-        // Threads that wake late find no piece left to claim.
-        st.batch = None;
+        self.finish(&batch);
     }
 }
 
