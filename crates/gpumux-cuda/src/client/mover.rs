@@ -377,7 +377,7 @@ fn make(
             let grow = pool.as_deref().is_some_and(PinnedPool::grows);
             let copy = super::direct::to_host(s, ptr, &mut host, size, ring, grow);
             let copied = t.elapsed();
-            let direct = straight_of(&copy, pool.as_deref_mut());
+            let direct = copy.as_ref().map_or(0, |st| straight_of(st, pool.as_deref_mut()));
             if copy.is_ok() {
                 host.mark_written();
             }
@@ -422,7 +422,7 @@ fn make(
             } else {
                 let grow = pool.as_deref().is_some_and(PinnedPool::grows);
                 super::direct::to_device(s, &mut host, size, ptr, ring, grow)
-                    .map(|st| straight_of(&Ok(st), pool.as_deref_mut()))
+                    .map(|st| straight_of(&st, pool.as_deref_mut()))
             };
             let copied = t.elapsed() - prepared;
             let direct = *copy.as_ref().unwrap_or(&0);
@@ -453,8 +453,7 @@ fn make(
 
 /// The bytes a straight move DMAed straight; a failed pin on its path
 /// stops the pool's growth (logged there).
-fn straight_of(r: &Result<super::direct::Straight, CudaError>, pool: Option<&mut PinnedPool>) -> usize {
-    let Ok(st) = r else { return 0 };
+fn straight_of(st: &super::direct::Straight, pool: Option<&mut PinnedPool>) -> usize {
     if let (Some(e), Some(p)) = (&st.pin_failed, pool) {
         p.fail(e);
     }
