@@ -10,7 +10,7 @@
 
 use super::run::SplitGpus;
 use super::SplitError;
-use crate::runtime::{check, DeviceBuffer, HostMapped, Stream};
+use crate::runtime::{check, DeviceBuffer, Gpu, HostMapped, Stream};
 use cudarc::driver::sys as cu;
 use std::time::Instant;
 
@@ -41,14 +41,13 @@ impl Drop for OnGpu<'_> {
     }
 }
 
-fn bind(gpus: &SplitGpus, i: usize) -> Result<()> {
-    let g = gpus.gpu(i).ok_or_else(|| SplitError::Invalid(format!("no GPU {i} in a split of {}", gpus.len())))?;
-    Ok(g.bind()?)
+/// GPU `i` of the split, or why not.
+fn gpu_at(gpus: &SplitGpus, i: usize) -> Result<&Gpu> {
+    gpus.gpu(i).ok_or_else(|| SplitError::Invalid(format!("no GPU {i} in a split of {}", gpus.len())))
 }
 
-fn context(gpus: &SplitGpus, i: usize) -> Result<cu::CUcontext> {
-    let g = gpus.gpu(i).ok_or_else(|| SplitError::Invalid(format!("no GPU {i} in a split of {}", gpus.len())))?;
-    Ok(g.raw_context())
+fn bind(gpus: &SplitGpus, i: usize) -> Result<()> {
+    Ok(gpu_at(gpus, i)?.bind()?)
 }
 
 /// Times `reps` copies (after one untimed) made by `copy` on `stream`: ns each.
@@ -73,9 +72,9 @@ pub fn time_peer_copies(gpus: &SplitGpus, from: usize, to: usize, bytes: usize, 
     }
     let src = OnGpu::new(gpus, from, bytes)?;
     let dst = OnGpu::new(gpus, to, bytes)?;
-    let (src_ctx, dst_ctx) = (context(gpus, from)?, context(gpus, to)?);
+    let (src_ctx, dst_ctx) = (gpu_at(gpus, from)?.raw_context(), gpu_at(gpus, to)?.raw_context());
     bind(gpus, to)?;
-    let stream = Stream::low(gpus.gpu(to).ok_or_else(|| SplitError::Invalid(format!("no GPU {to}")))?)?;
+    let stream = Stream::low(gpu_at(gpus, to)?)?;
     let copy = || -> Result<()> {
         // SAFETY: both buffers hold `bytes` in their contexts and outlive the copy (synced before they drop).
         Ok(check("cuMemcpyPeerAsync", unsafe {
@@ -91,7 +90,7 @@ pub fn time_host_copies(gpus: &SplitGpus, gpu: usize, up: bool, bytes: usize, re
     let dev = OnGpu::new(gpus, gpu, bytes)?;
     let host = HostMapped::new(bytes.max(4))?;
     bind(gpus, gpu)?;
-    let stream = Stream::low(gpus.gpu(gpu).ok_or_else(|| SplitError::Invalid(format!("no GPU {gpu}")))?)?;
+    let stream = Stream::low(gpu_at(gpus, gpu)?)?;
     let copy = || -> Result<()> {
         // SAFETY: `host` is pinned and holds `bytes`, the device buffer too; both outlive the copy.
         let r = unsafe {
