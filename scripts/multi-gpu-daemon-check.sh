@@ -133,20 +133,18 @@ split_check() {
         tail -30 "$dir/test.log"; fail "split: see $dir/test.log"
     fi
 }
-if [ "${MULTI_ONLY:-}" = links ] || [ "${MULTI_ONLY:-}" = split ]; then
-    if [ "$MULTI_ONLY" = links ]; then links_check; else split_check; fi
+# The PASS/FAIL lines, then the exit status: non-zero if a check failed.
+summary() {
     echo
     echo "== summary"
     printf '%s\n' "${results[@]}"
     exit $((fails > 0))
-fi
-if [ "${MULTI_ONLY:-}" = rebalance ]; then
-    rebalance_check
-    echo
-    echo "== summary"
-    printf '%s\n' "${results[@]}"
-    exit $((fails > 0))
-fi
+}
+case ${MULTI_ONLY:-} in
+    links) links_check; summary ;;
+    split) split_check; summary ;;
+    rebalance) rebalance_check; summary ;;
+esac
 
 clients=(vector_add histogram matmul stencil)
 # The STP runs' sizes: each client about a second of kernels on an H200, no --check (part 1 checked the outputs).
@@ -324,7 +322,4 @@ split_check
 
 [ "${MULTI_LINKS:-1}" != 0 ] && links_check
 
-echo
-echo "== summary"
-printf '%s\n' "${results[@]}"
-exit $((fails > 0))
+summary
