@@ -225,7 +225,7 @@ rates_of() {
 }
 # Bytes moved straight from or into pinned memory (the pinned host pool), of all moved: "S % of B GB straight".
 straight() {
-    awk '(/evicted [0-9]+ bytes/ || (/restored [0-9]+ bytes/ && !/as zeros/)) {for (i = 1; i <= NF; i++) { if ($i == "evicted" || $i == "restored") b = $(i + 1); if ($i == "straight") p = $(i - 2) } B += b; S += b * p / 100}
+    awk '(/evicted [0-9]+ bytes/ || (/restored [0-9]+ bytes/ && !/as zeros/)) {p = 0; for (i = 1; i <= NF; i++) { if ($i == "evicted" || $i == "restored") b = $(i + 1); if ($i == "straight") p = $(i - 2) } B += b; S += b * p / 100}
         END {printf "%.0f %% of %.0f GB straight from pinned memory", (B > 0 ? 100 * S / B : 0), B / 1e9}' "$@"
 }
 # The urgent client beside two that swap, on a daemon (--swap-keep 0) with one more setting in its environment.
