@@ -154,7 +154,10 @@ impl CaseReport {
         let ratio = |s: f64| if stp_one > 0.0 { s / stp_one } else { f64::NAN };
         let runs: Vec<AllGpusRun> = all
             .iter()
-            .map(|(placement, r, _)| AllGpusRun { placement: placement.clone(), stp: stp(r), ratio: ratio(stp(r)) })
+            .map(|(placement, r, _)| {
+                let stp = stp(r);
+                AllGpusRun { placement: placement.clone(), stp, ratio: ratio(stp) }
+            })
             .collect();
         let rows = case
             .clients
