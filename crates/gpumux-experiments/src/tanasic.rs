@@ -505,15 +505,16 @@ pub fn overhead(ctx: &Ctx) -> Result<String> {
     // draining SM keeps completing the others' blocks, so a mechanism can only cost STP
     // through the high-priority process's waits or through slots left idle while it drains.
     let mut h = Table::new(&["STP share, high-priority / others", "n=2", "n=4", "n=6", "n=8"]);
+    // Policy `j`'s Σ 1/NTT of the prioritised process (`hp`) or of the others.
+    let share = |m: &Mix, r: &[PolicyMetrics], j: usize, hp: bool| -> f64 {
+        let k0 = m.hp.unwrap_or(0);
+        r[j].processes.iter().enumerate().filter(|(k, _)| (*k == k0) == hp).map(|(_, q)| 1.0 / q.ntt).sum()
+    };
     for (j, p) in pols.iter().enumerate() {
-        let share = |m: &Mix, r: &[PolicyMetrics], hp: bool| -> f64 {
-            let k0 = m.hp.unwrap_or(0);
-            r[j].processes.iter().enumerate().filter(|(k, _)| (*k == k0) == hp).map(|(_, q)| 1.0 / q.ntt).sum()
-        };
         let mut cells = vec![p.to_string()];
         for n in NS {
-            let hp: Vec<f64> = by_n(&mixes, &res, n).map(|(m, r)| share(m, r, true)).collect();
-            let lp: Vec<f64> = by_n(&mixes, &res, n).map(|(m, r)| share(m, r, false)).collect();
+            let hp: Vec<f64> = by_n(&mixes, &res, n).map(|(m, r)| share(m, r, j, true)).collect();
+            let lp: Vec<f64> = by_n(&mixes, &res, n).map(|(m, r)| share(m, r, j, false)).collect();
             cells.push(format!("{} / {}", f2(mean(&hp)), f2(mean(&lp))));
         }
         h.row(cells);
@@ -522,10 +523,6 @@ pub fn overhead(ctx: &Ctx) -> Result<String> {
     // processes kept what they get under excl-cs, i.e. had the blocks they complete while the
     // prioritised process waits on drains been worth nothing. It separates what draining costs
     // the prioritised process from what the others regain.
-    let share = |m: &Mix, r: &[PolicyMetrics], j: usize, hp: bool| -> f64 {
-        let k0 = m.hp.unwrap_or(0);
-        r[j].processes.iter().enumerate().filter(|(k, _)| (*k == k0) == hp).map(|(_, q)| 1.0 / q.ntt).sum()
-    };
     let mut cells = vec!["ppq-excl-drain, others at their excl-cs share".to_string()];
     for n in NS {
         let v: Vec<f64> =
