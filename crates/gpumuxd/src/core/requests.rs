@@ -685,15 +685,23 @@ impl Core {
         if s.streams.len() >= s.limits.queued_ops as usize {
             return Err(err(ErrorKind::Quota, "as many streams as your queued-ops limit"));
         }
+        self.add_stream(client, client as u32, "").map(Reply::Stream)
+    }
+
+    /// A new stream of `client`'s in the engine (as process `pid`, its name
+    /// ending in `label`), then the client's weight split again over all its
+    /// streams (`reweigh`); no quota checked (`create_stream` checks its own).
+    pub(super) fn add_stream(&mut self, client: u64, pid: u32, label: &str) -> Result<StreamId, ErrorReply> {
+        let s = self.session_mut(client)?;
         let id = s.next_stream().ok_or_else(|| err(ErrorKind::Quota, "no stream ids left"))?;
-        let info = ProcessInfo::new(ProcessId(client as u32), format!("{}#{client}.{}", s.name, id.0))
+        let info = ProcessInfo::new(ProcessId(pid), format!("{}#{client}.{}{label}", s.name, id.0))
             .with_priority(s.priority)
             .with_weight(0.0);
         let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
         let s = self.session_mut(client)?;
         s.streams.insert(id, Stream { slot, pending: 0, closing: false, last_kernel: None, last_done: 0, error: None });
         self.reweigh(client);
-        Ok(Reply::Stream(id))
+        Ok(id)
     }
 
     /// Splits a client's weight evenly among its streams again.

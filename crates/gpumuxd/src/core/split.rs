@@ -592,21 +592,12 @@ impl Core {
         Ok(())
     }
 
-    /// A stream of `client`'s for a split's ranges, in the engine like its others.
+    /// A stream of `client`'s for a split's ranges, in the engine like its
+    /// others: the client's weight is split over it too (`add_stream`).
     fn split_stream(&mut self, client: u64) -> Result<StreamId, ErrorReply> {
-        let s = self.session_mut(client)?;
-        let id = s.next_stream().ok_or_else(|| err(ErrorKind::Quota, "no stream ids left"))?;
         // A part session's own process number, apart from the clients' (low numbers).
         let pid = if client & PART_BIT != 0 { u32::MAX - (client as u32 & 0xFFFF) } else { client as u32 };
-        let info = ProcessInfo::new(ProcessId(pid), format!("{}#{client}.{} (split)", s.name, id.0))
-            .with_priority(s.priority)
-            .with_weight(s.stream_weight());
-        let slot = self.engine.add_process(info).map_err(|e| err(ErrorKind::Invalid, e.to_string()))?;
-        let now = self.backend.now();
-        let s = self.session_mut(client)?;
-        s.streams
-            .insert(id, Stream { slot, pending: 0, closing: false, last_kernel: None, last_done: now, error: None });
-        Ok(id)
+        self.add_stream(client, pid, " (split)")
     }
 
     /// Submits blocks `range` of `launch` (with the whole launch's grid) on
@@ -671,16 +662,15 @@ impl Core {
                 p.error = Some(format!("the merge on GPU {}: {why}", self.gpu));
             }
         }
-        let now = self.backend.now();
+        // The split's own stream closes as a client's does (its ranges have
+        // all ended, so nothing is pending on it), and the client's weight
+        // goes back to its other streams.
         let own_error = p.own_stream.and_then(|st| {
-            let s = self.sessions.get_mut(&client)?;
-            let e = s.streams.get(&st).and_then(|x| x.error.clone());
-            let gone = s.streams.remove(&st);
-            if let Some(g) = gone {
-                if let Err(e) = self.engine.remove_process(now, g.slot) {
-                    tracing::error!("client {client}: removing a split's stream: {e}");
-                }
-            }
+            let e = self.sessions.get_mut(&client)?.streams.get_mut(&st).and_then(|x| {
+                x.closing = true;
+                x.error.take()
+            });
+            self.close_stream_if_idle(client, st);
             e
         });
         let error = p
@@ -712,7 +702,7 @@ impl Core {
         if let (Some(hold), Some(slot)) =
             (p.hold, self.sessions.get(&client).and_then(|s| s.streams.get(&p.stream)).map(|st| st.slot))
         {
-            if let Err(e) = self.engine.release(now, slot, hold) {
+            if let Err(e) = self.engine.release(self.backend.now(), slot, hold) {
                 tracing::error!("client {client}: releasing a split launch's hold: {e}");
             }
         }
@@ -1070,6 +1060,30 @@ mod tests {
         assert_eq!(other.status().memory_used, 0);
         assert_eq!(other.backend.kernels_loaded(), 0, "the part's module is unloaded");
         assert_eq!(home.sessions[&1].streams.len(), 1, "the split's own stream is gone");
+    }
+
+    /// The client's weight summed over its streams, in the engine.
+    fn weight_of(core: &Core, client: u64) -> f64 {
+        core.sessions[&client].streams.values().map(|st| core.engine.process(st.slot).expect("live").weight).sum()
+    }
+
+    /// The split's own stream shares the client's weight with its others
+    /// (it does not add a stream's worth to it), and gives it back when it goes.
+    #[test]
+    fn a_split_keeps_the_clients_weight_over_its_streams() {
+        let (mut home, rx0, mut other, rx1) = two_cores();
+        let (frames, buffer, k) = client(&mut home, SCALE, &vec![1u8; BYTES as usize]);
+        request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
+        let part = until_msg(&mut home, &rx1);
+        assert_eq!(home.sessions[&1].streams.len(), 2, "the split's own stream runs");
+        assert!((weight_of(&home, 1) - 1.0).abs() < 1e-9, "weight {} while the split runs", weight_of(&home, 1));
+        other.handle(part);
+        let done = until_msg(&mut other, &rx0);
+        home.handle(done);
+        request(&mut home, 1, 11, Request::SyncStream(StreamId(0)));
+        assert_eq!(until(&mut home, &frames, synced(11)), Ok(Reply::Done));
+        assert_eq!(home.sessions[&1].streams.len(), 1, "the split's own stream is gone");
+        assert!((weight_of(&home, 1) - 1.0).abs() < 1e-9, "weight {} after the split", weight_of(&home, 1));
     }
 
     /// Declared slices: GPU 1 sends back only its blocks' bytes, copied in as they are.
