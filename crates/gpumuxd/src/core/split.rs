@@ -134,6 +134,9 @@ pub struct Part {
     client: u64,
     name: String,
     limits: ClientLimits,
+    /// The client's priority and weight, its part session's on the other GPU.
+    priority: i32,
+    weight: f64,
     module: (String, String, Vec<String>),
     kernel: String,
     launch: gpumux_proto::Launch,
@@ -497,12 +500,14 @@ impl Core {
                     }
                 }
             }
-            let (name, limits, module) = match self.sessions.get(&client) {
+            let (name, limits, priority, weight, module) = match self.sessions.get(&client) {
                 Some(s) => {
                     let m = s.modules.values().find(|m| m.kernels.contains(&p.launch.kernel));
                     (
                         s.name.clone(),
                         s.limits.clone(),
+                        s.priority,
+                        s.weight,
                         m.map(|m| (m.name.clone(), m.source.clone(), m.options.clone())).unwrap_or_default(),
                     )
                 }
@@ -532,6 +537,8 @@ impl Core {
                     client,
                     name: name.clone(),
                     limits: limits.clone(),
+                    priority,
+                    weight,
                     module: module.clone(),
                     kernel: p.kernel.clone(),
                     launch: p.launch.clone(),
@@ -799,6 +806,8 @@ impl Core {
         let mut s = Session::new(key, Peer { pid: 0, uid: 0, gid: 0 }, part.limits.clone(), out);
         s.out = None;
         s.phase = Phase::Open;
+        // Its blocks run at the client's priority and weight, as at home.
+        (s.priority, s.weight) = (part.priority, part.weight);
         s.name = format!("{}#{} (split from GPU {})", part.name, part.client, part.home_gpu);
         self.sessions.insert(key, s);
         let (mname, source, options) = &part.module;
@@ -1084,6 +1093,25 @@ mod tests {
         assert_eq!(until(&mut home, &frames, synced(11)), Ok(Reply::Done));
         assert_eq!(home.sessions[&1].streams.len(), 1, "the split's own stream is gone");
         assert!((weight_of(&home, 1) - 1.0).abs() < 1e-9, "weight {} after the split", weight_of(&home, 1));
+    }
+
+    /// An urgent, heavy client's blocks on GPU 1 run at its priority and
+    /// weight there, not at a new session's 0 and 1.
+    #[test]
+    fn a_part_runs_at_the_clients_priority_and_weight() {
+        let (mut home, _rx0, mut other, rx1) = two_cores();
+        let (_frames, buffer, k) = client(&mut home, SCALE, &vec![1u8; BYTES as usize]);
+        let s = home.sessions.get_mut(&1).expect("client 1");
+        (s.priority, s.weight) = (5, 3.0);
+        request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
+        let part = until_msg(&mut home, &rx1);
+        other.handle(part);
+        let key = *other.split.parts.keys().next().expect("the part runs on GPU 1");
+        let s = &other.sessions[&key];
+        assert_eq!((s.priority, s.weight), (5, 3.0));
+        let st = s.streams.values().next().expect("the part's stream");
+        let info = other.engine.process(st.slot).expect("live");
+        assert_eq!((info.priority, info.weight), (5, 3.0), "in the engine too");
     }
 
     /// Declared slices: GPU 1 sends back only its blocks' bytes, copied in as they are.
