@@ -164,7 +164,8 @@ pub struct Session {
     /// Its reader's and writer's poll window: urgent while its priority is above 0.
     pub spin: ConnSpin,
     next_handle: u64,
-    next_stream: u32,
+    /// The next stream id (`next_stream`); a test sets it to run out.
+    pub(crate) next_stream: u32,
 }
 
 impl Session {

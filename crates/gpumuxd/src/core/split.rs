@@ -563,7 +563,18 @@ impl Core {
             p.sending = t.elapsed();
         }
         if let Err(e) = self.run_own_ranges(token, own) {
-            self.range_ended(token, 0, Err(e.message));
+            self.own_ranges_failed(token, e.message);
+        }
+    }
+
+    /// `run_own_ranges` failed before it counted its ranges (no stream for
+    /// them): the split fails, and finishes when the parts out have ended
+    /// (`range_ended` would count one range too many off `ranges_left`).
+    fn own_ranges_failed(&mut self, token: u64, why: String) {
+        let Some(p) = self.split.pending.get_mut(&token) else { return };
+        p.error.get_or_insert(format!("GPU {}: {why}", self.gpu));
+        if p.ranges_left == 0 {
+            self.split_finish(token);
         }
     }
 
@@ -781,7 +792,7 @@ impl Core {
             );
             let token = d.token;
             if let Err(e) = self.run_own_ranges(token, vec![range]) {
-                self.range_ended(token, 0, Err(e.message));
+                self.own_ranges_failed(token, e.message);
             }
             self.range_ended(token, d.index, Ok(Vec::new()));
             return;
@@ -1112,6 +1123,27 @@ mod tests {
         let st = s.streams.values().next().expect("the part's stream");
         let info = other.engine.process(st.slot).expect("live");
         assert_eq!((info.priority, info.weight), (5, 3.0), "in the engine too");
+    }
+
+    /// No stream for the home GPU's range: the split fails, but only once
+    /// GPU 1's part, still out, has ended (the range never counted is not
+    /// counted off).
+    #[test]
+    fn a_split_whose_own_range_cannot_start_waits_for_the_part_out() {
+        let (mut home, rx0, mut other, rx1) = two_cores();
+        let (frames, buffer, k) = client(&mut home, SCALE, &vec![1u8; BYTES as usize]);
+        home.sessions.get_mut(&1).expect("client 1").next_stream = u32::MAX;
+        request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
+        request(&mut home, 1, 11, Request::SyncStream(StreamId(0)));
+        let part = until_msg(&mut home, &rx1);
+        assert_eq!(home.split.pending.len(), 1, "the split waits for GPU 1's part");
+        assert!(frames.try_iter().all(|f| !matches!(f, ServerFrame::Reply { id: 11, .. })), "synced before the part");
+        other.handle(part);
+        let done = until_msg(&mut other, &rx0);
+        home.handle(done);
+        let r = until(&mut home, &frames, synced(11));
+        assert!(r.as_ref().is_err_and(|e| e.message.contains("no stream ids left")), "{r:?}");
+        assert!(home.split.pending.is_empty());
     }
 
     /// Declared slices: GPU 1 sends back only its blocks' bytes, copied in as they are.
