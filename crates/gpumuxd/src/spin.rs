@@ -128,11 +128,20 @@ impl ConnSpin {
         self.0.hold_until.fetch_max(until, Ordering::Relaxed);
     }
     /// Whether a [`ConnSpin::hold_for`] is still under way, or the window
-    /// learned from the client's cadence since its last request.
+    /// learned from the client's cadence since its last request. Past that
+    /// window the connection no longer counts in [`REGULAR`]: its reader
+    /// asks this before it sleeps, so a client that went idle stops
+    /// shortening the others' caps then, not at its next request or its end.
     pub fn held(&self) -> bool {
-        let now = now_ns();
+        self.held_at(now_ns())
+    }
+    fn held_at(&self, now: u64) -> bool {
         let until = self.0.hold_until.load(Ordering::Relaxed);
-        (until != 0 && now < until) || now < self.0.cadence.awake_until()
+        let awake = now < self.0.cadence.awake_until();
+        if !awake && self.0.regular.swap(false, Ordering::Relaxed) {
+            REGULAR.fetch_sub(1, Ordering::Relaxed);
+        }
+        (until != 0 && now < until) || awake
     }
     /// A request came (called by the connection's reader for each one): the
     /// cadence learns from its gap to the last (module doc of
@@ -214,6 +223,14 @@ mod tests {
         spin.note_request_at(t0 + 2_000_000 + 6_000_000);
         assert_eq!(spin.cadence_window(), Duration::ZERO);
         assert!(!spin.0.regular.load(Ordering::Relaxed));
+        // Its window over with no request since: it no longer counts once asked.
+        spin.note_request_at(t0 + 10_000_000);
+        spin.note_request_at(t0 + 12_000_000);
+        assert!(spin.0.regular.load(Ordering::Relaxed));
+        assert!(spin.held_at(t0 + 12_000_000 + 2_999_999));
+        assert!(spin.0.regular.load(Ordering::Relaxed), "counted while its window lasts");
+        assert!(!spin.held_at(t0 + 12_000_000 + 3_000_000));
+        assert!(!spin.0.regular.load(Ordering::Relaxed), "idle past its window: not counted");
         let again = ConnSpin::default();
         again.note_request_at(t0);
         again.note_request_at(t0 + 1_000_000);
