@@ -226,8 +226,14 @@ fn the_simulator_replays_a_recording_of_itself_within_a_few_percent() {
         for c in r["clients"].as_array().expect("clients") {
             assert!(c["recorded_ms"].as_f64().unwrap() > 10.0, "a client of tens of ms: {c}");
         }
-        // The two shared a device: sharing slowed them down, or the check checks nothing.
-        assert!(r["recorded"][0].as_f64().unwrap() > 1.1, "recorded ANTT above 1.1: {}", r["recorded"]);
+        // The two shared a device: sharing slowed them down, or the check checks nothing. A
+        // recording in which they did not (CI once recorded ANTT 0.97: an alone run held off the
+        // CPU by the host's load, slower than the shared one) is a disturbed run like the others
+        // below: recorded again.
+        if r["recorded"][0].as_f64().is_none_or(|antt| antt <= 1.1) {
+            last = Err(format!("recorded ANTT not above 1.1 (sharing must slow them): {}", r["recorded"]));
+            continue;
+        }
         // The workload written is one gpumux runs.
         let run = gpumux(&["run", toml.to_str().unwrap(), "--device", "sim:h100", "--policy", "fcfs", "-q"]);
         assert!(run.status.success(), "{}", stderr(&run));
@@ -244,7 +250,7 @@ fn the_simulator_replays_a_recording_of_itself_within_a_few_percent() {
         }
     }
     if let Err(why) = last {
-        panic!("three recordings in a row replayed off by more than 5 %; the last: {why}");
+        panic!("three recordings in a row disturbed or replayed off by more than 5 %; the last: {why}");
     }
 }
 
