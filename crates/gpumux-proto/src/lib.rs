@@ -953,6 +953,21 @@ pub struct ClientStatus {
 }
 
 impl Request {
+    /// A `Hello` of this [`VERSION`] at weight 1, placed by the daemon and
+    /// declaring no class: the common case, so that a field added to `Hello`
+    /// is not written again at every site that needs no more than this.
+    pub fn hello(name: impl Into<String>, priority: i32) -> Request {
+        Request::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            name: name.into(),
+            priority,
+            weight: 1.0,
+            gpu: None,
+            class: None,
+        }
+    }
+
     /// The request's name, for messages (`Launch`, `CopyToDevice`).
     pub fn name(&self) -> &'static str {
         match self {

@@ -255,15 +255,7 @@ mod tests {
     use gpumux_proto::{encode_frame, MAGIC, VERSION};
 
     fn hello() -> Vec<u8> {
-        let request = Request::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            name: "t".into(),
-            priority: 0,
-            weight: 1.0,
-            gpu: None,
-            class: None,
-        };
+        let request = Request::hello("t", 0);
         encode_frame(&ClientFrame { id: 1, request }).unwrap()
     }
 

@@ -1029,7 +1029,7 @@ impl Core {
 mod tests {
     use super::*;
     use crate::backend::sim::SimBackend;
-    use gpumux_proto::{BufferSlice, MAGIC, VERSION};
+    use gpumux_proto::BufferSlice;
 
     fn request(core: &mut Core, client: u64, id: u64, request: Request) {
         core.inbound(client, Inbound::Request { id, request, fd: None });
@@ -1045,15 +1045,7 @@ mod tests {
         let mut core = Core::new(Box::new(backend), None).expect("a core on sim:h100");
         let (tx, _rx) = std::sync::mpsc::channel();
         core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello = Request::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            name: "t".into(),
-            priority: 0,
-            weight: 1.0,
-            gpu: None,
-            class: None,
-        };
+        let hello = Request::hello("t", 0);
         request(&mut core, 1, 1, hello);
         request(&mut core, 1, 2, Request::Alloc { bytes: 4096 });
         request(&mut core, 1, 3, Request::Alloc { bytes: 4096 });
@@ -1089,15 +1081,7 @@ mod tests {
         core.connect(1, peer, ClientLimits { queued_ops: 1, ..ClientLimits::default() }, tx.clone());
         core.connect(2, peer, ClientLimits::default(), tx);
         for client in [1, 2] {
-            let hello = Request::Hello {
-                magic: MAGIC,
-                version: VERSION,
-                name: "t".into(),
-                priority: 0,
-                weight: 1.0,
-                gpu: None,
-                class: None,
-            };
+            let hello = Request::hello("t", 0);
             request(&mut core, client, 1, hello);
         }
         let module =
@@ -1186,15 +1170,7 @@ mod tests {
         let load = |core: &mut Core, client: u64, source: &str| {
             let (tx, rx) = std::sync::mpsc::channel();
             core.connect(client, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-            let hello = Request::Hello {
-                magic: MAGIC,
-                version: VERSION,
-                name: "t".into(),
-                priority: 0,
-                weight: 1.0,
-                gpu: None,
-                class: None,
-            };
+            let hello = Request::hello("t", 0);
             request(core, client, 1, hello);
             let module = Request::LoadModule { name: "m.cu".into(), source: source.into(), options: Vec::new() };
             request(core, client, 2, module);

@@ -679,7 +679,7 @@ mod tests {
     use crate::backend::ends_ahead::{EndAhead, KnownEnds};
     use crate::backend::sim::SimBackend;
     use crate::backend::{ModuleImage, Wake};
-    use gpumux_proto::{Launch, MAGIC, VERSION};
+    use gpumux_proto::Launch;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// The `Backend` methods a test backend leaves to its simulator (`self.sim`).
@@ -775,15 +775,7 @@ mod tests {
         let mut core = Core::new(backend, None).expect("a core on sim:h100");
         let (tx, replies) = std::sync::mpsc::channel();
         core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello = Request::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            name: "t".into(),
-            priority: 0,
-            weight: 1.0,
-            gpu: None,
-            class: None,
-        };
+        let hello = Request::hello("t", 0);
         assert!(core.handle(request(1, hello)));
         let module =
             Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };

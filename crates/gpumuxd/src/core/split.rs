@@ -924,7 +924,7 @@ impl Core {
 mod tests {
     use super::*;
     use crate::backend::sim::SimBackend;
-    use gpumux_proto::{BufferSlice, Launch, ServerFrame, MAGIC, VERSION};
+    use gpumux_proto::{BufferSlice, Launch, ServerFrame};
     use std::sync::mpsc::{channel, Receiver};
 
     const SCALE: &str = "__global__ void scale(float* x, unsigned n) {\n  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) x[i] *= 2.0f;\n}\n";
@@ -981,15 +981,7 @@ mod tests {
     fn client(core: &mut Core, source: &str, data: &[u8]) -> (Receiver<ServerFrame>, BufferId, Vec<KernelId>) {
         let (tx, frames) = channel();
         core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello = Request::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            name: "t".into(),
-            priority: 0,
-            weight: 1.0,
-            gpu: None,
-            class: None,
-        };
+        let hello = Request::hello("t", 0);
         request(core, 1, 1, hello);
         request(core, 1, 2, Request::Alloc { bytes: data.len() as u64 });
         let module = Request::LoadModule { name: "m.cu".into(), source: source.into(), options: vec![] };

@@ -727,7 +727,7 @@ mod tests {
     use super::*;
     use crate::backend::sim::SimBackend;
     use crate::session::Peer;
-    use gpumux_proto::{BufferSlice, MAGIC, VERSION};
+    use gpumux_proto::BufferSlice;
     use std::os::fd::{AsRawFd, FromRawFd};
     use std::sync::mpsc::Receiver;
 
@@ -784,15 +784,7 @@ mod tests {
     fn open(core: &mut Core, client: u64) -> Receiver<ServerFrame> {
         let (tx, rx) = std::sync::mpsc::channel();
         core.connect(client, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello = Request::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            name: "t".into(),
-            priority: 0,
-            weight: 1.0,
-            gpu: None,
-            class: None,
-        };
+        let hello = Request::hello("t", 0);
         call(core, &rx, client, 1, hello);
         rx
     }
@@ -908,15 +900,7 @@ mod tests {
         let rx1 = open(&mut core, 1);
         let (tx, rx2) = std::sync::mpsc::channel();
         core.connect(2, Peer { pid: 2, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello = Request::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            name: "u".into(),
-            priority: 5,
-            weight: 1.0,
-            gpu: None,
-            class: None,
-        };
+        let hello = Request::hello("u", 5);
         call(&mut core, &rx2, 2, 1, hello);
         let a = alloc(&mut core, &rx1, 1, 2, 38 * MIB);
         // Kept for far longer than this test runs.
