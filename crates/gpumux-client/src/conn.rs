@@ -3,7 +3,8 @@
 //!
 //! Any thread may send; each request registers a one-shot channel under a
 //! fresh id before its frame is written, and the reader thread fills it when
-//! the reply with that id comes. Notices are kept for `take_notices`. When
+//! the reply with that id comes (through the rings, a waiting caller reads
+//! and routes the replies itself while it polls: `reply_ring`). Notices are kept for `take_notices`. When
 //! the socket closes, every waiting caller gets [`ClientError::DaemonGone`].
 //!
 //! A request sent with [`Connection::send_deferred`] (a launch, an asynchronous copy) has no
@@ -35,6 +36,7 @@
 //! to request 0" (issue 36, case 5).
 
 use crate::error::{ClientError, Result};
+use crate::reply_ring::ReplyRing;
 use gpumux_proto::{
     decode_frame_body, encode_frame, ClientFrame, ErrorReply, FrameReader, Notice, Reply, Request, ServerFrame,
 };
@@ -52,14 +54,14 @@ type Answer = std::result::Result<Reply, ErrorReply>;
 
 /// What a waiting caller gets: its answer, or the daemon's reason for
 /// closing the connection before answering.
-enum Routed {
+pub(crate) enum Routed {
     Answer(Answer),
     Closed(ErrorReply),
 }
 
 /// What the reader thread and the callers share.
 #[derive(Default)]
-struct Routing {
+pub(crate) struct Routing {
     /// Callers waiting, by request id.
     waiting: HashMap<u64, Sender<Routed>>,
     /// Set once the socket is closed: nothing more will be answered.
@@ -86,6 +88,41 @@ struct Routing {
 const MAX_NAMED: usize = 1024;
 
 impl Routing {
+    /// Whether a call waits for a reply (sent, and not yet answered).
+    pub(crate) fn awaited(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// Hands one frame from the daemon to whoever waits for it. Frames are
+    /// routed in the order they came, by one thread at a time (the reader
+    /// thread, or a caller reading the ring itself: `reply_ring`), so a
+    /// launch's refusal is kept before the reply of the sync after it is handed on.
+    pub(crate) fn route(&mut self, frame: ServerFrame) {
+        match frame {
+            ServerFrame::Reply { id, result } => {
+                // A reply nobody waits for is a launch's (or an
+                // asynchronous copy's) refusal (module doc). Id 0 is no request's: the daemon's word on why it
+                // closes the connection, kept for every call from then on.
+                if let Some(tx) = self.waiting.remove(&id) {
+                    if let Some(name) = self.reported.remove(&id) {
+                        if let Err(error) = &result {
+                            self.deferred_errors.push_back((name, error.clone()));
+                        }
+                    }
+                    let _ = tx.send(Routed::Answer(result));
+                } else if id != 0 {
+                    let name = self.named.remove(&id).unwrap_or("Launch");
+                    if let Err(error) = result {
+                        self.deferred_errors.push_back((name, error));
+                    }
+                } else if let Err(error) = result {
+                    self.farewell = Some(error);
+                }
+            }
+            ServerFrame::Notice(notice) => self.notices.push(notice),
+        }
+    }
+
     /// The error of a call on a closed connection: the daemon's reason, if it gave one.
     fn gone(&self) -> ClientError {
         match &self.farewell {
@@ -118,9 +155,14 @@ fn origin() -> std::time::Instant {
 }
 
 /// Whether `until` (ns after [`origin`], 0: none) is still ahead.
-fn before(until: &AtomicU64) -> bool {
+pub(crate) fn before(until: &AtomicU64) -> bool {
     let until = until.load(Ordering::Relaxed);
     until != 0 && (origin().elapsed().as_nanos() as u64) < until
+}
+
+/// Now, in ns after [`origin`].
+pub(crate) fn origin_ns() -> u64 {
+    origin().elapsed().as_nanos() as u64
 }
 
 /// `GPUMUX_SPIN_US` in µs (read once), if set and above 0.
@@ -134,7 +176,7 @@ fn fixed_spin() -> Option<u64> {
 /// The poll window of a thread whose own default is `default`:
 /// `GPUMUX_SPIN_US` (read once) if set, else [`URGENT_SPIN`] for an urgent
 /// client, else the default.
-fn spin_window(default: std::time::Duration, urgent: bool) -> std::time::Duration {
+pub(crate) fn spin_window(default: std::time::Duration, urgent: bool) -> std::time::Duration {
     match fixed_spin() {
         Some(us) => std::time::Duration::from_micros(us.min(1_000_000)),
         None if urgent => default.max(URGENT_SPIN),
@@ -144,7 +186,7 @@ fn spin_window(default: std::time::Duration, urgent: bool) -> std::time::Duratio
 
 /// Takes a lock even if a thread panicked holding it: the data under these
 /// locks stays consistent at every await point (a map insert, a push).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -155,28 +197,42 @@ pub(crate) struct PendingReply {
     rx: Receiver<Routed>,
     /// How long to poll for it before sleeping.
     spin: std::time::Duration,
+    /// The replies' ring, which the waiting call reads itself while it polls (`reply_ring`).
+    ring: Option<Arc<ReplyRing>>,
 }
 
 impl PendingReply {
     /// Waits for the reply; a daemon error becomes [`ClientError::Daemon`].
     pub(crate) fn wait(self) -> Result<Reply> {
-        let start = std::time::Instant::now();
-        let spin = self.spin;
-        let mut looks = 0u32;
-        let answer = loop {
-            match self.rx.try_recv() {
-                Ok(a) => break Ok(a),
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => break Err(()),
-                Err(std::sync::mpsc::TryRecvError::Empty) if start.elapsed() < spin => gpumux_ring::relax(looks),
-                Err(std::sync::mpsc::TryRecvError::Empty) => break self.rx.recv().map_err(|_| ()),
-            }
-            looks = looks.saturating_add(1);
+        let answer = match &self.ring {
+            Some(ring) => match ring.poll_for(&self.rx, self.spin) {
+                Some(answer) => answer,
+                None => self.rx.recv().map_err(|_| ()),
+            },
+            None => self.poll_channel(),
         };
         match answer {
             Ok(Routed::Answer(Ok(reply))) => Ok(reply),
             Ok(Routed::Answer(Err(error))) => Err(ClientError::Daemon { request: self.request, error }),
             Ok(Routed::Closed(error)) => Err(ClientError::Closed { error }),
             Err(_) => Err(ClientError::DaemonGone),
+        }
+    }
+
+    /// The wait on a socket connection: polls the channel the reader thread
+    /// answers on for the spin window, then sleeps on it.
+    fn poll_channel(&self) -> std::result::Result<Routed, ()> {
+        let start = std::time::Instant::now();
+        let spin = self.spin;
+        let mut looks = 0u32;
+        loop {
+            match self.rx.try_recv() {
+                Ok(a) => return Ok(a),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return Err(()),
+                Err(std::sync::mpsc::TryRecvError::Empty) if start.elapsed() < spin => gpumux_ring::relax(looks),
+                Err(std::sync::mpsc::TryRecvError::Empty) => return self.rx.recv().map_err(|_| ()),
+            }
+            looks = looks.saturating_add(1);
         }
     }
 
@@ -198,6 +254,8 @@ pub(crate) struct Connection {
     routing: Arc<Mutex<Routing>>,
     next_id: AtomicU64,
     reader: Option<JoinHandle<()>>,
+    /// The replies' ring once accepted, read by the reader thread and by waiting calls.
+    reply_ring: Option<Arc<ReplyRing>>,
     /// The client's priority is above 0 (`spin_window`); the reader thread reads it too.
     urgent: Arc<AtomicBool>,
     /// Until when (ns after [`origin`]) the reader thread polls whatever its
@@ -244,24 +302,31 @@ impl Connection {
         };
         let mut routing = Routing::default();
         let ring = if rings { offer_rings(&stream, &mut frames, &mut buf, &mut routing.notices)? } else { None };
-        let (ring_tx, ring_rx) = match ring {
-            Some((tx, rx)) => (Some(tx), Some(rx)),
-            None => (None, None),
-        };
         let routing = Arc::new(Mutex::new(routing));
         let reader_stream = stream.try_clone()?;
-        let reader_routing = Arc::clone(&routing);
         let urgent = Arc::new(AtomicBool::new(false));
         let spin_until = Arc::new(AtomicU64::new(0));
         let (reader_urgent, reader_until) = (Arc::clone(&urgent), Arc::clone(&spin_until));
-        let reader = std::thread::Builder::new()
-            .name("gpumux-client-reader".into())
-            .spawn(move || read_loop(reader_stream, ring_rx, frames, reader_routing, reader_urgent, reader_until))?;
+        let (ring_tx, reply_ring, reader) = match ring {
+            Some((tx, rx)) => {
+                let replies = ReplyRing::new(rx, frames, Arc::clone(&routing));
+                let reader = replies.spawn_reader(reader_stream, reader_urgent, reader_until)?;
+                (Some(tx), Some(replies), reader)
+            }
+            None => {
+                let reader_routing = Arc::clone(&routing);
+                let reader = std::thread::Builder::new()
+                    .name("gpumux-client-reader".into())
+                    .spawn(move || read_loop(reader_stream, frames, reader_routing, reader_urgent, reader_until))?;
+                (None, None, reader)
+            }
+        };
         let conn = Connection {
             writer: Mutex::new(Writer { stream, ring: ring_tx }),
             routing,
             next_id: AtomicU64::new(RINGS_ID + 1),
             reader: Some(reader),
+            reply_ring,
             urgent,
             spin_until,
             cadence: gpumux_ring::cadence::Cadence::new(),
@@ -341,7 +406,12 @@ impl Connection {
             }
             return Err(self.write_failed(e));
         }
-        Ok(PendingReply { request: name, rx, spin: spin_window(SPIN_FOR_REPLY, self.urgent.load(Ordering::Relaxed)) })
+        Ok(PendingReply {
+            request: name,
+            rx,
+            spin: spin_window(SPIN_FOR_REPLY, self.urgent.load(Ordering::Relaxed)),
+            ring: self.reply_ring.clone(),
+        })
     }
 
     /// A request goes out now: the cadence learns its gap to the last, and a
@@ -475,14 +545,14 @@ impl Drop for Connection {
 }
 
 /// Bytes one read of the socket takes at most.
-const READ_CHUNK: usize = 64 * 1024;
+pub(crate) const READ_CHUNK: usize = 64 * 1024;
 
 /// How long the reader thread polls the socket after a frame before it
 /// sleeps on it: a working client's replies come tens of µs apart, and one
 /// caught here saves the wake-up of a thread blocked in `read` on the reply's
 /// path. One core busy for at most this long after each reply, yielding
 /// between tries.
-const READER_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
+pub(crate) const READER_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Reads the next whole frame from `stream` (blocking), reading through `buf`
 /// (kept by the caller: zeroing 64 KiB for every frame cost a few µs on
@@ -534,7 +604,7 @@ const RINGS_ID: u64 = 2;
 /// The socket byte that carries an `AttachShm`'s descriptor (ringed).
 const FD_MARKER: u8 = 1;
 /// A ring poll reads the socket too (for the daemon's end) once every this many tries.
-const SOCKET_EVERY: u32 = 64;
+pub(crate) const SOCKET_EVERY: u32 = 64;
 
 /// Whether `GPUMUX_RINGS` leaves the rings on (anything but `0`, or unset).
 pub(crate) fn rings_from_env() -> bool {
@@ -625,7 +695,7 @@ fn offer_rings(
 }
 
 /// Reads what the socket holds now into `frames`; the daemon's end is [`ClientError::DaemonGone`].
-fn drain_socket(stream: &UnixStream, frames: &mut FrameReader, buf: &mut [u8]) -> Result<()> {
+pub(crate) fn drain_socket(stream: &UnixStream, frames: &mut FrameReader, buf: &mut [u8]) -> Result<()> {
     loop {
         // SAFETY: `buf` is valid for writes of its length.
         let got = unsafe { libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
@@ -641,61 +711,12 @@ fn drain_socket(stream: &UnixStream, frames: &mut FrameReader, buf: &mut [u8]) -
     }
 }
 
-/// [`read_frame`] once the daemon's frames come through the ring: polls the
-/// ring for the spin window after `spin_from` (the socket every
-/// [`SOCKET_EVERY`]th try, for the daemon's end), then sleeps on the socket
-/// until a doorbell or the end.
-fn read_frame_ring(
-    stream: &UnixStream,
-    rx: &mut RingReceiver,
-    frames: &mut FrameReader,
-    buf: &mut [u8],
-    spin_from: std::time::Instant,
-    urgent: bool,
-    spin_until: &AtomicU64,
-) -> Result<ServerFrame> {
-    let mut inbox = Vec::new();
-    let mut tries = 0u32;
-    let mut ended = false;
-    loop {
-        if let Some(body) = frames.next_body()? {
-            return Ok(decode_frame_body(&body)?);
-        }
-        inbox.clear();
-        let n = rx
-            .read_into(&mut inbox, usize::MAX)
-            .map_err(|e| ClientError::Protocol { request: "a reply", got: e.to_string() })?;
-        if n > 0 {
-            frames.extend(&inbox);
-            continue;
-        }
-        if ended {
-            return Err(ClientError::DaemonGone);
-        }
-        tries = tries.wrapping_add(1);
-        let spinning = spin_from.elapsed() < spin_window(READER_SPIN, urgent) || before(spin_until);
-        if spinning && !tries.is_multiple_of(SOCKET_EVERY) {
-            gpumux_ring::relax(tries);
-            continue;
-        }
-        if !spinning {
-            // Until the daemon's doorbell or end (an error here is seen on the read below).
-            let _ = rx.sleep_on(stream.as_fd(), None);
-        }
-        // Doorbells say nothing more; the end is read once the ring is empty.
-        let mut doorbells = FrameReader::new();
-        if let Err(ClientError::DaemonGone) = drain_socket(stream, &mut doorbells, buf) {
-            ended = true;
-        }
-    }
-}
-
-/// The reader thread: routes replies and keeps notices until the socket
+/// The reader thread of a socket connection (a ringed one's is
+/// `ReplyRing`'s): routes replies and keeps notices until the socket
 /// closes or a frame does not decode (then closes it: the stream cannot be
 /// trusted past a bad frame).
 fn read_loop(
     stream: UnixStream,
-    mut ring: Option<RingReceiver>,
     mut frames: FrameReader,
     routing: Arc<Mutex<Routing>>,
     urgent: Arc<AtomicBool>,
@@ -703,42 +724,19 @@ fn read_loop(
 ) {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut last = std::time::Instant::now();
-    let mut next = |last: std::time::Instant, buf: &mut [u8], frames: &mut FrameReader| {
-        let urgent = urgent.load(Ordering::Relaxed);
-        match ring.as_mut() {
-            Some(rx) => read_frame_ring(&stream, rx, frames, buf, last, urgent, &spin_until),
-            None => read_frame(&stream, frames, buf, Some(last), urgent, Some(&spin_until)),
-        }
-    };
-    while let Ok(frame) = next(last, &mut buf, &mut frames) {
+    while let Ok(frame) =
+        read_frame(&stream, &mut frames, &mut buf, Some(last), urgent.load(Ordering::Relaxed), Some(&spin_until))
+    {
         last = std::time::Instant::now();
-        let mut routing = lock(&routing);
-        match frame {
-            ServerFrame::Reply { id, result } => {
-                // A reply nobody waits for is a launch's (or an
-                // asynchronous copy's) refusal (module doc). Id 0 is no request's: the daemon's word on why it
-                // closes the connection, kept for every call from then on.
-                if let Some(tx) = routing.waiting.remove(&id) {
-                    if let Some(name) = routing.reported.remove(&id) {
-                        if let Err(error) = &result {
-                            routing.deferred_errors.push_back((name, error.clone()));
-                        }
-                    }
-                    let _ = tx.send(Routed::Answer(result));
-                } else if id != 0 {
-                    let name = routing.named.remove(&id).unwrap_or("Launch");
-                    if let Err(error) = result {
-                        routing.deferred_errors.push_back((name, error));
-                    }
-                } else if let Err(error) = result {
-                    routing.farewell = Some(error);
-                }
-            }
-            ServerFrame::Notice(notice) => routing.notices.push(notice),
-        }
+        lock(&routing).route(frame);
     }
+    close_routing(&stream, &routing);
+}
+
+/// The end of the reader thread: the socket shut, every waiting caller told.
+pub(crate) fn close_routing(stream: &UnixStream, routing: &Mutex<Routing>) {
     let _ = stream.shutdown(std::net::Shutdown::Both);
-    let mut routing = lock(&routing);
+    let mut routing = lock(routing);
     routing.closed = true;
     // Every waiting caller gets the daemon's reason, if it gave one; else
     // dropping the senders wakes them with DaemonGone.

@@ -44,6 +44,7 @@ mod error;
 pub mod ffi;
 mod handles;
 mod host;
+mod reply_ring;
 mod runtime_calls;
 mod shm;
 

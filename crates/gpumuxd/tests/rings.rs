@@ -202,3 +202,115 @@ fn replies_that_overflow_a_small_ring_all_come_in_order_once_the_client_reads() 
         .collect();
     assert_eq!(ids, (3..3 + N).collect::<Vec<_>>(), "every reply, in order");
 }
+
+/// A ringed client whose threads wait at once: each waiting call reads the
+/// reply ring itself while it polls and routes whatever it finds, its own
+/// reply or another thread's (gpumux-client's `reply_ring`). Every thread must
+/// get its own replies: its own buffer's bytes back after its own launches
+/// (each thread a different count of them), and the daemon's status between.
+#[test]
+fn threads_of_one_ringed_client_each_get_their_own_replies() {
+    let d = Daemon::start(None);
+    let client =
+        Client::connect(ConnectOptions { socket: Some(d.socket.clone()), ..ConnectOptions::named("threads") }).unwrap();
+    assert!(client.uses_rings(), "the daemon accepts the rings");
+    let k = client.load_module("m", SOURCE, &[]).unwrap().kernel("k").unwrap();
+    const N: usize = 256;
+    std::thread::scope(|s| {
+        for t in 0..4u32 {
+            let (client, k) = (&client, &k);
+            s.spawn(move || {
+                let stream = client.create_stream().unwrap();
+                let buf = client.alloc((N * 4) as u64).unwrap();
+                let start: Vec<f32> = (0..N).map(|i| (t * 1000 + i as u32) as f32).collect();
+                let bytes: Vec<u8> = start.iter().flat_map(|v| v.to_le_bytes()).collect();
+                client.copy_to_device(&buf, 0, &bytes, stream).unwrap();
+                let args = [Arg::buffer(&buf), Arg::bytes((N as i32).to_le_bytes())];
+                // A different count per thread: a reply routed to the wrong thread shows.
+                let rounds = 20 + 7 * t as usize;
+                for round in 0..rounds {
+                    let config = LaunchConfig::new([2, 1, 1], [128, 1, 1]).stream(stream).block_time_ns(1_000);
+                    client.launch(k, &config, &args).unwrap();
+                    client.sync(stream).unwrap();
+                    if round % 5 == 0 {
+                        assert!(!client.status().unwrap().clients.is_empty(), "thread {t}: the status names us");
+                    }
+                }
+                let mut back = vec![0u8; bytes.len()];
+                client.copy_to_host(&buf, 0, &mut back, stream).unwrap();
+                // The simulated device's kernels take time but compute nothing.
+                let added = if client.is_simulated() { 0.0 } else { rounds as f32 };
+                for (i, word) in back.chunks_exact(4).enumerate() {
+                    let got = f32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+                    assert_eq!(
+                        got,
+                        start[i] + added,
+                        "thread {t}, element {i}: its own buffer after {rounds} launches"
+                    );
+                }
+            });
+        }
+    });
+    client.close().unwrap();
+}
+
+/// A call whose reply comes long after its poll window: the call stops
+/// reading the ring, wakes the client's reader thread and sleeps; the reader
+/// must read the reply and hand it on (the fallback of `reply_ring`).
+#[test]
+fn a_reply_that_outlasts_the_callers_poll_still_reaches_it() {
+    let d = Daemon::start(None);
+    let client =
+        Client::connect(ConnectOptions { socket: Some(d.socket.clone()), ..ConnectOptions::named("slow") }).unwrap();
+    assert!(client.uses_rings(), "the daemon accepts the rings");
+    let k = client.load_module("m", SOURCE, &[]).unwrap().kernel("k").unwrap();
+    let buf = client.alloc(4 * 256).unwrap();
+    let args = [Arg::buffer(&buf), Arg::bytes(256i32.to_le_bytes())];
+    for _ in 0..3 {
+        // Idle past every window first, so the reader thread sleeps on the socket too.
+        std::thread::sleep(Duration::from_millis(30));
+        let started = Instant::now();
+        // Two kernels of 100 ms of simulated blocks: far beyond the 100 µs a
+        // call polls. Two, because the simulated device may start the first
+        // at the time it was last advanced, before the idle (up to 30 ms
+        // early, seen on 2adeb40 with sockets too); the second starts when
+        // the first ends, so the pair ends at least 100 ms from now.
+        let long = LaunchConfig::new([1, 1, 1], [32, 1, 1]).block_time_ns(100_000_000);
+        client.launch(&k, &long, &args).unwrap();
+        client.launch(&k, &long, &args).unwrap();
+        client.sync(StreamId::DEFAULT).unwrap();
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(100), "the sync waited for the kernels: {took:?}");
+        assert!(took < Duration::from_secs(10), "the sync's reply reached the sleeping caller: {took:?}");
+    }
+    client.close().unwrap();
+}
+
+/// A ringed client's call whose reply never comes, because the daemon died
+/// while the call waited, gets an error, not a hang.
+#[test]
+fn a_call_waiting_when_the_daemon_dies_gets_an_error() {
+    let mut d = Daemon::start(None);
+    let client =
+        Client::connect(ConnectOptions { socket: Some(d.socket.clone()), ..ConnectOptions::named("orphan") }).unwrap();
+    assert!(client.uses_rings(), "the daemon accepts the rings");
+    let k = client.load_module("m", SOURCE, &[]).unwrap().kernel("k").unwrap();
+    let buf = client.alloc(4 * 256).unwrap();
+    let args = [Arg::buffer(&buf), Arg::bytes(256i32.to_le_bytes())];
+    // 60 s of simulated blocks: the sync's reply would come long after the test.
+    client.launch(&k, &LaunchConfig::new([1, 1, 1], [32, 1, 1]).block_time_ns(60_000_000_000), &args).unwrap();
+    let pid = d.child.id() as i32;
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: signals our own child process.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    let started = Instant::now();
+    let synced = client.sync(StreamId::DEFAULT);
+    let took = started.elapsed();
+    killer.join().unwrap();
+    let _ = d.child.wait();
+    let e = synced.expect_err("the daemon died before the kernel ended");
+    assert!(matches!(e, gpumux_client::ClientError::DaemonGone), "the daemon's end is reported: {e}");
+    assert!(took < Duration::from_secs(10), "the error came soon after the daemon died: {took:?}");
+}
