@@ -410,7 +410,7 @@ impl Connection {
             request: name,
             rx,
             spin: spin_window(SPIN_FOR_REPLY, self.urgent.load(Ordering::Relaxed)),
-            ring: self.reply_ring.clone(),
+            ring: self.reply_ring.clone().filter(|_| crate::reply_ring::callers_read()),
         })
     }
 

@@ -44,6 +44,14 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
+/// Whether waiting calls read the ring themselves: unless
+/// `GPUMUX_CALLER_READS=0` in the client's environment (read once), which
+/// leaves every read to the reader thread as before, for an A/B in one run.
+pub(crate) fn callers_read() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUMUX_CALLER_READS").map_or(true, |v| v.trim() != "0"))
+}
+
 /// The read end of the ring and what has been read from it but not yet routed.
 struct Side {
     rx: RingReceiver,
@@ -220,7 +228,7 @@ impl ReplyRing {
             let window = spin_window(READER_SPIN, urgent.load(Ordering::Relaxed)).as_nanos() as u64;
             let end = (self.last_frame.load(Ordering::Relaxed) + window).max(spin_until.load(Ordering::Relaxed));
             let spinning = now < end;
-            if spinning && !lock(&self.routing).awaited() {
+            if spinning && callers_read() && !lock(&self.routing).awaited() {
                 std::thread::park_timeout(Duration::from_nanos(end - now).min(PARK));
                 continue;
             }

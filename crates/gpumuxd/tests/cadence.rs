@@ -54,7 +54,7 @@ fn a_client_launching_every_2_ms_is_served_awake_and_its_idle_connection_then_co
     let share = |d: Duration| d.as_secs_f64() / wall.as_secs_f64() * 100.0;
     eprintln!(
         "cadence: launch + sync 2 ms apart p50 {:.1} µs, p99 {:.1} µs; meanwhile the daemon's CPU {:.0} % of a core, \
-         the client's (its library's reader, this test) {:.0} %",
+         the client's (its waiting calls and library's reader, this test) {:.0} %",
         took[took.len() / 2].as_secs_f64() * 1e6,
         took[took.len() * 99 / 100].as_secs_f64() * 1e6,
         share(busy),
@@ -62,15 +62,27 @@ fn a_client_launching_every_2_ms_is_served_awake_and_its_idle_connection_then_co
     );
     // Connected and idle, past every window (5 ms at most): nothing polls.
     std::thread::sleep(Duration::from_millis(50));
-    let (cpu0, t0) = (cpu_of(pid), Instant::now());
+    let (cpu0, own0, t0) = (cpu_of(pid), cpu_of(std::process::id()), Instant::now());
     std::thread::sleep(Duration::from_secs(1));
-    let (idle, wall) = (cpu_of(pid) - cpu0, t0.elapsed());
+    let (idle, own, wall) = (cpu_of(pid) - cpu0, cpu_of(std::process::id()) - own0, t0.elapsed());
     let share = idle.as_secs_f64() / wall.as_secs_f64();
-    eprintln!("cadence: the daemon's CPU with the client connected and idle {:.1} % of a core", share * 100.0);
+    let own_share = own.as_secs_f64() / wall.as_secs_f64();
+    eprintln!(
+        "cadence: with the client connected and idle, the daemon's CPU {:.1} % of a core, the client's {:.1} %",
+        share * 100.0,
+        own_share * 100.0
+    );
     assert!(
         share < 0.05,
         "an idle connection must not keep the daemon polling: {:.1} % of a core over {:.2} s",
         share * 100.0,
+        wall.as_secs_f64()
+    );
+    // Nor the client's library: its reader parks within its window and sleeps on the socket after it.
+    assert!(
+        own_share < 0.05,
+        "an idle connection must not keep the client's library polling: {:.1} % of a core over {:.2} s",
+        own_share * 100.0,
         wall.as_secs_f64()
     );
     // The path still answers after the sleep (the doorbells wake it).
