@@ -538,6 +538,9 @@ impl Drop for Connection {
     fn drop(&mut self) {
         // Ends the reader's blocking read; it then marks the routing closed.
         let _ = lock(&self.writer).stream.shutdown(std::net::Shutdown::Both);
+        if let Some(replies) = &self.reply_ring {
+            replies.close();
+        }
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }

@@ -74,6 +74,9 @@ pub(crate) struct ReplyRing {
     /// When a frame was last routed (ns after `origin`): the reader thread's
     /// window counts from it, whichever thread read the frame.
     last_frame: AtomicU64,
+    /// The connection is being dropped (its socket shut): the reader stops
+    /// parking and goes to the socket, where it finds the end at once.
+    closing: AtomicBool,
 }
 
 /// The longest the reader thread parks before it looks again at whether a
@@ -91,6 +94,7 @@ impl ReplyRing {
             pollers: AtomicU32::new(0),
             reader: OnceLock::new(),
             last_frame: AtomicU64::new(origin_ns()),
+            closing: AtomicBool::new(false),
         })
     }
 
@@ -180,6 +184,15 @@ impl ReplyRing {
         got
     }
 
+    /// The connection's socket was shut: the reader thread, parked for its
+    /// window, goes to the socket now and ends (the drop joins it).
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        if let Some(reader) = self.reader.get() {
+            reader.unpark();
+        }
+    }
+
     /// Starts the reader thread on `stream` (the socket beside the rings).
     pub(crate) fn spawn_reader(
         self: &Arc<Self>,
@@ -210,7 +223,8 @@ impl ReplyRing {
         let mut buf = vec![0u8; READ_CHUNK];
         let mut tries = 0u32;
         loop {
-            if self.pollers.load(Ordering::SeqCst) > 0 {
+            let closing = self.closing.load(Ordering::SeqCst);
+            if self.pollers.load(Ordering::SeqCst) > 0 && !closing {
                 std::thread::park_timeout(PARK);
                 tries = 0;
                 continue;
@@ -227,7 +241,7 @@ impl ReplyRing {
             let now = origin_ns();
             let window = spin_window(READER_SPIN, urgent.load(Ordering::Relaxed)).as_nanos() as u64;
             let end = (self.last_frame.load(Ordering::Relaxed) + window).max(spin_until.load(Ordering::Relaxed));
-            let spinning = now < end;
+            let spinning = now < end && !closing;
             if spinning && callers_read() && !lock(&self.routing).awaited() {
                 std::thread::park_timeout(Duration::from_nanos(end - now).min(PARK));
                 continue;
