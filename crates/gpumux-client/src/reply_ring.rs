@@ -119,6 +119,8 @@ impl ReplyRing {
         }
     }
 
+    /// One read of the ring into `side`'s frames, and each whole frame
+    /// routed, under one hold of the routing lock.
     fn read_and_route(side: &mut Side, routing: &Mutex<Routing>) -> Result<usize, ClientError> {
         side.inbox.clear();
         side.rx
