@@ -59,6 +59,18 @@ fn gone_word(sms: &SmMask, i: usize, seq: u32) -> u32 {
     ((seq & 0xffff) << 16) | bits
 }
 
+/// Set to `start` to record a native launch's end event right after it on
+/// the launch command's own path, as before issue 35 (for comparisons); by
+/// default a native launch whose end is published in host memory records
+/// it only if a poll needs it ([`WorkerLaunch::lazy_end`]).
+pub const NATIVE_END_EVENT_VAR: &str = "GPUMUX_NATIVE_END_EVENT";
+
+/// A native start asked for a lazy end event may leave it unrecorded (not [`NATIVE_END_EVENT_VAR`] = `start`).
+fn native_end_event_lazy() -> bool {
+    static LAZY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LAZY.get_or_init(|| !std::env::var(NATIVE_END_EVENT_VAR).is_ok_and(|v| v.trim() == "start"))
+}
+
 /// Workers to launch for `count` blocks on `mask_sms` of `sm_count` SMs.
 /// Enough to reach every SM: those outside the mask or over the cap leave
 /// at once. On the whole GPU a small launch needs fewer: the first worker
@@ -279,8 +291,8 @@ pub struct WorkerLaunch {
     native_published: bool,
     /// The next native start publishes its end ([`WorkerLaunch::publish_end`]).
     publish_end: bool,
-    /// The next native start made by a launcher thread records no end
-    /// event ([`WorkerLaunch::lazy_end`]).
+    /// The next native start records no end event unless a poll needs it
+    /// ([`WorkerLaunch::lazy_end`]).
     lazy_end: bool,
     /// The running launch's end event is not recorded yet: the raw handle
     /// of the stream it was launched on, where the event is recorded when a
@@ -505,9 +517,10 @@ impl WorkerLaunch {
     }
 
     /// Whether the next start, if native and made by a launcher thread
-    /// ([`WorkerLaunch::start_posted`]), leaves its end event unrecorded (for
-    /// this start only). The thread then makes `cuLaunchKernel` alone (and
-    /// the end's write, if published): the CUDA client device's runs of
+    /// ([`WorkerLaunch::start_posted`]), or made here with its end published
+    /// in host memory, leaves its end event unrecorded (for this start only;
+    /// here unless [`NATIVE_END_EVENT_VAR`] is `start`). The thread then makes
+    /// `cuLaunchKernel` alone (and the end's write, if published): the CUDA client device's runs of
     /// kernels queued natively, where a record per kernel cost the thread
     /// 2.2 µs beside a 5.2 µs launch (H200), and the GPU waited for it. The
     /// event is recorded on the launch's stream when a poll or a finish
@@ -762,7 +775,15 @@ impl WorkerLaunch {
                         if let Some(w) = publish {
                             w.write(stream)?;
                         }
-                        self.ended.record(stream)?;
+                        if lazy_end && publish.is_some() && native_end_event_lazy() {
+                            // Its end is read from host memory: the event
+                            // (one more driver call on the command's path,
+                            // before the core's next poll) is recorded only
+                            // if a poll needs it, as a kernel queued ahead's.
+                            self.end_unrecorded.set(Some(stream.raw as usize));
+                        } else {
+                            self.ended.record(stream)?;
+                        }
                         (launched.as_nanos() as u32, t.elapsed().as_nanos() as u32)
                     }
                 };

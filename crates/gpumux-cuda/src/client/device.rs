@@ -1247,7 +1247,10 @@ impl ClientDevice {
             None => Err(CudaError::Invalid(format!("no work bound to {}", live.op))),
             Some(op) => {
                 let ranges = still_to_run(&live.requested, &op.left);
-                let (never_native, publish_end, lazy_end) = (false, true, false);
+                // A native start publishes its end in host memory and
+                // records its end event only if a poll needs it (a fault):
+                // the launch command makes two driver calls, not three.
+                let (never_native, publish_end, lazy_end) = (false, true, true);
                 let how = SegPlan {
                     place,
                     never_native,
