@@ -258,6 +258,41 @@ fn device_processes(d: &Daemon, n: usize) -> Vec<i32> {
     }
 }
 
+/// Waits (up to 10 s, asking `Status` as a client of its own, which does
+/// nothing else) until each of `clients` has a kernel running and an
+/// operation queued behind it.
+fn running_and_waited_for(d: &Daemon, clients: &[u64]) {
+    let (mut observer, _) = Client::hello(d, "observer", 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = observer.status().clients;
+        let busy = |id: &u64| rows.iter().any(|r| r.client == *id && r.ops_running >= 1 && r.ops_queued >= 1);
+        if clients.iter().all(busy) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every client of {clients:?} has a kernel running and a sync queued: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The daemon's `Status`, asked until every GPU's core answers it: a core
+/// still starting a fresh device process after a loss does not answer within
+/// the daemon's wait and shows as a stopped row with no rebuilds counted.
+fn settled_status(c: &mut Client) -> Status {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = c.status();
+        if !s.gpus.iter().any(|g| g.device.ends_with("(stopped)")) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "a GPU's core does not answer: {s:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn a_killed_device_process_fails_only_its_gpus_client() {
     let d = Daemon::start_on(Some(TWO), None, &["--device-process"]);
@@ -280,7 +315,12 @@ fn a_killed_device_process_fails_only_its_gpus_client() {
         c.launch_ok(launch(k[SCALE].kernel, 8, 1_000_000_000, vec![Arg::Buffer(slice(b, 0)), Arg::U32(1)]));
         syncs.push((c.send(Request::SyncStream(StreamId(0))), b));
     }
-    std::thread::sleep(Duration::from_millis(100));
+    // The kill must find each client's kernel on its device and its sync in
+    // its core: a sync that reached the core only after the rebuild would
+    // find an empty stream and answer Done (a fixed sleep here lost that
+    // race on a loaded machine, and both clients kept their work).
+    let ids: Vec<u64> = clients.iter().map(|(_, w, _)| w.client).collect();
+    running_and_waited_for(&d, &ids);
     let victims = device_processes(&d, 2);
     assert_eq!(unsafe { libc::kill(victims[0], libc::SIGKILL) }, 0);
     // Exactly one client lost its work, and the other's kernel ran to its end.
@@ -306,7 +346,7 @@ fn a_killed_device_process_fails_only_its_gpus_client() {
     let (c, _, r) = &mut clients[kept];
     c.ok(Request::CopyToHost { src: slice(syncs[kept].1, 0), shm_offset: 400_000, bytes: n, stream: StreamId(0) });
     assert!(pread(&r.0, 400_000, data.len()) == data, "the kept client's bytes changed");
-    let s = c.status();
+    let s = settled_status(c);
     let rebuilds: Vec<u32> = s.gpus.iter().map(|g| g.context_rebuilds).collect();
     let mut expect = [0, 0];
     expect[clients[lost].1.gpu as usize] = 1;
