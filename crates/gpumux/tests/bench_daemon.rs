@@ -19,8 +19,15 @@ fn the_daemon_bench_runs_on_the_simulated_gpu_and_reports_every_experiment() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    for table in ["Cross-process priority", "Co-run throughput", "Request overhead", "launches per second", "Programs:"]
-    {
+    let tables = [
+        "Cross-process priority",
+        "Co-run throughput",
+        "Request overhead",
+        "launches per second",
+        "Programs:",
+        "Copy beside",
+    ];
+    for table in tables {
         assert!(stdout.contains(table), "no `{table}` table:\n{stdout}");
     }
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -106,17 +113,56 @@ fn the_programs_run_through_the_daemon_on_the_simulated_gpu_with_their_checks_sk
     }
 }
 
+/// The copy-beside experiment on the simulated GPU: the chain alone, then
+/// beside a client copying 64 MiB round after round from a `Vec` and from a
+/// `HostBuffer`, through the default daemon. The copier's checks pass (a
+/// simulated device moves the bytes), the chain's are skipped with the
+/// reason, and each run beside prints its summary line. No timing is
+/// asserted: the figures come from a GPU run.
+#[test]
+fn the_copy_beside_experiment_runs_on_the_simulated_gpu_and_every_copier_round_checks() {
+    let dir = tempfile::Builder::new().prefix("gpumux-bench-daemon-test-").tempdir().expect("a temporary directory");
+    let json = dir.path().join("report.json");
+    let out = quick_bench(&["--device", "sim:h100", "--only", "copy-beside", "--json", json.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Copy beside short launches"), "{stdout}");
+    assert!(!stdout.contains("Programs:"), "the programs ran, not asked for:\n{stdout}");
+    let setting = "gpumux ppq-even-drain";
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!((r["copy_beside"]["bytes"].as_u64(), r["copy_beside"]["goal"].as_f64()), (Some(64 << 20), Some(1.1)));
+    let rows = r["copy_beside"]["rows"].as_array().unwrap();
+    let copiers: Vec<&serde_json::Value> = rows.iter().map(|row| &row["copier"]).collect();
+    assert_eq!(copiers, [&serde_json::Value::Null, &"pageable".into(), &"pinned".into()], "{rows:?}");
+    for row in rows {
+        assert_eq!(row["setting"], setting, "{row}");
+        assert_eq!((row["reps"].as_u64(), &row["check"]["status"]), (Some(3), &"skipped".into()), "{row}");
+        assert!(row["median_ms"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    assert!(rows[0]["vs_alone"].is_null() && rows[0]["copier_check"].is_null(), "{}", rows[0]);
+    for row in &rows[1..] {
+        assert_eq!(row["copier_check"]["status"], "ok", "{row}");
+        assert!(row["copier_rounds"].as_u64().unwrap() >= 1, "{row}");
+        let (up, down) = (row["copier_up_gb_s"].as_f64().unwrap(), row["copier_down_gb_s"].as_f64().unwrap());
+        assert!(up > 0.0 && down > 0.0 && row["vs_alone"].as_f64().unwrap() > 0.0, "{row}");
+        let summary = format!("copy-beside: {} copier, {setting}: chain ", row["copier"].as_str().unwrap());
+        let line =
+            stdout.lines().find(|l| l.starts_with(&summary)).unwrap_or_else(|| panic!("no `{summary}`:\n{stdout}"));
+        assert!(line.ends_with("; checks skipped"), "{line}");
+    }
+}
+
 /// A misspelt policy, option or experiment is refused before anything runs
 /// (on a GPU the baselines before the first daemon take minutes), with what
 /// is known.
 #[test]
 fn bad_bench_arguments_are_refused_before_anything_runs() {
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 12] = [
         (&["--corun-policies", "ppq-even-drain,warp-drive"], "unknown policy `warp-drive`; known: fcfs"),
         (&["--priority-policies", "ppq-even-drain+own"], "unknown `+own` (known: +own-sms"),
         (
             &["--only", "co-run"],
-            "unknown experiment `co-run` in --only (known: priority, corun, overhead, programs, multi-gpu)",
+            "unknown experiment `co-run` in --only (known: priority, corun, overhead, programs, copy-beside, multi-gpu)",
         ),
         (&["--policy", ""], "it names no policy"),
         (&["--only", "multi-gpu"], "the multi-gpu experiment needs a --device of 2 GPUs or more"),
@@ -126,6 +172,7 @@ fn bad_bench_arguments_are_refused_before_anything_runs() {
         (&["--corun-seconds", "NaN"], "NaN s: expected more than 0"),
         (&["--program-reps", "0"], "invalid value '0' for '--program-reps"),
         (&["--program-copy-mib", "0"], "invalid value '0' for '--program-copy-mib"),
+        (&["--copy-beside-reps", "0"], "invalid value '0' for '--copy-beside-reps"),
     ];
     for (args, want) in cases {
         let out = quick_bench(&[&["--device", "sim:h100"], args].concat());

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod copy_beside;
 pub mod multi_gpu;
 
 /// The co-run pairs.
@@ -232,7 +233,7 @@ fn loop_of(r: &JobResult) -> Result<(u64, u64)> {
 }
 
 /// The experiments `--only` may name.
-const EXPERIMENTS: [&str; 5] = ["priority", "corun", "overhead", "programs", "multi-gpu"];
+const EXPERIMENTS: [&str; 6] = ["priority", "corun", "overhead", "programs", "copy-beside", "multi-gpu"];
 
 impl Bench {
     fn wants(&self, experiment: &str) -> bool {
@@ -406,7 +407,7 @@ impl Bench {
         // The overhead's breakdown: the same daemon with its device in-process,
         // serving the simulator, and with its clients on the socket (no rings).
         let breakdown = [default.with(true, false), default.with(false, true), default.on_sockets()];
-        if self.wants("programs") {
+        if self.wants("programs") || self.wants("copy-beside") {
             configs.insert(default.clone(), ());
         }
         if self.wants("overhead") {
@@ -430,6 +431,8 @@ impl Bench {
         let mut overhead = OverheadReport::default();
         // Each program's rows: (program, its row), native ones first.
         let mut program_rows: Vec<(Program, ProgramRow)> = Vec::new();
+        // The copy-beside runs: native ones first.
+        let mut beside_rows = Vec::new();
         let kernels: Vec<LoopKernel> = {
             let mut k: Vec<LoopKernel> = PAIRS.iter().flat_map(|&(a, b)| [a, b]).collect();
             k.sort_by_key(|k| k.name());
@@ -511,6 +514,9 @@ impl Bench {
                     let r = self.program_setting(p, "native", Mode::Native, &env)?;
                     program_rows.push((p, ProgramRow::of(p.name(), "native".into(), &r)));
                 }
+            }
+            if self.wants("copy-beside") {
+                beside_rows.extend(self.copy_beside("native", Mode::Native, &env)?);
             }
             // MPS: both clients of one private control daemon.
             if self.wants("priority") || self.wants("corun") {
@@ -619,6 +625,9 @@ impl Bench {
                     program_rows.push((p, ProgramRow::of(p.name(), label.clone(), &r)));
                 }
             }
+            if self.wants("copy-beside") && *c == default {
+                beside_rows.extend(self.copy_beside(&label, Mode::Daemon, &env)?);
+            }
             if self.wants("overhead") && *c == default {
                 let r = self.setting(
                     &format!("overhead: launch + sync through {label}"),
@@ -714,6 +723,13 @@ impl Bench {
             }
         }
         report.programs = program_figures(program_rows);
+        if self.wants("copy-beside") {
+            report.copy_beside = Some(copy_beside::CopyBesideReport {
+                bytes: self.args.program_copy_mib << 20,
+                goal: copy_beside::GOAL,
+                rows: beside_rows,
+            });
+        }
         if self.wants("overhead") {
             overhead.added_p50_us = overhead.native_p50_us.map(|n| overhead.daemon_p50_us - n);
             overhead.added_p99_us = overhead.native_p99_us.map(|n| overhead.daemon_p99_us - n);

@@ -4,7 +4,8 @@
 //! through gpumuxd the first launch of a kernel is the one that measures its
 //! block time), waits for the common start, runs, and checks its own work.
 
-use super::gpu::{JobGpu, KArg};
+use super::copier::{self, CopierResult};
+use super::gpu::{HostMemory, JobGpu, KArg};
 use super::programs::{self, Program, ProgramResult};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -66,6 +67,9 @@ pub enum Job {
     /// `reps` timed repetitions of a whole program, each checked against its
     /// CPU reference ([`programs`]).
     Program { program: Program, reps: u32 },
+    /// `bytes` up and down from host memory `host`, round after round,
+    /// until told to stop ([`copier`]).
+    Copier { host: HostMemory, bytes: u64 },
 }
 
 impl Job {
@@ -75,7 +79,7 @@ impl Job {
     }
     /// Whether it ends by itself (the others run until stopped).
     pub fn finite(&self) -> bool {
-        !matches!(self, Job::Fill { .. })
+        !matches!(self, Job::Fill { .. } | Job::Copier { .. })
     }
 }
 
@@ -118,6 +122,7 @@ pub enum JobResult {
         per_sm: u32,
     },
     Program(ProgramResult),
+    Copier(CopierResult),
 }
 
 /// CLOCK_MONOTONIC in ns: the same clock in every process of the machine.
@@ -160,6 +165,8 @@ pub struct Prepared {
     launched: u64,
     /// A program's buffers and reference.
     program: Option<programs::Ready>,
+    /// A copier's buffers.
+    copier: Option<copier::Copier>,
 }
 
 struct LoopLaunch {
@@ -219,7 +226,7 @@ fn launch_spin(gpu: &mut dyn JobGpu, blocks: u32, ns: u64, out: usize, pause_ns:
 
 /// Buffers, inputs and warm-up launches of `job` (everything before the start).
 pub fn prepare(gpu: &mut dyn JobGpu, job: &Job) -> Result<Prepared> {
-    let mut p = Prepared { job: job.clone(), out: 0, launch: None, launched: 0, program: None };
+    let mut p = Prepared { job: job.clone(), out: 0, launch: None, launched: 0, program: None, copier: None };
     match *job {
         Job::Urgent { blocks, spin_ns, .. } => {
             p.out = gpu.alloc(4)?;
@@ -245,6 +252,7 @@ pub fn prepare(gpu: &mut dyn JobGpu, job: &Job) -> Result<Prepared> {
         }
         Job::Probe => {}
         Job::Program { program, .. } => p.program = Some(programs::prepare(gpu, program)?),
+        Job::Copier { host, bytes } => p.copier = Some(copier::prepare(gpu, host, bytes)?),
         Job::Latency { .. } | Job::Rate { .. } => {
             for _ in 0..100 {
                 gpu.launch("empty", grid(1), [32, 1, 1], &[], 1_000)?;
@@ -352,6 +360,10 @@ pub fn run(gpu: &mut dyn JobGpu, mut p: Prepared, stop: &AtomicBool) -> Result<J
             let Some(ready) = p.program.take() else { bail!("a program job without its buffers") };
             Ok(JobResult::Program(programs::run(gpu, ready, reps)?))
         }
+        Job::Copier { .. } => {
+            let Some(c) = p.copier.take() else { bail!("a copier job without its buffers") };
+            Ok(JobResult::Copier(copier::run(gpu, c, stop)?))
+        }
     }
 }
 
@@ -387,10 +399,12 @@ mod tests {
             Job::Urgent { launches: 200, blocks: 132, spin_ns: 10_000, gap_us: (500, 3000), seed: 1 },
             Job::Fill { block_us: 100, blocks: 21_120, pause_ns: 0 },
             Job::Loop { kernel: LoopKernel::Triad, launches: 10 },
+            Job::Copier { host: HostMemory::Pinned, bytes: 1 << 30 },
         ];
         let text = serde_json::to_string(&jobs).unwrap();
         let back: Vec<Job> = serde_json::from_str(&text).unwrap();
         assert_eq!(format!("{back:?}"), format!("{jobs:?}"));
         assert!(back[0].urgent() && back[0].finite() && !back[1].finite());
+        assert!(!back[3].urgent() && !back[3].finite(), "a copier runs until stopped");
     }
 }

@@ -12,6 +12,9 @@
 //!   launches, a barrier stencil, 1 GiB copied each way around a kernel),
 //!   each checked against a CPU reference, natively alone against one
 //!   client of the default daemon (issue 35; [`programs`]);
+//! * **copy-beside**: the programs' chain alone, then beside a client
+//!   copying 1 GiB up and down from ordinary and from pinned memory, the
+//!   chain's ratio against issue 35's goal (`experiments/copy_beside.rs`);
 //! * **multi-gpu**: four GPU-filling co-run loops at once through a daemon
 //!   of every GPU of `--device` and through one of its first GPU, STP of
 //!   each against the loops alone (issue 38; `experiments/multi_gpu.rs`).
@@ -29,6 +32,7 @@
 //! daemon rows run, on the simulated GPU).
 
 pub mod abusers;
+mod copier;
 mod experiments;
 pub mod gpu;
 mod hostile;
@@ -51,9 +55,11 @@ pub struct DaemonBenchArgs {
     #[arg(long)]
     pub device: Option<String>,
     /// Experiments to run (comma-separated): priority, corun, overhead, programs,
-    /// multi-gpu (four GPU-filling clients on every GPU of `--device` against
-    /// the same on its first GPU: issue 38's STP goal; not run unless named).
-    #[arg(long, default_value = "priority,corun,overhead,programs", value_delimiter = ',')]
+    /// copy-beside (the chain alone and beside a client copying
+    /// `--program-copy-mib` up and down: issue 35's last goal), multi-gpu
+    /// (four GPU-filling clients on every GPU of `--device` against the same
+    /// on its first GPU: issue 38's STP goal; not run unless named).
+    #[arg(long, default_value = "priority,corun,overhead,programs,copy-beside", value_delimiter = ',')]
     pub only: Vec<String>,
     /// The daemon policy of the priority and overhead experiments (the candidate default).
     #[arg(long, default_value = gpumuxd::core::DEFAULT_POLICY)]
@@ -113,6 +119,11 @@ pub struct DaemonBenchArgs {
     /// 64; --quick also shrinks the stencil's grid to 2048 x 2048).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=16_384))]
     pub program_copy_mib: u64,
+    /// Repetitions of the chain in each run of the copy-beside experiment
+    /// (alone, beside each copier; --quick: at most 3). Enough that the
+    /// chain spans several of the copier's rounds.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub copy_beside_reps: u32,
     /// Extra arguments for every daemon the bench starts (e.g. `--sm-slots 2`), space-separated.
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub daemon_args: String,
@@ -176,6 +187,7 @@ pub fn run(mut args: DaemonBenchArgs) -> Result<()> {
         args.urgent_launches = args.urgent_launches.min(40);
         args.corun_seconds = args.corun_seconds.min(0.3);
         args.program_reps = args.program_reps.min(2);
+        args.copy_beside_reps = args.copy_beside_reps.min(3);
         args.program_copy_mib = args.program_copy_mib.min(64);
     }
     // The bench writes `go`/`stop` to role processes that may have ended:

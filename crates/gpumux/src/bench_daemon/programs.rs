@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// Tiles per side of the wavefront (2 x 256 - 1 = 511 launches).
-const CHAIN_TILES: u32 = 256;
+pub(super) const CHAIN_TILES: u32 = 256;
 /// The wavefront's gap penalty.
 const CHAIN_GAP: i32 = 2;
 /// Cells per side of the stencil's grid (8192^2 u32: 256 MiB, read and
@@ -108,7 +108,7 @@ impl Program {
 }
 
 /// `1 GiB`, `64 MiB`, `4 KiB`, `12 bytes`.
-fn size(bytes: u64) -> String {
+pub(super) fn size(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
@@ -389,7 +389,7 @@ fn check(gpu: &mut dyn JobGpu, r: &Ready) -> Result<Check> {
 
 /// `got`, little-endian u32s, against `want(i)` for each index: how many
 /// differ and the first (as row, column of rows `width` long; 0: as an index).
-fn compare(got: &[u8], want: impl Fn(usize) -> Option<u32> + Sync, width: usize) -> Check {
+pub(super) fn compare(got: &[u8], want: impl Fn(usize) -> Option<u32> + Sync, width: usize) -> Check {
     let words = got.len() / 4;
     let per = words.div_ceil(threads()).max(1);
     let (bad, first) = std::thread::scope(|s| {
@@ -451,7 +451,7 @@ fn init_hash(i: u32, seed: u32, modulus: u32, offset: i32) -> u32 {
 }
 
 /// Fills `bytes` with little-endian `hash(i, seed)`, word `i` at byte 4i.
-fn fill_hashes(bytes: &mut [u8], seed: u32) {
+pub(super) fn fill_hashes(bytes: &mut [u8], seed: u32) {
     let per = (bytes.len() / 4).div_ceil(threads()).max(1);
     std::thread::scope(|s| {
         for (c, chunk) in bytes.chunks_mut(per * 4).enumerate() {

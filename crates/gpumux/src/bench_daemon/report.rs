@@ -173,6 +173,8 @@ pub struct Report {
     pub programs: Vec<ProgramRow>,
     /// What each program does (the programs table's legend).
     pub program_legend: Vec<String>,
+    /// The chain alone and beside a copying client (`--only copy-beside`).
+    pub copy_beside: Option<super::experiments::copy_beside::CopyBesideReport>,
     /// Four clients on every GPU against the same on one (`--only multi-gpu`).
     pub multi_gpu: Option<super::experiments::multi_gpu::MultiGpuReport>,
     /// What could not be measured, and why.
@@ -295,6 +297,9 @@ impl Report {
         }
         if !self.programs.is_empty() {
             out += &self.render_programs();
+        }
+        if let Some(c) = &self.copy_beside {
+            out += &c.render();
         }
         if let Some(m) = &self.multi_gpu {
             out += &m.render();

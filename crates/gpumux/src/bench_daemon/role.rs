@@ -4,9 +4,9 @@
 //!
 //! It speaks a line protocol with the bench on stdin/stdout:
 //! it prints `ready` once every job is prepared, starts all jobs when it
-//! reads `go`, stops its `Fill` jobs when it reads `stop` or when its own
-//! finite jobs are done, and prints `result <json>` (a [`RoleResult`]) or
-//! `error <message>` last.
+//! reads `go`, stops its jobs that run until stopped (`Fill`, `Copier`)
+//! when it reads `stop` or when its own finite jobs are done, and prints
+//! `result <json>` (a [`RoleResult`]) or `error <message>` last.
 
 use super::gpu::{DaemonGpu, JobGpu, NativeProcess};
 use super::jobs::{self, Job, JobResult};
