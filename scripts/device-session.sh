@@ -10,6 +10,7 @@
 # PART, in the order given (a part may be given twice, e.g. with other variables between calls):
 #   check      daemon-gpu-check.sh, gpu-check.sh's check phase, client_gpu and swap_gpu
 #   programs   bench daemon --only programs (64 MiB copies): the chain, the stencil, the copies
+#   copy-beside bench daemon --only copy-beside: the chain alone and beside a client copying 1 GiB
 #   overhead   bench daemon --only overhead --rate-clients 1,8
 #   priority   bench daemon --only priority (the default configuration only)
 #   corun      bench daemon --only corun (the default configuration only)
@@ -27,7 +28,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}/session
 [ "${1:-}" = -o ] && { out=$2; shift 2; }
-[ $# -ge 2 ] || { sed -n '2,27p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,28p' "$0" >&2; exit 2; }
 bin=$(realpath -m "$1"); shift
 mkdir -p "$out"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -64,6 +65,9 @@ for part in "$@"; do
         programs)
             run programs 150 "$root/scripts/bench-daemon-gpu.sh" "$bin" "$out/programs" -- --only programs --program-copy-mib 64
             bench_rows '^(chain|stencil|copy)' "$out/programs/bench-daemon.txt" ;;
+        copy-beside)
+            run copy-beside 240 "$root/scripts/bench-daemon-gpu.sh" "$bin" "$out/copy-beside" -- --only copy-beside
+            grep -E '^(chain|copy-beside): |FAILED' "$out/copy-beside/bench-daemon.txt" | cut -c1-200 ;;
         overhead)
             run overhead 240 "$root/scripts/bench-daemon-gpu.sh" "$bin" "$out/overhead" -- --only overhead --rate-clients 1,8
             bench_table "$out/overhead/bench-daemon.txt" 24 ;;
