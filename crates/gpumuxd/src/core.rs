@@ -71,7 +71,7 @@ pub use record::RecordError;
 /// policy must honour them and preempt; clients of one level run side by
 /// side instead of taking turns kernel by kernel (co-run STP, issue 14);
 /// draining is the one mechanism both devices have (a real GPU cannot save
-/// a block's context in software). docs/daemon.md, "The default policy".
+/// a block's context in software). docs/daemon-measured.md, "The default policy".
 pub const DEFAULT_POLICY: &str = "ppq-even-drain";
 
 /// How long the core sleeps at most with nothing to do (it wakes on any request anyway).

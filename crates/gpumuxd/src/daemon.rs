@@ -92,7 +92,7 @@ pub struct CudaSpec {
     pub ordinal: i32,
     /// Launches given a share of the SMs run at that share of every SM
     /// their priority level may use (`ClientDevice::open_co_located`, the
-    /// default: docs/daemon.md, "The default policy"); `,own-sms`: on SMs
+    /// default: docs/daemon-measured.md, "The default policy"); `,own-sms`: on SMs
     /// of their own.
     pub co_locate: bool,
     /// With `co_locate`, each pair of co-running kernels is placed co-located

@@ -1,6 +1,6 @@
 //! `gpumux bench daemon`: gpumuxd against what people share a GPU with
-//! today (issue 14; docs/daemon.md, "Measured against MPS and time
-//! slicing"), every baseline in the same run:
+//! today (issue 14; docs/daemon-measured.md), every baseline in the same
+//! run:
 //!
 //! * **priority**: a high-priority client's small kernels at random moments
 //!   while a low-priority client fills the GPU (`experiments.rs`, `priority_setting`);
