@@ -2,18 +2,7 @@ use super::*;
 use proptest::prelude::*;
 
 fn hello() -> ClientFrame {
-    ClientFrame {
-        id: 1,
-        request: Request::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            name: "t".into(),
-            priority: 0,
-            weight: 1.0,
-            gpu: None,
-            class: None,
-        },
-    }
+    ClientFrame { id: 1, request: Request::hello("t", 0) }
 }
 
 #[test]

@@ -31,18 +31,7 @@ fn frame(id: u64, request: Request) -> Vec<u8> {
 }
 
 fn hello() -> Vec<u8> {
-    frame(
-        1,
-        Request::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            name: "fuzz".into(),
-            priority: 0,
-            weight: 1.0,
-            gpu: None,
-            class: None,
-        },
-    )
+    frame(1, Request::hello("fuzz", 0))
 }
 
 /// A well-formed request with random fields (small handles, so some exist).

@@ -8,7 +8,7 @@ use gpumux_engine::ids::{KernelId, LaunchId, OpId, ProcessId, SmId};
 use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
-use gpumux_proto::{Notice, Reply, Request, ServerFrame, MAGIC, VERSION};
+use gpumux_proto::{Notice, Reply, Request, ServerFrame};
 use gpumuxd::backend::remote::RemoteBackend;
 use gpumuxd::backend::Backend;
 use gpumuxd::config::ClientLimits;
@@ -49,15 +49,7 @@ fn after_a_restart_the_device_holds_exactly_the_restored_buffers() {
     let mut core = Core::new(Box::new(backend), None).unwrap();
     let (tx, rx) = channel();
     core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-    let hello = Request::Hello {
-        magic: MAGIC,
-        version: VERSION,
-        name: "acct".into(),
-        priority: 0,
-        weight: 1.0,
-        gpu: None,
-        class: None,
-    };
+    let hello = Request::hello("acct", 0);
     assert!(matches!(call(&mut core, &rx, 1, hello), Reply::Welcome(_)));
     let baseline = used(&mut core);
     let sizes = [1u64 << 20, 3 << 20, 4096];

@@ -6,7 +6,7 @@
 //! A file of its own: the variable is set for this process, whose device
 //! processes inherit it.
 
-use gpumux_proto::{Launch, Reply, Request, ServerFrame, StreamId, MAGIC, VERSION};
+use gpumux_proto::{Launch, Reply, Request, ServerFrame, StreamId};
 use gpumuxd::backend::remote::RemoteBackend;
 use gpumuxd::backend::sim::ENDS_AHEAD_VAR;
 use gpumuxd::config::ClientLimits;
@@ -46,15 +46,7 @@ fn launches_of_kernels_the_device_ran_ahead_are_answered_without_a_round_trip_an
     let mut core = Core::new(Box::new(backend), None).expect("a core");
     let (tx, rx) = channel();
     core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-    let hello = Request::Hello {
-        magic: MAGIC,
-        version: VERSION,
-        name: "ahead".into(),
-        priority: 0,
-        weight: 1.0,
-        gpu: None,
-        class: None,
-    };
+    let hello = Request::hello("ahead", 0);
     assert!(matches!(call(&mut core, &rx, 1, hello), Ok(Reply::Welcome(_))));
     let module =
         Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };

@@ -118,15 +118,7 @@ fn a_name_with_newlines_and_escapes_is_stored_and_logged_printable() {
     let evil = "job\n   7     4242      0 root-training      9\x1b[2J\x1b[H\u{202e}kcah";
     // The raw protocol, so no library stands between the name and the daemon.
     let mut raw = RawClient::connect_to(&connect_when_listening(&d.socket));
-    let w = raw.call(Request::Hello {
-        magic: gpumux_proto::MAGIC,
-        version: gpumux_proto::VERSION,
-        name: evil.into(),
-        priority: 0,
-        weight: 1.0,
-        gpu: None,
-        class: None,
-    });
+    let w = raw.call(Request::hello(evil, 0));
     assert!(matches!(w, Ok(Reply::Welcome(_))), "{w:?}");
     let loaded = raw.call(Request::LoadModule {
         name: "m\x1b[31m\n.cu".into(),

@@ -5,9 +5,7 @@
 mod common;
 
 use common::{own_uid, Client, Daemon};
-use gpumux_proto::{
-    decode_frame_body, encode_frame, ClientFrame, ErrorKind, FrameReader, Reply, Request, ServerFrame, MAGIC, VERSION,
-};
+use gpumux_proto::{decode_frame_body, encode_frame, ClientFrame, ErrorKind, FrameReader, Reply, Request, ServerFrame};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
@@ -31,15 +29,7 @@ fn rss_mb(d: &Daemon) -> f64 {
 }
 
 fn hello_bytes(id: u64) -> Vec<u8> {
-    let request = Request::Hello {
-        magic: MAGIC,
-        version: VERSION,
-        name: "t".into(),
-        priority: 0,
-        weight: 1.0,
-        gpu: None,
-        class: None,
-    };
+    let request = Request::hello("t", 0);
     encode_frame(&ClientFrame { id, request }).unwrap()
 }
 

@@ -137,15 +137,7 @@ impl Client {
 
     pub fn hello(d: &Daemon, name: &str, priority: i32) -> (Client, Welcome) {
         let mut c = Client::connect(d);
-        let w = c.call(Request::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            name: name.into(),
-            priority,
-            weight: 1.0,
-            gpu: None,
-            class: None,
-        });
+        let w = c.call(Request::hello(name, priority));
         match w {
             Ok(Reply::Welcome(w)) => (c, w),
             other => panic!("no welcome: {other:?}"),
