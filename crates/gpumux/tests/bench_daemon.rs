@@ -130,7 +130,8 @@ fn the_copy_beside_experiment_runs_on_the_simulated_gpu_and_every_copier_round_c
     assert!(!stdout.contains("Programs:"), "the programs ran, not asked for:\n{stdout}");
     let setting = "gpumux ppq-even-drain";
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!((r["copy_beside"]["bytes"].as_u64(), r["copy_beside"]["goal"].as_f64()), (Some(64 << 20), Some(1.1)));
+    let c = &r["copy_beside"];
+    assert_eq!((c["bytes"].as_u64(), c["rounds"].as_u64(), c["goal"].as_f64()), (Some(64 << 20), Some(1), Some(1.1)));
     let rows = r["copy_beside"]["rows"].as_array().unwrap();
     let copiers: Vec<&serde_json::Value> = rows.iter().map(|row| &row["copier"]).collect();
     assert_eq!(copiers, [&serde_json::Value::Null, &"pageable".into(), &"pinned".into()], "{rows:?}");
@@ -145,6 +146,7 @@ fn the_copy_beside_experiment_runs_on_the_simulated_gpu_and_every_copier_round_c
         assert!(row["copier_rounds"].as_u64().unwrap() >= 1, "{row}");
         let (up, down) = (row["copier_up_gb_s"].as_f64().unwrap(), row["copier_down_gb_s"].as_f64().unwrap());
         assert!(up > 0.0 && down > 0.0 && row["vs_alone"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["min_vs_alone"].as_f64().unwrap() > 0.0, "{row}");
         let summary = format!("copy-beside: {} copier, {setting}: chain ", row["copier"].as_str().unwrap());
         let line =
             stdout.lines().find(|l| l.starts_with(&summary)).unwrap_or_else(|| panic!("no `{summary}`:\n{stdout}"));
@@ -157,7 +159,7 @@ fn the_copy_beside_experiment_runs_on_the_simulated_gpu_and_every_copier_round_c
 /// is known.
 #[test]
 fn bad_bench_arguments_are_refused_before_anything_runs() {
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 13] = [
         (&["--corun-policies", "ppq-even-drain,warp-drive"], "unknown policy `warp-drive`; known: fcfs"),
         (&["--priority-policies", "ppq-even-drain+own"], "unknown `+own` (known: +own-sms"),
         (
@@ -173,6 +175,7 @@ fn bad_bench_arguments_are_refused_before_anything_runs() {
         (&["--program-reps", "0"], "invalid value '0' for '--program-reps"),
         (&["--program-copy-mib", "0"], "invalid value '0' for '--program-copy-mib"),
         (&["--copy-beside-reps", "0"], "invalid value '0' for '--copy-beside-reps"),
+        (&["--copy-beside-rounds", "0"], "invalid value '0' for '--copy-beside-rounds"),
     ];
     for (args, want) in cases {
         let out = quick_bench(&[&["--device", "sim:h100"], args].concat());

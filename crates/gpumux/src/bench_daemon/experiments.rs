@@ -726,6 +726,7 @@ impl Bench {
         if self.wants("copy-beside") {
             report.copy_beside = Some(copy_beside::CopyBesideReport {
                 bytes: self.args.program_copy_mib << 20,
+                rounds: self.args.copy_beside_rounds,
                 goal: copy_beside::GOAL,
                 rows: beside_rows,
             });

@@ -122,8 +122,13 @@ pub struct DaemonBenchArgs {
     /// Repetitions of the chain in each run of the copy-beside experiment
     /// (alone, beside each copier; --quick: at most 3). Enough that the
     /// chain spans several of the copier's rounds.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub copy_beside_reps: u32,
+    /// Rounds of the copy-beside experiment: each runs the chain alone, then
+    /// beside each copier, so that a drift of the machine's speed during the
+    /// run weighs on the alone and the beside figures alike (--quick: 1).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub copy_beside_rounds: u32,
     /// Extra arguments for every daemon the bench starts (e.g. `--sm-slots 2`), space-separated.
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub daemon_args: String,
@@ -188,6 +193,7 @@ pub fn run(mut args: DaemonBenchArgs) -> Result<()> {
         args.corun_seconds = args.corun_seconds.min(0.3);
         args.program_reps = args.program_reps.min(2);
         args.copy_beside_reps = args.copy_beside_reps.min(3);
+        args.copy_beside_rounds = 1;
         args.program_copy_mib = args.program_copy_mib.min(64);
     }
     // The bench writes `go`/`stop` to role processes that may have ended:
