@@ -282,7 +282,17 @@ fn spatial_even_in_a_device_process_grows_launches_while_others_end_and_keeps_se
         });
     }
     let (mut observer, _) = Client::hello(&d, "observer", 0);
-    let s = observer.status();
+    // A worker's close reaches the core from its own connection's thread, in
+    // no order with the observer's requests: wait (up to 10 s) until the
+    // last one's has, instead of asking once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        let s = observer.status();
+        if s.clients.len() == 1 || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     assert_eq!(s.clients.len(), 1, "every worker is gone: {s:?}");
     assert!(s.clients.iter().all(|c| c.sms_held == 0), "{s:?}");
     assert_eq!(s.context_rebuilds, 0, "the device process never failed");
