@@ -131,6 +131,11 @@ pub struct Engine {
     copies: BTreeMap<CopyId, (Slot, OpId)>,
     /// Who holds each SM: the one record of it.
     sms: Vec<SmState>,
+    /// The SMs of `sms` that are not idle, kept with every write to it: a
+    /// chain's short kernels hold one or a few SMs of 132, and the scans of
+    /// a kernel's end, a launch's end and a scheduling round walk these
+    /// instead of the whole table (issue 35, callgrind).
+    busy: SmSet,
     /// When each reserved SM was asked for, for preemption latency.
     reserved_at: Vec<Nanos>,
     out: VecDeque<Command>,
@@ -181,6 +186,7 @@ impl Engine {
             launches: BTreeMap::new(),
             copies: BTreeMap::new(),
             sms: vec![SmState::Idle; n],
+            busy: SmSet::EMPTY,
             reserved_at: vec![0; n],
             out: VecDeque::new(),
             completions: VecDeque::new(),
@@ -629,8 +635,8 @@ impl Engine {
         let k = self.kernels.remove(i);
         self.kernels_completed += 1;
         // Stale reservations for this kernel turn into plain preemptions.
-        for s in self.sms.iter_mut() {
-            if let SmState::Reserved { next, .. } = s {
+        for sm in self.busy {
+            if let SmState::Reserved { next, .. } = &mut self.sms[sm.0 as usize] {
                 if *next == Some(id) {
                     *next = None;
                 }
@@ -682,6 +688,7 @@ impl Engine {
                 _ => return Err(ProtocolError::SmNotHeld { launch, sm, state }.into()),
             }
             self.sms[i] = SmState::Idle;
+            self.busy.remove(sm);
         }
         if let (ReleaseCause::Exhausted, LaunchOwner::Kernel(kernel)) = (cause, owner) {
             if let Some(ki) = self.kernel_index(kernel) {
@@ -708,11 +715,9 @@ impl Engine {
             return Err(ProtocolError::EndedHoldingSms { launch, sms: unreleased }.into());
         }
         let held: SmSet = self
-            .sms
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| matches!(s, SmState::Running { launch: l, .. } | SmState::Reserved { launch: l, .. } if *l == launch))
-            .map(|(i, _)| SmId(i as u16))
+            .busy
+            .into_iter()
+            .filter(|sm| matches!(self.sms[sm.0 as usize], SmState::Running { launch: l, .. } | SmState::Reserved { launch: l, .. } if l == launch))
             .collect();
         if !held.is_empty() {
             return Err(ProtocolError::EndedHoldingSms { launch, sms: held }.into());
@@ -754,11 +759,17 @@ impl Engine {
             self.policy_runs_at = self.now;
             self.policy_runs_here = 0;
         }
-        self.holdings.rebuild(&self.sms);
+        debug_assert_eq!(
+            self.busy,
+            (0..self.sms.len()).filter(|&i| self.sms[i] != SmState::Idle).map(|i| SmId(i as u16)).collect(),
+            "the busy set is the SM table's SMs that are not idle"
+        );
+        self.holdings.rebuild(&self.sms, self.busy);
         let view = SchedView::new(
             self.now,
             &self.device,
             &self.sms,
+            self.busy,
             &self.kernels,
             &self.processes,
             &self.holdings,
@@ -861,6 +872,7 @@ impl Engine {
                         }
                     }
                     self.sms[sm.0 as usize] = SmState::Idle;
+                    self.busy.remove(sm);
                     self.preemptions.push(PreemptionSample { at_ns: self.now, latency_ns: 0 });
                     self.released_early.push((launch, sm));
                 }
@@ -925,6 +937,7 @@ impl Engine {
         for sm in sms.iter() {
             self.sms[sm.0 as usize] = SmState::Running { kernel, launch };
         }
+        self.busy = self.busy.union(&sms);
     }
 }
 

@@ -30,9 +30,21 @@ impl SmSet {
     /// SMs `start..end` (end exclusive). Panics if `end > MAX_SMS`: device
     /// presets are checked against `MAX_SMS` when they are built.
     pub fn range(start: u16, end: u16) -> Self {
+        assert!(end as usize <= MAX_SMS, "SM range end {end} past MAX_SMS {MAX_SMS}");
         let mut s = Self::EMPTY;
-        for i in start..end {
-            s.insert(SmId(i));
+        if start >= end {
+            return s;
+        }
+        // Whole words at a time: a scheduling round asks for the device's
+        // every SM (its idle ones are that minus the busy ones).
+        for (w, word) in s.bits.iter_mut().enumerate() {
+            let (lo, hi) = (w * 64, w * 64 + 64);
+            let (a, b) = ((start as usize).max(lo), (end as usize).min(hi));
+            if a < b {
+                let n = b - a;
+                let ones = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+                *word = ones << (a - lo);
+            }
         }
         s
     }
@@ -94,22 +106,45 @@ impl SmSet {
 
     /// The SMs in index order.
     pub fn iter(&self) -> impl Iterator<Item = SmId> + '_ {
-        self.bits.iter().enumerate().flat_map(|(w, &word)| {
-            let mut word = word;
-            std::iter::from_fn(move || {
-                if word == 0 {
-                    return None;
-                }
-                let b = word.trailing_zeros();
-                word &= word - 1;
-                Some(SmId((w * 64 + b as usize) as u16))
-            })
-        })
+        self.into_iter()
     }
 
     /// The lowest SM.
     pub fn first(&self) -> Option<SmId> {
         self.iter().next()
+    }
+}
+
+/// The SMs of a set in index order, by value: a few word operations per SM
+/// and none per absent one, so walking the busy SMs of a mostly idle GPU
+/// costs what is there, not 132 looks (issue 35).
+#[derive(Clone, Debug)]
+pub struct SmIter {
+    bits: [u64; WORDS],
+    word: usize,
+}
+
+impl Iterator for SmIter {
+    type Item = SmId;
+    fn next(&mut self) -> Option<SmId> {
+        while self.word < WORDS {
+            let w = &mut self.bits[self.word];
+            if *w != 0 {
+                let b = w.trailing_zeros();
+                *w &= *w - 1;
+                return Some(SmId((self.word * 64 + b as usize) as u16));
+            }
+            self.word += 1;
+        }
+        None
+    }
+}
+
+impl IntoIterator for SmSet {
+    type Item = SmId;
+    type IntoIter = SmIter;
+    fn into_iter(self) -> SmIter {
+        SmIter { bits: self.bits, word: 0 }
     }
 }
 
@@ -170,5 +205,21 @@ mod tests {
         assert_eq!(format!("{:?}", a.union(&SmSet::single(SmId(9)))), "{0-3,9}");
         let ids: Vec<u16> = SmSet::range(62, 66).iter().map(|s| s.0).collect();
         assert_eq!(ids, vec![62, 63, 64, 65]);
+    }
+
+    #[test]
+    fn a_range_is_its_sms_inserted_one_by_one_and_iterates_in_order() {
+        for (start, end) in
+            [(0u16, 0u16), (5, 5), (7, 3), (0, 1), (0, 64), (0, 132), (63, 65), (64, 128), (1, 256), (100, 200)]
+        {
+            let mut one_by_one = SmSet::EMPTY;
+            for i in start..end {
+                one_by_one.insert(SmId(i));
+            }
+            let r = SmSet::range(start, end);
+            assert_eq!(r, one_by_one, "range {start}..{end}");
+            let ids: Vec<u16> = r.into_iter().map(|s| s.0).collect();
+            assert_eq!(ids, (start..end).collect::<Vec<_>>(), "range {start}..{end} in order");
+        }
     }
 }

@@ -79,7 +79,7 @@ pub(crate) struct SmHoldings {
 
 impl SmHoldings {
     /// Recomputes the shares from `sms`.
-    pub(crate) fn rebuild(&mut self, sms: &[SmState]) {
+    pub(crate) fn rebuild(&mut self, sms: &[SmState], busy: SmSet) {
         self.by_kernel.clear();
         // Neighbouring SMs mostly belong to one kernel: remember the last
         // entry touched, so the common case costs no search.
@@ -96,9 +96,9 @@ impl SmHoldings {
             }
             last
         };
-        for (i, s) in sms.iter().enumerate() {
-            let sm = SmId(i as u16);
-            match *s {
+        // Only the SMs not idle: the rest adds nothing.
+        for sm in busy {
+            match sms[sm.0 as usize] {
                 SmState::Idle => {}
                 SmState::Running { kernel, .. } => {
                     let e = entry(&mut self.by_kernel, kernel);
@@ -250,6 +250,8 @@ pub struct SchedView<'a> {
     /// arrived after it, as a single hardware queue would not let it pass.
     /// `None` otherwise.
     pub in_order_barrier: Option<Nanos>,
+    /// The SMs of `sms` that are not idle (the engine keeps the set).
+    busy: SmSet,
     /// Active kernels in arrival order.
     kernels: &'a [KernelState],
     processes: &'a ProcessTable,
@@ -262,12 +264,13 @@ impl<'a> SchedView<'a> {
         now: Nanos,
         device: &'a DeviceInfo,
         sms: &'a [SmState],
+        busy: SmSet,
         kernels: &'a [KernelState],
         processes: &'a ProcessTable,
         holdings: &'a SmHoldings,
         in_order_barrier: Option<Nanos>,
     ) -> Self {
-        SchedView { now, device, sms, in_order_barrier, kernels, processes, holdings }
+        SchedView { now, device, sms, in_order_barrier, busy, kernels, processes, holdings }
     }
 
     fn active(kernel: &'a KernelState, processes: &'a ProcessTable, holdings: &'a SmHoldings) -> ActiveKernel<'a> {
@@ -305,7 +308,13 @@ impl<'a> SchedView<'a> {
 
     /// Idle SMs in index order.
     pub fn idle_sms(&self) -> impl Iterator<Item = SmId> + '_ {
-        self.sms.iter().enumerate().filter(|(_, s)| matches!(s, SmState::Idle)).map(|(i, _)| SmId(i as u16))
+        SmSet::range(0, self.sms.len() as u16).difference(&self.busy).into_iter()
+    }
+
+    /// The SMs not idle (running or being taken back), in index order:
+    /// what a scan of `sms` for holders finds, without looking at the idle ones.
+    pub fn busy_sms(&self) -> SmSet {
+        self.busy
     }
 }
 
@@ -338,14 +347,15 @@ mod tests {
             SmState::Reserved { kernel: k3, launch: l, next: Some(k1) },
         ];
         let mut h = SmHoldings::default();
-        h.rebuild(&sms);
+        let busy = [0u16, 2, 3, 4, 5].iter().map(|&i| SmId(i)).collect();
+        h.rebuild(&sms, busy);
         let set = |ids: &[u16]| ids.iter().map(|&i| SmId(i)).collect::<SmSet>();
         assert_eq!(*h.of(k1), SmShare { running: SmSet::EMPTY, leaving: SmSet::EMPTY, incoming: 2 });
         assert_eq!(*h.of(k2), SmShare { running: set(&[0, 4]), leaving: set(&[2]), incoming: 0 });
         assert_eq!(*h.of(k3), SmShare { running: set(&[3]), leaving: set(&[5]), incoming: 0 });
         assert_eq!(*h.of(KernelId(9)), NO_SMS);
         // A round starts afresh.
-        h.rebuild(&[SmState::Idle; 6]);
+        h.rebuild(&[SmState::Idle; 6], SmSet::EMPTY);
         assert_eq!(*h.of(k2), NO_SMS);
     }
 }

@@ -164,8 +164,10 @@ impl Policy for PpqEven {
         }
         // Neighbouring SMs mostly run the same kernel: remember the last one.
         let mut last: Option<(KernelId, Option<usize>)> = None;
-        for (i, s) in view.sms.iter().enumerate() {
-            if let SmState::Running { kernel, .. } = s {
+        // The busy SMs only (in index order, as a scan of the table finds them).
+        for sm in view.busy_sms() {
+            let i = sm.0 as usize;
+            if let SmState::Running { kernel, .. } = &view.sms[i] {
                 let p = match last {
                     Some((k, p)) if k == *kernel => p,
                     _ => {
@@ -232,7 +234,7 @@ impl Policy for PpqEven {
         sc.order.sort_by_key(|&i| std::cmp::Reverse(procs[i].priority));
         // A bit set, lowest SM handed out first: no vector of up to 132 SMs
         // filled, reversed and popped each round.
-        let mut idle: SmSet = view.idle_sms().collect();
+        let mut idle = SmSet::range(0, n as u16).difference(&view.busy_sms());
         // SMs each kernel could still use, kept up to date through the round.
         sc.wants.clear();
         for p in procs.iter_mut() {
