@@ -50,7 +50,7 @@ mod copy_2d;
 mod device;
 pub mod handover;
 mod host;
-mod id_map;
+pub(crate) mod id_map;
 mod inbox;
 mod load_parts;
 mod record;

@@ -23,12 +23,12 @@ use super::{
     Backend, BufferMove, DevAddr, Failure, KernelCode, LoadError, Loaded, MemError, MemInfo, ModuleImage, Moved,
     OpFailed, OpWork, Registered, Wake,
 };
+use crate::core::id_map::IdMap;
 use crate::shm::ShmRegion;
 use gpumux_engine::device::{Command, DeviceError, Event};
 use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ pub struct AnswersAhead {
     silenced: Silenced,
     /// Launches that went to the device and whose end was not read yet: a
     /// report of their operation is stale (the device answers them itself).
-    launched: HashMap<LaunchId, OpId>,
+    launched: IdMap<LaunchId, OpId>,
     /// `take_ends_ahead`'s buffer, kept to spare an allocation per poll.
     ends: Vec<super::ends_ahead::EndAhead>,
 }
@@ -52,7 +52,7 @@ impl AnswersAhead {
             inner,
             known: KnownEnds::default(),
             silenced: Silenced::default(),
-            launched: HashMap::new(),
+            launched: IdMap::default(),
             ends: Vec::new(),
         }
     }

@@ -33,10 +33,10 @@
 //!   the engine was told: the device process reports it as a fatal error.
 
 use super::ended_at_once;
+use crate::core::id_map::IdMap;
 use gpumux_engine::device::{Command, Event};
 use gpumux_engine::ids::{LaunchId, OpId};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
 
 /// A kernel operation that ran every block of its grid, `[0, blocks)`, on
 /// the device before the engine launched it.
@@ -52,11 +52,12 @@ pub struct EndAhead {
 #[derive(Debug, Default)]
 pub struct KnownEnds {
     /// Reported and not yet launched, by operation: its blocks.
-    ends: HashMap<OpId, u64>,
+    ends: IdMap<OpId, u64>,
     /// What the engine hears of the launches answered, for the next poll.
     answers: Vec<Event>,
-    /// Launches answered whose end the engine has not read yet.
-    answered: HashSet<LaunchId>,
+    /// Launches answered whose end the engine has not read yet: one or a
+    /// few between two reads (a list, not a hashed set: issue 35's callgrind).
+    answered: Vec<LaunchId>,
     /// Launches answered so far.
     count: u64,
 }
@@ -85,7 +86,7 @@ impl KnownEnds {
         }
         self.ends.remove(op);
         self.answers.extend(ended_at_once(command));
-        self.answered.insert(*launch);
+        self.answered.push(*launch);
         self.count += 1;
         true
     }

@@ -53,7 +53,6 @@ use gpumux_engine::device::{Command, DeviceError, Event};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
-use std::collections::HashMap;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -260,8 +259,8 @@ fn exit_words(status: ExitStatus) -> String {
 /// Operations on the device now: what a dead device process takes with it.
 #[derive(Debug, Default)]
 struct InFlight {
-    launches: HashMap<LaunchId, OpId>,
-    copies: HashMap<CopyId, OpId>,
+    launches: crate::core::id_map::IdMap<LaunchId, OpId>,
+    copies: crate::core::id_map::IdMap<CopyId, OpId>,
 }
 
 impl InFlight {

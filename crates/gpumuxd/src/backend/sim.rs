@@ -169,8 +169,8 @@ pub struct SimBackend {
     /// Evicted allocations' bytes, by the address they keep (module doc).
     evicted: BTreeMap<DevAddr, HostBlock>,
     next_addr: DevAddr,
-    bound: HashMap<OpId, OpWork>,
-    copies: HashMap<CopyId, OpId>,
+    bound: crate::core::id_map::IdMap<OpId, OpWork>,
+    copies: crate::core::id_map::IdMap<CopyId, OpId>,
     /// Compiled modules by source and options, and how many loads hold each
     /// (a load of the same source gets the same kernels).
     modules: HashMap<(String, Vec<String>), (ModuleImage, usize)>,
@@ -209,7 +209,7 @@ struct ScriptedEnds {
     /// For the next poll.
     report: Vec<crate::backend::ends_ahead::EndAhead>,
     /// Reported and not launched yet.
-    reported: HashSet<OpId>,
+    reported: crate::core::id_map::IdSet<OpId>,
     /// The ends of answered launches, for the next poll (the device process drops them).
     answers: Vec<Event>,
 }
@@ -257,8 +257,8 @@ impl SimBackend {
             memory: BTreeMap::new(),
             evicted: BTreeMap::new(),
             next_addr: ADDRESS_BASE,
-            bound: HashMap::new(),
-            copies: HashMap::new(),
+            bound: Default::default(),
+            copies: Default::default(),
             modules: HashMap::new(),
             transforms: WorkPool::new("gpumuxd-transform", 1),
             registered: Vec::new(),

@@ -52,6 +52,9 @@ impl Hasher for IdHasher {
 /// A map keyed by the core's or the engine's own ids (module doc).
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
+/// A set of the core's or the engine's own ids (module doc).
+pub(crate) type IdSet<K> = std::collections::HashSet<K, BuildHasherDefault<IdHasher>>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,6 @@ use gpumux_engine::ids::OpId;
 use gpumux_engine::time::Nanos;
 use gpumux_engine::StreamOp;
 use gpumux_proto::StreamId;
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,7 +61,7 @@ struct Sink {
 /// The recorder; [`Recorder::off`] records nothing.
 pub(crate) struct Recorder {
     sink: Option<Sink>,
-    pending: HashMap<OpId, Pending>,
+    pending: crate::core::id_map::IdMap<OpId, Pending>,
     /// Clients that said hello (a connection that never did leaves no line).
     greeted: std::collections::HashSet<u64>,
 }
@@ -78,7 +77,7 @@ pub struct RecordError {
 
 impl Recorder {
     pub(crate) fn off() -> Recorder {
-        Recorder { sink: None, pending: HashMap::new(), greeted: Default::default() }
+        Recorder { sink: None, pending: Default::default(), greeted: Default::default() }
     }
 
     /// Records to `path` (created, or appended to), starting with a `daemon` line.
@@ -120,7 +119,7 @@ impl Recorder {
                 held: String::new(),
                 last_sent: Instant::now(),
             }),
-            pending: HashMap::new(),
+            pending: Default::default(),
             greeted: Default::default(),
         };
         r.line(&Line::Daemon { format: FORMAT, device, policy, sms, at_ns: now });
