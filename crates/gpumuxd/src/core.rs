@@ -211,8 +211,10 @@ pub enum CoreMsg {
 /// What an engine operation is to the core.
 #[derive(Debug)]
 enum OpKind {
+    /// A kernel; its description is the engine's (shared: its name was
+    /// copied a second time per launch for this, issue 35's callgrind).
     Kernel {
-        name: String,
+        desc: Arc<gpumux_engine::kernel::KernelDesc>,
     },
     /// A copy or memset; `reply` is the request to answer when it is done.
     Copy {

@@ -32,7 +32,7 @@
 //! * a device that ends an answered launch with blocks left contradicts what
 //!   the engine was told: the device process reports it as a fatal error.
 
-use super::ended_at_once;
+use super::ended_at_once_into;
 use crate::core::id_map::IdMap;
 use gpumux_engine::device::{Command, Event};
 use gpumux_engine::ids::{LaunchId, OpId};
@@ -85,7 +85,7 @@ impl KnownEnds {
             return false;
         }
         self.ends.remove(op);
-        self.answers.extend(ended_at_once(command));
+        ended_at_once_into(command, &mut self.answers);
         self.answered.push(*launch);
         self.count += 1;
         true

@@ -626,21 +626,26 @@ pub(crate) fn refused_op(command: &Command) -> Option<OpId> {
 /// What the engine hears of a launch or copy that ends without running:
 /// its SMs released, its blocks reported done, the copy done.
 pub(crate) fn ended_at_once(command: &Command) -> Vec<Event> {
+    let mut out = Vec::new();
+    ended_at_once_into(command, &mut out);
+    out
+}
+
+/// [`ended_at_once`], appended to `out`: the answers ahead of a chain's
+/// kernels go to a list kept from turn to turn, with no allocation per
+/// kernel (issue 35's callgrind).
+pub(crate) fn ended_at_once_into(command: &Command, out: &mut Vec<Event>) {
     match command {
         Command::Launch { launch, blocks, sms, .. } => {
-            let mut out: Vec<Event> = sms
-                .iter()
-                .map(|sm| Event::SmReleased { launch: *launch, sm, cause: ReleaseCause::Exhausted })
-                .collect();
+            out.extend(sms.iter().map(|sm| Event::SmReleased { launch: *launch, sm, cause: ReleaseCause::Exhausted }));
             out.push(Event::LaunchEnded {
                 launch: *launch,
                 remaining: Default::default(),
                 saved: Vec::new(),
                 completed: blocks.len(),
             });
-            out
         }
-        Command::Copy { copy, .. } => vec![Event::CopyDone { copy: *copy }],
-        Command::Grow { .. } | Command::Retreat { .. } => Vec::new(),
+        Command::Copy { copy, .. } => out.push(Event::CopyDone { copy: *copy }),
+        Command::Grow { .. } | Command::Retreat { .. } => {}
     }
 }

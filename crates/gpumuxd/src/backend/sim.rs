@@ -868,7 +868,7 @@ impl Backend for SimBackend {
         if let (Some(s), Command::Launch { op, .. }) = (self.scripted.as_mut(), &command) {
             if s.reported.remove(op) {
                 // Scripted as run ahead: it ends at once, having run nothing here.
-                s.answers.extend(crate::backend::ended_at_once(&command));
+                crate::backend::ended_at_once_into(&command, &mut s.answers);
                 return Ok(());
             }
         }

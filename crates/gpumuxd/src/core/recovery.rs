@@ -23,7 +23,7 @@ impl Core {
         for (_, e) in &ops {
             let l = lost.entry(e.client).or_default();
             match &e.kind {
-                OpKind::Kernel { name } if !e.ended || e.launches > 0 => l.launches.push(name.clone()),
+                OpKind::Kernel { desc } if !e.ended || e.launches > 0 => l.launches.push(desc.name.clone()),
                 OpKind::Copy { .. } if !e.ended || e.copying => l.copies += 1,
                 _ => {}
             }

@@ -596,9 +596,9 @@ impl Core {
             after: None,
             range: None,
         };
-        let name = image.name.clone();
-        let op = StreamOp::Kernel { desc: Arc::new(desc), time_key: self.next_op };
-        self.submit_op(client, l.stream, op, Some(work), OpKind::Kernel { name })?;
+        let desc = Arc::new(desc);
+        let op = StreamOp::Kernel { desc: Arc::clone(&desc), time_key: self.next_op };
+        self.submit_op(client, l.stream, op, Some(work), OpKind::Kernel { desc })?;
         Ok(())
     }
 
