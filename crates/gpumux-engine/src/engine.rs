@@ -148,6 +148,9 @@ pub struct Engine {
     next_op: u64,
     /// Scratch of a scheduling round, kept so a round allocates nothing.
     decisions: Vec<Decision>,
+    /// A round's grants by kernel, kept like `decisions` (a chain's round
+    /// per kernel allocated it afresh: issue 35's callgrind).
+    grants: Vec<(KernelId, SmSet, Option<u64>)>,
     holdings: SmHoldings,
     policy_runs_at: Nanos,
     policy_runs_here: u32,
@@ -196,6 +199,7 @@ impl Engine {
             next_copy: 0,
             next_op: 0,
             decisions: Vec::new(),
+            grants: Vec::new(),
             holdings: SmHoldings::default(),
             policy_runs_at: 0,
             policy_runs_here: 0,
@@ -803,7 +807,8 @@ impl Engine {
 
     fn apply_decisions(&mut self, decisions: &[Decision]) -> Result<(), EngineError> {
         // Group assignments by kernel so one launch covers all its new SMs.
-        let mut grants: Vec<(KernelId, SmSet, Option<u64>)> = Vec::new();
+        let mut grants = std::mem::take(&mut self.grants);
+        grants.clear();
         let mut retreats: Vec<(LaunchId, Mechanism, SmSet)> = Vec::new();
         // SMs assigned in this round: they stay idle in the table until granted.
         let mut assigned = SmSet::EMPTY;
@@ -855,9 +860,10 @@ impl Engine {
         // Grants go first: a launch that is growing onto new SMs while losing
         // all its old ones must not end (on a device that frees SMs at once)
         // before the Grow reaches it.
-        for (kernel, sms, slice) in grants {
+        for &(kernel, sms, slice) in &grants {
             self.grant(kernel, sms, slice);
         }
+        self.grants = grants;
         // SMs freed in their retreat's command, by the kernel they were taken for.
         let mut handed: Vec<(KernelId, SmSet)> = Vec::new();
         for (launch, mechanism, sms) in retreats {

@@ -29,7 +29,7 @@
 use super::partition::even_capped_into;
 use crate::device::Mechanism;
 use crate::ids::{KernelId, Slot, SmId};
-use crate::policy::{ActiveKernel, Decision, Policy, SchedView, SmState};
+use crate::policy::{Decision, Policy, SchedView, SmState};
 use crate::smset::SmSet;
 use crate::time::{Nanos, NS_PER_US};
 
@@ -62,8 +62,11 @@ pub struct PpqEven {
 #[derive(Debug, Default)]
 struct Scratch {
     proc_of_kernel: Vec<usize>,
-    /// Each process's SMs it runs on (`Proc::running`), handed back after the round.
-    running: Vec<Vec<SmId>>,
+    /// The last round's processes, kept for their lists (`Proc::kernels`,
+    /// `Proc::running`): a round per kernel of a chain allocated them afresh.
+    procs: Vec<Proc>,
+    /// Processes of earlier rounds, whose lists the next round reuses.
+    pool: Vec<Proc>,
     levels: Vec<i32>,
     members: Vec<usize>,
     caps: Vec<u32>,
@@ -90,11 +93,12 @@ impl PpqEven {
 }
 
 /// One process with active kernels, as this round sees it.
-struct Proc<'v> {
+#[derive(Debug)]
+struct Proc {
     slot: Slot,
     priority: i32,
-    /// Its active kernels, in arrival order.
-    kernels: Vec<ActiveKernel<'v>>,
+    /// Its active kernels, in arrival order, as their places in the view's.
+    kernels: Vec<usize>,
     /// SMs its kernels could keep busy (at most the device's).
     demand: u32,
     /// SMs it holds or has on their way.
@@ -130,22 +134,26 @@ impl Policy for PpqEven {
         // at every event batch (an urgent kernel's path has three), so its
         // lookups are linear scans of the few processes and kernels, not
         // hashes: this function was half of the engine's time on that path.
-        let mut procs: Vec<Proc> = Vec::new();
+        // Kept from round to round with their lists (a round per kernel of a
+        // chain allocated them afresh: issue 35's callgrind).
+        let mut procs = std::mem::take(&mut sc.procs);
+        sc.pool.append(&mut procs);
         // Each active kernel's process, by the kernel's arrival index.
         sc.proc_of_kernel.clear();
-        for k in view.kernels() {
+        for (at, k) in view.kernels().enumerate() {
             let i = match procs.iter().position(|p| p.slot == k.process()) {
                 Some(i) => i,
                 None => {
                     // Room for every SM: one allocation kept across rounds,
                     // where growing push by push reallocated up to eight times.
-                    let mut running = sc.running.pop().unwrap_or_default();
+                    let (mut kernels, mut running) = sc.pool.pop().map(|p| (p.kernels, p.running)).unwrap_or_default();
+                    kernels.clear();
                     running.clear();
                     running.reserve(n as usize);
                     procs.push(Proc {
                         slot: k.process(),
                         priority: k.priority(),
-                        kernels: Vec::new(),
+                        kernels,
                         demand: 0,
                         committed: 0,
                         target: 0,
@@ -160,7 +168,7 @@ impl Policy for PpqEven {
             let p = &mut procs[i];
             p.demand = p.demand.saturating_add(k.useful_sms()).min(n);
             p.committed += k.sms_committed();
-            p.kernels.push(k);
+            p.kernels.push(at);
         }
         // Neighbouring SMs mostly run the same kernel: remember the last one.
         let mut last: Option<(KernelId, Option<usize>)> = None;
@@ -239,13 +247,16 @@ impl Policy for PpqEven {
         sc.wants.clear();
         for p in procs.iter_mut() {
             p.wants_at = sc.wants.len();
-            sc.wants.extend(p.kernels.iter().map(|k| k.useful_sms().saturating_sub(k.sms_committed())));
+            sc.wants.extend(p.kernels.iter().map(|&at| {
+                let k = view.kernel_at(at);
+                k.useful_sms().saturating_sub(k.sms_committed())
+            }));
         }
         for &i in &sc.order {
             let mut need = procs[i].target.saturating_sub(procs[i].committed);
             let (at, count) = (procs[i].wants_at, procs[i].kernels.len());
             for k in 0..count {
-                let kernel = procs[i].kernels[k].id();
+                let kernel = view.kernel_at(procs[i].kernels[k]).id();
                 let want = &mut sc.wants[at + k];
                 while need > 0 && *want > 0 {
                     if let Some(sm) = pop_idle(&mut idle) {
@@ -267,7 +278,8 @@ impl Policy for PpqEven {
         for &i in &sc.order {
             let keep = procs[i].keep as usize;
             let at = procs[i].wants_at;
-            for (k, kernel) in procs[i].kernels.iter().enumerate() {
+            for (k, &kat) in procs[i].kernels.iter().enumerate() {
+                let kernel = view.kernel_at(kat);
                 while sc.wants[at + k] > 0 && idle.len() as usize > keep {
                     let Some(sm) = pop_idle(&mut idle) else { break };
                     out.push(Decision::Assign { sm, kernel: kernel.id(), slice: None });
@@ -275,7 +287,7 @@ impl Policy for PpqEven {
                 }
             }
         }
-        sc.running.extend(procs.into_iter().map(|p| p.running));
+        sc.procs = procs;
     }
 }
 
