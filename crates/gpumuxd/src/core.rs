@@ -324,6 +324,11 @@ pub struct Core {
     policy: String,
     sessions: BTreeMap<u64, Session>,
     ops: id_map::IdMap<OpId, OpEntry>,
+    /// The description of the last kernel launched, and whose it was: a
+    /// program's next launch of the same kernel with the same shape shares
+    /// it, where each launch built one (its name copied) and dropped it
+    /// (issue 35's callgrind).
+    last_desc: Option<(u64, Arc<gpumux_engine::kernel::KernelDesc>)>,
     launches: id_map::IdMap<LaunchId, (OpId, SmSet)>,
     copies: id_map::IdMap<CopyId, OpId>,
     deferred: Vec<Deferred>,
@@ -470,6 +475,7 @@ impl Core {
             engine,
             sessions: BTreeMap::new(),
             ops: Default::default(),
+            last_desc: None,
             launches: Default::default(),
             copies: Default::default(),
             deferred: Vec::new(),

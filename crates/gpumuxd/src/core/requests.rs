@@ -583,10 +583,15 @@ impl Core {
             .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("kernel {} is not yours", l.kernel.0)))?;
         let c = validate::launch(s, image, self.backend.info(), l)?;
         let shape = KernelShape::new(c.blocks, c.threads, image.regs_per_thread).with_smem_per_block(c.smem);
-        // A client's kernel may write in place: a dropped block must not rerun.
-        let desc = KernelDesc::new(image.name.clone(), shape)
-            .with_idempotent(false)
-            .with_sim_timing(SimTiming::new(c.block_time_ns));
+        let timing = SimTiming::new(c.block_time_ns);
+        let same = |d: &KernelDesc| {
+            d.name == image.name && d.shape == shape && d.sim_timing.as_ref() == Some(&timing) && !d.idempotent
+        };
+        let desc = match &self.last_desc {
+            Some((owner, d)) if *owner == client && same(d) => Arc::clone(d),
+            // A client's kernel may write in place: a dropped block must not rerun.
+            _ => Arc::new(KernelDesc::new(image.name.clone(), shape).with_idempotent(false).with_sim_timing(timing)),
+        };
         let work = OpWork::Kernel {
             code: image.code,
             grid: l.grid,
@@ -596,7 +601,7 @@ impl Core {
             after: None,
             range: None,
         };
-        let desc = Arc::new(desc);
+        self.last_desc = Some((client, Arc::clone(&desc)));
         let op = StreamOp::Kernel { desc: Arc::clone(&desc), time_key: self.next_op };
         self.submit_op(client, l.stream, op, Some(work), OpKind::Kernel { desc })?;
         Ok(())
