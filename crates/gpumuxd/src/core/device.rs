@@ -281,10 +281,16 @@ impl Core {
     /// without a poll, and requests were handled only during polls.
     fn drain_commands(&mut self, stats: &mut PumpStats, inbox: Option<&Receiver<CoreMsg>>) -> Result<bool, CoreError> {
         let mut sent = false;
+        // One clock read ends a part and starts the next (the engine's turn,
+        // then the command's tracking and send): a read per part, not two
+        // (issue 35's callgrind: clock reads were a tenth of a chain's
+        // instructions per kernel).
+        let mut mark = Instant::now();
         loop {
-            let engine = Instant::now();
             let next = self.engine.poll_command()?;
-            let took = engine.elapsed();
+            let engine_done = Instant::now();
+            let took = engine_done.saturating_duration_since(mark);
+            mark = engine_done;
             stats.engine += took;
             stats.commands_engine += took;
             count_call(&self.calls, |c| &mut c.engine, took);
@@ -304,9 +310,10 @@ impl Core {
             stats.commands += 1;
             let launched_op = if let Command::Launch { op, .. } = &cmd { Some(*op) } else { None };
             let retreat = matches!(cmd, Command::Retreat { .. });
-            let call = Instant::now();
             let submitted = self.backend.submit(cmd);
-            let took = call.elapsed();
+            let send_done = Instant::now();
+            let took = send_done.saturating_duration_since(mark);
+            mark = send_done;
             stats.slowest_call = stats.slowest_call.max(took);
             count_call(&self.calls, |c| &mut c.sends, took);
             if retreat {
@@ -314,15 +321,21 @@ impl Core {
             } else if launched_op.is_some() {
                 stats.launch_calls += took;
             }
-            if let Some(e) = launched_op.and_then(|op| self.ops.get_mut(&op)) {
-                e.stamps.launched.get_or_insert(self.backend.now());
+            // The launch's stamp is also when the engine reads its end if the
+            // backend answered it (one read of the device's clock for both).
+            let launched_at = launched_op.map(|_| self.backend.now());
+            if let Some((e, at)) = launched_op.and_then(|op| self.ops.get_mut(&op)).zip(launched_at) {
+                e.stamps.launched.get_or_insert(at);
             }
             if let Err(f) = submitted {
                 self.failure(f)?;
                 return Ok(true);
             }
-            if launched_op.is_some() && self.take_answered(stats)? {
-                self.take_requests(inbox, stats);
+            if let Some(at) = launched_at {
+                if self.take_answered(stats, at)? {
+                    self.take_requests(inbox, stats);
+                    mark = Instant::now();
+                }
             }
         }
         Ok(sent)
@@ -337,7 +350,7 @@ impl Core {
     /// no device round at all: before, each such end waited for a round of
     /// its own (its poll answered without the device), and the core's rounds
     /// paced the chain (issue 35, one round per kernel of ~14 µs on the H200).
-    fn take_answered(&mut self, stats: &mut PumpStats) -> Result<bool, CoreError> {
+    fn take_answered(&mut self, stats: &mut PumpStats, now: Nanos) -> Result<bool, CoreError> {
         let mut answered = std::mem::take(&mut self.events);
         answered.clear();
         if !self.backend.take_answered(&mut answered) {
@@ -346,7 +359,6 @@ impl Core {
         }
         stats.answered_in_turn += 1;
         stats.events += answered.len() as u32;
-        let now = self.backend.now();
         self.engine_on_events(now, &mut answered, stats)?;
         self.events = answered;
         // Its operation completes (an unbind, the stream's next), as at the start of a round.
@@ -374,7 +386,7 @@ impl Core {
         let mut run: Option<(LaunchId, ReleaseCause, SmId, SmSet)> = None;
         for e in events.drain(..) {
             if let Event::SmReleased { launch, sm, cause } = e {
-                self.track_event(&e);
+                self.track_event(&e, now);
                 match &mut run {
                     Some((l, c, last, set)) if *l == launch && *c == cause && sm > *last => {
                         set.insert(sm);
@@ -392,7 +404,7 @@ impl Core {
             if let Some((l, c, _, set)) = run.take() {
                 self.engine.handle_released(now, l, set, c)?;
             }
-            self.track_event(&e);
+            self.track_event(&e, now);
             self.engine.handle_event(now, e)?;
         }
         if let Some((l, c, _, set)) = run.take() {
@@ -448,7 +460,9 @@ impl Core {
         }
     }
 
-    fn track_event(&mut self, event: &Event) {
+    /// Tracks `event`, which the engine hears of at `now` (the device's
+    /// clock read for the whole batch, not once per launch's end).
+    fn track_event(&mut self, event: &Event, now: Nanos) {
         match event {
             Event::SmReleased { launch, sm, .. } => {
                 if let Some((_, held)) = self.launches.get_mut(launch) {
@@ -459,7 +473,7 @@ impl Core {
                 if let Some((op, _)) = self.launches.remove(launch) {
                     if let Some(e) = self.ops.get_mut(&op) {
                         e.launches = e.launches.saturating_sub(1);
-                        e.stamps.ended = Some(self.backend.now());
+                        e.stamps.ended = Some(now);
                     }
                     self.maybe_finish(op);
                 }
@@ -1263,6 +1277,37 @@ mod tests {
             busy.as_secs_f64() * 1e6 / n as f64,
             core.round_clock.summary().unwrap_or_default()
         );
+    }
+
+    /// A launch shares the engine description of the launch before it only
+    /// when it is the same kernel with the same shape and block time
+    /// (`Core::last_desc`, issue 35): every other launch gets its own.
+    #[test]
+    fn a_launch_shares_the_description_of_the_same_launch_before_it_and_no_other() {
+        let (mut core, kernel, _replies) = core_with_kernel(PollsLate::new());
+        let shapes: [(u32, u64); 5] = [(4, 1_000), (4, 1_000), (8, 1_000), (8, 2_000), (4, 1_000)];
+        for (i, &(x, time)) in shapes.iter().enumerate() {
+            let mut l = launch_of_struct(kernel);
+            l.grid = [x, 1, 1];
+            l.block_time_ns = Some(time);
+            assert!(core.handle(request(10 + i as u64, Request::Launch(l))));
+        }
+        let mut descs: Vec<(OpId, Arc<gpumux_engine::kernel::KernelDesc>)> = core
+            .ops
+            .iter()
+            .filter_map(|(op, e)| match &e.kind {
+                OpKind::Kernel { desc } => Some((*op, Arc::clone(desc))),
+                _ => None,
+            })
+            .collect();
+        descs.sort_by_key(|d| d.0);
+        assert_eq!(descs.len(), shapes.len(), "every launch is an operation");
+        for ((_, d), &(x, time)) in descs.iter().zip(&shapes) {
+            assert_eq!(d.shape.blocks, u64::from(x), "a launch's description has its own grid");
+            assert_eq!(d.sim_timing.map(|t| t.block_time_ns), Some(time), "and its own block time");
+        }
+        let shared: Vec<bool> = descs.windows(2).map(|w| Arc::ptr_eq(&w[0].1, &w[1].1)).collect();
+        assert_eq!(shared, [true, false, false, false], "only the repeat of the launch just before shares");
     }
 
     /// The simulator behind a device that refuses the binding of every
