@@ -773,7 +773,6 @@ impl Engine {
             self.now,
             &self.device,
             &self.sms,
-            self.busy,
             &self.kernels,
             &self.processes,
             &self.holdings,

@@ -75,12 +75,15 @@ static NO_SMS: SmShare = SmShare { running: SmSet::EMPTY, leaving: SmSet::EMPTY,
 pub(crate) struct SmHoldings {
     /// Sorted by kernel id; at most two entries per SM.
     by_kernel: Vec<(KernelId, SmShare)>,
+    /// The SMs not idle this round (the engine keeps the set).
+    busy: SmSet,
 }
 
 impl SmHoldings {
-    /// Recomputes the shares from `sms`.
+    /// Recomputes the shares from `sms`, whose SMs not idle are `busy`.
     pub(crate) fn rebuild(&mut self, sms: &[SmState], busy: SmSet) {
         self.by_kernel.clear();
+        self.busy = busy;
         // Neighbouring SMs mostly belong to one kernel: remember the last
         // entry touched, so the common case costs no search.
         let mut last = 0;
@@ -250,8 +253,6 @@ pub struct SchedView<'a> {
     /// arrived after it, as a single hardware queue would not let it pass.
     /// `None` otherwise.
     pub in_order_barrier: Option<Nanos>,
-    /// The SMs of `sms` that are not idle (the engine keeps the set).
-    busy: SmSet,
     /// Active kernels in arrival order.
     kernels: &'a [KernelState],
     processes: &'a ProcessTable,
@@ -264,13 +265,12 @@ impl<'a> SchedView<'a> {
         now: Nanos,
         device: &'a DeviceInfo,
         sms: &'a [SmState],
-        busy: SmSet,
         kernels: &'a [KernelState],
         processes: &'a ProcessTable,
         holdings: &'a SmHoldings,
         in_order_barrier: Option<Nanos>,
     ) -> Self {
-        SchedView { now, device, sms, in_order_barrier, busy, kernels, processes, holdings }
+        SchedView { now, device, sms, in_order_barrier, kernels, processes, holdings }
     }
 
     fn active(kernel: &'a KernelState, processes: &'a ProcessTable, holdings: &'a SmHoldings) -> ActiveKernel<'a> {
@@ -308,13 +308,13 @@ impl<'a> SchedView<'a> {
 
     /// Idle SMs in index order.
     pub fn idle_sms(&self) -> impl Iterator<Item = SmId> + '_ {
-        SmSet::range(0, self.sms.len() as u16).difference(&self.busy).into_iter()
+        SmSet::range(0, self.sms.len() as u16).difference(&self.holdings.busy).into_iter()
     }
 
     /// The SMs not idle (running or being taken back), in index order:
     /// what a scan of `sms` for holders finds, without looking at the idle ones.
     pub fn busy_sms(&self) -> SmSet {
-        self.busy
+        self.holdings.busy
     }
 }
 
