@@ -148,6 +148,13 @@ impl Backend for AnswersAhead {
     // Reported here, not passed on.
     fn report_ends_ahead(&mut self) {}
 
+    fn hold_sends(&mut self) {
+        self.inner.hold_sends()
+    }
+    fn release_sends(&mut self) {
+        self.inner.release_sends()
+    }
+
     // The rest is the device's own.
     fn read_back(&mut self, addr: DevAddr, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
         self.inner.read_back(addr, bytes)

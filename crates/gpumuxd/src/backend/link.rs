@@ -100,6 +100,10 @@ pub struct Link {
     /// The other end closed (bytes already read may still hold messages).
     closed: bool,
     buf: Box<[u8]>,
+    /// Messages are held while this is set ([`Link::hold`]).
+    holding: bool,
+    /// Messages held, as their frames, in the order sent.
+    held: Vec<u8>,
 }
 
 /// A connected pair of sockets, both close-on-exec.
@@ -181,12 +185,49 @@ impl Link {
             fds: VecDeque::new(),
             closed: false,
             buf: vec![0u8; READ_CHUNK].into_boxed_slice(),
+            holding: false,
+            held: Vec::new(),
         }
+    }
+
+    /// From now on, messages sent without a descriptor are held here and go
+    /// to the ring together at [`Link::release`] (or before anything that
+    /// needs them gone: a message with a descriptor, a receive, a close): the
+    /// peer reads the same frames in the same order, with one ring write and
+    /// at most one doorbell for all of them. The daemon holds the messages
+    /// of one engine turn of a chain (a kernel's answered launch, its unbind,
+    /// the binds of the requests taken after it: issue 35).
+    pub fn hold(&mut self) {
+        self.holding = true;
+    }
+
+    /// Sends what was held and stops holding.
+    pub fn release(&mut self) -> Result<(), LinkError> {
+        self.holding = false;
+        self.flush()
+    }
+
+    /// Writes the held messages to the ring, if any.
+    fn flush(&mut self) -> Result<(), LinkError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let held = std::mem::take(&mut self.held);
+        let written = self.write_all(&held);
+        self.held = held;
+        self.held.clear();
+        written
     }
 
     /// Sends `msg`, with `fd` for the peer's [`Link::take_fd`] if given.
     pub fn send<T: Serialize>(&mut self, msg: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), LinkError> {
         let bytes = encode_frame(msg)?;
+        if self.holding && fd.is_none() {
+            self.held.extend_from_slice(&bytes);
+            return Ok(());
+        }
+        // Held messages first: the peer reads every message in the order sent.
+        self.flush()?;
         if let Some(fd) = fd {
             // On the socket before its message is in the ring: the peer
             // finds it there when it reads the message.
@@ -201,6 +242,12 @@ impl Link {
                 }
             }
         }
+        self.write_all(&bytes)
+    }
+
+    /// Writes `bytes` (whole frames) to the ring, ringing the peer's doorbell
+    /// if it sleeps; waits while the ring is full.
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), LinkError> {
         let mut sent = 0;
         let start = Instant::now();
         loop {
@@ -228,6 +275,8 @@ impl Link {
     /// The next message if one has fully arrived; never blocks.
     /// [`LinkError::Closed`] once the peer closed and every message it sent was taken.
     pub fn try_recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, LinkError> {
+        // An answer awaited may be to a message held.
+        self.flush()?;
         if let Some(msg) = self.next()? {
             return Ok(Some(msg));
         }
@@ -247,6 +296,7 @@ impl Link {
     /// wake-up of several µs (tens at the tail) per hop. The polls read the
     /// ring; every `SOCKET_EVERY`th (64th) also reads the socket.
     pub fn recv_spin<T: DeserializeOwned>(&mut self, spin: Duration) -> Result<Option<T>, LinkError> {
+        self.flush()?;
         let start = Instant::now();
         let mut tries = 0u32;
         loop {
@@ -292,6 +342,7 @@ impl Link {
     /// `timeout` passes (`None`: no limit). Call it once [`Link::try_recv`]
     /// has nothing.
     pub fn wait_readable(&mut self, timeout: Option<Duration>) -> Result<(), LinkError> {
+        self.flush()?;
         if self.closed || self.rx.available()? > 0 {
             return Ok(());
         }
@@ -302,6 +353,8 @@ impl Link {
 
     /// Tells the peer we are done (it reads end of stream), keeping the socket.
     pub fn close(&mut self) {
+        // What was held goes first; a peer already gone makes it moot.
+        let _ = self.flush();
         // SAFETY: shutdown on a descriptor we own; an error (already closed) changes nothing.
         unsafe {
             libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR);
@@ -457,5 +510,54 @@ mod tests {
         assert!(theirs == expected);
         assert!(fd_came, "the descriptor came with its message");
         assert!(matches!(link.try_recv::<Vec<u8>>(), Err(LinkError::Closed)), "the peer's close is seen");
+    }
+
+    /// Held messages reach the peer only at the release (or before a
+    /// message with a descriptor, or a receive), all of them, in order.
+    #[test]
+    fn held_messages_go_together_at_the_release_in_the_order_sent() {
+        let (a, b) = socket_pair().unwrap();
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel::<u32>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            let mut link = Link::accept(b, Duration::from_secs(10)).unwrap();
+            let mut got = Vec::new();
+            while got.len() < 7 {
+                let n: u32 = link.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+                let _ = seen_tx.send(n);
+                got.push(n);
+                if n == 2 {
+                    // The sender holds 3 and 4 until told to go on.
+                    let _ = go_rx.recv();
+                }
+            }
+            let fd = link.take_fd();
+            (got, fd.is_some())
+        });
+        let mut link = Link::connect(a).unwrap();
+        link.send(&1u32, None).unwrap();
+        link.hold();
+        link.send(&2u32, None).unwrap();
+        link.send(&3u32, None).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(seen_rx.try_recv().is_ok_and(|n| n == 1), "a message before the hold went at once");
+        assert!(seen_rx.try_recv().is_err(), "held messages wait for the release");
+        link.release().unwrap();
+        assert_eq!(seen_rx.recv_timeout(Duration::from_secs(10)), Ok(2));
+        let _ = go_tx.send(());
+        assert_eq!(seen_rx.recv_timeout(Duration::from_secs(10)), Ok(3));
+        // Held again: a message with a descriptor sends the held ones first.
+        link.hold();
+        link.send(&4u32, None).unwrap();
+        link.send(&5u32, None).unwrap();
+        let file = std::fs::File::open("/dev/null").unwrap();
+        link.send(&6u32, Some(file.as_fd())).unwrap();
+        link.send(&7u32, None).unwrap();
+        // A receive sends what is held (an answer may be to it).
+        assert!(link.try_recv::<u32>().unwrap().is_none());
+        let (got, fd_came) = other.join().unwrap();
+        assert_eq!(got, [1, 2, 3, 4, 5, 6, 7], "every message, in the order sent");
+        assert!(fd_came, "the descriptor came with its message");
+        link.release().unwrap();
     }
 }

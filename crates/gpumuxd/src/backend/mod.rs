@@ -577,6 +577,16 @@ pub trait Backend: Send {
     /// them to the daemon: [`ends_ahead`]). A device that runs nothing ahead
     /// ignores it.
     fn report_ends_ahead(&mut self) {}
+    /// Hold the messages to a device in another process from now until
+    /// [`Backend::release_sends`], and send them then as one write (the
+    /// same messages in the same order: `link::Link::hold`). The core holds
+    /// one engine turn's (a chain's answered launch, its unbind and the
+    /// binds of the requests taken after it: three writes a kernel where
+    /// there was one). Anything that waits for the device sends them first.
+    /// A device in this process has nothing to hold.
+    fn hold_sends(&mut self) {}
+    /// Sends what [`Backend::hold_sends`] held, and stops holding.
+    fn release_sends(&mut self) {}
     /// Appends the ends seen ahead since the last call ([`Backend::report_ends_ahead`]).
     fn take_ends_ahead(&mut self, _out: &mut Vec<ends_ahead::EndAhead>) {}
     /// Carries out a launch command the daemon answered itself from an end

@@ -856,6 +856,20 @@ impl Backend for RemoteBackend {
         }
     }
 
+    fn hold_sends(&mut self) {
+        if self.broken.is_none() {
+            self.process.link.hold();
+        }
+    }
+
+    fn release_sends(&mut self) {
+        if let Err(e) = self.process.link.release() {
+            if self.broken.is_none() {
+                self.lost(e);
+            }
+        }
+    }
+
     fn start_poll(&mut self) -> bool {
         if self.poll_sent || self.failure.is_some() || self.broken.is_some() || self.known.pending() {
             return self.poll_sent;

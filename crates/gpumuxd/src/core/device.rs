@@ -310,6 +310,12 @@ impl Core {
             stats.commands += 1;
             let launched_op = if let Command::Launch { op, .. } = &cmd { Some(*op) } else { None };
             let retreat = matches!(cmd, Command::Retreat { .. });
+            // A launch's turn (its command, and if it was answered from its
+            // end known ahead, its operation's unbind and the binds of the
+            // requests taken after it) goes to a device process as one write.
+            if launched_op.is_some() {
+                self.backend.hold_sends();
+            }
             let submitted = self.backend.submit(cmd);
             let send_done = Instant::now();
             let took = send_done.saturating_duration_since(mark);
@@ -328,12 +334,17 @@ impl Core {
                 e.stamps.launched.get_or_insert(at);
             }
             if let Err(f) = submitted {
+                self.backend.release_sends();
                 self.failure(f)?;
                 return Ok(true);
             }
             if let Some(at) = launched_at {
-                if self.take_answered(stats, at)? {
+                let answered = self.take_answered(stats, at);
+                if matches!(answered, Ok(true)) {
                     self.take_requests(inbox, stats);
+                }
+                self.backend.release_sends();
+                if answered? {
                     mark = Instant::now();
                 }
             }
