@@ -194,9 +194,9 @@ impl Link {
     /// to the ring together at [`Link::release`] (or before anything that
     /// needs them gone: a message with a descriptor, a receive, a close): the
     /// peer reads the same frames in the same order, with one ring write and
-    /// at most one doorbell for all of them. The daemon holds the messages
-    /// of one engine turn of a chain (a kernel's answered launch, its unbind,
-    /// the binds of the requests taken after it: issue 35).
+    /// at most one doorbell for all of them. The daemon holds a launch
+    /// command and, for a kernel answered from its end known ahead, its
+    /// operation's unbind (issue 35).
     pub fn hold(&mut self) {
         self.holding = true;
     }

@@ -580,9 +580,9 @@ pub trait Backend: Send {
     /// Hold the messages to a device in another process from now until
     /// [`Backend::release_sends`], and send them then as one write (the
     /// same messages in the same order: `link::Link::hold`). The core holds
-    /// one engine turn's (a chain's answered launch, its unbind and the
-    /// binds of the requests taken after it: three writes a kernel where
-    /// there was one). Anything that waits for the device sends them first.
+    /// a launch's command and, for one answered from its end known ahead,
+    /// its operation's unbind: one write per kernel of a chain where there
+    /// were two. Anything that waits for the device sends them first.
     /// A device in this process has nothing to hold.
     fn hold_sends(&mut self) {}
     /// Sends what [`Backend::hold_sends`] held, and stops holding.

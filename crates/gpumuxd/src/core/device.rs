@@ -310,9 +310,12 @@ impl Core {
             stats.commands += 1;
             let launched_op = if let Command::Launch { op, .. } = &cmd { Some(*op) } else { None };
             let retreat = matches!(cmd, Command::Retreat { .. });
-            // A launch's turn (its command, and if it was answered from its
-            // end known ahead, its operation's unbind and the binds of the
-            // requests taken after it) goes to a device process as one write.
+            // A launch's command and, if it was answered from its end known
+            // ahead, its operation's unbind go to a device process as one
+            // write. Not the binds of the requests taken after it: held for
+            // up to `REQUESTS_BETWEEN_TURNS`, they would reach the device
+            // that much later, and a bound kernel is what the device queues
+            // behind the one before (the GPU's lead over the engine).
             if launched_op.is_some() {
                 self.backend.hold_sends();
             }
@@ -340,11 +343,9 @@ impl Core {
             }
             if let Some(at) = launched_at {
                 let answered = self.take_answered(stats, at);
-                if matches!(answered, Ok(true)) {
-                    self.take_requests(inbox, stats);
-                }
                 self.backend.release_sends();
                 if answered? {
+                    self.take_requests(inbox, stats);
                     mark = Instant::now();
                 }
             }
