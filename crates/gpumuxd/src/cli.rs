@@ -73,6 +73,12 @@ pub struct DaemonArgs {
     /// memory]. docs/daemon.md, "Memory oversubscription".
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub swap_memory: Option<u64>,
+    /// Device memory the daemon hands out, per GPU (`48GiB`) [default: the
+    /// config's device_memory, else all of it]. Above the GPU's memory it
+    /// refuses to start. With it, a host whose RAM is smaller than the GPU can
+    /// still hold oversubscribed clients' evicted buffers (docs/oversubscription.md).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub device_memory: Option<u64>,
     /// How long a client that got its memory keeps it, in round trips of
     /// its bytes over the host link (default 8; `0`: it may be evicted at
     /// its next idle moment, which makes clients that sync often swap at
@@ -100,6 +106,7 @@ impl DaemonArgs {
             poll_every: self.poll_us.map(std::time::Duration::from_micros),
             record: self.record.clone(),
             swap_memory: self.swap_memory,
+            device_memory: self.device_memory,
             swap_keep: self.swap_keep,
             placement: self.placement.clone(),
             rebalance: self.rebalance.then_some(true),

@@ -9,6 +9,7 @@
 //! rebalance = false         # move idle clients to a GPU left with none (docs/multi-gpu.md)
 //! record = "/var/lib/gpumux/clients.jsonl"   # optional: gpumuxd --record
 //! swap_memory = "64 GiB"    # host memory for evicted buffers (default: half the host's; 0: never evict)
+//! device_memory = "48 GiB"  # device memory handed out per GPU (default: all of it)
 //!
 //! [[allow]]                 # entries are tried in order: the FIRST match wins
 //! uid = 1000
@@ -252,6 +253,9 @@ pub struct DaemonDefaults {
     /// Host memory evicted buffers may take in all (docs/daemon.md,
     /// "Memory oversubscription"; default `core::default_swap_memory`).
     pub swap_memory: Option<Bytes>,
+    /// Device memory handed out per GPU (`--device-memory`; default: all;
+    /// `backend::capped`).
+    pub device_memory: Option<Bytes>,
     /// Move idle clients to GPUs left with no client (`--rebalance`;
     /// docs/multi-gpu.md, "Moving a client between GPUs").
     pub rebalance: Option<bool>,

@@ -36,6 +36,9 @@ pub struct Options {
     /// Host memory evicted buffers may take, bytes (default: the config's
     /// `swap_memory`, else [`crate::core::default_swap_memory`]).
     pub swap_memory: Option<u64>,
+    /// Device memory handed out per GPU, bytes (`--device-memory`; default:
+    /// the config's `device_memory`, else all; `backend::capped`).
+    pub device_memory: Option<u64>,
     /// Round trips a client keeps memory it got (`--swap-keep`; default
     /// [`crate::core::DEFAULT_SWAP_KEEP`]).
     pub swap_keep: Option<f64>,
@@ -257,6 +260,7 @@ pub fn run(opts: Options) -> Result<()> {
     let swap =
         opts.swap_memory.or(config.daemon.swap_memory.map(|b| b.0)).unwrap_or_else(crate::core::default_swap_memory);
     pin_swap_memory(swap / specs.len() as u64);
+    let device_memory = opts.device_memory.or(config.daemon.device_memory.map(|b| b.0));
     let mut cores = Vec::with_capacity(specs.len());
     for (i, spec) in specs.iter().enumerate() {
         let spec = resolve_hw_priority(spec, policy.as_deref().unwrap_or(crate::core::DEFAULT_POLICY));
@@ -265,6 +269,14 @@ pub fn run(opts: Options) -> Result<()> {
             Ok(b) => b,
             Err(e) if specs.len() > 1 => return Err(e.context(format!("cannot open GPU {i} ({spec})"))),
             Err(e) => return Err(e),
+        };
+        let backend: Box<dyn crate::backend::Backend> = match device_memory {
+            Some(cap) => {
+                let capped = crate::backend::capped::Capped::new(backend, cap)?;
+                tracing::info!("device memory handed out: {cap} bytes (--device-memory)");
+                Box::new(capped)
+            }
+            None => backend,
         };
         let mut core = Core::new(backend, policy.as_deref()).context("cannot start the scheduling engine")?;
         if let Some(every) = opts.poll_every {

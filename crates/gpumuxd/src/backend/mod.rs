@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod answers_ahead;
+pub mod capped;
 pub mod compile;
 pub mod copy_engine;
 pub mod cuda;
