@@ -261,6 +261,11 @@ pub fn run(opts: Options) -> Result<()> {
         opts.swap_memory.or(config.daemon.swap_memory.map(|b| b.0)).unwrap_or_else(crate::core::default_swap_memory);
     pin_swap_memory(swap / specs.len() as u64);
     let device_memory = opts.device_memory.or(config.daemon.device_memory.map(|b| b.0));
+    if let Some(cap) = device_memory {
+        // The device processes, started below, inherit it: their pinned host
+        // pools see oversubscription coming against the cap, not the GPU.
+        std::env::set_var(gpumux_cuda::client::DEVICE_MEMORY_VAR, cap.to_string());
+    }
     let mut cores = Vec::with_capacity(specs.len());
     for (i, spec) in specs.iter().enumerate() {
         let spec = resolve_hw_priority(spec, policy.as_deref().unwrap_or(crate::core::DEFAULT_POLICY));

@@ -1,9 +1,10 @@
-//! Moves straight between the device and a host copy's pinned part, with no
-//! CPU copy (issue 39). The copies of the pinned pool
-//! ([`super::pinned_pool`]) are pinned ahead of the move, so a move only
-//! queues one DMA per pinned piece ([`PIN_PIECE`]). A pool's copy not pinned
-//! whole yet (the pool grows while the mover is idle, and a move can come
-//! first) has its remaining pieces pinned on the move's path, each piece's
+//! Moves straight between the device and a host copy's pinned pieces, with
+//! no CPU copy (issue 39). A host copy is pieces laid end to end (the pinned
+//! pool's chunks, [`super::pinned_pool`]), pinned ahead of the move, so a
+//! move only queues one DMA per chunk ([`PIN_PIECE`] each). A pool's chunk
+//! not pinned whole yet (the pool grows while the mover is idle, and a move
+//! can come first, or the cap had room for new chunks only) is pinned on
+//! the move's path, each piece's
 //! DMA queued as soon as it is pinned, so pinning the next piece overlaps
 //! the DMA of the one before (and faulting in the piece after overlaps the
 //! pinning, on the copy pool's threads); the pins are kept for the next moves (the
@@ -44,21 +45,22 @@ pub(crate) struct Straight {
 /// The DMAs of one move, queued piece by piece, paced if asked.
 struct Queue {
     s: cu::CUstream,
-    dev: u64,
     out: bool,
     pace: Option<f64>,
     start: Instant,
-    /// Bytes queued so far, from the start of the copy.
-    at: usize,
+    /// Bytes queued so far in all (for the pace).
+    queued: usize,
 }
 
 impl Queue {
-    /// Queues the DMAs of the pinned bytes from `at` to `to` (host memory
-    /// from `p`), one per pinned piece (each piece is its own registration).
-    fn up_to(&mut self, p: *mut u8, to: usize) -> Result<(), CudaError> {
-        while self.at < to {
-            let k = (PIN_PIECE - self.at % PIN_PIECE).min(to - self.at);
-            let (d, h) = (self.dev + self.at as u64, p.wrapping_add(self.at));
+    /// Queues the DMAs of bytes `from..to` of a host piece at `h` (pinned
+    /// there) and device address `dev` (the piece's first byte's), one per
+    /// pinned [`PIN_PIECE`] of it (each is its own registration).
+    fn dma(&mut self, dev: u64, h: *mut u8, from: usize, to: usize) -> Result<(), CudaError> {
+        let mut at = from;
+        while at < to {
+            let k = (PIN_PIECE - at % PIN_PIECE).min(to - at);
+            let (d, h) = (dev + at as u64, h.wrapping_add(at));
             // SAFETY: `k` bytes at `d` are the buffer's, `k` at `h` are pinned host
             // memory the caller holds borrowed until the stream is synchronized.
             let r = unsafe {
@@ -69,10 +71,11 @@ impl Queue {
                 }
             };
             check(if self.out { "cuMemcpyDtoHAsync" } else { "cuMemcpyHtoDAsync" }, r)?;
-            self.at += k;
+            at += k;
+            self.queued += k;
             if let Some(rate) = self.pace {
                 // Queue no further ahead than the pace allows (a piece at a time).
-                let due = self.start + Duration::from_secs_f64(self.at as f64 / rate);
+                let due = self.start + Duration::from_secs_f64(self.queued as f64 / rate);
                 let ahead = due.saturating_duration_since(Instant::now());
                 if ahead > Duration::ZERO {
                     std::thread::sleep(ahead);
@@ -83,26 +86,83 @@ impl Queue {
     }
 }
 
-/// Queues the straight part of a move of `len` bytes: the pinned part, then,
-/// if `grow` (a pool's copy, the pool not broken), the rest pinned piece by
-/// piece on the path. Returns how far it got.
-fn straight(q: &mut Queue, host: &mut HostCopy, len: usize, grow: bool, ring: &Staging) -> Result<Straight, CudaError> {
-    let (p, direct) = host.pinned_part(len);
-    q.up_to(p, direct)?;
-    let mut pin_failed = None;
-    // Only the pool's copies: their bytes count against its cap.
-    if grow && host.is_pooled() && direct < len {
-        match host.pin_upto(len, ring.copy_pool(), |p, pinned| q.up_to(p, pinned.min(len))) {
-            Ok(()) => {}
-            Err(PinStop::Pin(e)) => pin_failed = Some(e),
-            Err(PinStop::Dma(e)) => return Err(e),
+/// Moves `len` bytes between device address `dev` and `host`'s pieces, laid
+/// end to end: for each piece, its pinned part straight; if `grow` (the
+/// pool not broken), the rest of a pool's piece pinned on the path, each
+/// pinned part's DMA queued as soon as it is pinned; what is left through
+/// `ring`, behind the DMAs on the same stream. Does not wait for the DMAs.
+fn move_pieces(
+    q: &mut Queue,
+    dev: u64,
+    host: &mut HostCopy,
+    len: usize,
+    grow: bool,
+    ring: &Staging,
+) -> Result<Straight, CudaError> {
+    let (mut at, mut direct, mut pin_failed) = (0usize, 0usize, None);
+    for m in host.pieces_mut() {
+        if at >= len {
+            break;
         }
+        let n = m.len().min(len - at);
+        let d = dev + at as u64;
+        let mut from = m.pinned().min(n);
+        q.dma(d, m.as_mut_ptr(), 0, from)?;
+        // Only the pool's pieces: their bytes count against its cap.
+        if grow && pin_failed.is_none() && m.is_pooled() && from < n {
+            let pinned = m.pin_upto(n, ring.copy_pool(), |p, pinned| {
+                let to = pinned.min(n);
+                q.dma(d, p, from, to)?;
+                from = to;
+                Ok(())
+            });
+            match pinned {
+                Ok(()) => {}
+                Err(PinStop::Pin(e)) => pin_failed = Some(e),
+                Err(PinStop::Dma(e)) => return Err(e),
+            }
+        }
+        let straight = m.pinned().min(n);
+        direct += straight;
+        if straight < n {
+            // Queued behind the DMAs above on the same stream; the ring waits for its own.
+            if q.out {
+                let fresh = m.is_fresh();
+                ring.to_host(q.s, d + straight as u64, &mut m.as_mut_slice()[straight..n], fresh)?;
+            } else {
+                ring.to_device(q.s, &m.as_slice()[straight..n], d + straight as u64)?;
+            }
+        }
+        at += n;
     }
-    Ok(Straight { direct: host.pinned_part(len).1, pin_failed })
+    if at < len {
+        return Err(CudaError::Invalid(format!("a host copy of {at} bytes for a move of {len}")));
+    }
+    Ok(Straight { direct, pin_failed })
+}
+
+/// Copies `len` bytes between device address `dev` and `host` on `s` (to
+/// the host if `out`) and waits for them (module doc).
+fn copy(
+    s: cu::CUstream,
+    out: bool,
+    dev: u64,
+    host: &mut HostCopy,
+    len: usize,
+    ring: &Staging,
+    grow: bool,
+) -> Result<Straight, CudaError> {
+    let mut q = Queue { s, out, pace: pace_from_env(), start: Instant::now(), queued: 0 };
+    let r = move_pieces(&mut q, dev, host, len, grow, ring);
+    // Every DMA is done before `host` is the caller's again, failed or not.
+    // SAFETY: a stream of the current context.
+    let synced = check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(s) });
+    let st = r?;
+    synced.map(|()| st)
 }
 
 /// Copies `len` bytes at device address `dev` into `host` on `s` and waits
-/// for them (module doc); the rest of what is not straight goes through `ring`.
+/// for them (module doc).
 pub(crate) fn to_host(
     s: cu::CUstream,
     dev: u64,
@@ -111,20 +171,7 @@ pub(crate) fn to_host(
     ring: &Staging,
     grow: bool,
 ) -> Result<Straight, CudaError> {
-    let mut q = Queue { s, dev, out: true, pace: pace_from_env(), start: Instant::now(), at: 0 };
-    let r = straight(&mut q, host, len, grow, ring).and_then(|st| {
-        if st.direct < len {
-            let fresh = host.is_fresh();
-            // Queued behind the DMAs above on the same stream; the ring waits for its own.
-            ring.to_host(s, dev + st.direct as u64, &mut host.bytes_mut(len)[st.direct..], fresh)?;
-        }
-        Ok(st)
-    });
-    // Every DMA is done before `host` is the caller's again, failed or not.
-    // SAFETY: a stream of the current context.
-    let synced = check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(s) });
-    let st = r?;
-    synced.map(|()| st)
+    copy(s, true, dev, host, len, ring, grow)
 }
 
 /// Copies `len` bytes of `host` to device address `dev` on `s` and waits
@@ -137,15 +184,5 @@ pub(crate) fn to_device(
     ring: &Staging,
     grow: bool,
 ) -> Result<Straight, CudaError> {
-    let mut q = Queue { s, dev, out: false, pace: pace_from_env(), start: Instant::now(), at: 0 };
-    let r = straight(&mut q, host, len, grow, ring).and_then(|st| {
-        if st.direct < len {
-            ring.to_device(s, &host.bytes(len)[st.direct..], dev + st.direct as u64)?;
-        }
-        Ok(st)
-    });
-    // SAFETY: a stream of the current context.
-    let synced = check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(s) });
-    let st = r?;
-    synced.map(|()| st)
+    copy(s, false, dev, host, len, ring, grow)
 }

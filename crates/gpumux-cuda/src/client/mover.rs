@@ -66,9 +66,14 @@ pub(crate) enum Msg {
     Trim {
         keep: usize,
     },
-    /// The pinned pool's copy of a buffer freed while evicted: back into the
-    /// pool. No end.
-    Recycle(HostMem),
+    /// The pinned pool's chunks of a buffer freed while evicted: back into
+    /// the pool. No end.
+    Recycle(Vec<HostMem>),
+    /// The pinned pool's level ([`super::pinned_pool`]): grow to `bytes`
+    /// while idle, or give free chunks past it back now. No end.
+    Ahead {
+        bytes: usize,
+    },
 }
 
 /// A move that ended, with what it owned.
@@ -85,7 +90,7 @@ pub(crate) struct Done {
     pub prepared: Duration,
     pub copied: Duration,
     /// A restore of a buffer born evicted (a memset, not a copy): `host`
-    /// alone no longer says so once a pinned copy went back to the pool.
+    /// alone no longer says so once its pinned chunks went back to the pool.
     pub zeros: bool,
     /// Bytes DMAed straight from or into pinned memory (the rest went
     /// through the ring).
@@ -128,6 +133,11 @@ pub(crate) struct Mover {
     /// moved in all (restores of zeros left out).
     pub moved_direct: u64,
     pub moved: u64,
+    /// The pinned pool's cap (0: none) and the most it grows ahead
+    /// ([`super::pinned_pool::AHEAD_VAR`]), and the level last sent.
+    pub pinned: usize,
+    pub ahead_max: usize,
+    pub ahead_sent: usize,
 }
 
 impl Mover {
@@ -143,7 +153,19 @@ impl Mover {
             .name("gpumux-mover".into())
             .spawn(move || run(ctx as cu::CUcontext, pinned, rx, tx, &w))
             .map_err(|e| CudaError::Invalid(format!("starting the buffer mover thread: {e}")))?;
-        Ok(Mover { jobs: Some(jobs), ended, thread: Some(thread), waiting, under_way: 0, moved_direct: 0, moved: 0 })
+        let ahead_max = if pinned > 0 { super::pinned_pool::ahead_from_env() } else { 0 };
+        Ok(Mover {
+            jobs: Some(jobs),
+            ended,
+            thread: Some(thread),
+            waiting,
+            under_way: 0,
+            moved_direct: 0,
+            moved: 0,
+            pinned,
+            ahead_max,
+            ahead_sent: 0,
+        })
     }
 
     /// Sends a job that reports no end (`Prepare`, `Trim`); `false`: the
@@ -164,7 +186,7 @@ impl Mover {
             Err(e) => match e.0 {
                 Msg::Move(job) => Err(job),
                 // Not what was sent.
-                Msg::Prepare { .. } | Msg::Trim { .. } | Msg::Recycle(_) => Ok(()),
+                Msg::Prepare { .. } | Msg::Trim { .. } | Msg::Recycle(_) | Msg::Ahead { .. } => Ok(()),
             },
         }
     }
@@ -239,9 +261,15 @@ fn run(ctx: cu::CUcontext, cap: usize, jobs: Receiver<Msg>, ended: Sender<Done>,
         };
         let done = match (job, &made) {
             (Msg::Prepare { len }, _) => {
-                match pool.as_mut() {
-                    Some(p) => p.want(len),
-                    None => prepare(len, ring, &mut ready, waiting),
+                // With a pool, its level covers the buffer born evicted.
+                if pool.is_none() {
+                    prepare(len, ring, &mut ready, waiting);
+                }
+                continue;
+            }
+            (Msg::Ahead { bytes }, _) => {
+                if let Some(p) = pool.as_mut() {
+                    p.set_level(bytes);
                 }
                 continue;
             }
@@ -249,9 +277,9 @@ fn run(ctx: cu::CUcontext, cap: usize, jobs: Receiver<Msg>, ended: Sender<Done>,
                 trim(&mut ready, keep);
                 continue;
             }
-            (Msg::Recycle(m), _) => {
+            (Msg::Recycle(chunks), _) => {
                 if let Some(p) = pool.as_mut() {
-                    p.put(m);
+                    chunks.into_iter().for_each(|m| p.put(m));
                 }
                 continue;
             }
@@ -296,7 +324,9 @@ fn prepare(len: usize, ring: Option<&super::staging::Staging>, ready: &mut Vec<H
     let mut at = 0;
     while at < len && waiting.load(Ordering::Acquire) == 0 {
         let n = step.min(len - at);
-        ring.populate(&mut c.bytes_mut(len)[at..at + n]);
+        if let Some(m) = c.pieces_mut().first_mut() {
+            ring.populate(&mut m.as_mut_slice()[at..at + n]);
+        }
         at += n;
     }
     if at == len {
@@ -314,6 +344,16 @@ fn trim(ready: &mut Vec<HostCopy>, keep: usize) {
     while ready.iter().map(HostCopy::held).sum::<usize>() > keep {
         ready.pop();
     }
+}
+
+/// A host copy of `size` bytes made of the pinned pool's `chunks`, and, where
+/// its cap left them short, one mapping of the rest (through the ring).
+fn pooled_copy(mut chunks: Vec<HostMem>, size: usize, bytes: u64) -> Result<HostCopy, CudaError> {
+    let held: usize = chunks.iter().map(HostMem::len).sum();
+    if held < size {
+        chunks.push(HostMem::new(size - held)?);
+    }
+    Ok(HostCopy::from_pieces(chunks, size, bytes))
 }
 
 /// A job that cannot be made: given back unmade.
@@ -345,20 +385,20 @@ fn make(
     let t = Instant::now();
     match job {
         Job::Evict { token, ptr, size, bytes, handle, host, found } => {
-            // A pinned copy of the pool first: no CPU copy. Else the host copy
-            // sent; else memory faulted in ahead that fits (the smallest); else
-            // fresh. Whichever is not taken is dropped after the move.
-            // A free copy of the pool (pinned whole or in part), else a new
-            // one where its cap has room (pinned on the path, and kept).
-            let pinned = pool.as_deref_mut().and_then(|p| p.take(size).or_else(|| p.fresh(size)));
+            // Chunks of the pool first: no CPU copy (free ones, pinned ahead,
+            // else new ones where its cap has room, pinned on the path, and
+            // kept). Else the host copy sent; else memory faulted in ahead
+            // that fits (the smallest); else fresh. Whichever is not taken is
+            // dropped after the move.
+            let chunks = pool.as_deref_mut().map_or_else(Vec::new, |p| p.take(size));
             let mut unused = None;
-            let host = match (pinned, host) {
-                (Some(m), h) => {
+            let host = match (chunks, host) {
+                (chunks, h) if !chunks.is_empty() => {
                     unused = h;
-                    Ok(HostCopy::from_mem(m, size, bytes))
+                    pooled_copy(chunks, size, bytes)
                 }
-                (None, Some(h)) => Ok(h),
-                (None, None) => {
+                (_, Some(h)) => Ok(h),
+                (_, None) => {
                     match ready.iter().enumerate().filter(|(_, c)| c.fits(size)).min_by_key(|(_, c)| c.held()) {
                         Some((i, _)) => Ok(ready.swap_remove(i)),
                         None => HostCopy::new(size, bytes),
@@ -380,12 +420,6 @@ fn make(
             let direct = copy.as_ref().map_or(0, |st| straight_of(st, pool.as_deref_mut()));
             if copy.is_ok() {
                 host.mark_written();
-            }
-            if let Some(p) = pool {
-                // The next eviction of this size finds a pinned copy (one is
-                // grown while idle unless a free one fits already): swapping
-                // clients need one copy more than they have buffers out.
-                p.want(size);
             }
             let t = Instant::now();
             let what = match copy.and_then(|_| release(ptr, size, handle)) {
@@ -439,8 +473,8 @@ fn make(
                 // thread gets none to keep as its spare).
                 let buffer = host.buffer();
                 host = match host.into_pooled() {
-                    Ok(m) => {
-                        p.put(m);
+                    Ok(chunks) => {
+                        chunks.into_iter().for_each(|m| p.put(m));
                         HostCopy::zeros(size, buffer)
                     }
                     Err(h) => h,

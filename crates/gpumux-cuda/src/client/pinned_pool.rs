@@ -1,39 +1,45 @@
-//! Host copies pinned ahead of need and reused across moves (issue 39): the
-//! mover DMAs an eviction straight into one and a restore straight out of
-//! it, with no CPU copy and no pinning on the move's path.
+//! Pinned host memory kept ahead of need and reused across moves (issue 39):
+//! the mover DMAs an eviction straight into it and a restore straight out
+//! of it, with no CPU copy and no pinning on the move's path.
 //!
 //! Why. Through the pinned ring ([`super::staging`]) every byte is copied
 //! once more by the CPU, and host memory bandwidth bounds that copy: 16 copy
 //! threads moved 23-33 GB/s out and 36-41 in on the H200 machine, against
 //! 55 for the DMA from pinned memory. Pinning each host copy for its move
 //! instead (the former `GPUMUX_SWAP_DIRECT=1`) ran slower still, 18.5 and
-//! 24.6 GB/s: every move pinned (51.5 GB/s for memory already faulted in,
-//! 7.8 for fresh) and unpinned (70 GB/s) all its bytes, one step after
-//! another on the mover's thread, before and after the DMA (55 GB/s), so
-//! the steps' times added up; and pinning takes the process's memory map
-//! and the driver's locks that the device's launching thread needs too,
-//! which is the likeliest reason the urgent client lost 36.9 % beside it.
-//! Here a host copy is pinned once, while the mover has nothing to move, and
-//! kept pinned across evictions and restores.
+//! 24.6 GB/s: pinning and unpinning every move's bytes added up with the
+//! DMA, and took locks the device's launching thread needs too. And memory
+//! pinned on a move's path must be faulted in first: fresh host memory
+//! pinned at 6 GB/s, which held the first evictions of a cold start to
+//! 25-35 GB/s on average while later ones, into memory pinned ahead, ran at
+//! the link's 55.
 //!
-//! How. The pool keeps pinned host copies that hold no buffer (`free`), and
-//! the sizes the mover will need (`want`): a buffer born evicted waits (the
-//! eviction that makes its room will need its size), or an eviction went
-//! through the ring because no pinned copy fitted (the next one of its size
-//! will not). While the mover is idle it grows the pool: a host copy for the
-//! next size wanted, then its pieces, faulted in and pinned a few
-//! [`PIN_PIECE`]s at a time, so a move sent meanwhile waits for a few pieces
-//! at most. An eviction takes the smallest free copy that fits (from its size
-//! to twice it), else a new one where the cap has room; its pinned part is
-//! DMAed straight, and the rest is pinned on the move's path, overlapping
-//! the DMAs ([`super::direct`]), and stays pinned. A restore's copy goes back to the pool, and so
-//! does an evicted buffer's copy when its owner frees it. A free copy unused
-//! for [`IDLE`] is unpinned and given back to the host.
+//! How. The pool is made of **chunks** of [`CHUNK`] bytes, each its own
+//! mapping pinned as one registration, so any buffer's host copy can be
+//! made of them ([`super::swap::HostCopy`]: its bytes laid end to end over
+//! a list of chunks, one DMA per chunk each way), and the pool can be grown
+//! before any buffer's size is known. A copy's tail shorter than half a
+//! chunk is a piece of its own size, pinned on the move's path (small
+//! buffers would otherwise take a whole chunk each).
+//!
+//! The pool grows towards a **level** while the mover has nothing to move:
+//! a chunk is faulted in on the copy pool's threads while the one before is
+//! pinned, a few [`PIN_PIECE`]s a step, so a move sent meanwhile waits for
+//! milliseconds. The device sets the level ([`Book::set_level`]) once
+//! oversubscription is possible (module doc of [`super::swap`], "ahead"):
+//! the bytes of its address-stable buffers, at most the cap and
+//! [`AHEAD_VAR`]; so the first eviction finds its chunks pinned. A level
+//! below what the pool holds gives free chunks back at once (the clients
+//! left). An eviction takes free chunks (pinned whole first), and where
+//! none is free, new ones while the cap has room, pinned on its path; a
+//! restore's chunks go back to the pool, and so do those of a buffer freed
+//! while evicted. Free chunks unused for [`IDLE`] are unpinned and given
+//! back, and the level drops with them.
 //!
 //! Cost: pinned memory is host memory the OS can neither page out nor move.
 //! The pool holds at most its cap ([`PINNED_VAR`] in gpumuxd's environment;
 //! the daemon sets it to each GPU's share of `swap_memory` unless it is
-//! set), counting both the copies that hold evicted buffers and the free
+//! set), counting both the chunks that hold evicted buffers and the free
 //! ones. `0` turns it off: every move goes through the ring. When the
 //! driver will not pin, the pool logs why and stops growing; moves go
 //! through the ring as before.
@@ -41,16 +47,25 @@
 use super::copy_pool::CopyPool;
 use super::host_copy::{HostMem, PinStop, PIN_PIECE};
 use crate::error::CudaError;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Bytes of one chunk of the pool: one mapping, one registration, one DMA
+/// each way. A move of 90 GB is 700 DMAs of 2.4 ms each at the link's rate
+/// (a few microseconds each to queue), and a copy wastes less than a chunk.
+pub(crate) const CHUNK: usize = PIN_PIECE;
+
+/// The most bytes the pool grows ahead of any move, per GPU (a size, in
+/// gpumuxd's environment; default: up to its cap; `0`: none ahead, chunks
+/// are made and pinned on the moves' paths only).
+pub const AHEAD_VAR: &str = "GPUMUX_SWAP_AHEAD";
 
 /// The pool's cap in bytes (a size: `64GiB`, `512 MiB`, `0` for none), in
 /// gpumuxd's environment; its device processes inherit it.
 pub const PINNED_VAR: &str = "GPUMUX_SWAP_PINNED";
 
-/// A free pinned copy unused this long is given back: holding pinned
+/// A free pinned chunk unused this long is given back: holding pinned
 /// memory no one moves through costs the host its RAM. Long enough that
 /// clients which swap every few seconds keep theirs.
 pub(crate) const IDLE: Duration = Duration::from_secs(120);
@@ -67,6 +82,27 @@ pub(crate) fn cap_from_env() -> Option<usize> {
             None
         }
     }
+}
+
+/// The most bytes [`AHEAD_VAR`] lets the pool grow ahead of moves (no
+/// limit but the cap when it is not set; an unreadable value is logged and
+/// means none ahead).
+pub(crate) fn ahead_from_env() -> usize {
+    let Ok(v) = std::env::var(AHEAD_VAR) else { return usize::MAX };
+    parse_size(&v).unwrap_or_else(|| {
+        tracing::warn!("{AHEAD_VAR}={v:?} is not a size (e.g. 64GiB, 512MiB, 0): nothing pinned ahead of moves");
+        0
+    })
+}
+
+/// The device memory the daemon hands out, bytes (gpumuxd sets it from
+/// `--device-memory` for its device processes), where it is less than the
+/// device's: when oversubscription is possible.
+pub const DEVICE_MEMORY_VAR: &str = "GPUMUX_DEVICE_MEMORY";
+
+/// What [`DEVICE_MEMORY_VAR`] says, if it is set and readable.
+pub(crate) fn device_memory_from_env() -> Option<usize> {
+    std::env::var(DEVICE_MEMORY_VAR).ok().and_then(|v| parse_size(&v))
 }
 
 /// `123`, `64GiB`, `64 GB`, `512MiB`, `2 KiB`... in bytes.
@@ -96,51 +132,59 @@ pub(crate) fn fits(len: usize, size: usize) -> bool {
     len >= size && len <= size.saturating_mul(2)
 }
 
-/// A host copy as the pool's accounting sees it.
+/// A chunk (or a copy's tail) as the pool's accounting sees it.
 pub(crate) trait Region {
     fn len(&self) -> usize;
+    /// Pinned whole: a move DMAs all of it straight.
+    fn whole(&self) -> bool;
 }
 
 impl Region for HostMem {
     fn len(&self) -> usize {
         HostMem::len(self)
     }
+    fn whole(&self) -> bool {
+        self.next_pin() == 0
+    }
 }
 
 /// The pool's accounting (no CUDA, so it is tested anywhere): the cap, the
-/// bytes of copies alive that it made (`held`, which a copy gives back when
-/// dropped, wherever that is), the free copies and the sizes wanted.
+/// bytes of chunks alive that it made (`held`, which a chunk gives back when
+/// dropped, wherever that is), the free chunks and the level to grow to.
 pub(crate) struct Book<R> {
     cap: usize,
     held: Arc<AtomicUsize>,
     free: Vec<(R, Instant)>,
-    want: VecDeque<usize>,
+    /// Bytes to hold, chunks in copies and free ones ([`Book::set_level`]).
+    level: usize,
 }
 
-/// Pieces a step of growth pins ([`PinnedPool::grow_step`]): a move sent
-/// meanwhile waits for them (512 MiB, about 10 ms at the rates pinning ran
-/// on the H200 machine).
-const STEP_PIECES: usize = 4;
-
-/// Sizes remembered as wanted at most: the latest count.
-const WANTS: usize = 8;
+/// Chunks a step of growth makes and pins ([`PinnedPool::grow_step`]): a
+/// move sent meanwhile waits for them (512 MiB, about 10 ms at the rates
+/// pinning ran on the H200 machine).
+const STEP_CHUNKS: usize = 4;
 
 impl<R: Region> Book<R> {
     pub(crate) fn new(cap: usize) -> Book<R> {
-        Book { cap, held: Arc::new(AtomicUsize::new(0)), free: Vec::new(), want: VecDeque::new() }
+        Book { cap, held: Arc::new(AtomicUsize::new(0)), free: Vec::new(), level: 0 }
     }
 
-    /// Bytes of the pool's copies alive, free or holding a buffer.
+    /// Bytes of the pool's chunks alive, free or holding a buffer.
     pub(crate) fn held(&self) -> usize {
         self.held.load(Ordering::Acquire)
     }
 
-    /// Bytes of free copies.
+    /// Bytes of free chunks.
     pub(crate) fn free_bytes(&self) -> usize {
         self.free.iter().map(|(r, _)| r.len()).sum()
     }
 
-    /// Counts a new copy of `len` if the cap has room; the copy keeps the
+    /// The level the pool grows to.
+    pub(crate) fn level(&self) -> usize {
+        self.level
+    }
+
+    /// Counts a new chunk of `len` if the cap has room; the chunk keeps the
     /// returned counter and takes its `len` off it when dropped.
     pub(crate) fn admit(&mut self, len: usize) -> Option<Arc<AtomicUsize>> {
         let held = self.held();
@@ -150,50 +194,53 @@ impl<R: Region> Book<R> {
         })
     }
 
-    /// The smallest free copy that fits a range of `size` (from its size to
-    /// twice it: more would waste as much again), taken out.
-    pub(crate) fn take(&mut self, size: usize) -> Option<R> {
-        let i =
-            self.free.iter().enumerate().filter(|(_, (r, _))| fits(r.len(), size)).min_by_key(|(_, (r, _))| r.len())?.0;
-        Some(self.free.swap_remove(i).0)
+    /// Up to `n` free chunks, those pinned whole first, taken out.
+    pub(crate) fn take(&mut self, n: usize) -> Vec<R> {
+        // Whole ones last in the list: taken first.
+        self.free.sort_by_key(|(r, _)| r.whole());
+        let keep = self.free.len().saturating_sub(n);
+        self.free.split_off(keep).into_iter().rev().map(|(r, _)| r).collect()
     }
 
-    /// A copy holds no buffer any more: free from `now`.
+    /// A chunk holds no buffer any more: free from `now`.
     pub(crate) fn put(&mut self, r: R, now: Instant) {
         self.free.push((r, now));
     }
 
-    /// Free copies unused since `idle` before `now`, taken out (dropping
-    /// them gives their bytes back).
+    /// Grow to hold `bytes` (at most the cap); held beyond it, free chunks
+    /// are taken out (dropping them gives their bytes back).
+    pub(crate) fn set_level(&mut self, bytes: usize) -> Vec<R> {
+        self.level = bytes.min(self.cap);
+        let mut gone = Vec::new();
+        let mut held = self.held();
+        while held > self.level {
+            let Some((r, _)) = self.free.pop() else { break };
+            held -= r.len();
+            gone.push(r);
+        }
+        gone
+    }
+
+    /// Whether one more chunk of `len` is to be made: below the level, and
+    /// the cap has room.
+    pub(crate) fn below_level(&self, len: usize) -> bool {
+        let held = self.held();
+        held < self.level && held.checked_add(len).is_some_and(|n| n <= self.cap)
+    }
+
+    /// Free chunks unused since `idle` before `now`, taken out (dropping
+    /// them gives their bytes back); the level drops by them, so that they
+    /// are not grown again.
     pub(crate) fn expire(&mut self, now: Instant, idle: Duration) -> Vec<R> {
         let (old, keep): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.free).into_iter().partition(|(_, since)| now.duration_since(*since) >= idle);
         self.free = keep;
+        let bytes: usize = old.iter().map(|(r, _)| r.len()).sum();
+        self.level = self.level.min(self.held().saturating_sub(bytes));
         old.into_iter().map(|(r, _)| r).collect()
     }
 
-    /// A copy of `size` will be needed (the latest [`WANTS`] are kept).
-    pub(crate) fn want(&mut self, size: usize) {
-        if self.want.len() == WANTS {
-            self.want.pop_front();
-        }
-        self.want.push_back(size);
-    }
-
-    /// The next size to make a copy for, taken out: sizes a free copy fits
-    /// already, or that the cap has no room for, are dropped.
-    pub(crate) fn next_want(&mut self) -> Option<usize> {
-        while let Some(size) = self.want.pop_front() {
-            let fitted = self.free.iter().any(|(r, _)| fits(r.len(), size));
-            let room = self.held().checked_add(size).is_some_and(|n| n <= self.cap);
-            if !fitted && room {
-                return Some(size);
-            }
-        }
-        None
-    }
-
-    /// A free copy `pending` says is not whole yet (to grow next): growing
+    /// A free chunk `pending` says is not whole yet (to grow next): growing
     /// is using it, so its idle time starts again at `now`.
     pub(crate) fn growing(&mut self, pending: impl Fn(&R) -> bool, now: Instant) -> Option<&mut R> {
         let (r, since) = self.free.iter_mut().find(|(r, _)| pending(r))?;
@@ -201,52 +248,105 @@ impl<R: Region> Book<R> {
         Some(r)
     }
 
-    /// Whether a free copy is not whole yet.
+    /// Whether a free chunk is not whole yet.
     pub(crate) fn any_growing(&self, pending: impl Fn(&R) -> bool) -> bool {
         self.free.iter().any(|(r, _)| pending(r))
     }
 }
 
+/// What a copy of `size` bytes is made of: whole chunks, and a tail of its
+/// own size when the rest is shorter than half a chunk (a whole chunk would
+/// waste more than it holds).
+pub(crate) fn layout(size: usize) -> (usize, usize) {
+    let (n, rest) = (size / CHUNK, size % CHUNK);
+    if rest >= CHUNK / 2 {
+        (n + 1, 0)
+    } else {
+        (n, rest)
+    }
+}
+
+/// The growth under way towards the level, for its log line.
+struct Growth {
+    start: Instant,
+    held: usize,
+    /// CPU time of this process and of the mover's thread at the start.
+    cpu: (Duration, Duration),
+}
+
+/// CPU time used so far by the whole process, and by the calling thread.
+fn cpu_times() -> (Duration, Duration) {
+    let of = |who| {
+        // SAFETY: an out-pointer to a local.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::getrusage(who, &mut u) } != 0 {
+            return Duration::ZERO;
+        }
+        let t = |v: libc::timeval| Duration::new(v.tv_sec.max(0) as u64, (v.tv_usec.max(0) as u32) * 1000);
+        t(u.ru_utime) + t(u.ru_stime)
+    };
+    (of(libc::RUSAGE_SELF), of(libc::RUSAGE_THREAD))
+}
+
 /// The pinned pool of one mover (module doc). It lives on the mover's
-/// thread, whose context its copies are pinned in.
+/// thread, whose context its chunks are pinned in.
 pub(crate) struct PinnedPool {
     book: Book<HostMem>,
     /// The driver refused to pin: grow no more (logged once).
     broken: bool,
+    growth: Option<Growth>,
 }
 
 impl PinnedPool {
     pub(crate) fn new(cap: usize) -> PinnedPool {
-        PinnedPool { book: Book::new(cap), broken: false }
+        PinnedPool { book: Book::new(cap), broken: false, growth: None }
     }
 
-    /// The smallest free copy for a range of `size`, pinned whole or in part.
-    pub(crate) fn take(&mut self, size: usize) -> Option<HostMem> {
-        self.book.take(size)
+    /// Chunks for a copy of `size` bytes ([`layout`]): free ones, pinned
+    /// whole first, then new ones (pinned on the move's path) while the
+    /// cap has room. Fewer bytes than `size` when the cap is reached (the
+    /// rest goes through the ring); none when the pool is off or broken.
+    pub(crate) fn take(&mut self, size: usize) -> Vec<HostMem> {
+        if self.broken {
+            return Vec::new();
+        }
+        let (n, tail) = layout(size);
+        let mut got = self.book.take(n);
+        while got.len() < n {
+            match self.fresh(CHUNK) {
+                Some(m) => got.push(m),
+                None => break,
+            }
+        }
+        if got.len() == n && tail > 0 {
+            got.extend(self.fresh(tail));
+        }
+        got
     }
 
-    /// A new copy for a range of `size`, not pinned yet (a move pins it on
-    /// its path, growth while idle), if the cap has room and pinning works.
-    pub(crate) fn fresh(&mut self, size: usize) -> Option<HostMem> {
+    /// A new chunk (or tail) of `len`, not pinned yet (a move pins it on its
+    /// path, growth while idle), if the cap has room and pinning works.
+    fn fresh(&mut self, len: usize) -> Option<HostMem> {
         if self.broken {
             return None;
         }
-        let book = self.book.admit(size)?;
-        match HostMem::new(size) {
+        let book = self.book.admit(len)?;
+        match HostMem::new(len) {
             Ok(mut m) => {
                 m.set_book(book);
                 Some(m)
             }
             Err(e) => {
-                // No copy to give the count back when dropped: given back here.
-                book.fetch_sub(size, Ordering::AcqRel);
-                tracing::warn!("no pinned host copy of {size} bytes: {e}");
+                // No chunk to give the count back when dropped: given back here.
+                book.fetch_sub(len, Ordering::AcqRel);
+                tracing::warn!("no pinned host chunk of {len} bytes: {e}");
                 None
             }
         }
     }
 
-    /// Whether moves may pin a pool's copy on their path.
+    /// Whether moves may pin a pool's chunk on their path.
     pub(crate) fn grows(&self) -> bool {
         !self.broken
     }
@@ -263,57 +363,94 @@ impl PinnedPool {
         }
     }
 
-    /// Back into the pool (a restore's copy, an evicted buffer freed); a
-    /// copy the pool did not make is dropped.
+    /// Back into the pool (a restore's chunks, an evicted buffer freed); a
+    /// tail, or memory the pool did not make, is dropped.
     pub(crate) fn put(&mut self, m: HostMem) {
-        if m.is_pooled() {
+        if m.is_pooled() && m.len() == CHUNK {
             self.book.put(m, Instant::now());
         }
     }
 
-    /// An eviction of `size` will come (or came and went through the ring).
-    pub(crate) fn want(&mut self, size: usize) {
-        if !self.broken {
-            self.book.want(size);
+    /// The level to grow to (module doc): free chunks past it are given back now.
+    pub(crate) fn set_level(&mut self, bytes: usize) {
+        let gone = self.book.set_level(bytes);
+        if !gone.is_empty() {
+            let n: usize = gone.iter().map(HostMem::len).sum();
+            drop(gone);
+            tracing::info!(
+                "pinned host pool: {n} free bytes given back (level {} bytes); {} bytes pinned",
+                self.book.level(),
+                self.book.held()
+            );
         }
     }
 
     /// Something to grow while idle.
     pub(crate) fn has_work(&self) -> bool {
-        !self.broken && (self.book.any_growing(|m| m.next_pin() > 0) || !self.book.want.is_empty())
+        !self.broken && (self.book.any_growing(|m| m.next_pin() > 0) || self.book.below_level(CHUNK))
     }
 
-    /// One step of growth while the mover is idle: pin the next piece of a
-    /// free copy not pinned whole, else make a copy for the next size wanted.
-    /// A step pins up to [`STEP_PIECES`] pieces, faulting each next one in on
-    /// `pool`'s threads while the one before is pinned.
+    /// One step of growth while the mover is idle: pin the rest of a free
+    /// chunk not pinned whole, else make up to [`STEP_CHUNKS`] chunks towards
+    /// the level and pin them, faulting each next one in on `pool`'s threads
+    /// while the one before is pinned. Logs the growth's rate and CPU time
+    /// when the level is reached.
     pub(crate) fn grow_step(&mut self, pool: &CopyPool) {
         if self.broken {
             return;
         }
-        if let Some(m) = self.book.growing(|m| m.next_pin() > 0, Instant::now()) {
-            let upto = m.pinned() + STEP_PIECES * PIN_PIECE;
-            let pinned = m.pin_upto(upto, pool, |_, _| Ok(()));
-            let (len, whole) = (m.len(), m.next_pin() == 0);
-            if let Err(PinStop::Pin(e) | PinStop::Dma(e)) = pinned {
-                self.fail(&e);
-            } else if whole {
-                tracing::info!(
-                    "pinned host pool: a copy of {} bytes pinned; {} bytes pinned in all, {} free",
-                    len,
-                    self.book.held(),
-                    self.book.free_bytes()
-                );
-            }
-            return;
+        if self.growth.is_none() {
+            self.growth = Some(Growth { start: Instant::now(), held: self.book.held(), cpu: cpu_times() });
         }
-        let Some(size) = self.book.next_want() else { return };
-        if let Some(m) = self.fresh(size) {
-            self.book.put(m, Instant::now());
+        if let Some(m) = self.book.growing(|m| m.next_pin() > 0, Instant::now()) {
+            let len = m.len();
+            if let Err(PinStop::Pin(e) | PinStop::Dma(e)) = m.pin_upto(len, pool, |_, _| Ok(())) {
+                self.fail(&e);
+            }
+        } else {
+            let mut made = Vec::new();
+            while made.len() < STEP_CHUNKS && self.book.below_level(CHUNK) {
+                match self.fresh(CHUNK) {
+                    Some(m) => made.push(m),
+                    None => break,
+                }
+            }
+            if let Err(e) = pin_all(&mut made, pool) {
+                self.fail(&e);
+            }
+            let now = Instant::now();
+            for m in made {
+                self.book.put(m, now);
+            }
+        }
+        if !self.has_work() {
+            self.grown();
         }
     }
 
-    /// Gives back free copies unused for [`IDLE`].
+    /// Logs a growth that reached its level (or stopped).
+    fn grown(&mut self) {
+        let Some(g) = self.growth.take() else { return };
+        let bytes = self.book.held().saturating_sub(g.held);
+        if bytes == 0 {
+            return;
+        }
+        let secs = g.start.elapsed().as_secs_f64();
+        let (process, thread) = cpu_times();
+        tracing::info!(
+            "pinned host pool grown ahead by {bytes} bytes in {:.1} ms ({:.1} GB/s; CPU {:.2} s on the mover's thread, \
+             {:.2} s in the device process meanwhile); {} bytes pinned, {} free, level {}",
+            secs * 1e3,
+            bytes as f64 / secs.max(1e-9) / 1e9,
+            thread.saturating_sub(g.cpu.1).as_secs_f64(),
+            process.saturating_sub(g.cpu.0).as_secs_f64(),
+            self.book.held(),
+            self.book.free_bytes(),
+            self.book.level()
+        );
+    }
+
+    /// Gives back free chunks unused for [`IDLE`].
     pub(crate) fn expire(&mut self) {
         let old = self.book.expire(Instant::now(), IDLE);
         if !old.is_empty() {
@@ -328,19 +465,53 @@ impl PinnedPool {
     }
 }
 
+/// Faults in and pins new chunks whole, each next one faulted in on
+/// `pool`'s threads while the one before is pinned (the two overlap).
+fn pin_all(made: &mut [HostMem], pool: &CopyPool) -> Result<(), CudaError> {
+    let start = |m: &mut HostMem| {
+        let (p, n) = (m.as_mut_ptr(), m.len());
+        // SAFETY: `n` bytes of the chunk's own mapping, touched by no one else
+        // until waited for below (the chunk is borrowed by this function).
+        unsafe { pool.start_populate(p, n) }
+    };
+    let mut ahead = made.first_mut().map(start);
+    for i in 0..made.len() {
+        if let Some(p) = ahead.take() {
+            pool.wait(p);
+        }
+        made[i].mark_written();
+        if let Some(next) = made.get_mut(i + 1) {
+            ahead = Some(start(next));
+        }
+        let len = made[i].len();
+        let pinned = made[i].pin_upto(len, pool, |_, _| Ok(()));
+        if let Err(PinStop::Pin(e) | PinStop::Dma(e)) = pinned {
+            if let Some(p) = ahead.take() {
+                pool.wait(p);
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A copy of `len` counted like a pinned one: gives its bytes back when dropped.
+    /// A chunk of `len` counted like a pinned one: gives its bytes back when dropped.
     struct Fake {
         len: usize,
+        whole: bool,
         book: Arc<AtomicUsize>,
     }
 
     impl Region for Fake {
         fn len(&self) -> usize {
             self.len
+        }
+        fn whole(&self) -> bool {
+            self.whole
         }
     }
 
@@ -350,83 +521,130 @@ mod tests {
         }
     }
 
-    fn make(b: &mut Book<Fake>, len: usize) -> Option<Fake> {
-        b.admit(len).map(|book| Fake { len, book })
+    fn make(b: &mut Book<Fake>, len: usize, whole: bool) -> Option<Fake> {
+        b.admit(len).map(|book| Fake { len, whole, book })
+    }
+
+    /// Grows `b` the way the mover does while idle: chunks until the level.
+    fn grow(b: &mut Book<Fake>) -> usize {
+        let mut n = 0;
+        while b.below_level(CHUNK) {
+            let f = make(b, CHUNK, true).expect("below the level and the cap");
+            b.put(f, Instant::now());
+            n += 1;
+        }
+        n
     }
 
     const G: usize = 1 << 30;
 
     #[test]
-    fn the_cap_counts_free_copies_and_copies_holding_buffers_until_they_are_dropped() {
-        let mut b: Book<Fake> = Book::new(10 * G);
-        let a = make(&mut b, 6 * G).expect("6 of 10 GiB");
-        assert!(make(&mut b, 5 * G).is_none(), "6 + 5 GiB is past the cap of 10");
-        assert_eq!(b.held(), 6 * G, "a refused copy is not counted");
-        let c = make(&mut b, 4 * G).expect("6 + 4 GiB is the cap exactly");
+    fn the_cap_counts_free_chunks_and_chunks_holding_buffers_until_they_are_dropped() {
+        let mut b: Book<Fake> = Book::new(10 * CHUNK);
+        let held: Vec<Fake> = (0..6).map(|_| make(&mut b, CHUNK, true).expect("6 of 10")).collect();
+        assert!(make(&mut b, 5 * CHUNK, true).is_none(), "6 + 5 chunks is past the cap of 10");
+        assert_eq!(b.held(), 6 * CHUNK, "a refused chunk is not counted");
+        let c = make(&mut b, 4 * CHUNK, true).expect("6 + 4 is the cap exactly");
         b.put(c, Instant::now());
-        assert_eq!((b.held(), b.free_bytes()), (10 * G, 4 * G), "a free copy still counts");
-        drop(a); // a buffer's copy dropped where its owner freed it
-        assert_eq!(b.held(), 4 * G, "a dropped copy gives its bytes back");
-        assert!(make(&mut b, 6 * G).is_some(), "and makes room");
+        assert_eq!((b.held(), b.free_bytes()), (10 * CHUNK, 4 * CHUNK), "a free chunk still counts");
+        drop(held); // a buffer's chunks dropped where its owner freed it
+        assert_eq!(b.held(), 4 * CHUNK, "dropped chunks give their bytes back");
     }
 
     #[test]
-    fn an_eviction_reuses_the_smallest_free_copy_from_its_size_to_twice_it() {
-        let mut b: Book<Fake> = Book::new(100 * G);
+    fn a_copy_is_whole_chunks_and_a_tail_shorter_than_half_a_chunk() {
+        assert_eq!(layout(CHUNK), (1, 0));
+        assert_eq!(layout(3 * CHUNK + 5), (3, 5), "5 bytes past 3 chunks: a tail of 5");
+        assert_eq!(layout(3 * CHUNK + CHUNK / 2), (4, 0), "half a chunk past 3: a fourth chunk");
+        assert_eq!(layout(2 << 20), (0, 2 << 20), "a 2 MiB buffer takes no chunk");
+        assert_eq!(layout(90_000_000_000), (90_000_000_000 / CHUNK + 1, 0));
+        for size in [1, CHUNK - 1, CHUNK + 1, 7 * CHUNK + CHUNK / 2 - 1, 90 * G + 12345] {
+            let (n, tail) = layout(size);
+            let room = n * CHUNK + tail;
+            assert!(room >= size && room - size < CHUNK / 2 + 1, "{size}: {n} chunks and {tail} hold {room}");
+        }
+    }
+
+    #[test]
+    fn the_pool_grows_to_its_level_before_any_size_is_known_and_serves_any_size_from_it() {
+        let mut b: Book<Fake> = Book::new(64 * CHUNK);
+        assert_eq!(grow(&mut b), 0, "no level: nothing grown");
+        b.set_level(20 * CHUNK + 1);
+        assert_eq!(grow(&mut b), 21, "to the level, in whole chunks");
+        // Two evictions of sizes never seen find their chunks free.
+        let (n1, _) = layout(7 * CHUNK + 3 * CHUNK / 4);
+        let a = b.take(n1);
+        let (n2, _) = layout(13 * CHUNK);
+        let c = b.take(n2);
+        assert_eq!((a.len(), c.len()), (8, 13), "every chunk taken was free");
+        assert!(a.iter().chain(&c).all(|f| f.len == CHUNK && f.whole));
+        assert_eq!(b.free_bytes(), 0);
+        assert!(b.take(1).is_empty(), "none left");
         let now = Instant::now();
-        for len in [8 * G, 3 * G, 5 * G] {
-            let f = make(&mut b, len).expect("room");
+        for f in a {
+            b.put(f, now); // restored: back into the pool
+        }
+        let again = b.take(3);
+        assert_eq!(again.len(), 3, "reused");
+        assert_eq!(grow(&mut b), 0, "at the level: the chunks in copies count");
+        drop((again, c)); // freed while evicted, say: their bytes are given back
+        assert_eq!(grow(&mut b), 16, "and grown again to the level");
+    }
+
+    #[test]
+    fn chunks_pinned_whole_are_taken_first() {
+        let mut b: Book<Fake> = Book::new(64 * CHUNK);
+        let now = Instant::now();
+        for whole in [false, true, false, true] {
+            let f = make(&mut b, CHUNK, whole).expect("room");
             b.put(f, now);
         }
-        assert!(b.take(9 * G).is_none(), "none holds 9 GiB");
-        assert!(b.take(G).is_none(), "3 GiB for 1 would waste twice its size");
-        assert_eq!(b.take(4 * G).map(|f| f.len), Some(5 * G), "5 fits 4 (3 is too small, 8 too large)");
-        assert_eq!(b.take(3 * G).map(|f| f.len), Some(3 * G), "the smallest that fits");
-        let back = b.take(4 * G).map(|f| f.len);
-        assert_eq!(back, Some(8 * G), "8 fits 4, the last one");
-        assert_eq!((b.free_bytes(), b.held()), (0, 0), "taken copies were dropped: nothing counted");
+        let got = b.take(2);
+        assert!(got.iter().all(|f| f.whole), "the two pinned whole");
+        assert!(b.take(2).iter().all(|f| !f.whole));
     }
 
     #[test]
-    fn free_copies_unused_for_the_idle_time_are_given_back_and_used_ones_are_kept() {
+    fn the_level_is_bounded_by_the_cap_and_a_lower_one_gives_free_chunks_back_at_once() {
+        let mut b: Book<Fake> = Book::new(10 * CHUNK);
+        b.set_level(100 * CHUNK);
+        assert_eq!(b.level(), 10 * CHUNK, "never past the cap");
+        assert_eq!(grow(&mut b), 10);
+        let in_copy = b.take(4);
+        let gone = b.set_level(6 * CHUNK);
+        assert_eq!(gone.len(), 4, "10 held, 6 wanted: 4 free chunks go");
+        drop(gone);
+        assert_eq!(b.held(), 6 * CHUNK);
+        let gone = b.set_level(0);
+        assert_eq!(gone.len(), 2, "the free ones; those holding a buffer stay");
+        drop(gone);
+        assert_eq!(b.held(), 4 * CHUNK, "only the chunks holding a buffer are left");
+        drop(in_copy); // the clients left
+        assert_eq!((b.held(), b.free_bytes()), (0, 0), "nothing pinned");
+    }
+
+    #[test]
+    fn free_chunks_unused_for_the_idle_time_are_given_back_and_not_grown_again() {
         let mut b: Book<Fake> = Book::new(100 * G);
         let t0 = Instant::now();
-        let old = make(&mut b, 2 * G).expect("room");
-        b.put(old, t0);
-        let used = make(&mut b, 3 * G).expect("room");
-        b.put(used, t0 + Duration::from_secs(100));
+        b.set_level(3 * CHUNK);
+        grow(&mut b);
+        let used = b.take(1);
         let gone = b.expire(t0 + Duration::from_secs(119), IDLE);
         assert!(gone.is_empty(), "nothing idle for 120 s yet");
+        for f in used {
+            b.put(f, t0 + Duration::from_secs(100));
+        }
         let gone = b.expire(t0 + Duration::from_secs(130), IDLE);
-        assert_eq!(gone.iter().map(|f| f.len).collect::<Vec<_>>(), vec![2 * G], "the one idle since t0");
+        assert_eq!(gone.len(), 2, "the two idle since t0");
         drop(gone);
-        assert_eq!((b.held(), b.free_bytes()), (3 * G, 3 * G), "given back: only the used one is pinned");
-        // A copy still growing is in use: its idle time starts again.
-        let grown = b.growing(|f| f.len == 3 * G, t0 + Duration::from_secs(200)).map(|f| f.len);
-        assert_eq!(grown, Some(3 * G));
+        assert_eq!((b.held(), b.free_bytes()), (CHUNK, CHUNK), "the used one is kept");
+        assert_eq!(grow(&mut b), 0, "the level dropped with them");
+        // A chunk still growing is in use: its idle time starts again.
+        assert!(b.growing(|f| f.len == CHUNK, t0 + Duration::from_secs(200)).is_some());
         assert!(b.expire(t0 + Duration::from_secs(300), IDLE).is_empty(), "grown 100 s ago: kept");
         assert_eq!(b.expire(t0 + Duration::from_secs(320), IDLE).len(), 1, "idle 120 s since: given back");
         assert_eq!(b.held(), 0, "nothing pinned");
-    }
-
-    #[test]
-    fn a_size_wanted_is_grown_once_and_not_past_the_cap() {
-        let mut b: Book<Fake> = Book::new(10 * G);
-        b.want(4 * G);
-        b.want(20 * G);
-        assert_eq!(b.next_want(), Some(4 * G));
-        let f = make(&mut b, 4 * G).expect("room");
-        b.put(f, Instant::now());
-        b.want(4 * G);
-        assert_eq!(b.next_want(), None, "4 GiB: a free copy fits it; 20 GiB: past the cap");
-        for k in 0..2 * WANTS {
-            b.want(k + 1);
-        }
-        let mut n = 0;
-        while b.next_want().is_some() {
-            n += 1;
-        }
-        assert_eq!(n, WANTS, "only the latest sizes wanted are remembered");
     }
 
     #[test]

@@ -20,9 +20,11 @@
 //! [`ClientDevice::start_move`] starts one, [`ClientDevice::take_moved`]
 //! reports its end. A buffer under way is not touched by this thread until
 //! then; freeing it waits for its move. Host copies are host memory that is
-//! fast to write ([`super::host_copy`]): copies of the mover's pinned host
-//! pool ([`super::pinned_pool`]), pinned ahead of need and DMAed straight,
-//! or ordinary memory copied through a small pinned ring (`staging`). They
+//! fast to write ([`super::host_copy`]): chunks of the mover's pinned host
+//! pool ([`super::pinned_pool`]) laid end to end, pinned ahead of need
+//! (the pool grows to a level this device sets once oversubscription is
+//! possible, [`ClientDevice::update_ahead`]) and DMAed straight, or
+//! ordinary memory copied through a small pinned ring (`staging`). They
 //! are owned by the device rather than its context: after a lost context,
 //! an evicted buffer keeps its bytes (its pins go with the context) and gets
 //! its range back ([`ClientDevice::readdress_evicted`]).
@@ -54,12 +56,15 @@ pub(crate) struct Mapping {
 }
 
 /// An evicted buffer's bytes in host memory ([`super::host_copy`]; owned
-/// by the device, so that they outlive a lost context; pinned by the
-/// mover's pool, or copied through its pinned ring); or, for a buffer born evicted, nothing: it is all
-/// zeros, which the restore writes on the device.
+/// by the device, so that they outlive a lost context): chunks of the
+/// mover's pinned pool ([`super::pinned_pool`]) laid end to end, or one
+/// mapping copied through its pinned ring (or both: the pool's chunks first,
+/// when its cap had room for part of the copy only); or, for a buffer born
+/// evicted, nothing: it is all zeros, which the restore writes on the device.
 pub(crate) struct HostCopy {
-    /// `None` for a buffer of zeros.
-    mem: Option<HostMem>,
+    /// Its pieces, laid end to end from the buffer's first byte; none for a
+    /// buffer of zeros.
+    mem: Vec<HostMem>,
     /// The range's size.
     len: usize,
     /// The buffer's own size.
@@ -67,51 +72,41 @@ pub(crate) struct HostCopy {
 }
 
 impl HostCopy {
-    /// `len` bytes of host memory.
+    /// `len` bytes of host memory, one mapping.
     pub(super) fn new(len: usize, buffer: u64) -> Result<HostCopy, CudaError> {
-        Ok(HostCopy { mem: Some(HostMem::new(len)?), len, buffer })
+        Ok(HostCopy { mem: vec![HostMem::new(len)?], len, buffer })
     }
 
-    /// A copy for a range of `size` in memory of the pinned pool.
-    pub(super) fn from_mem(mem: HostMem, size: usize, buffer: u64) -> HostCopy {
-        HostCopy { mem: Some(mem), len: size, buffer }
+    /// A copy for a range of `size` in `pieces` laid end to end (chunks of
+    /// the pinned pool, and what the ring carries); they hold `size` bytes
+    /// at least.
+    pub(super) fn from_pieces(mem: Vec<HostMem>, size: usize, buffer: u64) -> HostCopy {
+        HostCopy { mem, len: size, buffer }
     }
 
-    /// Its host memory, if it is the pinned pool's (to go back there); else
-    /// the copy as it was.
-    pub(super) fn into_pooled(self) -> Result<HostMem, HostCopy> {
-        match self.mem {
-            Some(m) if m.is_pooled() => Ok(m),
-            mem => Err(HostCopy { mem, ..self }),
+    /// Its pieces of the pinned pool's (to go back there), the others
+    /// dropped; else, when it holds none, the copy as it was.
+    pub(super) fn into_pooled(self) -> Result<Vec<HostMem>, HostCopy> {
+        if self.is_pooled() {
+            Ok(self.mem.into_iter().filter(HostMem::is_pooled).collect())
+        } else {
+            Err(self)
         }
     }
 
-    /// Where its first `len` bytes start and how many of them are pinned.
-    pub(super) fn pinned_part(&mut self, len: usize) -> (*mut u8, usize) {
-        match self.mem.as_mut() {
-            Some(m) => (m.as_mut_ptr(), m.pinned().min(len)),
-            None => (std::ptr::null_mut(), 0),
-        }
+    /// Its pieces, laid end to end.
+    pub(super) fn pieces_mut(&mut self) -> &mut [HostMem] {
+        &mut self.mem
     }
 
-    /// Pins its host memory up to `upto` bytes (`HostMem::pin_upto`).
-    pub(super) fn pin_upto(
-        &mut self,
-        upto: usize,
-        pool: &super::copy_pool::CopyPool,
-        then: impl FnMut(*mut u8, usize) -> Result<(), CudaError>,
-    ) -> Result<(), super::host_copy::PinStop> {
-        self.mem.as_mut().map_or(Ok(()), |m| m.pin_upto(upto, pool, then))
-    }
-
-    /// Host memory of the pinned pool.
+    /// Holds memory of the pinned pool.
     pub(super) fn is_pooled(&self) -> bool {
-        self.mem.as_ref().is_some_and(HostMem::is_pooled)
+        self.mem.iter().any(HostMem::is_pooled)
     }
 
     /// Its pins went with their context (`HostMem::forget_pins`).
     pub(super) fn forget_pins(&mut self) {
-        if let Some(m) = self.mem.as_mut() {
+        for m in &mut self.mem {
             m.forget_pins();
         }
     }
@@ -121,15 +116,16 @@ impl HostCopy {
         self.buffer
     }
 
-    /// Host memory, not zeros, that can take an eviction of a range of
-    /// `size` bytes without wasting more than as much again.
+    /// Host memory of one mapping, not the pool's, that can take an
+    /// eviction of a range of `size` bytes without wasting more than as
+    /// much again (a spare copy; the pool's chunks go back to the pool).
     pub(super) fn fits(&self, size: usize) -> bool {
-        !self.is_zeros() && super::pinned_pool::fits(self.len, size)
+        self.mem.len() == 1 && !self.is_pooled() && super::pinned_pool::fits(self.held(), size)
     }
 
     /// Its host memory's bytes (0 for zeros).
     pub(super) fn held(&self) -> usize {
-        self.mem.as_ref().map_or(0, HostMem::len)
+        self.mem.iter().map(HostMem::len).sum()
     }
 
     /// Now the copy of a buffer of `bytes`.
@@ -139,44 +135,24 @@ impl HostCopy {
 
     /// A buffer of zeros: no host memory at all.
     pub(super) fn zeros(len: usize, buffer: u64) -> HostCopy {
-        HostCopy { mem: None, len, buffer }
+        HostCopy { mem: Vec::new(), len, buffer }
     }
 
     pub(crate) fn is_zeros(&self) -> bool {
-        self.mem.is_none()
-    }
-
-    /// Its first `size` bytes (none for a buffer of zeros).
-    pub(crate) fn bytes(&self, size: usize) -> &[u8] {
-        self.mem.as_ref().map_or(&[][..], |m| &m.as_slice()[..size.min(m.len())])
-    }
-
-    /// Host memory never written yet (the ring's copy faults it in).
-    pub(crate) fn is_fresh(&self) -> bool {
-        self.mem.as_ref().is_some_and(HostMem::is_fresh)
+        self.mem.is_empty()
     }
 
     /// Written whole by an eviction.
     pub(crate) fn mark_written(&mut self) {
-        if let Some(m) = self.mem.as_mut() {
+        for m in &mut self.mem {
             m.mark_written();
-        }
-    }
-
-    pub(crate) fn bytes_mut(&mut self, size: usize) -> &mut [u8] {
-        match self.mem.as_mut() {
-            Some(m) => {
-                let n = size.min(m.len());
-                &mut m.as_mut_slice()[..n]
-            }
-            None => &mut [],
         }
     }
 }
 
 impl std::fmt::Debug for HostCopy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HostCopy({} bytes, zeros: {})", self.len, self.is_zeros())
+        write!(f, "HostCopy({} bytes in {} pieces, zeros: {})", self.len, self.mem.len(), self.is_zeros())
     }
 }
 
@@ -280,11 +256,19 @@ impl ClientDevice {
             return Err(e.into());
         }
         self.state()?.mappings.insert(ptr, Mapping { size, bytes, handle: Some(h), moving: false });
+        self.update_ahead();
         Ok(ptr)
     }
 
     /// Frees a mapped allocation, resident or evicted; `false`: not one.
     pub(super) fn free_mapped(&mut self, ptr: u64) -> Result<bool, MemoryError> {
+        let freed = self.free_mapped_now(ptr);
+        // Its bytes are no longer the pinned pool's to hold ahead.
+        self.update_ahead();
+        freed
+    }
+
+    fn free_mapped_now(&mut self, ptr: u64) -> Result<bool, MemoryError> {
         if self.st.as_ref().and_then(|st| st.mappings.get(&ptr)).is_some_and(|m| m.moving) {
             // Its move holds its memory: the end is kept for `take_moved`.
             self.collect_moves(true);
@@ -295,7 +279,7 @@ impl ClientDevice {
         }
         let freed = host.is_some();
         if let Some(Ok(m)) = host.take().map(HostCopy::into_pooled) {
-            // A copy of the pinned pool goes back to it, pinned, for the next eviction.
+            // Chunks of the pinned pool go back to it, pinned, for the next eviction.
             self.recycle(m);
         }
         if self.swapped.is_empty() {
@@ -326,7 +310,49 @@ impl ClientDevice {
         // faults that eviction's host memory in now, while it is idle
         // (`Msg::Prepare`; best effort: without it the eviction faults its own).
         let _ = self.mover().map(|m| m.send_quiet(Msg::Prepare { len: size }));
+        self.update_ahead();
         Ok(ptr)
+    }
+
+    /// Sets the pinned pool's level ([`super::pinned_pool`]) when it changes
+    /// by a chunk or more: once oversubscription is possible (a buffer is
+    /// evicted or born evicted, or the address-stable buffers take three
+    /// quarters of the device's memory, as much as the daemon hands out:
+    /// [`super::pinned_pool::DEVICE_MEMORY_VAR`]), the bytes of those
+    /// buffers, which are what evictions may ever need, at most
+    /// [`super::pinned_pool::AHEAD_VAR`]; else 0. The pool grows to it while
+    /// the mover has nothing to move, so that the first eviction finds its
+    /// chunks pinned (a cold start's evictions went into fresh memory,
+    /// pinned at 6 GB/s). Best effort: a mover that cannot start is left alone.
+    pub(super) fn update_ahead(&mut self) {
+        let Some(st) = self.st.as_ref() else { return };
+        let mapped: usize = st.mappings.values().map(|m| m.size).sum();
+        let device = super::pinned_pool::device_memory_from_env().unwrap_or_else(|| {
+            usize::try_from(gpumux_engine::device::Device::info(self).mem_bytes).unwrap_or(usize::MAX)
+        });
+        let possible = !self.swapped.is_empty() || mapped.saturating_mul(4) >= device.saturating_mul(3);
+        let level = if possible { mapped } else { 0 };
+        let started = st.mover.is_some();
+        if level == 0 && !started {
+            return;
+        }
+        if !started {
+            // No pool (cap 0): no mover started just to be told.
+            let cap = self.swap_pinned.or_else(super::pinned_pool::cap_from_env).unwrap_or(0);
+            if cap == 0 {
+                return;
+            }
+        }
+        let Ok(m) = self.mover() else { return };
+        let level = level.min(m.ahead_max);
+        let sent = m.ahead_sent;
+        let chunk = super::pinned_pool::CHUNK;
+        if m.pinned > 0
+            && (level.abs_diff(sent) >= chunk || (level == 0) != (sent == 0))
+            && m.send_quiet(Msg::Ahead { bytes: level })
+        {
+            m.ahead_sent = level;
+        }
     }
 
     /// Bytes of buffers born evicted and not yet restored: what host memory
@@ -345,9 +371,9 @@ impl ClientDevice {
         }
     }
 
-    /// Hands a pinned pool's copy back to the mover's pool (dropped, and so
+    /// Hands a pinned pool's chunks back to the mover's pool (dropped, and so
     /// unpinned, when there is no mover).
-    fn recycle(&mut self, m: HostMem) {
+    fn recycle(&mut self, m: Vec<HostMem>) {
         if let Some(mover) = self.st.as_mut().and_then(|st| st.mover.as_mut()) {
             mover.send_quiet(Msg::Recycle(m));
         }
@@ -501,7 +527,12 @@ impl ClientDevice {
         let result = match what {
             Ended::Evicted => {
                 m.handle = None;
+                let first = self.swapped.is_empty();
                 self.swapped.insert(ptr, host);
+                if first {
+                    // Oversubscribed now (this buffer's chunks were taken or pinned on its path).
+                    self.update_ahead();
+                }
                 tracing::info!(
                     "evicted {size} bytes at {ptr:#x}: host memory in {:.1} ms, copied in {:.1} ms ({rate:.1} GB/s{pinned}); \
                      device memory unmapped and released after it, {:.1} ms",
@@ -512,7 +543,10 @@ impl ClientDevice {
                 Ok(prepared + copied)
             }
             Ended::EvictFailed(e) => {
-                self.spare_copy = Some(host).filter(|c| !c.is_zeros());
+                match host.into_pooled() {
+                    Ok(chunks) => self.recycle(chunks),
+                    Err(host) => self.spare_copy = Some(host).filter(|c| !c.is_zeros()),
+                }
                 Err(e.into())
             }
             Ended::Restored(h) => {
