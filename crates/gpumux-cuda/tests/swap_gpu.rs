@@ -6,7 +6,10 @@
 //! freed while its move is under way leaves nothing; and the device's own
 //! thread launches copies while a move runs; with a pinned host pool, moves
 //! go straight between the device and pinned memory, copies are reused, and
-//! nothing is pinned past the pool's cap. Without a GPU each test says it skipped and why.
+//! nothing is pinned past the pool's cap; the pool grows ahead, in chunks, once
+//! oversubscription is possible, so that the first eviction of a size never
+//! seen finds them pinned, and gives them back when its buffers are gone.
+//! Without a GPU each test says it skipped and why.
 
 use gpumux_cuda::client::{ClientDevice, ClientWork, HostPtr, MemoryError};
 use gpumux_engine::device::{Command, CopyDirection, Device, Event};
@@ -230,6 +233,72 @@ fn moves_go_straight_through_the_pinned_pool_and_never_past_its_cap() {
     assert!(rounds == 5 && !direct, "past the cap, no move is straight");
     assert_eq!(d.swap_moved_direct().0, 0, "no byte went straight past the cap");
     d.free(a).expect("free a");
+    d.unregister_host(src.ptr().0);
+    d.unregister_host(back.ptr().0);
+}
+
+/// The pool's chunks (`client/pinned_pool.rs`), 128 MiB each.
+const CHUNK: usize = 128 << 20;
+
+/// Waits up to 30 s for the pool to hold `bytes` or more (`at_least`), or
+/// at most `bytes`; returns what it holds.
+fn pool_reaches(d: &ClientDevice, bytes: usize, at_least: bool) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = d.swap_pinned_held();
+        if (at_least && held >= bytes) || (!at_least && held <= bytes) {
+            return held;
+        }
+        assert!(Instant::now() < deadline, "the pinned pool holds {held} bytes after 30 s, not {bytes}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_pool_grows_ahead_in_chunks_and_the_first_eviction_finds_them_pinned() {
+    let test = "the_pool_grows_ahead_in_chunks_and_the_first_eviction_finds_them_pinned";
+    let Some(mut d) = device_or_skip(test) else { return };
+    if d.swap_granularity().is_none() {
+        eprintln!("SKIPPED {test}: this GPU cannot map memory");
+        return;
+    }
+    // Two chunks and 5/8 of one (a multiple of the 2 MiB granularity): its
+    // copy is three chunks, the last one part filled.
+    let n = 2 * CHUNK + 5 * CHUNK / 8;
+    d.set_swap_pinned(2 << 30);
+    let a = d.alloc(n as u64).expect("alloc a");
+    let data = pattern(n, 7);
+    let mut src = Pinned::new(&mut d, data.clone());
+    let mut back = Pinned::new(&mut d, vec![0u8; n]);
+    copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 }, n as u64);
+    assert_eq!(d.swap_pinned_held(), 0, "nothing oversubscribed: nothing pinned ahead");
+    // A buffer born evicted: oversubscribed. The pool grows, before any
+    // eviction, to the two buffers' bytes, in whole chunks.
+    let z = d.reserve_evicted(n as u64).expect("a buffer born evicted");
+    let level = 2 * n;
+    let held = pool_reaches(&d, level, true);
+    assert!(held < level + CHUNK, "grown to its level in whole chunks and no further: {held} for {level}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(d.swap_pinned_held(), held, "and stays there");
+    // The first eviction, of a size the pool never saw, takes chunks pinned
+    // ahead: all of it straight, and nothing made or pinned on its path.
+    let before = d.swap_moved_direct();
+    d.start_move(10, true, a).expect("evict a");
+    wait_moves(&mut d, &[10])[0].1.as_ref().expect("evict a");
+    let after = d.swap_moved_direct();
+    assert_eq!(after.1 - before.1, n as u64, "one eviction of a");
+    assert_eq!(after.0 - before.0, n as u64, "wholly straight from pinned memory");
+    assert_eq!(d.swap_pinned_held(), held, "its chunks were pinned ahead");
+    d.start_move(11, false, a).expect("restore a");
+    wait_moves(&mut d, &[11])[0].1.as_ref().expect("restore a");
+    back.0.fill(0);
+    copy(&mut d, 2, ClientWork::ToHost { src: a, dst: back.ptr(), bytes: n as u64 }, n as u64);
+    assert!(back.0 == data, "a came back bitwise, across its chunks' boundaries");
+    // Its owner gone: no bytes left to hold ahead, and the pool gives its chunks back.
+    d.free(z).expect("free z");
+    d.free(a).expect("free a");
+    assert_eq!(pool_reaches(&d, 0, false), 0, "nothing pinned left");
+    assert_eq!(d.allocated(), 0, "nothing allocated left");
     d.unregister_host(src.ptr().0);
     d.unregister_host(back.ptr().0);
 }

@@ -138,6 +138,8 @@ pub(crate) struct Mover {
     pub pinned: usize,
     pub ahead_max: usize,
     pub ahead_sent: usize,
+    /// Bytes the pinned pool holds (its book's count).
+    held: Arc<AtomicUsize>,
 }
 
 impl Mover {
@@ -149,9 +151,11 @@ impl Mover {
         let ctx = ctx as usize;
         let waiting = Arc::new(AtomicUsize::new(0));
         let w = Arc::clone(&waiting);
+        let held = Arc::new(AtomicUsize::new(0));
+        let h = Arc::clone(&held);
         let thread = std::thread::Builder::new()
             .name("gpumux-mover".into())
-            .spawn(move || run(ctx as cu::CUcontext, pinned, rx, tx, &w))
+            .spawn(move || run(ctx as cu::CUcontext, pinned, rx, tx, &w, h))
             .map_err(|e| CudaError::Invalid(format!("starting the buffer mover thread: {e}")))?;
         let ahead_max = if pinned > 0 { super::pinned_pool::ahead_from_env() } else { 0 };
         Ok(Mover {
@@ -165,7 +169,13 @@ impl Mover {
             pinned,
             ahead_max,
             ahead_sent: 0,
+            held,
         })
+    }
+
+    /// Bytes of pinned host memory its pool holds, chunks free and in copies.
+    pub(crate) fn pinned_held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
     }
 
     /// Sends a job that reports no end (`Prepare`, `Trim`); `false`: the
@@ -226,7 +236,14 @@ const TICK: Duration = Duration::from_secs(1);
 
 /// The thread: binds the context, then makes each job in turn; while no
 /// job waits, grows the pinned pool a piece at a time.
-fn run(ctx: cu::CUcontext, cap: usize, jobs: Receiver<Msg>, ended: Sender<Done>, waiting: &AtomicUsize) {
+fn run(
+    ctx: cu::CUcontext,
+    cap: usize,
+    jobs: Receiver<Msg>,
+    ended: Sender<Done>,
+    waiting: &AtomicUsize,
+    held: Arc<AtomicUsize>,
+) {
     // SAFETY: a live context (its owner joins this thread before destroying it).
     let bound = check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx) });
     let mut stream: cu::CUstream = std::ptr::null_mut();
@@ -239,7 +256,7 @@ fn run(ctx: cu::CUcontext, cap: usize, jobs: Receiver<Msg>, ended: Sender<Done>,
     let ring = made.as_ref().ok();
     // Host memory faulted in ahead (`Msg::Prepare`), when there is no pool.
     let mut ready: Vec<HostCopy> = Vec::new();
-    let mut pool = (cap > 0 && ring.is_some()).then(|| PinnedPool::new(cap));
+    let mut pool = (cap > 0 && ring.is_some()).then(|| PinnedPool::new(cap, held));
     loop {
         let growing = pool.as_ref().is_some_and(PinnedPool::has_work);
         let next = if growing {

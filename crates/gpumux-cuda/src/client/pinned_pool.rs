@@ -165,8 +165,14 @@ pub(crate) struct Book<R> {
 const STEP_CHUNKS: usize = 4;
 
 impl<R: Region> Book<R> {
+    #[cfg(test)]
     pub(crate) fn new(cap: usize) -> Book<R> {
-        Book { cap, held: Arc::new(AtomicUsize::new(0)), free: Vec::new(), level: 0 }
+        Book::counting(cap, Arc::new(AtomicUsize::new(0)))
+    }
+
+    /// A book whose count of bytes held is `held` (read elsewhere too).
+    pub(crate) fn counting(cap: usize, held: Arc<AtomicUsize>) -> Book<R> {
+        Book { cap, held, free: Vec::new(), level: 0 }
     }
 
     /// Bytes of the pool's chunks alive, free or holding a buffer.
@@ -299,8 +305,10 @@ pub(crate) struct PinnedPool {
 }
 
 impl PinnedPool {
-    pub(crate) fn new(cap: usize) -> PinnedPool {
-        PinnedPool { book: Book::new(cap), broken: false, growth: None }
+    /// A pool of at most `cap` bytes, counting what it holds in `held`
+    /// (which the device's thread reads: [`super::mover::Mover::pinned_held`]).
+    pub(crate) fn new(cap: usize, held: Arc<AtomicUsize>) -> PinnedPool {
+        PinnedPool { book: Book::counting(cap, held), broken: false, growth: None }
     }
 
     /// Chunks for a copy of `size` bytes ([`layout`]): free ones, pinned

@@ -476,6 +476,13 @@ impl ClientDevice {
         self.st.as_ref().and_then(|st| st.mover.as_ref()).map_or((0, 0), |m| (m.moved_direct, m.moved))
     }
 
+    /// Bytes of pinned host memory the movers' pool holds now, its chunks
+    /// free and holding evicted buffers ([`super::pinned_pool`]; 0 before
+    /// the mover starts).
+    pub fn swap_pinned_held(&self) -> usize {
+        self.st.as_ref().and_then(|st| st.mover.as_ref()).map_or(0, super::mover::Mover::pinned_held)
+    }
+
     /// Appends the moves that ended since the last call: their token, and
     /// how long the move took or why it failed (then nothing changed).
     pub fn take_moved(&mut self, out: &mut Vec<(u64, Result<Duration, MemoryError>)>) {
