@@ -9,10 +9,13 @@
 # FRACTION (default 0.6): each client's share of the GPU's memory; ROUNDS (default 4) and STEPS
 # (default 50): each client runs ROUNDS rounds of STEPS kernels over its whole buffer, with a sync
 # after each round (where the daemon may evict it). DAEMON_DEVICE (default cuda:0).
-# Host memory: two clients' buffers evicted at rest, and one more during an exchange and as the
-# pinned host pool's free copy: about 3 x FRACTION x the GPU's memory (pinned, at most swap_memory). With less RAM (an H200, 141 GB, at 0.6:
-# ~254 GB; the nvidia-h200 kind has 128 GiB, nvidia-h200-x4 512 GiB) FRACTION is scaled down to
-# fit and the table says SCALED. Needs python3 with CuPy (the native pinned-copy baseline).
+# Host memory: two clients' buffers evicted at rest, and one more during an exchange (the pinned
+# host pool's chunks): about 3 x FRACTION x the device memory handed out (pinned, at most
+# swap_memory). With less RAM than that and 24 GiB more (an H200, 141 GB, at 0.6: ~254 GB; the
+# nvidia-h200 kind has 128 GiB, nvidia-h200-x4 512 GiB), the daemons hand out less of the GPU
+# (`--device-memory`, whole GiB: DEVICE_MEMORY=BYTES sets it) so that the three clients of FRACTION
+# of it still oversubscribe it while the host holds their copies; the table says the cap. Needs
+# python3 with CuPy (the native pinned-copy baseline).
 #
 #   1. each client alone (seeds 1, 2, 3), one after another: its output and time;
 #   2. the three at once: each output must equal its alone output byte for byte (a 64-bit digest
@@ -52,18 +55,24 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 gpu_mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | head -1)   # MiB
 gpu_bytes=$((gpu_mem * 1024 * 1024))
 host_bytes=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) * 1024))
-scaled=""
-need=$(python3 -c "print(int(3 * $FRACTION * $gpu_bytes) + (16 << 30))")
-if [ "$need" -gt "$host_bytes" ]; then
-    FRACTION=$(python3 -c "print(f'{($host_bytes - (16 << 30)) / (3 * $gpu_bytes):.3f}')")
-    scaled=" (SCALED to $FRACTION: this host has $((host_bytes >> 30)) GiB of RAM, 0.6 needs $((need >> 30)))"
-    echo "oversubscribe-gpu: FRACTION scaled to $FRACTION$scaled"
+# The device memory the daemons hand out: all of the GPU, unless the host cannot hold three
+# clients' copies (then whole GiB that it can), or DEVICE_MEMORY says.
+capped="" cap_args=()
+need=$(python3 -c "print(int(3 * $FRACTION * $gpu_bytes) + (24 << 30))")
+if [ -z "${DEVICE_MEMORY:-}" ] && [ "$need" -gt "$host_bytes" ]; then
+    DEVICE_MEMORY=$(python3 -c "print(int(($host_bytes - (24 << 30)) / (3 * $FRACTION)) >> 30 << 30)")
 fi
-swap=$(python3 -c "print(int(3 * $FRACTION * $gpu_bytes) + (4 << 30))")
-echo "GPU $((gpu_bytes >> 20)) MiB, host $((host_bytes >> 30)) GiB, each client $FRACTION of the GPU, swap_memory $((swap >> 30)) GiB"
+mem_bytes=$gpu_bytes
+if [ -n "${DEVICE_MEMORY:-}" ]; then
+    mem_bytes=$DEVICE_MEMORY cap_args=(--device-memory "$DEVICE_MEMORY")
+    capped=" (device memory CAPPED at $((DEVICE_MEMORY >> 30)) GiB of the GPU's $((gpu_bytes >> 30)) GiB: --device-memory; this host has $((host_bytes >> 30)) GiB of RAM)"
+    echo "oversubscribe-gpu: the daemons hand out $DEVICE_MEMORY bytes of the GPU$capped"
+fi
+swap=$(python3 -c "print(int(3 * $FRACTION * $mem_bytes) + (4 << 30))")
+echo "GPU $((gpu_bytes >> 20)) MiB ($((mem_bytes >> 20)) MiB handed out), host $((host_bytes >> 30)) GiB, each client $FRACTION of it, swap_memory $((swap >> 30)) GiB"
 
 echo "== native pinned copies (CuPy)"
-copy_bytes=$(python3 -c "print(min(8 << 30, int($FRACTION * $gpu_bytes) // 4))")
+copy_bytes=$(python3 -c "print(min(8 << 30, int($FRACTION * $mem_bytes) // 4))")
 python3 - "$copy_bytes" >"$OUT/native.txt" 2>"$OUT/native.log" <<'EOF'
 import sys, time, cupy
 n = int(sys.argv[1])
@@ -123,7 +132,7 @@ start_daemon() { # log [more gpumuxd arguments]
     local log=$1
     shift
     rm -f "$sock"
-    "$BIN/gpumuxd" --device "${DAEMON_DEVICE:-cuda:0}" --socket "$sock" --swap-memory "$swap" "$@" 2>"$log" &
+    "$BIN/gpumuxd" --device "${DAEMON_DEVICE:-cuda:0}" --socket "$sock" --swap-memory "$swap" ${cap_args[@]+"${cap_args[@]}"} "$@" 2>"$log" &
     daemon=$!
     for _ in $(seq 1 300); do [ -S "$sock" ] && break; sleep 0.1; done
     [ -S "$sock" ] || { echo "the daemon did not start:"; tail -20 "$log"; exit 1; }
@@ -262,6 +271,12 @@ read -r evictions ev_rate <<<"$(awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF
     END {printf "%d %.2f\n", n, (M > 0 ? B / (M / 1000) / 1e9 : 0)}' "$OUT/daemon.log" "$OUT/daemon-swapping.log")"
 read -r restores re_rate <<<"$(awk '/restored [0-9]+ bytes/ && !/as zeros/ {for (i = 1; i <= NF; i++) { if ($i == "restored") b = $(i + 1); if ($i == "in") ms = $(i + 1) } n++; B += b; M += ms}
     END {printf "%d %.2f\n", n, (M > 0 ? B / (M / 1000) / 1e9 : 0)}' "$OUT/daemon.log" "$OUT/daemon-swapping.log")"
+# The pinned pool grown ahead of the moves (its device process logs each growth): "N growths,
+# B GB at R GB/s, CPU C s on the mover's thread".
+grown() {
+    awk '/pinned host pool grown ahead by/ {for (i = 1; i <= NF; i++) { if ($i == "by") b = $(i + 1); if ($i == "in" && $(i + 2) == "ms") ms = $(i + 1); if ($i == "mover'"'"'s") c = $(i - 4) } n++; B += b; M += ms; C += c}
+        END {printf "pool grown ahead %d times, %.1f GB at %.1f GB/s, CPU %.2f s on the mover'"'"'s thread", n, B / 1e9, (M > 0 ? B / (M / 1000) / 1e9 : 0), C}' "$@"
+}
 # Host memory found for evictions (a fresh copy's allocation), and device memory created and mapped for restores.
 pinning=$(awk '/evicted [0-9]+ bytes/ {for (i = 1; i <= NF; i++) if ($i == "memory" && $(i + 1) == "in") ms = $(i + 2); M += ms} END {printf "%.0f", M}' "$OUT/daemon.log" "$OUT/daemon-swapping.log")
 mapping=$(awk '/restored [0-9]+ bytes/ {for (i = 1; i <= NF; i++) if ($i == "mapped") ms = $(i + 2); M += ms} END {printf "%.0f", M}' "$OUT/daemon.log" "$OUT/daemon-swapping.log")
@@ -273,14 +288,14 @@ rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
 
 {
     echo
-    echo "== goals (issue 39) on $(cut -d, -f1 "$OUT/gpu.txt"), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%F)$scaled"
+    echo "== goals (issue 39) on $(cut -d, -f1 "$OUT/gpu.txt"), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%F)$capped"
     echo "| goal | measured | verdict |"
     echo "|---|---|---|"
-    echo "| 3 clients, each $FRACTION of device memory, kernels over all of it: outputs bitwise equal to alone | $equal | $equal |"
+    echo "| 3 clients, each $FRACTION of the device memory handed out ($((mem_bytes >> 20)) MiB${DEVICE_MEMORY:+, capped}), kernels over all of it: outputs bitwise equal to alone | $equal | $equal |"
     echo "| makespan <= 1.15x the sum of alone times | $(printf %.2f "$makespan") s / $(printf %.2f "$alone_sum") s = ${ratio}x | $mk |"
     echo "| eviction throughput >= 80% of native pinned device-to-host | $ev_rate GB/s over $evictions evictions vs $native_d2h GB/s (host memory found besides: $pinning ms in all) | $evp |"
     echo "| restore throughput >= 80% of native pinned host-to-device | $re_rate GB/s over $restores restores vs $native_h2d GB/s (device memory created and mapped besides: $mapping ms in all) | $rep |"
-    echo "| (not a goal) the moves above: pinned host pool | $(straight "$OUT/daemon.log" "$OUT/daemon-swapping.log"); $(grep -h -o 'device memory unmapped and released after it, [0-9.]* ms' "$OUT/daemon.log" "$OUT/daemon-swapping.log" | awk '{M += $(NF - 1)} END {printf "evictions unmapped and released device memory in %.0f ms in all", M}') | - |"
+    echo "| (not a goal) the moves above: pinned host pool | $(straight "$OUT/daemon.log" "$OUT/daemon-swapping.log"); $(grown "$OUT/daemon.log" "$OUT/daemon-swapping.log"); $(grep -h -o 'device memory unmapped and released after it, [0-9.]* ms' "$OUT/daemon.log" "$OUT/daemon-swapping.log" | awk '{M += $(NF - 1)} END {printf "evictions unmapped and released device memory in %.0f ms in all", M}') | - |"
     echo "| a high-priority client that fits loses <= 10% of its rate beside two swapping | $urgent_measured | $urgent_verdict |"
     [ -z "$controls" ] || echo "| (controls for the line above, not goals) | $controls | - |"
     echo "| (not a goal) pinning a host copy in place, $((copy_bytes >> 20)) MiB | ${register_line:-failed} | - |"

@@ -96,8 +96,52 @@ fn with_no_kept_time_three_clients_swap_their_bytes_and_end_bitwise() {
     assert!(s.evictions >= 2 && s.restores >= 4, "the bytes went out and back: {s:?}");
 }
 
+/// A device of 128 MiB whose daemon hands out 64 (`--device-memory`): the
+/// clients see 64 MiB, and three of 60 % of it oversubscribe it (the
+/// one-GPU check's setting, where the host's RAM is smaller than the GPU's
+/// three clients of 60 %), swap, and end bitwise.
+#[test]
+fn a_daemon_that_hands_out_part_of_the_device_is_oversubscribed_past_that_part() {
+    let d = Daemon::start_on(Some("sim:h100,memory=128MiB"), None, &["--device-memory", "64MiB", "--swap-keep", "0"]);
+    let c = client(&d, "looker");
+    assert_eq!(c.device_properties().expect("properties").memory_bytes, DEVICE, "the cap is the device's memory");
+    assert_eq!(c.status().expect("status").memory_total, DEVICE);
+    // Beyond the cap: refused with the numbers, although the device has room.
+    match c.alloc(DEVICE + MIB) {
+        Err(e) => {
+            assert_eq!(e.kind(), Some(&ErrorKind::OutOfMemory), "{e}");
+            assert!(e.to_string().contains(&(DEVICE + MIB).to_string()), "{e}");
+        }
+        Ok(_) => panic!("65 MiB of a daemon that hands out 64"),
+    }
+    c.close().expect("close");
+    let s = three_clients_on(d);
+    assert!(s.evictions >= 2 && s.restores >= 4, "oversubscribed past the cap, the bytes went out and back: {s:?}");
+}
+
+/// A cap above the device's memory stops start-up with both sizes.
+#[test]
+fn a_cap_above_the_device_stops_start_up_naming_both_sizes() {
+    let dir = tempfile::Builder::new().prefix("gpumuxd-cap-").tempdir().expect("a temporary directory");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpumuxd"))
+        .args(["--device", "sim:h100,memory=64MiB", "--device-memory", "128MiB", "--socket"])
+        .arg(dir.path().join("g.sock"))
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("gpumuxd runs");
+    assert!(!out.status.success(), "a cap of 128 MiB on a device of 64 started");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&(128 * MIB).to_string()) && stderr.contains(&DEVICE.to_string()),
+        "both sizes named: {stderr}"
+    );
+}
+
 fn three_clients(args: &[&str]) -> gpumux_proto::Status {
-    let d = small_device(None, args);
+    three_clients_on(small_device(None, args))
+}
+
+fn three_clients_on(d: Daemon) -> gpumux_proto::Status {
     let alone: Vec<Vec<u8>> = (0..3).map(|i| one_client_work(&d, &format!("alone{i}"), 11 + i, 4, None)).collect();
     let watcher = client(&d, "watcher");
     let before = watcher.status().expect("status");
