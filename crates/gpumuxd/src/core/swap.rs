@@ -1013,4 +1013,40 @@ mod tests {
         let s = core.status();
         assert_eq!((s.evictions, s.restores), (1, 1), "{s:?}");
     }
+
+    /// A client killed while its buffer's eviction is under way (the
+    /// simulated link still carrying it) leaves nothing once the move ends:
+    /// no device memory, no host copy, no accounting; the other client's
+    /// restore behind it ends, and its bytes are there.
+    #[test]
+    fn a_client_killed_while_its_eviction_is_under_way_leaves_nothing() {
+        let backend = SimBackend::open("sim:h100,memory=256MiB").expect("the preset");
+        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let (rx1, rx2) = (open(&mut core, 1), open(&mut core, 2));
+        let _a = alloc(&mut core, &rx1, 1, 2, 150 * MIB);
+        let b = alloc(&mut core, &rx2, 2, 2, 150 * MIB);
+        core.swap.keep_until.clear();
+        let stream = StreamId(0);
+        let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 9, bytes: MIB, stream };
+        core.inbound(2, Inbound::Request { id: 3, request: memset, fd: None });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while core.swap.moving.is_empty() {
+            core.pump().expect("pump");
+            assert!(Instant::now() < deadline, "no move started");
+        }
+        assert_eq!(core.swap.moving.len(), 2, "client 1's eviction and client 2's restore are under way");
+        core.disconnect(1);
+        call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !core.swap.moving.is_empty() || core.sessions.contains_key(&1) {
+            core.pump().expect("pump");
+            assert!(Instant::now() < deadline, "the killed client's move never ended");
+        }
+        let s = core.status();
+        assert_eq!((s.memory_used, s.memory_evicted), (150 * MIB, 0), "only client 2's buffer is left: {s:?}");
+        assert_eq!(core.swap.evicted, 0, "no host copy counted");
+        let m = core.device_memory().expect("mem_info");
+        assert_eq!(m.total - m.free, 150 * MIB, "the device holds client 2's buffer alone");
+        assert!(!buffer(&core, 2, b).evicted, "client 2's buffer is resident");
+    }
 }
