@@ -28,7 +28,7 @@ pub use device::{AheadCounts, ClientDevice, Refill, DEEP_HOLD_NS, DEEP_MAX, ENDE
 pub use fault::ContextLost;
 pub use memory::{MemoryError, Pinner};
 pub use module::{ClientKernel, CompiledModule, ModuleError};
-pub use pinned_pool::{AHEAD_VAR, DEVICE_MEMORY_VAR, PINNED_VAR};
+pub use pinned_pool::{chunk_layout, AHEAD_VAR, DEVICE_MEMORY_VAR, PINNED_VAR};
 pub use work::{
     check_launch_shape, BindError, ClientWork, CopyLane, HostPtr, KernelHandle, PitchedSide, MAX_BLOCK, MAX_GRID,
     MAX_LAUNCH_BLOCKS,

@@ -264,8 +264,16 @@ impl<R: Region> Book<R> {
 /// own size when the rest is shorter than half a chunk (a whole chunk would
 /// waste more than it holds).
 pub(crate) fn layout(size: usize) -> (usize, usize) {
-    let (n, rest) = (size / CHUNK, size % CHUNK);
-    if rest >= CHUNK / 2 {
+    chunk_layout(size, CHUNK)
+}
+
+/// The rule of [`layout`] for chunks of `chunk` bytes (> 0): how many whole
+/// chunks, and the tail's bytes (0: none). The simulated device's host
+/// copies follow it too, with smaller chunks.
+pub fn chunk_layout(size: usize, chunk: usize) -> (usize, usize) {
+    let chunk = chunk.max(1);
+    let (n, rest) = (size / chunk, size % chunk);
+    if rest >= chunk.div_ceil(2) {
         (n + 1, 0)
     } else {
         (n, rest)

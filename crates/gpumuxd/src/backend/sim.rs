@@ -36,7 +36,11 @@
 //! same made-up address; each move takes the preset's host link time
 //! (`pcie_latency_ns` + bytes / `pcie_bandwidth`), which the core waits
 //! before the restored client's work may start, so policies pay for what
-//! they move.
+//! they move. The host store is made of chunks laid end to end, by the CUDA
+//! device's rule (`gpumux_cuda::client::chunk_layout`: whole chunks, and a
+//! tail shorter than half a chunk), with chunks of [`SWAP_CHUNK`], smaller
+//! than a GPU's 128 MiB so that the tests' buffers of tens of MiB cross
+//! several chunk boundaries on their round trips.
 
 use super::compile::WorkPool;
 use super::copy_engine::{CopyEngine, Fill, Move, Rows, ON_THREAD_FROM};
@@ -70,6 +74,8 @@ const ALIGN: u64 = 256;
 /// granularity (2 MiB on the H100), so the simulator decides as the CUDA
 /// device does.
 const SWAP_GRANULARITY: u64 = 2 << 20;
+/// The chunks of an evicted allocation's host store (module doc, "Eviction").
+const SWAP_CHUNK: usize = 4 << 20;
 /// The most simulator events one poll processes (a few ms of this thread's
 /// time): a grid of 2^31 short blocks held the core in one poll for 186 s
 /// while simulated time chased the clock (issue 36, case 4). Past it the
@@ -129,6 +135,45 @@ impl HostBlock {
     }
 }
 
+/// An evicted allocation's host store: chunks laid end to end (module doc,
+/// "Eviction"), holding `len` bytes from the first chunk's first byte.
+struct Chunked {
+    pieces: Vec<HostBlock>,
+    len: usize,
+}
+
+impl Chunked {
+    /// `len` bytes of zeros (fresh mappings).
+    fn zeros(len: usize) -> Option<Chunked> {
+        let (n, tail) = gpumux_cuda::client::chunk_layout(len, SWAP_CHUNK);
+        let sizes = std::iter::repeat_n(SWAP_CHUNK, n).chain((tail > 0).then_some(tail));
+        let pieces = sizes.map(HostBlock::new).collect::<Option<Vec<_>>>()?;
+        Some(Chunked { pieces, len })
+    }
+
+    /// A copy of `bytes`, piece by piece.
+    fn of(bytes: &[u8]) -> Option<Chunked> {
+        let mut c = Chunked::zeros(bytes.len())?;
+        let mut at = 0;
+        for p in &mut c.pieces {
+            let n = p.len.min(bytes.len() - at);
+            p.bytes_mut()[..n].copy_from_slice(&bytes[at..at + n]);
+            at += n;
+        }
+        Some(c)
+    }
+
+    /// Its `len` bytes into `out` (of that length), piece by piece.
+    fn copy_out(&self, out: &mut [u8]) {
+        let mut at = 0;
+        for p in &self.pieces {
+            let n = p.len.min(out.len() - at);
+            out[at..at + n].copy_from_slice(&p.bytes()[..n]);
+            at += n;
+        }
+    }
+}
+
 impl Drop for HostBlock {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in `new`.
@@ -167,7 +212,7 @@ pub struct SimBackend {
     used: u64,
     memory: BTreeMap<DevAddr, HostBlock>,
     /// Evicted allocations' bytes, by the address they keep (module doc).
-    evicted: BTreeMap<DevAddr, HostBlock>,
+    evicted: BTreeMap<DevAddr, Chunked>,
     next_addr: DevAddr,
     bound: crate::core::id_map::IdMap<OpId, OpWork>,
     copies: crate::core::id_map::IdMap<CopyId, OpId>,
@@ -283,12 +328,12 @@ impl SimBackend {
         self.info.pcie_latency_ns.saturating_add((bytes as f64 / rate * 1e9).round() as Nanos)
     }
 
-    /// A copy of `block`'s bytes in a fresh mapping (what an eviction or a
-    /// restore moves: real bytes, so a round trip is checked bitwise).
-    fn copy_of(&self, block: &HostBlock) -> Result<HostBlock, MemError> {
-        let mut to = HostBlock::new(block.len)
-            .ok_or_else(|| MemError::Device(format!("no host memory for a copy of {} bytes", block.len)))?;
-        to.bytes_mut().copy_from_slice(block.bytes());
+    /// A copy of `chunked`'s bytes in a fresh mapping (what a restore
+    /// moves: real bytes, so a round trip is checked bitwise).
+    fn copy_of(&self, chunked: &Chunked) -> Result<HostBlock, MemError> {
+        let mut to = HostBlock::new(chunked.len)
+            .ok_or_else(|| MemError::Device(format!("no host memory for a copy of {} bytes", chunked.len)))?;
+        chunked.copy_out(to.bytes_mut());
         Ok(to)
     }
 
@@ -645,7 +690,7 @@ impl Backend for SimBackend {
         if bytes == 0 || bytes > self.capacity {
             return Err(self.out_of_memory(bytes));
         }
-        let block = HostBlock::new(len).ok_or_else(|| self.out_of_memory(bytes))?;
+        let block = Chunked::zeros(len).ok_or_else(|| self.out_of_memory(bytes))?;
         let addr = self.next_addr;
         let span = bytes.div_ceil(ALIGN).saturating_add(1).saturating_mul(ALIGN);
         self.next_addr = self.next_addr.saturating_add(span);
@@ -655,7 +700,8 @@ impl Backend for SimBackend {
 
     fn evict(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
         let block = self.memory.get(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not resident")))?;
-        let copy = self.copy_of(block)?;
+        let copy = Chunked::of(block.bytes())
+            .ok_or_else(|| MemError::Device(format!("no host memory for a copy of {} bytes", block.len)))?;
         let took = self.link_time(copy.len as u64);
         self.memory.remove(&addr);
         self.used -= copy.len as u64;
@@ -1191,5 +1237,34 @@ mod tests {
         .unwrap();
         assert!(!body_traps(&t.source, "a"));
         assert!(body_traps(&t.source, "b"));
+    }
+
+    /// An evicted allocation is kept in chunks of [`SWAP_CHUNK`] and a tail
+    /// (the CUDA device's rule), and its bytes come back bitwise across the
+    /// chunks' boundaries; a buffer born evicted is zeros in chunks too.
+    #[test]
+    fn an_evicted_allocation_is_kept_in_chunks_and_comes_back_bitwise_across_their_boundaries() {
+        let mut d = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
+        let len = 3 * SWAP_CHUNK + SWAP_CHUNK / 4 + 4096;
+        let a = d.alloc(len as u64).expect("alloc");
+        let data: Vec<u8> = (0..len as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        d.memory.get_mut(&a).expect("resident").bytes_mut().copy_from_slice(&data);
+        d.evict(a).expect("evict");
+        let sizes: Vec<usize> = d.evicted[&a].pieces.iter().map(|p| p.len).collect();
+        assert_eq!(sizes, vec![SWAP_CHUNK, SWAP_CHUNK, SWAP_CHUNK, SWAP_CHUNK / 4 + 4096], "3 chunks and a tail");
+        for (i, p) in d.evicted[&a].pieces.iter().enumerate() {
+            let at = i * SWAP_CHUNK;
+            assert!(p.bytes() == &data[at..at + p.len], "piece {i} holds bytes {at}.. of the allocation");
+        }
+        d.memory.clear(); // nothing of the device's bytes can leak into the restore
+        d.used = 0;
+        d.restore(a).expect("restore");
+        assert!(d.memory[&a].bytes() == &data[..], "back bitwise");
+        assert!(d.evicted.is_empty());
+        // Past half a chunk, the tail is a whole chunk.
+        let z = d.reserve((2 * SWAP_CHUNK + 3 * SWAP_CHUNK / 4) as u64).expect("born evicted");
+        assert_eq!(d.evicted[&z].pieces.len(), 3);
+        d.restore(z).expect("restore zeros");
+        assert!(d.memory[&z].bytes().iter().all(|&b| b == 0), "zeros");
     }
 }
