@@ -8,7 +8,8 @@
 //! go straight between the device and pinned memory, copies are reused, and
 //! nothing is pinned past the pool's cap; the pool grows ahead, in chunks, once
 //! oversubscription is possible, so that the first eviction of a size never
-//! seen finds them pinned, and gives them back when its buffers are gone.
+//! seen finds them pinned, and gives them back when its buffers are gone;
+//! asked to (gpumuxd's GPUMUX_SWAP_AHEAD), it grows from the start.
 //! Without a GPU each test says it skipped and why.
 
 use gpumux_cuda::client::{ClientDevice, ClientWork, HostPtr, MemoryError};
@@ -299,6 +300,41 @@ fn the_pool_grows_ahead_in_chunks_and_the_first_eviction_finds_them_pinned() {
     d.free(a).expect("free a");
     assert_eq!(pool_reaches(&d, 0, false), 0, "nothing pinned left");
     assert_eq!(d.allocated(), 0, "nothing allocated left");
+    d.unregister_host(src.ptr().0);
+    d.unregister_host(back.ptr().0);
+}
+
+#[test]
+fn the_pool_grows_from_the_start_when_asked_and_serves_the_first_eviction() {
+    let test = "the_pool_grows_from_the_start_when_asked_and_serves_the_first_eviction";
+    let Some(mut d) = device_or_skip(test) else { return };
+    if d.swap_granularity().is_none() {
+        eprintln!("SKIPPED {test}: this GPU cannot map memory");
+        return;
+    }
+    // What gpumuxd's GPUMUX_SWAP_AHEAD asks: three chunks before anything is allocated.
+    d.set_swap_pinned(1 << 30);
+    d.set_swap_ahead(3 * CHUNK);
+    assert_eq!(pool_reaches(&d, 3 * CHUNK, true), 3 * CHUNK, "three chunks, no more");
+    let n = 2 * CHUNK + 5 * CHUNK / 8;
+    let a = d.alloc(n as u64).expect("alloc a");
+    let data = pattern(n, 9);
+    let mut src = Pinned::new(&mut d, data.clone());
+    let mut back = Pinned::new(&mut d, vec![0u8; n]);
+    copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 }, n as u64);
+    let before = d.swap_moved_direct();
+    d.start_move(10, true, a).expect("evict a");
+    wait_moves(&mut d, &[10])[0].1.as_ref().expect("evict a");
+    let after = d.swap_moved_direct();
+    assert_eq!(after.0 - before.0, n as u64, "the first eviction went wholly straight");
+    assert_eq!(d.swap_pinned_held(), 3 * CHUNK, "into the chunks pinned from the start");
+    d.start_move(11, false, a).expect("restore a");
+    wait_moves(&mut d, &[11])[0].1.as_ref().expect("restore a");
+    copy(&mut d, 2, ClientWork::ToHost { src: a, dst: back.ptr(), bytes: n as u64 }, n as u64);
+    assert!(back.0 == data, "a came back bitwise");
+    d.free(a).expect("free a");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(d.swap_pinned_held(), 3 * CHUNK, "what was asked from the start stays");
     d.unregister_host(src.ptr().0);
     d.unregister_host(back.ptr().0);
 }

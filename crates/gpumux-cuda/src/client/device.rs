@@ -812,7 +812,7 @@ impl ClientDevice {
         let info = crate::device::info_of(&ctx.summary, ordinal, |a| ctx.attr(a))?;
         let chunk = std::env::var("GPUMUX_CUDA_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or_default();
         let st = InContext::new(&ctx, chunk)?;
-        Ok(ClientDevice {
+        let mut device = ClientDevice {
             ctx,
             st: Some(st),
             host: Vec::new(),
@@ -842,7 +842,10 @@ impl ClientDevice {
             answered: Vec::new(),
             refill_ahead: false,
             lead: lead::Lead::default(),
-        })
+        };
+        // The pinned host pool grown from the start, if gpumuxd asked (`swap::update_ahead`).
+        device.update_ahead();
+        Ok(device)
     }
 
     /// The GPU, in words (`NVIDIA H100 80GB HBM3 (cuda:0)`).

@@ -133,10 +133,10 @@ pub(crate) struct Mover {
     /// moved in all (restores of zeros left out).
     pub moved_direct: u64,
     pub moved: u64,
-    /// The pinned pool's cap (0: none) and the most it grows ahead
+    /// The pinned pool's cap (0: none), what it grows to from the start
     /// ([`super::pinned_pool::AHEAD_VAR`]), and the level last sent.
     pub pinned: usize,
-    pub ahead_max: usize,
+    pub ahead_floor: usize,
     pub ahead_sent: usize,
     /// Bytes the pinned pool holds (its book's count).
     held: Arc<AtomicUsize>,
@@ -157,7 +157,7 @@ impl Mover {
             .name("gpumux-mover".into())
             .spawn(move || run(ctx as cu::CUcontext, pinned, rx, tx, &w, h))
             .map_err(|e| CudaError::Invalid(format!("starting the buffer mover thread: {e}")))?;
-        let ahead_max = if pinned > 0 { super::pinned_pool::ahead_from_env() } else { 0 };
+        let ahead_floor = if pinned > 0 { super::pinned_pool::ahead_from_env() } else { 0 };
         Ok(Mover {
             jobs: Some(jobs),
             ended,
@@ -167,7 +167,7 @@ impl Mover {
             moved_direct: 0,
             moved: 0,
             pinned,
-            ahead_max,
+            ahead_floor,
             ahead_sent: 0,
             held,
         })

@@ -25,10 +25,10 @@
 //! The pool grows towards a **level** while the mover has nothing to move:
 //! a chunk is faulted in on the copy pool's threads while the one before is
 //! pinned, a few [`PIN_PIECE`]s a step, so a move sent meanwhile waits for
-//! milliseconds. The device sets the level ([`Book::set_level`]) once
-//! oversubscription is possible (module doc of [`super::swap`], "ahead"):
-//! the bytes of its address-stable buffers, at most the cap and
-//! [`AHEAD_VAR`]; so the first eviction finds its chunks pinned. A level
+//! milliseconds. The device sets the level ([`Book::set_level`]): from its
+//! start, [`AHEAD_VAR`] (0 unless set); once oversubscription is possible
+//! (`ClientDevice::update_ahead`), the bytes of its address-stable buffers
+//! if more; at most the cap. So the first eviction finds its chunks pinned. A level
 //! below what the pool holds gives free chunks back at once (the clients
 //! left). An eviction takes free chunks (pinned whole first), and where
 //! none is free, new ones while the cap has room, pinned on its path; a
@@ -56,9 +56,10 @@ use std::time::{Duration, Instant};
 /// (a few microseconds each to queue), and a copy wastes less than a chunk.
 pub(crate) const CHUNK: usize = PIN_PIECE;
 
-/// The most bytes the pool grows ahead of any move, per GPU (a size, in
-/// gpumuxd's environment; default: up to its cap; `0`: none ahead, chunks
-/// are made and pinned on the moves' paths only).
+/// Bytes the pool grows to from the device's start, before any client
+/// allocates, per GPU (a size, in gpumuxd's environment; default 0: it grows
+/// only once oversubscription is possible). What a cold start's first
+/// exchange needs: one swapping client's bytes.
 pub const AHEAD_VAR: &str = "GPUMUX_SWAP_AHEAD";
 
 /// The pool's cap in bytes (a size: `64GiB`, `512 MiB`, `0` for none), in
@@ -84,13 +85,12 @@ pub(crate) fn cap_from_env() -> Option<usize> {
     }
 }
 
-/// The most bytes [`AHEAD_VAR`] lets the pool grow ahead of moves (no
-/// limit but the cap when it is not set; an unreadable value is logged and
-/// means none ahead).
+/// The bytes [`AHEAD_VAR`] says to grow from the start (0 when it is not
+/// set; an unreadable value is logged and means 0).
 pub(crate) fn ahead_from_env() -> usize {
-    let Ok(v) = std::env::var(AHEAD_VAR) else { return usize::MAX };
+    let Ok(v) = std::env::var(AHEAD_VAR) else { return 0 };
     parse_size(&v).unwrap_or_else(|| {
-        tracing::warn!("{AHEAD_VAR}={v:?} is not a size (e.g. 64GiB, 512MiB, 0): nothing pinned ahead of moves");
+        tracing::warn!("{AHEAD_VAR}={v:?} is not a size (e.g. 64GiB, 512MiB, 0): nothing pinned from the start");
         0
     })
 }

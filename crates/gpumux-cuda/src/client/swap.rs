@@ -315,14 +315,14 @@ impl ClientDevice {
     }
 
     /// Sets the pinned pool's level ([`super::pinned_pool`]) when it changes
-    /// by a chunk or more: once oversubscription is possible (a buffer is
+    /// by a chunk or more: [`super::pinned_pool::AHEAD_VAR`] from the start
+    /// (0 unless set), and once oversubscription is possible (a buffer is
     /// evicted or born evicted, or the address-stable buffers take three
     /// quarters of the device's memory, as much as the daemon hands out:
-    /// [`super::pinned_pool::DEVICE_MEMORY_VAR`]), the bytes of those
-    /// buffers, which are what evictions may ever need, at most
-    /// [`super::pinned_pool::AHEAD_VAR`]; else 0. The pool grows to it while
-    /// the mover has nothing to move, so that the first eviction finds its
-    /// chunks pinned (a cold start's evictions went into fresh memory,
+    /// [`super::pinned_pool::DEVICE_MEMORY_VAR`]) the bytes of those buffers,
+    /// which are what evictions may ever need, if more. The pool grows to it
+    /// while the mover has nothing to move, so that the first eviction finds
+    /// its chunks pinned (a cold start's evictions went into fresh memory,
     /// pinned at 6 GB/s). Best effort: a mover that cannot start is left alone.
     pub(super) fn update_ahead(&mut self) {
         let Some(st) = self.st.as_ref() else { return };
@@ -331,7 +331,8 @@ impl ClientDevice {
             usize::try_from(gpumux_engine::device::Device::info(self).mem_bytes).unwrap_or(usize::MAX)
         });
         let possible = !self.swapped.is_empty() || mapped.saturating_mul(4) >= device.saturating_mul(3);
-        let level = if possible { mapped } else { 0 };
+        let floor = st.mover.as_ref().map_or_else(super::pinned_pool::ahead_from_env, |m| m.ahead_floor);
+        let level = if possible { mapped.max(floor) } else { floor };
         let started = st.mover.is_some();
         if level == 0 && !started {
             return;
@@ -344,7 +345,6 @@ impl ClientDevice {
             }
         }
         let Ok(m) = self.mover() else { return };
-        let level = level.min(m.ahead_max);
         let sent = m.ahead_sent;
         let chunk = super::pinned_pool::CHUNK;
         if m.pinned > 0
@@ -393,6 +393,16 @@ impl ClientDevice {
     /// started yet (the first move starts it).
     pub fn set_swap_pinned(&mut self, bytes: usize) {
         self.swap_pinned = Some(bytes);
+    }
+
+    /// Grows the pinned pool to `bytes` from now on, whatever is allocated,
+    /// instead of what gpumuxd's environment says
+    /// ([`super::pinned_pool::AHEAD_VAR`]); starts the mover.
+    pub fn set_swap_ahead(&mut self, bytes: usize) {
+        if let Ok(m) = self.mover() {
+            m.ahead_floor = bytes;
+        }
+        self.update_ahead();
     }
 
     /// The mover, started on first use.
