@@ -23,9 +23,8 @@
 //! buffers would otherwise take a whole chunk each).
 //!
 //! The pool grows towards a **level** while the mover has nothing to move:
-//! a chunk is faulted in on the copy pool's threads while the one before is
-//! pinned, a few [`PIN_PIECE`]s a step, so a move sent meanwhile waits for
-//! milliseconds. The device sets the level ([`Book::set_level`]): from its
+//! two chunks a step, pinned (and so faulted in) by the driver, so a move
+//! sent meanwhile waits for one step (tens of milliseconds). The device sets the level ([`Book::set_level`]): from its
 //! start, [`AHEAD_VAR`] (0 unless set); once oversubscription is possible
 //! (`ClientDevice::update_ahead`), the bytes of its address-stable buffers
 //! if more; at most the cap. So the first eviction finds its chunks pinned. A level
@@ -160,9 +159,9 @@ pub(crate) struct Book<R> {
 }
 
 /// Chunks a step of growth makes and pins ([`PinnedPool::grow_step`]): a
-/// move sent meanwhile waits for them (512 MiB, about 10 ms at the rates
-/// pinning ran on the H200 machine).
-const STEP_CHUNKS: usize = 4;
+/// move sent meanwhile waits for them (256 MiB, about 40 ms at the 6-7 GB/s
+/// that pinning fresh memory ran at on the H200 machines).
+const STEP_CHUNKS: usize = 2;
 
 impl<R: Region> Book<R> {
     #[cfg(test)]
@@ -408,9 +407,8 @@ impl PinnedPool {
 
     /// One step of growth while the mover is idle: pin the rest of a free
     /// chunk not pinned whole, else make up to [`STEP_CHUNKS`] chunks towards
-    /// the level and pin them, faulting each next one in on `pool`'s threads
-    /// while the one before is pinned. Logs the growth's rate and CPU time
-    /// when the level is reached.
+    /// the level and pin them ([`pin_all`]). Logs the growth's rate and CPU
+    /// time when the level is reached.
     pub(crate) fn grow_step(&mut self, pool: &CopyPool) {
         if self.broken {
             return;
@@ -481,30 +479,18 @@ impl PinnedPool {
     }
 }
 
-/// Faults in and pins new chunks whole, each next one faulted in on
-/// `pool`'s threads while the one before is pinned (the two overlap).
+/// Pins new chunks whole, one registration each; the driver faults their
+/// pages in as it pins them (fresh memory pinned at 6-7 GB/s on the H200
+/// machines, on this thread). Not faulted in on the copy pool first: on the
+/// H200 x2 machine (4bbd52c) growth that way ran at 0.5 GB/s a step and
+/// once never finished a step in 30 s, while pinning fresh memory alone ran
+/// at the rate above (a growth of 151 GiB, 21.9 s of this thread's CPU).
 fn pin_all(made: &mut [HostMem], pool: &CopyPool) -> Result<(), CudaError> {
-    let start = |m: &mut HostMem| {
-        let (p, n) = (m.as_mut_ptr(), m.len());
-        // SAFETY: `n` bytes of the chunk's own mapping, touched by no one else
-        // until waited for below (the chunk is borrowed by this function).
-        unsafe { pool.start_populate(p, n) }
-    };
-    let mut ahead = made.first_mut().map(start);
-    for i in 0..made.len() {
-        if let Some(p) = ahead.take() {
-            pool.wait(p);
-        }
-        made[i].mark_written();
-        if let Some(next) = made.get_mut(i + 1) {
-            ahead = Some(start(next));
-        }
-        let len = made[i].len();
-        let pinned = made[i].pin_upto(len, pool, |_, _| Ok(()));
-        if let Err(PinStop::Pin(e) | PinStop::Dma(e)) = pinned {
-            if let Some(p) = ahead.take() {
-                pool.wait(p);
-            }
+    for m in made {
+        // Its pages are faulted in by the pinning below, not by the copy pool.
+        m.mark_written();
+        let len = m.len();
+        if let Err(PinStop::Pin(e) | PinStop::Dma(e)) = m.pin_upto(len, pool, |_, _| Ok(())) {
             return Err(e);
         }
     }
