@@ -128,11 +128,13 @@ register_line=$(cat "$OUT/register.txt" 2>/dev/null)
 echo "host register: ${register_line:-failed: $(tail -2 "$OUT/register.log")}"
 
 sock=$OUT/g.sock
-# The pinned host pool each daemon grows from its start (GPUMUX_SWAP_AHEAD): one client's bytes, what
-# a cold start's first exchange evicts (SWAP_AHEAD=0: none; the pool then grows once the clients
-# oversubscribe the device). The clients start once it has grown, so that growing it slows no
-# alone run; its time, rate and CPU are in the table.
-SWAP_AHEAD=${SWAP_AHEAD:-$(python3 -c "print(int($FRACTION * $mem_bytes))")}
+# The pinned host pool each daemon grows from its start (GPUMUX_SWAP_AHEAD): the three clients' bytes,
+# what their exchanges hold in host copies at most (the third exchange evicts the third client while
+# the other two are out; pinning fresh memory runs at 6-7 GB/s, too slow to grow it between rounds).
+# SWAP_AHEAD=BYTES sets it; 0: none, the pool grows once the clients oversubscribe the device. The
+# clients start once it has grown, so that growing it slows no alone run; its time, rate and CPU
+# are in the table.
+SWAP_AHEAD=${SWAP_AHEAD:-$(python3 -c "print(int(3 * $FRACTION * $mem_bytes))")}
 start_daemon() { # log [more gpumuxd arguments]
     local log=$1
     shift
@@ -143,10 +145,10 @@ start_daemon() { # log [more gpumuxd arguments]
     for _ in $(seq 1 300); do [ -S "$sock" ] && break; sleep 0.1; done
     [ -S "$sock" ] || { echo "the daemon did not start:"; tail -20 "$log"; exit 1; }
     if [ "$SWAP_AHEAD" != 0 ] && [ "${GPUMUX_SWAP_PINNED:-}" != 0 ]; then
-        for _ in $(seq 1 600); do grep -q "pinned host pool grown ahead" "$log" && break; sleep 0.1; done
+        for _ in $(seq 1 900); do grep -q "pinned host pool grown ahead" "$log" && break; sleep 0.1; done
         local grown_line
         grown_line=$(grep -h -o "pinned host pool grown ahead by .*" "$log" | head -1 | cut -c1-200)
-        echo "${grown_line:-the pinned host pool did not grow in 60 s}"
+        echo "${grown_line:-the pinned host pool did not grow in 90 s}"
     fi
 }
 start_daemon "$OUT/daemon.log"
