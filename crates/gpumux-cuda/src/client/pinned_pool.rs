@@ -57,8 +57,10 @@ pub(crate) const CHUNK: usize = PIN_PIECE;
 
 /// Bytes the pool grows to from the device's start, before any client
 /// allocates, per GPU (a size, in gpumuxd's environment; default 0: it grows
-/// only once oversubscription is possible). What a cold start's first
-/// exchange needs: one swapping client's bytes.
+/// only once oversubscription is possible). What a cold start's evictions
+/// need to run at the link's rate: the bytes its swapping clients will hold
+/// in host copies (growth, at the 6-7 GB/s fresh memory pins at, does not
+/// keep up with exchanges every few seconds).
 pub const AHEAD_VAR: &str = "GPUMUX_SWAP_AHEAD";
 
 /// The pool's cap in bytes (a size: `64GiB`, `512 MiB`, `0` for none), in
