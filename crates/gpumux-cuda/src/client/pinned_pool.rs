@@ -242,8 +242,11 @@ impl<R: Region> Book<R> {
         let (old, keep): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.free).into_iter().partition(|(_, since)| now.duration_since(*since) >= idle);
         self.free = keep;
-        let bytes: usize = old.iter().map(|(r, _)| r.len()).sum();
-        self.level = self.level.min(self.held().saturating_sub(bytes));
+        if !old.is_empty() {
+            // Held still counts them until the caller drops them.
+            let bytes: usize = old.iter().map(|(r, _)| r.len()).sum();
+            self.level = self.level.min(self.held().saturating_sub(bytes));
+        }
         old.into_iter().map(|(r, _)| r).collect()
     }
 
@@ -482,11 +485,11 @@ impl PinnedPool {
 }
 
 /// Pins new chunks whole, one registration each; the driver faults their
-/// pages in as it pins them (fresh memory pinned at 6-7 GB/s on the H200
-/// machines, on this thread). Not faulted in on the copy pool first: on the
-/// H200 x2 machine (4bbd52c) growth that way ran at 0.5 GB/s a step and
-/// once never finished a step in 30 s, while pinning fresh memory alone ran
-/// at the rate above (a growth of 151 GiB, 21.9 s of this thread's CPU).
+/// pages in as it pins them (fresh memory pinned at 6.7 GB/s on the H200
+/// machines, on this thread). Faulting the next chunk in on the copy pool
+/// while one is pinned (`HostMem::pin_upto`'s overlap) may be faster where
+/// `MADV_POPULATE_WRITE` works; not measured apart (the first GPU runs of
+/// this pool were held to one step of growth by a bug in `Book::expire`).
 fn pin_all(made: &mut [HostMem], pool: &CopyPool) -> Result<(), CudaError> {
     for m in made {
         // Its pages are faulted in by the pinning below, not by the copy pool.
@@ -593,6 +596,27 @@ mod tests {
         assert_eq!(grow(&mut b), 0, "at the level: the chunks in copies count");
         drop((again, c)); // freed while evicted, say: their bytes are given back
         assert_eq!(grow(&mut b), 16, "and grown again to the level");
+    }
+
+    /// The mover looks for chunks to give back after every step of growth:
+    /// when none is idle long enough, the level stays (it was clamped to
+    /// what was held, and growth stopped after one step on the GPU).
+    #[test]
+    fn looking_for_idle_chunks_between_steps_of_growth_leaves_the_level_alone() {
+        let mut b: Book<Fake> = Book::new(64 * CHUNK);
+        b.set_level(6 * CHUNK);
+        let t0 = Instant::now();
+        for step in 0..3 {
+            assert!(b.below_level(CHUNK), "step {step}: below the level");
+            for _ in 0..2 {
+                let f = make(&mut b, CHUNK, true).expect("room");
+                b.put(f, t0);
+            }
+            assert!(b.expire(t0 + Duration::from_secs(1), IDLE).is_empty());
+            assert_eq!(b.level(), 6 * CHUNK, "step {step}: the level stays");
+        }
+        assert!(!b.below_level(CHUNK), "grown to the level in three steps");
+        assert_eq!(b.held(), 6 * CHUNK);
     }
 
     #[test]
