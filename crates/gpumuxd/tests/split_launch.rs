@@ -1,5 +1,5 @@
 //! One launch split over two simulated GPUs by the daemon (`sim:h100x2`;
-//! docs/multi-gpu.md, "Splitting in the daemon"), through the Rust client
+//! docs/split.md, "Splitting in the daemon"), through the Rust client
 //! library: the part runs on GPU 1 (its session shows there while it
 //! runs), the stream's next operations wait for the merge, the bytes come
 //! back as they went (the simulator computes nothing; the merge of bytes a

@@ -2,7 +2,7 @@
 //! Share-a-GPU's intra-kernel parallelism, seed 001), as a library of one
 //! process holding every GPU's context. gpumuxd's split (`core/split.rs`)
 //! uses its GPU-free parts: the analysis, the partition and the merge plan
-//! (docs/multi-gpu.md, "Splitting in the daemon").
+//! (docs/split.md, "Splitting in the daemon").
 //!
 //! A transformed kernel's workers run any range of the launch's linear block
 //! index with `blockIdx`/`gridDim` of the whole launch, so a split is one

@@ -1,5 +1,5 @@
 //! One launch split over several GPUs inside the daemon (issue 38, item 3;
-//! docs/multi-gpu.md, "Splitting in the daemon").
+//! docs/split.md, "Splitting in the daemon").
 //!
 //! A client asks per launch (`LaunchSplit`) or per kernel (`SplitKernel`).
 //! Its home core (the GPU it was placed on) checks the kernel's source with
