@@ -58,6 +58,11 @@ pub struct ParamUse {
     pub pointer: bool,
     /// The kernel stores through it (directly or through a pointer made from it).
     pub written: bool,
+    /// The kernel may read what it points to: every use of it but a plain
+    /// store `p[i] = ..` counts (a compound `p[i] += ..`, a pointer made
+    /// from it, a call it is handed to), so `false` means a buffer the
+    /// kernel only writes, whose prior contents its results cannot depend on.
+    pub read: bool,
     /// Bytes of the element it points to, where the type fixes it (`float*`: 4).
     pub element_bytes: Option<u32>,
 }
@@ -581,12 +586,32 @@ pub fn analyse(src: &str, kernel: &str) -> Option<WriteAnalysis> {
                 name: name.clone(),
                 pointer,
                 written: written.contains(&name.as_str()),
+                read: !pointer || may_read(&s, k.body, name, &aliases),
                 element_bytes: if pointer { pointee_size(ty) } else { None },
             }
         })
         .collect();
     refusals.sort_by_key(|r| r.line);
     Some(WriteAnalysis { kernel: kernel.to_string(), params, refusals })
+}
+
+/// Whether the kernel body `body` may read through parameter `name`: any
+/// occurrence of it other than the base of a plain store `name[i] = ..`
+/// (one bracket group, then `=` that is not `==`), or any pointer made from
+/// it (`aliases`, followed no further), counts as a read.
+fn may_read(s: &Src, body: (usize, usize), name: &str, aliases: &[(&str, &str)]) -> bool {
+    if aliases.iter().any(|(_, root)| *root == name) {
+        return true;
+    }
+    (body.0..body.1).any(|j| {
+        if !s.is_ident(j) || s.text(j) != name {
+            return false;
+        }
+        let plain_store = s.text(j + 1) == "["
+            && s.close(j + 1).is_some_and(|c| s.text(c + 1) == "=" && s.text(c + 2) != "=")
+            && !matches!(s.text(j.wrapping_sub(1)), "." | ">" | "*" | "&");
+        !plain_store
+    })
 }
 
 /// What a store is judged against.
@@ -865,6 +890,34 @@ mod tests {
             assert!(a.splittable(), "{src}\n{:?}", a.refusals);
             assert!(a.params[0].written, "{src}");
         }
+    }
+
+    /// A buffer the kernel only stores into with `p[i] = ..` is not read;
+    /// any other use of it may read it.
+    #[test]
+    fn a_buffer_only_stored_into_is_not_read_and_any_other_use_reads() {
+        let a = analyse(App::Triad.source(), "triad").expect("triad");
+        let reads: Vec<(&str, bool)> =
+            a.params.iter().filter(|p| p.pointer).map(|p| (p.name.as_str(), p.read)).collect();
+        assert_eq!(reads, vec![("a", false), ("b", true), ("c", true)]);
+        for src in [
+            "__global__ void k(float* out) { out[blockIdx.x] *= 2.f; }",
+            "__global__ void k(float* out) { unsigned i = blockIdx.x; out[i] = out[i] + 1.f; }",
+            "__global__ void k(float* out) { float* row = out + blockIdx.x * 4; row[0] = 1.f; }",
+            "__global__ void k(float* out) { if (out[blockIdx.x] == 0.f) out[blockIdx.x + 1] = 1.f; }",
+            "__global__ void k(float4* out) { out[blockIdx.x].x = 1.f; }",
+            "__device__ void h(float* p) { p[0] = 1.f; }\n__global__ void k(float* out) { h(out + blockIdx.x); }",
+        ] {
+            let a = analyse(src, "k").expect("found");
+            assert!(a.params[0].read, "{src}");
+        }
+        let a = analyse(
+            "__global__ void k(float* out, unsigned n) { unsigned i = blockIdx.x; if (i < n) out[i] = 2.f * i; }",
+            "k",
+        )
+        .expect("found");
+        assert!(!a.params[0].read && a.params[0].written);
+        assert!(a.params[1].read, "a value parameter counts as read");
     }
 
     #[test]
