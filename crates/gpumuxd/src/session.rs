@@ -152,9 +152,9 @@ pub struct Session {
     /// Its events.
     pub events: BTreeMap<EventId, EventState>,
     /// Kernels whose every launch is split over GPUs (`SplitKernel`, core/split.rs).
-    /// With the analysis's verdict of which buffer arguments it writes
-    /// (checked once, at `SplitKernel`, not at every launch).
-    pub split_kernels: BTreeMap<KernelId, (gpumux_proto::Split, Option<Vec<bool>>)>,
+    /// With the analysis's verdict of what it does with each argument
+    /// (read, written or both; checked once, at `SplitKernel`, not at every launch).
+    pub split_kernels: BTreeMap<KernelId, (gpumux_proto::Split, Option<Vec<gpumux_cuda::split::merge::Role>>)>,
     /// Operations of it the core tracks (in the engine or on the device).
     pub in_flight: u32,
     /// For `Status`.

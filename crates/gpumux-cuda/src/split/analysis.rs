@@ -586,7 +586,7 @@ pub fn analyse(src: &str, kernel: &str) -> Option<WriteAnalysis> {
                 name: name.clone(),
                 pointer,
                 written: written.contains(&name.as_str()),
-                read: !pointer || may_read(&s, k.body, name, &aliases),
+                read: !pointer || may_read(&s, k.body, name),
                 element_bytes: if pointer { pointee_size(ty) } else { None },
             }
         })
@@ -597,19 +597,21 @@ pub fn analyse(src: &str, kernel: &str) -> Option<WriteAnalysis> {
 
 /// Whether the kernel body `body` may read through parameter `name`: any
 /// occurrence of it other than the base of a plain store `name[i] = ..`
-/// (one bracket group, then `=` that is not `==`), or any pointer made from
-/// it (`aliases`, followed no further), counts as a read.
-fn may_read(s: &Src, body: (usize, usize), name: &str, aliases: &[(&str, &str)]) -> bool {
-    if aliases.iter().any(|(_, root)| *root == name) {
-        return true;
-    }
+/// (one bracket group, then `=` that is not `==`) counts as a read, a
+/// pointer made from it (`float* row = name + ..`) included. A member of
+/// the same name (`blockIdx.x` beside a parameter `x`) is not the parameter.
+fn may_read(s: &Src, body: (usize, usize), name: &str) -> bool {
     (body.0..body.1).any(|j| {
         if !s.is_ident(j) || s.text(j) != name {
             return false;
         }
+        let before = s.text(j.wrapping_sub(1));
+        if before == "." || (before == ">" && s.text(j.wrapping_sub(2)) == "-") {
+            return false;
+        }
         let plain_store = s.text(j + 1) == "["
             && s.close(j + 1).is_some_and(|c| s.text(c + 1) == "=" && s.text(c + 2) != "=")
-            && !matches!(s.text(j.wrapping_sub(1)), "." | ">" | "*" | "&");
+            && !matches!(before, "*" | "&");
         !plain_store
     })
 }
@@ -905,6 +907,7 @@ mod tests {
             "__global__ void k(float* out) { unsigned i = blockIdx.x; out[i] = out[i] + 1.f; }",
             "__global__ void k(float* out) { float* row = out + blockIdx.x * 4; row[0] = 1.f; }",
             "__global__ void k(float* out) { if (out[blockIdx.x] == 0.f) out[blockIdx.x + 1] = 1.f; }",
+            "__global__ void k(float* x) { float* p = x; p[blockIdx.x] = 1.f; }",
             "__global__ void k(float4* out) { out[blockIdx.x].x = 1.f; }",
             "__device__ void h(float* p) { p[0] = 1.f; }\n__global__ void k(float* out) { h(out + blockIdx.x); }",
         ] {

@@ -156,11 +156,11 @@ impl Backend for AnswersAhead {
     }
 
     // The rest is the device's own.
-    fn read_back(&mut self, addr: DevAddr, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
-        self.inner.read_back(addr, bytes)
+    fn read_span(&mut self, addr: DevAddr, offset: u64, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
+        self.inner.read_span(addr, offset, bytes)
     }
-    fn write_in(&mut self, addr: DevAddr, data: &[u8]) -> Option<Result<(), MemError>> {
-        self.inner.write_in(addr, data)
+    fn write_span(&mut self, addr: DevAddr, offset: u64, data: &[u8]) -> Option<Result<(), MemError>> {
+        self.inner.write_span(addr, offset, data)
     }
     fn read_piece(&mut self, addr: DevAddr, offset: u64, into: &mut [u8]) -> Option<Result<(), MemError>> {
         self.inner.read_piece(addr, offset, into)

@@ -263,25 +263,25 @@ impl Backend for CudaBackend {
     // A moving client's bytes, a piece at a time through the pinned staging
     // region (`pieces`): each piece is one copy on the copy stream of its
     // direction, waited for.
-    fn read_back(&mut self, addr: DevAddr, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
+    fn read_span(&mut self, addr: DevAddr, start: u64, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
         let staging = match self.staging() {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
         let device = &mut self.device;
-        Some(super::pieces::read_back(bytes, &staging, |offset, len| {
+        Some(super::pieces::read_back(start, bytes, &staging, |offset, len| {
             let into = &mut super::pieces::staging_bytes(&staging)[..len];
             device.read_piece(addr, offset, into).map_err(cuda_mem_error)
         }))
     }
 
-    fn write_in(&mut self, addr: DevAddr, data: &[u8]) -> Option<Result<(), MemError>> {
+    fn write_span(&mut self, addr: DevAddr, start: u64, data: &[u8]) -> Option<Result<(), MemError>> {
         let staging = match self.staging() {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
         let device = &mut self.device;
-        Some(super::pieces::write_in(data, &staging, |offset, len| {
+        Some(super::pieces::write_in(start, data, &staging, |offset, len| {
             let from = &super::pieces::staging_bytes(&staging)[..len];
             device.write_piece(addr, offset, from).map_err(cuda_mem_error)
         }))

@@ -474,12 +474,22 @@ pub trait Backend: Send {
     /// The `bytes` of the allocation at `addr`, read back now with nothing
     /// of the device running on it (a client moving to another GPU:
     /// `core/handover.rs`). `None`: this device cannot, and the client stays.
-    fn read_back(&mut self, _addr: DevAddr, _bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
-        None
+    fn read_back(&mut self, addr: DevAddr, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
+        self.read_span(addr, 0, bytes)
     }
     /// Writes `data` at the start of the allocation at `addr` now (a moved
     /// client's buffer on its new GPU). `None`: this device cannot.
-    fn write_in(&mut self, _addr: DevAddr, _data: &[u8]) -> Option<Result<(), MemError>> {
+    fn write_in(&mut self, addr: DevAddr, data: &[u8]) -> Option<Result<(), MemError>> {
+        self.write_span(addr, 0, data)
+    }
+    /// [`Backend::read_back`] of the `bytes` bytes from `offset` on (a
+    /// split's declared slices, a merge's changed words: only the bytes
+    /// wanted cross). An error for a span past the allocation's end.
+    fn read_span(&mut self, _addr: DevAddr, _offset: u64, _bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
+        None
+    }
+    /// [`Backend::write_in`] at `offset` of the allocation.
+    fn write_span(&mut self, _addr: DevAddr, _offset: u64, _data: &[u8]) -> Option<Result<(), MemError>> {
         None
     }
     /// One piece of a read-back ([`pieces`]): `into.len()` bytes of the

@@ -51,9 +51,13 @@ pub fn staging_bytes(region: &ShmRegion) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(region.as_ptr(), region.len()) }
 }
 
-/// Reads `bytes` bytes back through `staging`: `piece(offset, len)` puts the
-/// buffer's `len` bytes from `offset` at the start of `staging`.
+/// Reads `bytes` bytes from `start` on back through `staging`:
+/// `piece(offset, len)` puts the buffer's `len` bytes from `offset` at the
+/// start of `staging`. Each piece is copied once, from the staging region
+/// into the result (no zero-fill of the result first: a fresh allocation's
+/// pages are touched once, by that copy).
 pub fn read_back(
+    start: u64,
     bytes: u64,
     staging: &ShmRegion,
     mut piece: impl FnMut(u64, usize) -> Result<(), MemError>,
@@ -65,17 +69,16 @@ pub fn read_back(
         .map_err(|_| MemError::Device(format!("no host memory for a read-back of {bytes} bytes")))?;
     while out.len() < total {
         let len = step.min(total - out.len());
-        let start = out.len();
-        piece(start as u64, len)?;
-        out.resize(start + len, 0);
-        staging.read(0, &mut out[start..]);
+        piece(start + out.len() as u64, len)?;
+        out.extend_from_slice(&staging_bytes(staging)[..len]);
     }
     Ok(out)
 }
 
-/// Writes `data` in through `staging`: `piece(offset, len)` copies the
-/// first `len` bytes of `staging` into the buffer at `offset`.
+/// Writes `data` in at `start` through `staging`: `piece(offset, len)`
+/// copies the first `len` bytes of `staging` into the buffer at `offset`.
 pub fn write_in(
+    start: u64,
     data: &[u8],
     staging: &ShmRegion,
     mut piece: impl FnMut(u64, usize) -> Result<(), MemError>,
@@ -83,7 +86,7 @@ pub fn write_in(
     let step = staging.len().min(PIECE);
     for (i, chunk) in data.chunks(step).enumerate() {
         staging.write(0, chunk);
-        piece((i * step) as u64, chunk.len())?;
+        piece(start + (i * step) as u64, chunk.len())?;
     }
     Ok(())
 }
@@ -98,7 +101,7 @@ mod tests {
         let staging = staging_region(4096).expect("a memfd");
         let device: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
         let mut offsets = Vec::new();
-        let back = read_back(device.len() as u64, &staging, |offset, len| {
+        let back = read_back(0, device.len() as u64, &staging, |offset, len| {
             offsets.push((offset, len));
             let o = offset as usize;
             staging_bytes(&staging)[..len].copy_from_slice(&device[o..o + len]);
@@ -109,7 +112,7 @@ mod tests {
         assert_eq!(offsets, vec![(0, 4096), (4096, 4096), (8192, 1808)]);
 
         let mut written = vec![0u8; device.len()];
-        write_in(&device, &staging, |offset, len| {
+        write_in(0, &device, &staging, |offset, len| {
             let o = offset as usize;
             written[o..o + len].copy_from_slice(&staging_bytes(&staging)[..len]);
             Ok(())
@@ -118,11 +121,39 @@ mod tests {
         assert_eq!(written, device);
     }
 
+    /// A span from `start`: its pieces are at the buffer's offsets, and the
+    /// bytes are the span's.
+    #[test]
+    fn a_span_goes_through_in_pieces_from_its_start() {
+        let staging = staging_region(4096).expect("a memfd");
+        let device: Vec<u8> = (0..20_000u32).map(|i| (i * 13 % 241) as u8).collect();
+        let mut offsets = Vec::new();
+        let back = read_back(7000, 9000, &staging, |offset, len| {
+            offsets.push((offset, len));
+            let o = offset as usize;
+            staging_bytes(&staging)[..len].copy_from_slice(&device[o..o + len]);
+            Ok(())
+        })
+        .expect("read back");
+        assert!(back[..] == device[7000..16_000]);
+        assert_eq!(offsets, vec![(7000, 4096), (11_096, 4096), (15_192, 808)]);
+        let mut written = device.clone();
+        let new: Vec<u8> = (0..5000u32).map(|i| (i % 7) as u8).collect();
+        write_in(12_345, &new, &staging, |offset, len| {
+            let o = offset as usize;
+            written[o..o + len].copy_from_slice(&staging_bytes(&staging)[..len]);
+            Ok(())
+        })
+        .expect("write in");
+        assert!(written[12_345..17_345] == new[..]);
+        assert!(written[..12_345] == device[..12_345] && written[17_345..] == device[17_345..], "nothing else moved");
+    }
+
     #[test]
     fn a_failed_piece_stops_the_read_with_its_error() {
         let staging = staging_region(1024).expect("a memfd");
         let mut calls = 0;
-        let r = read_back(5000, &staging, |offset, _| {
+        let r = read_back(0, 5000, &staging, |offset, _| {
             calls += 1;
             if offset >= 2048 {
                 Err(MemError::Device("gone".into()))

@@ -968,22 +968,22 @@ impl Backend for RemoteBackend {
     // A moving client's bytes: one exchange per piece through the staging
     // region the child maps and pins (`pieces`), so the child is held by
     // one piece at a time.
-    fn read_back(&mut self, addr: DevAddr, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
+    fn read_span(&mut self, addr: DevAddr, start: u64, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
         let (staging, region) = match self.staging() {
             Ok(s) => s,
             Err(e) => return Some(Err(e)),
         };
-        Some(super::pieces::read_back(bytes, &staging, |offset, len| {
+        Some(super::pieces::read_back(start, bytes, &staging, |offset, len| {
             self.piece(ToDevice::ReadPiece { addr, offset, bytes: len as u64, region })
         }))
     }
 
-    fn write_in(&mut self, addr: DevAddr, data: &[u8]) -> Option<Result<(), MemError>> {
+    fn write_span(&mut self, addr: DevAddr, start: u64, data: &[u8]) -> Option<Result<(), MemError>> {
         let (staging, region) = match self.staging() {
             Ok(s) => s,
             Err(e) => return Some(Err(e)),
         };
-        Some(super::pieces::write_in(data, &staging, |offset, len| {
+        Some(super::pieces::write_in(start, data, &staging, |offset, len| {
             self.piece(ToDevice::WritePiece { addr, offset, bytes: len as u64, region })
         }))
     }

@@ -773,29 +773,21 @@ impl Backend for SimBackend {
         }
     }
 
-    fn read_back(&mut self, addr: DevAddr, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
+    fn read_span(&mut self, addr: DevAddr, offset: u64, bytes: u64) -> Option<Result<Vec<u8>, MemError>> {
         let Some(block) = self.memory.get(&addr) else {
             return Some(Err(MemError::Device(format!("{addr:#x} is not a resident allocation"))));
         };
         let all = block.bytes();
-        Some(match usize::try_from(bytes).ok().filter(|&n| n <= all.len()) {
-            Some(n) => Ok(all[..n].to_vec()),
-            None => Err(MemError::Device(format!("{bytes} bytes asked of an allocation of {}", all.len()))),
-        })
+        let len = usize::try_from(bytes).unwrap_or(usize::MAX);
+        Some(piece_range(offset, len, all.len()).map(|r| all[r].to_vec()))
     }
 
-    fn write_in(&mut self, addr: DevAddr, data: &[u8]) -> Option<Result<(), MemError>> {
+    fn write_span(&mut self, addr: DevAddr, offset: u64, data: &[u8]) -> Option<Result<(), MemError>> {
         let Some(block) = self.memory.get_mut(&addr) else {
             return Some(Err(MemError::Device(format!("{addr:#x} is not a resident allocation"))));
         };
         let all = block.bytes_mut();
-        Some(match all.get_mut(..data.len()) {
-            Some(dst) => {
-                dst.copy_from_slice(data);
-                Ok(())
-            }
-            None => Err(MemError::Device(format!("{} bytes written to an allocation of {}", data.len(), all.len()))),
-        })
+        Some(piece_range(offset, data.len(), all.len()).map(|r| all[r].copy_from_slice(data)))
     }
 
     fn read_piece(&mut self, addr: DevAddr, offset: u64, into: &mut [u8]) -> Option<Result<(), MemError>> {

@@ -71,6 +71,10 @@ struct SplitBuffer {
     bytes: u64,
     /// Its contents go to every other GPU before the launch.
     replicate: bool,
+    /// Only each other GPU's declared slices go to it before the launch
+    /// (an output the kernel does not read, merged by declared slices:
+    /// bytes of a slice its blocks leave alone come back as they were).
+    slice_replica: bool,
     /// Spans (in the buffer) merged by shadow copy.
     shadow: Vec<Range<u64>>,
     /// Per GPU of the plan, the spans its blocks wrote (declared slices).
@@ -144,14 +148,35 @@ pub struct Part {
     buffers: Vec<PartBuffer>,
 }
 
-/// A buffer of a part: its handle (the client's), its size, its contents to
-/// write in (replicated; `None`: left as allocated), the spans to send back.
+/// A buffer of a part: its handle (the client's), its size, the bytes to
+/// write in at their offsets (replicated; the rest is left as allocated),
+/// the spans to send back.
 #[derive(Debug)]
 struct PartBuffer {
     id: BufferId,
     bytes: u64,
-    data: Option<Arc<Vec<u8>>>,
+    data: Replica,
     back: Vec<Range<u64>>,
+}
+
+/// Bytes of a buffer for one GPU, at their offsets in it.
+type Replica = Vec<(u64, Arc<Vec<u8>>)>;
+
+/// Bytes `span` of split buffer `b` read back from the device, or why not.
+fn read_span(backend: &mut dyn Backend, b: &SplitBuffer, span: Range<u64>) -> Result<Vec<u8>, String> {
+    match backend.read_span(b.addr, span.start, span.end - span.start) {
+        Some(Ok(d)) => Ok(d),
+        Some(Err(e)) => Err(format!("buffer {}: {e}", b.id.0)),
+        None => Err(format!("{} has no read-back", backend.describe())),
+    }
+}
+
+/// Writes `data` at `offset` of the allocation at `addr`, or says why not.
+fn write_span(backend: &mut dyn Backend, addr: DevAddr, offset: u64, data: &[u8]) -> Result<(), String> {
+    match backend.write_span(addr, offset, data) {
+        Some(r) => r.map_err(|e| e.to_string()),
+        None => Err(format!("{} has no write-in", backend.describe())),
+    }
 }
 
 /// What one GPU's range sends home: (buffer index, span, its bytes).
@@ -200,6 +225,32 @@ pub fn merge_shadow(home: &mut [u8], snapshot: &[u8], other: &[u8]) -> u64 {
     taken
 }
 
+/// More runs of changed words than this in one span, and the shadow merge
+/// reads the home copy's span back and writes it whole instead of one
+/// write per run (each a call to the device, an exchange with a device
+/// process).
+const MAX_RUNS: usize = 64;
+
+/// The byte ranges of `other`'s 4-byte words (a trailing part word by its
+/// bytes) that differ from `snapshot`, adjacent ones joined: what
+/// [`merge_shadow`] would take, as spans to write into the home copy.
+pub fn changed_runs(snapshot: &[u8], other: &[u8]) -> Vec<Range<usize>> {
+    let n = snapshot.len().min(other.len());
+    let mut runs: Vec<Range<usize>> = Vec::new();
+    let mut w = 0;
+    while w < n {
+        let end = (w + 4).min(n);
+        if other[w..end] != snapshot[w..end] {
+            match runs.last_mut() {
+                Some(r) if r.end == w => r.end = end,
+                _ => runs.push(w..end),
+            }
+        }
+        w = end;
+    }
+    runs
+}
+
 impl Core {
     /// Several GPUs: every core's channel and SMs, by GPU.
     pub fn with_peers(mut self, peers: Vec<Sender<CoreMsg>>, sms: Vec<u32>) -> Core {
@@ -209,11 +260,13 @@ impl Core {
     }
 
     /// Checks `split` for `kernel` of `client`: the analysis's refusal, or
-    /// which buffer arguments it writes (`None`: every one may be, for a
-    /// kernel declared splittable: the analysis may have missed a write,
-    /// through a helper or a pointer it cannot follow, and a buffer taken
-    /// for an input would lose the other GPUs' writes).
-    fn split_check(&self, client: u64, kernel: KernelId, split: &Split) -> Result<Option<Vec<bool>>, ErrorReply> {
+    /// what the kernel does with each argument (`Role::Out`: only writes it,
+    /// so its prior contents need not reach the other GPUs). `None`: every
+    /// one may be read and written, for a kernel declared splittable: the
+    /// analysis may have missed a write, through a helper or a pointer it
+    /// cannot follow, and a buffer taken for an input would lose the other
+    /// GPUs' writes.
+    fn split_check(&self, client: u64, kernel: KernelId, split: &Split) -> Result<Option<Vec<Role>>, ErrorReply> {
         let s = self.session(client)?;
         let image = s
             .kernels
@@ -232,7 +285,16 @@ impl Core {
         let source = s.modules.values().find(|m| m.kernels.contains(&kernel)).map(|m| m.source.as_str());
         match source.and_then(|src| gpumux_cuda::split::analyse(src, &image.name)) {
             Some(a) if !a.splittable() => Err(refused(&a.kernel, &a.refusals)),
-            Some(a) => Ok(Some(a.params.iter().map(|p| p.pointer && p.written).collect())),
+            Some(a) => Ok(Some(
+                a.params
+                    .iter()
+                    .map(|p| match (p.pointer && p.written, p.read) {
+                        (false, _) => Role::In,
+                        (true, false) => Role::Out,
+                        (true, true) => Role::InOut,
+                    })
+                    .collect(),
+            )),
             None => Err(err(
                 ErrorKind::Invalid,
                 format!(
@@ -251,7 +313,7 @@ impl Core {
         kernel: KernelId,
         split: Option<Split>,
     ) -> Result<Reply, ErrorReply> {
-        let written = match &split {
+        let roles = match &split {
             Some(sp) => Some(self.split_check(client, kernel, sp)?),
             None => None,
         };
@@ -259,7 +321,7 @@ impl Core {
         if !s.kernels.contains_key(&kernel) {
             return Err(err(ErrorKind::NoSuchHandle, format!("kernel {} is not yours", kernel.0)));
         }
-        match (split, written) {
+        match (split, roles) {
             (Some(sp), Some(w)) => s.split_kernels.insert(kernel, (sp, w)),
             _ => s.split_kernels.remove(&kernel),
         };
@@ -274,18 +336,18 @@ impl Core {
         l: &gpumux_proto::Launch,
         split: &Split,
     ) -> Result<(), ErrorReply> {
-        let written = self.split_check(client, l.kernel, split)?;
-        self.launch_split_checked(client, l, split, written)
+        let roles = self.split_check(client, l.kernel, split)?;
+        self.launch_split_checked(client, l, split, roles)
     }
 
-    /// [`Core::launch_split`] of a kernel checked already (`written`: which
-    /// buffer arguments it writes, `None`: any).
+    /// [`Core::launch_split`] of a kernel checked already (`roles`: what it
+    /// does with each argument, `None`: it may read and write any).
     pub(super) fn launch_split_checked(
         &mut self,
         client: u64,
         l: &gpumux_proto::Launch,
         split: &Split,
-        written: Option<Vec<bool>>,
+        roles: Option<Vec<Role>>,
     ) -> Result<(), ErrorReply> {
         let s = self.session(client)?;
         let image = s
@@ -325,15 +387,17 @@ impl Core {
                 .buffers
                 .get(&slice.buffer)
                 .ok_or_else(|| err(ErrorKind::NoSuchHandle, format!("buffer {} is not yours", slice.buffer.0)))?;
-            let writes = written.as_ref().is_none_or(|w| w.get(i).copied().unwrap_or(true));
+            let role = roles.as_ref().map_or(Role::InOut, |r| r.get(i).copied().unwrap_or(Role::InOut));
             let merge = match split.merges.iter().find(|(arg, _)| *arg as usize == i).map(|(_, m)| *m) {
                 Some(SplitMerge::Slices { granule_blocks, bytes_per_granule, offset }) => {
                     Merge::Slices { slices: BlockSlices { granule_blocks, bytes_per_granule, offset }, verify: false }
                 }
                 _ => Merge::Shadow,
             };
-            // Written buffers are replicated too (a kernel may read what it writes).
-            let role = if writes { Role::InOut } else { Role::In };
+            // A buffer the kernel reads and writes is replicated whole; one it
+            // only writes is replicated whole for the shadow merge (which finds
+            // the written words by comparing with the pre-launch contents) and,
+            // with declared slices, only over each GPU's slices (module doc).
             uses.push(BufferUse { bytes: b.bytes.saturating_sub(slice.offset), role, merge });
             args.push((slice.buffer, slice.offset, b.addr, b.bytes));
         }
@@ -353,6 +417,7 @@ impl Core {
                         addr: *addr,
                         bytes: *bytes,
                         replicate: false,
+                        slice_replica: false,
                         shadow: Vec::new(),
                         slices: vec![Vec::new(); gpus.len()],
                     });
@@ -361,6 +426,7 @@ impl Core {
             };
             let b = &mut buffers[i];
             b.replicate |= p.replicate;
+            b.slice_replica |= u.role == Role::Out && matches!(u.merge, Merge::Slices { .. });
             if p.shadow_merge.iter().any(|&m| m) {
                 b.shadow.push(*offset..offset + u.bytes);
             }
@@ -466,24 +532,41 @@ impl Core {
         let Some(p) = self.split.pending.get_mut(&token) else { return };
         p.buffers = buffers;
         let p = &self.split.pending[&token];
+        // Per buffer, per GPU of the plan: what goes there (offset, bytes).
+        let mut replicas: Vec<Vec<Replica>> = Vec::with_capacity(p.buffers.len());
         for b in &p.buffers {
             if whole.is_some() {
                 break;
             }
-            if !b.replicate && b.shadow.is_empty() {
-                contents.push(None);
-                continue;
-            }
-            match self.backend.read_back(b.addr, b.bytes) {
-                Some(Ok(d)) => contents.push(Some(Arc::new(d))),
-                Some(Err(e)) => {
-                    whole = Some(format!("buffer {}: {e}", b.id.0));
-                    break;
+            let mut spans: Vec<Replica> = vec![Vec::new(); p.gpus.len()];
+            let read = if b.replicate || !b.shadow.is_empty() {
+                read_span(self.backend.as_mut(), b, 0..b.bytes).map(|d| {
+                    let d = Arc::new(d);
+                    spans.iter_mut().skip(1).for_each(|s| s.push((0, d.clone())));
+                    Some(d)
+                })
+            } else if b.slice_replica {
+                // Each other GPU's slices only: the rest of its copy is
+                // never sent back.
+                let mut r = Ok(None);
+                for (g, s) in spans.iter_mut().enumerate().skip(1) {
+                    for span in &b.slices[g] {
+                        match read_span(self.backend.as_mut(), b, span.clone()) {
+                            Ok(d) => s.push((span.start, Arc::new(d))),
+                            Err(e) => r = Err(e),
+                        }
+                    }
                 }
-                None => {
-                    whole = Some(format!("{} has no read-back", self.backend.describe()));
-                    break;
+                r
+            } else {
+                Ok(None)
+            };
+            match read {
+                Ok(c) => {
+                    contents.push(c);
+                    replicas.push(spans);
                 }
+                Err(why) => whole = Some(why),
             }
         }
         let Some(p) = self.split.pending.get_mut(&token) else { return };
@@ -521,14 +604,10 @@ impl Core {
                 let buffers: Vec<_> = p
                     .buffers
                     .iter()
-                    .zip(&contents)
-                    .map(|(b, c)| PartBuffer {
-                        id: b.id,
-                        bytes: b.bytes,
-                        data: c.clone().filter(|_| b.replicate),
-                        back: b.back(g),
-                    })
+                    .zip(&replicas)
+                    .map(|(b, r)| PartBuffer { id: b.id, bytes: b.bytes, data: r[g].clone(), back: b.back(g) })
                     .collect();
+                let sent_bytes: u64 = buffers.iter().flat_map(|b| &b.data).map(|(_, d)| d.len() as u64).sum();
                 let part = Part {
                     token,
                     home_gpu: self.gpu,
@@ -552,7 +631,7 @@ impl Core {
                     .is_some_and(|tx| tx.send(CoreMsg::SplitPart(Box::new(part))).is_ok());
                 if sent {
                     p.ranges_left += 1;
-                    p.replicated += p.buffers.iter().filter(|b| b.replicate).map(|b| b.bytes).sum::<u64>();
+                    p.replicated += sent_bytes;
                 } else {
                     tracing::warn!("client {client}: GPU {gpu} does not serve; GPU {} runs its blocks", self.gpu);
                     own.push(p.ranges[g].clone());
@@ -726,7 +805,11 @@ impl Core {
         }
     }
 
-    /// Puts what the other GPUs wrote into the home copies.
+    /// Puts what the other GPUs wrote into the home copies, writing only
+    /// what changes there: declared slices as they came, and for a shadow
+    /// merge the runs of words that differ from the snapshot (or, where
+    /// they are many, the span read back, merged on the host and written
+    /// whole).
     fn merge_home(&mut self, p: &mut PendingSplit, taken: &mut u64, back_bytes: &mut u64) -> Result<(), String> {
         for (i, b) in p.buffers.iter().enumerate() {
             let from: Vec<_> = p.back.iter().filter(|(_, bi, _, _)| *bi == i).collect();
@@ -736,28 +819,33 @@ impl Core {
             let addr = self.current_addr(p.client, b)?;
             let b = &SplitBuffer { addr, ..b.clone() };
             *back_bytes += from.iter().map(|(_, _, _, d)| d.len() as u64).sum::<u64>();
-            let mut home = match self.backend.read_back(b.addr, b.bytes) {
-                Some(r) => r.map_err(|e| e.to_string())?,
-                None => return Err(format!("{} has no read-back", self.backend.describe())),
-            };
             let snapshot = p.snapshots.get(&i);
             for (_, _, span, data) in from {
                 let (lo, hi) = (span.start as usize, span.end as usize);
-                if hi > home.len() || data.len() != hi - lo {
-                    return Err(format!("buffer {}: span {lo}..{hi} of {} bytes", b.id.0, home.len()));
+                if span.end > b.bytes || data.len() != hi - lo {
+                    return Err(format!("buffer {}: span {lo}..{hi} of {} bytes", b.id.0, b.bytes));
                 }
                 let shadow = b.shadow.iter().any(|s| s.start <= span.start && span.end <= s.end);
+                let backend = self.backend.as_mut();
                 match (shadow, snapshot) {
-                    (true, Some(snap)) => *taken += merge_shadow(&mut home[lo..hi], &snap[lo..hi], data),
+                    (true, Some(snap)) => {
+                        let runs = changed_runs(&snap[lo..hi], data);
+                        if runs.len() <= MAX_RUNS {
+                            for r in runs {
+                                write_span(backend, addr, span.start + r.start as u64, &data[r.clone()])?;
+                                *taken += r.len() as u64;
+                            }
+                        } else {
+                            let mut home = read_span(backend, b, span.clone())?;
+                            *taken += merge_shadow(&mut home, &snap[lo..hi], data);
+                            write_span(backend, addr, span.start, &home)?;
+                        }
+                    }
                     _ => {
-                        home[lo..hi].copy_from_slice(data);
+                        write_span(backend, addr, span.start, data)?;
                         *taken += data.len() as u64;
                     }
                 }
-            }
-            match self.backend.write_in(b.addr, &home) {
-                Some(r) => r.map_err(|e| e.to_string())?,
-                None => return Err(format!("{} has no write-in", self.backend.describe())),
             }
         }
         Ok(())
@@ -849,11 +937,9 @@ impl Core {
                 s.buffers.insert(*id, Buffer { addr, bytes: *bytes, evicted: false, zeros: false });
                 s.memory_used += bytes;
             }
-            if let Some(d) = data {
-                match self.backend.write_in(addr, d) {
-                    Some(r) => r.map_err(|e| format!("writing buffer {} in: {e}", id.0))?,
-                    None => return Err(format!("{} has no write-in", self.backend.describe())),
-                }
+            for (offset, d) in data {
+                write_span(self.backend.as_mut(), addr, *offset, d)
+                    .map_err(|e| format!("writing buffer {} in: {e}", id.0))?;
             }
             if !spans.is_empty() {
                 back.push((i, *id, spans.clone()));
@@ -900,13 +986,15 @@ impl Core {
                 .and_then(|s| s.buffers.get(id))
                 .copied()
                 .ok_or("a buffer of the part is gone")?;
-            let data = match self.backend.read_back(b.addr, b.bytes) {
-                Some(r) => r.map_err(|e| format!("reading buffer {} back: {e}", id.0))?,
-                None => return Err(format!("{} has no read-back", self.backend.describe())),
-            };
+            // Only the spans the merge takes cross: a GPU's declared slices,
+            // not its whole copy.
             for r in spans {
-                let (lo, hi) = (r.start as usize, (r.end as usize).min(data.len()));
-                out.push((*i, r.start..hi as u64, data[lo.min(hi)..hi].to_vec()));
+                let span = r.start.min(b.bytes)..r.end.min(b.bytes);
+                let data = match self.backend.read_span(b.addr, span.start, span.end - span.start) {
+                    Some(r) => r.map_err(|e| format!("reading buffer {} back: {e}", id.0))?,
+                    None => return Err(format!("{} has no read-back", self.backend.describe())),
+                };
+                out.push((*i, span, data));
             }
         }
         Ok(out)
@@ -928,6 +1016,8 @@ mod tests {
     use std::sync::mpsc::{channel, Receiver};
 
     const SCALE: &str = "__global__ void scale(float* x, unsigned n) {\n  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) x[i] *= 2.0f;\n}\n";
+    /// Writes its output without reading it.
+    const FILL: &str = "__global__ void fill(float* x, unsigned n) {\n  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) x[i] = 2.0f * i;\n}\n";
     const HIST: &str = "__global__ void hist(const unsigned* v, unsigned* h, unsigned n) {\n  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) atomicAdd(&h[v[i] % 64], 1u);\n}\n";
     /// 256 blocks of 64 threads over 64 KiB of floats.
     const BLOCKS: u32 = 256;
@@ -1041,7 +1131,9 @@ mod tests {
         let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
         assert_eq!(part.range, 128..256, "equal GPUs, equal halves");
         assert_eq!(part.buffers.len(), 1);
-        assert_eq!(part.buffers[0].data.as_deref(), Some(&data), "the buffer is replicated as it was");
+        assert_eq!(part.buffers[0].data.len(), 1, "the buffer is replicated whole");
+        assert_eq!(part.buffers[0].data[0].0, 0);
+        assert!(*part.buffers[0].data[0].1 == data, "the buffer is replicated as it was");
         assert_eq!(part.buffers[0].back, vec![0..BYTES], "a shadow merge brings the whole buffer back");
         // The home GPU's blocks write the first half, GPU 1's the second.
         let half = (BYTES / 2) as usize;
@@ -1161,6 +1253,88 @@ mod tests {
         let merged = bytes_of(&mut home, 1, buffer);
         assert!(merged[..128 * 256].iter().all(|&b| b == 5), "outside GPU 1's slices nothing came back");
         assert!(merged[128 * 256..].iter().all(|&b| b == 9), "GPU 1's slices came back");
+    }
+
+    /// A kernel that only writes its output (`fill`), merged by declared
+    /// slices: GPU 1 gets only its slices' bytes (not the whole buffer),
+    /// sends back only them, and the home copy ends as one GPU would leave
+    /// it: the home GPU's writes, GPU 1's, and bytes of GPU 1's slice it
+    /// left alone as they were.
+    #[test]
+    fn a_write_only_output_with_declared_slices_sends_only_gpu_1s_slices_both_ways() {
+        let (mut home, rx0, mut other, rx1) = two_cores();
+        let data: Vec<u8> = (0..BYTES as u32).map(|i| (i * 31 % 251) as u8).collect();
+        let (frames, buffer, k) = client(&mut home, FILL, &data);
+        let slices = SplitMerge::Slices { granule_blocks: 1, bytes_per_granule: 256, offset: 0 };
+        let split = Split { splittable: Splittable::IfChecked, gpus: 2, merges: vec![(0, slices)] };
+        request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split });
+        let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
+        let half = 128 * 256;
+        let sent: Vec<(u64, usize)> = part.buffers[0].data.iter().map(|(o, d)| (*o, d.len())).collect();
+        assert_eq!(sent, vec![(half, (BYTES - half) as usize)], "only GPU 1's slices are replicated");
+        assert!(part.buffers[0].data[0].1[..] == data[half as usize..]);
+        // The home GPU writes its half; GPU 1 all of its half but its last 16 bytes.
+        let b = home.sessions[&1].buffers[&buffer];
+        let mut mine = data.clone();
+        mine[..half as usize].fill(1);
+        home.backend.write_in(b.addr, &mine).expect("sim").expect("written");
+        other.handle(CoreMsg::SplitPart(part));
+        let key = *other.split.parts.keys().next().expect("the part runs");
+        let addr = other.sessions[&key].buffers[&buffer].addr;
+        let theirs: Vec<u8> = (0..BYTES as usize - half as usize - 16).map(|_| 9).collect();
+        other.backend.write_span(addr, half, &theirs).expect("sim").expect("written");
+        let done = until_msg(&mut other, &rx0);
+        match &done {
+            CoreMsg::SplitDone(d) => {
+                let spans: Vec<_> =
+                    d.result.as_ref().expect("ran").iter().map(|(_, r, d)| (r.clone(), d.len())).collect();
+                assert_eq!(spans, vec![(half..BYTES, (BYTES - half) as usize)], "only the slices come back");
+            }
+            other => panic!("{other:?}"),
+        }
+        home.handle(done);
+        request(&mut home, 1, 11, Request::SyncStream(StreamId(0)));
+        assert_eq!(until(&mut home, &frames, synced(11)), Ok(Reply::Done));
+        let merged = bytes_of(&mut home, 1, buffer);
+        let mut want = mine.clone();
+        want[half as usize..BYTES as usize - 16].fill(9);
+        assert!(merged == want, "home's half, GPU 1's writes, and the 16 bytes it left as they were");
+    }
+
+    /// A shadow merge of a write-only output still replicates it whole (the
+    /// merge finds GPU 1's writes by comparing its copy with the pre-launch
+    /// contents), and a copy whose changed words are many short runs is
+    /// merged right (read back, merged on the host, written whole).
+    #[test]
+    fn a_shadow_merge_of_many_short_runs_is_bitwise_what_one_gpu_leaves() {
+        let (mut home, rx0, mut other, rx1) = two_cores();
+        let data: Vec<u8> = (0..BYTES as u32).map(|i| (i * 17 % 253) as u8).collect();
+        let (frames, buffer, k) = client(&mut home, FILL, &data);
+        request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
+        let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
+        let sent: Vec<(u64, usize)> = part.buffers[0].data.iter().map(|(o, d)| (*o, d.len())).collect();
+        assert_eq!(sent, vec![(0, BYTES as usize)], "replicated whole for the shadow merge");
+        let half = (BYTES / 2) as usize;
+        let b = home.sessions[&1].buffers[&buffer];
+        let mut mine = data.clone();
+        mine[..half].iter_mut().for_each(|x| *x = x.wrapping_add(3));
+        home.backend.write_in(b.addr, &mine).expect("sim").expect("written");
+        other.handle(CoreMsg::SplitPart(part));
+        let key = *other.split.parts.keys().next().expect("the part runs");
+        let addr = other.sessions[&key].buffers[&buffer].addr;
+        // GPU 1 changes every other word of its half: thousands of runs.
+        let mut theirs = data.clone();
+        for w in (half..BYTES as usize).step_by(8) {
+            theirs[w] = theirs[w].wrapping_add(1);
+        }
+        other.backend.write_in(addr, &theirs).expect("sim").expect("written");
+        assert!(changed_runs(&data, &theirs).len() > MAX_RUNS);
+        home.handle(until_msg(&mut other, &rx0));
+        request(&mut home, 1, 11, Request::SyncStream(StreamId(0)));
+        assert_eq!(until(&mut home, &frames, synced(11)), Ok(Reply::Done));
+        let mut want = mine.clone();
+        want[half..].copy_from_slice(&theirs[half..]);
+        assert!(bytes_of(&mut home, 1, buffer) == want);
     }
 
     #[test]
@@ -1318,6 +1492,29 @@ mod tests {
         assert!(home[32..44].iter().all(|&b| b == 0xBB), "the other GPU's writes arrive");
         assert_eq!(&home[16..32], &snapshot[16..32]);
         assert_eq!(&home[44..], &snapshot[44..], "a word written with its old value is still right");
+    }
+
+    /// The runs are exactly the words the shadow merge takes: writing them
+    /// into the home copy gives the merge's bytes.
+    #[test]
+    fn changed_runs_write_what_the_shadow_merge_takes() {
+        let snapshot: Vec<u8> = (0..203u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut other = snapshot.clone();
+        for w in [0usize, 1, 2, 9, 20, 21, 50] {
+            other[4 * w] ^= 0x5A;
+        }
+        other[202] ^= 1; // in the trailing part word
+        let mut home = snapshot.clone();
+        home[100..120].fill(0xEE); // the home GPU's own writes, untouched by the other's
+        let mut merged = home.clone();
+        let taken = merge_shadow(&mut merged, &snapshot, &other);
+        let runs = changed_runs(&snapshot, &other);
+        assert_eq!(runs, vec![0..12, 36..40, 80..88, 200..203], "adjacent words joined, the part word by its bytes");
+        for r in &runs {
+            home[r.clone()].copy_from_slice(&other[r.clone()]);
+        }
+        assert_eq!(home, merged);
+        assert_eq!(taken, runs.iter().map(|r| r.len() as u64).sum::<u64>());
     }
 
     #[test]
