@@ -353,22 +353,24 @@ impl DeviceHost {
                 }
                 Ok(())
             }
-            ToDevice::ReadPiece { addr, offset, bytes, region } => {
-                let r = self.piece(region, bytes, |b, span| b.read_piece(addr, offset, span));
+            ToDevice::ReadPiece { addr, offset, bytes, region, at } => {
+                let r = self.piece(region, at, bytes, |b, span| b.read_piece(addr, offset, span));
                 self.send(FromDevice::Piece(r))
             }
-            ToDevice::WritePiece { addr, offset, bytes, region } => {
-                let r = self.piece(region, bytes, |b, span| b.write_piece(addr, offset, span));
+            ToDevice::WritePiece { addr, offset, bytes, region, at } => {
+                let r = self.piece(region, at, bytes, |b, span| b.write_piece(addr, offset, span));
                 self.send(FromDevice::Piece(r))
             }
         }
     }
 
-    /// One piece of a moving client's bytes ([`crate::backend::pieces`]):
-    /// `copy` between the device and the first `bytes` bytes of `region`.
+    /// One piece of a moving client's bytes ([`crate::backend::pieces`]) or
+    /// a split's: `copy` between the device and `bytes` bytes of `region`
+    /// from `at`.
     fn piece(
         &mut self,
         region: RegionId,
+        at: u64,
         bytes: u64,
         copy: impl FnOnce(&mut dyn Backend, &mut [u8]) -> Option<Result<(), MemError>>,
     ) -> Result<(), MemError> {
@@ -380,10 +382,7 @@ impl DeviceHost {
             .get(&region)
             .cloned()
             .ok_or_else(|| MemError::Device(format!("staging region {} was never registered (a bug)", region.0)))?;
-        let len = usize::try_from(bytes).ok().filter(|&n| n <= r.len()).ok_or_else(|| {
-            MemError::Device(format!("a piece of {bytes} bytes through a staging region of {}", r.len()))
-        })?;
-        let span = &mut crate::backend::pieces::staging_bytes(&r)[..len];
+        let span = crate::backend::pieces::region_span(&r, at, bytes)?;
         copy(self.backend.as_mut(), span).unwrap_or_else(|| {
             Err(MemError::Device(format!("{} cannot read or write buffers at once", self.backend.describe())))
         })

@@ -162,6 +162,26 @@ impl Backend for AnswersAhead {
     fn write_span(&mut self, addr: DevAddr, offset: u64, data: &[u8]) -> Option<Result<(), MemError>> {
         self.inner.write_span(addr, offset, data)
     }
+    fn read_to_region(
+        &mut self,
+        addr: DevAddr,
+        offset: u64,
+        region: &Arc<ShmRegion>,
+        at: u64,
+        len: u64,
+    ) -> Option<Result<(), MemError>> {
+        self.inner.read_to_region(addr, offset, region, at, len)
+    }
+    fn write_from_region(
+        &mut self,
+        addr: DevAddr,
+        offset: u64,
+        region: &Arc<ShmRegion>,
+        at: u64,
+        len: u64,
+    ) -> Option<Result<(), MemError>> {
+        self.inner.write_from_region(addr, offset, region, at, len)
+    }
     fn read_piece(&mut self, addr: DevAddr, offset: u64, into: &mut [u8]) -> Option<Result<(), MemError>> {
         self.inner.read_piece(addr, offset, into)
     }

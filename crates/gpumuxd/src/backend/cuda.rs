@@ -291,6 +291,55 @@ impl Backend for CudaBackend {
         Some(self.device.read_piece(addr, offset, into).map_err(cuda_mem_error))
     }
 
+    // A split's bytes straight between the buffer and the split's region,
+    // pinned in this context on first use (where another context of this
+    // process pinned it already the driver refuses, and the copy goes at the
+    // pace of pageable memory: a daemon of several GPUs runs each in a
+    // device process of its own by default).
+    fn read_to_region(
+        &mut self,
+        addr: DevAddr,
+        offset: u64,
+        region: &Arc<ShmRegion>,
+        at: u64,
+        len: u64,
+    ) -> Option<Result<(), MemError>> {
+        if let Err(e) = self.register_host(region) {
+            tracing::debug!("a split's region is not pinned on this GPU: {e}");
+        }
+        let span = match super::pieces::region_span(region, at, len) {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        };
+        let device = &mut self.device;
+        Some(super::pieces::in_pieces(len, |o, n| {
+            let piece = &mut span[o as usize..(o + n) as usize];
+            device.read_piece(addr, offset + o, piece).map_err(cuda_mem_error)
+        }))
+    }
+
+    fn write_from_region(
+        &mut self,
+        addr: DevAddr,
+        offset: u64,
+        region: &Arc<ShmRegion>,
+        at: u64,
+        len: u64,
+    ) -> Option<Result<(), MemError>> {
+        if let Err(e) = self.register_host(region) {
+            tracing::debug!("a split's region is not pinned on this GPU: {e}");
+        }
+        let span = match super::pieces::region_bytes(region, at, len) {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        };
+        let device = &mut self.device;
+        Some(super::pieces::in_pieces(len, |o, n| {
+            let piece = &span[o as usize..(o + n) as usize];
+            device.write_piece(addr, offset + o, piece).map_err(cuda_mem_error)
+        }))
+    }
+
     fn write_piece(&mut self, addr: DevAddr, offset: u64, from: &[u8]) -> Option<Result<(), MemError>> {
         Some(self.device.write_piece(addr, offset, from).map_err(cuda_mem_error))
     }

@@ -492,6 +492,34 @@ pub trait Backend: Send {
     fn write_span(&mut self, _addr: DevAddr, _offset: u64, _data: &[u8]) -> Option<Result<(), MemError>> {
         None
     }
+    /// `len` bytes of the allocation at `addr` from `offset` copied now into
+    /// `region` at `at`, by the device itself (a split's bytes: the region
+    /// is shared by the daemon's devices and registered with each, pinned
+    /// on a GPU, so each piece is one DMA and another GPU's device copies
+    /// from the same bytes, with no copy in the daemon between). `None`:
+    /// this device cannot.
+    fn read_to_region(
+        &mut self,
+        _addr: DevAddr,
+        _offset: u64,
+        _region: &Arc<ShmRegion>,
+        _at: u64,
+        _len: u64,
+    ) -> Option<Result<(), MemError>> {
+        None
+    }
+    /// `len` bytes of `region` from `at` copied now into the allocation at
+    /// `addr` from `offset` (as [`Backend::read_to_region`]).
+    fn write_from_region(
+        &mut self,
+        _addr: DevAddr,
+        _offset: u64,
+        _region: &Arc<ShmRegion>,
+        _at: u64,
+        _len: u64,
+    ) -> Option<Result<(), MemError>> {
+        None
+    }
     /// One piece of a read-back ([`pieces`]): `into.len()` bytes of the
     /// allocation at `addr` from `offset` on, copied now into `into` (host
     /// memory this device registered, where it is a region of a device

@@ -51,6 +51,48 @@ pub fn staging_bytes(region: &ShmRegion) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(region.as_ptr(), region.len()) }
 }
 
+/// `len` bytes of `region` from `at`, for a device to copy into or out of
+/// (a split's region: [`super::Backend::read_to_region`]); an error naming
+/// the numbers past the region's end. The caller holds no other view of
+/// these bytes meanwhile (a split's GPUs use disjoint spans of its region).
+#[allow(clippy::mut_from_ref)]
+pub fn region_span(region: &ShmRegion, at: u64, len: u64) -> Result<&mut [u8], MemError> {
+    let r = region_range(region, at, len)?;
+    // SAFETY: inside the mapping (checked), live while `region` is; no other
+    // view of these bytes is held meanwhile (above).
+    Ok(unsafe { std::slice::from_raw_parts_mut(region.as_ptr().add(r.start), r.len()) })
+}
+
+/// [`region_span`] to read only (a device copying from it, the merge
+/// comparing two spans): shared views of a region may overlap.
+pub fn region_bytes(region: &ShmRegion, at: u64, len: u64) -> Result<&[u8], MemError> {
+    let r = region_range(region, at, len)?;
+    // SAFETY: inside the mapping (checked), live while `region` is.
+    Ok(unsafe { std::slice::from_raw_parts(region.as_ptr().add(r.start), r.len()) })
+}
+
+fn region_range(region: &ShmRegion, at: u64, len: u64) -> Result<std::ops::Range<usize>, MemError> {
+    usize::try_from(at)
+        .ok()
+        .zip(usize::try_from(len).ok())
+        .and_then(|(a, n)| Some(a..a.checked_add(n)?))
+        .filter(|r| r.end <= region.len())
+        .ok_or_else(|| MemError::Device(format!("{len} bytes at {at} of a region of {} bytes", region.len())))
+}
+
+/// Calls `piece(offset, len)` over `[0, total)` in pieces of at most
+/// [`PIECE`] bytes, in order, stopping at the first error: what one call
+/// holds the device (or its process) for stays bounded.
+pub fn in_pieces(total: u64, mut piece: impl FnMut(u64, u64) -> Result<(), MemError>) -> Result<(), MemError> {
+    let mut o = 0;
+    while o < total {
+        let n = (PIECE as u64).min(total - o);
+        piece(o, n)?;
+        o += n;
+    }
+    Ok(())
+}
+
 /// Reads `bytes` bytes from `start` on back through `staging`:
 /// `piece(offset, len)` puts the buffer's `len` bytes from `offset` at the
 /// start of `staging`. Each piece is copied once, from the staging region

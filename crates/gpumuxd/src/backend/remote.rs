@@ -974,7 +974,7 @@ impl Backend for RemoteBackend {
             Err(e) => return Some(Err(e)),
         };
         Some(super::pieces::read_back(start, bytes, &staging, |offset, len| {
-            self.piece(ToDevice::ReadPiece { addr, offset, bytes: len as u64, region })
+            self.piece(ToDevice::ReadPiece { addr, offset, bytes: len as u64, region, at: 0 })
         }))
     }
 
@@ -984,7 +984,43 @@ impl Backend for RemoteBackend {
             Err(e) => return Some(Err(e)),
         };
         Some(super::pieces::write_in(start, data, &staging, |offset, len| {
-            self.piece(ToDevice::WritePiece { addr, offset, bytes: len as u64, region })
+            self.piece(ToDevice::WritePiece { addr, offset, bytes: len as u64, region, at: 0 })
+        }))
+    }
+
+    // A split's bytes: the device process copies between the buffer and the
+    // split's region (mapped and pinned there once), a piece an exchange.
+    fn read_to_region(
+        &mut self,
+        addr: DevAddr,
+        offset: u64,
+        region: &Arc<ShmRegion>,
+        at: u64,
+        len: u64,
+    ) -> Option<Result<(), MemError>> {
+        let id = match self.region_id(region) {
+            Ok(id) => id,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(super::pieces::in_pieces(len, |o, n| {
+            self.piece(ToDevice::ReadPiece { addr, offset: offset + o, bytes: n, region: id, at: at + o })
+        }))
+    }
+
+    fn write_from_region(
+        &mut self,
+        addr: DevAddr,
+        offset: u64,
+        region: &Arc<ShmRegion>,
+        at: u64,
+        len: u64,
+    ) -> Option<Result<(), MemError>> {
+        let id = match self.region_id(region) {
+            Ok(id) => id,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(super::pieces::in_pieces(len, |o, n| {
+            self.piece(ToDevice::WritePiece { addr, offset: offset + o, bytes: n, region: id, at: at + o })
         }))
     }
 }

@@ -805,6 +805,34 @@ impl Backend for SimBackend {
         Some(piece_range(offset, from.len(), all.len()).map(|r| all[r].copy_from_slice(from)))
     }
 
+    fn read_to_region(
+        &mut self,
+        addr: DevAddr,
+        offset: u64,
+        region: &Arc<ShmRegion>,
+        at: u64,
+        len: u64,
+    ) -> Option<Result<(), MemError>> {
+        match super::pieces::region_span(region, at, len) {
+            Ok(span) => self.read_piece(addr, offset, span),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    fn write_from_region(
+        &mut self,
+        addr: DevAddr,
+        offset: u64,
+        region: &Arc<ShmRegion>,
+        at: u64,
+        len: u64,
+    ) -> Option<Result<(), MemError>> {
+        match super::pieces::region_bytes(region, at, len) {
+            Ok(span) => self.write_piece(addr, offset, span),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     fn register_host(&mut self, _region: &Arc<ShmRegion>) -> Result<(), MemError> {
         Ok(())
     }

@@ -146,32 +146,38 @@ pub enum ToDevice {
     /// Answered by [`FromDevice::Polled`], or by [`FromDevice::ContextLost`]
     /// or [`FromDevice::Fatal`] if the device failed since the last poll.
     Poll,
-    /// One piece of [`super::Backend::read_back`] ([`super::pieces`]): the
-    /// allocation's `bytes` bytes from `offset` copied to the start of
-    /// `region` (the daemon's staging region, registered before). Answered
-    /// by [`FromDevice::Piece`].
+    /// One piece of [`super::Backend::read_back`] ([`super::pieces`]) or
+    /// [`super::Backend::read_to_region`]: the allocation's `bytes` bytes
+    /// from `offset` copied to `region` at `at` (the daemon's staging
+    /// region, or a split's region, registered before). Answered by
+    /// [`FromDevice::Piece`].
     ReadPiece {
         /// The allocation.
         addr: DevAddr,
         /// Where in it the piece starts.
         offset: u64,
-        /// The piece's length (at most the region's).
+        /// The piece's length (it ends inside the region).
         bytes: u64,
-        /// The staging region.
+        /// The region.
         region: RegionId,
+        /// Where in the region the piece goes.
+        at: u64,
     },
-    /// One piece of [`super::Backend::write_in`]: the first `bytes` bytes of
-    /// `region` copied into the allocation from `offset`. Answered by
+    /// One piece of [`super::Backend::write_in`] or
+    /// [`super::Backend::write_from_region`]: `bytes` bytes of `region` from
+    /// `at` copied into the allocation from `offset`. Answered by
     /// [`FromDevice::Piece`].
     WritePiece {
         /// The allocation.
         addr: DevAddr,
         /// Where in it the piece goes.
         offset: u64,
-        /// The piece's length (at most the region's).
+        /// The piece's length (it ends inside the region).
         bytes: u64,
-        /// The staging region.
+        /// The region.
         region: RegionId,
+        /// Where in the region the piece comes from.
+        at: u64,
     },
 }
 

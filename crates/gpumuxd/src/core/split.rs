@@ -52,6 +52,10 @@ pub(super) struct Splits {
     /// Engine completions of split operations, handled after the drain
     /// that saw them (they submit and release operations).
     pub(super) todo: Vec<Step>,
+    /// Regions of this core's splits that ended, kept for the next ones:
+    /// each GPU's device registered (pinned) a region the first time it
+    /// saw it, which a new region would cost again.
+    regions: Vec<Arc<ShmRegion>>,
 }
 
 /// A split operation's end, seen in `drain_completions`.
@@ -100,13 +104,17 @@ struct PendingSplit {
     gpus: Vec<u32>,
     ranges: Vec<Range<u32>>,
     buffers: Vec<SplitBuffer>,
-    /// Pre-launch contents of buffers with shadow spans, by buffer index.
-    snapshots: HashMap<usize, Arc<Vec<u8>>>,
+    /// Where in `region` the pre-launch contents of buffers with shadow
+    /// spans are, by buffer index.
+    snapshots: HashMap<usize, u64>,
+    /// The split's bytes (module doc), once the stream reached it.
+    region: Option<Arc<ShmRegion>>,
     /// The split's own stream on this core, once reached.
     own_stream: Option<StreamId>,
     ranges_left: usize,
-    /// What other GPUs sent home: (plan index, buffer index, span, bytes).
-    back: Vec<(usize, usize, Range<u64>, Vec<u8>)>,
+    /// What other GPUs sent home: (plan index, buffer index, span, where
+    /// its bytes are in `region`).
+    back: Vec<(usize, usize, Range<u64>, u64)>,
     error: Option<String>,
     replicated: u64,
     reached: Option<Instant>,
@@ -121,8 +129,10 @@ struct RunningPart {
     home: Sender<CoreMsg>,
     /// Index of this GPU in the plan.
     index: usize,
-    /// What to send home: buffer index, its handle, the spans.
-    back: Vec<(usize, BufferId, Vec<Range<u64>>)>,
+    /// What to send home: buffer index, its handle, the spans and where
+    /// they go in `region`.
+    back: Vec<(usize, BufferId, Back)>,
+    region: Arc<ShmRegion>,
     /// How long its set-up took (module loaded, buffers allocated and
     /// written in), and when its range was queued.
     setup: Duration,
@@ -146,21 +156,34 @@ pub struct Part {
     launch: gpumux_proto::Launch,
     range: Range<u32>,
     buffers: Vec<PartBuffer>,
+    /// The split's region: the bytes to write in, and where those sent
+    /// back go.
+    region: Arc<ShmRegion>,
 }
 
 /// A buffer of a part: its handle (the client's), its size, the bytes to
-/// write in at their offsets (replicated; the rest is left as allocated),
-/// the spans to send back.
+/// write in (replicated; the rest is left as allocated), the spans to send
+/// back.
 #[derive(Debug)]
 struct PartBuffer {
     id: BufferId,
     bytes: u64,
     data: Replica,
-    back: Vec<Range<u64>>,
+    back: Back,
 }
 
-/// Bytes of a buffer for one GPU, at their offsets in it.
-type Replica = Vec<(u64, Arc<Vec<u8>>)>;
+/// Bytes for one GPU's copy of a buffer: (offset in the buffer, where they
+/// are in the split's region, length).
+type Replica = Vec<(u64, u64, u64)>;
+
+/// Spans of a buffer one GPU sends home, each with where its bytes go in
+/// the split's region.
+type Back = Vec<(Range<u64>, u64)>;
+
+/// `spans` cut to a buffer of `bytes` bytes, empty ones left out.
+fn clip(spans: &[Range<u64>], bytes: u64) -> impl Iterator<Item = Range<u64>> + '_ {
+    spans.iter().map(move |s| s.start.min(bytes)..s.end.min(bytes)).filter(|s| !s.is_empty())
+}
 
 /// Bytes `span` of split buffer `b` read back from the device, or why not.
 fn read_span(backend: &mut dyn Backend, b: &SplitBuffer, span: Range<u64>) -> Result<Vec<u8>, String> {
@@ -179,8 +202,9 @@ fn write_span(backend: &mut dyn Backend, addr: DevAddr, offset: u64, data: &[u8]
     }
 }
 
-/// What one GPU's range sends home: (buffer index, span, its bytes).
-type Spans = Vec<(usize, Range<u64>, Vec<u8>)>;
+/// What one GPU's range sent home: (buffer index, span, where its bytes
+/// are in the split's region).
+type Spans = Vec<(usize, Range<u64>, u64)>;
 
 impl std::fmt::Debug for Part {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -235,18 +259,28 @@ const MAX_RUNS: usize = 64;
 /// bytes) that differ from `snapshot`, adjacent ones joined: what
 /// [`merge_shadow`] would take, as spans to write into the home copy.
 pub fn changed_runs(snapshot: &[u8], other: &[u8]) -> Vec<Range<usize>> {
+    /// Blocks compared whole first (a `memcmp`): only a block that differs
+    /// is looked at word by word (a multiple of 4, so words stay aligned).
+    const BLOCK: usize = 4096;
     let n = snapshot.len().min(other.len());
     let mut runs: Vec<Range<usize>> = Vec::new();
-    let mut w = 0;
-    while w < n {
-        let end = (w + 4).min(n);
-        if other[w..end] != snapshot[w..end] {
-            match runs.last_mut() {
-                Some(r) if r.end == w => r.end = end,
-                _ => runs.push(w..end),
+    let mut b = 0;
+    while b < n {
+        let block_end = (b + BLOCK).min(n);
+        if other[b..block_end] != snapshot[b..block_end] {
+            let mut w = b;
+            while w < block_end {
+                let end = (w + 4).min(block_end);
+                if other[w..end] != snapshot[w..end] {
+                    match runs.last_mut() {
+                        Some(r) if r.end == w => r.end = end,
+                        _ => runs.push(w..end),
+                    }
+                }
+                w = end;
             }
         }
-        w = end;
+        b = block_end;
     }
     runs
 }
@@ -470,6 +504,7 @@ impl Core {
                 ranges,
                 buffers,
                 snapshots: HashMap::new(),
+                region: None,
                 own_stream: None,
                 ranges_left: 0,
                 back: Vec::new(),
@@ -516,8 +551,6 @@ impl Core {
             self.split.pending.remove(&token);
             return;
         }
-        // Each buffer's bytes, read once: replicated, and kept as the snapshot.
-        let mut contents: Vec<Option<Arc<Vec<u8>>>> = Vec::with_capacity(p.buffers.len());
         let mut whole: Option<String> = None;
         let mut buffers = std::mem::take(&mut p.buffers);
         for b in &mut buffers {
@@ -531,58 +564,92 @@ impl Core {
         }
         let Some(p) = self.split.pending.get_mut(&token) else { return };
         p.buffers = buffers;
-        let p = &self.split.pending[&token];
-        // Per buffer, per GPU of the plan: what goes there (offset, bytes).
+        // Every byte the split moves has its place in one region shared by
+        // the GPUs' devices: a buffer replicated whole once (every other GPU
+        // writes it in from there, and the shadow merge compares with it),
+        // each other GPU's slices of a write-only output, and each other
+        // GPU's spans to send back. The devices copy straight between their
+        // buffers and the region; the daemon copies none of it.
+        let n = p.gpus.len();
+        let runs = |g: usize| g > 0 && !p.ranges[g].is_empty();
+        let mut end = 0u64;
+        let mut place = |len: u64| {
+            end += len;
+            end - len
+        };
+        let mut whole_at: Vec<Option<u64>> = Vec::with_capacity(p.buffers.len());
         let mut replicas: Vec<Vec<Replica>> = Vec::with_capacity(p.buffers.len());
+        let mut backs: Vec<Vec<Back>> = Vec::with_capacity(p.buffers.len());
         for b in &p.buffers {
-            if whole.is_some() {
-                break;
-            }
-            let mut spans: Vec<Replica> = vec![Vec::new(); p.gpus.len()];
-            let read = if b.replicate || !b.shadow.is_empty() {
-                read_span(self.backend.as_mut(), b, 0..b.bytes).map(|d| {
-                    let d = Arc::new(d);
-                    spans.iter_mut().skip(1).for_each(|s| s.push((0, d.clone())));
-                    Some(d)
-                })
-            } else if b.slice_replica {
-                // Each other GPU's slices only: the rest of its copy is
-                // never sent back.
-                let mut r = Ok(None);
-                for (g, s) in spans.iter_mut().enumerate().skip(1) {
-                    for span in &b.slices[g] {
-                        match read_span(self.backend.as_mut(), b, span.clone()) {
-                            Ok(d) => s.push((span.start, Arc::new(d))),
-                            Err(e) => r = Err(e),
+            let mut rep: Vec<Replica> = vec![Vec::new(); n];
+            let at = (b.replicate || !b.shadow.is_empty()).then(|| place(b.bytes));
+            for g in (0..n).filter(|&g| runs(g)) {
+                match at {
+                    Some(at) => rep[g].push((0, at, b.bytes)),
+                    None if b.slice_replica => {
+                        // Its slices only: the rest of its copy never comes back.
+                        for s in clip(&b.slices[g], b.bytes) {
+                            rep[g].push((s.start, place(s.end - s.start), s.end - s.start));
                         }
                     }
+                    None => {}
                 }
-                r
-            } else {
-                Ok(None)
-            };
-            match read {
-                Ok(c) => {
-                    contents.push(c);
-                    replicas.push(spans);
+            }
+            let back: Vec<Back> = (0..n)
+                .map(|g| {
+                    if runs(g) {
+                        clip(&b.back(g), b.bytes).map(|s| (s.clone(), place(s.end - s.start))).collect()
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect();
+            whole_at.push(at);
+            replicas.push(rep);
+            backs.push(back);
+        }
+        let region = match self.split_region(end) {
+            Ok(r) => Some(r),
+            Err(why) => {
+                whole.get_or_insert(why);
+                None
+            }
+        };
+        let Some(p) = self.split.pending.get_mut(&token) else { return };
+        if let (None, Some(region)) = (&whole, &region) {
+            // The bytes that leave: read once into the region.
+            'read: for (i, b) in p.buffers.iter().enumerate() {
+                let mut reads: Vec<(u64, u64, u64)> = Vec::new();
+                if let Some(at) = whole_at[i] {
+                    reads.push((0, at, b.bytes));
+                } else {
+                    reads.extend(replicas[i].iter().flatten().copied());
                 }
-                Err(why) => whole = Some(why),
+                for (offset, at, len) in reads {
+                    let r = self.backend.read_to_region(b.addr, offset, region, at, len);
+                    let why = match r {
+                        Some(Ok(())) => continue,
+                        Some(Err(e)) => format!("buffer {}: {e}", b.id.0),
+                        None => format!("{} has no read-back", self.backend.describe()),
+                    };
+                    whole = Some(why);
+                    break 'read;
+                }
             }
         }
-        let Some(p) = self.split.pending.get_mut(&token) else { return };
+        p.region = region;
         let mut own: Vec<Range<u32>> = vec![p.ranges[0].clone()];
         if let Some(why) = whole {
             // Nothing was sent: the home GPU runs every range.
             tracing::warn!("client {client}: `{}` runs whole on GPU {}: {why}", p.kernel, self.gpu);
             own = p.ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
         } else {
-            for (i, c) in contents.iter().enumerate() {
-                if let Some(c) = c {
-                    if !p.buffers[i].shadow.is_empty() {
-                        p.snapshots.insert(i, c.clone());
-                    }
+            for (i, at) in whole_at.iter().enumerate() {
+                if let (Some(at), false) = (at, p.buffers[i].shadow.is_empty()) {
+                    p.snapshots.insert(i, *at);
                 }
             }
+            let Some(region) = p.region.clone() else { return };
             let (name, limits, priority, weight, module) = match self.sessions.get(&client) {
                 Some(s) => {
                     let m = s.modules.values().find(|m| m.kernels.contains(&p.launch.kernel));
@@ -604,10 +671,10 @@ impl Core {
                 let buffers: Vec<_> = p
                     .buffers
                     .iter()
-                    .zip(&replicas)
-                    .map(|(b, r)| PartBuffer { id: b.id, bytes: b.bytes, data: r[g].clone(), back: b.back(g) })
+                    .zip(replicas.iter().zip(&backs))
+                    .map(|(b, (r, k))| PartBuffer { id: b.id, bytes: b.bytes, data: r[g].clone(), back: k[g].clone() })
                     .collect();
-                let sent_bytes: u64 = buffers.iter().flat_map(|b| &b.data).map(|(_, d)| d.len() as u64).sum();
+                let sent_bytes: u64 = buffers.iter().flat_map(|b| &b.data).map(|(_, _, len)| len).sum();
                 let part = Part {
                     token,
                     home_gpu: self.gpu,
@@ -623,6 +690,7 @@ impl Core {
                     launch: p.launch.clone(),
                     range: p.ranges[g].clone(),
                     buffers,
+                    region: region.clone(),
                 };
                 let sent = self
                     .split
@@ -644,6 +712,19 @@ impl Core {
         if let Err(e) = self.run_own_ranges(token, own) {
             self.own_ranges_failed(token, e.message);
         }
+    }
+
+    /// A region of at least `bytes` bytes for a split: the smallest kept one
+    /// that holds them, or a new one (a power of two from 1 MiB, so that
+    /// later splits of about the same size reuse it).
+    fn split_region(&mut self, bytes: u64) -> Result<Arc<ShmRegion>, String> {
+        let fits = self.split.regions.iter().enumerate().filter(|(_, r)| r.len() as u64 >= bytes);
+        if let Some((i, _)) = fits.min_by_key(|(_, r)| r.len()) {
+            return Ok(self.split.regions.swap_remove(i));
+        }
+        let size = bytes.max(1 << 20).checked_next_power_of_two().and_then(|n| usize::try_from(n).ok());
+        let size = size.ok_or_else(|| format!("a split region of {bytes} bytes"))?;
+        crate::backend::pieces::staging_region(size).map_err(|e| e.to_string())
     }
 
     /// `run_own_ranges` failed before it counted its ranges (no stream for
@@ -759,6 +840,11 @@ impl Core {
                 p.error = Some(format!("the merge on GPU {}: {why}", self.gpu));
             }
         }
+        // Every part has ended (or never started): no device copies through
+        // the region any more.
+        if let Some(r) = p.region.take() {
+            self.split.regions.push(r);
+        }
         // The split's own stream closes as a client's does (its ranges have
         // all ended, so nothing is pending on it), and the client's weight
         // goes back to its other streams.
@@ -811,6 +897,9 @@ impl Core {
     /// they are many, the span read back, merged on the host and written
     /// whole).
     fn merge_home(&mut self, p: &mut PendingSplit, taken: &mut u64, back_bytes: &mut u64) -> Result<(), String> {
+        let Some(region) = p.region.clone() else { return Ok(()) };
+        let bytes =
+            |at: u64, len: u64| crate::backend::pieces::region_bytes(&region, at, len).map_err(|e| e.to_string());
         for (i, b) in p.buffers.iter().enumerate() {
             let from: Vec<_> = p.back.iter().filter(|(_, bi, _, _)| *bi == i).collect();
             if from.is_empty() {
@@ -818,32 +907,39 @@ impl Core {
             }
             let addr = self.current_addr(p.client, b)?;
             let b = &SplitBuffer { addr, ..b.clone() };
-            *back_bytes += from.iter().map(|(_, _, _, d)| d.len() as u64).sum::<u64>();
             let snapshot = p.snapshots.get(&i);
-            for (_, _, span, data) in from {
-                let (lo, hi) = (span.start as usize, span.end as usize);
-                if span.end > b.bytes || data.len() != hi - lo {
-                    return Err(format!("buffer {}: span {lo}..{hi} of {} bytes", b.id.0, b.bytes));
+            for (_, _, span, at) in from {
+                let len = span.end - span.start;
+                *back_bytes += len;
+                if span.end > b.bytes {
+                    return Err(format!("buffer {}: span {span:?} of {} bytes", b.id.0, b.bytes));
                 }
                 let shadow = b.shadow.iter().any(|s| s.start <= span.start && span.end <= s.end);
                 let backend = self.backend.as_mut();
+                let write = |backend: &mut dyn Backend, offset: u64, at: u64, len: u64| match backend
+                    .write_from_region(addr, offset, &region, at, len)
+                {
+                    Some(r) => r.map_err(|e| e.to_string()),
+                    None => Err(format!("{} has no write-in", backend.describe())),
+                };
                 match (shadow, snapshot) {
-                    (true, Some(snap)) => {
-                        let runs = changed_runs(&snap[lo..hi], data);
+                    (true, Some(&snap_at)) => {
+                        let (snap, data) = (bytes(snap_at + span.start, len)?, bytes(*at, len)?);
+                        let runs = changed_runs(snap, data);
                         if runs.len() <= MAX_RUNS {
                             for r in runs {
-                                write_span(backend, addr, span.start + r.start as u64, &data[r.clone()])?;
+                                write(backend, span.start + r.start as u64, at + r.start as u64, r.len() as u64)?;
                                 *taken += r.len() as u64;
                             }
                         } else {
                             let mut home = read_span(backend, b, span.clone())?;
-                            *taken += merge_shadow(&mut home, &snap[lo..hi], data);
+                            *taken += merge_shadow(&mut home, snap, data);
                             write_span(backend, addr, span.start, &home)?;
                         }
                     }
                     _ => {
-                        write_span(backend, addr, span.start, data)?;
-                        *taken += data.len() as u64;
+                        write(backend, span.start, *at, len)?;
+                        *taken += len;
                     }
                 }
             }
@@ -937,9 +1033,11 @@ impl Core {
                 s.buffers.insert(*id, Buffer { addr, bytes: *bytes, evicted: false, zeros: false });
                 s.memory_used += bytes;
             }
-            for (offset, d) in data {
-                write_span(self.backend.as_mut(), addr, *offset, d)
-                    .map_err(|e| format!("writing buffer {} in: {e}", id.0))?;
+            for &(offset, at, len) in data {
+                match self.backend.write_from_region(addr, offset, &part.region, at, len) {
+                    Some(r) => r.map_err(|e| format!("writing buffer {} in: {e}", id.0))?,
+                    None => return Err(format!("{} has no write-in", self.backend.describe())),
+                }
             }
             if !spans.is_empty() {
                 back.push((i, *id, spans.clone()));
@@ -948,7 +1046,15 @@ impl Core {
         let stream = self.split_stream(key).map_err(|e| e.message)?;
         self.submit_range(key, stream, &part.launch, part.range.clone(), part.token).map_err(|e| e.message)?;
         let (setup, queued) = (began.elapsed(), Instant::now());
-        let running = RunningPart { token: part.token, home: part.home, index: part.index, back, setup, queued };
+        let running = RunningPart {
+            token: part.token,
+            home: part.home,
+            index: part.index,
+            back,
+            region: part.region,
+            setup,
+            queued,
+        };
         self.split.parts.insert(key, running);
         Ok(())
     }
@@ -961,7 +1067,7 @@ impl Core {
         let result = match (completed, failed) {
             (_, Some(why)) => Err(why),
             (false, None) => Err("it was stopped".to_string()),
-            (true, None) => self.read_part(key, &rp.back),
+            (true, None) => self.read_part(key, &rp.back, &rp.region),
         };
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let times = format!(
@@ -977,7 +1083,14 @@ impl Core {
         self.end_part_session(key);
     }
 
-    fn read_part(&mut self, key: u64, back: &[(usize, BufferId, Vec<Range<u64>>)]) -> Result<Spans, String> {
+    /// Copies the spans the merge takes (a GPU's declared slices, not its
+    /// whole copy; its whole copy for a shadow merge) into the split's region.
+    fn read_part(
+        &mut self,
+        key: u64,
+        back: &[(usize, BufferId, Back)],
+        region: &Arc<ShmRegion>,
+    ) -> Result<Spans, String> {
         let mut out = Vec::new();
         for (i, id, spans) in back {
             let b = self
@@ -986,15 +1099,12 @@ impl Core {
                 .and_then(|s| s.buffers.get(id))
                 .copied()
                 .ok_or("a buffer of the part is gone")?;
-            // Only the spans the merge takes cross: a GPU's declared slices,
-            // not its whole copy.
-            for r in spans {
-                let span = r.start.min(b.bytes)..r.end.min(b.bytes);
-                let data = match self.backend.read_span(b.addr, span.start, span.end - span.start) {
+            for (span, at) in spans {
+                match self.backend.read_to_region(b.addr, span.start, region, *at, span.end - span.start) {
                     Some(r) => r.map_err(|e| format!("reading buffer {} back: {e}", id.0))?,
                     None => return Err(format!("{} has no read-back", self.backend.describe())),
-                };
-                out.push((*i, span, data));
+                }
+                out.push((*i, span.clone(), *at));
             }
         }
         Ok(out)
@@ -1104,6 +1214,16 @@ mod tests {
         Split { splittable: Splittable::IfChecked, gpus: 0, merges: Vec::new() }
     }
 
+    /// `len` bytes of a part's region from `at`.
+    fn in_region(part: &Part, at: u64, len: u64) -> Vec<u8> {
+        crate::backend::pieces::region_bytes(&part.region, at, len).expect("in the region").to_vec()
+    }
+
+    /// The spans a part sends back of its first buffer.
+    fn back_spans(part: &Part) -> Vec<Range<u64>> {
+        part.buffers[0].back.iter().map(|(r, _)| r.clone()).collect()
+    }
+
     fn bytes_of(core: &mut Core, client: u64, buffer: BufferId) -> Vec<u8> {
         let b = core.sessions[&client].buffers[&buffer];
         core.backend.read_back(b.addr, b.bytes).expect("sim reads back").expect("read")
@@ -1131,10 +1251,9 @@ mod tests {
         let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
         assert_eq!(part.range, 128..256, "equal GPUs, equal halves");
         assert_eq!(part.buffers.len(), 1);
-        assert_eq!(part.buffers[0].data.len(), 1, "the buffer is replicated whole");
-        assert_eq!(part.buffers[0].data[0].0, 0);
-        assert!(*part.buffers[0].data[0].1 == data, "the buffer is replicated as it was");
-        assert_eq!(part.buffers[0].back, vec![0..BYTES], "a shadow merge brings the whole buffer back");
+        let [(0, at, BYTES)] = part.buffers[0].data[..] else { panic!("not replicated whole: {:?}", part.buffers[0]) };
+        assert!(in_region(&part, at, BYTES) == data, "the buffer is replicated as it was");
+        assert_eq!(back_spans(&part), vec![0..BYTES], "a shadow merge brings the whole buffer back");
         // The home GPU's blocks write the first half, GPU 1's the second.
         let half = (BYTES / 2) as usize;
         let b = home.sessions[&1].buffers[&buffer];
@@ -1240,7 +1359,7 @@ mod tests {
         let split = Split { splittable: Splittable::IfChecked, gpus: 2, merges: vec![(0, slices)] };
         request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split });
         let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
-        assert_eq!(part.buffers[0].back, vec![128 * 256..BYTES], "blocks 128.. write bytes 32768..");
+        assert_eq!(back_spans(&part), vec![128 * 256..BYTES], "blocks 128.. write bytes 32768..");
         other.handle(CoreMsg::SplitPart(part));
         let key = *other.split.parts.keys().next().expect("the part runs");
         let addr = other.sessions[&key].buffers[&buffer].addr;
@@ -1270,9 +1389,9 @@ mod tests {
         request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split });
         let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
         let half = 128 * 256;
-        let sent: Vec<(u64, usize)> = part.buffers[0].data.iter().map(|(o, d)| (*o, d.len())).collect();
-        assert_eq!(sent, vec![(half, (BYTES - half) as usize)], "only GPU 1's slices are replicated");
-        assert!(part.buffers[0].data[0].1[..] == data[half as usize..]);
+        let [(offset, at, len)] = part.buffers[0].data[..] else { panic!("{:?}", part.buffers[0]) };
+        assert_eq!((offset, len), (half, BYTES - half), "only GPU 1's slices are replicated");
+        assert!(in_region(&part, at, len) == data[half as usize..]);
         // The home GPU writes its half; GPU 1 all of its half but its last 16 bytes.
         let b = home.sessions[&1].buffers[&buffer];
         let mut mine = data.clone();
@@ -1286,9 +1405,8 @@ mod tests {
         let done = until_msg(&mut other, &rx0);
         match &done {
             CoreMsg::SplitDone(d) => {
-                let spans: Vec<_> =
-                    d.result.as_ref().expect("ran").iter().map(|(_, r, d)| (r.clone(), d.len())).collect();
-                assert_eq!(spans, vec![(half..BYTES, (BYTES - half) as usize)], "only the slices come back");
+                let spans: Vec<_> = d.result.as_ref().expect("ran").iter().map(|(_, r, _)| r.clone()).collect();
+                assert_eq!(spans, vec![half..BYTES], "only the slices come back");
             }
             other => panic!("{other:?}"),
         }
@@ -1312,8 +1430,8 @@ mod tests {
         let (frames, buffer, k) = client(&mut home, FILL, &data);
         request(&mut home, 1, 10, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
         let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
-        let sent: Vec<(u64, usize)> = part.buffers[0].data.iter().map(|(o, d)| (*o, d.len())).collect();
-        assert_eq!(sent, vec![(0, BYTES as usize)], "replicated whole for the shadow merge");
+        let sent: Vec<(u64, u64)> = part.buffers[0].data.iter().map(|&(o, _, len)| (o, len)).collect();
+        assert_eq!(sent, vec![(0, BYTES)], "replicated whole for the shadow merge");
         let half = (BYTES / 2) as usize;
         let b = home.sessions[&1].buffers[&buffer];
         let mut mine = data.clone();
@@ -1510,6 +1628,12 @@ mod tests {
         let taken = merge_shadow(&mut merged, &snapshot, &other);
         let runs = changed_runs(&snapshot, &other);
         assert_eq!(runs, vec![0..12, 36..40, 80..88, 200..203], "adjacent words joined, the part word by its bytes");
+        // A run across the blocks compared whole is one run.
+        let big = vec![0u8; 3 * 4096 + 6];
+        let mut changed = big.clone();
+        changed[4000..4200].fill(1);
+        changed[3 * 4096 + 5] = 1;
+        assert_eq!(changed_runs(&big, &changed), vec![4000..4200, 3 * 4096 + 4..3 * 4096 + 6]);
         for r in &runs {
             home[r.clone()].copy_from_slice(&other[r.clone()]);
         }
