@@ -112,6 +112,21 @@ fn part_on_each_gpu(args: &[&str]) {
         let s = until(&c, "GPU 1 gives the part back", |s| on_gpu(s, 1).is_empty() && s.gpus[1].memory_used == 0);
         assert_eq!(on_gpu(&s, 0), ["splitter"]);
     }
+    // A kernel that only writes its output, with declared slices: only GPU
+    // 1's slices go there and come back (through the split's region, across
+    // the device processes' links where there are some); the simulator
+    // computes nothing, so the bytes must be the ones there before.
+    let fma = c.load_module("fma.cu", FMA, &[]).expect("loads").kernel("fma_loop").expect("fma_loop");
+    let n = BLOCKS * 256;
+    let mut cfg = LaunchConfig::for_threads(n, 256);
+    cfg.block_time_ns = Some(1_000_000);
+    let slices = SplitMerge::Slices { granule_blocks: 1, bytes_per_granule: 1024, offset: 0 };
+    let split = Split { merges: vec![(0, slices)], ..checked() };
+    c.launch_split(&fma, &cfg, &[Arg::buffer(&x), Arg::from(n), Arg::from(1u32)], &split).expect("accepted");
+    c.sync(StreamId::DEFAULT).expect("the split launch ends");
+    let mut back = vec![0u8; data.len()];
+    c.copy_to_host(&x, 0, &mut back, StreamId::DEFAULT).expect("down");
+    assert!(back == data, "a write-only output's bytes changed through the split");
 }
 
 #[test]
