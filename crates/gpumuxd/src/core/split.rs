@@ -268,10 +268,16 @@ pub fn changed_runs(snapshot: &[u8], other: &[u8]) -> Vec<Range<usize>> {
     while b < n {
         let block_end = (b + BLOCK).min(n);
         if other[b..block_end] != snapshot[b..block_end] {
+            // Whole words compared as `u32`s, a trailing part word by its bytes.
+            let (o, s) = (&other[b..block_end], &snapshot[b..block_end]);
             let mut w = b;
-            while w < block_end {
-                let end = (w + 4).min(block_end);
-                if other[w..end] != snapshot[w..end] {
+            for (x, y) in o.chunks(4).zip(s.chunks(4)) {
+                let end = w + x.len();
+                let differs = match (<[u8; 4]>::try_from(x), <[u8; 4]>::try_from(y)) {
+                    (Ok(x), Ok(y)) => u32::from_ne_bytes(x) != u32::from_ne_bytes(y),
+                    _ => x != y,
+                };
+                if differs {
                     match runs.last_mut() {
                         Some(r) if r.end == w => r.end = end,
                         _ => runs.push(w..end),
