@@ -40,7 +40,13 @@ for _ in $(seq 1 30000); do
 done
 [ -n "$found" ] || { echo "the bench never printed \"$FROM\""; wait "$runner"; tail -5 "$OUT/bench.txt"; exit 1; }
 # The bench runs the daemon inside gpumux: the process with a thread named gpumuxd-core.
-daemon=$(ps -eLo pid,comm | awk '$2=="gpumuxd-core"{print $1}' | sort -u | tail -1)
+# A setting may start its daemon just after its progress line: look for up to 3 s.
+daemon=
+for _ in $(seq 1 300); do
+    daemon=$(ps -eLo pid,comm | awk '$2=="gpumuxd-core"{print $1}' | sort -u | tail -1)
+    [ -n "$daemon" ] && break
+    sleep 0.01
+done
 [ -n "$daemon" ] || { echo "no daemon running when \"$FROM\" appeared"; wait "$runner"; exit 1; }
 device=$(pgrep -P "$daemon" | head -1)
 pids=$daemon${device:+,$device}
