@@ -241,14 +241,42 @@ pub struct Audit {
 
 impl SimGpu {
     /// When the simulator next has something to do: now if events wait to be
-    /// reported, else its earliest internal event (`None`: nothing runs).
-    /// A driver that follows wall-clock time (the daemon) sleeps until then
-    /// and calls `advance(Some(wall_now))`.
+    /// reported or blocks issued at this instant wait for their times (an
+    /// `advance` schedules their ends), else its earliest internal event
+    /// (`None`: nothing runs). A driver that follows wall-clock time (the
+    /// daemon) sleeps until then and calls `advance(Some(wall_now))`.
     pub fn next_event_at(&self) -> Option<Nanos> {
-        if !self.out.is_empty() {
+        if !self.out.is_empty() || !self.pending.is_empty() {
             return Some(self.now);
         }
         self.queue.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Moves time on towards `until` without letting anything happen: to
+    /// `until`, or to one nanosecond before the next internal event if that
+    /// comes first, processing no event (none is reported). The commands of
+    /// the instant left behind are settled first (their blocks' times fixed),
+    /// as [`Device::advance`] settles them. Returns the time reached.
+    ///
+    /// For a driver that follows wall-clock time and whose controller only
+    /// learns of events at its polls (the daemon's simulated device): a
+    /// command it submits after an idle stretch, or between polls, takes
+    /// effect at its wall time, not at the last poll's, yet never after an
+    /// event the controller has not seen (a `Grow` or `Retreat` of a launch
+    /// that ended unseen would be refused). With events waiting to be
+    /// reported it does nothing. A reproducible run (`gpumux run`) never
+    /// calls it.
+    pub fn catch_up(&mut self, until: Nanos) -> Nanos {
+        if !self.out.is_empty() || until <= self.now {
+            return self.now;
+        }
+        self.flush_pending();
+        let to = match self.queue.peek() {
+            Some(Reverse((t, _, _))) => until.min(t.saturating_sub(1)),
+            None => until,
+        };
+        self.step_to(to);
+        self.now
     }
 
     /// A simulated `info` with its preset's memory model ([`presets::memory_model`](crate::presets::memory_model)).
@@ -1041,6 +1069,37 @@ mod tests {
             restore,
             sms: SmSet::range(0, 1),
         }
+    }
+
+    /// `catch_up` moves time up to one nanosecond before the next event and
+    /// no further, reports nothing, and changes nothing a later `advance`
+    /// reports: the same events at the same times as without it.
+    #[test]
+    fn catching_up_stops_before_the_next_event_and_changes_no_event() {
+        let run = |catch_up: &[Nanos]| {
+            let (mut gpu, desc) = switching(64);
+            gpu.submit(0, launch(0, &desc, BlockRanges::full(2), Vec::new())).expect("launch");
+            let reached: Vec<Nanos> = catch_up.iter().map(|&t| gpu.catch_up(t)).collect();
+            let mut events = Vec::new();
+            let mut times = Vec::new();
+            while gpu.next_event_at().is_some() {
+                let before = events.len();
+                let t = gpu.advance(Some(50_000), &mut events).expect("run");
+                times.extend(std::iter::repeat_n(t, events.len() - before));
+            }
+            (reached, format!("{events:?}"), times)
+        };
+        let (reached, events, times) = run(&[4_000, 50_000, 60_000]);
+        // Block 0 ends at 10 µs: time stops just before it, however far the clock is.
+        assert_eq!(reached, vec![4_000, 9_999, 9_999]);
+        let (_, plain_events, plain_times) = run(&[]);
+        assert_eq!((events, times), (plain_events, plain_times));
+        // An idle device follows the clock; one with events to report stays.
+        let mut idle = SimGpu::new(crate::presets::k20c(), 1);
+        assert_eq!(idle.catch_up(7_000), 7_000);
+        let (mut gpu, desc) = switching(64);
+        gpu.submit(0, launch(0, &desc, BlockRanges::full(1), Vec::new())).expect("launch");
+        assert_eq!(gpu.catch_up(7_000), 0, "its SM released on exhaustion waits to be reported");
     }
 
     /// Saves block 0 at 5 µs, restores it at once; returns the save's
