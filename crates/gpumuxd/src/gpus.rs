@@ -31,7 +31,7 @@ use gpumux_proto::{ClientClass, ErrorKind, ErrorReply, GpuStatus, Reply, Request
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Most GPUs one `sim:NAMExN` device may have.
 pub const MAX_SIM_GPUS: u32 = 16;
@@ -131,6 +131,12 @@ pub struct GpuBoard {
     memory_total: AtomicU64,
     /// Its core has stopped (the device failed for good).
     down: AtomicBool,
+    /// Since when its core has been rebuilding its device (a lost context,
+    /// a device process started afresh), a wait that `Status` outlasts:
+    /// [`GpuBoard::restarting`]. `None` the rest of the time.
+    restarting: Mutex<Option<Instant>>,
+    /// Context rebuilds its core has begun, for a `Status` row it cannot answer.
+    rebuilds: AtomicU32,
     /// The device, in words (for `Status` once its core has stopped).
     device: Mutex<String>,
 }
@@ -152,6 +158,20 @@ impl GpuBoard {
     /// Its core stopped: placement skips it from now on.
     pub fn set_down(&self) {
         self.down.store(true, Ordering::SeqCst);
+    }
+
+    /// Its core begins rebuild number `rebuilds` of its device, until the
+    /// guard is dropped: meanwhile a `Status` it cannot answer shows the GPU
+    /// as restarting, with how long so far, not as stopped.
+    pub fn restarting(self: &Arc<Self>, rebuilds: u32) -> Restarting {
+        self.rebuilds.store(rebuilds, Ordering::Relaxed);
+        *self.restarting.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        Restarting(Arc::clone(self))
+    }
+
+    /// How long its core has been rebuilding its device, if it is.
+    fn restarting_for(&self) -> Option<Duration> {
+        self.restarting.lock().unwrap_or_else(PoisonError::into_inner).map(|since| since.elapsed())
     }
 
     /// Counts a client of `class` in (`add`) or out.
@@ -181,6 +201,16 @@ impl GpuBoard {
             ops: self.ops.load(Ordering::Relaxed),
             memory_free: total.saturating_sub(self.memory_used.load(Ordering::Relaxed)),
         }
+    }
+}
+
+/// A GPU's core rebuilding its device ([`GpuBoard::restarting`]); dropped
+/// when the rebuild ends, whichever way.
+pub struct Restarting(Arc<GpuBoard>);
+
+impl Drop for Restarting {
+    fn drop(&mut self) {
+        *self.0.restarting.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 }
 
@@ -252,37 +282,56 @@ impl Gpus {
     }
 
     /// Every GPU's part of `Status`, merged: each core answers for its own
-    /// clients; a GPU whose core has stopped is a row with no clients.
+    /// clients; a GPU whose core does not answer within [`STATUS_WAIT`] is a
+    /// row of what its board knows ([`Gpus::unanswered_row`]).
     pub fn status(&self) -> Status {
+        self.status_within(STATUS_WAIT)
+    }
+
+    /// [`Gpus::status`], waiting `wait` for each core.
+    fn status_within(&self, wait: Duration) -> Status {
         let mut parts = Vec::with_capacity(self.len());
-        let mut stopped = Vec::new();
+        let mut unanswered = Vec::new();
         for (i, core) in self.cores.iter().enumerate() {
             let (tx, rx) = channel();
-            let part = core.send(CoreMsg::Status { reply: tx }).ok().and_then(|()| rx.recv_timeout(STATUS_WAIT).ok());
+            let part = core.send(CoreMsg::Status { reply: tx }).ok().and_then(|()| rx.recv_timeout(wait).ok());
             match part {
                 Some(s) => parts.push(s),
-                None => stopped.push(self.stopped_row(i)),
+                None => unanswered.push(self.unanswered_row(i, wait)),
             }
         }
         let mut merged = merge_status(parts);
-        merged.gpus.extend(stopped);
+        merged.gpus.extend(unanswered);
         merged.gpus.sort_by_key(|g| g.gpu);
         merged
     }
 
-    fn stopped_row(&self, gpu: usize) -> GpuStatus {
+    /// The row of GPU `gpu`, whose core did not answer within `wait`: stopped
+    /// (its core ended), restarting its device (a rebuild holds its core:
+    /// for how long so far, and the rebuilds counted with this one), or busy.
+    /// Its clients are the ones placed there; nothing else is known.
+    fn unanswered_row(&self, gpu: usize, wait: Duration) -> GpuStatus {
         let b = &self.boards[gpu];
         let device = b.device.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let (state, clients, context_rebuilds) = if b.down.load(Ordering::SeqCst) {
+            ("stopped".to_string(), 0, 0)
+        } else if let Some(t) = b.restarting_for() {
+            let n = b.rebuilds.load(Ordering::Relaxed);
+            (format!("restarting its device, {:.1} s so far", t.as_secs_f64()), b.clients.load(Ordering::Relaxed), n)
+        } else {
+            let busy = format!("busy: no answer in {:.1} s", wait.as_secs_f64());
+            (busy, b.clients.load(Ordering::Relaxed), b.rebuilds.load(Ordering::Relaxed))
+        };
         GpuStatus {
             gpu: gpu as u32,
-            device: format!("{device} (stopped)"),
+            device: format!("{device} ({state})"),
             sms: 0,
             sms_busy: 0,
             memory_used: 0,
             memory_total: b.memory_total.load(Ordering::Relaxed),
-            clients: 0,
+            clients,
             ops: 0,
-            context_rebuilds: 0,
+            context_rebuilds,
         }
     }
 }
@@ -620,6 +669,53 @@ mod tests {
 
     /// Two GPUs, no core threads: the route holds `Connected` until the
     /// Hello, places by it, and counts the client until it leaves.
+    /// A GPU whose core does not answer `Status` is shown as what its board
+    /// says: restarting its device (with how long so far and the rebuilds
+    /// counted), stopped, or busy; it used to be "(stopped)" in every case,
+    /// a GPU that was only restarting its device process among them. GPU 0
+    /// answers; its row is the core's own.
+    #[test]
+    fn a_gpu_that_does_not_answer_shows_as_restarting_stopped_or_busy() {
+        let boards: Vec<Arc<GpuBoard>> =
+            ["a", "b", "c", "d"].iter().map(|d| Arc::new(GpuBoard::new(d.to_string(), 100))).collect();
+        let (txs, mut rxs): (Vec<_>, Vec<_>) = boards.iter().map(|_| channel::<CoreMsg>()).unzip();
+        let gpus = Gpus::new(txs, boards.clone(), Placement::Pairs);
+        boards[1].count(None, true);
+        let restarting = boards[1].restarting(3);
+        boards[2].set_down();
+        let answers = status("a", 0, &[7]);
+        let rx0 = rxs.remove(0);
+        let core0 = std::thread::spawn(move || {
+            if let Ok(CoreMsg::Status { reply }) = rx0.recv() {
+                let _ = reply.send(answers);
+            }
+        });
+        // The others are asked and never answer (their receivers live on, unread).
+        std::thread::sleep(Duration::from_millis(300));
+        let answered = gpus.status_within(Duration::from_millis(200));
+        core0.join().expect("core 0 answered");
+        let rows: Vec<(u32, String, u32, u32)> =
+            answered.gpus.iter().map(|g| (g.gpu, g.device.clone(), g.clients, g.context_rebuilds)).collect();
+        assert_eq!(rows[0], (0, "a".to_string(), 1, 0), "{rows:?}");
+        let (gpu, device, clients, rebuilds) = &rows[1];
+        assert_eq!((*gpu, *clients, *rebuilds), (1, 1, 3), "{rows:?}");
+        let secs: f64 = device
+            .strip_prefix("b (restarting its device, ")
+            .and_then(|r| r.strip_suffix(" s so far)"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("GPU 1 restarting, with how long: {device}"));
+        assert!(secs >= 0.3, "restarting for at least the 0.3 s slept: {device}");
+        assert_eq!(rows[2], (2, "c (stopped)".to_string(), 0, 0));
+        assert_eq!(rows[3], (3, "d (busy: no answer in 0.2 s)".to_string(), 0, 0));
+        assert_eq!(answered.clients.len(), 1, "only the answering core's clients are rows");
+        // The rebuild over, the same GPU that does not answer is busy, not restarting.
+        drop(restarting);
+        let later = gpus.status_within(Duration::from_millis(10));
+        assert_eq!(later.gpus[1].device, "b (busy: no answer in 0.0 s)");
+        assert_eq!(later.gpus[1].context_rebuilds, 3, "the rebuilds counted stay");
+        drop(rxs);
+    }
+
     #[test]
     fn a_route_places_on_hello_and_counts_its_client_until_dropped() {
         let (tx0, rx0) = channel();

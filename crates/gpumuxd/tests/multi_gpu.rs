@@ -280,12 +280,14 @@ fn running_and_waited_for(d: &Daemon, clients: &[u64]) {
 
 /// The daemon's `Status`, asked until every GPU's core answers it: a core
 /// still starting a fresh device process after a loss does not answer within
-/// the daemon's wait and shows as a stopped row with no rebuilds counted.
+/// the daemon's wait and shows as a row its board fills ("restarting its
+/// device", or before it began, "busy"), not as the core's own.
 fn settled_status(c: &mut Client) -> Status {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let s = c.status();
-        if !s.gpus.iter().any(|g| g.device.ends_with("(stopped)")) {
+        let unanswered = ["(stopped)", " so far)", "(busy: no answer in "];
+        if !s.gpus.iter().any(|g| unanswered.iter().any(|u| g.device.contains(u))) {
             return s;
         }
         assert!(Instant::now() < deadline, "a GPU's core does not answer: {s:?}");

@@ -16,6 +16,9 @@ impl Core {
     fn context_lost(&mut self, suspects: &[OpId], what: &str) -> Result<(), CoreError> {
         self.rebuilds += 1;
         tracing::warn!("the device context was lost ({what}); rebuilding it");
+        // A rebuild (a device process started afresh) can hold this core past
+        // a `Status`'s wait: meanwhile `gpumux ps` shows the GPU restarting.
+        let _restarting = self.board.as_ref().map(|(b, _)| b.restarting(self.rebuilds));
         let culprits: HashSet<u64> = suspects.iter().filter_map(|op| self.ops.get(op)).map(|e| e.client).collect();
         let mut ops: Vec<(OpId, OpEntry)> = self.ops.drain().collect();
         ops.sort_by_key(|(op, _)| *op);
