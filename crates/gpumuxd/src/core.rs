@@ -59,6 +59,7 @@ mod requests;
 mod round_clock;
 mod slow_waits;
 pub mod split;
+mod split_pool;
 mod stream_order;
 mod swap;
 
@@ -204,6 +205,9 @@ pub enum CoreMsg {
     SplitPart(Box<split::Part>),
     /// A range this core's split launch sent to another core ended there.
     SplitDone(Box<split::PartDone>),
+    /// A region of another core's splits left its pool: this GPU's device
+    /// unregisters it too, if a part of one registered it (`core/split_pool.rs`).
+    SplitRegionGone(Arc<ShmRegion>),
     /// SIGINT/SIGTERM: tell every client and stop.
     Shutdown,
 }
@@ -592,6 +596,7 @@ impl Core {
         loop {
             self.record.tick();
             self.publish_load();
+            self.expire_split_regions();
             let wait = self.wait();
             let cadence = self.cadence.awake(Instant::now());
             self.sync_device_spin(cadence);
@@ -747,6 +752,7 @@ impl Core {
             CoreMsg::Adopt(h) => self.adopt(*h),
             CoreMsg::SplitPart(p) => self.run_part(*p),
             CoreMsg::SplitDone(d) => self.part_done(*d),
+            CoreMsg::SplitRegionGone(r) => self.backend.unregister_host(&r),
             CoreMsg::Shutdown => return false,
         }
         true

@@ -31,7 +31,7 @@ fn client_of(msg: &CoreMsg) -> Option<u64> {
         // The daemon's own question (several GPUs: `gpus.rs`), a queue of its own.
         CoreMsg::Status { .. } => Some(u64::MAX),
         // Between cores (a split launch, core/split.rs): a queue of their own.
-        CoreMsg::SplitPart(_) | CoreMsg::SplitDone(_) => Some(u64::MAX - 1),
+        CoreMsg::SplitPart(_) | CoreMsg::SplitDone(_) | CoreMsg::SplitRegionGone(_) => Some(u64::MAX - 1),
         CoreMsg::Shutdown => None,
     }
 }

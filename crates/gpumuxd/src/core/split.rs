@@ -54,8 +54,9 @@ pub(super) struct Splits {
     pub(super) todo: Vec<Step>,
     /// Regions of this core's splits that ended, kept for the next ones:
     /// each GPU's device registered (pinned) a region the first time it
-    /// saw it, which a new region would cost again.
-    regions: Vec<Arc<ShmRegion>>,
+    /// saw it, which a new region would cost again; released when unused
+    /// for a while or past a bound (`split_pool.rs`).
+    pub(super) pool: super::split_pool::RegionPool,
 }
 
 /// A split operation's end, seen in `drain_completions`.
@@ -724,13 +725,42 @@ impl Core {
     /// that holds them, or a new one (a power of two from 1 MiB, so that
     /// later splits of about the same size reuse it).
     fn split_region(&mut self, bytes: u64) -> Result<Arc<ShmRegion>, String> {
-        let fits = self.split.regions.iter().enumerate().filter(|(_, r)| r.len() as u64 >= bytes);
-        if let Some((i, _)) = fits.min_by_key(|(_, r)| r.len()) {
-            return Ok(self.split.regions.swap_remove(i));
+        if let Some(r) = self.split.pool.take(bytes) {
+            return Ok(r);
         }
         let size = bytes.max(1 << 20).checked_next_power_of_two().and_then(|n| usize::try_from(n).ok());
         let size = size.ok_or_else(|| format!("a split region of {bytes} bytes"))?;
         crate::backend::pieces::staging_region(size).map_err(|e| e.to_string())
+    }
+
+    /// Releases the split regions kept unused for the pool's idle limit
+    /// (the core's loop asks at every turn; `split_pool.rs`).
+    pub(super) fn expire_split_regions(&mut self) {
+        if self.split.pool.next_expiry().is_some_and(|at| at <= Instant::now()) {
+            let gone = self.split.pool.expire(Instant::now());
+            self.release_split_regions(gone, "unused for a while");
+        }
+    }
+
+    /// Unregisters `gone` from this GPU's device and has every other core
+    /// do the same (each registered a region when a part of its used it), so
+    /// that its memory goes back to the host; logged.
+    fn release_split_regions(&mut self, gone: Vec<Arc<ShmRegion>>, why: &str) {
+        for r in gone {
+            self.backend.unregister_host(&r);
+            for (g, peer) in self.split.peers.iter().enumerate() {
+                if g != self.gpu as usize {
+                    let _ = peer.send(CoreMsg::SplitRegionGone(r.clone()));
+                }
+            }
+            tracing::info!(
+                "GPU {}: a split region of {} MiB released ({why}); {} kept, {} MiB",
+                self.gpu,
+                r.len() >> 20,
+                self.split.pool.len(),
+                self.split.pool.bytes() >> 20
+            );
+        }
     }
 
     /// `run_own_ranges` failed before it counted its ranges (no stream for
@@ -849,7 +879,8 @@ impl Core {
         // Every part has ended (or never started): no device copies through
         // the region any more.
         if let Some(r) = p.region.take() {
-            self.split.regions.push(r);
+            let gone = self.split.pool.give_back(r, Instant::now());
+            self.release_split_regions(gone, "past the pool's bound");
         }
         // The split's own stream closes as a client's does (its ranges have
         // all ended, so nothing is pending on it), and the client's weight
@@ -1289,6 +1320,42 @@ mod tests {
         assert_eq!(other.status().memory_used, 0);
         assert_eq!(other.backend.kernels_loaded(), 0, "the part's module is unloaded");
         assert_eq!(home.sessions[&1].streams.len(), 1, "the split's own stream is gone");
+    }
+
+    /// Splits one after another reuse one pooled region; once it has been
+    /// unused for the pool's idle limit (here none) the home core releases
+    /// it and tells the other core, which unregisters it too, and nothing
+    /// holds its memory any more (it used to be kept for ever, and each
+    /// other GPU's device kept it registered).
+    #[test]
+    fn pooled_split_regions_are_reused_then_released_on_every_gpu() {
+        let (mut home, rx0, mut other, rx1) = two_cores();
+        home.split.pool = super::super::split_pool::RegionPool::new(Duration::ZERO, 1 << 30);
+        let data: Vec<u8> = (0..BYTES as u32).map(|i| i as u8).collect();
+        let (frames, buffer, k) = client(&mut home, SCALE, &data);
+        let mut regions: Vec<std::sync::Weak<ShmRegion>> = Vec::new();
+        for id in [10, 20, 30] {
+            request(&mut home, 1, id, Request::LaunchSplit { launch: scale_launch(k[0], buffer), split: checked() });
+            request(&mut home, 1, id + 1, Request::SyncStream(StreamId(0)));
+            let CoreMsg::SplitPart(part) = until_msg(&mut home, &rx1) else { panic!("not a part") };
+            regions.push(Arc::downgrade(&part.region));
+            other.handle(CoreMsg::SplitPart(part));
+            let done = until_msg(&mut other, &rx0);
+            home.handle(done);
+            assert_eq!(until(&mut home, &frames, synced(id + 1)), Ok(Reply::Done));
+        }
+        assert!(regions.iter().all(|r| r.ptr_eq(&regions[0])), "one region for splits one after another");
+        assert_eq!(home.split.pool.len(), 1);
+        home.expire_split_regions();
+        assert_eq!(home.split.pool.len(), 0, "released once unused");
+        let gone = rx1.try_iter().find_map(|m| match m {
+            CoreMsg::SplitRegionGone(r) => Some(r),
+            _ => None,
+        });
+        let r = gone.expect("GPU 1 was told");
+        assert!(Arc::as_ptr(&r) == regions[0].as_ptr(), "the region released is the split's");
+        other.handle(CoreMsg::SplitRegionGone(r));
+        assert!(regions[0].upgrade().is_none(), "nothing holds the region's memory any more");
     }
 
     /// The client's weight summed over its streams, in the engine.
