@@ -373,6 +373,13 @@ pub enum Wake {
 }
 
 /// A device the daemon serves (module doc).
+///
+/// The wrappers around another backend ([`capped::Capped`],
+/// [`answers_ahead::AnswersAhead`]) write out every method, those with a
+/// default too: their impls deny clippy's `missing_trait_methods`, so a
+/// method added here fails clippy until each wrapper forwards it (or says
+/// why not). A forward forgotten was a real bug: `Capped` lost the spans
+/// and region copies, which have defaults that do nothing.
 pub trait Backend: Send {
     /// The device in words, for `Welcome` and `gpumux ps`.
     fn describe(&self) -> String;
