@@ -24,7 +24,7 @@ pub const DEFAULT_SHM_BYTES: u64 = 8 << 20;
 
 /// The size the shared region may grow to for large copies unless told
 /// otherwise ([`ConnectOptions::shm_max_bytes`]; clamped to the daemon's
-/// limit): four slots of 8 MiB, whose DMA takes several times a request's
+/// limit): two slots of 16 MiB ([`crate::slots_for`]), whose DMA takes several times a request's
 /// round trip. Measured on an H100 machine, a 1 GiB copy through 32 MiB went
 /// faster than through 8 MiB and than through 64-256 MiB (a region that
 /// stays in the host's cache between chunks).
@@ -79,7 +79,7 @@ pub struct ConnectOptions {
     /// Threads that move a copy's bytes between the caller's memory and the
     /// shared region (the caller's included; started on the first copy of
     /// over a MiB). Default: `GPUMUX_COPY_THREADS`, else half the machine's
-    /// hardware threads, at most 8; 1 copies on the caller's thread.
+    /// hardware threads, at most 4; 1 copies on the caller's thread.
     pub copy_threads: usize,
     /// Offer the daemon shared-memory rings for the conversation (fewer
     /// system calls per request; docs/daemon.md, "The protocol"). Default:
@@ -396,7 +396,7 @@ impl Client {
         let region = self.region("copy to the device")?;
         let mut region = region.lock().unwrap_or_else(PoisonError::into_inner);
         self.grow_region(&mut region, data.len() as u64)?;
-        let chunks = chunk::plan(data.len() as u64, region.len() as u64, chunk::slots_for(region.len() as u64));
+        let chunks = chunk::plan(data.len() as u64, region.len() as u64, chunk::slots_from_env(region.len() as u64));
         run_chunks(
             &chunks,
             |c| {
@@ -432,7 +432,7 @@ impl Client {
         let region = self.region("copy to the host")?;
         let mut region = region.lock().unwrap_or_else(PoisonError::into_inner);
         self.grow_region(&mut region, out.len() as u64)?;
-        let chunks = chunk::plan(out.len() as u64, region.len() as u64, chunk::slots_for(region.len() as u64));
+        let chunks = chunk::plan(out.len() as u64, region.len() as u64, chunk::slots_from_env(region.len() as u64));
         run_chunks(
             &chunks,
             |c| {

@@ -10,8 +10,19 @@
 //! The helpers are started on the first copy large enough to be split
 //! ([`PARALLEL_FROM`]) and live as long as the client. Between chunks they
 //! poll a little ([`POLL`], so the next chunk of a copy finds them awake),
-//! then sleep on a condition variable. Copies smaller than [`PARALLEL_FROM`],
-//! and every copy of a copier of one thread, are a plain `memcpy` here.
+//! then sleep on a condition variable. Copies smaller than [`PARALLEL_FROM`]
+//! are a plain `memcpy` on the calling thread.
+//!
+//! A copy of many threads takes the machine from everyone else on it: on
+//! the H200 machine (16 cores) a client copying 1 GiB from a `Vec` on 8
+//! threads made another client's 511 short launches through the daemon
+//! 1.41x slower, on 2 threads 1.06x (issue 35, 2026-11-29, 37b13ed). So the
+//! copier takes less of it per byte: the parts of a large copy are written
+//! with non-temporal stores ([`crate::streaming`]: no read of the
+//! destination, no cache filled with lines nobody reads), on at most
+//! [`DEFAULT_MAX_THREADS`] threads unless told, and the helpers run at a
+//! lower priority ([`DEFAULT_NICE`]) so that where the machine's cores are
+//! all busy the daemon's threads and other clients run first.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -36,20 +47,57 @@ const ALIGN: usize = 4096;
 /// The threads a copier uses when not told: `GPUMUX_COPY_THREADS` if set
 /// (1 to [`MAX_THREADS`]), else half the machine's hardware threads, 1 to
 /// [`DEFAULT_MAX_THREADS`]. Measured on an H100 machine's host (16 cores),
-/// one thread moves 7-8 GB/s, 4 threads 26-30 and 6-8 threads 34-40: a copy
-/// is bound by memory bandwidth long before it has every core.
+/// with plain `memcpy`, one thread moves 7-8 GB/s, 4 threads 26-30 and 6-8
+/// threads 34-40: a copy is bound by memory bandwidth long before it has
+/// every core.
 pub fn default_threads() -> usize {
-    if let Some(n) =
-        std::env::var("GPUMUX_COPY_THREADS").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0)
-    {
-        return n.min(MAX_THREADS);
+    if let Some(n) = env_number("GPUMUX_COPY_THREADS").filter(|&n| n > 0) {
+        return (n as usize).min(MAX_THREADS);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cores / 2).clamp(1, DEFAULT_MAX_THREADS)
 }
 
-/// The most threads [`default_threads`] picks.
-pub const DEFAULT_MAX_THREADS: usize = 8;
+/// The most threads [`default_threads`] picks: with non-temporal stores a
+/// thread moves more (module doc), and each thread more is a core less for
+/// the daemon and the other clients.
+pub const DEFAULT_MAX_THREADS: usize = 4;
+
+/// The nice value helpers take unless `GPUMUX_COPY_NICE` says otherwise (0:
+/// the caller's): where every core is busy, the scheduler gives a nice-10
+/// thread about a tenth of a nice-0 one's time, so the daemon's threads and
+/// other clients' come first and the copy takes what is left.
+pub const DEFAULT_NICE: i32 = 10;
+
+/// `var` as a number, if set and one.
+fn env_number(var: &str) -> Option<i64> {
+    std::env::var(var).ok().and_then(|v| v.trim().parse::<i64>().ok())
+}
+
+/// Whether large copies use non-temporal stores: yes unless
+/// `GPUMUX_COPY_STREAMING=0` (the plain `memcpy`, for comparison).
+fn streaming_from_env() -> bool {
+    env_number("GPUMUX_COPY_STREAMING") != Some(0)
+}
+
+/// The helpers' nice value: `GPUMUX_COPY_NICE` (0 to 19), else [`DEFAULT_NICE`].
+fn nice_from_env() -> i32 {
+    env_number("GPUMUX_COPY_NICE").map_or(DEFAULT_NICE, |n| n.clamp(0, 19) as i32)
+}
+
+/// Lowers the calling thread's priority to `nice` (Linux: a thread's own
+/// nice value, not the process's). Best effort: raising one's nice value
+/// needs no privilege, and a copy at the caller's priority is still right.
+fn lower_priority(nice: i32) {
+    if nice <= 0 {
+        return;
+    }
+    // SAFETY: plain syscalls on this thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
+}
 
 /// One copy's parts, for the helpers.
 #[derive(Clone, Copy, Default)]
@@ -59,6 +107,8 @@ struct Job {
     len: usize,
     /// Bytes per part (a multiple of [`ALIGN`]); part `i` starts at `i * part`.
     part: usize,
+    /// Non-temporal stores ([`crate::streaming`]).
+    streaming: bool,
 }
 
 impl Job {
@@ -75,9 +125,24 @@ impl Job {
     /// one else writes `dst`'s part `i` meanwhile.
     unsafe fn copy_part(&self, i: usize) {
         if let Some((start, n)) = self.range(i) {
+            let (src, dst) = ((self.src + start) as *const u8, (self.dst + start) as *mut u8);
             // SAFETY: inside both ranges (the caller's guarantee).
-            unsafe { std::ptr::copy_nonoverlapping((self.src + start) as *const u8, (self.dst + start) as *mut u8, n) }
+            unsafe { copy_bytes(src, dst, n, self.streaming) }
         }
+    }
+}
+
+/// `len` bytes from `src` to `dst`, with non-temporal stores if `streaming`.
+///
+/// # Safety
+/// As [`Copier::copy_raw`].
+unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize, streaming: bool) {
+    if streaming {
+        // SAFETY: the caller's guarantee.
+        unsafe { crate::streaming::copy(src, dst, len) }
+    } else {
+        // SAFETY: the caller's guarantee.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
     }
 }
 
@@ -111,8 +176,8 @@ struct Pool {
 }
 
 impl Pool {
-    /// Starts `helpers` threads; `None` if not one started.
-    fn start(helpers: usize) -> Option<Pool> {
+    /// Starts `helpers` threads at nice value `nice`; `None` if not one started.
+    fn start(helpers: usize, nice: i32) -> Option<Pool> {
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
             state: Mutex::new(State { epoch: 0, job: Job::default(), pending: 0, stop: false }),
@@ -122,7 +187,10 @@ impl Pool {
         let mut pool = Pool { shared, helpers: Vec::with_capacity(helpers) };
         for i in 1..=helpers {
             let shared = Arc::clone(&pool.shared);
-            match std::thread::Builder::new().name(format!("gpumux-copy-{i}")).spawn(move || helper(&shared, i)) {
+            match std::thread::Builder::new().name(format!("gpumux-copy-{i}")).spawn(move || {
+                lower_priority(nice);
+                helper(&shared, i)
+            }) {
                 Ok(h) => pool.helpers.push(h),
                 Err(_) => break,
             }
@@ -134,10 +202,10 @@ impl Pool {
     ///
     /// # Safety
     /// As [`Job::copy_part`], for the whole range.
-    unsafe fn copy(&self, src: *const u8, dst: *mut u8, len: usize) {
+    unsafe fn copy(&self, src: *const u8, dst: *mut u8, len: usize, streaming: bool) {
         let parts = self.helpers.len() + 1;
         let part = len.div_ceil(parts).next_multiple_of(ALIGN);
-        let job = Job { src: src as usize, dst: dst as usize, len, part };
+        let job = Job { src: src as usize, dst: dst as usize, len, part, streaming };
         {
             let mut s = lock(&self.shared.state);
             s.epoch += 1;
@@ -208,19 +276,35 @@ fn helper(shared: &Shared, index: usize) {
 /// staging copies take turns already.
 pub struct Copier {
     threads: usize,
+    /// Large copies with non-temporal stores.
+    streaming: bool,
+    /// The helpers' nice value (0: the caller's).
+    nice: i32,
     pool: OnceLock<Option<Pool>>,
 }
 
 impl std::fmt::Debug for Copier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Copier").field("threads", &self.threads).finish_non_exhaustive()
+        f.debug_struct("Copier")
+            .field("threads", &self.threads)
+            .field("streaming", &self.streaming)
+            .field("nice", &self.nice)
+            .finish_non_exhaustive()
     }
 }
 
 impl Copier {
-    /// A copier of `threads` threads (clamped to 1 ..= [`MAX_THREADS`]); none is started yet.
+    /// A copier of `threads` threads (clamped to 1 ..= [`MAX_THREADS`]),
+    /// non-temporal stores unless `GPUMUX_COPY_STREAMING=0`, its helpers at
+    /// nice `GPUMUX_COPY_NICE` (default [`DEFAULT_NICE`]); none is started yet.
     pub fn new(threads: usize) -> Copier {
-        Copier { threads: threads.clamp(1, MAX_THREADS), pool: OnceLock::new() }
+        Copier::with(threads, streaming_from_env(), nice_from_env())
+    }
+
+    /// [`Copier::new`] told how to copy: non-temporal stores or a plain
+    /// `memcpy`, and the helpers' nice value (0 to 19; 0: the caller's).
+    pub fn with(threads: usize, streaming: bool, nice: i32) -> Copier {
+        Copier { threads: threads.clamp(1, MAX_THREADS), streaming, nice: nice.clamp(0, 19), pool: OnceLock::new() }
     }
 
     /// The threads it copies with, the caller's included.
@@ -228,8 +312,14 @@ impl Copier {
         self.threads
     }
 
+    /// Whether large copies use non-temporal stores.
+    pub fn streaming(&self) -> bool {
+        self.streaming
+    }
+
     /// Copies `src` into `dst` (the same length), split across the threads
-    /// when it is at least [`PARALLEL_FROM`] bytes.
+    /// when it is at least [`PARALLEL_FROM`] bytes (and with non-temporal
+    /// stores then, if the copier uses them).
     ///
     /// # Panics
     /// If the lengths differ.
@@ -245,15 +335,17 @@ impl Copier {
     /// `src` is valid for reads and `dst` for writes of `len` bytes, they do
     /// not overlap, and nothing else writes `dst` (or `src`) during the call.
     pub(crate) unsafe fn copy_raw(&self, src: *const u8, dst: *mut u8, len: usize) {
+        // A small copy's bytes are likely read again soon: through the cache.
+        let streaming = self.streaming && len >= PARALLEL_FROM;
         if len >= PARALLEL_FROM && self.threads > 1 {
-            if let Some(pool) = self.pool.get_or_init(|| Pool::start(self.threads - 1)) {
+            if let Some(pool) = self.pool.get_or_init(|| Pool::start(self.threads - 1, self.nice)) {
                 // SAFETY: the caller's guarantee.
-                unsafe { pool.copy(src, dst, len) };
+                unsafe { pool.copy(src, dst, len, streaming) };
                 return;
             }
         }
         // SAFETY: the caller's guarantee.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
+        unsafe { copy_bytes(src, dst, len, streaming) }
     }
 }
 
@@ -269,7 +361,7 @@ mod tests {
     fn parts_cover_the_copy_exactly_on_page_boundaries() {
         for (len, parts) in [(1usize, 4usize), (4096, 4), (4097, 4), (PARALLEL_FROM + 1, 3), (10 << 20, 4), (123, 1)] {
             let part = len.div_ceil(parts).next_multiple_of(ALIGN);
-            let job = Job { src: 0, dst: 0, len, part };
+            let job = Job { src: 0, dst: 0, len, part, streaming: false };
             let mut next = 0;
             for i in 0..parts {
                 if let Some((start, n)) = job.range(i) {
@@ -285,14 +377,16 @@ mod tests {
     }
 
     #[test]
-    fn split_copies_are_bitwise_whatever_the_size_and_thread_count() {
-        for threads in [1, 2, 3, 4] {
-            let copier = Copier::new(threads);
-            for len in [0, 1, 4095, PARALLEL_FROM - 1, PARALLEL_FROM, PARALLEL_FROM + 12_345, 5 << 20] {
+    fn split_copies_are_bitwise_whatever_the_size_thread_count_and_stores() {
+        for (threads, streaming, nice) in [(1, false, 0), (1, true, 0), (2, true, 10), (3, false, 10), (4, true, 0)] {
+            let copier = Copier::with(threads, streaming, nice);
+            for len in [0, 1, 4095, PARALLEL_FROM - 1, PARALLEL_FROM, PARALLEL_FROM + 12_345, (5 << 20) + 7] {
                 let src = pattern(len, threads as u32);
-                let mut dst = vec![0u8; len];
-                copier.copy(&mut dst, &src);
-                assert!(dst == src, "{len} bytes on {threads} threads");
+                // Off a page boundary by a few bytes: the streaming head and tail.
+                let mut dst = vec![0u8; len + 3];
+                copier.copy(&mut dst[3..], &src);
+                assert!(dst[3..] == src[..], "{len} bytes on {threads} threads (streaming {streaming})");
+                assert_eq!(dst[..3], [0, 0, 0], "nothing before the destination");
             }
         }
     }
@@ -315,10 +409,47 @@ mod tests {
         }
     }
 
+    /// The nice values of this process's threads named `name`, from /proc.
+    fn nice_of_threads_named(name: &str) -> Vec<i64> {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+        tasks
+            .flatten()
+            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+            .filter_map(|t| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+                // Fields after the command's closing parenthesis: state is
+                // field 3, nice field 19 (proc(5)).
+                let rest = &stat[stat.rfind(')')? + 2..];
+                rest.split_whitespace().nth(19 - 3)?.parse().ok()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn helpers_run_at_the_copiers_nice_value() {
+        // 19: a thread may always raise its nice value, whatever the test
+        // process runs at; the other tests' copiers use 0 and 10.
+        let copier = Copier::with(3, true, 19);
+        let src = pattern(PARALLEL_FROM * 2, 9);
+        let mut dst = vec![0u8; src.len()];
+        copier.copy(&mut dst, &src);
+        assert!(dst == src);
+        // Helper threads are named gpumux-copy-1, -2; other tests' copiers
+        // (other nice values) may run beside, so look for this one's value.
+        let nices = nice_of_threads_named("gpumux-copy-2");
+        if nices.is_empty() {
+            eprintln!("SKIPPED helpers_run_at_the_copiers_nice_value: no /proc/self/task here");
+            return;
+        }
+        assert!(nices.contains(&19), "a helper at nice 19 among {nices:?}");
+    }
+
     #[test]
     fn threads_are_clamped_and_the_default_is_sane() {
         assert_eq!(Copier::new(0).threads(), 1);
         assert_eq!(Copier::new(1000).threads(), MAX_THREADS);
+        assert_eq!(Copier::with(2, true, 50).nice, 19);
+        assert_eq!(Copier::with(2, true, -5).nice, 0);
         let d = default_threads();
         assert!((1..=MAX_THREADS).contains(&d), "{d}");
     }

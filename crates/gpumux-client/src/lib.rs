@@ -31,8 +31,12 @@
 //! 5,000 for a client of priority above 0, whose requests a few ms apart then
 //! find its threads awake; docs/daemon.md, "Latency and the CPU it costs");
 //! `GPUMUX_COPY_THREADS`, the threads that move a copy's bytes through the
-//! shared region (default: half the hardware threads, at most 8;
-//! [`ConnectOptions::copy_threads`]).
+//! shared region (default: half the hardware threads, at most 4;
+//! [`ConnectOptions::copy_threads`]); `GPUMUX_COPY_NICE`, those threads'
+//! nice value (default 10, 0: the caller's); `GPUMUX_COPY_STREAMING=0`, a
+//! plain `memcpy` instead of non-temporal stores for copies of a MiB or
+//! more; `GPUMUX_COPY_SLOTS`, the slots the shared region is cut into
+//! (default: [`slots_for`]). The last three are for comparisons (issue 35).
 
 #![warn(missing_docs)]
 
@@ -47,6 +51,7 @@ mod host;
 mod reply_ring;
 mod runtime_calls;
 mod shm;
+mod streaming;
 
 pub use client::{
     Client, ConnectOptions, Event, CLASS_ENV, DEFAULT_SHM_BYTES, DEFAULT_SHM_MAX_BYTES, DEFAULT_WAIT_FOR_DAEMON,
