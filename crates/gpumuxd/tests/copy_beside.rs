@@ -1,0 +1,104 @@
+//! A client copying from ordinary memory beside a client of short launches
+//! (issue 35's last goal) on the simulated device: the launches keep being
+//! served while the copy's chunks go through the shared region.
+//!
+//! Counted, not timed, so that this machine's load does not decide it: the
+//! launching client's launch + syncs that began and ended while the copy
+//! ran, against the copy's chunk requests. Both clients need the CPU alike,
+//! so a loaded machine slows both; what the count tells apart is whether a
+//! launch waits for the chunks. Served beside them, a launch + sync (a
+//! round trip to the core and a 4-block kernel) takes a fraction of a
+//! chunk's time (a 16 MiB `memcpy` in the client, another on the simulated
+//! device's copy thread), so several come between two chunks; a launch that
+//! waited behind each chunk in flight would get about one per chunk, and
+//! one held behind the whole copy none.
+
+mod common;
+
+use common::Daemon;
+use gpumux_client::{plan_chunks, slots_for, Arg, Client, ConnectOptions, LaunchConfig, StreamId};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+const SOURCE: &str = "extern \"C\" __global__ void k(float* p, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] += 1.0f; }";
+
+/// Bytes the copier moves each way a round: larger than the region's
+/// largest default (32 MiB), so it goes in chunks.
+const BYTES: usize = 64 << 20;
+/// Rounds up and down.
+const ROUNDS: usize = 4;
+/// Launch + syncs the launcher must get done per chunk of the copy, at
+/// least (module doc: about one if launches waited behind chunks).
+const LAUNCHES_PER_CHUNK: usize = 2;
+
+fn pattern(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8).collect()
+}
+
+#[test]
+fn a_pageable_copy_does_not_hold_back_another_clients_launches() {
+    let d = Daemon::start(None);
+    let options = |name: &str| ConnectOptions { socket: Some(d.socket.clone()), ..ConnectOptions::named(name) };
+    let launcher = Client::connect(options("launcher")).expect("the launcher connects");
+    let module = launcher.load_module("m", SOURCE, &[]).expect("the kernel compiles");
+    let k = module.kernel("k").expect("the module has k");
+    let x = launcher.alloc(4096).expect("a buffer");
+    let args = [Arg::buffer(&x), Arg::bytes(1024i32.to_le_bytes())];
+    let config = LaunchConfig::new([4, 1, 1], [256, 1, 1]);
+
+    // The copier: ready (its region grown, its buffer allocated) before
+    // `copying` is set, so that only the chunks' time is counted.
+    let copying = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicBool::new(false));
+    let copier = {
+        let (copying, finished) = (copying.clone(), finished.clone());
+        // Two threads: the helper pool, its non-temporal stores and its nice value.
+        let options = ConnectOptions { copy_threads: 2, ..options("copier") };
+        std::thread::spawn(move || {
+            let client = Client::connect(options).expect("the copier connects");
+            let buf = client.alloc(BYTES as u64).expect("the copier's buffer");
+            let data = pattern(BYTES, 3);
+            let mut back = vec![0u8; BYTES];
+            client.copy_to_device(&buf, 0, &data[..1 << 20], StreamId::DEFAULT).expect("a first small copy");
+            // A copy larger than the region grows it first: do that now.
+            client.copy_to_device(&buf, 0, &data, StreamId::DEFAULT).expect("the growing copy");
+            let region = client.shm_bytes();
+            copying.store(true, Ordering::SeqCst);
+            for round in 0..ROUNDS {
+                client.copy_to_device(&buf, 0, &data, StreamId::DEFAULT).expect("a copy up");
+                client.copy_to_host(&buf, 0, &mut back, StreamId::DEFAULT).expect("a copy down");
+                assert!(back == data, "round {round}: the bytes came back");
+                back.fill(0);
+            }
+            copying.store(false, Ordering::SeqCst);
+            finished.store(true, Ordering::SeqCst);
+            client.close().expect("the copier leaves");
+            region
+        })
+    };
+
+    // The launcher: launch + sync until the copier is done, counting those
+    // that began and ended while it copied.
+    let mut during = 0usize;
+    let mut total = 0usize;
+    while !finished.load(Ordering::SeqCst) {
+        let began = copying.load(Ordering::SeqCst);
+        launcher.launch(&k, &config, &args).expect("a launch");
+        launcher.sync(StreamId::DEFAULT).expect("its sync");
+        total += 1;
+        if began && copying.load(Ordering::SeqCst) {
+            during += 1;
+        }
+    }
+    let region = copier.join().expect("the copier's thread did not panic");
+    launcher.close().expect("the launcher leaves");
+
+    let chunks = plan_chunks(BYTES as u64, region, slots_for(region)).len() * 2 * ROUNDS;
+    assert!(chunks >= 2 * 2 * ROUNDS, "the copy went in chunks ({chunks} through a region of {region} bytes)");
+    eprintln!("copy_beside: {during} launch + syncs during {chunks} chunks ({total} in all)");
+    assert!(
+        during >= LAUNCHES_PER_CHUNK * chunks,
+        "{during} launch + syncs of the other client while the copy's {chunks} chunks went, under \
+         {LAUNCHES_PER_CHUNK} per chunk: its launches waited for the chunks"
+    );
+}
