@@ -17,7 +17,7 @@
 //! the daemon's copy-engine thread) and take the modelled PCIe time, so the
 //! figure shows the pipeline, not a GPU's bus.
 
-use gpumux_client::{Client, ConnectOptions, Copier, StreamId};
+use gpumux_client::{Client, ConnectOptions, Copier, StreamId, Toward};
 use std::time::Instant;
 
 struct Args {
@@ -125,12 +125,12 @@ fn memcpy(a: &Args) {
             let start = Instant::now();
             for (i, c) in user.chunks(chunk).enumerate() {
                 let at = (i % 4) * chunk;
-                copier.copy(&mut slots[at..at + c.len()], c);
+                copier.copy(Toward::Region, &mut slots[at..at + c.len()], c);
             }
             let mid = Instant::now();
             for (i, c) in user.chunks_mut(chunk).enumerate() {
                 let at = (i % 4) * chunk;
-                copier.copy(c, &slots[at..at + c.len()]);
+                copier.copy(Toward::Caller, c, &slots[at..at + c.len()]);
             }
             if rep > 0 {
                 up.push(mid.duration_since(start).as_secs_f64());

@@ -17,12 +17,19 @@
 //! the H200 machine (16 cores) a client copying 1 GiB from a `Vec` on 8
 //! threads made another client's 511 short launches through the daemon
 //! 1.41x slower, on 2 threads 1.06x (issue 35, 2026-11-29, 37b13ed). So the
-//! copier takes less of it per byte: the parts of a large copy are written
-//! with non-temporal stores ([`crate::streaming`]: no read of the
-//! destination, no cache filled with lines nobody reads), on at most
-//! [`DEFAULT_MAX_THREADS`] threads unless told, and the helpers run at a
-//! lower priority ([`DEFAULT_NICE`]) so that where the machine's cores are
-//! all busy the daemon's threads and other clients run first.
+//! copier takes less of it per byte: the parts of a large copy out of the
+//! region into the caller's memory are written with non-temporal stores
+//! ([`crate::streaming`]: no read of the destination, no cache filled with
+//! lines nobody reads), on at most [`DEFAULT_MAX_THREADS`] threads unless
+//! told, and the helpers run at a lower priority ([`DEFAULT_NICE`]) so that
+//! where the machine's cores are all busy the daemon's threads and other
+//! clients run first.
+//!
+//! Copies into the region keep plain stores ([`Toward`]): the region (32
+//! MiB at most) stays in the host's cache between chunks, where the DMA
+//! reads it, and streaming its bytes to memory cost a third of the upload's
+//! rate on the H200 machine (16.8 against 26.7 GB/s, 2d3d1a2 against its
+//! parent, both beside the same chain of launches).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -74,10 +81,45 @@ fn env_number(var: &str) -> Option<i64> {
     std::env::var(var).ok().and_then(|v| v.trim().parse::<i64>().ok())
 }
 
-/// Whether large copies use non-temporal stores: yes unless
-/// `GPUMUX_COPY_STREAMING=0` (the plain `memcpy`, for comparison).
-fn streaming_from_env() -> bool {
-    env_number("GPUMUX_COPY_STREAMING") != Some(0)
+/// Where a copy's bytes go, which decides its stores (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Toward {
+    /// Into the shared region, which the device reads by DMA.
+    Region,
+    /// Out of the region into the caller's memory.
+    Caller,
+}
+
+/// Which large copies use non-temporal stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Streaming {
+    /// None: a plain `memcpy` both ways.
+    Off,
+    /// Those toward the caller's memory (the default; module doc).
+    TowardCaller,
+    /// Both ways.
+    Both,
+}
+
+impl Streaming {
+    /// Whether a large copy toward `toward` streams.
+    fn streams(self, toward: Toward) -> bool {
+        match self {
+            Streaming::Off => false,
+            Streaming::TowardCaller => toward == Toward::Caller,
+            Streaming::Both => true,
+        }
+    }
+}
+
+/// `GPUMUX_COPY_STREAMING`: `0` or `off` [`Streaming::Off`], `both`
+/// [`Streaming::Both`], else (unset) [`Streaming::TowardCaller`].
+fn streaming_from_env() -> Streaming {
+    match std::env::var("GPUMUX_COPY_STREAMING").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        Ok("0") | Ok("off") => Streaming::Off,
+        Ok("both") => Streaming::Both,
+        _ => Streaming::TowardCaller,
+    }
 }
 
 /// The helpers' nice value: `GPUMUX_COPY_NICE` (0 to 19), else [`DEFAULT_NICE`].
@@ -276,8 +318,8 @@ fn helper(shared: &Shared, index: usize) {
 /// staging copies take turns already.
 pub struct Copier {
     threads: usize,
-    /// Large copies with non-temporal stores.
-    streaming: bool,
+    /// Which large copies use non-temporal stores.
+    streaming: Streaming,
     /// The helpers' nice value (0: the caller's).
     nice: i32,
     pool: OnceLock<Option<Pool>>,
@@ -294,16 +336,17 @@ impl std::fmt::Debug for Copier {
 }
 
 impl Copier {
-    /// A copier of `threads` threads (clamped to 1 ..= [`MAX_THREADS`]),
-    /// non-temporal stores unless `GPUMUX_COPY_STREAMING=0`, its helpers at
-    /// nice `GPUMUX_COPY_NICE` (default [`DEFAULT_NICE`]); none is started yet.
+    /// A copy of `threads` threads (clamped to 1 ..= [`MAX_THREADS`]),
+    /// non-temporal stores toward the caller's memory unless
+    /// `GPUMUX_COPY_STREAMING` says otherwise, its helpers at nice
+    /// `GPUMUX_COPY_NICE` (default [`DEFAULT_NICE`]); none is started yet.
     pub fn new(threads: usize) -> Copier {
         Copier::with(threads, streaming_from_env(), nice_from_env())
     }
 
-    /// [`Copier::new`] told how to copy: non-temporal stores or a plain
-    /// `memcpy`, and the helpers' nice value (0 to 19; 0: the caller's).
-    pub fn with(threads: usize, streaming: bool, nice: i32) -> Copier {
+    /// [`Copier::new`] told how to copy: which copies use non-temporal
+    /// stores, and the helpers' nice value (0 to 19; 0: the caller's).
+    pub fn with(threads: usize, streaming: Streaming, nice: i32) -> Copier {
         Copier { threads: threads.clamp(1, MAX_THREADS), streaming, nice: nice.clamp(0, 19), pool: OnceLock::new() }
     }
 
@@ -312,21 +355,21 @@ impl Copier {
         self.threads
     }
 
-    /// Whether large copies use non-temporal stores.
-    pub fn streaming(&self) -> bool {
+    /// Which large copies use non-temporal stores.
+    pub fn streaming(&self) -> Streaming {
         self.streaming
     }
 
-    /// Copies `src` into `dst` (the same length), split across the threads
-    /// when it is at least [`PARALLEL_FROM`] bytes (and with non-temporal
-    /// stores then, if the copier uses them).
+    /// Copies `src` into `dst` (the same length) toward `toward`, split
+    /// across the threads when it is at least [`PARALLEL_FROM`] bytes (and
+    /// with non-temporal stores then, if the copier streams that way).
     ///
     /// # Panics
     /// If the lengths differ.
-    pub fn copy(&self, dst: &mut [u8], src: &[u8]) {
+    pub fn copy(&self, toward: Toward, dst: &mut [u8], src: &[u8]) {
         assert_eq!(dst.len(), src.len(), "a copy between slices of different lengths");
         // SAFETY: two live slices of that length; `&mut` makes them disjoint.
-        unsafe { self.copy_raw(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+        unsafe { self.copy_raw(src.as_ptr(), dst.as_mut_ptr(), src.len(), toward) }
     }
 
     /// [`Copier::copy`] between raw ranges.
@@ -334,9 +377,9 @@ impl Copier {
     /// # Safety
     /// `src` is valid for reads and `dst` for writes of `len` bytes, they do
     /// not overlap, and nothing else writes `dst` (or `src`) during the call.
-    pub(crate) unsafe fn copy_raw(&self, src: *const u8, dst: *mut u8, len: usize) {
+    pub(crate) unsafe fn copy_raw(&self, src: *const u8, dst: *mut u8, len: usize, toward: Toward) {
         // A small copy's bytes are likely read again soon: through the cache.
-        let streaming = self.streaming && len >= PARALLEL_FROM;
+        let streaming = self.streaming.streams(toward) && len >= PARALLEL_FROM;
         if len >= PARALLEL_FROM && self.threads > 1 {
             if let Some(pool) = self.pool.get_or_init(|| Pool::start(self.threads - 1, self.nice)) {
                 // SAFETY: the caller's guarantee.
@@ -378,15 +421,19 @@ mod tests {
 
     #[test]
     fn split_copies_are_bitwise_whatever_the_size_thread_count_and_stores() {
-        for (threads, streaming, nice) in [(1, false, 0), (1, true, 0), (2, true, 10), (3, false, 10), (4, true, 0)] {
+        use Streaming::*;
+        for (threads, streaming, nice) in [(1, Off, 0), (1, Both, 0), (2, TowardCaller, 10), (3, Off, 10), (4, Both, 0)]
+        {
             let copier = Copier::with(threads, streaming, nice);
-            for len in [0, 1, 4095, PARALLEL_FROM - 1, PARALLEL_FROM, PARALLEL_FROM + 12_345, (5 << 20) + 7] {
-                let src = pattern(len, threads as u32);
-                // Off a page boundary by a few bytes: the streaming head and tail.
-                let mut dst = vec![0u8; len + 3];
-                copier.copy(&mut dst[3..], &src);
-                assert!(dst[3..] == src[..], "{len} bytes on {threads} threads (streaming {streaming})");
-                assert_eq!(dst[..3], [0, 0, 0], "nothing before the destination");
+            for toward in [Toward::Region, Toward::Caller] {
+                for len in [0, 1, 4095, PARALLEL_FROM - 1, PARALLEL_FROM, PARALLEL_FROM + 12_345, (5 << 20) + 7] {
+                    let src = pattern(len, threads as u32);
+                    // Off a page boundary by a few bytes: the streaming head and tail.
+                    let mut dst = vec![0u8; len + 3];
+                    copier.copy(toward, &mut dst[3..], &src);
+                    assert!(dst[3..] == src[..], "{len} bytes {toward:?} on {threads} threads ({streaming:?})");
+                    assert_eq!(dst[..3], [0, 0, 0], "nothing before the destination");
+                }
             }
         }
     }
@@ -400,7 +447,7 @@ mod tests {
         let mut dst = vec![0u8; len];
         for round in 0..50u32 {
             let src = pattern(len, round);
-            copier.copy(&mut dst, &src);
+            copier.copy(Toward::Caller, &mut dst, &src);
             assert!(dst == src, "round {round}");
             if round % 10 == 9 {
                 // Long enough for the helpers to go to sleep.
@@ -429,10 +476,10 @@ mod tests {
     fn helpers_run_at_the_copiers_nice_value() {
         // 19: a thread may always raise its nice value, whatever the test
         // process runs at; the other tests' copiers use 0 and 10.
-        let copier = Copier::with(3, true, 19);
+        let copier = Copier::with(3, Streaming::Both, 19);
         let src = pattern(PARALLEL_FROM * 2, 9);
         let mut dst = vec![0u8; src.len()];
-        copier.copy(&mut dst, &src);
+        copier.copy(Toward::Region, &mut dst, &src);
         assert!(dst == src);
         // Helper threads are named gpumux-copy-1, -2; other tests' copiers
         // (other nice values) may run beside, so look for this one's value.
@@ -448,8 +495,10 @@ mod tests {
     fn threads_are_clamped_and_the_default_is_sane() {
         assert_eq!(Copier::new(0).threads(), 1);
         assert_eq!(Copier::new(1000).threads(), MAX_THREADS);
-        assert_eq!(Copier::with(2, true, 50).nice, 19);
-        assert_eq!(Copier::with(2, true, -5).nice, 0);
+        assert_eq!(Copier::with(2, Streaming::Both, 50).nice, 19);
+        assert_eq!(Copier::with(2, Streaming::Off, -5).nice, 0);
+        assert!(Streaming::TowardCaller.streams(Toward::Caller) && !Streaming::TowardCaller.streams(Toward::Region));
+        assert!(Streaming::Both.streams(Toward::Region) && !Streaming::Off.streams(Toward::Caller));
         let d = default_threads();
         assert!((1..=MAX_THREADS).contains(&d), "{d}");
     }

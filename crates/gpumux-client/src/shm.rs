@@ -9,7 +9,7 @@
 //! A host buffer (`Client::alloc_host`) is the same kind of file: the caller
 //! writes and reads the mapping itself, and the daemon DMAs from and to it.
 
-use crate::copier::Copier;
+use crate::copier::{Copier, Toward};
 use crate::error::{ClientError, Result};
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -110,14 +110,14 @@ impl SharedRegion {
         // SAFETY: in range (asserted) and mapped while self lives; the
         // caller's slice is not the region's (the region is the library's
         // own), and nothing else writes the span meanwhile (the caller's plan).
-        unsafe { copier.copy_raw(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) }
+        unsafe { copier.copy_raw(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len(), Toward::Region) }
     }
 
     /// Copies bytes out of the region from `offset` into `dst` (range as for [`SharedRegion::write`]).
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8], copier: &Copier) {
         assert!(offset.checked_add(dst.len()).is_some_and(|end| end <= self.len), "shared region read out of range");
         // SAFETY: as for `write`; the daemon is done writing the span (its reply came).
-        unsafe { copier.copy_raw(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) }
+        unsafe { copier.copy_raw(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len(), Toward::Caller) }
     }
 }
 
