@@ -8,7 +8,7 @@
 //! so a loaded machine slows both; what the count tells apart is whether a
 //! launch waits for the chunks. Served beside them, a launch + sync (a
 //! round trip to the core and a 4-block kernel) takes a fraction of a
-//! chunk's time (a 16 MiB `memcpy` in the client, another on the simulated
+//! chunk's time (an 8 MiB `memcpy` in the client, another on the simulated
 //! device's copy thread), so several come between two chunks; a launch that
 //! waited behind each chunk in flight would get about one per chunk, and
 //! one held behind the whole copy none.
@@ -52,7 +52,7 @@ fn a_pageable_copy_does_not_hold_back_another_clients_launches() {
     let finished = Arc::new(AtomicBool::new(false));
     let copier = {
         let (copying, finished) = (copying.clone(), finished.clone());
-        // Two threads: the helper pool, its non-temporal stores and its nice value.
+        // Two threads: the helper pool, its stores and its nice value.
         let options = ConnectOptions { copy_threads: 2, ..options("copier") };
         std::thread::spawn(move || {
             let client = Client::connect(options).expect("the copier connects");
