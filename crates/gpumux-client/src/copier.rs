@@ -43,10 +43,17 @@ pub const PARALLEL_FROM: usize = 1 << 20;
 /// The most threads a copier uses, the caller's included.
 pub const MAX_THREADS: usize = 16;
 
-/// How long a helper polls for the next part before it sleeps: the chunks
-/// of one copy come a request apart (tens of µs), and a wake-up from a
-/// futex costs about as much again.
+/// How long a helper polls for the next part before it sleeps, unless
+/// `GPUMUX_COPY_POLL_US` says otherwise: the chunks of one copy come a
+/// request apart (tens of µs), and a wake-up from a futex costs about as
+/// much again. A polling helper holds a core (and its hyperthread sibling's
+/// share) that the daemon's threads may want: issue 35's comparisons try 0.
 const POLL: Duration = Duration::from_micros(200);
+
+/// `GPUMUX_COPY_POLL_US` (µs, 0: sleep at once), else [`POLL`].
+fn poll_from_env() -> Duration {
+    env_number("GPUMUX_COPY_POLL_US").filter(|&n| n >= 0).map_or(POLL, |us| Duration::from_micros(us as u64))
+}
 
 /// The parts of a split copy start at multiples of this (whole pages).
 const ALIGN: usize = 4096;
@@ -197,6 +204,8 @@ struct Shared {
     work: Condvar,
     /// The last helper finished its part.
     finished: Condvar,
+    /// How long a helper polls for the next job before it sleeps.
+    poll: Duration,
 }
 
 struct State {
@@ -219,12 +228,13 @@ struct Pool {
 
 impl Pool {
     /// Starts `helpers` threads at nice value `nice`; `None` if not one started.
-    fn start(helpers: usize, nice: i32) -> Option<Pool> {
+    fn start(helpers: usize, nice: i32, poll: Duration) -> Option<Pool> {
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
             state: Mutex::new(State { epoch: 0, job: Job::default(), pending: 0, stop: false }),
             work: Condvar::new(),
             finished: Condvar::new(),
+            poll,
         });
         let mut pool = Pool { shared, helpers: Vec::with_capacity(helpers) };
         for i in 1..=helpers {
@@ -282,13 +292,13 @@ impl Drop for Pool {
 }
 
 /// Helper `index` (part `index` of each job): polls for a new job for
-/// [`POLL`], then sleeps until one comes.
+/// its poll time ([`POLL`]), then sleeps until one comes.
 fn helper(shared: &Shared, index: usize) {
     let mut seen = 0u64;
     loop {
         let since = Instant::now();
         let mut looks = 0u32;
-        while shared.epoch.load(Ordering::Acquire) == seen && since.elapsed() < POLL {
+        while shared.epoch.load(Ordering::Acquire) == seen && since.elapsed() < shared.poll {
             gpumux_ring::relax(looks);
             looks = looks.saturating_add(1);
         }
@@ -322,6 +332,8 @@ pub struct Copier {
     streaming: Streaming,
     /// The helpers' nice value (0: the caller's).
     nice: i32,
+    /// How long a helper polls between jobs.
+    poll: Duration,
     pool: OnceLock<Option<Pool>>,
 }
 
@@ -336,18 +348,21 @@ impl std::fmt::Debug for Copier {
 }
 
 impl Copier {
-    /// A copy of `threads` threads (clamped to 1 ..= [`MAX_THREADS`]),
+    /// A copier of `threads` threads (clamped to 1 ..= [`MAX_THREADS`]),
     /// non-temporal stores toward the caller's memory unless
     /// `GPUMUX_COPY_STREAMING` says otherwise, its helpers at nice
-    /// `GPUMUX_COPY_NICE` (default [`DEFAULT_NICE`]); none is started yet.
+    /// `GPUMUX_COPY_NICE` (default [`DEFAULT_NICE`]) polling
+    /// `GPUMUX_COPY_POLL_US` between jobs (default [`POLL`]); none is
+    /// started yet.
     pub fn new(threads: usize) -> Copier {
-        Copier::with(threads, streaming_from_env(), nice_from_env())
+        Copier { poll: poll_from_env(), ..Copier::with(threads, streaming_from_env(), nice_from_env()) }
     }
 
     /// [`Copier::new`] told how to copy: which copies use non-temporal
     /// stores, and the helpers' nice value (0 to 19; 0: the caller's).
     pub fn with(threads: usize, streaming: Streaming, nice: i32) -> Copier {
-        Copier { threads: threads.clamp(1, MAX_THREADS), streaming, nice: nice.clamp(0, 19), pool: OnceLock::new() }
+        let threads = threads.clamp(1, MAX_THREADS);
+        Copier { threads, streaming, nice: nice.clamp(0, 19), poll: POLL, pool: OnceLock::new() }
     }
 
     /// The threads it copies with, the caller's included.
@@ -381,7 +396,7 @@ impl Copier {
         // A small copy's bytes are likely read again soon: through the cache.
         let streaming = self.streaming.streams(toward) && len >= PARALLEL_FROM;
         if len >= PARALLEL_FROM && self.threads > 1 {
-            if let Some(pool) = self.pool.get_or_init(|| Pool::start(self.threads - 1, self.nice)) {
+            if let Some(pool) = self.pool.get_or_init(|| Pool::start(self.threads - 1, self.nice, self.poll)) {
                 // SAFETY: the caller's guarantee.
                 unsafe { pool.copy(src, dst, len, streaming) };
                 return;
@@ -489,6 +504,18 @@ mod tests {
             return;
         }
         assert!(nices.contains(&19), "a helper at nice 19 among {nices:?}");
+    }
+
+    #[test]
+    fn helpers_that_never_poll_still_take_every_job() {
+        let copier = Copier { poll: Duration::ZERO, ..Copier::with(3, Streaming::TowardCaller, 0) };
+        let len = PARALLEL_FROM * 2 + 5;
+        let mut dst = vec![0u8; len];
+        for round in 0..20u32 {
+            let src = pattern(len, round);
+            copier.copy(Toward::Caller, &mut dst, &src);
+            assert!(dst == src, "round {round}");
+        }
     }
 
     #[test]

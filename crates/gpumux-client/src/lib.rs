@@ -37,7 +37,8 @@
 //! copies of a MiB or more use non-temporal stores (default: those out of
 //! the region into the caller's memory; `both`; `0`: none);
 //! `GPUMUX_COPY_SLOTS`, the slots the shared region is cut into (default:
-//! [`slots_for`]). The last three are for comparisons (issue 35).
+//! [`slots_for`]); `GPUMUX_COPY_POLL_US`, how long those threads poll
+//! between chunks (default 200). The last four are for comparisons (issue 35).
 
 #![warn(missing_docs)]
 
