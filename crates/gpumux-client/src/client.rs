@@ -24,7 +24,7 @@ pub const DEFAULT_SHM_BYTES: u64 = 8 << 20;
 
 /// The size the shared region may grow to for large copies unless told
 /// otherwise ([`ConnectOptions::shm_max_bytes`]; clamped to the daemon's
-/// limit): two slots of 16 MiB ([`crate::slots_for`]), whose DMA takes several times a request's
+/// limit): four slots of 8 MiB, whose DMA takes several times a request's
 /// round trip. Measured on an H100 machine, a 1 GiB copy through 32 MiB went
 /// faster than through 8 MiB and than through 64-256 MiB (a region that
 /// stays in the host's cache between chunks).
