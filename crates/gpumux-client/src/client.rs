@@ -565,8 +565,10 @@ impl Client {
     /// [`Client::wait_event`], [`Client::query_event`]) or at the next
     /// launch, which is then not sent. Each such error is reported once.
     pub fn launch(&self, kernel: &Kernel, config: &LaunchConfig, args: &[Arg]) -> Result<()> {
+        // Issue 35's stage stamps (`gpumux_stamps`; nothing when off).
+        let called = gpumux_stamps::now_if_on();
         let launch = self.checked_launch(kernel, config, args)?;
-        self.conn.send_deferred(Request::Launch(launch))
+        self.conn.send_deferred_stamped(Request::Launch(launch), called)
     }
 
     /// The launch of `kernel` that [`Client::launch`] and
@@ -764,6 +766,8 @@ impl Drop for Client {
     fn drop(&mut self) {
         // Best effort: a daemon that is gone has cleaned up already.
         let _ = self.goodbye();
+        // This process's stage stamps, if on (issue 35).
+        gpumux_stamps::flush_or_say();
     }
 }
 

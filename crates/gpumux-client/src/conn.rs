@@ -458,6 +458,13 @@ impl Connection {
     /// Sends a request no caller waits for (module doc): an error in its
     /// reply is kept for [`Connection::take_deferred_error`].
     pub(crate) fn send_deferred(&self, request: Request) -> Result<()> {
+        self.send_deferred_stamped(request, None)
+    }
+
+    /// [`Connection::send_deferred`] of a launch called at `called` (ns,
+    /// `gpumux_stamps`): its call and its frame's write are stamped by the
+    /// frame's id, which the daemon's stamps name too (issue 35).
+    pub(crate) fn send_deferred_stamped(&self, request: Request, called: Option<u64>) -> Result<()> {
         self.note_cadence();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let name = request.name();
@@ -473,6 +480,11 @@ impl Connection {
                 }
                 routing.named.insert(id, name);
             }
+        }
+        if let Some(called) = called {
+            // Before the write: the daemon may read the frame before the write returns.
+            gpumux_stamps::at(called, gpumux_stamps::Stage::ClientCall, id, 0);
+            gpumux_stamps::stamp(gpumux_stamps::Stage::ClientWrite, id, 0);
         }
         self.write_frame(&bytes, None).map_err(|e| self.write_failed(e))
     }

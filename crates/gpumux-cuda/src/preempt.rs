@@ -767,10 +767,17 @@ impl WorkerLaunch {
                         (0, 0)
                     }
                     None => {
+                        let tag = gpumux_stamps::tag();
+                        if tag != 0 {
+                            gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchStart, tag, 0);
+                        }
                         let t = std::time::Instant::now();
                         // SAFETY: the user's arguments follow the native kernel's signature.
                         unsafe { native.launch(self.grid, self.block, self.smem, stream, &mut p)? };
                         let launched = t.elapsed();
+                        if tag != 0 {
+                            gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchReturn, tag, 0);
+                        }
                         let t = std::time::Instant::now();
                         if let Some(w) = publish {
                             w.write(stream)?;
@@ -832,10 +839,17 @@ impl WorkerLaunch {
                 (0, 0)
             }
             _ => {
+                let tag = gpumux_stamps::tag();
+                if tag != 0 {
+                    gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchStart, tag, 0);
+                }
                 let t = std::time::Instant::now();
                 // SAFETY: parameters follow the transformed signature (user args, ctl, launch).
                 unsafe { self.func.launch([workers, 1, 1], self.block, self.smem, stream, &mut p)? };
                 let launched = t.elapsed();
+                if tag != 0 {
+                    gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchReturn, tag, 0);
+                }
                 if let Some(m) = &measuring {
                     m.end.record(stream)?;
                 }

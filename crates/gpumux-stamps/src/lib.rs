@@ -45,7 +45,7 @@ pub const CAPACITY: usize = 1 << 18;
 pub enum Stage {
     /// Client: `launch` called (key: the request's frame id).
     ClientCall = 0,
-    /// Client: the launch's frame written to the ring (key: frame id).
+    /// Client: the launch's frame encoded, its write to the ring starting (key: frame id).
     ClientWrite,
     /// Core: the launch request read and made an operation (key: the
     /// operation; aux: client pid << 40 | frame id).

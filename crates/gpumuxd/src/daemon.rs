@@ -365,6 +365,8 @@ pub fn run(opts: Options) -> Result<()> {
     }
     drop(gpus);
     let outcomes: Vec<_> = core_threads.into_iter().map(|t| t.join()).collect();
+    // The daemon's stage stamps, if on (issue 35); its device processes write theirs.
+    gpumux_stamps::flush_or_say();
     drop(listener);
     drop(bound);
     // Writers finish what the core queued (ShuttingDown notices) and close.

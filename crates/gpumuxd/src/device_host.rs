@@ -86,8 +86,12 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         silenced: Silenced::default(),
         clock: HostClock::default(),
         poll_read: 0,
+        polls: 0,
     };
-    host.run()?;
+    let ran = host.run();
+    // This process's stage stamps, if on (issue 35).
+    gpumux_stamps::flush_or_say();
+    ran?;
     Ok(true)
 }
 
@@ -130,6 +134,9 @@ struct DeviceHost {
     clock: HostClock,
     /// When the poll being answered was read ([`mono_ns`]).
     poll_read: u64,
+    /// Polls received, numbering the exchanges' stage stamps as the daemon's
+    /// side does (`gpumux_stamps`).
+    polls: u64,
 }
 
 impl DeviceHost {
@@ -203,6 +210,15 @@ impl DeviceHost {
         let device_poll_ns = mono_ns().saturating_sub(self.poll_read);
         match polled {
             Ok(_) => {
+                // The ends this poll saw, before those of launches the daemon
+                // answered itself are dropped (issue 35's stage stamps).
+                if gpumux_stamps::on() {
+                    for e in &events {
+                        if let gpumux_engine::device::Event::LaunchEnded { launch, .. } = e {
+                            gpumux_stamps::stamp(gpumux_stamps::Stage::EndSeen, launch.0, 0);
+                        }
+                    }
+                }
                 if let Err(what) = self.silenced.filter(&mut events) {
                     self.broken = true;
                     return FromDevice::Fatal { what };
@@ -211,6 +227,9 @@ impl DeviceHost {
                 self.backend.take_failed(&mut failed);
                 self.backend.take_loaded(&mut loaded);
                 self.backend.take_ends_ahead(&mut ends_ahead);
+                for e in &ends_ahead {
+                    gpumux_stamps::stamp(gpumux_stamps::Stage::EndSeenAhead, e.op.0, 0);
+                }
                 let registered = self.take_registered();
                 let mut moved = std::mem::take(&mut self.moved);
                 self.backend.take_moved(&mut moved);
@@ -242,8 +261,13 @@ impl DeviceHost {
     fn handle(&mut self, msg: ToDevice) -> Result<()> {
         match msg {
             ToDevice::Poll => {
+                self.polls += 1;
+                let key = (u64::from(std::process::id()) << 40) | self.polls;
+                gpumux_stamps::at(self.poll_read, gpumux_stamps::Stage::HostPoll, key, 0);
                 let r = self.poll();
-                self.send(r)
+                let sent = self.send(r);
+                gpumux_stamps::stamp(gpumux_stamps::Stage::HostAnswer, key, 0);
+                sent
             }
             ToDevice::Spin { us } => {
                 self.spin = if us == 0 { crate::spin::window(link::SPIN) } else { Duration::from_micros(us) };
@@ -310,6 +334,7 @@ impl DeviceHost {
                 Ok(())
             }
             ToDevice::Bind { op, work } => {
+                gpumux_stamps::at(self.poll_read, gpumux_stamps::Stage::HostBind, op.0, 0);
                 let work = work.map_spans(|span| match self.regions.get(&span.region) {
                     Some(region) => Ok(crate::backend::HostSpan { region: region.clone(), offset: span.offset }),
                     None => Err(span.region),
@@ -333,6 +358,9 @@ impl DeviceHost {
                 Ok(())
             }
             ToDevice::Submit(command) => {
+                if let Command::Launch { launch, op, .. } = &command {
+                    gpumux_stamps::at(self.poll_read, gpumux_stamps::Stage::HostLaunch, op.0, launch.0);
+                }
                 if self.broken {
                     return Ok(());
                 }
@@ -345,7 +373,8 @@ impl DeviceHost {
                 if self.broken {
                     return Ok(());
                 }
-                if let Command::Launch { launch, .. } = &command {
+                if let Command::Launch { launch, op, .. } = &command {
+                    gpumux_stamps::at(self.poll_read, gpumux_stamps::Stage::HostLaunch, op.0, launch.0);
                     self.silenced.add(*launch);
                 }
                 if let Err(f) = self.backend.submit_answered(command) {

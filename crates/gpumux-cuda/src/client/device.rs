@@ -690,6 +690,9 @@ fn start_segs(
     post: Option<(&Launcher, cu::CUcontext)>,
     clock: &mut clock::LaunchClock,
 ) -> Result<(), CudaError> {
+    // The launch calls below (here or on the launcher thread) are stamped
+    // as this operation's (issue 35's stage stamps; nothing when off).
+    gpumux_stamps::set_tag(op.0);
     let op = ops.get_mut(&op).ok_or_else(|| CudaError::Invalid(format!("no work bound to {op}")))?;
     let mask = sm_mask(how.place.mask);
     for r in ranges.ranges() {

@@ -76,6 +76,8 @@ struct Job {
     params: Params,
     publish: Option<Publish>,
     slot: Arc<Slot>,
+    /// The operation its stage stamps name (`gpumux_stamps::tag`; 0: none).
+    tag: u64,
 }
 
 impl Drop for Job {
@@ -231,7 +233,9 @@ impl Launcher {
     ) -> Result<Pending> {
         let slot = Arc::new(Slot::default());
         let handles = Handles { ctx, func: func.raw, stream: stream.raw, ended: ended.map(Event::raw) };
-        let job = Job { handles, grid, block, smem, params, publish, slot: slot.clone() };
+        // The operation the poster named for the stage stamps (0: off).
+        let tag = gpumux_stamps::tag();
+        let job = Job { handles, grid, block, smem, params, publish, slot: slot.clone(), tag };
         let tx = self.tx.as_ref().ok_or_else(|| CudaError::Invalid("the launcher thread is gone".into()))?;
         self.posted.fetch_add(1, Ordering::Relaxed);
         if tx.send(job).is_err() {
@@ -292,6 +296,9 @@ fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(u64, u64), DriverE
         *current = h.ctx;
     }
     let mut ptrs = job.params.pointers();
+    if job.tag != 0 {
+        gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchStart, job.tag, 0);
+    }
     let t = Instant::now();
     // SAFETY: the parameters follow the function's signature, and the
     // function, stream and event outlive the job (module doc).
@@ -311,6 +318,9 @@ fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(u64, u64), DriverE
         )
     };
     as_driver(check("cuLaunchKernel", launched))?;
+    if job.tag != 0 {
+        gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchReturn, job.tag, 0);
+    }
     let launch_ns = t.elapsed().as_nanos().min(u32::MAX as u128) as u64;
     let t = Instant::now();
     if let Some(w) = job.publish {
@@ -342,7 +352,7 @@ mod tests {
         use std::ptr::null_mut;
         let handles = Handles { ctx: null_mut(), func: null_mut(), stream: null_mut(), ended: None };
         let (grid, block, params) = ([1; 3], [1; 3], Params::default());
-        Job { handles, grid, block, smem: 0, params, publish: None, slot: slot.clone() }
+        Job { handles, grid, block, smem: 0, params, publish: None, slot: slot.clone(), tag: 0 }
     }
 
     #[test]

@@ -350,6 +350,8 @@ pub struct RemoteBackend {
     staging: Option<Arc<ShmRegion>>,
     /// Where the exchanges' time goes ([`super::exchange_clock`]).
     clock: ExchangeClock,
+    /// `Poll`s sent, numbering the exchanges' stage stamps (`gpumux_stamps`).
+    polls_sent: u64,
 }
 
 impl RemoteBackend {
@@ -382,6 +384,7 @@ impl RemoteBackend {
             known: KnownEnds::default(),
             staging: None,
             clock: ExchangeClock::default(),
+            polls_sent: 0,
         })
     }
 
@@ -425,8 +428,27 @@ impl RemoteBackend {
         self.clock.sent(part, xc::mono_ns().saturating_sub(t));
         if sent.is_ok() && part == xc::SEND_POLLS {
             self.clock.poll_sent();
+            self.polls_sent += 1;
+            gpumux_stamps::stamp(gpumux_stamps::Stage::ExchangeStart, self.exchange_key(), 0);
         }
         sent
+    }
+
+    /// The current exchange's key in the stage stamps: the device process's
+    /// pid and the poll's number (several devices share the core's thread).
+    fn exchange_key(&self) -> u64 {
+        (u64::from(self.process.child.id()) << 40) | self.polls_sent
+    }
+
+    /// Stamps the launch ends among `events` as read by the core (issue 35).
+    fn stamp_ends(events: &[Event]) {
+        if gpumux_stamps::on() {
+            for e in events {
+                if let Event::LaunchEnded { launch, .. } = e {
+                    gpumux_stamps::stamp(gpumux_stamps::Stage::CoreEnd, launch.0, 0);
+                }
+            }
+        }
     }
 
     fn lost(&mut self, e: LinkError) -> String {
@@ -463,6 +485,9 @@ impl RemoteBackend {
         if let Err(e) = self.send_timed(msg, fd, part) {
             return Err(self.lost(e));
         }
+        if part == xc::SEND_POLLS {
+            gpumux_stamps::stamp(gpumux_stamps::Stage::WaitStart, self.exchange_key(), 0);
+        }
         self.answer()
     }
 
@@ -472,6 +497,7 @@ impl RemoteBackend {
             Ok(Some(answer)) => {
                 if matches!(answer, FromDevice::Polled { .. }) {
                     self.clock.answer_read();
+                    gpumux_stamps::stamp(gpumux_stamps::Stage::ExchangeEnd, self.exchange_key(), 0);
                 }
                 Ok(answer)
             }
@@ -735,6 +761,7 @@ impl Backend for RemoteBackend {
             if let Err(e) = self.send_timed(&ToDevice::Bind { op, work }, None, xc::SEND_BINDS) {
                 self.lost(e);
             }
+            gpumux_stamps::stamp(gpumux_stamps::Stage::CoreBind, op.0, 0);
         }
     }
 
@@ -761,6 +788,10 @@ impl Backend for RemoteBackend {
             return Ok(());
         }
         let launch = matches!(command, Command::Launch { .. });
+        let stamped = match &command {
+            Command::Launch { launch, op, .. } if gpumux_stamps::on() => Some((op.0, launch.0)),
+            _ => None,
+        };
         let (msg, part) = if self.known.answer(&command) {
             if tracing::enabled!(tracing::Level::TRACE) {
                 if let Command::Launch { launch, op, .. } = &command {
@@ -777,6 +808,9 @@ impl Backend for RemoteBackend {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
         }
+        if let Some((op, launch)) = stamped {
+            gpumux_stamps::stamp(gpumux_stamps::Stage::CoreLaunch, op, launch);
+        }
         Ok(())
     }
 
@@ -791,14 +825,19 @@ impl Backend for RemoteBackend {
         if self.known.pending() && !self.poll_sent {
             // Launches answered from ends seen ahead: no exchange (module doc).
             self.clock.local_poll();
+            let before = events.len();
             self.known.take(events);
+            Self::stamp_ends(&events[before..]);
             return Ok(self.now());
         }
         self.unpolled = false;
         let answer = if std::mem::take(&mut self.poll_sent) {
             match self.poll_answer.take() {
                 Some(a) => Ok(a),
-                None => self.answer(),
+                None => {
+                    gpumux_stamps::stamp(gpumux_stamps::Stage::WaitStart, self.exchange_key(), 0);
+                    self.answer()
+                }
             }
         } else {
             self.call(&ToDevice::Poll, None)
@@ -825,9 +864,11 @@ impl Backend for RemoteBackend {
                 for e in &got {
                     self.in_flight.event(e);
                 }
+                let before = events.len();
                 events.extend(got);
                 // After the device's: those launches went to it after this poll.
                 self.known.take(events);
+                Self::stamp_ends(&events[before..]);
                 let in_flight = &self.in_flight;
                 let learnt = ends_ahead.len();
                 self.known.learn(ends_ahead, |op| in_flight.launches_op(op));
@@ -891,6 +932,7 @@ impl Backend for RemoteBackend {
         match self.process.link.try_recv::<FromDevice>() {
             Ok(Some(a)) => {
                 self.clock.answer_read();
+                gpumux_stamps::stamp(gpumux_stamps::Stage::ExchangeEnd, self.exchange_key(), 0);
                 self.poll_answer = Some(a);
                 true
             }

@@ -928,6 +928,9 @@ impl Backend for SimBackend {
 
     fn bind(&mut self, op: OpId, work: OpWork) {
         if let (Some(s), OpWork::Kernel { after: Some(_), grid: [1, 1, 1], .. }) = (self.scripted.as_mut(), &work) {
+            // Scripted as queued and run ahead: its launch is here (issue 35's stage stamps).
+            gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchStart, op.0, 0);
+            gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchReturn, op.0, 0);
             s.report.push(crate::backend::ends_ahead::EndAhead { op, blocks: 1 });
             s.reported.insert(op);
         }
@@ -998,7 +1001,19 @@ impl Backend for SimBackend {
             Command::Grow { .. } | Command::Retreat { .. } => {}
         }
         self.unsettled = true;
-        self.sim.submit(self.sim_now, command).map_err(Failure::Fatal)
+        // The simulated launch call, for issue 35's stage stamps (nothing when off).
+        let launched = match &command {
+            Command::Launch { op, .. } if gpumux_stamps::on() => Some(op.0),
+            _ => None,
+        };
+        if let Some(op) = launched {
+            gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchStart, op, 0);
+        }
+        let r = self.sim.submit(self.sim_now, command).map_err(Failure::Fatal);
+        if let Some(op) = launched {
+            gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchReturn, op, 0);
+        }
+        r
     }
 
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {

@@ -171,7 +171,19 @@ impl Core {
                 return self.load_module(client, id, name, source, options).err().map(Err);
             }
             // Answered only when refused (the protocol's `Launch`).
-            Request::Launch(l) => return self.launch(client, &l).err().map(Err),
+            Request::Launch(l) => {
+                // Issue 35's stage stamps: the request read, keyed by its
+                // operation, with the client's pid and frame id that key the
+                // client's own stamps (`gpumux_stamps::analysis`).
+                let read = gpumux_stamps::now_if_on();
+                let launched = self.launch(client, &l);
+                if let (Some(t), Ok(())) = (read, &launched) {
+                    let pid = self.session(client).map_or(0, |s| s.peer.pid.max(0) as u64);
+                    let aux = (pid << 40) | (id & ((1 << 40) - 1));
+                    gpumux_stamps::at(t, gpumux_stamps::Stage::CoreRead, self.next_op.saturating_sub(1), aux);
+                }
+                return launched.err().map(Err);
+            }
             Request::CreateStream => self.create_stream(client),
             Request::DestroyStream(st) => self.destroy_stream(client, st),
             Request::SyncStream(st) => {
