@@ -10,6 +10,8 @@
 # PART, in the order given (a part may be given twice, e.g. with other variables between calls):
 #   check      daemon-gpu-check.sh, gpu-check.sh's check phase, client_gpu and swap_gpu
 #   programs   bench daemon --only programs (64 MiB copies): the chain, the stencil, the copies
+#   stamps     programs with GPUMUX_STAMPS set (issue 35's stage stamps), then `gpumux stamps`: each
+#              stage's pace per kernel of the chain (docs/program-speed.md, "Stage stamps")
 #   copy-beside bench daemon --only copy-beside: the chain alone and beside a client copying 1 GiB
 #   overhead   bench daemon --only overhead --rate-clients 1,8
 #   priority   bench daemon --only priority (the default configuration only)
@@ -28,7 +30,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}/session
 [ "${1:-}" = -o ] && { out=$2; shift 2; }
-[ $# -ge 2 ] || { sed -n '2,28p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,30p' "$0" >&2; exit 2; }
 bin=$(realpath -m "$1"); shift
 mkdir -p "$out"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -65,6 +67,14 @@ for part in "$@"; do
         programs)
             run programs 150 "$root/scripts/bench-daemon-gpu.sh" "$bin" "$out/programs" -- --only programs --program-copy-mib 64
             bench_rows '^(chain|stencil|copy)' "$out/programs/bench-daemon.txt" ;;
+        stamps)
+            sdir=$out/stamps-dir; rm -rf "$sdir"; mkdir -p "$sdir"
+            GPUMUX_STAMPS=$sdir run stamps 180 "$root/scripts/bench-daemon-gpu.sh" "$bin" "$out/stamps" -- --only programs --program-copy-mib 64
+            bench_rows '^(chain|stencil|copy)' "$out/stamps/bench-daemon.txt"
+            "$bin/gpumux" stamps "$sdir" --min-run 400 > "$out/stamps-report.txt" 2>&1 || status=1
+            cut -c1-220 "$out/stamps-report.txt"
+            # The raw stamps, compressed (the device tool brings back only small files).
+            tar czf "$out/stamps-raw.tgz" -C "$sdir" . && rm -rf "$sdir" ;;
         copy-beside)
             run copy-beside 240 "$root/scripts/bench-daemon-gpu.sh" "$bin" "$out/copy-beside" -- --only copy-beside
             grep -E '^(chain|copy-beside): |FAILED' "$out/copy-beside/bench-daemon.txt" | cut -c1-200 ;;

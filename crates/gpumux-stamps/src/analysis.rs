@@ -51,6 +51,9 @@ pub const COMMAND: [Stage; 2] = [Stage::CoreLaunch, Stage::HostLaunch];
 pub struct Line {
     /// The process (its file).
     pub pid: u32,
+    /// Its parent, from the file's header (0: not said): a device process's
+    /// stamps join its daemon's.
+    pub ppid: u32,
     /// ns.
     pub ns: u64,
     /// The stage.
@@ -95,7 +98,13 @@ pub fn read_dir(dir: &Path) -> Result<Vec<Line>, ReadError> {
 
 /// The records of one file's `text` (process `pid`), appended to `out`.
 pub fn parse(pid: u32, text: &str, out: &mut Vec<Line>) -> Result<(), String> {
+    let mut ppid = 0;
     for (i, line) in text.lines().enumerate() {
+        if let Some(header) = line.strip_prefix("# gpumux stamps ") {
+            let field = header.split_ascii_whitespace().find_map(|f| f.strip_prefix("ppid="));
+            ppid = field.and_then(|p| p.parse().ok()).unwrap_or(0);
+            continue;
+        }
         if line.starts_with('#') || line.trim().is_empty() {
             continue;
         }
@@ -105,7 +114,7 @@ pub fn parse(pid: u32, text: &str, out: &mut Vec<Line>) -> Result<(), String> {
         let stage = f.next().and_then(Stage::from_name).ok_or_else(bad)?;
         let key = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
         let aux = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-        out.push(Line { pid, ns, stage, key, aux });
+        out.push(Line { pid, ppid, ns, stage, key, aux });
     }
     Ok(())
 }
@@ -154,25 +163,33 @@ impl Kernel {
 /// Every kernel a `core_read` names, in `core_read` order, with the
 /// exchanges' stamps left aside.
 pub fn join(lines: &[Line]) -> Vec<Kernel> {
-    let mut kernels: HashMap<u64, Kernel> = HashMap::new();
-    let mut frames: HashMap<(u32, u64), u64> = HashMap::new();
-    let mut launches: HashMap<u64, u64> = HashMap::new();
+    // Operations and launches are numbered per daemon: keyed by the daemon's
+    // pid (a device process's parent), so that several daemon starts in one
+    // folder do not mix.
+    let daemons: std::collections::HashSet<u32> =
+        lines.iter().filter(|l| l.stage == Stage::CoreRead).map(|l| l.pid).collect();
+    let daemon_of = |l: &Line| if daemons.contains(&l.pid) { l.pid } else { l.ppid };
+    let mut kernels: HashMap<(u32, u64), Kernel> = HashMap::new();
+    let mut frames: HashMap<(u32, u64), (u32, u64)> = HashMap::new();
+    let mut launches: HashMap<(u32, u64), u64> = HashMap::new();
     for l in lines {
         match l.stage {
             Stage::CoreRead => {
                 let (client, frame) = ((l.aux >> 40) as u32, l.aux & ((1 << 40) - 1));
-                frames.insert((client, frame), l.key);
-                let k = kernels.entry(l.key).or_insert_with(|| Kernel { op: l.key, client, ..Kernel::default() });
+                frames.insert((client, frame), (l.pid, l.key));
+                let k =
+                    kernels.entry((l.pid, l.key)).or_insert_with(|| Kernel { op: l.key, client, ..Kernel::default() });
                 k.client = client;
                 k.set(Stage::CoreRead, l.ns);
             }
             Stage::CoreLaunch => {
-                launches.insert(l.aux, l.key);
+                launches.insert((l.pid, l.aux), l.key);
             }
             _ => {}
         }
     }
     for l in lines {
+        let d = daemon_of(l);
         let op = match l.stage {
             Stage::ClientCall | Stage::ClientWrite => frames.get(&(l.pid, l.key)).copied(),
             Stage::CoreBind
@@ -181,8 +198,8 @@ pub fn join(lines: &[Line]) -> Vec<Kernel> {
             | Stage::HostLaunch
             | Stage::LaunchStart
             | Stage::LaunchReturn
-            | Stage::EndSeenAhead => Some(l.key),
-            Stage::EndSeen | Stage::CoreEnd => launches.get(&l.key).copied(),
+            | Stage::EndSeenAhead => Some((d, l.key)),
+            Stage::EndSeen | Stage::CoreEnd => launches.get(&(d, l.key)).map(|op| (d, *op)),
             _ => None,
         };
         let Some(k) = op.and_then(|op| kernels.get_mut(&op)) else { continue };
@@ -415,8 +432,10 @@ mod tests {
             let op = 100 + k;
             let frame = 10 + k;
             let launch = 500 + k;
+            // The daemon is process 1, its device process 2.
             let mut push = |pid: u32, i: u64, stage: Stage, key: u64, aux: u64| {
-                v.push(Line { pid, ns: t0 + i * step, stage, key, aux })
+                let ppid = if pid == 2 { 1 } else { 0 };
+                v.push(Line { pid, ppid, ns: t0 + i * step, stage, key, aux })
             };
             push(client, 0, Stage::ClientCall, frame, 0);
             push(client, 1, Stage::ClientWrite, frame, 0);
@@ -515,10 +534,38 @@ mod tests {
     }
 
     #[test]
+    fn two_daemons_numbering_their_operations_alike_do_not_mix() {
+        let mut lines = chain(20, 10_000, 100);
+        // A second daemon (pid 3, device process 4) later, with the same numbers, and client 8.
+        let mut other = chain(20, 10_000, 100);
+        for l in other.iter_mut() {
+            l.ns += 1_000_000_000;
+            l.pid = match l.pid {
+                1 => 3,
+                2 => 4,
+                _ => 8,
+            };
+            l.ppid = if l.pid == 4 { 3 } else { 0 };
+            if l.stage == Stage::CoreRead {
+                l.aux = (8u64 << 40) | (l.aux & ((1 << 40) - 1));
+            }
+        }
+        lines.extend(other);
+        let ks = join(&lines);
+        assert_eq!(ks.len(), 40);
+        for k in &ks {
+            assert!(k.missing().is_empty(), "kernel {} lacks {:?}", k.op, k.missing());
+            let span = k.t(Stage::CoreEnd).zip(k.t(Stage::ClientCall)).map(|(e, c)| e - c);
+            assert_eq!(span, Some(900), "kernel {} of client {} joined across daemons", k.op, k.client);
+        }
+    }
+
+    #[test]
     fn a_file_line_that_is_not_a_record_is_an_error_naming_it() {
         let mut out = Vec::new();
-        assert!(parse(1, "# gpumux stamps pid=1\n5 core_read 1 2 3\n", &mut out).is_ok());
+        assert!(parse(1, "# gpumux stamps pid=1 ppid=9\n5 core_read 1 2 3\n", &mut out).is_ok());
         assert_eq!(out.len(), 1);
+        assert_eq!(out[0].ppid, 9, "the header names the parent");
         let e = parse(1, "5 nonsense 1 2 3\n", &mut out).expect_err("an unknown stage");
         assert!(e.contains("line 1"), "{e}");
     }

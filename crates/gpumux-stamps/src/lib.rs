@@ -18,7 +18,8 @@
 //! link's close, a client at its close).
 //!
 //! **Format** (one record a line, [`analysis`] reads it): a header line
-//! `# gpumux stamps pid=P`, then `ns stage key aux tid`, with `stage` a
+//! `# gpumux stamps pid=P ppid=Q` (a device process's parent is its
+//! daemon), then `ns stage key aux tid`, with `stage` a
 //! [`Stage`]'s name. `key` is what the stage knows the kernel by (a
 //! client's frame id, the engine's operation or launch id: [`Stage`] says
 //! which); the analysis joins them ([`analysis`], module doc).
@@ -275,12 +276,19 @@ pub fn flush() -> std::io::Result<()> {
         Err(_) => return Ok(()),
     };
     let named = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    let held: usize = buffers.iter().map(|b| b.records.lock().map_or(0, |r| r.len())).sum();
+    if held == 0 && DROPPED.load(Ordering::Relaxed) == 0 {
+        // A process that stamped nothing (a native bench role) leaves no file.
+        return Ok(());
+    }
     std::fs::create_dir_all(dir).map_err(named)?;
     let fresh = !path.exists();
     let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(named)?;
     let mut out = std::io::BufWriter::new(file);
     if fresh {
-        writeln!(out, "# gpumux stamps pid={pid}").map_err(named)?;
+        // SAFETY: getppid cannot fail.
+        let ppid = unsafe { libc::getppid() };
+        writeln!(out, "# gpumux stamps pid={pid} ppid={ppid}").map_err(named)?;
     }
     for b in buffers {
         let taken = match b.records.lock() {

@@ -73,6 +73,15 @@ enum Command {
     Top(ps::TopArgs),
     /// Run the daemon that processes share a GPU through (the same as `gpumuxd`).
     Daemon(gpumuxd::cli::DaemonArgs),
+    /// Where each kernel's time went: join the stage stamps that processes run with
+    /// GPUMUX_STAMPS=DIR wrote, and print each stage's pace (docs/program-speed.md).
+    Stamps {
+        /// The folder GPUMUX_STAMPS named.
+        dir: PathBuf,
+        /// Runs of fewer kernels than this are left out (a chain's rep is 511).
+        #[arg(long, default_value_t = 100)]
+        min_run: usize,
+    },
     /// A client program of `gpumux bench daemon` (started by the bench).
     #[command(hide = true)]
     BenchRole(bench_daemon::role::RoleArgs),
@@ -156,7 +165,10 @@ enum BenchCommand {
 fn main() {
     restore_default_sigpipe();
     let cli = Cli::parse();
-    if let Err(e) = dispatch(cli) {
+    let done = dispatch(cli);
+    // This process's stage stamps, if GPUMUX_STAMPS is set (issue 35).
+    gpumux_stamps::flush_or_say();
+    if let Err(e) = done {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
@@ -199,6 +211,11 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Ps(args) => ps::ps(args),
         Command::Top(args) => ps::top(args),
         Command::Daemon(args) => gpumuxd::cli::run_logged(&args),
+        Command::Stamps { dir, min_run } => {
+            let lines = gpumux_stamps::analysis::read_dir(&dir)?;
+            print!("{}", gpumux_stamps::analysis::report(&lines, min_run));
+            Ok(())
+        }
         Command::Devices => {
             for n in gpumux_sim::presets::NAMES {
                 if let Some(d) = gpumux_sim::presets::by_name(n) {
