@@ -3,7 +3,9 @@
 //!
 //! **Joining.** A kernel is an engine operation (the core's `core_read`
 //! makes it, carrying the client's pid and frame id, which key the client's
-//! own stamps in its file `<pid>.stamps`). The core's `core_launch` carries
+//! own stamps in its file `<pid>.stamps`; a client's frame ids start again
+//! on each connection, so a client stamp joins the first read of its frame id
+//! after it). The core's `core_launch` carries
 //! the launch id, which keys the device's `end_seen` and the core's
 //! `core_end`. A stage stamped twice for one kernel (a launch's workers
 //! started again after a retreat) counts its first time.
@@ -170,13 +172,15 @@ pub fn join(lines: &[Line]) -> Vec<Kernel> {
         lines.iter().filter(|l| l.stage == Stage::CoreRead).map(|l| l.pid).collect();
     let daemon_of = |l: &Line| if daemons.contains(&l.pid) { l.pid } else { l.ppid };
     let mut kernels: HashMap<(u32, u64), Kernel> = HashMap::new();
-    let mut frames: HashMap<(u32, u64), (u32, u64)> = HashMap::new();
+    // A client's frame ids start again on each connection: a frame's reads,
+    // each (read, daemon, operation).
+    let mut frames: HashMap<(u32, u64), Vec<(u64, u32, u64)>> = HashMap::new();
     let mut launches: HashMap<(u32, u64), u64> = HashMap::new();
     for l in lines {
         match l.stage {
             Stage::CoreRead => {
                 let (client, frame) = ((l.aux >> 40) as u32, l.aux & ((1 << 40) - 1));
-                frames.insert((client, frame), (l.pid, l.key));
+                frames.entry((client, frame)).or_default().push((l.ns, l.pid, l.key));
                 let k =
                     kernels.entry((l.pid, l.key)).or_insert_with(|| Kernel { op: l.key, client, ..Kernel::default() });
                 k.client = client;
@@ -191,7 +195,11 @@ pub fn join(lines: &[Line]) -> Vec<Kernel> {
     for l in lines {
         let d = daemon_of(l);
         let op = match l.stage {
-            Stage::ClientCall | Stage::ClientWrite => frames.get(&(l.pid, l.key)).copied(),
+            // The first read of that frame id after the client's stamp.
+            Stage::ClientCall | Stage::ClientWrite => frames
+                .get(&(l.pid, l.key))
+                .and_then(|reads| reads.iter().filter(|(read, ..)| *read >= l.ns).min())
+                .map(|&(_, d, op)| (d, op)),
             Stage::CoreBind
             | Stage::CoreLaunch
             | Stage::HostBind

@@ -598,7 +598,9 @@ impl Backend for RemoteBackend {
         if self.poll_sent || !self.known.pending() {
             return false;
         }
+        let before = events.len();
         self.known.take(events);
+        Self::stamp_ends(&events[before..]);
         true
     }
 
