@@ -273,26 +273,40 @@ pub struct Exchanges {
     pub waited_ns: u64,
     /// Device-process polls answered in the windows.
     pub host_polls: usize,
+    /// Their p50 time in the device process (received to answered), ns.
+    pub host_p50_ns: Option<i64>,
 }
 
 /// The core's exchanges within `windows` (`[start, end]` ns).
 pub fn exchanges(lines: &[Line], windows: &[(u64, u64)]) -> Exchanges {
     let inside = |t: u64| windows.iter().any(|(a, b)| t >= *a && t <= *b);
     let mut by_key: HashMap<(u32, u64), [Option<u64>; 3]> = HashMap::new();
-    let mut host_polls = 0;
+    let mut host: HashMap<u64, [Option<u64>; 2]> = HashMap::new();
     for l in lines {
         let i = match l.stage {
             Stage::ExchangeStart => 0,
             Stage::WaitStart => 1,
             Stage::ExchangeEnd => 2,
+            // Keyed by the device process's pid already.
             Stage::HostPoll => {
-                host_polls += usize::from(inside(l.ns));
+                host.entry(l.key).or_default()[0] = Some(l.ns);
+                continue;
+            }
+            Stage::HostAnswer => {
+                host.entry(l.key).or_default()[1] = Some(l.ns);
                 continue;
             }
             _ => continue,
         };
         by_key.entry((l.pid, l.key)).or_default()[i] = Some(l.ns);
     }
+    let mut host_lens: Vec<i64> = host
+        .values()
+        .filter_map(|[a, b]| a.zip(*b))
+        .filter(|(a, _)| inside(*a))
+        .map(|(a, b)| b.saturating_sub(a) as i64)
+        .collect();
+    let host_polls = host_lens.len();
     let mut lens = Vec::new();
     let mut waited = 0u64;
     for [s, w, e] in by_key.values() {
@@ -308,7 +322,7 @@ pub fn exchanges(lines: &[Line], windows: &[(u64, u64)]) -> Exchanges {
         }
     }
     let count = lens.len();
-    Exchanges { count, p50_ns: p50(&mut lens), waited_ns: waited, host_polls }
+    Exchanges { count, p50_ns: p50(&mut lens), waited_ns: waited, host_polls, host_p50_ns: p50(&mut host_lens) }
 }
 
 /// The report `gpumux stamps DIR` prints.
@@ -397,10 +411,12 @@ pub fn report(lines: &[Line], min_run: usize) -> String {
     let n = kernels.len().max(1) as f64;
     let _ = writeln!(
         s,
-        "exchanges: {} core polls of the device process in the runs ({:.2} a kernel; {} polls answered by it), p50 {} µs each, the core blocked {:.2} µs a kernel waiting for answers",
+        "exchanges: {} core polls of the device process in the runs ({:.2} a kernel; {} answered by it, p50 {} µs \
+         from its receipt to its answer), p50 {} µs each, the core blocked {:.2} µs a kernel waiting for answers",
         x.count,
         x.count as f64 / n,
         x.host_polls,
+        us(x.host_p50_ns),
         us(x.p50_ns),
         x.waited_ns as f64 / n / 1000.0
     );
