@@ -162,6 +162,9 @@ impl Kernel {
     }
 }
 
+/// A client frame's read by a core: when, the daemon's pid, the operation.
+type FrameRead = (u64, u32, u64);
+
 /// Every kernel a `core_read` names, in `core_read` order, with the
 /// exchanges' stamps left aside.
 pub fn join(lines: &[Line]) -> Vec<Kernel> {
@@ -174,7 +177,7 @@ pub fn join(lines: &[Line]) -> Vec<Kernel> {
     let mut kernels: HashMap<(u32, u64), Kernel> = HashMap::new();
     // A client's frame ids start again on each connection: a frame's reads,
     // each (read, daemon, operation).
-    let mut frames: HashMap<(u32, u64), Vec<(u64, u32, u64)>> = HashMap::new();
+    let mut frames: HashMap<(u32, u64), Vec<FrameRead>> = HashMap::new();
     let mut launches: HashMap<(u32, u64), u64> = HashMap::new();
     for l in lines {
         match l.stage {
