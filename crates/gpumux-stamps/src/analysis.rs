@@ -361,8 +361,10 @@ pub fn report(lines: &[Line], min_run: usize) -> String {
     let mut windows = Vec::new();
     let mut lens = Vec::new();
     for r in &runs {
-        let first = r.iter().filter_map(|k| k.t(Stage::ClientCall).or(k.t(Stage::CoreRead))).min();
-        let last = r.iter().filter_map(|k| k.t(Stage::CoreEnd)).max();
+        // From the first stamp of the run's kernels to the last (its last end
+        // read, unless that stage is missing).
+        let first = r.iter().filter_map(|k| k.at.iter().flatten().min().copied()).min();
+        let last = r.iter().filter_map(|k| k.at.iter().flatten().max().copied()).max();
         if let (Some(a), Some(b)) = (first, last) {
             windows.push((a, b));
             lens.push(b.saturating_sub(a) as i64);
@@ -371,7 +373,7 @@ pub fn report(lines: &[Line], min_run: usize) -> String {
     let per_run = p50(&mut lens.clone());
     let _ = writeln!(
         s,
-        "runs: p50 {} ms from the first launch call to the last end read ({} kernels a run)",
+        "runs: p50 {} ms from the first launch call to the last end read (or the last stamp) ({} kernels a run)",
         per_run.map_or_else(|| "-".into(), |n| format!("{:.3}", n as f64 / 1e6)),
         kernels.len() / runs.len()
     );
