@@ -813,6 +813,73 @@ fn with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_witho
     assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
 }
 
+/// Between polls (`ClientDevice::look_ahead`, which the daemon's device
+/// process calls between the daemon's messages): once the first launch of a
+/// stream of 80 dependent native steps ended at a poll, looks alone (no poll)
+/// see the run's kernels end, in stream order, and queue the rest. Each step
+/// reported is launched at once, answered, so that the next one not seen yet
+/// waits behind a launch that adopted a kernel seen ended and has not left
+/// the table (a poll would end it): the looks go on past it. Then polls end
+/// every launch with every block done, and `x` is the host's.
+#[test]
+fn with_hardware_priority_a_run_queued_natively_goes_on_between_polls_past_launches_answered_from_their_ends() {
+    let name =
+        "with_hardware_priority_a_run_queued_natively_goes_on_between_polls_past_launches_answered_from_their_ends";
+    let Some((_gpu, mut d)) = device_or_skip(name) else {
+        return;
+    };
+    d.set_hw_priority(true);
+    d.set_report_ends_ahead(true);
+    let steps = 80u32;
+    let sx = StepX::new(&mut d, 1, hashed);
+    let (sms, blocks, n) = (d.info().num_sms, sx.blocks as u64, sx.n);
+    let op = |k: u32| 100 + k as u64;
+    for k in 0..steps {
+        let after = k.checked_sub(1).map(|p| OpId(op(p)));
+        // SAFETY: a kernel binds no host memory.
+        unsafe { d.bind_after(OpId(op(k)), sx.work(k + 1, 0), after) }.expect("bind");
+    }
+    let all = SmSet::range(0, sms);
+    d.submit(d.now(), launch(op(0), 1000, BlockRanges::full(blocks), all, blocks)).expect("launch");
+    let mut events = run_until(&mut d, ended(LaunchId(1000))).expect("the first launch");
+    let mut next = 1u32;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while next < steps {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} launched in 10 s on looks alone: {:?}",
+            next - 1,
+            steps - 1,
+            d.ahead_counts()
+        );
+        d.look_ahead().expect("look ahead");
+        let mut seen: Vec<(OpId, u64)> = d.take_ends_ahead();
+        seen.sort();
+        for (o, b) in seen {
+            assert_eq!((o, b), (OpId(op(next)), blocks), "seen ended in stream order, with its whole grid");
+            d.submit_answered(d.now(), launch(op(next), 1000 + next as u64, BlockRanges::full(blocks), all, blocks))
+                .expect("launch");
+            d.unbind(o);
+            next += 1;
+        }
+    }
+    d.unbind(OpId(op(0)));
+    let last = LaunchId(1000 + steps as u64 - 1);
+    if end_of(&events, last).is_none() {
+        events.extend(run_until(&mut d, ended(last)).expect("the last launch"));
+    }
+    for k in 0..steps {
+        assert_eq!(ended_with(&events, 1000 + k as u64), Some((0, blocks)), "step {k} ran every block");
+    }
+    assert!(!d.busy(), "nothing left on the device once every step ended");
+    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+    assert!(sx.read(&mut d, 2) == want, "{steps} steps run between polls: x differs from the host's");
+    let c = d.ahead_counts();
+    eprintln!("run ahead between polls: {c:?}");
+    assert_eq!(c.ended_ahead, steps as u64 - 1, "every step after the first seen ended ahead");
+    assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
+}
+
 #[test]
 fn with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_workers_and_alone_runs_natively() {
     let Some((_gpu, mut d)) = device_or_skip(

@@ -59,6 +59,9 @@ pub enum Stage {
     HostBind,
     /// Device process: the launch command received (key: operation; aux: launch).
     HostLaunch,
+    /// The device's thread posted the kernel's launch calls to the launcher
+    /// thread (key: operation). Absent for launches it makes itself.
+    LaunchPosted,
     /// The thread that calls `cuLaunchKernel` (the launcher thread, or the
     /// device's own): the call starts (key: operation).
     LaunchStart,
@@ -87,7 +90,7 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in order.
-    pub const ALL: [Stage; 17] = [
+    pub const ALL: [Stage; 18] = [
         Stage::ClientCall,
         Stage::ClientWrite,
         Stage::CoreRead,
@@ -95,6 +98,7 @@ impl Stage {
         Stage::CoreLaunch,
         Stage::HostBind,
         Stage::HostLaunch,
+        Stage::LaunchPosted,
         Stage::LaunchStart,
         Stage::LaunchReturn,
         Stage::EndSeenAhead,
@@ -117,6 +121,7 @@ impl Stage {
             Stage::CoreLaunch => "core_launch",
             Stage::HostBind => "host_bind",
             Stage::HostLaunch => "host_launch",
+            Stage::LaunchPosted => "launch_posted",
             Stage::LaunchStart => "launch_start",
             Stage::LaunchReturn => "launch_return",
             Stage::EndSeenAhead => "end_seen_ahead",

@@ -235,6 +235,9 @@ impl Launcher {
         let handles = Handles { ctx, func: func.raw, stream: stream.raw, ended: ended.map(Event::raw) };
         // The operation the poster named for the stage stamps (0: off).
         let tag = gpumux_stamps::tag();
+        if tag != 0 {
+            gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchPosted, tag, 0);
+        }
         let job = Job { handles, grid, block, smem, params, publish, slot: slot.clone(), tag };
         let tx = self.tx.as_ref().ok_or_else(|| CudaError::Invalid("the launcher thread is gone".into()))?;
         self.posted.fetch_add(1, Ordering::Relaxed);
