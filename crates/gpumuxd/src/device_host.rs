@@ -14,22 +14,6 @@
 //! next `Poll`. After the device reports a lost context it touches the
 //! device no more (a faulted CUDA process cannot recover) and waits to be
 //! killed. It exits when the daemon closes its end.
-//!
-//! **Between messages** it looks ahead ([`Backend::look_ahead`]) at most
-//! every [`LOOK_AHEAD_EVERY`], both while it polls the link and after each
-//! message it handled: the CUDA device looks for the ends of the kernels it
-//! queued natively and queues the next kernels of their runs, so that the
-//! GPU's feed does not wait for the daemon's next poll. It makes no event
-//! and answers nothing: the device still sees commands and polls in the
-//! daemon's order, and a launch's events still come only with a poll's
-//! answer. Why after messages too (issue 35's stage stamps, H200, 95ab37c):
-//! a chain's kernels were bound ~3 ms before the launcher thread started
-//! them, in bursts of ~15 (the launch records a run holds until its kernels
-//! are seen ended) ~100 µs apart, the GPU idle between bursts until a poll
-//! saw the ends; the daemon polled every 30-90 µs, and the device process,
-//! never idle on the link while the core sent it a chain's binds, answered
-//! launches and unbinds, looked ahead only while idle (the version removed
-//! at 1d01787, which measured no gain for that reason).
 
 use crate::backend::ends_ahead::Silenced;
 use crate::backend::exchange_clock::{self, mono_ns, HostClock};
@@ -47,31 +31,9 @@ use std::time::Duration;
 
 /// What the load clock counts: launch commands, launch commands the daemon
 /// answered itself, the other commands (grows, retreats, copies), polls,
-/// binds and unbinds of operations, the rest, and the looks ahead between
-/// messages (`exchange_clock::HOST_PARTS`, also what each poll's answer
-/// accounts for).
-const LOAD_PARTS: [&str; 8] = exchange_clock::HOST_PARTS;
-
-/// How often the device process looks ahead while it waits for the daemon's
-/// next message (module doc, "Between messages"), at most.
-const LOOK_AHEAD_EVERY: Duration = Duration::from_micros(4);
-/// Set to a number of µs to look ahead that often instead of
-/// [`LOOK_AHEAD_EVERY`]; `0` never (issue 35's A/B: the runs then go on at
-/// polls and binds only).
-pub const LOOK_AHEAD_VAR: &str = "GPUMUX_LOOK_AHEAD_US";
-
-/// [`LOOK_AHEAD_EVERY`], or what [`LOOK_AHEAD_VAR`] says (`None`: never).
-fn look_ahead_every() -> Option<Duration> {
-    let Ok(v) = std::env::var(LOOK_AHEAD_VAR) else { return Some(LOOK_AHEAD_EVERY) };
-    match v.trim().parse::<u64>() {
-        Ok(0) => None,
-        Ok(us) => Some(Duration::from_micros(us)),
-        Err(_) => {
-            tracing::warn!("{LOOK_AHEAD_VAR}={v:?} is not a number of µs: every {LOOK_AHEAD_EVERY:?}");
-            Some(LOOK_AHEAD_EVERY)
-        }
-    }
-}
+/// binds and unbinds of operations, and the rest (`exchange_clock::HOST_PARTS`,
+/// also what each poll's answer accounts for).
+const LOAD_PARTS: [&str; 7] = exchange_clock::HOST_PARTS;
 
 /// How long the device process waits for the daemon to offer the link's
 /// rings (sent right after the daemon starts it).
@@ -125,12 +87,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         clock: HostClock::default(),
         poll_read: 0,
         polls: 0,
-        look_every: look_ahead_every(),
-        looked: 0,
     };
-    if host.look_every.is_none() {
-        tracing::info!("device process: no look ahead between messages ({LOOK_AHEAD_VAR}=0)");
-    }
     let ran = host.run();
     // This process's stage stamps, if on (issue 35).
     gpumux_stamps::flush_or_say();
@@ -180,10 +137,6 @@ struct DeviceHost {
     /// Polls received, numbering the exchanges' stage stamps as the daemon's
     /// side does (`gpumux_stamps`).
     polls: u64,
-    /// How often to look ahead between messages (module doc); `None`: never.
-    look_every: Option<Duration>,
-    /// When it last looked ahead after a message ([`mono_ns`]).
-    looked: u64,
 }
 
 impl DeviceHost {
@@ -192,17 +145,7 @@ impl DeviceHost {
     /// flight: [`link::SPIN`]), then sleeps on it.
     fn run(&mut self) -> Result<()> {
         loop {
-            let got = match self.look_every {
-                Some(every) => {
-                    let (backend, clock, load) = (&mut self.backend, &mut self.clock, &mut self.load);
-                    let (broken, failure) = (&mut self.broken, &mut self.failure);
-                    self.link.recv_spin_doing::<ToDevice>(self.spin, every, || {
-                        look_ahead(backend.as_mut(), clock, load, broken, failure)
-                    })
-                }
-                None => self.link.recv_spin::<ToDevice>(self.spin),
-            };
-            match got {
+            match self.link.recv_spin::<ToDevice>(self.spin) {
                 Ok(Some(msg)) => {
                     use exchange_clock as x;
                     let kind = match msg {
@@ -222,11 +165,6 @@ impl DeviceHost {
                     // answer says when it was read and ready.
                     self.clock.did(kind, began, ended);
                     self.load.add(kind, 1, Duration::from_nanos(ended.saturating_sub(began)));
-                    // A busy link is no reason for the runs to wait (module doc).
-                    if look_due(self.look_every, &mut self.looked, ended) {
-                        let (backend, clock, load) = (&mut self.backend, &mut self.clock, &mut self.load);
-                        look_ahead(backend.as_mut(), clock, load, &mut self.broken, &mut self.failure);
-                    }
                     if let Some(lap) = self.load.lap() {
                         tracing::debug!(target: "gpumuxd::load", "device process: {lap}");
                     }
@@ -509,69 +447,10 @@ impl DeviceHost {
     }
 }
 
-/// One look ahead between messages (module doc), counted when the device
-/// saw an end; a failure is kept for the next poll's answer, and the
-/// device is left alone after it.
-fn look_ahead(
-    backend: &mut dyn Backend,
-    clock: &mut HostClock,
-    load: &mut LoadClock,
-    broken: &mut bool,
-    failure: &mut Option<Failure>,
-) {
-    if *broken {
-        return;
-    }
-    let began = mono_ns();
-    match backend.look_ahead() {
-        Ok(false) => {}
-        Ok(true) => {
-            let ended = mono_ns();
-            clock.did(exchange_clock::HOST_LOOKS, began, ended);
-            load.add(exchange_clock::HOST_LOOKS, 1, Duration::from_nanos(ended.saturating_sub(began)));
-        }
-        Err(f) => {
-            *broken = true;
-            failure.get_or_insert(f);
-        }
-    }
-}
-
-/// Whether a look ahead is due after a message handled at `now` (ns): the
-/// last such look (`looked`, set to `now` when due) at least `every` ago;
-/// never without `every` (module doc, "Between messages").
-fn look_due(every: Option<Duration>, looked: &mut u64, now: u64) -> bool {
-    let Some(every) = every else { return false };
-    if now.saturating_sub(*looked) < every.as_nanos() as u64 {
-        return false;
-    }
-    *looked = now;
-    true
-}
-
 /// A failure as the answer to a poll.
 fn failure_message(f: Failure) -> FromDevice {
     match f {
         Failure::ContextLost { suspects, what } => FromDevice::ContextLost { suspects, what },
         Failure::Fatal(e) => FromDevice::Fatal { what: format!("{:#}", anyhow::Error::new(e)) },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_look_ahead_is_due_after_a_message_at_most_once_per_period_and_never_when_off() {
-        let every = Some(Duration::from_micros(4));
-        let mut looked = 0;
-        assert!(look_due(every, &mut looked, 10_000), "the first message after start");
-        assert_eq!(looked, 10_000);
-        assert!(!look_due(every, &mut looked, 13_999), "3.999 µs later: not yet");
-        assert!(look_due(every, &mut looked, 14_000), "4 µs later, however busy the link");
-        assert!(!look_due(every, &mut looked, 14_500));
-        let mut never = 0;
-        assert!(!look_due(None, &mut never, u64::MAX), "GPUMUX_LOOK_AHEAD_US=0: never");
-        assert_eq!(never, 0);
     }
 }

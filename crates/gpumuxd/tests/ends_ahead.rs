@@ -4,14 +4,11 @@
 //! answers their launches without a round trip, the device process drops
 //! the events of those launches, and the client's stream completes in order.
 //! A file of its own: the variable is set for this process, whose device
-//! processes inherit it. The device process also looks ahead between the
-//! daemon's messages, and its next poll reports what it saw.
+//! processes inherit it.
 
-use gpumux_engine::ids::OpId;
 use gpumux_proto::{Launch, Reply, Request, ServerFrame, StreamId};
 use gpumuxd::backend::remote::RemoteBackend;
 use gpumuxd::backend::sim::ENDS_AHEAD_VAR;
-use gpumuxd::backend::{Backend, OpWork};
 use gpumuxd::config::ClientLimits;
 use gpumuxd::conn::Inbound;
 use gpumuxd::core::Core;
@@ -91,46 +88,4 @@ fn launches_of_kernels_the_device_ran_ahead_are_answered_without_a_round_trip_an
     }
     assert_eq!(call(&mut core, &rx, 300, Request::SyncStream(StreamId(0))), Ok(Reply::Done));
     assert_eq!(core.status().context_rebuilds, 0, "the device process never failed");
-}
-
-/// The device process looks ahead between the daemon's messages
-/// (`device_host`, "Between messages"): with kernels bound to follow another,
-/// the scripted device sees their ends at a look while the device process
-/// waits for the next message, and the next poll's exchange says it looked
-/// ahead. Off with `GPUMUX_LOOK_AHEAD_US=0` (not set here).
-#[test]
-fn the_device_process_looks_ahead_between_messages_and_reports_at_the_next_poll() {
-    std::env::set_var(ENDS_AHEAD_VAR, "1");
-    let exe = Path::new(env!("CARGO_BIN_EXE_gpumuxd"));
-    let mut backend = RemoteBackend::start(exe, "sim:h100").expect("the device process starts");
-    let image = backend.load_module("m.cu", "__global__ void j() {}\n", &[]).expect("the module loads");
-    let code = image.kernels[0].code;
-    let work = |after| OpWork::Kernel {
-        code,
-        grid: [1, 1, 1],
-        block: [32, 1, 1],
-        shared_bytes: 0,
-        params: Vec::new(),
-        range: None,
-        after,
-    };
-    backend.bind(OpId(1), work(None));
-    // A kernel bound behind the last each time; the device process spins on
-    // the link for 200 µs after a message and looks ahead every 4 µs: one of
-    // these pauses is enough, however loaded the machine.
-    let (mut looked, mut last) = (None, String::new());
-    for i in 2..100u64 {
-        backend.bind(OpId(i), work(Some(OpId(i - 1))));
-        std::thread::sleep(Duration::from_micros(100));
-        let mut events = Vec::new();
-        backend.poll(&mut events).expect("the device process answers");
-        let words = backend.exchange_lap().unwrap_or_default();
-        if words.contains(" looks ahead ") {
-            looked = Some(words);
-            break;
-        }
-        last = words;
-    }
-    let Some(words) = looked else { panic!("the device process never looked ahead between messages: {last}") };
-    assert!(words.contains("1 looks ahead"), "one look saw the kernel bound before it: {words}");
 }

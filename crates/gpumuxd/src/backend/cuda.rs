@@ -524,13 +524,6 @@ impl Backend for CudaBackend {
         self.device.set_report_ends_ahead(true);
     }
 
-    fn look_ahead(&mut self) -> Result<bool, Failure> {
-        match self.device.look_ahead() {
-            Ok(looked) => Ok(looked),
-            Err(e) => Err(self.failure(e)),
-        }
-    }
-
     fn take_ends_ahead(&mut self, out: &mut Vec<super::ends_ahead::EndAhead>) {
         let ends = self.device.take_ends_ahead();
         out.extend(ends.into_iter().map(|(op, blocks)| super::ends_ahead::EndAhead { op, blocks }));

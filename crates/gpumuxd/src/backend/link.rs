@@ -296,20 +296,8 @@ impl Link {
     /// wake-up of several µs (tens at the tail) per hop. The polls read the
     /// ring; every `SOCKET_EVERY`th (64th) also reads the socket.
     pub fn recv_spin<T: DeserializeOwned>(&mut self, spin: Duration) -> Result<Option<T>, LinkError> {
-        self.recv_spin_doing(spin, spin, || {})
-    }
-
-    /// [`Link::recv_spin`], calling `between` every `every` while nothing
-    /// has come (the device process's look ahead between messages).
-    pub fn recv_spin_doing<T: DeserializeOwned>(
-        &mut self,
-        spin: Duration,
-        every: Duration,
-        mut between: impl FnMut(),
-    ) -> Result<Option<T>, LinkError> {
         self.flush()?;
         let start = Instant::now();
-        let mut due = every;
         let mut tries = 0u32;
         loop {
             tries = tries.wrapping_add(1);
@@ -323,13 +311,8 @@ impl Link {
                     return Ok(Some(msg));
                 }
             }
-            let waited = start.elapsed();
-            if waited >= spin {
+            if start.elapsed() >= spin {
                 return self.try_recv();
-            }
-            if waited >= due {
-                between();
-                due = start.elapsed() + every;
             }
             gpumux_ring::relax(tries);
         }

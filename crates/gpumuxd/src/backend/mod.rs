@@ -633,14 +633,6 @@ pub trait Backend: Send {
     fn hold_sends(&mut self) {}
     /// Sends what [`Backend::hold_sends`] held, and stops holding.
     fn release_sends(&mut self) {}
-    /// Work a device in a device process does between the daemon's messages
-    /// ([`crate::device_host`], "Between messages"): the CUDA device looks
-    /// for the ends of the kernels it queued natively and queues the next
-    /// kernels of their runs. It makes no event. True if it saw an end (the
-    /// device process counts those); a failure is the next poll's answer.
-    fn look_ahead(&mut self) -> Result<bool, Failure> {
-        Ok(false)
-    }
     /// Appends the ends seen ahead since the last call ([`Backend::report_ends_ahead`]).
     fn take_ends_ahead(&mut self, _out: &mut Vec<ends_ahead::EndAhead>) {}
     /// Carries out a launch command the daemon answered itself from an end

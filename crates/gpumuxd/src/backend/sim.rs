@@ -265,8 +265,7 @@ pub struct SimBackend {
 
 /// Set to `1` in a device process's environment, the simulated device
 /// reports every one-block kernel bound to follow another on its stream as
-/// ended ahead, seen at its next look ahead between messages
-/// ([`Backend::look_ahead`]) or its next poll, and ends such a launch that the daemon
+/// ended ahead at its next poll, and ends such a launch that the daemon
 /// answered without running it: a scripted device for tests of the daemon's
 /// path for ends known ahead (`backend::ends_ahead`) without a GPU. The
 /// simulator does not model queue ahead (the CUDA device's); off, nothing
@@ -276,8 +275,6 @@ pub const ENDS_AHEAD_VAR: &str = "GPUMUX_SIM_ENDS_AHEAD";
 /// What [`ENDS_AHEAD_VAR`] scripts.
 #[derive(Default)]
 struct ScriptedEnds {
-    /// Bound, not seen yet (by a look ahead or a poll).
-    unseen: Vec<crate::backend::ends_ahead::EndAhead>,
     /// For the next poll.
     report: Vec<crate::backend::ends_ahead::EndAhead>,
     /// Reported and not launched yet.
@@ -934,7 +931,7 @@ impl Backend for SimBackend {
             // Scripted as queued and run ahead: its launch is here (issue 35's stage stamps).
             gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchStart, op.0, 0);
             gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchReturn, op.0, 0);
-            s.unseen.push(crate::backend::ends_ahead::EndAhead { op, blocks: 1 });
+            s.report.push(crate::backend::ends_ahead::EndAhead { op, blocks: 1 });
             s.reported.insert(op);
         }
         self.bound.insert(op, work);
@@ -944,7 +941,6 @@ impl Backend for SimBackend {
         if let Some(s) = self.scripted.as_mut() {
             s.reported.remove(&op);
             s.report.retain(|e| e.op != op);
-            s.unseen.retain(|e| e.op != op);
         }
         self.bound.remove(&op);
     }
@@ -958,16 +954,8 @@ impl Backend for SimBackend {
 
     fn take_ends_ahead(&mut self, out: &mut Vec<crate::backend::ends_ahead::EndAhead>) {
         if let Some(s) = self.scripted.as_mut() {
-            // A poll sees what no look ahead saw yet.
             out.append(&mut s.report);
-            out.append(&mut s.unseen);
         }
-    }
-
-    fn look_ahead(&mut self) -> Result<bool, Failure> {
-        let Some(s) = self.scripted.as_mut().filter(|s| !s.unseen.is_empty()) else { return Ok(false) };
-        s.report.append(&mut s.unseen);
-        Ok(true)
     }
 
     fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {

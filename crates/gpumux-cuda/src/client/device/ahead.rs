@@ -110,20 +110,6 @@
 //! a poll that needs an end event (a run that stopped on a kernel that does
 //! not publish; a kernel not seen ended 100 µs after its launch, which is
 //! how a fault shows) records it then, behind the kernel on its stream.
-//!
-//! **Between polls.** A caller that waits between the engine's calls (the
-//! daemon's device process, between the daemon's messages) looks ahead
-//! ([`ClientDevice::look_ahead`]): the ends of the kernels queued natively
-//! are looked for, their records given back and the runs go on, as at a poll
-//! but with no event (the engine hears of its launches at polls only). So
-//! the GPU's feed does not wait for the next poll: with the runs going on
-//! only at polls and binds, the GPU ran at most what the records held since
-//! the last poll (issue 35). A launch that adopted a kernel seen ended
-//! (`Live::done_ahead`) leaves the table only at the next poll; the run
-//! behind it is looked at meanwhile. An end seen between polls whose launch
-//! command comes before the next poll is not reported: the device ends that
-//! launch itself ([`ClientDevice::adopt`]). How far the GPU ran ahead of the
-//! engine at each poll is [`super::lead`]'s.
 
 use super::clock::Part;
 use super::{
@@ -686,10 +672,7 @@ impl ClientDevice {
             .iter()
             .filter(|(_, a)| !a.ended && !a.cancelled && a.native())
             .filter(|(_, a)| match a.behind {
-                // A launch that adopted a kernel seen ended has ended on the
-                // GPU (it leaves the table at the next poll; between polls,
-                // `look_ahead`, the run behind it is looked at meanwhile).
-                Behind::Launch(lid) => st.launches.get(&lid).is_none_or(|l| l.done_ahead),
+                Behind::Launch(lid) => !st.launches.contains_key(&lid),
                 Behind::Queued(p) => st.ahead.get(&p).is_none_or(|b| b.ended),
             })
             .map(|(&op, _)| op)
@@ -783,26 +766,6 @@ impl ClientDevice {
             }
         }
         Ok(())
-    }
-
-    /// Looks for the ends of kernels queued natively and lets their runs go
-    /// on, between polls (module doc, "Between polls"): the caller's to call
-    /// while it waits (the daemon's device process, between the daemon's
-    /// messages). True if it saw an end. Makes no event: the engine hears of
-    /// launches at polls only. Reports the ends seen as a poll does
-    /// ([`ClientDevice::take_ends_ahead`]).
-    pub fn look_ahead(&mut self) -> Result<bool, DeviceError> {
-        // Nothing to look at (workers queued, or kernels all seen ended): no
-        // driver call, not even the context's (this runs every few µs).
-        let waiting = |st: &InContext| st.ahead.values().any(|a| a.native() && !a.cancelled && !a.ended);
-        if !self.refill_ahead && self.st.as_ref().is_none_or(|st| !waiting(st)) {
-            return Ok(false);
-        }
-        let ended = self.poll_ahead()?;
-        if ended || std::mem::take(&mut self.refill_ahead) {
-            self.deepen_tails()?;
-        }
-        Ok(ended)
     }
 
     /// Notes the GPU's lead over the engine at a poll that finds kernels
@@ -911,9 +874,6 @@ impl ClientDevice {
         };
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
-            // Seen ended between polls and not reported yet: its launch
-            // command came first, and the device ends the launch itself.
-            self.ends_ahead.retain(|&(o, _)| o != live.op);
         }
         // What is queued natively behind it waits for this launch now.
         for b in st.ahead.values_mut().chain(st.orphans.iter_mut().map(|o| &mut o.1)) {
