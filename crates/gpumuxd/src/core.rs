@@ -53,6 +53,7 @@ mod host;
 pub(crate) mod id_map;
 mod inbox;
 mod load_parts;
+mod poll_hold;
 mod record;
 mod recovery;
 mod requests;

@@ -14,6 +14,12 @@
 //! next `Poll`. After the device reports a lost context it touches the
 //! device no more (a faulted CUDA process cannot recover) and waits to be
 //! killed. It exits when the daemon closes its end.
+//!
+//! A `PollHeld` is a poll that waits for news while the device is busy
+//! ([`hold`]): still only inside the message's handling, so lockstep holds,
+//! and it ends as soon as the daemon sends anything else.
+
+mod hold;
 
 use crate::backend::ends_ahead::Silenced;
 use crate::backend::exchange_clock::{self, mono_ns, HostClock};
@@ -24,6 +30,7 @@ use crate::load::LoadClock;
 use crate::shm::ShmRegion;
 use anyhow::{bail, Context, Result};
 use gpumux_engine::device::{Command, DeviceError};
+use hold::{Ended, HoldClock};
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
@@ -87,6 +94,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         clock: HostClock::default(),
         poll_read: 0,
         polls: 0,
+        holds: HoldClock::default(),
     };
     let ran = host.run();
     // This process's stage stamps, if on (issue 35).
@@ -137,6 +145,8 @@ struct DeviceHost {
     /// Polls received, numbering the exchanges' stage stamps as the daemon's
     /// side does (`gpumux_stamps`).
     polls: u64,
+    /// How the held polls ended ([`hold`]).
+    holds: HoldClock,
 }
 
 impl DeviceHost {
@@ -152,7 +162,7 @@ impl DeviceHost {
                         ToDevice::Submit(Command::Launch { .. }) => x::HOST_LAUNCHES,
                         ToDevice::SubmitAnswered(_) => x::HOST_ANSWERED,
                         ToDevice::Submit(_) => x::HOST_COMMANDS,
-                        ToDevice::Poll => x::HOST_POLLS,
+                        ToDevice::Poll | ToDevice::PollHeld { .. } => x::HOST_POLLS,
                         ToDevice::Bind { .. } => x::HOST_BINDS,
                         ToDevice::Unbind { .. } => x::HOST_UNBINDS,
                         _ => x::HOST_OTHER,
@@ -177,6 +187,9 @@ impl DeviceHost {
                     if let Some(load) = self.load.summary() {
                         tracing::info!("device process: {load}");
                     }
+                    if let Some(holds) = self.holds.summary() {
+                        tracing::info!("device process: {holds}");
+                    }
                     return Ok(());
                 }
                 Err(e) => return Err(e).context("reading the daemon's messages"),
@@ -184,8 +197,11 @@ impl DeviceHost {
         }
     }
 
-    /// One poll of the device, as the daemon's core would make it in-process.
-    fn poll(&mut self) -> FromDevice {
+    /// One poll of the device, as the daemon's core would make it
+    /// in-process; held up to `hold` while the device is busy and has no news
+    /// ([`hold`]): polled again and again until it has, the daemon sends
+    /// another message, or nothing can come before the hold's end.
+    fn poll(&mut self, hold: Duration) -> FromDevice {
         if let Some(f) = self.failure.take() {
             return failure_message(f);
         }
@@ -206,42 +222,65 @@ impl DeviceHost {
                 times,
             };
         }
-        let polled = self.backend.poll(&mut events);
-        let device_poll_ns = mono_ns().saturating_sub(self.poll_read);
-        match polled {
-            Ok(_) => {
-                // The ends this poll saw, before those of launches the daemon
-                // answered itself are dropped (issue 35's stage stamps).
-                if gpumux_stamps::on() {
-                    for e in &events {
-                        if let gpumux_engine::device::Event::LaunchEnded { launch, .. } = e {
-                            gpumux_stamps::stamp(gpumux_stamps::Stage::EndSeen, launch.0, 0);
-                        }
-                    }
-                }
-                if let Err(what) = self.silenced.filter(&mut events) {
-                    self.broken = true;
-                    return FromDevice::Fatal { what };
-                }
-                let (mut failed, mut loaded, mut ends_ahead) = (Vec::new(), Vec::new(), Vec::new());
-                self.backend.take_failed(&mut failed);
-                self.backend.take_loaded(&mut loaded);
-                self.backend.take_ends_ahead(&mut ends_ahead);
-                for e in &ends_ahead {
-                    gpumux_stamps::stamp(gpumux_stamps::Stage::EndSeenAhead, e.op.0, 0);
-                }
-                let registered = self.take_registered();
-                let mut moved = std::mem::take(&mut self.moved);
-                self.backend.take_moved(&mut moved);
-                let wake = self.backend.next_wake();
-                let times = self.clock.answer(self.poll_read, device_poll_ns);
-                FromDevice::Polled { events, failed, loaded, registered, moved, ends_ahead, wake, times }
-            }
-            Err(f) => {
+        let (mut failed, mut loaded, mut ends_ahead) = (Vec::new(), Vec::new(), Vec::new());
+        let mut registered = Vec::new();
+        let mut moved = std::mem::take(&mut self.moved);
+        let deadline = self.poll_read.saturating_add(hold.as_nanos() as u64);
+        let mut looks = 0u32;
+        let wake = loop {
+            if let Err(f) = self.backend.poll(&mut events) {
                 self.broken = true;
-                failure_message(f)
+                return failure_message(f);
+            }
+            if let Err(what) = self.silenced.filter(&mut events) {
+                self.broken = true;
+                return FromDevice::Fatal { what };
+            }
+            self.backend.take_failed(&mut failed);
+            self.backend.take_loaded(&mut loaded);
+            self.backend.take_ends_ahead(&mut ends_ahead);
+            registered.append(&mut self.take_registered());
+            self.backend.take_moved(&mut moved);
+            let wake = self.backend.next_wake();
+            if hold.is_zero() {
+                break wake;
+            }
+            let news = !(events.is_empty()
+                && failed.is_empty()
+                && loaded.is_empty()
+                && ends_ahead.is_empty()
+                && registered.is_empty()
+                && moved.is_empty());
+            let now = mono_ns();
+            let ended = if news {
+                Err(Ended::News)
+            } else if !matches!(self.link.has_message(), Ok(false)) {
+                // A message (or the link's failure, which the next read reports).
+                Err(Ended::Message)
+            } else {
+                hold::keep_holding(wake, now, deadline)
+            };
+            if let Err(how) = ended {
+                self.holds.ended(how, now.saturating_sub(self.poll_read));
+                break wake;
+            }
+            looks = looks.wrapping_add(1);
+            gpumux_ring::relax(looks);
+        };
+        // The ends this poll saw (issue 35's stage stamps).
+        if gpumux_stamps::on() {
+            for e in &events {
+                if let gpumux_engine::device::Event::LaunchEnded { launch, .. } = e {
+                    gpumux_stamps::stamp(gpumux_stamps::Stage::EndSeen, launch.0, 0);
+                }
+            }
+            for e in &ends_ahead {
+                gpumux_stamps::stamp(gpumux_stamps::Stage::EndSeenAhead, e.op.0, 0);
             }
         }
+        let device_poll_ns = mono_ns().saturating_sub(self.poll_read);
+        let times = self.clock.answer(self.poll_read, device_poll_ns);
+        FromDevice::Polled { events, failed, loaded, registered, moved, ends_ahead, wake, times }
     }
 
     fn send(&mut self, msg: FromDevice) -> Result<()> {
@@ -264,11 +303,22 @@ impl DeviceHost {
                 self.polls += 1;
                 let key = (u64::from(std::process::id()) << 40) | self.polls;
                 gpumux_stamps::at(self.poll_read, gpumux_stamps::Stage::HostPoll, key, 0);
-                let r = self.poll();
+                let r = self.poll(Duration::ZERO);
                 let sent = self.send(r);
                 gpumux_stamps::stamp(gpumux_stamps::Stage::HostAnswer, key, 0);
                 sent
             }
+            ToDevice::PollHeld { us } => {
+                self.polls += 1;
+                let key = (u64::from(std::process::id()) << 40) | self.polls;
+                gpumux_stamps::at(self.poll_read, gpumux_stamps::Stage::HostPoll, key, 0);
+                let r = self.poll(Duration::from_micros(u64::from(us)));
+                let sent = self.send(r);
+                gpumux_stamps::stamp(gpumux_stamps::Stage::HostAnswer, key, 0);
+                sent
+            }
+            // Read: the hold it was meant to end is over.
+            ToDevice::EndHold => Ok(()),
             ToDevice::Spin { us } => {
                 self.spin = if us == 0 { crate::spin::window(link::SPIN) } else { Duration::from_micros(us) };
                 Ok(())

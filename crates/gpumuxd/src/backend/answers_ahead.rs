@@ -289,6 +289,12 @@ impl Backend for AnswersAhead {
     fn start_poll(&mut self) -> bool {
         self.inner.start_poll()
     }
+    fn start_held_poll(&mut self, hold: Duration) -> bool {
+        self.inner.start_held_poll(hold)
+    }
+    fn end_hold(&mut self) {
+        self.inner.end_hold()
+    }
     fn poll_ready(&mut self) -> bool {
         self.inner.poll_ready()
     }

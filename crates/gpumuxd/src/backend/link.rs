@@ -290,6 +290,18 @@ impl Link {
         Ok(None)
     }
 
+    /// Whether the peer has written anything not yet received (a message,
+    /// or the start of one); never blocks, and reads the ring only (a held
+    /// poll's look for the daemon's next message: the socket's end of stream
+    /// is seen at the next receive).
+    pub fn has_message(&mut self) -> Result<bool, LinkError> {
+        if self.reader.pending() > 0 {
+            return Ok(true);
+        }
+        self.take_ring()?;
+        Ok(self.reader.pending() > 0)
+    }
+
     /// The next message, polling for it without sleeping for at most
     /// `spin` (`Ok(None)` then): the daemon and its device process answer
     /// each other within µs while work is in flight, and a sleep costs a

@@ -606,6 +606,15 @@ pub trait Backend: Send {
     fn poll_ready(&mut self) -> bool {
         true
     }
+    /// [`Backend::start_poll`], the device allowed to hold its answer up to
+    /// `hold` while it is busy and has no news (a device in another process:
+    /// docs/daemon.md, "Held polls"); the core sets `hold` by its timers.
+    fn start_held_poll(&mut self, _hold: Duration) -> bool {
+        self.start_poll()
+    }
+    /// Ends the hold of a poll started with [`Backend::start_held_poll`]
+    /// whose answer a request waits for.
+    fn end_hold(&mut self) {}
     /// When to poll next if no request comes.
     fn next_wake(&self) -> Wake;
     /// How long a device in another process should poll for the next message

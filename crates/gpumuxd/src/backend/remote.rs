@@ -325,6 +325,13 @@ pub struct RemoteBackend {
     kernels_loaded: usize,
     /// A `Poll` went out ([`Backend::start_poll`]) whose answer was not read.
     poll_sent: bool,
+    /// That poll may be held ([`Backend::start_held_poll`]), and whether
+    /// [`Backend::end_hold`] ended it.
+    held: (bool, bool),
+    /// A held poll came back with nothing, its device still busy: the
+    /// device was watched all along, so the next poll goes at once rather
+    /// than a poll period later ([`Backend::next_wake`]).
+    repoll: bool,
     /// Its answer, read early: by [`Backend::poll_ready`], or by a call made
     /// while it was on its way (answers come in the order asked).
     poll_answer: Option<FromDevice>,
@@ -373,6 +380,8 @@ impl RemoteBackend {
             broken: None,
             spin: Duration::ZERO,
             poll_sent: false,
+            held: (false, false),
+            repoll: false,
             poll_answer: None,
             failed: Vec::new(),
             loading: Default::default(),
@@ -477,7 +486,8 @@ impl RemoteBackend {
             return Err(format!("the device is lost ({why}); it is being restarted"));
         }
         if self.poll_sent && self.poll_answer.is_none() {
-            // A poll is on its way: its answer comes first.
+            // A poll is on its way: its answer comes first (not held for news).
+            self.end_hold();
             let answer = self.answer()?;
             self.poll_answer = Some(answer);
         }
@@ -833,6 +843,8 @@ impl Backend for RemoteBackend {
             return Ok(self.now());
         }
         self.unpolled = false;
+        self.repoll = false;
+        let (held, _) = std::mem::take(&mut self.held);
         let answer = if std::mem::take(&mut self.poll_sent) {
             match self.poll_answer.take() {
                 Some(a) => Ok(a),
@@ -847,6 +859,7 @@ impl Backend for RemoteBackend {
         match answer {
             Ok(FromDevice::Polled { events: got, failed, loaded, registered, moved, ends_ahead, wake, times }) => {
                 self.clock.exchanged(&times);
+                self.repoll = held && got.is_empty() && ends_ahead.is_empty() && matches!(wake, Wake::Spin);
                 self.moved.extend(moved);
                 for r in &registered {
                     if let Some((id, region)) = self.pinning.remove(&r.token) {
@@ -914,17 +927,37 @@ impl Backend for RemoteBackend {
     }
 
     fn start_poll(&mut self) -> bool {
+        self.start_held_poll(Duration::ZERO)
+    }
+
+    fn start_held_poll(&mut self, hold: Duration) -> bool {
         if self.poll_sent || self.failure.is_some() || self.broken.is_some() || self.known.pending() {
             return self.poll_sent;
         }
-        match self.send_timed(&ToDevice::Poll, None, xc::SEND_POLLS) {
-            Ok(()) => self.poll_sent = true,
+        let us = u32::try_from(hold.as_micros()).unwrap_or(u32::MAX);
+        let msg = if us == 0 { ToDevice::Poll } else { ToDevice::PollHeld { us } };
+        self.repoll = false;
+        match self.send_timed(&msg, None, xc::SEND_POLLS) {
+            Ok(()) => {
+                self.poll_sent = true;
+                self.held = (us > 0, false);
+            }
             // Recorded: the poll reports it.
             Err(e) => {
                 self.lost(e);
             }
         }
         self.poll_sent
+    }
+
+    fn end_hold(&mut self) {
+        if !self.poll_sent || self.poll_answer.is_some() || self.held != (true, false) || self.broken.is_some() {
+            return;
+        }
+        self.held.1 = true;
+        if let Err(e) = self.send_timed(&ToDevice::EndHold, None, xc::SEND_OTHER) {
+            self.lost(e);
+        }
     }
 
     fn poll_ready(&mut self) -> bool {
@@ -953,7 +986,7 @@ impl Backend for RemoteBackend {
     }
 
     fn next_wake(&self) -> Wake {
-        if self.failure.is_some() || self.unpolled || self.known.pending() {
+        if self.failure.is_some() || self.unpolled || self.known.pending() || self.repoll {
             return Wake::After(Duration::ZERO);
         }
         if self.broken.is_some() {
@@ -988,6 +1021,8 @@ impl Backend for RemoteBackend {
         self.failure = None;
         self.broken = None;
         self.poll_sent = false;
+        self.held = (false, false);
+        self.repoll = false;
         self.poll_answer = None;
         self.failed.clear();
         self.known = KnownEnds::default();

@@ -146,6 +146,21 @@ pub enum ToDevice {
     /// Answered by [`FromDevice::Polled`], or by [`FromDevice::ContextLost`]
     /// or [`FromDevice::Fatal`] if the device failed since the last poll.
     Poll,
+    /// `Poll`, held while the device is busy (docs/daemon.md, "Held polls"):
+    /// the device process polls its device again and again for at most `us`
+    /// µs and answers at the first news (an event, an end seen ahead, a
+    /// load, a pin, a move or a failure), as soon as the daemon sends any
+    /// other message, or when its device has nothing due within the hold.
+    /// Still lockstep: the device is polled only inside this message's
+    /// handling, after every message sent before it and before any sent
+    /// after. Answered as `Poll`.
+    PollHeld {
+        /// How long it may hold, µs.
+        us: u32,
+    },
+    /// Ends a [`ToDevice::PollHeld`] being held (the daemon has a request
+    /// that waits for the poll's answer); nothing otherwise. No answer.
+    EndHold,
     /// One piece of [`super::Backend::read_back`] ([`super::pieces`]) or
     /// [`super::Backend::read_to_region`]: the allocation's `bytes` bytes
     /// from `offset` copied to `region` at `at` (the daemon's staging

@@ -123,7 +123,9 @@ impl Core {
             let mut handling = Duration::ZERO;
             let requests_before = stats.requests;
             if let Some(inbox) = inbox {
-                if self.backend.start_poll() {
+                // Held while the device is busy (`poll_hold`): its answer
+                // comes when the device has news, not a poll period later.
+                if self.backend.start_held_poll(self.poll_hold()) {
                     handling = self.while_polling(inbox, &mut stats);
                 }
             }
@@ -207,6 +209,7 @@ impl Core {
         let start = Instant::now();
         let mut handling = Duration::ZERO;
         let mut idle_looks = 0u32;
+        let mut hold_ended = false;
         while !self.backend.poll_ready() {
             if let Some(msg) = self.next_for_pump(inbox) {
                 handling += self.handle_in_pump(msg, stats);
@@ -214,8 +217,16 @@ impl Core {
             }
             // A clock read costs about as much as a look at the link: not every time.
             idle_looks += 1;
-            if idle_looks.is_multiple_of(32) && start.elapsed() >= REQUESTS_DURING_POLL {
-                break;
+            if idle_looks.is_multiple_of(32) {
+                // A message the pump may not handle waits for the answer:
+                // the device stops holding it (`poll_hold`).
+                if !hold_ended && self.inbox.holds_other(handled_during_poll) {
+                    self.backend.end_hold();
+                    hold_ended = true;
+                }
+                if start.elapsed() >= REQUESTS_DURING_POLL {
+                    break;
+                }
             }
             std::hint::spin_loop();
         }

@@ -1,0 +1,100 @@
+//! Held polls in the device process ([`crate::backend::wire::ToDevice::PollHeld`];
+//! docs/daemon.md, "Held polls"): when a hold goes on, and where its time went.
+//!
+//! A poll of a busy device used to be answered at once, empty, and the
+//! daemon's core asked again a poll period (5 µs) and a round trip later, so
+//! a short kernel's end waited for both. A held poll polls the device until
+//! news, so the end goes back the moment the device sees it. The hold stops
+//! where waiting cannot bring news ([`keep_holding`]), so it never spins on
+//! an idle device or past the device's own next wake.
+
+use crate::backend::Wake;
+use std::fmt::Write as _;
+
+/// Why a held poll was answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The device had news (events, ends seen ahead, loads, pins, moves, failures).
+    News,
+    /// The daemon sent another message: it is answered first.
+    Message,
+    /// The hold's time ran out with the device still busy.
+    Deadline,
+    /// The device had nothing due within the hold (idle, or its next wake later).
+    NothingDue,
+}
+
+/// Whether a held poll goes on at `now` (ns, [`crate::backend::exchange_clock::mono_ns`])
+/// with the device's `wake` and the hold ending at `deadline`: only while
+/// the device is busy and may have news before the deadline.
+pub fn keep_holding(wake: Wake, now: u64, deadline: u64) -> Result<(), Ended> {
+    if now >= deadline {
+        return Err(Ended::Deadline);
+    }
+    match wake {
+        Wake::Spin => Ok(()),
+        Wake::After(d) if now.saturating_add(d.as_nanos() as u64) < deadline => Ok(()),
+        Wake::After(_) | Wake::Idle => Err(Ended::NothingDue),
+    }
+}
+
+/// Counts of held polls by how they ended, and the time held (logged when
+/// the device process stops, beside its load line).
+#[derive(Debug, Default)]
+pub struct HoldClock {
+    /// Per [`Ended`] in its order: how many, and ns held in all.
+    by: [(u64, u64); 4],
+}
+
+impl HoldClock {
+    /// A held poll ended `how` after `held_ns` of holding.
+    pub fn ended(&mut self, how: Ended, held_ns: u64) {
+        let i = how as usize;
+        self.by[i].0 += 1;
+        self.by[i].1 += held_ns;
+    }
+
+    /// One line, or `None` if no poll was held.
+    pub fn summary(&self) -> Option<String> {
+        let total: u64 = self.by.iter().map(|b| b.0).sum();
+        if total == 0 {
+            return None;
+        }
+        let mut line = format!("{total} held polls, by how they ended (count, mean µs held):");
+        for (name, (n, ns)) in ["news", "a message", "the deadline", "nothing due"].iter().zip(self.by) {
+            let mean = if n == 0 { 0.0 } else { ns as f64 / n as f64 / 1e3 };
+            let _ = write!(line, " {name} {n} ({mean:.1})");
+        }
+        Some(line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_hold_goes_on_only_while_news_may_come_before_its_deadline() {
+        assert_eq!(keep_holding(Wake::Spin, 100, 200), Ok(()));
+        assert_eq!(keep_holding(Wake::Spin, 200, 200), Err(Ended::Deadline));
+        assert_eq!(keep_holding(Wake::Idle, 100, 200), Err(Ended::NothingDue));
+        // A device due in 50 ns is worth waiting for; one due after the deadline is not.
+        assert_eq!(keep_holding(Wake::After(Duration::from_nanos(50)), 100, 200), Ok(()));
+        assert_eq!(keep_holding(Wake::After(Duration::from_nanos(150)), 100, 200), Err(Ended::NothingDue));
+    }
+
+    #[test]
+    fn the_clock_counts_each_way_a_hold_ended() {
+        let mut c = HoldClock::default();
+        assert_eq!(c.summary(), None);
+        c.ended(Ended::News, 3_000);
+        c.ended(Ended::News, 5_000);
+        c.ended(Ended::Deadline, 50_000);
+        let line = c.summary().unwrap_or_default();
+        assert!(line.starts_with("3 held polls"), "{line}");
+        assert!(line.contains("news 2 (4.0)"), "{line}");
+        assert!(line.contains("the deadline 1 (50.0)"), "{line}");
+        assert!(line.contains("a message 0 (0.0)"), "{line}");
+    }
+}
