@@ -95,6 +95,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         poll_read: 0,
         polls: 0,
         holds: HoldClock::default(),
+        submitted: 0,
     };
     let ran = host.run();
     // This process's stage stamps, if on (issue 35).
@@ -147,6 +148,8 @@ struct DeviceHost {
     polls: u64,
     /// How the held polls ended ([`hold`]).
     holds: HoldClock,
+    /// When the last command was handled ([`mono_ns`]; a hold's pace, [`hold::poll_due`]).
+    submitted: u64,
 }
 
 impl DeviceHost {
@@ -228,6 +231,7 @@ impl DeviceHost {
         let deadline = self.poll_read.saturating_add(hold.as_nanos() as u64);
         let mut looks = 0u32;
         let wake = loop {
+            let polled = mono_ns();
             if let Err(f) = self.backend.poll(&mut events) {
                 self.broken = true;
                 return failure_message(f);
@@ -264,8 +268,22 @@ impl DeviceHost {
                 self.holds.ended(how, now.saturating_sub(self.poll_read));
                 break wake;
             }
-            looks = looks.wrapping_add(1);
-            gpumux_ring::relax(looks);
+            // Until the device's next poll is due (`hold::PACE`), the link alone.
+            let message = loop {
+                looks = looks.wrapping_add(1);
+                gpumux_ring::relax(looks);
+                let now = mono_ns();
+                if hold::poll_due(now, polled, self.submitted) || now >= deadline {
+                    break false;
+                }
+                if !matches!(self.link.has_message(), Ok(false)) {
+                    break true;
+                }
+            };
+            if message {
+                self.holds.ended(Ended::Message, mono_ns().saturating_sub(self.poll_read));
+                break wake;
+            }
         };
         // The ends this poll saw (issue 35's stage stamps).
         if gpumux_stamps::on() {
@@ -411,6 +429,7 @@ impl DeviceHost {
                 if let Command::Launch { launch, op, .. } = &command {
                     gpumux_stamps::at(self.poll_read, gpumux_stamps::Stage::HostLaunch, op.0, launch.0);
                 }
+                self.submitted = mono_ns();
                 if self.broken {
                     return Ok(());
                 }
@@ -420,6 +439,7 @@ impl DeviceHost {
                 Ok(())
             }
             ToDevice::SubmitAnswered(command) => {
+                self.submitted = mono_ns();
                 if self.broken {
                     return Ok(());
                 }

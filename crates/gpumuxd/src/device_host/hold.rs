@@ -7,9 +7,32 @@
 //! news, so the end goes back the moment the device sees it. The hold stops
 //! where waiting cannot bring news ([`keep_holding`]), so it never spins on
 //! an idle device or past the device's own next wake.
+//!
+//! **Pace.** A device poll may take the driver's lock (a copy's end event is
+//! queried at each poll), which the launcher thread's next `cuLaunchKernel`
+//! waits for. So the device is polled back to back only within
+//! [`TIGHT_AFTER_SUBMIT`] of the last command (a kernel just launched, whose
+//! end is what a waiting client wants soon); later in a hold it is polled
+//! every [`PACE`], the core's old poll period, while the link is watched
+//! all along.
 
 use crate::backend::Wake;
 use std::fmt::Write as _;
+
+/// How long after a command the device is polled back to back in a hold
+/// (module doc): above an empty or short kernel's launch call to its end on
+/// the GPU (3-10 µs on the H200).
+pub const TIGHT_AFTER_SUBMIT: u64 = 30_000;
+
+/// How often the device is polled in a hold past [`TIGHT_AFTER_SUBMIT`], ns:
+/// as often as the core polled it before held polls (`--poll-us`'s default).
+pub const PACE: u64 = 5_000;
+
+/// Whether the device is polled at `now` in a hold, its last poll at
+/// `polled` and the last command handled at `submitted` (module doc, "Pace").
+pub fn poll_due(now: u64, polled: u64, submitted: u64) -> bool {
+    now < submitted.saturating_add(TIGHT_AFTER_SUBMIT) || now >= polled.saturating_add(PACE)
+}
 
 /// Why a held poll was answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +105,16 @@ mod tests {
         // A device due in 50 ns is worth waiting for; one due after the deadline is not.
         assert_eq!(keep_holding(Wake::After(Duration::from_nanos(50)), 100, 200), Ok(()));
         assert_eq!(keep_holding(Wake::After(Duration::from_nanos(150)), 100, 200), Err(Ended::NothingDue));
+    }
+
+    #[test]
+    fn a_hold_polls_back_to_back_just_after_a_command_and_at_its_pace_later() {
+        let submitted = 1_000_000;
+        // 1 µs after the last poll: due while the command is recent, not later.
+        assert!(poll_due(submitted + 10_000, submitted + 9_000, submitted));
+        let late = submitted + TIGHT_AFTER_SUBMIT + 10_000;
+        assert!(!poll_due(late, late - 1_000, submitted));
+        assert!(poll_due(late, late - PACE, submitted));
     }
 
     #[test]
