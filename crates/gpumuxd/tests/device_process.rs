@@ -211,3 +211,48 @@ fn the_device_process_runs_with_the_most_hardware_queues() {
         "{expected} not in the device process's environment"
     );
 }
+
+/// A held poll (docs/daemon.md, "Held polls") is answered when the device
+/// has news, the launch's end, not empty at once and not at the hold's end:
+/// a 10 ms wave's end comes in a poll or two (the SM's release, at once;
+/// the end), where polls answered at once would have taken hundreds.
+#[test]
+fn a_held_poll_brings_the_launchs_end_as_it_happens_not_at_the_holds_end() {
+    let mut b = start();
+    let mut events = Vec::new();
+    b.poll(&mut events).unwrap();
+    let t = Instant::now();
+    b.submit(launch_on_sm0(4)).unwrap();
+    let mut polls = 0;
+    while !events.iter().any(|e| matches!(e, Event::LaunchEnded { .. })) {
+        polls += 1;
+        assert!(polls <= 3, "held polls came back without news: {events:?}");
+        assert!(b.start_held_poll(Duration::from_secs(5)), "a device process answers polls later");
+        b.poll(&mut events).unwrap();
+    }
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(5), "the end of a 10 ms wave came after {took:?}");
+    assert!(took < Duration::from_secs(2), "the hold of 5 s was not cut by the end: {took:?}");
+    assert_released_before_end(&events, &[0], 4);
+}
+
+/// A call to the device while a held poll is out ends the hold: its answer
+/// comes at once, the poll's is kept for the poll, and the device still
+/// saw the poll before the call (the launch of 1 s has not ended in it).
+#[test]
+fn a_call_while_a_poll_is_held_ends_the_hold_and_gets_its_answer_at_once() {
+    let mut b = start();
+    let mut events = Vec::new();
+    b.poll(&mut events).unwrap();
+    // 400 blocks, 4 at a time: 100 waves of 10 ms.
+    b.submit(launch_on_sm0(400)).unwrap();
+    assert!(b.start_held_poll(Duration::from_secs(5)));
+    let t = Instant::now();
+    let info = b.mem_info().expect("a call answered while a poll is held");
+    let took = t.elapsed();
+    assert!(info.total > 0 && info.free <= info.total, "{info:?}");
+    assert!(took < Duration::from_millis(500), "the call waited {took:?} for the held poll");
+    assert!(b.poll_ready(), "the held poll's answer came first and was kept");
+    b.poll(&mut events).unwrap();
+    assert!(!events.iter().any(|e| matches!(e, Event::LaunchEnded { .. })), "{events:?}");
+}
