@@ -53,7 +53,7 @@ use gpumux_engine::ids::SmId;
 /// How long the core handles requests while a poll's answer is on its way
 /// before it waits for the answer alone (which then spins, then sleeps:
 /// `Link::recv_timeout`).
-const REQUESTS_DURING_POLL: Duration = Duration::from_micros(200);
+pub(super) const REQUESTS_DURING_POLL: Duration = Duration::from_micros(200);
 
 /// How long a pump takes the clients' requests at each round and after each
 /// launch answered from its end known ahead, at most (module doc, "Requests

@@ -38,11 +38,16 @@ pub fn configured() -> Duration {
     })
 }
 
-/// `v` as µs (at most 10,000: a hold longer than that would keep the core
-/// from its other clients' non-launch requests only to save a poll).
+/// `v` as µs, at most [`MAX_HOLD`].
 fn parse(v: &str) -> Option<Duration> {
-    v.trim().parse::<u64>().ok().filter(|&us| us <= 10_000).map(Duration::from_micros)
+    v.trim().parse::<u64>().ok().map(Duration::from_micros).filter(|&d| d <= MAX_HOLD)
 }
+
+/// The longest hold: as long as the core handles requests while a poll's
+/// answer is on its way (`REQUESTS_DURING_POLL`); past it the core waits
+/// for the answer alone, and a launch that came meanwhile, which would have
+/// ended the hold, would wait for the hold's end instead.
+pub const MAX_HOLD: Duration = super::device::REQUESTS_DURING_POLL;
 
 /// The hold for a poll starting now, with the core's next timer `timer` from
 /// now if any: `hold`, cut to end before the timer (none if the timer is due
@@ -90,7 +95,8 @@ mod tests {
     fn the_variable_takes_microseconds_and_refuses_the_rest() {
         assert_eq!(parse("0"), Some(Duration::ZERO));
         assert_eq!(parse(" 20 "), Some(Duration::from_micros(20)));
-        assert_eq!(parse("10001"), None);
+        assert_eq!(parse("200"), Some(MAX_HOLD));
+        assert_eq!(parse("201"), None);
         assert_eq!(parse("fast"), None);
         assert_eq!(parse("-5"), None);
     }
