@@ -8,6 +8,7 @@ mod order;
 pub mod partition;
 pub mod ppq;
 pub mod ppq_even;
+pub mod reserve;
 pub mod round_robin;
 pub mod spatial;
 

@@ -25,8 +25,17 @@
 //! every sync and wait, at its next launch, for the peer's blocks on them to
 //! drain. Lower levels may still use a lingering share: they accept being
 //! taken back from, which is what priority means.
+//!
+//! **Reserves.** Lower levels may not use what a higher level leaves idle
+//! when taking it back would be slow: while a drain from a lower level is
+//! measured long (blocks that each run for milliseconds or more), a higher
+//! level's process keeps the SMs it used at its peak from the levels below,
+//! while it is active and for one drain time after it goes idle
+//! ([`super::reserve`]; issue 39's urgent client beside long-block
+//! neighbours). [`PpqEven::reserve`] turns this off.
 
 use super::partition::even_capped_into;
+use super::reserve::Reserves;
 use crate::device::Mechanism;
 use crate::ids::{KernelId, Slot, SmId};
 use crate::policy::{Decision, Policy, SchedView, SmState};
@@ -46,9 +55,15 @@ pub struct PpqEven {
     pub mechanism: Mechanism,
     /// How long an idle process keeps its share from its peers.
     pub linger: Nanos,
+    /// Keep a higher level's recent SMs from lower levels while taking them
+    /// back is slow (the module doc, "Reserves"; on by default).
+    pub reserve: bool,
     /// Processes with active kernels at the last round: (slot, priority, SMs
-    /// they could use). A few processes: a vector, refilled each round.
-    active_before: Vec<(Slot, i32, u32)>,
+    /// they could use, SMs they used at their peak since they became
+    /// active). A few processes: a vector, refilled each round.
+    active_before: Vec<(Slot, i32, u32, u32)>,
+    /// Drains measured and idle processes' reserves ([`super::reserve`]).
+    reserves: Reserves,
     /// Processes whose kernels all finished lately, in slot order: (slot,
     /// priority, SMs they could use, until when).
     lingering: Vec<(Slot, i32, u32, Nanos)>,
@@ -85,10 +100,18 @@ impl PpqEven {
         PpqEven {
             mechanism,
             linger: DEFAULT_LINGER,
+            reserve: true,
             active_before: Vec::new(),
+            reserves: Reserves::default(),
             lingering: Vec::new(),
             scratch: Scratch::default(),
         }
+    }
+
+    /// The policy with no reserves (`reserve` off): lower levels use every
+    /// SM a higher level leaves idle, however slowly they give it back.
+    pub fn without_reserve(mechanism: Mechanism) -> Self {
+        PpqEven { reserve: false, ..Self::new(mechanism) }
     }
 }
 
@@ -107,6 +130,11 @@ struct Proc {
     target: u32,
     /// Idle SMs it leaves alone beyond its share: its lingering peers' shares.
     keep: u32,
+    /// SMs it used at its peak since it became active (held plus wanted).
+    peak: u32,
+    /// At most this many SMs for its level and those below together: what
+    /// the higher levels' reserves leave (`None`: no reserve above it).
+    room: Option<u32>,
     /// SMs it runs on (not being preempted), highest last.
     running: Vec<SmId>,
     /// Where its kernels' entries begin in `Scratch::wants`.
@@ -119,12 +147,17 @@ impl Policy for PpqEven {
     }
 
     fn wake_at(&self) -> Option<Nanos> {
-        self.lingering.iter().map(|&(_, _, _, until)| until).min()
+        let linger = self.lingering.iter().map(|&(_, _, _, until)| until).min();
+        match (linger, self.reserves.wake_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn process_removed(&mut self, slot: Slot) {
         self.active_before.retain(|e| e.0 != slot);
         self.lingering.retain(|e| e.0 != slot);
+        self.reserves.removed(slot);
     }
 
     fn schedule(&mut self, view: &SchedView<'_>, out: &mut Vec<Decision>) {
@@ -158,6 +191,8 @@ impl Policy for PpqEven {
                         committed: 0,
                         target: 0,
                         keep: 0,
+                        peak: 0,
+                        room: None,
                         running,
                         wants_at: 0,
                     });
@@ -193,18 +228,45 @@ impl Policy for PpqEven {
         // Who lingers: active at the last round, not now, for `linger` after.
         let now = view.now;
         let is_active = |slot: Slot| procs.iter().any(|p| p.slot == slot);
-        for &(slot, prio, demand) in &self.active_before {
+        if self.reserve {
+            self.reserves.observe(view);
+        }
+        for &(slot, prio, demand, peak) in &self.active_before {
             if !is_active(slot) {
                 let entry = (slot, prio, demand, now.saturating_add(self.linger));
                 match self.lingering.binary_search_by_key(&slot, |e| e.0) {
                     Ok(i) => self.lingering[i] = entry,
                     Err(i) => self.lingering.insert(i, entry),
                 }
+                if self.reserve {
+                    self.reserves.went_idle(slot, prio, peak, now);
+                }
             }
         }
         self.lingering.retain(|&(slot, _, _, until)| until > now && !is_active(slot));
+        self.reserves.expire(now, is_active);
+        // Each process's peak since it became active: SMs held or on their
+        // way, plus those its kernels could still use.
+        for p in procs.iter_mut() {
+            let before = self.active_before.iter().find(|e| e.0 == p.slot).map_or(0, |e| e.3);
+            p.peak = (p.committed + p.demand).min(n).max(before);
+        }
         self.active_before.clear();
-        self.active_before.extend(procs.iter().map(|p| (p.slot, p.priority, p.demand)));
+        self.active_before.extend(procs.iter().map(|p| (p.slot, p.priority, p.demand, p.peak)));
+        // Reserves: the SMs the levels above each process keep from it (its
+        // level and those below may hold the rest between them).
+        let reserving = self.reserve && self.reserves.on(now);
+        for i in 0..procs.len() {
+            procs[i].room = None;
+            if reserving {
+                let me = procs[i].priority;
+                let above: u32 = procs.iter().filter(|p| p.priority > me).map(|p| p.peak).sum::<u32>()
+                    + self.reserves.idle_above(me);
+                if above > 0 {
+                    procs[i].room = Some(n.saturating_sub(above));
+                }
+            }
+        }
 
         // Shares, level by level from the top: a level splits what the
         // levels above it use none of; lingering peers take part in the
@@ -224,7 +286,9 @@ impl Policy for PpqEven {
             let idle_peers = self.lingering.iter().filter(|e| e.1 == level).map(|e| e.2.min(n));
             sc.caps.clear();
             sc.caps.extend(sc.members.iter().map(|&i| procs[i].demand).chain(idle_peers));
-            even_capped_into(&sc.caps, budget, &mut sc.shares, &mut sc.open, &mut sc.next);
+            // A level under a reserve splits at most what the reserve leaves.
+            let room = sc.members.first().and_then(|&i| procs[i].room).unwrap_or(n);
+            even_capped_into(&sc.caps, budget.min(room), &mut sc.shares, &mut sc.open, &mut sc.next);
             for (&i, &s) in sc.members.iter().zip(&sc.shares) {
                 procs[i].target = s;
                 budget -= s;
@@ -259,9 +323,15 @@ impl Policy for PpqEven {
                 let kernel = view.kernel_at(procs[i].kernels[k]).id();
                 let want = &mut sc.wants[at + k];
                 while need > 0 && *want > 0 {
-                    if let Some(sm) = pop_idle(&mut idle) {
+                    let idle_ok = has_room(&procs, i);
+                    if let Some(sm) = if idle_ok { pop_idle(&mut idle) } else { None } {
                         out.push(Decision::Assign { sm, kernel, slice: None });
-                    } else if let Some(sm) = take_from_others(&mut procs, i) {
+                    } else if let Some((sm, lower)) = take_from_others(&mut procs, i) {
+                        if lower && self.reserve {
+                            if let SmState::Running { kernel: from, .. } = view.sms[sm.0 as usize] {
+                                self.reserves.preempted(sm, from, now);
+                            }
+                        }
                         out.push(Decision::Preempt { sm, mechanism: self.mechanism, next: Some(kernel) });
                     } else {
                         break;
@@ -278,17 +348,27 @@ impl Policy for PpqEven {
         for &i in &sc.order {
             let keep = procs[i].keep as usize;
             let at = procs[i].wants_at;
-            for (k, &kat) in procs[i].kernels.iter().enumerate() {
-                let kernel = view.kernel_at(kat);
-                while sc.wants[at + k] > 0 && idle.len() as usize > keep {
+            for k in 0..procs[i].kernels.len() {
+                let kernel = view.kernel_at(procs[i].kernels[k]);
+                while sc.wants[at + k] > 0 && idle.len() as usize > keep && has_room(&procs, i) {
                     let Some(sm) = pop_idle(&mut idle) else { break };
                     out.push(Decision::Assign { sm, kernel: kernel.id(), slice: None });
                     sc.wants[at + k] -= 1;
+                    procs[i].committed += 1;
                 }
             }
         }
         sc.procs = procs;
     }
+}
+
+/// Process `i` may take one more idle SM: the levels above it reserve
+/// nothing, or its level and those below hold less than the reserves leave.
+fn has_room(procs: &[Proc], i: usize) -> bool {
+    let Some(room) = procs[i].room else { return true };
+    let me = procs[i].priority;
+    let held: u32 = procs.iter().filter(|p| p.priority <= me).map(|p| p.committed).sum();
+    held < room
 }
 
 /// The lowest idle SM, taken out of `idle`.
@@ -300,8 +380,9 @@ fn pop_idle(idle: &mut SmSet) -> Option<SmId> {
 
 /// An SM for process `i`, preempted from a lower level (lowest priority,
 /// then the youngest process, first) or else from a peer holding more than
-/// its share (the one most over it first); highest SM first.
-fn take_from_others(procs: &mut [Proc], i: usize) -> Option<SmId> {
+/// its share (the one most over it first); highest SM first. Says whether
+/// it came from a lower level.
+fn take_from_others(procs: &mut [Proc], i: usize) -> Option<(SmId, bool)> {
     let me = procs[i].priority;
     let lower = (0..procs.len())
         .filter(|&j| procs[j].priority < me && !procs[j].running.is_empty())
@@ -314,7 +395,7 @@ fn take_from_others(procs: &mut [Proc], i: usize) -> Option<SmId> {
     })?;
     let sm = procs[from].running.pop()?;
     procs[from].committed = procs[from].committed.saturating_sub(1);
-    Some(sm)
+    Some((sm, lower.is_some()))
 }
 
 #[cfg(test)]
