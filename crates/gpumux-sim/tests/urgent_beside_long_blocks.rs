@@ -149,7 +149,11 @@ fn without_reserves_the_urgent_process_loses_its_rate_to_the_neighbours_drains()
     let alone = run(Box::new(PpqEven::without_reserve(Mechanism::Drain)), false).urgent_ns;
     let with = run(Box::new(PpqEven::without_reserve(Mechanism::Drain)), true);
     let lost = loss(alone, with.urgent_ns);
-    eprintln!("without reserves: urgent alone {} ms, beside {} ms: {lost:.1} % lost", alone / NS_PER_MS, with.urgent_ns / NS_PER_MS);
+    eprintln!(
+        "without reserves: urgent alone {} ms, beside {} ms: {lost:.1} % lost",
+        alone / NS_PER_MS,
+        with.urgent_ns / NS_PER_MS
+    );
     assert!(lost > 30.0, "without reserves the urgent process waits for the neighbours' blocks: {lost:.1} % lost");
     assert_eq!(with.neighbours_done, [40, 40]);
 }

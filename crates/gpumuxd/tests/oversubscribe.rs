@@ -349,3 +349,156 @@ fn evicted_buffers_survive_a_lost_context_with_their_contents() {
     assert!(read_back(&a, &ba) == data, "a's evicted bytes came back after the rebuild");
     assert_eq!(a.status().unwrap().context_rebuilds, 1);
 }
+
+/// One wave of 256-thread blocks on the simulated H100 (8 per SM, 132 SMs):
+/// each block of a grid-stride kernel covers the whole grid's work.
+const ONE_WAVE: [u32; 3] = [132 * 8, 1, 1];
+
+/// The device of the urgent client's test: smaller than the others', since
+/// the simulated device copies an evicted or restored buffer's bytes on the
+/// daemon's core thread when the move starts (a GPU moves them on a thread
+/// of its own): 38 MiB buffers held the core 10 ms and more per move on a
+/// loaded machine, and every client's launches with it.
+const URGENT_DEVICE: u64 = 16 * MIB;
+
+/// A neighbour of issue 39's urgent client: 60 % of [`URGENT_DEVICE`],
+/// rounds of two one-wave kernels whose blocks each run `block_ns`, a
+/// memset, a sync (where it may be evicted) and a read of its whole buffer
+/// compared with the same steps on the host. Returns its final bytes.
+fn long_block_neighbour(d: &Daemon, name: &str, seed: u32, rounds: u32, block_ns: u64) -> Vec<u8> {
+    let c = client(d, name);
+    let n = (URGENT_DEVICE * 6 / 10 / 4096 * 4096) as usize;
+    let touch = c.load_module("k.cu", KERNELS, &[]).expect("the module loads").kernel("touch").expect("touch");
+    let b = c.alloc(n as u64).expect("60 % of the device");
+    let mut model = pattern(n, seed);
+    c.copy_to_device(&b, 0, &model, StreamId::DEFAULT).expect("the pattern goes in");
+    let cfg = LaunchConfig::new(ONE_WAVE, [256, 1, 1]).block_time_ns(block_ns);
+    for r in 0..rounds {
+        for _ in 0..2 {
+            c.launch(&touch, &cfg, &[Arg::buffer(&b), Arg::bytes(((n / 4) as u32).to_le_bytes())]).expect("launch");
+        }
+        let at = (r as usize * 7919 * 4096) % (n - 65536);
+        c.memset(&b, at as u64, (seed as u8).wrapping_add(r as u8), 65536, StreamId::DEFAULT).expect("memset");
+        model[at..at + 65536].fill((seed as u8).wrapping_add(r as u8));
+        c.sync(StreamId::DEFAULT).expect("sync");
+        assert!(read_back(&c, &b) == model, "{name}: round {r}'s bytes differ from the same steps alone");
+    }
+    let out = read_back(&c, &b);
+    c.close().expect("close");
+    out
+}
+
+/// Issue 39's urgent client (priority 5, 5 % of [`URGENT_DEVICE`]):
+/// `rounds` rounds of three one-wave kernels of 2 ms blocks and a sync; its
+/// bytes must come back unchanged. Returns its time from its first kernel
+/// to its last sync's answer, from its first round's end to it, and its
+/// rounds' times.
+fn urgent_client(d: &Daemon, rounds: u32) -> (Duration, Duration, Vec<Duration>) {
+    let options = ConnectOptions {
+        socket: Some(d.socket.clone()),
+        shm_bytes: 8 * MIB,
+        priority: 5,
+        ..ConnectOptions::named("urgent")
+    };
+    let c = Client::connect(options).expect("the urgent client connects");
+    let bytes = URGENT_DEVICE / 20 / 4096 * 4096;
+    let touch = c.load_module("k.cu", KERNELS, &[]).expect("the module loads").kernel("touch").expect("touch");
+    let b = c.alloc(bytes).expect("5 % of the device");
+    let data = pattern(bytes as usize, 99);
+    c.copy_to_device(&b, 0, &data, StreamId::DEFAULT).expect("its pattern goes in");
+    c.sync(StreamId::DEFAULT).expect("sync");
+    let cfg = LaunchConfig::new(ONE_WAVE, [256, 1, 1]).block_time_ns(2_000_000);
+    let start = Instant::now();
+    let mut first_round = None;
+    let mut each = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        for _ in 0..3 {
+            c.launch(&touch, &cfg, &[Arg::buffer(&b), Arg::bytes(((bytes / 4) as u32).to_le_bytes())]).expect("launch");
+        }
+        c.sync(StreamId::DEFAULT).expect("sync");
+        each.push(t.elapsed());
+        first_round.get_or_insert_with(Instant::now);
+    }
+    let took = (start.elapsed(), first_round.map_or(Duration::ZERO, |t| t.elapsed()), each);
+    assert!(read_back(&c, &b) == data, "the urgent client's bytes changed");
+    c.close().expect("close");
+    took
+}
+
+/// Issue 39's last goal on the simulated device, through the daemon: an
+/// urgent client that fits keeps its rate beside two
+/// clients of 60 % that swap (`--swap-keep 0`) and whose kernels are one
+/// wave of 30 ms blocks, and both of them finish with the bytes they get
+/// alone. Its rate is measured after its first round: that round waits for
+/// the neighbour's blocks already running when it comes (one block time at
+/// most; a block cannot be preempted on this device's drain), which on a
+/// GPU is tens of milliseconds of a run of seconds and here would be a
+/// tenth of a run kept short for CI. On a shared machine the real-time
+/// device's rate varies by a third from run to run, so the test asserts the
+/// mechanism (no neighbour block in the urgent client's gaps) and prints
+/// the loss; the 10 % is asserted on virtual time (below). What keeps its rate is the policy's reserves
+/// (`gpumux_engine::policies::reserve`): a neighbour's kernel started in
+/// one of the urgent client's gaps would hold its SMs for a whole block
+/// (gpumux-sim's `urgent_beside_long_blocks` shows the loss without them).
+/// The device runs in real time: a gap longer than a neighbour's block (the
+/// urgent client's thread descheduled that long on a loaded machine) lets a
+/// neighbour in, which 30 ms blocks make rare.
+#[test]
+fn an_urgent_client_keeps_its_rate_beside_two_swapping_long_block_neighbours() {
+    const ROUNDS: u32 = 60;
+    const BLOCK_NS: u64 = 30_000_000;
+    let device = format!("sim:h100,memory={}MiB", URGENT_DEVICE / MIB);
+    let d = Daemon::start_on(Some(&device), None, &["--swap-keep", "0"]);
+    // Best of two alone: the device runs in real time on a shared machine.
+    let alone = urgent_client(&d, ROUNDS).min(urgent_client(&d, ROUNDS));
+    let alone_bytes: Vec<Vec<u8>> =
+        (0..2).map(|i| long_block_neighbour(&d, &format!("alone{i}"), 21 + i, 3, BLOCK_NS)).collect();
+    let watcher = client(&d, "watcher");
+    let d2 = &d;
+    let (beside, shared, moves) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2u32)
+            .map(|i| s.spawn(move || long_block_neighbour(d2, &format!("shared{i}"), 21 + i, 3, BLOCK_NS)))
+            .collect();
+        // Both have allocated: the device is oversubscribed, one of them waits to swap in.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while watcher.status().expect("status").memory_evicted == 0 {
+            assert!(Instant::now() < deadline, "the neighbours never oversubscribed the device");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let before = watcher.status().expect("status");
+        let beside = urgent_client(d2, ROUNDS);
+        let after = watcher.status().expect("status");
+        let moves = (after.evictions - before.evictions, after.restores - before.restores);
+        let shared: Vec<Vec<u8>> = handles.into_iter().map(|h| h.join().expect("a neighbour")).collect();
+        (beside, shared, moves)
+    });
+    let loss = |a: Duration, b: Duration| (1.0 - a.as_secs_f64() / b.as_secs_f64()) * 100.0;
+    let (lost, lost_in_all) = (loss(alone.1, beside.1), loss(alone.0, beside.0));
+    // A round is three kernels of 2 ms: one that waited for a neighbour's
+    // block took half a block longer at least.
+    let slow = Duration::from_nanos(6_000_000 + BLOCK_NS / 2);
+    let waited = beside.2.iter().skip(1).filter(|&&t| t > slow).count();
+    eprintln!(
+        "urgent: alone {:?} ({:?} after its first round), beside two swapping long-block neighbours {:?} ({:?}): \
+         {lost:.1} % lost after its first round, {lost_in_all:.1} % in all; {waited} of its later rounds over {slow:?} \
+         ({} evictions, {} restores during its run)",
+        alone.0, alone.1, beside.0, beside.1, moves.0, moves.1
+    );
+    for i in 0..2 {
+        assert!(shared[i] == alone_bytes[i], "neighbour {i}'s bytes beside the urgent client differ from alone");
+    }
+    // The goal's 10 % is asserted on virtual time (gpumux-sim's
+    // `urgent_beside_long_blocks`): here the device runs in real time on a
+    // shared machine, where the same urgent run alone took 366-527 ms. What
+    // must not happen is a neighbour's block in its gaps, which shows as a
+    // round half a block longer than its kernels (without reserves, most of
+    // them; a machine that descheduled the client that long, a few).
+    assert!(
+        waited <= ROUNDS as usize / 20,
+        "{waited} of the urgent client's {} later rounds waited for a neighbour's block ({lost:.1} % lost)",
+        ROUNDS - 1
+    );
+    let s = watcher.status().expect("status");
+    assert!(s.evictions >= 1 && s.restores >= 1, "the neighbours swapped: {s:?}");
+}

@@ -27,10 +27,10 @@
 //! taken back from, which is what priority means.
 //!
 //! **Reserves.** Lower levels may not use what a higher level leaves idle
-//! when taking it back would be slow: while a drain from a lower level is
-//! measured long (blocks that each run for milliseconds or more), a higher
-//! level's process keeps the SMs it used at its peak from the levels below,
-//! while it is active and for one drain time after it goes idle
+//! when taking it back would be slow: while a lower level's blocks are
+//! measured long (each runs for a fifth of a millisecond or more), a higher
+//! level's process keeps the SMs it used at its peak from that level, while
+//! it is active and for one of the level's block times after it goes idle
 //! ([`super::reserve`]; issue 39's urgent client beside long-block
 //! neighbours). [`PpqEven::reserve`] turns this off.
 
@@ -255,10 +255,9 @@ impl Policy for PpqEven {
         self.active_before.extend(procs.iter().map(|p| (p.slot, p.priority, p.demand, p.peak)));
         // Reserves: the SMs the levels above each process keep from it (its
         // level and those below may hold the rest between them).
-        let reserving = self.reserve && self.reserves.on(now);
         for i in 0..procs.len() {
             procs[i].room = None;
-            if reserving {
+            if self.reserve && self.reserves.held_against(procs[i].priority, now) {
                 let me = procs[i].priority;
                 let above: u32 = procs.iter().filter(|p| p.priority > me).map(|p| p.peak).sum::<u32>()
                     + self.reserves.idle_above(me);
@@ -329,7 +328,8 @@ impl Policy for PpqEven {
                     } else if let Some((sm, lower)) = take_from_others(&mut procs, i) {
                         if lower && self.reserve {
                             if let SmState::Running { kernel: from, .. } = view.sms[sm.0 as usize] {
-                                self.reserves.preempted(sm, from, now);
+                                let level = view.kernel(from).map_or(i32::MIN, |k| k.priority());
+                                self.reserves.preempted(sm, from, level, now);
                             }
                         }
                         out.push(Decision::Preempt { sm, mechanism: self.mechanism, next: Some(kernel) });
