@@ -23,7 +23,10 @@
 #      the alone times;
 #   3. an urgent client (priority 5, 5 % of the memory, URGENT_ROUNDS rounds: default 16 x ROUNDS,
 #      several seconds, so that it spans several of its neighbours' swaps) alone, then beside two
-#      clients that swap: its time (rate) lost, and its output equal. This phase runs on a second
+#      clients that swap: its time (rate) lost, and its output equal; the line also says how many
+#      evictions and restores ran while it ran and how long its neighbours' runs took against alone
+#      (the policy's reserves keep long-block neighbours off its SMs while it is active, so they
+#      mostly wait for it: docs/oversubscription.md, "The urgent client"). This phase runs on a second
 #      daemon started with --swap-keep 0, so that the two really swap (out and back at every sync
 #      between rounds): with the default kept time, each runs to its end once it has the memory and
 #      nothing moves. Two controls say where a loss comes from (CONTROLS=0 leaves them out): the
@@ -138,6 +141,7 @@ SWAP_AHEAD=${SWAP_AHEAD:-$(python3 -c "print(int(3 * $FRACTION * $mem_bytes))")}
 start_daemon() { # log [more gpumuxd arguments]
     local log=$1
     shift
+    daemon_log=$log
     rm -f "$sock"
     GPUMUX_SWAP_AHEAD=$SWAP_AHEAD "$BIN/gpumuxd" --device "${DAEMON_DEVICE:-cuda:0}" --socket "$sock" --swap-memory "$swap" \
         ${cap_args[@]+"${cap_args[@]}"} "$@" 2>"$log" &
@@ -188,16 +192,29 @@ for i in 1 2 3; do echo "shared c$i: $(cat "$OUT/shared$i.json")"; done
 "$BIN/gpumux" ps --socket "$sock" >"$OUT/ps.txt" 2>&1 || true
 
 kill -TERM "$daemon"; wait "$daemon" 2>/dev/null
-# The urgent client beside two others (seeds 1 and 2) of fraction $2, as run $1; sets `loss` (%),
+# Evictions and restores in the current daemon's log so far: "E R".
+moves_now() { echo "$(grep -c "evicted [0-9]* bytes" "$daemon_log") $(grep -c "restored [0-9]* bytes" "$daemon_log")"; }
+# The urgent client beside two others (seeds 1 and 2) of fraction $2, as run $1; sets `loss` (%) and
+# `during` (the moves while the urgent client ran: whether its neighbours really swapped beside it),
 # compares every output with alone (the beside ones only at FRACTION, where alone ran them).
 beside() { # tag fraction [neighbours, default 2]
-    local tag=$1 f=$2 n=${3:-2} pids=() i same=1
+    local tag=$1 f=$2 n=${3:-2} pids=() i same=1 e0 r0 e1 r1
     for i in $(seq 1 "$n"); do client "$i" "$OUT/$tag$i.bin" "$OUT/$tag$i.json" --fraction "$f" & pids+=($!); done
     sleep 1   # the two have allocated (and, oversubscribed, started swapping)
+    read -r e0 r0 <<<"$(moves_now)"
     urgent "$OUT/urgent-$tag.bin" "$OUT/urgent-$tag.json" || ok=0
+    read -r e1 r1 <<<"$(moves_now)"
+    during="$((e1 - e0)) evictions and $((r1 - r0)) restores while it ran"
     for p in "${pids[@]}"; do wait "$p" || ok=0; done
     if [ "$f" = "$FRACTION" ]; then
         for i in $(seq 1 "$n"); do cmp -s "$OUT/alone$i.bin" "$OUT/$tag$i.bin" || { ok=0 same=0; echo "$tag c$i's output differs from alone"; }; done
+        # What the urgent client's priority cost them: their runs beside it against alone.
+        local took="" alone_took=""
+        for i in $(seq 1 "$n"); do
+            took="$took${took:+, }$(seconds_of "$OUT/$tag$i.json" 2>/dev/null || echo "?")"
+            alone_took="$alone_took${alone_took:+, }$(seconds_of "$OUT/alone$i.json" 2>/dev/null || echo "?")"
+        done
+        during="$during; the neighbours ran $took s (alone $alone_took s)"
     fi
     loss="" ub=$(seconds_of "$OUT/urgent-$tag.json") || return 1
     [ $same = 1 ] || return 1
@@ -211,7 +228,7 @@ start_daemon "$OUT/daemon-swapping.log" --swap-keep 0
 urgent_verdict="-" urgent_measured="not measured" controls=""
 if urgent "$OUT/urgent-alone.bin" "$OUT/urgent-alone.json" && ua=$(seconds_of "$OUT/urgent-alone.json"); then
     if beside beside "$FRACTION"; then
-        urgent_measured="alone $ua s, beside two swapping $ub s: rate lost $loss % ($(pool_threads "$OUT/daemon-swapping.log"))"
+        urgent_measured="alone $ua s, beside two swapping $ub s: rate lost $loss % ($during; $(pool_threads "$OUT/daemon-swapping.log"))"
         urgent_verdict=$(verdict ge 10 "$loss")
     else
         urgent_measured="the urgent client failed or differed beside: $(tail -1 "$OUT/urgent-beside.json")" urgent_verdict=FAIL
