@@ -20,6 +20,7 @@ mod ahead;
 mod clock;
 mod corun;
 mod handover;
+mod higher;
 mod lead;
 mod refill;
 use crate::error::CudaError;
@@ -463,6 +464,9 @@ pub struct ClientDevice {
     refill_ahead: bool,
     /// The GPU's lead over the engine at each poll ([`lead`]).
     lead: lead::Lead,
+    /// Which priorities started launches lately ([`higher`]): a lower one is
+    /// not queued natively ahead while a higher one is active.
+    higher: higher::Higher,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -850,6 +854,7 @@ impl ClientDevice {
             answered: Vec::new(),
             refill_ahead: false,
             lead: lead::Lead::default(),
+            higher: higher::Higher::default(),
         };
         // The pinned host pool grown from the start, if gpumuxd asked (`swap::update_ahead`).
         device.update_ahead();
@@ -1277,6 +1282,7 @@ impl ClientDevice {
             }
         };
         self.native_launches += live.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
+        self.higher.started(live.priority, Instant::now());
         live.mask = live.sms;
         live.place = place;
         live.note(if live.history.is_empty() { "started" } else { "restarted" });

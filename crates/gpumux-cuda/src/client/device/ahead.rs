@@ -125,6 +125,7 @@ use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use std::collections::HashMap;
+use std::time::Instant;
 
 /// What queueing ahead did so far ([`ClientDevice::ahead_counts`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -390,6 +391,7 @@ impl ClientDevice {
         }
         let (chunk, sm_count, ctx, hw_priority) =
             (self.chunk, self.info.num_sms as u32, self.ctx.raw(), self.hw_priority);
+        let higher = &self.higher;
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let InContext { launches, ops, spare, ahead, orphans, launcher, .. } = st;
         let Some(live) = launches.get(&lid) else { return Ok(()) };
@@ -410,6 +412,10 @@ impl ClientDevice {
         // a launch over every SM cannot miss its SMs. Nor can a native one: its
         // grid runs every block wherever slots free.
         let native_before = live.segs.iter().all(|w| w.running() && w.last_plan() == Some(Plan::Native));
+        if native_before && higher.active_above(live.priority, Instant::now()) {
+            // Nothing native behind it while a higher priority is active (`super::higher`).
+            return Ok(());
+        }
         let mask = live.place.mask;
         if mask.len() < sm_count && !native_before {
             let touches = |m: &SmSet| !m.intersection(&mask).is_empty();
@@ -537,6 +543,11 @@ impl ClientDevice {
             return Ok(None);
         }
         let (chain, priority, place, held, on_stream) = (a.chain, a.priority, a.place, a.held, a.on_stream);
+        if self.higher.active_above(priority, Instant::now()) {
+            // A higher priority is active: no more of this run (`super::higher`).
+            self.ahead_counts.held_deep += 1;
+            return Ok(None);
+        }
         let Some(next) = ops.get(&prev).and_then(|o| o.next) else { return Ok(None) };
         if ahead.contains_key(&next) || launches.values().any(|l| l.op == next) {
             return Ok(None);
