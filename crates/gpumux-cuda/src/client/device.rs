@@ -1282,7 +1282,6 @@ impl ClientDevice {
             }
         };
         self.native_launches += live.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
-        self.higher.started(live.priority, Instant::now());
         live.mask = live.sms;
         live.place = place;
         live.note(if live.history.is_empty() { "started" } else { "restarted" });
@@ -1689,6 +1688,9 @@ impl Device for ClientDevice {
                 }
                 let now = self.now();
                 let t = Instant::now();
+                // Every launch command counts, adoptions of kernels queued
+                // ahead and ends answered ahead too: they are its work.
+                self.higher.started(priority, t);
                 let began = t;
                 self.clock.begin();
                 let stream = self.stream(priority).map_err(failed_with(|| format!("a stream for launch {launch}")))?;

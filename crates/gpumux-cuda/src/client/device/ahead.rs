@@ -610,6 +610,8 @@ impl ClientDevice {
         if too_long || !(native_anywhere || (native_if_long && long())) {
             return Ok(None);
         }
+        // Its priority's work goes on the GPU now, ahead of the engine.
+        self.higher.started(priority, Instant::now());
         let covers = o.left.clone();
         let expect_ns = expected_of(o, sm_count);
         // One kernel's end in PUBLISH_EVERY is published, and that of the
