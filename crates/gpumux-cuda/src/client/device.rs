@@ -174,12 +174,7 @@ const MAX_SPARE: usize = 1024;
 /// ([`InContext::make_kept_records`]): a record costs 0.8-2.1 ms to make on
 /// the H100 (device and pinned host memory, an event: docs/history/benchmarks.md,
 /// run 129), which a client's first launches would otherwise wait for.
-/// 32, where it was 16: a run of kernels queued natively holds one per
-/// kernel not seen ended, and issue 35's stage stamps (H200, 95ab37c) showed
-/// a chain's kernels reaching the GPU in bursts of ~15, the GPU idle between
-/// bursts until the daemon's next poll saw their ends (30-90 µs apart); 32
-/// lets a run reach [`ahead::DEEP_MAX`], ~180 µs of 5.5 µs kernels.
-const KEPT_RECORDS: usize = 32;
+const KEPT_RECORDS: usize = 16;
 /// Set to a count (1 to [`MAX_SPARE`]) to keep that many launch records
 /// instead of [`KEPT_RECORDS`]: a run of kernels queued natively holds one
 /// per kernel not seen ended, so the spares bound how far the GPU runs
