@@ -789,13 +789,18 @@ impl Core {
         // A restore waiting for room looks again each poll period; one whose
         // moves are under way, when they end.
         let device = if self.swap_waiting() { device.min(swap::SWAP_LOOK) } else { device };
+        self.next_timer().map_or(device, |t| t.min(device))
+    }
+
+    /// How long until the engine's or the swap's next timer (a policy's
+    /// slice end, a restore's gate), if one is set.
+    pub(crate) fn next_timer(&self) -> Option<Duration> {
         let now = self.backend.now();
-        let timer = [self.engine.poll_timeout(), self.swap_due()]
+        [self.engine.poll_timeout(), self.swap_due()]
             .into_iter()
             .flatten()
             .min()
-            .map(|at| Duration::from_nanos(at.saturating_sub(now)));
-        timer.map_or(device, |t| t.min(device))
+            .map(|at| Duration::from_nanos(at.saturating_sub(now)))
     }
 
     // ------------------------------------------------------------ clients

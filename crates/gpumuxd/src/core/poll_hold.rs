@@ -68,13 +68,7 @@ impl Core {
         if hold.is_zero() {
             return hold;
         }
-        let now = self.backend.now();
-        let timer = [self.engine.poll_timeout(), self.swap_due()]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|at| Duration::from_nanos(at.saturating_sub(now)));
-        hold_before(hold, timer)
+        hold_before(hold, self.next_timer())
     }
 }
 
