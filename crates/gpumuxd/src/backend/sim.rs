@@ -57,7 +57,11 @@
 //! same made-up address; each move takes the preset's host link time
 //! (`pcie_latency_ns` + bytes / `pcie_bandwidth`), which the core waits
 //! before the restored client's work may start, so policies pay for what
-//! they move. The host store is made of chunks laid end to end, by the CUDA
+//! they move. The bytes are copied on a mover thread of the device's own,
+//! one move after another in the order started, as a GPU's mover copies
+//! them: the core's thread only starts a move and hears of its end (when
+//! the link model says so and its bytes have landed, whichever is later),
+//! and serves other clients meanwhile (issue 39). The host store is made of chunks laid end to end, by the CUDA
 //! device's rule (`gpumux_cuda::client::chunk_layout`: whole chunks, and a
 //! tail shorter than half a chunk), with chunks of [`SWAP_CHUNK`], smaller
 //! than a GPU's 128 MiB so that the tests' buffers of tens of MiB cross
@@ -104,7 +108,7 @@ const SWAP_CHUNK: usize = 4 << 20;
 const EVENTS_PER_POLL: u64 = 1_000;
 /// A module's source and options, and its launchable kernels and log ([`launchable`]).
 type SimTransform = ((String, Vec<String>), Result<Launchable, LoadError>);
-/// How often moves under way on the copy engine's thread (and transformations) are looked for.
+/// How often moves under way on the copy engine's or the mover's thread (and transformations) are looked for.
 const MOVE_LOOK: Duration = Duration::from_micros(100);
 /// Registers per thread the simulator assumes of a kernel (nothing is compiled to say).
 const SIM_REGS_PER_THREAD: u32 = 32;
@@ -172,16 +176,14 @@ impl Chunked {
         Some(Chunked { pieces, len })
     }
 
-    /// A copy of `bytes`, piece by piece.
-    fn of(bytes: &[u8]) -> Option<Chunked> {
-        let mut c = Chunked::zeros(bytes.len())?;
+    /// Its pieces filled with `bytes` (of its length), piece by piece.
+    fn copy_in(&mut self, bytes: &[u8]) {
         let mut at = 0;
-        for p in &mut c.pieces {
+        for p in &mut self.pieces {
             let n = p.len.min(bytes.len() - at);
             p.bytes_mut()[..n].copy_from_slice(&bytes[at..at + n]);
             at += n;
         }
-        Some(c)
     }
 
     /// Its `len` bytes into `out` (of that length), piece by piece.
@@ -202,6 +204,26 @@ impl Drop for HostBlock {
             libc::munmap(self.ptr.cast(), self.len);
         }
     }
+}
+
+/// A buffer whose bytes the mover copied ([`SimBackend::mover`]), with the
+/// address it keeps.
+enum Landed {
+    /// Evicted: its host store.
+    Evicted(DevAddr, Chunked),
+    /// Restored: its device memory.
+    Restored(DevAddr, HostBlock),
+}
+
+/// A buffer move started ([`Backend::start_move`]).
+struct MoveUnderWay {
+    token: u64,
+    /// When the host link model says it ends (device time).
+    end: Nanos,
+    result: Result<Nanos, MemError>,
+    /// Its buffer, while the mover copies its bytes: the buffer is in
+    /// neither `memory` nor `evicted` until they land.
+    carrying: Option<DevAddr>,
 }
 
 /// A pending context fault: the trapping launch's first block ends at `at`.
@@ -249,10 +271,15 @@ pub struct SimBackend {
     transforms: WorkPool<SimTransform>,
     /// Pins started, for [`Backend::take_registered`] (done at once).
     registered: Vec<Registered>,
-    /// Buffer moves started ([`Backend::start_move`]): their bytes moved at
-    /// once, each reported when the host link model says it ends: (token,
-    /// end, result).
-    moves: Vec<(u64, Nanos, Result<Nanos, MemError>)>,
+    /// Copies evicted and restored buffers' bytes, one move after another
+    /// in the order started, as a GPU's mover thread does (issue 39: copied
+    /// on the core's thread, a 64 MiB buffer's moves cost an urgent client
+    /// beside it 75-86 % of its rate). It owns a buffer's bytes, source and
+    /// destination, until they land, so nothing else can touch them.
+    mover: WorkPool<Option<Landed>>,
+    /// Buffer moves started ([`Backend::start_move`]), each reported when
+    /// the host link model says it ends and its bytes have landed.
+    moves: Vec<MoveUnderWay>,
     /// When the moves started so far end: they run one after another, as a
     /// GPU's mover runs them (device time).
     link_free_at: Nanos,
@@ -332,6 +359,7 @@ impl SimBackend {
             modules: HashMap::new(),
             transforms: WorkPool::new("gpumuxd-transform", 1),
             registered: Vec::new(),
+            mover: WorkPool::new("gpumuxd-mover", 1),
             moves: Vec::new(),
             link_free_at: 0,
             trapping: HashSet::new(),
@@ -353,13 +381,90 @@ impl SimBackend {
         self.info.pcie_latency_ns.saturating_add((bytes as f64 / rate * 1e9).round() as Nanos)
     }
 
-    /// A copy of `chunked`'s bytes in a fresh mapping (what a restore
-    /// moves: real bytes, so a round trip is checked bitwise).
-    fn copy_of(&self, chunked: &Chunked) -> Result<HostBlock, MemError> {
-        let mut to = HostBlock::new(chunked.len)
-            .ok_or_else(|| MemError::Device(format!("no host memory for a copy of {} bytes", chunked.len)))?;
-        chunked.copy_out(to.bytes_mut());
-        Ok(to)
+    /// Starts the eviction of the allocation at `addr`: its device memory
+    /// is counted free now (a restore started next finds the room, as on a
+    /// GPU whose mover runs moves in order), and the mover copies its bytes
+    /// into a fresh host store (real bytes, so a round trip is checked
+    /// bitwise). Returns the host link's time for it.
+    fn start_evict(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        let len = self.memory.get(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not resident")))?.len;
+        // Mapped here (cheap: nothing is touched) so that a failure is this call's error.
+        let mut to =
+            Chunked::zeros(len).ok_or_else(|| MemError::Device(format!("no host memory for a copy of {len} bytes")))?;
+        let from = self.memory.remove(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not resident")))?;
+        self.used -= len as u64;
+        self.mover.give(0, move || {
+            to.copy_in(from.bytes());
+            // `from` is unmapped here, off the core's thread too.
+            Some(Landed::Evicted(addr, to))
+        });
+        Ok(self.link_time(len as u64))
+    }
+
+    /// Starts the restore of the evicted buffer at `addr`, as
+    /// [`SimBackend::start_evict`]: its device memory counted used now,
+    /// its bytes copied back by the mover.
+    fn start_restore(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
+        let len = self.evicted.get(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not evicted")))?.len;
+        let bytes = len as u64;
+        if bytes > self.capacity - self.used {
+            return Err(self.out_of_memory(bytes));
+        }
+        let mut to =
+            HostBlock::new(len).ok_or_else(|| MemError::Device(format!("no host memory for a copy of {len} bytes")))?;
+        let from = self.evicted.remove(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not evicted")))?;
+        self.used += bytes;
+        self.mover.give(0, move || {
+            from.copy_out(to.bytes_mut());
+            Some(Landed::Restored(addr, to))
+        });
+        Ok(self.link_time(bytes))
+    }
+
+    /// Whether the mover holds the buffer at `addr`.
+    fn under_way(&self, addr: DevAddr) -> bool {
+        self.moves.iter().any(|m| m.carrying == Some(addr))
+    }
+
+    /// Puts the buffers whose bytes landed where they now live.
+    fn take_landed(&mut self) {
+        for (_, landed) in self.mover.take() {
+            let addr = match landed {
+                Some(Landed::Evicted(addr, store)) => {
+                    self.evicted.insert(addr, store);
+                    addr
+                }
+                Some(Landed::Restored(addr, block)) => {
+                    self.memory.insert(addr, block);
+                    addr
+                }
+                None => continue,
+            };
+            // At most one move of a buffer is under way (`land_moves` before another).
+            if let Some(m) = self.moves.iter_mut().find(|m| m.carrying == Some(addr)) {
+                m.carrying = None;
+            }
+        }
+    }
+
+    /// Waits for the mover's copies under way and takes them: before a
+    /// buffer under way is freed or moved again, or the context goes.
+    fn land_moves(&mut self) {
+        self.mover.settle();
+        self.take_landed();
+    }
+
+    /// Holds the mover until the returned sender is dropped: a test's
+    /// window in which moves are under way however fast the host copies.
+    #[cfg(test)]
+    fn hold_mover(&mut self) -> std::sync::mpsc::Sender<()> {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        self.mover.give(0, move || {
+            // Err once `release` is dropped.
+            let _ = held.recv();
+            None
+        });
+        release
     }
 
     /// The allocation holding `[addr, addr + bytes)`, with the offset of `addr` in it.
@@ -697,6 +802,9 @@ impl Backend for SimBackend {
     }
 
     fn free(&mut self, addr: DevAddr) -> Result<(), MemError> {
+        if self.under_way(addr) {
+            self.land_moves();
+        }
         if self.evicted.remove(&addr).is_some() {
             return Ok(());
         }
@@ -723,64 +831,70 @@ impl Backend for SimBackend {
         Ok(addr)
     }
 
+    // The calls that return with the copy done (a device process's
+    // `SwapCall`s): a move started and waited for.
     fn evict(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
-        let block = self.memory.get(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not resident")))?;
-        let copy = Chunked::of(block.bytes())
-            .ok_or_else(|| MemError::Device(format!("no host memory for a copy of {} bytes", block.len)))?;
-        let took = self.link_time(copy.len as u64);
-        self.memory.remove(&addr);
-        self.used -= copy.len as u64;
-        self.evicted.insert(addr, copy);
+        if self.under_way(addr) {
+            self.land_moves();
+        }
+        let took = self.start_evict(addr)?;
+        self.land_moves();
         Ok(took)
     }
 
     fn restore(&mut self, addr: DevAddr) -> Result<Nanos, MemError> {
-        let block = self.evicted.get(&addr).ok_or_else(|| MemError::Device(format!("{addr:#x} is not evicted")))?;
-        let bytes = block.len as u64;
-        if bytes > self.capacity - self.used {
-            return Err(self.out_of_memory(bytes));
+        if self.under_way(addr) {
+            self.land_moves();
         }
-        let copy = self.copy_of(block)?;
-        self.evicted.remove(&addr);
-        self.memory.insert(addr, copy);
-        self.used += bytes;
-        Ok(self.link_time(bytes))
+        let took = self.start_restore(addr)?;
+        self.land_moves();
+        Ok(took)
     }
 
     fn start_move(&mut self, token: u64, what: BufferMove) -> Option<Result<Nanos, MemError>> {
-        let result = match what {
-            BufferMove::Evict(addr) => self.evict(addr),
-            BufferMove::Restore(addr) => self.restore(addr),
+        let addr = match what {
+            BufferMove::Evict(addr) | BufferMove::Restore(addr) => addr,
         };
-        // After the host copy (not the model's): the link's time is all modelled.
+        // Moved again before its last move landed (the core waits for a
+        // move's report, so rare): that move's bytes first.
+        if self.under_way(addr) {
+            self.land_moves();
+        }
+        let result = match what {
+            BufferMove::Evict(addr) => self.start_evict(addr),
+            BufferMove::Restore(addr) => self.start_restore(addr),
+        };
         let now = self.now();
-        let end = match result {
+        let (end, carrying) = match result {
             Ok(took) => {
                 self.link_free_at = self.link_free_at.max(now).saturating_add(took);
-                self.link_free_at
+                (self.link_free_at, Some(addr))
             }
-            Err(_) => now,
+            Err(_) => (now, None),
         };
-        self.moves.push((token, end, result));
+        self.moves.push(MoveUnderWay { token, end, result, carrying });
         None
     }
 
     fn take_moved(&mut self, out: &mut Vec<Moved>) {
+        self.take_landed();
         let now = self.now();
-        self.moves.retain_mut(|(token, end, result)| {
-            if *end > now {
+        // Done when the link model says so and its bytes are there (a
+        // loaded host's copy may take longer than the modelled link).
+        self.moves.retain_mut(|m| {
+            if m.end > now || m.carrying.is_some() {
                 return true;
             }
-            let result = std::mem::replace(result, Ok(0));
-            out.push(Moved { token: *token, result });
+            let result = std::mem::replace(&mut m.result, Ok(0));
+            out.push(Moved { token: m.token, result });
             false
         });
     }
 
     fn settle_moves(&mut self, out: &mut Vec<Moved>) {
-        // Their bytes moved when they started.
+        self.land_moves();
         for m in &mut self.moves {
-            m.1 = 0;
+            m.end = 0;
         }
         self.take_moved(out);
     }
@@ -1086,8 +1200,10 @@ impl Backend for SimBackend {
             // Work to catch up on, in bounded polls, as a busy GPU is polled.
             return Wake::Spin;
         }
-        // A buffer move's end is known: looked at then.
-        let moved = self.moves.iter().map(|m| m.1).min();
+        // A buffer move's end is known: looked at then, and every
+        // `MOVE_LOOK` after it until the mover's copy has landed.
+        let look = self.now().saturating_add(MOVE_LOOK.as_nanos() as Nanos);
+        let moved = self.moves.iter().map(|m| if m.carrying.is_some() { m.end.max(look) } else { m.end }).min();
         if self.copy_engine.in_flight() > 0 {
             // A move's end is looked for, not announced; a move takes ms
             // (a smaller one is done inline), so a look every
@@ -1108,9 +1224,11 @@ impl Backend for SimBackend {
         self.sim = SimGpu::new(self.info.clone(), self.seed).with_event_budget(EVENTS_PER_POLL);
         self.origin = Instant::now();
         self.sim_now = 0;
-        // Buffer moves' bytes moved when they started: reported at the next look.
+        // Buffer moves' bytes land first (a restored buffer's device
+        // memory goes with the rest below): reported at the next look.
+        self.land_moves();
         for m in &mut self.moves {
-            m.1 = 0;
+            m.end = 0;
         }
         self.link_free_at = 0;
         self.unsettled = false;
@@ -1447,5 +1565,59 @@ mod tests {
         assert_eq!(d.evicted[&z].pieces.len(), 3);
         d.restore(z).expect("restore zeros");
         assert!(d.memory[&z].bytes().iter().all(|&b| b == 0), "zeros");
+    }
+
+    /// Issue 39: a move's bytes are copied off the core's thread. While the
+    /// mover holds a 64 MiB buffer's eviction, the core's calls return and
+    /// another client's launches run and end; the move is not reported
+    /// before its bytes are there, even past the link model's end; then
+    /// its round trip comes back bitwise. (Copied in `start_move`, the
+    /// bytes were in the host store when it returned.)
+    #[test]
+    fn moves_copy_on_the_mover_while_other_launches_run_and_end() {
+        let mut d = SimBackend::open("sim:h100,memory=256MiB").expect("the preset");
+        let len = 64 << 20;
+        let a = d.alloc(len as u64).expect("alloc");
+        let data: Vec<u8> = (0..len as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        d.memory.get_mut(&a).expect("resident").bytes_mut().copy_from_slice(&data);
+        let release = d.hold_mover();
+        assert!(d.start_move(7, BufferMove::Evict(a)).is_none(), "reported later");
+        assert!(d.under_way(a) && !d.evicted.contains_key(&a), "the bytes are the mover's, not copied yet");
+        assert_eq!(d.mem_info().expect("mem info").free, 256 << 20, "its device memory counts free at once");
+        // Another client's kernels, one after another, served meanwhile.
+        for op in 1..=3 {
+            d.submit(launch_on(op, op as u16, 4, 200_000)).expect("launch");
+            ended_at(&mut d, op);
+        }
+        let end = d.moves[0].end;
+        while d.now() <= end {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let mut moved = Vec::new();
+        d.take_moved(&mut moved);
+        assert!(moved.is_empty(), "past the link model's end, not reported before its bytes: {moved:?}");
+        assert!(d.under_way(a), "still held");
+        drop(release);
+        d.settle_moves(&mut moved);
+        assert_eq!(moved.len(), 1);
+        assert_eq!(moved[0].token, 7);
+        assert!(moved[0].result.is_ok(), "{:?}", moved[0].result);
+        assert!(!d.under_way(a) && d.evicted.contains_key(&a) && !d.memory.contains_key(&a));
+        // Back, reported at the link's end once landed.
+        assert!(d.start_move(8, BufferMove::Restore(a)).is_none());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        moved.clear();
+        while moved.is_empty() {
+            assert!(Instant::now() < deadline, "the restore was never reported");
+            std::thread::sleep(Duration::from_micros(200));
+            d.take_moved(&mut moved);
+        }
+        assert_eq!(moved[0].token, 8);
+        assert!(d.memory[&a].bytes() == &data[..], "back bitwise");
+        // Freed while under way: waits for its move.
+        assert!(d.start_move(9, BufferMove::Evict(a)).is_none());
+        d.free(a).expect("free");
+        assert!(d.memory.is_empty() && d.evicted.is_empty());
+        assert_eq!(d.mem_info().expect("mem info").free, 256 << 20);
     }
 }
