@@ -456,12 +456,14 @@ impl SimBackend {
 
     /// Holds the mover until the returned sender is dropped: a test's
     /// window in which moves are under way however fast the host copies.
+    /// At most 10 s: a core that waited for the mover fails its test's
+    /// assertions then rather than hanging.
     #[cfg(test)]
-    fn hold_mover(&mut self) -> std::sync::mpsc::Sender<()> {
+    pub(crate) fn hold_mover(&mut self) -> std::sync::mpsc::Sender<()> {
         let (release, held) = std::sync::mpsc::channel::<()>();
         self.mover.give(0, move || {
-            // Err once `release` is dropped.
-            let _ = held.recv();
+            // Err once `release` is dropped, or after the 10 s.
+            let _ = held.recv_timeout(Duration::from_secs(10));
             None
         });
         release

@@ -1014,6 +1014,49 @@ mod tests {
         assert_eq!((s.evictions, s.restores), (1, 1), "{s:?}");
     }
 
+    /// Issue 39: the simulated device copies a move's bytes on a mover
+    /// thread of its own, as a GPU does, so the core serves other clients
+    /// while an eviction and a restore of 150 MiB are under way. The mover
+    /// is held (nothing is copied, however fast this host is): a third
+    /// client's memsets and syncs are answered meanwhile, and the restored
+    /// client's sync waits for its bytes. (Before, `start_move` copied the
+    /// bytes on the core's thread, and every client waited for them.)
+    #[test]
+    fn other_clients_are_served_while_a_moves_bytes_are_being_copied() {
+        let mut backend = SimBackend::open("sim:h100,memory=256MiB").expect("the preset");
+        let release = backend.hold_mover();
+        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let (rx1, rx2, rx3) = (open(&mut core, 1), open(&mut core, 2), open(&mut core, 3));
+        // Under the swap granularity: never evicted, so its work never waits for the mover.
+        let c = alloc(&mut core, &rx3, 3, 2, MIB);
+        let a = alloc(&mut core, &rx1, 1, 2, 150 * MIB);
+        let b = alloc(&mut core, &rx2, 2, 2, 150 * MIB);
+        core.swap.keep_until.clear();
+        let stream = StreamId(0);
+        let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 9, bytes: MIB, stream };
+        core.inbound(2, Inbound::Request { id: 3, request: memset, fd: None });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while core.swap.moving.len() < 2 {
+            core.pump().expect("pump");
+            assert!(Instant::now() < deadline, "the moves never started");
+        }
+        core.inbound(2, Inbound::Request { id: 4, request: Request::SyncStream(stream), fd: None });
+        for round in 0..5 {
+            let id = 3 + 2 * round;
+            let memset =
+                Request::Memset { dst: BufferSlice { buffer: c, offset: 0 }, value: round as u8, bytes: MIB, stream };
+            call(&mut core, &rx3, 3, id, memset);
+            call(&mut core, &rx3, 3, id + 1, Request::SyncStream(stream));
+        }
+        assert_eq!(core.swap.moving.len(), 2, "both moves are still under way");
+        let synced = rx2.try_iter().any(|f| matches!(f, ServerFrame::Reply { id: 4, .. }));
+        assert!(!synced, "client 2's sync waits for its restore's bytes");
+        drop(release);
+        wait(&mut core, &rx2, 4);
+        assert!(buffer(&core, 1, a).evicted && !buffer(&core, 2, b).evicted, "client 1's buffer made the room");
+        drop(rx1);
+    }
+
     /// A client killed while its buffer's eviction is under way (the
     /// simulated link still carrying it) leaves nothing once the move ends:
     /// no device memory, no host copy, no accounting; the other client's
