@@ -61,11 +61,12 @@
 //! one move after another in the order started, as a GPU's mover copies
 //! them: the core's thread only starts a move and hears of its end (when
 //! the link model says so and its bytes have landed, whichever is later),
-//! and serves other clients meanwhile (issue 39). The host store is made of chunks laid end to end, by the CUDA
-//! device's rule (`gpumux_cuda::client::chunk_layout`: whole chunks, and a
-//! tail shorter than half a chunk), with chunks of [`SWAP_CHUNK`], smaller
-//! than a GPU's 128 MiB so that the tests' buffers of tens of MiB cross
-//! several chunk boundaries on their round trips.
+//! and serves other clients meanwhile (issue 39). The host store is made
+//! of chunks laid end to end, by the CUDA device's rule
+//! (`gpumux_cuda::client::chunk_layout`: whole chunks, and a tail shorter
+//! than half a chunk), with chunks of [`SWAP_CHUNK`], smaller than a GPU's
+//! 128 MiB so that the tests' buffers of tens of MiB cross several chunk
+//! boundaries on their round trips.
 
 use super::compile::WorkPool;
 use super::copy_engine::{CopyEngine, Fill, Move, Rows, ON_THREAD_FROM};
@@ -108,7 +109,8 @@ const SWAP_CHUNK: usize = 4 << 20;
 const EVENTS_PER_POLL: u64 = 1_000;
 /// A module's source and options, and its launchable kernels and log ([`launchable`]).
 type SimTransform = ((String, Vec<String>), Result<Launchable, LoadError>);
-/// How often moves under way on the copy engine's or the mover's thread (and transformations) are looked for.
+/// How often moves under way on the copy engine's or the mover's thread
+/// (and transformations) are looked for.
 const MOVE_LOOK: Duration = Duration::from_micros(100);
 /// Registers per thread the simulator assumes of a kernel (nothing is compiled to say).
 const SIM_REGS_PER_THREAD: u32 = 32;
