@@ -765,6 +765,15 @@ mod tests {
         wait(core, rx, id)
     }
 
+    /// Pumps the core until `done` holds; fails the test with `never` after 10 s.
+    fn pump_until(core: &mut Core, never: &str, done: impl Fn(&Core) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done(core) {
+            core.pump().expect("pump");
+            assert!(Instant::now() < deadline, "{never}");
+        }
+    }
+
     fn wait(core: &mut Core, rx: &Receiver<ServerFrame>, id: u64) -> Reply {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -995,11 +1004,7 @@ mod tests {
         let t0 = core.backend.now();
         let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 1, bytes: MIB, stream };
         core.inbound(2, Inbound::Request { id: 3, request: memset, fd: None });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while core.swap.moving.is_empty() {
-            core.pump().expect("pump");
-            assert!(Instant::now() < deadline, "no move started");
-        }
+        pump_until(&mut core, "no move started", |c| !c.swap.moving.is_empty());
         assert_eq!(core.swap.moving.len(), 2, "client 1's eviction and client 2's restore are under way");
         assert!(buffer(&core, 1, a).evicted, "an eviction counts from its start");
         assert!(buffer(&core, 2, b).evicted, "a restore counts from its end");
@@ -1035,11 +1040,7 @@ mod tests {
         let stream = StreamId(0);
         let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 9, bytes: MIB, stream };
         core.inbound(2, Inbound::Request { id: 3, request: memset, fd: None });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while core.swap.moving.len() < 2 {
-            core.pump().expect("pump");
-            assert!(Instant::now() < deadline, "the moves never started");
-        }
+        pump_until(&mut core, "the moves never started", |c| c.swap.moving.len() >= 2);
         core.inbound(2, Inbound::Request { id: 4, request: Request::SyncStream(stream), fd: None });
         for round in 0..5 {
             let id = 3 + 2 * round;
@@ -1072,19 +1073,13 @@ mod tests {
         let stream = StreamId(0);
         let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 9, bytes: MIB, stream };
         core.inbound(2, Inbound::Request { id: 3, request: memset, fd: None });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while core.swap.moving.is_empty() {
-            core.pump().expect("pump");
-            assert!(Instant::now() < deadline, "no move started");
-        }
+        pump_until(&mut core, "no move started", |c| !c.swap.moving.is_empty());
         assert_eq!(core.swap.moving.len(), 2, "client 1's eviction and client 2's restore are under way");
         core.disconnect(1);
         call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !core.swap.moving.is_empty() || core.sessions.contains_key(&1) {
-            core.pump().expect("pump");
-            assert!(Instant::now() < deadline, "the killed client's move never ended");
-        }
+        pump_until(&mut core, "the killed client's move never ended", |c| {
+            c.swap.moving.is_empty() && !c.sessions.contains_key(&1)
+        });
         let s = core.status();
         assert_eq!((s.memory_used, s.memory_evicted), (150 * MIB, 0), "only client 2's buffer is left: {s:?}");
         assert_eq!(core.swap.evicted, 0, "no host copy counted");
