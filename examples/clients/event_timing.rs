@@ -5,7 +5,8 @@
 //!  [--chunks N] [--chunk-mib M] [--iters K] [--repeat R]`
 //!
 //! Runs `kernels/lcg.cu` over all `chunks × chunk-mib` of input `--repeat`
-//! times, each between two events, and prints the events' median time (the
+//! times (7 by default, after one untimed), each between two events, and
+//! prints every repetition's event time and the events' median time (the
 //! daemon's, docs/daemon.md "Event timing") beside the host's time for a
 //! launch and its wait. Checks: event times are positive, never above the
 //! host's, and add up (the time from the first event to the last is the sum
@@ -20,7 +21,7 @@ use std::time::Instant;
 
 #[path = "lcg_common.rs"]
 mod lcg_common;
-use lcg_common::{first_wrong, host_memory, input, median, Args};
+use lcg_common::{first_wrong, host_memory, input, list, median, Args};
 
 fn main() {
     if let Err(e) = run() {
@@ -52,13 +53,22 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         LaunchConfig::for_threads(n as u32, 256)
     };
     let kargs = [Arg::buffer(&din), Arg::buffer(&dout), (n as i32).into(), (args.iters as i32).into()];
-    client.launch(&lcg, &config, &kargs)?; // warm-up
-    client.sync(s)?;
+    // Warm-up: one untimed repetition, events and all (native_lcg.py's too);
+    // LCG_TIMING=old: one launch and a sync.
+    let warm_ups = if args.old_timing {
+        client.launch(&lcg, &config, &kargs)?;
+        client.sync(s)?;
+        0
+    } else {
+        1
+    };
 
-    let first = client.record_event(s)?;
     let (mut events, mut hosts) = (Vec::new(), Vec::new());
-    let mut marks = vec![first];
-    for _ in 0..args.repeat {
+    let mut marks = Vec::new();
+    for rep in 0..warm_ups + args.repeat {
+        if rep == warm_ups {
+            marks.push(client.record_event(s)?);
+        }
         let t = Instant::now();
         let start = client.record_event(s)?;
         client.launch(&lcg, &config, &kargs)?;
@@ -69,10 +79,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         if !(ms > 0.0 && ms <= host_ms) {
             return Err(format!("an event time of {ms:.4} ms against {host_ms:.4} ms on the host").into());
         }
-        events.push(ms);
-        hosts.push(host_ms);
-        marks.extend([start, end]);
+        if rep >= warm_ups {
+            events.push(ms);
+            hosts.push(host_ms);
+            marks.extend([start, end]);
+        }
     }
+    let first = *marks.first().ok_or("no events")?;
     // Monotone, and the whole is the sum of its parts.
     let mut sum = 0i64;
     for w in marks.windows(2) {
@@ -86,6 +99,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if client.event_elapsed_ns(first, last)? != sum {
         return Err("event times do not add up".into());
     }
+    println!("event_timing: repetitions: kernel_reps_ms={}", list(&events));
     let (k, h) = (median(&mut events), median(&mut hosts));
     println!(
         "event_timing: {n} elements, {} steps: kernel_ms={k:.4} (events, median of {}) host_ms={h:.4} (launch + wait); device {}",

@@ -15,7 +15,10 @@ pub struct Args {
     pub iters: u32,
     /// Host memory from a `Vec` instead of `alloc_host` (`cudaMallocHost`).
     pub pageable: bool,
+    /// Timed repetitions, after one untimed.
     pub repeat: usize,
+    /// `LCG_TIMING=old`: time as fe4d877 did (see [`Args::parse`]).
+    pub old_timing: bool,
 }
 
 pub const USAGE: &str =
@@ -23,7 +26,13 @@ pub const USAGE: &str =
 
 impl Args {
     /// Parses the command line; the defaults size a chunk's kernel near its
-    /// copies on an H100 (16 chunks of 16 MiB, 2048 steps an element).
+    /// copies on an H100 (16 chunks of 16 MiB, 2048 steps an element) and
+    /// time 7 repetitions. `LCG_TIMING=old` in the environment restores the
+    /// timing of fe4d877 and earlier for an A/B in one build (native_lcg.py
+    /// reads it too): a warm-up of one chunk instead of one whole untimed
+    /// repetition, and stream_pipeline zeroing its host output after the
+    /// device's sync instead of before it (the daemon's threads then idle
+    /// through that fill just before the timed pipeline starts).
     pub fn parse() -> Result<Args, String> {
         let mut a = Args {
             socket: None,
@@ -33,7 +42,13 @@ impl Args {
             chunk_elems: 4 << 20,
             iters: 2048,
             pageable: false,
-            repeat: 5,
+            repeat: 7,
+            old_timing: match std::env::var("LCG_TIMING").as_deref() {
+                Ok("old") => true,
+                Ok("new") | Err(std::env::VarError::NotPresent) => false,
+                Ok(other) => return Err(format!("LCG_TIMING={other:?}: \"old\" or \"new\" (the default)")),
+                Err(e) => return Err(format!("LCG_TIMING: {e}")),
+            },
         };
         let mut args = std::env::args().skip(1);
         let number = |name: &str, v: Option<String>| -> Result<usize, String> {
@@ -92,8 +107,14 @@ pub fn host_memory(
     Ok(if pageable { Box::new(vec![0u8; bytes]) } else { Box::new(client.alloc_host(bytes as u64)?) })
 }
 
-/// The median of `v` (sorted in place).
+/// The median of `v` (sorted in place; the upper one of an even count).
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// `v` as `a,b,c` (ms, 3 decimals), in the order measured: the GPU check
+/// pools every repetition of every run (scripts/pipeline-times.py).
+pub fn list(v: &[f64]) -> String {
+    v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(",")
 }

@@ -17,8 +17,10 @@
 //! return when done, so the copy-in and copy-out stages run on a thread each.
 //!
 //! It prints the pipeline's time, and the time of the same copies alone and
-//! of the same kernels alone (medians of `--repeat`): overlap shows as a
-//! pipeline faster than copies + kernels. `--check` compares every output
+//! of the same kernels alone (medians of `--repeat`, 7 by default, after one
+//! untimed repetition of all three), the pipeline's fastest repetition, and
+//! every repetition's times (`*_reps_ms`, which the GPU check pools over
+//! runs): overlap shows as a pipeline faster than copies + kernels. `--check` compares every output
 //! element with the CPU's (an affine map, exact); on a simulated device,
 //! where kernels compute nothing, it checks that the inputs round-trip.
 //! `--out` writes the output for a byte comparison with native_lcg.py's.
@@ -28,7 +30,7 @@ use std::time::Instant;
 
 #[path = "lcg_common.rs"]
 mod lcg_common;
-use lcg_common::{first_wrong, host_memory, input, median, Args};
+use lcg_common::{first_wrong, host_memory, input, list, median, Args};
 
 fn main() {
     if let Err(e) = run() {
@@ -66,13 +68,23 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let range = |c: usize| c * chunk_bytes..(c + 1) * chunk_bytes;
     let launch = |c: usize, stream: StreamId| stages.launch(&client, c, stream);
 
-    // Warm-up: the module's first launch and the streams' first copies.
-    client.copy_to_device(&din, 0, &host_in[range(0)], copy_in)?;
-    launch(0, compute[0])?;
-    client.sync(compute[0])?;
+    // Warm-up: repetition 0 is not timed. Its pipeline is the first use of
+    // the second compute stream, of stream waits and of copies that do not
+    // wait, and whatever either side sets up on a first use stays out of the
+    // times; native_lcg.py warms up the same way. LCG_TIMING=old: one chunk's
+    // copy and kernel, every repetition timed.
+    let warm_ups = if args.old_timing {
+        client.copy_to_device(&din, 0, &host_in[range(0)], copy_in)?;
+        launch(0, compute[0])?;
+        client.sync(compute[0])?;
+        0
+    } else {
+        1
+    };
 
     let (mut copies, mut kernels, mut pipeline) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..args.repeat {
+    for rep in 0..warm_ups + args.repeat {
+        let timed = rep >= warm_ups;
         // The copies alone, chunk by chunk as the pipeline makes them.
         let t = Instant::now();
         for c in 0..chunks {
@@ -81,7 +93,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         for c in 0..chunks {
             client.copy_to_host(&dout, (c * chunk_bytes) as u64, &mut host_out[range(c)], copy_out)?;
         }
-        copies.push(t.elapsed().as_secs_f64() * 1e3);
+        if timed {
+            copies.push(t.elapsed().as_secs_f64() * 1e3);
+        }
 
         // The kernels alone, one stream.
         let t = Instant::now();
@@ -89,32 +103,58 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             launch(c, compute[0])?;
         }
         client.sync(compute[0])?;
-        kernels.push(t.elapsed().as_secs_f64() * 1e3);
+        if timed {
+            kernels.push(t.elapsed().as_secs_f64() * 1e3);
+        }
 
         // The pipeline, from nothing: a stale result must not pass the check.
+        // The host's output is zeroed first and the device's sync is the last
+        // thing before the clock starts, as native_lcg.py does: zeroing 256
+        // MiB takes tens of ms, through which the daemon's threads (which poll
+        // at most 5 ms after a request, then sleep: docs/daemon.md, "Latency
+        // and the CPU it costs") would fall asleep, and the pipeline's first
+        // requests would pay their wake-ups where the native program pays
+        // none (LCG_TIMING=old zeroes it after the sync).
+        if !args.old_timing {
+            host_out.fill(0);
+        }
         client.memset(&dout, 0, 0, bytes as u64, copy_out)?;
         client.sync(copy_out)?;
-        host_out.fill(0);
+        if args.old_timing {
+            host_out.fill(0);
+        }
         let t = Instant::now();
         let events = if args.pageable {
             pipeline_on_threads(&client, &stages, &host_in, &mut host_out)?
         } else {
             pipeline_async(&client, &stages, &host_in, &mut host_out)?
         };
-        pipeline.push(t.elapsed().as_secs_f64() * 1e3);
+        if timed {
+            pipeline.push(t.elapsed().as_secs_f64() * 1e3);
+        }
         // Outside the time, as CuPy frees its events: each is a request here.
         for e in events {
             client.destroy_event(e)?;
         }
     }
+    // In the order measured, before `median` sorts them.
+    println!(
+        "stream_pipeline: repetitions: pipeline_reps_ms={} copies_reps_ms={} kernels_reps_ms={}",
+        list(&pipeline),
+        list(&copies),
+        list(&kernels)
+    );
     let (p, cp, k) = (median(&mut pipeline), median(&mut copies), median(&mut kernels));
     println!(
-        "stream_pipeline: {chunks} chunks of {} MiB, {} steps: pipeline_ms={p:.3} copies_ms={cp:.3} kernels_ms={k:.3} \
-         overlap={} (pipeline below copies + kernels: {:.3} ms); {} host memory; device {}",
+        "stream_pipeline: {chunks} chunks of {} MiB, {} steps: pipeline_ms={p:.3} pipeline_min_ms={:.3} \
+         copies_ms={cp:.3} kernels_ms={k:.3} overlap={} (pipeline below copies + kernels: {:.3} ms); medians of {} \
+         after {warm_ups} untimed; {} host memory; device {}",
         chunk_bytes >> 20,
         args.iters,
+        pipeline[0],
         if p < cp + k { "yes" } else { "no" },
         cp + k,
+        args.repeat,
         if args.pageable { "pageable" } else { "alloc_host" },
         client.welcome().device
     );

@@ -144,20 +144,39 @@ fn four_example_clients_at_once_round_trip_their_inputs_and_leave_nothing_held()
     assert!(s.clients.iter().all(|c| c.memory_used == 0 && c.sms_held == 0), "{s:?}");
 }
 
+/// The numbers of `key=a,b,c` in `out`.
+fn reps(out: &str, key: &str) -> Vec<f64> {
+    let list =
+        out.split_whitespace().find_map(|w| w.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} in:\n{out}"));
+    list.split(',').map(|x| x.parse().unwrap_or_else(|e| panic!("{key}{list}: {x:?}: {e}"))).collect()
+}
+
 #[test]
 fn the_pipeline_and_event_timing_examples_check_on_the_simulated_device() {
     let d = Daemon::start(None);
     let examples = profile_dir().join("examples");
-    for name in ["stream_pipeline", "event_timing"] {
+    for (name, key) in [("stream_pipeline", "pipeline_reps_ms="), ("event_timing", "kernel_reps_ms=")] {
         let program = built(examples.join(name), " --examples");
         let o = Command::new(&program)
-            .args(["--check", "--chunks", "4", "--chunk-mib", "1", "--repeat", "2", "--socket"])
+            .args(["--check", "--chunks", "4", "--chunk-mib", "1", "--repeat", "3", "--socket"])
             .arg(&d.socket)
+            .env_remove("LCG_TIMING")
             .output()
             .unwrap_or_else(|e| panic!("{name} does not start: {e}"));
         let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         assert!(o.status.success(), "{name} failed ({}):\n{stdout}{stderr}", o.status);
         assert!(stdout.contains(&format!("{name}: check passed")), "{name} did not check:\n{stdout}");
         assert!(stdout.contains("device sim:h100"), "{name}:\n{stdout}");
+        // Every timed repetition is printed for the GPU check to pool, the
+        // untimed warm-up not among them.
+        let times = reps(&stdout, key);
+        assert_eq!(times.len(), 3, "{name}: {key} has {} times for --repeat 3:\n{stdout}", times.len());
+        assert!(times.iter().all(|&t| t > 0.0), "{name}: {key}{times:?}");
+
+        // LCG_TIMING takes "old" or "new", and says so before it connects.
+        let o = Command::new(&program).args(["--socket"]).arg(&d.socket).env("LCG_TIMING", "0ld").output();
+        let o = o.unwrap_or_else(|e| panic!("{name} does not start: {e}"));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && stderr.contains("LCG_TIMING=\"0ld\""), "{name} took LCG_TIMING=0ld: {stderr}");
     }
 }
