@@ -6,7 +6,9 @@
 # BIN_DIR: what scripts/device-build.sh makes (default target/device/main; $BIN also works).
 # OUTDIR:  logs and outputs (default $OUT/daemon-check, else /tmp/daemon-check).
 # DAEMON_CHECKS: which checks (default "clients kill fault limits pipeline"); DAEMON_DEVICE (default cuda:0);
-# LCG_ARGS: the pipeline check's example arguments (default the examples' own: 16 chunks of 16 MiB, 2048 steps);
+# LCG_ARGS: the pipeline check's example arguments (default the examples' own: 16 chunks of 16 MiB, 2048 steps,
+# 7 timed repetitions); PIPELINE_ROUNDS: runs of each side of the pipeline (default 4); LCG_TIMING=old: the
+# examples time as fe4d877 did (for an A/B: LCG_TIMING=old PIPELINE_ROUNDS=4 LCG_ARGS="--repeat 5");
 # KILL_WARMUP: churning clients killed before the kill test's baseline (default 1).
 # Needs a GPU and python3 with CuPy (the native reference). Checks:
 #   1. four client programs (Rust vector_add and histogram, C matmul and stencil) at once under
@@ -27,8 +29,11 @@
 #      a copy/compute pipeline over 4 streams ordered by stream waits, and a kernel timed with
 #      events, each through the daemon and natively (native_lcg.py, CuPy, the same streams and
 #      events): outputs byte-equal to native and checked against the CPU; the pipeline's time
-#      within 10% of native and below its copies' time plus its kernels' time (overlap). The
-#      figures (pipeline, copies, kernels, event-timed kernel, each side) are in the summary.
+#      within 10% of native and below its copies' time plus its kernels' time (overlap): each
+#      side run PIPELINE_ROUNDS times, interleaved (N D, D N, ...), each run a warm-up and 7
+#      timed repetitions, the medians of all of a side's repetitions compared
+#      (scripts/pipeline-times.py; every run's figures in the output, the pooled ones in the
+#      summary, with the event-timed kernel's on each side).
 #      Then the CI test `pitched_async_copies` against daemons on the GPU: pitched copies
 #      (a linear copy per row on the GPU) between buffers and host memory round-trip with their gaps untouched,
 #      copies that do not wait are ordered by their streams and events (BIN_DIR/tests/).
@@ -204,29 +209,70 @@ echo "== 5. a 4-stream pipeline with stream waits, and a kernel timed with event
 dir="$OUT/pipeline"; mkdir -p "$dir"; sock="$OUT/pipeline.sock"
 # A figure `key=N` of a log line.
 figure() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" "$2" | head -1; }
+# One run of a side, native (CuPy) or daemon (stream_pipeline, against the daemon started
+# below): its output in $dir/SIDE.ROUND.bin, its log in .log.
+# shellcheck disable=SC2086 # LCG_ARGS is a list of arguments
+pipeline_run() { # side round
+    if [ "$1" = native ]; then
+        python3 examples/clients/native_lcg.py pipeline --out "$dir/native.$2.bin" ${LCG_ARGS:-} >"$dir/native.$2.log" 2>&1
+    else
+        timeout 300 "$BIN/stream_pipeline" --socket "$sock" --check --out "$dir/daemon.$2.bin" ${LCG_ARGS:-} >"$dir/daemon.$2.log" 2>&1
+    fi
+}
+# The GPU's clocks, temperature and compute processes, the gpumuxd processes (pid, parent,
+# seconds alive) and the three processes with the most CPU time per second alive, before and
+# after the rounds: a daemon, device process or client left by an earlier check shows here
+# beside this check's daemon and its device process, and so does a clock or a temperature that
+# moved between the rounds.
+gpu_state() {
+    echo "  $1: GPU $(nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,pstate --format=csv,noheader 2>&1);" \
+        "compute processes: $(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>&1 | tr '\n' ';');" \
+        "gpumuxd processes: $(ps -C gpumuxd -o pid=,ppid=,etimes= | tr -s ' \n' ' ');" \
+        "busiest (pid %cpu s command): $(ps -eo pid=,pcpu=,etimes=,comm= --sort=-pcpu | head -3 | tr -s ' \n' ' ')"
+}
+rounds=${PIPELINE_ROUNDS:-4}
 # shellcheck disable=SC2086 # LCG_ARGS is a list of arguments
 if ! wants pipeline; then echo "  (not asked for)"
 elif [ ! -x "$BIN/stream_pipeline" ] || [ ! -x "$BIN/event_timing" ]; then
     fail "pipeline: no stream_pipeline / event_timing in $BIN (scripts/device-build.sh)"
-elif ! python3 examples/clients/native_lcg.py pipeline --out "$dir/native-pipeline.bin" ${LCG_ARGS:-} >"$dir/native-pipeline.log" 2>&1 ||
-     ! python3 examples/clients/native_lcg.py timing --out "$dir/native-timing.bin" ${LCG_ARGS:-} >"$dir/native-timing.log" 2>&1; then
-    fail "pipeline: the native runs: $(tail -2 "$dir"/native-*.log)"
+elif ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
+    fail "pipeline: PIPELINE_ROUNDS=$rounds is not a number > 0"
 elif start_daemon ppq-even-drain "$sock" "$dir/daemon.log"; then
-    timeout 300 "$BIN/stream_pipeline" --socket "$sock" --check --out "$dir/pipeline.bin" ${LCG_ARGS:-} >"$dir/pipeline.log" 2>&1; piped=$?
+    # The pipeline's time: each side run $rounds times, each run a warm-up and 7 timed
+    # repetitions, the sides' runs next to each other in the order N D, D N, N D, ... so that a
+    # drift (clocks, temperature, what earlier checks left) falls on both; one daemon serves
+    # every daemon run, idle while a native one runs. scripts/pipeline-times.py pools each side's
+    # repetitions and compares the medians.
+    gpu_state before
+    piped=0
+    for r in $(seq 1 "$rounds"); do
+        if [ $((r % 2)) = 1 ]; then order="native daemon"; else order="daemon native"; fi
+        for side in $order; do
+            pipeline_run "$side" "$r" || { piped=1; echo "  $side run $r failed: $(tail -2 "$dir/$side.$r.log")"; }
+        done
+    done
+    gpu_state after
     timeout 300 "$BIN/event_timing" --socket "$sock" --check --out "$dir/timing.bin" ${LCG_ARGS:-} >"$dir/timing.log" 2>&1; timed=$?
+    python3 examples/clients/native_lcg.py timing --out "$dir/native-timing.bin" ${LCG_ARGS:-} >"$dir/native-timing.log" 2>&1; ntimed=$?
     stop_daemon
-    cat "$dir"/native-pipeline.log "$dir"/pipeline.log "$dir"/native-timing.log "$dir"/timing.log
-    p=$(figure pipeline_ms "$dir/pipeline.log"); np=$(figure pipeline_ms "$dir/native-pipeline.log")
-    c=$(figure copies_ms "$dir/pipeline.log"); k=$(figure kernels_ms "$dir/pipeline.log")
+    cat "$dir"/native.1.log "$dir"/daemon.1.log "$dir"/native-timing.log "$dir"/timing.log
     tk=$(figure kernel_ms "$dir/timing.log"); ntk=$(figure kernel_ms "$dir/native-timing.log")
-    if [ $piped != 0 ]; then fail "pipeline: stream_pipeline failed (see $dir/pipeline.log)"
-    elif ! cmp -s "$dir/pipeline.bin" "$dir/native-pipeline.bin"; then fail "pipeline: output differs from native"
-    elif ! python3 -c "import sys; p, n, c, k = map(float, sys.argv[1:]); sys.exit(0 if p <= 1.10 * n and p < c + k else 1)" "$p" "$np" "$c" "$k"; then
-        fail "pipeline: ${p} ms against ${np} ms natively (limit +10%), copies ${c} + kernels ${k} ms (must be above)"
+    differs=""; natives=(); daemons=()
+    for r in $(seq 1 "$rounds"); do
+        for side in native daemon; do
+            cmp -s "$dir/$side.$r.bin" "$dir/native.1.bin" || differs="$differs $side.$r.bin"
+        done
+        natives+=("$dir/native.$r.log"); daemons+=("$dir/daemon.$r.log")
+    done
+    if [ $piped != 0 ]; then fail "pipeline: a run failed (see $dir/{native,daemon}.*.log)"
+    elif [ -n "$differs" ]; then fail "pipeline: output differs from native's first run:$differs"
+    elif python3 scripts/pipeline-times.py --limit 1.10 --native "${natives[@]}" --daemon "${daemons[@]}" >"$dir/times.txt" 2>&1; then
+        cat "$dir/times.txt"; pass "pipeline: outputs equal native; $(tail -1 "$dir/times.txt" | sed 's/^pipeline: //')"
     else
-        pass "pipeline: output equals native; ${p} ms against ${np} ms natively; below copies ${c} + kernels ${k} ms (overlap)"
+        cat "$dir/times.txt"; fail "pipeline: $(tail -1 "$dir/times.txt" | sed 's/^pipeline: //')"
     fi
     if [ $timed != 0 ]; then fail "event timing: event_timing failed (see $dir/timing.log)"
+    elif [ $ntimed != 0 ]; then fail "event timing: the native run: $(tail -2 "$dir/native-timing.log")"
     elif ! cmp -s "$dir/timing.bin" "$dir/native-timing.bin"; then fail "event timing: output differs from native"
     else pass "event timing: output equals native; kernel ${tk} ms by gpumux events against ${ntk} ms by CUDA events"
     fi

@@ -58,7 +58,7 @@ needs_two() { [ "$gpus" -ge 2 ] || { echo "### $1: skipped, $gpus GPU(s) here (n
 for part in "$@"; do
     case $part in
         check)
-            run check-daemon 240 "$root/scripts/daemon-gpu-check.sh" "$bin" "$out/daemon-check"
+            run check-daemon 300 "$root/scripts/daemon-gpu-check.sh" "$bin" "$out/daemon-check"
             grep -E "^(PASS|FAIL)" "$out/check-daemon.txt" | awk '!seen[$0]++' | cut -c1-200   # its summary repeats them
             GPUMUX_PHASES=check run check-cuda 120 "$root/scripts/gpu-check.sh" "$bin/gpumux-cuda-check" "$out/gpu-check"
             grep -E "exactly-once|gpu-check: (PASS|FAIL)|MISMATCH" "$out/check-cuda.txt" | tail -3
