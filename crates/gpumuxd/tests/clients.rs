@@ -3,7 +3,8 @@
 //! `--check`: on a simulated device that checks that their inputs
 //! round-trip bitwise through alloc, copy, launch, sync and copy back. And
 //! issue 40's two (a 4-stream pipeline with stream waits, a kernel timed
-//! with events), small, one after the other.
+//! with events), small, one after the other, and scripts/pipeline-times.py
+//! reading what the pipeline prints.
 //!
 //! The programs are cargo's build outputs, found from this test binary's
 //! path: `cargo test` builds the Rust examples (`<profile>/examples/`) and
@@ -151,6 +152,38 @@ fn reps(out: &str, key: &str) -> Vec<f64> {
     list.split(',').map(|x| x.parse().unwrap_or_else(|e| panic!("{key}{list}: {x:?}: {e}"))).collect()
 }
 
+/// scripts/pipeline-times.py (the GPU check's comparison) reads what
+/// stream_pipeline prints: the same run given as both sides pairs into one
+/// run a side of 3 repetitions, at 1.000x.
+fn pipeline_times_reads(stdout: &str) {
+    let dir = tempfile::Builder::new().prefix("gpumuxd-pipeline-times-").tempdir().expect("a temporary directory");
+    let log = dir.path().join("run.log");
+    std::fs::write(&log, stdout).expect("the log written");
+    let script = repo_root().join("scripts/pipeline-times.py");
+    let o = match Command::new("python3")
+        .arg(&script)
+        .args(["--limit", "1.10", "--native"])
+        .arg(&log)
+        .arg("--daemon")
+        .arg(&log)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => return eprintln!("SKIPPED pipeline_times_reads: no python3 ({e})"),
+    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    // 0 passes, 1 fails the limit or the overlap (on a simulated device the
+    // copies' time is the host's, anything); 2 is a log it could not read.
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "pipeline-times.py ({}):\n{out}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("pipeline: 1.000x (limit 1.10x)"), "{out}");
+    assert!(out.contains("medians of 3 and 3 repetitions over 1 run a side"), "{out}");
+}
+
 #[test]
 fn the_pipeline_and_event_timing_examples_check_on_the_simulated_device() {
     let d = Daemon::start(None);
@@ -172,6 +205,9 @@ fn the_pipeline_and_event_timing_examples_check_on_the_simulated_device() {
         let times = reps(&stdout, key);
         assert_eq!(times.len(), 3, "{name}: {key} has {} times for --repeat 3:\n{stdout}", times.len());
         assert!(times.iter().all(|&t| t > 0.0), "{name}: {key}{times:?}");
+        if name == "stream_pipeline" {
+            pipeline_times_reads(&stdout);
+        }
 
         // LCG_TIMING takes "old" or "new", and says so before it connects.
         let o = Command::new(&program).args(["--socket"]).arg(&d.socket).env("LCG_TIMING", "0ld").output();
