@@ -85,6 +85,15 @@ pub struct DaemonArgs {
     /// every sync: for measuring moves). docs/oversubscription.md.
     #[arg(long, value_name = "FACTOR", value_parser = parse_keep)]
     pub swap_keep: Option<f64>,
+    /// `off`: no oversubscription at all. Every buffer is a plain device
+    /// allocation (`cuMemAlloc`, no address-stable mapping), an allocation
+    /// beyond the device's free memory or the client's quota is refused
+    /// with the numbers, nothing is ever evicted and nothing is pinned for
+    /// evicted buffers [default: GPUMUX_OVERSUBSCRIBE=on|off in the
+    /// environment, else the config's oversubscribe, else on].
+    /// docs/oversubscription.md, "Turning it off".
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub oversubscribe: Option<bool>,
     /// More logging (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
@@ -108,9 +117,19 @@ impl DaemonArgs {
             swap_memory: self.swap_memory,
             device_memory: self.device_memory,
             swap_keep: self.swap_keep,
+            oversubscribe: self.oversubscribe,
             placement: self.placement.clone(),
             rebalance: self.rebalance.then_some(true),
         }
+    }
+}
+
+/// `--oversubscribe`: `on` or `off`.
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: on or off")),
     }
 }
 

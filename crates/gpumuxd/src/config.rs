@@ -10,6 +10,7 @@
 //! record = "/var/lib/gpumux/clients.jsonl"   # optional: gpumuxd --record
 //! swap_memory = "64 GiB"    # host memory for evicted buffers (default: half the host's; 0: never evict)
 //! device_memory = "48 GiB"  # device memory handed out per GPU (default: all of it)
+//! oversubscribe = false     # plain device allocations, nothing ever evicted (default: true)
 //!
 //! [[allow]]                 # entries are tried in order: the FIRST match wins
 //! uid = 1000
@@ -256,6 +257,9 @@ pub struct DaemonDefaults {
     /// Device memory handed out per GPU (`--device-memory`; default: all;
     /// `backend::capped`).
     pub device_memory: Option<Bytes>,
+    /// Oversubscription on (the default) or off (`--oversubscribe`;
+    /// docs/oversubscription.md, "Turning it off").
+    pub oversubscribe: Option<bool>,
     /// Move idle clients to GPUs left with no client (`--rebalance`;
     /// docs/multi-gpu.md, "Moving a client between GPUs").
     pub rebalance: Option<bool>,
@@ -744,6 +748,10 @@ mod tests {
         assert_eq!(c.daemon.swap_memory, None, "left out: the daemon's default");
         let c = parse("[daemon]\nswap_memory = \"2 GiB\"\n").unwrap();
         assert_eq!(c.daemon.swap_memory, Some(Bytes(2 << 30)));
+        assert_eq!(c.daemon.oversubscribe, None, "left out: on");
+        let c = parse("[daemon]\noversubscribe = false\n").unwrap();
+        assert_eq!(c.daemon.oversubscribe, Some(false));
+        assert!(parse("[daemon]\noversubscribe = \"off\"\n").is_err(), "a boolean, not a word");
         let e = parse("[daemon]\nswap_memory = \"-1 GiB\"\n").unwrap_err().to_string();
         assert!(e.contains("negative"), "{e}");
     }

@@ -526,6 +526,15 @@ impl Core {
         self
     }
 
+    /// Oversubscription on (the default) or off (`gpumuxd --oversubscribe
+    /// off`; core/swap.rs, "Off"): off, no buffer is ever born evicted or
+    /// evicted, an allocation the device refuses is refused with its
+    /// numbers, and no restore gate or move is looked for per request.
+    pub fn with_oversubscribe(mut self, on: bool) -> Core {
+        self.swap.on = on;
+        self
+    }
+
     /// A client that got its memory keeps it for `factor` round trips of it
     /// over the host link (core/swap.rs, "Kept"; default [`DEFAULT_SWAP_KEEP`]).
     pub fn with_swap_keep(mut self, factor: f64) -> Core {

@@ -42,6 +42,9 @@ pub struct Options {
     /// Round trips a client keeps memory it got (`--swap-keep`; default
     /// [`crate::core::DEFAULT_SWAP_KEEP`]).
     pub swap_keep: Option<f64>,
+    /// Oversubscription on or off (`--oversubscribe`; default:
+    /// [`gpumux_cuda::client::OVERSUBSCRIBE_VAR`], else the config's, else on).
+    pub oversubscribe: Option<bool>,
     /// Which GPU a client goes to when the daemon serves several
     /// (default [`crate::placement::DEFAULT_PLACEMENT`]).
     pub placement: Option<String>,
@@ -257,8 +260,19 @@ pub fn run(opts: Options) -> Result<()> {
             specs[0]
         );
     }
-    let swap =
-        opts.swap_memory.or(config.daemon.swap_memory.map(|b| b.0)).unwrap_or_else(crate::core::default_swap_memory);
+    let oversubscribe = match opts.oversubscribe {
+        Some(on) => on,
+        None => oversubscribe_from_env()?.or(config.daemon.oversubscribe).unwrap_or(true),
+    };
+    // The device processes, started below, inherit it (and an in-process
+    // device reads it): off, their buffers are plain `cuMemAlloc`s.
+    std::env::set_var(gpumux_cuda::client::OVERSUBSCRIBE_VAR, if oversubscribe { "on" } else { "off" });
+    // Off: no host memory for evicted buffers, none pinned for them.
+    let swap = if oversubscribe {
+        opts.swap_memory.or(config.daemon.swap_memory.map(|b| b.0)).unwrap_or_else(crate::core::default_swap_memory)
+    } else {
+        0
+    };
     pin_swap_memory(swap / specs.len() as u64);
     let device_memory = opts.device_memory.or(config.daemon.device_memory.map(|b| b.0));
     if let Some(cap) = device_memory {
@@ -292,7 +306,7 @@ pub fn run(opts: Options) -> Result<()> {
             tracing::info!("recording the clients' operations to {}", path.display());
         }
         // Host memory for evicted buffers is the daemon's, shared evenly among its GPUs.
-        core = core.with_swap_memory(swap / specs.len() as u64);
+        core = core.with_swap_memory(swap / specs.len() as u64).with_oversubscribe(oversubscribe);
         if let Some(keep) = opts.swap_keep {
             core = core.with_swap_keep(keep);
         }
@@ -307,7 +321,14 @@ pub fn run(opts: Options) -> Result<()> {
         }
         cores.push((core, board));
     }
-    tracing::info!("evicted buffers may take {swap} bytes of host memory (swap_memory)");
+    if oversubscribe {
+        tracing::info!("evicted buffers may take {swap} bytes of host memory (swap_memory)");
+    } else {
+        tracing::info!(
+            "oversubscription off: buffers are plain device allocations, refused beyond the device's free memory; \
+             nothing is ever evicted"
+        );
+    }
     if let Some(keep) = opts.swap_keep {
         tracing::info!("a client keeps memory it got for {keep} round trips of it (swap_keep)");
     }
@@ -433,6 +454,19 @@ fn check_os_room(limits: &crate::config::ServerLimits) {
             "[limits] connections = {connections} may need some {need_maps} memory maps (two threads each), and \
              vm.max_map_count is {maps}: raise it, or lower the limit"
         );
+    }
+}
+
+/// What [`gpumux_cuda::client::OVERSUBSCRIBE_VAR`] in gpumuxd's environment
+/// says: `Some(true)` for `on` (or `1`), `Some(false)` for `off` (or `0`),
+/// `None` when it is not set; any other value stops start-up.
+fn oversubscribe_from_env() -> anyhow::Result<Option<bool>> {
+    let var = gpumux_cuda::client::OVERSUBSCRIBE_VAR;
+    let Some(v) = std::env::var_os(var) else { return Ok(None) };
+    match v.to_str().map(str::trim) {
+        Some("on" | "1") => Ok(Some(true)),
+        Some("off" | "0") => Ok(Some(false)),
+        _ => bail!("{var}={v:?} in gpumuxd's environment: on or off (or 1 or 0)"),
     }
 }
 

@@ -293,6 +293,87 @@ fn the_host_cap_refuses_cleanly_naming_the_numbers() {
     assert_eq!(s.memory_used, 2 * SIXTY, "the refused allocation holds nothing: {s:?}");
 }
 
+/// With oversubscription off (`--oversubscribe off`, or `oversubscribe =
+/// false` in the config), the daemon is as it was before issue 39: an
+/// allocation the device has no room for is refused with the numbers
+/// although an idle client's buffer could be evicted, nothing is evicted,
+/// nothing of anyone's is lost, and an allocation that fits is served.
+#[test]
+fn with_oversubscription_off_an_allocation_beyond_the_device_is_refused_and_nothing_is_lost() {
+    let uid = own_uid();
+    let config = format!("[daemon]\noversubscribe = false\n\n[[allow]]\nuid = {uid}\n");
+    for (config, args) in [
+        (None, &["--oversubscribe", "off"][..]),
+        (None, &["--oversubscribe", "off", "--device-process"][..]),
+        (Some(config.as_str()), &[][..]),
+    ] {
+        let d = small_device(config, args);
+        let a = client(&d, "a");
+        let b = client(&d, "b");
+        let data = pattern(SIXTY as usize, 9);
+        let ba = a.alloc(SIXTY).expect("60 % fits");
+        a.copy_to_device(&ba, 0, &data, StreamId::DEFAULT).expect("a's pattern goes in");
+        a.sync(StreamId::DEFAULT).expect("a is idle: on, its buffer would be evicted");
+        let e = b.alloc(SIXTY).expect_err("60 % more than the device holds, with oversubscription off");
+        assert_eq!(e.kind(), Some(&ErrorKind::OutOfMemory), "{args:?}: {e}");
+        let text = e.to_string();
+        for needed in
+            [SIXTY.to_string(), DEVICE.to_string(), "oversubscription is off".into(), "nothing was allocated".into()]
+        {
+            assert!(text.contains(&needed), "{args:?}: the error names {needed}: {text}");
+        }
+        // What fits is served, from the device's free memory.
+        let rest = DEVICE - SIXTY - 4 * MIB;
+        let bb = b.alloc(rest).expect("what is left of the device fits");
+        b.memset(&bb, 0, 4, rest, StreamId::DEFAULT).expect("memset");
+        b.sync(StreamId::DEFAULT).expect("sync");
+        assert!(read_back(&a, &ba) == data, "{args:?}: a's bytes survived");
+        let s = b.status().expect("status");
+        assert_eq!((s.memory_used, s.memory_evicted), (SIXTY + rest, 0), "{args:?}: {s:?}");
+        assert_eq!(
+            (s.evictions, s.restores, s.swap_memory),
+            (0, 0, 0),
+            "{args:?}: nothing moves, no host memory: {s:?}"
+        );
+        a.close().expect("close");
+        b.close().expect("close");
+    }
+}
+
+/// `GPUMUX_OVERSUBSCRIBE` in gpumuxd's environment turns it off too (the
+/// GPU A/B's switch, which `gpumux bench daemon` passes to its daemons),
+/// `--oversubscribe on` wins over it, and a value that is neither stops
+/// start-up naming the variable.
+#[test]
+fn the_environment_turns_oversubscription_off_and_a_bad_value_stops_start_up() {
+    let off = |args: &[&str], var: &str| {
+        let d = Daemon::start_env(Some("sim:h100,memory=64MiB"), None, args, &[("GPUMUX_OVERSUBSCRIBE", var)]);
+        let a = client(&d, "a");
+        let b = client(&d, "b");
+        let _ba = a.alloc(SIXTY).expect("60 % fits");
+        let refused = b.alloc(SIXTY).is_err();
+        let s = b.status().expect("status");
+        a.close().expect("close");
+        b.close().expect("close");
+        (refused, s.memory_evicted)
+    };
+    assert_eq!(off(&[], "off"), (true, 0), "GPUMUX_OVERSUBSCRIBE=off: refused");
+    assert_eq!(off(&[], "0"), (true, 0), "GPUMUX_OVERSUBSCRIBE=0: refused");
+    assert_eq!(off(&["--oversubscribe", "on"], "off"), (false, SIXTY), "the command line wins: born evicted");
+
+    let dir = tempfile::Builder::new().prefix("gpumuxd-over-").tempdir().expect("a temporary directory");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpumuxd"))
+        .args(["--device", "sim:h100,memory=64MiB", "--socket"])
+        .arg(dir.path().join("g.sock"))
+        .env("RUST_LOG", "error")
+        .env("GPUMUX_OVERSUBSCRIBE", "maybe")
+        .output()
+        .expect("gpumuxd runs");
+    assert!(!out.status.success(), "GPUMUX_OVERSUBSCRIBE=maybe started");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("GPUMUX_OVERSUBSCRIBE") && stderr.contains("maybe"), "the variable named: {stderr}");
+}
+
 /// Quotas count evicted bytes too, and no client may hold more than the
 /// device (its buffers could never be resident together).
 #[test]

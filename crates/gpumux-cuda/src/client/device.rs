@@ -226,7 +226,8 @@ pub(super) struct InContext {
     pub(super) allocations: HashMap<u64, u64>,
     /// Mapped (address-stable) allocations, resident or evicted ([`super::swap`]).
     pub(super) mappings: HashMap<u64, super::swap::Mapping>,
-    /// The mapping granularity; `None`: this GPU cannot map, every buffer is a `cuMemAlloc`.
+    /// The mapping granularity; `None`: this GPU cannot map, or oversubscription
+    /// is off (`swap::OVERSUBSCRIBE_VAR`): every buffer is a `cuMemAlloc`.
     pub(super) granularity: Option<usize>,
     /// The thread evictions and restores run on, with its stream and
     /// pinned ring (started on first use; [`super::mover`]).
@@ -298,7 +299,7 @@ impl InContext {
             park: cut_kernel.as_ref().map(|k| k.func.clone()),
             allocations: HashMap::new(),
             mappings: HashMap::new(),
-            granularity: super::swap::granularity(ctx.ordinal),
+            granularity: super::swap::stable_granularity(ctx.ordinal),
             mover: None,
             fits: HashMap::new(),
             ahead: HashMap::new(),

@@ -29,6 +29,7 @@ pub use fault::ContextLost;
 pub use memory::{MemoryError, Pinner};
 pub use module::{ClientKernel, CompiledModule, ModuleError};
 pub use pinned_pool::{chunk_layout, AHEAD_VAR, DEVICE_MEMORY_VAR, PINNED_VAR};
+pub use swap::{oversubscribe_off, OVERSUBSCRIBE_VAR};
 pub use work::{
     check_launch_shape, BindError, ClientWork, CopyLane, HostPtr, KernelHandle, PitchedSide, MAX_BLOCK, MAX_GRID,
     MAX_LAUNCH_BLOCKS,

@@ -166,6 +166,30 @@ fn prop(ordinal: i32) -> cu::CUmemAllocationProp {
     p
 }
 
+/// Whether buffers may be oversubscribed (`on`, the default, or `off`), in
+/// gpumuxd's environment; its device processes inherit it (`gpumuxd
+/// --oversubscribe`). Off, every buffer is a plain `cuMemAlloc`, as before
+/// issue 39: nothing is mapped, so nothing can be evicted, and no pinned host
+/// pool is grown (docs/oversubscription.md, "Turning it off").
+pub const OVERSUBSCRIBE_VAR: &str = "GPUMUX_OVERSUBSCRIBE";
+
+/// Whether [`OVERSUBSCRIBE_VAR`] turns oversubscription off (`off`, `0`,
+/// `false`, `no`); anything else, or nothing, leaves it on. gpumuxd checks
+/// the value and sets it to `on` or `off` before its devices open.
+pub fn oversubscribe_off(value: Option<&str>) -> bool {
+    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "0" | "false" | "no"))
+}
+
+/// The granularity of address-stable buffers on GPU `ordinal`
+/// ([`granularity`]); `None` where oversubscription is off
+/// ([`OVERSUBSCRIBE_VAR`]): every buffer is then a `cuMemAlloc`.
+pub(crate) fn stable_granularity(ordinal: i32) -> Option<usize> {
+    if oversubscribe_off(std::env::var(OVERSUBSCRIBE_VAR).ok().as_deref()) {
+        return None;
+    }
+    granularity(ordinal)
+}
+
 /// The mapping granularity of GPU `ordinal`, if it supports virtual memory
 /// management (every GPU since Pascal does).
 pub(crate) fn granularity(ordinal: i32) -> Option<usize> {
@@ -325,7 +349,9 @@ impl ClientDevice {
     /// its chunks pinned (a cold start's evictions went into fresh memory,
     /// pinned at 6 GB/s). Best effort: a mover that cannot start is left alone.
     pub(super) fn update_ahead(&mut self) {
-        let Some(st) = self.st.as_ref() else { return };
+        // No address-stable buffers (oversubscription off, or a GPU that
+        // cannot map): nothing can be evicted, so nothing is pinned ahead.
+        let Some(st) = self.st.as_ref().filter(|st| st.granularity.is_some()) else { return };
         let mapped: usize = st.mappings.values().map(|m| m.size).sum();
         let device = super::pinned_pool::device_memory_from_env().unwrap_or_else(|| {
             usize::try_from(gpumux_engine::device::Device::info(self).mem_bytes).unwrap_or(usize::MAX)
@@ -643,4 +669,19 @@ impl ClientDevice {
 fn round_up(bytes: u64, granularity: usize) -> Result<usize, CudaError> {
     let n = usize::try_from(bytes).map_err(|_| CudaError::Invalid(format!("{bytes} bytes")))?;
     n.checked_next_multiple_of(granularity).ok_or_else(|| CudaError::Invalid(format!("{bytes} bytes")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::oversubscribe_off;
+
+    #[test]
+    fn oversubscription_is_off_only_when_the_variable_says_so() {
+        for off in ["off", "0", "false", "no", " OFF "] {
+            assert!(oversubscribe_off(Some(off)), "{off:?} turns it off");
+        }
+        for on in [None, Some("on"), Some("1"), Some(""), Some("offf")] {
+            assert!(!oversubscribe_off(on), "{on:?} leaves it on");
+        }
+    }
 }

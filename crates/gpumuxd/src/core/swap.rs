@@ -57,6 +57,16 @@
 //! keeps working (a sync, then its next launch at once) is never idle that
 //! long, so clients still do not swap back and forth at their syncs.
 //!
+//! **Off** (`gpumuxd --oversubscribe off`, [`Core::with_oversubscribe`]):
+//! the daemon as it was before issue 39. The device processes make every
+//! buffer a plain `cuMemAlloc` (gpumux-cuda's `OVERSUBSCRIBE_VAR`), the
+//! core sees no swap granularity ([`Core::swap_granularity`]), so nothing
+//! is born evicted or evicted and an allocation the device refuses is
+//! refused with its numbers; the per-request hooks (a restore gate before
+//! a kernel or a copy, the restores and moves looked at after a pump)
+//! return at once. Being able to turn it off is what lets an A/B measure
+//! what oversubscription costs when nothing is oversubscribed.
+//!
 //! **Limits**: a client's quota caps its resident plus evicted bytes (and no
 //! client may hold more than the device has: its buffers could never be
 //! resident together); the daemon's `swap_memory` caps the host memory that
@@ -130,6 +140,8 @@ pub(super) struct InFlight {
 /// The daemon's side of oversubscription.
 #[derive(Debug)]
 pub(super) struct Swap {
+    /// Oversubscription on (the default; module doc, "Off").
+    pub on: bool,
     /// Host memory evicted buffers may take in all, bytes (`swap_memory`; 0: none).
     pub limit: u64,
     /// Round trips a client keeps memory it got (`--swap-keep`; [`KEEP_FACTOR`]).
@@ -158,6 +170,7 @@ pub(super) struct Swap {
 impl Swap {
     pub(super) fn new(limit: u64) -> Swap {
         Swap {
+            on: true,
             limit,
             keep_factor: KEEP_FACTOR,
             evicted: 0,
@@ -199,6 +212,13 @@ struct Victim {
 }
 
 impl Core {
+    /// The smallest buffer that can be evicted, bytes: the device's
+    /// ([`Backend::swap_granularity`]); `None` where it cannot swap or
+    /// oversubscription is off (module doc, "Off").
+    pub(super) fn swap_granularity(&self) -> Option<u64> {
+        self.backend.swap_granularity().filter(|_| self.swap.on)
+    }
+
     /// The device's free memory now (the backend's own account).
     fn device_free(&mut self) -> u64 {
         self.backend.mem_info().map(|m| m.free).unwrap_or(0)
@@ -219,7 +239,7 @@ impl Core {
     /// restore planned on the buffers' own sizes could find the room short
     /// by a granule, and wait for good.
     fn footprint(&self, bytes: u64) -> u64 {
-        match self.backend.swap_granularity() {
+        match self.swap_granularity() {
             Some(g) if g > 0 && bytes >= g => bytes.div_ceil(g).saturating_mul(g),
             _ => bytes,
         }
@@ -261,7 +281,7 @@ impl Core {
         if free >= need {
             return Some(Vec::new());
         }
-        let granularity = self.backend.swap_granularity()?;
+        let granularity = self.swap_granularity()?;
         let now = self.backend.now();
         let mut clients: Vec<(i32, Nanos, u64)> = self
             .sessions
@@ -299,7 +319,7 @@ impl Core {
 
     /// What eviction could free now for `except` (for an error's numbers).
     fn evictable_for(&self, except: u64) -> u64 {
-        let Some(granularity) = self.backend.swap_granularity() else { return 0 };
+        let Some(granularity) = self.swap_granularity() else { return 0 };
         let room = self.swap.limit.saturating_sub(self.swap.evicted);
         let all: u64 = self
             .sessions
@@ -344,7 +364,8 @@ impl Core {
     }
 
     /// An allocation of `bytes` by `client` that the device refused now
-    /// (`first`): born evicted if the device swaps and the host limit has
+    /// (`first`): refused if oversubscription is off (module doc, "Off");
+    /// born evicted if the device swaps and the host limit has
     /// room (its room is made when its owner next runs: module doc,
     /// "Lazy"); else room made now by evicting idle clients' buffers; else
     /// an error that names every number. Returns the address and whether
@@ -355,7 +376,19 @@ impl Core {
         bytes: u64,
         first: MemError,
     ) -> Result<(DevAddr, bool), ErrorReply> {
-        let swappable = self.backend.swap_granularity().is_some_and(|g| bytes >= g);
+        if !self.swap.on {
+            // The rule before issue 39: what the device refuses is refused.
+            let (free, total) = (self.device_free(), self.backend.info().mem_bytes);
+            return Err(err(
+                ErrorKind::OutOfMemory,
+                format!(
+                    "no room for {bytes} bytes: the device has {free} of its {total} bytes free, and oversubscription \
+                     is off (gpumuxd --oversubscribe off), so nothing is evicted to make room; nothing was allocated \
+                     and nothing of yours was lost ({first})"
+                ),
+            ));
+        }
+        let swappable = self.swap_granularity().is_some_and(|g| bytes >= g);
         let host_room = self.swap.limit.saturating_sub(self.swap.evicted);
         if swappable && bytes <= host_room {
             let addr = self.backend.reserve(bytes).map_err(|e| err(ErrorKind::OutOfMemory, e.to_string()))?;
@@ -378,7 +411,7 @@ impl Core {
         }
         let free = self.device_free();
         let evictable = self.evictable_for(client);
-        let why = match self.backend.swap_granularity() {
+        let why = match self.swap_granularity() {
             None => "this device does not swap".to_string(),
             Some(g) if bytes < g => format!("buffers under {g} bytes are never evicted"),
             Some(_) => format!(
@@ -399,6 +432,9 @@ impl Core {
     /// buffers is evicted, a gate goes on the stream first (once per stream
     /// per restore) and the restore starts.
     pub(super) fn gate_if_evicted(&mut self, client: u64, stream: StreamId) {
+        if !self.swap.on {
+            return;
+        }
         let Some(s) = self.sessions.get(&client) else { return };
         if s.memory_evicted == 0 {
             return;
@@ -437,7 +473,7 @@ impl Core {
     /// Restores what can be restored now and releases the gates of restores
     /// whose moves are done (called after each pump and each gate).
     pub(super) fn try_restores(&mut self) {
-        if self.swap.restoring.is_empty() {
+        if !self.swap.on || self.swap.restoring.is_empty() {
             return;
         }
         // Urgent clients first, then the longest waiting (lowest client number breaks ties).
@@ -530,6 +566,9 @@ impl Core {
 
     /// Takes the moves that ended (after each poll).
     pub(super) fn take_moved(&mut self) {
+        if !self.swap.on {
+            return;
+        }
         self.swap.looked = Instant::now();
         if self.swap.moving.is_empty() {
             return;
@@ -663,7 +702,7 @@ impl Core {
     /// do not fit together lost its memory at its first sync to a client
     /// born evicted, and each then swapped at every round (module doc).
     pub(super) fn keep_after_alloc(&mut self, client: u64, bytes: u64) {
-        if self.backend.swap_granularity().is_none_or(|g| bytes < g) {
+        if self.swap_granularity().is_none_or(|g| bytes < g) {
             return;
         }
         let Some(s) = self.sessions.get(&client) else { return };

@@ -31,6 +31,11 @@ impl Daemon {
 
     /// On `device` (`None`: `GPUMUXD_TEST_DEVICE`, else `sim:h100`).
     pub fn start_on(device: Option<&str>, config: Option<&str>, args: &[&str]) -> Daemon {
+        Daemon::start_env(device, config, args, &[])
+    }
+
+    /// As [`Daemon::start_on`], with variables set in the daemon's environment only.
+    pub fn start_env(device: Option<&str>, config: Option<&str>, args: &[&str], vars: &[(&str, &str)]) -> Daemon {
         // Under /tmp, so the socket's path stays well within the 108 bytes allowed.
         let dir = tempfile::Builder::new().prefix("gpumuxd-test-").tempdir().expect("a temporary directory");
         let socket = dir.path().join("sub").join("g.sock");
@@ -42,7 +47,7 @@ impl Daemon {
             .unwrap_or_else(|| std::env::var("GPUMUXD_TEST_DEVICE").unwrap_or_else(|_| "sim:h100".into()));
         let mut cmd = Command::new(bin);
         cmd.env("RUST_LOG", std::env::var("GPUMUXD_TEST_LOG").unwrap_or_else(|_| "warn".into()));
-        cmd.args(["--device", device.as_str(), "--socket"]).arg(&socket).args(args);
+        cmd.args(["--device", device.as_str(), "--socket"]).arg(&socket).args(args).envs(vars.iter().copied());
         if let Some(text) = config {
             let path = dir.path().join("config.toml");
             std::fs::write(&path, text).unwrap();
