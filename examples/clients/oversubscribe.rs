@@ -13,6 +13,13 @@
 //! fraction give the same file alone or beside others: that is the check.
 //! On a simulated device kernels compute nothing; the file is then zeros and
 //! says nothing of correctness (tests/oversubscribe.rs checks bytes there).
+//!
+//! `oversubscribe [--socket PATH] --alloc-cost MIB[,MIB...] [--count N]`
+//! instead times what an allocation costs with nothing oversubscribed (the
+//! `gpumuxd --oversubscribe` A/B, scripts/oversubscribe-cost-gpu.sh): for
+//! each size, N (default 1000) allocations each followed by its free, each
+//! call timed from the client, and prints one JSON line per size with the
+//! calls' p50, p99 and mean in µs.
 
 use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
 use std::path::PathBuf;
@@ -37,6 +44,9 @@ struct Args {
     seed: u32,
     priority: i32,
     out: Option<PathBuf>,
+    /// `--alloc-cost`: the sizes to time, MiB (empty: the check's client).
+    alloc_cost: Vec<u64>,
+    count: u32,
 }
 
 fn args() -> Result<Args, Box<dyn std::error::Error>> {
@@ -49,6 +59,8 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
         seed: 1,
         priority: 0,
         out: None,
+        alloc_cost: Vec::new(),
+        count: 1000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -62,13 +74,21 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
             "--seed" => a.seed = value()?.parse()?,
             "--priority" => a.priority = value()?.parse()?,
             "--out" => a.out = Some(PathBuf::from(value()?)),
+            "--alloc-cost" => {
+                a.alloc_cost = value()?.split(',').map(|m| m.trim().parse::<u64>()).collect::<Result<_, _>>()?;
+            }
+            "--count" => a.count = value()?.parse()?,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (--socket PATH, --fraction F, --rounds R, --steps K, --name NAME, --seed S, --priority P, --out FILE)"
+                    "unknown argument {other:?} (--socket PATH, --fraction F, --rounds R, --steps K, --name NAME, --seed S, --priority P, --out FILE, \
+                     or --alloc-cost MIB[,MIB...] --count N)"
                 )
                 .into())
             }
         }
+    }
+    if a.alloc_cost.contains(&0) || a.count == 0 {
+        return Err("--alloc-cost sizes and --count must be above 0".into());
     }
     if !(a.fraction > 0.0 && a.fraction < 1.0) {
         return Err(format!("--fraction {} must be between 0 and 1", a.fraction).into());
@@ -85,6 +105,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         ..ConnectOptions::named(&a.name)
     };
     let client = Client::connect(options)?;
+    if !a.alloc_cost.is_empty() {
+        return alloc_cost(client, &a);
+    }
     let total = client.device_properties()?.memory_bytes;
     let bytes = ((total as f64 * a.fraction) as u64) / GRANULE * GRANULE;
     let words = bytes / 4;
@@ -134,4 +157,37 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     client.free(x)?;
     client.close()?;
     Ok(())
+}
+
+/// `--alloc-cost`: each size's allocations and frees, one after the other,
+/// each call timed; one JSON line per size.
+fn alloc_cost(client: Client, a: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    for &mib in &a.alloc_cost {
+        let bytes = mib << 20;
+        let (mut alloc_ns, mut free_ns) = (Vec::new(), Vec::new());
+        for _ in 0..a.count {
+            let t = Instant::now();
+            let b = client.alloc(bytes).map_err(|e| format!("allocating {mib} MiB: {e}"))?;
+            alloc_ns.push(t.elapsed().as_nanos() as u64);
+            let t = Instant::now();
+            client.free(b).map_err(|e| format!("freeing {mib} MiB: {e}"))?;
+            free_ns.push(t.elapsed().as_nanos() as u64);
+        }
+        let (alloc, free) = (stats_us(&mut alloc_ns), stats_us(&mut free_ns));
+        println!(
+            "{{\"alloc_cost_mib\":{mib},\"count\":{},\"alloc_p50_us\":{:.1},\"alloc_p99_us\":{:.1},\"alloc_mean_us\":{:.1},\
+             \"free_p50_us\":{:.1},\"free_p99_us\":{:.1},\"free_mean_us\":{:.1}}}",
+            a.count, alloc.0, alloc.1, alloc.2, free.0, free.1, free.2
+        );
+    }
+    client.close()?;
+    Ok(())
+}
+
+/// (p50, p99, mean) of `ns`, in µs (sorts it; not empty).
+fn stats_us(ns: &mut [u64]) -> (f64, f64, f64) {
+    ns.sort_unstable();
+    let at = |p: f64| ns[((ns.len() - 1) as f64 * p).round() as usize] as f64 / 1e3;
+    let mean = ns.iter().sum::<u64>() as f64 / ns.len() as f64 / 1e3;
+    (at(0.50), at(0.99), mean)
 }
