@@ -22,6 +22,8 @@
 #   multi-stp  bench daemon --device cuda:0,1 --only multi-gpu (2 GPUs or more)
 #   split      split-gpu-check.sh (2 GPUs or more)
 #   swap       oversubscribe-gpu.sh, CONTROLS=0 ROUNDS=2 unless set
+#   swap-cost  oversubscribe-cost-gpu.sh: oversubscription on against off (alloc cost, overhead,
+#              programs), alternating, ROUNDS=2 unless set
 #   rt         rt-run-gpu.sh, RT_SECONDS=4 unless set (2 GPUs or more)
 #   replay     replay-gpu.sh
 # LIMIT_<part> (seconds) overrides a part's time limit; variables such as GPUMUX_* pass through
@@ -109,6 +111,9 @@ for part in "$@"; do
         swap)
             CONTROLS=${CONTROLS:-0} ROUNDS=${ROUNDS:-2} run swap 500 "$root/scripts/oversubscribe-gpu.sh" "$bin" "$out/swap-check"
             tail -20 "$out/swap.txt" | cut -c1-200 ;;
+        swap-cost)
+            ROUNDS=${ROUNDS:-2} run swap-cost 420 "$root/scripts/oversubscribe-cost-gpu.sh" "$bin" "$out/swap-cost"
+            sed -n '/^oversubscription on against off/,$p' "$out/swap-cost.txt" | cut -c1-160 ;;
         rt)
             needs_two rt || continue
             RT_SECONDS=${RT_SECONDS:-4} run rt 300 "$root/scripts/rt-run-gpu.sh" "$bin" "$out/rt-check"
