@@ -52,6 +52,20 @@ alloc() {
     wait "$daemon" 2>/dev/null
 }
 
+# plain MODE FILE...: whether the daemons' logs say their device made plain cuMemAlloc buffers
+# (gpumux-cuda logs it when oversubscription is off), as MODE asks; a mismatch fails the run.
+plain() {
+    local mode=$1 n
+    shift
+    n=$(cat "$@" 2>/dev/null | grep -c "every buffer is a cuMemAlloc")
+    if { [ "$mode" = off ] && [ "$n" -eq 0 ]; } || { [ "$mode" = on ] && [ "$n" -gt 0 ]; }; then
+        echo "  MISMATCH: oversubscription $mode, but $n log line(s) say the device made plain cuMemAlloc buffers"
+        status=1
+    else
+        echo "  $n log line(s) say the device made plain cuMemAlloc buffers (oversubscription $mode)"
+    fi
+}
+
 i=0
 for ((r = 0; r < ROUNDS; r++)); do
     if ((r % 2 == 0)); then order=(on off); else order=(off on); fi
@@ -63,11 +77,13 @@ for ((r = 0; r < ROUNDS; r++)); do
         t0=$(date +%s)
         for part in $PARTS; do
             case $part in
-                alloc) alloc "$dir" "$mode" ;;
+                alloc) alloc "$dir" "$mode"; plain "$mode" "$dir/alloc-daemon.log" ;;
                 bench)
                     GPUMUX_OVERSUBSCRIBE=$mode timeout "$LIMIT" bash scripts/bench-daemon-gpu.sh "$BIN" "$dir" -- \
                         --only "$BENCH_ONLY" --rate-clients 1,8 --program-copy-mib 64 >"$dir/run.txt" 2>&1 ||
-                        { echo "bench ($mode): exit $? (tail of $dir/run.txt:)"; tail -3 "$dir/run.txt"; status=1; } ;;
+                        { echo "bench ($mode): exit $? (tail of $dir/run.txt:)"; tail -3 "$dir/run.txt"; status=1; }
+                    mkdir -p "$dir/logs" && tar xzf "$dir/logs.tgz" -C "$dir/logs" 2>/dev/null
+                    plain "$mode" "$dir"/logs/*.log ;;
                 *) echo "no such part: $part (alloc, bench)"; exit 2 ;;
             esac
         done

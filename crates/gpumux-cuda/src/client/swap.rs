@@ -185,6 +185,9 @@ pub fn oversubscribe_off(value: Option<&str>) -> bool {
 /// ([`OVERSUBSCRIBE_VAR`]): every buffer is then a `cuMemAlloc`.
 pub(crate) fn stable_granularity(ordinal: i32) -> Option<usize> {
     if oversubscribe_off(std::env::var(OVERSUBSCRIBE_VAR).ok().as_deref()) {
+        tracing::info!(
+            "CUDA device {ordinal}: oversubscription off ({OVERSUBSCRIBE_VAR}): every buffer is a cuMemAlloc"
+        );
         return None;
     }
     granularity(ordinal)
