@@ -16,7 +16,7 @@
 #          call, from the client (an allocation from 2 MiB on is 4 driver calls on, 1 off);
 #   bench  `gpumux bench daemon --only BENCH_ONLY` (default overhead,programs; with --rate-clients 1,8
 #          --program-copy-mib 64): launch + sync p50/p99, 2 ms apart, launch rates, the programs.
-# LIMIT (default 200): seconds each bench run may take.
+# LIMIT (default 200): seconds each bench run may take; BENCH_ARGS: more bench arguments (--quick).
 # Prints a table last: each figure's values per arm in run order, their means, off / on (the ratio of
 # the means: above 1 means off is higher), and whether the arms' ranges overlap (within noise).
 set -uo pipefail
@@ -80,7 +80,7 @@ for ((r = 0; r < ROUNDS; r++)); do
                 alloc) alloc "$dir" "$mode"; plain "$mode" "$dir/alloc-daemon.log" ;;
                 bench)
                     GPUMUX_OVERSUBSCRIBE=$mode timeout "$LIMIT" bash scripts/bench-daemon-gpu.sh "$BIN" "$dir" -- \
-                        --only "$BENCH_ONLY" --rate-clients 1,8 --program-copy-mib 64 >"$dir/run.txt" 2>&1 ||
+                        --only "$BENCH_ONLY" --rate-clients 1,8 --program-copy-mib 64 ${BENCH_ARGS:-} >"$dir/run.txt" 2>&1 ||
                         { echo "bench ($mode): exit $? (tail of $dir/run.txt:)"; tail -3 "$dir/run.txt"; status=1; }
                     mkdir -p "$dir/logs" && tar xzf "$dir/logs.tgz" -C "$dir/logs" 2>/dev/null
                     plain "$mode" "$dir"/logs/*.log ;;
