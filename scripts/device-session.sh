@@ -113,6 +113,7 @@ for part in "$@"; do
             tail -20 "$out/swap.txt" | cut -c1-200 ;;
         swap-cost)
             ROUNDS=${ROUNDS:-2} run swap-cost 420 "$root/scripts/oversubscribe-cost-gpu.sh" "$bin" "$out/swap-cost"
+            grep -E '^run [0-9]|MISMATCH|failed|did not start|^bench \(' "$out/swap-cost.txt" | cut -c1-160
             sed -n '/^oversubscription on against off/,$p' "$out/swap-cost.txt" | cut -c1-160 ;;
         rt)
             needs_two rt || continue
