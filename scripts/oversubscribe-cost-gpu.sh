@@ -10,7 +10,7 @@
 # BIN_DIR: what scripts/device-build.sh makes (gpumuxd, gpumux, the `oversubscribe` example client).
 # OUTDIR:  default $OUT/oversubscribe-cost, else /tmp/oversubscribe-cost; each run in OUTDIR/NN-on|off/.
 # ROUNDS (default 2): each round runs both arms, so every figure has ROUNDS values per arm.
-# PARTS (default "alloc bench"):
+# PARTS (default "bench alloc"), each part for all runs before the next:
 #   alloc  a daemon of its own (cuda:0) and one client timing ALLOC_COUNT (default 1000) allocations,
 #          each followed by its free, of each of ALLOC_MIB (default 1,256) MiB: p50, p99 and mean per
 #          call, from the client (an allocation from 2 MiB on is 4 driver calls on, 1 off);
@@ -18,12 +18,15 @@
 #          --program-copy-mib 64): launch + sync p50/p99, 2 ms apart, launch rates, the programs.
 # LIMIT (default 200): seconds each bench run may take; BENCH_ARGS: more bench arguments (--quick).
 # Prints a table last: each figure's values per arm in run order, their means, off / on (the ratio of
-# the means: above 1 means off is higher), and whether the arms' ranges overlap (within noise).
+# the means: above 1 means off is higher), and whether the arms' ranges overlap (within noise). Drift
+# rows: native launch + sync, a pure-CPU loop timed before each bench run, and the device process's
+# own pure-CPU steps (an unbind, getting a stream: code that oversubscription does not touch), from
+# the daemons' logs beside the launch command's time.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(realpath -m "${1:-${BIN:-$root/target/device/main}}")
 OUTDIR=$(realpath -m "${2:-${OUT:-/tmp}/oversubscribe-cost}")
-ROUNDS=${ROUNDS:-2} PARTS=${PARTS:-alloc bench} LIMIT=${LIMIT:-200}
+ROUNDS=${ROUNDS:-2} PARTS=${PARTS:-bench alloc} LIMIT=${LIMIT:-200}
 ALLOC_MIB=${ALLOC_MIB:-1,256} ALLOC_COUNT=${ALLOC_COUNT:-1000} BENCH_ONLY=${BENCH_ONLY:-overhead,programs}
 for b in gpumuxd gpumux oversubscribe; do
     [ -x "$BIN/$b" ] || { echo "oversubscribe-cost-gpu: no $b in $BIN (scripts/device-build.sh makes it)" >&2; exit 2; }
@@ -50,6 +53,20 @@ alloc() {
     fi
     kill -TERM "$daemon" 2>/dev/null
     wait "$daemon" 2>/dev/null
+    # Whether the allocations leave the host busy after their process is gone (the driver's
+    # deferred frees): the share of all CPUs busy over the next 3 s.
+    after_busy > "$dir/after-busy.txt"
+}
+
+# after_busy: the share of all CPUs busy (not idle or iowait) over the next 3 s, %, from /proc/stat.
+after_busy() {
+    local a b
+    a=$(awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+    sleep 3
+    b=$(awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+    python3 -c "a=[int(x) for x in '$a'.split()]; b=[int(x) for x in '$b'.split()]
+busy, idle = b[0]-a[0], b[1]-a[1]
+print(round(100 * busy / max(1, busy + idle), 2))"
 }
 
 # plain MODE FILE...: whether the daemons' logs say their device made plain cuMemAlloc buffers
@@ -66,19 +83,34 @@ plain() {
     fi
 }
 
-i=0
-for ((r = 0; r < ROUNDS; r++)); do
-    if ((r % 2 == 0)); then order=(on off); else order=(off on); fi
-    for mode in "${order[@]}"; do
-        i=$((i + 1))
-        dir=$(printf "%s/%02d-%s" "$OUTDIR" "$i" "$mode")
-        mkdir -p "$dir"
-        echo "$mode" > "$dir/build"
-        t0=$(date +%s)
-        for part in $PARTS; do
+# cpu_probe DIR: a fixed pure-CPU loop's time, ms: how fast this host's CPUs ran just then (the
+# table's drift row; a VM's neighbours and turbo move every daemon figure together).
+cpu_probe() {
+    python3 -c "
+import time
+t = time.perf_counter()
+s = 0
+for i in range(2_000_000):
+    s += i * i
+print(round((time.perf_counter() - t) * 1e3, 2))" > "$1/cpu-probe.txt" 2>/dev/null
+}
+
+# Each part for all runs before the next part (bench first by default): the alloc part's thousands
+# of large allocations and frees never come right before a bench run of either arm.
+for part in $PARTS; do
+    i=0
+    for ((r = 0; r < ROUNDS; r++)); do
+        if ((r % 2 == 0)); then order=(on off); else order=(off on); fi
+        for mode in "${order[@]}"; do
+            i=$((i + 1))
+            dir=$(printf "%s/%02d-%s" "$OUTDIR" "$i" "$mode")
+            mkdir -p "$dir"
+            echo "$mode" > "$dir/build"
+            t0=$(date +%s)
             case $part in
                 alloc) alloc "$dir" "$mode"; plain "$mode" "$dir/alloc-daemon.log" ;;
                 bench)
+                    cpu_probe "$dir"
                     GPUMUX_OVERSUBSCRIBE=$mode timeout "$LIMIT" bash scripts/bench-daemon-gpu.sh "$BIN" "$dir" -- \
                         --only "$BENCH_ONLY" --rate-clients 1,8 --program-copy-mib 64 ${BENCH_ARGS:-} >"$dir/run.txt" 2>&1 ||
                         { echo "bench ($mode): exit $? (tail of $dir/run.txt:)"; tail -3 "$dir/run.txt"; status=1; }
@@ -86,8 +118,8 @@ for ((r = 0; r < ROUNDS; r++)); do
                     plain "$mode" "$dir"/logs/*.log ;;
                 *) echo "no such part: $part (alloc, bench)"; exit 2 ;;
             esac
+            echo "run $i, $part, oversubscription $mode: $(($(date +%s) - t0)) s"
         done
-        echo "run $i, oversubscription $mode: $(($(date +%s) - t0)) s"
     done
 done
 python3 scripts/oversubscribe-cost-summary.py "$OUTDIR"/[0-9][0-9]-* | tee "$OUTDIR/summary.txt"

@@ -7,9 +7,11 @@ Each RUN_DIR holds `build` (`on` or `off`), and `alloc.json` (the `oversubscribe
 client's lines) and/or `bench-daemon.json` (`gpumux bench daemon`). Per figure: each arm's values in
 run order, their means, off / on (the ratio of the means), and whether the two arms' ranges overlap
 ("within noise": no value of one arm lies beyond every value of the other). The native rows of the
-bench are printed too: they say how much the machine itself drifted between runs.
+bench, a pure-CPU loop timed before each bench run and the device process's pure-CPU steps (from
+the daemons' logs) are printed too: they say how much the machine itself drifted between runs.
 """
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -40,6 +42,32 @@ def bench_figures(report, failed):
         check = row.get("check") or {}
         if check.get("status") == "failed":
             failed.append(f"{name}: {check.get('detail')}")
+    return out
+
+
+# The device process's load line and the CUDA device's launch line (docs/daemon.md, "Where the
+# core's and the device process's time goes"): what each step took per call.
+DEVICE_STEPS = [
+    (re.compile(r"device process: busy .*?(\d+) launch commands: [\d.]+%, ([\d.]+) µs each"), "launch command µs"),
+    (re.compile(r"device process: busy .*? binds: [\d.]+%, ([\d.]+) µs each"), "bind µs"),
+    (re.compile(r"device process: busy .*? unbinds: [\d.]+%, ([\d.]+) µs each"), "unbind µs (pure CPU, drift)"),
+    (re.compile(r"CUDA device: \d+ launch commands, mean µs each: [\d.]+ in all, ([\d.]+) getting a stream"),
+     "getting a stream µs (pure CPU, drift)"),
+]
+
+
+def log_figures(logs):
+    """Figure name -> (value, False) of the device process's steps, from the daemons' logs (one
+    per configuration of the bench: `gpumux_<configuration>.log`)."""
+    out = {}
+    for log in sorted(logs):
+        config = log.stem.removeprefix("gpumux_").replace("__", ", ").replace("_", " ")
+        text = log.read_text(errors="replace")
+        for pattern, name in DEVICE_STEPS:
+            found = pattern.findall(text)
+            if found:
+                value = found[-1][-1] if isinstance(found[-1], tuple) else found[-1]
+                out[f"device process, {config}: {name}"] = (float(value), False)
     return out
 
 
@@ -78,6 +106,15 @@ def main(dirs):
             pass
         except (ValueError, KeyError) as e:
             print(f"{d}: unreadable bench-daemon.json ({e})")
+        try:
+            figs["host CPUs busy % in the 3 s after the alloc part"] = (float((d / "after-busy.txt").read_text()), False)
+        except (OSError, ValueError):
+            pass
+        try:
+            figs["host CPU loop ms (drift)"] = (float((d / "cpu-probe.txt").read_text()), False)
+        except (OSError, ValueError):
+            pass
+        figs.update(log_figures((d / "logs").glob("gpumux_*.log")))
         if not figs:
             print(f"{d}: nothing measured")
         runs.append((arm, figs))
