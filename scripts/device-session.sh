@@ -23,7 +23,7 @@
 #   split      split-gpu-check.sh (2 GPUs or more)
 #   swap       oversubscribe-gpu.sh, CONTROLS=0 ROUNDS=2 unless set
 #   swap-cost  oversubscribe-cost-gpu.sh: oversubscription on against off (alloc cost, overhead,
-#              programs), alternating, ROUNDS=2 unless set
+#              programs), alternating, ROUNDS=4 unless set
 #   rt         rt-run-gpu.sh, RT_SECONDS=4 unless set (2 GPUs or more)
 #   replay     replay-gpu.sh
 # LIMIT_<part> (seconds) overrides a part's time limit; variables such as GPUMUX_* pass through
@@ -112,7 +112,7 @@ for part in "$@"; do
             CONTROLS=${CONTROLS:-0} ROUNDS=${ROUNDS:-2} run swap 500 "$root/scripts/oversubscribe-gpu.sh" "$bin" "$out/swap-check"
             tail -20 "$out/swap.txt" | cut -c1-200 ;;
         swap-cost)
-            ROUNDS=${ROUNDS:-2} run swap-cost 420 "$root/scripts/oversubscribe-cost-gpu.sh" "$bin" "$out/swap-cost"
+            ROUNDS=${ROUNDS:-4} run swap-cost 420 "$root/scripts/oversubscribe-cost-gpu.sh" "$bin" "$out/swap-cost"
             grep -E '^run [0-9]|MISMATCH|failed|did not start|^bench \(' "$out/swap-cost.txt" | cut -c1-160
             sed -n '/^oversubscription on against off/,$p' "$out/swap-cost.txt" | cut -c1-160 ;;
         rt)

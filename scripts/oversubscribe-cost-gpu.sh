@@ -9,7 +9,8 @@
 #
 # BIN_DIR: what scripts/device-build.sh makes (gpumuxd, gpumux, the `oversubscribe` example client).
 # OUTDIR:  default $OUT/oversubscribe-cost, else /tmp/oversubscribe-cost; each run in OUTDIR/NN-on|off/.
-# ROUNDS (default 2): each round runs both arms, so every figure has ROUNDS values per arm.
+# ROUNDS (default 4): each round runs both arms, so every figure has ROUNDS values per arm (with 2,
+# one arm slower in both by chance happens one time in six).
 # PARTS (default "bench alloc"), each part for all runs before the next:
 #   alloc  a daemon of its own (cuda:0) and one client timing ALLOC_COUNT (default 1000) allocations,
 #          each followed by its free, of each of ALLOC_MIB (default 1,256) MiB: p50, p99 and mean per
@@ -26,7 +27,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(realpath -m "${1:-${BIN:-$root/target/device/main}}")
 OUTDIR=$(realpath -m "${2:-${OUT:-/tmp}/oversubscribe-cost}")
-ROUNDS=${ROUNDS:-2} PARTS=${PARTS:-bench alloc} LIMIT=${LIMIT:-200}
+ROUNDS=${ROUNDS:-4} PARTS=${PARTS:-bench alloc} LIMIT=${LIMIT:-200}
 ALLOC_MIB=${ALLOC_MIB:-1,256} ALLOC_COUNT=${ALLOC_COUNT:-1000} BENCH_ONLY=${BENCH_ONLY:-overhead,programs}
 for b in gpumuxd gpumux oversubscribe; do
     [ -x "$BIN/$b" ] || { echo "oversubscribe-cost-gpu: no $b in $BIN (scripts/device-build.sh makes it)" >&2; exit 2; }
