@@ -31,6 +31,24 @@ pub enum FrameError {
 /// arguments, a sync, a copy fit.
 const FIRST_CAPACITY: usize = 128;
 
+/// Encodes `msg` as one frame into `out` (cleared first, its capacity kept):
+/// a sender that encodes frame after frame allocates nothing per frame (the
+/// daemon's link to its device process sends three or more a launch, issue 35).
+/// On an error `out` is left empty.
+pub fn encode_frame_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), FrameError> {
+    let mut buf = std::mem::take(out);
+    buf.clear();
+    buf.extend_from_slice(&[0u8; 4]);
+    let mut buf = postcard::to_extend(msg, buf).map_err(|e| FrameError::Encode(e.to_string()))?;
+    let body = buf.len() - 4;
+    if body > MAX_FRAME_BYTES as usize {
+        return Err(FrameError::TooLarge(body));
+    }
+    buf[..4].copy_from_slice(&(body as u32).to_le_bytes());
+    *out = buf;
+    Ok(())
+}
+
 /// Encodes `msg` as one frame, length prefix included.
 pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
     // Room for the length first, filled in once the body's size is known,

@@ -34,7 +34,7 @@
 use serde::{Deserialize, Serialize};
 
 mod codec;
-pub use codec::{decode_frame_body, encode_frame, FrameError, FrameReader};
+pub use codec::{decode_frame_body, encode_frame, encode_frame_into, FrameError, FrameReader};
 
 /// The first bytes of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"GMUX";

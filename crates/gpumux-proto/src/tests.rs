@@ -257,3 +257,15 @@ fn a_hello_with_a_class_round_trips_and_a_version_8_one_states_its_version() {
     let e = "disk".parse::<ClientClass>().err().unwrap_or_default();
     assert!(e.contains("`disk`") && e.contains("memory, compute"), "{e}");
 }
+
+#[test]
+fn a_frame_encoded_into_a_kept_buffer_is_the_same_frame_and_replaces_what_was_there() {
+    let mut out = Vec::new();
+    encode_frame_into(&hello(), &mut out).unwrap();
+    assert_eq!(out, encode_frame(&hello()).unwrap());
+    let second = ClientFrame { id: 2, request: Request::SyncStream(StreamId::DEFAULT) };
+    let capacity = out.capacity();
+    encode_frame_into(&second, &mut out).unwrap();
+    assert_eq!(out, encode_frame(&second).unwrap(), "the first frame's bytes are gone");
+    assert!(out.capacity() >= capacity, "the buffer is kept, not replaced by a smaller one");
+}

@@ -334,6 +334,10 @@ pub struct Core {
     /// it, where each launch built one (its name copied) and dropped it
     /// (issue 35's callgrind).
     last_desc: Option<(u64, Arc<gpumux_engine::kernel::KernelDesc>)>,
+    /// The inbox's [`inbox::FairInbox::changes`] when a pump last found no
+    /// message in it to take (`Core::next_for_pump`): unchanged since, the
+    /// inbox has none still, and the scan is skipped.
+    pump_missed_inbox_at: Option<u64>,
     launches: id_map::IdMap<LaunchId, (OpId, SmSet)>,
     copies: id_map::IdMap<CopyId, OpId>,
     deferred: Vec<Deferred>,
@@ -481,6 +485,7 @@ impl Core {
             sessions: BTreeMap::new(),
             ops: Default::default(),
             last_desc: None,
+            pump_missed_inbox_at: None,
             launches: Default::default(),
             copies: Default::default(),
             deferred: Vec::new(),

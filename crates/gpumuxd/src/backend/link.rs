@@ -18,7 +18,7 @@
 //! socket's first byte ([`Link::connect`]); the device process takes it
 //! ([`Link::accept`]) before anything else.
 
-use gpumux_proto::{decode_frame_body, encode_frame, FrameError, FrameReader};
+use gpumux_proto::{decode_frame_body, encode_frame_into, FrameError, FrameReader};
 use gpumux_ring::{RingError, RingPair, RingReceiver, RingSender};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -104,6 +104,10 @@ pub struct Link {
     holding: bool,
     /// Messages held, as their frames, in the order sent.
     held: Vec<u8>,
+    /// The frame being sent, kept: no allocation per message.
+    frame: Vec<u8>,
+    /// [`Link::look`]s so far: every [`SOCKET_EVERY`]th also reads the socket.
+    looks: u32,
 }
 
 /// A connected pair of sockets, both close-on-exec.
@@ -187,6 +191,8 @@ impl Link {
             buf: vec![0u8; READ_CHUNK].into_boxed_slice(),
             holding: false,
             held: Vec::new(),
+            frame: Vec::new(),
+            looks: 0,
         }
     }
 
@@ -221,9 +227,22 @@ impl Link {
 
     /// Sends `msg`, with `fd` for the peer's [`Link::take_fd`] if given.
     pub fn send<T: Serialize>(&mut self, msg: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), LinkError> {
-        let bytes = encode_frame(msg)?;
+        let mut bytes = std::mem::take(&mut self.frame);
+        let sent = self.send_frame(msg, fd, &mut bytes);
+        self.frame = bytes;
+        sent
+    }
+
+    /// [`Link::send`] with `bytes` as the frame's buffer.
+    fn send_frame<T: Serialize>(
+        &mut self,
+        msg: &T,
+        fd: Option<BorrowedFd<'_>>,
+        bytes: &mut Vec<u8>,
+    ) -> Result<(), LinkError> {
+        encode_frame_into(msg, bytes)?;
         if self.holding && fd.is_none() {
-            self.held.extend_from_slice(&bytes);
+            self.held.extend_from_slice(bytes);
             return Ok(());
         }
         // Held messages first: the peer reads every message in the order sent.
@@ -242,7 +261,7 @@ impl Link {
                 }
             }
         }
-        self.write_all(&bytes)
+        self.write_all(bytes)
     }
 
     /// Writes `bytes` (whole frames) to the ring, ringing the peer's doorbell
@@ -288,6 +307,28 @@ impl Link {
             return Err(LinkError::Closed);
         }
         Ok(None)
+    }
+
+    /// [`Link::try_recv`] for a caller that looks again and again while it
+    /// does other work (the core's look for a poll's answer between the
+    /// requests it handles meanwhile): the ring at every look, the socket
+    /// (the peer's end of stream, descriptors) at every [`SOCKET_EVERY`]th,
+    /// as [`Link::recv_spin`] does. A `recvmsg` at every look was half the
+    /// core thread's time with 8 clients launching on sim:h100 (perf,
+    /// issue 35), each look a system call before the next request or the
+    /// answer was seen. With `GPUMUX_LINK_LOOKS_SOCKET=1` every look reads
+    /// the socket, as before.
+    pub fn look<T: DeserializeOwned>(&mut self) -> Result<Option<T>, LinkError> {
+        self.looks = self.looks.wrapping_add(1);
+        if every_look_reads_socket() || self.looks.is_multiple_of(SOCKET_EVERY) {
+            return self.try_recv();
+        }
+        self.flush()?;
+        if let Some(msg) = self.next()? {
+            return Ok(Some(msg));
+        }
+        self.take_ring()?;
+        self.next()
     }
 
     /// Whether the peer has written anything not yet received (a message,
@@ -433,6 +474,16 @@ impl Link {
     }
 }
 
+/// The variable that restores a socket read at every [`Link::look`] (`1`),
+/// for an A/B of the change in one build.
+pub const LOOKS_SOCKET_VAR: &str = "GPUMUX_LINK_LOOKS_SOCKET";
+
+/// Whether [`LOOKS_SOCKET_VAR`] is `1` (read once).
+fn every_look_reads_socket() -> bool {
+    static EVERY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EVERY.get_or_init(|| std::env::var(LOOKS_SOCKET_VAR).is_ok_and(|v| v.trim() == "1"))
+}
+
 /// Sends one byte, with `fd` as `SCM_RIGHTS` if given.
 fn send_byte(sock: &OwnedFd, byte: u8, fd: Option<BorrowedFd<'_>>) -> Result<(), LinkError> {
     loop {
@@ -571,5 +622,57 @@ mod tests {
         assert_eq!(got, [1, 2, 3, 4, 5, 6, 7], "every message, in the order sent");
         assert!(fd_came, "the descriptor came with its message");
         link.release().unwrap();
+    }
+
+    /// A look ([`Link::look`]) finds each message the peer wrote, in order,
+    /// sends what was held first (the answer awaited may be to it), and
+    /// sees the peer's close within [`SOCKET_EVERY`] looks of the last
+    /// message.
+    #[test]
+    fn looks_find_every_message_in_order_and_the_peers_close() {
+        let (a, b) = socket_pair().unwrap();
+        let other = std::thread::spawn(move || {
+            let mut link = Link::accept(b, Duration::from_secs(10)).unwrap();
+            // Answers each number with its double, then closes after 0.
+            loop {
+                let n: u32 = link.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+                link.send(&(n * 2), None).unwrap();
+                if n == 0 {
+                    break;
+                }
+            }
+        });
+        let mut link = Link::connect(a).unwrap();
+        let look_for = |link: &mut Link| -> Result<u32, LinkError> {
+            let start = Instant::now();
+            loop {
+                if let Some(n) = link.look::<u32>()? {
+                    return Ok(n);
+                }
+                assert!(start.elapsed() < Duration::from_secs(10), "no answer within 10 s");
+                std::thread::yield_now();
+            }
+        };
+        for n in [3u32, 1, 7] {
+            link.hold();
+            link.send(&n, None).unwrap();
+            // Held until the look: the peer can answer only once it is sent.
+            assert_eq!(look_for(&mut link).unwrap(), n * 2);
+            link.release().unwrap();
+        }
+        link.send(&0u32, None).unwrap();
+        assert_eq!(look_for(&mut link).unwrap(), 0);
+        other.join().unwrap();
+        let mut looks = 0;
+        let closed = loop {
+            looks += 1;
+            match link.look::<u32>() {
+                Err(LinkError::Closed) => break true,
+                Ok(None) if looks <= 10 * SOCKET_EVERY => std::thread::sleep(Duration::from_millis(1)),
+                _ => break false,
+            }
+        };
+        assert!(closed, "the peer's close was not seen in {looks} looks");
+        assert!(looks <= 2 * SOCKET_EVERY, "the close took {looks} looks to be seen");
     }
 }

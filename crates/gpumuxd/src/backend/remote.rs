@@ -964,7 +964,7 @@ impl Backend for RemoteBackend {
         if !self.poll_sent || self.poll_answer.is_some() {
             return true;
         }
-        match self.process.link.try_recv::<FromDevice>() {
+        match self.process.link.look::<FromDevice>() {
             Ok(Some(a)) => {
                 self.clock.answer_read();
                 gpumux_stamps::stamp(gpumux_stamps::Stage::ExchangeEnd, self.exchange_key(), 0);

@@ -273,8 +273,13 @@ impl Core {
     /// (it may not overtake them). One the pump may not handle goes to the
     /// inbox, and `None` is returned, as when nothing waits.
     fn next_for_pump(&mut self, inbox: &Receiver<CoreMsg>) -> Option<CoreMsg> {
-        if let Some(msg) = self.inbox.pop_where(handled_during_poll) {
-            return Some(msg);
+        // Its scan looks up every waiting client's first message; while a
+        // poll is out the pump looks again and again, with nothing new.
+        if self.pump_missed_inbox_at != Some(self.inbox.changes()) {
+            if let Some(msg) = self.inbox.pop_where(handled_during_poll) {
+                return Some(msg);
+            }
+            self.pump_missed_inbox_at = Some(self.inbox.changes());
         }
         match inbox.try_recv() {
             Ok(msg) if handled_during_poll(&msg) && !self.inbox.holds_for(&msg) => Some(msg),
