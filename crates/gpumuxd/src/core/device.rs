@@ -30,8 +30,9 @@
 //! short kernel's end waited for the next poll period (run 191).
 //!
 //! **Requests between rounds.** A pump also takes the requests that
-//! [`handled_during_poll`] lets through at the start of each round and after
-//! each launch answered from its end known ahead ([`Core::take_requests`]),
+//! [`handled_during_poll`] lets through in each round after the first, once
+//! the round's commands are sent, and after each launch answered from its
+//! end known ahead ([`Core::take_requests`]),
 //! for at most [`REQUESTS_BETWEEN_TURNS`] each time, first those the core's
 //! loop had moved to its inbox (in turn, none overtaking its client's
 //! earlier message). Before, a pump took requests only while a poll was out,
@@ -45,6 +46,17 @@
 //! GPU now runs ahead of the engine as far as the device's bounds let it.
 //! Nothing else is taken: another message waits for the pump's end, and
 //! while one is held the pump takes no more (it ends sooner).
+//!
+//! They are taken after the round's commands, not before (issue 35, 8
+//! clients' launch rate): with clients that keep launching there are always
+//! requests waiting, and taken first, for up to [`REQUESTS_BETWEEN_TURNS`],
+//! they held back the round's launch commands while a device process had
+//! nothing to do but their binds, so its launches and the core's turn took
+//! turns instead of overlapping. Their binds now follow the round's launches
+//! on the link, before its poll, as the binds of requests handled during the
+//! poll do; a request taken so whose kernel could start at once is launched
+//! at the next round, or at the pump's end if that round has nothing else.
+//! `GPUMUX_REQUESTS_BEFORE_COMMANDS=1` takes them first, as before.
 
 use super::*;
 use gpumux_engine::device::ReleaseCause;
@@ -59,6 +71,17 @@ pub(super) const REQUESTS_DURING_POLL: Duration = Duration::from_micros(200);
 /// launch answered from its end known ahead, at most (module doc, "Requests
 /// between rounds"): about ten launches, so a device poll waits little.
 const REQUESTS_BETWEEN_TURNS: Duration = Duration::from_micros(20);
+
+/// The variable that restores the clients' requests taken at the start of
+/// each round, before the round's commands (`1`), for an A/B in one build
+/// (module doc, "Requests between rounds").
+pub const REQUESTS_FIRST_VAR: &str = "GPUMUX_REQUESTS_BEFORE_COMMANDS";
+
+/// Whether [`REQUESTS_FIRST_VAR`] is `1` (read once).
+fn requests_first() -> bool {
+    static FIRST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FIRST.get_or_init(|| std::env::var(REQUESTS_FIRST_VAR).is_ok_and(|v| v.trim() == "1"))
+}
 
 /// A request that can be handled while a poll's answer is on its way: it
 /// asks nothing of the device that needs an answer (it may bind work) and
@@ -112,16 +135,25 @@ impl Core {
             stats.completions += t.elapsed();
             // The clients' requests waiting: bound, their kernels may be
             // queued on the GPU while the engine trails (module doc). Not
-            // before the first round: the core's loop has just taken its own.
-            if stats.rounds > 1 {
+            // in the first round: the core's loop has just taken its own.
+            // After the round's commands, so that the device carries out
+            // its launches while the core binds (module doc, "Requests
+            // between rounds"); counted with those handled during the poll,
+            // whose commands a round that sent nothing sends at its end.
+            let mut requests_before = stats.requests;
+            let take_between = stats.rounds > 1 && inbox.is_some();
+            if take_between && requests_first() {
                 self.take_requests(inbox, &mut stats);
+                requests_before = stats.requests;
             }
             let sent = self.drain_commands(&mut stats, inbox)? | std::mem::take(&mut sent_late);
+            if take_between && !requests_first() {
+                self.take_requests(inbox, &mut stats);
+            }
             let mut events = std::mem::take(&mut self.events);
             events.clear();
             let call = Instant::now();
             let mut handling = Duration::ZERO;
-            let requests_before = stats.requests;
             if let Some(inbox) = inbox {
                 // Held while the device is busy (`poll_hold`): its answer
                 // comes when the device has news, not a poll period later.
@@ -1302,6 +1334,216 @@ mod tests {
         eprintln!(
             "{n} kernels of {grid} blocks: {:.2} µs of the core's first pump per kernel (requests, engine, \
              the device's answers ahead); {rounds} device rounds, {in_turn} answered in turn; {}",
+            busy.as_secs_f64() * 1e6 / n as f64,
+            core.round_clock.summary().unwrap_or_default()
+        );
+    }
+
+    /// The simulator behind a poll that waits for a launch's end while the
+    /// device is busy (as a held poll waits for news), logging the binds and
+    /// launch commands in the order they reach the device.
+    struct PollsForNews {
+        sim: SimBackend,
+        log: Arc<std::sync::Mutex<Vec<(&'static str, OpId)>>>,
+    }
+
+    impl Backend for PollsForNews {
+        delegate_to_sim!();
+        fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
+            self.sim.start_load(token, name, source, options)
+        }
+        fn bind(&mut self, op: OpId, work: OpWork) {
+            self.log.lock().expect("not poisoned").push(("bind", op));
+            self.sim.bind(op, work)
+        }
+        fn unbind(&mut self, op: OpId) {
+            self.sim.unbind(op)
+        }
+        fn submit(&mut self, command: Command) -> Result<(), Failure> {
+            if let Command::Launch { op, .. } = &command {
+                self.log.lock().expect("not poisoned").push(("launch", *op));
+            }
+            self.sim.submit(command)
+        }
+        fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let now = self.sim.poll(events)?;
+                let ended = events.iter().any(|e| matches!(e, Event::LaunchEnded { .. }));
+                if ended || matches!(self.sim.next_wake(), Wake::Idle) || Instant::now() > deadline {
+                    return Ok(now);
+                }
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        fn take_failed(&mut self, out: &mut Vec<crate::backend::OpFailed>) {
+            self.sim.take_failed(out)
+        }
+        fn next_wake(&self) -> Wake {
+            self.sim.next_wake()
+        }
+    }
+
+    /// Requests taken between rounds are taken after the round's commands
+    /// (module doc, "Requests between rounds"): when a client's kernel ends
+    /// and the next on its stream is launched, that launch reaches the
+    /// device before the bind of another client's launch waiting in the
+    /// inbox; and that launch, taken so, still runs and completes.
+    #[test]
+    fn a_rounds_launches_reach_the_device_before_the_binds_of_the_requests_taken_in_it() {
+        if requests_first() {
+            eprintln!("SKIPPED a_rounds_launches_reach_the_device_before_the_binds_of_the_requests_taken_in_it: {REQUESTS_FIRST_VAR}=1");
+            return;
+        }
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let backend = PollsForNews { sim: SimBackend::with_info(gpumux_sim::presets::h100()), log: log.clone() };
+        let (mut core, kernel, replies) = core_with_kernel_on(Box::new(backend));
+        // A second client with its own module.
+        let (tx2, rx2) = std::sync::mpsc::channel();
+        core.connect(2, Peer { pid: 2, uid: 1000, gid: 1000 }, ClientLimits::default(), tx2);
+        let msg2 = |id, request| CoreMsg::Inbound {
+            client: 2,
+            inbound: Inbound::Request { id, request, fd: None },
+            read_at: Instant::now(),
+        };
+        assert!(core.handle(msg2(1, Request::hello("t", 0))));
+        let module =
+            Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };
+        assert!(core.handle(msg2(2, module)));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let kernel2 = loop {
+            core.pump().expect("pump");
+            if let Some(k) = rx2.try_iter().find_map(|f| match f {
+                ServerFrame::Reply { id: 2, result: Ok(Reply::Module { kernels, .. }) } => Some(kernels[0].kernel),
+                _ => None,
+            }) {
+                break k;
+            }
+            assert!(Instant::now() < deadline, "client 2's module did not load");
+        };
+        // Client 1: A, then B behind it on its stream; client 2's C waits in the inbox.
+        let mut long = launch_of_struct(kernel);
+        long.block_time_ns = Some(200_000);
+        assert!(core.handle(request(10, Request::Launch(long))));
+        assert!(core.handle(request(11, launch_of(kernel))));
+        core.inbox.push(msg2(10, launch_of(kernel2)));
+        log.lock().expect("not poisoned").clear();
+        let (_tx, rx) = std::sync::mpsc::channel();
+        core.pump_with(Some(&rx)).expect("pump");
+        let log = log.lock().expect("not poisoned").clone();
+        let launches: Vec<usize> = (0..log.len()).filter(|&i| log[i].0 == "launch").collect();
+        let bind_c = log.iter().position(|e| e.0 == "bind");
+        assert!(launches.len() >= 2, "A and B launched in the pump: {log:?}");
+        let Some(bind_c) = bind_c else { panic!("C was not taken between rounds: {log:?}") };
+        assert!(launches[1] < bind_c, "B's launch (after A's end) reached the device after C's bind: {log:?}");
+        // Everything completes, C included.
+        assert!(core.handle(request(12, Request::SyncStream(StreamId(0)))));
+        assert_eq!(answer_to(&mut core, &replies, 12), Ok(Reply::Done));
+        assert!(core.handle(msg2(11, Request::SyncStream(StreamId(0)))));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            core.pump().expect("pump");
+            if rx2.try_iter().any(|f| matches!(f, ServerFrame::Reply { id: 11, result: Ok(Reply::Done) })) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "client 2's sync was not answered");
+        }
+        let done = |c| core.sessions.get(&c).map(|s| s.counters.kernels_done);
+        assert_eq!((done(1), done(2)), (Some(2), Some(1)), "every kernel ran once");
+    }
+
+    /// The core's own work per launch of 8 clients launching empty kernels
+    /// asynchronously (the launch-rate experiment's pattern, issue 35), on
+    /// the simulated device in the daemon's process, without threads or
+    /// sockets: a measurement run by hand under callgrind, as the chain's
+    /// above (docs/program-speed.md, "The core's work per launch of 8
+    /// clients"). It checks every kernel completes.
+    #[test]
+    #[ignore = "a measurement: run by hand (docs/program-speed.md)"]
+    fn the_cores_work_per_launch_of_eight_clients() {
+        let sim = SimBackend::with_info(gpumux_sim::presets::h100());
+        let (mut core, first, replies) = core_with_kernel_on(Box::new(sim));
+        let (clients, per_client, batches) = (8u64, 32u64, 25u64);
+        let mut kernels = vec![(1u64, first, replies)];
+        for client in 2..=clients {
+            let (tx, rx) = std::sync::mpsc::channel();
+            core.connect(client, Peer { pid: client as i32, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
+            let msg = |id, request| CoreMsg::Inbound {
+                client,
+                inbound: Inbound::Request { id, request, fd: None },
+                read_at: Instant::now(),
+            };
+            assert!(core.handle(msg(1, Request::hello("t", 0))));
+            let module = Request::LoadModule {
+                name: "m.cu".into(),
+                source: "__global__ void j() {}\n".into(),
+                options: Vec::new(),
+            };
+            assert!(core.handle(msg(2, module)));
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let kernel = loop {
+                core.pump().expect("pump");
+                if let Some(k) = rx.try_iter().find_map(|f| match f {
+                    ServerFrame::Reply { id: 2, result: Ok(Reply::Module { kernels, .. }) } => Some(kernels[0].kernel),
+                    _ => None,
+                }) {
+                    break k;
+                }
+                assert!(Instant::now() < deadline, "client {client}'s module did not load");
+            };
+            kernels.push((client, kernel, rx));
+        }
+        let mut busy = Duration::ZERO;
+        for b in 0..batches {
+            let t = Instant::now();
+            for i in 0..per_client {
+                for (client, kernel, _) in &kernels {
+                    let id = 1_000 + b * 1_000 + i;
+                    let msg = CoreMsg::Inbound {
+                        client: *client,
+                        inbound: Inbound::Request { id, request: launch_of(*kernel), fd: None },
+                        read_at: Instant::now(),
+                    };
+                    assert!(core.handle(msg));
+                }
+                // The pattern of the clients' launches reaching the core
+                // while their kernels run: a pump every round of 8.
+                core.pump().expect("pump");
+            }
+            let sync = 1_000 + b * 1_000 + 999;
+            for (client, _, _) in &kernels {
+                let msg = CoreMsg::Inbound {
+                    client: *client,
+                    inbound: Inbound::Request { id: sync, request: Request::SyncStream(StreamId(0)), fd: None },
+                    read_at: Instant::now(),
+                };
+                assert!(core.handle(msg));
+            }
+            busy += t.elapsed();
+            for (client, _, rx) in &kernels {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                'answer: loop {
+                    core.pump().expect("pump");
+                    for f in rx.try_iter() {
+                        if let ServerFrame::Reply { id, result } = f {
+                            assert!(result.is_ok(), "client {client}'s request {id} was refused: {result:?}");
+                            if id == sync {
+                                break 'answer;
+                            }
+                        }
+                    }
+                    assert!(Instant::now() < deadline, "client {client}'s sync of batch {b} not answered");
+                }
+            }
+        }
+        let n = clients * per_client * batches;
+        let done: u64 = (1..=clients).filter_map(|c| core.sessions.get(&c)).map(|s| s.counters.kernels_done).sum();
+        assert_eq!(done, n, "every kernel counted as done");
+        assert_eq!(core.sms_held(), 0, "no launch left holding SMs");
+        let (rounds, _) = core.device_rounds();
+        eprintln!(
+            "{n} launches of {clients} clients: {:.2} µs of the core per launch until the syncs were sent; \
+             {rounds} device rounds; {}",
             busy.as_secs_f64() * 1e6 / n as f64,
             core.round_clock.summary().unwrap_or_default()
         );
