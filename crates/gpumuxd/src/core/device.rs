@@ -30,9 +30,9 @@
 //! short kernel's end waited for the next poll period (run 191).
 //!
 //! **Requests between rounds.** A pump also takes the requests that
-//! [`handled_during_poll`] lets through in each round after the first, once
-//! the round's commands are sent, and after each launch answered from its
-//! end known ahead ([`Core::take_requests`]),
+//! [`handled_during_poll`] lets through at the start of each round after the
+//! first and after each launch answered from its end known ahead
+//! ([`Core::take_requests`]),
 //! for at most [`REQUESTS_BETWEEN_TURNS`] each time, first those the core's
 //! loop had moved to its inbox (in turn, none overtaking its client's
 //! earlier message). Before, a pump took requests only while a poll was out,
@@ -47,16 +47,18 @@
 //! Nothing else is taken: another message waits for the pump's end, and
 //! while one is held the pump takes no more (it ends sooner).
 //!
-//! They are taken after the round's commands, not before (issue 35, 8
-//! clients' launch rate): with clients that keep launching there are always
-//! requests waiting, and taken first, for up to [`REQUESTS_BETWEEN_TURNS`],
-//! they held back the round's launch commands while a device process had
-//! nothing to do but their binds, so its launches and the core's turn took
-//! turns instead of overlapping. Their binds now follow the round's launches
-//! on the link, before its poll, as the binds of requests handled during the
-//! poll do; a request taken so whose kernel could start at once is launched
-//! at the next round, or at the pump's end if that round has nothing else.
-//! `GPUMUX_REQUESTS_BEFORE_COMMANDS=1` takes them first, as before.
+//! `GPUMUX_REQUESTS_AFTER_COMMANDS=1` takes them once the round's commands
+//! are sent instead (issue 35, 8 clients' launch rate): with clients that
+//! keep launching there are always requests waiting, and taken first, for
+//! up to [`REQUESTS_BETWEEN_TURNS`], they hold back the round's launch
+//! commands while a device process has only their binds to carry out. Their
+//! binds then follow the round's launches on the link, before its poll, as
+//! those of requests handled during the poll do, and a request taken so
+//! whose kernel could start at once is launched at the next round (or at the
+//! pump's end if that round has nothing else). Off by default: in one GPU
+//! A/B (two pairs of runs on the H200) the 8 clients' rate followed the
+//! device process's time per launch command, which varied between runs more
+//! than either order could move it.
 
 use super::*;
 use gpumux_engine::device::ReleaseCause;
@@ -72,15 +74,14 @@ pub(super) const REQUESTS_DURING_POLL: Duration = Duration::from_micros(200);
 /// between rounds"): about ten launches, so a device poll waits little.
 const REQUESTS_BETWEEN_TURNS: Duration = Duration::from_micros(20);
 
-/// The variable that restores the clients' requests taken at the start of
-/// each round, before the round's commands (`1`), for an A/B in one build
-/// (module doc, "Requests between rounds").
-pub const REQUESTS_FIRST_VAR: &str = "GPUMUX_REQUESTS_BEFORE_COMMANDS";
+/// The variable that takes the clients' requests between rounds after each
+/// round's commands instead of before them (`1`; module doc, "Requests
+/// between rounds"): off by default until a GPU run shows a gain.
+pub const REQUESTS_AFTER_VAR: &str = "GPUMUX_REQUESTS_AFTER_COMMANDS";
 
-/// Whether [`REQUESTS_FIRST_VAR`] is `1` (read once).
-fn requests_first() -> bool {
-    static FIRST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FIRST.get_or_init(|| std::env::var(REQUESTS_FIRST_VAR).is_ok_and(|v| v.trim() == "1"))
+/// Whether [`REQUESTS_AFTER_VAR`] is `1` (read when a core is made).
+pub(super) fn requests_after_commands_from_env() -> bool {
+    std::env::var(REQUESTS_AFTER_VAR).is_ok_and(|v| v.trim() == "1")
 }
 
 /// A request that can be handled while a poll's answer is on its way: it
@@ -136,18 +137,18 @@ impl Core {
             // The clients' requests waiting: bound, their kernels may be
             // queued on the GPU while the engine trails (module doc). Not
             // in the first round: the core's loop has just taken its own.
-            // After the round's commands, so that the device carries out
-            // its launches while the core binds (module doc, "Requests
-            // between rounds"); counted with those handled during the poll,
-            // whose commands a round that sent nothing sends at its end.
+            // Before the round's commands, or with `requests_after_commands`
+            // after them (module doc, "Requests between rounds"), counted
+            // then with those handled during the poll, whose commands a
+            // round that sent nothing sends at its end.
             let mut requests_before = stats.requests;
             let take_between = stats.rounds > 1 && inbox.is_some();
-            if take_between && requests_first() {
+            if take_between && !self.requests_after_commands {
                 self.take_requests(inbox, &mut stats);
                 requests_before = stats.requests;
             }
             let sent = self.drain_commands(&mut stats, inbox)? | std::mem::take(&mut sent_late);
-            if take_between && !requests_first() {
+            if take_between && self.requests_after_commands {
                 self.take_requests(inbox, &mut stats);
             }
             let mut events = std::mem::take(&mut self.events);
@@ -1345,6 +1346,8 @@ mod tests {
     struct PollsForNews {
         sim: SimBackend,
         log: Arc<std::sync::Mutex<Vec<(&'static str, OpId)>>>,
+        /// Launches sent and not seen ended: a poll waits only while there are some.
+        running: usize,
     }
 
     impl Backend for PollsForNews {
@@ -1362,15 +1365,18 @@ mod tests {
         fn submit(&mut self, command: Command) -> Result<(), Failure> {
             if let Command::Launch { op, .. } = &command {
                 self.log.lock().expect("not poisoned").push(("launch", *op));
+                self.running += 1;
             }
             self.sim.submit(command)
         }
         fn poll(&mut self, events: &mut Vec<Event>) -> Result<Nanos, Failure> {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
+                let before = events.len();
                 let now = self.sim.poll(events)?;
-                let ended = events.iter().any(|e| matches!(e, Event::LaunchEnded { .. }));
-                if ended || matches!(self.sim.next_wake(), Wake::Idle) || Instant::now() > deadline {
+                let ended = events[before..].iter().filter(|e| matches!(e, Event::LaunchEnded { .. })).count();
+                self.running = self.running.saturating_sub(ended);
+                if ended > 0 || self.running == 0 || Instant::now() > deadline {
                     return Ok(now);
                 }
                 std::thread::sleep(Duration::from_micros(20));
@@ -1384,20 +1390,32 @@ mod tests {
         }
     }
 
-    /// Requests taken between rounds are taken after the round's commands
-    /// (module doc, "Requests between rounds"): when a client's kernel ends
-    /// and the next on its stream is launched, that launch reaches the
-    /// device before the bind of another client's launch waiting in the
-    /// inbox; and that launch, taken so, still runs and completes.
+    /// Where a round's requests are taken (module doc, "Requests between
+    /// rounds"): when a client's kernel ends and the next on its stream is
+    /// launched, another client's launch waiting in the inbox is bound
+    /// before that launch by default, and after it with
+    /// `requests_after_commands`; either way it still runs and completes.
     #[test]
-    fn a_rounds_launches_reach_the_device_before_the_binds_of_the_requests_taken_in_it() {
-        if requests_first() {
-            eprintln!("SKIPPED a_rounds_launches_reach_the_device_before_the_binds_of_the_requests_taken_in_it: {REQUESTS_FIRST_VAR}=1");
-            return;
+    fn a_rounds_requests_are_bound_before_its_launches_or_after_them_when_asked() {
+        for after in [false, true] {
+            let (bind_c, launch_b) = round_order(after);
+            if after {
+                assert!(launch_b < bind_c, "asked for after: B's launch came after C's bind");
+            } else {
+                assert!(bind_c < launch_b, "by default C's bind comes before B's launch");
+            }
         }
+    }
+
+    /// One pump's order of client 2's bind (C, taken between rounds) and
+    /// client 1's second launch (B, after A's end), as positions in the log
+    /// of what reached the device; every kernel then completes.
+    fn round_order(requests_after_commands: bool) -> (usize, usize) {
         let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let backend = PollsForNews { sim: SimBackend::with_info(gpumux_sim::presets::h100()), log: log.clone() };
+        let backend =
+            PollsForNews { sim: SimBackend::with_info(gpumux_sim::presets::h100()), log: log.clone(), running: 0 };
         let (mut core, kernel, replies) = core_with_kernel_on(Box::new(backend));
+        core.requests_after_commands = requests_after_commands;
         // A second client with its own module.
         let (tx2, rx2) = std::sync::mpsc::channel();
         core.connect(2, Peer { pid: 2, uid: 1000, gid: 1000 }, ClientLimits::default(), tx2);
@@ -1430,12 +1448,12 @@ mod tests {
         log.lock().expect("not poisoned").clear();
         let (_tx, rx) = std::sync::mpsc::channel();
         core.pump_with(Some(&rx)).expect("pump");
-        let log = log.lock().expect("not poisoned").clone();
-        let launches: Vec<usize> = (0..log.len()).filter(|&i| log[i].0 == "launch").collect();
-        let bind_c = log.iter().position(|e| e.0 == "bind");
-        assert!(launches.len() >= 2, "A and B launched in the pump: {log:?}");
-        let Some(bind_c) = bind_c else { panic!("C was not taken between rounds: {log:?}") };
-        assert!(launches[1] < bind_c, "B's launch (after A's end) reached the device after C's bind: {log:?}");
+        let got = log.lock().expect("not poisoned").clone();
+        let launches: Vec<usize> = (0..got.len()).filter(|&i| got[i].0 == "launch").collect();
+        assert!(launches.len() >= 2, "A and B launched in the pump: {got:?}");
+        let Some(bind_c) = got.iter().position(|e| e.0 == "bind") else {
+            panic!("C was not taken between rounds: {got:?}")
+        };
         // Everything completes, C included.
         assert!(core.handle(request(12, Request::SyncStream(StreamId(0)))));
         assert_eq!(answer_to(&mut core, &replies, 12), Ok(Reply::Done));
@@ -1450,6 +1468,7 @@ mod tests {
         }
         let done = |c| core.sessions.get(&c).map(|s| s.counters.kernels_done);
         assert_eq!((done(1), done(2)), (Some(2), Some(1)), "every kernel ran once");
+        (bind_c, launches[1])
     }
 
     /// The core's own work per launch of 8 clients launching empty kernels
