@@ -51,17 +51,11 @@ pub fn encode_frame_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(),
 
 /// Encodes `msg` as one frame, length prefix included.
 pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
-    // Room for the length first, filled in once the body's size is known,
-    // and for a small frame's body: postcard grows the vector as it writes,
-    // which from 4 bytes was several reallocations on every launch (issue 41).
-    let mut start = Vec::with_capacity(FIRST_CAPACITY);
-    start.extend_from_slice(&[0u8; 4]);
-    let mut out = postcard::to_extend(msg, start).map_err(|e| FrameError::Encode(e.to_string()))?;
-    let body = out.len() - 4;
-    if body > MAX_FRAME_BYTES as usize {
-        return Err(FrameError::TooLarge(body));
-    }
-    out[..4].copy_from_slice(&(body as u32).to_le_bytes());
+    // Room for the length and a small frame's body: postcard grows the
+    // vector as it writes, which from 4 bytes was several reallocations on
+    // every launch (issue 41).
+    let mut out = Vec::with_capacity(FIRST_CAPACITY);
+    encode_frame_into(msg, &mut out)?;
     Ok(out)
 }
 

@@ -44,6 +44,8 @@ const READ_CHUNK: usize = 4 << 10;
 const SOCKET_EVERY: u32 = 64;
 /// The socket's first byte: the rings' file comes with it.
 const RING_OFFER: u8 = 0xA5;
+/// The most bytes of a sent frame's buffer kept for the next ([`Link::send`]).
+const FRAME_KEPT: usize = 64 << 10;
 /// A byte that carries a descriptor for the next message that needs one.
 const FD_MARKER: u8 = 1;
 
@@ -229,7 +231,10 @@ impl Link {
     pub fn send<T: Serialize>(&mut self, msg: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), LinkError> {
         let mut bytes = std::mem::take(&mut self.frame);
         let sent = self.send_frame(msg, fd, &mut bytes);
-        self.frame = bytes;
+        // Kept for the next message unless a large one (a module's source) grew it.
+        if bytes.capacity() <= FRAME_KEPT {
+            self.frame = bytes;
+        }
         sent
     }
 
