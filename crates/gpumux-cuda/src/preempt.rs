@@ -538,6 +538,18 @@ impl WorkerLaunch {
         self.running && self.running_native && !self.native_published && !self.known_ended
     }
 
+    /// The running launch's end shows in host memory (it published it, or
+    /// a later launch of its stream did: [`WorkerLaunch::ended_before`]):
+    /// a read of a word, no driver call. `false` for a launch not running,
+    /// whose calls a launcher thread has not made yet, or whose end is read
+    /// from its end event only (a timed launch, an unpublished native one).
+    pub fn end_in_host_memory(&self) -> bool {
+        if !self.running || self.pending.as_ref().is_some_and(|p| !p.done()) {
+            return false;
+        }
+        self.known_ended || self.host_result().is_some()
+    }
+
     /// The running native launch ended: a launch queued after it on the
     /// same stream published its end (stream order). Its poll and finish
     /// then need no driver call. Nothing for any other launch.

@@ -22,6 +22,7 @@ mod corun;
 mod handover;
 mod higher;
 mod lead;
+mod recycle;
 mod refill;
 use crate::error::CudaError;
 use crate::launch_plan::{Chunk, Plan};
@@ -38,6 +39,7 @@ use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
+pub use recycle::{Recycle, RECYCLE_VAR};
 pub use refill::Refill;
 use refill::{CutKernel, PendingCut};
 use std::collections::{HashMap, VecDeque};
@@ -458,6 +460,8 @@ pub struct ClientDevice {
     /// ([`ClientDevice::deepen_tails`]): a launch adopted a queued kernel, or
     /// an operation was unbound (launch records may have come back).
     refill_ahead: bool,
+    /// Whether a run's ends are looked for between polls too ([`recycle`]).
+    recycle: Recycle,
     /// The GPU's lead over the engine at each poll ([`lead`]).
     lead: lead::Lead,
     /// Which priorities started launches lately ([`higher`]): a lower one is
@@ -849,6 +853,7 @@ impl ClientDevice {
             report_ends: false,
             answered: Vec::new(),
             refill_ahead: false,
+            recycle: Recycle::from_env(),
             lead: lead::Lead::default(),
             higher: higher::Higher::default(),
         };
@@ -1583,7 +1588,8 @@ impl Drop for ClientDevice {
                  itself queued, {} seen ended before their launch command), {} adopted as queued, \
                  {} restarted elsewhere, {} cancelled; {} launches started again because no worker found room; \
                  a run's next kernel held back {} times for lack of a launch record, {} by the kernels ended and \
-                 not launched yet, {} by the run's bounds",
+                 not launched yet, {} by the run's bounds; {} seen ended between polls (records recycled at a \
+                 launch command)",
                 c.queued,
                 c.deep,
                 c.ended_ahead,
@@ -1593,7 +1599,8 @@ impl Drop for ClientDevice {
                 c.unplaced,
                 c.held_no_record,
                 c.held_ended_waiting,
-                c.held_deep
+                c.held_deep,
+                c.recycled
             );
         }
         if let Some(words) = self.lead.words() {
@@ -1755,6 +1762,9 @@ impl Device for ClientDevice {
                 if self.st.as_ref().and_then(|st| st.launches.get(&launch)).is_some_and(ends_now) {
                     self.end_launch(launch);
                 }
+                // A run's kernels that ended since give their records back
+                // and the run goes on, without waiting for a poll ([`recycle`]).
+                self.recycle_between_polls()?;
             }
             Command::Grow { launch, sms } => {
                 // Stream order: what is queued behind it cannot follow a

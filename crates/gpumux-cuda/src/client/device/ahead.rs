@@ -159,6 +159,9 @@ pub struct AheadCounts {
     pub held_ended_waiting: u64,
     /// The same, held by [`DEEP_MAX`] or [`DEEP_HOLD_NS`].
     pub held_deep: u64,
+    /// Of `ended_ahead`, kernels seen ended between polls, at a launch
+    /// command, their records recycled there ([`super::recycle`]).
+    pub recycled: u64,
 }
 
 /// Kernels queued natively ahead on one stream and not yet seen ended, at
@@ -247,6 +250,18 @@ impl Ahead {
     fn native(&self) -> bool {
         self.native
     }
+
+    /// A kernel queued natively whose end is still to be seen
+    /// ([`super::recycle`]: what a held poll watches).
+    pub(super) fn watched(&self) -> bool {
+        !self.ended && !self.cancelled && self.native() && !self.segs.is_empty()
+    }
+
+    /// Its end shows in host memory: it published it, or a later kernel's
+    /// published end implied it (no driver call; [`super::recycle`]).
+    pub(super) fn end_landed(&self) -> bool {
+        !self.segs.is_empty() && self.segs.iter().all(WorkerLaunch::end_in_host_memory)
+    }
 }
 
 /// The expected GPU time of kernel operation `o`'s whole grid (module doc, "Deep").
@@ -334,6 +349,40 @@ fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError>
         at = n;
     }
     Ok(None)
+}
+
+/// The first kernel of each run queued natively not seen ended whose
+/// predecessor has (or whose launch before it is gone): where a walk of the
+/// run in stream order starts ([`ClientDevice::poll_ahead`]).
+fn run_heads(st: &InContext) -> Vec<OpId> {
+    st.ahead
+        .iter()
+        .filter(|(_, a)| !a.ended && !a.cancelled && a.native())
+        .filter(|(_, a)| match a.behind {
+            Behind::Launch(lid) => !st.launches.contains_key(&lid),
+            Behind::Queued(p) => st.ahead.get(&p).is_none_or(|b| b.ended),
+        })
+        .map(|(&op, _)| op)
+        .collect()
+}
+
+/// A kernel of a run that [`ClientDevice::poll_ahead`] would walk now
+/// (from one of [`run_heads`]) shows its end in host memory: the walk
+/// would see it (and the kernels before it) ended ([`super::recycle`]).
+pub(super) fn walkable_end_landed(st: &InContext) -> bool {
+    for head in run_heads(st) {
+        let mut op = head;
+        while let Some(a) = st.ahead.get(&op).filter(|a| !a.ended && !a.cancelled && a.native()) {
+            if a.end_landed() {
+                return true;
+            }
+            match st.ops.get(&op).and_then(|o| o.next) {
+                Some(n) => op = n,
+                None => break,
+            }
+        }
+    }
+    false
 }
 
 /// Kernel `op`, queued natively, was seen ended: its blocks are done, and
@@ -680,16 +729,7 @@ impl ClientDevice {
         // The first kernel of each run not seen ended whose predecessor has
         // (or whose launch before it is gone); each run is then walked in
         // stream order, once (a pass per end cost a run of 32 ends ~1,000 looks).
-        let heads: Vec<OpId> = st
-            .ahead
-            .iter()
-            .filter(|(_, a)| !a.ended && !a.cancelled && a.native())
-            .filter(|(_, a)| match a.behind {
-                Behind::Launch(lid) => !st.launches.contains_key(&lid),
-                Behind::Queued(p) => st.ahead.get(&p).is_none_or(|b| b.ended),
-            })
-            .map(|(&op, _)| op)
-            .collect();
+        let heads = run_heads(st);
         for head in heads {
             let mut op = head;
             loop {

@@ -1,0 +1,152 @@
+//! A run's launch records recycled between polls (issue 35).
+//!
+//! **Why.** A run of kernels queued natively ([`super::ahead`], "Deep")
+//! holds one launch record per kernel not seen ended, and only the device's
+//! poll looked for their ends. In the daemon's device process a poll comes
+//! when the daemon's core has used up the ends the last one reported: after
+//! it turned each into an engine turn, and after the device process carried
+//! out the launch command each turn sent (~4 µs each on the H200). So a run
+//! went on once a cycle, as a burst of as many kernels as there were spare
+//! records (15 of 16), and the GPU idled from the burst's end to the next
+//! poll that saw it (60-130 µs a cycle on the H200, the whole of the chain's
+//! overhead; docs/program-speed.md, "What the stage stamps showed"). More
+//! records made the bursts longer but the cycle longer too: each kernel of a
+//! burst costs the device process a launch command and a post of its own,
+//! more than its kernel's time on the GPU.
+//!
+//! **How.** The ends of a run's kernels that publish theirs are words in host
+//! memory (`preempt::WorkerLaunch`'s published end): reading them takes no
+//! driver call. So at each launch command (the device process handles one
+//! per kernel of the chain, spread over the whole cycle) the device looks
+//! whether a queued kernel's published end landed in a run a poll would
+//! walk now (`ahead::walkable_end_landed`), and only then walks the runs as a poll does ([`ClientDevice::poll_ahead`]:
+//! in stream order, records given back, the ends kept for the next poll's
+//! report) and lets them go on ([`ClientDevice::deepen_tails`]). The GPU is
+//! then fed through the cycle, a kernel or a few at a time, as its kernels
+//! end, not in one burst per poll.
+//!
+//! **What stays.** Ends are still reported to the daemon only with a poll's
+//! answer, once each and in stream order (the same walk, the same list); a
+//! launch command for a kernel seen ended between polls adopts no record
+//! and its launch ends at the next poll, as for a kernel seen ended at a
+//! poll whose report crossed the command (`backend::ends_ahead` in gpumuxd
+//! ignores such a report). Launches themselves still end only at polls
+//! (the engine's device contract). A fault never publishes its end, so
+//! nothing behind it is seen; retreats, grows and dropped operations find
+//! the runs as before (the walk only marks kernels that ended).
+//!
+//! [`RECYCLE_VAR`] restores the old behaviour for an A/B in one build.
+
+use super::ClientDevice;
+use gpumux_engine::device::DeviceError;
+
+/// Set to `0` in the daemon's environment (its device process inherits it)
+/// to look for a run's ends at polls only, as before; `hold` to keep that
+/// but let a held poll look for them in host memory instead of polling the
+/// device back to back (gpumuxd's `device_host`); unset or `1`, both.
+pub const RECYCLE_VAR: &str = "GPUMUX_RECYCLE_AHEAD";
+
+/// What [`RECYCLE_VAR`] asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recycle {
+    /// Ends looked for at polls only (the old behaviour).
+    Off,
+    /// A held poll watches the published ends; runs go on at polls only.
+    Hold,
+    /// Both: a held poll watches, and launch commands recycle (the default).
+    On,
+}
+
+impl Recycle {
+    /// From [`RECYCLE_VAR`]'s value (`None`: unset); an unknown value is
+    /// the default, with a warning.
+    pub fn parse(v: Option<&str>) -> Recycle {
+        match v.map(str::trim) {
+            None | Some("1") | Some("") => Recycle::On,
+            Some("0") => Recycle::Off,
+            Some("hold") => Recycle::Hold,
+            Some(other) => {
+                tracing::warn!("{RECYCLE_VAR}={other:?} is not 0, 1 or hold: 1");
+                Recycle::On
+            }
+        }
+    }
+
+    /// From the environment.
+    pub fn from_env() -> Recycle {
+        Recycle::parse(std::env::var(RECYCLE_VAR).ok().as_deref())
+    }
+
+    /// Launch commands look for a run's ends.
+    pub fn at_commands(self) -> bool {
+        self == Recycle::On
+    }
+
+    /// A held poll watches the published ends instead of polling back to back.
+    pub fn in_holds(self) -> bool {
+        self != Recycle::Off
+    }
+}
+
+impl ClientDevice {
+    /// Kernels are queued natively ahead and not seen ended: `Some`, with
+    /// whether one of them has published its end in host memory since (no
+    /// driver call: a read of each one's published word). `None`: no such
+    /// kernel, nothing to watch. A held poll of the daemon's device process
+    /// polls the device as soon as this says `Some(true)`.
+    pub fn run_end_landed(&self) -> Option<bool> {
+        let st = self.st.as_ref()?;
+        let mut watched = false;
+        for a in st.ahead.values() {
+            if !a.watched() {
+                continue;
+            }
+            watched = true;
+            if a.end_landed() {
+                return Some(true);
+            }
+        }
+        watched.then_some(false)
+    }
+
+    /// How a held poll may use [`ClientDevice::run_end_landed`] ([`RECYCLE_VAR`]).
+    pub fn recycle_mode(&self) -> Recycle {
+        self.recycle
+    }
+
+    /// Sets [`ClientDevice::recycle_mode`] (tests; the device reads [`RECYCLE_VAR`] when it opens).
+    pub fn set_recycle(&mut self, how: Recycle) {
+        self.recycle = how;
+    }
+
+    /// Between polls (after a launch command): if a queued kernel's end
+    /// landed, the runs are walked as at a poll and go on (module doc).
+    pub(super) fn recycle_between_polls(&mut self) -> Result<(), DeviceError> {
+        if !self.recycle.at_commands() || !self.st.as_ref().is_some_and(super::ahead::walkable_end_landed) {
+            return Ok(());
+        }
+        let before = self.ahead_counts.ended_ahead;
+        if self.poll_ahead()? {
+            self.ahead_counts.recycled += self.ahead_counts.ended_ahead - before;
+            self.deepen_tails()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_switch_reads_0_hold_and_1_and_defaults_to_both() {
+        assert_eq!(Recycle::parse(None), Recycle::On);
+        assert_eq!(Recycle::parse(Some("1")), Recycle::On);
+        assert_eq!(Recycle::parse(Some(" 0 ")), Recycle::Off);
+        assert_eq!(Recycle::parse(Some("hold")), Recycle::Hold);
+        assert_eq!(Recycle::parse(Some("yes please")), Recycle::On);
+        assert!(Recycle::On.at_commands() && Recycle::On.in_holds());
+        assert!(!Recycle::Hold.at_commands() && Recycle::Hold.in_holds());
+        assert!(!Recycle::Off.at_commands() && !Recycle::Off.in_holds());
+    }
+}
