@@ -273,7 +273,8 @@ impl DeviceHost {
                 looks = looks.wrapping_add(1);
                 gpumux_ring::relax(looks);
                 let now = mono_ns();
-                if hold::poll_due(now, polled, self.submitted) || now >= deadline {
+                let landed = self.backend.run_end_landed();
+                if hold::poll_due_watching(now, polled, self.submitted, landed) || now >= deadline {
                     break false;
                 }
                 if !matches!(self.link.has_message(), Ok(false)) {

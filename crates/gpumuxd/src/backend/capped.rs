@@ -221,6 +221,9 @@ impl Backend for Capped {
     fn take_ends_ahead(&mut self, out: &mut Vec<ends_ahead::EndAhead>) {
         self.inner.take_ends_ahead(out)
     }
+    fn run_end_landed(&self) -> Option<bool> {
+        self.inner.run_end_landed()
+    }
     fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
         self.inner.submit_answered(command)
     }

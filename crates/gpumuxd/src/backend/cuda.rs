@@ -524,6 +524,11 @@ impl Backend for CudaBackend {
         self.device.set_report_ends_ahead(true);
     }
 
+    fn run_end_landed(&self) -> Option<bool> {
+        // Only where `GPUMUX_RECYCLE_AHEAD` lets holds watch (`gpumux_cuda::client::Recycle`).
+        self.device.recycle_mode().in_holds().then(|| self.device.run_end_landed()).flatten()
+    }
+
     fn take_ends_ahead(&mut self, out: &mut Vec<super::ends_ahead::EndAhead>) {
         let ends = self.device.take_ends_ahead();
         out.extend(ends.into_iter().map(|(op, blocks)| super::ends_ahead::EndAhead { op, blocks }));

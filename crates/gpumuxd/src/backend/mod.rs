@@ -644,6 +644,15 @@ pub trait Backend: Send {
     fn release_sends(&mut self) {}
     /// Appends the ends seen ahead since the last call ([`Backend::report_ends_ahead`]).
     fn take_ends_ahead(&mut self, _out: &mut Vec<ends_ahead::EndAhead>) {}
+    /// Kernels run ahead whose ends the device can see without a poll's
+    /// work (the CUDA device: ends published in host memory): `Some`, with
+    /// whether one has landed since the last poll; `None`: nothing to watch
+    /// (or the device does not say). A held poll in a device process polls
+    /// the device when this turns `Some(true)`, and not back to back while
+    /// it says `Some(false)` (`device_host::hold`).
+    fn run_end_landed(&self) -> Option<bool> {
+        None
+    }
     /// Carries out a launch command the daemon answered itself from an end
     /// this device reported ahead ([`ends_ahead`]): the device adopts what it
     /// ran and ends the launch (the device process drops its events).

@@ -1070,6 +1070,13 @@ impl Backend for SimBackend {
         }
     }
 
+    fn run_end_landed(&self) -> Option<bool> {
+        // Scripted: what the next poll reports counts as landed, as a CUDA
+        // device's published ends would (so the held poll's watch is tested).
+        let s = self.scripted.as_ref()?;
+        (!s.reported.is_empty()).then_some(!s.report.is_empty())
+    }
+
     fn take_ends_ahead(&mut self, out: &mut Vec<crate::backend::ends_ahead::EndAhead>) {
         if let Some(s) = self.scripted.as_mut() {
             out.append(&mut s.report);

@@ -15,6 +15,17 @@
 //! end is what a waiting client wants soon); later in a hold it is polled
 //! every [`PACE`], the core's old poll period, while the link is watched
 //! all along.
+//!
+//! **A run's ends, watched** (issue 35). Where the device can say whether a
+//! kernel it ran ahead has ended without a poll's work (the CUDA device: a
+//! word its kernels publish in host memory; `Backend::run_end_landed`), the
+//! hold reads that instead: it polls the device the moment an end landed,
+//! and otherwise only every [`PACE`], not back to back. On the H200 a run's
+//! next burst was queued ~33 µs (p50) after the last launch command, the
+//! moment the back-to-back polls after it stopped, though its kernels had
+//! ended long before (the stage stamps of the programs bench's chain:
+//! docs/program-speed.md, "What the stage stamps showed"): polls made back to
+//! back did not see ends that a poll 5 µs later saw. [`poll_due_watching`].
 
 use crate::backend::Wake;
 use std::fmt::Write as _;
@@ -33,6 +44,24 @@ pub const PACE: u64 = 5_000;
 pub fn poll_due(now: u64, polled: u64, submitted: u64) -> bool {
     now < submitted.saturating_add(TIGHT_AFTER_SUBMIT) || now >= polled.saturating_add(PACE)
 }
+
+/// [`poll_due`] for a device that watches a run's ends (module doc, "A
+/// run's ends, watched"): `landed` is `Backend::run_end_landed`. An end
+/// landed: due at once (at most every [`LANDED_GAP`], should the poll not
+/// take it); none: due every [`PACE`] only; nothing watched: [`poll_due`].
+pub fn poll_due_watching(now: u64, polled: u64, submitted: u64, landed: Option<bool>) -> bool {
+    match landed {
+        Some(true) => now >= polled.saturating_add(LANDED_GAP),
+        Some(false) => now >= polled.saturating_add(PACE),
+        None => poll_due(now, polled, submitted),
+    }
+}
+
+/// The least time between two polls of a hold that an end landed calls for
+/// (ns): a poll normally takes what landed, and one that cannot (the end of a
+/// kernel whose run the device cannot walk yet) must not make the hold poll
+/// back to back again.
+pub const LANDED_GAP: u64 = 1_000;
 
 /// Why a held poll was answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,6 +144,21 @@ mod tests {
         let late = submitted + TIGHT_AFTER_SUBMIT + 10_000;
         assert!(!poll_due(late, late - 1_000, submitted));
         assert!(poll_due(late, late - PACE, submitted));
+    }
+
+    #[test]
+    fn a_hold_watching_a_run_polls_when_an_end_lands_and_otherwise_at_its_pace() {
+        let submitted = 1_000_000;
+        // Just after a command, 1 µs after the last poll.
+        let (now, polled) = (submitted + 2_000, submitted + 1_000);
+        assert!(poll_due(now, polled, submitted), "back to back without a watch");
+        assert!(poll_due_watching(now, polled, submitted, None), "nothing watched: as before");
+        assert!(!poll_due_watching(now, polled, submitted, Some(false)), "watched, nothing landed: not back to back");
+        assert!(poll_due_watching(now, polled, submitted, Some(true)), "an end landed: at once");
+        // Nothing landed: at the pace, as late in a hold without a watch.
+        assert!(poll_due_watching(polled + PACE, polled, submitted, Some(false)));
+        // An end the last poll could not take does not make it poll back to back.
+        assert!(!poll_due_watching(polled + LANDED_GAP - 1, polled, submitted, Some(true)));
     }
 
     #[test]
