@@ -334,8 +334,9 @@ pub(super) fn take_stream(st: &mut InContext, lid: LaunchId, stream: Stream) -> 
 
 /// Whether the first kernel queued after `op` on its stream that publishes
 /// its end (module doc, "Fewer end writes") has ended, which says that `op`
-/// has (stream order); `None`: none after it publishes.
-fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError> {
+/// has (stream order); `None`: none after it publishes. `host_only`: from
+/// host memory alone (no end event queried: [`super::recycle`]).
+fn later_end(st: &InContext, op: OpId, host_only: bool) -> Result<Option<bool>, crate::CudaError> {
     let mut at = op;
     while let Some(n) = st.ops.get(&at).and_then(|o| o.next) {
         let Some(x) = st.ahead.get(&n) else { return Ok(None) };
@@ -344,6 +345,9 @@ fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError>
             return Ok(Some(true));
         }
         if !x.segs.is_empty() && !x.segs.iter().any(WorkerLaunch::end_unpublished) {
+            if host_only {
+                return Ok(Some(x.end_landed()));
+            }
             return all_left(&x.segs).map(Some);
         }
         at = n;
@@ -353,24 +357,30 @@ fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError>
 
 /// The first kernel of each run queued natively not seen ended whose
 /// predecessor has (or whose launch before it is gone): where a walk of the
-/// run in stream order starts ([`ClientDevice::poll_ahead`]).
-fn run_heads(st: &InContext) -> Vec<OpId> {
+/// run in stream order starts ([`ClientDevice::poll_ahead`]). `host_only`
+/// (a walk from host memory alone, [`super::recycle`]): behind a launch
+/// still running too. A poll leaves those to the poll after the launch
+/// ended, since looking at them may query an end event (the driver's lock);
+/// a look in host memory costs nothing, and a native kernel queued behind a
+/// launch ends only after it (only a native launch has one: module doc,
+/// "Deep"), so seeing it ended says that launch ended too.
+fn run_heads(st: &InContext, host_only: bool) -> Vec<OpId> {
     st.ahead
         .iter()
         .filter(|(_, a)| !a.ended && !a.cancelled && a.native())
         .filter(|(_, a)| match a.behind {
-            Behind::Launch(lid) => !st.launches.contains_key(&lid),
+            Behind::Launch(lid) => host_only || !st.launches.contains_key(&lid),
             Behind::Queued(p) => st.ahead.get(&p).is_none_or(|b| b.ended),
         })
         .map(|(&op, _)| op)
         .collect()
 }
 
-/// A kernel of a run that [`ClientDevice::poll_ahead`] would walk now
-/// (from one of [`run_heads`]) shows its end in host memory: the walk
-/// would see it (and the kernels before it) ended ([`super::recycle`]).
+/// A kernel of a run that [`ClientDevice::poll_ahead_in`] would walk now
+/// from host memory (from one of [`run_heads`]) shows its end there: the
+/// walk would see it (and the kernels before it) ended ([`super::recycle`]).
 pub(super) fn walkable_end_landed(st: &InContext) -> bool {
-    for head in run_heads(st) {
+    for head in run_heads(st, true) {
         let mut op = head;
         while let Some(a) = st.ahead.get(&op).filter(|a| !a.ended && !a.cancelled && a.native()) {
             if a.end_landed() {
@@ -720,6 +730,13 @@ impl ClientDevice {
     /// asked ([`ClientDevice::set_report_ends_ahead`]). A fault shows here as
     /// in any poll: the error of the end event's query.
     pub(super) fn poll_ahead(&mut self) -> Result<bool, DeviceError> {
+        self.poll_ahead_in(false)
+    }
+
+    /// [`ClientDevice::poll_ahead`]; `host_only`: from ends in host memory
+    /// alone, no driver call (between polls, [`super::recycle`]): the walk
+    /// of a run stops at its first kernel whose end does not show there.
+    pub(super) fn poll_ahead_in(&mut self, host_only: bool) -> Result<bool, DeviceError> {
         if self.st.as_ref().is_none_or(|st| st.ahead.is_empty()) {
             return Ok(false);
         }
@@ -729,7 +746,7 @@ impl ClientDevice {
         // The first kernel of each run not seen ended whose predecessor has
         // (or whose launch before it is gone); each run is then walked in
         // stream order, once (a pass per end cost a run of 32 ends ~1,000 looks).
-        let heads = run_heads(st);
+        let heads = run_heads(st, host_only);
         for head in heads {
             let mut op = head;
             loop {
@@ -741,7 +758,7 @@ impl ClientDevice {
                     }
                     if a.segs.iter().any(WorkerLaunch::end_unpublished) {
                         // Its end is known from a later kernel's, if one publishes (module doc).
-                        match later_end(st, op).map_err(failed_with(polling))? {
+                        match later_end(st, op, host_only).map_err(failed_with(polling))? {
                             Some(false) => break,
                             Some(true) => st
                                 .ahead
@@ -753,7 +770,9 @@ impl ClientDevice {
                         }
                     }
                     let Some(a) = st.ahead.get_mut(&op) else { break };
-                    if !all_left(&a.segs).map_err(failed_with(polling))? {
+                    let left =
+                        if host_only { a.end_landed() } else { all_left(&a.segs).map_err(failed_with(polling))? };
+                    if !left {
                         break;
                     }
                     a.ended = true;
@@ -811,7 +830,8 @@ impl ClientDevice {
             .map(|(&lid, l)| (lid, l.op))
             .collect();
         for (lid, op) in waiting {
-            let known = later_end(st, op).map_err(failed_with(|| format!("polling what follows launch {lid}")))?;
+            let known =
+                later_end(st, op, false).map_err(failed_with(|| format!("polling what follows launch {lid}")))?;
             if known == Some(true) {
                 if let Some(l) = st.launches.get_mut(&lid) {
                     l.segs.iter_mut().for_each(WorkerLaunch::ended_before);

@@ -126,7 +126,7 @@ impl ClientDevice {
             return Ok(());
         }
         let before = self.ahead_counts.ended_ahead;
-        if self.poll_ahead()? {
+        if self.poll_ahead_in(true)? {
             self.ahead_counts.recycled += self.ahead_counts.ended_ahead - before;
             self.deepen_tails()?;
         }
