@@ -153,6 +153,10 @@ impl Backend for AnswersAhead {
     // Read from the device at each poll and answered here: the core gets
     // answers (`take_answered`), not ends.
     fn take_ends_ahead(&mut self, _out: &mut Vec<super::ends_ahead::EndAhead>) {}
+    // For a device process's held polls; the core here polls every `--poll-us`.
+    fn run_end_landed(&self) -> Option<bool> {
+        self.inner.run_end_landed()
+    }
 
     fn hold_sends(&mut self) {
         self.inner.hold_sends()
