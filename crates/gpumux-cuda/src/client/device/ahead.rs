@@ -380,6 +380,11 @@ fn run_heads(st: &InContext, host_only: bool) -> Vec<OpId> {
 /// from host memory (from one of [`run_heads`]) shows its end there: the
 /// walk would see it (and the kernels before it) ended ([`super::recycle`]).
 pub(super) fn walkable_end_landed(st: &InContext) -> bool {
+    // Most launch commands find nothing landed: one read per queued kernel,
+    // no list of heads made (the device process's thread paces the chain).
+    if !st.ahead.values().any(|a| a.watched() && a.end_landed()) {
+        return false;
+    }
     for head in run_heads(st, true) {
         let mut op = head;
         while let Some(a) = st.ahead.get(&op).filter(|a| !a.ended && !a.cancelled && a.native()) {
