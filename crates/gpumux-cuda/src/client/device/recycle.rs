@@ -35,6 +35,16 @@
 //! nothing behind it is seen; retreats, grows and dropped operations find
 //! the runs as before (the walk only marks kernels that ended).
 //!
+//! **Bound.** Between polls a run goes on only while the engine trails the
+//! GPU by fewer than [`TRAIL_MAX`] kernels (run and not launched yet;
+//! polls keep `ahead::ENDED_WAITING_MAX`): each kernel seen ended stays an
+//! entry that the device's walks and a run's next kernel look through, and a
+//! device process that looked for ends after every message let the GPU run
+//! 143 kernels ahead and spent ~11 µs a look (docs/program-speed.md, "Tried
+//! and removed again"). The GPU gains nothing from running further ahead of
+//! an engine that trails it; [`TRAIL_MAX`] covers a poll's cycle (~15
+//! kernels on the H200) twice.
+//!
 //! [`RECYCLE_VAR`] restores the old behaviour for an A/B in one build.
 
 use super::ClientDevice;
@@ -45,6 +55,10 @@ use gpumux_engine::device::DeviceError;
 /// but let a held poll look for them in host memory instead of polling the
 /// device back to back (gpumuxd's `device_host`); unset or `1`, both.
 pub const RECYCLE_VAR: &str = "GPUMUX_RECYCLE_AHEAD";
+
+/// Kernels seen ended and not launched by the engine yet, beyond which a
+/// run goes on at polls only (module doc, "Bound").
+pub const TRAIL_MAX: usize = super::ahead::DEEP_MAX;
 
 /// What [`RECYCLE_VAR`] asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,7 +142,11 @@ impl ClientDevice {
         let before = self.ahead_counts.ended_ahead;
         if self.poll_ahead_in(true)? {
             self.ahead_counts.recycled += self.ahead_counts.ended_ahead - before;
-            self.deepen_tails()?;
+            // Not past TRAIL_MAX kernels run and not launched by the engine:
+            // beyond, the runs go on at polls (module doc, "Bound").
+            if self.st.as_ref().is_some_and(|st| st.ended_waiting < TRAIL_MAX) {
+                self.deepen_tails()?;
+            }
         }
         Ok(())
     }
