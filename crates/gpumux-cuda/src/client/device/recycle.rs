@@ -42,32 +42,43 @@
 //! device process that looked for ends after every message let the GPU run
 //! 143 kernels ahead and spent ~11 µs a look (docs/program-speed.md, "Tried
 //! and removed again"). The GPU gains nothing from running further ahead of
-//! an engine that trails it; [`TRAIL_MAX`] covers a poll's cycle (~15
-//! kernels on the H200) twice.
+//! an engine that trails it; [`TRAIL_MAX`] (16) covers a poll's cycle (~15
+//! kernels on the H200).
 //!
-//! [`RECYCLE_VAR`] restores the old behaviour for an A/B in one build.
+//! **Measured** (one H200, da5563d, before the bound: the GPU ran up to 139
+//! kernels ahead of the engine): the chain 3.26x and 3.14x native with it,
+//! 2.61x and 2.96x without, alternating in one call; `hold` alone 2.64x.
+//! The GPU was fed without gaps, but at one kernel per ~8.7 µs: each post
+//! of a run's next kernel looks through every kernel queued or seen ended
+//! (its peers, its stream), and with ~140 of them a post took 6-8 µs
+//! instead of ~4; the launch commands that did the posting took ~70 µs
+//! each, so the engine trailed further and the core waited for the device
+//! process's answers. So it is off by default ([`RECYCLE_VAR`]).
 
 use super::ClientDevice;
 use gpumux_engine::device::DeviceError;
 
-/// Set to `0` in the daemon's environment (its device process inherits it)
-/// to look for a run's ends at polls only, as before; `hold` to keep that
-/// but let a held poll look for them in host memory instead of polling the
-/// device back to back (gpumuxd's `device_host`); unset or `1`, both.
+/// Set to `1` in the daemon's environment (its device process inherits it)
+/// to recycle a run's records at launch commands and let held polls watch
+/// the ends; `hold` for the held polls' watch alone (gpumuxd's
+/// `device_host`); unset or `0`, a run's ends are looked for at polls only,
+/// as before. Off by default: on one H200 (da5563d) recycling at launch
+/// commands made the chain slower (3.26x and 3.14x native against 2.61x and
+/// 2.96x off, alternating in one call; `hold` 2.64x), module doc, "Measured".
 pub const RECYCLE_VAR: &str = "GPUMUX_RECYCLE_AHEAD";
 
 /// Kernels seen ended and not launched by the engine yet, beyond which a
 /// run goes on at polls only (module doc, "Bound").
-pub const TRAIL_MAX: usize = super::ahead::DEEP_MAX;
+pub const TRAIL_MAX: usize = super::ahead::DEEP_MAX / 2;
 
 /// What [`RECYCLE_VAR`] asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recycle {
-    /// Ends looked for at polls only (the old behaviour).
+    /// Ends looked for at polls only (the default).
     Off,
     /// A held poll watches the published ends; runs go on at polls only.
     Hold,
-    /// Both: a held poll watches, and launch commands recycle (the default).
+    /// Both: a held poll watches, and launch commands recycle.
     On,
 }
 
@@ -76,12 +87,12 @@ impl Recycle {
     /// the default, with a warning.
     pub fn parse(v: Option<&str>) -> Recycle {
         match v.map(str::trim) {
-            None | Some("1") | Some("") => Recycle::On,
-            Some("0") => Recycle::Off,
+            None | Some("0") | Some("") => Recycle::Off,
+            Some("1") => Recycle::On,
             Some("hold") => Recycle::Hold,
             Some(other) => {
-                tracing::warn!("{RECYCLE_VAR}={other:?} is not 0, 1 or hold: 1");
-                Recycle::On
+                tracing::warn!("{RECYCLE_VAR}={other:?} is not 0, 1 or hold: 0");
+                Recycle::Off
             }
         }
     }
@@ -157,12 +168,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_switch_reads_0_hold_and_1_and_defaults_to_both() {
-        assert_eq!(Recycle::parse(None), Recycle::On);
+    fn the_switch_reads_0_hold_and_1_and_defaults_to_off() {
+        assert_eq!(Recycle::parse(None), Recycle::Off);
         assert_eq!(Recycle::parse(Some("1")), Recycle::On);
         assert_eq!(Recycle::parse(Some(" 0 ")), Recycle::Off);
         assert_eq!(Recycle::parse(Some("hold")), Recycle::Hold);
-        assert_eq!(Recycle::parse(Some("yes please")), Recycle::On);
+        assert_eq!(Recycle::parse(Some("yes please")), Recycle::Off);
         assert!(Recycle::On.at_commands() && Recycle::On.in_holds());
         assert!(!Recycle::Hold.at_commands() && Recycle::Hold.in_holds());
         assert!(!Recycle::Off.at_commands() && !Recycle::Off.in_holds());
