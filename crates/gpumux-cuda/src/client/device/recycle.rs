@@ -1,4 +1,5 @@
-//! A run's launch records recycled between polls (issue 35).
+//! A run's ends read from host memory between polls (issue 35): held polls
+//! that watch them, and launch records recycled at launch commands.
 //!
 //! **Why.** A run of kernels queued natively ([`super::ahead`], "Deep")
 //! holds one launch record per kernel not seen ended, and only the device's
@@ -16,14 +17,21 @@
 //!
 //! **How.** The ends of a run's kernels that publish theirs are words in host
 //! memory (`preempt::WorkerLaunch`'s published end): reading them takes no
-//! driver call. So at each launch command (the device process handles one
-//! per kernel of the chain, spread over the whole cycle) the device looks
-//! whether a queued kernel's published end landed in a run a poll would
-//! walk now (`ahead::walkable_end_landed`), and only then walks the runs as a poll does ([`ClientDevice::poll_ahead`]:
-//! in stream order, records given back, the ends kept for the next poll's
-//! report) and lets them go on ([`ClientDevice::deepen_tails`]). The GPU is
-//! then fed through the cycle, a kernel or a few at a time, as its kernels
-//! end, not in one burst per poll.
+//! driver call. Two uses, by [`RECYCLE_VAR`]:
+//! * held polls watch them ([`ClientDevice::run_end_landed`]; gpumuxd's
+//!   `device_host::hold`): a held poll of the device process polls the
+//!   device the moment one landed, and otherwise at its pace, instead of
+//!   back to back after a command (on by default);
+//! * with `1`, each launch command (the device process handles one per
+//!   kernel of the chain, spread over the whole cycle) looks whether a
+//!   queued kernel's published end landed in a run a poll would walk from
+//!   host memory (`ahead::walkable_end_landed`), and only then walks the
+//!   runs as a poll does but from host memory alone
+//!   (`ClientDevice::poll_ahead_in`: in stream order, records given back,
+//!   the ends kept for the next poll's report, no end event queried) and
+//!   lets them go on ([`ClientDevice::deepen_tails`]): the GPU is fed
+//!   through the cycle, a kernel or a few at a time, not in one burst per
+//!   poll.
 //!
 //! **What stays.** Ends are still reported to the daemon only with a poll's
 //! answer, once each and in stream order (the same walk, the same list); a
@@ -45,26 +53,29 @@
 //! an engine that trails it; [`TRAIL_MAX`] (16) covers a poll's cycle (~15
 //! kernels on the H200).
 //!
-//! **Measured** (one H200, da5563d, before the bound: the GPU ran up to 139
-//! kernels ahead of the engine): the chain 3.26x and 3.14x native with it,
-//! 2.61x and 2.96x without, alternating in one call; `hold` alone 2.64x.
-//! The GPU was fed without gaps, but at one kernel per ~8.7 µs: each post
-//! of a run's next kernel looks through every kernel queued or seen ended
-//! (its peers, its stream), and with ~140 of them a post took 6-8 µs
-//! instead of ~4; the launch commands that did the posting took ~70 µs
-//! each, so the engine trailed further and the core waited for the device
-//! process's answers. So it is off by default ([`RECYCLE_VAR`]).
+//! **Measured** (one H200, 2026-11-29, the programs bench's chain, the
+//! switch alternating in one call). Recycling at launch commands lost: at
+//! da5563d (before the bound; the GPU ran up to 139 kernels ahead of the
+//! engine) 3.26x and 3.14x native against 2.61x and 2.96x without; the GPU
+//! was fed without gaps but at one kernel per ~8.7 µs, since each post of a
+//! run's next kernel looks through every kernel queued or seen ended (its
+//! peers, its stream): with ~140 of them a post took 6-8 µs instead of ~4,
+//! the launch commands doing the posting ~70 µs each, so the engine
+//! trailed further and the core waited for the device process's answers.
+//! At f6558f5 (with the bound) 2.85x and 2.81x, against 2.53x and 2.70x
+//! without; its answered launch commands cost the device process 4.1-4.5
+//! µs against 2.6-2.7. The held polls' watch alone won both rounds: 2.22x
+//! and 2.03x (5.84 and 5.48 ms against 6.65 and 7.38 without either), its
+//! answered launch commands 2.1 µs. So `hold` is the default.
 
 use super::ClientDevice;
 use gpumux_engine::device::DeviceError;
 
-/// Set to `1` in the daemon's environment (its device process inherits it)
-/// to recycle a run's records at launch commands and let held polls watch
-/// the ends; `hold` for the held polls' watch alone (gpumuxd's
-/// `device_host`); unset or `0`, a run's ends are looked for at polls only,
-/// as before. Off by default: on one H200 (da5563d) recycling at launch
-/// commands made the chain slower (3.26x and 3.14x native against 2.61x and
-/// 2.96x off, alternating in one call; `hold` 2.64x), module doc, "Measured".
+/// The daemon's environment (its device process inherits it): unset or
+/// `hold`, held polls watch a run's published ends (gpumuxd's
+/// `device_host`), and the runs go on at polls; `1`, launch commands also
+/// recycle a run's records; `0`, neither (the behaviour before both). The
+/// default is what measured fastest on the H200 (module doc, "Measured").
 pub const RECYCLE_VAR: &str = "GPUMUX_RECYCLE_AHEAD";
 
 /// Kernels seen ended and not launched by the engine yet, beyond which a
@@ -74,9 +85,10 @@ pub const TRAIL_MAX: usize = super::ahead::DEEP_MAX / 2;
 /// What [`RECYCLE_VAR`] asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recycle {
-    /// Ends looked for at polls only (the default).
+    /// Ends looked for at polls only, held polls as before.
     Off,
-    /// A held poll watches the published ends; runs go on at polls only.
+    /// A held poll watches the published ends; runs go on at polls only
+    /// (the default).
     Hold,
     /// Both: a held poll watches, and launch commands recycle.
     On,
@@ -87,12 +99,12 @@ impl Recycle {
     /// the default, with a warning.
     pub fn parse(v: Option<&str>) -> Recycle {
         match v.map(str::trim) {
-            None | Some("0") | Some("") => Recycle::Off,
+            None | Some("hold") | Some("") => Recycle::Hold,
+            Some("0") => Recycle::Off,
             Some("1") => Recycle::On,
-            Some("hold") => Recycle::Hold,
             Some(other) => {
-                tracing::warn!("{RECYCLE_VAR}={other:?} is not 0, 1 or hold: 0");
-                Recycle::Off
+                tracing::warn!("{RECYCLE_VAR}={other:?} is not 0, 1 or hold: hold");
+                Recycle::Hold
             }
         }
     }
@@ -168,12 +180,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_switch_reads_0_hold_and_1_and_defaults_to_off() {
-        assert_eq!(Recycle::parse(None), Recycle::Off);
+    fn the_switch_reads_0_hold_and_1_and_defaults_to_the_held_polls_watch() {
+        assert_eq!(Recycle::parse(None), Recycle::Hold);
         assert_eq!(Recycle::parse(Some("1")), Recycle::On);
         assert_eq!(Recycle::parse(Some(" 0 ")), Recycle::Off);
         assert_eq!(Recycle::parse(Some("hold")), Recycle::Hold);
-        assert_eq!(Recycle::parse(Some("yes please")), Recycle::Off);
+        assert_eq!(Recycle::parse(Some("yes please")), Recycle::Hold);
         assert!(Recycle::On.at_commands() && Recycle::On.in_holds());
         assert!(!Recycle::Hold.at_commands() && Recycle::Hold.in_holds());
         assert!(!Recycle::Off.at_commands() && !Recycle::Off.in_holds());
