@@ -20,6 +20,7 @@ mod active;
 pub mod device;
 pub mod driver;
 mod engine;
+pub mod id_map;
 pub mod ids;
 pub mod kernel;
 pub mod metrics;

@@ -34,6 +34,7 @@ pub use corun::CoRunCounts;
 use corun::{CoRunChooser, KernelKey, Mode};
 use cudarc::driver::sys as cu;
 use gpumux_engine::device::{Command, Device, DeviceError, DeviceStats, Event, Message, ProtocolError, ReleaseCause};
+use gpumux_engine::id_map::IdMap;
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::ranges::BlockRanges;
@@ -209,9 +210,11 @@ pub(super) struct InContext {
     /// Idle launch streams by CUDA priority.
     streams: HashMap<i32, Vec<Stream>>,
     pub(super) kernels: HashMap<KernelHandle, (ClientKernel, Arc<Module>)>,
-    ops: HashMap<OpId, KernelOp>,
-    copy_ops: HashMap<OpId, ClientWork>,
-    launches: HashMap<LaunchId, Live>,
+    // Keyed by the engine's ids, looked up several times per launch command
+    // and walked at each poll: a one-multiply hash, not SipHash (`IdMap`).
+    ops: IdMap<OpId, KernelOp>,
+    copy_ops: IdMap<OpId, ClientWork>,
+    launches: IdMap<LaunchId, Live>,
     /// Idle launch records of operations that are gone, reused by any
     /// kernel's next launch ([`WorkerLaunch::reuse`] says why).
     spare: Vec<WorkerLaunch>,
@@ -239,7 +242,7 @@ pub(super) struct InContext {
     fits: HashMap<(KernelHandle, u32, u32), u32>,
     /// Workers of an operation queued behind the launch before it on its
     /// stream, by operation, until the engine launches it ([`ahead`]).
-    ahead: HashMap<OpId, ahead::Ahead>,
+    ahead: IdMap<OpId, ahead::Ahead>,
     /// Kernels of `ahead` queued natively and seen ended ([`ahead::ENDED_WAITING_MAX`]).
     ended_waiting: usize,
     /// Queued workers of operations unbound before the engine launched
@@ -293,9 +296,9 @@ impl InContext {
             copies: Default::default(),
             streams: HashMap::new(),
             kernels: HashMap::new(),
-            ops: HashMap::new(),
-            copy_ops: HashMap::new(),
-            launches: HashMap::new(),
+            ops: IdMap::default(),
+            copy_ops: IdMap::default(),
+            launches: IdMap::default(),
             spare: Vec::new(),
             kept: Vec::new(),
             park: cut_kernel.as_ref().map(|k| k.func.clone()),
@@ -304,7 +307,7 @@ impl InContext {
             granularity: super::swap::stable_granularity(ctx.ordinal),
             mover: None,
             fits: HashMap::new(),
-            ahead: HashMap::new(),
+            ahead: IdMap::default(),
             ended_waiting: 0,
             orphans: Vec::new(),
             cut_kernel,
@@ -618,8 +621,8 @@ fn sole_peer(st: &InContext, priority: i32, chain: u64) -> Option<KernelKey> {
 /// workers of it are queued ahead but `chain`'s (its own stream's): a launch
 /// there has no peer to share SMs with.
 fn alone_at(
-    launches: &HashMap<LaunchId, Live>,
-    ahead: &HashMap<OpId, ahead::Ahead>,
+    launches: &IdMap<LaunchId, Live>,
+    ahead: &IdMap<OpId, ahead::Ahead>,
     priority: i32,
     except: Option<LaunchId>,
     chain: Option<u64>,
@@ -641,8 +644,8 @@ fn alone_at(
 /// displace them, and the hardware orders the two by stream priority.
 fn hw_native(
     hw_priority: bool,
-    launches: &HashMap<LaunchId, Live>,
-    ahead: &HashMap<OpId, ahead::Ahead>,
+    launches: &IdMap<LaunchId, Live>,
+    ahead: &IdMap<OpId, ahead::Ahead>,
     priority: i32,
     except: Option<LaunchId>,
     chain: Option<u64>,
@@ -688,7 +691,7 @@ struct SegPlan {
 /// each joins `segs` as it starts. `lid` names the launch in logs.
 #[allow(clippy::too_many_arguments)]
 fn start_segs(
-    ops: &mut HashMap<OpId, KernelOp>,
+    ops: &mut IdMap<OpId, KernelOp>,
     spare: &mut Vec<WorkerLaunch>,
     op: OpId,
     ranges: &BlockRanges,

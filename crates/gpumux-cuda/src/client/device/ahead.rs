@@ -121,10 +121,10 @@ use crate::launch_plan::SHORT_LAUNCH_NS;
 use crate::preempt::{expected_ns, holds_too_long, is_long, WorkerLaunch};
 use crate::runtime::Stream;
 use gpumux_engine::device::DeviceError;
+use gpumux_engine::id_map::IdMap;
 use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
-use std::collections::HashMap;
 use std::time::Instant;
 
 /// What queueing ahead did so far ([`ClientDevice::ahead_counts`]).
@@ -288,13 +288,13 @@ impl Ahead {
 
 /// Queued workers of `priority`, not cancelled and not of `chain` (its own
 /// stream's), are there (running, or about to run once the launch before them ends).
-pub(super) fn peer_running(ahead: &HashMap<OpId, Ahead>, priority: i32, chain: Option<u64>) -> bool {
+pub(super) fn peer_running(ahead: &IdMap<OpId, Ahead>, priority: i32, chain: Option<u64>) -> bool {
     peers(ahead, priority, chain).next().is_some()
 }
 
 /// Workers (not native launches) of a priority other than `priority` are
 /// queued ahead, not cancelled.
-pub(super) fn workers_of_others(ahead: &HashMap<OpId, Ahead>, priority: i32) -> bool {
+pub(super) fn workers_of_others(ahead: &IdMap<OpId, Ahead>, priority: i32) -> bool {
     ahead
         .values()
         .filter(|a| a.priority != priority && !a.cancelled)
@@ -303,11 +303,7 @@ pub(super) fn workers_of_others(ahead: &HashMap<OpId, Ahead>, priority: i32) -> 
 
 /// The operations of `priority` whose workers are queued ahead and not
 /// cancelled, but those of `chain` (a stream's own are no peers of it).
-pub(super) fn peers(
-    ahead: &HashMap<OpId, Ahead>,
-    priority: i32,
-    chain: Option<u64>,
-) -> impl Iterator<Item = OpId> + '_ {
+pub(super) fn peers(ahead: &IdMap<OpId, Ahead>, priority: i32, chain: Option<u64>) -> impl Iterator<Item = OpId> + '_ {
     ahead
         .iter()
         .filter(move |(_, a)| a.priority == priority && !a.cancelled && Some(a.chain) != chain)
@@ -315,7 +311,7 @@ pub(super) fn peers(
 }
 
 /// Workers are queued behind launch `lid` and not cancelled.
-pub(super) fn queued_behind(ahead: &HashMap<OpId, Ahead>, lid: LaunchId) -> bool {
+pub(super) fn queued_behind(ahead: &IdMap<OpId, Ahead>, lid: LaunchId) -> bool {
     ahead.values().any(|a| a.behind == Behind::Launch(lid) && !a.cancelled)
 }
 
