@@ -243,6 +243,8 @@ pub(super) struct InContext {
     /// Workers of an operation queued behind the launch before it on its
     /// stream, by operation, until the engine launches it ([`ahead`]).
     ahead: IdMap<OpId, ahead::Ahead>,
+    /// Which kernel of `ahead` is queued natively behind which ([`ahead::BehindIndex`]).
+    behind: ahead::BehindIndex,
     /// Kernels of `ahead` queued natively and seen ended ([`ahead::ENDED_WAITING_MAX`]).
     ended_waiting: usize,
     /// Queued workers of operations unbound before the engine launched
@@ -308,6 +310,7 @@ impl InContext {
             mover: None,
             fits: HashMap::new(),
             ahead: IdMap::default(),
+            behind: ahead::BehindIndex::default(),
             ended_waiting: 0,
             orphans: Vec::new(),
             cut_kernel,

@@ -111,6 +111,8 @@
 //! not publish; a kernel not seen ended 100 µs after its launch, which is
 //! how a fault shows) records it then, behind the kernel on its stream.
 
+mod behind;
+
 use super::clock::Part;
 use super::{
     all_left, failed, failed_with, hw_native, place, start_segs, state_of, still_to_run, ClientDevice, InContext,
@@ -120,6 +122,7 @@ use crate::launch_plan::Plan;
 use crate::launch_plan::SHORT_LAUNCH_NS;
 use crate::preempt::{expected_ns, holds_too_long, is_long, WorkerLaunch};
 use crate::runtime::Stream;
+pub(super) use behind::BehindIndex;
 use gpumux_engine::device::DeviceError;
 use gpumux_engine::id_map::IdMap;
 use gpumux_engine::ids::{LaunchId, OpId};
@@ -597,7 +600,7 @@ impl ClientDevice {
         let (chunk, sm_count, ctx) = (self.chunk, self.info.num_sms as u32, self.ctx.raw());
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let st_ended_waiting = st.ended_waiting;
-        let InContext { launches, ops, spare, ahead, launcher, .. } = st;
+        let InContext { launches, ops, spare, ahead, launcher, behind: index, .. } = st;
         let Some(a) = ahead.get(&prev) else { return Ok(None) };
         if a.cancelled || !a.native() {
             return Ok(None);
@@ -717,6 +720,7 @@ impl ClientDevice {
         tracing::trace!("CUDA device: {next} queued natively behind {prev} (run behind launch {root})");
         let native = a.native();
         self.native_launches += a.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
+        index.queued(ahead, prev, next);
         ahead.insert(next, a);
         self.ahead_counts.queued += 1;
         self.ahead_counts.deep += 1;
@@ -946,15 +950,13 @@ impl ClientDevice {
             st.launches.insert(lid, live);
             return self.start_workers(lid);
         };
+        st.behind.left(live.op, &a);
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
         }
-        // What is queued natively behind it waits for this launch now.
-        for b in st.ahead.values_mut().chain(st.orphans.iter_mut().map(|o| &mut o.1)) {
-            if b.behind == Behind::Queued(live.op) {
-                b.behind = Behind::Launch(lid);
-            }
-        }
+        // What is queued natively behind it waits for this launch now
+        // (found by the index, not a walk of every queued kernel: `behind`).
+        st.behind.hand_over(&mut st.ahead, &mut st.orphans, live.op, lid);
         live.chain = a.chain;
         // The stream they are queued on is `behind`'s until it ends (and the
         // engine launches an operation only after the one before it on its
@@ -1045,6 +1047,7 @@ impl ClientDevice {
         }
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let Some(mut a) = st.ahead.remove(&op) else { return Ok(()) };
+        st.behind.left(op, &a);
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
         }
