@@ -1403,7 +1403,7 @@ impl ClientDevice {
             // (Never with workers queued behind it: they would have run
             // first. `ahead::try_queue_ahead` queues none where this can
             // happen; if it did, the check below stops the device.)
-            let queued_behind = ahead::queued_behind(&st.ahead, lid);
+            let queued_behind = ahead::queued_behind(&st.behind, &st.ahead, lid);
             if work_left && !live.stopping && live.vacated.is_empty() && nobody_ran && !queued_behind {
                 live.note("restarted: no worker found room on its SMs");
                 self.ahead_counts.unplaced += 1;

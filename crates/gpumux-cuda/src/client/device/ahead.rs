@@ -199,7 +199,7 @@ pub const ENDED_WAITING_MAX: usize = 4 * DEEP_MAX;
 pub const PUBLISH_EVERY: u64 = 4;
 
 /// What queued workers wait for on their stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Behind {
     /// A launch the engine made (it may have ended since).
     Launch(LaunchId),
@@ -314,15 +314,21 @@ pub(super) fn peers(ahead: &IdMap<OpId, Ahead>, priority: i32, chain: Option<u64
 }
 
 /// Workers are queued behind launch `lid` and not cancelled.
-pub(super) fn queued_behind(ahead: &IdMap<OpId, Ahead>, lid: LaunchId) -> bool {
-    ahead.values().any(|a| a.behind == Behind::Launch(lid) && !a.cancelled)
+pub(super) fn queued_behind(index: &BehindIndex, ahead: &IdMap<OpId, Ahead>, lid: LaunchId) -> bool {
+    index.find(ahead, Behind::Launch(lid), |a| !a.cancelled).is_some()
 }
 
 /// `stream` of launch `lid`, which ended: handed to workers queued behind
 /// the launch (their order on it must hold), else returned for reuse.
 pub(super) fn take_stream(st: &mut InContext, lid: LaunchId, stream: Stream) -> Option<Stream> {
-    let waiting = st.ahead.values_mut().chain(st.orphans.iter_mut().map(|o| &mut o.1));
-    match waiting.into_iter().find(|a| a.behind == Behind::Launch(lid) && a.stream.is_none()) {
+    // The queued kernels first, then the orphans, as a walk of both would.
+    let queued = st.behind.find(&st.ahead, Behind::Launch(lid), |a| a.stream.is_none());
+    let mut orphans = st.orphans.iter_mut().map(|o| &mut o.1);
+    let waiting = match queued {
+        Some(op) => st.ahead.get_mut(&op),
+        None => orphans.find(|a| a.behind == Behind::Launch(lid) && a.stream.is_none()),
+    };
+    match waiting {
         Some(a) => {
             a.stream = Some(stream);
             None
@@ -456,7 +462,7 @@ impl ClientDevice {
             (self.chunk, self.info.num_sms as u32, self.ctx.raw(), self.hw_priority);
         let higher = &self.higher;
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
-        let InContext { launches, ops, spare, ahead, orphans, launcher, .. } = st;
+        let InContext { launches, ops, spare, ahead, orphans, launcher, behind: st_index, .. } = st;
         let Some(live) = launches.get(&lid) else { return Ok(()) };
         // A refilled launch runs on two streams: what queues behind one would not wait for the other.
         if live.stopping
@@ -566,6 +572,7 @@ impl ClientDevice {
         if let Some(l) = launches.get_mut(&lid) {
             l.note("the next kernel queued behind it");
         }
+        st_index.queued(ahead, behind, next);
         // Even if a start failed, the ones that started are tracked (and
         // the error says the context is gone, or the daemon stops).
         tracing::trace!("CUDA device: {next} queued behind launch {lid} ({place:?})");
@@ -720,7 +727,7 @@ impl ClientDevice {
         tracing::trace!("CUDA device: {next} queued natively behind {prev} (run behind launch {root})");
         let native = a.native();
         self.native_launches += a.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
-        index.queued(ahead, prev, next);
+        index.queued(ahead, Behind::Queued(prev), next);
         ahead.insert(next, a);
         self.ahead_counts.queued += 1;
         self.ahead_counts.deep += 1;

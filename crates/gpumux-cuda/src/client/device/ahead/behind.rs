@@ -1,40 +1,43 @@
-//! Which kernel is queued natively behind which (issue 35): the launch
+//! Which queued kernel waits for what (issue 35): for each launch and each
+//! kernel queued natively, the kernel queued behind it on its stream.
+//! Three looks needed it, and each walked every kernel queued or seen ended
+//! (up to ~160 entries with [`super::ENDED_WAITING_MAX`]): the launch
 //! command that adopts a kernel hands what is queued behind it over to its
-//! launch (`Behind::Queued(op)` becomes `Behind::Launch(lid)`), and finding
-//! that one was a walk of every kernel queued or seen ended, on every
-//! launch command that adopted one (every answered launch among them: up to
-//! ~160 entries with [`super::ENDED_WAITING_MAX`]). This index names it at
-//! once.
+//! launch (`Behind::Queued(op)` becomes `Behind::Launch(lid)`; every
+//! answered launch adopts), and each launch that ends at a poll asks
+//! whether workers are queued behind it and hands its stream to them
+//! (`take_stream`, `queued_behind`). This index names the one at once.
 //!
-//! **Exact, not a guess.** An entry is queued behind `prev` only by
-//! `ClientDevice::queue_one_deeper`, and `behind` is rewritten only by the
-//! hand-over; entries leave the queued map only when adopted or dropped
-//! (moved to the orphans, which the hand-over still walks: they are few).
-//! The index follows each of these, and every look is checked against the
-//! entry itself. Should a second kernel ever be queued behind one `prev`
-//! while the first still waits there (a stream's kernel has one successor,
-//! so this is not expected), the index cannot name both: it gives up and
-//! every hand-over walks the map as before.
+//! **Exact, not a guess.** `behind` is set when a kernel is queued
+//! (`try_queue_ahead`, `queue_one_deeper`) and rewritten only by the
+//! hand-over; entries leave the queued map only when adopted or dropped to
+//! the orphans (which the looks still walk: they are few). The index
+//! follows each of these, and every look is checked against the entry
+//! itself. Should a second kernel ever wait for the same launch or kernel
+//! while the first still does (a stream's kernel has one successor, so
+//! this is not expected), the index cannot name both: it gives up, and
+//! every look walks the map as before, in the map's order.
 
 use super::{Ahead, Behind};
 use gpumux_engine::id_map::IdMap;
 use gpumux_engine::ids::{LaunchId, OpId};
 
-/// The kernel queued natively behind each kernel (module doc).
+/// The kernel queued behind each launch or kernel (module doc).
 #[derive(Default)]
 pub(in crate::client) struct BehindIndex {
-    /// `prev` → the kernel queued with `Behind::Queued(prev)`.
-    next: IdMap<OpId, OpId>,
-    /// Two kernels were queued behind one: every hand-over walks the map.
+    /// What an entry waits for → that entry's operation.
+    waiting: IdMap<Behind, OpId>,
+    /// Two kernels waited for the same: every look walks the map.
     walk: bool,
 }
 
 impl BehindIndex {
-    /// `op` was queued behind `prev`, before it goes into `ahead`.
-    pub(super) fn queued(&mut self, ahead: &IdMap<OpId, Ahead>, prev: OpId, op: OpId) {
-        if let Some(old) = self.next.insert(prev, op) {
-            if old != op && ahead.get(&old).is_some_and(|a| a.behind == Behind::Queued(prev)) {
-                tracing::debug!("CUDA device: {old} and {op} both queued behind {prev}: hand-overs walk the queue");
+    /// `op` is queued (or handed over) behind `behind`, before or after it
+    /// goes into `ahead` with it.
+    pub(super) fn queued(&mut self, ahead: &IdMap<OpId, Ahead>, behind: Behind, op: OpId) {
+        if let Some(old) = self.waiting.insert(behind, op) {
+            if old != op && ahead.get(&old).is_some_and(|a| a.behind == behind) {
+                tracing::debug!("CUDA device: {old} and {op} both queued behind {behind:?}: looks walk the queue");
                 self.walk = true;
             }
         }
@@ -42,11 +45,24 @@ impl BehindIndex {
 
     /// `a` (kernel `op`) left the queued map (adopted, or dropped to the orphans).
     pub(super) fn left(&mut self, op: OpId, a: &Ahead) {
-        if let Behind::Queued(prev) = a.behind {
-            if self.next.get(&prev) == Some(&op) {
-                self.next.remove(&prev);
-            }
+        if self.waiting.get(&a.behind) == Some(&op) {
+            self.waiting.remove(&a.behind);
         }
+    }
+
+    /// The first kernel of `ahead` (in the map's order) queued behind
+    /// `behind` for which `also` holds: what a walk of the map would find.
+    pub(super) fn find(
+        &self,
+        ahead: &IdMap<OpId, Ahead>,
+        behind: Behind,
+        also: impl Fn(&Ahead) -> bool,
+    ) -> Option<OpId> {
+        let fits = |a: &Ahead| a.behind == behind && also(a);
+        if self.walk {
+            return ahead.iter().find(|(_, a)| fits(a)).map(|(&op, _)| op);
+        }
+        self.waiting.get(&behind).copied().filter(|op| ahead.get(op).is_some_and(fits))
     }
 
     /// `op` is launched as `lid` (and has left `ahead`): what was queued
@@ -59,23 +75,31 @@ impl BehindIndex {
         lid: LaunchId,
     ) {
         let hand = |b: &mut Ahead| {
-            if b.behind == Behind::Queued(op) {
+            let moved = b.behind == Behind::Queued(op);
+            if moved {
                 b.behind = Behind::Launch(lid);
             }
+            moved
         };
-        let next = self.next.remove(&op);
+        let next = self.waiting.remove(&Behind::Queued(op));
         if self.walk {
-            ahead.values_mut().for_each(hand);
-        } else if let Some(b) = next.and_then(|n| ahead.get_mut(&n)) {
-            hand(b);
+            ahead.values_mut().for_each(|b| {
+                hand(b);
+            });
+        } else if let Some(n) = next {
+            if ahead.get_mut(&n).is_some_and(hand) {
+                self.queued(ahead, Behind::Launch(lid), n);
+            }
         }
-        orphans.iter_mut().for_each(|o| hand(&mut o.1));
+        orphans.iter_mut().for_each(|o| {
+            hand(&mut o.1);
+        });
     }
 
     /// Entries held (tests: the index stays small).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.next.len()
+        self.waiting.len()
     }
 }
 
@@ -116,7 +140,8 @@ mod tests {
     }
 
     /// Two copies of the queue: one handed over by the walk the index
-    /// replaces, one by the index; after every step their `behind`s agree.
+    /// replaces, one by the index; after every step their `behind`s agree,
+    /// and the index finds what a walk of its map finds.
     fn run(seed: u64, steps: usize, twice_behind: bool) -> bool {
         let mut rng = Rng(seed);
         let (mut walked, mut indexed) = (IdMap::<OpId, Ahead>::default(), IdMap::<OpId, Ahead>::default());
@@ -124,34 +149,20 @@ mod tests {
         let mut index = BehindIndex::default();
         let (mut next_op, mut next_lid) = (1u64, 1u64);
         for _ in 0..steps {
-            let keys: Vec<OpId> = {
-                let mut k: Vec<OpId> = walked.keys().copied().collect();
-                k.sort();
-                k
-            };
+            let mut keys: Vec<OpId> = walked.keys().copied().collect();
+            keys.sort();
             let pick = |rng: &mut Rng| (!keys.is_empty()).then(|| keys[rng.below(keys.len() as u64) as usize]);
-            match rng.below(4) {
-                // Queue a new kernel behind a queued one (or, rarely, a second behind the same).
-                0 | 1 => {
-                    let prev = match pick(&mut rng) {
-                        Some(p) if twice_behind || !walked.values().any(|a| a.behind == Behind::Queued(p)) => p,
-                        Some(_) => continue,
-                        None => {
-                            let op = OpId(next_op);
-                            next_op += 1;
-                            walked.insert(op, entry(Behind::Launch(LaunchId(0))));
-                            indexed.insert(op, entry(Behind::Launch(LaunchId(0))));
-                            continue;
-                        }
-                    };
-                    let op = OpId(next_op);
-                    next_op += 1;
-                    index.queued(&indexed, prev, op);
-                    walked.insert(op, entry(Behind::Queued(prev)));
-                    indexed.insert(op, entry(Behind::Queued(prev)));
+            let behind = match rng.below(6) {
+                // Queued behind a launch (`try_queue_ahead`): a new one, or, rarely, one already waited for.
+                0 => {
+                    let lid = if twice_behind && next_lid > 1 { rng.below(next_lid) } else { next_lid };
+                    next_lid += 1;
+                    Some(Behind::Launch(LaunchId(lid)))
                 }
-                // Adopt one: it leaves, and what was behind it is handed over.
-                2 => {
+                // Queued behind a queued kernel (`queue_one_deeper`).
+                1 | 2 => pick(&mut rng).map(Behind::Queued),
+                // Adopted as a new launch: it leaves, and what was behind it is handed over.
+                3 => {
                     let Some(op) = pick(&mut rng) else { continue };
                     let lid = LaunchId(next_lid);
                     next_lid += 1;
@@ -165,8 +176,19 @@ mod tests {
                         index.left(op, &a);
                     }
                     index.hand_over(&mut indexed, &mut orphans_i, op, lid);
+                    None
                 }
-                // Drop one to the orphans.
+                // Cancelled where it is.
+                4 => {
+                    let Some(op) = pick(&mut rng) else { continue };
+                    for m in [&mut walked, &mut indexed] {
+                        if let Some(a) = m.get_mut(&op) {
+                            a.cancelled = true;
+                        }
+                    }
+                    None
+                }
+                // Dropped to the orphans.
                 _ => {
                     let Some(op) = pick(&mut rng) else { continue };
                     if let Some(a) = walked.remove(&op) {
@@ -176,12 +198,32 @@ mod tests {
                         index.left(op, &a);
                         orphans_i.push((op, a));
                     }
+                    None
                 }
+            };
+            if let Some(b) = behind.filter(|&b| twice_behind || !walked.values().any(|a| a.behind == b)) {
+                let op = OpId(next_op);
+                next_op += 1;
+                index.queued(&indexed, b, op);
+                walked.insert(op, entry(b));
+                indexed.insert(op, entry(b));
             }
             let same = walked.len() == indexed.len()
                 && walked.iter().all(|(op, a)| indexed.get(op).is_some_and(|b| b.behind == a.behind))
                 && orphans_w.iter().zip(&orphans_i).all(|(a, b)| a.0 == b.0 && a.1.behind == b.1.behind);
             assert!(same, "seed {seed}: the index and the walk disagree");
+            // Every look the device makes, for what is waited for and for what is not.
+            let mut looks: Vec<Behind> = indexed.values().map(|a| a.behind).collect();
+            looks.extend([Behind::Launch(LaunchId(next_lid)), Behind::Queued(OpId(next_op))]);
+            for b in looks {
+                let walk = |also: fn(&Ahead) -> bool| {
+                    indexed.iter().find(|(_, a)| a.behind == b && also(a)).map(|(&op, _)| op)
+                };
+                let any: fn(&Ahead) -> bool = |_| true;
+                let live: fn(&Ahead) -> bool = |a| !a.cancelled;
+                assert_eq!(index.find(&indexed, b, any), walk(any), "seed {seed}: {b:?}");
+                assert_eq!(index.find(&indexed, b, live), walk(live), "seed {seed}: {b:?}, not cancelled");
+            }
             assert!(
                 index.len() <= walked.len(),
                 "seed {seed}: {} index entries for {} queued",
@@ -193,14 +235,14 @@ mod tests {
     }
 
     #[test]
-    fn the_index_hands_over_what_the_walk_of_every_queued_kernel_would() {
+    fn the_index_finds_and_hands_over_what_the_walk_of_every_queued_kernel_would() {
         for seed in 1..=200 {
             assert!(!run(seed, 300, false), "seed {seed}: one successor per kernel never needs the walk");
         }
     }
 
     #[test]
-    fn two_kernels_queued_behind_one_fall_back_to_the_walk_and_still_agree() {
+    fn two_kernels_behind_one_fall_back_to_the_walk_and_still_agree() {
         let fell_back = (1..=200).filter(|&seed| run(seed, 300, true)).count();
         assert!(fell_back > 0, "no seed queued two kernels behind one: the fallback went untested");
     }
