@@ -245,6 +245,8 @@ pub(super) struct InContext {
     ahead: IdMap<OpId, ahead::Ahead>,
     /// Which kernel of `ahead` is queued natively behind which ([`ahead::BehindIndex`]).
     behind: ahead::BehindIndex,
+    /// How many of `ahead` are not cancelled, by priority and run ([`ahead::Uncancelled`]).
+    uncancelled: ahead::Uncancelled,
     /// Kernels of `ahead` queued natively and seen ended ([`ahead::ENDED_WAITING_MAX`]).
     ended_waiting: usize,
     /// Queued workers of operations unbound before the engine launched
@@ -311,6 +313,7 @@ impl InContext {
             fits: HashMap::new(),
             ahead: IdMap::default(),
             behind: ahead::BehindIndex::default(),
+            uncancelled: ahead::Uncancelled::default(),
             ended_waiting: 0,
             orphans: Vec::new(),
             cut_kernel,
@@ -533,7 +536,7 @@ fn co_location_spread(sm_count: u32, priority: i32, others: impl Iterator<Item =
 /// full occupancy would leave the peer's next launch no room beside it.
 fn placement(co_locate: bool, sm_count: u32, st: &InContext, live: &Live) -> Placement {
     let spread = co_location_spread(sm_count, live.priority, st.launches.values().map(|l| (l.priority, l.sms)));
-    let peer = !alone_at(&st.launches, &st.ahead, live.priority, None, Some(live.chain));
+    let peer = !alone_at(&st.launches, &st.uncancelled, live.priority, None, Some(live.chain));
     // An operation not bound (the start fails on it anyway): its own SMs.
     let workers_per_sm = st.ops.get(&live.op).map_or(1, |o| o.fits);
     placement_of(co_locate && peer, live.sms, spread, workers_per_sm)
@@ -625,7 +628,7 @@ fn sole_peer(st: &InContext, priority: i32, chain: u64) -> Option<KernelKey> {
 /// there has no peer to share SMs with.
 fn alone_at(
     launches: &IdMap<LaunchId, Live>,
-    ahead: &IdMap<OpId, ahead::Ahead>,
+    queued: &ahead::Uncancelled,
     priority: i32,
     except: Option<LaunchId>,
     chain: Option<u64>,
@@ -633,7 +636,7 @@ fn alone_at(
     !launches
         .iter()
         .any(|(&l, x)| Some(l) != except && Some(x.chain) != chain && x.priority == priority && !x.sms.is_empty())
-        && !ahead::peer_running(ahead, priority, chain)
+        && !ahead::peer_running(queued, priority, chain)
 }
 
 /// How a launch of `priority` runs under hardware priority
@@ -649,11 +652,12 @@ fn hw_native(
     hw_priority: bool,
     launches: &IdMap<LaunchId, Live>,
     ahead: &IdMap<OpId, ahead::Ahead>,
+    queued: &ahead::Uncancelled,
     priority: i32,
     except: Option<LaunchId>,
     chain: Option<u64>,
 ) -> (bool, bool) {
-    if !hw_priority || !alone_at(launches, ahead, priority, except, chain) {
+    if !hw_priority || !alone_at(launches, queued, priority, except, chain) {
         return (false, false);
     }
     let others = launches.iter().filter(|(&l, x)| Some(l) != except && x.priority != priority);
@@ -664,7 +668,7 @@ fn hw_native(
             workers |= !w.running_native();
         }
     }
-    workers |= ahead::workers_of_others(ahead, priority);
+    workers |= ahead::workers_of_others(ahead, queued, priority);
     (native || !workers, true)
 }
 
@@ -1262,7 +1266,7 @@ impl ClientDevice {
         // Hardware priority: a launch alone at its priority runs natively
         // (`hw_native` says when a short one does not).
         let (native_anywhere, native_if_long) =
-            hw_native(hw_priority, &st.launches, &st.ahead, live.priority, None, Some(live.chain));
+            hw_native(hw_priority, &st.launches, &st.ahead, &st.uncancelled, live.priority, None, Some(live.chain));
         // (Alone at its priority, a launch is placed on its own SMs: no peer to share them with.)
         let (place, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
         live.corun = corun;

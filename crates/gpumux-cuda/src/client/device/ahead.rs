@@ -112,6 +112,7 @@
 //! how a fault shows) records it then, behind the kernel on its stream.
 
 mod behind;
+mod uncancelled;
 
 use super::clock::Part;
 use super::{
@@ -129,6 +130,7 @@ use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use std::time::Instant;
+pub(super) use uncancelled::Uncancelled;
 
 /// What queueing ahead did so far ([`ClientDevice::ahead_counts`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -291,17 +293,19 @@ impl Ahead {
 
 /// Queued workers of `priority`, not cancelled and not of `chain` (its own
 /// stream's), are there (running, or about to run once the launch before them ends).
-pub(super) fn peer_running(ahead: &IdMap<OpId, Ahead>, priority: i32, chain: Option<u64>) -> bool {
-    peers(ahead, priority, chain).next().is_some()
+pub(super) fn peer_running(live: &Uncancelled, priority: i32, chain: Option<u64>) -> bool {
+    live.peer(priority, chain)
 }
 
 /// Workers (not native launches) of a priority other than `priority` are
 /// queued ahead, not cancelled.
-pub(super) fn workers_of_others(ahead: &IdMap<OpId, Ahead>, priority: i32) -> bool {
-    ahead
-        .values()
-        .filter(|a| a.priority != priority && !a.cancelled)
-        .any(|a| a.segs.iter().any(|w| w.running() && !w.running_native()))
+pub(super) fn workers_of_others(ahead: &IdMap<OpId, Ahead>, live: &Uncancelled, priority: i32) -> bool {
+    // Most often none of another priority is queued at all: no walk.
+    live.other_priority(priority)
+        && ahead
+            .values()
+            .filter(|a| a.priority != priority && !a.cancelled)
+            .any(|a| a.segs.iter().any(|w| w.running() && !w.running_native()))
 }
 
 /// The operations of `priority` whose workers are queued ahead and not
@@ -462,7 +466,7 @@ impl ClientDevice {
             (self.chunk, self.info.num_sms as u32, self.ctx.raw(), self.hw_priority);
         let higher = &self.higher;
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
-        let InContext { launches, ops, spare, ahead, orphans, launcher, behind: st_index, .. } = st;
+        let InContext { launches, ops, spare, ahead, orphans, launcher, behind: st_index, uncancelled, .. } = st;
         let Some(live) = launches.get(&lid) else { return Ok(()) };
         // A refilled launch runs on two streams: what queues behind one would not wait for the other.
         if live.stopping
@@ -512,7 +516,7 @@ impl ClientDevice {
             return Ok(());
         }
         let (native_anywhere, native_if_long) =
-            hw_native(hw_priority, launches, ahead, live.priority, Some(lid), Some(live.chain));
+            hw_native(hw_priority, launches, ahead, uncancelled, live.priority, Some(lid), Some(live.chain));
         if native_if_long && !native_before {
             // A long next kernel would run natively (`hw_native`), and a
             // native kernel cannot wait queued behind workers (a retreat of
@@ -573,6 +577,7 @@ impl ClientDevice {
             l.note("the next kernel queued behind it");
         }
         st_index.queued(ahead, behind, next);
+        uncancelled.add(&a);
         // Even if a start failed, the ones that started are tracked (and
         // the error says the context is gone, or the daemon stops).
         tracing::trace!("CUDA device: {next} queued behind launch {lid} ({place:?})");
@@ -607,7 +612,7 @@ impl ClientDevice {
         let (chunk, sm_count, ctx) = (self.chunk, self.info.num_sms as u32, self.ctx.raw());
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let st_ended_waiting = st.ended_waiting;
-        let InContext { launches, ops, spare, ahead, launcher, behind: index, .. } = st;
+        let InContext { launches, ops, spare, ahead, launcher, behind: index, uncancelled, .. } = st;
         let Some(a) = ahead.get(&prev) else { return Ok(None) };
         if a.cancelled || !a.native() {
             return Ok(None);
@@ -673,7 +678,8 @@ impl ClientDevice {
         let root = LaunchId(chain);
         // Natively as a launch command would run it alone at its priority
         // (`hw_native`; its own stream's kernels are no peers), and only so.
-        let (native_anywhere, native_if_long) = hw_native(true, launches, ahead, priority, None, Some(chain));
+        let (native_anywhere, native_if_long) =
+            hw_native(true, launches, ahead, uncancelled, priority, None, Some(chain));
         let fits = o.fits;
         let long = || is_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
         let too_long = holds_too_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
@@ -728,6 +734,7 @@ impl ClientDevice {
         let native = a.native();
         self.native_launches += a.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
         index.queued(ahead, Behind::Queued(prev), next);
+        uncancelled.add(&a);
         ahead.insert(next, a);
         self.ahead_counts.queued += 1;
         self.ahead_counts.deep += 1;
@@ -886,6 +893,11 @@ impl ClientDevice {
     /// Cancels the workers queued behind launch `lid` (before it is asked
     /// to leave any SM: see the module doc).
     pub(super) fn cancel_ahead_behind(&mut self, lid: LaunchId) -> Result<(), DeviceError> {
+        // Found by the index, not a walk, when nothing is (`behind`).
+        let queued = |st: &InContext| st.behind.find(&st.ahead, Behind::Launch(lid), |a| !a.cancelled).is_some();
+        if !self.st.as_ref().is_some_and(queued) {
+            return Ok(());
+        }
         self.cancel_where(|_, a| a.behind == Behind::Launch(lid))
     }
 
@@ -894,6 +906,12 @@ impl ClientDevice {
     /// natively behind `except` on its own stream (they follow it).
     pub(super) fn cancel_ahead_on(&mut self, sms: SmSet, except: Option<OpId>) -> Result<(), DeviceError> {
         let own = except.and_then(|op| self.st.as_ref()?.ahead.get(&op).map(|a| a.chain));
+        // Only another run's kernels can be hit: when none is queued (one
+        // client's chain), no walk (`uncancelled`).
+        let others = |st: &InContext| own.map_or(st.uncancelled.any(), |c| st.uncancelled.other_chain(c));
+        if !self.st.as_ref().is_some_and(others) {
+            return Ok(());
+        }
         self.cancel_where(|op, a| Some(op) != except && Some(a.chain) != own && !a.held.intersection(&sms).is_empty())
     }
 
@@ -915,6 +933,7 @@ impl ClientDevice {
                 }
             }
             a.cancelled = true;
+            st.uncancelled.sub(a);
             self.ahead_counts.cancelled += 1;
             tracing::trace!("CUDA device: {op}'s queued workers (behind {:?}) cancelled", a.behind);
             for w in &a.segs {
@@ -958,6 +977,9 @@ impl ClientDevice {
             return self.start_workers(lid);
         };
         st.behind.left(live.op, &a);
+        if !a.cancelled {
+            st.uncancelled.sub(&a);
+        }
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
         }
@@ -1055,6 +1077,9 @@ impl ClientDevice {
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let Some(mut a) = st.ahead.remove(&op) else { return Ok(()) };
         st.behind.left(op, &a);
+        if !a.cancelled {
+            st.uncancelled.sub(&a);
+        }
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
         }
