@@ -112,7 +112,7 @@ struct Live {
     corun: Option<CoRunTag>,
     /// What happened to it, oldest first (the last [`HISTORY`]): named in
     /// the error if its workers ever leave with blocks left unasked.
-    history: Vec<&'static str>,
+    history: History,
     /// The run of kernels of its stream it belongs to (the number of the
     /// first launch of the run; kept by the kernels queued behind it and the
     /// launches that adopt them): a stream's own kernels queued ahead are no
@@ -128,6 +128,39 @@ struct Live {
 /// Events a launch remembers.
 const HISTORY: usize = 12;
 
+/// The last [`HISTORY`] events of a launch, oldest first: kept in place,
+/// not in a vector of its own (an allocation per launch command, for a
+/// list read only in an error).
+#[derive(Clone, Copy, Default)]
+struct History {
+    /// A ring: the oldest at `first`, `len` of them.
+    events: [&'static str; HISTORY],
+    first: usize,
+    len: usize,
+}
+
+impl History {
+    fn push(&mut self, what: &'static str) {
+        if self.len == HISTORY {
+            self.events[self.first] = what;
+            self.first = (self.first + 1) % HISTORY;
+        } else {
+            self.events[(self.first + self.len) % HISTORY] = what;
+            self.len += 1;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Oldest first, joined by `sep`.
+    fn join(&self, sep: &str) -> String {
+        let events = (0..self.len).map(|i| self.events[(self.first + i) % HISTORY]);
+        events.collect::<Vec<_>>().join(sep)
+    }
+}
+
 /// A launch placed by the co-run chooser: its kernel, its peer's, how.
 #[derive(Clone, Copy, Debug)]
 struct CoRunTag {
@@ -138,9 +171,6 @@ struct CoRunTag {
 
 impl Live {
     fn note(&mut self, what: &'static str) {
-        if self.history.len() == HISTORY {
-            self.history.remove(0);
-        }
         self.history.push(what);
     }
 }
@@ -1737,7 +1767,7 @@ impl Device for ClientDevice {
                     priority,
                     place: Placement { mask: sms, share: None },
                     corun: None,
-                    history: Vec::new(),
+                    history: History::default(),
                     chain: launch.0,
                     done_ahead: false,
                 };
@@ -1884,11 +1914,31 @@ impl Device for ClientDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::{co_location_spread, placement_of, share_of_each_sm, shifted, still_to_run, workers_on};
+    use super::{
+        co_location_spread, placement_of, share_of_each_sm, shifted, still_to_run, workers_on, History, HISTORY,
+    };
     use gpumux_engine::ranges::BlockRanges;
 
     /// A split launch's part (`run_range`): the engine's blocks 0..k are the
     /// grid's first..first+k, and what is left goes back in the engine's index.
+    #[test]
+    fn a_launchs_history_keeps_its_last_events_oldest_first_as_the_list_did() {
+        const WORDS: [&str; 5] = ["started", "grow", "retreat", "restarted", "adopted"];
+        for n in 0..40usize {
+            let (mut ring, mut list) = (History::default(), Vec::new());
+            for i in 0..n {
+                let what = WORDS[(i * 7 + n) % WORDS.len()];
+                ring.push(what);
+                if list.len() == HISTORY {
+                    list.remove(0);
+                }
+                list.push(what);
+            }
+            assert_eq!(ring.is_empty(), list.is_empty(), "{n} events");
+            assert_eq!(ring.join(", "), list.join(", "), "{n} events");
+        }
+    }
+
     #[test]
     fn a_range_operations_blocks_move_between_the_engines_index_and_the_grids() {
         let mut engine = BlockRanges::new();
