@@ -237,8 +237,9 @@ pub(super) struct InContext {
     /// both copy engines move at once.
     copy_streams: [Stream; 3],
     copies: [VecDeque<CopyInFlight>; 3],
-    /// Idle launch streams by CUDA priority.
-    streams: HashMap<i32, Vec<Stream>>,
+    /// Idle launch streams by CUDA priority (a few values, clamped to the
+    /// device's range: looked up twice per launch command).
+    streams: IdMap<i32, Vec<Stream>>,
     pub(super) kernels: HashMap<KernelHandle, (ClientKernel, Arc<Module>)>,
     // Keyed by the engine's ids, looked up several times per launch command
     // and walked at each poll: a one-multiply hash, not SipHash (`IdMap`).
@@ -328,7 +329,7 @@ impl InContext {
             ctl: Stream::in_range(ctx.priority_range, ctx.priority_range.1)?,
             copy_streams: [low(())?, low(())?, low(())?],
             copies: Default::default(),
-            streams: HashMap::new(),
+            streams: IdMap::default(),
             kernels: HashMap::new(),
             ops: IdMap::default(),
             copy_ops: IdMap::default(),
