@@ -1393,7 +1393,11 @@ impl ClientDevice {
         let now = self.now();
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let mut ended: Vec<LaunchId> = Vec::new();
-        for (&lid, live) in st.launches.iter().filter(|(&l, _)| only.is_none_or(|o| o == l)) {
+        // One launch is looked up, not found in a walk of all (an answered
+        // launch command's look at the launch before it).
+        let one = only.and_then(|o| st.launches.get_key_value(&o));
+        let all = only.is_none().then(|| st.launches.iter()).into_iter().flatten();
+        for (&lid, live) in one.into_iter().chain(all) {
             if live.cut.is_none()
                 && all_left(&live.segs).map_err(failed_with(|| format!("polling launch {lid}")))?
                 && all_left(&live.leaving).map_err(failed_with(|| format!("polling launch {lid}'s cut workers")))?
