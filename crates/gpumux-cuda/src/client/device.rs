@@ -34,7 +34,7 @@ pub use corun::CoRunCounts;
 use corun::{CoRunChooser, KernelKey, Mode};
 use cudarc::driver::sys as cu;
 use gpumux_engine::device::{Command, Device, DeviceError, DeviceStats, Event, Message, ProtocolError, ReleaseCause};
-use gpumux_engine::id_map::IdMap;
+use gpumux_engine::id_map::{IdMap, IdSet};
 use gpumux_engine::ids::{CopyId, LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::ranges::BlockRanges;
@@ -278,6 +278,11 @@ pub(super) struct InContext {
     behind: ahead::BehindIndex,
     /// How many of `ahead` are not cancelled, by priority and run ([`ahead::Uncancelled`]).
     uncancelled: ahead::Uncancelled,
+    /// The kernels of `ahead` not seen ended, and maybe some since gone or
+    /// seen ended (dropped at the next poll's walk): what the polls' and the
+    /// held polls' looks go through, not the up to `ENDED_WAITING_MAX` seen
+    /// ended (`ahead::unended`). Every queued kernel enters it when queued.
+    unended: IdSet<OpId>,
     /// Kernels of `ahead` queued natively and seen ended ([`ahead::ENDED_WAITING_MAX`]).
     ended_waiting: usize,
     /// Queued workers of operations unbound before the engine launched
@@ -345,6 +350,7 @@ impl InContext {
             ahead: IdMap::default(),
             behind: ahead::BehindIndex::default(),
             uncancelled: ahead::Uncancelled::default(),
+            unended: IdSet::default(),
             ended_waiting: 0,
             orphans: Vec::new(),
             cut_kernel,

@@ -374,8 +374,7 @@ fn later_end(st: &InContext, op: OpId, host_only: bool) -> Result<Option<bool>, 
 /// launch ends only after it (only a native launch has one: module doc,
 /// "Deep"), so seeing it ended says that launch ended too.
 fn run_heads(st: &InContext, host_only: bool) -> Vec<OpId> {
-    st.ahead
-        .iter()
+    unended(st)
         .filter(|(_, a)| !a.ended && !a.cancelled && a.native())
         .filter(|(_, a)| match a.behind {
             Behind::Launch(lid) => host_only || !st.launches.contains_key(&lid),
@@ -385,13 +384,19 @@ fn run_heads(st: &InContext, host_only: bool) -> Vec<OpId> {
         .collect()
 }
 
+/// The queued kernels not seen ended (and maybe a few that were: check
+/// `ended`), without a walk of those seen ended (`InContext::unended`).
+pub(super) fn unended(st: &InContext) -> impl Iterator<Item = (&OpId, &Ahead)> + '_ {
+    st.unended.iter().filter_map(|op| st.ahead.get_key_value(op))
+}
+
 /// A kernel of a run that [`ClientDevice::poll_ahead_in`] would walk now
 /// from host memory (from one of [`run_heads`]) shows its end there: the
 /// walk would see it (and the kernels before it) ended ([`super::recycle`]).
 pub(super) fn walkable_end_landed(st: &InContext) -> bool {
     // Most launch commands find nothing landed: one read per queued kernel,
     // no list of heads made (the device process's thread paces the chain).
-    if !st.ahead.values().any(|a| a.watched() && a.end_landed()) {
+    if !unended(st).any(|(_, a)| a.watched() && a.end_landed()) {
         return false;
     }
     for head in run_heads(st, true) {
@@ -466,7 +471,9 @@ impl ClientDevice {
             (self.chunk, self.info.num_sms as u32, self.ctx.raw(), self.hw_priority);
         let higher = &self.higher;
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
-        let InContext { launches, ops, spare, ahead, orphans, launcher, behind: st_index, uncancelled, .. } = st;
+        let InContext {
+            launches, ops, spare, ahead, orphans, launcher, behind: st_index, uncancelled, unended, ..
+        } = st;
         let Some(live) = launches.get(&lid) else { return Ok(()) };
         // A refilled launch runs on two streams: what queues behind one would not wait for the other.
         if live.stopping
@@ -578,6 +585,7 @@ impl ClientDevice {
         }
         st_index.queued(ahead, behind, next);
         uncancelled.add(&a);
+        unended.insert(next);
         // Even if a start failed, the ones that started are tracked (and
         // the error says the context is gone, or the daemon stops).
         tracing::trace!("CUDA device: {next} queued behind launch {lid} ({place:?})");
@@ -612,7 +620,7 @@ impl ClientDevice {
         let (chunk, sm_count, ctx) = (self.chunk, self.info.num_sms as u32, self.ctx.raw());
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let st_ended_waiting = st.ended_waiting;
-        let InContext { launches, ops, spare, ahead, launcher, behind: index, uncancelled, .. } = st;
+        let InContext { launches, ops, spare, ahead, launcher, behind: index, uncancelled, unended, .. } = st;
         let Some(a) = ahead.get(&prev) else { return Ok(None) };
         if a.cancelled || !a.native() {
             return Ok(None);
@@ -735,6 +743,7 @@ impl ClientDevice {
         self.native_launches += a.segs.iter().filter(|w| w.last_plan() == Some(Plan::Native)).count() as u64;
         index.queued(ahead, Behind::Queued(prev), next);
         uncancelled.add(&a);
+        unended.insert(next);
         ahead.insert(next, a);
         self.ahead_counts.queued += 1;
         self.ahead_counts.deep += 1;
@@ -765,6 +774,8 @@ impl ClientDevice {
         // The first kernel of each run not seen ended whose predecessor has
         // (or whose launch before it is gone); each run is then walked in
         // stream order, once (a pass per end cost a run of 32 ends ~1,000 looks).
+        let ahead = &st.ahead;
+        st.unended.retain(|op| ahead.get(op).is_some_and(|a| !a.ended));
         let heads = run_heads(st, host_only);
         for head in heads {
             let mut op = head;
@@ -864,7 +875,7 @@ impl ClientDevice {
     /// queued natively ([`super::lead`]).
     pub(super) fn note_lead(&mut self) {
         let Some(st) = self.st.as_ref() else { return };
-        let queued = st.ahead.values().filter(|a| a.native() && !a.cancelled && !a.ended).count();
+        let queued = unended(st).filter(|(_, a)| a.native() && !a.cancelled && !a.ended).count();
         if queued > 0 || st.ended_waiting > 0 {
             self.lead.note(queued, st.ended_waiting);
         }

@@ -134,7 +134,7 @@ impl ClientDevice {
     pub fn run_end_landed(&self) -> Option<bool> {
         let st = self.st.as_ref()?;
         let mut watched = false;
-        for a in st.ahead.values() {
+        for (_, a) in super::ahead::unended(st) {
             if !a.watched() {
                 continue;
             }
