@@ -24,7 +24,10 @@ mod swap;
 pub mod work;
 
 pub use context::ClientContext;
-pub use device::{AheadCounts, ClientDevice, Recycle, Refill, DEEP_HOLD_NS, DEEP_MAX, ENDED_WAITING_MAX, RECYCLE_VAR};
+pub use device::{
+    AheadCounts, ClientDevice, Recycle, Refill, DEEP_HOLD_NS, DEEP_MAX, DRIVER_POLL_GAP, ENDED_WAITING_MAX,
+    POLL_LOCKFREE_VAR, RECYCLE_VAR,
+};
 pub use fault::ContextLost;
 pub use memory::{MemoryError, Pinner};
 pub use module::{ClientKernel, CompiledModule, ModuleError};

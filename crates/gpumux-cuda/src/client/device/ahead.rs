@@ -848,7 +848,9 @@ impl ClientDevice {
     /// on their stream published its end: their poll then needs no query of
     /// their end event (which takes the driver's lock the launcher thread's
     /// calls wait for).
-    pub(super) fn mark_implied_ends(&mut self) -> Result<(), DeviceError> {
+    /// `host_only`: from ends in host memory alone (no driver call: a poll
+    /// while the launcher thread has kernels to launch, [`super::lockfree`]).
+    pub(super) fn mark_implied_ends(&mut self, host_only: bool) -> Result<(), DeviceError> {
         let Some(st) = self.st.as_mut() else { return Ok(()) };
         if st.ahead.is_empty() {
             return Ok(());
@@ -861,7 +863,7 @@ impl ClientDevice {
             .collect();
         for (lid, op) in waiting {
             let known =
-                later_end(st, op, false).map_err(failed_with(|| format!("polling what follows launch {lid}")))?;
+                later_end(st, op, host_only).map_err(failed_with(|| format!("polling what follows launch {lid}")))?;
             if known == Some(true) {
                 if let Some(l) = st.launches.get_mut(&lid) {
                     l.segs.iter_mut().for_each(WorkerLaunch::ended_before);
