@@ -107,6 +107,12 @@ impl ClientDevice {
         due
     }
 
+    /// Polls so far that read host memory alone, and those that called the
+    /// driver (module doc).
+    pub fn polls_by_driver_calls(&self) -> (u64, u64) {
+        (self.lockfree.host_only, self.lockfree.with_driver)
+    }
+
     /// Sets whether polls skip driver calls while the launcher thread has
     /// kernels to launch (tests; the device reads [`POLL_LOCKFREE_VAR`] when it opens).
     pub fn set_poll_lockfree(&mut self, on: bool) {
