@@ -516,7 +516,7 @@ pub struct ClientDevice {
     /// not queued natively ahead while a higher one is active.
     higher: higher::Higher,
     /// Polls make no driver call while the launcher thread has kernels to
-    /// launch ([`lockfree`]; [`POLL_LOCKFREE_VAR`]).
+    /// launch ([`lockfree`]; [`POLL_LOCKFREE_VAR`] = `1`; off by default).
     poll_lockfree: bool,
     /// Polls by whether they called the driver ([`lockfree`]), logged on close.
     lockfree: lockfree::LockfreeCounts,
