@@ -194,6 +194,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[must_use = "a request's reply says whether it worked"]
 pub(crate) struct PendingReply {
     request: &'static str,
+    /// The request's frame id (its stage stamps' key, `gpumux_stamps`).
+    id: u64,
     rx: Receiver<Routed>,
     /// How long to poll for it before sleeping.
     spin: std::time::Duration,
@@ -204,13 +206,19 @@ pub(crate) struct PendingReply {
 impl PendingReply {
     /// Waits for the reply; a daemon error becomes [`ClientError::Daemon`].
     pub(crate) fn wait(self) -> Result<Reply> {
+        use gpumux_stamps::{stamp, Stage};
+        stamp(Stage::WaitPoll, self.id, 0);
         let answer = match &self.ring {
             Some(ring) => match ring.poll_for(&self.rx, self.spin) {
                 Some(answer) => answer,
-                None => self.rx.recv().map_err(|_| ()),
+                None => {
+                    stamp(Stage::WaitSleep, self.id, 0);
+                    self.rx.recv().map_err(|_| ())
+                }
             },
             None => self.poll_channel(),
         };
+        stamp(Stage::WaitReturn, self.id, 0);
         match answer {
             Ok(Routed::Answer(Ok(reply))) => Ok(reply),
             Ok(Routed::Answer(Err(error))) => Err(ClientError::Daemon { request: self.request, error }),
@@ -230,7 +238,10 @@ impl PendingReply {
                 Ok(a) => return Ok(a),
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => return Err(()),
                 Err(std::sync::mpsc::TryRecvError::Empty) if start.elapsed() < spin => gpumux_ring::relax(looks),
-                Err(std::sync::mpsc::TryRecvError::Empty) => return self.rx.recv().map_err(|_| ()),
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    gpumux_stamps::stamp(gpumux_stamps::Stage::WaitSleep, self.id, 0);
+                    return self.rx.recv().map_err(|_| ());
+                }
             }
             looks = looks.saturating_add(1);
         }
@@ -396,6 +407,7 @@ impl Connection {
                 routing.reported.insert(id, name);
             }
         }
+        gpumux_stamps::stamp(gpumux_stamps::Stage::WaitCall, id, 0);
         let written = self.write_frame(&bytes, fd.map(|f| f.as_raw_fd()));
         if let Err(e) = written {
             {
@@ -408,6 +420,7 @@ impl Connection {
         }
         Ok(PendingReply {
             request: name,
+            id,
             rx,
             spin: spin_window(SPIN_FOR_REPLY, self.urgent.load(Ordering::Relaxed)),
             ring: self.reply_ring.clone().filter(|_| crate::reply_ring::callers_read()),
@@ -743,6 +756,9 @@ fn read_loop(
         read_frame(&stream, &mut frames, &mut buf, Some(last), urgent.load(Ordering::Relaxed), Some(&spin_until))
     {
         last = std::time::Instant::now();
+        if let ServerFrame::Reply { id, .. } = &frame {
+            gpumux_stamps::stamp(gpumux_stamps::Stage::ReplySeen, *id, 1);
+        }
         lock(&routing).route(frame);
     }
     close_routing(&stream, &routing);

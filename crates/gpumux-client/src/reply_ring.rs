@@ -35,7 +35,7 @@ use crate::conn::{
     close_routing, drain_socket, lock, origin_ns, spin_window, Routed, Routing, READER_SPIN, READ_CHUNK, SOCKET_EVERY,
 };
 use crate::error::ClientError;
-use gpumux_proto::{decode_frame_body, FrameReader};
+use gpumux_proto::{decode_frame_body, FrameReader, ServerFrame};
 use gpumux_ring::RingReceiver;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
@@ -100,11 +100,12 @@ impl ReplyRing {
 
     /// Reads what the ring holds and routes every whole frame in it; the
     /// frames routed, or `Err` once a read failed (then and ever after).
-    fn pump(&self, side: &mut Side) -> Result<usize, ()> {
+    /// `by_reader`: the reader thread reads (its stage stamp says so).
+    fn pump(&self, side: &mut Side, by_reader: bool) -> Result<usize, ()> {
         if side.broken {
             return Err(());
         }
-        let routed = Self::read_and_route(side, &self.routing);
+        let routed = Self::read_and_route(side, &self.routing, by_reader);
         match routed {
             Ok(n) => {
                 if n > 0 {
@@ -121,7 +122,7 @@ impl ReplyRing {
 
     /// One read of the ring into `side`'s frames, and each whole frame
     /// routed, under one hold of the routing lock.
-    fn read_and_route(side: &mut Side, routing: &Mutex<Routing>) -> Result<usize, ClientError> {
+    fn read_and_route(side: &mut Side, routing: &Mutex<Routing>, by_reader: bool) -> Result<usize, ClientError> {
         side.inbox.clear();
         side.rx
             .read_into(&mut side.inbox, usize::MAX)
@@ -131,6 +132,9 @@ impl ReplyRing {
         let mut held = None;
         while let Some(body) = side.frames.next_body()? {
             let frame = decode_frame_body(&body)?;
+            if let ServerFrame::Reply { id, .. } = &frame {
+                gpumux_stamps::stamp(gpumux_stamps::Stage::ReplySeen, *id, u64::from(by_reader));
+            }
             held.get_or_insert_with(|| lock(routing)).route(frame);
             routed += 1;
         }
@@ -139,7 +143,7 @@ impl ReplyRing {
 
     /// [`ReplyRing::pump`] with the ring's lock taken, waiting for it.
     fn pump_locked(&self) -> Result<usize, ()> {
-        self.pump(&mut lock(&self.side))
+        self.pump(&mut lock(&self.side), true)
     }
 
     /// A call's poll for its answer on `rx`: reads the ring itself (when no
@@ -160,8 +164,8 @@ impl ReplyRing {
                 break None;
             }
             let routed = match self.side.try_lock() {
-                Ok(mut side) => self.pump(&mut side),
-                Err(TryLockError::Poisoned(p)) => self.pump(&mut p.into_inner()),
+                Ok(mut side) => self.pump(&mut side, false),
+                Err(TryLockError::Poisoned(p)) => self.pump(&mut p.into_inner(), false),
                 // Another thread is reading: what it routes to us shows on `rx`.
                 Err(TryLockError::WouldBlock) => Ok(0),
             };
@@ -258,6 +262,7 @@ impl ReplyRing {
                 let mut pfd = libc::pollfd { fd: stream.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
                 // SAFETY: one pollfd, valid for the call; -1: no timeout.
                 unsafe { libc::poll(&mut pfd, 1, -1) };
+                gpumux_stamps::stamp(gpumux_stamps::Stage::ClientReaderWake, 0, 0);
                 lock(&self.side).rx.woke();
             }
             // Doorbells say nothing more; the end is read once the ring is empty.

@@ -203,6 +203,11 @@ pub fn join(lines: &[Line]) -> Vec<Kernel> {
                 .get(&(l.pid, l.key))
                 .and_then(|reads| reads.iter().filter(|(read, ..)| *read >= l.ns).min())
                 .map(|&(_, d, op)| (d, op)),
+            // The daemon's reader, keyed by the client's pid and frame id as `core_read`'s aux.
+            Stage::ReaderRead => frames
+                .get(&((l.key >> 40) as u32, l.key & ((1 << 40) - 1)))
+                .and_then(|reads| reads.iter().filter(|(read, d, _)| *read >= l.ns && *d == l.pid).min())
+                .map(|&(_, d, op)| (d, op)),
             Stage::CoreBind
             | Stage::CoreLaunch
             | Stage::HostBind

@@ -25,6 +25,7 @@
 //! which); the analysis joins them ([`analysis`], module doc).
 
 pub mod analysis;
+pub mod syncs;
 
 use std::cell::OnceCell;
 use std::io::Write;
@@ -86,11 +87,40 @@ pub enum Stage {
     HostPoll,
     /// Device process: the poll's answer sent (key: its count of polls).
     HostAnswer,
+    /// Client: a call that waits for its reply (a sync) sends its request,
+    /// its frame encoded and its write starting (key: frame id).
+    WaitCall,
+    /// Client: that call starts polling for its reply (key: frame id).
+    WaitPoll,
+    /// Client: its poll window passed with no reply; it sleeps on its
+    /// channel for the reader thread to hand the reply on (key: frame id).
+    WaitSleep,
+    /// Client: the reply read out of the reply ring (or socket) and routed
+    /// (key: frame id; aux: 1 if the library's reader thread read it, 0 if
+    /// the waiting call did).
+    ReplySeen,
+    /// Client: the waiting call has its reply (key: frame id).
+    WaitReturn,
+    /// Client: the library's reader thread woke from its sleep on the
+    /// socket (a doorbell, key 0).
+    ClientReaderWake,
+    /// Daemon: a connection's reader thread decoded a request (key: client
+    /// pid << 40 | frame id).
+    ReaderRead,
+    /// Daemon: a connection's reader thread woke from its sleep on the
+    /// socket (a doorbell; key: the client's pid).
+    ReaderWake,
+    /// Core: a `SyncStream` request taken (key: client pid << 40 | frame id).
+    CoreSync,
+    /// Core: a reply frame written into the client's ring, or handed to its
+    /// writer thread (key: client pid << 40 | frame id; aux: 1 if handed to
+    /// the writer thread, 0 if written into the ring directly).
+    CoreReply,
 }
 
 impl Stage {
     /// Every stage, in order.
-    pub const ALL: [Stage; 18] = [
+    pub const ALL: [Stage; 28] = [
         Stage::ClientCall,
         Stage::ClientWrite,
         Stage::CoreRead,
@@ -109,6 +139,16 @@ impl Stage {
         Stage::WaitStart,
         Stage::HostPoll,
         Stage::HostAnswer,
+        Stage::WaitCall,
+        Stage::WaitPoll,
+        Stage::WaitSleep,
+        Stage::ReplySeen,
+        Stage::WaitReturn,
+        Stage::ClientReaderWake,
+        Stage::ReaderRead,
+        Stage::ReaderWake,
+        Stage::CoreSync,
+        Stage::CoreReply,
     ];
 
     /// Its name in the files.
@@ -132,6 +172,16 @@ impl Stage {
             Stage::WaitStart => "wait_start",
             Stage::HostPoll => "host_poll",
             Stage::HostAnswer => "host_answer",
+            Stage::WaitCall => "wait_call",
+            Stage::WaitPoll => "wait_poll",
+            Stage::WaitSleep => "wait_sleep",
+            Stage::ReplySeen => "reply_seen",
+            Stage::WaitReturn => "wait_return",
+            Stage::ClientReaderWake => "client_reader_wake",
+            Stage::ReaderRead => "reader_read",
+            Stage::ReaderWake => "reader_wake",
+            Stage::CoreSync => "core_sync",
+            Stage::CoreReply => "core_reply",
         }
     }
 
@@ -196,6 +246,12 @@ fn init() -> bool {
     };
     STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
     on
+}
+
+/// The key of a client's frame in the daemon's stamps: its pid and frame id
+/// (a client's own stamps name the frame id alone, in its `<pid>.stamps`).
+pub fn frame_key(pid: u64, frame: u64) -> u64 {
+    (pid << 40) | (frame & ((1 << 40) - 1))
 }
 
 /// `CLOCK_MONOTONIC` in ns (the clock every process of a host shares).

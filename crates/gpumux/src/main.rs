@@ -81,6 +81,10 @@ enum Command {
         /// Runs of fewer kernels than this are left out (a chain's rep is 511).
         #[arg(long, default_value_t = 100)]
         min_run: usize,
+        /// Report each launch + sync instead (issue 35's latency goals): every stage's
+        /// time on one clock, client to GPU and back, back to back and after a pause.
+        #[arg(long)]
+        syncs: bool,
     },
     /// A client program of `gpumux bench daemon` (started by the bench).
     #[command(hide = true)]
@@ -211,9 +215,13 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Ps(args) => ps::ps(args),
         Command::Top(args) => ps::top(args),
         Command::Daemon(args) => gpumuxd::cli::run_logged(&args),
-        Command::Stamps { dir, min_run } => {
+        Command::Stamps { dir, min_run, syncs } => {
             let lines = gpumux_stamps::analysis::read_dir(&dir)?;
-            print!("{}", gpumux_stamps::analysis::report(&lines, min_run));
+            if syncs {
+                print!("{}", gpumux_stamps::syncs::report(&lines));
+            } else {
+                print!("{}", gpumux_stamps::analysis::report(&lines, min_run));
+            }
             Ok(())
         }
         Command::Devices => {

@@ -384,6 +384,7 @@ fn admit(
     }
     let reader_spin = spin.clone();
     // With several GPUs the route places the client on its Hello (gpus.rs).
+    let peer_pid = peer.pid.max(0) as u64;
     let connected = CoreMsg::Connected { client, peer, limits, out: tx, spin, outbox: Some(outbox) };
     let (route, sent) = Route::new(gpus, client, connected);
     if !sent {
@@ -395,6 +396,7 @@ fn admit(
         let _slot = slot;
         let reader = Reader {
             client,
+            pid: peer_pid,
             stream: &reader,
             route,
             spin: &reader_spin,
@@ -481,6 +483,8 @@ fn read_some(
 /// A connection's reader thread (module doc).
 struct Reader<'a> {
     client: u64,
+    /// The client's pid (SO_PEERCRED): its frames' key in the stage stamps.
+    pid: u64,
     stream: &'a UnixStream,
     /// The way to the client's core (placed on its Hello: `gpus.rs`).
     route: Route,
@@ -557,6 +561,10 @@ impl Reader<'_> {
             Some(_) => {}
         }
         self.outbox.sent_request(inbound.cost());
+        if let Inbound::Request { id, .. } = &inbound {
+            // Issue 35's stage stamps: the request decoded, before the core has it.
+            gpumux_stamps::stamp(gpumux_stamps::Stage::ReaderRead, gpumux_stamps::frame_key(self.pid, *id), 0);
+        }
         if matches!(inbound, Inbound::Request { .. }) {
             // Learned before the core sees it: the core reads the window with the request.
             self.spin.note_request();
@@ -716,6 +724,7 @@ impl Reader<'_> {
                 // (an error here is seen on the read below).
                 let left = deadline.map(|(at, _)| at.saturating_duration_since(Instant::now()));
                 let _ = rx.sleep_on(stream.as_fd(), left);
+                gpumux_stamps::stamp(gpumux_stamps::Stage::ReaderWake, self.pid, 0);
             }
             // Doorbells, descriptors ahead of their AttachShm or AttachHost, or the end.
             loop {

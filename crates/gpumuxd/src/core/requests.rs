@@ -187,10 +187,14 @@ impl Core {
             Request::CreateStream => self.create_stream(client),
             Request::DestroyStream(st) => self.destroy_stream(client, st),
             Request::SyncStream(st) => {
+                if gpumux_stamps::on() {
+                    let pid = self.session(client).map_or(0, |s| s.peer.pid.max(0) as u64);
+                    gpumux_stamps::stamp(gpumux_stamps::Stage::CoreSync, gpumux_stamps::frame_key(pid, id), 0);
+                }
                 return match self.submit_op(client, st, StreamOp::Sync, None, OpKind::Sync { reply: id }) {
                     Ok(_) => None,
                     Err(e) => Some(Err(e)),
-                }
+                };
             }
             Request::RecordEvent(st) => self.record_event(client, st),
             Request::QueryEvent(e) => self.event(client, e).map(|ev| Reply::Query(ev.op.is_none())),
