@@ -12,6 +12,9 @@
 #   programs   bench daemon --only programs (64 MiB copies): the chain, the stencil, the copies
 #   stamps     programs with GPUMUX_STAMPS set (issue 35's stage stamps), then `gpumux stamps`: each
 #              stage's pace per kernel of the chain (docs/program-speed.md, "Stage stamps")
+#   syncs      bench daemon --only overhead --rate-clients 1 with GPUMUX_STAMPS set, then `gpumux stamps
+#              --syncs`: a launch + sync stage by stage, back to back and 2 ms apart (issue 35;
+#              docs/daemon.md, "Where a launch + sync's time goes"); SYNCS_ARGS adds bench arguments
 #   copy-beside bench daemon --only copy-beside: the chain alone and beside a client copying 1 GiB
 #   overhead   bench daemon --only overhead --rate-clients 1,8
 #   priority   bench daemon --only priority (the default configuration only)
@@ -80,6 +83,15 @@ for part in "$@"; do
         copy-beside)
             run copy-beside 240 "$root/scripts/bench-daemon-gpu.sh" "$bin" "$out/copy-beside" -- --only copy-beside
             grep -E '^(chain|copy-beside): |FAILED' "$out/copy-beside/bench-daemon.txt" | cut -c1-200 ;;
+        syncs)
+            sdir=$out/syncs-dir; rm -rf "$sdir"; mkdir -p "$sdir"
+            # shellcheck disable=SC2086 # SYNCS_ARGS is a list of arguments
+            GPUMUX_STAMPS=$sdir run syncs 120 "$root/scripts/bench-daemon-gpu.sh" "$bin" "$out/syncs" -- \
+                --only overhead --rate-clients 1 --rate-launches 2000 ${SYNCS_ARGS:-}
+            bench_rows '^(native|gpumuxd|added)[ ,]' "$out/syncs/bench-daemon.txt"
+            "$bin/gpumux" stamps "$sdir" --syncs > "$out/syncs-report.txt" 2>&1 || status=1
+            cut -c1-200 "$out/syncs-report.txt"
+            tar czf "$out/syncs-raw.tgz" -C "$sdir" . && rm -rf "$sdir" ;;
         overhead)
             run overhead 240 "$root/scripts/bench-daemon-gpu.sh" "$bin" "$out/overhead" -- --only overhead --rate-clients 1,8
             bench_table "$out/overhead/bench-daemon.txt" 24 ;;
