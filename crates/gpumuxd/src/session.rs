@@ -220,24 +220,26 @@ impl Session {
     /// writer (dropped if it is gone).
     pub fn send(&self, frame: ServerFrame) {
         if let Some(out) = &self.out {
-            // Issue 35's stage stamps: the reply leaves the core (aux 1: to the writer thread).
+            // Issue 35's stage stamps: the reply leaves the core (aux 1: to
+            // the writer thread), timed before the write, which the client
+            // may read before this thread stamps.
             let stamped = match &frame {
-                ServerFrame::Reply { id, .. } if gpumux_stamps::on() => {
-                    Some(gpumux_stamps::frame_key(self.peer.pid.max(0) as u64, *id))
+                ServerFrame::Reply { id, .. } => {
+                    gpumux_stamps::now_if_on().map(|t| (t, gpumux_stamps::frame_key(self.peer.pid.max(0) as u64, *id)))
                 }
                 _ => None,
             };
             if let Some(outbox) = &self.outbox {
                 if outbox.try_direct(&frame) {
-                    if let Some(key) = stamped {
-                        gpumux_stamps::stamp(gpumux_stamps::Stage::CoreReply, key, 0);
+                    if let Some((t, key)) = stamped {
+                        gpumux_stamps::at(t, gpumux_stamps::Stage::CoreReply, key, 0);
                     }
                     return;
                 }
                 outbox.queue(crate::outbox::frame_cost(&frame));
             }
-            if let Some(key) = stamped {
-                gpumux_stamps::stamp(gpumux_stamps::Stage::CoreReply, key, 1);
+            if let Some((t, key)) = stamped {
+                gpumux_stamps::at(t, gpumux_stamps::Stage::CoreReply, key, 1);
             }
             // A writer that has ended means the client is going away; its
             // reader's disconnect will follow.

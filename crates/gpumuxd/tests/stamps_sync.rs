@@ -55,14 +55,16 @@ fn a_launch_and_its_sync_are_stamped_from_the_client_to_the_device_and_back_in_o
         for st in TRIP {
             t(trip, st);
         }
-        // Causal order along both frames' ways, and the reply after the end.
+        // Causal order along both frames' ways, and the reply after the end
+        // (every stage is stamped before the hand-off that the next one follows).
         let chains: [&[TripStage]; 3] = [
             &[
                 L(Stage::ClientCall),
                 L(Stage::ClientWrite),
                 L(Stage::ReaderRead),
                 L(Stage::CoreRead),
-                L(Stage::CoreLaunch),
+                // Not `core_launch`: the core stamps it after its send, which
+                // the device process may receive (`host_launch`) first.
                 L(Stage::HostLaunch),
                 L(Stage::LaunchStart),
                 L(Stage::LaunchReturn),
