@@ -111,31 +111,42 @@ impl Trip {
     }
 }
 
-/// Each (process, stage, key)'s times, sorted: lookups by time.
-struct Index(HashMap<(u32, Stage, u64), Vec<(u64, u64)>>);
+/// Each (process, stage, key)'s times, sorted: lookups by time; and the
+/// daemon readers' wake-ups by key across processes ([`Index::within_any`]).
+struct Index {
+    by_pid: HashMap<(u32, Stage, u64), Vec<(u64, u64)>>,
+    wakes: HashMap<u64, Vec<u64>>,
+}
 
 impl Index {
     fn new(lines: &[Line]) -> Index {
-        let mut m: HashMap<(u32, Stage, u64), Vec<(u64, u64)>> = HashMap::new();
+        let mut by_pid: HashMap<(u32, Stage, u64), Vec<(u64, u64)>> = HashMap::new();
+        let mut wakes: HashMap<u64, Vec<u64>> = HashMap::new();
         for l in lines {
-            m.entry((l.pid, l.stage, l.key)).or_default().push((l.ns, l.aux));
+            by_pid.entry((l.pid, l.stage, l.key)).or_default().push((l.ns, l.aux));
+            if l.stage == Stage::ReaderWake {
+                wakes.entry(l.key).or_default().push(l.ns);
+            }
         }
-        for v in m.values_mut() {
+        for v in by_pid.values_mut() {
             v.sort_unstable();
         }
-        Index(m)
+        for v in wakes.values_mut() {
+            v.sort_unstable();
+        }
+        Index { by_pid, wakes }
     }
 
     /// The latest (ns, aux) at or before `t`.
     fn before(&self, pid: u32, stage: Stage, key: u64, t: u64) -> Option<(u64, u64)> {
-        let v = self.0.get(&(pid, stage, key))?;
+        let v = self.by_pid.get(&(pid, stage, key))?;
         let i = v.partition_point(|(ns, _)| *ns <= t);
         i.checked_sub(1).map(|i| v[i])
     }
 
     /// The first (ns, aux) at or after `t`.
     fn after(&self, pid: u32, stage: Stage, key: u64, t: u64) -> Option<(u64, u64)> {
-        let v = self.0.get(&(pid, stage, key))?;
+        let v = self.by_pid.get(&(pid, stage, key))?;
         v.get(v.partition_point(|(ns, _)| *ns < t)).copied()
     }
 
@@ -144,11 +155,11 @@ impl Index {
         self.after(pid, stage, key, a).is_some_and(|(t, _)| t <= b)
     }
 
-    /// Whether `stage` of `key` has a stamp within `[a, b]` in any process.
-    fn within_any(&self, stage: Stage, key: u64, a: u64, b: u64) -> bool {
-        self.0.iter().any(|((_, s, k), v)| {
-            *s == stage && *k == key && v.get(v.partition_point(|(ns, _)| *ns < a)).is_some_and(|(t, _)| *t <= b)
-        })
+    /// Whether a daemon's reader of the client `pid` woke within `[a, b]`
+    /// (the daemon's process is not known here; a lookup, not a scan: a GPU
+    /// run's folder holds millions of stamps and thousands of trips).
+    fn reader_woke(&self, pid: u64, a: u64, b: u64) -> bool {
+        self.wakes.get(&pid).is_some_and(|v| v.get(v.partition_point(|ns| *ns < a)).is_some_and(|t| *t <= b))
     }
 }
 
@@ -169,8 +180,10 @@ pub fn trips(lines: &[Line]) -> Vec<Trip> {
         let (client, frame) = ((s.key >> 40) as u32, s.key & ((1 << 40) - 1));
         let mut at = [None; TRIP.len()];
         // The launch: the last kernel of the client the core read before the sync.
+        // (`join` gives them in `core_read` order: a binary search.)
         let launch = by_client.get(&client).and_then(|ks| {
-            ks.iter().filter(|k| k.t(Stage::CoreRead).is_some_and(|t| t <= s.ns)).max_by_key(|k| k.t(Stage::CoreRead))
+            let i = ks.partition_point(|k| k.t(Stage::CoreRead).is_some_and(|t| t <= s.ns));
+            i.checked_sub(1).map(|i| ks[i])
         });
         let call = index.before(client, Stage::WaitCall, frame, s.ns).map(|(t, _)| t);
         for (i, st) in TRIP.iter().enumerate() {
@@ -201,7 +214,7 @@ pub fn trips(lines: &[Line]) -> Vec<Trip> {
                 .and_then(|c| index.after(client, Stage::ReplySeen, frame, c))
                 .is_some_and(|(t, aux)| t <= b && aux == 1);
             trip.client_reader_woke = index.within(client, Stage::ClientReaderWake, 0, a, b);
-            trip.daemon_reader_woke = index.within_any(Stage::ReaderWake, u64::from(client), a, b);
+            trip.daemon_reader_woke = index.reader_woke(u64::from(client), a, b);
             trip.away_ns = last_return.get(&client).map(|r| a.saturating_sub(*r));
             last_return.insert(client, b);
         }
