@@ -449,33 +449,21 @@ impl RingReceiver {
 /// giving the core up between looks.
 pub const HOT_LOOKS: u32 = 64;
 
-/// After the hot looks, a poller on a machine of at least [`MANY_CPUS`]
-/// CPUs gives the core up once in this many looks ([`relax`]).
-pub const YIELD_EVERY: u32 = 32;
-
-/// CPUs from which the pollers of a lone client's path (its waiting call,
-/// the daemon's reader, core and device process: four or five threads) do
-/// not outnumber the cores: below it, every look past the hot ones yields,
-/// so that a thread with work gets a core at once (on the 2-core build
-/// machine, a yield every 32 looks made the p99 of `tests/cadence.rs` worse).
-pub const MANY_CPUS: usize = 8;
-
-/// One look in how many past the hot ones gives the core up: 1 below
-/// [`MANY_CPUS`] CPUs, [`YIELD_EVERY`] from it on; `GPUMUX_YIELD_EVERY=N`
-/// (1 to 1024, read once) sets it: `1` is the old behaviour (every look past
-/// the hot ones yields), for an A/B in one build.
+/// `GPUMUX_YIELD_EVERY=N` (read once; 1 to 1024): past the hot looks, a
+/// poller gives the core up once in `N` looks and pauses between ([`relax`]).
+/// Unset: 1, a yield at every look. Kept for experiments: one yield in 32
+/// looks measured no different from one a look on one H200 (issue 35's
+/// lone launch + sync, back to back and 2 ms apart, and the 1- and 8-client
+/// launch rates, four runs alternated, 2026-11-29: docs/daemon.md, "Where a
+/// launch + sync's time goes").
 pub fn yield_every() -> u32 {
     static EVERY: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *EVERY.get_or_init(|| {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        parse_yield_every(std::env::var("GPUMUX_YIELD_EVERY").ok().as_deref(), cpus)
-    })
+    *EVERY.get_or_init(|| parse_yield_every(std::env::var("GPUMUX_YIELD_EVERY").ok().as_deref()))
 }
 
-/// [`yield_every`]'s reading of the variable's value on a machine of `cpus`.
-fn parse_yield_every(v: Option<&str>, cpus: usize) -> u32 {
-    let default = if cpus >= MANY_CPUS { YIELD_EVERY } else { 1 };
-    v.and_then(|v| v.trim().parse::<u32>().ok()).map_or(default, |n| n.clamp(1, 1024))
+/// [`yield_every`]'s reading of the variable's value.
+fn parse_yield_every(v: Option<&str>) -> u32 {
+    v.and_then(|v| v.trim().parse::<u32>().ok()).map_or(1, |n| n.clamp(1, 1024))
 }
 
 /// Whether the `looks`th look of a wait (from 0) gives the core up, with
@@ -488,20 +476,14 @@ pub fn yields_at(looks: u32, every: u32) -> bool {
 /// between two looks, the `looks`th of its wait (from 0): for the first
 /// [`HOT_LOOKS`] it only pauses the core (`spin_loop`), so that a message
 /// arriving is seen within a look; after them it gives the core up
-/// (`sched_yield`) once every [`yield_every`] looks (every look on a
-/// machine of few CPUs) and pauses it between, so that on a machine with
-/// fewer free cores than polling threads the threads with work still run. A `sched_yield` enters the kernel's
-/// scheduler each time (1-2 µs on the H100 machine's virtual CPUs,
-/// `__schedule` the largest symbol of the daemon's profiles), and a message
-/// that arrives meanwhile waits for it to return: on every hop of a request.
-/// The hot looks keep that off the start of a wait: 64 looks are 6-16 µs,
-/// which cover the gaps between the messages of a round. Past them (a
-/// client back after milliseconds, whose path polls in its cadence window;
-/// a call waiting for a kernel's end) a yield at every look put a message
-/// inside a yield about half the time on each hop (issue 35, "2 ms after
-/// the last"); one look in 32 puts it there a few percent of the time, and
-/// the core is still given up every few µs, on a machine whose cores
-/// outnumber the pollers.
+/// (`sched_yield`; once in [`yield_every`] looks if set), so that on a
+/// machine with fewer free cores than polling threads the threads with work
+/// still run. A `sched_yield` enters the kernel's scheduler each time (1-2 µs
+/// on the H100 machine's virtual CPUs, `__schedule` the largest symbol of the
+/// daemon's profiles), and a message that arrives meanwhile waits for it to
+/// return: on every hop of a request. The hot looks keep that off the start
+/// of a wait: 64 looks are 6-16 µs, which cover the gaps between the
+/// messages of a round.
 pub fn relax(looks: u32) {
     if yields_at(looks, yield_every()) {
         std::thread::yield_now();
