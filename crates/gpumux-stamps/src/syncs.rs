@@ -80,6 +80,8 @@ impl TripStage {
 /// One launch + sync.
 #[derive(Clone, Debug)]
 pub struct Trip {
+    /// The daemon's pid (whose core took the sync).
+    pub daemon: u32,
     /// The client's pid.
     pub client: u32,
     /// The sync's frame id.
@@ -197,6 +199,7 @@ pub fn trips(lines: &[Line]) -> Vec<Trip> {
             };
         }
         let mut trip = Trip {
+            daemon: s.pid,
             client,
             frame,
             at,
@@ -285,15 +288,29 @@ fn class(s: &mut String, title: &str, trips: &[&Trip]) {
 }
 
 /// The report `gpumux stamps DIR --syncs` prints.
+///
+/// Each daemon's trips are reported apart, in the order of its first sync: a
+/// bench starts one daemon per configuration (the default, the simulated
+/// device, clients on sockets...), whose trips must not be mixed.
 pub fn report(lines: &[Line]) -> String {
     let all = trips(lines);
     let mut s = String::new();
     let _ = writeln!(s, "stamps: {} records, {} syncs taken by a core", lines.len(), all.len());
-    // The first trip of each client (no `away`) is a warm-up: left out.
-    let back: Vec<&Trip> = all.iter().filter(|t| t.away_ns.is_some_and(|a| a < PAUSE_NS)).collect();
-    let paused: Vec<&Trip> = all.iter().filter(|t| t.away_ns.is_some_and(|a| a >= PAUSE_NS)).collect();
-    class(&mut s, "back to back", &back);
-    class(&mut s, &format!("after a pause of at least {} ms", PAUSE_NS / 1_000_000), &paused);
+    let mut daemons: Vec<u32> = Vec::new();
+    for t in &all {
+        if !daemons.contains(&t.daemon) {
+            daemons.push(t.daemon);
+        }
+    }
+    for (i, d) in daemons.iter().enumerate() {
+        let mine: Vec<&Trip> = all.iter().filter(|t| t.daemon == *d).collect();
+        let _ = writeln!(s, "== daemon {} of {} (pid {d}): {} syncs", i + 1, daemons.len(), mine.len());
+        // The first trip of each client (no `away`) is a warm-up: left out.
+        let back: Vec<&Trip> = mine.iter().copied().filter(|t| t.away_ns.is_some_and(|a| a < PAUSE_NS)).collect();
+        let paused: Vec<&Trip> = mine.iter().copied().filter(|t| t.away_ns.is_some_and(|a| a >= PAUSE_NS)).collect();
+        class(&mut s, "back to back", &back);
+        class(&mut s, &format!("after a pause of at least {} ms", PAUSE_NS / 1_000_000), &paused);
+    }
     s
 }
 
@@ -361,6 +378,36 @@ mod tests {
         }
         assert_eq!(ts[0].away_ns, None, "the first trip has no trip before it");
         assert_eq!(ts[1].away_ns, Some(50_000));
+    }
+
+    #[test]
+    fn each_daemons_trips_are_reported_apart() {
+        let mut lines = trips_of(6, 50_000, 1_000, 0);
+        // A second daemon (pid 3, device process 4) later, 2x slower, with client 8.
+        let mut other = trips_of(6, 50_000, 2_000, 0);
+        for l in other.iter_mut() {
+            l.ns += 1_000_000_000;
+            l.pid = match l.pid {
+                1 => 3,
+                2 => 4,
+                _ => 8,
+            };
+            l.ppid = if l.pid == 4 { 3 } else { 0 };
+            let retag = |k: u64| crate::frame_key(8, k & ((1 << 40) - 1));
+            match l.stage {
+                Stage::CoreRead => l.aux = retag(l.aux),
+                Stage::ReaderRead | Stage::CoreSync | Stage::CoreReply => l.key = retag(l.key),
+                _ => {}
+            }
+        }
+        lines.extend(other);
+        let ts = trips(&lines);
+        assert_eq!(ts.len(), 12);
+        assert!(ts.iter().all(|t| (t.daemon == 1) == (t.client == 7)), "each trip with its own daemon");
+        let r = report(&lines);
+        assert!(r.contains("== daemon 1 of 2 (pid 1): 6 syncs"), "{r}");
+        assert!(r.contains("== daemon 2 of 2 (pid 3): 6 syncs"), "{r}");
+        assert!(r.contains("p50 18.00 µs") && r.contains("p50 36.00 µs"), "each daemon's own figures: {r}");
     }
 
     #[test]
