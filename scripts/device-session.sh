@@ -15,6 +15,7 @@
 #   syncs      bench daemon --only overhead --rate-clients 1 with GPUMUX_STAMPS set, then `gpumux stamps
 #              --syncs`: a launch + sync stage by stage, back to back and 2 ms apart (issue 35;
 #              docs/daemon.md, "Where a launch + sync's time goes"); SYNCS_ARGS adds bench arguments
+#              (not --daemon-args=--device-in-process: the bench's own in-process daemon then fails)
 #   copy-beside bench daemon --only copy-beside: the chain alone and beside a client copying 1 GiB
 #   overhead   bench daemon --only overhead --rate-clients 1,8
 #   priority   bench daemon --only priority (the default configuration only)
