@@ -319,7 +319,7 @@ rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
 
 {
     echo
-    echo "== goals (issue 39) on $(cut -d, -f1 "$OUT/gpu.txt"), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%F)$capped"
+    echo "== goals (issue 39) on $(cut -d, -f1 "$OUT/gpu.txt"), build $(cat "$BIN/commit" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%F)$capped"
     echo "| goal | measured | verdict |"
     echo "|---|---|---|"
     echo "| 3 clients, each $FRACTION of the device memory handed out ($((mem_bytes >> 20)) MiB${DEVICE_MEMORY:+, capped}), kernels over all of it: outputs bitwise equal to alone | $equal | $equal |"
@@ -330,6 +330,6 @@ rep=$(verdict ge "$re_rate" "$(python3 -c "print(0.8 * $native_h2d)")")
     echo "| a high-priority client that fits loses <= 10% of its rate beside two swapping | $urgent_measured | $urgent_verdict |"
     [ -z "$controls" ] || echo "| (controls for the line above, not goals) | $controls | - |"
     echo "| (not a goal) pinning a host copy in place, $((copy_bytes >> 20)) MiB | ${register_line:-failed} | - |"
-    echo "| nothing oversubscribed: existing benchmarks within noise | scripts/ab-daemon-gpu.sh BASE MAIN | - |"
+    echo "| nothing oversubscribed: existing benchmarks within noise | the on/off A/B: scripts/oversubscribe-cost-gpu.sh BIN OUT (part swap-cost) | - |"
 } | tee "$OUT/goals.md"
 [ "$equal" = PASS ] && [ "$mk" = PASS ] && [ "${evp%% *}" = PASS ] && [ "$rep" = PASS ] && [ "${urgent_verdict%% *}" != FAIL ]
