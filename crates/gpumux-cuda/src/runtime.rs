@@ -154,6 +154,7 @@ impl Gpu {
         unsafe {
             let mut ctx = std::ptr::null_mut();
             check("cuDevicePrimaryCtxRetain", cu::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
+            crate::client::forget_current();
             check("cuCtxSetCurrent", cu::cuCtxSetCurrent(ctx))?;
             let (mut least, mut greatest) = (0, 0);
             check("cuCtxGetStreamPriorityRange", cu::cuCtxGetStreamPriorityRange(&mut least, &mut greatest))?;
@@ -170,6 +171,7 @@ impl Gpu {
 
     /// Makes this GPU's context current on the calling thread.
     pub fn bind(&self) -> Result<()> {
+        crate::client::forget_current();
         // SAFETY: ctx is the retained primary context.
         check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.ctx) })
     }

@@ -152,6 +152,7 @@ impl Pinner {
     /// As for [`ClientDevice::register_host`], and the context is alive: no
     /// rebuild or drop of its device runs until this returns.
     pub unsafe fn pin(&self, ptr: *mut u8, bytes: usize) -> Result<(), CudaError> {
+        crate::client::forget_current();
         // SAFETY: the caller keeps the context alive.
         check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.ctx) })?;
         register(ptr, bytes)

@@ -10,6 +10,7 @@
 //! * `device`: [`ClientDevice`], the engine's `Device` over all of it.
 
 mod context;
+pub(crate) use context::forget_current;
 mod copy_pool;
 mod device;
 mod direct;

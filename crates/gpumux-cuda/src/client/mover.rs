@@ -244,6 +244,7 @@ fn run(
     waiting: &AtomicUsize,
     held: Arc<AtomicUsize>,
 ) {
+    crate::client::forget_current();
     // SAFETY: a live context (its owner joins this thread before destroying it).
     let bound = check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx) });
     let mut stream: cu::CUstream = std::ptr::null_mut();

@@ -350,6 +350,7 @@ impl GreenContext {
     /// each call loads a new module. The calling thread's current context is restored.
     pub fn module(&self, name: &str, src: &str) -> Result<Module> {
         let compiled = nvrtc::compile(name, src, self.arch, &[])?;
+        crate::client::forget_current();
         // SAFETY: `ctx` came from cuCtxFromGreenCtx for this live green context.
         check("cuCtxPushCurrent (green context)", unsafe { cu::cuCtxPushCurrent_v2(self.ctx) })?;
         let mut module = std::ptr::null_mut();

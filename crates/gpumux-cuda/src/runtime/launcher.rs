@@ -301,6 +301,7 @@ fn next_job(rx: &Receiver<Job>) -> Option<Job> {
 fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(u64, u64), DriverError> {
     let h = &job.handles;
     if *current != h.ctx {
+        crate::client::forget_current();
         // SAFETY: a live context handle (the poster keeps it until the job is done).
         as_driver(check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(h.ctx) }))?;
         *current = h.ctx;

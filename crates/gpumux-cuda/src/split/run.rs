@@ -375,6 +375,7 @@ impl Drop for SplitKernel {
     /// GPU's context current; the native one with the home GPU's.
     fn drop(&mut self) {
         for (ctx, f) in self.ctxs.iter().zip(std::mem::take(&mut self.workers)) {
+            crate::client::forget_current();
             // SAFETY: a retained primary context.
             unsafe {
                 cu::cuCtxSetCurrent(*ctx);
@@ -382,6 +383,7 @@ impl Drop for SplitKernel {
             drop(f);
         }
         if let Some(home) = self.ctxs.first() {
+            crate::client::forget_current();
             // SAFETY: as above.
             unsafe {
                 cu::cuCtxSetCurrent(*home);
@@ -471,6 +473,7 @@ impl Drop for SplitBuffer {
     /// Frees each copy with its own GPU's context current.
     fn drop(&mut self) {
         for (ctx, c) in self.ctxs.iter().zip(self.copies.iter_mut()) {
+            crate::client::forget_current();
             // SAFETY: a retained primary context; errors at teardown have no one to go to.
             unsafe {
                 cu::cuCtxSetCurrent(*ctx);
@@ -478,6 +481,7 @@ impl Drop for SplitBuffer {
             drop(c.take());
         }
         if let Some(home) = self.ctxs.first() {
+            crate::client::forget_current();
             // SAFETY: as above; the scratch lives on the home GPU.
             unsafe {
                 cu::cuCtxSetCurrent(*home);

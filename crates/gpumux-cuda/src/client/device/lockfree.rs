@@ -15,8 +15,9 @@
 //!   (`poll_launches`), the heads of runs queued natively (`poll_ahead`),
 //!   the kernel a run's unpublished one is known ended from
 //!   (`mark_implied_ends`), and orphaned queued workers (`poll_orphans`);
-//! * `cuCtxGetCurrent` as each part makes the context current (a read of the
-//!   thread's current context, no lock that a launch waits for).
+//! * `cuCtxGetCurrent` as each part makes the context current, and only
+//!   until the context is known current on the thread (`ClientContext::bind`;
+//!   a read of the thread's current context, no lock that a launch waits for).
 //!
 //! Ends published in host memory (every worker launch's, one native kernel's
 //! in a few of a run's, its last always) and cuts' answers are read there.
