@@ -661,7 +661,7 @@ fn kernel_of(st: &InContext, op: OpId) -> Option<KernelKey> {
 /// priority is placed beside.
 fn sole_peer(st: &InContext, priority: i32, chain: u64) -> Option<KernelKey> {
     let running = st.launches.values().filter(|l| l.priority == priority && !l.sms.is_empty()).map(|l| l.op);
-    let queued = ahead::peers(&st.ahead, priority, Some(chain));
+    let queued = ahead::peers(&st.ahead, &st.uncancelled, priority, Some(chain));
     let mut keys = running.chain(queued).filter_map(|op| kernel_of(st, op));
     let first = keys.next()?;
     keys.all(|k| k == first).then_some(first)

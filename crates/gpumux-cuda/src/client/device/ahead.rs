@@ -310,10 +310,18 @@ pub(super) fn workers_of_others(ahead: &IdMap<OpId, Ahead>, live: &Uncancelled, 
 
 /// The operations of `priority` whose workers are queued ahead and not
 /// cancelled, but those of `chain` (a stream's own are no peers of it).
-pub(super) fn peers(ahead: &IdMap<OpId, Ahead>, priority: i32, chain: Option<u64>) -> impl Iterator<Item = OpId> + '_ {
-    ahead
-        .iter()
-        .filter(move |(_, a)| a.priority == priority && !a.cancelled && Some(a.chain) != chain)
+/// No walk when the counts say there are none (`live`: most often, as in
+/// one client's chain, every queued kernel is the run's own).
+pub(super) fn peers<'a>(
+    ahead: &'a IdMap<OpId, Ahead>,
+    live: &Uncancelled,
+    priority: i32,
+    chain: Option<u64>,
+) -> impl Iterator<Item = OpId> + 'a {
+    let some = live.peer(priority, chain);
+    some.then(|| ahead.iter().filter(move |(_, a)| a.priority == priority && !a.cancelled && Some(a.chain) != chain))
+        .into_iter()
+        .flatten()
         .map(|(&op, _)| op)
 }
 

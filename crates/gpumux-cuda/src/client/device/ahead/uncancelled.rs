@@ -148,6 +148,14 @@ mod tests {
                     for c in [None, Some(0), Some(1), Some(2), Some(3)] {
                         let walk = live().any(|a| a.priority == p && Some(a.chain) != c);
                         assert_eq!(counts.peer(p, c), walk, "seed {seed}, step {step}, priority {p}, run {c:?}");
+                        // `peers` (whose walk the counts skip) lists what the walk finds, in its order.
+                        let listed: Vec<OpId> = super::super::peers(&map, &counts, p, c).collect();
+                        let walked: Vec<OpId> = map
+                            .iter()
+                            .filter(|(_, a)| a.priority == p && !a.cancelled && Some(a.chain) != c)
+                            .map(|(&op, _)| op)
+                            .collect();
+                        assert_eq!(listed, walked, "seed {seed}, step {step}, priority {p}, run {c:?}");
                         looked += walk as u32;
                     }
                 }
