@@ -280,6 +280,8 @@ pub(super) struct InContext {
     behind: ahead::BehindIndex,
     /// How many of `ahead` are not cancelled, by priority and run ([`ahead::Uncancelled`]).
     uncancelled: ahead::Uncancelled,
+    /// Which kernel of `ahead` holds which stream ([`ahead::StreamHolders`]).
+    holders: ahead::StreamHolders,
     /// The kernels of `ahead` not seen ended, and maybe some since gone or
     /// seen ended (dropped at the next poll's walk): what the polls' and the
     /// held polls' looks go through, not the up to `ENDED_WAITING_MAX` seen
@@ -352,6 +354,7 @@ impl InContext {
             ahead: IdMap::default(),
             behind: ahead::BehindIndex::default(),
             uncancelled: ahead::Uncancelled::default(),
+            holders: ahead::StreamHolders::default(),
             unended: IdSet::default(),
             ended_waiting: 0,
             orphans: Vec::new(),

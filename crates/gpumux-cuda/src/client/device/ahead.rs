@@ -112,6 +112,7 @@
 //! how a fault shows) records it then, behind the kernel on its stream.
 
 mod behind;
+mod holders;
 mod uncancelled;
 
 use super::clock::Part;
@@ -129,6 +130,7 @@ use gpumux_engine::id_map::IdMap;
 use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
+pub(super) use holders::StreamHolders;
 use std::time::Instant;
 pub(super) use uncancelled::Uncancelled;
 
@@ -342,6 +344,9 @@ pub(super) fn take_stream(st: &mut InContext, lid: LaunchId, stream: Stream) -> 
     };
     match waiting {
         Some(a) => {
+            if let Some(op) = queued {
+                st.holders.held(stream.raw as usize, op);
+            }
             a.stream = Some(stream);
             None
         }
@@ -628,7 +633,7 @@ impl ClientDevice {
         let (chunk, sm_count, ctx) = (self.chunk, self.info.num_sms as u32, self.ctx.raw());
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let st_ended_waiting = st.ended_waiting;
-        let InContext { launches, ops, spare, ahead, launcher, behind: index, uncancelled, unended, .. } = st;
+        let InContext { launches, ops, spare, ahead, launcher, behind: index, uncancelled, unended, holders, .. } = st;
         let Some(a) = ahead.get(&prev) else { return Ok(None) };
         if a.cancelled || !a.native() {
             return Ok(None);
@@ -687,10 +692,11 @@ impl ClientDevice {
         // Only on the stream the kernel before it is queued on (stream
         // order), held by the run (its launch, or its first kernel once
         // that launch ended).
+        // The queued kernel that holds it found by one look (`holders`).
         let own = |s: &&Stream| s.raw as usize == on_stream;
-        let held_by_launch = launches.values().filter(|l| l.chain == chain).map(|l| &l.stream);
-        let held_queued = ahead.values().filter(|a| a.chain == chain).filter_map(|a| a.stream.as_ref());
-        let Some(stream) = held_by_launch.chain(held_queued).find(own) else { return Ok(None) };
+        let mut held_by_launch = launches.values().filter(|l| l.chain == chain).map(|l| &l.stream);
+        let holder = held_by_launch.find(own).or_else(|| holders.find(ahead, on_stream, chain));
+        let Some(stream) = holder else { return Ok(None) };
         let root = LaunchId(chain);
         // Natively as a launch command would run it alone at its priority
         // (`hw_native`; its own stream's kernels are no peers), and only so.
@@ -998,6 +1004,7 @@ impl ClientDevice {
             return self.start_workers(lid);
         };
         st.behind.left(live.op, &a);
+        st.holders.left(live.op, &a);
         if !a.cancelled {
             st.uncancelled.sub(&a);
         }
@@ -1098,6 +1105,7 @@ impl ClientDevice {
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let Some(mut a) = st.ahead.remove(&op) else { return Ok(()) };
         st.behind.left(op, &a);
+        st.holders.left(op, &a);
         if !a.cancelled {
             st.uncancelled.sub(&a);
         }
