@@ -523,6 +523,9 @@ pub struct ClientDevice {
     poll_lockfree: bool,
     /// Polls by whether they called the driver ([`lockfree`]), logged on close.
     lockfree: lockfree::LockfreeCounts,
+    /// [`ClientDevice::deepen_tails`]' list, kept between its calls (one
+    /// at most polls: not a vector allocated per poll).
+    tails: Vec<OpId>,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -915,6 +918,7 @@ impl ClientDevice {
             higher: higher::Higher::default(),
             poll_lockfree: lockfree::lockfree_from(std::env::var(POLL_LOCKFREE_VAR).ok().as_deref()),
             lockfree: lockfree::LockfreeCounts::default(),
+            tails: Vec::new(),
         };
         // The pinned host pool grown from the start, if gpumuxd asked (`swap::update_ahead`).
         device.update_ahead();

@@ -844,17 +844,18 @@ impl ClientDevice {
     /// on from its last kernel, within its bounds again (module doc, "Deep").
     pub(super) fn deepen_tails(&mut self) -> Result<(), DeviceError> {
         let Some(st) = self.st.as_ref() else { return Ok(()) };
-        let tails: Vec<OpId> = st
-            .ahead
-            .iter()
-            .filter(|(_, a)| !a.cancelled && a.native())
-            .filter(|(op, _)| st.ops.get(op).and_then(|o| o.next).is_some_and(|n| !st.ahead.contains_key(&n)))
-            .map(|(&op, _)| op)
-            .collect();
-        for op in tails {
-            self.queue_deeper(op)?;
-        }
-        Ok(())
+        let mut tails = std::mem::take(&mut self.tails);
+        tails.clear();
+        tails.extend(
+            st.ahead
+                .iter()
+                .filter(|(_, a)| !a.cancelled && a.native())
+                .filter(|(op, _)| st.ops.get(op).and_then(|o| o.next).is_some_and(|n| !st.ahead.contains_key(&n)))
+                .map(|(&op, _)| op),
+        );
+        let went = tails.iter().try_for_each(|&op| self.queue_deeper(op));
+        self.tails = tails;
+        went
     }
 
     /// Running native launches whose end is not published (module doc,
