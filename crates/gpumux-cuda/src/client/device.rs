@@ -53,7 +53,9 @@ use std::time::{Duration, Instant};
 struct KernelOp {
     /// The handle it was bound with (unloaded maybe since: [`ClientDevice::unload_kernel`]).
     handle: KernelHandle,
-    kernel: ClientKernel,
+    /// Shared with [`InContext::kernels`]: a bind per kernel of a chain
+    /// copies no name or parameter list (a clone of it was four allocations).
+    kernel: Arc<ClientKernel>,
     grid: [u32; 3],
     block: [u32; 3],
     smem: u32,
@@ -242,7 +244,7 @@ pub(super) struct InContext {
     /// Idle launch streams by CUDA priority (a few values, clamped to the
     /// device's range: looked up twice per launch command).
     streams: IdMap<i32, Vec<Stream>>,
-    pub(super) kernels: HashMap<KernelHandle, (ClientKernel, Arc<Module>)>,
+    pub(super) kernels: HashMap<KernelHandle, (Arc<ClientKernel>, Arc<Module>)>,
     // Keyed by the engine's ids, looked up several times per launch command
     // and walked at each poll: a one-multiply hash, not SipHash (`IdMap`).
     ops: IdMap<OpId, KernelOp>,
@@ -540,6 +542,16 @@ pub(super) fn failed(what: impl Into<String>) -> impl FnOnce(CudaError) -> Devic
 /// name a launch, and a `format!` per launch per poll showed in profiles.
 pub(super) fn failed_with(what: impl FnOnce() -> String) -> impl FnOnce(CudaError) -> DeviceError {
     move |e| failed(what())(e)
+}
+
+/// Whether `params` have the sizes `want`, else their sizes: compared in
+/// place, the list made only for the error (a bind per kernel allocated it).
+fn param_sizes_match(params: &[Vec<u8>], want: &[u32]) -> Result<(), Vec<u32>> {
+    let sizes = || params.iter().map(|p| p.len() as u32);
+    if params.len() == want.len() && sizes().eq(want.iter().copied()) {
+        return Ok(());
+    }
+    Err(sizes().collect())
 }
 
 /// `st`, with `ctx` made current (a free function, so that callers may
@@ -961,7 +973,7 @@ impl ClientDevice {
         let mut out = Vec::new();
         for (i, k) in loaded.kernels.into_iter().enumerate() {
             let h = KernelHandle(first + i as u64);
-            st.kernels.insert(h, (k.clone(), loaded.module.clone()));
+            st.kernels.insert(h, (Arc::new(k.clone()), loaded.module.clone()));
             out.push((h, k));
         }
         Ok((out, loaded.log))
@@ -1019,8 +1031,7 @@ impl ClientDevice {
             return Ok(());
         };
         let (k, _) = st.kernels.get(&kernel).ok_or(BindError::UnknownKernel(kernel))?;
-        let got: Vec<u32> = params.iter().map(|p| p.len() as u32).collect();
-        if got != k.param_sizes {
+        if let Err(got) = param_sizes_match(&params, &k.param_sizes) {
             return Err(BindError::Params { kernel: k.name.clone(), want: k.param_sizes.clone(), got });
         }
         let shape = |what: String| BindError::Shape { kernel: k.name.clone(), what };
@@ -1039,7 +1050,7 @@ impl ClientDevice {
             .fits
             .entry((kernel, threads as u32, shared_bytes))
             .or_insert_with(|| k.worker.blocks_per_sm(threads as u32, shared_bytes).unwrap_or(1));
-        let (handle, kernel) = (kernel, k.clone());
+        let (handle, kernel) = (kernel, Arc::clone(k));
         let (pool, unbound, next) = (Vec::new(), false, None);
         st.ops.insert(
             op,
@@ -1964,6 +1975,27 @@ impl Device for ClientDevice {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parameter_sizes_match_as_the_list_of_them_would() {
+        let mut x = 7u64;
+        let mut below = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut mismatches = 0;
+        for case in 0..2000 {
+            let params: Vec<Vec<u8>> = (0..below(4)).map(|_| vec![0u8; below(3) as usize * 4]).collect();
+            let want: Vec<u32> = (0..below(4)).map(|_| below(3) as u32 * 4).collect();
+            let got: Vec<u32> = params.iter().map(|p| p.len() as u32).collect();
+            let expected = if got == want { Ok(()) } else { Err(got) };
+            mismatches += expected.is_err() as u32;
+            assert_eq!(super::param_sizes_match(&params, &want), expected, "case {case}");
+        }
+        assert!(mismatches > 100 && mismatches < 2000, "{mismatches} mismatches: the cases saw too little");
+    }
+
     use super::{
         co_location_spread, placement_of, share_of_each_sm, shifted, still_to_run, workers_on, History, HISTORY,
     };
