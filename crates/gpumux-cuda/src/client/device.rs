@@ -284,6 +284,8 @@ pub(super) struct InContext {
     uncancelled: ahead::Uncancelled,
     /// Which kernel of `ahead` holds which stream ([`ahead::StreamHolders`]).
     holders: ahead::StreamHolders,
+    /// The queued kernels that may be runs' tails ([`ahead::Tails`]).
+    tails: ahead::Tails,
     /// The kernels of `ahead` not seen ended, and maybe some since gone or
     /// seen ended (dropped at the next poll's walk): what the polls' and the
     /// held polls' looks go through, not the up to `ENDED_WAITING_MAX` seen
@@ -357,6 +359,7 @@ impl InContext {
             behind: ahead::BehindIndex::default(),
             uncancelled: ahead::Uncancelled::default(),
             holders: ahead::StreamHolders::default(),
+            tails: ahead::Tails::default(),
             unended: IdSet::default(),
             ended_waiting: 0,
             orphans: Vec::new(),

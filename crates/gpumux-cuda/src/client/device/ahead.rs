@@ -113,6 +113,7 @@
 
 mod behind;
 mod holders;
+mod tails;
 mod uncancelled;
 
 use super::clock::Part;
@@ -132,6 +133,7 @@ use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 pub(super) use holders::StreamHolders;
 use std::time::Instant;
+pub(super) use tails::Tails;
 pub(super) use uncancelled::Uncancelled;
 
 /// What queueing ahead did so far ([`ClientDevice::ahead_counts`]).
@@ -461,6 +463,10 @@ impl ClientDevice {
         prev.next = Some(op);
         let running = st.launches.iter().filter(|(_, l)| l.op == after).map(|(&lid, _)| lid).next();
         let queued = st.ahead.contains_key(&after);
+        if queued {
+            // It may be a run's tail now (`tails`).
+            st.tails.note(after);
+        }
         if let Some(lid) = running {
             if let Err(e) = self.try_queue_ahead(lid) {
                 // Not queued: the launch command starts it as usual.
@@ -485,7 +491,17 @@ impl ClientDevice {
         let higher = &self.higher;
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let InContext {
-            launches, ops, spare, ahead, orphans, launcher, behind: st_index, uncancelled, unended, ..
+            launches,
+            ops,
+            spare,
+            ahead,
+            orphans,
+            launcher,
+            behind: st_index,
+            uncancelled,
+            unended,
+            tails,
+            ..
         } = st;
         let Some(live) = launches.get(&lid) else { return Ok(()) };
         // A refilled launch runs on two streams: what queues behind one would not wait for the other.
@@ -599,6 +615,7 @@ impl ClientDevice {
         st_index.queued(ahead, behind, next);
         uncancelled.add(&a);
         unended.insert(next);
+        tails.note(next);
         // Even if a start failed, the ones that started are tracked (and
         // the error says the context is gone, or the daemon stops).
         tracing::trace!("CUDA device: {next} queued behind launch {lid} ({place:?})");
@@ -633,7 +650,19 @@ impl ClientDevice {
         let (chunk, sm_count, ctx) = (self.chunk, self.info.num_sms as u32, self.ctx.raw());
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let st_ended_waiting = st.ended_waiting;
-        let InContext { launches, ops, spare, ahead, launcher, behind: index, uncancelled, unended, holders, .. } = st;
+        let InContext {
+            launches,
+            ops,
+            spare,
+            ahead,
+            launcher,
+            behind: index,
+            uncancelled,
+            unended,
+            holders,
+            tails,
+            ..
+        } = st;
         let Some(a) = ahead.get(&prev) else { return Ok(None) };
         if a.cancelled || !a.native() {
             return Ok(None);
@@ -758,6 +787,7 @@ impl ClientDevice {
         index.queued(ahead, Behind::Queued(prev), next);
         uncancelled.add(&a);
         unended.insert(next);
+        tails.note(next);
         ahead.insert(next, a);
         self.ahead_counts.queued += 1;
         self.ahead_counts.deep += 1;
@@ -843,16 +873,11 @@ impl ClientDevice {
     /// After a poll saw kernels queued natively end: each run of them goes
     /// on from its last kernel, within its bounds again (module doc, "Deep").
     pub(super) fn deepen_tails(&mut self) -> Result<(), DeviceError> {
-        let Some(st) = self.st.as_ref() else { return Ok(()) };
+        let Some(st) = self.st.as_mut() else { return Ok(()) };
+        // From the candidates, not a walk of every queued kernel (`tails`).
         let mut tails = std::mem::take(&mut self.tails);
-        tails.clear();
-        tails.extend(
-            st.ahead
-                .iter()
-                .filter(|(_, a)| !a.cancelled && a.native())
-                .filter(|(op, _)| st.ops.get(op).and_then(|o| o.next).is_some_and(|n| !st.ahead.contains_key(&n)))
-                .map(|(&op, _)| op),
-        );
+        let ops = &st.ops;
+        st.tails.list(&st.ahead, |op| ops.get(&op).and_then(|o| o.next), &mut tails);
         let went = tails.iter().try_for_each(|&op| self.queue_deeper(op));
         self.tails = tails;
         went
@@ -1006,6 +1031,9 @@ impl ClientDevice {
         };
         st.behind.left(live.op, &a);
         st.holders.left(live.op, &a);
+        if let Behind::Queued(p) = a.behind {
+            st.tails.note(p);
+        }
         if !a.cancelled {
             st.uncancelled.sub(&a);
         }
@@ -1107,6 +1135,9 @@ impl ClientDevice {
         let Some(mut a) = st.ahead.remove(&op) else { return Ok(()) };
         st.behind.left(op, &a);
         st.holders.left(op, &a);
+        if let Behind::Queued(p) = a.behind {
+            st.tails.note(p);
+        }
         if !a.cancelled {
             st.uncancelled.sub(&a);
         }
