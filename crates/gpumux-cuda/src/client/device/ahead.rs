@@ -114,6 +114,8 @@
 mod behind;
 mod holders;
 mod tails;
+#[cfg(test)]
+mod test_support;
 mod uncancelled;
 
 use super::clock::Part;

@@ -105,27 +105,11 @@ impl BehindIndex {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Placement;
+    use super::super::test_support;
     use super::*;
-    use gpumux_engine::ranges::BlockRanges;
-    use gpumux_engine::smset::SmSet;
 
     fn entry(behind: Behind) -> Ahead {
-        Ahead {
-            behind,
-            chain: 0,
-            held: SmSet::EMPTY,
-            place: Placement { mask: SmSet::EMPTY, share: None },
-            covers: BlockRanges::default(),
-            stream: None,
-            segs: Vec::new(),
-            cancelled: false,
-            priority: 0,
-            ended: false,
-            expect_ns: 0.0,
-            on_stream: 0,
-            native: true,
-        }
+        Ahead { behind, ..test_support::entry() }
     }
 
     /// xorshift64*: a seeded stream of choices.

@@ -59,28 +59,12 @@ fn walk(ahead: &IdMap<OpId, Ahead>, stream: usize, chain: u64) -> Option<&Stream
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Behind, Placement};
+    use super::super::test_support;
+    use super::super::test_support::xorshift;
     use super::*;
-    use gpumux_engine::ids::LaunchId;
-    use gpumux_engine::ranges::BlockRanges;
-    use gpumux_engine::smset::SmSet;
 
     fn entry(chain: u64) -> Ahead {
-        Ahead {
-            behind: Behind::Launch(LaunchId(0)),
-            chain,
-            held: SmSet::EMPTY,
-            place: Placement { mask: SmSet::EMPTY, share: None },
-            covers: BlockRanges::default(),
-            stream: None,
-            segs: Vec::new(),
-            cancelled: false,
-            priority: 0,
-            ended: false,
-            expect_ns: 0.0,
-            on_stream: 0,
-            native: true,
-        }
+        Ahead { chain, ..test_support::entry() }
     }
 
     /// A stream with a made-up handle, never destroyed (no driver here):
@@ -94,13 +78,7 @@ mod tests {
         let (mut hits, mut looks) = (0u32, 0u32);
         let mut gone: Vec<Stream> = Vec::new();
         for seed in 1..=100u64 {
-            let mut x = seed;
-            let mut below = |n: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % n
-            };
+            let mut below = xorshift(seed);
             let (mut map, mut holders) = (IdMap::<OpId, Ahead>::default(), StreamHolders::default());
             // Streams 1..=6, each owned by at most one place: free, or one entry.
             let mut free: Vec<usize> = (1..=6).collect();

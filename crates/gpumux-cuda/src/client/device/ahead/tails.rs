@@ -108,28 +108,14 @@ impl Tails {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Behind, Placement};
+    use super::super::test_support;
+    use super::super::test_support::xorshift;
+    use super::super::Behind;
     use super::*;
     use gpumux_engine::ids::LaunchId;
-    use gpumux_engine::ranges::BlockRanges;
-    use gpumux_engine::smset::SmSet;
 
     fn entry(behind: Behind, native: bool) -> Ahead {
-        Ahead {
-            behind,
-            chain: 0,
-            held: SmSet::EMPTY,
-            place: Placement { mask: SmSet::EMPTY, share: None },
-            covers: BlockRanges::default(),
-            stream: None,
-            segs: Vec::new(),
-            cancelled: false,
-            priority: 0,
-            ended: false,
-            expect_ns: 0.0,
-            on_stream: 0,
-            native,
-        }
+        Ahead { behind, native, ..test_support::entry() }
     }
 
     /// Seeded runs of the device's transitions (queue behind a launch or a
@@ -139,13 +125,7 @@ mod tests {
     fn every_list_is_the_walks() {
         let (mut lists, mut some) = (0u32, 0u32);
         for seed in 1..=60u64 {
-            let mut x = seed;
-            let mut below = |n: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % n
-            };
+            let mut below = xorshift(seed);
             // Streams of operations 0..N: op i's next is i+1 once bound (`bound`).
             const N: u64 = 48;
             let mut bound = vec![false; N as usize];

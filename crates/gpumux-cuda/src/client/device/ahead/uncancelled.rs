@@ -85,41 +85,20 @@ impl Uncancelled {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Behind, Placement};
+    use super::super::test_support;
+    use super::super::test_support::xorshift;
     use super::*;
-    use gpumux_engine::ids::{LaunchId, OpId};
-    use gpumux_engine::ranges::BlockRanges;
-    use gpumux_engine::smset::SmSet;
+    use gpumux_engine::ids::OpId;
 
     fn entry(priority: i32, chain: u64) -> Ahead {
-        Ahead {
-            behind: Behind::Launch(LaunchId(0)),
-            chain,
-            held: SmSet::EMPTY,
-            place: Placement { mask: SmSet::EMPTY, share: None },
-            covers: BlockRanges::default(),
-            stream: None,
-            segs: Vec::new(),
-            cancelled: false,
-            priority,
-            ended: false,
-            expect_ns: 0.0,
-            on_stream: 0,
-            native: true,
-        }
+        Ahead { priority, chain, ..test_support::entry() }
     }
 
     #[test]
     fn the_counts_answer_as_a_walk_of_the_queued_kernels() {
         let mut looked = 0;
         for seed in 1..=100u64 {
-            let mut x = seed;
-            let mut below = |n: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % n
-            };
+            let mut below = xorshift(seed);
             let (mut map, mut counts) = (IdMap::<OpId, Ahead>::default(), Uncancelled::default());
             for step in 0..400u64 {
                 let op = OpId(below(40));
