@@ -586,13 +586,7 @@ mod tests {
         // A second daemon (pid 3, device process 4) later, with the same numbers, and client 8.
         let mut other = chain(20, 10_000, 100);
         for l in other.iter_mut() {
-            l.ns += 1_000_000_000;
-            l.pid = match l.pid {
-                1 => 3,
-                2 => 4,
-                _ => 8,
-            };
-            l.ppid = if l.pid == 4 { 3 } else { 0 };
+            crate::test_lines::as_second_daemon(l);
             if l.stage == Stage::CoreRead {
                 l.aux = (8u64 << 40) | (l.aux & ((1 << 40) - 1));
             }

@@ -26,6 +26,8 @@
 
 pub mod analysis;
 pub mod syncs;
+#[cfg(test)]
+mod test_lines;
 
 use std::cell::OnceCell;
 use std::io::Write;

@@ -386,13 +386,7 @@ mod tests {
         // A second daemon (pid 3, device process 4) later, 2x slower, with client 8.
         let mut other = trips_of(6, 50_000, 2_000, 0);
         for l in other.iter_mut() {
-            l.ns += 1_000_000_000;
-            l.pid = match l.pid {
-                1 => 3,
-                2 => 4,
-                _ => 8,
-            };
-            l.ppid = if l.pid == 4 { 3 } else { 0 };
+            crate::test_lines::as_second_daemon(l);
             let retag = |k: u64| crate::frame_key(8, k & ((1 << 40) - 1));
             match l.stage {
                 Stage::CoreRead => l.aux = retag(l.aux),
