@@ -17,6 +17,8 @@
 //! a block time of idle SMs at each kernel's tail, and the daemon's replay of
 //! itself drifted 5-11 % (`gpumux/tests/replay.rs`).
 
+mod stepping;
+
 use gpumux_engine::device::{Command, Device, Event};
 use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::time::Nanos;
@@ -84,14 +86,7 @@ fn run(policy: &str, release_at_end: bool) -> (usize, usize, usize) {
             }
         }
         let deadline = [next_at[0], next_at[1], engine.poll_timeout()].into_iter().flatten().min();
-        events.clear();
-        now = gpu.advance(deadline, &mut events).expect("the device runs");
-        for ev in events.drain(..) {
-            engine.handle_event(now, ev).expect("the engine accepts device events");
-        }
-        if deadline.is_some_and(|d| d <= now) {
-            engine.handle_timeout(now);
-        }
+        now = stepping::step(&mut engine, &mut gpu, deadline, &mut events);
         assert!(now < 100_000_000, "40 small kernels each within 100 ms: {done:?} done");
     }
     assert_eq!(grid_sms, sms, "alone at first, the grid had every SM");

@@ -11,6 +11,8 @@
 //! copy-in chain plus one kernel and one copy down, well below the sum of
 //! its parts.
 
+mod stepping;
+
 use gpumux_engine::device::{Command, CopyDirection, Device, Event};
 use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::policies;
@@ -136,14 +138,7 @@ fn drive(engine: &mut Engine, gpu: &mut SimGpu, want: usize, tracked: impl Fn(Op
             return spans;
         }
         let deadline = engine.poll_timeout();
-        events.clear();
-        now = gpu.advance(deadline, &mut events).expect("the device runs");
-        for ev in events.drain(..) {
-            engine.handle_event(now, ev).expect("the engine accepts device events");
-        }
-        if deadline.is_some_and(|d| d <= now) {
-            engine.handle_timeout(now);
-        }
+        now = stepping::step(engine, gpu, deadline, &mut events);
     }
     panic!("the pipeline did not finish");
 }

@@ -14,6 +14,8 @@
 //! levels below while taking them back would be slow, and loses at most one
 //! drain when it starts: the goal is at most 10 % of its rate.
 
+mod stepping;
+
 use gpumux_engine::device::{Device, Event, Mechanism};
 use gpumux_engine::kernel::{KernelDesc, KernelShape, SimTiming};
 use gpumux_engine::policies::ppq_even::PpqEven;
@@ -119,14 +121,7 @@ fn run_on(policy: Box<dyn Policy>, urgent_blocks: u64, neighbours: bool, release
             break;
         }
         let deadline = [next_round_at, engine.poll_timeout()].into_iter().flatten().min();
-        events.clear();
-        now = gpu.advance(deadline, &mut events).expect("the device runs");
-        for ev in events.drain(..) {
-            engine.handle_event(now, ev).expect("the engine accepts device events");
-        }
-        if deadline.is_some_and(|d| d <= now) {
-            engine.handle_timeout(now);
-        }
+        now = stepping::step(&mut engine, &mut gpu, deadline, &mut events);
         assert!(now < 60_000 * NS_PER_MS, "everyone done within a minute of device time: {round} rounds, {low_done:?}");
     }
     let urgent_ns = urgent_end.expect("the urgent process ended") - URGENT_AT;
