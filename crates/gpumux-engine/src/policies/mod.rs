@@ -29,6 +29,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("ppq-even-cs", "preemptive priority queues; inside a level the SMs split evenly among processes; context switch"),
     ("ppq-even-drain", "preemptive priority queues; inside a level the SMs split evenly among processes; draining"),
     ("ppq-even-flush", "preemptive priority queues; inside a level the SMs split evenly among processes; flushing"),
+    ("ppq-even-drain-no-reserve", "ppq-even-drain without reserves for higher levels (to A/B them); any ppq-even-<m>-no-reserve"),
     ("dss-cs", "dynamic spatial sharing by tokens, context switch (alias dss)"),
     ("dss-drain", "dynamic spatial sharing by tokens, draining"),
     ("dss-flush", "dynamic spatial sharing by tokens, flushing"),
@@ -96,6 +97,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>, PolicyError> {
         ["ppq", "excl", m] => Box::new(ppq::Ppq { mechanism: mech(m)?, exclusive: true }),
         ["ppq", "shared", m] => Box::new(ppq::Ppq { mechanism: mech(m)?, exclusive: false }),
         ["ppq", "even", m] => Box::new(ppq_even::PpqEven::new(mech(m)?)),
+        ["ppq", "even", m, "no", "reserve"] => Box::new(ppq_even::PpqEven::without_reserve(mech(m)?)),
         ["dss"] => Box::new(dss::Dss { mechanism: Mechanism::ContextSwitch }),
         ["dss", m] => Box::new(dss::Dss { mechanism: mech(m)? }),
         ["rr"] => Box::new(round_robin::RoundRobin::new(1000 * NS_PER_US)),
@@ -149,6 +151,8 @@ mod tests {
         assert_eq!(by_name("ppq-cs").map(|p| p.name()).ok().as_deref(), Some("ppq-excl-cs"));
         assert_eq!(by_name("rr-250us").map(|p| p.name()).ok().as_deref(), Some("rr-250us"));
         assert!(by_name("ppq-excl-teleport").is_err());
+        assert_eq!(by_name("ppq-even-cs-no-reserve").map(|p| p.name()).ok().as_deref(), Some("ppq-even-cs-no-reserve"));
+        assert!(by_name("ppq-even-drain-no").is_err());
         assert!(by_name("rr-0us").is_err());
         assert_eq!(
             by_name(&format!("rr-{MAX_RR_QUANTUM_US}us")).map(|p| p.name()).ok(),

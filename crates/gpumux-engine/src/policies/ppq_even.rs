@@ -32,7 +32,8 @@
 //! level's process keeps the SMs it used at its peak from that level, while
 //! it is active and for one of the level's block times after it goes idle
 //! ([`super::reserve`]; issue 39's urgent client beside long-block
-//! neighbours). [`PpqEven::reserve`] turns this off.
+//! neighbours). [`PpqEven::reserve`] turns this off; by name,
+//! `ppq-even-drain-no-reserve` (to A/B the reserves on a GPU).
 
 use super::partition::even_capped_into;
 use super::reserve::Reserves;
@@ -143,7 +144,8 @@ struct Proc {
 
 impl Policy for PpqEven {
     fn name(&self) -> String {
-        format!("ppq-even-{}", self.mechanism.short())
+        let without = if self.reserve { "" } else { "-no-reserve" };
+        format!("ppq-even-{}{without}", self.mechanism.short())
     }
 
     fn wake_at(&self) -> Option<Nanos> {
@@ -406,5 +408,6 @@ mod tests {
     fn name_says_the_mechanism() {
         assert_eq!(PpqEven::new(Mechanism::Drain).name(), "ppq-even-drain");
         assert_eq!(PpqEven::new(Mechanism::ContextSwitch).name(), "ppq-even-cs");
+        assert_eq!(PpqEven::without_reserve(Mechanism::Drain).name(), "ppq-even-drain-no-reserve");
     }
 }
