@@ -331,8 +331,13 @@ fn whole_grid(
 ) -> (u64, u64, Option<f64>) {
     let blocks: u64 = grid.iter().map(|&g| g as u64).product();
     let slots = workers_per_sm as u64 * sm_count as u64;
+    (blocks, slots, timed_block_ns(func, block, smem))
+}
+
+/// `func`'s block time at this shape once timed ([`launch_plan::TIMED_LAUNCHES`]; `None` before).
+pub fn timed_block_ns(func: &Function, block: [u32; 3], smem: u32) -> Option<f64> {
     let timed = func.profiles.get(&func.name, ProfileKey { block, smem }).filter(|t| !t.timing());
-    (blocks, slots, timed.map(|t| t.block_ns))
+    timed.map(|t| t.block_ns)
 }
 
 /// A launch of `func`'s whole grid is long: its kernel shape has been timed

@@ -123,9 +123,8 @@ use super::{
     all_left, failed, failed_with, hw_native, place, start_segs, state_of, still_to_run, ClientDevice, InContext,
     KernelOp, Live, Placement, SegPlan, MAX_SPARE,
 };
-use crate::launch_plan::Plan;
-use crate::launch_plan::SHORT_LAUNCH_NS;
-use crate::preempt::{expected_ns, holds_too_long, is_long, WorkerLaunch};
+use crate::launch_plan::{Plan, ProfileKey, SHORT_LAUNCH_NS};
+use crate::preempt::{expected_ns, holds_too_long, is_long, timed_block_ns, WorkerLaunch};
 use crate::runtime::Stream;
 pub(super) use behind::BehindIndex;
 use gpumux_engine::device::DeviceError;
@@ -252,7 +251,7 @@ pub(in crate::client) struct Ahead {
 }
 
 /// Every worker launch of `segs` (at least one) is the native kernel.
-fn all_native(segs: &[WorkerLaunch]) -> bool {
+pub(super) fn all_native(segs: &[WorkerLaunch]) -> bool {
     !segs.is_empty() && segs.iter().all(|w| w.last_plan() == Some(Plan::Native))
 }
 
@@ -273,6 +272,15 @@ impl Ahead {
     pub(super) fn end_landed(&self) -> bool {
         !self.segs.is_empty() && self.segs.iter().all(WorkerLaunch::end_in_host_memory)
     }
+}
+
+/// Kernel operation `o` of `priority` may not be queued natively ahead now:
+/// a higher priority is active and its blocks are not known short
+/// ([`super::higher`]).
+fn held_by_higher(higher: &super::higher::Higher, priority: i32, o: &KernelOp) -> bool {
+    let f = &o.kernel.worker;
+    let timed = || timed_block_ns(f, o.block, o.smem);
+    higher.holds(priority, &f.name, ProfileKey { block: o.block, smem: o.smem }, timed, Instant::now())
 }
 
 /// The expected GPU time of kernel operation `o`'s whole grid (module doc, "Deep").
@@ -523,10 +531,6 @@ impl ClientDevice {
         // a launch over every SM cannot miss its SMs. Nor can a native one: its
         // grid runs every block wherever slots free.
         let native_before = live.segs.iter().all(|w| w.running() && w.last_plan() == Some(Plan::Native));
-        if native_before && higher.active_above(live.priority, Instant::now()) {
-            // Nothing native behind it while a higher priority is active (`super::higher`).
-            return Ok(());
-        }
         let mask = live.place.mask;
         if mask.len() < sm_count && !native_before {
             let touches = |m: &SmSet| !m.intersection(&mask).is_empty();
@@ -551,6 +555,10 @@ impl ClientDevice {
         }
         let Some(covers) = ops.get(&next).filter(|o| !o.unbound).map(|o| o.left.clone()) else { return Ok(()) };
         if covers.is_empty() {
+            return Ok(());
+        }
+        if native_before && ops.get(&next).is_some_and(|o| held_by_higher(higher, live.priority, o)) {
+            // Not natively behind it while a higher priority is active (`super::higher`).
             return Ok(());
         }
         let (native_anywhere, native_if_long) =
@@ -670,16 +678,16 @@ impl ClientDevice {
             return Ok(None);
         }
         let (chain, priority, place, held, on_stream) = (a.chain, a.priority, a.place, a.held, a.on_stream);
-        if self.higher.active_above(priority, Instant::now()) {
-            // A higher priority is active: no more of this run (`super::higher`).
-            self.ahead_counts.held_deep += 1;
-            return Ok(None);
-        }
         let Some(next) = ops.get(&prev).and_then(|o| o.next) else { return Ok(None) };
         if ahead.contains_key(&next) || launches.values().any(|l| l.op == next) {
             return Ok(None);
         }
         let Some(o) = ops.get(&next).filter(|o| !o.unbound && o.kernel.native.is_some()) else { return Ok(None) };
+        if held_by_higher(&self.higher, priority, o) {
+            // A higher priority is active: no more of this run (`super::higher`).
+            self.ahead_counts.held_deep += 1;
+            return Ok(None);
+        }
         let total: u64 = o.grid.iter().map(|&g| g as u64).product();
         if o.left != BlockRanges::full(total) || total == 0 {
             // A native grid runs whole, from block 0.
