@@ -26,8 +26,8 @@ pub mod work;
 
 pub use context::ClientContext;
 pub use device::{
-    AheadCounts, ClientDevice, Recycle, Refill, DEEP_HOLD_NS, DEEP_MAX, DRIVER_POLL_GAP, ENDED_WAITING_MAX,
-    POLL_LOCKFREE_VAR, RECYCLE_VAR,
+    answer_first_from, AheadCounts, ClientDevice, Recycle, Refill, ANSWER_FIRST_VAR, DEEP_HOLD_NS, DEEP_MAX,
+    DRIVER_POLL_GAP, ENDED_WAITING_MAX, POLL_LOCKFREE_VAR, RECYCLE_VAR,
 };
 pub use fault::ContextLost;
 pub use memory::{MemoryError, Pinner};
