@@ -159,4 +159,25 @@ static __device__ __forceinline__ void gmx_leave(gmx_ctl_t* c, const gmx_launch_
         h[2] = L.seq;
     }
 }
+// Leader only, once per block of a native launch (`K__gmx_native`: the
+// kernel's body run as written, no claims), after the block's barrier: the
+// last block out publishes the launch's end in host memory itself, so the
+// stream needs no write after the kernel (~2 us of the GPU's time between two
+// short kernels) and the thread that launches it makes `cuLaunchKernel` alone.
+// The same count and fences as `gmx_leave`: every block's stores (through its
+// barrier and its fence before the count) are visible system-wide before the
+// seq that tells the host the launch ended.
+static __device__ __forceinline__ void gmx_native_end(gmx_ctl_t* c, unsigned int seq, unsigned int grid_blocks) {
+    __threadfence();
+    const unsigned long long e = atomicAdd(&c->exit_word, 1ull);
+    if ((unsigned int)e != grid_blocks - 1u) return;
+    __threadfence();
+    // Reset before the end shows: the host may start the record again once it sees it.
+    atomicExch(&c->exit_word, 0ull);
+    volatile unsigned int* h = (volatile unsigned int*)(*(volatile unsigned long long*)&c->host_result);
+    if (h != 0) {
+        __threadfence_system();
+        h[2] = seq;
+    }
+}
 // ---- end of gpumux worker prelude ----
