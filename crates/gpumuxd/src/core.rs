@@ -52,6 +52,7 @@ pub mod handover;
 mod host;
 pub(crate) mod id_map;
 mod inbox;
+mod launch_first;
 mod load_parts;
 mod poll_hold;
 mod record;
@@ -341,6 +342,9 @@ pub struct Core {
     /// A pump takes the clients' requests between rounds after each round's
     /// commands, not before them (`device::REQUESTS_AFTER_VAR`).
     requests_after_commands: bool,
+    /// An idle device's work goes out before the core takes more messages
+    /// (`launch_first`).
+    launch_first: bool,
     launches: id_map::IdMap<LaunchId, (OpId, SmSet)>,
     copies: id_map::IdMap<CopyId, OpId>,
     deferred: Vec<Deferred>,
@@ -490,6 +494,7 @@ impl Core {
             last_desc: None,
             pump_missed_inbox_at: None,
             requests_after_commands: device::requests_after_commands_from_env(),
+            launch_first: launch_first::from_env(),
             launches: Default::default(),
             copies: Default::default(),
             deferred: Vec::new(),
@@ -637,13 +642,19 @@ impl Core {
                 Ok(msg) => {
                     active = Instant::now();
                     handled += 1;
+                    // Before the message: whether it may give an idle device work.
+                    let wake_before = self.backend.next_wake();
                     if !self.handle(msg) {
                         self.shutdown();
                         return Ok(());
                     }
                     // Take what is queued, one message per client in turn,
-                    // for at most ROUND_MESSAGES before the device gets a look.
+                    // for at most ROUND_MESSAGES before the device gets a look;
+                    // an idle device given work gets it first (`launch_first`).
                     loop {
+                        if launch_first::pump_now(self.launch_first, wake_before, self.engine.has_commands_due()) {
+                            break;
+                        }
                         while let Ok(msg) = rx.try_recv() {
                             self.inbox.push(msg);
                         }
