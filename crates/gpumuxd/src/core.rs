@@ -51,6 +51,7 @@ mod device;
 pub mod handover;
 mod host;
 pub(crate) mod id_map;
+mod idle_tail;
 mod inbox;
 mod launch_first;
 mod load_parts;
@@ -345,6 +346,9 @@ pub struct Core {
     /// An idle device's work goes out before the core takes more messages
     /// (`launch_first`).
     launch_first: bool,
+    /// A pump's later round that sent an idle device nothing ends without
+    /// polling it (`idle_tail`).
+    skip_idle_tail: bool,
     launches: id_map::IdMap<LaunchId, (OpId, SmSet)>,
     copies: id_map::IdMap<CopyId, OpId>,
     deferred: Vec<Deferred>,
@@ -495,6 +499,7 @@ impl Core {
             pump_missed_inbox_at: None,
             requests_after_commands: device::requests_after_commands_from_env(),
             launch_first: launch_first::from_env(),
+            skip_idle_tail: idle_tail::skip_from_env(),
             launches: Default::default(),
             copies: Default::default(),
             deferred: Vec::new(),
