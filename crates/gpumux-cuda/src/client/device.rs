@@ -1728,6 +1728,9 @@ impl Drop for ClientDevice {
         if let Some(s) = self.poll_clock.summary() {
             tracing::info!("CUDA device: {s}");
         }
+        if let Some(s) = self.poll_clock.ends_summary() {
+            tracing::info!("CUDA device: {s}");
+        }
         if let Some(s) = self.lockfree.summary() {
             tracing::info!("CUDA device: {s}");
         }
@@ -1973,6 +1976,9 @@ impl Device for ClientDevice {
                 }
                 self.note_lead();
                 self.poll_clock.part(4);
+                if ended {
+                    self.poll_clock.saw_ends();
+                }
                 // Copies' and orphans' ends are read from events only.
                 if driver {
                     self.poll_copies()?;

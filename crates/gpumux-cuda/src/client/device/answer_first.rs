@@ -72,7 +72,9 @@ impl ClientDevice {
     /// it first itself.
     pub fn go_on(&mut self) -> Result<(), DeviceError> {
         if std::mem::take(&mut self.go_on_due) {
+            let (t, queued) = (std::time::Instant::now(), self.ahead_counts.queued);
             self.deepen_tails()?;
+            self.poll_clock.went_on(t.elapsed(), self.ahead_counts.queued - queued);
         }
         Ok(())
     }

@@ -180,31 +180,94 @@ const POLL_SAMPLE: u64 = 8;
 /// Where a poll's time goes (issue 35: through the device process the poll
 /// was 10.8 µs of each 21.6 µs exchange of the programs bench's chain on the
 /// H200, f985c06), in the sampled polls; logged when the device closes.
+///
+/// The polls that saw a run's kernels end ahead are timed too, every one
+/// ([`PollClock::saw_ends`]): few (one per burst of a chain's kernels), and
+/// on the chain's critical path (issue 35: ~22 µs from a held poll's receipt
+/// to its first post on the H200, 687b320, with no stamp to say where), as is
+/// what such a poll left for after its answer ([`PollClock::went_on`]).
 #[derive(Debug, Default)]
 pub(super) struct PollClock {
     polls: u64,
     sampled: u64,
     parts: [Duration; 7],
-    /// The sampled poll's last lap, while one is timed.
+    /// The poll's last lap, while one is timed.
     lap: Option<Instant>,
+    /// The poll under way is a sampled one.
+    sampling: bool,
+    /// The poll under way's parts so far.
+    now_parts: [Duration; 7],
+    /// Polls that saw ends ahead, and their parts.
+    with_ends: u64,
+    ends_parts: [Duration; 7],
+    /// The runs gone on after a poll's answer: how often, in all, the kernels queued.
+    went_on: (u64, Duration, u64),
 }
 
 impl PollClock {
-    /// A poll begins: timed if it is a sampled one.
+    /// A poll begins: its parts are timed (kept for the summary if it is
+    /// a sampled one, or one that sees ends ahead).
     pub(super) fn begin(&mut self) {
-        self.lap = self.polls.is_multiple_of(POLL_SAMPLE).then(Instant::now);
+        self.sampling = self.polls.is_multiple_of(POLL_SAMPLE);
+        self.lap = Some(Instant::now());
+        self.now_parts = [Duration::ZERO; 7];
         self.polls += 1;
-        self.sampled += self.lap.is_some() as u64;
+        self.sampled += self.sampling as u64;
     }
 
-    /// Part `part` ([`POLL_PARTS`]) of a sampled poll ended now.
+    /// Part `part` ([`POLL_PARTS`]) of the poll ended now.
     pub(super) fn part(&mut self, part: usize) {
         let Some(t) = self.lap else { return };
         let now = Instant::now();
-        if let Some(p) = self.parts.get_mut(part) {
+        if let Some(p) = self.now_parts.get_mut(part) {
+            *p += now - t;
+        }
+        if let Some(p) = self.parts.get_mut(part).filter(|_| self.sampling) {
             *p += now - t;
         }
         self.lap = Some(now);
+    }
+
+    /// The poll under way saw kernels end ahead: its parts so far count
+    /// among those polls' (call it at the poll's end).
+    pub(super) fn saw_ends(&mut self) {
+        self.with_ends += 1;
+        for (sum, d) in self.ends_parts.iter_mut().zip(self.now_parts) {
+            *sum += d;
+        }
+    }
+
+    /// The runs went on after a poll's answer ([`super::answer_first`]):
+    /// `took`, `queued` kernels.
+    pub(super) fn went_on(&mut self, took: Duration, queued: u64) {
+        self.went_on.0 += 1;
+        self.went_on.1 += took;
+        self.went_on.2 += queued;
+    }
+
+    /// The polls that saw ends ahead, and the goings on after answers,
+    /// in words (`None`: none).
+    pub(super) fn ends_summary(&self) -> Option<String> {
+        if self.with_ends == 0 {
+            return None;
+        }
+        let n = self.with_ends as f64;
+        let total: Duration = self.ends_parts.iter().sum();
+        let mut s = format!("{} polls saw ends ahead: {:.2} µs each", self.with_ends, total.as_secs_f64() * 1e6 / n);
+        for (name, d) in POLL_PARTS.iter().zip(self.ends_parts) {
+            s.push_str(&format!(", {name} {:.2}", d.as_secs_f64() * 1e6 / n));
+        }
+        let (went, took, queued) = self.went_on;
+        if went > 0 {
+            let per = |x: f64| x / went as f64;
+            s.push_str(&format!(
+                "; runs gone on after {went} answers: {:.2} µs and {:.1} kernels queued each ({:.2} µs a kernel)",
+                per(took.as_secs_f64() * 1e6),
+                per(queued as f64),
+                took.as_secs_f64() * 1e6 / queued.max(1) as f64
+            ));
+        }
+        Some(s)
     }
 
     /// The sampled polls' parts, mean µs each, in words.
@@ -320,5 +383,32 @@ mod tests {
         assert!(s.starts_with(&format!("{} polls, 2 timed", POLL_SAMPLE + 1)), "{s}");
         assert!(c.parts[2] >= Duration::from_millis(2), "each timed poll's part counted: {:?}", c.parts);
         assert_eq!(c.parts[0], Duration::ZERO);
+    }
+
+    #[test]
+    fn every_poll_that_saw_ends_is_timed_and_what_went_on_after_answers_counted() {
+        let mut c = PollClock::default();
+        for i in 0..POLL_SAMPLE + 1 {
+            c.begin();
+            if i == 1 {
+                // Not a sampled poll: counted among those that saw ends all the same.
+                std::thread::sleep(Duration::from_millis(2));
+                c.part(3);
+                c.saw_ends();
+            } else {
+                c.part(2);
+            }
+        }
+        c.went_on(Duration::from_micros(60), 15);
+        c.went_on(Duration::from_micros(40), 5);
+        let s = c.ends_summary().expect("a poll saw ends");
+        assert!(s.starts_with("1 polls saw ends ahead: "), "{s}");
+        assert!(c.ends_parts[3] >= Duration::from_millis(2), "{:?}", c.ends_parts);
+        assert!(c.parts[3] < Duration::from_millis(2), "not a sampled poll: {:?}", c.parts);
+        assert!(
+            s.ends_with("runs gone on after 2 answers: 50.00 µs and 10.0 kernels queued each (5.00 µs a kernel)"),
+            "{s}"
+        );
+        assert_eq!(PollClock::default().ends_summary(), None);
     }
 }
