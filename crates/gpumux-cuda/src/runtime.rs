@@ -386,19 +386,26 @@ impl Function {
     }
 }
 
-/// Kernel arguments, each in its own 8-byte aligned slot.
+/// Kernel arguments, each in its own 8-byte aligned slot of one buffer:
+/// two allocations per launch whatever its argument count, not one per
+/// argument (a launcher thread frees what the device's thread allocated:
+/// each free there may take the allocator's lock that thread allocates under).
 #[derive(Default)]
 pub struct Params {
-    slots: Vec<Vec<u64>>,
+    /// Every slot, in order.
+    words: Vec<u64>,
+    /// Where each slot starts in `words`.
+    starts: Vec<usize>,
 }
 
 impl Params {
     /// An argument of these bytes (a struct passed by value).
     pub fn push_bytes(&mut self, b: &[u8]) -> &mut Self {
-        let mut slot = vec![0u64; b.len().div_ceil(8).max(1)];
-        // SAFETY: the slot holds at least b.len() bytes.
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), slot.as_mut_ptr().cast::<u8>(), b.len()) };
-        self.slots.push(slot);
+        let start = self.words.len();
+        self.words.resize(start + b.len().div_ceil(8).max(1), 0);
+        // SAFETY: the slot just added holds at least b.len() bytes.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.words[start..].as_mut_ptr().cast::<u8>(), b.len()) };
+        self.starts.push(start);
         self
     }
     /// A device pointer.
@@ -428,8 +435,35 @@ impl Params {
             Arg::U64(v) => self.u64(*v),
         })
     }
+    /// Each argument's address, for `cuLaunchKernel` (valid while `self` is
+    /// neither changed nor dropped).
     fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.slots.iter_mut().map(|s| s.as_mut_ptr().cast::<c_void>()).collect()
+        let base = self.words.as_mut_ptr();
+        // SAFETY: every start lies within `words` (`push_bytes`).
+        self.starts.iter().map(|&i| unsafe { base.add(i) }.cast::<c_void>()).collect()
+    }
+}
+
+#[cfg(test)]
+mod params_tests {
+    use super::*;
+
+    #[test]
+    fn each_argument_points_at_its_own_bytes_in_an_aligned_slot() {
+        let mut p = Params::default();
+        let launch_desc: Vec<u8> = (0..72u8).collect();
+        p.ptr(0x1122_3344_5566_7788).u32(7).push_bytes(&launch_desc).push_bytes(&[]).uint3([1, 2, 3]);
+        let ptrs = p.pointers();
+        assert_eq!(ptrs.len(), 5);
+        // SAFETY: each pointer names a live slot of at least the bytes read.
+        let bytes = |i: usize, n: usize| unsafe { std::slice::from_raw_parts(ptrs[i].cast::<u8>(), n) }.to_vec();
+        assert_eq!(bytes(0, 8), 0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(bytes(1, 4), 7u32.to_le_bytes());
+        assert_eq!(bytes(2, 72), launch_desc);
+        assert_eq!(bytes(4, 12), [1u32, 2, 3].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+        assert!(ptrs.iter().all(|q| (*q as usize).is_multiple_of(8)), "8-byte aligned slots");
+        // An empty argument still has a slot of its own, apart from the next.
+        assert!(ptrs.windows(2).all(|w| w[0] < w[1]), "slots in order, none shared");
     }
 }
 
