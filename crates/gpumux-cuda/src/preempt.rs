@@ -43,7 +43,7 @@ const EVENT_QUERY_AFTER: std::time::Duration = std::time::Duration::from_micros(
 const EVENT_QUERY_EVERY: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// How a native launch's end is published in host memory: unset or
-/// `kernel`, by the kernel's last block where its native twin is at hand
+/// `kernel`, by the kernel's last thread out where its native twin is at hand
 /// ([`WorkerLaunch::set_native_publishing`]), else by a stream write after
 /// it; `stream`, by the stream write always (as before the twin, for an
 /// A/B); `event`, not at all: its end event is queried, as before its end
@@ -57,7 +57,7 @@ enum NativeEnd {
     Event,
     /// The stream, with a write after the kernel.
     Stream,
-    /// The kernel's last block, where its native twin is at hand.
+    /// The kernel's last thread out, where its native twin is at hand.
     Kernel,
 }
 
@@ -606,7 +606,7 @@ impl WorkerLaunch {
         self.native = native;
     }
 
-    /// The native build's twin whose last block publishes the launch's end
+    /// The native build's twin whose last thread out publishes the launch's end
     /// in host memory (`None`: none; `transform::NATIVE_SUFFIX`): a native
     /// start launches it instead, with the control record and its number,
     /// and no stream write follows ([`NATIVE_END_VAR`]).
@@ -799,7 +799,7 @@ impl WorkerLaunch {
         let chunk = match (plan, &self.native) {
             (Plan::Native, Some(native)) => {
                 // Its end is published as a worker launch's is, in host memory
-                // (its number, by its native twin's last block, or by a stream
+                // (its number, by its native twin's last thread out, or by a stream
                 // write after the kernel): a poll reads a word instead of
                 // querying the end event, which takes the driver's lock that
                 // the next launch waits for.
@@ -1037,7 +1037,7 @@ impl WorkerLaunch {
         // (after a system fence) the seq.
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         if self.running_native {
-            // Written after the kernel's last block (by it, or by the stream): it ran every block.
+            // Written after the kernel's last thread (by it, or by the stream): it ran every block.
             return Some((self.end, 0));
         }
         Some((words.read(0), words.read(1)))

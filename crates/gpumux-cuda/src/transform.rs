@@ -17,8 +17,9 @@
 //!
 //! * `K__gmx_native(params, gmx_ctl_t* gmx_ctl, unsigned int gmx_seq)` (not for
 //!   templates): the body run natively, one block per block of the grid, after
-//!   which the grid's last block publishes the launch's end in host memory
-//!   (`gmx_native_end`), so that no stream write after the kernel is needed.
+//!   which the grid's last thread out publishes the launch's end in host
+//!   memory (`gmx_native_end`, no block barrier), so that no stream write
+//!   after the kernel is needed.
 //!
 //! What cannot be preempted block by block is refused with the line and the
 //! reason: grid-wide synchronisation, cooperative launch, dynamic parallelism,
@@ -767,12 +768,12 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, block_s
         return;
     }
 
-    // 3. The kernel as written, its end published by its last block: the
-    // body once per block of the grid (`blockIdx` and `gridDim` as they
-    // are), then a barrier (an early `return` left the body only) and the
-    // block's count.
+    // 3. The kernel as written, its end published by its last thread out:
+    // the body once per block of the grid (`blockIdx` and `gridDim` as they
+    // are), then each thread's count (`gmx_native_end`: no block barrier, so
+    // a thread that returned early leaves as it would natively).
     let set_shared = if shared_index {
-        "if (gmx_leader) { gmx_blockIdx = blockIdx; gmx_gridDim = gridDim; }\n    __syncthreads();\n    "
+        "if ((threadIdx.x | threadIdx.y | threadIdx.z) == 0u) { gmx_blockIdx = blockIdx; gmx_gridDim = gridDim; }\n    __syncthreads();\n    "
     } else {
         ""
     };
@@ -782,10 +783,10 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, block_s
         out,
         r#"{name}{NATIVE_SUFFIX}({params}{comma}gmx_ctl_t* __restrict__ gmx_ctl, const unsigned int gmx_seq) {{
     // gpumux native kernel publishing its end: see gpumux-cuda/src/transform.rs
-    const bool gmx_leader = (threadIdx.x | threadIdx.y | threadIdx.z) == 0u;
     {set_shared}{name}{BODY_SUFFIX}({args}blockIdx, gridDim);
-    __syncthreads();
-    if (gmx_leader) gmx_native_end(gmx_ctl, gmx_seq, gridDim.x * gridDim.y * gridDim.z);
+    const unsigned long long gmx_threads = (unsigned long long)(blockDim.x * blockDim.y * blockDim.z)
+        * gridDim.x * gridDim.y * gridDim.z;
+    gmx_native_end(gmx_ctl, gmx_seq, gmx_threads);
 }}"#
     );
 }
@@ -855,12 +856,12 @@ extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, c
         let twin = "extern \"C\" __global__ void __launch_bounds__(256) scale__gmx_native(float* __restrict__ y, const float* x, float a, int n, gmx_ctl_t* __restrict__ gmx_ctl, const unsigned int gmx_seq)";
         assert!(s.contains(twin), "{s}");
         let at = s.find(twin).expect("the twin");
-        let (call, barrier, publish) = (
-            s[at..].find("scale__gmx_body(y, x, a, n, blockIdx, gridDim);"),
-            s[at..].find("__syncthreads();"),
-            s[at..].find("gmx_native_end(gmx_ctl, gmx_seq, gridDim.x * gridDim.y * gridDim.z)"),
-        );
-        assert!(call < barrier && barrier < publish && call.is_some(), "the body, the barrier, then the end: {s}");
+        let twin_text = &s[at..];
+        let call = twin_text.find("scale__gmx_body(y, x, a, n, blockIdx, gridDim);").expect("the body");
+        let end = twin_text.find("gmx_native_end(gmx_ctl, gmx_seq, gmx_threads);").expect("the end");
+        assert!(call < end, "the body, then each thread's count: {s}");
+        // No block barrier: a thread that returned early must leave as natively.
+        assert!(!twin_text[..end].contains("__syncthreads"), "{twin_text}");
         // A template kernel has none (it is launched as an instantiation's worker only).
         let t = transform("template <int N> __global__ void k(int* o) { o[blockIdx.x] = N; }").expect("transform");
         assert!(!t.source.contains(&format!("k{NATIVE_SUFFIX}")));
@@ -869,7 +870,9 @@ extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, c
             "__device__ int row() { return blockIdx.y; }\nextern \"C\" __global__ void k(int* o) { o[row()] = 1; }";
         let t = transform(src).expect("transform");
         let at = t.source.find("k__gmx_native(").expect("the twin");
-        assert!(t.source[at..].contains("gmx_blockIdx = blockIdx; gmx_gridDim = gridDim; }\n    __syncthreads();"));
+        let twin_text = &t.source[at..];
+        let set = twin_text.find("gmx_blockIdx = blockIdx; gmx_gridDim = gridDim; }\n    __syncthreads();");
+        assert!(set < twin_text.find("k__gmx_body(o, blockIdx, gridDim)") && set.is_some(), "{twin_text}");
     }
 
     #[test]

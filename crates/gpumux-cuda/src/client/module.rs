@@ -78,7 +78,7 @@ pub struct CompiledModule {
     /// Found in the compile cache.
     pub cached: bool,
     /// Each kernel's native twin in the worker CUBIN, which publishes its
-    /// end from its last block (`transform::NATIVE_SUFFIX`): its exported
+    /// end from its last thread out (`transform::NATIVE_SUFFIX`): its exported
     /// name, in the order of `kernels`.
     pub publishing: Vec<String>,
     /// The client's source compiled as it is, and each kernel's exported name
@@ -172,7 +172,7 @@ pub struct ClientKernel {
     /// it ([`add_native`]): launched when no preemption is needed.
     pub native: Option<Function>,
     /// The same kernel run natively from the worker module, its end
-    /// published by its last block (`transform::NATIVE_SUFFIX`): launched
+    /// published by its last thread out (`transform::NATIVE_SUFFIX`): launched
     /// instead of `native` where the end must show in host memory
     /// (`preempt::NATIVE_END_VAR`). Only beside `native`.
     pub native_publishing: Option<Function>,
@@ -218,9 +218,15 @@ pub fn load(name: &str, compiled: &CompiledModule) -> Result<LoadedModule, CudaE
             }
             None => None,
         };
-        // Compiled with the workers, but launched only where the native build is.
+        // Compiled with the workers, but launched only in the native build's
+        // place, so only where it takes every block the native build takes
+        // (its registers could differ).
         let native_publishing = match (&native, compiled.publishing.get(i)) {
-            (Some(_), Some(name)) => Some(module.function(name)?),
+            (Some(n), Some(name)) => {
+                let twin = module.function(name)?;
+                let most = |f: &Function| f.attribute(FA::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+                (most(&twin)? >= most(n)?).then_some(twin)
+            }
             _ => None,
         };
         let param_sizes = user_param_sizes(&worker.param_layout(params + WORKER_TAIL.len())?, *params)?;
