@@ -72,6 +72,17 @@ pub fn holds_too_long(blocks: u64, slots: u64, block_ns: Option<f64>) -> bool {
     waves * block_ns.unwrap_or(WAVE_FLOOR_NS) > NATIVE_HOLD_MAX_NS
 }
 
+/// Whether a grid of `blocks` on `slots` resident slots is known to be
+/// short: its shape was timed (`block_ns`) and its waves take at most
+/// [`SHORT_LAUNCH_NS`]. Untimed, nothing is known: not short. Kernels this
+/// short of peers of one priority may run natively (the CUDA client
+/// device's `peers` rule), which a one-wave grid of long blocks may not: it
+/// would hold its slots on every SM for a whole block time.
+pub fn known_short(blocks: u64, slots: u64, block_ns: Option<f64>) -> bool {
+    let waves = blocks.div_ceil(slots.max(1)).max(1) as f64;
+    block_ns.is_some_and(|bt| bt.is_finite() && bt >= 0.0 && waves * bt <= SHORT_LAUNCH_NS)
+}
+
 /// Blocks per claim: fixed, or chosen per launch by [`plan`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Chunk {
@@ -232,6 +243,23 @@ mod tests {
 
     fn facts(blocks: u64, slots: u64) -> LaunchFacts {
         LaunchFacts { blocks, slots, whole_grid_on_whole_gpu: true, native_available: true }
+    }
+
+    #[test]
+    fn only_timed_grids_whose_waves_fit_the_short_bound_are_known_short() {
+        // Untimed: nothing known, whatever the grid.
+        assert!(!known_short(1, 1056, None));
+        // One wave of short blocks, and several waves that still fit.
+        assert!(known_short(1, 1056, Some(3_000.0)));
+        assert!(known_short(4 * 1056, 1056, Some(5_000.0)));
+        // Just over: five waves of 5 µs; one wave of long blocks is not short.
+        assert!(!known_short(4 * 1056 + 1, 1056, Some(5_000.0)));
+        assert!(!known_short(1, 1056, Some(SHORT_LAUNCH_NS + 1.0)));
+        // A garbage measurement is not taken as short.
+        assert!(!known_short(1, 1056, Some(f64::NAN)));
+        assert!(!known_short(1, 1056, Some(-1.0)));
+        // No slots counts as one (no division by zero).
+        assert!(known_short(2, 0, Some(1_000.0)));
     }
 
     #[test]

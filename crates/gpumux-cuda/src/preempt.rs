@@ -382,6 +382,21 @@ pub fn is_long(
     block_ns.is_some_and(|bt| waves > 1 && bt * waves as f64 > launch_plan::SHORT_LAUNCH_NS)
 }
 
+/// A launch of `func`'s whole grid is known to be short on `sm_count` SMs of
+/// `workers_per_sm` slots: timed, and its waves take at most
+/// [`launch_plan::SHORT_LAUNCH_NS`] ([`launch_plan::known_short`]).
+pub fn is_short(
+    func: &Function,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    workers_per_sm: u32,
+    sm_count: u32,
+) -> bool {
+    let (blocks, slots, block_ns) = whole_grid(func, grid, block, smem, workers_per_sm, sm_count);
+    launch_plan::known_short(blocks, slots, block_ns)
+}
+
 /// The GPU time a launch of `func`'s whole grid is expected to take: its
 /// waves on `workers_per_sm` × `sm_count` slots times its shape's block time
 /// once timed, else `untimed_wave_ns` a wave (the CUDA client device's deep

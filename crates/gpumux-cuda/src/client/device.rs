@@ -24,6 +24,7 @@ mod handover;
 mod higher;
 mod lead;
 mod lockfree;
+mod peers;
 mod recycle;
 mod refill;
 use crate::error::CudaError;
@@ -44,6 +45,7 @@ use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
 pub use lockfree::{DRIVER_POLL_GAP, POLL_LOCKFREE_VAR};
+pub use peers::{PEERS_SHORT_VAR, PEER_HOLD_NS, PEER_HOLD_VAR};
 pub use recycle::{Recycle, RECYCLE_VAR};
 pub use refill::Refill;
 use refill::{CutKernel, PendingCut};
@@ -510,6 +512,9 @@ pub struct ClientDevice {
     /// ([`ClientDevice::set_hw_priority`]), and the launches run natively so far.
     hw_priority: bool,
     native_launches: u64,
+    /// Under hardware priority, a kernel known to be short runs natively
+    /// beside peers of its priority too ([`peers`]; [`PEERS_SHORT_VAR`]).
+    peers: peers::PeerRule,
     /// Ends of kernels queued natively seen before the engine launched them,
     /// kept for [`ClientDevice::take_ends_ahead`] while `report_ends` ([`ahead`]).
     ends_ahead: Vec<(OpId, u64)>,
@@ -717,12 +722,10 @@ fn alone_at(
 /// How a launch of `priority` runs under hardware priority
 /// ([`ClientDevice::set_hw_priority`]), as (natively whatever its length,
 /// natively if long): nothing native unless it is alone at its priority;
-/// alone, natively if long, and whatever its length unless launches of
-/// another priority run as workers and none of them natively. Beside
-/// another priority's workers a short launch stays workers: the engine's
-/// SMs are what keeps the two apart there (a native grid would take free
-/// slots on the other's SMs); beside its native blocks workers could not
-/// displace them, and the hardware orders the two by stream priority.
+/// alone, natively if long, and whatever its length if launches of
+/// another priority leave room for it ([`beside_others_natively`]). With
+/// peers, a kernel known to be short may still run natively
+/// ([`native_beside_peers`]).
 fn hw_native(
     hw_priority: bool,
     launches: &IdMap<LaunchId, Live>,
@@ -735,6 +738,23 @@ fn hw_native(
     if !hw_priority || !alone_at(launches, queued, priority, except, chain) {
         return (false, false);
     }
+    (beside_others_natively(launches, ahead, queued, priority, except), true)
+}
+
+/// Launches of priorities other than `priority` (but `except`) leave room
+/// for a short native grid of it: none runs as workers, or some run
+/// natively. Beside another priority's workers a short launch stays
+/// workers: the engine's SMs are what keeps the two apart there (a native
+/// grid would take free slots on the other's SMs); beside its native blocks
+/// workers could not displace them, and the hardware orders the two by
+/// stream priority.
+fn beside_others_natively(
+    launches: &IdMap<LaunchId, Live>,
+    ahead: &IdMap<OpId, ahead::Ahead>,
+    queued: &ahead::Uncancelled,
+    priority: i32,
+    except: Option<LaunchId>,
+) -> bool {
     let others = launches.iter().filter(|(&l, x)| Some(l) != except && x.priority != priority);
     let (mut native, mut workers) = (false, false);
     for (_, l) in others {
@@ -744,7 +764,38 @@ fn hw_native(
         }
     }
     workers |= ahead::workers_of_others(ahead, queued, priority);
-    (native || !workers, true)
+    native || !workers
+}
+
+/// A launch of `priority` whose kernel is `short` (known short:
+/// [`crate::preempt::is_short`]) runs natively though peers of its priority
+/// run or are queued ([`peers`]): `on` ([`PEERS_SHORT_VAR`]) and under
+/// hardware priority, not alone (alone, [`hw_native`] decides), and beside
+/// other priorities as [`beside_others_natively`] allows.
+#[allow(clippy::too_many_arguments)]
+fn native_beside_peers(
+    on: bool,
+    hw_priority: bool,
+    launches: &IdMap<LaunchId, Live>,
+    ahead: &IdMap<OpId, ahead::Ahead>,
+    queued: &ahead::Uncancelled,
+    priority: i32,
+    except: Option<LaunchId>,
+    chain: Option<u64>,
+    short: bool,
+) -> bool {
+    // The cheap answers first: most launches are alone, or long, or the rule is off.
+    if !on || !hw_priority || !short {
+        return false;
+    }
+    let alone = alone_at(launches, queued, priority, except, chain);
+    let beside = !alone && beside_others_natively(launches, ahead, queued, priority, except);
+    peers::native_beside_peers(on, hw_priority, alone, beside, short)
+}
+
+/// Kernel operation `o`'s whole grid is known to be short on `sm_count` SMs.
+fn op_is_short(o: &KernelOp, sm_count: u32) -> bool {
+    o.kernel.native.is_some() && crate::preempt::is_short(&o.kernel.worker, o.grid, o.block, o.smem, o.fits, sm_count)
 }
 
 /// How [`start_segs`] starts workers.
@@ -935,6 +986,7 @@ impl ClientDevice {
             refills: (0, 0),
             hw_priority: false,
             native_launches: 0,
+            peers: peers::PeerRule::from_env(),
             ends_ahead: Vec::new(),
             report_ends: false,
             answered: Vec::new(),
@@ -1347,8 +1399,30 @@ impl ClientDevice {
         // (`hw_native` says when a short one does not).
         let (native_anywhere, native_if_long) =
             hw_native(hw_priority, &st.launches, &st.ahead, &st.uncancelled, live.priority, None, Some(live.chain));
-        // (Alone at its priority, a launch is placed on its own SMs: no peer to share them with.)
-        let (place, corun) = place(co_locate, self.chooser.as_mut(), sm_count, st, &live);
+        // Beside peers, natively if known short (`peers`).
+        let short = || st.ops.get(&live.op).is_some_and(|o| op_is_short(o, sm_count));
+        let beside_peers = !native_if_long
+            && native_beside_peers(
+                self.peers.on,
+                hw_priority,
+                &st.launches,
+                &st.ahead,
+                &st.uncancelled,
+                live.priority,
+                None,
+                Some(live.chain),
+                short(),
+            );
+        let native_anywhere = native_anywhere || beside_peers;
+        // (Alone at its priority, a launch is placed on its own SMs: no peer
+        // to share them with. A peer's short kernel run natively is placed
+        // there too, and its run is no co-run sample: its grid goes wherever
+        // slots free, so the chooser would learn nothing of the pair.)
+        let (place, corun) = if beside_peers {
+            (Placement { mask: live.sms, share: None }, None)
+        } else {
+            place(co_locate, self.chooser.as_mut(), sm_count, st, &live)
+        };
         live.corun = corun;
         let r = match st.ops.get(&live.op) {
             None => Err(CudaError::Invalid(format!("no work bound to {}", live.op))),
@@ -1634,6 +1708,25 @@ impl ClientDevice {
         Ok(working * 4 >= live.sms.len() * 3)
     }
 
+    /// A grow of launch `lid` that runs natively (its kernel's own grid, or
+    /// its kernel seen ended ahead): the SMs join its account and nothing
+    /// else changes (`true`). A native grid already takes free slots on
+    /// every SM and can neither be refilled nor restarted; a retreat asked
+    /// for a refill would only end its stream's run queued ahead, which
+    /// peers' short kernels grown by the engine between their launches
+    /// would lose at every grow ([`peers`]). `false`: workers, grown as usual.
+    fn grow_native(&mut self, lid: LaunchId, sms: SmSet) -> bool {
+        let Some(live) = self.st.as_mut().and_then(|st| st.launches.get_mut(&lid)) else { return false };
+        let native = live.done_ahead
+            || (!live.segs.is_empty() && live.segs.iter().all(|w| w.running_native()) && live.leaving.is_empty());
+        if !native || live.stopping {
+            return false;
+        }
+        live.sms = live.sms.union(&sms);
+        live.note("grown natively: its account only");
+        true
+    }
+
     /// Queues copy `copy`, the work bound to `op`, on its copy stream.
     fn copy(&mut self, copy: CopyId, op: OpId) -> Result<(), CudaError> {
         let st = state_of(&self.ctx, &mut self.st)?;
@@ -1859,7 +1952,7 @@ impl Device for ClientDevice {
                 };
                 // Another kernel's workers queued on these SMs leave them.
                 let t = self.clock.start();
-                self.cancel_ahead_on(sms, Some(op))?;
+                self.cancel_ahead_on(sms, Some(op), priority)?;
                 self.clock.part(clock::Part::Cancel, t);
                 let st = self.state().map_err(failed("making the context current"))?;
                 if st.ahead.contains_key(&op) {
@@ -1894,10 +1987,16 @@ impl Device for ClientDevice {
                 self.recycle_between_polls()?;
             }
             Command::Grow { launch, sms } => {
+                let priority = self.st.as_ref().and_then(|st| st.launches.get(&launch)).map(|l| l.priority);
+                if self.peers.on && self.grow_native(launch, sms) {
+                    return Ok(());
+                }
                 // Stream order: what is queued behind it cannot follow a
                 // restart, nor stay on SMs the engine gives out.
                 self.cancel_ahead_behind(launch)?;
-                self.cancel_ahead_on(sms, None)?;
+                if let Some(priority) = priority {
+                    self.cancel_ahead_on(sms, None, priority)?;
+                }
                 let st = self.state().map_err(failed("making the context current"))?;
                 let Some(live) = st.launches.get_mut(&launch) else {
                     return Err(ProtocolError::UnknownLaunch { launch, by: Message::Grow }.into());

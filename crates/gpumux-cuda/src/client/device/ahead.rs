@@ -63,8 +63,10 @@
 //! take slots first), so the run is bounded: at most [`DEEP_MAX`] kernels
 //! not yet seen ended, and at most [`DEEP_HOLD_NS`] of expected GPU time
 //! ([`preempt::expected_ns`]: a timed kernel's waves times its block time,
-//! an untimed one's waves at [`UNTIMED_WAVE_NS`]). A kernel that would not
-//! run natively (a peer of its priority came, another priority's workers
+//! an untimed one's waves at [`UNTIMED_WAVE_NS`]); a stream whose priority
+//! has peers, [`super::peers::PEER_HOLD_NS`] (its short kernels run natively
+//! there: [`super::peers`]). A kernel that would not run natively (a peer
+//! of its priority came and it is not known short, another priority's workers
 //! run beside a short one, a launch that may hold the GPU too long) ends the
 //! run: it waits for the engine's launch command, as without queueing.
 //! Each kernel of a run needs a launch record at hand (its operation's or a
@@ -121,8 +123,8 @@ mod uncancelled;
 
 use super::clock::Part;
 use super::{
-    all_left, failed, failed_with, hw_native, place, start_segs, state_of, still_to_run, ClientDevice, InContext,
-    KernelOp, Live, Placement, SegPlan, MAX_SPARE,
+    all_left, alone_at, failed, failed_with, hw_native, native_beside_peers, op_is_short, place, start_segs, state_of,
+    still_to_run, ClientDevice, InContext, KernelOp, Live, Placement, SegPlan, MAX_SPARE,
 };
 use crate::launch_plan::{Plan, ProfileKey, SHORT_LAUNCH_NS};
 use crate::preempt::{expected_ns, holds_too_long, is_long, timed_block_ns, WorkerLaunch};
@@ -461,6 +463,25 @@ fn give_back_records(st: &mut InContext, op: OpId, segs: Vec<WorkerLaunch>) -> R
     Ok(())
 }
 
+/// Whether kernel `op`, queued as `a`, is cancelled by a launch of the
+/// engine on `sms` ([`ClientDevice::cancel_ahead_on`]): queued on those SMs,
+/// not `except` (the launch's own operation) nor of its run (`own`), and not
+/// a native kernel of `spared` (the launch's priority, where peers' short
+/// kernels run natively: [`super::peers`]).
+fn cancelled_by_launch(
+    op: OpId,
+    a: &Ahead,
+    sms: SmSet,
+    except: Option<OpId>,
+    own: Option<u64>,
+    spared: Option<i32>,
+) -> bool {
+    Some(op) != except
+        && Some(a.chain) != own
+        && !(a.native() && Some(a.priority) == spared)
+        && !a.held.intersection(&sms).is_empty()
+}
+
 impl ClientDevice {
     /// What queueing ahead did so far.
     pub fn ahead_counts(&self) -> AheadCounts {
@@ -499,6 +520,7 @@ impl ClientDevice {
         }
         let (chunk, sm_count, ctx, hw_priority) =
             (self.chunk, self.info.num_sms as u32, self.ctx.raw(), self.hw_priority);
+        let peers_short = self.peers.on;
         let higher = &self.higher;
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let InContext {
@@ -564,6 +586,28 @@ impl ClientDevice {
         }
         let (native_anywhere, native_if_long) =
             hw_native(hw_priority, launches, ahead, uncancelled, live.priority, Some(lid), Some(live.chain));
+        // Beside peers, a kernel known short runs natively (`super::peers`):
+        // behind a native launch it is queued natively, as alone; behind
+        // workers it is not queued (as a long one alone, below), so that its
+        // launch command starts it natively and its stream's run begins
+        // there: queued as workers, each kernel adopted would queue the next
+        // as workers again, and the stream would never leave them.
+        let beside_peers = !native_if_long
+            && native_beside_peers(
+                peers_short,
+                hw_priority,
+                launches,
+                ahead,
+                uncancelled,
+                live.priority,
+                Some(lid),
+                Some(live.chain),
+                ops.get(&next).is_some_and(|o| op_is_short(o, sm_count)),
+            );
+        if beside_peers && !native_before {
+            return Ok(());
+        }
+        let native_anywhere = native_anywhere || beside_peers;
         if native_if_long && !native_before {
             // A long next kernel would run natively (`hw_native`), and a
             // native kernel cannot wait queued behind workers (a retreat of
@@ -679,6 +723,8 @@ impl ClientDevice {
             return Ok(None);
         }
         let (chain, priority, place, held, on_stream) = (a.chain, a.priority, a.place, a.held, a.on_stream);
+        // Beside peers of its priority a run holds far less (`super::peers`).
+        let hold_ns = self.peers.hold_ns(alone_at(launches, uncancelled, priority, None, Some(chain)));
         let Some(next) = ops.get(&prev).and_then(|o| o.next) else { return Ok(None) };
         if ahead.contains_key(&next) || launches.values().any(|l| l.op == next) {
             return Ok(None);
@@ -716,7 +762,7 @@ impl ClientDevice {
             }
             queued += 1;
             ns += e.expect_ns;
-            if queued >= DEEP_MAX || ns > DEEP_HOLD_NS {
+            if queued >= DEEP_MAX || ns > hold_ns {
                 self.ahead_counts.held_deep += 1;
                 return Ok(None);
             }
@@ -725,7 +771,7 @@ impl ClientDevice {
                 Behind::Launch(_) => break,
             }
         }
-        if ns > DEEP_HOLD_NS {
+        if ns > hold_ns {
             self.ahead_counts.held_deep += 1;
             return Ok(None);
         }
@@ -742,6 +788,20 @@ impl ClientDevice {
         // (`hw_native`; its own stream's kernels are no peers), and only so.
         let (native_anywhere, native_if_long) =
             hw_native(true, launches, ahead, uncancelled, priority, None, Some(chain));
+        // Beside peers, natively if known short (`super::peers`).
+        let native_anywhere = native_anywhere
+            || (!native_if_long
+                && native_beside_peers(
+                    self.peers.on,
+                    true,
+                    launches,
+                    ahead,
+                    uncancelled,
+                    priority,
+                    None,
+                    Some(chain),
+                    op_is_short(o, sm_count),
+                ));
         let fits = o.fits;
         let long = || is_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
         let too_long = holds_too_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
@@ -757,7 +817,7 @@ impl ClientDevice {
         // "Fewer end writes"); the ends before it are known from it.
         let after = o.next.and_then(|n| ops.get(&n)).filter(|x| !x.unbound);
         let last = after.is_none_or(|x| {
-            queued + 1 >= DEEP_MAX || ns + expected_of(x, sm_count) > DEEP_HOLD_NS || spare.len() + o.pool.len() <= 1
+            queued + 1 >= DEEP_MAX || ns + expected_of(x, sm_count) > hold_ns || spare.len() + o.pool.len() <= 1
         });
         let publish_end = last || (self.ahead_counts.deep + 1).is_multiple_of(PUBLISH_EVERY);
         let lazy_end = true;
@@ -967,8 +1027,19 @@ impl ClientDevice {
 
     /// Cancels queued workers on SMs the engine gives to a launch of
     /// another operation than `except` (`sms`), but not the kernels queued
-    /// natively behind `except` on its own stream (they follow it).
-    pub(super) fn cancel_ahead_on(&mut self, sms: SmSet, except: Option<OpId>) -> Result<(), DeviceError> {
+    /// natively behind `except` on its own stream (they follow it), nor,
+    /// where peers' short kernels run natively ([`super::peers`]), kernels
+    /// queued natively of `priority`, the launch's: a native grid does not
+    /// hold the SMs it was queued on (it takes free slots anywhere) and
+    /// cannot be called back, so a cancel would only end its stream's run,
+    /// which [`super::peers::PEER_HOLD_NS`] bounds already.
+    pub(super) fn cancel_ahead_on(
+        &mut self,
+        sms: SmSet,
+        except: Option<OpId>,
+        priority: i32,
+    ) -> Result<(), DeviceError> {
+        let spared = self.peers.on.then_some(priority);
         let own = except.and_then(|op| self.st.as_ref()?.ahead.get(&op).map(|a| a.chain));
         // Only another run's kernels can be hit: when none is queued (one
         // client's chain), no walk (`uncancelled`).
@@ -976,7 +1047,7 @@ impl ClientDevice {
         if !self.st.as_ref().is_some_and(others) {
             return Ok(());
         }
-        self.cancel_where(|op, a| Some(op) != except && Some(a.chain) != own && !a.held.intersection(&sms).is_empty())
+        self.cancel_where(|op, a| cancelled_by_launch(op, a, sms, except, own, spared))
     }
 
     fn cancel_where(&mut self, which: impl Fn(OpId, &Ahead) -> bool) -> Result<(), DeviceError> {
@@ -1195,5 +1266,74 @@ impl ClientDevice {
             st.retire(op);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod peer_tests {
+    use super::super::{hw_native, native_beside_peers, Live};
+    use super::test_support::entry;
+    use super::*;
+    use gpumux_engine::ids::SmId;
+
+    fn sms(ids: &[u16]) -> SmSet {
+        let mut s = SmSet::EMPTY;
+        for &i in ids {
+            s.insert(SmId(i));
+        }
+        s
+    }
+
+    /// Kernels queued natively ahead at `(priority, chain)` each, none launched.
+    fn queued(at: &[(i32, u64)]) -> (IdMap<OpId, Ahead>, Uncancelled) {
+        let (mut map, mut counts) = (IdMap::<OpId, Ahead>::default(), Uncancelled::default());
+        for (i, &(priority, chain)) in at.iter().enumerate() {
+            let a = Ahead { priority, chain, ..entry() };
+            counts.add(&a);
+            map.insert(OpId(i as u64), a);
+        }
+        (map, counts)
+    }
+
+    #[test]
+    fn a_short_kernel_runs_natively_beside_a_peers_queued_kernel_and_only_then() {
+        let launches = IdMap::<LaunchId, Live>::default();
+        // A peer (chain 1) of priority 0 has a kernel queued natively.
+        let (ahead, counts) = queued(&[(0, 1)]);
+        let beside = |on, short, priority, chain| {
+            native_beside_peers(on, true, &launches, &ahead, &counts, priority, None, Some(chain), short)
+        };
+        assert!(beside(true, true, 0, 0));
+        assert!(!beside(false, true, 0, 0), "the switch off: workers, as before");
+        assert!(!beside(true, false, 0, 0), "not known short: workers");
+        // Its own stream's kernel is no peer: alone, `hw_native` decides
+        // (natively, whatever its length: nothing of another priority runs).
+        assert!(!beside(true, true, 0, 1));
+        assert_eq!(hw_native(true, &launches, &ahead, &counts, 0, None, Some(1)), (true, true));
+        // Another priority's kernel is no peer either.
+        assert!(!beside(true, true, 1, 0));
+        // With peers, `hw_native` runs nothing natively: only this rule does.
+        assert_eq!(hw_native(true, &launches, &ahead, &counts, 0, None, Some(0)), (false, false));
+        // No hardware priority: never.
+        assert!(!native_beside_peers(true, false, &launches, &ahead, &counts, 0, None, Some(0), true));
+    }
+
+    #[test]
+    fn a_launch_cancels_what_is_queued_on_its_sms_but_a_peers_native_kernels_when_spared() {
+        let a = Ahead { held: sms(&[0, 1]), priority: 0, chain: 7, ..entry() };
+        let on = sms(&[1, 2]);
+        let (op, except) = (OpId(3), Some(OpId(9)));
+        // Not spared (the rule off, or another priority's launch): cancelled, as before.
+        assert!(cancelled_by_launch(op, &a, on, except, None, None));
+        assert!(cancelled_by_launch(op, &a, on, except, None, Some(1)));
+        // A launch of its priority spares a native kernel: a native grid holds no SMs.
+        assert!(!cancelled_by_launch(op, &a, on, except, None, Some(0)));
+        // Workers are cancelled whatever the priority: they hold their SMs.
+        let workers = Ahead { native: false, ..a };
+        assert!(cancelled_by_launch(op, &workers, on, except, None, Some(0)));
+        // Never the launch's own operation, nor its run, nor off its SMs.
+        assert!(!cancelled_by_launch(op, &workers, on, Some(op), None, None));
+        assert!(!cancelled_by_launch(op, &workers, on, except, Some(7), None));
+        assert!(!cancelled_by_launch(op, &workers, sms(&[5]), except, None, None));
     }
 }
