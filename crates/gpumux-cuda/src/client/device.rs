@@ -515,6 +515,7 @@ pub struct ClientDevice {
     /// Under hardware priority, a kernel known to be short runs natively
     /// beside peers of its priority too ([`peers`]; [`PEERS_SHORT_VAR`]).
     peers: peers::PeerRule,
+    peer_counts: peers::PeerCounts,
     /// Ends of kernels queued natively seen before the engine launched them,
     /// kept for [`ClientDevice::take_ends_ahead`] while `report_ends` ([`ahead`]).
     ends_ahead: Vec<(OpId, u64)>,
@@ -987,6 +988,7 @@ impl ClientDevice {
             hw_priority: false,
             native_launches: 0,
             peers: peers::PeerRule::from_env(),
+            peer_counts: peers::PeerCounts::default(),
             ends_ahead: Vec::new(),
             report_ends: false,
             answered: Vec::new(),
@@ -1414,6 +1416,7 @@ impl ClientDevice {
                 short(),
             );
         let native_anywhere = native_anywhere || beside_peers;
+        self.peer_counts.started += beside_peers as u64;
         // (Alone at its priority, a launch is placed on its own SMs: no peer
         // to share them with. A peer's short kernel run natively is placed
         // there too, and its run is no co-run sample: its grid goes wherever
@@ -1814,6 +1817,9 @@ impl Drop for ClientDevice {
                 c.held_deep,
                 c.recycled
             );
+        }
+        if let Some(s) = self.peer_counts.summary() {
+            tracing::info!("CUDA device: {s}");
         }
         if let Some(words) = self.lead.words() {
             tracing::info!("CUDA device: the GPU's lead over the engine: {words}");

@@ -608,6 +608,7 @@ impl ClientDevice {
             return Ok(());
         }
         let native_anywhere = native_anywhere || beside_peers;
+        self.peer_counts.queued += (beside_peers && native_before) as u64;
         if native_if_long && !native_before {
             // A long next kernel would run natively (`hw_native`), and a
             // native kernel cannot wait queued behind workers (a retreat of
@@ -789,25 +790,26 @@ impl ClientDevice {
         let (native_anywhere, native_if_long) =
             hw_native(true, launches, ahead, uncancelled, priority, None, Some(chain));
         // Beside peers, natively if known short (`super::peers`).
-        let native_anywhere = native_anywhere
-            || (!native_if_long
-                && native_beside_peers(
-                    self.peers.on,
-                    true,
-                    launches,
-                    ahead,
-                    uncancelled,
-                    priority,
-                    None,
-                    Some(chain),
-                    op_is_short(o, sm_count),
-                ));
+        let beside_peers = !native_if_long
+            && native_beside_peers(
+                self.peers.on,
+                true,
+                launches,
+                ahead,
+                uncancelled,
+                priority,
+                None,
+                Some(chain),
+                op_is_short(o, sm_count),
+            );
+        let native_anywhere = native_anywhere || beside_peers;
         let fits = o.fits;
         let long = || is_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
         let too_long = holds_too_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
         if too_long || !(native_anywhere || (native_if_long && long())) {
             return Ok(None);
         }
+        self.peer_counts.queued += beside_peers as u64;
         // Its priority's work goes on the GPU now, ahead of the engine.
         self.higher.started(priority, Instant::now());
         let covers = o.left.clone();

@@ -123,6 +123,28 @@ impl PeerRule {
     }
 }
 
+/// Kernels run natively by this rule (logged when the device closes): a
+/// GPU run says whether the rule applied at all.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct PeerCounts {
+    /// Started so by a launch command.
+    pub started: u64,
+    /// Queued so ahead, behind a native kernel of their stream.
+    pub queued: u64,
+}
+
+impl PeerCounts {
+    /// In words, if the rule applied.
+    pub fn summary(&self) -> Option<String> {
+        (self.started + self.queued > 0).then(|| {
+            format!(
+                "peers' short kernels run natively: {} started by launch commands, {} queued ahead",
+                self.started, self.queued
+            )
+        })
+    }
+}
+
 /// Whether a kernel runs natively by this rule: the rule is on, hardware
 /// priority is (`ClientDevice::set_hw_priority`), its priority has peers
 /// (alone, `hw_native` decides), launches of other priorities leave room
@@ -162,6 +184,13 @@ mod tests {
         assert!(!native_beside_peers(true, true, false, false, true));
         // Not known short (long, or untimed): workers, co-run as before.
         assert!(!native_beside_peers(true, true, false, true, false));
+    }
+
+    #[test]
+    fn the_counts_say_nothing_until_the_rule_applied() {
+        assert_eq!(PeerCounts::default().summary(), None);
+        let words = PeerCounts { started: 3, queued: 40 }.summary().unwrap_or_default();
+        assert!(words.contains("3 started") && words.contains("40 queued"), "{words}");
     }
 
     #[test]
