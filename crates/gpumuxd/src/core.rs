@@ -56,6 +56,7 @@ mod inbox;
 mod launch_first;
 mod load_parts;
 mod poll_hold;
+mod pump_requests;
 mod record;
 mod recovery;
 mod requests;
@@ -341,7 +342,7 @@ pub struct Core {
     /// inbox has none still, and the scan is skipped.
     pump_missed_inbox_at: Option<u64>,
     /// A pump takes the clients' requests between rounds after each round's
-    /// commands, not before them (`device::REQUESTS_AFTER_VAR`).
+    /// commands, not before them (`pump_requests::REQUESTS_AFTER_VAR`).
     requests_after_commands: bool,
     /// An idle device's work goes out before the core takes more messages
     /// (`launch_first`).
@@ -497,7 +498,7 @@ impl Core {
             ops: Default::default(),
             last_desc: None,
             pump_missed_inbox_at: None,
-            requests_after_commands: device::requests_after_commands_from_env(),
+            requests_after_commands: pump_requests::requests_after_commands_from_env(),
             launch_first: launch_first::from_env(),
             skip_idle_tail: idle_tail::skip_from_env(),
             launches: Default::default(),

@@ -47,7 +47,7 @@ fn parse(v: &str) -> Option<Duration> {
 /// answer is on its way (`REQUESTS_DURING_POLL`); past it the core waits
 /// for the answer alone, and a launch that came meanwhile, which would have
 /// ended the hold, would wait for the hold's end instead.
-pub const MAX_HOLD: Duration = super::device::REQUESTS_DURING_POLL;
+pub const MAX_HOLD: Duration = super::pump_requests::REQUESTS_DURING_POLL;
 
 /// The hold for a poll starting now, with the core's next timer `timer` from
 /// now if any: `hold`, cut to end before the timer (none if the timer is due
