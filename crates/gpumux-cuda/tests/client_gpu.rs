@@ -35,6 +35,18 @@ use std::time::{Duration, Instant};
 /// and the others' timing (the preemption test's retreat) should not depend on it.
 static GPU: Mutex<()> = Mutex::new(());
 
+/// The name of the test function this stands in, for its skip message
+/// (written out by hand, it could drift from the test's name).
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        let path = std::any::type_name_of_val(&here);
+        path.strip_suffix("::here").and_then(|p| p.rsplit("::").next()).unwrap_or(path)
+    }};
+}
+
+/// The GPU for test `test` (held for the test: [`GPU`]), or `None` with a
+/// line saying it skipped and why.
 fn device_or_skip(test: &str) -> Option<(MutexGuard<'static, ()>, ClientDevice)> {
     device_or_skip_with(test, ClientDevice::open)
 }
@@ -80,6 +92,22 @@ fn run_until(d: &mut ClientDevice, mut done: impl FnMut(&[Event]) -> bool) -> Re
 fn run_to_end(d: &mut ClientDevice, lid: LaunchId) -> BlockRanges {
     let events = run_until(d, ended(lid)).expect("launch");
     remaining_of(&events, lid)
+}
+
+/// Polls until launch `last` ends, unless `events` has its end already;
+/// the events seen meanwhile are added to `events`.
+fn until_ended(d: &mut ClientDevice, events: &mut Vec<Event>, last: LaunchId) {
+    if end_of(events, last).is_none() {
+        events.extend(run_until(d, ended(last)).expect("the last launch"));
+    }
+}
+
+/// Every one of `steps` launches `first_lid`, `first_lid + 1`, .. ended
+/// among `events` with all its `blocks` done.
+fn assert_each_step_ran(events: &[Event], first_lid: u64, steps: u32, blocks: u64) {
+    for k in 0..steps {
+        assert_eq!(ended_with(events, first_lid + u64::from(k)), Some((0, blocks)), "step {k} ran every block");
+    }
 }
 
 /// Launch `lid`'s end among `events`, if it ended there: the blocks it
@@ -231,7 +259,7 @@ fn round_trip(d: &mut ClientDevice, first_op: u64) {
 
 #[test]
 fn memory_round_trips_through_copies() {
-    let Some((_gpu, mut d)) = device_or_skip("memory_round_trips_through_copies") else { return };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     let (free, total) = d.mem_info().expect("mem info");
     assert!(free > 0 && free <= total);
     round_trip(&mut d, 1);
@@ -241,7 +269,7 @@ fn memory_round_trips_through_copies() {
 
 #[test]
 fn a_preempted_client_kernel_equals_its_native_launch() {
-    let Some((_gpu, mut d)) = device_or_skip("a_preempted_client_kernel_equals_its_native_launch") else { return };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     let src = example("matmul");
     let n: u32 = 2048;
     let bytes = (n * n * 4) as u64;
@@ -421,10 +449,7 @@ fn stamp_with_retreat(d: &mut ClientDevice, op: u64, gone: SmSet, give_back: boo
 
 #[test]
 fn a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch() {
-    let Some((_gpu, mut d)) = device_or_skip("a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     let sms = d.info().num_sms;
     // Half the SMs taken away for good.
     let half = SmSet::range(sms / 2, sms);
@@ -462,11 +487,7 @@ fn a_per_sm_retreat_releases_at_once_and_the_other_sms_finish_the_launch() {
 
 #[test]
 fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leave() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leave")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     let d = &mut d;
     let h = Stamps::kernel(d);
     let sms = d.info().num_sms;
@@ -517,11 +538,7 @@ fn an_urgent_launch_on_retreated_sms_runs_there_as_the_low_priority_workers_leav
 
 #[test]
 fn with_hardware_priority_a_lone_launch_runs_natively_and_an_urgent_one_takes_slots_as_its_blocks_end() {
-    let Some((_gpu, mut d)) = device_or_skip(
-        "with_hardware_priority_a_lone_launch_runs_natively_and_an_urgent_one_takes_slots_as_its_blocks_end",
-    ) else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     let d = &mut d;
     d.set_hw_priority(true);
     let mut compiled = module::compile("stamp", STAMP, &[], d.arch()).expect("compile");
@@ -576,11 +593,7 @@ fn with_hardware_priority_a_lone_launch_runs_natively_and_an_urgent_one_takes_sl
 
 #[test]
 fn with_hardware_priority_a_stream_of_dependent_native_kernels_runs_in_order_under_retreats() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("with_hardware_priority_a_stream_of_dependent_native_kernels_runs_in_order_under_retreats")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     d.set_hw_priority(true);
     // Alone on the GPU, every step runs natively (3 waves of 20 µs blocks),
     // queued behind the one before by the launcher thread, its end read
@@ -607,22 +620,14 @@ fn with_hardware_priority_a_stream_of_dependent_native_kernels_runs_in_order_und
 /// `x` must be the host's.
 #[test]
 fn with_hardware_priority_a_stream_of_short_native_kernels_is_queued_deep_and_seen_ended_ahead() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("with_hardware_priority_a_stream_of_short_native_kernels_is_queued_deep_and_seen_ended_ahead")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     d.set_hw_priority(true);
     d.set_report_ends_ahead(true);
     let steps = 40u32;
     let sx = StepX::new(&mut d, 1, hashed);
     let (sms, blocks, n) = (d.info().num_sms, sx.blocks, sx.n);
     let op = |k: u32| 100 + k as u64;
-    for k in 0..steps {
-        let after = k.checked_sub(1).map(|p| OpId(op(p)));
-        // SAFETY: a kernel binds no host memory.
-        unsafe { d.bind_after(OpId(op(k)), sx.work(k + 1, 0), after) }.expect("bind");
-    }
+    sx.bind_chain(&mut d, op(0), steps, 0);
     let all = SmSet::range(0, sms);
     d.submit(d.now(), launch(op(0), 1000, BlockRanges::full(blocks as u64), all, blocks as u64)).expect("launch");
     let queued = d.in_flight().len();
@@ -643,7 +648,7 @@ fn with_hardware_priority_a_stream_of_short_native_kernels_is_queued_deep_and_se
         d.unbind(OpId(op(k)));
     }
     assert!(!d.busy(), "nothing left on the device once every step ended");
-    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+    let want = hashed_stepped(n, steps);
     assert!(sx.read(&mut d, 2) == want, "40 steps queued deep: x differs from the host's");
     let c = d.ahead_counts();
     eprintln!("deep: {c:?}; reported ends ahead: {}", reported.len());
@@ -665,22 +670,14 @@ fn with_hardware_priority_a_stream_of_short_native_kernels_is_queued_deep_and_se
 /// a508b4a), and `x` must be the host's.
 #[test]
 fn with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_polls_keep_stream_order() {
-    let Some((_gpu, mut d)) = device_or_skip(
-        "with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_polls_keep_stream_order",
-    ) else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     d.set_hw_priority(true);
     d.set_report_ends_ahead(true);
     let steps = 120u32;
     let sx = StepX::new(&mut d, 1, hashed);
     let (sms, blocks, n) = (d.info().num_sms, sx.blocks, sx.n);
     let op = |k: u32| 100 + k as u64;
-    for k in 0..steps {
-        let after = k.checked_sub(1).map(|p| OpId(op(p)));
-        // SAFETY: a kernel binds no host memory.
-        unsafe { d.bind_after(OpId(op(k)), sx.work(k + 1, 0), after) }.expect("bind");
-    }
+    sx.bind_chain(&mut d, op(0), steps, 0);
     // The engine gives each small launch of a chain a few SMs, other ones
     // each time: a native kernel runs wherever slots free, and its queued
     // kernel is adopted as it is all the same (at ff1bfb4 these adoptions
@@ -720,14 +717,10 @@ fn with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_poll
         }
     }
     let last = LaunchId(1000 + steps as u64 - 1);
-    if end_of(&events, last).is_none() {
-        events.extend(run_until(&mut d, ended(last)).expect("the last launch"));
-    }
-    for k in 0..steps {
-        assert_eq!(ended_with(&events, 1000 + k as u64), Some((0, blocks as u64)), "step {k} ran every block");
-    }
+    until_ended(&mut d, &mut events, last);
+    assert_each_step_ran(&events, 1000, steps, blocks as u64);
     assert!(!d.busy(), "nothing left on the device once every step ended");
-    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+    let want = hashed_stepped(n, steps);
     assert!(sx.read(&mut d, 2) == want, "{steps} steps, {answered} launched as answered: x differs from the host's");
     let c = d.ahead_counts();
     eprintln!("answered pattern: {answered} of {steps} launched back to back; {c:?}");
@@ -748,22 +741,14 @@ fn with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_poll
 /// `x` must be the host's.
 #[test]
 fn with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_without_launch_commands() {
-    let Some((_gpu, mut d)) = device_or_skip(
-        "with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_without_launch_commands",
-    ) else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     d.set_hw_priority(true);
     d.set_report_ends_ahead(true);
     let steps = 80u32;
     let sx = StepX::new(&mut d, 1, hashed);
     let (sms, blocks, n) = (d.info().num_sms, sx.blocks as u64, sx.n);
     let op = |k: u32| 100 + k as u64;
-    for k in 0..steps {
-        let after = k.checked_sub(1).map(|p| OpId(op(p)));
-        // SAFETY: a kernel binds no host memory.
-        unsafe { d.bind_after(OpId(op(k)), sx.work(k + 1, 0), after) }.expect("bind");
-    }
+    sx.bind_chain(&mut d, op(0), steps, 0);
     let all = SmSet::range(0, sms);
     let kept = d.launch_records().0.len();
     d.submit(d.now(), launch(op(0), 1000, BlockRanges::full(blocks), all, blocks)).expect("launch");
@@ -799,14 +784,10 @@ fn with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_witho
     }
     d.unbind(OpId(op(0)));
     let last = LaunchId(1000 + steps as u64 - 1);
-    if end_of(&events, last).is_none() {
-        events.extend(run_until(&mut d, ended(last)).expect("the last launch"));
-    }
-    for k in 0..steps {
-        assert_eq!(ended_with(&events, 1000 + k as u64), Some((0, blocks)), "step {k} ran every block");
-    }
+    until_ended(&mut d, &mut events, last);
+    assert_each_step_ran(&events, 1000, steps, blocks);
     assert!(!d.busy(), "nothing left on the device once every step ended");
-    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+    let want = hashed_stepped(n, steps);
     assert!(sx.read(&mut d, 2) == want, "{steps} steps run ahead: x differs from the host's");
     let c = d.ahead_counts();
     eprintln!("run ahead without launch commands: {c:?}; {kept} kept records");
@@ -826,11 +807,7 @@ fn with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_witho
 /// the device. `x` must be the host's for the steps that ran.
 #[test]
 fn with_hardware_priority_a_runs_records_are_recycled_at_launch_commands_between_polls() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("with_hardware_priority_a_runs_records_are_recycled_at_launch_commands_between_polls")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     d.set_hw_priority(true);
     d.set_report_ends_ahead(true);
     d.set_recycle(Recycle::On);
@@ -838,11 +815,7 @@ fn with_hardware_priority_a_runs_records_are_recycled_at_launch_commands_between
     let sx = StepX::new(&mut d, 1, hashed);
     let (sms, blocks, n) = (d.info().num_sms, sx.blocks as u64, sx.n);
     let op = |k: u32| 100 + k as u64;
-    for k in 0..steps {
-        let after = k.checked_sub(1).map(|p| OpId(op(p)));
-        // SAFETY: a kernel binds no host memory.
-        unsafe { d.bind_after(OpId(op(k)), sx.work(k + 1, 0), after) }.expect("bind");
-    }
+    sx.bind_chain(&mut d, op(0), steps, 0);
     let kept = d.launch_records().0.len();
     let (all, whole) = (SmSet::range(0, sms), || BlockRanges::full(blocks));
     let mut events = Vec::new();
@@ -895,19 +868,15 @@ fn with_hardware_priority_a_runs_records_are_recycled_at_launch_commands_between
         d.unbind(OpId(op(k)));
     }
     let last = LaunchId(1000 + stop_at as u64 - 1);
-    if end_of(&events, last).is_none() {
-        events.extend(run_until(&mut d, ended(last)).expect("the last launch"));
-    }
+    until_ended(&mut d, &mut events, last);
     let settle = Instant::now() + Duration::from_secs(5);
     while d.busy() || d.launch_records().1.len() < kept {
         assert!(Instant::now() < settle, "records still out 5 s after the client went: {:?}", d.launch_records());
         let now = d.now();
         d.advance(Some(now), &mut events).expect("poll");
     }
-    for k in 0..stop_at {
-        assert_eq!(ended_with(&events, 1000 + k as u64), Some((0, blocks)), "step {k} ran every block");
-    }
-    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), stop_at + ran_past)).collect();
+    assert_each_step_ran(&events, 1000, stop_at, blocks);
+    let want = hashed_stepped(n, stop_at + ran_past);
     let c = d.ahead_counts();
     eprintln!("recycled between polls: {c:?}; {queued_between_polls} queued at answered commands; {ran_past} queued past the client's end");
     // Kernels queued at those commands too, unless the engine (this test)
@@ -926,14 +895,10 @@ fn with_hardware_priority_a_runs_records_are_recycled_at_launch_commands_between
 /// with the switch off makes none without them.
 #[test]
 fn polls_while_the_launcher_launches_read_host_memory_alone_and_every_launch_still_ends() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("polls_while_the_launcher_launches_read_host_memory_alone_and_every_launch_still_ends")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     d.set_hw_priority(true);
     if !d.launch_thread() {
-        eprintln!("SKIPPED polls_while_the_launcher_launches_read_host_memory_alone_and_every_launch_still_ends: no launcher thread (GPUMUX_LAUNCH_THREAD=0)");
+        eprintln!("SKIPPED {}: no launcher thread (GPUMUX_LAUNCH_THREAD=0)", test_name!());
         return;
     }
     for lockfree in [true, false] {
@@ -942,11 +907,7 @@ fn polls_while_the_launcher_launches_read_host_memory_alone_and_every_launch_sti
         let base = if lockfree { 100 } else { 1100 };
         let sx = StepX::new(&mut d, base - 1, hashed);
         let (sms, blocks, n) = (d.info().num_sms, sx.blocks as u64, sx.n);
-        for k in 0..steps {
-            let after = k.checked_sub(1).map(|p| OpId(base + p as u64));
-            // SAFETY: a kernel binds no host memory.
-            unsafe { d.bind_after(OpId(base + k as u64), sx.work(k + 1, 0), after) }.expect("bind");
-        }
+        sx.bind_chain(&mut d, base, steps, 0);
         let before = d.polls_by_driver_calls();
         let mut events = Vec::new();
         for k in 0..steps {
@@ -956,14 +917,12 @@ fn polls_while_the_launcher_launches_read_host_memory_alone_and_every_launch_sti
             events.extend(run_until(&mut d, ended(LaunchId(lid))).expect("the launch ends"));
             d.unbind(OpId(base + k as u64));
         }
-        for k in 0..steps {
-            assert_eq!(ended_with(&events, base + 10_000 + k as u64), Some((0, blocks)), "step {k} ran every block");
-        }
+        assert_each_step_ran(&events, base + 10_000, steps, blocks);
         let after = d.polls_by_driver_calls();
         let (host_only, with_driver) = (after.0 - before.0, after.1 - before.1);
         eprintln!("lockfree {lockfree}: {host_only} polls read host memory alone, {with_driver} called the driver");
         let x = sx.read(&mut d, base + 9_000);
-        let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+        let want = hashed_stepped(n, steps);
         assert!(x == want, "lockfree {lockfree}: x differs from the host's after {steps} steps");
         if lockfree {
             assert!(
@@ -979,11 +938,7 @@ fn polls_while_the_launcher_launches_read_host_memory_alone_and_every_launch_sti
 
 #[test]
 fn with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_workers_and_alone_runs_natively() {
-    let Some((_gpu, mut d)) = device_or_skip(
-        "with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_workers_and_alone_runs_natively",
-    ) else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     let d = &mut d;
     d.set_hw_priority(true);
     // The low-priority kernel has no native build: it runs as workers.
@@ -1101,6 +1056,18 @@ impl StepX {
         }
     }
 
+    /// Binds `steps` launches of `STEP` as one stream: operations
+    /// `first_op`, `first_op + 1`, .., each following the one before, launch
+    /// `k` adding `k + 1` (so `x` ends [`stepped`] `steps` times), its blocks
+    /// spinning `spin_ns` first.
+    fn bind_chain(&self, d: &mut ClientDevice, first_op: u64, steps: u32, spin_ns: u64) {
+        for k in 0..steps {
+            let after = k.checked_sub(1).map(|p| OpId(first_op + u64::from(p)));
+            // SAFETY: a kernel binds no host memory.
+            unsafe { d.bind_after(OpId(first_op + u64::from(k)), self.work(k + 1, spin_ns), after) }.expect("bind");
+        }
+    }
+
     /// `x` read back (copy operation `op`); its memory is released.
     fn read(mut self, d: &mut ClientDevice, op: u64) -> Vec<u32> {
         copy(d, op, ClientWork::ToHost { src: self.x, dst: self.host.ptr(), bytes: self.n as u64 * 4 });
@@ -1120,6 +1087,11 @@ fn stepped(start: u32, steps: u32) -> u32 {
     (1..=steps).fold(start, |v, k| v.wrapping_mul(3).wrapping_add(k))
 }
 
+/// `x` of `n` words [`hashed`] at the start, after `steps` launches of `STEP` in order.
+fn hashed_stepped(n: usize, steps: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| stepped(hashed(i), steps)).collect()
+}
+
 /// Runs `steps` dependent kernels (`STEP`, 3 waves of 20 µs blocks) as one
 /// stream, each bound as following the one before, each launched when the
 /// one before ended as a policy would, disturbed as `disturb` says; returns
@@ -1128,12 +1100,7 @@ fn dependent_stream(d: &mut ClientDevice, steps: u32, disturb: impl Fn(u32) -> D
     let sx = StepX::new(d, 1, hashed);
     let (sms, blocks, n) = (d.info().num_sms, sx.blocks, sx.n);
     let op = |k: u32| 100 + k as u64;
-    for k in 0..steps {
-        let work = sx.work(k + 1, 20_000);
-        let after = k.checked_sub(1).map(|p| OpId(op(p)));
-        // SAFETY: a kernel binds no host memory.
-        unsafe { d.bind_after(OpId(op(k)), work, after) }.expect("bind");
-    }
+    sx.bind_chain(d, op(0), steps, 20_000);
     let (all, first_half) = (SmSet::range(0, sms), SmSet::range(0, sms / 2));
     let mut next_launch = 1000;
     for k in 0..steps {
@@ -1158,7 +1125,7 @@ fn dependent_stream(d: &mut ClientDevice, steps: u32, disturb: impl Fn(u32) -> D
         d.unbind(OpId(op(k)));
     }
     assert!(!d.busy(), "nothing left on the device once every step ended");
-    let want = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+    let want = hashed_stepped(n, steps);
     (sx.read(d, 2), want)
 }
 
@@ -1190,10 +1157,7 @@ fn queued_stream_in_order(d: &mut ClientDevice) {
 
 #[test]
 fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
-    let Some((_gpu, mut d)) = device_or_skip("a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     d.set_queue_ahead(true);
     assert!(d.launch_thread(), "queued workers are launched by the launcher thread by default");
     queued_stream_in_order(&mut d);
@@ -1227,11 +1191,7 @@ fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
 /// before the launcher thread: in order, undisturbed and under retreats.
 #[test]
 fn a_stream_queued_ahead_without_the_launcher_thread_runs_in_order_under_retreats() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("a_stream_queued_ahead_without_the_launcher_thread_runs_in_order_under_retreats")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     d.set_queue_ahead(true);
     d.set_launch_thread(false);
     assert!(!d.launch_thread());
@@ -1245,11 +1205,7 @@ fn a_stream_queued_ahead_without_the_launcher_thread_runs_in_order_under_retreat
 /// is on the way.
 #[test]
 fn a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     // 3 waves of 200 µs blocks: a launch of about 600 µs.
     let sx = StepX::new(&mut d, 1, hashed);
     let (sms, blocks, n) = (d.info().num_sms, sx.blocks, sx.n);
@@ -1300,7 +1256,7 @@ fn a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once() {
     assert!(started >= 2, "cuts of launches with blocks left started fresh workers ({started})");
     assert!(!d.busy(), "nothing left on the device");
     let got = sx.read(&mut d, 2);
-    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps.len() as u32)).collect();
+    let want = hashed_stepped(n, steps.len() as u32);
     assert!(got == want, "x differs from the host's: a block ran twice or not at all");
 }
 
@@ -1323,8 +1279,7 @@ fn a_launch_given_back_the_sms_it_left_is_refilled_and_runs_each_block_once() {
 /// small launch waited for the grid's end.
 #[test]
 fn a_one_block_launch_on_sms_the_engine_kept_starts_at_once_beside_a_long_grid() {
-    let test = "a_one_block_launch_on_sms_the_engine_kept_starts_at_once_beside_a_long_grid";
-    let Some((_gpu, mut d)) = device_or_skip_with(test, ClientDevice::open_co_located) else { return };
+    let Some((_gpu, mut d)) = device_or_skip_with(test_name!(), ClientDevice::open_co_located) else { return };
     let d = &mut d;
     // Always co-located (the daemon's chooser starts a pair co-located too).
     d.set_choose_placement(false);
@@ -1369,11 +1324,7 @@ fn a_one_block_launch_on_sms_the_engine_kept_starts_at_once_beside_a_long_grid()
 
 #[test]
 fn launch_records_made_with_the_context_serve_every_client_and_outlive_them() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("launch_records_made_with_the_context_serve_every_client_and_outlive_them")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     let sorted = |mut v: Vec<u64>| {
         v.sort_unstable();
         v
@@ -1395,7 +1346,7 @@ fn launch_records_made_with_the_context_serve_every_client_and_outlive_them() {
         run_to_end(&mut d, LaunchId(lid));
         d.unbind(OpId(op));
         let got = sx.read(&mut d, op + 1);
-        assert!(got == (0..n as u32).map(|i| stepped(hashed(i), 1)).collect::<Vec<_>>(), "round {round}: x");
+        assert!(got == hashed_stepped(n, 1), "round {round}: x");
         d.unload_kernel(h);
         let (_, idle) = d.launch_records();
         assert_eq!(sorted(idle), sorted(kept.clone()), "round {round}: the kept records idle again, no other made");
@@ -1405,11 +1356,7 @@ fn launch_records_made_with_the_context_serve_every_client_and_outlive_them() {
 
 #[test]
 fn an_unloaded_kernel_runs_out_its_bound_work_and_its_module_goes_with_the_last_of_it() {
-    let Some((_gpu, mut d)) =
-        device_or_skip("an_unloaded_kernel_runs_out_its_bound_work_and_its_module_goes_with_the_last_of_it")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     d.set_queue_ahead(true);
     let before = (gpumux_cuda::runtime::loaded_modules(), d.kernels_loaded());
     let sx = StepX::new(&mut d, 1, |_| 0);
@@ -1440,10 +1387,7 @@ fn an_unloaded_kernel_runs_out_its_bound_work_and_its_module_goes_with_the_last_
 
 #[test]
 fn z_a_faulting_kernel_loses_the_context_last_as_it_poisons_the_process() {
-    let Some((_gpu, mut d)) = device_or_skip("z_a_faulting_kernel_loses_the_context_last_as_it_poisons_the_process")
-    else {
-        return;
-    };
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
     let compiled = module::compile("fault", &example("fault"), &[], d.arch()).expect("compile");
     let (kernels, _) = d.load_module("fault", &compiled).expect("load");
     let h: KernelHandle = kernels[0].0;
