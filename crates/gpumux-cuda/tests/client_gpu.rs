@@ -16,7 +16,9 @@
 //! GPU (or NVRTC) each test says it skipped and why.
 
 mod examples;
+mod gpu_test;
 use examples::example;
+use gpu_test::{test_name, Pinned};
 use gpumux_cuda::client::module;
 use gpumux_cuda::client::{
     ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, PitchedSide, Recycle, Refill, DEEP_MAX,
@@ -34,16 +36,6 @@ use std::time::{Duration, Instant};
 /// One test on the GPU at a time: the fault test breaks a context on purpose,
 /// and the others' timing (the preemption test's retreat) should not depend on it.
 static GPU: Mutex<()> = Mutex::new(());
-
-/// The name of the test function this stands in, for its skip message
-/// (written out by hand, it could drift from the test's name).
-macro_rules! test_name {
-    () => {{
-        fn here() {}
-        let path = std::any::type_name_of_val(&here);
-        path.strip_suffix("::here").and_then(|p| p.rsplit("::").next()).unwrap_or(path)
-    }};
-}
 
 /// The GPU for test `test` (held for the test: [`GPU`]), or `None` with a
 /// line saying it skipped and why.
@@ -194,21 +186,6 @@ fn retreat_released_at_once(d: &mut ClientDevice, lid: LaunchId, sms: SmSet) -> 
     d.advance(Some(d.now()), &mut events).expect("poll");
     assert_eq!(released_sms(&events), sms.iter().map(|s| s.0).collect::<Vec<_>>(), "released at once: {events:?}");
     events
-}
-
-/// Host memory registered with the device for the test's copies.
-struct Pinned(Vec<u8>);
-
-impl Pinned {
-    fn new(d: &mut ClientDevice, bytes: Vec<u8>) -> Pinned {
-        let mut p = Pinned(bytes);
-        // SAFETY: the vector is neither moved nor resized while registered (the test unregisters it).
-        unsafe { d.register_host(p.0.as_mut_ptr(), p.0.len()) }.expect("register host");
-        p
-    }
-    fn ptr(&mut self) -> HostPtr {
-        HostPtr(self.0.as_mut_ptr())
-    }
 }
 
 fn round_trip(d: &mut ClientDevice, first_op: u64) {

@@ -12,7 +12,10 @@
 //! asked to (gpumuxd's GPUMUX_SWAP_AHEAD), it grows from the start.
 //! Without a GPU each test says it skipped and why.
 
-use gpumux_cuda::client::{ClientDevice, ClientWork, HostPtr, MemoryError};
+mod gpu_test;
+
+use gpu_test::{test_name, Pinned};
+use gpumux_cuda::client::{ClientDevice, ClientWork, MemoryError};
 use gpumux_engine::device::{Command, CopyDirection, Device, Event};
 use gpumux_engine::ids::{CopyId, OpId, ProcessId};
 use std::time::{Duration, Instant};
@@ -24,20 +27,6 @@ fn device_or_skip(test: &str) -> Option<ClientDevice> {
             eprintln!("SKIPPED {test}: {}", gpumux_cuda::error::Chain(&e));
             None
         }
-    }
-}
-
-struct Pinned(Vec<u8>);
-
-impl Pinned {
-    fn new(d: &mut ClientDevice, bytes: Vec<u8>) -> Pinned {
-        let mut p = Pinned(bytes);
-        // SAFETY: the vector is neither moved nor resized while registered (the test unregisters it).
-        unsafe { d.register_host(p.0.as_mut_ptr(), p.0.len()) }.expect("register host");
-        p
-    }
-    fn ptr(&mut self) -> HostPtr {
-        HostPtr(self.0.as_mut_ptr())
     }
 }
 
@@ -71,21 +60,39 @@ fn wait_moves(d: &mut ClientDevice, tokens: &[u64]) -> Vec<(u64, Result<Duration
     got
 }
 
+/// [`device_or_skip`] for a test of moves: `None` too, with a line saying
+/// so, where the GPU cannot map memory (no moves there); else the device
+/// and its swap granularity.
+fn swapping_device_or_skip(test: &str) -> Option<(ClientDevice, u64)> {
+    let d = device_or_skip(test)?;
+    let Some(g) = d.swap_granularity() else {
+        eprintln!("SKIPPED {test}: this GPU cannot map memory");
+        return None;
+    };
+    Some((d, g))
+}
+
+/// A buffer holding `data` (copied from pinned host memory, copy 1), that
+/// pinned source, and pinned host memory of its size to read it back into.
+fn filled(d: &mut ClientDevice, data: &[u8]) -> (u64, Pinned, Pinned) {
+    let n = data.len();
+    let a = d.alloc(n as u64).expect("alloc a");
+    let mut src = Pinned::new(d, data.to_vec());
+    let back = Pinned::new(d, vec![0u8; n]);
+    copy(d, 1, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 }, n as u64);
+    (a, src, back)
+}
+
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed).collect()
 }
 
 #[test]
 fn buffers_moved_out_and_back_on_the_mover_keep_their_bytes_and_addresses() {
-    let Some(mut d) = device_or_skip("buffers_moved_out_and_back_on_the_mover_keep_their_bytes_and_addresses") else {
-        return;
-    };
+    let test = test_name!();
+    let Some((mut d, g)) = swapping_device_or_skip(test) else { return };
     // Through the ring only (the pinned pool's test is below).
     d.set_swap_pinned(0);
-    let Some(g) = d.swap_granularity() else {
-        eprintln!("SKIPPED buffers_moved_out_and_back: this GPU cannot map memory");
-        return;
-    };
     // 300 MiB and a bit: more than the ring's 4 x 64 MiB, and not a multiple of a chunk.
     let n = (300 << 20) + 4096 * 3;
     let (a, b) = (d.alloc(n as u64).expect("alloc a"), d.alloc(n as u64).expect("alloc b"));
@@ -187,20 +194,13 @@ fn round_trips(d: &mut ClientDevice, a: u64, n: usize, data: &[u8], back: &mut P
 
 #[test]
 fn moves_go_straight_through_the_pinned_pool_and_never_past_its_cap() {
-    let test = "moves_go_straight_through_the_pinned_pool_and_never_past_its_cap";
-    let Some(mut d) = device_or_skip(test) else { return };
-    if d.swap_granularity().is_none() {
-        eprintln!("SKIPPED {test}: this GPU cannot map memory");
-        return;
-    }
+    let test = test_name!();
+    let Some((mut d, _)) = swapping_device_or_skip(test) else { return };
     // 300 MiB and a bit: more than a pinned piece (128 MiB), not a multiple of one.
     let n = (300 << 20) + 4096 * 5;
     d.set_swap_pinned(1 << 30);
-    let a = d.alloc(n as u64).expect("alloc a");
     let data = pattern(n, 3);
-    let mut src = Pinned::new(&mut d, data.clone());
-    let mut back = Pinned::new(&mut d, vec![0u8; n]);
-    copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 }, n as u64);
+    let (a, mut src, mut back) = filled(&mut d, &data);
     // The pool is empty: the first eviction makes a copy and pins it on its path, straight.
     let (rounds, direct) = round_trips(&mut d, a, n, &data, &mut back, 5);
     assert!(direct, "after {rounds} round trips, moves still went through the ring: {:?}", d.swap_moved_direct());
@@ -226,10 +226,7 @@ fn moves_go_straight_through_the_pinned_pool_and_never_past_its_cap() {
     drop(d);
     let Some(mut d) = device_or_skip(test) else { return };
     d.set_swap_pinned(64 << 20);
-    let a = d.alloc(n as u64).expect("alloc a");
-    let mut src = Pinned::new(&mut d, data.clone());
-    let mut back = Pinned::new(&mut d, vec![0u8; n]);
-    copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 }, n as u64);
+    let (a, mut src, mut back) = filled(&mut d, &data);
     let (rounds, direct) = round_trips(&mut d, a, n, &data, &mut back, 5);
     assert!(rounds == 5 && !direct, "past the cap, no move is straight");
     assert_eq!(d.swap_moved_direct().0, 0, "no byte went straight past the cap");
@@ -257,21 +254,14 @@ fn pool_reaches(d: &ClientDevice, bytes: usize, at_least: bool) -> usize {
 
 #[test]
 fn the_pool_grows_ahead_in_chunks_and_the_first_eviction_finds_them_pinned() {
-    let test = "the_pool_grows_ahead_in_chunks_and_the_first_eviction_finds_them_pinned";
-    let Some(mut d) = device_or_skip(test) else { return };
-    if d.swap_granularity().is_none() {
-        eprintln!("SKIPPED {test}: this GPU cannot map memory");
-        return;
-    }
+    let test = test_name!();
+    let Some((mut d, _)) = swapping_device_or_skip(test) else { return };
     // Two chunks and 5/8 of one (a multiple of the 2 MiB granularity): its
     // copy is three chunks, the last one part filled.
     let n = 2 * CHUNK + 5 * CHUNK / 8;
     d.set_swap_pinned(2 << 30);
-    let a = d.alloc(n as u64).expect("alloc a");
     let data = pattern(n, 7);
-    let mut src = Pinned::new(&mut d, data.clone());
-    let mut back = Pinned::new(&mut d, vec![0u8; n]);
-    copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 }, n as u64);
+    let (a, mut src, mut back) = filled(&mut d, &data);
     assert_eq!(d.swap_pinned_held(), 0, "nothing oversubscribed: nothing pinned ahead");
     // A buffer born evicted: oversubscribed. The pool grows, before any
     // eviction, to the two buffers' bytes, in whole chunks.
@@ -306,22 +296,15 @@ fn the_pool_grows_ahead_in_chunks_and_the_first_eviction_finds_them_pinned() {
 
 #[test]
 fn the_pool_grows_from_the_start_when_asked_and_serves_the_first_eviction() {
-    let test = "the_pool_grows_from_the_start_when_asked_and_serves_the_first_eviction";
-    let Some(mut d) = device_or_skip(test) else { return };
-    if d.swap_granularity().is_none() {
-        eprintln!("SKIPPED {test}: this GPU cannot map memory");
-        return;
-    }
+    let test = test_name!();
+    let Some((mut d, _)) = swapping_device_or_skip(test) else { return };
     // What gpumuxd's GPUMUX_SWAP_AHEAD asks: three chunks before anything is allocated.
     d.set_swap_pinned(1 << 30);
     d.set_swap_ahead(3 * CHUNK);
     assert_eq!(pool_reaches(&d, 3 * CHUNK, true), 3 * CHUNK, "three chunks, no more");
     let n = 2 * CHUNK + 5 * CHUNK / 8;
-    let a = d.alloc(n as u64).expect("alloc a");
     let data = pattern(n, 9);
-    let mut src = Pinned::new(&mut d, data.clone());
-    let mut back = Pinned::new(&mut d, vec![0u8; n]);
-    copy(&mut d, 1, ClientWork::ToDevice { dst: a, src: src.ptr(), bytes: n as u64 }, n as u64);
+    let (a, mut src, mut back) = filled(&mut d, &data);
     let before = d.swap_moved_direct();
     d.start_move(10, true, a).expect("evict a");
     wait_moves(&mut d, &[10])[0].1.as_ref().expect("evict a");
