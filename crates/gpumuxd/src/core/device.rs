@@ -668,23 +668,45 @@ mod tests {
     /// [`core_with_kernel`] on any backend.
     fn core_with_kernel_on(backend: Box<dyn Backend>) -> (Core, KernelId, std::sync::mpsc::Receiver<ServerFrame>) {
         let mut core = Core::new(backend, None).expect("a core on sim:h100");
-        let (tx, replies) = std::sync::mpsc::channel();
-        core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-        let hello = Request::hello("t", 0);
-        assert!(core.handle(request(1, hello)));
-        let module =
-            Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };
-        assert!(core.handle(request(2, module)));
-        // Loads are answered from the device's loads (`Backend::take_loaded`), in a pump.
-        let kernel = match answer_to(&mut core, &replies, 2) {
-            Ok(Reply::Module { kernels, .. }) => kernels[0].kernel,
-            other => panic!("the module did not load: {other:?}"),
-        };
+        let (kernel, replies) = connect_with_kernel(&mut core, 1);
         (core, kernel, replies)
     }
 
+    /// Client `client` connected to `core`, greeted, with a module of one
+    /// kernel loaded; the kernel's handle and the client's replies.
+    fn connect_with_kernel(core: &mut Core, client: u64) -> (KernelId, std::sync::mpsc::Receiver<ServerFrame>) {
+        let (tx, replies) = std::sync::mpsc::channel();
+        core.connect(client, Peer { pid: client as i32, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
+        assert!(core.handle(request_of(client, 1, Request::hello("t", 0))));
+        let module =
+            Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };
+        assert!(core.handle(request_of(client, 2, module)));
+        // Loads are answered from the device's loads (`Backend::take_loaded`), in a pump.
+        let kernel = match answer_to(core, &replies, 2) {
+            Ok(Reply::Module { kernels, .. }) => kernels[0].kernel,
+            other => panic!("client {client}'s module did not load: {other:?}"),
+        };
+        (kernel, replies)
+    }
+
+    /// Request `id` of client 1.
     fn request(id: u64, request: Request) -> CoreMsg {
-        CoreMsg::Inbound { client: 1, inbound: Inbound::Request { id, request, fd: None }, read_at: Instant::now() }
+        request_of(1, id, request)
+    }
+
+    /// Request `id` of client `client`, read from its socket now.
+    fn request_of(client: u64, id: u64, request: Request) -> CoreMsg {
+        CoreMsg::Inbound { client, inbound: Inbound::Request { id, request, fd: None }, read_at: Instant::now() }
+    }
+
+    /// Fails the test if any reply in `replies` is a refusal.
+    fn assert_none_refused(replies: &std::sync::mpsc::Receiver<ServerFrame>) {
+        if let Some(e) = replies.try_iter().find_map(|f| match f {
+            ServerFrame::Reply { result: Err(e), .. } => Some(e),
+            _ => None,
+        }) {
+            panic!("a request was refused: {e:?}");
+        }
     }
 
     fn launch_of(kernel: KernelId) -> Request {
@@ -841,12 +863,7 @@ mod tests {
             vec![None, Some(ops[0]), Some(ops[1]), None],
             "past an event and a sync each kernel follows the one before; past the memset none"
         );
-        if let Some(error) = replies.try_iter().find_map(|f| match f {
-            ServerFrame::Reply { result: Err(e), .. } => Some(e),
-            _ => None,
-        }) {
-            panic!("a request was refused: {error:?}");
-        }
+        assert_none_refused(&replies);
     }
 
     /// The simulator behind a device that reports every one-block kernel
@@ -981,12 +998,7 @@ mod tests {
         let done = core.sessions.get(&1).map(|s| s.counters.kernels_done);
         assert_eq!(done, Some(n), "every kernel counted as done");
         assert_eq!(known_left.load(Ordering::Relaxed), 0, "no end known for a kernel that was launched");
-        if let Some(e) = replies.try_iter().find_map(|f| match f {
-            ServerFrame::Reply { result: Err(e), .. } => Some(e),
-            _ => None,
-        }) {
-            panic!("a request was refused: {e:?}");
-        }
+        assert_none_refused(&replies);
 
         // A client that leaves with kernels reported ended and not launched:
         // a long kernel first holds the rest back, then the client goes.
@@ -1057,12 +1069,7 @@ mod tests {
         assert!(answered > 0, "kernels taken between rounds were queued ahead of the engine");
         let done = core.sessions.get(&1).map(|s| s.counters.kernels_done);
         assert_eq!(done, Some(n), "every kernel counted as done");
-        if let Some(e) = replies.try_iter().find_map(|f| match f {
-            ServerFrame::Reply { result: Err(e), .. } => Some(e),
-            _ => None,
-        }) {
-            panic!("a request was refused: {e:?}");
-        }
+        assert_none_refused(&replies);
 
         // An allocation is not a pump's to handle: it and the launch after it
         // wait (in the inbox or still in the channel), in order. A launch
@@ -1106,12 +1113,7 @@ mod tests {
         assert_eq!(core.sms_held(), 0, "no launch left holding SMs");
         let done = core.sessions.get(&1).map(|s| s.counters.kernels_done);
         assert_eq!(done, Some(n), "every kernel counted as done");
-        if let Some(e) = replies.try_iter().find_map(|f| match f {
-            ServerFrame::Reply { result: Err(e), .. } => Some(e),
-            _ => None,
-        }) {
-            panic!("a request was refused: {e:?}");
-        }
+        assert_none_refused(&replies);
         // Still in step: one more launch, and a sync.
         assert!(core.handle(request(200, launch_of(kernel))));
         assert!(core.handle(request(201, Request::SyncStream(StreamId(0)))));
@@ -1235,28 +1237,8 @@ mod tests {
         let (mut core, kernel, replies) = core_with_kernel_on(Box::new(backend));
         core.requests_after_commands = requests_after_commands;
         // A second client with its own module.
-        let (tx2, rx2) = std::sync::mpsc::channel();
-        core.connect(2, Peer { pid: 2, uid: 1000, gid: 1000 }, ClientLimits::default(), tx2);
-        let msg2 = |id, request| CoreMsg::Inbound {
-            client: 2,
-            inbound: Inbound::Request { id, request, fd: None },
-            read_at: Instant::now(),
-        };
-        assert!(core.handle(msg2(1, Request::hello("t", 0))));
-        let module =
-            Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };
-        assert!(core.handle(msg2(2, module)));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let kernel2 = loop {
-            core.pump().expect("pump");
-            if let Some(k) = rx2.try_iter().find_map(|f| match f {
-                ServerFrame::Reply { id: 2, result: Ok(Reply::Module { kernels, .. }) } => Some(kernels[0].kernel),
-                _ => None,
-            }) {
-                break k;
-            }
-            assert!(Instant::now() < deadline, "client 2's module did not load");
-        };
+        let (kernel2, rx2) = connect_with_kernel(&mut core, 2);
+        let msg2 = |id, request| request_of(2, id, request);
         // Client 1: A, then B behind it on its stream; client 2's C waits in the inbox.
         let mut long = launch_of_struct(kernel);
         long.block_time_ns = Some(200_000);
@@ -1303,31 +1285,7 @@ mod tests {
         let (clients, per_client, batches) = (8u64, 32u64, 25u64);
         let mut kernels = vec![(1u64, first, replies)];
         for client in 2..=clients {
-            let (tx, rx) = std::sync::mpsc::channel();
-            core.connect(client, Peer { pid: client as i32, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-            let msg = |id, request| CoreMsg::Inbound {
-                client,
-                inbound: Inbound::Request { id, request, fd: None },
-                read_at: Instant::now(),
-            };
-            assert!(core.handle(msg(1, Request::hello("t", 0))));
-            let module = Request::LoadModule {
-                name: "m.cu".into(),
-                source: "__global__ void j() {}\n".into(),
-                options: Vec::new(),
-            };
-            assert!(core.handle(msg(2, module)));
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let kernel = loop {
-                core.pump().expect("pump");
-                if let Some(k) = rx.try_iter().find_map(|f| match f {
-                    ServerFrame::Reply { id: 2, result: Ok(Reply::Module { kernels, .. }) } => Some(kernels[0].kernel),
-                    _ => None,
-                }) {
-                    break k;
-                }
-                assert!(Instant::now() < deadline, "client {client}'s module did not load");
-            };
+            let (kernel, rx) = connect_with_kernel(&mut core, client);
             kernels.push((client, kernel, rx));
         }
         let mut busy = Duration::ZERO;
@@ -1336,12 +1294,7 @@ mod tests {
             for i in 0..per_client {
                 for (client, kernel, _) in &kernels {
                     let id = 1_000 + b * 1_000 + i;
-                    let msg = CoreMsg::Inbound {
-                        client: *client,
-                        inbound: Inbound::Request { id, request: launch_of(*kernel), fd: None },
-                        read_at: Instant::now(),
-                    };
-                    assert!(core.handle(msg));
+                    assert!(core.handle(request_of(*client, id, launch_of(*kernel))));
                 }
                 // The pattern of the clients' launches reaching the core
                 // while their kernels run: a pump every round of 8.
@@ -1349,12 +1302,7 @@ mod tests {
             }
             let sync = 1_000 + b * 1_000 + 999;
             for (client, _, _) in &kernels {
-                let msg = CoreMsg::Inbound {
-                    client: *client,
-                    inbound: Inbound::Request { id: sync, request: Request::SyncStream(StreamId(0)), fd: None },
-                    read_at: Instant::now(),
-                };
-                assert!(core.handle(msg));
+                assert!(core.handle(request_of(*client, sync, Request::SyncStream(StreamId(0)))));
             }
             busy += t.elapsed();
             for (client, _, rx) in &kernels {

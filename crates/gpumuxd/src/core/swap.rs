@@ -772,6 +772,21 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
+    /// The simulated H100 with `memory` of device memory (`"64MiB"`).
+    fn sim_h100(memory: &str) -> SimBackend {
+        SimBackend::open(&format!("sim:h100,memory={memory}")).expect("the preset")
+    }
+
+    /// A core on `backend` with swap on (1 GiB of host memory for evicted buffers).
+    fn swapping_core(backend: SimBackend) -> Core {
+        Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30)
+    }
+
+    /// A memset of `buffer`'s first MiB to `value`, on stream 0.
+    fn memset_mib(buffer: BufferId, value: u8) -> Request {
+        Request::Memset { dst: BufferSlice { buffer, offset: 0 }, value, bytes: MIB, stream: StreamId(0) }
+    }
+
     /// A memfd of `bytes` sealed against shrinking (what `AttachShm` takes).
     fn memfd(bytes: u64) -> OwnedFd {
         // SAFETY: plain libc calls on a fresh descriptor, each checked.
@@ -853,8 +868,7 @@ mod tests {
     /// restored: the address in `p` is still `a`'s, and `a`'s bytes are there.
     #[test]
     fn a_pointer_stored_inside_a_buffer_is_still_right_after_a_round_trip() {
-        let backend = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
-        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let mut core = swapping_core(sim_h100("64MiB"));
         let rx = open(&mut core, 1);
         let shm = memfd(8 * MIB);
         core.inbound(
@@ -887,7 +901,7 @@ mod tests {
         alloc(&mut core, &rx2, 2, 3, 24 * MIB);
         assert!(!buffer(&core, 1, a).evicted && buffer(&core, 2, b1).evicted, "no room: born evicted");
         assert_eq!(core.status().memory_evicted, 62 * MIB);
-        let memset = Request::Memset { dst: BufferSlice { buffer: b1, offset: 0 }, value: 3, bytes: MIB, stream };
+        let memset = memset_mib(b1, 3);
         call(&mut core, &rx2, 2, 4, memset);
         call(&mut core, &rx2, 2, 5, Request::SyncStream(stream));
         assert!(buffer(&core, 1, a).evicted && buffer(&core, 1, p).evicted, "client 1 was idle: both went");
@@ -915,15 +929,14 @@ mod tests {
     /// gets the room.
     #[test]
     fn a_client_keeps_its_memory_for_a_while_then_gives_it_up() {
-        let backend = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
-        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let mut core = swapping_core(sim_h100("64MiB"));
         let (rx1, rx2) = (open(&mut core, 1), open(&mut core, 2));
         let a = alloc(&mut core, &rx1, 1, 2, 38 * MIB);
         let kept1 = core.swap.keep_until[&1];
         let b = alloc(&mut core, &rx2, 2, 2, 38 * MIB);
         assert!(!buffer(&core, 1, a).evicted && buffer(&core, 2, b).evicted, "no room: client 2's is born evicted");
         let stream = StreamId(0);
-        let memset = |buffer| Request::Memset { dst: BufferSlice { buffer, offset: 0 }, value: 1, bytes: MIB, stream };
+        let memset = |buffer| memset_mib(buffer, 1);
         let before = core.backend.now();
         call(&mut core, &rx2, 2, 3, memset(b));
         call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
@@ -943,8 +956,7 @@ mod tests {
     /// time: an urgent client's next kernel must not wait (module doc).
     #[test]
     fn an_urgent_client_takes_the_room_of_a_kept_lower_one() {
-        let backend = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
-        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let mut core = swapping_core(sim_h100("64MiB"));
         let rx1 = open(&mut core, 1);
         let (tx, rx2) = std::sync::mpsc::channel();
         core.connect(2, Peer { pid: 2, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
@@ -956,7 +968,7 @@ mod tests {
         let b = alloc(&mut core, &rx2, 2, 2, 38 * MIB);
         assert!(buffer(&core, 2, b).evicted, "no room: born evicted");
         let stream = StreamId(0);
-        let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 1, bytes: MIB, stream };
+        let memset = memset_mib(b, 1);
         call(&mut core, &rx2, 2, 3, memset);
         call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
         assert!(buffer(&core, 1, a).evicted && !buffer(&core, 2, b).evicted, "the urgent client took the room");
@@ -968,15 +980,14 @@ mod tests {
     /// kept time below the client's run.
     #[test]
     fn a_restore_of_a_buffer_born_evicted_is_no_measure_of_the_link() {
-        let backend = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
-        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let mut core = swapping_core(sim_h100("64MiB"));
         let (rx1, rx2) = (open(&mut core, 1), open(&mut core, 2));
         let a = alloc(&mut core, &rx1, 1, 2, 38 * MIB);
         let b = alloc(&mut core, &rx2, 2, 2, 38 * MIB);
         assert!(buffer(&core, 2, b).zeros && !buffer(&core, 1, a).zeros, "born evicted: zeros");
         core.swap.keep_until.clear();
         let stream = StreamId(0);
-        let memset = |buffer| Request::Memset { dst: BufferSlice { buffer, offset: 0 }, value: 1, bytes: MIB, stream };
+        let memset = |buffer| memset_mib(buffer, 1);
         call(&mut core, &rx2, 2, 3, memset(b));
         call(&mut core, &rx2, 2, 4, Request::SyncStream(stream));
         assert!(buffer(&core, 1, a).evicted && !buffer(&core, 2, b).evicted && !buffer(&core, 2, b).zeros);
@@ -996,8 +1007,7 @@ mod tests {
     /// while used").
     #[test]
     fn a_kept_client_keeps_its_memory_while_it_works_and_gives_it_up_when_idle() {
-        let backend = SimBackend::open("sim:h100,memory=64MiB").expect("the preset");
-        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let mut core = swapping_core(sim_h100("64MiB"));
         let (rx1, rx2) = (open(&mut core, 1), open(&mut core, 2));
         let a = alloc(&mut core, &rx1, 1, 2, 38 * MIB);
         let hour = 3_600_000_000_000;
@@ -1005,7 +1015,7 @@ mod tests {
         let b = alloc(&mut core, &rx2, 2, 2, 38 * MIB);
         assert!(buffer(&core, 2, b).evicted, "no room: born evicted");
         let stream = StreamId(0);
-        let memset = |buffer| Request::Memset { dst: BufferSlice { buffer, offset: 0 }, value: 1, bytes: MIB, stream };
+        let memset = |buffer| memset_mib(buffer, 1);
         // Client 2 waits for room while client 1 works for 5 idle floors.
         core.inbound(2, Inbound::Request { id: 3, request: memset(b), fd: None });
         let t0 = Instant::now();
@@ -1033,15 +1043,14 @@ mod tests {
     /// carried both, one after the other.
     #[test]
     fn moves_are_started_then_reported_and_the_gate_waits_for_both() {
-        let backend = SimBackend::open("sim:h100,memory=256MiB").expect("the preset");
-        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let mut core = swapping_core(sim_h100("256MiB"));
         let (rx1, rx2) = (open(&mut core, 1), open(&mut core, 2));
         let a = alloc(&mut core, &rx1, 1, 2, 150 * MIB);
         let b = alloc(&mut core, &rx2, 2, 2, 150 * MIB);
         core.swap.keep_until.clear();
         let stream = StreamId(0);
         let t0 = core.backend.now();
-        let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 1, bytes: MIB, stream };
+        let memset = memset_mib(b, 1);
         core.inbound(2, Inbound::Request { id: 3, request: memset, fd: None });
         pump_until(&mut core, "no move started", |c| !c.swap.moving.is_empty());
         assert_eq!(core.swap.moving.len(), 2, "client 1's eviction and client 2's restore are under way");
@@ -1067,9 +1076,9 @@ mod tests {
     /// bytes on the core's thread, and every client waited for them.)
     #[test]
     fn other_clients_are_served_while_a_moves_bytes_are_being_copied() {
-        let mut backend = SimBackend::open("sim:h100,memory=256MiB").expect("the preset");
+        let mut backend = sim_h100("256MiB");
         let release = backend.hold_mover();
-        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let mut core = swapping_core(backend);
         let (rx1, rx2, rx3) = (open(&mut core, 1), open(&mut core, 2), open(&mut core, 3));
         // Under the swap granularity: never evicted, so its work never waits for the mover.
         let c = alloc(&mut core, &rx3, 3, 2, MIB);
@@ -1077,14 +1086,13 @@ mod tests {
         let b = alloc(&mut core, &rx2, 2, 2, 150 * MIB);
         core.swap.keep_until.clear();
         let stream = StreamId(0);
-        let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 9, bytes: MIB, stream };
+        let memset = memset_mib(b, 9);
         core.inbound(2, Inbound::Request { id: 3, request: memset, fd: None });
         pump_until(&mut core, "the moves never started", |c| c.swap.moving.len() >= 2);
         core.inbound(2, Inbound::Request { id: 4, request: Request::SyncStream(stream), fd: None });
         for round in 0..5 {
             let id = 3 + 2 * round;
-            let memset =
-                Request::Memset { dst: BufferSlice { buffer: c, offset: 0 }, value: round as u8, bytes: MIB, stream };
+            let memset = memset_mib(c, round as u8);
             call(&mut core, &rx3, 3, id, memset);
             call(&mut core, &rx3, 3, id + 1, Request::SyncStream(stream));
         }
@@ -1103,14 +1111,13 @@ mod tests {
     /// restore behind it ends, and its bytes are there.
     #[test]
     fn a_client_killed_while_its_eviction_is_under_way_leaves_nothing() {
-        let backend = SimBackend::open("sim:h100,memory=256MiB").expect("the preset");
-        let mut core = Core::new(Box::new(backend), None).expect("a core").with_swap_memory(1 << 30);
+        let mut core = swapping_core(sim_h100("256MiB"));
         let (rx1, rx2) = (open(&mut core, 1), open(&mut core, 2));
         let _a = alloc(&mut core, &rx1, 1, 2, 150 * MIB);
         let b = alloc(&mut core, &rx2, 2, 2, 150 * MIB);
         core.swap.keep_until.clear();
         let stream = StreamId(0);
-        let memset = Request::Memset { dst: BufferSlice { buffer: b, offset: 0 }, value: 9, bytes: MIB, stream };
+        let memset = memset_mib(b, 9);
         core.inbound(2, Inbound::Request { id: 3, request: memset, fd: None });
         pump_until(&mut core, "no move started", |c| !c.swap.moving.is_empty());
         assert_eq!(core.swap.moving.len(), 2, "client 1's eviction and client 2's restore are under way");
