@@ -8,7 +8,7 @@
 mod common;
 
 use common::Daemon;
-use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
+use gpumux_client::{Arg, LaunchConfig, StreamId};
 use std::time::{Duration, Instant};
 
 const SOURCE: &str = "extern \"C\" __global__ void k(float* p, int n) { }";
@@ -27,11 +27,7 @@ fn cpu_of(pid: u32) -> Duration {
 #[test]
 fn a_client_launching_every_2_ms_is_served_awake_and_its_idle_connection_then_costs_nothing() {
     let d = Daemon::start(None);
-    let client = Client::connect(ConnectOptions { socket: Some(d.socket.clone()), ..ConnectOptions::named("cadence") })
-        .expect("connects");
-    let module = client.load_module("m", SOURCE, &[]).expect("loads");
-    let k = module.kernel("k").expect("the kernel");
-    let buf = client.alloc(4096).expect("allocates");
+    let (client, k, buf) = common::library_client(&d, "cadence", SOURCE, "k");
     let args = [Arg::buffer(&buf), Arg::bytes(0i32.to_le_bytes())];
     let launch_sync = || {
         let t = Instant::now();

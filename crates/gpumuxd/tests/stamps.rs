@@ -10,7 +10,7 @@
 mod common;
 
 use common::Daemon;
-use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
+use gpumux_client::{Arg, LaunchConfig, StreamId};
 use gpumux_stamps::analysis;
 use gpumux_stamps::Stage;
 use gpumuxd::backend::sim::ENDS_AHEAD_VAR;
@@ -24,12 +24,7 @@ const N: u64 = 60;
 fn two_chains() {
     let mut d = Daemon::start_with(None, &["--device-process"]);
     {
-        let client =
-            Client::connect(ConnectOptions { socket: Some(d.socket.clone()), ..ConnectOptions::named("stamps") })
-                .expect("connects");
-        let module = client.load_module("m", SOURCE, &[]).expect("loads");
-        let k = module.kernel("step").expect("the kernel");
-        let buf = client.alloc(4096).expect("allocates");
+        let (client, k, buf) = common::library_client(&d, "stamps", SOURCE, "step");
         for rep in 0..2 {
             for i in 0..N {
                 let args = [Arg::buffer(&buf), Arg::bytes((i as i32).to_le_bytes())];

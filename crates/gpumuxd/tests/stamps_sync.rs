@@ -10,7 +10,7 @@
 mod common;
 
 use common::Daemon;
-use gpumux_client::{Arg, Client, ConnectOptions, LaunchConfig, StreamId};
+use gpumux_client::{Arg, LaunchConfig, StreamId};
 use gpumux_stamps::syncs::{self, TripStage, TRIP};
 use gpumux_stamps::Stage;
 
@@ -28,12 +28,7 @@ fn a_launch_and_its_sync_are_stamped_from_the_client_to_the_device_and_back_in_o
     std::env::remove_var("GPUMUX_LAUNCH_FIRST");
     let mut d = Daemon::start_with(None, &["--device-process"]);
     {
-        let client =
-            Client::connect(ConnectOptions { socket: Some(d.socket.clone()), ..ConnectOptions::named("stamps-sync") })
-                .expect("connects");
-        let module = client.load_module("m", SOURCE, &[]).expect("loads");
-        let k = module.kernel("step").expect("the kernel");
-        let buf = client.alloc(4096).expect("allocates");
+        let (client, k, buf) = common::library_client(&d, "stamps-sync", SOURCE, "step");
         let cfg = LaunchConfig::new([1, 1, 1], [32, 1, 1]).block_time_ns(1_000);
         for i in 0..BACK + APART {
             if i >= BACK {

@@ -111,6 +111,24 @@ impl Drop for Daemon {
     }
 }
 
+/// A client of the library (`gpumux_client`) named `name` on `d`, with
+/// kernel `kernel` of `source` loaded and a 4 KiB buffer for its arguments:
+/// the setup of the tests that launch one small kernel again and again.
+pub fn library_client(
+    d: &Daemon,
+    name: &str,
+    source: &str,
+    kernel: &str,
+) -> (gpumux_client::Client, gpumux_client::Kernel, gpumux_client::Buffer) {
+    let options =
+        gpumux_client::ConnectOptions { socket: Some(d.socket.clone()), ..gpumux_client::ConnectOptions::named(name) };
+    let client = gpumux_client::Client::connect(options).expect("connects");
+    let module = client.load_module("m", source, &[]).expect("loads");
+    let k = module.kernel(kernel).expect("the kernel");
+    let buf = client.alloc(4096).expect("allocates");
+    (client, k, buf)
+}
+
 pub struct Client {
     pub sock: UnixStream,
     reader: FrameReader,
