@@ -314,6 +314,9 @@ pub struct WorkerLaunch {
     running_native: bool,
     /// The running native launch publishes its end in host memory ([`NATIVE_END_VAR`]).
     native_published: bool,
+    /// The running native launch is the twin (`set_native_publishing`),
+    /// which counts its threads out on the record.
+    twin_running: bool,
     /// The next native start publishes its end ([`WorkerLaunch::publish_end`]).
     publish_end: bool,
     /// The next native start records no end event unless a poll needs it
@@ -484,6 +487,7 @@ impl WorkerLaunch {
             running: false,
             running_native: false,
             native_published: false,
+            twin_running: false,
             publish_end: true,
             lazy_end: false,
             end_unrecorded: std::cell::Cell::new(None),
@@ -840,6 +844,7 @@ impl WorkerLaunch {
                     None => native,
                 };
                 self.native_published = twin.is_some() || publish.is_some();
+                self.twin_running = twin.is_some();
                 self.last_start_calls = match launcher {
                     Some((launcher, ctx)) => {
                         let (grid, block, smem) = (self.grid, self.block, self.smem);
@@ -1091,8 +1096,19 @@ impl WorkerLaunch {
         }
         self.record_end_if_lazy()?;
         self.ended.sync()?;
+        // A twin that ended without publishing (a thread that left by
+        // `exit` or a trap never counted itself out) left its count on the
+        // record: reset it, or the record's next launch would count from it.
+        let count_left = self.twin_running && self.host_words().is_some_and(|w| w.read(HOST_SEQ_WORD) != self.seq);
         self.running = false;
         if std::mem::take(&mut self.running_native) {
+            if count_left {
+                tracing::warn!(
+                    "the native kernel {} ended without publishing its end: its record is reset",
+                    self.func.name
+                );
+                self.ctl.upload(&CtlHeader::idle_bytes(self.host.as_ref().map_or(0, |h| h.dev)))?;
+            }
             self.next = self.end;
             return Ok(Outcome { next: self.next, end: self.end, workers: 0 });
         }
