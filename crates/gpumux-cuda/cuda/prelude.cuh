@@ -159,34 +159,4 @@ static __device__ __forceinline__ void gmx_leave(gmx_ctl_t* c, const gmx_launch_
         h[2] = L.seq;
     }
 }
-// Every thread of a native launch (`K__gmx_native`: the kernel's body run as
-// written, no claims), once it left the body: the last thread out publishes
-// the launch's end in host memory itself, so the stream needs no write after
-// the kernel (~2 us of the GPU's time between two short kernels) and the
-// thread that launches it makes `cuLaunchKernel` alone. No block barrier: a
-// thread that returned early leaves as it would natively (a barrier here
-// would meet the body's `__syncthreads` of the threads still in it). The
-// threads that arrive together count themselves with one atomic by the
-// lowest lane; their fences and `__syncwarp` order each one's stores before
-// that count, and the last count's fences order all of them before the seq
-// that tells the host the launch ended.
-static __device__ __forceinline__ void gmx_native_end(gmx_ctl_t* c, unsigned int seq, unsigned long long threads) {
-    const unsigned int group = __activemask();
-    __threadfence();
-    __syncwarp(group);
-    unsigned int lane;
-    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
-    if ((group & ((1u << lane) - 1u)) != 0u) return;
-    const unsigned long long n = (unsigned long long)__popc(group);
-    const unsigned long long e = atomicAdd(&c->exit_word, n);
-    if (e + n != threads) return;
-    __threadfence();
-    // Reset before the end shows: the host may start the record again once it sees it.
-    atomicExch(&c->exit_word, 0ull);
-    volatile unsigned int* h = (volatile unsigned int*)(*(volatile unsigned long long*)&c->host_result);
-    if (h != 0) {
-        __threadfence_system();
-        h[2] = seq;
-    }
-}
 // ---- end of gpumux worker prelude ----

@@ -42,37 +42,15 @@ const EVENT_QUERY_AFTER: std::time::Duration = std::time::Duration::from_micros(
 /// is still seen within this much of the first query.
 const EVENT_QUERY_EVERY: std::time::Duration = std::time::Duration::from_micros(100);
 
-/// How a native launch's end is published in host memory: unset or
-/// `kernel`, by the kernel's last thread out where its native twin is at hand
-/// ([`WorkerLaunch::set_native_publishing`]), else by a stream write after
-/// it; `stream`, by the stream write always (as before the twin, for an
-/// A/B); `event`, not at all: its end event is queried, as before its end
-/// was published (for comparisons: docs/history/benchmarks.md, runs 182-183).
+/// Set to `event` to find a native launch's end by querying its end event, as
+/// before its end was published in host memory (for comparisons: docs/history/benchmarks.md,
+/// runs 182-183).
 pub const NATIVE_END_VAR: &str = "GPUMUX_NATIVE_END";
-
-/// Who publishes a native launch's end ([`NATIVE_END_VAR`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum NativeEnd {
-    /// Nobody: its end event is queried.
-    Event,
-    /// The stream, with a write after the kernel.
-    Stream,
-    /// The kernel's last thread out, where its native twin is at hand.
-    Kernel,
-}
-
-fn native_end() -> NativeEnd {
-    static HOW: std::sync::OnceLock<NativeEnd> = std::sync::OnceLock::new();
-    *HOW.get_or_init(|| match std::env::var(NATIVE_END_VAR).as_deref().map(str::trim) {
-        Ok("event") => NativeEnd::Event,
-        Ok("stream") => NativeEnd::Stream,
-        _ => NativeEnd::Kernel,
-    })
-}
 
 /// A native launch's end is published in host memory (not [`NATIVE_END_VAR`] = `event`).
 fn native_end_published() -> bool {
-    native_end() != NativeEnd::Event
+    static PUBLISHED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PUBLISHED.get_or_init(|| !std::env::var(NATIVE_END_VAR).is_ok_and(|v| v.trim() == "event"))
 }
 
 /// `gone` word `i` for SMs `sms` and launch `seq`: the SMs' bits low, the seq's tag high.
@@ -265,9 +243,6 @@ pub struct WorkerLaunch {
     func: Function,
     /// The untransformed kernel, for launches too short to need preemption.
     native: Option<Function>,
-    /// Its twin from the worker module that publishes its own end
-    /// (`transform::NATIVE_SUFFIX`), launched instead where given.
-    native_publishing: Option<Function>,
     /// The user's arguments, as raw bytes per parameter.
     args: Vec<Vec<u8>>,
     grid: [u32; 3],
@@ -314,9 +289,6 @@ pub struct WorkerLaunch {
     running_native: bool,
     /// The running native launch publishes its end in host memory ([`NATIVE_END_VAR`]).
     native_published: bool,
-    /// The running native launch is the twin (`set_native_publishing`),
-    /// which counts its threads out on the record.
-    twin_running: bool,
     /// The next native start publishes its end ([`WorkerLaunch::publish_end`]).
     publish_end: bool,
     /// The next native start records no end event unless a poll needs it
@@ -462,7 +434,6 @@ impl WorkerLaunch {
         Ok(WorkerLaunch {
             func,
             native: None,
-            native_publishing: None,
             args,
             grid,
             block,
@@ -487,7 +458,6 @@ impl WorkerLaunch {
             running: false,
             running_native: false,
             native_published: false,
-            twin_running: false,
             publish_end: true,
             lazy_end: false,
             end_unrecorded: std::cell::Cell::new(None),
@@ -527,7 +497,6 @@ impl WorkerLaunch {
         }
         self.func = func;
         self.native = None;
-        self.native_publishing = None;
         self.args = args;
         self.grid = grid;
         self.block = block;
@@ -562,9 +531,7 @@ impl WorkerLaunch {
     /// it the launch's end is read from its end event, or known from a
     /// later launch of its stream that published its end
     /// ([`WorkerLaunch::ended_before`]): the CUDA client device's runs of
-    /// kernels queued natively publish the end of one kernel in a few. A
-    /// start of the native twin ([`WorkerLaunch::set_native_publishing`])
-    /// publishes its end whatever this says: it costs no stream operation.
+    /// kernels queued natively publish the end of one kernel in a few.
     pub fn publish_end(&mut self, yes: bool) {
         self.publish_end = yes;
     }
@@ -623,14 +590,6 @@ impl WorkerLaunch {
     /// the next start.
     pub fn set_native(&mut self, native: Option<Function>) {
         self.native = native;
-    }
-
-    /// The native build's twin whose last thread out publishes the launch's end
-    /// in host memory (`None`: none; `transform::NATIVE_SUFFIX`): a native
-    /// start launches it instead, with the control record and its number,
-    /// and no stream write follows ([`NATIVE_END_VAR`]).
-    pub fn set_native_publishing(&mut self, twin: Option<Function>) {
-        self.native_publishing = twin;
     }
 
     /// Runs the next start's whole grid as the native kernel, however long
@@ -818,33 +777,17 @@ impl WorkerLaunch {
         let chunk = match (plan, &self.native) {
             (Plan::Native, Some(native)) => {
                 // Its end is published as a worker launch's is, in host memory
-                // (its number, by its native twin's last thread out, or by a stream
-                // write after the kernel): a poll reads a word instead of
-                // querying the end event, which takes the driver's lock that
-                // the next launch waits for.
+                // (a stream write of its number after the kernel): a poll reads
+                // a word instead of querying the end event, which takes the
+                // driver's lock that the next launch waits for.
                 self.seq = self.seq.wrapping_add(1).max(1);
-                // The twin publishes every end, at no stream operation (the
-                // write costs the GPU ~2 µs between two short kernels, and the
-                // launcher thread a driver call): `publish_end` is moot for it.
-                let twin = match (&self.host, &self.native_publishing) {
-                    (Some(_), Some(twin)) if native_end() == NativeEnd::Kernel => Some(twin),
-                    _ => None,
-                };
                 let publish = match &self.host {
-                    Some(h) if twin.is_none() && native_end_published() && publish_end => {
+                    Some(h) if native_end_published() && publish_end => {
                         Some(Publish { addr: h.dev + HOST_SEQ_WORD as u64 * 4, value: self.seq })
                     }
                     _ => None,
                 };
-                let native = match twin {
-                    Some(twin) => {
-                        p.ptr(self.ctl.ptr).u32(self.seq);
-                        twin
-                    }
-                    None => native,
-                };
-                self.native_published = twin.is_some() || publish.is_some();
-                self.twin_running = twin.is_some();
+                self.native_published = publish.is_some();
                 self.last_start_calls = match launcher {
                     Some((launcher, ctx)) => {
                         let (grid, block, smem) = (self.grid, self.block, self.smem);
@@ -871,7 +814,7 @@ impl WorkerLaunch {
                         if let Some(w) = publish {
                             w.write(stream)?;
                         }
-                        if lazy_end && self.native_published && native_end_event_lazy() {
+                        if lazy_end && publish.is_some() && native_end_event_lazy() {
                             // Its end is read from host memory: the event
                             // (one more driver call on the command's path,
                             // before the core's next poll) is recorded only
@@ -1053,13 +996,12 @@ impl WorkerLaunch {
         if words.read(HOST_SEQ_WORD) != self.seq {
             return None;
         }
-        // The device wrote the fields (and the kernel its outputs), then
-        // (after a system fence) the seq.
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         if self.running_native {
-            // Written after the kernel's last thread (by it, or by the stream): it ran every block.
+            // Written by the stream after the kernel: it ran every block.
             return Some((self.end, 0));
         }
+        // The device wrote the fields, then (after a system fence) the seq.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         Some((words.read(0), words.read(1)))
     }
 
@@ -1096,19 +1038,8 @@ impl WorkerLaunch {
         }
         self.record_end_if_lazy()?;
         self.ended.sync()?;
-        // A twin that ended without publishing (a thread that left by
-        // `exit` or a trap never counted itself out) left its count on the
-        // record: reset it, or the record's next launch would count from it.
-        let count_left = self.twin_running && self.host_words().is_some_and(|w| w.read(HOST_SEQ_WORD) != self.seq);
         self.running = false;
         if std::mem::take(&mut self.running_native) {
-            if count_left {
-                tracing::warn!(
-                    "the native kernel {} ended without publishing its end: its record is reset",
-                    self.func.name
-                );
-                self.ctl.upload(&CtlHeader::idle_bytes(self.host.as_ref().map_or(0, |h| h.dev)))?;
-            }
             self.next = self.end;
             return Ok(Outcome { next: self.next, end: self.end, workers: 0 });
         }

@@ -15,12 +15,6 @@
 //!   indices with one atomic, runs the body for each, and stops when the record
 //!   says retreat or no block is left.
 //!
-//! * `K__gmx_native(params, gmx_ctl_t* gmx_ctl, unsigned int gmx_seq)` (not for
-//!   templates): the body run natively, one block per block of the grid, after
-//!   which the grid's last thread out publishes the launch's end in host
-//!   memory (`gmx_native_end`, no block barrier), so that no stream write
-//!   after the kernel is needed.
-//!
 //! What cannot be preempted block by block is refused with the line and the
 //! reason: grid-wide synchronisation, cooperative launch, dynamic parallelism,
 //! thread-block clusters, inline PTX that reads the block index.
@@ -33,12 +27,6 @@ pub const PRELUDE: &str = include_str!("../cuda/prelude.cuh");
 
 /// Suffix of the device function that holds a kernel's original body.
 pub const BODY_SUFFIX: &str = "__gmx_body";
-
-/// Suffix of the kernel that runs the body natively (every block once, as
-/// the source launches it) and publishes its end from its last block
-/// (`gmx_native_end`): defined beside the worker of every kernel that is
-/// neither a template nor an explicit instantiation.
-pub const NATIVE_SUFFIX: &str = "__gmx_native";
 
 /// Why a source cannot be turned into preemptible workers, with its line.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -764,31 +752,6 @@ fn emit_kernel(src: &str, toks: &[Token], k: &Found, shared_index: bool, block_s
     if (gmx_leader) gmx_leave(gmx_ctl, gmx_launch, gridDim.x * gridDim.y * gridDim.z, gmx_go);
 }}"#
     );
-    if k.info.template {
-        return;
-    }
-
-    // 3. The kernel as written, its end published by its last thread out:
-    // the body once per block of the grid (`blockIdx` and `gridDim` as they
-    // are), then each thread's count (`gmx_native_end`: no block barrier, so
-    // a thread that returned early leaves as it would natively).
-    let set_shared = if shared_index {
-        "if ((threadIdx.x | threadIdx.y | threadIdx.z) == 0u) { gmx_blockIdx = blockIdx; gmx_gridDim = gridDim; }\n    __syncthreads();\n    "
-    } else {
-        ""
-    };
-    out.push('\n');
-    copy_renamed(src, toks, k.start, k.name_tok, out);
-    let _ = write!(
-        out,
-        r#"{name}{NATIVE_SUFFIX}({params}{comma}gmx_ctl_t* __restrict__ gmx_ctl, const unsigned int gmx_seq) {{
-    // gpumux native kernel publishing its end: see gpumux-cuda/src/transform.rs
-    {set_shared}{name}{BODY_SUFFIX}({args}blockIdx, gridDim);
-    const unsigned long long gmx_threads = (unsigned long long)(blockDim.x * blockDim.y * blockDim.z)
-        * gridDim.x * gridDim.y * gridDim.z;
-    gmx_native_end(gmx_ctl, gmx_seq, gmx_threads);
-}}"#
-    );
 }
 
 #[cfg(test)]
@@ -847,32 +810,6 @@ extern "C" __global__ void __launch_bounds__(256) scale(float* __restrict__ y, c
         // The body function keeps neither the linkage nor the launch bounds.
         let body_decl = s.lines().find(|l| l.contains("scale__gmx_body(float")).expect("body line");
         assert!(!body_decl.contains("extern") && !body_decl.contains("__launch_bounds__"));
-    }
-
-    #[test]
-    fn a_kernel_gets_a_native_twin_whose_last_block_publishes_its_end() {
-        let t = transform(SIMPLE).expect("transform");
-        let s = &t.source;
-        let twin = "extern \"C\" __global__ void __launch_bounds__(256) scale__gmx_native(float* __restrict__ y, const float* x, float a, int n, gmx_ctl_t* __restrict__ gmx_ctl, const unsigned int gmx_seq)";
-        assert!(s.contains(twin), "{s}");
-        let at = s.find(twin).expect("the twin");
-        let twin_text = &s[at..];
-        let call = twin_text.find("scale__gmx_body(y, x, a, n, blockIdx, gridDim);").expect("the body");
-        let end = twin_text.find("gmx_native_end(gmx_ctl, gmx_seq, gmx_threads);").expect("the end");
-        assert!(call < end, "the body, then each thread's count: {s}");
-        // No block barrier: a thread that returned early must leave as natively.
-        assert!(!twin_text[..end].contains("__syncthreads"), "{twin_text}");
-        // A template kernel has none (it is launched as an instantiation's worker only).
-        let t = transform("template <int N> __global__ void k(int* o) { o[blockIdx.x] = N; }").expect("transform");
-        assert!(!t.source.contains(&format!("k{NATIVE_SUFFIX}")));
-        // A helper that reads the index sees the block's own in the shared copies.
-        let src =
-            "__device__ int row() { return blockIdx.y; }\nextern \"C\" __global__ void k(int* o) { o[row()] = 1; }";
-        let t = transform(src).expect("transform");
-        let at = t.source.find("k__gmx_native(").expect("the twin");
-        let twin_text = &t.source[at..];
-        let set = twin_text.find("gmx_blockIdx = blockIdx; gmx_gridDim = gridDim; }\n    __syncthreads();");
-        assert!(set < twin_text.find("k__gmx_body(o, blockIdx, gridDim)") && set.is_some(), "{twin_text}");
     }
 
     #[test]

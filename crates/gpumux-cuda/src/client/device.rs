@@ -870,7 +870,6 @@ fn start_segs(
         w.end = r.end as u32;
         let native = how.native_anywhere || how.native_if_long;
         w.set_native(if native { op.kernel.native.clone() } else { None });
-        w.set_native_publishing(if native { op.kernel.native_publishing.clone() } else { None });
         w.native_anywhere(how.native_anywhere);
         w.native_if_long(how.native_if_long);
         w.publish_end(how.publish_end);

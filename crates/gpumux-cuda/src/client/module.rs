@@ -77,10 +77,6 @@ pub struct CompiledModule {
     pub kernels: Vec<(String, String, usize)>,
     /// Found in the compile cache.
     pub cached: bool,
-    /// Each kernel's native twin in the worker CUBIN, which publishes its
-    /// end from its last thread out (`transform::NATIVE_SUFFIX`): its exported
-    /// name, in the order of `kernels`.
-    pub publishing: Vec<String>,
     /// The client's source compiled as it is, and each kernel's exported name
     /// there (in the order of `kernels`), for a device that runs launches
     /// natively under the hardware's stream priorities ([`add_native`]).
@@ -99,28 +95,20 @@ pub fn compile(name: &str, source: &str, options: &[String], arch: u32) -> Resul
             launchable.push((k.name.clone(), k.params.len()));
         }
     }
-    // `&K` names the worker (same name, longer signature) however it is
-    // linked; `&K__gmx_native` its native twin, after all the workers.
-    let workers = launchable.iter().map(|(n, _)| format!("&{n}"));
-    let twins = launchable.iter().map(|(n, _)| format!("&{n}{}", transform::NATIVE_SUFFIX));
-    let exprs: Vec<String> = workers.chain(twins).collect();
+    // `&K` names the worker (same name, longer signature) however it is linked.
+    let exprs: Vec<String> = launchable.iter().map(|(n, _)| format!("&{n}")).collect();
     let expr_refs: Vec<&str> = exprs.iter().map(String::as_str).collect();
     let (compiled, cached) = nvrtc::compile_with(name, &t.source, arch, options, &expr_refs).map_err(|e| match e {
         CudaError::Compile { log, msg, .. } => ModuleError::Compile { log: if log.is_empty() { msg } else { log } },
         other => ModuleError::Cuda(other),
     })?;
-    let exported = |expr: &String, what: &str| {
+    let mut kernels = Vec::new();
+    for ((k, params), expr) in launchable.into_iter().zip(&exprs) {
         let lowered = compiled.lowered.iter().find(|(e, _)| e == expr).map(|(_, l)| l.clone());
-        lowered.ok_or_else(|| CudaError::Invalid(format!("NVRTC gave no exported name for {what}")))
-    };
-    let (mut kernels, mut publishing) = (Vec::new(), Vec::new());
-    let (worker_exprs, twin_exprs) = exprs.split_at(launchable.len());
-    for (((k, params), worker), twin) in launchable.into_iter().zip(worker_exprs).zip(twin_exprs) {
-        let worker = exported(worker, &format!("`{k}`"))?;
-        publishing.push(exported(twin, &format!("the native twin of `{k}`"))?);
-        kernels.push((k, worker, params));
+        let exported = lowered.ok_or_else(|| CudaError::Invalid(format!("NVRTC gave no exported name for `{k}`")))?;
+        kernels.push((k, exported, params));
     }
-    Ok(CompiledModule { compiled, kernels, cached, publishing, native: None })
+    Ok(CompiledModule { compiled, kernels, cached, native: None })
 }
 
 /// Compiles `source` untransformed beside its workers ([`compile`], same
@@ -171,11 +159,6 @@ pub struct ClientKernel {
     /// The kernel as the client wrote it, if the module was compiled with
     /// it ([`add_native`]): launched when no preemption is needed.
     pub native: Option<Function>,
-    /// The same kernel run natively from the worker module, its end
-    /// published by its last thread out (`transform::NATIVE_SUFFIX`): launched
-    /// instead of `native` where the end must show in host memory
-    /// (`preempt::NATIVE_END_VAR`). Only beside `native`.
-    pub native_publishing: Option<Function>,
     /// The client's parameters' sizes, bytes, in order.
     pub param_sizes: Vec<u32>,
     /// Registers per thread of the worker.
@@ -218,17 +201,6 @@ pub fn load(name: &str, compiled: &CompiledModule) -> Result<LoadedModule, CudaE
             }
             None => None,
         };
-        // Compiled with the workers, but launched only in the native build's
-        // place, so only where it takes every block the native build takes
-        // (its registers could differ).
-        let native_publishing = match (&native, compiled.publishing.get(i)) {
-            (Some(n), Some(name)) => {
-                let twin = module.function(name)?;
-                let most = |f: &Function| f.attribute(FA::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
-                (most(&twin)? >= most(n)?).then_some(twin)
-            }
-            _ => None,
-        };
         let param_sizes = user_param_sizes(&worker.param_layout(params + WORKER_TAIL.len())?, *params)?;
         let attr = |a| worker.attribute(a).map(|v| v.max(0) as u32);
         kernels.push(ClientKernel {
@@ -240,7 +212,6 @@ pub fn load(name: &str, compiled: &CompiledModule) -> Result<LoadedModule, CudaE
             max_dynamic_smem: attr(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
             worker: worker.clone(),
             native,
-            native_publishing,
         });
     }
     Ok(LoadedModule { module, kernels, log: compiled.compiled.log.clone(), cached: compiled.cached })
