@@ -51,9 +51,7 @@ mod device;
 pub mod handover;
 mod host;
 pub(crate) mod id_map;
-mod idle_tail;
 mod inbox;
-mod launch_first;
 mod load_parts;
 mod poll_hold;
 mod pump_requests;
@@ -344,12 +342,6 @@ pub struct Core {
     /// A pump takes the clients' requests between rounds after each round's
     /// commands, not before them (`pump_requests::REQUESTS_AFTER_VAR`).
     requests_after_commands: bool,
-    /// An idle device's work goes out before the core takes more messages
-    /// (`launch_first`).
-    launch_first: bool,
-    /// A pump's later round that sent an idle device nothing ends without
-    /// polling it (`idle_tail`).
-    skip_idle_tail: bool,
     launches: id_map::IdMap<LaunchId, (OpId, SmSet)>,
     copies: id_map::IdMap<CopyId, OpId>,
     deferred: Vec<Deferred>,
@@ -499,8 +491,6 @@ impl Core {
             last_desc: None,
             pump_missed_inbox_at: None,
             requests_after_commands: pump_requests::requests_after_commands_from_env(),
-            launch_first: launch_first::from_env(),
-            skip_idle_tail: idle_tail::skip_from_env(),
             launches: Default::default(),
             copies: Default::default(),
             deferred: Vec::new(),
@@ -648,19 +638,13 @@ impl Core {
                 Ok(msg) => {
                     active = Instant::now();
                     handled += 1;
-                    // Before the message: whether it may give an idle device work.
-                    let wake_before = self.backend.next_wake();
                     if !self.handle(msg) {
                         self.shutdown();
                         return Ok(());
                     }
                     // Take what is queued, one message per client in turn,
-                    // for at most ROUND_MESSAGES before the device gets a look;
-                    // an idle device given work gets it first (`launch_first`).
+                    // for at most ROUND_MESSAGES before the device gets a look.
                     loop {
-                        if launch_first::pump_now(self.launch_first, wake_before, self.engine.has_commands_due()) {
-                            break;
-                        }
                         while let Ok(msg) = rx.try_recv() {
                             self.inbox.push(msg);
                         }

@@ -4,7 +4,6 @@
 //! The clients' requests a pump takes meanwhile, during its polls and
 //! between its rounds, are `core/pump_requests.rs`'s.
 
-use super::idle_tail;
 use super::*;
 use gpumux_engine::device::ReleaseCause;
 use gpumux_engine::ids::SmId;
@@ -53,10 +52,6 @@ impl Core {
             let sent = self.drain_commands(&mut stats, inbox)? | std::mem::take(&mut sent_late);
             if take_between && self.requests_after_commands {
                 self.take_requests(inbox, &mut stats);
-            }
-            // An idle device sent nothing has nothing to say (`idle_tail`).
-            if idle_tail::ends_without_poll(self.skip_idle_tail, stats.rounds, sent, self.backend.next_wake()) {
-                break;
             }
             let mut events = std::mem::take(&mut self.events);
             events.clear();
