@@ -572,9 +572,32 @@ mod tests {
     use gpumux_proto::Launch;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// The `Backend` methods a test backend leaves to its simulator (`self.sim`).
+    /// The `Backend` methods a test backend leaves to its simulator
+    /// (`self.sim`): those no test backend changes, and the ones named
+    /// (`delegate_to_sim!(unbind, next_wake)`) that this one does not.
     macro_rules! delegate_to_sim {
-        () => {
+        (@ start_load) => {
+            fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
+                self.sim.start_load(token, name, source, options)
+            }
+        };
+        (@ unbind) => {
+            fn unbind(&mut self, op: OpId) {
+                self.sim.unbind(op)
+            }
+        };
+        (@ take_failed) => {
+            fn take_failed(&mut self, out: &mut Vec<crate::backend::OpFailed>) {
+                self.sim.take_failed(out)
+            }
+        };
+        (@ next_wake) => {
+            fn next_wake(&self) -> Wake {
+                self.sim.next_wake()
+            }
+        };
+        ($($also:ident),*) => {
+            $(delegate_to_sim!(@ $also);)*
             fn describe(&self) -> String {
                 self.sim.describe()
             }
@@ -721,7 +744,7 @@ mod tests {
     }
 
     impl Backend for PollsLate {
-        delegate_to_sim!();
+        delegate_to_sim!(unbind, take_failed, next_wake);
         fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
             if !self.hold_loads.load(Ordering::Relaxed) {
                 self.sim.start_load(token, name, source, options)
@@ -732,9 +755,6 @@ mod tests {
                 self.follows.lock().expect("not poisoned").push((op, *after));
             }
             self.sim.bind(op, work)
-        }
-        fn unbind(&mut self, op: OpId) {
-            self.sim.unbind(op)
         }
         fn submit(&mut self, command: Command) -> Result<(), Failure> {
             self.commands.fetch_add(1, Ordering::Relaxed);
@@ -752,12 +772,6 @@ mod tests {
             // Not on the first look: the core takes a request from its inbox first.
             self.looks += 1;
             self.looks > 1
-        }
-        fn take_failed(&mut self, out: &mut Vec<crate::backend::OpFailed>) {
-            self.sim.take_failed(out)
-        }
-        fn next_wake(&self) -> Wake {
-            self.sim.next_wake()
         }
     }
 
@@ -897,10 +911,7 @@ mod tests {
     }
 
     impl Backend for AnswersAhead {
-        delegate_to_sim!();
-        fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
-            self.sim.start_load(token, name, source, options)
-        }
+        delegate_to_sim!(start_load);
         fn bind(&mut self, op: OpId, work: OpWork) {
             // One-block kernels only: a larger one stands for a kernel that runs long.
             if let OpWork::Kernel { after: Some(_), grid: [1, 1, 1], .. } = &work {
@@ -1166,16 +1177,10 @@ mod tests {
     }
 
     impl Backend for PollsForNews {
-        delegate_to_sim!();
-        fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
-            self.sim.start_load(token, name, source, options)
-        }
+        delegate_to_sim!(start_load, unbind, take_failed, next_wake);
         fn bind(&mut self, op: OpId, work: OpWork) {
             self.log.lock().expect("not poisoned").push(("bind", op));
             self.sim.bind(op, work)
-        }
-        fn unbind(&mut self, op: OpId) {
-            self.sim.unbind(op)
         }
         fn submit(&mut self, command: Command) -> Result<(), Failure> {
             if let Command::Launch { op, .. } = &command {
@@ -1196,12 +1201,6 @@ mod tests {
                 }
                 std::thread::sleep(Duration::from_micros(20));
             }
-        }
-        fn take_failed(&mut self, out: &mut Vec<crate::backend::OpFailed>) {
-            self.sim.take_failed(out)
-        }
-        fn next_wake(&self) -> Wake {
-            self.sim.next_wake()
         }
     }
 
@@ -1374,10 +1373,7 @@ mod tests {
     const REFUSED_X: u32 = 7;
 
     impl Backend for Refusing {
-        delegate_to_sim!();
-        fn start_load(&mut self, token: u64, name: &str, source: &str, options: &[String]) {
-            self.sim.start_load(token, name, source, options)
-        }
+        delegate_to_sim!(start_load);
         fn bind(&mut self, op: OpId, work: OpWork) {
             if matches!(work, OpWork::Kernel { grid: [REFUSED_X, ..], .. }) {
                 self.refused.insert(op);
