@@ -386,26 +386,53 @@ impl Function {
     }
 }
 
-/// Kernel arguments, each in its own 8-byte aligned slot of one buffer:
-/// two allocations per launch whatever its argument count, not one per
-/// argument (a launcher thread frees what the device's thread allocated:
-/// each free there may take the allocator's lock that thread allocates under).
+/// Argument words a [`Params`] holds in itself, with no allocation, while
+/// they fit (a worker's own tail is 10 of them).
+const INLINE_WORDS: usize = 24;
+
+/// Kernel arguments, each in its own 8-byte aligned slot, held in the value
+/// itself while they fit ([`INLINE_WORDS`]): a launch posted to a launcher
+/// thread then carries no allocation of the poster's for that thread to
+/// free (each such free may take the allocator's lock the poster allocates
+/// under; the two threads slowed each other: docs/program-speed.md, "The
+/// launcher's time per kernel").
 #[derive(Default)]
 pub struct Params {
-    /// Every slot, in order.
-    words: Vec<u64>,
-    /// Where each slot starts in `words`.
-    starts: Vec<usize>,
+    /// The slots, in order, while they fit.
+    inline: [u64; INLINE_WORDS],
+    /// Every slot, once they do not (then `inline` is unused).
+    spill: Vec<u64>,
+    /// Words used.
+    len: usize,
+    /// Where each of the first slots starts (a slot takes a word at least).
+    starts: [u32; INLINE_WORDS],
+    /// Where each later one starts.
+    more_starts: Vec<u32>,
+    /// Slots.
+    count: usize,
 }
 
 impl Params {
     /// An argument of these bytes (a struct passed by value).
     pub fn push_bytes(&mut self, b: &[u8]) -> &mut Self {
-        let start = self.words.len();
-        self.words.resize(start + b.len().div_ceil(8).max(1), 0);
+        let start = self.len;
+        self.len += b.len().div_ceil(8).max(1);
+        if self.len > INLINE_WORDS && self.spill.is_empty() {
+            self.spill.extend_from_slice(&self.inline[..start]);
+        }
+        let words = if self.spill.is_empty() {
+            &mut self.inline[start..self.len]
+        } else {
+            self.spill.resize(self.len, 0);
+            &mut self.spill[start..]
+        };
         // SAFETY: the slot just added holds at least b.len() bytes.
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.words[start..].as_mut_ptr().cast::<u8>(), b.len()) };
-        self.starts.push(start);
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), words.as_mut_ptr().cast::<u8>(), b.len()) };
+        match self.starts.get_mut(self.count) {
+            Some(s) => *s = start as u32,
+            None => self.more_starts.push(start as u32),
+        }
+        self.count += 1;
         self
     }
     /// A device pointer.
@@ -438,9 +465,10 @@ impl Params {
     /// Each argument's address, for `cuLaunchKernel` (valid while `self` is
     /// neither changed nor dropped).
     fn pointers(&mut self) -> Vec<*mut c_void> {
-        let base = self.words.as_mut_ptr();
-        // SAFETY: every start lies within `words` (`push_bytes`).
-        self.starts.iter().map(|&i| unsafe { base.add(i) }.cast::<c_void>()).collect()
+        let base = if self.spill.is_empty() { self.inline.as_mut_ptr() } else { self.spill.as_mut_ptr() };
+        let first = &self.starts[..self.count.min(INLINE_WORDS)];
+        // SAFETY: every start lies within the words in use (`push_bytes`).
+        first.iter().chain(&self.more_starts).map(|&i| unsafe { base.add(i as usize) }.cast::<c_void>()).collect()
     }
 }
 
@@ -453,6 +481,8 @@ mod params_tests {
         let mut p = Params::default();
         let launch_desc: Vec<u8> = (0..72u8).collect();
         p.ptr(0x1122_3344_5566_7788).u32(7).push_bytes(&launch_desc).push_bytes(&[]).uint3([1, 2, 3]);
+        // Moved (as into a launcher's job) before its pointers are taken, as a launch does.
+        let mut p = Box::new(p);
         let ptrs = p.pointers();
         assert_eq!(ptrs.len(), 5);
         // SAFETY: each pointer names a live slot of at least the bytes read.
@@ -464,6 +494,30 @@ mod params_tests {
         assert!(ptrs.iter().all(|q| (*q as usize).is_multiple_of(8)), "8-byte aligned slots");
         // An empty argument still has a slot of its own, apart from the next.
         assert!(ptrs.windows(2).all(|w| w[0] < w[1]), "slots in order, none shared");
+    }
+
+    #[test]
+    fn arguments_past_the_inline_words_move_with_the_first_ones() {
+        let mut p = Params::default();
+        // 30 one-word arguments: the first fill the inline words, the rest spill (with them).
+        for v in 0..30u64 {
+            p.u64(v * 3 + 1);
+        }
+        let big: Vec<u8> = (0..200u8).collect();
+        p.push_bytes(&big);
+        let ptrs = p.pointers();
+        assert_eq!(ptrs.len(), 31);
+        for (v, q) in ptrs.iter().take(30).enumerate() {
+            // SAFETY: a live one-word slot.
+            assert_eq!(unsafe { *q.cast::<u64>() }, v as u64 * 3 + 1, "argument {v}");
+        }
+        // SAFETY: the last slot holds the 200 bytes.
+        assert_eq!(unsafe { std::slice::from_raw_parts(ptrs[30].cast::<u8>(), 200) }, &big[..]);
+        // Moved (as into a launcher's job), the arguments are the same.
+        let mut moved = p;
+        let again = moved.pointers();
+        // SAFETY: live slots.
+        assert_eq!(unsafe { *again[29].cast::<u64>() }, 29 * 3 + 1);
     }
 }
 
