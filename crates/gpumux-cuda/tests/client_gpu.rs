@@ -863,6 +863,95 @@ fn with_hardware_priority_a_runs_records_are_recycled_at_launch_commands_between
     assert!(x == want, "{stop_at} steps and {ran_past} queued natively past them: x differs from the host's");
 }
 
+/// A poll answered before its runs go on (`client::device::answer_first`,
+/// as the daemon's device process polls): a chain queued natively ahead,
+/// each poll followed by `go_on` (its answer sent), the ends seen ahead
+/// answered with `submit_answered`. A poll that sees a run's kernels end
+/// queues none of the next (they wait for `go_on`), every end is reported
+/// once and in stream order, and every step runs every block (`x` against
+/// the host).
+#[test]
+fn a_poll_answered_first_leaves_the_runs_next_kernels_to_go_on_and_every_end_is_reported_once_in_order() {
+    let test = "a_poll_answered_first_leaves_the_runs_next_kernels_to_go_on_and_every_end_is_reported_once_in_order";
+    let Some((_gpu, mut d)) = device_or_skip(test) else {
+        return;
+    };
+    d.set_hw_priority(true);
+    d.set_report_ends_ahead(true);
+    d.set_answer_first(true);
+    let steps = 120u32;
+    let sx = StepX::new(&mut d, 1, hashed);
+    let (sms, blocks, n) = (d.info().num_sms, sx.blocks as u64, sx.n);
+    let op = |k: u32| 100 + k as u64;
+    let lid = |k: u32| 1000 + k as u64;
+    for k in 0..steps {
+        let after = k.checked_sub(1).map(|p| OpId(op(p)));
+        // SAFETY: a kernel binds no host memory.
+        unsafe { d.bind_after(OpId(op(k)), sx.work(k + 1, 0), after) }.expect("bind");
+    }
+    let (all, whole) = (SmSet::range(0, sms), || BlockRanges::full(blocks));
+    let mut events = Vec::new();
+    let mut reported: Vec<OpId> = Vec::new();
+    let (mut next, mut went_on) = (0u32, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // A poll, then the runs go on as once its answer is sent.
+    let mut poll = |d: &mut ClientDevice, events: &mut Vec<Event>, reported: &mut Vec<OpId>| {
+        let queued = d.ahead_counts().queued;
+        let now = d.now();
+        d.advance(Some(now), events).expect("poll");
+        let seen = d.take_ends_ahead();
+        if !seen.is_empty() {
+            assert_eq!(d.ahead_counts().queued, queued, "a poll that saw ends queued nothing before its answer");
+        }
+        for (o, b) in seen {
+            assert_eq!(b, blocks, "{o} reported with its whole grid");
+            assert!(
+                reported.last().is_none_or(|l| l.0 < o.0),
+                "{o} reported after {:?}: once, in order",
+                reported.last()
+            );
+            reported.push(o);
+        }
+        let before = d.ahead_counts().queued;
+        d.go_on().expect("the runs go on");
+        went_on += d.ahead_counts().queued - before;
+    };
+    while next < steps {
+        assert!(Instant::now() < deadline, "no progress in 20 s at step {next}: {:?}", d.ahead_counts());
+        poll(&mut d, &mut events, &mut reported);
+        if next > 0 && reported.contains(&OpId(op(next))) {
+            // Answered from its end seen ahead, as the daemon's side does.
+            while next < steps && reported.contains(&OpId(op(next))) {
+                d.submit_answered(d.now(), launch(op(next), lid(next), whole(), all, blocks)).expect("launch");
+                d.unbind(OpId(op(next)));
+                next += 1;
+            }
+            continue;
+        }
+        // Not reported: the engine launches it once the launch before it ended.
+        if next == 0 || ended_with(&events, lid(next - 1)).is_some() {
+            d.submit(d.now(), launch(op(next), lid(next), whole(), all, blocks)).expect("launch");
+            d.unbind(OpId(op(next)));
+            next += 1;
+        }
+    }
+    // Answered launches end at the next poll; the last one run ends when its kernel does.
+    let settle = Instant::now() + Duration::from_secs(5);
+    while (0..steps).any(|k| ended_with(&events, lid(k)).is_none()) {
+        assert!(Instant::now() < settle, "launches not ended 5 s after the last: {:?}", d.ahead_counts());
+        poll(&mut d, &mut events, &mut reported);
+    }
+    for k in 0..steps {
+        assert_eq!(ended_with(&events, lid(k)), Some((0, blocks)), "step {k} ran every block");
+    }
+    eprintln!("{} of {steps} ends reported ahead; {went_on} kernels queued after answers", reported.len());
+    assert!(went_on > 0, "the runs went on after answers: {:?}", d.ahead_counts());
+    assert!(!reported.is_empty(), "ends were seen ahead: {:?}", d.ahead_counts());
+    let x = sx.read(&mut d, 2);
+    let want: Vec<u32> = (0..n as u32).map(|i| stepped(hashed(i), steps)).collect();
+    assert!(x == want, "{steps} steps: x differs from the host's");
+}
+
 /// Polls that read host memory alone while the launcher thread has kernels
 /// to launch (`client::device::lockfree`): a chain queued natively ahead,
 /// each launch made when the one before ended, polled back to back as a
