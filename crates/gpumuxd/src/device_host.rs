@@ -70,11 +70,6 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
     let mut backend = backend;
     // The daemon answers launches of kernels that ended ahead itself (`backend::ends_ahead`).
     backend.report_ends_ahead();
-    // Its polls answer before the runs go on, where the device does so
-    // (`Backend::go_on`; `gpumux_cuda::client::ANSWER_FIRST_VAR`).
-    if backend.go_on_after_answers() {
-        tracing::info!("device process: polls answer before the runs they saw end go on");
-    }
     let ready = FromDevice::Ready {
         describe: backend.describe(),
         info: backend.info().clone(),
@@ -273,11 +268,6 @@ impl DeviceHost {
                 self.holds.ended(how, now.saturating_sub(self.poll_read));
                 break wake;
             }
-            // Held with nothing to say: what the poll left goes on now.
-            self.go_on();
-            if let Some(f) = self.failure.take() {
-                return failure_message(f);
-            }
             // Until the device's next poll is due (`hold::PACE`), the link alone.
             let message = loop {
                 looks = looks.wrapping_add(1);
@@ -320,17 +310,6 @@ impl DeviceHost {
         }
     }
 
-    /// What the last poll left for after its answer ([`Backend::go_on`]),
-    /// before the next message is read; a failure is the next poll's answer.
-    fn go_on(&mut self) {
-        if self.broken {
-            return;
-        }
-        if let Err(f) = self.backend.go_on() {
-            self.failed(f);
-        }
-    }
-
     /// Keeps a device failure for the next poll; after it the device is left alone.
     fn failed(&mut self, f: Failure) {
         self.broken = true;
@@ -346,8 +325,6 @@ impl DeviceHost {
                 let r = self.poll(Duration::ZERO);
                 let sent = self.send(r);
                 gpumux_stamps::stamp(gpumux_stamps::Stage::HostAnswer, key, 0);
-                // The answer is on its way: the runs go on while the core reads it.
-                self.go_on();
                 sent
             }
             ToDevice::PollHeld { us } => {
@@ -357,8 +334,6 @@ impl DeviceHost {
                 let r = self.poll(Duration::from_micros(u64::from(us)));
                 let sent = self.send(r);
                 gpumux_stamps::stamp(gpumux_stamps::Stage::HostAnswer, key, 0);
-                // The answer is on its way: the runs go on while the core reads it.
-                self.go_on();
                 sent
             }
             // Read: the hold it was meant to end is over.

@@ -17,7 +17,6 @@ use super::module::{ClientKernel, CompiledModule};
 use super::work::{BindError, ClientWork, KernelHandle};
 
 mod ahead;
-mod answer_first;
 mod clock;
 mod corun;
 mod handover;
@@ -33,7 +32,6 @@ use crate::preempt::{SmMask, WorkerLaunch};
 use crate::runtime::launcher::Launcher;
 use crate::runtime::{Event as CuEvent, Module, Stream};
 pub use ahead::{AheadCounts, DEEP_HOLD_NS, DEEP_MAX, ENDED_WAITING_MAX};
-pub use answer_first::{answer_first_from, ANSWER_FIRST_VAR};
 pub use corun::CoRunCounts;
 use corun::{CoRunChooser, KernelKey, Mode};
 use cudarc::driver::sys as cu;
@@ -542,11 +540,6 @@ pub struct ClientDevice {
     /// [`ClientDevice::deepen_tails`]' list, kept between its calls (one
     /// at most polls: not a vector allocated per poll).
     tails: Vec<OpId>,
-    /// A poll leaves the runs' next kernels for after its answer
-    /// ([`answer_first`]: the daemon's device process asks), and whether
-    /// the last poll left them ([`ClientDevice::go_on`]).
-    answer_first: bool,
-    go_on_due: bool,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -998,8 +991,6 @@ impl ClientDevice {
             poll_lockfree: lockfree::lockfree_from(std::env::var(POLL_LOCKFREE_VAR).ok().as_deref()),
             lockfree: lockfree::LockfreeCounts::default(),
             tails: Vec::new(),
-            answer_first: false,
-            go_on_due: false,
         };
         // The pinned host pool grown from the start, if gpumuxd asked (`swap::update_ahead`).
         device.update_ahead();
@@ -2057,9 +2048,6 @@ impl Device for ClientDevice {
     fn advance(&mut self, until: Option<Nanos>, events: &mut Vec<Event>) -> Result<Nanos, DeviceError> {
         loop {
             if self.out.is_empty() {
-                // What the last poll left for after its answer, if nobody
-                // did it ([`answer_first`]), before this poll's walk.
-                self.go_on()?;
                 self.poll_clock.begin();
                 // No driver call while the launcher thread has kernels to
                 // launch, within a bound ([`lockfree`]).
@@ -2075,8 +2063,7 @@ impl Device for ClientDevice {
                 let ended = if driver { self.poll_ahead()? } else { self.poll_ahead_in(true)? };
                 self.poll_clock.part(3);
                 if ended || std::mem::take(&mut self.refill_ahead) {
-                    // Now, or once the answer is sent ([`answer_first`]).
-                    self.runs_go_on()?;
+                    self.deepen_tails()?;
                 }
                 self.note_lead();
                 self.poll_clock.part(4);

@@ -157,14 +157,6 @@ impl Backend for AnswersAhead {
     fn run_end_landed(&self) -> Option<bool> {
         self.inner.run_end_landed()
     }
-    // A device process's: here the core reads a poll's answer at once, so
-    // the runs go on in the poll, as before.
-    fn go_on_after_answers(&mut self) -> bool {
-        false
-    }
-    fn go_on(&mut self) -> Result<(), Failure> {
-        self.inner.go_on()
-    }
 
     fn hold_sends(&mut self) {
         self.inner.hold_sends()

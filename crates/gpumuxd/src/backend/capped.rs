@@ -224,12 +224,6 @@ impl Backend for Capped {
     fn run_end_landed(&self) -> Option<bool> {
         self.inner.run_end_landed()
     }
-    fn go_on_after_answers(&mut self) -> bool {
-        self.inner.go_on_after_answers()
-    }
-    fn go_on(&mut self) -> Result<(), Failure> {
-        self.inner.go_on()
-    }
     fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
         self.inner.submit_answered(command)
     }

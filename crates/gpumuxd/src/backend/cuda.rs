@@ -524,14 +524,6 @@ impl Backend for CudaBackend {
         self.device.set_report_ends_ahead(true);
     }
 
-    fn go_on_after_answers(&mut self) -> bool {
-        self.device.go_on_after_answers()
-    }
-
-    fn go_on(&mut self) -> Result<(), Failure> {
-        self.device.go_on().map_err(|e| self.failure(e))
-    }
-
     fn run_end_landed(&self) -> Option<bool> {
         // Only where `GPUMUX_RECYCLE_AHEAD` lets holds watch (`gpumux_cuda::client::Recycle`).
         self.device.recycle_mode().in_holds().then(|| self.device.run_end_landed()).flatten()

@@ -653,19 +653,6 @@ pub trait Backend: Send {
     fn run_end_landed(&self) -> Option<bool> {
         None
     }
-    /// A device process asks that a poll leave what it may do after its
-    /// answer to [`Backend::go_on`] (the CUDA device: a run's next kernels
-    /// queued natively; `gpumux_cuda::client::ANSWER_FIRST_VAR`): `true` if
-    /// this device does so. A device that does nothing after its polls
-    /// ignores it.
-    fn go_on_after_answers(&mut self) -> bool {
-        false
-    }
-    /// A poll's answer was sent, and no message was read since: the device
-    /// does what the poll left for now ([`Backend::go_on_after_answers`]).
-    fn go_on(&mut self) -> Result<(), Failure> {
-        Ok(())
-    }
     /// Carries out a launch command the daemon answered itself from an end
     /// this device reported ahead ([`ends_ahead`]): the device adopts what it
     /// ran and ends the launch (the device process drops its events).

@@ -301,13 +301,6 @@ pub struct SimBackend {
 /// changes.
 pub const ENDS_AHEAD_VAR: &str = "GPUMUX_SIM_ENDS_AHEAD";
 
-/// With [`ENDS_AHEAD_VAR`], the scripted kernels run ahead hold a launch
-/// record each until a poll reports them, as the CUDA device's do: at most
-/// this many (a number) at once; the others wait for records, which come back
-/// at a poll, and run then or, where the device process asks, once the
-/// poll's answer is sent ([`Backend::go_on`]). Unset: no bound.
-pub const AHEAD_RECORDS_VAR: &str = "GPUMUX_SIM_AHEAD_RECORDS";
-
 /// What [`ENDS_AHEAD_VAR`] scripts.
 #[derive(Default)]
 struct ScriptedEnds {
@@ -317,47 +310,6 @@ struct ScriptedEnds {
     reported: crate::core::id_map::IdSet<OpId>,
     /// The ends of answered launches, for the next poll (the device process drops them).
     answers: Vec<Event>,
-    /// [`AHEAD_RECORDS_VAR`]: records for kernels run ahead and not reported yet.
-    records: Option<usize>,
-    /// Kernels bound to run ahead, waiting for a record, in the order bound.
-    waiting: std::collections::VecDeque<OpId>,
-    /// Waiting kernels go on after a poll's answer ([`Backend::go_on`]), not in the poll.
-    go_on_later: bool,
-    /// A poll gave records back and left the waiting kernels for [`Backend::go_on`].
-    due: bool,
-}
-
-impl ScriptedEnds {
-    /// A record is free for a kernel to run ahead.
-    fn record_free(&self) -> bool {
-        self.records.is_none_or(|r| self.report.len() < r)
-    }
-
-    /// Kernel `op` runs ahead now if a record is free (and none waits before it).
-    fn run_or_wait(&mut self, op: OpId) {
-        if self.waiting.is_empty() && self.record_free() {
-            self.run(op);
-        } else {
-            self.waiting.push_back(op);
-        }
-    }
-
-    /// Scripted as queued and run ahead: its launch is here (issue 35's stage
-    /// stamps), its end for the next poll.
-    fn run(&mut self, op: OpId) {
-        gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchStart, op.0, 0);
-        gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchReturn, op.0, 0);
-        self.report.push(crate::backend::ends_ahead::EndAhead { op, blocks: 1 });
-        self.reported.insert(op);
-    }
-
-    /// The waiting kernels run, in order, while records are free.
-    fn go_on(&mut self) {
-        while self.record_free() {
-            let Some(op) = self.waiting.pop_front() else { break };
-            self.run(op);
-        }
-    }
 }
 
 impl SimBackend {
@@ -675,8 +627,7 @@ impl SimBackend {
     /// From now on, scripted ends ahead as [`ENDS_AHEAD_VAR`] says (for
     /// tests that cannot set the variable for a whole process).
     pub fn script_ends_ahead(&mut self) {
-        let records = std::env::var(AHEAD_RECORDS_VAR).ok().and_then(|v| v.trim().parse().ok());
-        self.scripted.get_or_insert_with(|| ScriptedEnds { records, ..ScriptedEnds::default() });
+        self.scripted.get_or_insert_with(ScriptedEnds::default);
     }
 
     /// The image of a module loaded before with the same source and options
@@ -1095,7 +1046,11 @@ impl Backend for SimBackend {
 
     fn bind(&mut self, op: OpId, work: OpWork) {
         if let (Some(s), OpWork::Kernel { after: Some(_), grid: [1, 1, 1], .. }) = (self.scripted.as_mut(), &work) {
-            s.run_or_wait(op);
+            // Scripted as queued and run ahead: its launch is here (issue 35's stage stamps).
+            gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchStart, op.0, 0);
+            gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchReturn, op.0, 0);
+            s.report.push(crate::backend::ends_ahead::EndAhead { op, blocks: 1 });
+            s.reported.insert(op);
         }
         self.bound.insert(op, work);
     }
@@ -1104,7 +1059,6 @@ impl Backend for SimBackend {
         if let Some(s) = self.scripted.as_mut() {
             s.reported.remove(&op);
             s.report.retain(|e| e.op != op);
-            s.waiting.retain(|&w| w != op);
         }
         self.bound.remove(&op);
     }
@@ -1125,32 +1079,8 @@ impl Backend for SimBackend {
 
     fn take_ends_ahead(&mut self, out: &mut Vec<crate::backend::ends_ahead::EndAhead>) {
         if let Some(s) = self.scripted.as_mut() {
-            // Their records come back: the waiting kernels run now or after the answer.
-            let freed = !s.report.is_empty();
             out.append(&mut s.report);
-            if s.go_on_later {
-                s.due |= freed;
-            } else {
-                s.go_on();
-            }
         }
-    }
-
-    fn go_on_after_answers(&mut self) -> bool {
-        let Some(s) = self.scripted.as_mut() else { return false };
-        s.go_on_later = gpumux_cuda::client::answer_first_from(
-            std::env::var(gpumux_cuda::client::ANSWER_FIRST_VAR).ok().as_deref(),
-        );
-        s.go_on_later
-    }
-
-    fn go_on(&mut self) -> Result<(), Failure> {
-        if let Some(s) = self.scripted.as_mut() {
-            if std::mem::take(&mut s.due) {
-                s.go_on();
-            }
-        }
-        Ok(())
     }
 
     fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
@@ -1179,10 +1109,8 @@ impl Backend for SimBackend {
         match &command {
             Command::Launch { op, desc, .. } => {
                 if let Some(s) = self.scripted.as_mut() {
-                    // Launched the ordinary way (its report crossed the command,
-                    // or it waited for a record): it runs here.
+                    // Launched the ordinary way (its report crossed the command): it runs here.
                     s.reported.remove(op);
-                    s.waiting.retain(|w| w != op);
                 }
                 if let Some(OpWork::Kernel { code, .. }) = self.bound.get(op) {
                     if self.trapping.contains(code) && self.fault.is_none() {
@@ -1324,8 +1252,7 @@ impl Backend for SimBackend {
         self.copies.clear();
         self.modules.clear();
         if let Some(s) = self.scripted.as_mut() {
-            let (records, go_on_later) = (s.records, s.go_on_later);
-            *s = ScriptedEnds { records, go_on_later, ..ScriptedEnds::default() };
+            *s = ScriptedEnds::default();
         }
         self.fault = None;
         Ok(())

@@ -98,10 +98,9 @@
 //! the device process's launch commands: the GPU was fed one kernel per
 //! launch command (on the H200 every kernel of the programs bench's chain
 //! had ended before its launch command came, 3.18x native). Now a run goes
-//! on at each poll that sees ends ([`ClientDevice::deepen_tails`]; in the
-//! daemon's device process right after the poll's answer:
-//! [`super::answer_first`]), at each bind ([`ClientDevice::follow`]), and
-//! at the poll after a launch command or an unbind; a launch command for a kernel seen ended adopts no record
+//! on at each poll that sees ends ([`ClientDevice::deepen_tails`]), at each
+//! bind ([`ClientDevice::follow`]), and at the poll after a launch command
+//! or an unbind; a launch command for a kernel seen ended adopts no record
 //! (the launch ends at the next poll, every block done: `Live::done_ahead`),
 //! with no driver call and no walk of the run. The kernels seen ended that
 //! the engine has not launched yet are bounded ([`ENDED_WAITING_MAX`], over

@@ -184,8 +184,7 @@ const POLL_SAMPLE: u64 = 8;
 /// The polls that saw a run's kernels end ahead are timed too, every one
 /// ([`PollClock::saw_ends`]): few (one per burst of a chain's kernels), and
 /// on the chain's critical path (issue 35: ~22 µs from a held poll's receipt
-/// to its first post on the H200, 687b320, with no stamp to say where), as is
-/// what such a poll left for after its answer ([`PollClock::went_on`]).
+/// to its first post on the H200, 687b320, with no stamp to say where).
 #[derive(Debug, Default)]
 pub(super) struct PollClock {
     polls: u64,
@@ -200,8 +199,6 @@ pub(super) struct PollClock {
     /// Polls that saw ends ahead, and their parts.
     with_ends: u64,
     ends_parts: [Duration; 7],
-    /// The runs gone on after a poll's answer: how often, in all, the kernels queued.
-    went_on: (u64, Duration, u64),
 }
 
 impl PollClock {
@@ -237,16 +234,7 @@ impl PollClock {
         }
     }
 
-    /// The runs went on after a poll's answer ([`super::answer_first`]):
-    /// `took`, `queued` kernels.
-    pub(super) fn went_on(&mut self, took: Duration, queued: u64) {
-        self.went_on.0 += 1;
-        self.went_on.1 += took;
-        self.went_on.2 += queued;
-    }
-
-    /// The polls that saw ends ahead, and the goings on after answers,
-    /// in words (`None`: none).
+    /// The polls that saw ends ahead, in words (`None`: none).
     pub(super) fn ends_summary(&self) -> Option<String> {
         if self.with_ends == 0 {
             return None;
@@ -256,16 +244,6 @@ impl PollClock {
         let mut s = format!("{} polls saw ends ahead: {:.2} µs each", self.with_ends, total.as_secs_f64() * 1e6 / n);
         for (name, d) in POLL_PARTS.iter().zip(self.ends_parts) {
             s.push_str(&format!(", {name} {:.2}", d.as_secs_f64() * 1e6 / n));
-        }
-        let (went, took, queued) = self.went_on;
-        if went > 0 {
-            let per = |x: f64| x / went as f64;
-            s.push_str(&format!(
-                "; runs gone on after {went} answers: {:.2} µs and {:.1} kernels queued each ({:.2} µs a kernel)",
-                per(took.as_secs_f64() * 1e6),
-                per(queued as f64),
-                took.as_secs_f64() * 1e6 / queued.max(1) as f64
-            ));
         }
         Some(s)
     }
@@ -386,7 +364,7 @@ mod tests {
     }
 
     #[test]
-    fn every_poll_that_saw_ends_is_timed_and_what_went_on_after_answers_counted() {
+    fn every_poll_that_saw_ends_is_timed() {
         let mut c = PollClock::default();
         for i in 0..POLL_SAMPLE + 1 {
             c.begin();
@@ -399,16 +377,10 @@ mod tests {
                 c.part(2);
             }
         }
-        c.went_on(Duration::from_micros(60), 15);
-        c.went_on(Duration::from_micros(40), 5);
         let s = c.ends_summary().expect("a poll saw ends");
         assert!(s.starts_with("1 polls saw ends ahead: "), "{s}");
         assert!(c.ends_parts[3] >= Duration::from_millis(2), "{:?}", c.ends_parts);
         assert!(c.parts[3] < Duration::from_millis(2), "not a sampled poll: {:?}", c.parts);
-        assert!(
-            s.ends_with("runs gone on after 2 answers: 50.00 µs and 10.0 kernels queued each (5.00 µs a kernel)"),
-            "{s}"
-        );
         assert_eq!(PollClock::default().ends_summary(), None);
     }
 }
