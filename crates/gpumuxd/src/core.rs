@@ -330,11 +330,6 @@ pub struct Core {
     policy: String,
     sessions: BTreeMap<u64, Session>,
     ops: id_map::IdMap<OpId, OpEntry>,
-    /// The description of the last kernel launched, and whose it was: a
-    /// program's next launch of the same kernel with the same shape shares
-    /// it, where each launch built one (its name copied) and dropped it
-    /// (issue 35's callgrind).
-    last_desc: Option<(u64, Arc<gpumux_engine::kernel::KernelDesc>)>,
     /// The inbox's [`inbox::FairInbox::changes`] when a pump last found no
     /// message in it to take (`Core::next_for_pump`): unchanged since, the
     /// inbox has none still, and the scan is skipped.
@@ -488,7 +483,6 @@ impl Core {
             engine,
             sessions: BTreeMap::new(),
             ops: Default::default(),
-            last_desc: None,
             pump_missed_inbox_at: None,
             requests_after_commands: pump_requests::requests_after_commands_from_env(),
             launches: Default::default(),
@@ -733,9 +727,12 @@ impl Core {
                 }
             }
             CoreMsg::Inbound { client, inbound, read_at } => {
-                let waited = read_at.elapsed();
+                // One clock read for the wait and the start of the request's
+                // turn (two before: issue 35's callgrind, ~20 reads a launch).
+                let start = Instant::now();
+                let waited = start.saturating_duration_since(read_at);
                 if waited > SLOW_ROUND {
-                    self.slow_waits.note(client, waited, Instant::now());
+                    self.slow_waits.note(client, waited, start);
                 }
                 let what = match &inbound {
                     Inbound::Request { request, .. } => request.name(),
@@ -747,7 +744,6 @@ impl Core {
                 if let Some(outbox) = self.sessions.get(&client).and_then(|s| s.outbox.as_ref()) {
                     outbox.took_request(inbound.cost());
                 }
-                let start = Instant::now();
                 if let (Inbound::Request { .. }, Some(s)) = (&inbound, self.sessions.get(&client)) {
                     self.cadence.on_request(s.spin.cadence_window(), start);
                 }

@@ -163,6 +163,13 @@ pub struct Session {
     pub stages: StageTimes,
     /// Its reader's and writer's poll window: urgent while its priority is above 0.
     pub spin: ConnSpin,
+    /// The engine's description of its last kernel launched: its next
+    /// launch of the same kernel with the same shape shares it
+    /// (`Core::launch_whole`), where each launch built one, its name copied,
+    /// and the engine dropped it (issue 35's callgrind). Each client's own:
+    /// one for the whole core was replaced at every launch of 8 clients
+    /// launching in turn, so none of theirs was shared.
+    pub last_desc: Option<Arc<gpumux_engine::kernel::KernelDesc>>,
     next_handle: u64,
     /// The next stream id (`next_stream`); a test sets it to run out.
     pub(crate) next_stream: u32,
@@ -196,6 +203,7 @@ impl Session {
             counters: Counters::default(),
             stages: StageTimes::default(),
             spin: ConnSpin::default(),
+            last_desc: None,
             next_handle: 1,
             next_stream: 1,
         }

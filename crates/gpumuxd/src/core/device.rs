@@ -1330,7 +1330,7 @@ mod tests {
 
     /// A launch shares the engine description of the launch before it only
     /// when it is the same kernel with the same shape and block time
-    /// (`Core::last_desc`, issue 35): every other launch gets its own.
+    /// (`Session::last_desc`, issue 35): every other launch gets its own.
     #[test]
     fn a_launch_shares_the_description_of_the_same_launch_before_it_and_no_other() {
         let (mut core, kernel, _replies) = core_with_kernel(PollsLate::new());
@@ -1357,6 +1357,39 @@ mod tests {
         }
         let shared: Vec<bool> = descs.windows(2).map(|w| Arc::ptr_eq(&w[0].1, &w[1].1)).collect();
         assert_eq!(shared, [true, false, false, false], "only the repeat of the launch just before shares");
+    }
+
+    /// Clients launching in turn (8 clients' launch-rate pattern) each share
+    /// the description of their own launch before (`Session::last_desc`),
+    /// never another client's: one description for the whole core was
+    /// replaced at every launch, and none was shared.
+    #[test]
+    fn clients_launching_in_turn_each_share_their_own_launch_before() {
+        let (mut core, kernel1, _replies) = core_with_kernel(PollsLate::new());
+        let (kernel2, _rx2) = connect_with_kernel(&mut core, 2);
+        for i in 0..3 {
+            assert!(core.handle(request_of(1, 10 + i, launch_of(kernel1))));
+            assert!(core.handle(request_of(2, 10 + i, launch_of(kernel2))));
+        }
+        let mut descs: Vec<(OpId, u64, Arc<gpumux_engine::kernel::KernelDesc>)> = core
+            .ops
+            .iter()
+            .filter_map(|(op, e)| match &e.kind {
+                OpKind::Kernel { desc } => Some((*op, e.client, Arc::clone(desc))),
+                _ => None,
+            })
+            .collect();
+        descs.sort_by_key(|d| d.0);
+        let clients: Vec<u64> = descs.iter().map(|d| d.1).collect();
+        assert_eq!(clients, [1, 2, 1, 2, 1, 2], "the launches in the order they came");
+        for client in [1, 2] {
+            let own: Vec<_> = descs.iter().filter(|d| d.1 == client).collect();
+            assert!(own.windows(2).all(|w| Arc::ptr_eq(&w[0].2, &w[1].2)), "client {client} shares its own");
+        }
+        assert!(
+            descs.windows(2).all(|w| !Arc::ptr_eq(&w[0].2, &w[1].2)),
+            "no description is shared between the two clients"
+        );
     }
 
     /// The simulator behind a device that refuses the binding of every
