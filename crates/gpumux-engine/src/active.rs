@@ -40,7 +40,7 @@ pub(crate) struct KernelState {
     /// Context-switched blocks not handed to any launch.
     pub saved: Vec<SavedBlock>,
     /// Launches that have not ended.
-    pub launches: Vec<LaunchId>,
+    pub launches: Launches,
     /// The launch that can still issue blocks (a new SM grows it).
     pub live: Option<LiveLaunch>,
 }
@@ -52,6 +52,47 @@ pub(crate) struct LiveLaunch {
     /// Blocks (and saved contexts) it was started with: an upper bound on
     /// what it has left.
     pub blocks: u64,
+}
+
+/// A kernel's launches that have not ended, in the order they started:
+/// almost always one, held in the value; more (a kernel grown after a
+/// retreat, its blocks run by several launches) go to a vector. A `Vec`
+/// allocated at every kernel's first launch and freed at its end, one of
+/// the two allocations per launch left in the engine (issue 35's callgrind).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Launches {
+    /// The oldest; `None` only when there is none at all.
+    first: Option<LaunchId>,
+    /// The others, oldest first.
+    more: Vec<LaunchId>,
+}
+
+impl Launches {
+    /// Adds the newest launch.
+    pub fn push(&mut self, id: LaunchId) {
+        match self.first {
+            None => self.first = Some(id),
+            Some(_) => self.more.push(id),
+        }
+    }
+
+    /// Keeps the launches for which `keep` holds, in their order.
+    pub fn retain(&mut self, mut keep: impl FnMut(LaunchId) -> bool) {
+        let keep_first = self.first.is_some_and(&mut keep);
+        self.more.retain(|&l| keep(l));
+        if !keep_first {
+            self.first = if self.more.is_empty() { None } else { Some(self.more.remove(0)) };
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    /// Oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = LaunchId> + '_ {
+        self.first.into_iter().chain(self.more.iter().copied())
+    }
 }
 
 /// Smallest front gap worth compacting (below it a compaction costs more
@@ -145,6 +186,26 @@ mod tests {
                     prop_assert_eq!(list.remove(at), model.remove(at));
                 }
                 prop_assert_eq!(&list[..], &model[..]);
+            }
+        }
+    }
+
+    proptest! {
+        /// Any sequence of pushes and retains leaves the launches a Vec would hold.
+        #[test]
+        fn launches_behave_like_a_vec(ops in proptest::collection::vec((any::<bool>(), 0u64..8), 0..200)) {
+            let (mut list, mut model) = (Launches::default(), Vec::new());
+            for (n, (push, modulus)) in ops.into_iter().enumerate() {
+                if push {
+                    list.push(LaunchId(n as u64));
+                    model.push(LaunchId(n as u64));
+                } else {
+                    let keep = |l: LaunchId| l.0 % (modulus + 1) != 0;
+                    list.retain(keep);
+                    model.retain(|&l| keep(l));
+                }
+                prop_assert_eq!(list.iter().collect::<Vec<_>>(), model.clone());
+                prop_assert_eq!(list.is_empty(), model.is_empty());
             }
         }
     }

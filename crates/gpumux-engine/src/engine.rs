@@ -17,7 +17,7 @@
 //! In between, it keeps the SM table and the active kernels, asks the policy
 //! for decisions whenever something changed, and turns them into commands.
 
-use crate::active::{ActiveList, KernelState, LiveLaunch};
+use crate::active::{ActiveList, KernelState, Launches, LiveLaunch};
 use crate::device::{Command, Event, Mechanism, Message, ProtocolError, ReleaseCause, SavedBlock};
 use crate::ids::{CopyId, KernelId, LaunchId, OpId, Slot, SmId};
 use crate::kernel::{DeviceInfo, DoesNotFit};
@@ -307,8 +307,8 @@ impl Engine {
     fn retire_kernel(&mut self, id: KernelId) {
         let Some(i) = self.kernel_index(id) else { return };
         let k = self.kernels.remove(i);
-        for l in &k.launches {
-            self.launches.insert(*l, LaunchOwner::Orphan);
+        for l in k.launches.iter() {
+            self.launches.insert(l, LaunchOwner::Orphan);
         }
         let mut retreats: Vec<(LaunchId, SmSet)> = Vec::new();
         for (i, s) in self.sms.iter_mut().enumerate() {
@@ -418,7 +418,7 @@ impl Engine {
                             time_key: *time_key,
                             pending: BlockRanges::full(desc.shape.blocks),
                             saved: Vec::new(),
-                            launches: Vec::new(),
+                            launches: Launches::default(),
                             live: None,
                         };
                         // `kernels` stays in arrival order (ties: the one already there first).
@@ -732,7 +732,7 @@ impl Engine {
             .kernel_index(kernel)
             .expect("a launch's kernel stays active until its last launch ends (or it becomes an orphan)");
         let k = &mut self.kernels[ki];
-        k.launches.retain(|&x| x != launch);
+        k.launches.retain(|x| x != launch);
         for r in remaining.ranges() {
             k.pending.try_insert(r.clone()).map_err(|blocks| ProtocolError::ForeignBlocks { launch, blocks })?;
         }
