@@ -200,7 +200,7 @@ mod tests {
                     list.push(LaunchId(n as u64));
                     model.push(LaunchId(n as u64));
                 } else {
-                    let keep = |l: LaunchId| l.0 % (modulus + 1) != 0;
+                    let keep = |l: LaunchId| !l.0.is_multiple_of(modulus + 1);
                     list.retain(keep);
                     model.retain(|&l| keep(l));
                 }
