@@ -30,7 +30,7 @@ use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A backend whose launches of kernels it ran ahead are answered here (module doc).
 pub struct AnswersAhead {
@@ -286,6 +286,9 @@ impl Backend for AnswersAhead {
     }
     fn now(&self) -> Nanos {
         self.inner.now()
+    }
+    fn now_at(&self, at: Instant) -> Nanos {
+        self.inner.now_at(at)
     }
     fn take_failed(&mut self, out: &mut Vec<OpFailed>) {
         self.inner.take_failed(out)

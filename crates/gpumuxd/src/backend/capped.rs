@@ -24,7 +24,7 @@ use gpumux_engine::ids::OpId;
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A device seen with `cap` bytes of memory (module doc).
 pub struct Capped {
@@ -184,6 +184,9 @@ impl Backend for Capped {
     }
     fn now(&self) -> Nanos {
         self.inner.now()
+    }
+    fn now_at(&self, at: Instant) -> Nanos {
+        self.inner.now_at(at)
     }
     fn submit(&mut self, command: Command) -> Result<(), Failure> {
         self.inner.submit(command)

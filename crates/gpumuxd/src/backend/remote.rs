@@ -790,6 +790,10 @@ impl Backend for RemoteBackend {
         Nanos::try_from(self.origin.elapsed().as_nanos()).unwrap_or(Nanos::MAX)
     }
 
+    fn now_at(&self, at: Instant) -> Nanos {
+        Nanos::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(Nanos::MAX)
+    }
+
     fn submit(&mut self, command: Command) -> Result<(), Failure> {
         if self.broken.is_some() {
             // Lost already: the failure is reported by the next poll, if not yet.

@@ -1098,6 +1098,10 @@ impl Backend for SimBackend {
         Nanos::try_from(self.origin.elapsed().as_nanos()).unwrap_or(Nanos::MAX)
     }
 
+    fn now_at(&self, at: Instant) -> Nanos {
+        Nanos::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(Nanos::MAX)
+    }
+
     fn submit(&mut self, command: Command) -> Result<(), Failure> {
         // Unless it answers the events of the last poll, the first command
         // since that poll takes effect at its wall time, or just before an
@@ -1279,6 +1283,23 @@ mod tests {
 
     const TRAP_SRC: &str =
         "__global__ void ok(float* x) { x[0] = 1; }\n__global__ void bad(int* p) { if (p) __trap(); }\n";
+
+    /// The device time of an instant just read is the time `now` would have
+    /// read then: between the reads just before and just after it, and the
+    /// same for the same instant (the core stamps a launch from the clock
+    /// read that timed its send, `Backend::now_at`).
+    #[test]
+    fn device_time_at_an_instant_is_the_time_read_then() {
+        let b = SimBackend::with_info(gpumux_sim::presets::h100());
+        std::thread::sleep(Duration::from_millis(1));
+        let before = b.now();
+        let at = Instant::now();
+        let after = b.now();
+        let t = b.now_at(at);
+        assert!(before <= t && t <= after, "{before} <= {t} <= {after}");
+        assert!(t > 0, "a millisecond after the backend opened");
+        assert_eq!(b.now_at(at), t, "the same instant, the same time");
+    }
 
     fn poll_until(b: &mut SimBackend, mut done: impl FnMut(&[Event]) -> bool) -> Result<Vec<Event>, Failure> {
         let mut all = Vec::new();

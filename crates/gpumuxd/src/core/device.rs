@@ -168,7 +168,7 @@ impl Core {
                     continue;
                 }
             }
-            self.track_command(&cmd);
+            self.track_command(&cmd, engine_done);
             stats.commands += 1;
             let launched_op = if let Command::Launch { op, .. } = &cmd { Some(*op) } else { None };
             let retreat = matches!(cmd, Command::Retreat { .. });
@@ -193,8 +193,9 @@ impl Core {
                 stats.launch_calls += took;
             }
             // The launch's stamp is also when the engine reads its end if the
-            // backend answered it (one read of the device's clock for both).
-            let launched_at = launched_op.map(|_| self.backend.now());
+            // backend answered it (one read of the clock for the send's time,
+            // the stamp and the end).
+            let launched_at = launched_op.map(|_| self.backend.now_at(send_done));
             if let Some((e, at)) = launched_op.and_then(|op| self.ops.get_mut(&op)).zip(launched_at) {
                 e.stamps.launched.get_or_insert(at);
             }
@@ -291,11 +292,13 @@ impl Core {
         Ok(())
     }
 
-    fn track_command(&mut self, cmd: &Command) {
+    /// Tracks `cmd`, which the engine gave at `at` (the clock read that
+    /// ended the engine's part: `drain_commands`).
+    fn track_command(&mut self, cmd: &Command, at: Instant) {
         match cmd {
             Command::Launch { launch, op, sms, .. } => {
                 self.launches.insert(*launch, (*op, *sms));
-                let now = self.backend.now();
+                let now = self.backend.now_at(at);
                 self.record.started(*op, sms.len(), now);
                 if let Some(e) = self.ops.get_mut(op) {
                     e.launches += 1;
@@ -326,7 +329,7 @@ impl Core {
             }
             Command::Copy { copy, op, .. } => {
                 self.copies.insert(*copy, *op);
-                self.record.started(*op, 0, self.backend.now());
+                self.record.started(*op, 0, self.backend.now_at(at));
                 if let Some(e) = self.ops.get_mut(op) {
                     e.copying = true;
                 }
@@ -639,6 +642,9 @@ mod tests {
             }
             fn now(&self) -> Nanos {
                 self.sim.now()
+            }
+            fn now_at(&self, at: Instant) -> Nanos {
+                self.sim.now_at(at)
             }
             fn rebuild(&mut self) -> Result<(), MemError> {
                 self.sim.rebuild()
