@@ -17,7 +17,8 @@
 //! of a lower priority while a higher one is active is therefore started by
 //! the engine's launch command, one at a time, as without queueing ahead.
 //!
-//! **Which kernels are held** ([`Hold::Long`], the default). What an urgent
+//! **Which kernels are held** ([`Hold::All`], the default: every kernel;
+//! [`Hold::Long`] on request). What an urgent
 //! kernel waits for beside a lower priority's native grid is one of that
 //! grid's blocks: its own blocks are placed first as slots free (hardware
 //! stream priority). A kernel whose blocks are known short costs it as
@@ -37,8 +38,15 @@
 //! again for one kernel, measured afresh, now and then). A shape never
 //! measured is held: native kernels are never timed as workers, and the
 //! 28 ms kernels above were such ones. `GPUMUX_HIGHER_HOLD` ([`HOLD_VAR`])
-//! picks [`Hold::All`] (every kernel held, the rule before) or [`Hold::Off`]
-//! (none), to A/B the rule on a GPU.
+//! picks [`Hold::Long`] (this rule) or [`Hold::Off`] (none), to A/B on a GPU.
+//!
+//! **Why every kernel is held by default.** The rule above did not give the
+//! lower priority its rate back: on one H200 (2026-11-29, 1ce7bf1, the
+//! priority part twice per setting, alternating) the low-priority client kept
+//! 0.936 and 0.937 of its rate beside the urgent one at 20 µs blocks with
+//! `long`, against 0.947 and 0.949 with `all`, the urgent p99 the same
+//! (103-127 µs against 111-121); at 100 and 1000 µs blocks the two were
+//! level. The cost of holding is not the round trip per kernel alone.
 
 use crate::launch_plan::ProfileKey;
 use gpumux_engine::policies::reserve::{DRAIN_MEMORY, MIN_DRAIN};
@@ -60,8 +68,8 @@ pub const MEASURE_FOR: Duration = Duration::from_nanos(DRAIN_MEMORY);
 
 /// The daemon's environment (its device process inherits it): which kernels
 /// of a lower priority are held from being queued natively ahead while a
-/// higher priority is active. Unset or `long`: [`Hold::Long`]; `1` or `all`:
-/// [`Hold::All`]; `0` or `off`: [`Hold::Off`].
+/// higher priority is active. Unset, `1` or `all`: [`Hold::All`]; `long`:
+/// [`Hold::Long`]; `0` or `off`: [`Hold::Off`].
 pub const HOLD_VAR: &str = "GPUMUX_HIGHER_HOLD";
 
 /// What [`HOLD_VAR`] asks for (module doc).
@@ -69,10 +77,10 @@ pub const HOLD_VAR: &str = "GPUMUX_HIGHER_HOLD";
 pub enum Hold {
     /// Nothing held: a lower priority queues ahead as if alone.
     Off,
-    /// Kernels not known to have short blocks held (the default).
-    #[default]
+    /// Kernels not known to have short blocks held.
     Long,
-    /// Every kernel held (the rule of issue 39 as it landed).
+    /// Every kernel held (the rule of issue 39 as it landed; the default).
+    #[default]
     All,
 }
 
@@ -81,12 +89,12 @@ impl Hold {
     /// default, with a warning.
     pub fn parse(v: Option<&str>) -> Hold {
         match v.map(str::trim) {
-            None | Some("") | Some("long") => Hold::Long,
-            Some("1") | Some("all") => Hold::All,
+            Some("long") => Hold::Long,
+            None | Some("") | Some("1") | Some("all") => Hold::All,
             Some("0") | Some("off") => Hold::Off,
             Some(other) => {
-                tracing::warn!("{HOLD_VAR}={other:?} is not long, all (1) or off (0): long");
-                Hold::Long
+                tracing::warn!("{HOLD_VAR}={other:?} is not all (1), long or off (0): all");
+                Hold::All
             }
         }
     }
@@ -248,12 +256,12 @@ mod tests {
     #[test]
     fn the_switch_holds_every_kernel_or_none() {
         let t0 = Instant::now();
-        for (v, hold) in [(None, Hold::Long), (Some("long"), Hold::Long), (Some("1"), Hold::All)] {
+        for (v, hold) in [(None, Hold::All), (Some("long"), Hold::Long), (Some("1"), Hold::All)] {
             assert_eq!(Hold::parse(v), hold);
         }
         assert_eq!(Hold::parse(Some(" off ")), Hold::Off);
         assert_eq!(Hold::parse(Some("0")), Hold::Off);
-        assert_eq!(Hold::parse(Some("maybe")), Hold::Long);
+        assert_eq!(Hold::parse(Some("maybe")), Hold::All);
         let mut all = Higher::new(Hold::All);
         let mut off = Higher::new(Hold::Off);
         for h in [&mut all, &mut off] {
