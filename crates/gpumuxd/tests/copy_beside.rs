@@ -12,6 +12,13 @@
 //! device's copy thread), so several come between two chunks; a launch that
 //! waited behind each chunk in flight would get about one per chunk, and
 //! one held behind the whole copy none.
+//!
+//! The count still moves with how the scheduler shares this machine's two
+//! cores among the two clients, the copy's helper threads and the daemon's
+//! threads (98 to 1,226 launch + syncs during the same 64 chunks in runs of
+//! one build), so the copy is tried up to [`ATTEMPTS`] times and one count
+//! at the bound passes: launches held behind the chunks would fall short in
+//! every attempt, since that holds them by construction, not by chance.
 
 mod common;
 
@@ -30,6 +37,8 @@ const ROUNDS: usize = 4;
 /// Launch + syncs the launcher must get done per chunk of the copy, at
 /// least (module doc: about one if launches waited behind chunks).
 const LAUNCHES_PER_CHUNK: usize = 2;
+/// Copies tried, each with its own count, until one reaches the bound (module doc).
+const ATTEMPTS: usize = 3;
 
 fn pattern(n: usize, seed: u32) -> Vec<u8> {
     (0..n as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8).collect()
@@ -38,6 +47,27 @@ fn pattern(n: usize, seed: u32) -> Vec<u8> {
 #[test]
 fn a_pageable_copy_does_not_hold_back_another_clients_launches() {
     let d = Daemon::start(None);
+    let mut counts = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let (during, chunks, total) = launches_beside_a_copy(&d);
+        eprintln!("copy_beside: {during} launch + syncs during {chunks} chunks ({total} in all)");
+        counts.push(format!("{during} during {chunks} chunks"));
+        if during >= LAUNCHES_PER_CHUNK * chunks {
+            return;
+        }
+    }
+    panic!(
+        "the other client's launch + syncs while the copy's chunks went, in {ATTEMPTS} attempts: {}; under \
+         {LAUNCHES_PER_CHUNK} per chunk in each: its launches waited for the chunks",
+        counts.join(", ")
+    );
+}
+
+/// One copy of [`BYTES`] up and down [`ROUNDS`] times by a copier client
+/// beside a launcher client's launch + syncs: the launch + syncs that began
+/// and ended while the copy ran, the copy's chunks, and the launch + syncs
+/// in all.
+fn launches_beside_a_copy(d: &Daemon) -> (usize, usize, usize) {
     let options = |name: &str| ConnectOptions { socket: Some(d.socket.clone()), ..ConnectOptions::named(name) };
     let launcher = Client::connect(options("launcher")).expect("the launcher connects");
     let module = launcher.load_module("m", SOURCE, &[]).expect("the kernel compiles");
@@ -95,10 +125,5 @@ fn a_pageable_copy_does_not_hold_back_another_clients_launches() {
 
     let chunks = plan_chunks(BYTES as u64, region, slots_for(region)).len() * 2 * ROUNDS;
     assert!(chunks >= 2 * 2 * ROUNDS, "the copy went in chunks ({chunks} through a region of {region} bytes)");
-    eprintln!("copy_beside: {during} launch + syncs during {chunks} chunks ({total} in all)");
-    assert!(
-        during >= LAUNCHES_PER_CHUNK * chunks,
-        "{during} launch + syncs of the other client while the copy's {chunks} chunks went, under \
-         {LAUNCHES_PER_CHUNK} per chunk: its launches waited for the chunks"
-    );
+    (during, chunks, total)
 }
