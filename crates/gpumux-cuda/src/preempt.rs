@@ -318,91 +318,65 @@ pub struct WorkerLaunch {
     pending: Option<Pending>,
 }
 
-/// A whole grid of `func` on `sm_count` SMs of `workers_per_sm` slots: its
-/// blocks, the slots, and its shape's block time once timed
-/// ([`launch_plan::TIMED_LAUNCHES`]; `None` before).
-fn whole_grid(
-    func: &Function,
-    grid: [u32; 3],
-    block: [u32; 3],
-    smem: u32,
-    workers_per_sm: u32,
-    sm_count: u32,
-) -> (u64, u64, Option<f64>) {
-    let blocks: u64 = grid.iter().map(|&g| g as u64).product();
-    let slots = workers_per_sm as u64 * sm_count as u64;
-    (blocks, slots, timed_block_ns(func, block, smem))
-}
-
 /// `func`'s block time at this shape once timed ([`launch_plan::TIMED_LAUNCHES`]; `None` before).
 pub fn timed_block_ns(func: &Function, block: [u32; 3], smem: u32) -> Option<f64> {
     let timed = func.profiles.get(&func.name, ProfileKey { block, smem }).filter(|t| !t.timing());
     timed.map(|t| t.block_ns)
 }
 
-/// A launch of `func`'s whole grid is long: its kernel shape has been timed
-/// ([`launch_plan::TIMED_LAUNCHES`]), and it takes more than one wave of
-/// `workers_per_sm` on `sm_count` SMs and more than
-/// [`launch_plan::SHORT_LAUNCH_NS`] ([`WorkerLaunch::native_if_long`]).
-pub fn is_long(
-    func: &Function,
-    grid: [u32; 3],
-    block: [u32; 3],
-    smem: u32,
-    workers_per_sm: u32,
-    sm_count: u32,
-) -> bool {
-    let (blocks, slots, block_ns) = whole_grid(func, grid, block, smem, workers_per_sm, sm_count);
-    let waves = blocks.div_ceil(slots.max(1));
-    block_ns.is_some_and(|bt| waves > 1 && bt * waves as f64 > launch_plan::SHORT_LAUNCH_NS)
+/// A launch of a function's whole grid on `sm_count` SMs of `workers_per_sm`
+/// slots, as the choices between native and workers weigh it: its blocks, the
+/// slots, and its shape's block time once timed ([`launch_plan::TIMED_LAUNCHES`];
+/// `None` before). Built once per decision, so that the profile cache is asked
+/// once and every answer below reads the same timing.
+#[derive(Clone, Copy, Debug)]
+pub struct WholeGrid {
+    blocks: u64,
+    slots: u64,
+    block_ns: Option<f64>,
 }
 
-/// A launch of `func`'s whole grid is known to be short on `sm_count` SMs of
-/// `workers_per_sm` slots: timed, and its waves take at most
-/// [`launch_plan::SHORT_LAUNCH_NS`] ([`launch_plan::known_short`]).
-pub fn is_short(
-    func: &Function,
-    grid: [u32; 3],
-    block: [u32; 3],
-    smem: u32,
-    workers_per_sm: u32,
-    sm_count: u32,
-) -> bool {
-    let (blocks, slots, block_ns) = whole_grid(func, grid, block, smem, workers_per_sm, sm_count);
-    launch_plan::known_short(blocks, slots, block_ns)
-}
+impl WholeGrid {
+    /// `func`'s whole `grid` of `block`-thread blocks with `smem` bytes of
+    /// shared memory each, on `sm_count` SMs of `workers_per_sm` slots.
+    pub fn of(func: &Function, grid: [u32; 3], block: [u32; 3], smem: u32, workers_per_sm: u32, sm_count: u32) -> Self {
+        WholeGrid {
+            blocks: grid.iter().map(|&g| g as u64).product(),
+            slots: workers_per_sm as u64 * sm_count as u64,
+            block_ns: timed_block_ns(func, block, smem),
+        }
+    }
 
-/// The GPU time a launch of `func`'s whole grid is expected to take: its
-/// waves on `workers_per_sm` × `sm_count` slots times its shape's block time
-/// once timed, else `untimed_wave_ns` a wave (the CUDA client device's deep
-/// queue ahead bounds what it queues natively by this).
-pub fn expected_ns(
-    func: &Function,
-    grid: [u32; 3],
-    block: [u32; 3],
-    smem: u32,
-    workers_per_sm: u32,
-    sm_count: u32,
-    untimed_wave_ns: f64,
-) -> f64 {
-    let (blocks, slots, block_ns) = whole_grid(func, grid, block, smem, workers_per_sm, sm_count);
-    blocks.div_ceil(slots.max(1)) as f64 * block_ns.unwrap_or(untimed_wave_ns)
-}
+    fn waves(&self) -> u64 {
+        self.blocks.div_ceil(self.slots.max(1))
+    }
 
-/// A launch of `func`'s whole grid may hold the GPU longer than
-/// [`launch_plan::NATIVE_HOLD_MAX_NS`] ([`launch_plan::holds_too_long`]):
-/// such a launch never runs natively, as a peer of its priority could not
-/// make it leave.
-pub fn holds_too_long(
-    func: &Function,
-    grid: [u32; 3],
-    block: [u32; 3],
-    smem: u32,
-    workers_per_sm: u32,
-    sm_count: u32,
-) -> bool {
-    let (blocks, slots, block_ns) = whole_grid(func, grid, block, smem, workers_per_sm, sm_count);
-    launch_plan::holds_too_long(blocks, slots, block_ns)
+    /// Long: its kernel shape has been timed, and it takes more than one wave
+    /// and more than [`launch_plan::SHORT_LAUNCH_NS`] ([`WorkerLaunch::native_if_long`]).
+    pub fn is_long(&self) -> bool {
+        let waves = self.waves();
+        self.block_ns.is_some_and(|bt| waves > 1 && bt * waves as f64 > launch_plan::SHORT_LAUNCH_NS)
+    }
+
+    /// Known to be short: timed, and its waves take at most
+    /// [`launch_plan::SHORT_LAUNCH_NS`] ([`launch_plan::known_short`]).
+    pub fn is_short(&self) -> bool {
+        launch_plan::known_short(self.blocks, self.slots, self.block_ns)
+    }
+
+    /// The GPU time it is expected to take: its waves times its shape's block
+    /// time once timed, else `untimed_wave_ns` a wave (the CUDA client device's
+    /// deep queue ahead bounds what it queues natively by this).
+    pub fn expected_ns(&self, untimed_wave_ns: f64) -> f64 {
+        self.waves() as f64 * self.block_ns.unwrap_or(untimed_wave_ns)
+    }
+
+    /// It may hold the GPU longer than [`launch_plan::NATIVE_HOLD_MAX_NS`]
+    /// ([`launch_plan::holds_too_long`]): such a launch never runs natively,
+    /// as a peer of its priority could not make it leave.
+    pub fn holds_too_long(&self) -> bool {
+        launch_plan::holds_too_long(self.blocks, self.slots, self.block_ns)
+    }
 }
 
 impl WorkerLaunch {
@@ -638,11 +612,10 @@ impl WorkerLaunch {
         // Until a timed launch of this kernel shape has finished, every
         // launch of it is timed (the first to finish is kept by the cache).
         let known = self.func.profiles.get(&self.func.name, self.profile_key());
-        if facts.native_available && self.next == 0 && self.end as u64 == total {
-            let long = || is_long(&self.func, self.grid, self.block, self.smem, self.workers_per_sm, self.sm_count);
-            let too_long =
-                || holds_too_long(&self.func, self.grid, self.block, self.smem, self.workers_per_sm, self.sm_count);
-            if (self.native_anywhere || (self.native_if_long && long())) && !too_long() {
+        let asks_native = self.native_anywhere || self.native_if_long;
+        if facts.native_available && self.next == 0 && self.end as u64 == total && asks_native {
+            let whole = WholeGrid::of(&self.func, self.grid, self.block, self.smem, self.workers_per_sm, self.sm_count);
+            if (self.native_anywhere || whole.is_long()) && !whole.holds_too_long() {
                 return Plan::Native;
             }
         }

@@ -28,7 +28,7 @@ mod recycle;
 mod refill;
 use crate::error::CudaError;
 use crate::launch_plan::{block_ns_of, Chunk, Plan, ProfileKey};
-use crate::preempt::{SmMask, WorkerLaunch};
+use crate::preempt::{SmMask, WholeGrid, WorkerLaunch};
 use crate::runtime::launcher::Launcher;
 use crate::runtime::{Event as CuEvent, Module, Stream};
 pub use ahead::{AheadCounts, DEEP_HOLD_NS, DEEP_MAX, ENDED_WAITING_MAX};
@@ -79,6 +79,14 @@ struct KernelOp {
     /// weighs each kernel by it, and a driver call there waited for the
     /// launcher thread's `cuLaunchKernel` (the driver's lock).
     fits: u32,
+}
+
+impl KernelOp {
+    /// Its whole grid on `sm_count` SMs of its workers' occupancy
+    /// ([`KernelOp::fits`]).
+    fn whole_grid(&self, sm_count: u32) -> WholeGrid {
+        WholeGrid::of(&self.kernel.worker, self.grid, self.block, self.smem, self.fits, sm_count)
+    }
 }
 
 /// One engine launch in flight.
@@ -762,7 +770,7 @@ fn beside_others_natively(
 }
 
 /// A launch of `priority` whose kernel is `short` (known short:
-/// [`crate::preempt::is_short`]) runs natively though peers of its priority
+/// [`WholeGrid::is_short`]) runs natively though peers of its priority
 /// run or are queued ([`peers`]): `on` ([`PEERS_SHORT_VAR`]) and under
 /// hardware priority, not alone (alone, [`hw_native`] decides), and beside
 /// other priorities as [`beside_others_natively`] allows.
@@ -789,7 +797,7 @@ fn native_beside_peers(
 
 /// Kernel operation `o`'s whole grid is known to be short on `sm_count` SMs.
 fn op_is_short(o: &KernelOp, sm_count: u32) -> bool {
-    o.kernel.native.is_some() && crate::preempt::is_short(&o.kernel.worker, o.grid, o.block, o.smem, o.fits, sm_count)
+    o.kernel.native.is_some() && o.whole_grid(sm_count).is_short()
 }
 
 /// How [`start_segs`] starts workers.

@@ -62,7 +62,7 @@
 //! waits for what is queued (hardware priority lets an urgent one's blocks
 //! take slots first), so the run is bounded: at most [`DEEP_MAX`] kernels
 //! not yet seen ended, and at most [`DEEP_HOLD_NS`] of expected GPU time
-//! ([`preempt::expected_ns`]: a timed kernel's waves times its block time,
+//! ([`crate::preempt::WholeGrid::expected_ns`]: a timed kernel's waves times its block time,
 //! an untimed one's waves at [`UNTIMED_WAVE_NS`]); a stream whose priority
 //! has peers, [`super::peers::PEER_HOLD_NS`] (its short kernels run natively
 //! there: [`super::peers`]). A kernel that would not run natively (a peer
@@ -126,7 +126,7 @@ use super::{
     still_to_run, ClientDevice, InContext, KernelOp, Live, Placement, SegPlan, MAX_SPARE,
 };
 use crate::launch_plan::{Plan, ProfileKey, SHORT_LAUNCH_NS};
-use crate::preempt::{expected_ns, holds_too_long, is_long, timed_block_ns, WorkerLaunch};
+use crate::preempt::{timed_block_ns, WorkerLaunch};
 use crate::runtime::Stream;
 pub(super) use behind::BehindIndex;
 use gpumux_engine::device::DeviceError;
@@ -287,7 +287,7 @@ fn held_by_higher(higher: &super::higher::Higher, priority: i32, o: &KernelOp) -
 
 /// The expected GPU time of kernel operation `o`'s whole grid (module doc, "Deep").
 fn expected_of(o: &KernelOp, sm_count: u32) -> f64 {
-    expected_ns(&o.kernel.worker, o.grid, o.block, o.smem, o.fits, sm_count, UNTIMED_WAVE_NS)
+    o.whole_grid(sm_count).expected_ns(UNTIMED_WAVE_NS)
 }
 
 impl Ahead {
@@ -619,7 +619,7 @@ impl ClientDevice {
             // wait a round trip per kernel (8 clients: 1 of 4 pairs as fast
             // as main's build with it, run 184).
             if let Some(o) = ops.get(&next).filter(|o| o.kernel.native.is_some()) {
-                if is_long(&o.kernel.worker, o.grid, o.block, o.smem, o.fits, sm_count) {
+                if o.whole_grid(sm_count).is_long() {
                     return Ok(());
                 }
             }
@@ -802,10 +802,8 @@ impl ClientDevice {
                 op_is_short(o, sm_count),
             );
         let native_anywhere = native_anywhere || beside_peers;
-        let fits = o.fits;
-        let long = || is_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
-        let too_long = holds_too_long(&o.kernel.worker, o.grid, o.block, o.smem, fits, sm_count);
-        if too_long || !(native_anywhere || (native_if_long && long())) {
+        let whole = o.whole_grid(sm_count);
+        if whole.holds_too_long() || !(native_anywhere || (native_if_long && whole.is_long())) {
             return Ok(None);
         }
         self.peer_counts.queued += beside_peers as u64;
