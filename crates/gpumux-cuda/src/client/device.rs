@@ -406,6 +406,11 @@ fn start_launcher() -> Option<Launcher> {
 }
 
 impl InContext {
+    /// What a launch of `priority` on `chain` would run beside ([`Neighbours`]).
+    fn neighbours(&self, priority: i32, except: Option<LaunchId>, chain: Option<u64>) -> Neighbours<'_> {
+        Neighbours { launches: &self.launches, ahead: &self.ahead, queued: &self.uncancelled, priority, except, chain }
+    }
+
     /// A launch stream nothing is queued on any more, for the next launch of its priority.
     fn return_stream(&mut self, stream: Stream) {
         self.streams.entry(stream.priority).or_default().push(stream);
@@ -618,7 +623,7 @@ fn co_location_spread(sm_count: u32, priority: i32, others: impl Iterator<Item =
 /// full occupancy would leave the peer's next launch no room beside it.
 fn placement(co_locate: bool, sm_count: u32, st: &InContext, live: &Live) -> Placement {
     let spread = co_location_spread(sm_count, live.priority, st.launches.values().map(|l| (l.priority, l.sms)));
-    let peer = !alone_at(&st.launches, &st.uncancelled, live.priority, None, Some(live.chain));
+    let peer = !st.neighbours(live.priority, None, Some(live.chain)).alone();
     // An operation not bound (the start fails on it anyway): its own SMs.
     let workers_per_sm = st.ops.get(&live.op).map_or(1, |o| o.fits);
     placement_of(co_locate && peer, live.sms, spread, workers_per_sm)
@@ -705,94 +710,80 @@ fn sole_peer(st: &InContext, priority: i32, chain: u64) -> Option<KernelKey> {
     keys.all(|k| k == first).then_some(first)
 }
 
-/// No launch of `priority` but `except` and `chain`'s holds SMs, and no
-/// workers of it are queued ahead but `chain`'s (its own stream's): a launch
-/// there has no peer to share SMs with.
-fn alone_at(
-    launches: &IdMap<LaunchId, Live>,
-    queued: &ahead::Uncancelled,
+/// What a launch of `priority` on stream chain `chain` (if any) would run
+/// beside: the device's launches but `except`, and the workers queued ahead
+/// of them ([`ahead`]). Built once where a start or a queueing decides how the
+/// launch runs; its methods answer the questions that decision asks.
+struct Neighbours<'a> {
+    launches: &'a IdMap<LaunchId, Live>,
+    ahead: &'a IdMap<OpId, ahead::Ahead>,
+    queued: &'a ahead::Uncancelled,
     priority: i32,
     except: Option<LaunchId>,
     chain: Option<u64>,
-) -> bool {
-    !launches
-        .iter()
-        .any(|(&l, x)| Some(l) != except && Some(x.chain) != chain && x.priority == priority && !x.sms.is_empty())
-        && !ahead::peer_running(queued, priority, chain)
 }
 
-/// How a launch of `priority` runs under hardware priority
-/// ([`ClientDevice::set_hw_priority`]), as (natively whatever its length,
-/// natively if long): nothing native unless it is alone at its priority;
-/// alone, natively if long, and whatever its length if launches of
-/// another priority leave room for it ([`beside_others_natively`]). With
-/// peers, a kernel known to be short may still run natively
-/// ([`native_beside_peers`]).
-fn hw_native(
-    hw_priority: bool,
-    launches: &IdMap<LaunchId, Live>,
-    ahead: &IdMap<OpId, ahead::Ahead>,
-    queued: &ahead::Uncancelled,
-    priority: i32,
-    except: Option<LaunchId>,
-    chain: Option<u64>,
-) -> (bool, bool) {
-    if !hw_priority || !alone_at(launches, queued, priority, except, chain) {
-        return (false, false);
+impl Neighbours<'_> {
+    /// No launch of its priority but `except` and `chain`'s holds SMs, and no
+    /// workers of it are queued ahead but `chain`'s (its own stream's): the
+    /// launch has no peer to share SMs with.
+    fn alone(&self) -> bool {
+        let (priority, except, chain) = (self.priority, self.except, self.chain);
+        !self
+            .launches
+            .iter()
+            .any(|(&l, x)| Some(l) != except && Some(x.chain) != chain && x.priority == priority && !x.sms.is_empty())
+            && !ahead::peer_running(self.queued, priority, chain)
     }
-    (beside_others_natively(launches, ahead, queued, priority, except), true)
-}
 
-/// Launches of priorities other than `priority` (but `except`) leave room
-/// for a short native grid of it: none runs as workers, or some run
-/// natively. Beside another priority's workers a short launch stays
-/// workers: the engine's SMs are what keeps the two apart there (a native
-/// grid would take free slots on the other's SMs); beside its native blocks
-/// workers could not displace them, and the hardware orders the two by
-/// stream priority.
-fn beside_others_natively(
-    launches: &IdMap<LaunchId, Live>,
-    ahead: &IdMap<OpId, ahead::Ahead>,
-    queued: &ahead::Uncancelled,
-    priority: i32,
-    except: Option<LaunchId>,
-) -> bool {
-    let others = launches.iter().filter(|(&l, x)| Some(l) != except && x.priority != priority);
-    let (mut native, mut workers) = (false, false);
-    for (_, l) in others {
-        for w in l.segs.iter().chain(&l.leaving).filter(|w| w.running()) {
-            native |= w.running_native();
-            workers |= !w.running_native();
+    /// How the launch runs under hardware priority
+    /// ([`ClientDevice::set_hw_priority`]), as (natively whatever its length,
+    /// natively if long): nothing native unless it is alone at its priority;
+    /// alone, natively if long, and whatever its length if launches of
+    /// another priority leave room for it ([`Neighbours::beside_others_natively`]).
+    /// With peers, a kernel known to be short may still run natively
+    /// ([`Neighbours::native_beside_peers`]).
+    fn hw_native(&self, hw_priority: bool) -> (bool, bool) {
+        if !hw_priority || !self.alone() {
+            return (false, false);
         }
+        (self.beside_others_natively(), true)
     }
-    workers |= ahead::workers_of_others(ahead, queued, priority);
-    native || !workers
-}
 
-/// A launch of `priority` whose kernel is `short` (known short:
-/// [`WholeGrid::is_short`]) runs natively though peers of its priority
-/// run or are queued ([`peers`]): `on` ([`PEERS_SHORT_VAR`]) and under
-/// hardware priority, not alone (alone, [`hw_native`] decides), and beside
-/// other priorities as [`beside_others_natively`] allows.
-#[allow(clippy::too_many_arguments)]
-fn native_beside_peers(
-    on: bool,
-    hw_priority: bool,
-    launches: &IdMap<LaunchId, Live>,
-    ahead: &IdMap<OpId, ahead::Ahead>,
-    queued: &ahead::Uncancelled,
-    priority: i32,
-    except: Option<LaunchId>,
-    chain: Option<u64>,
-    short: bool,
-) -> bool {
-    // The cheap answers first: most launches are alone, or long, or the rule is off.
-    if !on || !hw_priority || !short {
-        return false;
+    /// Launches of priorities other than its own (but `except`) leave room
+    /// for a short native grid of it: none runs as workers, or some run
+    /// natively. Beside another priority's workers a short launch stays
+    /// workers: the engine's SMs are what keeps the two apart there (a native
+    /// grid would take free slots on the other's SMs); beside its native blocks
+    /// workers could not displace them, and the hardware orders the two by
+    /// stream priority.
+    fn beside_others_natively(&self) -> bool {
+        let others = self.launches.iter().filter(|(&l, x)| Some(l) != self.except && x.priority != self.priority);
+        let (mut native, mut workers) = (false, false);
+        for (_, l) in others {
+            for w in l.segs.iter().chain(&l.leaving).filter(|w| w.running()) {
+                native |= w.running_native();
+                workers |= !w.running_native();
+            }
+        }
+        workers |= ahead::workers_of_others(self.ahead, self.queued, self.priority);
+        native || !workers
     }
-    let alone = alone_at(launches, queued, priority, except, chain);
-    let beside = !alone && beside_others_natively(launches, ahead, queued, priority, except);
-    peers::native_beside_peers(on, hw_priority, alone, beside, short)
+
+    /// The launch, its kernel `short` (known short: [`WholeGrid::is_short`]),
+    /// runs natively though peers of its priority run or are queued
+    /// ([`peers`]): `on` ([`PEERS_SHORT_VAR`]) and under hardware priority, not
+    /// alone (alone, [`Neighbours::hw_native`] decides), and beside other
+    /// priorities as [`Neighbours::beside_others_natively`] allows.
+    fn native_beside_peers(&self, on: bool, hw_priority: bool, short: bool) -> bool {
+        // The cheap answers first: most launches are alone, or long, or the rule is off.
+        if !on || !hw_priority || !short {
+            return false;
+        }
+        let alone = self.alone();
+        let beside = !alone && self.beside_others_natively();
+        peers::native_beside_peers(on, hw_priority, alone, beside, short)
+    }
 }
 
 /// Kernel operation `o`'s whole grid is known to be short on `sm_count` SMs.
@@ -1397,22 +1388,11 @@ impl ClientDevice {
         };
         // Hardware priority: a launch alone at its priority runs natively
         // (`hw_native` says when a short one does not).
-        let (native_anywhere, native_if_long) =
-            hw_native(hw_priority, &st.launches, &st.ahead, &st.uncancelled, live.priority, None, Some(live.chain));
+        let neighbours = st.neighbours(live.priority, None, Some(live.chain));
+        let (native_anywhere, native_if_long) = neighbours.hw_native(hw_priority);
         // Beside peers, natively if known short (`peers`).
         let short = || st.ops.get(&live.op).is_some_and(|o| op_is_short(o, sm_count));
-        let beside_peers = !native_if_long
-            && native_beside_peers(
-                self.peers.on,
-                hw_priority,
-                &st.launches,
-                &st.ahead,
-                &st.uncancelled,
-                live.priority,
-                None,
-                Some(live.chain),
-                short(),
-            );
+        let beside_peers = !native_if_long && neighbours.native_beside_peers(self.peers.on, hw_priority, short());
         let native_anywhere = native_anywhere || beside_peers;
         self.peer_counts.started += beside_peers as u64;
         // (Alone at its priority, a launch is placed on its own SMs: no peer

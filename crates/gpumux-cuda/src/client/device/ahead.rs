@@ -122,8 +122,8 @@ mod uncancelled;
 
 use super::clock::Part;
 use super::{
-    all_left, alone_at, failed, failed_with, hw_native, native_beside_peers, op_is_short, place, start_segs, state_of,
-    still_to_run, ClientDevice, InContext, KernelOp, Live, Placement, SegPlan, MAX_SPARE,
+    all_left, failed, failed_with, op_is_short, place, start_segs, state_of, still_to_run, ClientDevice, InContext,
+    KernelOp, Live, Neighbours, Placement, SegPlan, MAX_SPARE,
 };
 use crate::launch_plan::{Plan, ProfileKey, SHORT_LAUNCH_NS};
 use crate::preempt::{timed_block_ns, WorkerLaunch};
@@ -583,26 +583,23 @@ impl ClientDevice {
             // Not natively behind it while a higher priority is active (`super::higher`).
             return Ok(());
         }
-        let (native_anywhere, native_if_long) =
-            hw_native(hw_priority, launches, ahead, uncancelled, live.priority, Some(lid), Some(live.chain));
+        let neighbours = Neighbours {
+            launches,
+            ahead,
+            queued: uncancelled,
+            priority: live.priority,
+            except: Some(lid),
+            chain: Some(live.chain),
+        };
+        let (native_anywhere, native_if_long) = neighbours.hw_native(hw_priority);
         // Beside peers, a kernel known short runs natively (`super::peers`):
         // behind a native launch it is queued natively, as alone; behind
         // workers it is not queued (as a long one alone, below), so that its
         // launch command starts it natively and its stream's run begins
         // there: queued as workers, each kernel adopted would queue the next
         // as workers again, and the stream would never leave them.
-        let beside_peers = !native_if_long
-            && native_beside_peers(
-                peers_short,
-                hw_priority,
-                launches,
-                ahead,
-                uncancelled,
-                live.priority,
-                Some(lid),
-                Some(live.chain),
-                ops.get(&next).is_some_and(|o| op_is_short(o, sm_count)),
-            );
+        let short = || ops.get(&next).is_some_and(|o| op_is_short(o, sm_count));
+        let beside_peers = !native_if_long && neighbours.native_beside_peers(peers_short, hw_priority, short());
         if beside_peers && !native_before {
             return Ok(());
         }
@@ -724,7 +721,9 @@ impl ClientDevice {
         }
         let (chain, priority, place, held, on_stream) = (a.chain, a.priority, a.place, a.held, a.on_stream);
         // Beside peers of its priority a run holds far less (`super::peers`).
-        let hold_ns = self.peers.hold_ns(alone_at(launches, uncancelled, priority, None, Some(chain)));
+        let neighbours =
+            Neighbours { launches, ahead, queued: uncancelled, priority, except: None, chain: Some(chain) };
+        let hold_ns = self.peers.hold_ns(neighbours.alone());
         let Some(next) = ops.get(&prev).and_then(|o| o.next) else { return Ok(None) };
         if ahead.contains_key(&next) || launches.values().any(|l| l.op == next) {
             return Ok(None);
@@ -786,21 +785,10 @@ impl ClientDevice {
         let root = LaunchId(chain);
         // Natively as a launch command would run it alone at its priority
         // (`hw_native`; its own stream's kernels are no peers), and only so.
-        let (native_anywhere, native_if_long) =
-            hw_native(true, launches, ahead, uncancelled, priority, None, Some(chain));
+        let (native_anywhere, native_if_long) = neighbours.hw_native(true);
         // Beside peers, natively if known short (`super::peers`).
-        let beside_peers = !native_if_long
-            && native_beside_peers(
-                self.peers.on,
-                true,
-                launches,
-                ahead,
-                uncancelled,
-                priority,
-                None,
-                Some(chain),
-                op_is_short(o, sm_count),
-            );
+        let beside_peers =
+            !native_if_long && neighbours.native_beside_peers(self.peers.on, true, op_is_short(o, sm_count));
         let native_anywhere = native_anywhere || beside_peers;
         let whole = o.whole_grid(sm_count);
         if whole.holds_too_long() || !(native_anywhere || (native_if_long && whole.is_long())) {
@@ -1270,7 +1258,7 @@ impl ClientDevice {
 
 #[cfg(test)]
 mod peer_tests {
-    use super::super::{hw_native, native_beside_peers, Live};
+    use super::super::{Live, Neighbours};
     use super::test_support::entry;
     use super::*;
     use gpumux_engine::ids::SmId;
@@ -1299,22 +1287,28 @@ mod peer_tests {
         let launches = IdMap::<LaunchId, Live>::default();
         // A peer (chain 1) of priority 0 has a kernel queued natively.
         let (ahead, counts) = queued(&[(0, 1)]);
-        let beside = |on, short, priority, chain| {
-            native_beside_peers(on, true, &launches, &ahead, &counts, priority, None, Some(chain), short)
+        let neighbours = |priority, chain| Neighbours {
+            launches: &launches,
+            ahead: &ahead,
+            queued: &counts,
+            priority,
+            except: None,
+            chain: Some(chain),
         };
+        let beside = |on, short, priority, chain| neighbours(priority, chain).native_beside_peers(on, true, short);
         assert!(beside(true, true, 0, 0));
         assert!(!beside(false, true, 0, 0), "the switch off: workers, as before");
         assert!(!beside(true, false, 0, 0), "not known short: workers");
         // Its own stream's kernel is no peer: alone, `hw_native` decides
         // (natively, whatever its length: nothing of another priority runs).
         assert!(!beside(true, true, 0, 1));
-        assert_eq!(hw_native(true, &launches, &ahead, &counts, 0, None, Some(1)), (true, true));
+        assert_eq!(neighbours(0, 1).hw_native(true), (true, true));
         // Another priority's kernel is no peer either.
         assert!(!beside(true, true, 1, 0));
         // With peers, `hw_native` runs nothing natively: only this rule does.
-        assert_eq!(hw_native(true, &launches, &ahead, &counts, 0, None, Some(0)), (false, false));
+        assert_eq!(neighbours(0, 0).hw_native(true), (false, false));
         // No hardware priority: never.
-        assert!(!native_beside_peers(true, false, &launches, &ahead, &counts, 0, None, Some(0), true));
+        assert!(!neighbours(0, 0).native_beside_peers(true, false, true));
     }
 
     #[test]
