@@ -2095,13 +2095,7 @@ impl Device for ClientDevice {
 mod tests {
     #[test]
     fn parameter_sizes_match_as_the_list_of_them_would() {
-        let mut x = 7u64;
-        let mut below = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut below = super::ahead::test_support::xorshift(7);
         let mut mismatches = 0;
         for case in 0..2000 {
             let params: Vec<Vec<u8>> = (0..below(4)).map(|_| vec![0u8; below(3) as usize * 4]).collect();

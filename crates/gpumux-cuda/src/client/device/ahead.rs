@@ -117,7 +117,7 @@ mod behind;
 mod holders;
 mod tails;
 #[cfg(test)]
-mod test_support;
+pub(super) mod test_support;
 mod uncancelled;
 
 use super::clock::Part;

@@ -30,7 +30,7 @@ pub(super) fn entry() -> Ahead {
 
 /// xorshift64 from `seed` (not 0): `below(n)` draws in `0..n`, the same
 /// draws for the same seed.
-pub(super) fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+pub(in crate::client::device) fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
     let mut x = seed;
     move |n| {
         x ^= x << 13;
