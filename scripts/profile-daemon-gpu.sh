@@ -8,12 +8,12 @@
 # BIN_DIR: made with `scripts/device-build.sh --perf` (symbol tables kept, this machine's perf
 # in BIN_DIR/perf; default target/device/main). Recording starts when the bench's progress line
 # containing $FROM appears (default: the 4-client launch rate) and lasts $SECONDS_TO_RECORD
-# (default 1.5) at $FREQ samples a second per thread (default 1000), with call graphs unwound
+# (default 1.5; PERF_ALL=1: every CPU, for threads started after it began) at $FREQ samples a second per thread (default 1000), with call graphs unwound
 # from the stack (dwarf; the software cpu-clock event: the GPU machine's kernel has no hardware
 # counters). Writes to $OUT/profile (default /tmp/profile): bench.txt (the bench's tables),
 # logs.tgz (the daemons' logs), flat.txt (self time per thread name and function), core.txt,
-# device.txt and device-main.txt (time with callees, per function, of the core thread, of the
-# device process and of its main thread). Prints the heads.
+# device.txt, device-main.txt and launcher.txt (time with callees, per function, of the core
+# thread, of the device process, of its main thread and of its launcher thread). Prints the heads.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$root/target/device/main
@@ -51,7 +51,10 @@ done
 device=$(pgrep -P "$daemon" | head -1)
 pids=$daemon${device:+,$device}
 echo "recording $pids (daemon ${daemon}, device process ${device:-none}) for $SECONDS_TO_RECORD s from \"$FROM\""
-$P record -F "$FREQ" --call-graph dwarf,8192 -p "$pids" -o /tmp/profile-daemon.data -- sleep "$SECONDS_TO_RECORD" 2>&1 | tail -1
+# -p follows only the threads alive when recording starts; a launcher thread started later (a
+# client's context) is missed: PERF_ALL=1 records every CPU instead, reported by process as before.
+scope=(-p "$pids"); [ -n "${PERF_ALL:-}" ] && scope=(-a)
+$P record -F "$FREQ" --call-graph dwarf,8192 "${scope[@]}" -o /tmp/profile-daemon.data -- sleep "$SECONDS_TO_RECORD" 2>&1 | tail -1
 wait "$runner"; echo "bench exit $?"
 cp "$bench/logs.tgz" "$OUT/logs.tgz" 2>/dev/null
 report() { $P report -i /tmp/profile-daemon.data --stdio "$@" 2>/dev/null | grep -v '^#' | grep -v '^$'; }
@@ -60,6 +63,7 @@ report --children --comm gpumuxd-core --sort symbol -g none | head -150 > "$OUT/
 [ -n "$device" ] && report --children --pid "$device" --sort symbol -g none | head -150 > "$OUT/device.txt"
 # The device process's main thread alone (the launcher thread is `gpumux-launcher`).
 [ -n "$device" ] && report --children --pid "$device" --comm gpumuxd --sort symbol -g none | head -200 > "$OUT/device-main.txt"
+[ -n "$device" ] && report --children --pid "$device" --comm gpumux-launcher --sort symbol -g none | head -100 > "$OUT/launcher.txt"
 echo "--- self time, by thread and function"; cut -c1-140 "$OUT/flat.txt" | head -30
 echo "--- the core, with callees"; cut -c1-140 "$OUT/core.txt" | head -40
 [ -n "$device" ] && { echo "--- the device process, with callees"; cut -c1-140 "$OUT/device.txt" | head -40; }
