@@ -27,7 +27,7 @@ mod peers;
 mod recycle;
 mod refill;
 use crate::error::CudaError;
-use crate::launch_plan::{block_ns_of, Chunk, Plan, ProfileKey};
+use crate::launch_plan::{Chunk, Plan};
 use crate::preempt::{SmMask, WholeGrid, WorkerLaunch};
 use crate::runtime::launcher::Launcher;
 use crate::runtime::{Event as CuEvent, Module, Stream};
@@ -137,9 +137,6 @@ struct Live {
     /// done. Not in its launch command: a grow or retreat the engine sends
     /// before it learns of the end must still find it.
     done_ahead: bool,
-    /// When its launch command started it as a native grid (not adopted):
-    /// its end then measures its kernel's block time ([`higher`]).
-    native_at: Option<Instant>,
 }
 
 /// Events a launch remembers.
@@ -986,7 +983,7 @@ impl ClientDevice {
             refill_ahead: false,
             recycle: Recycle::from_env(),
             lead: lead::Lead::default(),
-            higher: higher::Higher::new(higher::Hold::from_env()),
+            higher: higher::Higher::default(),
             poll_lockfree: lockfree::lockfree_from(std::env::var(POLL_LOCKFREE_VAR).ok().as_deref()),
             lockfree: lockfree::LockfreeCounts::default(),
             tails: Vec::new(),
@@ -1464,17 +1461,6 @@ impl ClientDevice {
         }
         let completed = live.requested.len().saturating_sub(remaining.len());
         self.stats.blocks_completed += completed;
-        if let (Some(at), Some(o)) = (live.native_at, op.as_ref()) {
-            // A native grid the command started ran whole: its block time for `higher`.
-            if remaining.is_empty() && live.leaving.is_empty() && ahead::all_native(&live.segs) {
-                let blocks: u64 = o.grid.iter().map(|&g| g as u64).product();
-                let slots = o.fits as u64 * self.info.num_sms as u64;
-                let key = ProfileKey { block: o.block, smem: o.smem };
-                if let Some(ns) = block_ns_of(at.elapsed().as_nanos() as f64, blocks, slots) {
-                    self.higher.ran_native(&o.kernel.worker.name, key, ns, Instant::now());
-                }
-            }
-        }
         if let (Some(tag), Some(chooser)) = (live.corun, self.chooser.as_mut()) {
             chooser.ended(tag.kernel, tag.peer, tag.mode, completed, Instant::now());
         }
@@ -1932,7 +1918,6 @@ impl Device for ClientDevice {
                     history: History::default(),
                     chain: launch.0,
                     done_ahead: false,
-                    native_at: None,
                 };
                 // Another kernel's workers queued on these SMs leave them.
                 let t = self.clock.start();
@@ -1951,11 +1936,10 @@ impl Device for ClientDevice {
                             self.fail_unstarted(launch, op, e)?;
                         }
                         self.clock.part(clock::Part::Start, t);
-                        if let Some(l) = self.st.as_mut().and_then(|st| st.launches.get_mut(&launch)) {
+                        if let Some(l) = self.st.as_ref().and_then(|st| st.launches.get(&launch)) {
                             for w in &l.segs {
                                 self.clock.calls(w.last_start_calls);
                             }
-                            l.native_at = ahead::all_native(&l.segs).then_some(began);
                         }
                     }
                 }

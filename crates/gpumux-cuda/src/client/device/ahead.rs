@@ -125,8 +125,8 @@ use super::{
     all_left, failed, failed_with, op_is_short, place, start_segs, state_of, still_to_run, ClientDevice, InContext,
     KernelOp, Live, Neighbours, Placement, SegPlan, MAX_SPARE,
 };
-use crate::launch_plan::{Plan, ProfileKey, SHORT_LAUNCH_NS};
-use crate::preempt::{timed_block_ns, WorkerLaunch};
+use crate::launch_plan::{Plan, SHORT_LAUNCH_NS};
+use crate::preempt::WorkerLaunch;
 use crate::runtime::Stream;
 pub(super) use behind::BehindIndex;
 use gpumux_engine::device::DeviceError;
@@ -253,7 +253,7 @@ pub(in crate::client) struct Ahead {
 }
 
 /// Every worker launch of `segs` (at least one) is the native kernel.
-pub(super) fn all_native(segs: &[WorkerLaunch]) -> bool {
+fn all_native(segs: &[WorkerLaunch]) -> bool {
     !segs.is_empty() && segs.iter().all(|w| w.last_plan() == Some(Plan::Native))
 }
 
@@ -274,15 +274,6 @@ impl Ahead {
     pub(super) fn end_landed(&self) -> bool {
         !self.segs.is_empty() && self.segs.iter().all(WorkerLaunch::end_in_host_memory)
     }
-}
-
-/// Kernel operation `o` of `priority` may not be queued natively ahead now:
-/// a higher priority is active and its blocks are not known short
-/// ([`super::higher`]).
-fn held_by_higher(higher: &super::higher::Higher, priority: i32, o: &KernelOp) -> bool {
-    let f = &o.kernel.worker;
-    let timed = || timed_block_ns(f, o.block, o.smem);
-    higher.holds(priority, &f.name, ProfileKey { block: o.block, smem: o.smem }, timed, Instant::now())
 }
 
 /// The expected GPU time of kernel operation `o`'s whole grid (module doc, "Deep").
@@ -579,7 +570,7 @@ impl ClientDevice {
         if covers.is_empty() {
             return Ok(());
         }
-        if native_before && ops.get(&next).is_some_and(|o| held_by_higher(higher, live.priority, o)) {
+        if native_before && higher.active_above(live.priority, Instant::now()) {
             // Not natively behind it while a higher priority is active (`super::higher`).
             return Ok(());
         }
@@ -729,7 +720,7 @@ impl ClientDevice {
             return Ok(None);
         }
         let Some(o) = ops.get(&next).filter(|o| !o.unbound && o.kernel.native.is_some()) else { return Ok(None) };
-        if held_by_higher(&self.higher, priority, o) {
+        if self.higher.active_above(priority, Instant::now()) {
             // A higher priority is active: no more of this run (`super::higher`).
             self.ahead_counts.held_deep += 1;
             return Ok(None);
