@@ -20,7 +20,7 @@ use examples::example;
 use gpu_test::{test_name, Pinned};
 use gpumux_cuda::client::module;
 use gpumux_cuda::client::{
-    ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, PitchedSide, Recycle, Refill, DEEP_MAX,
+    ClientDevice, ClientWork, ContextLost, HostPtr, KernelHandle, PitchedSide, Refill, DEEP_MAX,
 };
 use gpumux_cuda::nvrtc;
 use gpumux_cuda::runtime::{Module, Params, Stream};
@@ -769,98 +769,6 @@ fn with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_witho
     eprintln!("run ahead without launch commands: {c:?}; {kept} kept records");
     assert_eq!(c.ended_ahead, steps as u64 - 1, "every step after the first seen ended ahead");
     assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
-}
-
-/// Records recycled between polls (`client/device/recycle.rs`), in the
-/// daemon's pattern: after each poll the launch commands of the kernels it
-/// reported ended ahead come back to back, answered, with no poll between;
-/// a run's kernels that ended meanwhile give their records back at those
-/// commands (`GPUMUX_RECYCLE_AHEAD=1`, set here; not the default), and the
-/// run goes on there while the engine trails by fewer than `TRAIL_MAX`.
-/// Every end is reported once, in stream order, with its whole grid; halfway
-/// the client goes (its operations unbound with kernels of the run queued
-/// and records in flight): every record comes back and nothing is left on
-/// the device. `x` must be the host's for the steps that ran.
-#[test]
-fn with_hardware_priority_a_runs_records_are_recycled_at_launch_commands_between_polls() {
-    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
-    d.set_hw_priority(true);
-    d.set_report_ends_ahead(true);
-    d.set_recycle(Recycle::On);
-    let (steps, stop_at) = (160u32, 120u32);
-    let sx = StepX::new(&mut d, 1, hashed);
-    let (sms, blocks, n) = (d.info().num_sms, sx.blocks as u64, sx.n);
-    let op = |k: u32| 100 + k as u64;
-    sx.bind_chain(&mut d, op(0), steps, 0);
-    let kept = d.launch_records().0.len();
-    let (all, whole) = (SmSet::range(0, sms), || BlockRanges::full(blocks));
-    let mut events = Vec::new();
-    let mut reported: Vec<OpId> = Vec::new();
-    let (mut next, mut queued_between_polls) = (0u32, 0u64);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while next < stop_at {
-        assert!(Instant::now() < deadline, "no progress in 20 s at step {next}: {:?}", d.ahead_counts());
-        // A poll, as the daemon's: the ends seen since (at it or between polls).
-        let now = d.now();
-        d.advance(Some(now), &mut events).expect("poll");
-        for (o, b) in d.take_ends_ahead() {
-            assert_eq!(b, blocks, "{o} reported with its whole grid");
-            assert!(
-                reported.last().is_none_or(|l| l.0 < o.0),
-                "{o} reported after {:?}: once, in order",
-                reported.last()
-            );
-            reported.push(o);
-        }
-        if next > 0 && reported.contains(&OpId(op(next))) {
-            // The GPU runs what is queued; then the answered commands, no poll between.
-            std::thread::sleep(Duration::from_micros(300));
-            let before = d.ahead_counts();
-            while next < stop_at && reported.contains(&OpId(op(next))) {
-                let lid = 1000 + next as u64;
-                d.submit_answered(d.now(), launch(op(next), lid, whole(), all, blocks)).expect("launch");
-                d.unbind(OpId(op(next)));
-                next += 1;
-            }
-            let after = d.ahead_counts();
-            if after.recycled > before.recycled {
-                queued_between_polls += after.queued - before.queued;
-            }
-            continue;
-        }
-        // Not reported: the engine launches it once the launch before it ended.
-        if next == 0 || ended_with(&events, 1000 + next as u64 - 1).is_some() {
-            let lid = 1000 + next as u64;
-            d.submit(d.now(), launch(op(next), lid, whole(), all, blocks)).expect("launch");
-            events.extend(run_until(&mut d, ended(LaunchId(lid))).expect("launch"));
-            d.unbind(OpId(op(next)));
-            next += 1;
-        }
-    }
-    // The client goes: the rest unbound, kernels of the run still queued.
-    // Those are native (they run all the same); the others never start.
-    let ran_past = d.in_flight().iter().filter(|o| o.0 >= op(stop_at)).count() as u32;
-    for k in stop_at..steps {
-        d.unbind(OpId(op(k)));
-    }
-    let last = LaunchId(1000 + stop_at as u64 - 1);
-    until_ended(&mut d, &mut events, last);
-    let settle = Instant::now() + Duration::from_secs(5);
-    while d.busy() || d.launch_records().1.len() < kept {
-        assert!(Instant::now() < settle, "records still out 5 s after the client went: {:?}", d.launch_records());
-        let now = d.now();
-        d.advance(Some(now), &mut events).expect("poll");
-    }
-    assert_each_step_ran(&events, 1000, stop_at, blocks);
-    let want = hashed_stepped(n, stop_at + ran_past);
-    let c = d.ahead_counts();
-    eprintln!("recycled between polls: {c:?}; {queued_between_polls} queued at answered commands; {ran_past} queued past the client's end");
-    // Kernels queued at those commands too, unless the engine (this test)
-    // trailed by `recycle::TRAIL_MAX` already: printed, not asserted.
-    assert!(c.recycled > 0, "kernels were seen ended at launch commands, between polls: {c:?}");
-    assert!(d.in_flight().is_empty(), "nothing of the client left on the device: {:?}", d.in_flight());
-    let x = sx.read(&mut d, 2);
-    assert!(x == want, "{stop_at} steps and {ran_past} queued natively past them: x differs from the host's");
 }
 
 /// Polls that read host memory alone while the launcher thread has kernels

@@ -24,8 +24,8 @@ mod higher;
 mod lead;
 mod lockfree;
 mod peers;
-mod recycle;
 mod refill;
+mod watch;
 use crate::error::CudaError;
 use crate::launch_plan::{Chunk, Plan};
 use crate::preempt::{SmMask, WholeGrid, WorkerLaunch};
@@ -44,7 +44,6 @@ use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
 pub use lockfree::{DRIVER_POLL_GAP, POLL_LOCKFREE_VAR};
 pub use peers::{PEERS_SHORT_VAR, PEER_HOLD_NS, PEER_HOLD_VAR};
-pub use recycle::{Recycle, RECYCLE_VAR};
 pub use refill::Refill;
 use refill::{CutKernel, PendingCut};
 use std::collections::{HashMap, VecDeque};
@@ -535,8 +534,6 @@ pub struct ClientDevice {
     /// ([`ClientDevice::deepen_tails`]): a launch adopted a queued kernel, or
     /// an operation was unbound (launch records may have come back).
     refill_ahead: bool,
-    /// Whether a run's ends are looked for between polls too ([`recycle`]).
-    recycle: Recycle,
     /// The GPU's lead over the engine at each poll ([`lead`]).
     lead: lead::Lead,
     /// Which priorities started launches lately ([`higher`]): a lower one is
@@ -981,7 +978,6 @@ impl ClientDevice {
             report_ends: false,
             answered: Vec::new(),
             refill_ahead: false,
-            recycle: Recycle::from_env(),
             lead: lead::Lead::default(),
             higher: higher::Higher::default(),
             poll_lockfree: lockfree::lockfree_from(std::env::var(POLL_LOCKFREE_VAR).ok().as_deref()),
@@ -1767,8 +1763,7 @@ impl Drop for ClientDevice {
                  itself queued, {} seen ended before their launch command), {} adopted as queued, \
                  {} restarted elsewhere, {} cancelled; {} launches started again because no worker found room; \
                  a run's next kernel held back {} times for lack of a launch record, {} by the kernels ended and \
-                 not launched yet, {} by the run's bounds; {} seen ended between polls (records recycled at a \
-                 launch command)",
+                 not launched yet, {} by the run's bounds",
                 c.queued,
                 c.deep,
                 c.ended_ahead,
@@ -1778,8 +1773,7 @@ impl Drop for ClientDevice {
                 c.unplaced,
                 c.held_no_record,
                 c.held_ended_waiting,
-                c.held_deep,
-                c.recycled
+                c.held_deep
             );
         }
         if let Some(s) = self.peer_counts.summary() {
@@ -1950,9 +1944,6 @@ impl Device for ClientDevice {
                 if self.st.as_ref().and_then(|st| st.launches.get(&launch)).is_some_and(ends_now) {
                     self.end_launch(launch);
                 }
-                // A run's kernels that ended since give their records back
-                // and the run goes on, without waiting for a poll ([`recycle`]).
-                self.recycle_between_polls()?;
             }
             Command::Grow { launch, sms } => {
                 let priority = self.st.as_ref().and_then(|st| st.launches.get(&launch)).map(|l| l.priority);

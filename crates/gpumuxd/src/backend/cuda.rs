@@ -525,8 +525,7 @@ impl Backend for CudaBackend {
     }
 
     fn run_end_landed(&self) -> Option<bool> {
-        // Only where `GPUMUX_RECYCLE_AHEAD` lets holds watch (`gpumux_cuda::client::Recycle`).
-        self.device.recycle_mode().in_holds().then(|| self.device.run_end_landed()).flatten()
+        self.device.run_end_landed()
     }
 
     fn take_ends_ahead(&mut self, out: &mut Vec<super::ends_ahead::EndAhead>) {

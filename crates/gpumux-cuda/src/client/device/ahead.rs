@@ -171,9 +171,6 @@ pub struct AheadCounts {
     pub held_ended_waiting: u64,
     /// The same, held by [`DEEP_MAX`] or [`DEEP_HOLD_NS`].
     pub held_deep: u64,
-    /// Of `ended_ahead`, kernels seen ended between polls, at a launch
-    /// command, their records recycled there ([`super::recycle`]).
-    pub recycled: u64,
 }
 
 /// Kernels queued natively ahead on one stream and not yet seen ended, at
@@ -264,13 +261,13 @@ impl Ahead {
     }
 
     /// A kernel queued natively whose end is still to be seen
-    /// ([`super::recycle`]: what a held poll watches).
+    /// ([`super::watch`]: what a held poll watches).
     pub(super) fn watched(&self) -> bool {
         !self.ended && !self.cancelled && self.native() && !self.segs.is_empty()
     }
 
     /// Its end shows in host memory: it published it, or a later kernel's
-    /// published end implied it (no driver call; [`super::recycle`]).
+    /// published end implied it (no driver call; [`super::watch`]).
     pub(super) fn end_landed(&self) -> bool {
         !self.segs.is_empty() && self.segs.iter().all(WorkerLaunch::end_in_host_memory)
     }
@@ -362,7 +359,7 @@ pub(super) fn take_stream(st: &mut InContext, lid: LaunchId, stream: Stream) -> 
 /// Whether the first kernel queued after `op` on its stream that publishes
 /// its end (module doc, "Fewer end writes") has ended, which says that `op`
 /// has (stream order); `None`: none after it publishes. `host_only`: from
-/// host memory alone (no end event queried: [`super::recycle`]).
+/// host memory alone (no end event queried: [`super::lockfree`]).
 fn later_end(st: &InContext, op: OpId, host_only: bool) -> Result<Option<bool>, crate::CudaError> {
     let mut at = op;
     while let Some(n) = st.ops.get(&at).and_then(|o| o.next) {
@@ -385,7 +382,7 @@ fn later_end(st: &InContext, op: OpId, host_only: bool) -> Result<Option<bool>, 
 /// The first kernel of each run queued natively not seen ended whose
 /// predecessor has (or whose launch before it is gone): where a walk of the
 /// run in stream order starts ([`ClientDevice::poll_ahead`]). `host_only`
-/// (a walk from host memory alone, [`super::recycle`]): behind a launch
+/// (a walk from host memory alone, [`super::lockfree`]): behind a launch
 /// still running too. A poll leaves those to the poll after the launch
 /// ended, since looking at them may query an end event (the driver's lock);
 /// a look in host memory costs nothing, and a native kernel queued behind a
@@ -406,30 +403,6 @@ fn run_heads(st: &InContext, host_only: bool) -> Vec<OpId> {
 /// `ended`), without a walk of those seen ended (`InContext::unended`).
 pub(super) fn unended(st: &InContext) -> impl Iterator<Item = (&OpId, &Ahead)> + '_ {
     st.unended.iter().filter_map(|op| st.ahead.get_key_value(op))
-}
-
-/// A kernel of a run that [`ClientDevice::poll_ahead_in`] would walk now
-/// from host memory (from one of [`run_heads`]) shows its end there: the
-/// walk would see it (and the kernels before it) ended ([`super::recycle`]).
-pub(super) fn walkable_end_landed(st: &InContext) -> bool {
-    // Most launch commands find nothing landed: one read per queued kernel,
-    // no list of heads made (the device process's thread paces the chain).
-    if !unended(st).any(|(_, a)| a.watched() && a.end_landed()) {
-        return false;
-    }
-    for head in run_heads(st, true) {
-        let mut op = head;
-        while let Some(a) = st.ahead.get(&op).filter(|a| !a.ended && !a.cancelled && a.native()) {
-            if a.end_landed() {
-                return true;
-            }
-            match st.ops.get(&op).and_then(|o| o.next) {
-                Some(n) => op = n,
-                None => break,
-            }
-        }
-    }
-    false
 }
 
 /// Kernel `op`, queued natively, was seen ended: its blocks are done, and
@@ -855,7 +828,7 @@ impl ClientDevice {
     }
 
     /// [`ClientDevice::poll_ahead`]; `host_only`: from ends in host memory
-    /// alone, no driver call (between polls, [`super::recycle`]): the walk
+    /// alone, no driver call (a poll while the launcher launches, [`super::lockfree`]): the walk
     /// of a run stops at its first kernel whose end does not show there.
     pub(super) fn poll_ahead_in(&mut self, host_only: bool) -> Result<bool, DeviceError> {
         if self.st.as_ref().is_none_or(|st| st.ahead.is_empty()) {
