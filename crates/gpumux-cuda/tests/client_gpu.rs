@@ -771,55 +771,6 @@ fn with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_witho
     assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
 }
 
-/// Polls that read host memory alone while the launcher thread has kernels
-/// to launch (`client::device::lockfree`): a chain queued natively ahead,
-/// each launch made when the one before ended, polled back to back as a
-/// held poll does. Every step must run every block, in order (`x` against
-/// the host), with some polls made without driver calls; the same chain
-/// with the switch off makes none without them.
-#[test]
-fn polls_while_the_launcher_launches_read_host_memory_alone_and_every_launch_still_ends() {
-    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
-    d.set_hw_priority(true);
-    if !d.launch_thread() {
-        eprintln!("SKIPPED {}: no launcher thread (GPUMUX_LAUNCH_THREAD=0)", test_name!());
-        return;
-    }
-    for lockfree in [true, false] {
-        d.set_poll_lockfree(lockfree);
-        let steps = 48u32;
-        let base = if lockfree { 100 } else { 1100 };
-        let sx = StepX::new(&mut d, base - 1, hashed);
-        let (sms, blocks, n) = (d.info().num_sms, sx.blocks as u64, sx.n);
-        sx.bind_chain(&mut d, base, steps, 0);
-        let before = d.polls_by_driver_calls();
-        let mut events = Vec::new();
-        for k in 0..steps {
-            let lid = base + 10_000 + k as u64;
-            let cmd = launch(base + k as u64, lid, BlockRanges::full(blocks), SmSet::range(0, sms), blocks);
-            d.submit(d.now(), cmd).expect("launch");
-            events.extend(run_until(&mut d, ended(LaunchId(lid))).expect("the launch ends"));
-            d.unbind(OpId(base + k as u64));
-        }
-        assert_each_step_ran(&events, base + 10_000, steps, blocks);
-        let after = d.polls_by_driver_calls();
-        let (host_only, with_driver) = (after.0 - before.0, after.1 - before.1);
-        eprintln!("lockfree {lockfree}: {host_only} polls read host memory alone, {with_driver} called the driver");
-        let x = sx.read(&mut d, base + 9_000);
-        let want = hashed_stepped(n, steps);
-        assert!(x == want, "lockfree {lockfree}: x differs from the host's after {steps} steps");
-        if lockfree {
-            assert!(
-                host_only > 0,
-                "no poll skipped the driver while kernels were queued ahead ({with_driver} called it)"
-            );
-        } else {
-            assert_eq!(host_only, 0, "switched off, every poll calls the driver");
-        }
-        assert!(with_driver > 0, "polls called the driver once the launcher had nothing to launch");
-    }
-}
-
 #[test]
 fn with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_workers_and_alone_runs_natively() {
     let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };

@@ -22,7 +22,6 @@ mod corun;
 mod handover;
 mod higher;
 mod lead;
-mod lockfree;
 mod peers;
 mod refill;
 mod watch;
@@ -42,7 +41,6 @@ use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
-pub use lockfree::{DRIVER_POLL_GAP, POLL_LOCKFREE_VAR};
 pub use peers::{PEERS_SHORT_VAR, PEER_HOLD_NS, PEER_HOLD_VAR};
 pub use refill::Refill;
 use refill::{CutKernel, PendingCut};
@@ -539,11 +537,6 @@ pub struct ClientDevice {
     /// Which priorities started launches lately ([`higher`]): a lower one is
     /// not queued natively ahead while a higher one is active.
     higher: higher::Higher,
-    /// Polls make no driver call while the launcher thread has kernels to
-    /// launch ([`lockfree`]; [`POLL_LOCKFREE_VAR`] = `1`; off by default).
-    poll_lockfree: bool,
-    /// Polls by whether they called the driver ([`lockfree`]), logged on close.
-    lockfree: lockfree::LockfreeCounts,
     /// [`ClientDevice::deepen_tails`]' list, kept between its calls (one
     /// at most polls: not a vector allocated per poll).
     tails: Vec<OpId>,
@@ -980,8 +973,6 @@ impl ClientDevice {
             refill_ahead: false,
             lead: lead::Lead::default(),
             higher: higher::Higher::default(),
-            poll_lockfree: lockfree::lockfree_from(std::env::var(POLL_LOCKFREE_VAR).ok().as_deref()),
-            lockfree: lockfree::LockfreeCounts::default(),
             tails: Vec::new(),
         };
         // The pinned host pool grown from the start, if gpumuxd asked (`swap::update_ahead`).
@@ -1478,10 +1469,8 @@ impl ClientDevice {
     }
 
     /// Handles launches whose workers have all left.
-    /// `driver`: the poll may call the driver ([`lockfree`]); else a
-    /// launch ends only from what host memory shows.
-    fn poll_launches(&mut self, driver: bool) -> Result<(), DeviceError> {
-        self.poll_launches_in(None, driver)
+    fn poll_launches(&mut self) -> Result<(), DeviceError> {
+        self.poll_launches_of(None)
     }
 
     /// [`ClientDevice::poll_launches`], of launch `only` alone if given (a
@@ -1489,29 +1478,17 @@ impl ClientDevice {
     /// can take no command the engine sends after; any other launch must
     /// end at a poll, where the engine learns it before its next commands).
     pub(super) fn poll_launches_of(&mut self, only: Option<LaunchId>) -> Result<(), DeviceError> {
-        self.poll_launches_in(only, true)
-    }
-
-    /// [`ClientDevice::poll_launches_of`]; `driver`: as in [`ClientDevice::poll_launches`].
-    fn poll_launches_in(&mut self, only: Option<LaunchId>, driver: bool) -> Result<(), DeviceError> {
         let now = self.now();
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let mut ended: Vec<LaunchId> = Vec::new();
-        let left = |segs: &[WorkerLaunch]| -> Result<bool, CudaError> {
-            if driver {
-                all_left(segs)
-            } else {
-                Ok(lockfree::all_left_in_host_memory(segs))
-            }
-        };
         // One launch is looked up, not found in a walk of all (an answered
         // launch command's look at the launch before it).
         let one = only.and_then(|o| st.launches.get_key_value(&o));
         let all = only.is_none().then(|| st.launches.iter()).into_iter().flatten();
         for (&lid, live) in one.into_iter().chain(all) {
             if live.cut.is_none()
-                && left(&live.segs).map_err(failed_with(|| format!("polling launch {lid}")))?
-                && left(&live.leaving).map_err(failed_with(|| format!("polling launch {lid}'s cut workers")))?
+                && all_left(&live.segs).map_err(failed_with(|| format!("polling launch {lid}")))?
+                && all_left(&live.leaving).map_err(failed_with(|| format!("polling launch {lid}'s cut workers")))?
             {
                 ended.push(lid);
             }
@@ -1788,9 +1765,6 @@ impl Drop for ClientDevice {
         if let Some(s) = self.poll_clock.ends_summary() {
             tracing::info!("CUDA device: {s}");
         }
-        if let Some(s) = self.lockfree.summary() {
-            tracing::info!("CUDA device: {s}");
-        }
         let launcher = self.st.as_ref().and_then(|st| st.launcher.as_ref()).map(Launcher::made).unwrap_or_default();
         if let Some(s) = self.clock.summary(launcher) {
             tracing::info!("CUDA device: {s}");
@@ -2012,18 +1986,15 @@ impl Device for ClientDevice {
         loop {
             if self.out.is_empty() {
                 self.poll_clock.begin();
-                // No driver call while the launcher thread has kernels to
-                // launch, within a bound ([`lockfree`]).
-                let driver = self.poll_calls_driver();
                 self.poll_cuts()?;
                 self.poll_clock.part(0);
-                self.mark_implied_ends(!driver)?;
+                self.mark_implied_ends()?;
                 self.poll_clock.part(1);
-                self.poll_launches(driver)?;
+                self.poll_launches()?;
                 self.poll_clock.part(2);
                 // Runs go on as their kernels end (and give their launch
                 // records back), not only at launch commands.
-                let ended = if driver { self.poll_ahead()? } else { self.poll_ahead_in(true)? };
+                let ended = self.poll_ahead()?;
                 self.poll_clock.part(3);
                 if ended || std::mem::take(&mut self.refill_ahead) {
                     self.deepen_tails()?;
@@ -2033,13 +2004,10 @@ impl Device for ClientDevice {
                 if ended {
                     self.poll_clock.saw_ends();
                 }
-                // Copies' and orphans' ends are read from events only.
-                if driver {
-                    self.poll_copies()?;
-                    self.poll_clock.part(5);
-                    self.poll_orphans()?;
-                    self.poll_clock.part(6);
-                }
+                self.poll_copies()?;
+                self.poll_clock.part(5);
+                self.poll_orphans()?;
+                self.poll_clock.part(6);
             }
             let now = self.now();
             if !self.out.is_empty() {

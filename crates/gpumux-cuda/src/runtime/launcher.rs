@@ -248,13 +248,6 @@ impl Launcher {
         Ok(Pending(slot))
     }
 
-    /// Jobs were posted whose calls are not made yet: the thread has
-    /// kernels to launch, and a driver call made elsewhere meanwhile may
-    /// hold them up (the driver's lock; `client::device::lockfree`).
-    pub fn busy(&self) -> bool {
-        self.finished.load(Ordering::Acquire) < self.posted.load(Ordering::Relaxed)
-    }
-
     /// Waits until every job posted so far is done.
     pub fn drain(&self) {
         let want = self.posted.load(Ordering::Relaxed);
@@ -391,18 +384,5 @@ mod tests {
         let waiting = l.thread.as_ref().is_some_and(|t| !t.is_finished());
         assert!(waiting, "the thread waits for jobs while its launcher lives");
         drop(l);
-    }
-
-    #[test]
-    fn a_launcher_is_busy_from_a_post_until_the_thread_made_that_jobs_calls() {
-        let l = Launcher::start().expect("the thread starts");
-        assert!(!l.busy(), "nothing posted");
-        // What `post` and the thread count (no GPU here to make real jobs).
-        l.posted.fetch_add(2, Ordering::Relaxed);
-        assert!(l.busy(), "two posted, none made");
-        l.finished.fetch_add(1, Ordering::Release);
-        assert!(l.busy(), "one of two made");
-        l.finished.fetch_add(1, Ordering::Release);
-        assert!(!l.busy(), "both made");
     }
 }

@@ -10,9 +10,7 @@
 //!
 //! **Pace.** A device poll may take the driver's lock (a copy's end event is
 //! queried at each poll), which the launcher thread's next `cuLaunchKernel`
-//! waits for; the CUDA device's polls make no driver call while the launcher
-//! has kernels to launch (`gpumux_cuda::client::POLL_LOCKFREE_VAR`), but
-//! still do otherwise. So the device is polled back to back only within
+//! waits for. So the device is polled back to back only within
 //! [`TIGHT_AFTER_SUBMIT`] of the last command (a kernel just launched, whose
 //! end is what a waiting client wants soon); later in a hold it is polled
 //! every [`PACE`], the core's old poll period, while the link is watched

@@ -358,9 +358,8 @@ pub(super) fn take_stream(st: &mut InContext, lid: LaunchId, stream: Stream) -> 
 
 /// Whether the first kernel queued after `op` on its stream that publishes
 /// its end (module doc, "Fewer end writes") has ended, which says that `op`
-/// has (stream order); `None`: none after it publishes. `host_only`: from
-/// host memory alone (no end event queried: [`super::lockfree`]).
-fn later_end(st: &InContext, op: OpId, host_only: bool) -> Result<Option<bool>, crate::CudaError> {
+/// has (stream order); `None`: none after it publishes.
+fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError> {
     let mut at = op;
     while let Some(n) = st.ops.get(&at).and_then(|o| o.next) {
         let Some(x) = st.ahead.get(&n) else { return Ok(None) };
@@ -369,9 +368,6 @@ fn later_end(st: &InContext, op: OpId, host_only: bool) -> Result<Option<bool>, 
             return Ok(Some(true));
         }
         if !x.segs.is_empty() && !x.segs.iter().any(WorkerLaunch::end_unpublished) {
-            if host_only {
-                return Ok(Some(x.end_landed()));
-            }
             return all_left(&x.segs).map(Some);
         }
         at = n;
@@ -381,18 +377,15 @@ fn later_end(st: &InContext, op: OpId, host_only: bool) -> Result<Option<bool>, 
 
 /// The first kernel of each run queued natively not seen ended whose
 /// predecessor has (or whose launch before it is gone): where a walk of the
-/// run in stream order starts ([`ClientDevice::poll_ahead`]). `host_only`
-/// (a walk from host memory alone, [`super::lockfree`]): behind a launch
-/// still running too. A poll leaves those to the poll after the launch
-/// ended, since looking at them may query an end event (the driver's lock);
-/// a look in host memory costs nothing, and a native kernel queued behind a
-/// launch ends only after it (only a native launch has one: module doc,
-/// "Deep"), so seeing it ended says that launch ended too.
-fn run_heads(st: &InContext, host_only: bool) -> Vec<OpId> {
+/// run in stream order starts ([`ClientDevice::poll_ahead`]). One behind a
+/// launch still running is left to the poll after the launch ended: looking
+/// at it may query an end event (the driver's lock), and it cannot have
+/// ended before that launch.
+fn run_heads(st: &InContext) -> Vec<OpId> {
     unended(st)
         .filter(|(_, a)| !a.ended && !a.cancelled && a.native())
         .filter(|(_, a)| match a.behind {
-            Behind::Launch(lid) => host_only || !st.launches.contains_key(&lid),
+            Behind::Launch(lid) => !st.launches.contains_key(&lid),
             Behind::Queued(p) => st.ahead.get(&p).is_none_or(|b| b.ended),
         })
         .map(|(&op, _)| op)
@@ -824,13 +817,6 @@ impl ClientDevice {
     /// asked ([`ClientDevice::set_report_ends_ahead`]). A fault shows here as
     /// in any poll: the error of the end event's query.
     pub(super) fn poll_ahead(&mut self) -> Result<bool, DeviceError> {
-        self.poll_ahead_in(false)
-    }
-
-    /// [`ClientDevice::poll_ahead`]; `host_only`: from ends in host memory
-    /// alone, no driver call (a poll while the launcher launches, [`super::lockfree`]): the walk
-    /// of a run stops at its first kernel whose end does not show there.
-    pub(super) fn poll_ahead_in(&mut self, host_only: bool) -> Result<bool, DeviceError> {
         if self.st.as_ref().is_none_or(|st| st.ahead.is_empty()) {
             return Ok(false);
         }
@@ -842,7 +828,7 @@ impl ClientDevice {
         // stream order, once (a pass per end cost a run of 32 ends ~1,000 looks).
         let ahead = &st.ahead;
         st.unended.retain(|op| ahead.get(op).is_some_and(|a| !a.ended));
-        let heads = run_heads(st, host_only);
+        let heads = run_heads(st);
         for head in heads {
             let mut op = head;
             loop {
@@ -854,7 +840,7 @@ impl ClientDevice {
                     }
                     if a.segs.iter().any(WorkerLaunch::end_unpublished) {
                         // Its end is known from a later kernel's, if one publishes (module doc).
-                        match later_end(st, op, host_only).map_err(failed_with(polling))? {
+                        match later_end(st, op).map_err(failed_with(polling))? {
                             Some(false) => break,
                             Some(true) => st
                                 .ahead
@@ -866,8 +852,7 @@ impl ClientDevice {
                         }
                     }
                     let Some(a) = st.ahead.get_mut(&op) else { break };
-                    let left =
-                        if host_only { a.end_landed() } else { all_left(&a.segs).map_err(failed_with(polling))? };
+                    let left = all_left(&a.segs).map_err(failed_with(polling))?;
                     if !left {
                         break;
                     }
@@ -910,9 +895,7 @@ impl ClientDevice {
     /// on their stream published its end: their poll then needs no query of
     /// their end event (which takes the driver's lock the launcher thread's
     /// calls wait for).
-    /// `host_only`: from ends in host memory alone (no driver call: a poll
-    /// while the launcher thread has kernels to launch, [`super::lockfree`]).
-    pub(super) fn mark_implied_ends(&mut self, host_only: bool) -> Result<(), DeviceError> {
+    pub(super) fn mark_implied_ends(&mut self) -> Result<(), DeviceError> {
         let Some(st) = self.st.as_mut() else { return Ok(()) };
         if st.ahead.is_empty() {
             return Ok(());
@@ -924,8 +907,7 @@ impl ClientDevice {
             .map(|(&lid, l)| (lid, l.op))
             .collect();
         for (lid, op) in waiting {
-            let known =
-                later_end(st, op, host_only).map_err(failed_with(|| format!("polling what follows launch {lid}")))?;
+            let known = later_end(st, op).map_err(failed_with(|| format!("polling what follows launch {lid}")))?;
             if known == Some(true) {
                 if let Some(l) = st.launches.get_mut(&lid) {
                     l.segs.iter_mut().for_each(WorkerLaunch::ended_before);
