@@ -334,9 +334,6 @@ pub struct Core {
     /// message in it to take (`Core::next_for_pump`): unchanged since, the
     /// inbox has none still, and the scan is skipped.
     pump_missed_inbox_at: Option<u64>,
-    /// A pump takes the clients' requests between rounds after each round's
-    /// commands, not before them (`pump_requests::REQUESTS_AFTER_VAR`).
-    requests_after_commands: bool,
     launches: id_map::IdMap<LaunchId, (OpId, SmSet)>,
     copies: id_map::IdMap<CopyId, OpId>,
     deferred: Vec<Deferred>,
@@ -484,7 +481,6 @@ impl Core {
             sessions: BTreeMap::new(),
             ops: Default::default(),
             pump_missed_inbox_at: None,
-            requests_after_commands: pump_requests::requests_after_commands_from_env(),
             launches: Default::default(),
             copies: Default::default(),
             deferred: Vec::new(),

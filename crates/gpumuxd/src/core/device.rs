@@ -37,22 +37,14 @@ impl Core {
             self.drain_completions();
             stats.completions += t.elapsed();
             // The clients' requests waiting: bound, their kernels may be
-            // queued on the GPU while the engine trails (`pump_requests`). Not
+            // queued on the GPU while the engine trails (`pump_requests`,
+            // "Requests between rounds"), before the round's commands. Not
             // in the first round: the core's loop has just taken its own.
-            // Before the round's commands, or with `requests_after_commands`
-            // after them (`pump_requests`, "Requests between rounds"), counted
-            // then with those handled during the poll, whose commands a
-            // round that sent nothing sends at its end.
-            let mut requests_before = stats.requests;
-            let take_between = stats.rounds > 1 && inbox.is_some();
-            if take_between && !self.requests_after_commands {
+            if stats.rounds > 1 {
                 self.take_requests(inbox, &mut stats);
-                requests_before = stats.requests;
             }
+            let requests_before = stats.requests;
             let sent = self.drain_commands(&mut stats, inbox)? | std::mem::take(&mut sent_late);
-            if take_between && self.requests_after_commands {
-                self.take_requests(inbox, &mut stats);
-            }
             let mut events = std::mem::take(&mut self.events);
             events.clear();
             let call = Instant::now();
@@ -1213,29 +1205,15 @@ mod tests {
     /// Where a round's requests are taken (`pump_requests`, "Requests between
     /// rounds"): when a client's kernel ends and the next on its stream is
     /// launched, another client's launch waiting in the inbox is bound
-    /// before that launch by default, and after it with
-    /// `requests_after_commands`; either way it still runs and completes.
+    /// before that launch (client 2's bind C and client 1's second launch B,
+    /// after A's end, as positions in the log of what reached the device);
+    /// and it still runs and completes.
     #[test]
-    fn a_rounds_requests_are_bound_before_its_launches_or_after_them_when_asked() {
-        for after in [false, true] {
-            let (bind_c, launch_b) = round_order(after);
-            if after {
-                assert!(launch_b < bind_c, "asked for after: B's launch came after C's bind");
-            } else {
-                assert!(bind_c < launch_b, "by default C's bind comes before B's launch");
-            }
-        }
-    }
-
-    /// One pump's order of client 2's bind (C, taken between rounds) and
-    /// client 1's second launch (B, after A's end), as positions in the log
-    /// of what reached the device; every kernel then completes.
-    fn round_order(requests_after_commands: bool) -> (usize, usize) {
+    fn a_rounds_requests_are_bound_before_its_launches() {
         let log = Arc::new(std::sync::Mutex::new(Vec::new()));
         let backend =
             PollsForNews { sim: SimBackend::with_info(gpumux_sim::presets::h100()), log: log.clone(), running: 0 };
         let (mut core, kernel, replies) = core_with_kernel_on(Box::new(backend));
-        core.requests_after_commands = requests_after_commands;
         // A second client with its own module.
         let (kernel2, rx2) = connect_with_kernel(&mut core, 2);
         let msg2 = |id, request| request_of(2, id, request);
@@ -1254,6 +1232,7 @@ mod tests {
         let Some(bind_c) = got.iter().position(|e| e.0 == "bind") else {
             panic!("C was not taken between rounds: {got:?}")
         };
+        assert!(bind_c < launches[1], "C's bind came before B's launch: {got:?}");
         // Everything completes, C included.
         assert!(core.handle(request(12, Request::SyncStream(StreamId(0)))));
         assert_eq!(answer_to(&mut core, &replies, 12), Ok(Reply::Done));
@@ -1268,7 +1247,6 @@ mod tests {
         }
         let done = |c| core.sessions.get(&c).map(|s| s.counters.kernels_done);
         assert_eq!((done(1), done(2)), (Some(2), Some(1)), "every kernel ran once");
-        (bind_c, launches[1])
     }
 
     /// The core's own work per launch of 8 clients launching empty kernels

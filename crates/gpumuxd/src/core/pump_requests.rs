@@ -48,18 +48,13 @@
 //! Nothing else is taken: another message waits for the pump's end, and
 //! while one is held the pump takes no more (it ends sooner).
 //!
-//! `GPUMUX_REQUESTS_AFTER_COMMANDS=1` takes them once the round's commands
-//! are sent instead (issue 35, 8 clients' launch rate): with clients that
-//! keep launching there are always requests waiting, and taken first, for
-//! up to [`REQUESTS_BETWEEN_TURNS`], they hold back the round's launch
-//! commands while a device process has only their binds to carry out. Their
-//! binds then follow the round's launches on the link, before its poll, as
-//! those of requests handled during the poll do, and a request taken so
-//! whose kernel could start at once is launched at the next round (or at the
-//! pump's end if that round has nothing else). Off by default: in one GPU
-//! A/B (two pairs of runs on the H200) the 8 clients' rate followed the
-//! device process's time per launch command, which varied between runs more
-//! than either order could move it.
+//! Tried and removed: taking them once the round's commands are sent
+//! instead (issue 35, 8 clients' launch rate: taken first, they hold back
+//! the round's launch commands while a device process has only their binds
+//! to carry out). In one GPU A/B (two pairs of runs on the H200) the 8
+//! clients' rate followed the device process's time per launch command,
+//! which varied between runs more than either order could move it. The code
+//! is in git: 026a0d1 (`GPUMUX_REQUESTS_AFTER_COMMANDS=1`).
 
 use super::*;
 
@@ -72,16 +67,6 @@ pub(super) const REQUESTS_DURING_POLL: Duration = Duration::from_micros(200);
 /// launch answered from its end known ahead, at most (module doc, "Requests
 /// between rounds"): about ten launches, so a device poll waits little.
 const REQUESTS_BETWEEN_TURNS: Duration = Duration::from_micros(20);
-
-/// The variable that takes the clients' requests between rounds after each
-/// round's commands instead of before them (`1`; module doc, "Requests
-/// between rounds"): off by default until a GPU run shows a gain.
-pub const REQUESTS_AFTER_VAR: &str = "GPUMUX_REQUESTS_AFTER_COMMANDS";
-
-/// Whether [`REQUESTS_AFTER_VAR`] is `1` (read when a core is made).
-pub(super) fn requests_after_commands_from_env() -> bool {
-    std::env::var(REQUESTS_AFTER_VAR).is_ok_and(|v| v.trim() == "1")
-}
 
 /// A request that can be handled while a poll's answer is on its way: it
 /// asks nothing of the device that needs an answer (it may bind work) and
