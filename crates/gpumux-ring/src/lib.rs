@@ -449,43 +449,23 @@ impl RingReceiver {
 /// giving the core up between looks.
 pub const HOT_LOOKS: u32 = 64;
 
-/// `GPUMUX_YIELD_EVERY=N` (read once; 1 to 1024): past the hot looks, a
-/// poller gives the core up once in `N` looks and pauses between ([`relax`]).
-/// Unset: 1, a yield at every look. Kept for experiments: one yield in 32
-/// looks measured no different from one a look on one H200 (issue 35's
-/// lone launch + sync, back to back and 2 ms apart, and the 1- and 8-client
-/// launch rates, four runs alternated, 2026-11-29: docs/daemon.md, "Where a
-/// launch + sync's time goes").
-pub fn yield_every() -> u32 {
-    static EVERY: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *EVERY.get_or_init(|| parse_yield_every(std::env::var("GPUMUX_YIELD_EVERY").ok().as_deref()))
-}
-
-/// [`yield_every`]'s reading of the variable's value.
-fn parse_yield_every(v: Option<&str>) -> u32 {
-    v.and_then(|v| v.trim().parse::<u32>().ok()).map_or(1, |n| n.clamp(1, 1024))
-}
-
-/// Whether the `looks`th look of a wait (from 0) gives the core up, with
-/// one look in `every` yielding after the hot ones ([`relax`]).
-pub fn yields_at(looks: u32, every: u32) -> bool {
-    looks >= HOT_LOOKS && (looks - HOT_LOOKS).is_multiple_of(every.max(1))
-}
-
 /// What a thread polling for a message (a ring, a channel, a socket) does
 /// between two looks, the `looks`th of its wait (from 0): for the first
 /// [`HOT_LOOKS`] it only pauses the core (`spin_loop`), so that a message
 /// arriving is seen within a look; after them it gives the core up
-/// (`sched_yield`; once in [`yield_every`] looks if set), so that on a
+/// (`sched_yield`), so that on a
 /// machine with fewer free cores than polling threads the threads with work
 /// still run. A `sched_yield` enters the kernel's scheduler each time (1-2 µs
 /// on the H100 machine's virtual CPUs, `__schedule` the largest symbol of the
 /// daemon's profiles), and a message that arrives meanwhile waits for it to
 /// return: on every hop of a request. The hot looks keep that off the start
 /// of a wait: 64 looks are 6-16 µs, which cover the gaps between the
-/// messages of a round.
+/// messages of a round. Tried and removed: one yield in 32 looks past the
+/// hot ones, which measured no different on one H200 (docs/daemon.md,
+/// "Where a launch + sync's time goes"; the code is in git: 026a0d1,
+/// `GPUMUX_YIELD_EVERY`).
 pub fn relax(looks: u32) {
-    if yields_at(looks, yield_every()) {
+    if looks >= HOT_LOOKS {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();

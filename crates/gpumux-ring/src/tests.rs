@@ -182,19 +182,3 @@ fn sleeping_on_the_socket_returns_for_bytes_already_there_a_doorbell_or_the_time
     assert!(t.elapsed() < Duration::from_secs(5), "the doorbell woke it");
     ringer.join().unwrap();
 }
-
-#[test]
-fn a_poller_yields_at_every_look_past_the_hot_ones_unless_told_once_in_n() {
-    let yields = |every: u32, looks: std::ops::Range<u32>| looks.filter(|&l| yields_at(l, every)).count();
-    assert_eq!(yields(32, 0..HOT_LOOKS), 0, "the hot looks never yield");
-    assert_eq!(yields(1, 0..HOT_LOOKS), 0);
-    assert!(yields_at(HOT_LOOKS, 32), "the first look past them yields");
-    assert_eq!(yields(32, HOT_LOOKS..HOT_LOOKS + 32 * 32), 32);
-    assert_eq!(yields(1, HOT_LOOKS..HOT_LOOKS + 100), 100, "1: every look past the hot ones yields");
-    assert_eq!(yields(0, HOT_LOOKS..HOT_LOOKS + 10), 10, "0 is taken as 1");
-    assert_eq!(parse_yield_every(None), 1, "unset: a yield at every look, the default");
-    assert_eq!(parse_yield_every(Some(" 32 ")), 32);
-    assert_eq!(parse_yield_every(Some("0")), 1);
-    assert_eq!(parse_yield_every(Some("100000")), 1024);
-    assert_eq!(parse_yield_every(Some("often")), 1);
-}
