@@ -16,14 +16,32 @@
 //! device posts only kernels queued behind a running launch on its stream,
 //! workers or native, and waits for the job before it touches them otherwise).
 
+//!
+//! **The queue.** A post hands the job to the thread through a fixed ring
+//! of slots and a pool of outcomes that both threads reuse (`ring`): no
+//! allocation, lock or channel per job, and a [`Pending`] keeps its own
+//! outcome however long it is kept. `GPUMUX_LAUNCHER_QUEUE=channel` makes
+//! the hand-over the earlier one (`channel`: a `std::sync::mpsc` channel
+//! and an `Arc` per job), kept only to compare the two on a GPU.
+
+mod channel;
+mod ring;
+
 use super::{check, Event, Function, Params, Stream};
 use crate::error::{CudaError, DriverError, Result};
 use cudarc::driver::sys as cu;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// Chooses the hand-over: `channel` for the earlier one, anything else the ring.
+pub const QUEUE_VAR: &str = "GPUMUX_LAUNCHER_QUEUE";
+
+/// Jobs the ring holds before a post waits: a backlog of ~1.5 ms of
+/// launches at ~6 µs each, more than 8 clients' bursts of a poll (~15
+/// kernels each) together.
+const RING_SLOTS: usize = 256;
 
 /// How long the thread looks for the next job before it sleeps on the
 /// queue. A sleeping thread takes a futex wake-up per job (tens of µs), and
@@ -75,66 +93,60 @@ struct Job {
     smem: u32,
     params: Params,
     publish: Option<Publish>,
-    slot: Arc<Slot>,
     /// The operation its stage stamps name (`gpumux_stamps::tag`; 0: none).
     tag: u64,
 }
 
-impl Drop for Job {
-    /// A job dropped unmade (its thread stopped, by a panic) still ends:
-    /// whoever waits for it gets an error instead of waiting for ever.
-    fn drop(&mut self) {
-        if !self.slot.done.load(Ordering::Acquire) {
-            if let Ok(mut e) = self.slot.error.lock() {
-                e.get_or_insert(DriverError { call: "the launcher", code: -1, msg: "its thread stopped".into() });
-            }
-            self.slot.done.store(true, Ordering::Release);
-        }
-    }
+/// The error of a job never made (its thread stopped, by a panic): whoever
+/// waits for it gets this instead of waiting for ever.
+fn unmade() -> DriverError {
+    DriverError { call: "the launcher", code: -1, msg: "its thread stopped".into() }
 }
 
-/// What a job came to: set once by the launcher thread.
-#[derive(Default)]
-struct Slot {
-    done: AtomicBool,
-    /// The launch's and the record's time, ns (high and low 32 bits).
-    calls: AtomicU64,
-    error: Mutex<Option<DriverError>>,
+/// A job's calls' times as one word: the launch's ns in the high 32 bits,
+/// the record's in the low.
+fn pack(launch_ns: u64, record_ns: u64) -> u64 {
+    (launch_ns.min(u32::MAX as u64) << 32) | record_ns.min(u32::MAX as u64)
 }
 
 /// A launch posted to a [`Launcher`] and maybe not made yet.
-pub struct Pending(Arc<Slot>);
+pub struct Pending(Ticket);
+
+enum Ticket {
+    Ring(ring::Ticket<Job, DriverError>),
+    Channel(channel::Ticket),
+}
 
 impl Pending {
     /// The launch calls were made (successfully or not).
     pub fn done(&self) -> bool {
-        self.0.done.load(Ordering::Acquire)
+        match &self.0 {
+            Ticket::Ring(t) => t.done(),
+            Ticket::Channel(t) => t.done(),
+        }
+    }
+
+    /// What the calls came to once made: their times packed, or their error.
+    fn outcome(&self) -> Option<Result<u64, DriverError>> {
+        match &self.0 {
+            Ticket::Ring(t) => t.outcome_now(),
+            Ticket::Channel(t) => t.outcome_now(),
+        }
     }
 
     /// The error of a launch that was made and failed.
     pub fn error(&self) -> Option<CudaError> {
-        if !self.done() {
-            return None;
-        }
-        self.0.error.lock().ok().and_then(|e| e.clone()).map(CudaError::Driver)
+        self.outcome()?.err().map(CudaError::Driver)
     }
 
     /// Waits until the launch calls were made; their times (ns: the launch,
     /// the end event's record), or their error.
     pub fn wait(&self) -> Result<(u32, u32)> {
-        let mut spins = 0u32;
-        while !self.done() {
-            spins += 1;
-            if spins < 1_000 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        if let Some(e) = self.error() {
-            return Err(e);
-        }
-        let c = self.0.calls.load(Ordering::Relaxed);
+        let calls = match &self.0 {
+            Ticket::Ring(t) => t.wait(),
+            Ticket::Channel(t) => t.wait(),
+        };
+        let c = calls.map_err(CudaError::Driver)?;
         Ok(((c >> 32) as u32, c as u32))
     }
 }
@@ -159,48 +171,64 @@ struct MadeSums {
     record_ns: AtomicU64,
 }
 
+/// The posting side of the hand-over.
+enum Queue {
+    Ring(ring::Poster<Job, DriverError>),
+    Channel(channel::Poster<Job>),
+}
+
+/// The thread's side of it.
+enum Take {
+    Ring(ring::Taker<Job, DriverError>),
+    Channel(channel::Taker<Job>),
+}
+
+/// A new hand-over: the ring, or the channel if `channel`.
+fn queue(channel: bool) -> (Queue, Take) {
+    if channel {
+        let (p, t) = channel::channel(unmade);
+        (Queue::Channel(p), Take::Channel(t))
+    } else {
+        let (p, t) = ring::ring(RING_SLOTS, unmade);
+        (Queue::Ring(p), Take::Ring(t))
+    }
+}
+
 /// The thread and its queue. Dropping it waits for every job posted.
 pub struct Launcher {
-    tx: Option<Sender<Job>>,
+    /// `None` once dropped (closing it ends the thread after its jobs).
+    queue: Option<Queue>,
     thread: Option<JoinHandle<()>>,
     /// Jobs posted and not yet done, for [`Launcher::drain`].
-    posted: Arc<AtomicU64>,
+    posted: AtomicU64,
     finished: Arc<AtomicU64>,
     made: Arc<MadeSums>,
 }
 
 impl Launcher {
-    /// Starts the thread.
+    /// Starts the thread, with the hand-over [`QUEUE_VAR`] chooses.
     pub fn start() -> Result<Launcher> {
-        let (tx, rx) = channel::<Job>();
-        let posted = Arc::new(AtomicU64::new(0));
+        let channel = std::env::var(QUEUE_VAR).is_ok_and(|v| v.trim() == "channel");
+        if channel {
+            tracing::info!("CUDA device: the launcher thread's jobs go through a channel ({QUEUE_VAR}=channel)");
+        }
+        Launcher::start_with(channel)
+    }
+
+    /// Starts the thread, its jobs handed over through a channel if `channel`, else the ring.
+    fn start_with(channel: bool) -> Result<Launcher> {
+        let (queue, take) = queue(channel);
         let finished = Arc::new(AtomicU64::new(0));
-        let done = finished.clone();
         let made = Arc::new(MadeSums::default());
-        let sums = made.clone();
+        let (done, sums) = (finished.clone(), made.clone());
         let thread = std::thread::Builder::new()
             .name("gpumux-launcher".into())
-            .spawn(move || {
-                let mut current: cu::CUcontext = std::ptr::null_mut();
-                while let Some(mut job) = next_job(&rx) {
-                    match run(&mut job, &mut current) {
-                        Ok((launch_ns, record_ns)) => {
-                            sums.launches.fetch_add(1, Ordering::Relaxed);
-                            sums.launch_ns.fetch_add(launch_ns, Ordering::Relaxed);
-                            sums.record_ns.fetch_add(record_ns, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            if let Ok(mut slot) = job.slot.error.lock() {
-                                *slot = Some(e);
-                            }
-                        }
-                    }
-                    job.slot.done.store(true, Ordering::Release);
-                    done.fetch_add(1, Ordering::Release);
-                }
+            .spawn(move || match take {
+                Take::Ring(t) => launch_from_ring(t, &sums, &done),
+                Take::Channel(t) => launch_from_channel(t, &sums, &done),
             })
             .map_err(|e| CudaError::Invalid(format!("starting the launcher thread: {e}")))?;
-        Ok(Launcher { tx: Some(tx), thread: Some(thread), posted, finished, made })
+        Ok(Launcher { queue: Some(queue), thread: Some(thread), posted: AtomicU64::new(0), finished, made })
     }
 
     /// What the thread's calls took so far.
@@ -231,21 +259,29 @@ impl Launcher {
         publish: Option<Publish>,
         ended: Option<&Event>,
     ) -> Result<Pending> {
-        let slot = Arc::new(Slot::default());
         let handles = Handles { ctx, func: func.raw, stream: stream.raw, ended: ended.map(Event::raw) };
         // The operation the poster named for the stage stamps (0: off).
         let tag = gpumux_stamps::tag();
         if tag != 0 {
             gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchPosted, tag, 0);
         }
-        let job = Job { handles, grid, block, smem, params, publish, slot: slot.clone(), tag };
-        let tx = self.tx.as_ref().ok_or_else(|| CudaError::Invalid("the launcher thread is gone".into()))?;
+        self.post_job(Job { handles, grid, block, smem, params, publish, tag })
+    }
+
+    /// Hands `job` to the thread.
+    fn post_job(&self, job: Job) -> Result<Pending> {
+        let gone = || CudaError::Invalid("the launcher thread is gone".into());
+        let queue = self.queue.as_ref().ok_or_else(gone)?;
+        // Counted before it is handed over, so that `busy` never says less.
         self.posted.fetch_add(1, Ordering::Relaxed);
-        if tx.send(job).is_err() {
+        let ticket = match queue {
+            Queue::Ring(q) => q.post(job).map(Ticket::Ring).map_err(drop),
+            Queue::Channel(q) => q.post(job).map(Ticket::Channel).map_err(drop),
+        };
+        ticket.map(Pending).map_err(|()| {
             self.posted.fetch_sub(1, Ordering::Relaxed);
-            return Err(CudaError::Invalid("the launcher thread is gone".into()));
-        }
-        Ok(Pending(slot))
+            gone()
+        })
     }
 
     /// Waits until every job posted so far is done.
@@ -263,29 +299,43 @@ impl Launcher {
 impl Drop for Launcher {
     fn drop(&mut self) {
         // Closing the queue ends the thread after the jobs in it.
-        self.tx.take();
+        self.queue.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-/// The next job, looked for during [`SPIN`] and then waited for; `None`
-/// once the queue is closed and empty.
-fn next_job(rx: &Receiver<Job>) -> Option<Job> {
-    let start = Instant::now();
-    let mut looks = 0u32;
-    loop {
-        match rx.try_recv() {
-            Ok(job) => return Some(job),
-            Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) => {}
+/// The thread's loop over the ring: each job made, its outcome set, counted.
+fn launch_from_ring(mut take: ring::Taker<Job, DriverError>, sums: &MadeSums, finished: &AtomicU64) {
+    let mut current: cu::CUcontext = std::ptr::null_mut();
+    while let Some((mut job, done)) = take.next(SPIN) {
+        let (calls, error) = made(&mut job, &mut current, sums);
+        done.set(calls, error);
+        finished.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// The same over the channel.
+fn launch_from_channel(mut take: channel::Taker<Job>, sums: &MadeSums, finished: &AtomicU64) {
+    let mut current: cu::CUcontext = std::ptr::null_mut();
+    while let Some((mut job, done)) = take.next(SPIN) {
+        let (calls, error) = made(&mut job, &mut current, sums);
+        done.set(calls, error);
+        finished.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Makes `job`'s calls and adds them to `sums`: their times packed, or their error.
+fn made(job: &mut Job, current: &mut cu::CUcontext, sums: &MadeSums) -> (u64, Option<DriverError>) {
+    match run(job, current) {
+        Ok((launch_ns, record_ns)) => {
+            sums.launches.fetch_add(1, Ordering::Relaxed);
+            sums.launch_ns.fetch_add(launch_ns, Ordering::Relaxed);
+            sums.record_ns.fetch_add(record_ns, Ordering::Relaxed);
+            (pack(launch_ns, record_ns), None)
         }
-        looks += 1;
-        if looks.is_multiple_of(64) && start.elapsed() >= SPIN {
-            return rx.recv().ok();
-        }
-        std::hint::spin_loop();
+        Err(e) => (0, Some(e)),
     }
 }
 
@@ -329,7 +379,6 @@ fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(u64, u64), DriverE
     if job.publish.is_none() && h.ended.is_none() {
         // `cuLaunchKernel` alone (a kernel that publishes its own end, with a
         // lazy end event): no call to time.
-        job.slot.calls.store(launch_ns << 32, Ordering::Relaxed);
         return Ok((launch_ns, 0));
     }
     let t = Instant::now();
@@ -343,7 +392,6 @@ fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(u64, u64), DriverE
         as_driver(check("cuEventRecord", unsafe { cu::cuEventRecord(ended, h.stream) }))?;
     }
     let record_ns = t.elapsed().as_nanos().min(u32::MAX as u128) as u64;
-    job.slot.calls.store((launch_ns << 32) | record_ns, Ordering::Relaxed);
     Ok((launch_ns, record_ns))
 }
 
@@ -358,31 +406,83 @@ fn as_driver(r: Result<()>) -> Result<(), DriverError> {
 mod tests {
     use super::*;
 
-    fn unmade_job(slot: &Arc<Slot>) -> Job {
+    /// A launcher with no thread, its queue's other side to take jobs by
+    /// hand (no GPU here to make real ones).
+    fn by_hand(channel: bool) -> (Launcher, Take) {
+        let (queue, take) = queue(channel);
+        let (finished, made) = (Arc::new(AtomicU64::new(0)), Arc::new(MadeSums::default()));
+        (Launcher { queue: Some(queue), thread: None, posted: AtomicU64::new(0), finished, made }, take)
+    }
+
+    fn job(tag: u64) -> Job {
         use std::ptr::null_mut;
         let handles = Handles { ctx: null_mut(), func: null_mut(), stream: null_mut(), ended: None };
-        let (grid, block, params) = ([1; 3], [1; 3], Params::default());
-        Job { handles, grid, block, smem: 0, params, publish: None, slot: slot.clone(), tag: 0 }
+        Job { handles, grid: [1; 3], block: [1; 3], smem: 0, params: Params::default(), publish: None, tag }
     }
 
     #[test]
     fn a_job_dropped_unmade_ends_with_an_error_instead_of_leaving_its_waiter_waiting() {
-        let slot = Arc::new(Slot::default());
-        let job = unmade_job(&slot);
-        let pending = Pending(slot);
-        assert!(!pending.done() && pending.error().is_none(), "not made yet: neither done nor failed");
-        drop(job);
-        assert!(pending.done());
-        let e = pending.wait().expect_err("a job never made is an error").to_string();
-        assert!(e.contains("its thread stopped"), "{e}");
+        for channel in [false, true] {
+            let (l, mut take) = by_hand(channel);
+            let (dropped, left) = (l.post_job(job(1)).expect("posted"), l.post_job(job(2)).expect("posted"));
+            assert!(!dropped.done() && dropped.error().is_none(), "not made yet: neither done nor failed");
+            match &mut take {
+                Take::Ring(t) => drop(t.try_next().expect("a job")),
+                Take::Channel(t) => drop(t.next(Duration::ZERO).expect("a job")),
+            }
+            assert!(dropped.done());
+            let e = dropped.wait().expect_err("a job never made is an error").to_string();
+            assert!(e.contains("its thread stopped"), "{e}");
+            // Its thread stops with a job still queued.
+            drop(take);
+            let e = left.wait().expect_err("a job never made is an error").to_string();
+            assert!(e.contains("its thread stopped"), "{e}");
+            assert!(l.post_job(job(3)).is_err(), "no thread to make it");
+            assert_eq!(l.posted.load(Ordering::Relaxed), 2, "a refused post is not counted");
+        }
+    }
+
+    #[test]
+    fn a_pending_gives_its_own_calls_times_or_error_in_either_queue() {
+        for channel in [false, true] {
+            let (l, mut take) = by_hand(channel);
+            let kept: Vec<_> = (0..4).map(|t| l.post_job(job(t)).expect("posted")).collect();
+            for i in 0..4u64 {
+                let error = (i == 2).then(|| DriverError { call: "cuLaunchKernel", code: 1, msg: "bad".into() });
+                let calls = pack(1_000 + i, i);
+                match &mut take {
+                    Take::Ring(t) => {
+                        let (j, done) = t.try_next().expect("a job");
+                        assert_eq!(j.tag, i, "in the order posted");
+                        done.set(calls, error);
+                    }
+                    Take::Channel(t) => {
+                        let (j, done) = t.next(Duration::ZERO).expect("a job");
+                        assert_eq!(j.tag, i, "in the order posted");
+                        done.set(calls, error);
+                    }
+                }
+            }
+            for (i, p) in kept.iter().enumerate() {
+                if i == 2 {
+                    assert!(p.error().is_some_and(|e| e.to_string().contains("bad")));
+                    assert!(p.wait().is_err());
+                } else {
+                    assert!(p.error().is_none());
+                    assert_eq!(p.wait().expect("made"), (1_000 + i as u32, i as u32));
+                }
+            }
+        }
     }
 
     #[test]
     fn a_launcher_with_nothing_posted_drains_at_once_and_its_thread_ends_when_dropped() {
-        let l = Launcher::start().expect("the thread starts");
-        l.drain();
-        let waiting = l.thread.as_ref().is_some_and(|t| !t.is_finished());
-        assert!(waiting, "the thread waits for jobs while its launcher lives");
-        drop(l);
+        for channel in ["ring", "channel"] {
+            let l = Launcher::start_with(channel == "channel").expect("the thread starts");
+            l.drain();
+            let waiting = l.thread.as_ref().is_some_and(|t| !t.is_finished());
+            assert!(waiting, "the thread waits for jobs while its launcher lives");
+            drop(l);
+        }
     }
 }
