@@ -272,7 +272,7 @@ impl Launcher {
     fn post_job(&self, job: Job) -> Result<Pending> {
         let gone = || CudaError::Invalid("the launcher thread is gone".into());
         let queue = self.queue.as_ref().ok_or_else(gone)?;
-        // Counted before it is handed over, so that `busy` never says less.
+        // Counted before it is handed over, so that `drain` never waits for fewer.
         self.posted.fetch_add(1, Ordering::Relaxed);
         let ticket = match queue {
             Queue::Ring(q) => q.post(job).map(Ticket::Ring).map_err(drop),
@@ -309,9 +309,9 @@ impl Drop for Launcher {
 /// The thread's loop over the ring: each job made, its outcome set, counted.
 fn launch_from_ring(mut take: ring::Taker<Job, DriverError>, sums: &MadeSums, finished: &AtomicU64) {
     let mut current: cu::CUcontext = std::ptr::null_mut();
-    while let Some((mut job, done)) = take.next(SPIN) {
-        let (calls, error) = made(&mut job, &mut current, sums);
-        done.set(calls, error);
+    while let Some(mut taken) = take.next(SPIN) {
+        let (calls, error) = made(taken.job(), &mut current, sums);
+        taken.set(calls, error);
         finished.fetch_add(1, Ordering::Release);
     }
 }
@@ -452,9 +452,9 @@ mod tests {
                 let calls = pack(1_000 + i, i);
                 match &mut take {
                     Take::Ring(t) => {
-                        let (j, done) = t.try_next().expect("a job");
-                        assert_eq!(j.tag, i, "in the order posted");
-                        done.set(calls, error);
+                        let mut taken = t.try_next().expect("a job");
+                        assert_eq!(taken.job().tag, i, "in the order posted");
+                        taken.set(calls, error);
                     }
                     Take::Channel(t) => {
                         let (j, done) = t.next(Duration::ZERO).expect("a job");
@@ -483,6 +483,56 @@ mod tests {
             let waiting = l.thread.as_ref().is_some_and(|t| !t.is_finished());
             assert!(waiting, "the thread waits for jobs while its launcher lives");
             drop(l);
+        }
+    }
+
+    /// The hand-over's own work per job, for callgrind (no GPU: the jobs are
+    /// not made, their outcomes set by hand): `LQ_JOBS` jobs (default 1e5) in
+    /// bursts of 15 (a poll's), through the queue `LQ` names (`ring` or
+    /// `channel`), on one thread so that no spin loop is counted. The poster's
+    /// part is `poster_side` inclusive, the launcher thread's `taker_side`:
+    /// `valgrind --tool=callgrind BIN --ignored --exact runtime::launcher::tests::hand_over_count`.
+    #[test]
+    #[ignore = "a harness for callgrind, not a check"]
+    fn hand_over_count() {
+        let jobs: u64 = std::env::var("LQ_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+        let (l, mut take) = by_hand(std::env::var("LQ").is_ok_and(|v| v == "channel"));
+        let mut held = Vec::with_capacity(15);
+        for burst in 0..jobs.div_ceil(15) {
+            for i in 0..15 {
+                held.push(poster_side(&l, burst * 15 + i));
+            }
+            for _ in 0..15 {
+                taker_side(&mut take);
+            }
+            for p in held.drain(..) {
+                assert!(poster_waits(p).is_ok());
+            }
+        }
+    }
+
+    #[inline(never)]
+    fn poster_side(l: &Launcher, tag: u64) -> Pending {
+        l.post_job(job(tag)).expect("posted")
+    }
+
+    #[inline(never)]
+    fn poster_waits(p: Pending) -> Result<(u32, u32)> {
+        p.wait()
+    }
+
+    #[inline(never)]
+    fn taker_side(take: &mut Take) {
+        match take {
+            Take::Ring(t) => {
+                let mut taken = t.next(SPIN).expect("a job");
+                let tag = taken.job().tag;
+                taken.set(pack(tag, 1), None);
+            }
+            Take::Channel(t) => {
+                let (j, done) = t.next(SPIN).expect("a job");
+                done.set(pack(j.tag, 1), None);
+            }
         }
     }
 }

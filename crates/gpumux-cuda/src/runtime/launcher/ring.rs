@@ -12,8 +12,8 @@
 //!
 //! **The ring** is Lamport's single-producer single-consumer queue: the
 //! poster writes slot `tail % CAP` and then publishes `tail + 1` (Release);
-//! the taker reads `tail` (Acquire), so it sees the slot written, moves the
-//! job out and publishes `head + 1` (Release); the poster reads `head`
+//! the taker reads `tail` (Acquire), so it sees the slot written, makes the
+//! job in place and then publishes `head + 1` (Release); the poster reads `head`
 //! (Acquire) before it writes that slot again. Each side keeps the other's
 //! index as last seen and reads the shared one only when that says full
 //! (poster) or empty (taker). When the ring is full the poster waits
@@ -39,7 +39,7 @@
 //! **A taker that stops** (its thread ends, by a panic or after the poster
 //! closed) marks the ring gone: a ticket whose job was not done by then
 //! reads as done with the "unmade" error, and later posts are refused. A
-//! [`Done`] dropped unset (a panic while making the job) sets that error.
+//! [`Taken`] dropped unset (a panic while making the job) sets that error.
 
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
@@ -192,19 +192,16 @@ pub struct Gone<J>(pub J);
 impl<J, E> Poster<J, E> {
     /// Posts `job`; waits while the ring is full. Refused once the taker is
     /// gone (one that goes during the post leaves the ticket unmade).
+    #[inline]
     pub fn post(&self, job: J) -> Result<Ticket<J, E>, Gone<J>> {
-        if self.shared.gone.load(Ordering::Acquire) {
-            return Err(Gone(job));
-        }
         let mut spins = 0u32;
-        let mut job = job;
+        // Waits for room with the job left where it is (it is copied once, into the slot).
         loop {
-            match self.try_post(job) {
-                Ok(t) => return Ok(t),
-                Err(Full(j)) => job = j,
-            }
             if self.shared.gone.load(Ordering::Acquire) {
                 return Err(Gone(job));
+            }
+            if self.room() {
+                break;
             }
             spins += 1;
             if spins < 1_000 {
@@ -213,22 +210,37 @@ impl<J, E> Poster<J, E> {
                 std::thread::yield_now();
             }
         }
+        Ok(self.write(job))
     }
 
     /// Posts `job` unless the ring is full (then it comes back). Made or
     /// not: a job posted once the taker is gone has a ticket that reads unmade.
+    /// (The tests' look at a full ring; the launcher waits: [`Poster::post`].)
+    #[cfg(test)]
     pub fn try_post(&self, job: J) -> Result<Ticket<J, E>, Full<J>> {
+        if !self.room() {
+            return Err(Full(job));
+        }
+        Ok(self.write(job))
+    }
+
+    /// The ring has a free slot.
+    fn room(&self) -> bool {
+        let tail = self.tail.get();
+        if tail - self.head_seen.get() == self.shared.cap() {
+            // Acquire: the taker was done with the slot before it said so.
+            self.head_seen.set(self.shared.head.0.load(Ordering::Acquire));
+        }
+        tail - self.head_seen.get() < self.shared.cap()
+    }
+
+    /// Writes `job` in the next slot (there is room) and publishes it.
+    #[inline]
+    fn write(&self, job: J) -> Ticket<J, E> {
         let sh = &*self.shared;
         let tail = self.tail.get();
-        if tail - self.head_seen.get() == sh.cap() {
-            // Acquire: the taker moved the job out of the slot before it said so.
-            self.head_seen.set(sh.head.0.load(Ordering::Acquire));
-            if tail - self.head_seen.get() == sh.cap() {
-                return Err(Full(job));
-            }
-        }
         let out = self.outcome();
-        // SAFETY: the slot is free (the taker's head is past it) and only this side writes slots.
+        // SAFETY: the slot is free (`room`: the taker's head is past it) and only this side writes slots.
         unsafe { (*sh.slots[tail & (sh.cap() - 1)].get()).write((job, out)) };
         self.tail.set(tail + 1);
         // Release: the taker sees the slot's job (and the outcome's reset) when it sees the tail.
@@ -240,7 +252,7 @@ impl<J, E> Poster<J, E> {
                 t.unpark();
             }
         }
-        Ok(Ticket { shared: self.shared.clone(), out })
+        Ticket { shared: self.shared.clone(), out }
     }
 
     /// An outcome neither side holds, reset and held by both.
@@ -300,6 +312,7 @@ impl<J, E> Drop for Poster<J, E> {
 }
 
 /// Why [`Poster::try_post`] gave the job back: the ring is full.
+#[cfg(test)]
 #[derive(Debug)]
 pub struct Full<J>(pub J);
 
@@ -317,9 +330,11 @@ unsafe impl<J: Send, E: Send + Sync> Send for Taker<J, E> {}
 
 impl<J, E> Taker<J, E> {
     /// The next job, looked for during `spin` and then slept for (woken by a
-    /// post); `None` once the poster closed the ring and it is empty.
-    pub fn next(&mut self, spin: Duration) -> Option<(J, Done<'_, J, E>)> {
-        let mut start = Instant::now();
+    /// post); `None` once the poster closed the ring and it is empty. The
+    /// job stays in its slot until made (no copy out of it).
+    pub fn next(&mut self, spin: Duration) -> Option<Taken<'_, J, E>> {
+        // Read only once the ring was found empty: a job waiting costs no clock read.
+        let mut start: Option<Instant> = None;
         let mut looks = 0u32;
         loop {
             if self.ready() {
@@ -329,10 +344,11 @@ impl<J, E> Taker<J, E> {
                 // Acquire: every post happened before the close; look once more.
                 return self.try_next();
             }
+            let since = *start.get_or_insert_with(Instant::now);
             looks += 1;
-            if looks.is_multiple_of(64) && start.elapsed() >= spin {
+            if looks.is_multiple_of(64) && since.elapsed() >= spin {
                 self.sleep();
-                start = Instant::now();
+                start = None;
             }
             std::hint::spin_loop();
         }
@@ -348,17 +364,15 @@ impl<J, E> Taker<J, E> {
     }
 
     /// The next job if one is in the ring.
-    pub fn try_next(&mut self) -> Option<(J, Done<'_, J, E>)> {
+    pub fn try_next(&mut self) -> Option<Taken<'_, J, E>> {
         if !self.ready() {
             return None;
         }
         let sh = &*self.shared;
+        let slot = sh.slots[self.head & (sh.cap() - 1)].get();
         // SAFETY: the slot below the tail seen was written and published (Acquire above).
-        let (job, out) = unsafe { (*sh.slots[self.head & (sh.cap() - 1)].get()).assume_init_read() };
-        self.head += 1;
-        // Release: the job is moved out before the poster may write the slot again.
-        sh.head.0.store(self.head, Ordering::Release);
-        Some((job, Done { shared: sh, out, set: false }))
+        let out = unsafe { (*slot).assume_init_ref().1 };
+        Some(Taken { taker: self, slot, out, set: false })
     }
 
     /// Parks until a post or the close (or spuriously: the caller looks again).
@@ -382,15 +396,23 @@ impl<J, E> Drop for Taker<J, E> {
     }
 }
 
-/// A taken job's outcome, to set once the job was made. Dropped unset (a
-/// panic while making it), it sets the unmade error.
-pub struct Done<'a, J, E> {
-    shared: &'a Shared<J, E>,
+/// A taken job, in its slot until this is dropped, and its outcome to set
+/// once it was made. Dropped unset (a panic while making it), it sets the
+/// unmade error.
+pub struct Taken<'a, J, E> {
+    taker: &'a mut Taker<J, E>,
+    slot: *mut MaybeUninit<(J, *const Outcome<E>)>,
     out: *const Outcome<E>,
     set: bool,
 }
 
-impl<J, E> Done<'_, J, E> {
+impl<J, E> Taken<'_, J, E> {
+    /// The job.
+    pub fn job(&mut self) -> &mut J {
+        // SAFETY: the slot holds the job until this is dropped (the head is not past it).
+        unsafe { &mut (*self.slot).assume_init_mut().0 }
+    }
+
     /// Sets the job's outcome: `value`, or `error`.
     pub fn set(mut self, value: u64, error: Option<E>) {
         self.put(value, error);
@@ -408,17 +430,22 @@ impl<J, E> Done<'_, J, E> {
         // AcqRel: Release publishes the value and error; Acquire, if the
         // ticket is gone, orders its reads before the outcome's reuse.
         if out.holds.fetch_and(!TAKER_HOLDS, Ordering::AcqRel) == TAKER_HOLDS {
-            self.shared.release(self.out);
+            self.taker.shared.release(self.out);
         }
     }
 }
 
-impl<J, E> Drop for Done<'_, J, E> {
+impl<J, E> Drop for Taken<'_, J, E> {
     fn drop(&mut self) {
         if !self.set {
-            let e = (self.shared.unmade)();
+            let e = (self.taker.shared.unmade)();
             self.put(0, Some(e));
         }
+        // SAFETY: the job is in the slot, dropped once; the head moves past it next.
+        unsafe { (*self.slot).assume_init_drop() };
+        self.taker.head += 1;
+        // Release: the slot is done with before the poster may write it again.
+        self.taker.shared.head.0.store(self.taker.head, Ordering::Release);
     }
 }
 
@@ -494,7 +521,7 @@ impl<J, E> Ticket<J, E> {
 
 impl<J, E> Drop for Ticket<J, E> {
     fn drop(&mut self) {
-        // AcqRel: as in `Done::put`, from this side.
+        // AcqRel: as in `Taken::put`, from this side.
         if self.outcome().holds.fetch_and(!TICKET_HOLDS, Ordering::AcqRel) == TICKET_HOLDS {
             self.shared.release(self.out);
         }

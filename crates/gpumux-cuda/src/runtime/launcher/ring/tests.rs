@@ -16,7 +16,8 @@ fn unmade() -> Failed {
 fn spawn_taker(mut taker: Taker<u64, Failed>, spin: Duration) -> std::thread::JoinHandle<Vec<u64>> {
     std::thread::spawn(move || {
         let mut seen = Vec::new();
-        while let Some((n, done)) = taker.next(spin) {
+        while let Some(mut done) = taker.next(spin) {
+            let n = *done.job();
             seen.push(n);
             if n.is_multiple_of(7) {
                 done.set(0, Some(Failed(format!("job {n}"))));
@@ -53,15 +54,18 @@ fn jobs_are_taken_in_the_order_posted_through_many_wraps_of_a_small_ring() {
 fn a_ticket_kept_while_its_slot_and_many_outcomes_are_reused_keeps_its_own_answer() {
     let (poster, mut taker) = ring::<u64, Failed>(2, unmade);
     let kept_ok = poster.post(5).expect("posted");
-    let (n, done) = taker.try_next().expect("one job");
+    let mut done = taker.try_next().expect("one job");
+    let n = *done.job();
     done.set(n * 3, None);
     let kept_err = poster.post(7).expect("posted");
-    let (n, done) = taker.try_next().expect("one job");
+    let mut done = taker.try_next().expect("one job");
+    let n = *done.job();
     done.set(0, Some(Failed(format!("job {n}"))));
     // 100 times the ring's slots and the pool's chunk, every ticket dropped at once.
     for n in 100..100 + 100 * CHUNK as u64 {
         let t = poster.post(n).expect("posted");
-        let (m, done) = taker.try_next().expect("one job");
+        let mut done = taker.try_next().expect("one job");
+        let m = *done.job();
         assert_eq!(m, n);
         done.set(m * 3, None);
         assert_eq!(t.wait(), Ok(n * 3));
@@ -79,7 +83,8 @@ fn outcomes_held_by_many_tickets_grow_the_pool_and_come_back_when_dropped() {
     let mut held = Vec::new();
     for n in 0..3 * CHUNK as u64 {
         held.push(poster.post(n).expect("posted"));
-        let (m, done) = taker.try_next().expect("one job");
+        let mut done = taker.try_next().expect("one job");
+        let m = *done.job();
         done.set(m * 3, None);
     }
     assert_eq!(poster.shared.chunks.lock().expect("lock").len(), 3, "every outcome held: the pool grew");
@@ -89,7 +94,8 @@ fn outcomes_held_by_many_tickets_grow_the_pool_and_come_back_when_dropped() {
     held.clear();
     for n in 0..10 * CHUNK as u64 {
         let t = poster.post(n).expect("posted");
-        let (m, done) = taker.try_next().expect("one job");
+        let mut done = taker.try_next().expect("one job");
+        let m = *done.job();
         done.set(m * 3, None);
         assert_eq!(t.wait(), Ok(n * 3));
     }
@@ -114,13 +120,14 @@ fn a_full_ring_refuses_a_try_and_a_post_waits_until_the_taker_takes_one() {
     std::thread::sleep(Duration::from_millis(20));
     assert!(!waiter.is_finished(), "the post waits while the ring is full");
     taken.store(true, Ordering::Release);
-    let (n, done) = taker.try_next().expect("a job");
+    let mut done = taker.try_next().expect("a job");
+    let n = *done.job();
     assert_eq!(n, 1);
     done.set(10, None);
     let (_poster, c) = waiter.join().expect("the post returned");
     assert!(!c.done());
     assert_eq!(a.wait(), Ok(10));
-    assert_eq!(taker.try_next().map(|(n, _)| n), Some(2));
+    assert_eq!(taker.try_next().map(|mut t| *t.job()), Some(2));
 }
 
 #[test]
@@ -148,7 +155,8 @@ fn closing_the_ring_lets_the_taker_take_every_job_posted_before_it_stops() {
     let counted = made.clone();
     let mut taker = taker;
     let t = std::thread::spawn(move || {
-        while let Some((n, done)) = taker.next(Duration::from_micros(10)) {
+        while let Some(mut done) = taker.next(Duration::from_micros(10)) {
+            let n = *done.job();
             std::thread::sleep(Duration::from_micros(200));
             counted.fetch_add(1, Ordering::Relaxed);
             done.set(n, None);
@@ -167,7 +175,7 @@ fn a_job_dropped_unmade_and_jobs_left_when_the_taker_stops_end_with_the_unmade_e
     let dropped = poster.post(1).expect("posted");
     let left = poster.post(2).expect("posted");
     assert!(!dropped.done() && dropped.outcome_now().is_none(), "not made yet");
-    let (_, done) = taker.try_next().expect("a job");
+    let done = taker.try_next().expect("a job");
     drop(done);
     assert_eq!(dropped.wait(), Err(unmade()), "dropped unset: the unmade error");
     assert!(!left.done());
@@ -183,7 +191,8 @@ fn a_taker_that_panics_while_making_a_job_leaves_no_ticket_waiting() {
     let (poster, mut taker) = ring::<u64, Failed>(8, unmade);
     let tickets: Vec<_> = (0..5u64).map(|n| poster.post(n).expect("posted")).collect();
     let t = std::thread::spawn(move || {
-        while let Some((n, done)) = taker.next(Duration::ZERO) {
+        while let Some(mut done) = taker.next(Duration::ZERO) {
+            let n = *done.job();
             assert!(n < 2, "job {n}: a panic while making it");
             done.set(n, None);
         }
