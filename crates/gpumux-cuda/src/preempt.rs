@@ -243,8 +243,9 @@ pub struct WorkerLaunch {
     func: Function,
     /// The untransformed kernel, for launches too short to need preemption.
     native: Option<Function>,
-    /// The user's arguments, as raw bytes per parameter.
-    args: Vec<Vec<u8>>,
+    /// The user's arguments, packed (a slot per parameter): a start copies
+    /// them, and a reuse copies another kernel's in, with no allocation.
+    args: Params,
     grid: [u32; 3],
     block: [u32; 3],
     smem: u32,
@@ -380,10 +381,11 @@ impl WholeGrid {
 }
 
 impl WorkerLaunch {
-    /// `args` are the kernel's own parameters (without the worker's two).
+    /// `args` are the kernel's own parameters (without the worker's two):
+    /// raw bytes per parameter (`Vec<Vec<u8>>`), or packed ([`Params`]).
     pub fn new(
         func: Function,
-        args: Vec<Vec<u8>>,
+        args: impl Into<Params>,
         grid: [u32; 3],
         block: [u32; 3],
         smem: u32,
@@ -408,7 +410,7 @@ impl WorkerLaunch {
         Ok(WorkerLaunch {
             func,
             native: None,
-            args,
+            args: args.into(),
             grid,
             block,
             smem,
@@ -450,14 +452,8 @@ impl WorkerLaunch {
     /// whole device when the record goes), so a device serving a stream of
     /// one-off launches (gpumuxd's clients) keeps records and reuses them.
     /// The record is idle between launches (its last worker resets it).
-    pub fn reuse(
-        &mut self,
-        func: Function,
-        args: Vec<Vec<u8>>,
-        grid: [u32; 3],
-        block: [u32; 3],
-        smem: u32,
-    ) -> Result<()> {
+    /// `args` are copied in (packed once by the caller, [`Params::of_args`]).
+    pub fn reuse(&mut self, func: Function, args: &Params, grid: [u32; 3], block: [u32; 3], smem: u32) -> Result<()> {
         if self.running {
             return Err(CudaError::Invalid("reuse: the launch is still running".into()));
         }
@@ -471,7 +467,7 @@ impl WorkerLaunch {
         }
         self.func = func;
         self.native = None;
-        self.args = args;
+        self.args.clone_from(args);
         self.grid = grid;
         self.block = block;
         self.smem = smem;
@@ -659,9 +655,7 @@ impl WorkerLaunch {
     }
     /// Replaces one of the user's arguments (between launches).
     pub fn set_arg(&mut self, i: usize, bytes: Vec<u8>) {
-        if let Some(a) = self.args.get_mut(i) {
-            *a = bytes;
-        }
+        self.args.set_slot(i, &bytes);
     }
 
     /// The launch description for the blocks left, on `mask`. Small launches
@@ -743,10 +737,8 @@ impl WorkerLaunch {
         let lazy_end = std::mem::replace(&mut self.lazy_end, false);
         self.end_unrecorded.set(None);
         let planned = began.map(|_| std::time::Instant::now());
-        let mut p = Params::default();
-        for a in &self.args {
-            p.push_bytes(a);
-        }
+        // The user's arguments, packed: a copy, no allocation (`Params`).
+        let mut p = self.args.clone();
         let chunk = match (plan, &self.native) {
             (Plan::Native, Some(native)) => {
                 // Its end is published as a worker launch's is, in host memory

@@ -395,8 +395,10 @@ const INLINE_WORDS: usize = 24;
 /// thread then carries no allocation of the poster's for that thread to
 /// free (each such free may take the allocator's lock the poster allocates
 /// under; the two threads slowed each other: docs/program-speed.md, "The
-/// launcher's time per kernel").
-#[derive(Default)]
+/// launcher's time per kernel"). A clone of one that fits makes no
+/// allocation either: a kernel's own arguments are packed once, at its bind,
+/// and copied into each launch record that runs it (`preempt::WorkerLaunch`).
+#[derive(Clone, Default)]
 pub struct Params {
     /// The slots, in order, while they fit.
     inline: [u64; INLINE_WORDS],
@@ -412,7 +414,78 @@ pub struct Params {
     count: usize,
 }
 
+impl From<Vec<Vec<u8>>> for Params {
+    /// Each argument's bytes in a slot of its own, in order.
+    fn from(args: Vec<Vec<u8>>) -> Params {
+        Params::of_args(&args)
+    }
+}
+
 impl Params {
+    /// `args`, each argument's bytes in a slot of its own, in order.
+    pub fn of_args(args: &[Vec<u8>]) -> Params {
+        let mut p = Params::default();
+        for a in args {
+            p.push_bytes(a);
+        }
+        p
+    }
+
+    /// Where slot `i` starts, in words (`len` past the last).
+    fn start_of(&self, i: usize) -> usize {
+        match i {
+            i if i >= self.count => self.len,
+            i if i < INLINE_WORDS => self.starts[i] as usize,
+            i => self.more_starts[i - INLINE_WORDS] as usize,
+        }
+    }
+
+    /// The words in use.
+    fn words(&self) -> &[u64] {
+        if self.spill.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.spill[..]
+        }
+    }
+
+    /// The words in use, to write.
+    fn words_mut(&mut self) -> &mut [u64] {
+        if self.spill.is_empty() {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.spill[..]
+        }
+    }
+
+    /// Replaces the bytes of argument `i` (nothing if there is none): in
+    /// place when they take as many words, else the slots are laid out again.
+    pub fn set_slot(&mut self, i: usize, b: &[u8]) {
+        if i >= self.count {
+            return;
+        }
+        let (start, end) = (self.start_of(i), self.start_of(i + 1));
+        if b.len().div_ceil(8).max(1) == end - start {
+            let slot = &mut self.words_mut()[start..end];
+            slot.fill(0);
+            // SAFETY: the slot holds `(end - start) * 8 >= b.len()` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), slot.as_mut_ptr().cast::<u8>(), b.len()) };
+            return;
+        }
+        let mut again = Params::default();
+        for j in 0..self.count {
+            if j == i {
+                again.push_bytes(b);
+                continue;
+            }
+            let (s, e) = (self.start_of(j), self.start_of(j + 1));
+            let w = &self.words()[s..e];
+            // SAFETY: `w` is `w.len()` initialised words, read as bytes.
+            again.push_bytes(unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), w.len() * 8) });
+        }
+        *self = again;
+    }
+
     /// An argument of these bytes (a struct passed by value).
     pub fn push_bytes(&mut self, b: &[u8]) -> &mut Self {
         let start = self.len;
@@ -494,6 +567,48 @@ mod params_tests {
         assert!(ptrs.iter().all(|q| (*q as usize).is_multiple_of(8)), "8-byte aligned slots");
         // An empty argument still has a slot of its own, apart from the next.
         assert!(ptrs.windows(2).all(|w| w[0] < w[1]), "slots in order, none shared");
+    }
+
+    /// Argument `i`'s first `n` bytes, through its pointer.
+    fn arg_bytes(p: &mut Params, i: usize, n: usize) -> Vec<u8> {
+        let ptrs = p.pointers();
+        // SAFETY: a live slot of at least `n` bytes (the caller's sizes).
+        unsafe { std::slice::from_raw_parts(ptrs[i].cast::<u8>(), n) }.to_vec()
+    }
+
+    #[test]
+    fn packed_arguments_cloned_or_replaced_point_at_the_same_bytes_as_pushed_ones() {
+        let args: Vec<Vec<u8>> = vec![vec![1; 8], vec![2; 4], vec![3; 12], vec![], vec![5; 8]];
+        let mut pushed = Params::default();
+        args.iter().for_each(|a| {
+            pushed.push_bytes(a);
+        });
+        // Packed once (a bind), cloned per launch (a record's reuse), the worker's tail pushed after.
+        let packed = Params::of_args(&args);
+        let mut launch = packed.clone();
+        launch.ptr(0xabcd).push_bytes(&[9; 72]);
+        pushed.ptr(0xabcd).push_bytes(&[9; 72]);
+        assert_eq!(launch.pointers().len(), 7);
+        for (i, n) in [(0, 8), (1, 4), (2, 12), (4, 8), (5, 8), (6, 72)] {
+            assert_eq!(arg_bytes(&mut launch, i, n), arg_bytes(&mut pushed, i, n), "argument {i}");
+        }
+        assert!(packed.spill.is_empty() && packed.more_starts.is_empty(), "five arguments fit: no allocation");
+        // Replaced in place (the same words) and laid out again (more words).
+        let mut p = Params::from(args.clone());
+        p.set_slot(1, &7u32.to_le_bytes());
+        assert_eq!(arg_bytes(&mut p, 1, 4), 7u32.to_le_bytes());
+        assert_eq!(arg_bytes(&mut p, 2, 12), vec![3; 12], "its neighbour untouched");
+        p.set_slot(0, &[6; 20]);
+        let mut want = args.clone();
+        want[0] = vec![6; 20];
+        want[1] = 7u32.to_le_bytes().to_vec();
+        let mut want = Params::of_args(&want);
+        for (i, n) in [(0, 20), (1, 4), (2, 12), (4, 8)] {
+            assert_eq!(arg_bytes(&mut p, i, n), arg_bytes(&mut want, i, n), "argument {i} after the layout changed");
+        }
+        assert_eq!(p.len, want.len);
+        p.set_slot(9, &[1]);
+        assert_eq!(p.count, 5, "no argument 9: nothing changes");
     }
 
     #[test]

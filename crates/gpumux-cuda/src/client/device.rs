@@ -29,7 +29,7 @@ use crate::error::CudaError;
 use crate::launch_plan::{Chunk, Plan};
 use crate::preempt::{SmMask, WholeGrid, WorkerLaunch};
 use crate::runtime::launcher::Launcher;
-use crate::runtime::{Event as CuEvent, Module, Stream};
+use crate::runtime::{Event as CuEvent, Module, Params, Stream};
 pub use ahead::{AheadCounts, DEEP_HOLD_NS, DEEP_MAX, ENDED_WAITING_MAX};
 pub use corun::CoRunCounts;
 use corun::{CoRunChooser, KernelKey, Mode};
@@ -58,7 +58,11 @@ struct KernelOp {
     grid: [u32; 3],
     block: [u32; 3],
     smem: u32,
-    params: Vec<Vec<u8>>,
+    /// Its arguments, packed at the bind: each launch record that runs it
+    /// copies them in, with no allocation (they were cloned, one vector per
+    /// argument and one for the list, per kernel queued, and the record's
+    /// old ones freed).
+    params: Params,
     /// Blocks not yet run, in the whole grid's linear index.
     left: BlockRanges,
     /// The grid's block that the engine's block 0 is: 0, or where a split
@@ -437,7 +441,7 @@ impl InContext {
     fn make_kept_records(&mut self, chunk: Chunk, sm_count: u32) {
         let Some(park) = self.park.clone() else { return };
         for _ in 0..kept_records() {
-            match WorkerLaunch::new(park.clone(), Vec::new(), [1, 1, 1], [1, 1, 1], 0, chunk, sm_count) {
+            match WorkerLaunch::new(park.clone(), Params::default(), [1, 1, 1], [1, 1, 1], 0, chunk, sm_count) {
                 Ok(w) => {
                     self.kept.push(w.record_id());
                     self.spare.push(w);
@@ -458,7 +462,7 @@ impl InContext {
             return;
         }
         let Some(park) = self.park.clone() else { return };
-        match w.reuse(park, Vec::new(), [1, 1, 1], [1, 1, 1], 0) {
+        match w.reuse(park, &Params::default(), [1, 1, 1], [1, 1, 1], 0) {
             Ok(()) => self.spare.push(w),
             Err(e) => {
                 // Not idle after all (a bug): freed, and the context's memory shows it.
@@ -826,9 +830,7 @@ fn start_segs(
             Some(w) => Some(w),
             None => spare
                 .pop()
-                .map(|mut w| {
-                    w.reuse(op.kernel.worker.clone(), op.params.clone(), op.grid, op.block, op.smem).map(|_| w)
-                })
+                .map(|mut w| w.reuse(op.kernel.worker.clone(), &op.params, op.grid, op.block, op.smem).map(|_| w))
                 .transpose()?,
         };
         let t = Instant::now();
@@ -1095,6 +1097,7 @@ impl ClientDevice {
             .or_insert_with(|| k.worker.blocks_per_sm(threads as u32, shared_bytes).unwrap_or(1));
         let (handle, kernel) = (kernel, Arc::clone(k));
         let (pool, unbound, next) = (Vec::new(), false, None);
+        let params = Params::of_args(&params);
         st.ops.insert(
             op,
             KernelOp {
