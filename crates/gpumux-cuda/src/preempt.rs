@@ -241,8 +241,12 @@ struct Measuring {
 /// chunk fitted to the kernel's block time.
 pub struct WorkerLaunch {
     func: Function,
-    /// The untransformed kernel, for launches too short to need preemption.
+    /// The untransformed kernel, for launches too short to need preemption,
+    /// while `native_on` (kept off between a reuse and the next
+    /// [`WorkerLaunch::set_native`], so that a record reused for the same
+    /// kernel clones no function: [`WorkerLaunch::native_build`]).
     native: Option<Function>,
+    native_on: bool,
     /// The user's arguments, packed (a slot per parameter): a start copies
     /// them, and a reuse copies another kernel's in, with no allocation.
     args: Params,
@@ -410,6 +414,7 @@ impl WorkerLaunch {
         Ok(WorkerLaunch {
             func,
             native: None,
+            native_on: false,
             args: args.into(),
             grid,
             block,
@@ -453,7 +458,11 @@ impl WorkerLaunch {
     /// one-off launches (gpumuxd's clients) keeps records and reuses them.
     /// The record is idle between launches (its last worker resets it).
     /// `args` are copied in (packed once by the caller, [`Params::of_args`]).
-    pub fn reuse(&mut self, func: Function, args: &Params, grid: [u32; 3], block: [u32; 3], smem: u32) -> Result<()> {
+    /// A record reused for the function it holds keeps it (and its native
+    /// build, off until [`WorkerLaunch::set_native`]): a clone of a function
+    /// is an allocation (its name), and a chain's kernels each reused a
+    /// record of the same one.
+    pub fn reuse(&mut self, func: &Function, args: &Params, grid: [u32; 3], block: [u32; 3], smem: u32) -> Result<()> {
         if self.running {
             return Err(CudaError::Invalid("reuse: the launch is still running".into()));
         }
@@ -465,8 +474,12 @@ impl WorkerLaunch {
         if func.name != self.func.name || block != self.block || smem != self.smem {
             self.workers_per_sm = func.blocks_per_sm(threads, smem)?;
         }
-        self.func = func;
-        self.native = None;
+        if func.key() != self.func.key() {
+            // Another function: its native build (and the module it holds) goes too.
+            self.func = func.clone();
+            self.native = None;
+        }
+        self.native_on = false;
         self.args.clone_from(args);
         self.grid = grid;
         self.block = block;
@@ -553,13 +566,26 @@ impl WorkerLaunch {
     /// for launches too short to need preemption.
     pub fn with_native(mut self, native: Function) -> Self {
         self.native = Some(native);
+        self.native_on = true;
         self
     }
 
     /// [`WorkerLaunch::with_native`] on a record in place (`None`: none), for
-    /// the next start.
-    pub fn set_native(&mut self, native: Option<Function>) {
-        self.native = native;
+    /// the next start; the one it holds is kept if it is that one.
+    pub fn set_native(&mut self, native: Option<&Function>) {
+        let Some(f) = native else {
+            self.native_on = false;
+            return;
+        };
+        if self.native.as_ref().is_none_or(|n| n.key() != f.key()) {
+            self.native = Some(f.clone());
+        }
+        self.native_on = true;
+    }
+
+    /// The native build the next start may run, if any ([`WorkerLaunch::set_native`]).
+    fn native_build(&self) -> Option<&Function> {
+        self.native.as_ref().filter(|_| self.native_on)
     }
 
     /// Runs the next start's whole grid as the native kernel, however long
@@ -603,7 +629,7 @@ impl WorkerLaunch {
             blocks: (self.end - self.next.min(self.end)) as u64,
             slots: self.workers_per_sm as u64 * mask.count().min(self.sm_count) as u64,
             whole_grid_on_whole_gpu: self.next == 0 && self.end as u64 == total && mask.count() >= self.sm_count,
-            native_available: self.native.is_some() && !self.urgent,
+            native_available: self.native_build().is_some() && !self.urgent,
         };
         // Until a timed launch of this kernel shape has finished, every
         // launch of it is timed (the first to finish is kept by the cache).
@@ -739,7 +765,8 @@ impl WorkerLaunch {
         let planned = began.map(|_| std::time::Instant::now());
         // The user's arguments, packed: a copy, no allocation (`Params`).
         let mut p = self.args.clone();
-        let chunk = match (plan, &self.native) {
+        // `native_build`, borrowing the field alone (the arms change others).
+        let chunk = match (plan, self.native.as_ref().filter(|_| self.native_on)) {
             (Plan::Native, Some(native)) => {
                 // Its end is published as a worker launch's is, in host memory
                 // (a stream write of its number after the kernel): a poll reads

@@ -461,7 +461,7 @@ impl InContext {
         if !self.kept.contains(&w.record_id()) {
             return;
         }
-        let Some(park) = self.park.clone() else { return };
+        let Some(park) = &self.park else { return };
         match w.reuse(park, &Params::default(), [1, 1, 1], [1, 1, 1], 0) {
             Ok(()) => self.spare.push(w),
             Err(e) => {
@@ -830,7 +830,7 @@ fn start_segs(
             Some(w) => Some(w),
             None => spare
                 .pop()
-                .map(|mut w| w.reuse(op.kernel.worker.clone(), &op.params, op.grid, op.block, op.smem).map(|_| w))
+                .map(|mut w| w.reuse(&op.kernel.worker, &op.params, op.grid, op.block, op.smem).map(|_| w))
                 .transpose()?,
         };
         let t = Instant::now();
@@ -850,7 +850,7 @@ fn start_segs(
         w.next = r.start as u32;
         w.end = r.end as u32;
         let native = how.native_anywhere || how.native_if_long;
-        w.set_native(if native { op.kernel.native.clone() } else { None });
+        w.set_native(if native { op.kernel.native.as_ref() } else { None });
         w.native_anywhere(how.native_anywhere);
         w.native_if_long(how.native_if_long);
         w.publish_end(how.publish_end);
