@@ -345,10 +345,16 @@ impl WholeGrid {
     /// `func`'s whole `grid` of `block`-thread blocks with `smem` bytes of
     /// shared memory each, on `sm_count` SMs of `workers_per_sm` slots.
     pub fn of(func: &Function, grid: [u32; 3], block: [u32; 3], smem: u32, workers_per_sm: u32, sm_count: u32) -> Self {
+        Self::timed(grid, workers_per_sm, sm_count, timed_block_ns(func, block, smem))
+    }
+
+    /// [`WholeGrid::of`] with its shape's block time already looked up
+    /// (`block_ns`: [`timed_block_ns`]'s answer).
+    fn timed(grid: [u32; 3], workers_per_sm: u32, sm_count: u32, block_ns: Option<f64>) -> Self {
         WholeGrid {
             blocks: grid.iter().map(|&g| g as u64).product(),
             slots: workers_per_sm as u64 * sm_count as u64,
-            block_ns: timed_block_ns(func, block, smem),
+            block_ns,
         }
     }
 
@@ -636,7 +642,9 @@ impl WorkerLaunch {
         let known = self.func.profiles.get(&self.func.name, self.profile_key());
         let asks_native = self.native_anywhere || self.native_if_long;
         if facts.native_available && self.next == 0 && self.end as u64 == total && asks_native {
-            let whole = WholeGrid::of(&self.func, self.grid, self.block, self.smem, self.workers_per_sm, self.sm_count);
+            // From the timing looked up above (what `timed_block_ns` would answer): the cache asked once a start.
+            let block_ns = known.filter(|t| !t.timing()).map(|t| t.block_ns);
+            let whole = WholeGrid::timed(self.grid, self.workers_per_sm, self.sm_count, block_ns);
             if (self.native_anywhere || whole.is_long()) && !whole.holds_too_long() {
                 return Plan::Native;
             }

@@ -710,7 +710,11 @@ impl ClientDevice {
         // (ends are seen in stream order, so every kernel before that one
         // ended; a walk to the run's launch cost a step per kernel the
         // engine had not launched yet, hundreds once the GPU ran ahead).
-        let (mut queued, mut ns, mut at) = (0usize, expected_of(o, sm_count), prev);
+        // Its whole grid, weighed once: each weighing asks the profile cache
+        // (a lock and a hash of the kernel's name), and this one was asked three times.
+        let whole = o.whole_grid(sm_count);
+        let expect_ns = whole.expected_ns(UNTIMED_WAVE_NS);
+        let (mut queued, mut ns, mut at) = (0usize, expect_ns, prev);
         loop {
             let Some(e) = ahead.get(&at) else { return Ok(None) };
             if e.ended {
@@ -744,10 +748,9 @@ impl ClientDevice {
         // (`hw_native`; its own stream's kernels are no peers), and only so.
         let (native_anywhere, native_if_long) = neighbours.hw_native(true);
         // Beside peers, natively if known short (`super::peers`).
-        let beside_peers =
-            !native_if_long && neighbours.native_beside_peers(self.peers.on, true, op_is_short(o, sm_count));
+        let short = o.kernel.native.is_some() && whole.is_short();
+        let beside_peers = !native_if_long && neighbours.native_beside_peers(self.peers.on, true, short);
         let native_anywhere = native_anywhere || beside_peers;
-        let whole = o.whole_grid(sm_count);
         if whole.holds_too_long() || !(native_anywhere || (native_if_long && whole.is_long())) {
             return Ok(None);
         }
@@ -755,7 +758,6 @@ impl ClientDevice {
         // Its priority's work goes on the GPU now, ahead of the engine.
         self.higher.started(priority, Instant::now());
         let covers = o.left.clone();
-        let expect_ns = expected_of(o, sm_count);
         // One kernel's end in PUBLISH_EVERY is published, and that of the
         // last one the run can hold as far as can be told now (module doc,
         // "Fewer end writes"); the ends before it are known from it.
