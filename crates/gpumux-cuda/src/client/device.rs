@@ -885,9 +885,11 @@ fn all_left(segs: &[WorkerLaunch]) -> Result<bool, CudaError> {
 
 /// `r` moved up by `by` blocks (`up`), or down: between the engine's block
 /// index and a range operation's grid index (`ClientDevice::run_range`).
-fn shifted(r: &BlockRanges, by: u64, up: bool) -> BlockRanges {
+/// Taken by value: most operations are whole grids (`by` 0), and `r` is
+/// then returned as it is, not copied (an allocation per launch command).
+fn shifted(r: BlockRanges, by: u64, up: bool) -> BlockRanges {
     if by == 0 {
-        return r.clone();
+        return r;
     }
     let mut out = BlockRanges::new();
     for x in r.ranges() {
@@ -909,6 +911,18 @@ fn still_to_run(requested: &BlockRanges, left: &BlockRanges) -> BlockRanges {
         }
     }
     out
+}
+
+/// Every block of `left` is in `requested`: `still_to_run(requested, left) == *left`,
+/// without making the set (an allocation per adopting launch command).
+fn all_requested(requested: &BlockRanges, left: &BlockRanges) -> bool {
+    let req = requested.ranges();
+    // `requested`'s ranges are disjoint and not adjacent: a range of `left`
+    // inside their union lies inside one of them.
+    left.ranges().iter().all(|r| {
+        let at = req.partition_point(|x| x.end <= r.start);
+        req.get(at).is_some_and(|x| x.start <= r.start && r.end <= x.end)
+    })
 }
 
 impl ClientDevice {
@@ -1436,7 +1450,7 @@ impl ClientDevice {
         let Some(mut live) = st.launches.remove(&lid) else { return };
         let op = st.ops.get_mut(&live.op);
         let remaining =
-            op.as_ref().map(|o| shifted(&still_to_run(&live.requested, &o.left), o.first, false)).unwrap_or_default();
+            op.as_ref().map(|o| shifted(still_to_run(&live.requested, &o.left), o.first, false)).unwrap_or_default();
         // A launch the daemon answered: the engine freed its SMs with the
         // end it was given; only the end goes out, for the daemon's side to
         // check and drop (one event instead of one per SM).
@@ -1870,7 +1884,7 @@ impl Device for ClientDevice {
                 let first = st.ops.get(&op).map_or(0, |k| k.first);
                 let live = Live {
                     op,
-                    requested: shifted(&blocks, first, true),
+                    requested: shifted(blocks, first, true),
                     sms,
                     releasing: SmSet::EMPTY,
                     stream,
@@ -2084,14 +2098,46 @@ mod tests {
         let mut engine = BlockRanges::new();
         engine.insert(0..10);
         engine.insert(20..25);
-        let grid = shifted(&engine, 128, true);
+        let grid = shifted(engine.clone(), 128, true);
         assert_eq!(grid.ranges(), &[128..138, 148..153]);
         let mut left = BlockRanges::new();
         left.insert(128..256);
         left.remove(128..133);
-        let remaining = shifted(&still_to_run(&grid, &left), 128, false);
+        let remaining = shifted(still_to_run(&grid, &left), 128, false);
         assert_eq!(remaining.ranges(), &[5..10, 20..25]);
-        assert_eq!(shifted(&engine, 0, true), engine, "a whole grid is not moved");
+        assert_eq!(shifted(engine.clone(), 0, true), engine, "a whole grid is not moved");
+    }
+
+    #[test]
+    fn whether_every_block_left_was_requested_is_what_the_set_of_those_still_to_run_says() {
+        // Seeded sets of up to four ranges below 64 each (ahead's test xorshift).
+        let mut below = super::ahead::test_support::xorshift(0x005e_ed35);
+        let set = |below: &mut dyn FnMut(u64) -> u64| {
+            let mut s = BlockRanges::new();
+            let mut at = below(8);
+            for _ in 0..below(5) {
+                let len = 1 + below(12);
+                s.insert(at..at + len);
+                at += len + 1 + below(6);
+            }
+            s
+        };
+        let (mut subsets, mut others) = (0, 0);
+        for case in 0..2_000 {
+            let (requested, mut left) = (set(&mut below), set(&mut below));
+            if case % 3 == 0 {
+                // Often a subset: what is left of what was asked.
+                left = still_to_run(&requested, &left);
+            }
+            let want = still_to_run(&requested, &left) == left;
+            assert_eq!(super::all_requested(&requested, &left), want, "{requested:?} ⊇ {left:?}");
+            if want {
+                subsets += 1;
+            } else {
+                others += 1;
+            }
+        }
+        assert!(subsets > 500 && others > 500, "both answers drawn: {subsets} and {others}");
     }
     use gpumux_engine::ids::SmId;
     use gpumux_engine::smset::SmSet;

@@ -122,7 +122,7 @@ mod uncancelled;
 
 use super::clock::Part;
 use super::{
-    all_left, failed, failed_with, op_is_short, place, start_segs, state_of, still_to_run, ClientDevice, InContext,
+    all_left, all_requested, failed, failed_with, op_is_short, place, start_segs, state_of, ClientDevice, InContext,
     KernelOp, Live, Neighbours, Placement, SegPlan, MAX_SPARE,
 };
 use crate::launch_plan::{Plan, SHORT_LAUNCH_NS};
@@ -526,7 +526,7 @@ impl ClientDevice {
         let Some(next) = first.next else { return Ok(()) };
         // Every block the kernel has left is this launch's, and no other
         // launch of it is still leaving: its end is the kernel's end.
-        if still_to_run(&live.requested, &first.left) != first.left
+        if !all_requested(&live.requested, &first.left)
             || launches.iter().any(|(&l, x)| l != lid && (x.op == live.op || x.op == next))
             || ahead.contains_key(&next)
         {
@@ -692,7 +692,8 @@ impl ClientDevice {
             return Ok(None);
         }
         let total: u64 = o.grid.iter().map(|&g| g as u64).product();
-        if o.left != BlockRanges::full(total) || total == 0 {
+        // Compared in place: `BlockRanges::full` would allocate a set per look.
+        if total == 0 || o.left.ranges() != std::slice::from_ref(&(0..total)) {
             // A native grid runs whole, from block 0.
             return Ok(None);
         }
@@ -1088,7 +1089,7 @@ impl ClientDevice {
             live.corun = corun;
             place
         };
-        clean &= place == a.place && !live.sms.is_empty() && still_to_run(&live.requested, &a.covers) == a.covers;
+        clean &= place == a.place && !live.sms.is_empty() && all_requested(&live.requested, &a.covers);
         if !clean && !a.cancelled {
             for w in &a.segs {
                 w.retreat(&st.ctl).map_err(failed_with(|| format!("moving the queued workers of launch {lid}")))?;
