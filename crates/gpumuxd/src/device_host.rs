@@ -430,7 +430,8 @@ impl DeviceHost {
                 if let Command::Launch { launch, op, .. } = &command {
                     gpumux_stamps::at(self.poll_read, gpumux_stamps::Stage::HostLaunch, op.0, launch.0);
                 }
-                self.submitted = mono_ns();
+                // When it was read (no clock read of its own: `run` read one just before).
+                self.submitted = self.poll_read;
                 if self.broken {
                     return Ok(());
                 }
@@ -440,7 +441,7 @@ impl DeviceHost {
                 Ok(())
             }
             ToDevice::SubmitAnswered(command) => {
-                self.submitted = mono_ns();
+                self.submitted = self.poll_read;
                 if self.broken {
                     return Ok(());
                 }

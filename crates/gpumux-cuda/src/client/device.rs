@@ -211,8 +211,13 @@ const SLOW_STEP: Duration = Duration::from_micros(500);
 fn log_if_slow(start: Instant, what: impl FnOnce() -> String) {
     let took = start.elapsed();
     if took > SLOW_STEP {
-        tracing::info!("CUDA device: {} took {:.0} µs", what(), took.as_secs_f64() * 1e6);
+        log_took(took, what);
     }
+}
+
+/// Logs that `what` took `took` (a step longer than [`SLOW_STEP`]).
+fn log_took(took: Duration, what: impl FnOnce() -> String) {
+    tracing::info!("CUDA device: {} took {:.0} µs", what(), took.as_secs_f64() * 1e6);
 }
 
 /// Idle launch records kept for reuse at most (each holds a 1.3 KB control
@@ -833,7 +838,9 @@ fn start_segs(
                 .map(|mut w| w.reuse(&op.kernel.worker, &op.params, op.grid, op.block, op.smem).map(|_| w))
                 .transpose()?,
         };
-        let t = Instant::now();
+        // A new record is what may be slow (1-2 ms): only it is timed (no
+        // clock read for a record reused, as a chain's kernels' are).
+        let made = reused.is_none().then(Instant::now);
         let w = match reused {
             Some(w) => w,
             None => WorkerLaunch::new(
@@ -855,18 +862,32 @@ fn start_segs(
         w.native_if_long(how.native_if_long);
         w.publish_end(how.publish_end);
         w.lazy_end(how.lazy_end);
-        log_if_slow(t, || format!("a launch record for launch {lid}"));
+        if let Some(t) = made {
+            log_if_slow(t, || format!("a launch record for launch {lid}"));
+        }
         w.share_cap = how.place.share.map(|(held, over)| share_of_each_sm(w.workers_per_sm(), held, over));
-        let t = Instant::now();
+        // A post makes no driver call (the launcher thread makes them) but a
+        // timed start's, which `last_start_calls` times: the clock is read
+        // around a start made here, or in a sampled command.
+        let t = (post.is_none() || clock.timing()).then(Instant::now);
         clock.part(clock::Part::Record, readying);
         w.time_start = clock.timing();
         let started = match post {
             Some((launcher, ctx)) => w.start_posted(stream, mask, launcher, ctx),
             None => w.start(stream, mask),
         };
-        clock.part(clock::Part::StartCall, Some(t));
+        clock.part(clock::Part::StartCall, t);
         clock.start_parts(w.last_start_parts);
-        log_if_slow(t, || format!("launching launch {lid}'s workers"));
+        match t {
+            Some(t) => log_if_slow(t, || format!("launching launch {lid}'s workers")),
+            None => {
+                let (launch, record) = w.last_start_calls;
+                let calls = Duration::from_nanos(launch as u64 + record as u64);
+                if calls > SLOW_STEP {
+                    log_took(calls, || format!("launching launch {lid}'s workers (their calls)"));
+                }
+            }
+        }
         segs.push(w);
         started?;
     }
@@ -1862,16 +1883,20 @@ impl Device for ClientDevice {
                     let (device, sms) = (self.info.name.clone(), self.info.num_sms as usize);
                     return Err(ProtocolError::NoSuchSm { sm, device, sms }.into());
                 }
-                let now = self.now();
+                // One clock read for the device's time and the command's
+                // (`ClientDevice::now` is the time since `start`).
                 let t = Instant::now();
+                let now = t.saturating_duration_since(self.start).as_nanos() as Nanos;
                 // Every launch command counts, adoptions of kernels queued
                 // ahead and ends answered ahead too: they are its work.
                 self.higher.started(priority, t);
                 let began = t;
                 self.clock.begin();
                 let stream = self.stream(priority).map_err(failed_with(|| format!("a stream for launch {launch}")))?;
-                log_if_slow(t, || format!("a stream for launch {launch}"));
                 let got_stream = t.elapsed();
+                if got_stream > SLOW_STEP {
+                    log_took(got_stream, || format!("a stream for launch {launch}"));
+                }
                 let st = self.state().map_err(failed("making the context current"))?;
                 if st.launches.contains_key(&launch) {
                     return Err(ProtocolError::LaunchedTwice { launch }.into());

@@ -686,7 +686,9 @@ impl ClientDevice {
             return Ok(None);
         }
         let Some(o) = ops.get(&next).filter(|o| !o.unbound && o.kernel.native.is_some()) else { return Ok(None) };
-        if self.higher.active_above(priority, Instant::now()) {
+        // One clock read for the look and, if it is queued, its start (`higher`).
+        let now = Instant::now();
+        if self.higher.active_above(priority, now) {
             // A higher priority is active: no more of this run (`super::higher`).
             self.ahead_counts.held_deep += 1;
             return Ok(None);
@@ -757,7 +759,7 @@ impl ClientDevice {
         }
         self.peer_counts.queued += beside_peers as u64;
         // Its priority's work goes on the GPU now, ahead of the engine.
-        self.higher.started(priority, Instant::now());
+        self.higher.started(priority, now);
         let covers = o.left.clone();
         // One kernel's end in PUBLISH_EVERY is published, and that of the
         // last one the run can hold as far as can be told now (module doc,
