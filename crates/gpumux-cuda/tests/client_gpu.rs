@@ -669,7 +669,7 @@ fn with_hardware_priority_launches_of_kernels_seen_ended_ahead_sent_without_poll
         assert!(Instant::now() < deadline, "no progress in 20 s at step {next}: {:?}", d.ahead_counts());
         let now = d.now();
         d.advance(Some(now), &mut events).expect("poll");
-        reported.extend(d.take_ends_ahead().into_iter().map(|(o, _)| o));
+        reported.extend(d.take_ends_ahead().map(|(o, _)| o));
         if next > 0 && reported.contains(&OpId(op(next))) {
             // Answered by the daemon: launch commands back to back, no poll between.
             while next < steps && reported.contains(&OpId(op(next))) {
@@ -742,7 +742,7 @@ fn with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_witho
         );
         let now = d.now();
         d.advance(Some(now), &mut events).expect("poll");
-        reported.extend(d.take_ends_ahead().into_iter().map(|(o, b)| {
+        reported.extend(d.take_ends_ahead().map(|(o, b)| {
             assert_eq!(b, blocks, "{o} reported with its whole grid");
             o
         }));

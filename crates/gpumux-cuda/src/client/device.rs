@@ -549,6 +549,14 @@ pub struct ClientDevice {
     /// [`ClientDevice::deepen_tails`]' list, kept between its calls (one
     /// at most polls: not a vector allocated per poll).
     tails: Vec<OpId>,
+    /// The same for a poll's heads of runs ([`ClientDevice::poll_ahead_in`]),
+    /// its launches whose end a later kernel may imply
+    /// ([`ClientDevice::mark_implied_ends`]) and the launches it ends
+    /// ([`ClientDevice::poll_launches_of`]; an answered launch command's
+    /// look at the launch before it too).
+    heads: Vec<OpId>,
+    implied: Vec<(LaunchId, OpId)>,
+    ended: Vec<LaunchId>,
 }
 
 /// A device error while doing `what`, typed [`ContextLost`] when the context is gone.
@@ -1011,6 +1019,9 @@ impl ClientDevice {
             lead: lead::Lead::default(),
             higher: higher::Higher::default(),
             tails: Vec::new(),
+            heads: Vec::new(),
+            implied: Vec::new(),
+            ended: Vec::new(),
         };
         // The pinned host pool grown from the start, if gpumuxd asked (`swap::update_ahead`).
         device.update_ahead();
@@ -1518,7 +1529,10 @@ impl ClientDevice {
     pub(super) fn poll_launches_of(&mut self, only: Option<LaunchId>) -> Result<(), DeviceError> {
         let now = self.now();
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
-        let mut ended: Vec<LaunchId> = Vec::new();
+        // A list kept between polls (a vector allocated per poll that ended a
+        // launch before, and per answered launch command).
+        let mut ended = std::mem::take(&mut self.ended);
+        ended.clear();
         // One launch is looked up, not found in a walk of all (an answered
         // launch command's look at the launch before it).
         let one = only.and_then(|o| st.launches.get_key_value(&o));
@@ -1532,7 +1546,7 @@ impl ClientDevice {
             }
         }
         ended.sort();
-        for lid in ended {
+        for &lid in &ended {
             let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
             let Some(mut live) = st.launches.remove(&lid) else { continue };
             let Some(op) = st.ops.get_mut(&live.op) else {
@@ -1603,6 +1617,7 @@ impl ClientDevice {
                 self.end_launch(lid);
             }
         }
+        self.ended = ended;
         Ok(())
     }
 

@@ -529,8 +529,7 @@ impl Backend for CudaBackend {
     }
 
     fn take_ends_ahead(&mut self, out: &mut Vec<super::ends_ahead::EndAhead>) {
-        let ends = self.device.take_ends_ahead();
-        out.extend(ends.into_iter().map(|(op, blocks)| super::ends_ahead::EndAhead { op, blocks }));
+        out.extend(self.device.take_ends_ahead().map(|(op, blocks)| super::ends_ahead::EndAhead { op, blocks }));
     }
 
     fn frees_retreats_at_once(&self) -> bool {

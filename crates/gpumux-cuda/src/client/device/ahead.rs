@@ -381,15 +381,14 @@ fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError>
 /// launch still running is left to the poll after the launch ended: looking
 /// at it may query an end event (the driver's lock), and it cannot have
 /// ended before that launch.
-fn run_heads(st: &InContext) -> Vec<OpId> {
+fn run_heads(st: &InContext) -> impl Iterator<Item = OpId> + '_ {
     unended(st)
         .filter(|(_, a)| !a.ended && !a.cancelled && a.native())
-        .filter(|(_, a)| match a.behind {
+        .filter(move |(_, a)| match a.behind {
             Behind::Launch(lid) => !st.launches.contains_key(&lid),
             Behind::Queued(p) => st.ahead.get(&p).is_none_or(|b| b.ended),
         })
         .map(|(&op, _)| op)
-        .collect()
 }
 
 /// The queued kernels not seen ended (and maybe a few that were: check
@@ -825,7 +824,6 @@ impl ClientDevice {
         if self.st.as_ref().is_none_or(|st| st.ahead.is_empty()) {
             return Ok(false);
         }
-        let mut any = false;
         let report = self.report_ends;
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         // The first kernel of each run not seen ended whose predecessor has
@@ -833,8 +831,21 @@ impl ClientDevice {
         // stream order, once (a pass per end cost a run of 32 ends ~1,000 looks).
         let ahead = &st.ahead;
         st.unended.retain(|op| ahead.get(op).is_some_and(|a| !a.ended));
-        let heads = run_heads(st);
-        for head in heads {
+        // Into a list kept between polls (one vector allocated per poll before).
+        let mut heads = std::mem::take(&mut self.heads);
+        heads.clear();
+        heads.extend(run_heads(st));
+        let walked = self.walk_runs(&heads, report);
+        self.heads = heads;
+        walked
+    }
+
+    /// [`ClientDevice::poll_ahead`]'s walk of each run from its head
+    /// (`heads`): whether it saw a kernel end.
+    fn walk_runs(&mut self, heads: &[OpId], report: bool) -> Result<bool, DeviceError> {
+        let mut any = false;
+        let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
+        for &head in heads {
             let mut op = head;
             loop {
                 let polling = || format!("polling {op}'s kernel queued ahead");
@@ -905,21 +916,28 @@ impl ClientDevice {
         if st.ahead.is_empty() {
             return Ok(());
         }
-        let waiting: Vec<(LaunchId, OpId)> = st
-            .launches
-            .iter()
-            .filter(|(_, l)| l.segs.iter().any(WorkerLaunch::end_unpublished))
-            .map(|(&lid, l)| (lid, l.op))
-            .collect();
-        for (lid, op) in waiting {
-            let known = later_end(st, op).map_err(failed_with(|| format!("polling what follows launch {lid}")))?;
+        // Into a list kept between polls (one vector allocated per poll before).
+        let mut waiting = std::mem::take(&mut self.implied);
+        waiting.clear();
+        let unpublished = st.launches.iter().filter(|(_, l)| l.segs.iter().any(WorkerLaunch::end_unpublished));
+        waiting.extend(unpublished.map(|(&lid, l)| (lid, l.op)));
+        let mut marked = Ok(());
+        for &(lid, op) in &waiting {
+            let known = match later_end(st, op) {
+                Ok(known) => known,
+                Err(e) => {
+                    marked = Err(failed_with(|| format!("polling what follows launch {lid}"))(e));
+                    break;
+                }
+            };
             if known == Some(true) {
                 if let Some(l) = st.launches.get_mut(&lid) {
                     l.segs.iter_mut().for_each(WorkerLaunch::ended_before);
                 }
             }
         }
-        Ok(())
+        self.implied = waiting;
+        marked
     }
 
     /// Notes the GPU's lead over the engine at a poll that finds kernels
@@ -948,8 +966,10 @@ impl ClientDevice {
     /// ([`ClientDevice::set_report_ends_ahead`]). The engine's launch command
     /// for such an operation is still to come; the device ends that launch
     /// as soon as it comes (a poll after), every block done.
-    pub fn take_ends_ahead(&mut self) -> Vec<(OpId, u64)> {
-        std::mem::take(&mut self.ends_ahead)
+    /// Drained, so that the list keeps its room for the next poll's (a
+    /// poll's ends were pushed into a new vector, growing it a few times).
+    pub fn take_ends_ahead(&mut self) -> impl Iterator<Item = (OpId, u64)> + '_ {
+        self.ends_ahead.drain(..)
     }
 
     /// Cancels the workers queued behind launch `lid` (before it is asked
