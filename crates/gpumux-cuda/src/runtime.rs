@@ -537,11 +537,50 @@ impl Params {
     }
     /// Each argument's address, for `cuLaunchKernel` (valid while `self` is
     /// neither changed nor dropped).
-    fn pointers(&mut self) -> Vec<*mut c_void> {
+    fn pointers(&mut self) -> Pointers {
         let base = if self.spill.is_empty() { self.inline.as_mut_ptr() } else { self.spill.as_mut_ptr() };
         let first = &self.starts[..self.count.min(INLINE_WORDS)];
         // SAFETY: every start lies within the words in use (`push_bytes`).
-        first.iter().chain(&self.more_starts).map(|&i| unsafe { base.add(i as usize) }.cast::<c_void>()).collect()
+        let at = |&i: &u32| unsafe { base.add(i as usize) }.cast::<c_void>();
+        let mut p = Pointers { inline: [std::ptr::null_mut(); INLINE_WORDS], len: first.len(), more: Vec::new() };
+        if self.more_starts.is_empty() {
+            p.inline.iter_mut().zip(first).for_each(|(q, i)| *q = at(i));
+        } else {
+            p.more = first.iter().chain(&self.more_starts).map(at).collect();
+            p.len = p.more.len();
+        }
+        p
+    }
+}
+
+/// The arguments' addresses as `cuLaunchKernel` takes them ([`Params`]):
+/// on the stack while there are at most [`INLINE_WORDS`] arguments, so that
+/// a launch allocates nothing (the launcher thread made one vector a job).
+pub(crate) struct Pointers {
+    inline: [*mut c_void; INLINE_WORDS],
+    len: usize,
+    /// Every address, when there are more.
+    more: Vec<*mut c_void>,
+}
+
+impl Pointers {
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut *mut c_void {
+        if self.more.is_empty() {
+            self.inline.as_mut_ptr()
+        } else {
+            self.more.as_mut_ptr()
+        }
+    }
+}
+
+impl std::ops::Deref for Pointers {
+    type Target = [*mut c_void];
+    fn deref(&self) -> &[*mut c_void] {
+        if self.more.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.more
+        }
     }
 }
 
@@ -567,6 +606,24 @@ mod params_tests {
         assert!(ptrs.iter().all(|q| (*q as usize).is_multiple_of(8)), "8-byte aligned slots");
         // An empty argument still has a slot of its own, apart from the next.
         assert!(ptrs.windows(2).all(|w| w[0] < w[1]), "slots in order, none shared");
+    }
+
+    #[test]
+    fn more_arguments_than_fit_inline_each_point_at_their_own_bytes() {
+        for n in [INLINE_WORDS - 1, INLINE_WORDS, INLINE_WORDS + 1, 3 * INLINE_WORDS] {
+            let mut p = Params::default();
+            (0..n as u32).for_each(|i| {
+                p.u32(i * 7 + 1);
+            });
+            let mut p = Box::new(p);
+            let mut ptrs = p.pointers();
+            assert_eq!(ptrs.len(), n);
+            assert_eq!(ptrs.as_mut_ptr().cast_const(), ptrs.as_ptr(), "the launch reads the same list");
+            for (i, q) in ptrs.iter().enumerate() {
+                // SAFETY: a live 4-byte slot of `p`.
+                assert_eq!(unsafe { q.cast::<u32>().read() }, i as u32 * 7 + 1, "argument {i} of {n}");
+            }
+        }
     }
 
     /// Argument `i`'s first `n` bytes, through its pointer.
