@@ -90,9 +90,11 @@ struct Scratch {
     open: Vec<usize>,
     next: Vec<usize>,
     order: Vec<usize>,
-    /// SMs each kernel could still use, every process's kernels one after
-    /// the other (`Proc::wants_at` says where a process's begin).
-    wants: Vec<u32>,
+    /// Each active kernel by its arrival index: its id and the SMs it could
+    /// still use (kept up to date through the round). Read off the view
+    /// once per round: each read of a kernel's figures looks up its process
+    /// and its SMs and counts them, and the round read them four times.
+    wants: Vec<(KernelId, u32)>,
 }
 
 impl PpqEven {
@@ -138,8 +140,6 @@ struct Proc {
     room: Option<u32>,
     /// SMs it runs on (not being preempted), highest last.
     running: Vec<SmId>,
-    /// Where its kernels' entries begin in `Scratch::wants`.
-    wants_at: usize,
 }
 
 impl Policy for PpqEven {
@@ -175,6 +175,7 @@ impl Policy for PpqEven {
         sc.pool.append(&mut procs);
         // Each active kernel's process, by the kernel's arrival index.
         sc.proc_of_kernel.clear();
+        sc.wants.clear();
         for (at, k) in view.kernels().enumerate() {
             let i = match procs.iter().position(|p| p.slot == k.process()) {
                 Some(i) => i,
@@ -196,15 +197,16 @@ impl Policy for PpqEven {
                         peak: 0,
                         room: None,
                         running,
-                        wants_at: 0,
                     });
                     procs.len() - 1
                 }
             };
             sc.proc_of_kernel.push(i);
+            let (useful, committed) = (k.useful_sms(), k.sms_committed());
+            sc.wants.push((k.id(), useful.saturating_sub(committed)));
             let p = &mut procs[i];
-            p.demand = p.demand.saturating_add(k.useful_sms()).min(n);
-            p.committed += k.sms_committed();
+            p.demand = p.demand.saturating_add(useful).min(n);
+            p.committed += committed;
             p.kernels.push(at);
         }
         // Neighbouring SMs mostly run the same kernel: remember the last one.
@@ -307,25 +309,15 @@ impl Policy for PpqEven {
         sc.order.sort_by_key(|&i| std::cmp::Reverse(procs[i].priority));
         // A bit set, lowest SM handed out first: no vector of up to 132 SMs
         // filled, reversed and popped each round.
-        let mut idle = SmSet::range(0, n as u16).difference(&view.busy_sms());
-        // SMs each kernel could still use, kept up to date through the round.
-        sc.wants.clear();
-        for p in procs.iter_mut() {
-            p.wants_at = sc.wants.len();
-            sc.wants.extend(p.kernels.iter().map(|&at| {
-                let k = view.kernel_at(at);
-                k.useful_sms().saturating_sub(k.sms_committed())
-            }));
-        }
+        let mut idle = IdleSms::new(SmSet::range(0, n as u16).difference(&view.busy_sms()));
         for &i in &sc.order {
             let mut need = procs[i].target.saturating_sub(procs[i].committed);
-            let (at, count) = (procs[i].wants_at, procs[i].kernels.len());
-            for k in 0..count {
-                let kernel = view.kernel_at(procs[i].kernels[k]).id();
-                let want = &mut sc.wants[at + k];
+            for k in 0..procs[i].kernels.len() {
+                let (kernel, want) = &mut sc.wants[procs[i].kernels[k]];
+                let kernel = *kernel;
                 while need > 0 && *want > 0 {
                     let idle_ok = has_room(&procs, i);
-                    if let Some(sm) = if idle_ok { pop_idle(&mut idle) } else { None } {
+                    if let Some(sm) = if idle_ok { idle.pop() } else { None } {
                         out.push(Decision::Assign { sm, kernel, slice: None });
                     } else if let Some((sm, lower)) = take_from_others(&mut procs, i) {
                         if lower && self.reserve {
@@ -348,14 +340,13 @@ impl Policy for PpqEven {
         // SMs no share covers go to whoever can use them, by priority; a
         // level leaves its lingering peers' shares alone.
         for &i in &sc.order {
-            let keep = procs[i].keep as usize;
-            let at = procs[i].wants_at;
+            let keep = procs[i].keep;
             for k in 0..procs[i].kernels.len() {
-                let kernel = view.kernel_at(procs[i].kernels[k]);
-                while sc.wants[at + k] > 0 && idle.len() as usize > keep && has_room(&procs, i) {
-                    let Some(sm) = pop_idle(&mut idle) else { break };
-                    out.push(Decision::Assign { sm, kernel: kernel.id(), slice: None });
-                    sc.wants[at + k] -= 1;
+                let (kernel, want) = &mut sc.wants[procs[i].kernels[k]];
+                while *want > 0 && idle.len > keep && has_room(&procs, i) {
+                    let Some(sm) = idle.pop() else { break };
+                    out.push(Decision::Assign { sm, kernel: *kernel, slice: None });
+                    *want -= 1;
                     procs[i].committed += 1;
                 }
             }
@@ -373,11 +364,25 @@ fn has_room(procs: &[Proc], i: usize) -> bool {
     held < room
 }
 
-/// The lowest idle SM, taken out of `idle`.
-fn pop_idle(idle: &mut SmSet) -> Option<SmId> {
-    let sm = idle.first()?;
-    idle.remove(sm);
-    Some(sm)
+/// A round's idle SMs, lowest handed out first, with their count kept as
+/// they go (the second pass compares it with a share at every SM).
+struct IdleSms {
+    set: SmSet,
+    len: u32,
+}
+
+impl IdleSms {
+    fn new(set: SmSet) -> Self {
+        IdleSms { set, len: set.len() }
+    }
+
+    /// The lowest idle SM, taken out.
+    fn pop(&mut self) -> Option<SmId> {
+        let sm = self.set.first()?;
+        self.set.remove(sm);
+        self.len -= 1;
+        Some(sm)
+    }
 }
 
 /// An SM for process `i`, preempted from a lower level (lowest priority,
