@@ -78,11 +78,11 @@ pub struct PpqEven {
 #[derive(Debug, Default)]
 struct Scratch {
     proc_of_kernel: Vec<usize>,
-    /// The last round's processes, kept for their lists (`Proc::kernels`,
-    /// `Proc::running`): a round per kernel of a chain allocated them afresh.
+    /// The processes of a round, kept with their lists (`Proc::kernels`,
+    /// `Proc::running`) for the next one, which overwrites them in place:
+    /// a round per kernel of a chain allocated them afresh, and moving
+    /// them to a pool and back each round was a tenth of its instructions.
     procs: Vec<Proc>,
-    /// Processes of earlier rounds, whose lists the next round reuses.
-    pool: Vec<Proc>,
     levels: Vec<i32>,
     members: Vec<usize>,
     caps: Vec<u32>,
@@ -171,44 +171,57 @@ impl Policy for PpqEven {
         // hashes: this function was half of the engine's time on that path.
         // Kept from round to round with their lists (a round per kernel of a
         // chain allocated them afresh: issue 35's callgrind).
-        let mut procs = std::mem::take(&mut sc.procs);
-        sc.pool.append(&mut procs);
+        // The round's processes are `all[..live]`.
+        let mut all = std::mem::take(&mut sc.procs);
+        let mut live = 0;
         // Each active kernel's process, by the kernel's arrival index.
         sc.proc_of_kernel.clear();
         sc.wants.clear();
         for (at, k) in view.kernels().enumerate() {
-            let i = match procs.iter().position(|p| p.slot == k.process()) {
+            let i = match all[..live].iter().position(|p| p.slot == k.process()) {
                 Some(i) => i,
                 None => {
-                    // Room for every SM: one allocation kept across rounds,
-                    // where growing push by push reallocated up to eight times.
-                    let (mut kernels, mut running) = sc.pool.pop().map(|p| (p.kernels, p.running)).unwrap_or_default();
-                    kernels.clear();
-                    running.clear();
-                    running.reserve(n as usize);
-                    procs.push(Proc {
-                        slot: k.process(),
-                        priority: k.priority(),
-                        kernels,
-                        demand: 0,
-                        committed: 0,
-                        target: 0,
-                        keep: 0,
-                        peak: 0,
-                        room: None,
-                        running,
-                    });
-                    procs.len() - 1
+                    if live == all.len() {
+                        all.push(Proc {
+                            slot: k.process(),
+                            priority: 0,
+                            kernels: Vec::new(),
+                            demand: 0,
+                            committed: 0,
+                            target: 0,
+                            keep: 0,
+                            peak: 0,
+                            room: None,
+                            // Room for every SM: one allocation kept across
+                            // rounds, where growing push by push reallocated
+                            // up to eight times.
+                            running: Vec::with_capacity(n as usize),
+                        });
+                    }
+                    let p = &mut all[live];
+                    p.slot = k.process();
+                    p.priority = k.priority();
+                    p.kernels.clear();
+                    p.demand = 0;
+                    p.committed = 0;
+                    p.target = 0;
+                    p.keep = 0;
+                    p.peak = 0;
+                    p.room = None;
+                    p.running.clear();
+                    live += 1;
+                    live - 1
                 }
             };
             sc.proc_of_kernel.push(i);
             let (useful, committed) = (k.useful_sms(), k.sms_committed());
             sc.wants.push((k.id(), useful.saturating_sub(committed)));
-            let p = &mut procs[i];
+            let p = &mut all[i];
             p.demand = p.demand.saturating_add(useful).min(n);
             p.committed += committed;
             p.kernels.push(at);
         }
+        let procs = &mut all[..live];
         // Neighbouring SMs mostly run the same kernel: remember the last one.
         let mut last: Option<(KernelId, Option<usize>)> = None;
         // The busy SMs only (in index order, as a scan of the table finds them).
@@ -305,8 +318,10 @@ impl Policy for PpqEven {
         // Each process, by priority then arrival, takes what its share is owed.
         sc.order.clear();
         sc.order.extend(0..procs.len());
-        // Stable: arrival order within a level.
-        sc.order.sort_by_key(|&i| std::cmp::Reverse(procs[i].priority));
+        // Stable: arrival order within a level (one level: that order).
+        if sc.levels.len() > 1 {
+            sc.order.sort_by_key(|&i| std::cmp::Reverse(procs[i].priority));
+        }
         // A bit set, lowest SM handed out first: no vector of up to 132 SMs
         // filled, reversed and popped each round.
         let mut idle = IdleSms::new(SmSet::range(0, n as u16).difference(&view.busy_sms()));
@@ -316,10 +331,10 @@ impl Policy for PpqEven {
                 let (kernel, want) = &mut sc.wants[procs[i].kernels[k]];
                 let kernel = *kernel;
                 while need > 0 && *want > 0 {
-                    let idle_ok = has_room(&procs, i);
+                    let idle_ok = has_room(procs, i);
                     if let Some(sm) = if idle_ok { idle.pop() } else { None } {
                         out.push(Decision::Assign { sm, kernel, slice: None });
-                    } else if let Some((sm, lower)) = take_from_others(&mut procs, i) {
+                    } else if let Some((sm, lower)) = take_from_others(procs, i) {
                         if lower && self.reserve {
                             if let SmState::Running { kernel: from, .. } = view.sms[sm.0 as usize] {
                                 let level = view.kernel(from).map_or(i32::MIN, |k| k.priority());
@@ -343,7 +358,7 @@ impl Policy for PpqEven {
             let keep = procs[i].keep;
             for k in 0..procs[i].kernels.len() {
                 let (kernel, want) = &mut sc.wants[procs[i].kernels[k]];
-                while *want > 0 && idle.len > keep && has_room(&procs, i) {
+                while *want > 0 && idle.len > keep && has_room(procs, i) {
                     let Some(sm) = idle.pop() else { break };
                     out.push(Decision::Assign { sm, kernel: *kernel, slice: None });
                     *want -= 1;
@@ -351,7 +366,7 @@ impl Policy for PpqEven {
                 }
             }
         }
-        sc.procs = procs;
+        sc.procs = all;
     }
 }
 
