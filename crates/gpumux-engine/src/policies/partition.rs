@@ -86,6 +86,25 @@ pub fn even_capped(caps: &[u32], sms: u32) -> Vec<u32> {
 pub fn even_capped_into(caps: &[u32], sms: u32, out: &mut Vec<u32>, open: &mut Vec<usize>, next: &mut Vec<usize>) {
     let n = caps.len();
     out.clear();
+    // Room for every cap: each gets its cap, as the water filling below
+    // would give after a pass per distinct cap (a policy round's usual
+    // case: short kernels of a few clients, far fewer SMs than the GPU's).
+    // Except where the passes stop at once: fewer SMs than applications,
+    // and the first pass's one-SM parts all fall on caps of 0 (it gives
+    // nothing, and the SMs stay unshared).
+    let first_pass_gives = sms as usize >= n || caps[..sms as usize].iter().any(|&c| c > 0);
+    if first_pass_gives && caps.iter().map(|&c| u64::from(c)).sum::<u64>() <= u64::from(sms) {
+        out.extend_from_slice(caps);
+        return;
+    }
+    water_fill(caps, sms, out, open, next);
+}
+
+/// [`even_capped_into`]'s passes: each open application gets an even part
+/// of what is left, up to its cap, until the SMs or the open ones run out.
+fn water_fill(caps: &[u32], sms: u32, out: &mut Vec<u32>, open: &mut Vec<usize>, next: &mut Vec<usize>) {
+    let n = caps.len();
+    out.clear();
     out.resize(n, 0);
     let mut left = sms;
     open.clear();
@@ -395,6 +414,33 @@ pub fn qos_reservation(speedup: &[f64], target: f64) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `even_capped_into` hands out the caps at once when they fit: the
+    /// same as the passes give, for every cap vector of up to four entries
+    /// of 0-6 and every budget up to ten more than their sum.
+    #[test]
+    fn caps_that_fit_are_what_the_water_filling_gives() {
+        let (mut out, mut open, mut next) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut checked, mut at_once) = (0, 0);
+        for n in 0..=4u32 {
+            for code in 0..7u32.pow(n) {
+                let caps: Vec<u32> = (0..n).map(|i| code / 7u32.pow(i) % 7).collect();
+                let sum: u32 = caps.iter().sum();
+                for sms in 0..=sum + 10 {
+                    water_fill(&caps, sms, &mut out, &mut open, &mut next);
+                    assert_eq!(even_capped(&caps, sms), out, "{sms} SMs for caps {caps:?}");
+                    checked += 1;
+                    at_once += u32::from(sms >= sum && out == caps);
+                }
+            }
+        }
+        assert!(at_once > checked / 3, "{at_once} of {checked} fit");
+        // The passes' one quirk kept: 1 SM for caps 0 and 1 stays unshared.
+        assert_eq!(even_capped(&[0, 1], 1), vec![0, 0]);
+        assert_eq!(even_capped(&[0, 1], 2), vec![0, 1]);
+        // Caps that do not fit go through the passes.
+        assert_eq!(even_capped(&[5, 1, 5], 8), vec![4, 1, 3]);
+    }
 
     fn app(blocks: f64, tpb: f64, bps: u32) -> AppChar {
         AppChar::predicted(blocks, tpb, bps, 30)
