@@ -23,6 +23,7 @@ mod engine;
 pub mod id_map;
 pub mod ids;
 pub mod kernel;
+mod launch_map;
 pub mod metrics;
 pub mod model;
 pub mod policies;
