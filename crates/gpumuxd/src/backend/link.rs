@@ -321,11 +321,12 @@ impl Link {
     /// as [`Link::recv_spin`] does. A `recvmsg` at every look was half the
     /// core thread's time with 8 clients launching on sim:h100 (perf,
     /// issue 35), each look a system call before the next request or the
-    /// answer was seen. With `GPUMUX_LINK_LOOKS_SOCKET=1` every look reads
-    /// the socket, as before.
+    /// answer was seen. A socket read at every look, as before, measured no
+    /// different beyond the runs' spread on the H200 (docs/program-speed.md;
+    /// its switch is in git: f0dceeb).
     pub fn look<T: DeserializeOwned>(&mut self) -> Result<Option<T>, LinkError> {
         self.looks = self.looks.wrapping_add(1);
-        if every_look_reads_socket() || self.looks.is_multiple_of(SOCKET_EVERY) {
+        if self.looks.is_multiple_of(SOCKET_EVERY) {
             return self.try_recv();
         }
         self.flush()?;
@@ -477,16 +478,6 @@ impl Link {
             _ => LinkError::Io(e),
         })
     }
-}
-
-/// The variable that restores a socket read at every [`Link::look`] (`1`),
-/// for an A/B of the change in one build.
-pub const LOOKS_SOCKET_VAR: &str = "GPUMUX_LINK_LOOKS_SOCKET";
-
-/// Whether [`LOOKS_SOCKET_VAR`] is `1` (read once).
-fn every_look_reads_socket() -> bool {
-    static EVERY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *EVERY.get_or_init(|| std::env::var(LOOKS_SOCKET_VAR).is_ok_and(|v| v.trim() == "1"))
 }
 
 /// Sends one byte, with `fd` as `SCM_RIGHTS` if given.
