@@ -226,27 +226,12 @@ const MAX_SPARE: usize = 1024;
 /// Launch records made with the context and kept for its life
 /// ([`InContext::make_kept_records`]): a record costs 0.8-2.1 ms to make on
 /// the H100 (device and pinned host memory, an event: docs/history/benchmarks.md,
-/// run 129), which a client's first launches would otherwise wait for.
+/// run 129), which a client's first launches would otherwise wait for. A run
+/// of kernels queued natively holds one per kernel not seen ended, so they
+/// also bound how far the GPU runs ahead of the engine; 32 kept measured no
+/// different on the chain of the programs bench and 64 worse (H200,
+/// docs/program-speed.md; the switch that set them is in git: f0dceeb).
 const KEPT_RECORDS: usize = 16;
-/// Set to a count (1 to [`MAX_SPARE`]) to keep that many launch records
-/// instead of [`KEPT_RECORDS`]: a run of kernels queued natively holds one
-/// per kernel not seen ended, so the spares bound how far the GPU runs
-/// ahead of the engine (issue 35; the queue-ahead line says how often a
-/// run was held back for lack of one). For measurements.
-pub const KEPT_RECORDS_VAR: &str = "GPUMUX_CUDA_KEPT_RECORDS";
-
-/// [`KEPT_RECORDS`], or what [`KEPT_RECORDS_VAR`] says (a value outside
-/// 1..=[`MAX_SPARE`] is ignored, with a warning).
-fn kept_records() -> usize {
-    let Ok(v) = std::env::var(KEPT_RECORDS_VAR) else { return KEPT_RECORDS };
-    match v.trim().parse::<usize>() {
-        Ok(n) if (1..=MAX_SPARE).contains(&n) => n,
-        _ => {
-            tracing::warn!("{KEPT_RECORDS_VAR}={v:?} is not a count from 1 to {MAX_SPARE}: {KEPT_RECORDS} kept");
-            KEPT_RECORDS
-        }
-    }
-}
 
 /// Everything that lives in the context: dropped before the context is
 /// destroyed (so no stale handle outlives it), made again after.
@@ -441,11 +426,11 @@ impl InContext {
         }
     }
 
-    /// Makes [`KEPT_RECORDS`] (or [`KEPT_RECORDS_VAR`]) launch records for the context's life, as
+    /// Makes [`KEPT_RECORDS`] launch records for the context's life, as
     /// spares holding `park` (none without it: the cut kernel did not load).
     fn make_kept_records(&mut self, chunk: Chunk, sm_count: u32) {
         let Some(park) = self.park.clone() else { return };
-        for _ in 0..kept_records() {
+        for _ in 0..KEPT_RECORDS {
             match WorkerLaunch::new(park.clone(), Params::default(), [1, 1, 1], [1, 1, 1], 0, chunk, sm_count) {
                 Ok(w) => {
                     self.kept.push(w.record_id());
