@@ -1022,8 +1022,8 @@ fn a_stream_of_dependent_kernels_queued_ahead_runs_in_order_under_retreats() {
 }
 
 /// The same stream with the queued workers launched in the command that
-/// queues them (`set_launch_thread(false)`, `GPUMUX_LAUNCH_THREAD=0`), as
-/// before the launcher thread: in order, undisturbed and under retreats.
+/// queues them (`set_launch_thread(false)`), as before the launcher thread
+/// and as when it would not start: in order, undisturbed and under retreats.
 #[test]
 fn a_stream_queued_ahead_without_the_launcher_thread_runs_in_order_under_retreats() {
     let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };

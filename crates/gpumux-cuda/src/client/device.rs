@@ -308,14 +308,11 @@ pub(super) struct InContext {
     cut_buffers: Vec<crate::runtime::HostMapped>,
     /// The thread that makes the CUDA calls of workers queued ahead
     /// (`runtime::launcher`; [`ahead`]); `None`: they are made in the
-    /// command (`GPUMUX_LAUNCH_THREAD=0`, or the thread would not start).
+    /// command (the thread would not start, or a test turned it off:
+    /// [`ClientDevice::set_launch_thread`]).
     /// Declared last: dropped after every launch record that may wait for it.
     launcher: Option<Launcher>,
 }
-
-/// Set to `0` to make queued-ahead workers' CUDA calls in the command, as
-/// before the launcher thread (for comparisons).
-pub const LAUNCH_THREAD_VAR: &str = "GPUMUX_LAUNCH_THREAD";
 
 impl Drop for InContext {
     /// Posted launches name streams that other fields own: they are made
@@ -367,22 +364,17 @@ impl InContext {
             cut_kernel,
             cut_stream: Stream::in_range(ctx.priority_range, ctx.priority_range.1)?,
             cut_buffers: Vec::new(),
-            launcher: launcher_thread(),
+            launcher: start_launcher(),
         };
         st.make_kept_records(chunk, ctx.summary.sm_count);
         Ok(st)
     }
 }
 
-/// The launcher thread, unless [`LAUNCH_THREAD_VAR`] is `0` or it would not start.
-fn launcher_thread() -> Option<Launcher> {
-    if std::env::var(LAUNCH_THREAD_VAR).is_ok_and(|v| v.trim() == "0") {
-        return None;
-    }
-    start_launcher()
-}
-
-/// A launcher thread; `None` (said in the log) if it would not start.
+/// A launcher thread; `None` (said in the log) if it would not start. It
+/// is always wanted: it raised the 8-client launch rate by 17-25% on the
+/// H100 (docs/daemon-cuda.md, "The launcher thread"; the switch that left it
+/// out is in git: f0dceeb).
 fn start_launcher() -> Option<Launcher> {
     match Launcher::start() {
         Ok(l) => Some(l),
@@ -1254,7 +1246,8 @@ impl ClientDevice {
 
     /// Makes the CUDA calls of workers queued ahead on a thread of their own
     /// (the default; `runtime::launcher` says why), or in the command that
-    /// queues them. Turning it off waits for the calls posted.
+    /// queues them, as the device does when the thread would not start (for
+    /// the tests of that path). Turning it off waits for the calls posted.
     pub fn set_launch_thread(&mut self, on: bool) {
         let Some(st) = self.st.as_mut() else { return };
         if !on {
