@@ -41,7 +41,7 @@ use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::ranges::BlockRanges;
 use gpumux_engine::smset::SmSet;
 use gpumux_engine::time::Nanos;
-pub use peers::{PEERS_SHORT_VAR, PEER_HOLD_NS, PEER_HOLD_VAR};
+pub use peers::{PEER_HOLD_NS, PEER_HOLD_VAR};
 pub use refill::Refill;
 use refill::{CutKernel, PendingCut};
 use std::collections::{HashMap, VecDeque};
@@ -504,7 +504,7 @@ pub struct ClientDevice {
     hw_priority: bool,
     native_launches: u64,
     /// Under hardware priority, a kernel known to be short runs natively
-    /// beside peers of its priority too ([`peers`]; [`PEERS_SHORT_VAR`]).
+    /// beside peers of its priority too ([`peers`]).
     peers: peers::PeerRule,
     peer_counts: peers::PeerCounts,
     /// Ends of kernels queued natively seen before the engine launched them,
@@ -753,17 +753,17 @@ impl Neighbours<'_> {
 
     /// The launch, its kernel `short` (known short: [`WholeGrid::is_short`]),
     /// runs natively though peers of its priority run or are queued
-    /// ([`peers`]): `on` ([`PEERS_SHORT_VAR`]) and under hardware priority, not
-    /// alone (alone, [`Neighbours::hw_native`] decides), and beside other
-    /// priorities as [`Neighbours::beside_others_natively`] allows.
-    fn native_beside_peers(&self, on: bool, hw_priority: bool, short: bool) -> bool {
-        // The cheap answers first: most launches are alone, or long, or the rule is off.
-        if !on || !hw_priority || !short {
+    /// ([`peers`]): under hardware priority, not alone (alone,
+    /// [`Neighbours::hw_native`] decides), and beside other priorities as
+    /// [`Neighbours::beside_others_natively`] allows.
+    fn native_beside_peers(&self, hw_priority: bool, short: bool) -> bool {
+        // The cheap answers first: most launches are alone, or long.
+        if !hw_priority || !short {
             return false;
         }
         let alone = self.alone();
         let beside = !alone && self.beside_others_natively();
-        peers::native_beside_peers(on, hw_priority, alone, beside, short)
+        peers::native_beside_peers(hw_priority, alone, beside, short)
     }
 }
 
@@ -1403,7 +1403,7 @@ impl ClientDevice {
         let (native_anywhere, native_if_long) = neighbours.hw_native(hw_priority);
         // Beside peers, natively if known short (`peers`).
         let short = || st.ops.get(&live.op).is_some_and(|o| op_is_short(o, sm_count));
-        let beside_peers = !native_if_long && neighbours.native_beside_peers(self.peers.on, hw_priority, short());
+        let beside_peers = !native_if_long && neighbours.native_beside_peers(hw_priority, short());
         let native_anywhere = native_anywhere || beside_peers;
         self.peer_counts.started += beside_peers as u64;
         // (Alone at its priority, a launch is placed on its own SMs: no peer
@@ -1956,7 +1956,7 @@ impl Device for ClientDevice {
             }
             Command::Grow { launch, sms } => {
                 let priority = self.st.as_ref().and_then(|st| st.launches.get(&launch)).map(|l| l.priority);
-                if self.peers.on && self.grow_native(launch, sms) {
+                if self.grow_native(launch, sms) {
                     return Ok(());
                 }
                 // Stream order: what is queued behind it cannot follow a

@@ -421,19 +421,12 @@ fn give_back_records(st: &mut InContext, op: OpId, segs: Vec<WorkerLaunch>) -> R
 /// Whether kernel `op`, queued as `a`, is cancelled by a launch of the
 /// engine on `sms` ([`ClientDevice::cancel_ahead_on`]): queued on those SMs,
 /// not `except` (the launch's own operation) nor of its run (`own`), and not
-/// a native kernel of `spared` (the launch's priority, where peers' short
-/// kernels run natively: [`super::peers`]).
-fn cancelled_by_launch(
-    op: OpId,
-    a: &Ahead,
-    sms: SmSet,
-    except: Option<OpId>,
-    own: Option<u64>,
-    spared: Option<i32>,
-) -> bool {
+/// a native kernel of `priority`, the launch's (peers' short kernels run
+/// natively: [`super::peers`]).
+fn cancelled_by_launch(op: OpId, a: &Ahead, sms: SmSet, except: Option<OpId>, own: Option<u64>, priority: i32) -> bool {
     Some(op) != except
         && Some(a.chain) != own
-        && !(a.native() && Some(a.priority) == spared)
+        && !(a.native() && a.priority == priority)
         && !a.held.intersection(&sms).is_empty()
 }
 
@@ -475,7 +468,6 @@ impl ClientDevice {
         }
         let (chunk, sm_count, ctx, hw_priority) =
             (self.chunk, self.info.num_sms as u32, self.ctx.raw(), self.hw_priority);
-        let peers_short = self.peers.on;
         let higher = &self.higher;
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         let InContext {
@@ -555,7 +547,7 @@ impl ClientDevice {
         // there: queued as workers, each kernel adopted would queue the next
         // as workers again, and the stream would never leave them.
         let short = || ops.get(&next).is_some_and(|o| op_is_short(o, sm_count));
-        let beside_peers = !native_if_long && neighbours.native_beside_peers(peers_short, hw_priority, short());
+        let beside_peers = !native_if_long && neighbours.native_beside_peers(hw_priority, short());
         if beside_peers && !native_before {
             return Ok(());
         }
@@ -751,7 +743,7 @@ impl ClientDevice {
         let (native_anywhere, native_if_long) = neighbours.hw_native(true);
         // Beside peers, natively if known short (`super::peers`).
         let short = o.kernel.native.is_some() && whole.is_short();
-        let beside_peers = !native_if_long && neighbours.native_beside_peers(self.peers.on, true, short);
+        let beside_peers = !native_if_long && neighbours.native_beside_peers(true, short);
         let native_anywhere = native_anywhere || beside_peers;
         if whole.holds_too_long() || !(native_anywhere || (native_if_long && whole.is_long())) {
             return Ok(None);
@@ -986,7 +978,7 @@ impl ClientDevice {
     /// Cancels queued workers on SMs the engine gives to a launch of
     /// another operation than `except` (`sms`), but not the kernels queued
     /// natively behind `except` on its own stream (they follow it), nor,
-    /// where peers' short kernels run natively ([`super::peers`]), kernels
+    /// since peers' short kernels run natively ([`super::peers`]), kernels
     /// queued natively of `priority`, the launch's: a native grid does not
     /// hold the SMs it was queued on (it takes free slots anywhere) and
     /// cannot be called back, so a cancel would only end its stream's run,
@@ -997,7 +989,6 @@ impl ClientDevice {
         except: Option<OpId>,
         priority: i32,
     ) -> Result<(), DeviceError> {
-        let spared = self.peers.on.then_some(priority);
         let own = except.and_then(|op| self.st.as_ref()?.ahead.get(&op).map(|a| a.chain));
         // Only another run's kernels can be hit: when none is queued (one
         // client's chain), no walk (`uncancelled`).
@@ -1005,7 +996,7 @@ impl ClientDevice {
         if !self.st.as_ref().is_some_and(others) {
             return Ok(());
         }
-        self.cancel_where(|op, a| cancelled_by_launch(op, a, sms, except, own, spared))
+        self.cancel_where(|op, a| cancelled_by_launch(op, a, sms, except, own, priority))
     }
 
     fn cancel_where(&mut self, which: impl Fn(OpId, &Ahead) -> bool) -> Result<(), DeviceError> {
@@ -1266,20 +1257,19 @@ mod peer_tests {
             except: None,
             chain: Some(chain),
         };
-        let beside = |on, short, priority, chain| neighbours(priority, chain).native_beside_peers(on, true, short);
-        assert!(beside(true, true, 0, 0));
-        assert!(!beside(false, true, 0, 0), "the switch off: workers, as before");
-        assert!(!beside(true, false, 0, 0), "not known short: workers");
+        let beside = |short, priority, chain| neighbours(priority, chain).native_beside_peers(true, short);
+        assert!(beside(true, 0, 0));
+        assert!(!beside(false, 0, 0), "not known short: workers");
         // Its own stream's kernel is no peer: alone, `hw_native` decides
         // (natively, whatever its length: nothing of another priority runs).
-        assert!(!beside(true, true, 0, 1));
+        assert!(!beside(true, 0, 1));
         assert_eq!(neighbours(0, 1).hw_native(true), (true, true));
         // Another priority's kernel is no peer either.
-        assert!(!beside(true, true, 1, 0));
+        assert!(!beside(true, 1, 0));
         // With peers, `hw_native` runs nothing natively: only this rule does.
         assert_eq!(neighbours(0, 0).hw_native(true), (false, false));
         // No hardware priority: never.
-        assert!(!neighbours(0, 0).native_beside_peers(true, false, true));
+        assert!(!neighbours(0, 0).native_beside_peers(false, true));
     }
 
     #[test]
@@ -1287,17 +1277,16 @@ mod peer_tests {
         let a = Ahead { held: sms(&[0, 1]), priority: 0, chain: 7, ..entry() };
         let on = sms(&[1, 2]);
         let (op, except) = (OpId(3), Some(OpId(9)));
-        // Not spared (the rule off, or another priority's launch): cancelled, as before.
-        assert!(cancelled_by_launch(op, &a, on, except, None, None));
-        assert!(cancelled_by_launch(op, &a, on, except, None, Some(1)));
+        // Another priority's launch: cancelled.
+        assert!(cancelled_by_launch(op, &a, on, except, None, 1));
         // A launch of its priority spares a native kernel: a native grid holds no SMs.
-        assert!(!cancelled_by_launch(op, &a, on, except, None, Some(0)));
+        assert!(!cancelled_by_launch(op, &a, on, except, None, 0));
         // Workers are cancelled whatever the priority: they hold their SMs.
         let workers = Ahead { native: false, ..a };
-        assert!(cancelled_by_launch(op, &workers, on, except, None, Some(0)));
+        assert!(cancelled_by_launch(op, &workers, on, except, None, 0));
         // Never the launch's own operation, nor its run, nor off its SMs.
-        assert!(!cancelled_by_launch(op, &workers, on, Some(op), None, None));
-        assert!(!cancelled_by_launch(op, &workers, on, except, Some(7), None));
-        assert!(!cancelled_by_launch(op, &workers, sms(&[5]), except, None, None));
+        assert!(!cancelled_by_launch(op, &workers, on, Some(op), None, 1));
+        assert!(!cancelled_by_launch(op, &workers, on, except, Some(7), 1));
+        assert!(!cancelled_by_launch(op, &workers, sms(&[5]), except, None, 1));
     }
 }

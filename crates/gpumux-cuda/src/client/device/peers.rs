@@ -45,15 +45,14 @@
 //! short kernel), and a run of a lower priority stops queueing while a higher
 //! one is active ([`super::higher`]).
 //!
-//! [`PEERS_SHORT_VAR`] = `0` keeps peers' kernels as workers (as before),
-//! for an A/B in one build; [`PEER_HOLD_VAR`] sets the bound per stream.
+//! **Measured** on one H200 (2026-11-29, 86914c2, `scripts/device-session.sh
+//! BIN overhead` alternating): 8 clients of empty kernels made 75-108k
+//! launches/s over six runs against 69-73k in two with peers' kernels as
+//! workers, one client no different; the switch that kept them workers is
+//! in git (f0dceeb). [`PEER_HOLD_VAR`] sets the bound per stream.
 
 use super::ahead::DEEP_HOLD_NS;
 use crate::launch_plan::SHORT_LAUNCH_NS;
-
-/// `0`: peers' short kernels run as workers, as before; `1` (the default):
-/// natively (module doc).
-pub const PEERS_SHORT_VAR: &str = "GPUMUX_PEERS_SHORT_NATIVE";
 
 /// Set to a time in µs (1 to 1,000) to let a stream with peers hold that
 /// much queued natively instead of [`PEER_HOLD_NS`]: how deep each peer's
@@ -72,34 +71,23 @@ pub const PEER_HOLD_NS: f64 = 2.0 * SHORT_LAUNCH_NS;
 // twentieth of what a lone stream may hold, whatever the constants become.
 const _: () = assert!(PEER_HOLD_NS >= 2.0 * SHORT_LAUNCH_NS && PEER_HOLD_NS * 20.0 <= DEEP_HOLD_NS);
 
-/// The rule's settings ([`ClientDevice`](super::ClientDevice)'s, from the
+/// The rule's setting ([`ClientDevice`](super::ClientDevice)'s, from the
 /// environment).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct PeerRule {
-    /// Peers' short kernels run natively ([`PEERS_SHORT_VAR`]).
-    pub on: bool,
     /// What a stream with peers holds queued natively ([`PEER_HOLD_NS`], [`PEER_HOLD_VAR`]).
     pub hold_ns: f64,
 }
 
 impl PeerRule {
-    /// From [`PEERS_SHORT_VAR`] and [`PEER_HOLD_VAR`].
+    /// From [`PEER_HOLD_VAR`].
     pub fn from_env() -> PeerRule {
-        let var = |name| std::env::var(name).ok();
-        PeerRule::parse(var(PEERS_SHORT_VAR).as_deref(), var(PEER_HOLD_VAR).as_deref())
+        PeerRule::parse(std::env::var(PEER_HOLD_VAR).ok().as_deref())
     }
 
-    /// From the two variables' values: unset, on and [`PEER_HOLD_NS`]; a
-    /// value neither can read, the same, with a warning.
-    pub fn parse(on: Option<&str>, hold_us: Option<&str>) -> PeerRule {
-        let on = match on.map(str::trim) {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(other) => {
-                tracing::warn!("{PEERS_SHORT_VAR}={other:?} is neither 0 nor 1: peers' short kernels run natively");
-                true
-            }
-        };
+    /// From the variable's value: unset, [`PEER_HOLD_NS`]; a value it
+    /// cannot read, the same, with a warning.
+    pub fn parse(hold_us: Option<&str>) -> PeerRule {
         let hold_ns = match hold_us.map(|v| (v, v.trim().parse::<u32>())) {
             None => PEER_HOLD_NS,
             Some((_, Ok(us))) if (1..=1_000).contains(&us) => us as f64 * 1e3,
@@ -108,7 +96,7 @@ impl PeerRule {
                 PEER_HOLD_NS
             }
         };
-        PeerRule { on, hold_ns }
+        PeerRule { hold_ns }
     }
 
     /// Expected GPU time one stream may hold queued natively ahead and not
@@ -145,13 +133,13 @@ impl PeerCounts {
     }
 }
 
-/// Whether a kernel runs natively by this rule: the rule is on, hardware
-/// priority is (`ClientDevice::set_hw_priority`), its priority has peers
-/// (alone, `hw_native` decides), launches of other priorities leave room
-/// for a native grid (`beside_others`: none runs as workers, or some run
+/// Whether a kernel runs natively by this rule: hardware priority is on
+/// (`ClientDevice::set_hw_priority`), its priority has peers (alone,
+/// `hw_native` decides), launches of other priorities leave room for a
+/// native grid (`beside_others`: none runs as workers, or some run
 /// natively), and the kernel is known short.
-pub(super) fn native_beside_peers(on: bool, hw_priority: bool, alone: bool, beside_others: bool, short: bool) -> bool {
-    on && hw_priority && !alone && beside_others && short
+pub(super) fn native_beside_peers(hw_priority: bool, alone: bool, beside_others: bool, short: bool) -> bool {
+    hw_priority && !alone && beside_others && short
 }
 
 #[cfg(test)]
@@ -159,11 +147,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_switches_read_0_1_and_a_time_and_default_to_on_and_the_bound() {
-        let on = |v| PeerRule::parse(v, None).on;
-        assert!(on(None) && on(Some("1")) && on(Some(" 1\n")) && on(Some("yes")));
-        assert!(!on(Some("0")));
-        let hold = |v| PeerRule::parse(None, v).hold_ns;
+    fn the_hold_reads_a_time_and_defaults_to_the_bound() {
+        let hold = |v| PeerRule::parse(v).hold_ns;
         assert_eq!(hold(None), PEER_HOLD_NS);
         assert_eq!(hold(Some("200")), 200_000.0);
         assert_eq!(hold(Some(" 1 ")), 1_000.0);
@@ -174,16 +159,15 @@ mod tests {
 
     #[test]
     fn only_a_short_kernel_with_peers_and_no_other_prioritys_workers_beside_runs_natively() {
-        assert!(native_beside_peers(true, true, false, true, true));
-        // Off, or no hardware priority: never.
-        assert!(!native_beside_peers(false, true, false, true, true));
-        assert!(!native_beside_peers(true, false, false, true, true));
+        assert!(native_beside_peers(true, false, true, true));
+        // No hardware priority: never.
+        assert!(!native_beside_peers(false, false, true, true));
         // Alone at its priority: not this rule's (`hw_native` decides).
-        assert!(!native_beside_peers(true, true, true, true, true));
+        assert!(!native_beside_peers(true, true, true, true));
         // Another priority's workers beside: the engine's SMs keep them apart.
-        assert!(!native_beside_peers(true, true, false, false, true));
+        assert!(!native_beside_peers(true, false, false, true));
         // Not known short (long, or untimed): workers, co-run as before.
-        assert!(!native_beside_peers(true, true, false, true, false));
+        assert!(!native_beside_peers(true, false, true, false));
     }
 
     #[test]
@@ -195,9 +179,9 @@ mod tests {
 
     #[test]
     fn a_stream_with_peers_holds_far_less_queued_than_one_alone() {
-        let rule = PeerRule::parse(None, None);
+        let rule = PeerRule::parse(None);
         assert_eq!(rule.hold_ns(true), DEEP_HOLD_NS);
         assert_eq!(rule.hold_ns(false), PEER_HOLD_NS);
-        assert_eq!(PeerRule::parse(None, Some("100")).hold_ns(false), 100_000.0);
+        assert_eq!(PeerRule::parse(Some("100")).hold_ns(false), 100_000.0);
     }
 }
