@@ -97,35 +97,16 @@ pub enum Toward {
     Caller,
 }
 
-/// Which large copies use non-temporal stores.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Streaming {
-    /// None: a plain `memcpy` both ways.
-    Off,
-    /// Those toward the caller's memory (the default; module doc).
-    TowardCaller,
-    /// Both ways.
-    Both,
-}
-
-impl Streaming {
-    /// Whether a large copy toward `toward` streams.
-    fn streams(self, toward: Toward) -> bool {
-        match self {
-            Streaming::Off => false,
-            Streaming::TowardCaller => toward == Toward::Caller,
-            Streaming::Both => true,
-        }
-    }
-}
-
-/// `GPUMUX_COPY_STREAMING`: `0` or `off` [`Streaming::Off`], `both`
-/// [`Streaming::Both`], else (unset) [`Streaming::TowardCaller`].
-fn streaming_from_env() -> Streaming {
-    match std::env::var("GPUMUX_COPY_STREAMING").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        Ok("0") | Ok("off") => Streaming::Off,
-        Ok("both") => Streaming::Both,
-        _ => Streaming::TowardCaller,
+impl Toward {
+    /// Whether a large copy this way uses non-temporal stores: out of the
+    /// region only (module doc). On the H200 the copier before issue 35
+    /// (plain stores both ways, on 8 threads at the caller's nice) left the
+    /// chain beside it 1.33x slower where these stores on 4 threads at nice 10
+    /// left it 1.13-1.19x, and streaming into the region too cost the upload
+    /// a third (docs/daemon.md, "A pageable copy beside other clients"); the
+    /// switch between the three is in git (f0dceeb, `GPUMUX_COPY_STREAMING`).
+    fn streams(self) -> bool {
+        self == Toward::Caller
     }
 }
 
@@ -328,8 +309,6 @@ fn helper(shared: &Shared, index: usize) {
 /// staging copies take turns already.
 pub struct Copier {
     threads: usize,
-    /// Which large copies use non-temporal stores.
-    streaming: Streaming,
     /// The helpers' nice value (0: the caller's).
     nice: i32,
     /// How long a helper polls between jobs.
@@ -339,30 +318,24 @@ pub struct Copier {
 
 impl std::fmt::Debug for Copier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Copier")
-            .field("threads", &self.threads)
-            .field("streaming", &self.streaming)
-            .field("nice", &self.nice)
-            .finish_non_exhaustive()
+        f.debug_struct("Copier").field("threads", &self.threads).field("nice", &self.nice).finish_non_exhaustive()
     }
 }
 
 impl Copier {
     /// A copier of `threads` threads (clamped to 1 ..= [`MAX_THREADS`]),
-    /// non-temporal stores toward the caller's memory unless
-    /// `GPUMUX_COPY_STREAMING` says otherwise, its helpers at nice
+    /// non-temporal stores toward the caller's memory, its helpers at nice
     /// `GPUMUX_COPY_NICE` (default [`DEFAULT_NICE`]) polling
     /// `GPUMUX_COPY_POLL_US` between jobs (default [`POLL`]); none is
     /// started yet.
     pub fn new(threads: usize) -> Copier {
-        Copier { poll: poll_from_env(), ..Copier::with(threads, streaming_from_env(), nice_from_env()) }
+        Copier { poll: poll_from_env(), ..Copier::with(threads, nice_from_env()) }
     }
 
-    /// [`Copier::new`] told how to copy: which copies use non-temporal
-    /// stores, and the helpers' nice value (0 to 19; 0: the caller's).
-    pub fn with(threads: usize, streaming: Streaming, nice: i32) -> Copier {
+    /// [`Copier::new`] told the helpers' nice value (0 to 19; 0: the caller's).
+    pub fn with(threads: usize, nice: i32) -> Copier {
         let threads = threads.clamp(1, MAX_THREADS);
-        Copier { threads, streaming, nice: nice.clamp(0, 19), poll: POLL, pool: OnceLock::new() }
+        Copier { threads, nice: nice.clamp(0, 19), poll: POLL, pool: OnceLock::new() }
     }
 
     /// The threads it copies with, the caller's included.
@@ -370,14 +343,9 @@ impl Copier {
         self.threads
     }
 
-    /// Which large copies use non-temporal stores.
-    pub fn streaming(&self) -> Streaming {
-        self.streaming
-    }
-
     /// Copies `src` into `dst` (the same length) toward `toward`, split
     /// across the threads when it is at least [`PARALLEL_FROM`] bytes (and
-    /// with non-temporal stores then, if the copier streams that way).
+    /// with non-temporal stores then, if it goes out of the region).
     ///
     /// # Panics
     /// If the lengths differ.
@@ -394,7 +362,7 @@ impl Copier {
     /// not overlap, and nothing else writes `dst` (or `src`) during the call.
     pub(crate) unsafe fn copy_raw(&self, src: *const u8, dst: *mut u8, len: usize, toward: Toward) {
         // A small copy's bytes are likely read again soon: through the cache.
-        let streaming = self.streaming.streams(toward) && len >= PARALLEL_FROM;
+        let streaming = toward.streams() && len >= PARALLEL_FROM;
         if len >= PARALLEL_FROM && self.threads > 1 {
             if let Some(pool) = self.pool.get_or_init(|| Pool::start(self.threads - 1, self.nice, self.poll)) {
                 // SAFETY: the caller's guarantee.
@@ -436,17 +404,16 @@ mod tests {
 
     #[test]
     fn split_copies_are_bitwise_whatever_the_size_thread_count_and_stores() {
-        use Streaming::*;
-        for (threads, streaming, nice) in [(1, Off, 0), (1, Both, 0), (2, TowardCaller, 10), (3, Off, 10), (4, Both, 0)]
-        {
-            let copier = Copier::with(threads, streaming, nice);
+        for (threads, nice) in [(1, 0), (2, 10), (3, 10), (4, 0)] {
+            let copier = Copier::with(threads, nice);
+            // Plain stores into the region, non-temporal ones out of it.
             for toward in [Toward::Region, Toward::Caller] {
                 for len in [0, 1, 4095, PARALLEL_FROM - 1, PARALLEL_FROM, PARALLEL_FROM + 12_345, (5 << 20) + 7] {
                     let src = pattern(len, threads as u32);
                     // Off a page boundary by a few bytes: the streaming head and tail.
                     let mut dst = vec![0u8; len + 3];
                     copier.copy(toward, &mut dst[3..], &src);
-                    assert!(dst[3..] == src[..], "{len} bytes {toward:?} on {threads} threads ({streaming:?})");
+                    assert!(dst[3..] == src[..], "{len} bytes {toward:?} on {threads} threads");
                     assert_eq!(dst[..3], [0, 0, 0], "nothing before the destination");
                 }
             }
@@ -491,7 +458,7 @@ mod tests {
     fn helpers_run_at_the_copiers_nice_value() {
         // 19: a thread may always raise its nice value, whatever the test
         // process runs at; the other tests' copiers use 0 and 10.
-        let copier = Copier::with(3, Streaming::Both, 19);
+        let copier = Copier::with(3, 19);
         let src = pattern(PARALLEL_FROM * 2, 9);
         let mut dst = vec![0u8; src.len()];
         copier.copy(Toward::Region, &mut dst, &src);
@@ -508,7 +475,7 @@ mod tests {
 
     #[test]
     fn helpers_that_never_poll_still_take_every_job() {
-        let copier = Copier { poll: Duration::ZERO, ..Copier::with(3, Streaming::TowardCaller, 0) };
+        let copier = Copier { poll: Duration::ZERO, ..Copier::with(3, 0) };
         let len = PARALLEL_FROM * 2 + 5;
         let mut dst = vec![0u8; len];
         for round in 0..20u32 {
@@ -522,10 +489,9 @@ mod tests {
     fn threads_are_clamped_and_the_default_is_sane() {
         assert_eq!(Copier::new(0).threads(), 1);
         assert_eq!(Copier::new(1000).threads(), MAX_THREADS);
-        assert_eq!(Copier::with(2, Streaming::Both, 50).nice, 19);
-        assert_eq!(Copier::with(2, Streaming::Off, -5).nice, 0);
-        assert!(Streaming::TowardCaller.streams(Toward::Caller) && !Streaming::TowardCaller.streams(Toward::Region));
-        assert!(Streaming::Both.streams(Toward::Region) && !Streaming::Off.streams(Toward::Caller));
+        assert_eq!(Copier::with(2, 50).nice, 19);
+        assert_eq!(Copier::with(2, -5).nice, 0);
+        assert!(Toward::Caller.streams() && !Toward::Region.streams());
         let d = default_threads();
         assert!((1..=MAX_THREADS).contains(&d), "{d}");
     }

@@ -33,12 +33,10 @@
 //! `GPUMUX_COPY_THREADS`, the threads that move a copy's bytes through the
 //! shared region (default: half the hardware threads, at most 4;
 //! [`ConnectOptions::copy_threads`]); `GPUMUX_COPY_NICE`, those threads'
-//! nice value (default 10, 0: the caller's); `GPUMUX_COPY_STREAMING`, which
-//! copies of a MiB or more use non-temporal stores (default: those out of
-//! the region into the caller's memory; `both`; `0`: none);
+//! nice value (default 10, 0: the caller's);
 //! `GPUMUX_COPY_SLOTS`, the slots the shared region is cut into (default:
 //! [`slots_for`]); `GPUMUX_COPY_POLL_US`, how long those threads poll
-//! between chunks (default 200). The last four are for comparisons (issue 35).
+//! between chunks (default 200). The last three are for comparisons (issue 35).
 
 #![warn(missing_docs)]
 
@@ -71,4 +69,4 @@ pub use runtime_calls::Pitched;
 #[doc(hidden)]
 pub use chunk::{plan as plan_chunks, slots_for, Chunk};
 #[doc(hidden)]
-pub use copier::{Copier, Streaming, Toward};
+pub use copier::{Copier, Toward};
