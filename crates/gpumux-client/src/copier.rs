@@ -43,17 +43,15 @@ pub const PARALLEL_FROM: usize = 1 << 20;
 /// The most threads a copier uses, the caller's included.
 pub const MAX_THREADS: usize = 16;
 
-/// How long a helper polls for the next part before it sleeps, unless
-/// `GPUMUX_COPY_POLL_US` says otherwise: the chunks of one copy come a
-/// request apart (tens of µs), and a wake-up from a futex costs about as
-/// much again. A polling helper holds a core (and its hyperthread sibling's
-/// share) that the daemon's threads may want: issue 35's comparisons try 0.
+/// How long a helper polls for the next part before it sleeps: the chunks
+/// of one copy come a request apart (tens of µs), and a wake-up from a
+/// futex costs about as much again. A polling helper holds a core (and its
+/// hyperthread sibling's share) that the daemon's threads may want, but
+/// helpers that slept at once measured no better beside a chain of short
+/// launches on the H200 (1.18x against 1.15x, within the noise) and moved 9%
+/// less up (docs/benchmarks.md, e7358da; the switch is in git: f0dceeb,
+/// `GPUMUX_COPY_POLL_US`).
 const POLL: Duration = Duration::from_micros(200);
-
-/// `GPUMUX_COPY_POLL_US` (µs, 0: sleep at once), else [`POLL`].
-fn poll_from_env() -> Duration {
-    env_number("GPUMUX_COPY_POLL_US").filter(|&n| n >= 0).map_or(POLL, |us| Duration::from_micros(us as u64))
-}
 
 /// The parts of a split copy start at multiples of this (whole pages).
 const ALIGN: usize = 4096;
@@ -311,7 +309,7 @@ pub struct Copier {
     threads: usize,
     /// The helpers' nice value (0: the caller's).
     nice: i32,
-    /// How long a helper polls between jobs.
+    /// How long a helper polls between jobs ([`POLL`]; a test tries 0).
     poll: Duration,
     pool: OnceLock<Option<Pool>>,
 }
@@ -325,11 +323,10 @@ impl std::fmt::Debug for Copier {
 impl Copier {
     /// A copier of `threads` threads (clamped to 1 ..= [`MAX_THREADS`]),
     /// non-temporal stores toward the caller's memory, its helpers at nice
-    /// `GPUMUX_COPY_NICE` (default [`DEFAULT_NICE`]) polling
-    /// `GPUMUX_COPY_POLL_US` between jobs (default [`POLL`]); none is
-    /// started yet.
+    /// `GPUMUX_COPY_NICE` (default [`DEFAULT_NICE`]) polling [`POLL`]
+    /// between jobs; none is started yet.
     pub fn new(threads: usize) -> Copier {
-        Copier { poll: poll_from_env(), ..Copier::with(threads, nice_from_env()) }
+        Copier::with(threads, nice_from_env())
     }
 
     /// [`Copier::new`] told the helpers' nice value (0 to 19; 0: the caller's).

@@ -33,10 +33,9 @@
 //! `GPUMUX_COPY_THREADS`, the threads that move a copy's bytes through the
 //! shared region (default: half the hardware threads, at most 4;
 //! [`ConnectOptions::copy_threads`]); `GPUMUX_COPY_NICE`, those threads'
-//! nice value (default 10, 0: the caller's);
-//! `GPUMUX_COPY_SLOTS`, the slots the shared region is cut into (default:
-//! [`slots_for`]); `GPUMUX_COPY_POLL_US`, how long those threads poll
-//! between chunks (default 200). The last three are for comparisons (issue 35).
+//! nice value (default 10, 0: the caller's); `GPUMUX_COPY_SLOTS`, the slots
+//! the shared region is cut into (default: [`slots_for`]). The last two are
+//! for comparisons (issue 35).
 
 #![warn(missing_docs)]
 
