@@ -20,11 +20,10 @@
 //! **The queue.** A post hands the job to the thread through a fixed ring
 //! of slots and a pool of outcomes that both threads reuse (`ring`): no
 //! allocation, lock or channel per job, and a [`Pending`] keeps its own
-//! outcome however long it is kept. `GPUMUX_LAUNCHER_QUEUE=channel` makes
-//! the hand-over the earlier one (`channel`: a `std::sync::mpsc` channel
-//! and an `Arc` per job), kept only to compare the two on a GPU.
+//! outcome however long it is kept. It replaced a `std::sync::mpsc` channel
+//! and an `Arc` per job, which a GPU A/B found no faster (docs/daemon-cuda.md,
+//! "The launcher thread"; that code is in git: d47028f).
 
-mod channel;
 mod ring;
 
 use super::{check, Event, Function, Params, Stream};
@@ -34,9 +33,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Chooses the hand-over: `channel` for the earlier one, anything else the ring.
-pub const QUEUE_VAR: &str = "GPUMUX_LAUNCHER_QUEUE";
 
 /// Jobs the ring holds before a post waits: a backlog of ~1.5 ms of
 /// launches at ~6 µs each, more than 8 clients' bursts of a poll (~15
@@ -110,28 +106,17 @@ fn pack(launch_ns: u64, record_ns: u64) -> u64 {
 }
 
 /// A launch posted to a [`Launcher`] and maybe not made yet.
-pub struct Pending(Ticket);
-
-enum Ticket {
-    Ring(ring::Ticket<Job, DriverError>),
-    Channel(channel::Ticket),
-}
+pub struct Pending(ring::Ticket<Job, DriverError>);
 
 impl Pending {
     /// The launch calls were made (successfully or not).
     pub fn done(&self) -> bool {
-        match &self.0 {
-            Ticket::Ring(t) => t.done(),
-            Ticket::Channel(t) => t.done(),
-        }
+        self.0.done()
     }
 
     /// What the calls came to once made: their times packed, or their error.
     fn outcome(&self) -> Option<Result<u64, DriverError>> {
-        match &self.0 {
-            Ticket::Ring(t) => t.outcome_now(),
-            Ticket::Channel(t) => t.outcome_now(),
-        }
+        self.0.outcome_now()
     }
 
     /// The error of a launch that was made and failed.
@@ -142,11 +127,7 @@ impl Pending {
     /// Waits until the launch calls were made; their times (ns: the launch,
     /// the end event's record), or their error.
     pub fn wait(&self) -> Result<(u32, u32)> {
-        let calls = match &self.0 {
-            Ticket::Ring(t) => t.wait(),
-            Ticket::Channel(t) => t.wait(),
-        };
-        let c = calls.map_err(CudaError::Driver)?;
+        let c = self.0.wait().map_err(CudaError::Driver)?;
         Ok(((c >> 32) as u32, c as u32))
     }
 }
@@ -172,26 +153,14 @@ struct MadeSums {
 }
 
 /// The posting side of the hand-over.
-enum Queue {
-    Ring(ring::Poster<Job, DriverError>),
-    Channel(channel::Poster<Job>),
-}
+type Queue = ring::Poster<Job, DriverError>;
 
 /// The thread's side of it.
-enum Take {
-    Ring(ring::Taker<Job, DriverError>),
-    Channel(channel::Taker<Job>),
-}
+type Take = ring::Taker<Job, DriverError>;
 
-/// A new hand-over: the ring, or the channel if `channel`.
-fn queue(channel: bool) -> (Queue, Take) {
-    if channel {
-        let (p, t) = channel::channel(unmade);
-        (Queue::Channel(p), Take::Channel(t))
-    } else {
-        let (p, t) = ring::ring(RING_SLOTS, unmade);
-        (Queue::Ring(p), Take::Ring(t))
-    }
+/// A new hand-over.
+fn queue() -> (Queue, Take) {
+    ring::ring(RING_SLOTS, unmade)
 }
 
 /// The thread and its queue. Dropping it waits for every job posted.
@@ -206,27 +175,15 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    /// Starts the thread, with the hand-over [`QUEUE_VAR`] chooses.
+    /// Starts the thread.
     pub fn start() -> Result<Launcher> {
-        let channel = std::env::var(QUEUE_VAR).is_ok_and(|v| v.trim() == "channel");
-        if channel {
-            tracing::info!("CUDA device: the launcher thread's jobs go through a channel ({QUEUE_VAR}=channel)");
-        }
-        Launcher::start_with(channel)
-    }
-
-    /// Starts the thread, its jobs handed over through a channel if `channel`, else the ring.
-    fn start_with(channel: bool) -> Result<Launcher> {
-        let (queue, take) = queue(channel);
+        let (queue, take) = queue();
         let finished = Arc::new(AtomicU64::new(0));
         let made = Arc::new(MadeSums::default());
         let (done, sums) = (finished.clone(), made.clone());
         let thread = std::thread::Builder::new()
             .name("gpumux-launcher".into())
-            .spawn(move || match take {
-                Take::Ring(t) => launch_from_ring(t, &sums, &done),
-                Take::Channel(t) => launch_from_channel(t, &sums, &done),
-            })
+            .spawn(move || launch_all(take, &sums, &done))
             .map_err(|e| CudaError::Invalid(format!("starting the launcher thread: {e}")))?;
         Ok(Launcher { queue: Some(queue), thread: Some(thread), posted: AtomicU64::new(0), finished, made })
     }
@@ -274,11 +231,7 @@ impl Launcher {
         let queue = self.queue.as_ref().ok_or_else(gone)?;
         // Counted before it is handed over, so that `drain` never waits for fewer.
         self.posted.fetch_add(1, Ordering::Relaxed);
-        let ticket = match queue {
-            Queue::Ring(q) => q.post(job).map(Ticket::Ring).map_err(drop),
-            Queue::Channel(q) => q.post(job).map(Ticket::Channel).map_err(drop),
-        };
-        ticket.map(Pending).map_err(|()| {
+        queue.post(job).map(Pending).map_err(|_| {
             self.posted.fetch_sub(1, Ordering::Relaxed);
             gone()
         })
@@ -306,22 +259,12 @@ impl Drop for Launcher {
     }
 }
 
-/// The thread's loop over the ring: each job made, its outcome set, counted.
-fn launch_from_ring(mut take: ring::Taker<Job, DriverError>, sums: &MadeSums, finished: &AtomicU64) {
+/// The thread's loop: each job made, its outcome set, counted.
+fn launch_all(mut take: Take, sums: &MadeSums, finished: &AtomicU64) {
     let mut current: cu::CUcontext = std::ptr::null_mut();
     while let Some(mut taken) = take.next(SPIN) {
         let (calls, error) = made(taken.job(), &mut current, sums);
         taken.set(calls, error);
-        finished.fetch_add(1, Ordering::Release);
-    }
-}
-
-/// The same over the channel.
-fn launch_from_channel(mut take: channel::Taker<Job>, sums: &MadeSums, finished: &AtomicU64) {
-    let mut current: cu::CUcontext = std::ptr::null_mut();
-    while let Some((mut job, done)) = take.next(SPIN) {
-        let (calls, error) = made(&mut job, &mut current, sums);
-        done.set(calls, error);
         finished.fetch_add(1, Ordering::Release);
     }
 }
@@ -408,8 +351,8 @@ mod tests {
 
     /// A launcher with no thread, its queue's other side to take jobs by
     /// hand (no GPU here to make real ones).
-    fn by_hand(channel: bool) -> (Launcher, Take) {
-        let (queue, take) = queue(channel);
+    fn by_hand() -> (Launcher, Take) {
+        let (queue, take) = queue();
         let (finished, made) = (Arc::new(AtomicU64::new(0)), Arc::new(MadeSums::default()));
         (Launcher { queue: Some(queue), thread: None, posted: AtomicU64::new(0), finished, made }, take)
     }
@@ -422,81 +365,64 @@ mod tests {
 
     #[test]
     fn a_job_dropped_unmade_ends_with_an_error_instead_of_leaving_its_waiter_waiting() {
-        for channel in [false, true] {
-            let (l, mut take) = by_hand(channel);
-            let (dropped, left) = (l.post_job(job(1)).expect("posted"), l.post_job(job(2)).expect("posted"));
-            assert!(!dropped.done() && dropped.error().is_none(), "not made yet: neither done nor failed");
-            match &mut take {
-                Take::Ring(t) => drop(t.try_next().expect("a job")),
-                Take::Channel(t) => drop(t.next(Duration::ZERO).expect("a job")),
-            }
-            assert!(dropped.done());
-            let e = dropped.wait().expect_err("a job never made is an error").to_string();
-            assert!(e.contains("its thread stopped"), "{e}");
-            // Its thread stops with a job still queued.
-            drop(take);
-            let e = left.wait().expect_err("a job never made is an error").to_string();
-            assert!(e.contains("its thread stopped"), "{e}");
-            assert!(l.post_job(job(3)).is_err(), "no thread to make it");
-            assert_eq!(l.posted.load(Ordering::Relaxed), 2, "a refused post is not counted");
-        }
+        let (l, mut take) = by_hand();
+        let (dropped, left) = (l.post_job(job(1)).expect("posted"), l.post_job(job(2)).expect("posted"));
+        assert!(!dropped.done() && dropped.error().is_none(), "not made yet: neither done nor failed");
+        drop(take.try_next().expect("a job"));
+        assert!(dropped.done());
+        let e = dropped.wait().expect_err("a job never made is an error").to_string();
+        assert!(e.contains("its thread stopped"), "{e}");
+        // Its thread stops with a job still queued.
+        drop(take);
+        let e = left.wait().expect_err("a job never made is an error").to_string();
+        assert!(e.contains("its thread stopped"), "{e}");
+        assert!(l.post_job(job(3)).is_err(), "no thread to make it");
+        assert_eq!(l.posted.load(Ordering::Relaxed), 2, "a refused post is not counted");
     }
 
     #[test]
-    fn a_pending_gives_its_own_calls_times_or_error_in_either_queue() {
-        for channel in [false, true] {
-            let (l, mut take) = by_hand(channel);
-            let kept: Vec<_> = (0..4).map(|t| l.post_job(job(t)).expect("posted")).collect();
-            for i in 0..4u64 {
-                let error = (i == 2).then(|| DriverError { call: "cuLaunchKernel", code: 1, msg: "bad".into() });
-                let calls = pack(1_000 + i, i);
-                match &mut take {
-                    Take::Ring(t) => {
-                        let mut taken = t.try_next().expect("a job");
-                        assert_eq!(taken.job().tag, i, "in the order posted");
-                        taken.set(calls, error);
-                    }
-                    Take::Channel(t) => {
-                        let (j, done) = t.next(Duration::ZERO).expect("a job");
-                        assert_eq!(j.tag, i, "in the order posted");
-                        done.set(calls, error);
-                    }
-                }
-            }
-            for (i, p) in kept.iter().enumerate() {
-                if i == 2 {
-                    assert!(p.error().is_some_and(|e| e.to_string().contains("bad")));
-                    assert!(p.wait().is_err());
-                } else {
-                    assert!(p.error().is_none());
-                    assert_eq!(p.wait().expect("made"), (1_000 + i as u32, i as u32));
-                }
+    fn a_pending_gives_its_own_calls_times_or_error() {
+        let (l, mut take) = by_hand();
+        let kept: Vec<_> = (0..4).map(|t| l.post_job(job(t)).expect("posted")).collect();
+        for i in 0..4u64 {
+            let error = (i == 2).then(|| DriverError { call: "cuLaunchKernel", code: 1, msg: "bad".into() });
+            let mut taken = take.try_next().expect("a job");
+            assert_eq!(taken.job().tag, i, "in the order posted");
+            taken.set(pack(1_000 + i, i), error);
+        }
+        for (i, p) in kept.iter().enumerate() {
+            if i == 2 {
+                assert!(p.error().is_some_and(|e| e.to_string().contains("bad")));
+                assert!(p.wait().is_err());
+            } else {
+                assert!(p.error().is_none());
+                assert_eq!(p.wait().expect("made"), (1_000 + i as u32, i as u32));
             }
         }
     }
 
     #[test]
     fn a_launcher_with_nothing_posted_drains_at_once_and_its_thread_ends_when_dropped() {
-        for channel in ["ring", "channel"] {
-            let l = Launcher::start_with(channel == "channel").expect("the thread starts");
-            l.drain();
-            let waiting = l.thread.as_ref().is_some_and(|t| !t.is_finished());
-            assert!(waiting, "the thread waits for jobs while its launcher lives");
-            drop(l);
-        }
+        let l = Launcher::start().expect("the thread starts");
+        l.drain();
+        let waiting = l.thread.as_ref().is_some_and(|t| !t.is_finished());
+        assert!(waiting, "the thread waits for jobs while its launcher lives");
+        drop(l);
     }
 
     /// The hand-over's own work per job, for callgrind (no GPU: the jobs are
     /// not made, their outcomes set by hand): `LQ_JOBS` jobs (default 1e5) in
-    /// bursts of 15 (a poll's), through the queue `LQ` names (`ring` or
-    /// `channel`), on one thread so that no spin loop is counted. The poster's
-    /// part is `poster_side` inclusive, the launcher thread's `taker_side`:
+    /// bursts of 15 (a poll's), on one thread so that no spin loop is
+    /// counted. The poster's part is `poster_side` inclusive, the launcher
+    /// thread's `taker_side`:
     /// `valgrind --tool=callgrind BIN --ignored --exact runtime::launcher::tests::hand_over_count`.
+    /// The `std::sync::mpsc` channel the ring replaced has its figure in
+    /// docs/daemon-cuda.md, "The launcher thread" (the code is in git: d47028f).
     #[test]
     #[ignore = "a harness for callgrind, not a check"]
     fn hand_over_count() {
         let jobs: u64 = std::env::var("LQ_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
-        let (l, mut take) = by_hand(std::env::var("LQ").is_ok_and(|v| v == "channel"));
+        let (l, mut take) = by_hand();
         let mut held = Vec::with_capacity(15);
         for burst in 0..jobs.div_ceil(15) {
             for i in 0..15 {
@@ -523,16 +449,8 @@ mod tests {
 
     #[inline(never)]
     fn taker_side(take: &mut Take) {
-        match take {
-            Take::Ring(t) => {
-                let mut taken = t.next(SPIN).expect("a job");
-                let tag = taken.job().tag;
-                taken.set(pack(tag, 1), None);
-            }
-            Take::Channel(t) => {
-                let (j, done) = t.next(SPIN).expect("a job");
-                done.set(pack(j.tag, 1), None);
-            }
-        }
+        let mut taken = take.next(SPIN).expect("a job");
+        let tag = taken.job().tag;
+        taken.set(pack(tag, 1), None);
     }
 }
