@@ -49,7 +49,7 @@ pub const MAX_THREADS: usize = 16;
 /// hyperthread sibling's share) that the daemon's threads may want, but
 /// helpers that slept at once measured no better beside a chain of short
 /// launches on the H200 (1.18x against 1.15x, within the noise) and moved 9%
-/// less up (docs/benchmarks.md, e7358da; the switch is in git: f0dceeb,
+/// less up (docs/history/benchmarks.md, e7358da; the switch is in git: f0dceeb,
 /// `GPUMUX_COPY_POLL_US`).
 const POLL: Duration = Duration::from_micros(200);
 
