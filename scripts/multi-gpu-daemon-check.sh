@@ -36,7 +36,7 @@
 #      times peer copies between GPUs 0 and 1 and host copies to and from each, 4 KiB to 1 GiB, and prints
 #      the model fitted to each link beside the preset's (MULTI_LINKS=0 skips it; MULTI_ONLY=links runs only
 #      this check). Fails only if it cannot run.
-#   7. one launch split over GPUs by the daemon (docs/multi-gpu.md, "Splitting in the daemon"): the CI
+#   7. one launch split over GPUs by the daemon (docs/split.md, "Splitting in the daemon"): the CI
 #      tests `a_compute_bound_kernel_split_over_two_gpus_is_bitwise_equal_to_one_gpu` and
 #      `a_kernel_with_global_atomics_is_refused...` (BIN_DIR/tests/split_launch) against
 #      `gpumuxd --device $MULTI_SPLIT_DEVICE` (default cuda:0,1): an FMA loop (SPLIT_FMA_N threads,

@@ -143,7 +143,7 @@ typedef struct gpumux_arg {
 
 // Declared slices of one buffer argument of a split launch: block `b`
 // writes only bytes `[offset + ⌊b / granule_blocks⌋ × bytes_per_granule, +
-// bytes_per_granule)` from the argument's pointer (docs/multi-gpu.md,
+// bytes_per_granule)` from the argument's pointer (docs/split.md,
 // "Splitting in the daemon").
 typedef struct gpumux_split_slices {
   // The argument's index in the launch.
@@ -363,7 +363,7 @@ enum gpumux_status gpumux_launch(const struct gpumux_client *client,
 
 // [`gpumux_launch`], split over the daemon's GPUs by block range as
 // `*split` says and merged back before the stream goes on
-// (docs/multi-gpu.md, "Splitting in the daemon"). A kernel the daemon's
+// (docs/split.md, "Splitting in the daemon"). A kernel the daemon's
 // source analysis refuses reports the analysis's reasons as a refused
 // launch does (at the next sync), unless `split->declared`; a daemon of one
 // GPU runs it whole.

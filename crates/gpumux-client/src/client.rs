@@ -592,7 +592,7 @@ impl Client {
 
     /// Launches `kernel` as [`Client::launch`] does, split over the daemon's
     /// GPUs by block range and merged back on this client's GPU before
-    /// anything after it on the stream starts (docs/multi-gpu.md, "Splitting
+    /// anything after it on the stream starts (docs/split.md, "Splitting
     /// in the daemon"). A kernel whose writes the daemon's source analysis
     /// cannot merge is refused with its reasons, reported as a refused
     /// launch is, unless `split.splittable` is [`Splittable::Declared`]; a

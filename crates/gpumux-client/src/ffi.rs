@@ -205,7 +205,7 @@ pub struct gpumux_launch_config {
 
 /// Declared slices of one buffer argument of a split launch: block `b`
 /// writes only bytes `[offset + ⌊b / granule_blocks⌋ × bytes_per_granule, +
-/// bytes_per_granule)` from the argument's pointer (docs/multi-gpu.md,
+/// bytes_per_granule)` from the argument's pointer (docs/split.md,
 /// "Splitting in the daemon").
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -910,7 +910,7 @@ unsafe fn to_split(split: *const gpumux_split) -> Result<Option<gpumux_proto::Sp
 
 /// [`gpumux_launch`], split over the daemon's GPUs by block range as
 /// `*split` says and merged back before the stream goes on
-/// (docs/multi-gpu.md, "Splitting in the daemon"). A kernel the daemon's
+/// (docs/split.md, "Splitting in the daemon"). A kernel the daemon's
 /// source analysis refuses reports the analysis's reasons as a refused
 /// launch does (at the next sync), unless `split->declared`; a daemon of one
 /// GPU runs it whole.

@@ -1,4 +1,4 @@
-//! gpumux's scheduling core, with no I/O (DESIGN.md, "Sans-IO core").
+//! gpumux's scheduling core, with no I/O (docs/architecture.md, "The engine is sans-IO").
 //!
 //! * [`Engine`] is the scheduler with a live interface: processes are added
 //!   and removed while it runs, operations are submitted to their streams

@@ -1,9 +1,10 @@
 //! Sets of block indices as sorted, disjoint ranges.
 //!
-//! Progress of a kernel is a block index (DESIGN.md): a kernel's work not yet
-//! done is a set of ranges of its linearised grid. Preemption hands ranges back,
-//! a slice takes a prefix, a multi-GPU split takes halves. In the common case
-//! there is one range, so operations are O(1) amortised.
+//! Progress of a kernel is a block index (docs/architecture.md, "Progress is a
+//! set of block ranges"): a kernel's work not yet done is a set of ranges of its
+//! linearised grid. Preemption hands ranges back, a slice takes a prefix, a
+//! multi-GPU split takes halves. In the common case there is one range, so
+//! operations are O(1) amortised.
 
 use serde::{Deserialize, Serialize};
 use std::ops::Range;

@@ -528,7 +528,7 @@ pub enum Request {
     /// Splits every later launch of `kernel` over the daemon's GPUs
     /// (`Some`), or stops splitting it (`None`). Answered `Done`, or refused
     /// with the source analysis's reasons when the kernel's writes cannot be
-    /// merged and `split.splittable` is `IfChecked` (docs/multi-gpu.md,
+    /// merged and `split.splittable` is `IfChecked` (docs/split.md,
     /// "Splitting in the daemon").
     SplitKernel {
         /// Which kernel.

@@ -1,4 +1,4 @@
-//! The simulated GPU, gpumux's default device (DESIGN.md, "The simulated GPU").
+//! The simulated GPU, gpumux's default device (docs/simulator.md).
 //!
 //! [`SimGpu`] implements the engine's `Device` trait in nanosecond virtual
 //! time: SM occupancy, memory bandwidth ([`memory`]: a per-SM ceiling and

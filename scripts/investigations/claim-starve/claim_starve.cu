@@ -1,8 +1,8 @@
 // What a worker's claim between two blocks waits for when the SM's other
-// warps spin (docs/history/benchmarks.md, "What the low-priority client loses": the
-// gap before an SM's next block is 3-35 µs as workers, 0.2 natively, when the
-// bench's low-priority blocks busy-spin on %globaltimer, and ~1 µs when they
-// pause 100 ns between reads).
+// warps spin (docs/history/benchmarks.md, "The launch path, and what the
+// low-priority client loses": the gap before an SM's next block is 3-35 µs as
+// workers, 0.2 natively, when the bench's low-priority blocks busy-spin on
+// %globaltimer, and ~1 µs when they pause 100 ns between reads).
 //
 // Part 1, the pieces: on every SM the first block to arrive is the prober, the
 // other seven (256 threads each, 8 per SM) are fillers of one kind. The

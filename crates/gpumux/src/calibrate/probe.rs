@@ -1,6 +1,6 @@
 //! Drives one device directly, without the engine: a kernel's blocks on chosen SMs, a copy,
 //! a retreat, each timed by the device's own clock. The same code measures the real GPU and
-//! the simulator (which is how the fit in `fit.rs` inverts the simulator's model).
+//! the simulator (which is how `measure.rs`'s fit inverts the simulator's model).
 
 use anyhow::{anyhow, bail, Result};
 use gpumux_engine::device::{Command, CopyDirection, Device, Event, Mechanism};
