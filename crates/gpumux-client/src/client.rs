@@ -595,7 +595,7 @@ impl Client {
     /// anything after it on the stream starts (docs/split.md, "Splitting
     /// in the daemon"). A kernel whose writes the daemon's source analysis
     /// cannot merge is refused with its reasons, reported as a refused
-    /// launch is, unless `split.splittable` is [`Splittable::Declared`]; a
+    /// launch is, unless `split.splittable` is [`Splittable::Declared`](crate::Splittable::Declared); a
     /// daemon of one GPU runs it whole.
     pub fn launch_split(&self, kernel: &Kernel, config: &LaunchConfig, args: &[Arg], split: &Split) -> Result<()> {
         let launch = self.checked_launch(kernel, config, args)?;
@@ -605,7 +605,7 @@ impl Client {
     /// Splits every later launch of `kernel` over the daemon's GPUs
     /// (`Some`), or runs them whole again (`None`). Refused at once, with the
     /// daemon's source analysis's reasons, when the kernel's writes cannot
-    /// be merged and `split.splittable` is [`Splittable::IfChecked`].
+    /// be merged and `split.splittable` is [`Splittable::IfChecked`](crate::Splittable::IfChecked).
     pub fn split_kernel(&self, kernel: &Kernel, split: Option<&Split>) -> Result<()> {
         self.done(Request::SplitKernel { kernel: kernel.id, split: split.cloned() })
     }

@@ -175,7 +175,7 @@ impl Client {
     /// Sets `height` rows of `width` bytes of `buffer`, `dst.pitch` apart
     /// from `dst.offset`, to `value`, in stream order (`cudaMemset2D`). Rows
     /// with no gap between them are one memset; otherwise one memset per row,
-    /// [`WINDOW`] requests in flight at once, the stream synced every
+    /// `WINDOW` requests in flight at once, the stream synced every
     /// quarter of the client's queued-ops limit of rows.
     pub fn memset_2d(
         &self,

@@ -391,7 +391,7 @@ impl Function {
 const INLINE_WORDS: usize = 24;
 
 /// Kernel arguments, each in its own 8-byte aligned slot, held in the value
-/// itself while they fit ([`INLINE_WORDS`]): a launch posted to a launcher
+/// itself while they fit (`INLINE_WORDS`): a launch posted to a launcher
 /// thread then carries no allocation of the poster's for that thread to
 /// free (each such free may take the allocator's lock the poster allocates
 /// under; the two threads slowed each other: docs/program-speed.md, "The

@@ -22,7 +22,7 @@
 //! at least one time unit. Before iterating, the interferers' utilisation per unit
 //! `U = Σ α / (T · m)` decides: `U >= 1` diverges (every step adds at least `C + B > 0`);
 //! `U < 1` has a finite least fixed point, below the closed form `A / (1 − U)`
-//! ([`closed_form_bound`]). Yes/no tests stop as soon as the task's running sum `Σ w` exceeds
+//! (`closed_form_bound`). Yes/no tests stop as soon as the task's running sum `Σ w` exceeds
 //! a cap (its deadline); reports have no cap (there used to be a horizon of 10 deadlines,
 //! which called finite responses past it unbounded) and fall back to the closed form after
 //! an iteration limit, reported as `not_converged` when that bound exceeds the deadline.

@@ -16,7 +16,7 @@
 //! killed. It exits when the daemon closes its end.
 //!
 //! A `PollHeld` is a poll that waits for news while the device is busy
-//! ([`hold`]): still only inside the message's handling, so lockstep holds,
+//! (`hold`): still only inside the message's handling, so lockstep holds,
 //! and it ends as soon as the daemon sends anything else.
 
 mod hold;

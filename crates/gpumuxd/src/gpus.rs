@@ -282,8 +282,8 @@ impl Gpus {
     }
 
     /// Every GPU's part of `Status`, merged: each core answers for its own
-    /// clients; a GPU whose core does not answer within [`STATUS_WAIT`] is a
-    /// row of what its board knows ([`Gpus::unanswered_row`]).
+    /// clients; a GPU whose core does not answer within `STATUS_WAIT` is a
+    /// row of what its board knows (`Gpus::unanswered_row`).
     pub fn status(&self) -> Status {
         self.status_within(STATUS_WAIT)
     }

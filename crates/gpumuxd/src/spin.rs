@@ -129,7 +129,7 @@ impl ConnSpin {
     }
     /// Whether a [`ConnSpin::hold_for`] is still under way, or the window
     /// learned from the client's cadence since its last request. Past that
-    /// window the connection no longer counts in [`REGULAR`]: its reader
+    /// window the connection no longer counts in `REGULAR`: its reader
     /// asks this before it sleeps, so a client that went idle stops
     /// shortening the others' caps then, not at its next request or its end.
     pub fn held(&self) -> bool {

@@ -102,7 +102,7 @@ impl ClientContext {
     /// setting it waits for the driver's lock, which the launcher thread
     /// holds through each `cuLaunchKernel` (`runtime::launcher`). Once
     /// made current here, it is known current without the driver's word
-    /// until something else may have changed it ([`CURRENT`]).
+    /// until something else may have changed it (`CURRENT`).
     pub fn bind(&self) -> Result<()> {
         if known_current(self.raw) {
             return Ok(());

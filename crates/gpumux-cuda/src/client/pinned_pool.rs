@@ -271,7 +271,7 @@ pub(crate) fn layout(size: usize) -> (usize, usize) {
     chunk_layout(size, CHUNK)
 }
 
-/// The rule of [`layout`] for chunks of `chunk` bytes (> 0): how many whole
+/// The rule of `layout` for chunks of `chunk` bytes (> 0): how many whole
 /// chunks, and the tail's bytes (0: none). The simulated device's host
 /// copies follow it too, with smaller chunks.
 pub fn chunk_layout(size: usize, chunk: usize) -> (usize, usize) {

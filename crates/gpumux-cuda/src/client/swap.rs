@@ -416,7 +416,7 @@ impl ClientDevice {
         }
     }
 
-    /// Caps the pinned host pool of the moves ([`super::pinned_pool`]) at
+    /// Caps the pinned host pool of the moves (`super::pinned_pool`) at
     /// `bytes` (0: none, every move goes through the ring), instead of what
     /// gpumuxd's environment says ([`super::PINNED_VAR`]); for a mover not
     /// started yet (the first move starts it).
@@ -448,7 +448,7 @@ impl ClientDevice {
     }
 
     /// Starts evicting (`evict`) or restoring the mapped buffer at `ptr` on
-    /// the mover ([`super::mover`]; module doc): moves run in the order they
+    /// the mover (`super::mover`; module doc): moves run in the order they
     /// are started, so a restore started after the evictions that make its
     /// room finds it. Its end comes from [`ClientDevice::take_moved`] with
     /// `token`. An eviction's buffer must have no work left; an error here:
@@ -510,13 +510,13 @@ impl ClientDevice {
     /// Bytes the moves taken so far DMAed straight from or into pinned host
     /// memory, and bytes they moved in all (restores of buffers born
     /// evicted left out): how much the pinned pool
-    /// ([`super::pinned_pool`]) carried.
+    /// (`super::pinned_pool`) carried.
     pub fn swap_moved_direct(&self) -> (u64, u64) {
         self.st.as_ref().and_then(|st| st.mover.as_ref()).map_or((0, 0), |m| (m.moved_direct, m.moved))
     }
 
     /// Bytes of pinned host memory the movers' pool holds now, its chunks
-    /// free and holding evicted buffers ([`super::pinned_pool`]; 0 before
+    /// free and holding evicted buffers (`super::pinned_pool`; 0 before
     /// the mover starts).
     pub fn swap_pinned_held(&self) -> usize {
         self.st.as_ref().and_then(|st| st.mover.as_ref()).map_or(0, super::mover::Mover::pinned_held)

@@ -15,7 +15,7 @@
 //! * **Slices** (declared write sets, [`BlockSlices`]): the kernel declares
 //!   that blocks `[g·G, (g+1)·G)` write only inside bytes
 //!   `[offset + g·U, offset + (g+1)·U)` of the output. The split then cuts
-//!   the blocks at multiples of G ([`super::partition`]), and each other GPU's
+//!   the blocks at multiples of G ([`super::partition`](fn@super::partition)), and each other GPU's
 //!   slice is copied back into the home copy: no replication of a write-only
 //!   output, no merge kernel, and only the bytes the GPU wrote cross the link.
 //!   A wrong declaration gives wrong bytes, silently: `verify` runs the
@@ -169,7 +169,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 }
 
 /// Plans the buffers of a launch whose blocks run as `ranges` (one per GPU,
-/// from [`super::partition`] with [`granule`]).
+/// from [`super::partition`](fn@super::partition) with [`granule`]).
 pub fn plan(ranges: Vec<Range<u32>>, uses: &[BufferUse]) -> Result<SplitPlan, SplitError> {
     let n = ranges.len();
     let runs = |g: usize| g > 0 && !ranges[g].is_empty();

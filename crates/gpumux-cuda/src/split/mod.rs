@@ -6,14 +6,14 @@
 //!
 //! A transformed kernel's workers run any range of the launch's linear block
 //! index with `blockIdx`/`gridDim` of the whole launch, so a split is one
-//! worker launch per GPU over disjoint ranges ([`partition`]): the index
+//! worker launch per GPU over disjoint ranges ([`partition`](fn@partition)): the index
 //! translation of GPU-SPARC's Table I comes with the workers. Inputs are
 //! replicated from the home GPU (index 0); outputs are merged back into the
 //! home GPU's copy ([`merge`]: GPU-SPARC's shadow buffers, or slices a kernel
 //! declares). A kernel whose writes the merge cannot combine is refused from
 //! its source ([`analysis`]) unless the caller declares it splittable.
 //!
-//! * [`partition`], [`merge`], [`analysis`]: pure, CPU-tested;
+//! * [`partition`](mod@partition), [`merge`], [`analysis`]: pure, CPU-tested;
 //! * [`run`]: the GPUs (contexts, peer access, replicated buffers, the launch);
 //! * [`suite`]: a suite kernel's launch as a split launch (GPU tests, the check);
 //! * [`links`]: the copies' times over the links (`gpumux-cuda-check links`).

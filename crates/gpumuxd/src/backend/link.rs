@@ -317,7 +317,7 @@ impl Link {
     /// [`Link::try_recv`] for a caller that looks again and again while it
     /// does other work (the core's look for a poll's answer between the
     /// requests it handles meanwhile): the ring at every look, the socket
-    /// (the peer's end of stream, descriptors) at every [`SOCKET_EVERY`]th,
+    /// (the peer's end of stream, descriptors) at every `SOCKET_EVERY`th,
     /// as [`Link::recv_spin`] does. A `recvmsg` at every look was half the
     /// core thread's time with 8 clients launching on sim:h100 (perf,
     /// issue 35), each look a system call before the next request or the

@@ -21,7 +21,7 @@
 //! alone run compares with a shared one like for like (a host's wake-up
 //! latency, hundreds of µs on a loaded CI host, would otherwise be charged
 //! per kernel, more to a client alone than beside busy neighbours). Behind
-//! the clock (past [`EVENTS_PER_POLL`]), commands take effect at the
+//! the clock (past `EVENTS_PER_POLL`), commands take effect at the
 //! simulator's time.
 //!
 //! Memory is real too, in host RAM: one zeroed anonymous mapping per
@@ -64,7 +64,7 @@
 //! and serves other clients meanwhile (issue 39). The host store is made
 //! of chunks laid end to end, by the CUDA device's rule
 //! (`gpumux_cuda::client::chunk_layout`: whole chunks, and a tail shorter
-//! than half a chunk), with chunks of [`SWAP_CHUNK`], smaller than a GPU's
+//! than half a chunk), with chunks of `SWAP_CHUNK`, smaller than a GPU's
 //! 128 MiB so that the tests' buffers of tens of MiB cross several chunk
 //! boundaries on their round trips.
 
@@ -701,7 +701,7 @@ fn gib(bytes: u64) -> String {
 
 /// The simulated device `name`'s memory, and the rule that gave it in words:
 /// the preset's size (`preset` bytes), but at most the host's physical
-/// memory (`host` bytes, if known) divided by [`HOST_MEMORY_DIVISOR`],
+/// memory (`host` bytes, if known) divided by `HOST_MEMORY_DIVISOR`,
 /// rounded down to a MiB. Device memory is host RAM here (module doc): on a
 /// 24 GiB host an H100 preset let clients allocate, and fill, 80 GiB.
 pub fn memory_bound(name: &str, preset: u64, host: Option<u64>) -> (u64, String) {
