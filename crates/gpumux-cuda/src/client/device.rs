@@ -228,10 +228,13 @@ const MAX_SPARE: usize = 1024;
 /// the H100 (device and pinned host memory, an event: docs/history/benchmarks.md,
 /// run 129), which a client's first launches would otherwise wait for. A run
 /// of kernels queued natively holds one per kernel not seen ended, so they
-/// also bound how far the GPU runs ahead of the engine; 32 kept measured no
-/// different on the chain of the programs bench and 64 worse (H200,
-/// docs/program-speed.md; the switch that set them is in git: f0dceeb).
-const KEPT_RECORDS: usize = 16;
+/// also bound how far the GPU runs ahead of the engine: a poll that sees a
+/// run's kernels end queues at most as many more as records came back. 32
+/// (as many as a run may hold, [`DEEP_MAX`]) ran the programs bench's chain
+/// 1.62x and 1.55x native against 1.72x and 1.71x with 16, alternating in one
+/// call on an H200 (docs/program-speed.md, "What bounds the chain next"); 64
+/// was worse when a post cost twice what it does now (daea232).
+const KEPT_RECORDS: usize = DEEP_MAX;
 
 /// Everything that lives in the context: dropped before the context is
 /// destroyed (so no stale handle outlives it), made again after.
