@@ -29,6 +29,24 @@ fn spawn_taker(mut taker: Taker<u64, Failed>, spin: Duration) -> std::thread::Jo
     })
 }
 
+/// `n` jobs, or a hundredth of them under Miri (which interprets every
+/// step: `cargo +nightly miri test`, see the module doc of `ring`).
+fn scaled(n: u64) -> u64 {
+    if cfg!(miri) {
+        n / 100
+    } else {
+        n
+    }
+}
+
+/// The next of a xorshift sequence (deterministic "random" depths and pauses).
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
 fn check(n: u64, r: Result<u64, Failed>) {
     if n.is_multiple_of(7) {
         assert_eq!(r, Err(Failed(format!("job {n}"))), "job {n}");
@@ -135,7 +153,8 @@ fn a_sleeping_taker_is_woken_by_every_post() {
     let (poster, taker) = ring::<u64, Failed>(4, unmade);
     // No spin: the taker sleeps whenever the ring is empty.
     let t = spawn_taker(taker, Duration::ZERO);
-    for n in 1..=2_000u64 {
+    let jobs = scaled(2_000);
+    for n in 1..=jobs {
         if n % 2 == 0 {
             // Let it fall asleep first on every other job.
             while !poster.shared.sleeping.load(Ordering::Acquire) {
@@ -145,7 +164,7 @@ fn a_sleeping_taker_is_woken_by_every_post() {
         check(n, poster.post(n).expect("taker alive").wait());
     }
     drop(poster);
-    assert_eq!(t.join().expect("taker ran").len(), 2_000, "the close woke it too");
+    assert_eq!(t.join().expect("taker ran").len(), jobs as usize, "the close woke it too");
 }
 
 #[test]
@@ -210,12 +229,10 @@ fn two_threads_hand_over_100k_jobs_with_tickets_kept_past_many_reuses() {
     // and the pool's first chunk), checked when dropped.
     let mut kept: VecDeque<(u64, Ticket<u64, Failed>)> = VecDeque::new();
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for n in 0..100_000u64 {
+    let jobs = scaled(100_000);
+    for n in 0..jobs {
         kept.push_back((n, poster.post(n).expect("taker alive")));
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let depth = (x % 300) as usize;
+        let depth = (xorshift(&mut x) % 300) as usize;
         while kept.len() > depth {
             let (m, t) = kept.pop_front().expect("non-empty");
             check(m, t.wait());
@@ -225,5 +242,131 @@ fn two_threads_hand_over_100k_jobs_with_tickets_kept_past_many_reuses() {
         check(m, t.wait());
     }
     drop(poster);
-    assert_eq!(t.join().expect("taker ran").len(), 100_000);
+    assert_eq!(t.join().expect("taker ran").len(), jobs as usize);
+}
+
+#[test]
+fn a_taker_that_sleeps_whenever_it_can_and_tickets_dropped_on_a_third_thread_hand_over_every_job() {
+    let (poster, taker) = ring::<u64, Failed>(8, unmade);
+    // No spin: it sleeps whenever it finds the ring empty, so posts race its decision to sleep.
+    let t = spawn_taker(taker, Duration::ZERO);
+    // Tickets checked and dropped on a thread of their own: outcomes come
+    // back to the pool from the taker and from that thread, while the
+    // poster takes them.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Ticket<u64, Failed>)>(64);
+    let checker = std::thread::spawn(move || {
+        let mut checked = 0u64;
+        for (n, t) in rx {
+            check(n, t.wait());
+            checked += 1;
+        }
+        checked
+    });
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let jobs = scaled(50_000);
+    for n in 0..jobs {
+        tx.send((n, poster.post(n).expect("taker alive"))).expect("checker alive");
+        // Bursts of varying length, with pauses that let the taker fall asleep.
+        if xorshift(&mut x).is_multiple_of(16) {
+            std::thread::yield_now();
+        }
+    }
+    drop(tx);
+    assert_eq!(checker.join().expect("checker ran"), jobs);
+    drop(poster);
+    assert_eq!(t.join().expect("taker ran"), (0..jobs).collect::<Vec<_>>(), "every job, in order");
+}
+
+/// A job that counts its drops in `.1`, and panics in the first of them
+/// when `.2` (a job's drop is its owner's code, and may).
+#[derive(Debug)]
+struct Counted(u64, &'static AtomicUsize, bool);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if self.1.fetch_add(1, Ordering::SeqCst) == 0 && self.2 {
+            panic!("job {}: its drop panics", self.0);
+        }
+    }
+}
+
+#[test]
+fn a_taker_that_slept_on_one_thread_and_moved_to_another_is_woken_there() {
+    let (poster, mut taker) = ring::<u64, Failed>(4, unmade);
+    // It sleeps once here, woken by a post from another thread.
+    let waker = std::thread::spawn(move || {
+        while !poster.shared.sleeping.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let t = poster.post(1).expect("taker alive");
+        (poster, t)
+    });
+    let done = taker.next(Duration::ZERO).expect("job 1");
+    done.set(1, None);
+    let (poster, first) = waker.join().expect("it posted");
+    assert_eq!(first.wait(), Ok(1));
+    // Then it moves to a thread of its own and sleeps there.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        while let Some(mut done) = taker.next(Duration::ZERO) {
+            let n = *done.job();
+            done.set(n, None);
+            let _ = tx.send(n);
+        }
+    });
+    while !poster.shared.sleeping.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    // Long enough for it to be parked, not only about to be.
+    std::thread::sleep(Duration::from_millis(20));
+    let second = poster.post(2).expect("taker alive");
+    let got = rx.recv_timeout(Duration::from_secs(20));
+    assert_eq!(got, Ok(2), "the post woke the thread the taker sleeps on now");
+    assert_eq!(second.wait(), Ok(2));
+    drop(poster);
+    t.join().expect("the close woke it");
+}
+
+#[test]
+fn a_job_whose_drop_panics_is_dropped_once_and_its_slot_passed() {
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    let (poster, mut taker) = ring::<Counted, Failed>(2, unmade);
+    let first = poster.post(Counted(1, &DROPS, true)).expect("posted");
+    let taken = taker.try_next().expect("a job");
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| taken.set(5, None)));
+    assert!(r.is_err(), "its drop panicked");
+    assert_eq!(DROPS.load(Ordering::SeqCst), 1);
+    assert_eq!(first.wait(), Ok(5), "set before the job was dropped");
+    assert_eq!(taker.head, 1, "the taker is past the dropped job: it is not taken (or dropped) again");
+    let second = poster.post(Counted(2, &DROPS, true)).expect("posted");
+    assert_eq!(taker.try_next().map(|mut t| t.job().0), Some(2), "the next job is the next posted");
+    assert_eq!(second.wait(), Err(unmade()));
+    drop((poster, taker, first, second));
+    assert_eq!(DROPS.load(Ordering::SeqCst), 2, "each job dropped once");
+}
+
+#[test]
+fn jobs_pass_through_the_counters_wrap_around_in_order() {
+    let (poster, taker) = ring_from::<u64, Failed>(4, unmade, usize::MAX - 37);
+    let t = spawn_taker(taker, Duration::from_micros(20));
+    let tickets: Vec<_> = (0..100u64).map(|n| poster.post(n).expect("taker alive")).collect();
+    for (n, t) in tickets.iter().enumerate() {
+        check(n as u64, t.wait());
+    }
+    drop(poster);
+    assert_eq!(t.join().expect("taker ran"), (0..100).collect::<Vec<_>>());
+}
+
+#[test]
+fn jobs_left_in_the_ring_are_dropped_with_it_across_the_wrap_around() {
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    let (poster, mut taker) = ring_from::<Counted, Failed>(4, unmade, usize::MAX - 1);
+    let tickets: Vec<_> = (0..4u64).map(|n| poster.post(Counted(n, &DROPS, false)).expect("posted")).collect();
+    taker.try_next().expect("a job").set(0, None);
+    assert_eq!(DROPS.load(Ordering::SeqCst), 1);
+    drop(taker);
+    assert_eq!(tickets[0].wait(), Ok(0));
+    assert!(tickets[1..].iter().all(|t| t.wait() == Err(unmade())), "the taker went first");
+    drop((poster, tickets));
+    assert_eq!(DROPS.load(Ordering::SeqCst), 4, "the three never taken were dropped with the ring");
 }
