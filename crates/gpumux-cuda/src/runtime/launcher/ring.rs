@@ -47,6 +47,10 @@
 //! closed) marks the ring gone: a ticket whose job was not done by then
 //! reads as done with the "unmade" error, and later posts are refused. A
 //! [`Taken`] dropped unset (a panic while making the job) sets that error.
+//!
+//! **Checked** by the tests in `ring/tests.rs`, which also run under Miri
+//! (data races, aliasing, weak-memory outcomes; the command is in
+//! docs/daemon-cuda.md, "The launcher thread").
 
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;

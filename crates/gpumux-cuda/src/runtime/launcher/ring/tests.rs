@@ -30,7 +30,7 @@ fn spawn_taker(mut taker: Taker<u64, Failed>, spin: Duration) -> std::thread::Jo
 }
 
 /// `n` jobs, or a hundredth of them under Miri (which interprets every
-/// step: `cargo +nightly miri test`, see the module doc of `ring`).
+/// step: docs/daemon-cuda.md, "The launcher thread", has the command).
 fn scaled(n: u64) -> u64 {
     if cfg!(miri) {
         n / 100
@@ -203,6 +203,20 @@ fn a_job_dropped_unmade_and_jobs_left_when_the_taker_stops_end_with_the_unmade_e
     assert_eq!(left.wait(), Err(unmade()));
     assert!(poster.shared.gone.load(Ordering::Acquire));
     assert!(matches!(poster.post(3), Err(Gone(3))), "a full wait would be for ever: refused");
+}
+
+#[test]
+fn a_ticket_kept_after_both_sides_are_dropped_still_reads_its_answer() {
+    // The launcher dropped while a `Pending` is held.
+    let (poster, mut taker) = ring::<u64, Failed>(4, unmade);
+    let made = poster.post(3).expect("posted");
+    let left = poster.post(4).expect("posted");
+    taker.try_next().expect("a job").set(9, None);
+    drop((poster, taker));
+    // The tickets keep the ring's memory: their outcomes are read from it,
+    // and it is freed with the last of them (Miri checks both).
+    assert_eq!(made.wait(), Ok(9));
+    assert_eq!(left.wait(), Err(unmade()), "never made: its taker went first");
 }
 
 #[test]
