@@ -529,7 +529,7 @@ pub struct ClientDevice {
     /// [`ClientDevice::deepen_tails`]' list, kept between its calls (one
     /// at most polls: not a vector allocated per poll).
     tails: Vec<OpId>,
-    /// The same for a poll's heads of runs ([`ClientDevice::poll_ahead_in`]),
+    /// The same for a poll's heads of runs ([`ClientDevice::poll_ahead`]),
     /// its launches whose end a later kernel may imply
     /// ([`ClientDevice::mark_implied_ends`]) and the launches it ends
     /// ([`ClientDevice::poll_launches_of`]; an answered launch command's
