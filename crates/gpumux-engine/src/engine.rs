@@ -639,7 +639,7 @@ impl Engine {
 
     fn finish_kernel(&mut self, id: KernelId) {
         let Some(i) = self.kernel_index(id) else { return };
-        let k = self.kernels.remove(i);
+        let slot = self.kernels.remove(i).slot;
         self.kernels_completed += 1;
         // Stale reservations for this kernel turn into plain preemptions.
         for sm in self.busy {
@@ -649,7 +649,7 @@ impl Engine {
                 }
             }
         }
-        self.head_done(k.slot);
+        self.head_done(slot);
     }
 
     fn on_sm_released(&mut self, launch: LaunchId, sm: SmId, cause: ReleaseCause) -> Result<(), EngineError> {

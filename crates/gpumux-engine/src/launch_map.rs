@@ -48,7 +48,7 @@ impl<V: Clone> LaunchMap<V> {
     /// Takes `id` out; returns its value.
     pub fn remove(&mut self, id: LaunchId) -> Option<V> {
         let i = self.position(id).ok()?;
-        Some(self.list.remove(i).1)
+        Some(self.list.remove(i).1.clone())
     }
 
     fn position(&self, id: LaunchId) -> Result<usize, usize> {
