@@ -101,6 +101,12 @@ impl Reserves {
         self.levels.iter().any(|&(l, ns, at)| l == level && ns >= MIN_DRAIN && now < at.saturating_add(DRAIN_MEMORY))
     }
 
+    /// Some level's blocks are long, measured within [`DRAIN_MEMORY`]: a
+    /// reserve may hold at `now` (none does otherwise).
+    pub fn any_held(&self, now: Nanos) -> bool {
+        self.levels.iter().any(|&(_, ns, at)| ns >= MIN_DRAIN && now < at.saturating_add(DRAIN_MEMORY))
+    }
+
     /// The longest block time among the levels below `priority` that
     /// reserves hold against at `now` (0: none).
     fn window_below(&self, priority: i32, now: Nanos) -> Nanos {
