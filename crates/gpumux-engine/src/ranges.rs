@@ -6,14 +6,22 @@
 //! multi-GPU split takes halves. In the common case there is one range, so
 //! operations are O(1) amortised.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::ops::Range;
 
 /// A set of block indices (see the module doc).
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// One range is held in the value, more in a vector: every kernel's blocks
+/// start as one range (`full`) and a launch mostly takes them whole, and the
+/// vector allocated for that one range and freed at the launch's end was one
+/// of the two allocations per launch of issue 35's 8 clients (callgrind).
+#[derive(Clone, Default)]
 pub struct BlockRanges {
-    /// Sorted by start, disjoint and non-adjacent, none empty.
-    ranges: Vec<Range<u64>>,
+    /// The ranges when there are two or more (sorted by start, disjoint and
+    /// non-adjacent, none empty); empty otherwise. Never exactly one.
+    many: Vec<Range<u64>>,
+    /// The range when there is exactly one; empty (`0..0`) otherwise.
+    one: Range<u64>,
 }
 
 impl BlockRanges {
@@ -24,53 +32,93 @@ impl BlockRanges {
 
     /// Blocks `0..n`.
     pub fn full(n: u64) -> Self {
-        let mut r = Self::new();
-        r.insert(0..n);
-        r
+        BlockRanges { many: Vec::new(), one: 0..n }
     }
 
     /// How many blocks.
     pub fn len(&self) -> u64 {
-        self.ranges.iter().map(|r| r.end - r.start).sum()
+        self.ranges().iter().map(|r| r.end - r.start).sum()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
+        self.one.is_empty() && self.many.is_empty()
     }
 
     /// The ranges, sorted, disjoint and not adjacent.
     pub fn ranges(&self) -> &[Range<u64>] {
-        &self.ranges
+        if !self.one.is_empty() {
+            std::slice::from_ref(&self.one)
+        } else {
+            &self.many
+        }
+    }
+
+    /// The ranges as one vector to change (the one range moved into it),
+    /// to be put back in shape by [`BlockRanges::settle`].
+    fn spill(&mut self) -> &mut Vec<Range<u64>> {
+        if !self.one.is_empty() {
+            let one = std::mem::replace(&mut self.one, 0..0);
+            self.many.push(one);
+        }
+        &mut self.many
+    }
+
+    /// A single range left in the vector moves to the value.
+    fn settle(&mut self) {
+        if self.many.len() == 1 {
+            self.one = self.many.pop().unwrap_or(0..0);
+        }
     }
 
     /// Removes and returns the lowest block index.
     pub fn pop_first(&mut self) -> Option<u64> {
-        let first = self.ranges.first_mut()?;
+        if !self.one.is_empty() {
+            let b = self.one.start;
+            self.one.start += 1;
+            if self.one.is_empty() {
+                self.one = 0..0;
+            }
+            return Some(b);
+        }
+        let first = self.many.first_mut()?;
         let b = first.start;
         first.start += 1;
         if first.start == first.end {
-            self.ranges.remove(0);
+            self.many.remove(0);
+            self.settle();
         }
         Some(b)
     }
 
     /// Removes and returns the lowest `n` blocks (fewer if there are fewer).
     pub fn take_prefix(&mut self, n: u64) -> BlockRanges {
+        if !self.one.is_empty() {
+            // One range: its prefix, and the rest stays (no vector either side).
+            let cut = self.one.start.saturating_add(n).min(self.one.end);
+            let head = if cut > self.one.start { self.one.start..cut } else { 0..0 };
+            self.one.start = cut;
+            if self.one.is_empty() {
+                self.one = 0..0;
+            }
+            return BlockRanges { many: Vec::new(), one: head };
+        }
         let mut out = BlockRanges::new();
         let mut want = n;
         while want > 0 {
-            let Some(first) = self.ranges.first_mut() else { break };
+            let Some(first) = self.many.first_mut() else { break };
             let len = first.end - first.start;
             if len <= want {
                 want -= len;
-                out.ranges.push(self.ranges.remove(0));
+                out.many.push(self.many.remove(0));
             } else {
-                out.ranges.push(first.start..first.start + want);
+                out.many.push(first.start..first.start + want);
                 first.start += want;
                 want = 0;
             }
         }
+        self.settle();
+        out.settle();
         out
     }
 
@@ -80,22 +128,29 @@ impl BlockRanges {
         if r.start >= r.end {
             return Ok(());
         }
+        if self.is_empty() {
+            self.one = r;
+            return Ok(());
+        }
+        let ranges = self.spill();
         // First range starting at or after r; only it and its predecessor can overlap.
-        let pos = self.ranges.partition_point(|x| x.start < r.start);
+        let pos = ranges.partition_point(|x| x.start < r.start);
         let overlaps = |x: &Range<u64>| x.start < r.end && r.start < x.end;
-        if self.ranges.get(pos).is_some_and(overlaps) || (pos > 0 && overlaps(&self.ranges[pos - 1])) {
+        if ranges.get(pos).is_some_and(overlaps) || (pos > 0 && overlaps(&ranges[pos - 1])) {
+            self.settle();
             return Err(r);
         }
-        self.ranges.insert(pos, r);
+        ranges.insert(pos, r);
         // Merge with the next and previous when adjacent.
-        if pos + 1 < self.ranges.len() && self.ranges[pos].end == self.ranges[pos + 1].start {
-            let next = self.ranges.remove(pos + 1);
-            self.ranges[pos].end = next.end;
+        if pos + 1 < ranges.len() && ranges[pos].end == ranges[pos + 1].start {
+            let next = ranges.remove(pos + 1);
+            ranges[pos].end = next.end;
         }
-        if pos > 0 && self.ranges[pos - 1].end == self.ranges[pos].start {
-            let cur = self.ranges.remove(pos);
-            self.ranges[pos - 1].end = cur.end;
+        if pos > 0 && ranges[pos - 1].end == ranges[pos].start {
+            let cur = ranges.remove(pos);
+            ranges[pos - 1].end = cur.end;
         }
+        self.settle();
         Ok(())
     }
 
@@ -112,21 +167,23 @@ impl BlockRanges {
 
     /// Moves every range of `other` into `self`.
     pub fn absorb(&mut self, other: BlockRanges) {
-        for r in other.ranges {
-            self.insert(r);
+        for r in other.ranges() {
+            self.insert(r.clone());
         }
     }
 
     /// Whether block `b` is in the set.
     pub fn contains(&self, b: u64) -> bool {
-        let pos = self.ranges.partition_point(|x| x.end <= b);
-        self.ranges.get(pos).is_some_and(|x| x.start <= b)
+        let ranges = self.ranges();
+        let pos = ranges.partition_point(|x| x.end <= b);
+        ranges.get(pos).is_some_and(|x| x.start <= b)
     }
 
     /// The parts of the set inside `r`, in order (`self ∩ r`).
     pub fn within(&self, r: Range<u64>) -> impl Iterator<Item = Range<u64>> + '_ {
-        let first = self.ranges.partition_point(|x| x.end <= r.start);
-        self.ranges[first..].iter().map_while(move |x| {
+        let ranges = self.ranges();
+        let first = ranges.partition_point(|x| x.end <= r.start);
+        ranges[first..].iter().map_while(move |x| {
             let (a, b) = (x.start.max(r.start), x.end.min(r.end));
             (a < b).then_some(a..b)
         })
@@ -137,23 +194,60 @@ impl BlockRanges {
         if r.start >= r.end {
             return;
         }
-        let first = self.ranges.partition_point(|x| x.end <= r.start);
-        let last = self.ranges.partition_point(|x| x.start < r.end);
-        if first >= last {
-            return;
+        let ranges = self.spill();
+        let first = ranges.partition_point(|x| x.end <= r.start);
+        let last = ranges.partition_point(|x| x.start < r.end);
+        if first < last {
+            // What is left of the first and last overlapping ranges, outside `r`.
+            let head = ranges[first].start..r.start;
+            let tail = r.end..ranges[last - 1].end;
+            let kept = [head, tail].into_iter().filter(|x| x.start < x.end);
+            ranges.splice(first..last, kept);
         }
-        // What is left of the first and last overlapping ranges, outside `r`.
-        let head = self.ranges[first].start..r.start;
-        let tail = r.end..self.ranges[last - 1].end;
-        let kept = [head, tail].into_iter().filter(|x| x.start < x.end);
-        self.ranges.splice(first..last, kept);
+        self.settle();
+    }
+}
+
+impl PartialEq for BlockRanges {
+    fn eq(&self, other: &Self) -> bool {
+        self.ranges() == other.ranges()
+    }
+}
+
+impl Eq for BlockRanges {}
+
+/// On the wire and in files as it always was: `{ ranges: [..] }`.
+#[derive(Serialize)]
+#[serde(rename = "BlockRanges")]
+struct WireRef<'a> {
+    ranges: &'a [Range<u64>],
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "BlockRanges")]
+struct Wire {
+    ranges: Vec<Range<u64>>,
+}
+
+impl Serialize for BlockRanges {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        WireRef { ranges: self.ranges() }.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for BlockRanges {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut many = Wire::deserialize(d)?.ranges;
+        // Taken as sent (the sender's set kept its invariant), in shape.
+        let one = if many.len() == 1 { many.pop().unwrap_or(0..0) } else { 0..0 };
+        Ok(BlockRanges { many, one })
     }
 }
 
 impl std::fmt::Debug for BlockRanges {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "[")?;
-        for (i, r) in self.ranges.iter().enumerate() {
+        for (i, r) in self.ranges().iter().enumerate() {
             if i > 0 {
                 write!(f, ",")?;
             }
@@ -200,6 +294,43 @@ mod tests {
         assert_eq!(r.len(), 9);
         r.remove(0..100);
         assert!(r.is_empty());
+    }
+
+    /// The wire and file form is the one a `{ ranges: Vec<Range> }` struct
+    /// had (before one range was held in the value), and reads back the same.
+    #[test]
+    fn serialises_as_its_ranges_and_reads_back() {
+        #[derive(Serialize)]
+        struct Before {
+            ranges: Vec<Range<u64>>,
+        }
+        let mut three = BlockRanges::full(10);
+        three.remove(2..3);
+        three.remove(5..6);
+        for set in [BlockRanges::new(), BlockRanges::full(7), three] {
+            let json = serde_json::to_string(&set).expect("serialises");
+            let before = serde_json::to_string(&Before { ranges: set.ranges().to_vec() }).expect("serialises");
+            assert_eq!(json, before);
+            let back: BlockRanges = serde_json::from_str(&json).expect("reads back");
+            assert_eq!(back, set);
+            assert_eq!(back.ranges(), set.ranges());
+        }
+    }
+
+    #[test]
+    fn one_range_gives_prefixes_and_blocks_and_empties() {
+        let mut r = BlockRanges::full(5);
+        assert!(r.take_prefix(0).is_empty());
+        assert_eq!(r.take_prefix(2).ranges(), &[0..2]);
+        assert_eq!(r.pop_first(), Some(2));
+        assert_eq!(r.take_prefix(9).ranges(), &[3..5]);
+        assert!(r.is_empty() && r.ranges().is_empty() && r == BlockRanges::new());
+        assert_eq!(r.pop_first(), None);
+        r.insert(4..6);
+        r.insert(0..2);
+        assert_eq!(r.ranges(), &[0..2, 4..6]);
+        r.insert(2..4);
+        assert_eq!(r.ranges(), &[0..6], "merged back into one");
     }
 
     proptest! {
