@@ -54,9 +54,11 @@ pub enum Stage {
     /// Core: the launch request read and made an operation (key: the
     /// operation; aux: client pid << 40 | frame id).
     CoreRead,
-    /// Core: the operation's bind sent to the device process (key: operation).
+    /// Core: the operation's bind, stamped just before it is sent to the device
+    /// process, so that it precedes [`Stage::HostBind`] (key: operation).
     CoreBind,
-    /// Core: the engine's launch command sent (key: operation; aux: launch).
+    /// Core: the engine's launch command, stamped just before it is sent
+    /// (key: operation; aux: launch).
     CoreLaunch,
     /// Device process: the bind received (key: operation).
     HostBind,

@@ -770,10 +770,12 @@ impl Backend for RemoteBackend {
             }
         };
         if self.broken.is_none() {
+            // Stamped before the send: stamped after it, a core thread held off the CPU
+            // between the two put the device process's receipt (`HostBind`) first.
+            gpumux_stamps::stamp(gpumux_stamps::Stage::CoreBind, op.0, 0);
             if let Err(e) = self.send_timed(&ToDevice::Bind { op, work }, None, xc::SEND_BINDS) {
                 self.lost(e);
             }
-            gpumux_stamps::stamp(gpumux_stamps::Stage::CoreBind, op.0, 0);
         }
     }
 
@@ -820,12 +822,13 @@ impl Backend for RemoteBackend {
             self.unpolled = true;
             (ToDevice::Submit(command), if launch { xc::SEND_LAUNCHES } else { xc::SEND_COMMANDS })
         };
+        // Before the send, as the bind's (`bind`).
+        if let Some((op, launch)) = stamped {
+            gpumux_stamps::stamp(gpumux_stamps::Stage::CoreLaunch, op, launch);
+        }
         if let Err(e) = self.send_timed(&msg, None, part) {
             self.lost(e);
             return self.failure.take().map_or(Ok(()), Err);
-        }
-        if let Some((op, launch)) = stamped {
-            gpumux_stamps::stamp(gpumux_stamps::Stage::CoreLaunch, op, launch);
         }
         Ok(())
     }
