@@ -15,7 +15,6 @@
 //! until it is done ([`Pending::wait`]): the caller owns that (the CUDA
 //! device posts only kernels queued behind a running launch on its stream,
 //! workers or native, and waits for the job before it touches them otherwise).
-
 //!
 //! **The queue.** A post hands the job to the thread through a fixed ring
 //! of slots and a pool of outcomes that both threads reuse (`ring`): no
