@@ -232,8 +232,9 @@ const MAX_SPARE: usize = 1024;
 /// run's kernels end queues at most as many more as records came back. 32
 /// (as many as a run may hold, [`DEEP_MAX`]) ran the programs bench's chain
 /// 1.62x and 1.55x native against 1.72x and 1.71x with 16, alternating in one
-/// call on an H200 (docs/program-speed.md, "What bounds the chain next"); 64
-/// was worse when a post cost twice what it does now (daea232).
+/// call on an H200 (docs/program-speed.md, "What bounds the chain next"); 48
+/// and 64 (with as deep a run) made no difference at 653c7f0: the cycle grows
+/// with its burst.
 const KEPT_RECORDS: usize = DEEP_MAX;
 
 /// Everything that lives in the context: dropped before the context is
