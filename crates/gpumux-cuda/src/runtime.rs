@@ -357,8 +357,12 @@ impl Function {
         Ok(n as u32)
     }
 
+    /// Launches it on `stream` (through `launch_kernel`, as every launch is).
+    ///
     /// # Safety
-    /// `params` must match the kernel's parameter list.
+    /// `params` must match the kernel's parameter list (the rest of
+    /// `launch_kernel`'s contract holds: `self` and `stream` are alive while
+    /// borrowed, and the pointers are taken from `params` here).
     pub unsafe fn launch(
         &self,
         grid: [u32; 3],
@@ -368,22 +372,54 @@ impl Function {
         params: &mut Params,
     ) -> Result<()> {
         let mut ptrs = params.pointers();
-        check("cuLaunchKernel", unsafe {
-            cu::cuLaunchKernel(
-                self.raw,
-                grid[0],
-                grid[1],
-                grid[2],
-                block[0],
-                block[1],
-                block[2],
-                smem,
-                stream.raw,
-                ptrs.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        })
+        // SAFETY: the caller's guarantee for the arguments; live handles, and
+        // `params`, borrowed, is unchanged until the call returns.
+        unsafe { launch_kernel(self.raw, grid, block, smem, stream.raw, &mut ptrs) }
     }
+}
+
+/// One `cuLaunchKernel`: `func` over `grid` blocks of `block` threads, with
+/// `smem` bytes of dynamic shared memory, queued on `stream`; `args` are its
+/// arguments' addresses ([`Params::pointers`]). Every launch this crate makes
+/// comes here: [`Function::launch`], and the launcher thread's jobs, which
+/// carry raw handles rather than a [`Function`] (`launcher::run`). It adds
+/// nothing to the call but its result's check, and is `#[inline]`: a launch
+/// through it pays no call of its own.
+///
+/// The handles' context must be current on this thread (else the driver's
+/// error).
+///
+/// # Safety
+/// Until it returns: `func` is a function of a loaded module and `stream` a
+/// live stream, not destroyed by another thread meanwhile; `args` holds one
+/// address per parameter of the kernel, in order, each of a value of that
+/// parameter's size and type (the driver reads them during the call), so the
+/// [`Params`] they were taken from is neither changed nor dropped.
+#[inline]
+pub(crate) unsafe fn launch_kernel(
+    func: cu::CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    stream: cu::CUstream,
+    args: &mut Pointers,
+) -> Result<()> {
+    // SAFETY: the caller's guarantee; no extra-options array (`null`).
+    check("cuLaunchKernel", unsafe {
+        cu::cuLaunchKernel(
+            func,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            smem,
+            stream,
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
 }
 
 /// Argument words a [`Params`] holds in itself, with no allocation, while

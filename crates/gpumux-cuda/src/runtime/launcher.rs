@@ -25,7 +25,7 @@
 
 mod ring;
 
-use super::{check, Event, Function, Params, Stream};
+use super::{check, launch_kernel, Event, Function, Params, Stream};
 use crate::error::{CudaError, DriverError, Result};
 use cudarc::driver::sys as cu;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -296,24 +296,11 @@ fn run(job: &mut Job, current: &mut cu::CUcontext) -> Result<(u64, u64), DriverE
         gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchStart, job.tag, 0);
     }
     let t = Instant::now();
-    // SAFETY: the parameters follow the function's signature, and the
-    // function, stream and event outlive the job (module doc).
-    let launched = unsafe {
-        cu::cuLaunchKernel(
-            h.func,
-            job.grid[0],
-            job.grid[1],
-            job.grid[2],
-            job.block[0],
-            job.block[1],
-            job.block[2],
-            job.smem,
-            h.stream,
-            ptrs.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    };
-    as_driver(check("cuLaunchKernel", launched))?;
+    // SAFETY: the parameters follow the function's signature, the function
+    // and stream outlive the job (module doc), and `ptrs` point into
+    // `job.params`, left alone until the call returns.
+    let launched = unsafe { launch_kernel(h.func, job.grid, job.block, job.smem, h.stream, &mut ptrs) };
+    as_driver(launched)?;
     if job.tag != 0 {
         gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchReturn, job.tag, 0);
     }
