@@ -3,31 +3,35 @@
 //! pool of outcomes that the two threads reuse.
 //!
 //! **Why two parts.** A job and what it came to live for different times.
-//! The job is needed until the taker takes it; its outcome until the
+//! The job is needed until the taker has made it; its outcome until the
 //! taker has set it *and* the poster's [`Ticket`] for it is dropped, and a
 //! ticket may be kept long after (a launch queued ahead is waited for when
 //! the engine launches it, maybe hundreds of jobs later). So a ticket owns
 //! its outcome, which is never reused under it: its answer stays right
 //! however many jobs the ring carries meanwhile.
 //!
-//! **The ring** is Lamport's single-producer single-consumer queue: the
-//! poster writes slot `tail % CAP` and then publishes `tail + 1` (Release);
-//! the taker reads `tail` (Acquire), so it sees the slot written, makes the
-//! job in place and then publishes `head + 1` (Release); the poster reads `head`
-//! (Acquire) before it writes that slot again. Each side keeps the other's
-//! index as last seen and reads the shared one only when that says full
-//! (poster) or empty (taker). When the ring is full the poster waits
-//! (spinning, then yielding): the taker empties it on its own, a full ring
-//! is a backlog of `CAP` jobs it is already working through, and a job
-//! posted out of turn would break the order jobs run in.
+//! **The ring** is Lamport's single-producer single-consumer queue of `CAP`
+//! slots (a power of two: [`ring`] rounds up): the poster writes slot
+//! `tail % CAP` and then publishes `tail + 1` (Release); the taker reads
+//! `tail` (Acquire), so it sees the slot written, lends the job in place
+//! ([`Taken`]), drops it and only then publishes `head + 1` (Release); the
+//! poster reads `head` (Acquire) before it writes that slot again. So the
+//! slots from `head` to `tail` hold the jobs posted and not yet dropped, and
+//! no other slot holds one: [`Poster::write`], [`Taker::try_next`] and the
+//! ring's drop rely on it. Each side keeps the other's index as last seen and
+//! reads the shared one only when that says full (poster) or empty (taker).
+//! When the ring is full the poster waits (spinning, then yielding): the
+//! taker empties it on its own, a full ring is a backlog of `CAP` jobs it is
+//! already working through, and a job posted out of turn would break the
+//! order jobs run in.
 //!
 //! **An outcome** is held by the taker until it sets it and by its ticket
 //! until that is dropped (two bits of one word, cleared with AcqRel). The
 //! one of the two that lets go last pushes it on a free stack (a Treiber
 //! stack whose only pop is the poster's take-all `swap`, so no ABA); the
 //! poster takes outcomes from there. The pool grows by a chunk only when
-//! every outcome is held: its size is the most held at once, not the
-//! number of jobs.
+//! every outcome is held: its size is the most held at once (in whole
+//! chunks), not the number of jobs.
 //!
 //! **Sleep.** A taker that found nothing for its spin time parks. It names
 //! its thread and sets `sleeping`, then (after a SeqCst fence) looks at
@@ -128,7 +132,8 @@ struct Shared<J, E> {
     slots: Box<[Slot<J, E>]>,
     /// Jobs posted (the poster's; slot `tail % CAP` is the next written).
     tail: Padded<AtomicUsize>,
-    /// Jobs taken (the taker's).
+    /// Jobs taken and dropped (the taker's; it passes a slot only once the
+    /// job in it was dropped: [`Pass`]).
     head: Padded<AtomicUsize>,
     /// The taker is parked or about to be ([`Taker::sleep`]).
     sleeping: AtomicBool,
@@ -212,18 +217,18 @@ impl<J, E> Drop for Shared<J, E> {
         let (mut i, tail) = (*self.head.0.get_mut(), *self.tail.0.get_mut());
         let cap = self.cap();
         while i != tail {
-            // SAFETY: `&mut self`: no poster, taker or `Taken` is left. The
-            // slots from the head to the tail hold jobs written and
-            // published and never dropped: the head passes a slot only once
-            // its job was dropped (`Taken`'s drop, even one that unwound).
+            // SAFETY: `&mut self`: no poster, taker or `Taken` is left, and
+            // the slots from the head to the tail hold jobs written,
+            // published and not dropped (the module doc's ring invariant; the
+            // head passes a slot even when the job's drop unwound: `Pass`).
             unsafe { self.slots[i & (cap - 1)].get_mut().assume_init_drop() };
             i = i.wrapping_add(1);
         }
     }
 }
 
-/// A new ring of `cap` slots (a power of two, at least 1): its poster and
-/// its taker. `unmade` makes the error of a job that was never made.
+/// A new ring of `cap` slots, rounded up to a power of two (at least 1):
+/// its poster and its taker. `unmade` makes the error of a job that was never made.
 pub fn ring<J: Send, E: Send + Sync>(cap: usize, unmade: fn() -> E) -> (Poster<J, E>, Taker<J, E>) {
     ring_from(cap, unmade, 0)
 }
@@ -301,9 +306,10 @@ impl<J, E> Poster<J, E> {
         Ok(self.write(job))
     }
 
-    /// Posts `job` unless the ring is full (then it comes back). Made or
-    /// not: a job posted once the taker is gone has a ticket that reads unmade.
-    /// (The tests' look at a full ring; the launcher waits: [`Poster::post`].)
+    /// Posts `job` unless the ring is full (then it comes back). Unlike
+    /// [`Poster::post`] it does not look at `gone`: a job posted once the
+    /// taker is gone has a ticket that reads unmade. (The tests' look at a
+    /// full ring; the launcher waits: [`Poster::post`].)
     #[cfg(test)]
     pub fn try_post(&self, job: J) -> Result<Ticket<J, E>, Full<J>> {
         if !self.room() {
