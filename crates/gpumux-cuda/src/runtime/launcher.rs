@@ -23,10 +23,12 @@
 //! and an `Arc` per job, which a GPU A/B found no faster (docs/daemon-cuda.md,
 //! "The launcher thread"; that code is in git: d47028f).
 
+mod account;
 mod ring;
 
 use super::{check, launch_kernel, Event, Function, Params, Stream};
 use crate::error::{CudaError, DriverError, Result};
+use account::Account;
 use cudarc::driver::sys as cu;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -166,7 +168,8 @@ fn queue() -> (Queue, Take) {
 pub struct Launcher {
     /// `None` once dropped (closing it ends the thread after its jobs).
     queue: Option<Queue>,
-    thread: Option<JoinHandle<()>>,
+    /// Returns its account when it ends (logged then, by the drop).
+    thread: Option<JoinHandle<Account>>,
     /// Jobs posted and not yet done, for [`Launcher::drain`].
     posted: AtomicU64,
     finished: Arc<AtomicU64>,
@@ -249,35 +252,57 @@ impl Launcher {
 }
 
 impl Drop for Launcher {
+    /// Ends the thread after the jobs posted, and logs what it did (info,
+    /// beside the CUDA device's own lines when it closes).
     fn drop(&mut self) {
         // Closing the queue ends the thread after the jobs in it.
         self.queue.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        // A thread that panicked has no account to give (its panic was logged).
+        if let Some(Ok(account)) = self.thread.take().map(JoinHandle::join) {
+            if let Some(s) = account.summary() {
+                tracing::info!("CUDA device: the launcher thread: {s}");
+            }
         }
     }
 }
 
-/// The thread's loop: each job made, its outcome set, counted.
-fn launch_all(mut take: Take, sums: &MadeSums, finished: &AtomicU64) {
+/// The thread's loop: each job made, its outcome set, counted; its account
+/// when the queue is closed and empty.
+fn launch_all(mut take: Take, sums: &MadeSums, finished: &AtomicU64) -> Account {
     let mut current: cu::CUcontext = std::ptr::null_mut();
+    let mut account = Account::default();
     while let Some(mut taken) = take.next(SPIN) {
-        let (calls, error) = made(taken.job(), &mut current, sums);
+        account.took(taken.queued());
+        let (calls, error) = made(taken.job(), &mut current, sums, &mut account);
         taken.set(calls, error);
         finished.fetch_add(1, Ordering::Release);
     }
+    let (sleeps, slept) = take.slept();
+    account.ended(sleeps, slept);
+    account
 }
 
-/// Makes `job`'s calls and adds them to `sums`: their times packed, or their error.
-fn made(job: &mut Job, current: &mut cu::CUcontext, sums: &MadeSums) -> (u64, Option<DriverError>) {
+/// Makes `job`'s calls and adds them to `sums` and `account`: their times
+/// packed, or their error.
+fn made(
+    job: &mut Job,
+    current: &mut cu::CUcontext,
+    sums: &MadeSums,
+    account: &mut Account,
+) -> (u64, Option<DriverError>) {
     match run(job, current) {
         Ok((launch_ns, record_ns)) => {
             sums.launches.fetch_add(1, Ordering::Relaxed);
             sums.launch_ns.fetch_add(launch_ns, Ordering::Relaxed);
             sums.record_ns.fetch_add(record_ns, Ordering::Relaxed);
+            let ends = job.publish.is_some() || job.handles.ended.is_some();
+            account.made(launch_ns, ends.then_some(record_ns));
             (pack(launch_ns, record_ns), None)
         }
-        Err(e) => (0, Some(e)),
+        Err(e) => {
+            account.failed();
+            (0, Some(e))
+        }
     }
 }
 

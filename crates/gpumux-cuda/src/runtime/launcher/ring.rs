@@ -255,7 +255,7 @@ fn ring_from<J: Send, E: Send + Sync>(cap: usize, unmade: fn() -> E, start: usiz
         head_seen: Cell::new(start),
         spare: Cell::new(null_mut()),
     };
-    let taker = Taker { shared, head: start, tail_seen: start };
+    let taker = Taker { shared, head: start, tail_seen: start, sleeps: 0, slept: Duration::ZERO };
     (poster, taker)
 }
 
@@ -419,6 +419,10 @@ pub struct Taker<J, E> {
     head: usize,
     /// `shared.tail` as last read.
     tail_seen: usize,
+    /// Sleeps so far, and their time (for the launcher's account; this
+    /// side's alone).
+    sleeps: u64,
+    slept: Duration,
 }
 
 impl<J, E> Taker<J, E> {
@@ -441,11 +445,20 @@ impl<J, E> Taker<J, E> {
             let since = *start.get_or_insert_with(Instant::now);
             looks = looks.wrapping_add(1);
             if looks.is_multiple_of(64) && since.elapsed() >= spin {
+                let asleep = Instant::now();
                 self.sleep();
+                self.sleeps += 1;
+                self.slept += asleep.elapsed();
                 start = None;
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// Times it went to sleep for want of a job (whether or not it then
+    /// parked), and the time those took.
+    pub fn slept(&self) -> (u64, Duration) {
+        (self.sleeps, self.slept)
     }
 
     /// A job is in the ring.
@@ -533,6 +546,12 @@ pub struct Taken<'a, J, E> {
 }
 
 impl<J, E> Taken<'_, J, E> {
+    /// Jobs in the ring, this one included, as of the taker's last read of
+    /// the tail (which it reads only once it finds the ring empty: a floor).
+    pub fn queued(&self) -> usize {
+        self.taker.tail_seen.wrapping_sub(self.taker.head)
+    }
+
     /// The job.
     pub fn job(&mut self) -> &mut J {
         // SAFETY: the slot holds the job until this is dropped (the head is

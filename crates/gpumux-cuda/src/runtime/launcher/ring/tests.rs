@@ -384,3 +384,38 @@ fn jobs_left_in_the_ring_are_dropped_with_it_across_the_wrap_around() {
     drop((poster, tickets));
     assert_eq!(DROPS.load(Ordering::SeqCst), 4, "the three never taken were dropped with the ring");
 }
+
+#[test]
+fn a_take_counts_the_jobs_in_the_ring_as_of_the_tail_last_read() {
+    let (poster, mut taker) = ring::<u64, Failed>(8, unmade);
+    let _kept: Vec<_> = (0..3).map(|n| poster.post(n).expect("posted")).collect();
+    let t = taker.try_next().expect("a job");
+    assert_eq!(t.queued(), 3, "the tail read at the first take, this job included");
+    drop(t);
+    let _more = poster.post(3).expect("posted");
+    // The tail is read again only once the ring looks empty: the job just posted is not counted yet.
+    assert_eq!(taker.try_next().expect("a job").queued(), 2);
+    assert_eq!(taker.try_next().expect("a job").queued(), 1);
+    assert_eq!(taker.try_next().expect("a job").queued(), 1, "the tail read again: the last job");
+    assert!(taker.try_next().is_none());
+}
+
+#[test]
+fn a_taker_counts_its_sleeps_and_their_time() {
+    let (poster, taker) = ring::<u64, Failed>(4, unmade);
+    assert_eq!(taker.slept(), (0, Duration::ZERO));
+    let t = std::thread::spawn(move || {
+        let mut taker = taker;
+        // No spin: it sleeps as soon as it finds the ring empty.
+        while taker.next(Duration::ZERO).is_some() {}
+        taker.slept()
+    });
+    while !poster.shared.sleeping.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    drop(poster.post(1).expect("posted"));
+    drop(poster);
+    let (sleeps, slept) = t.join().expect("taker ran");
+    assert!(sleeps >= 1, "it was asleep before the post: {sleeps}");
+    assert!(slept > Duration::ZERO);
+}
