@@ -2,7 +2,7 @@
 
 use crate::chunk;
 use crate::conn::{Connection, PendingReply};
-use crate::copier::Copier;
+use crate::copier::{Copier, CopyStats};
 use crate::error::{ClientError, Result};
 use crate::handles::{check_args, Arg, Buffer, Kernel, LaunchConfig, Module};
 use crate::host::{HostBuffer, HostTable};
@@ -81,6 +81,12 @@ pub struct ConnectOptions {
     /// over a MiB). Default: `GPUMUX_COPY_THREADS`, else half the machine's
     /// hardware threads, at most 4; 1 copies on the caller's thread.
     pub copy_threads: usize,
+    /// Of those, the threads a copy takes while the daemon says other
+    /// clients are busy (each chunk's reply says so): at most
+    /// `copy_threads`; 0 takes all of them whatever the daemon says.
+    /// Default: `GPUMUX_COPY_THREADS_BESIDE`, else 2 (docs/daemon.md, "A
+    /// pageable copy beside other clients").
+    pub copy_threads_beside: usize,
     /// Offer the daemon shared-memory rings for the conversation (fewer
     /// system calls per request; docs/daemon.md, "The protocol"). Default:
     /// on, unless `GPUMUX_RINGS=0`.
@@ -110,6 +116,7 @@ impl Default for ConnectOptions {
             shm_bytes: DEFAULT_SHM_BYTES,
             shm_max_bytes: DEFAULT_SHM_MAX_BYTES,
             copy_threads: crate::copier::default_threads(),
+            copy_threads_beside: crate::copier::default_threads_beside(),
             rings: crate::conn::rings_from_env(),
             wait_for_daemon: wait_from_env(),
             gpu: None,
@@ -288,7 +295,7 @@ impl Client {
             region,
             shm_bytes: AtomicU64::new(shm_bytes),
             shm_max: AtomicU64::new(shm_max),
-            copier: Copier::new(options.copy_threads),
+            copier: Copier::new(options.copy_threads).beside(options.copy_threads_beside),
         })
     }
 
@@ -324,6 +331,20 @@ impl Client {
     /// ([`ConnectOptions::copy_threads`]).
     pub fn copy_threads(&self) -> usize {
         self.copier.threads()
+    }
+
+    /// The threads a copy through the shared region takes while other
+    /// clients are busy ([`ConnectOptions::copy_threads_beside`], at most
+    /// [`Client::copy_threads`]).
+    pub fn copy_threads_beside(&self) -> usize {
+        self.copier.threads_beside()
+    }
+
+    /// What this client's copies through the shared region did so far: its
+    /// chunks of a MiB or more, alone and beside other busy clients, and the
+    /// threads each went on.
+    pub fn copy_stats(&self) -> CopyStats {
+        self.copier.stats()
     }
 
     /// Changes this client's priority (from the next scheduling round).
@@ -398,6 +419,7 @@ impl Client {
         self.grow_region(&mut region, data.len() as u64)?;
         let chunks = chunk::plan(data.len() as u64, region.len() as u64, chunk::slots_from_env(region.len() as u64));
         run_chunks(
+            &self.copier,
             &chunks,
             |c| {
                 let at = c.offset as usize;
@@ -434,6 +456,7 @@ impl Client {
         self.grow_region(&mut region, out.len() as u64)?;
         let chunks = chunk::plan(out.len() as u64, region.len() as u64, chunk::slots_from_env(region.len() as u64));
         run_chunks(
+            &self.copier,
             &chunks,
             |c| {
                 self.conn.send(
@@ -774,10 +797,13 @@ impl Drop for Client {
 /// Sends planned chunks with at most one in flight per slot. `send` writes a chunk
 /// (into the region, for a copy to the device) and sends its request;
 /// `landed` runs once a chunk's reply is in (reading the region, for a copy
-/// to the host). A chunk is sent only after the one whose slot it reuses has
-/// landed. On an error, the replies still in flight are awaited before
-/// returning, so the region is idle when the caller lets go of it.
+/// to the host). Each reply tells `copier` whether other clients are busy,
+/// so the chunks after it take the threads that fit. A chunk is sent only
+/// after the one whose slot it reuses has landed. On an error, the replies
+/// still in flight are awaited before returning, so the region is idle when
+/// the caller lets go of it.
 fn run_chunks(
+    copier: &Copier,
     chunks: &[chunk::Chunk],
     mut send: impl FnMut(&chunk::Chunk) -> Result<PendingReply>,
     mut landed: impl FnMut(&chunk::Chunk),
@@ -788,7 +814,7 @@ fn run_chunks(
             if let Some(reused) = c.reuses {
                 while in_flight.front().is_some_and(|(j, _)| *j <= reused) {
                     if let Some((j, pending)) = in_flight.pop_front() {
-                        expect_done(pending)?;
+                        expect_chunk(pending, copier)?;
                         landed(&chunks[j]);
                     }
                 }
@@ -796,7 +822,7 @@ fn run_chunks(
             in_flight.push_back((i, send(c)?));
         }
         while let Some((j, pending)) = in_flight.pop_front() {
-            expect_done(pending)?;
+            expect_chunk(pending, copier)?;
             landed(&chunks[j]);
         }
         Ok(())
@@ -806,6 +832,21 @@ fn run_chunks(
         let _ = pending.wait();
     }
     outcome
+}
+
+/// Waits for a chunk's reply: `Copied`, whose count of other busy clients
+/// goes to `copier`, or `Done` (from a daemon that does not count them:
+/// the copier keeps what it knew).
+fn expect_chunk(pending: PendingReply, copier: &Copier) -> Result<()> {
+    let request = pending.request();
+    match pending.wait()? {
+        Reply::Copied { others } => {
+            copier.set_others_busy(others);
+            Ok(())
+        }
+        Reply::Done => Ok(()),
+        other => Err(unexpected(request, &other)),
+    }
 }
 
 /// Waits for a reply that must be `Done`.
@@ -832,6 +873,7 @@ pub(crate) fn unexpected(request: &'static str, reply: &Reply) -> ClientError {
         Reply::Properties(_) => "Properties",
         Reply::Occupancy(_) => "Occupancy",
         Reply::HostFunc(_) => "HostFunc",
+        Reply::Copied { .. } => "Copied",
     };
     ClientError::Protocol { request, got: format!("a {got} reply") }
 }

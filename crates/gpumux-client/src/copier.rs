@@ -30,8 +30,17 @@
 //! reads it, and streaming its bytes to memory cost a third of the upload's
 //! rate on the H200 machine (16.8 against 26.7 GB/s, 2d3d1a2 against its
 //! parent, both beside the same chain of launches).
+//!
+//! **Fewer threads beside others.** Beside a copier on 2 threads the chain
+//! was 1.06x its time alone (1.16x beside 4), but 2 threads copied at about
+//! half the rate of 4: so a copier has two counts, all its threads when it
+//! copies alone and [`DEFAULT_BESIDE_THREADS`] while other clients are
+//! busy, which each chunk's reply from the daemon says
+//! ([`Copier::set_others_busy`]). The helpers a copy leaves out sleep
+//! until one needs them (no polling: each has its own condition
+//! variable), so the threads beside are all the copy takes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -74,6 +83,24 @@ pub fn default_threads() -> usize {
 /// thread moves more (module doc), and each thread more is a core less for
 /// the daemon and the other clients.
 pub const DEFAULT_MAX_THREADS: usize = 4;
+
+/// The threads a copier uses while the daemon says other clients are busy,
+/// unless told ([`default_threads_beside`]): on 2 threads a copier of 1 GiB
+/// left the chain of short launches beside it 1.06x its time alone on the
+/// H200, on 4 1.16x (issue 35, 2026-11-29, 37b13ed and 653c7f0).
+pub const DEFAULT_BESIDE_THREADS: usize = 2;
+
+/// The threads a copier uses while other clients are busy, when not told:
+/// `GPUMUX_COPY_THREADS_BESIDE` if set (0: as many as alone whatever the
+/// daemon says, the copier before it had a count beside others, for an
+/// A/B; else 1 to [`MAX_THREADS`]), else [`DEFAULT_BESIDE_THREADS`]. Never
+/// more than the copier's threads alone ([`Copier::beside`]).
+pub fn default_threads_beside() -> usize {
+    match env_number("GPUMUX_COPY_THREADS_BESIDE").filter(|&n| n >= 0) {
+        Some(n) => (n as usize).min(MAX_THREADS),
+        None => DEFAULT_BESIDE_THREADS,
+    }
+}
 
 /// The nice value helpers take unless `GPUMUX_COPY_NICE` says otherwise (0:
 /// the caller's): where every core is busy, the scheduler gives a nice-10
@@ -135,6 +162,9 @@ struct Job {
     len: usize,
     /// Bytes per part (a multiple of [`ALIGN`]); part `i` starts at `i * part`.
     part: usize,
+    /// Its parts: the caller's and helpers 1 to `parts - 1`'s; the others
+    /// sit it out.
+    parts: usize,
     /// Non-temporal stores ([`crate::streaming`]).
     streaming: bool,
 }
@@ -179,8 +209,9 @@ struct Shared {
     /// Bumped for each job (and once more to stop); the helpers poll it.
     epoch: AtomicU64,
     state: Mutex<State>,
-    /// A new job (or the stop).
-    work: Condvar,
+    /// A new job for helper `i` (at `i - 1`), or the stop: one each, so that
+    /// a job wakes only the helpers it has parts for.
+    work: Vec<Condvar>,
     /// The last helper finished its part.
     finished: Condvar,
     /// How long a helper polls for the next job before it sleeps.
@@ -211,7 +242,7 @@ impl Pool {
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
             state: Mutex::new(State { epoch: 0, job: Job::default(), pending: 0, stop: false }),
-            work: Condvar::new(),
+            work: (0..helpers).map(|_| Condvar::new()).collect(),
             finished: Condvar::new(),
             poll,
         });
@@ -229,21 +260,25 @@ impl Pool {
         (!pool.helpers.is_empty()).then_some(pool)
     }
 
-    /// Copies `len` bytes in `1 + helpers` parts and returns when all are there.
+    /// Copies `len` bytes in `threads` parts (at most `1 + helpers`), the
+    /// caller's and the first helpers', and returns when all are there; the
+    /// threads it copied on.
     ///
     /// # Safety
     /// As [`Job::copy_part`], for the whole range.
-    unsafe fn copy(&self, src: *const u8, dst: *mut u8, len: usize, streaming: bool) {
-        let parts = self.helpers.len() + 1;
+    unsafe fn copy(&self, src: *const u8, dst: *mut u8, len: usize, streaming: bool, threads: usize) -> usize {
+        let parts = threads.clamp(1, self.helpers.len() + 1);
         let part = len.div_ceil(parts).next_multiple_of(ALIGN);
-        let job = Job { src: src as usize, dst: dst as usize, len, part, streaming };
+        let job = Job { src: src as usize, dst: dst as usize, len, part, parts, streaming };
         {
             let mut s = lock(&self.shared.state);
             s.epoch += 1;
             s.job = job;
-            s.pending = self.helpers.len();
+            s.pending = parts - 1;
             self.shared.epoch.store(s.epoch, Ordering::Release);
-            self.shared.work.notify_all();
+            for cv in &self.shared.work[..parts - 1] {
+                cv.notify_one();
+            }
         }
         // SAFETY: the caller's guarantee; part 0 is the caller's.
         unsafe { job.copy_part(0) };
@@ -252,6 +287,7 @@ impl Pool {
         while s.pending > 0 {
             s = self.shared.finished.wait(s).unwrap_or_else(PoisonError::into_inner);
         }
+        parts
     }
 }
 
@@ -262,7 +298,9 @@ impl Drop for Pool {
             s.stop = true;
             s.epoch += 1;
             self.shared.epoch.store(s.epoch, Ordering::Release);
-            self.shared.work.notify_all();
+            for cv in &self.shared.work {
+                cv.notify_one();
+            }
         }
         for h in self.helpers.drain(..) {
             let _ = h.join();
@@ -270,8 +308,11 @@ impl Drop for Pool {
     }
 }
 
-/// Helper `index` (part `index` of each job): polls for a new job for
-/// its poll time ([`POLL`]), then sleeps until one comes.
+/// Helper `index` (part `index` of each job that has one): after a job it
+/// polls for the next for its poll time ([`POLL`]), then sleeps until one
+/// comes. A job without a part for it (a copy beside other clients, on
+/// fewer threads) sends it to sleep at once: polling through a copy it has
+/// no part in would take the core it was left out to free.
 fn helper(shared: &Shared, index: usize) {
     let mut seen = 0u64;
     loop {
@@ -283,14 +324,18 @@ fn helper(shared: &Shared, index: usize) {
         }
         let job = {
             let mut s = lock(&shared.state);
-            while s.epoch == seen && !s.stop {
-                s = shared.work.wait(s).unwrap_or_else(PoisonError::into_inner);
+            loop {
+                if s.stop {
+                    return;
+                }
+                if s.epoch != seen {
+                    seen = s.epoch;
+                    if index < s.job.parts {
+                        break s.job;
+                    }
+                }
+                s = shared.work[index - 1].wait(s).unwrap_or_else(PoisonError::into_inner);
             }
-            if s.stop {
-                return;
-            }
-            seen = s.epoch;
-            s.job
         };
         // SAFETY: the caller of `Pool::copy` keeps both ranges valid and
         // untouched until every helper has reported its part (below).
@@ -303,10 +348,34 @@ fn helper(shared: &Shared, index: usize) {
     }
 }
 
+/// What a [`Copier`] did: its copies of at least [`PARALLEL_FROM`] bytes
+/// (each chunk of a large staging copy is one), for tests and comparisons
+/// (`Client::copy_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Made while the daemon's last word was that no other client was busy.
+    pub alone: u64,
+    /// Made while it said other clients were busy.
+    pub beside: u64,
+    /// All of them by the threads they were made on: at index `n`, those
+    /// made on `n` threads, the caller's included (index 0 stays 0).
+    pub on_threads: [u64; MAX_THREADS + 1],
+}
+
 /// A `memcpy` on up to `threads` threads (module doc). One per client: its
 /// staging copies take turns already.
 pub struct Copier {
     threads: usize,
+    /// The threads while other clients are busy (1 ..= `threads`).
+    threads_beside: usize,
+    /// Whether the daemon's last word was that other clients are busy
+    /// ([`Copier::set_others_busy`]).
+    others_busy: AtomicBool,
+    /// Copies of at least [`PARALLEL_FROM`] bytes made alone and beside
+    /// others, and by the threads they were made on (index: threads).
+    alone: AtomicU64,
+    beside: AtomicU64,
+    on_threads: [AtomicU64; MAX_THREADS + 1],
     /// The helpers' nice value (0: the caller's).
     nice: i32,
     /// How long a helper polls between jobs ([`POLL`]; a test tries 0).
@@ -316,7 +385,11 @@ pub struct Copier {
 
 impl std::fmt::Debug for Copier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Copier").field("threads", &self.threads).field("nice", &self.nice).finish_non_exhaustive()
+        f.debug_struct("Copier")
+            .field("threads", &self.threads)
+            .field("threads_beside", &self.threads_beside)
+            .field("nice", &self.nice)
+            .finish_non_exhaustive()
     }
 }
 
@@ -332,12 +405,52 @@ impl Copier {
     /// [`Copier::new`] told the helpers' nice value (0 to 19; 0: the caller's).
     pub fn with(threads: usize, nice: i32) -> Copier {
         let threads = threads.clamp(1, MAX_THREADS);
-        Copier { threads, nice: nice.clamp(0, 19), poll: POLL, pool: OnceLock::new() }
+        Copier {
+            threads,
+            threads_beside: threads,
+            others_busy: AtomicBool::new(false),
+            alone: AtomicU64::new(0),
+            beside: AtomicU64::new(0),
+            on_threads: std::array::from_fn(|_| AtomicU64::new(0)),
+            nice: nice.clamp(0, 19),
+            poll: POLL,
+            pool: OnceLock::new(),
+        }
+    }
+
+    /// This copier, copying on `threads` threads while other clients are
+    /// busy (at most its threads alone; 0: as many as alone). Until told,
+    /// it uses all of them whatever [`Copier::set_others_busy`] says.
+    pub fn beside(self, threads: usize) -> Copier {
+        let threads_beside = if threads == 0 { self.threads } else { threads.clamp(1, self.threads) };
+        Copier { threads_beside, ..self }
     }
 
     /// The threads it copies with, the caller's included.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The threads it copies with while other clients are busy ([`Copier::beside`]).
+    pub fn threads_beside(&self) -> usize {
+        self.threads_beside
+    }
+
+    /// What the daemon said with a chunk's reply: `others` other clients
+    /// are busy. The copies from now on take [`Copier::threads_beside`]
+    /// threads while that is above 0, else all of them.
+    pub fn set_others_busy(&self, others: u32) {
+        self.others_busy.store(others > 0, Ordering::Relaxed);
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> CopyStats {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CopyStats {
+            alone: n(&self.alone),
+            beside: n(&self.beside),
+            on_threads: std::array::from_fn(|i| n(&self.on_threads[i])),
+        }
     }
 
     /// Copies `src` into `dst` (the same length) toward `toward`, split
@@ -358,17 +471,28 @@ impl Copier {
     /// `src` is valid for reads and `dst` for writes of `len` bytes, they do
     /// not overlap, and nothing else writes `dst` (or `src`) during the call.
     pub(crate) unsafe fn copy_raw(&self, src: *const u8, dst: *mut u8, len: usize, toward: Toward) {
-        // A small copy's bytes are likely read again soon: through the cache.
-        let streaming = toward.streams() && len >= PARALLEL_FROM;
-        if len >= PARALLEL_FROM && self.threads > 1 {
+        if len < PARALLEL_FROM {
+            // A small copy's bytes are likely read again soon: through the cache.
+            // SAFETY: the caller's guarantee.
+            return unsafe { copy_bytes(src, dst, len, false) };
+        }
+        let streaming = toward.streams();
+        let beside = self.others_busy.load(Ordering::Relaxed);
+        let threads = if beside { self.threads_beside } else { self.threads };
+        let mut used = 1;
+        // The pool has all the helpers, whatever the first copy's count: the next may want them.
+        if threads > 1 {
             if let Some(pool) = self.pool.get_or_init(|| Pool::start(self.threads - 1, self.nice, self.poll)) {
                 // SAFETY: the caller's guarantee.
-                unsafe { pool.copy(src, dst, len, streaming) };
-                return;
+                used = unsafe { pool.copy(src, dst, len, streaming, threads) };
             }
         }
-        // SAFETY: the caller's guarantee.
-        unsafe { copy_bytes(src, dst, len, streaming) }
+        if used == 1 {
+            // SAFETY: the caller's guarantee.
+            unsafe { copy_bytes(src, dst, len, streaming) }
+        }
+        (if beside { &self.beside } else { &self.alone }).fetch_add(1, Ordering::Relaxed);
+        self.on_threads[used].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -384,7 +508,7 @@ mod tests {
     fn parts_cover_the_copy_exactly_on_page_boundaries() {
         for (len, parts) in [(1usize, 4usize), (4096, 4), (4097, 4), (PARALLEL_FROM + 1, 3), (10 << 20, 4), (123, 1)] {
             let part = len.div_ceil(parts).next_multiple_of(ALIGN);
-            let job = Job { src: 0, dst: 0, len, part, streaming: false };
+            let job = Job { src: 0, dst: 0, len, part, parts, streaming: false };
             let mut next = 0;
             for i in 0..parts {
                 if let Some((start, n)) = job.range(i) {
@@ -480,6 +604,52 @@ mod tests {
             copier.copy(Toward::Caller, &mut dst, &src);
             assert!(dst == src, "round {round}");
         }
+    }
+
+    #[test]
+    fn beside_busy_clients_a_copy_takes_the_threads_beside_and_alone_all() {
+        let copier = Copier::with(4, 0).beside(2);
+        let len = PARALLEL_FROM * 4 + 99;
+        let mut dst = vec![0u8; len];
+        let mut copy = |round: u32| {
+            let src = pattern(len, round);
+            copier.copy(Toward::Caller, &mut dst, &src);
+            assert!(dst == src, "round {round}");
+        };
+        // Alone until the daemon says otherwise.
+        copy(0);
+        copier.set_others_busy(1);
+        // The helpers left out must not hold up (or write into) these.
+        for round in 1..=5 {
+            copy(round);
+        }
+        copier.set_others_busy(0);
+        copy(6);
+        // A small copy is the caller's alone and not counted.
+        copier.copy(Toward::Region, &mut [0u8; 10], &[1u8; 10]);
+        let stats = copier.stats();
+        assert_eq!((stats.alone, stats.beside), (2, 5));
+        let mut on_threads = [0u64; MAX_THREADS + 1];
+        on_threads[4] = 2;
+        on_threads[2] = 5;
+        assert_eq!(stats.on_threads, on_threads, "alone on 4 threads, beside on 2");
+    }
+
+    #[test]
+    fn the_threads_beside_are_at_most_those_alone_and_0_means_all() {
+        assert_eq!(Copier::with(4, 0).threads_beside(), 4, "not told: all");
+        assert_eq!(Copier::with(4, 0).beside(0).threads_beside(), 4);
+        assert_eq!(Copier::with(4, 0).beside(9).threads_beside(), 4);
+        assert_eq!(Copier::with(4, 0).beside(1).threads_beside(), 1);
+        assert_eq!(Copier::with(1, 0).beside(2).threads_beside(), 1);
+        // Told all, it copies on all whatever the daemon says (the copier before issue 35's beside count).
+        let copier = Copier::with(3, 0).beside(0);
+        copier.set_others_busy(2);
+        let src = pattern(PARALLEL_FROM * 2, 1);
+        let mut dst = vec![0u8; src.len()];
+        copier.copy(Toward::Region, &mut dst, &src);
+        assert!(dst == src);
+        assert_eq!((copier.stats().beside, copier.stats().on_threads[3]), (1, 1));
     }
 
     #[test]

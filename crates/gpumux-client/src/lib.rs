@@ -32,10 +32,12 @@
 //! find its threads awake; docs/daemon.md, "Latency and the CPU it costs");
 //! `GPUMUX_COPY_THREADS`, the threads that move a copy's bytes through the
 //! shared region (default: half the hardware threads, at most 4;
-//! [`ConnectOptions::copy_threads`]); `GPUMUX_COPY_NICE`, those threads'
-//! nice value (default 10, 0: the caller's); `GPUMUX_COPY_SLOTS`, the slots
-//! the shared region is cut into (default: [`slots_for`]). The last two are
-//! for comparisons (issue 35).
+//! [`ConnectOptions::copy_threads`]); `GPUMUX_COPY_THREADS_BESIDE`, how many
+//! of them a copy takes while the daemon says other clients are busy
+//! (default 2, 0: all; [`ConnectOptions::copy_threads_beside`]);
+//! `GPUMUX_COPY_NICE`, those threads' nice value (default 10, 0: the
+//! caller's); `GPUMUX_COPY_SLOTS`, the slots the shared region is cut into
+//! (default: [`slots_for`]). The last two are for comparisons (issue 35).
 
 #![warn(missing_docs)]
 
@@ -56,6 +58,7 @@ pub use client::{
     Client, ConnectOptions, Event, CLASS_ENV, DEFAULT_SHM_BYTES, DEFAULT_SHM_MAX_BYTES, DEFAULT_WAIT_FOR_DAEMON,
     GPU_ENV, SOCKET_ENV, WAIT_ENV,
 };
+pub use copier::{CopyStats, DEFAULT_BESIDE_THREADS};
 pub use error::{ClientError, Result};
 pub use gpumux_proto::{
     printable_name, ClientClass, ClientStatus, DeviceProperties, ErrorKind, GpuStatus, HostRegionId, Limits, LostWork,

@@ -58,8 +58,11 @@ pub const MAGIC: [u8; 4] = *b"GMUX";
 /// `Hello::class` (issue 38: what bounds a client's kernels, so that
 /// placement puts memory-bound clients beside compute-bound ones). Version 10
 /// splits a launch over several GPUs (issue 38: `SplitKernel` per kernel,
-/// `LaunchSplit` per launch, with [`Split`]).
-pub const VERSION: u16 = 10;
+/// `LaunchSplit` per launch, with [`Split`]). Version 11 answers a staging
+/// copy's chunk (`CopyToDevice`, `CopyToHost`) with [`Reply::Copied`], which
+/// says how many other clients are busy, so that the client's copier takes
+/// fewer threads beside them (issue 35).
+pub const VERSION: u16 = 11;
 /// The largest frame body either side accepts (module sources are the big ones).
 pub const MAX_FRAME_BYTES: u32 = 8 << 20;
 /// The longest client or kernel name.
@@ -288,7 +291,8 @@ pub enum Request {
         stream: StreamId,
     },
     /// Copies `bytes` bytes from the shared region at `shm_offset` to `dst`.
-    /// Answered when the region may be reused (the copy is done).
+    /// Answered when the region may be reused (the copy is done), with
+    /// [`Reply::Copied`].
     CopyToDevice {
         /// Where in device memory.
         dst: BufferSlice,
@@ -300,7 +304,7 @@ pub enum Request {
         stream: StreamId,
     },
     /// Copies `bytes` bytes from `src` into the shared region at
-    /// `shm_offset`. Answered when the data is there.
+    /// `shm_offset`. Answered when the data is there, with [`Reply::Copied`].
     CopyToHost {
         /// Where in device memory.
         src: BufferSlice,
@@ -719,6 +723,18 @@ pub enum Reply {
     /// The stream reached a host function ([`Request::HostFunc`]): run it,
     /// then send [`Request::EndHostFunc`] with this token.
     HostFunc(u64),
+    /// A chunk of a staging copy is done ([`Request::CopyToDevice`],
+    /// [`Request::CopyToHost`]): as [`Reply::Done`], and what the client's
+    /// copier needs to share the host with the others (issue 35).
+    Copied {
+        /// Other clients of the daemon's GPU that have work queued or
+        /// running, or submitted some lately (gpumuxd's `BESIDE_WINDOW`), as
+        /// the chunk ended. Above 0, the client copies its next chunks on
+        /// fewer threads: its `memcpy` takes the host's memory bandwidth and
+        /// cache from theirs (docs/daemon.md, "A pageable copy beside other
+        /// clients").
+        others: u32,
+    },
 }
 
 /// What the daemon tells a client at the handshake.

@@ -175,6 +175,7 @@ fn version_5_requests_and_replies_round_trip_after_the_earlier_ones() {
         Ok(Reply::Properties(properties)),
         Ok(Reply::Occupancy(8)),
         Ok(Reply::HostFunc(11)),
+        Ok(Reply::Copied { others: 2 }),
         Err(ErrorReply::new(ErrorKind::NotReady, "not yet")),
     ] {
         let reply = ServerFrame::Reply { id: 3, result };

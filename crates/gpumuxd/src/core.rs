@@ -45,6 +45,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod beside;
 mod cadence;
 mod copy_2d;
 mod device;
@@ -896,16 +897,14 @@ impl Core {
         }
     }
 
-    fn send(&self, client: u64, frame: ServerFrame) {
+    fn reply(&self, client: u64, id: u64, result: Result<Reply, ErrorReply>) {
         if let Some(s) = self.sessions.get(&client) {
+            // A staging copy's chunk says who else is busy (core/beside.rs).
+            let result = self.chunk_reply(s, id, result);
             let t = Instant::now();
-            s.send(frame);
+            s.send(ServerFrame::Reply { id, result });
             count_call(&self.calls, |c| &mut c.frames, t.elapsed());
         }
-    }
-
-    fn reply(&self, client: u64, id: u64, result: Result<Reply, ErrorReply>) {
-        self.send(client, ServerFrame::Reply { id, result });
     }
 
     /// Sends an error and disconnects.

@@ -157,6 +157,15 @@ pub struct Session {
     pub split_kernels: BTreeMap<KernelId, (gpumux_proto::Split, Option<Vec<gpumux_cuda::split::merge::Role>>)>,
     /// Operations of it the core tracks (in the engine or on the device).
     pub in_flight: u32,
+    /// When it last submitted an operation (the device's clock), if ever:
+    /// with `in_flight`, whether it counts as busy beside a copying client
+    /// (`Core::others_busy`).
+    pub last_submit: Option<Nanos>,
+    /// Its staging copies' chunks in flight (`CopyToDevice`, `CopyToHost`),
+    /// by request id: their reply is [`gpumux_proto::Reply::Copied`]. Those
+    /// whose operation is gone are dropped at the next chunk, so it holds
+    /// no more than the client's operations in flight, and one more.
+    pub chunks: BTreeMap<u64, OpId>,
     /// For `Status`.
     pub counters: Counters,
     /// Where its kernels spent their time in the daemon (logged when it leaves).
@@ -200,6 +209,8 @@ impl Session {
             events: BTreeMap::new(),
             split_kernels: BTreeMap::new(),
             in_flight: 0,
+            last_submit: None,
+            chunks: BTreeMap::new(),
             counters: Counters::default(),
             stages: StageTimes::default(),
             spin: ConnSpin::default(),

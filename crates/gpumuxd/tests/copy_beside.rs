@@ -127,3 +127,92 @@ fn launches_beside_a_copy(d: &Daemon) -> (usize, usize, usize) {
     assert!(chunks >= 2 * 2 * ROUNDS, "the copy went in chunks ({chunks} through a region of {region} bytes)");
     (during, chunks, total)
 }
+
+/// How long the other client's kernel runs on the simulated device in
+/// [`a_copy_takes_its_threads_beside_only_while_another_client_is_busy`]:
+/// longer than a copy of [`BYTES`] up and down on a loaded machine (tens of
+/// ms; the test checks that it was), so that the other client is busy for
+/// the whole copy by construction.
+const BUSY_NS: u64 = 3_000_000_000;
+
+/// Longer than the daemon's window after a client's last submitted
+/// operation in which it still counts as busy (50 ms, `core/beside.rs`).
+const PAST_THE_WINDOW: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Issue 35: a copier from ordinary memory takes its threads beside (2)
+/// while another client of the daemon is busy, and all of them (4) alone,
+/// told by each chunk's reply. Counted by the copier (`Client::copy_stats`:
+/// its chunks by the threads they went on), not timed.
+#[test]
+fn a_copy_takes_its_threads_beside_only_while_another_client_is_busy() {
+    let d = Daemon::start(None);
+    let options = |name: &str| ConnectOptions { socket: Some(d.socket.clone()), ..ConnectOptions::named(name) };
+    let copier = Client::connect(ConnectOptions { copy_threads: 4, copy_threads_beside: 2, ..options("copier") })
+        .expect("the copier connects");
+    assert_eq!((copier.copy_threads(), copier.copy_threads_beside()), (4, 2));
+    let buf = copier.alloc(BYTES as u64).expect("the copier's buffer");
+    let data = pattern(BYTES, 5);
+    let mut back = vec![0u8; BYTES];
+    // Alone on the daemon; grows the region, so that every copy below is cut alike.
+    copier.copy_to_device(&buf, 0, &data, StreamId::DEFAULT).expect("the growing copy");
+    let region = copier.shm_bytes();
+    let (chunks, slots) = (plan_chunks(BYTES as u64, region, slots_for(region)).len() as u64, slots_for(region));
+    assert!(chunks > slots, "{chunks} chunks each way through {slots} slots");
+    let mut round_trip = |what: &str| {
+        let before = copier.copy_stats();
+        copier.copy_to_device(&buf, 0, &data, StreamId::DEFAULT).expect("a copy up");
+        copier.copy_to_host(&buf, 0, &mut back, StreamId::DEFAULT).expect("a copy down");
+        assert!(back == data, "{what}: the bytes came back");
+        back.fill(0);
+        let after = copier.copy_stats();
+        let on = |n: usize| after.on_threads[n] - before.on_threads[n];
+        let (alone, beside) = (after.alone - before.alone, after.beside - before.beside);
+        eprintln!("{what}: {alone} chunks alone, {beside} beside; on 4 threads {}, on 2 {}", on(4), on(2));
+        assert_eq!(alone + beside, 2 * chunks, "{what}: every chunk counted once");
+        assert_eq!((on(4), on(2)), (alone, beside), "{what}: alone on 4 threads, beside on 2");
+        (alone, beside)
+    };
+
+    // Another client, connected but idle: it launched and synced, then
+    // nothing for longer than the daemon's window.
+    let (other, _module, k, x) = {
+        let c = Client::connect(options("other")).expect("the other client connects");
+        let module = c.load_module("m", SOURCE, &[]).expect("the kernel compiles");
+        let k = module.kernel("k").expect("the module has k");
+        let x = c.alloc(4096).expect("a buffer");
+        (c, module, k, x)
+    };
+    let args = [Arg::buffer(&x), Arg::bytes(1024i32.to_le_bytes())];
+    other.launch(&k, &LaunchConfig::new([4, 1, 1], [256, 1, 1]), &args).expect("a short launch");
+    other.sync(StreamId::DEFAULT).expect("its sync");
+    std::thread::sleep(PAST_THE_WINDOW);
+    assert_eq!(
+        round_trip("beside an idle client"),
+        (2 * chunks, 0),
+        "an idle client leaves the copier all its threads"
+    );
+
+    // The other client busy: a kernel runs through the whole copy. The
+    // upload's first `slots` chunks go out before any reply of this copy
+    // comes: they keep what the last reply said (alone).
+    other.launch(&k, &LaunchConfig::new([4, 1, 1], [256, 1, 1]).block_time_ns(BUSY_NS), &args).expect("a long launch");
+    let running = other.record_event(StreamId::DEFAULT).expect("an event after it");
+    let counts = round_trip("beside a busy client");
+    assert!(
+        !other.query_event(running).expect("its query"),
+        "the other client's kernel ({} s) ended before the copy did: this machine is too slow for the test",
+        BUSY_NS / 1_000_000_000
+    );
+    assert_eq!(
+        counts,
+        (slots, 2 * chunks - slots),
+        "beside a busy client: every chunk after the first reply on 2 threads"
+    );
+
+    // Idle again: all threads from the first reply on.
+    other.sync(StreamId::DEFAULT).expect("the long kernel's sync");
+    std::thread::sleep(PAST_THE_WINDOW);
+    assert_eq!(round_trip("after the other went idle"), (2 * chunks - slots, slots), "all threads again");
+    other.close().expect("the other client leaves");
+    copier.close().expect("the copier leaves");
+}

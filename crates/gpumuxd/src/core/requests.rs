@@ -149,7 +149,7 @@ impl Core {
                 });
                 return match checked.and_then(|(dst, region)| {
                     let work = OpWork::ToDevice { dst, src: HostSpan { region, offset: shm_offset }, bytes };
-                    self.submit_copy(client, stream, CopyDirection::HostToDevice, bytes, work, Some(id))
+                    self.submit_chunk(client, id, stream, CopyDirection::HostToDevice, bytes, work)
                 }) {
                     Ok(()) => None,
                     Err(e) => Some(Err(e)),
@@ -161,7 +161,7 @@ impl Core {
                 });
                 return match checked.and_then(|(src, region)| {
                     let work = OpWork::ToHost { src, dst: HostSpan { region, offset: shm_offset }, bytes };
-                    self.submit_copy(client, stream, CopyDirection::DeviceToHost, bytes, work, Some(id))
+                    self.submit_chunk(client, id, stream, CopyDirection::DeviceToHost, bytes, work)
                 }) {
                     Ok(()) => None,
                     Err(e) => Some(Err(e)),
@@ -645,6 +645,28 @@ impl Core {
             .map(|_| ())
     }
 
+    /// Submits a staging copy's chunk (`CopyToDevice`, `CopyToHost`), request
+    /// `id`, answered when done with [`Reply::Copied`] (core/beside.rs).
+    fn submit_chunk(
+        &mut self,
+        client: u64,
+        id: u64,
+        stream: StreamId,
+        direction: CopyDirection,
+        bytes: u64,
+        work: OpWork,
+    ) -> Result<(), ErrorReply> {
+        let op = self.submit_op(
+            client,
+            stream,
+            StreamOp::Copy { direction, bytes },
+            Some(work),
+            OpKind::Copy { reply: Some(id) },
+        )?;
+        self.note_chunk(client, id, op);
+        Ok(())
+    }
+
     /// Submits an operation to a client's stream after the queued-ops check,
     /// binding its work before the engine can start it.
     pub(super) fn submit_op(
@@ -700,6 +722,7 @@ impl Core {
         self.ops.insert(id, OpEntry::queued(client, stream, kind, priority, now, self.request_waited));
         if let Ok(s) = self.session_mut(client) {
             s.in_flight += 1;
+            s.last_submit = Some(now);
             if let Some(st) = s.streams.get_mut(&stream) {
                 st.pending += 1;
                 st.last_kernel = match (is_kernel, marker) {
