@@ -1020,6 +1020,14 @@ impl Core {
         self.backend.ends_answered()
     }
 
+    /// The device link's account since its last lap, in words (a device
+    /// process's: its exchanges and the work it did between them, the
+    /// debug log's `core's device link:` line), and a new lap; `None` for a
+    /// device in this process or when nothing happened.
+    pub fn device_link_lap(&mut self) -> Option<String> {
+        self.backend.exchange_lap()
+    }
+
     /// Device memory held by all sessions, gone ones included, and by frees
     /// waiting for their operations.
     pub fn memory_held(&self) -> u64 {

@@ -18,7 +18,16 @@
 //! A `PollHeld` is a poll that waits for news while the device is busy
 //! (`hold`): still only inside the message's handling, so lockstep holds,
 //! and it ends as soon as the daemon sends anything else.
+//!
+//! **Between messages**, with `GPUMUX_DEEPEN_BETWEEN=1` ([`between`]; off by
+//! default until measured on the GPU), it looks at its device's runs of
+//! kernels queued natively while no message waits and an end landed: their
+//! ends seen from host memory, the runs on by a few kernels. No event and no
+//! answer: the device still sees commands and polls in the daemon's order,
+//! launches end only at polls, and the ends a look saw go with the next
+//! poll's answer.
 
+mod between;
 mod hold;
 
 use crate::backend::ends_ahead::Silenced;
@@ -29,6 +38,8 @@ use crate::backend::{Backend, Failure, MemError, Moved, Registered, Wake};
 use crate::load::LoadClock;
 use crate::shm::ShmRegion;
 use anyhow::{bail, Context, Result};
+use between::Between;
+pub use between::{DEEPEN_BETWEEN_VAR, LOOK_POSTS};
 use gpumux_engine::device::{Command, DeviceError};
 use hold::{Ended, HoldClock};
 use std::collections::HashMap;
@@ -40,7 +51,7 @@ use std::time::Duration;
 /// answered itself, the other commands (grows, retreats, copies), polls,
 /// binds and unbinds of operations, and the rest (`exchange_clock::HOST_PARTS`,
 /// also what each poll's answer accounts for).
-const LOAD_PARTS: [&str; 7] = exchange_clock::HOST_PARTS;
+const LOAD_PARTS: [&str; exchange_clock::HOST_PARTS.len()] = exchange_clock::HOST_PARTS;
 
 /// How long the device process waits for the daemon to offer the link's
 /// rings (sent right after the daemon starts it).
@@ -79,6 +90,14 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
     };
     link.send(&ready, None).context("telling the daemon the device is ready")?;
     let spin = crate::spin::window(link::SPIN);
+    // Read once, at start (issue 35's A/B: both sides from one build).
+    let between = between::posts_from(std::env::var(DEEPEN_BETWEEN_VAR).ok().as_deref()).map(Between::new);
+    if let Some(b) = &between {
+        tracing::info!(
+            "device process: runs go on between messages ({DEEPEN_BETWEEN_VAR}), at most {} kernels queued a look",
+            b.posts
+        );
+    }
     let mut host = DeviceHost {
         backend,
         link,
@@ -96,6 +115,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         polls: 0,
         holds: HoldClock::default(),
         submitted: 0,
+        between,
     };
     let ran = host.run();
     // This process's stage stamps, if on (issue 35).
@@ -150,6 +170,8 @@ struct DeviceHost {
     holds: HoldClock,
     /// When the last command was handled ([`mono_ns`]; a hold's pace, [`hold::poll_due`]).
     submitted: u64,
+    /// Looks between messages, if asked ([`between`]).
+    between: Option<Between>,
 }
 
 impl DeviceHost {
@@ -158,7 +180,17 @@ impl DeviceHost {
     /// flight: [`link::SPIN`]), then sleeps on it.
     fn run(&mut self) -> Result<()> {
         loop {
-            match self.link.recv_spin::<ToDevice>(self.spin) {
+            let got = match self.between.as_mut() {
+                None => self.link.recv_spin::<ToDevice>(self.spin),
+                Some(between) => {
+                    let (backend, clock, load) = (&mut self.backend, &mut self.clock, &mut self.load);
+                    let (broken, failure) = (&mut self.broken, &mut self.failure);
+                    self.link.recv_spin_between::<ToDevice>(self.spin, || {
+                        between.look(backend.as_mut(), clock, load, broken, failure)
+                    })
+                }
+            };
+            match got {
                 Ok(Some(msg)) => {
                     use exchange_clock as x;
                     let kind = match msg {
@@ -192,6 +224,9 @@ impl DeviceHost {
                     }
                     if let Some(holds) = self.holds.summary() {
                         tracing::info!("device process: {holds}");
+                    }
+                    if let Some(between) = &self.between {
+                        tracing::info!("device process: {}", between.summary());
                     }
                     return Ok(());
                 }

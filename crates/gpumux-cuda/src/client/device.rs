@@ -17,6 +17,7 @@ use super::module::{ClientKernel, CompiledModule};
 use super::work::{BindError, ClientWork, KernelHandle};
 
 mod ahead;
+mod between;
 mod clock;
 mod corun;
 mod handover;
@@ -31,6 +32,7 @@ use crate::preempt::{SmMask, WholeGrid, WorkerLaunch};
 use crate::runtime::launcher::Launcher;
 use crate::runtime::{Event as CuEvent, Module, Params, Stream};
 pub use ahead::{AheadCounts, DEEP_HOLD_NS, DEEP_MAX, ENDED_WAITING_MAX};
+pub use between::Looked;
 pub use corun::CoRunCounts;
 use corun::{CoRunChooser, KernelKey, Mode};
 use cudarc::driver::sys as cu;
@@ -522,6 +524,9 @@ pub struct ClientDevice {
     /// ([`ClientDevice::deepen_tails`]): a launch adopted a queued kernel, or
     /// an operation was unbound (launch records may have come back).
     refill_ahead: bool,
+    /// A look between polls stopped at its bound of posts with runs that may
+    /// go on: the next look deepens them even if no end landed ([`between`]).
+    between_owed: bool,
     /// The GPU's lead over the engine at each poll ([`lead`]).
     lead: lead::Lead,
     /// Which priorities started launches lately ([`higher`]): a lower one is
@@ -997,6 +1002,7 @@ impl ClientDevice {
             report_ends: false,
             answered: Vec::new(),
             refill_ahead: false,
+            between_owed: false,
             lead: lead::Lead::default(),
             higher: higher::Higher::default(),
             tails: Vec::new(),
@@ -1775,7 +1781,7 @@ impl Drop for ClientDevice {
                  itself queued, {} seen ended before their launch command), {} adopted as queued, \
                  {} restarted elsewhere, {} cancelled; {} launches started again because no worker found room; \
                  a run's next kernel held back {} times for lack of a launch record, {} by the kernels ended and \
-                 not launched yet, {} by the run's bounds",
+                 not launched yet, {} by the run's bounds; between polls {} looks, {} kernels seen ended, {} queued",
                 c.queued,
                 c.deep,
                 c.ended_ahead,
@@ -1785,7 +1791,10 @@ impl Drop for ClientDevice {
                 c.unplaced,
                 c.held_no_record,
                 c.held_ended_waiting,
-                c.held_deep
+                c.held_deep,
+                c.looks_between,
+                c.ended_between,
+                c.queued_between
             );
         }
         if let Some(s) = self.peer_counts.summary() {

@@ -26,7 +26,7 @@ pub mod work;
 
 pub use context::ClientContext;
 pub use device::{
-    AheadCounts, ClientDevice, Refill, DEEP_HOLD_NS, DEEP_MAX, ENDED_WAITING_MAX, PEER_HOLD_NS, PEER_HOLD_VAR,
+    AheadCounts, ClientDevice, Looked, Refill, DEEP_HOLD_NS, DEEP_MAX, ENDED_WAITING_MAX, PEER_HOLD_NS, PEER_HOLD_VAR,
 };
 pub use fault::ContextLost;
 pub use memory::{MemoryError, Pinner};

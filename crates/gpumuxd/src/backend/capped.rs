@@ -15,8 +15,8 @@
 //! other call goes to the device unchanged.
 
 use super::{
-    ends_ahead, Backend, BufferMove, DevAddr, Failure, KernelCode, LoadError, Loaded, MemError, MemInfo, ModuleImage,
-    Moved, OpFailed, OpWork, Registered, Wake,
+    ends_ahead, Backend, BufferMove, DevAddr, Failure, KernelCode, LoadError, Loaded, Looked, MemError, MemInfo,
+    ModuleImage, Moved, OpFailed, OpWork, Registered, Wake,
 };
 use crate::shm::ShmRegion;
 use gpumux_engine::device::{Command, Event};
@@ -226,6 +226,9 @@ impl Backend for Capped {
     }
     fn run_end_landed(&self) -> Option<bool> {
         self.inner.run_end_landed()
+    }
+    fn look_between(&mut self, posts: usize) -> Result<Looked, Failure> {
+        self.inner.look_between(posts)
     }
     fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
         self.inner.submit_answered(command)

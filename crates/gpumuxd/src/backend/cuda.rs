@@ -528,6 +528,13 @@ impl Backend for CudaBackend {
         self.device.run_end_landed()
     }
 
+    fn look_between(&mut self, posts: usize) -> Result<super::Looked, Failure> {
+        match self.device.look_between(posts) {
+            Ok(l) => Ok(super::Looked { ended: l.ended, queued: l.queued, more: l.more }),
+            Err(e) => Err(self.failure(e)),
+        }
+    }
+
     fn take_ends_ahead(&mut self, out: &mut Vec<super::ends_ahead::EndAhead>) {
         out.extend(self.device.take_ends_ahead().map(|(op, blocks)| super::ends_ahead::EndAhead { op, blocks }));
     }

@@ -22,8 +22,16 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// The device process's kinds of message (its load clock's parts too).
-pub const HOST_PARTS: [&str; 7] =
-    ["launch commands", "answered launches", "other commands", "polls", "binds", "unbinds", "other messages"];
+pub const HOST_PARTS: [&str; 8] = [
+    "launch commands",
+    "answered launches",
+    "other commands",
+    "polls",
+    "binds",
+    "unbinds",
+    "other messages",
+    "looks between messages",
+];
 /// [`HOST_PARTS`]: a launch command the device carries out.
 pub const HOST_LAUNCHES: usize = 0;
 /// [`HOST_PARTS`]: a launch command the daemon answered from an end seen ahead.
@@ -38,6 +46,9 @@ pub const HOST_BINDS: usize = 4;
 pub const HOST_UNBINDS: usize = 5;
 /// [`HOST_PARTS`]: the rest.
 pub const HOST_OTHER: usize = 6;
+/// [`HOST_PARTS`]: not a message: a look between messages that saw a run's
+/// ends or let a run go on (`GPUMUX_DEEPEN_BETWEEN`, [`crate::device_host`]).
+pub const HOST_LOOKS: usize = 7;
 
 /// The core's kinds of message sent to the device process.
 pub const SEND_PARTS: [&str; 7] =
@@ -295,7 +306,7 @@ mod tests {
         c.sent(SEND_LAUNCHES, 3_000);
         c.poll_sent = 10_000;
         c.answer_read = 30_000;
-        let mut work = [Work::default(); 7];
+        let mut work = [Work::default(); HOST_PARTS.len()];
         work[HOST_LAUNCHES] = Work { count: 2, ns: 6_000 };
         // Busy until 14 µs, the poll read at 15, its device poll 4 µs, answered at 22.
         let h = HostTimes {
@@ -351,7 +362,7 @@ mod tests {
         assert_eq!(t.work[HOST_ANSWERED], Work { count: 1, ns: 1_000 });
         assert_eq!((t.busy_until, t.sleeps, t.device_poll_ns), (1_400, 1, 500));
         let next = h.answer(3_000, 0);
-        assert_eq!(next.work, [Work::default(); 7], "a fresh account after each answer");
+        assert_eq!(next.work, [Work::default(); HOST_PARTS.len()], "a fresh account after each answer");
         assert_eq!(next.sleeps, 0);
     }
 }

@@ -355,8 +355,22 @@ impl Link {
     /// wake-up of several µs (tens at the tail) per hop. The polls read the
     /// ring; every `SOCKET_EVERY`th (64th) also reads the socket.
     pub fn recv_spin<T: DeserializeOwned>(&mut self, spin: Duration) -> Result<Option<T>, LinkError> {
+        self.recv_spin_between(spin, || false)
+    }
+
+    /// [`Link::recv_spin`], calling `between` each time the ring had
+    /// nothing (the device process's looks between messages,
+    /// `GPUMUX_DEEPEN_BETWEEN`): a message waiting is always read first.
+    /// `between` says whether it did work; the spin's window starts again
+    /// after work, so that a device busy with what it looks at does not
+    /// go to sleep on the socket meanwhile.
+    pub fn recv_spin_between<T: DeserializeOwned>(
+        &mut self,
+        spin: Duration,
+        mut between: impl FnMut() -> bool,
+    ) -> Result<Option<T>, LinkError> {
         self.flush()?;
-        let start = Instant::now();
+        let mut start = Instant::now();
         let mut tries = 0u32;
         loop {
             tries = tries.wrapping_add(1);
@@ -369,6 +383,10 @@ impl Link {
                 if let Some(msg) = self.next()? {
                     return Ok(Some(msg));
                 }
+            }
+            if between() {
+                start = Instant::now();
+                continue;
             }
             if start.elapsed() >= spin {
                 return self.try_recv();

@@ -372,6 +372,18 @@ pub enum Wake {
     Spin,
 }
 
+/// What a look between a device process's messages did ([`Backend::look_between`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Looked {
+    /// Kernels run ahead seen ended (reported with the next poll's answer).
+    pub ended: u64,
+    /// Kernels queued behind a run's last one.
+    pub queued: u64,
+    /// It stopped at its bound of posts with a run that may go on: look
+    /// again while no message waits, whether or not another end landed.
+    pub more: bool,
+}
+
 /// A device the daemon serves (module doc).
 ///
 /// The wrappers around another backend ([`capped::Capped`],
@@ -660,6 +672,15 @@ pub trait Backend: Send {
     /// it says `Some(false)` (`device_host::hold`).
     fn run_end_landed(&self) -> Option<bool> {
         None
+    }
+    /// A look between a device process's messages (`GPUMUX_DEEPEN_BETWEEN`,
+    /// [`crate::device_host`], "Between messages"): the CUDA device sees the
+    /// ends of its runs from host memory and lets the runs go on by at most
+    /// `posts` kernels. It makes no event and ends no launch; the ends it saw
+    /// go with the next poll's [`Backend::take_ends_ahead`]. A failure is the
+    /// next poll's answer. A device that runs nothing ahead does nothing.
+    fn look_between(&mut self, _posts: usize) -> Result<Looked, Failure> {
+        Ok(Looked::default())
     }
     /// Carries out a launch command the daemon answered itself from an end
     /// this device reported ahead ([`ends_ahead`]): the device adopts what it

@@ -304,7 +304,10 @@ pub const ENDS_AHEAD_VAR: &str = "GPUMUX_SIM_ENDS_AHEAD";
 /// What [`ENDS_AHEAD_VAR`] scripts.
 #[derive(Default)]
 struct ScriptedEnds {
-    /// For the next poll.
+    /// Bound, run ahead, and not seen yet by a look between messages
+    /// ([`Backend::look_between`]) or a poll.
+    unseen: Vec<crate::backend::ends_ahead::EndAhead>,
+    /// Seen by a look, for the next poll.
     report: Vec<crate::backend::ends_ahead::EndAhead>,
     /// Reported and not launched yet.
     reported: crate::core::id_map::IdSet<OpId>,
@@ -1049,7 +1052,7 @@ impl Backend for SimBackend {
             // Scripted as queued and run ahead: its launch is here (issue 35's stage stamps).
             gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchStart, op.0, 0);
             gpumux_stamps::stamp(gpumux_stamps::Stage::LaunchReturn, op.0, 0);
-            s.report.push(crate::backend::ends_ahead::EndAhead { op, blocks: 1 });
+            s.unseen.push(crate::backend::ends_ahead::EndAhead { op, blocks: 1 });
             s.reported.insert(op);
         }
         self.bound.insert(op, work);
@@ -1059,6 +1062,7 @@ impl Backend for SimBackend {
         if let Some(s) = self.scripted.as_mut() {
             s.reported.remove(&op);
             s.report.retain(|e| e.op != op);
+            s.unseen.retain(|e| e.op != op);
         }
         self.bound.remove(&op);
     }
@@ -1071,16 +1075,28 @@ impl Backend for SimBackend {
     }
 
     fn run_end_landed(&self) -> Option<bool> {
-        // Scripted: what the next poll reports counts as landed, as a CUDA
-        // device's published ends would (so the held poll's watch is tested).
+        // Scripted: an end neither a look nor a poll took yet counts as
+        // landed, as a CUDA device's published ends would (so the held poll's
+        // watch and the looks between messages are tested).
         let s = self.scripted.as_ref()?;
-        (!s.reported.is_empty()).then_some(!s.report.is_empty())
+        (!s.reported.is_empty()).then_some(!s.unseen.is_empty())
     }
 
     fn take_ends_ahead(&mut self, out: &mut Vec<crate::backend::ends_ahead::EndAhead>) {
         if let Some(s) = self.scripted.as_mut() {
+            // Those a look saw first: they were bound first (stream order).
             out.append(&mut s.report);
+            out.append(&mut s.unseen);
         }
+    }
+
+    fn look_between(&mut self, _posts: usize) -> Result<super::Looked, Failure> {
+        // Scripted: a look sees every end bound since; it queues nothing (the
+        // simulator models no queue ahead).
+        let Some(s) = self.scripted.as_mut() else { return Ok(super::Looked::default()) };
+        let ended = s.unseen.len() as u64;
+        s.report.append(&mut s.unseen);
+        Ok(super::Looked { ended, queued: 0, more: false })
     }
 
     fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {

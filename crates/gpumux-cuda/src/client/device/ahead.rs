@@ -171,6 +171,13 @@ pub struct AheadCounts {
     pub held_ended_waiting: u64,
     /// The same, held by [`DEEP_MAX`] or [`DEEP_HOLD_NS`].
     pub held_deep: u64,
+    /// Of `ended_ahead`, kernels seen ended by a look between polls
+    /// ([`super::between`]).
+    pub ended_between: u64,
+    /// Of `deep`, kernels queued by a look between polls ([`super::between`]).
+    pub queued_between: u64,
+    /// Looks between polls that saw an end or queued a kernel ([`super::between`]).
+    pub looks_between: u64,
 }
 
 /// Kernels queued natively ahead on one stream and not yet seen ended, at
@@ -358,8 +365,10 @@ pub(super) fn take_stream(st: &mut InContext, lid: LaunchId, stream: Stream) -> 
 
 /// Whether the first kernel queued after `op` on its stream that publishes
 /// its end (module doc, "Fewer end writes") has ended, which says that `op`
-/// has (stream order); `None`: none after it publishes.
-fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError> {
+/// has (stream order); `None`: none after it publishes. `host_only`: from
+/// host memory alone, no end event queried (a look between polls,
+/// [`super::between`]).
+fn later_end(st: &InContext, op: OpId, host_only: bool) -> Result<Option<bool>, crate::CudaError> {
     let mut at = op;
     while let Some(n) = st.ops.get(&at).and_then(|o| o.next) {
         let Some(x) = st.ahead.get(&n) else { return Ok(None) };
@@ -368,6 +377,9 @@ fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError>
             return Ok(Some(true));
         }
         if !x.segs.is_empty() && !x.segs.iter().any(WorkerLaunch::end_unpublished) {
+            if host_only {
+                return Ok(Some(x.end_landed()));
+            }
             return all_left(&x.segs).map(Some);
         }
         at = n;
@@ -380,12 +392,15 @@ fn later_end(st: &InContext, op: OpId) -> Result<Option<bool>, crate::CudaError>
 /// run in stream order starts ([`ClientDevice::poll_ahead`]). One behind a
 /// launch still running is left to the poll after the launch ended: looking
 /// at it may query an end event (the driver's lock), and it cannot have
-/// ended before that launch.
-fn run_heads(st: &InContext) -> impl Iterator<Item = OpId> + '_ {
+/// ended before that launch. `host_only` (a look between polls,
+/// [`super::between`]): one behind a launch that adopted a kernel seen ended
+/// is a head too (that launch ended on the GPU; it leaves the table only at
+/// the next poll, and the engine's launch commands keep coming meanwhile).
+fn run_heads(st: &InContext, host_only: bool) -> impl Iterator<Item = OpId> + '_ {
     unended(st)
         .filter(|(_, a)| !a.ended && !a.cancelled && a.native())
         .filter(move |(_, a)| match a.behind {
-            Behind::Launch(lid) => !st.launches.contains_key(&lid),
+            Behind::Launch(lid) => st.launches.get(&lid).is_none_or(|l| host_only && l.done_ahead),
             Behind::Queued(p) => st.ahead.get(&p).is_none_or(|b| b.ended),
         })
         .map(|(&op, _)| op)
@@ -813,6 +828,13 @@ impl ClientDevice {
     /// asked ([`ClientDevice::set_report_ends_ahead`]). A fault shows here as
     /// in any poll: the error of the end event's query.
     pub(super) fn poll_ahead(&mut self) -> Result<bool, DeviceError> {
+        self.poll_ahead_in(false)
+    }
+
+    /// [`ClientDevice::poll_ahead`]; `host_only`: from the ends in host
+    /// memory alone, no driver call (a look between polls, [`super::between`]):
+    /// a run's walk stops at its first kernel whose end does not show there.
+    pub(super) fn poll_ahead_in(&mut self, host_only: bool) -> Result<bool, DeviceError> {
         if self.st.as_ref().is_none_or(|st| st.ahead.is_empty()) {
             return Ok(false);
         }
@@ -826,15 +848,15 @@ impl ClientDevice {
         // Into a list kept between polls (one vector allocated per poll before).
         let mut heads = std::mem::take(&mut self.heads);
         heads.clear();
-        heads.extend(run_heads(st));
-        let walked = self.walk_runs(&heads, report);
+        heads.extend(run_heads(st, host_only));
+        let walked = self.walk_runs(&heads, report, host_only);
         self.heads = heads;
         walked
     }
 
     /// [`ClientDevice::poll_ahead`]'s walk of each run from its head
-    /// (`heads`): whether it saw a kernel end.
-    fn walk_runs(&mut self, heads: &[OpId], report: bool) -> Result<bool, DeviceError> {
+    /// (`heads`): whether it saw a kernel end; `host_only` as there.
+    fn walk_runs(&mut self, heads: &[OpId], report: bool, host_only: bool) -> Result<bool, DeviceError> {
         let mut any = false;
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
         for &head in heads {
@@ -848,7 +870,7 @@ impl ClientDevice {
                     }
                     if a.segs.iter().any(WorkerLaunch::end_unpublished) {
                         // Its end is known from a later kernel's, if one publishes (module doc).
-                        match later_end(st, op).map_err(failed_with(polling))? {
+                        match later_end(st, op, host_only).map_err(failed_with(polling))? {
                             Some(false) => break,
                             Some(true) => st
                                 .ahead
@@ -860,7 +882,8 @@ impl ClientDevice {
                         }
                     }
                     let Some(a) = st.ahead.get_mut(&op) else { break };
-                    let left = all_left(&a.segs).map_err(failed_with(polling))?;
+                    let left =
+                        if host_only { a.end_landed() } else { all_left(&a.segs).map_err(failed_with(polling))? };
                     if !left {
                         break;
                     }
@@ -898,6 +921,40 @@ impl ClientDevice {
         went
     }
 
+    /// [`ClientDevice::deepen_tails`] by at most `posts` kernels queued (a
+    /// look between polls, [`super::between`]): whether it stopped there
+    /// with a run that might go on.
+    pub(super) fn deepen_tails_upto(&mut self, posts: usize) -> Result<bool, DeviceError> {
+        let Some(st) = self.st.as_mut() else { return Ok(false) };
+        let mut tails = std::mem::take(&mut self.tails);
+        let ops = &st.ops;
+        st.tails.list(&st.ahead, |op| ops.get(&op).and_then(|o| o.next), &mut tails);
+        let mut left = posts;
+        let mut went = Ok(false);
+        'runs: for &tail in &tails {
+            let mut prev = tail;
+            loop {
+                if left == 0 {
+                    went = Ok(true);
+                    break 'runs;
+                }
+                match self.queue_one_deeper(prev) {
+                    Ok(Some(next)) => {
+                        left -= 1;
+                        prev = next;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        went = Err(e);
+                        break 'runs;
+                    }
+                }
+            }
+        }
+        self.tails = tails;
+        went
+    }
+
     /// Running native launches whose end is not published (module doc,
     /// "Fewer end writes") are marked ended once a kernel queued after them
     /// on their stream published its end: their poll then needs no query of
@@ -915,7 +972,7 @@ impl ClientDevice {
         waiting.extend(unpublished.map(|(&lid, l)| (lid, l.op)));
         let mut marked = Ok(());
         for &(lid, op) in &waiting {
-            let known = match later_end(st, op) {
+            let known = match later_end(st, op, false) {
                 Ok(known) => known,
                 Err(e) => {
                     marked = Err(failed_with(|| format!("polling what follows launch {lid}"))(e));
@@ -1070,6 +1127,14 @@ impl ClientDevice {
         }
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
+            // Seen ended by a look between polls and not reported yet
+            // ([`super::between`]): the launch command came first, and the
+            // device ends the launch itself, so the end goes to the engine
+            // once, as this launch's. (A poll's ends are taken with its
+            // answer: none is left here then.)
+            if !self.ends_ahead.is_empty() {
+                self.ends_ahead.retain(|&(o, _)| o != live.op);
+            }
         }
         // What is queued natively behind it waits for this launch now
         // (found by the index, not a walk of every queued kernel: `behind`).
@@ -1174,6 +1239,12 @@ impl ClientDevice {
         }
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
+            // Seen ended by a look between polls, not reported yet
+            // ([`super::between`]): the operation is gone (its client
+            // died), and the daemon forgot it; nothing to report.
+            if !self.ends_ahead.is_empty() {
+                self.ends_ahead.retain(|&(o, _)| o != op);
+            }
         }
         let stopped = if a.cancelled {
             Ok(())

@@ -1,0 +1,236 @@
+//! Looks between the daemon's messages (issue 35; [`DEEPEN_BETWEEN_VAR`]):
+//! the device process lets the runs of kernels its device queued natively
+//! go on while it waits for the core's next message, instead of only at
+//! the core's polls.
+//!
+//! **Why.** A run holds a launch record per kernel not seen ended, and the
+//! core polls only once it has used up the ends the last poll reported (an
+//! engine turn and an answered launch command per kernel): the runs went on
+//! once a cycle, and the GPU's launcher ran dry from its last launch to the
+//! next poll (the programs bench's chain ~8.2 µs a kernel through the
+//! daemon against ~5.6 for the launcher and ~5.3 for the GPU, H200 at
+//! 653c7f0; docs/program-speed.md, "What bounds the chain next").
+//!
+//! **How.** Each time the link's ring has no message ([`Link::recv_spin_between`]),
+//! a look is due only if an end landed in host memory
+//! ([`Backend::run_end_landed`], a read of words, no driver call) or the
+//! last look stopped at its bound of posts with more to do. The look
+//! ([`Backend::look_between`]) walks the runs from host memory alone and
+//! queues at most [`Between::posts`] kernels, so that a message from the
+//! core waits a few µs at most; the ring is read again before the next.
+//! A look that found nothing to take (an end landed behind a launch only a
+//! poll may end) is not tried again for [`QUIET_NS`].
+//!
+//! **What stays.** A look makes no event: launches end at polls, and the
+//! ends a look saw go with the next poll's answer, once each and in stream
+//! order (the device's own list; gpumux-cuda's `client::device::between`).
+//! A failure of a look is kept for the next poll's answer, as a command's.
+//!
+//! **Earlier tries** (docs/program-speed.md, "Measured and not taken"):
+//! looks every 4 µs while idle on the link (158875a) and after each
+//! message (88141cc) lost, looking whether or not an end had landed, with
+//! driver calls in the walk, and a run's whole burst queued at 3.8 µs a
+//! post; at 8f5ae0d the GPU was waiting for binds, not for records.
+//!
+//! [`Link::recv_spin_between`]: crate::backend::link::Link::recv_spin_between
+
+use crate::backend::exchange_clock::{mono_ns, HostClock, HOST_LOOKS};
+use crate::backend::{Backend, Failure};
+use crate::load::LoadClock;
+use std::time::Duration;
+
+/// `1` in the daemon's environment (its device processes inherit it): the
+/// device process looks between messages (module doc), queueing at most
+/// [`LOOK_POSTS`] kernels a look; a number above 1: at most that many;
+/// unset or `0`: never (the default until measured on the GPU).
+pub const DEEPEN_BETWEEN_VAR: &str = "GPUMUX_DEEPEN_BETWEEN";
+
+/// Kernels a look queues at most before the link is read again: a post
+/// costs 1.6-2.5 µs of the device process's thread on the H200 (94e735d,
+/// 653c7f0), so a message waits ~10 µs at most; ends land four at a time in
+/// a run (one kernel in four publishes its end, gpumux-cuda's
+/// `PUBLISH_EVERY`), and each gives a record back for one more.
+pub const LOOK_POSTS: usize = 4;
+
+/// How long after a look that found nothing to take, with an end landed,
+/// the next is tried (ns): such an end waits for a poll (its run is behind
+/// a launch the engine has not seen end), and a look costs a walk.
+pub const QUIET_NS: u64 = 2_000;
+
+/// What [`DEEPEN_BETWEEN_VAR`]'s value asks for: `Some(posts)` a look, or
+/// `None` (unset, `0`, or not a number, with a warning).
+pub fn posts_from(value: Option<&str>) -> Option<usize> {
+    let v = value?.trim();
+    match v.parse::<usize>() {
+        Ok(0) => None,
+        Ok(1) => Some(LOOK_POSTS),
+        Ok(n) => Some(n),
+        Err(_) if v.is_empty() => None,
+        Err(_) => {
+            tracing::warn!("{DEEPEN_BETWEEN_VAR}={v:?} is not a number of kernels: no looks between messages");
+            None
+        }
+    }
+}
+
+/// The device process's looks between messages and what they did.
+#[derive(Debug)]
+pub struct Between {
+    /// Kernels a look queues at most.
+    pub posts: usize,
+    /// The last look stopped at `posts` with more to do.
+    owed: bool,
+    /// No look before this ([`mono_ns`]) unless owed ([`QUIET_NS`]).
+    quiet_until: u64,
+    /// Looks that saw an end or queued a kernel, their time in all (ns),
+    /// kernels seen ended, kernels queued.
+    looks: u64,
+    ns: u64,
+    ended: u64,
+    queued: u64,
+    /// Looks that found nothing to take though an end had landed.
+    empty: u64,
+}
+
+impl Between {
+    /// Looks queueing at most `posts` kernels each.
+    pub fn new(posts: usize) -> Between {
+        Between { posts: posts.max(1), owed: false, quiet_until: 0, looks: 0, ns: 0, ended: 0, queued: 0, empty: 0 }
+    }
+
+    /// Whether a look is due at `now`, an end having `landed` (module doc).
+    pub fn due(&self, landed: Option<bool>, now: u64) -> bool {
+        self.owed || (landed == Some(true) && now >= self.quiet_until)
+    }
+
+    /// One look if due, called while the link has no message: whether it did
+    /// work (saw an end or queued a kernel, or owes more). A failure is kept
+    /// in `failure` for the next poll, and the device is left alone after it
+    /// (`broken`), as after a failed command.
+    pub fn look(
+        &mut self,
+        backend: &mut dyn Backend,
+        clock: &mut HostClock,
+        load: &mut LoadClock,
+        broken: &mut bool,
+        failure: &mut Option<Failure>,
+    ) -> bool {
+        if *broken {
+            return false;
+        }
+        // The landed word first: the clock is read only when one did.
+        if !self.owed && backend.run_end_landed() != Some(true) {
+            return false;
+        }
+        let began = mono_ns();
+        if !self.due(Some(true), began) {
+            return false;
+        }
+        match backend.look_between(self.posts) {
+            Ok(l) => {
+                let ended = mono_ns();
+                self.owed = l.more;
+                if l.ended + l.queued == 0 {
+                    self.empty += 1;
+                    self.quiet_until = ended.saturating_add(QUIET_NS);
+                    return l.more;
+                }
+                let took = ended.saturating_sub(began);
+                self.looks += 1;
+                self.ns += took;
+                self.ended += l.ended;
+                self.queued += l.queued;
+                clock.did(HOST_LOOKS, began, ended);
+                load.add(HOST_LOOKS, 1, Duration::from_nanos(took));
+                true
+            }
+            Err(f) => {
+                self.owed = false;
+                *broken = true;
+                failure.get_or_insert(f);
+                false
+            }
+        }
+    }
+
+    /// One line for the device process's log at close.
+    pub fn summary(&self) -> String {
+        let mean = if self.looks == 0 { 0.0 } else { self.ns as f64 / self.looks as f64 / 1e3 };
+        format!(
+            "between messages ({DEEPEN_BETWEEN_VAR}, at most {} kernels queued a look): {} looks, {mean:.2} µs \
+             each, {} kernels seen ended, {} queued; {} looks found nothing to take",
+            self.posts, self.looks, self.ended, self.queued, self.empty
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::exchange_clock::HOST_PARTS;
+    use crate::backend::sim::SimBackend;
+    use crate::backend::{Backend, OpWork};
+    use gpumux_engine::ids::OpId;
+
+    #[test]
+    fn the_switch_reads_off_on_and_a_number_of_posts() {
+        assert_eq!(posts_from(None), None);
+        assert_eq!(posts_from(Some("0")), None);
+        assert_eq!(posts_from(Some("")), None);
+        assert_eq!(posts_from(Some("1")), Some(LOOK_POSTS));
+        assert_eq!(posts_from(Some(" 8 ")), Some(8));
+        assert_eq!(posts_from(Some("yes")), None, "not a number: off, with a warning");
+    }
+
+    #[test]
+    fn a_look_is_due_when_an_end_landed_or_one_is_owed_and_not_again_at_once_after_an_empty_one() {
+        let mut b = Between::new(4);
+        assert!(!b.due(None, 10), "nothing watched");
+        assert!(!b.due(Some(false), 10), "nothing landed");
+        assert!(b.due(Some(true), 10));
+        b.quiet_until = 10 + QUIET_NS;
+        assert!(!b.due(Some(true), 11), "an empty look just now");
+        assert!(b.due(Some(true), 10 + QUIET_NS));
+        b.owed = true;
+        assert!(b.due(Some(false), 11), "owed: whatever landed");
+        assert_eq!(Between::new(0).posts, 1, "a look queues one kernel at least");
+    }
+
+    fn one_block(code: crate::backend::KernelCode, after: Option<OpId>) -> OpWork {
+        let (grid, block, params) = ([1, 1, 1], [32, 1, 1], Vec::new());
+        OpWork::Kernel { code, grid, block, shared_bytes: 0, params, after, range: None }
+    }
+
+    /// The scripted simulated device (`GPUMUX_SIM_ENDS_AHEAD`): ends bound
+    /// ahead are seen by a look, counted, timed in the exchange's account,
+    /// and reported at the next poll once, in the order bound; a look with
+    /// nothing landed does nothing.
+    #[test]
+    fn a_look_takes_what_landed_once_and_the_next_poll_reports_it_in_order() {
+        let mut sim = SimBackend::open("sim:h100").expect("the preset");
+        sim.script_ends_ahead();
+        let image = sim.load_module("m.cu", "__global__ void j() {}\n", &[]).expect("the module loads");
+        let code = image.kernels[0].code;
+        sim.bind(OpId(1), one_block(code, None));
+        let (mut clock, mut load) = (HostClock::default(), LoadClock::new(&HOST_PARTS));
+        let (mut broken, mut failure) = (false, None);
+        let mut b = Between::new(LOOK_POSTS);
+        assert!(!b.look(&mut sim, &mut clock, &mut load, &mut broken, &mut failure), "nothing run ahead yet");
+        sim.bind(OpId(2), one_block(code, Some(OpId(1))));
+        sim.bind(OpId(3), one_block(code, Some(OpId(2))));
+        assert!(b.look(&mut sim, &mut clock, &mut load, &mut broken, &mut failure));
+        assert!(!b.look(&mut sim, &mut clock, &mut load, &mut broken, &mut failure), "taken already");
+        sim.bind(OpId(4), one_block(code, Some(OpId(3))));
+        let mut ends = Vec::new();
+        sim.take_ends_ahead(&mut ends);
+        let ops: Vec<OpId> = ends.iter().map(|e| e.op).collect();
+        assert_eq!(ops, [OpId(2), OpId(3), OpId(4)], "the look's two, then the one no look saw, in order");
+        sim.take_ends_ahead(&mut ends);
+        assert_eq!(ends.len(), 3, "each reported once");
+        assert!(!broken && failure.is_none());
+        let line = b.summary();
+        assert!(line.contains(": 1 looks,") && line.contains("2 kernels seen ended, 0 queued"), "{line}");
+        let times = clock.answer(mono_ns(), 0);
+        assert_eq!(times.work[HOST_LOOKS].count, 1, "the look in the exchange's account: {:?}", times.work);
+    }
+}
