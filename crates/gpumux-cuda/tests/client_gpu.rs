@@ -771,6 +771,69 @@ fn with_hardware_priority_a_run_queued_natively_goes_on_as_its_kernels_end_witho
     assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
 }
 
+/// A run queued natively goes on at looks between polls
+/// (`ClientDevice::look_between`, gpumuxd's `GPUMUX_DEEPEN_BETWEEN`): with no
+/// poll after the first launch's end, looks alone see the steps end from
+/// host memory, give their records back and queue the next, so the run
+/// outgrows the records made with the context; a launch command that comes
+/// (not answered) for a kernel a look saw ended ends that launch itself and
+/// its end is not reported; the rest are reported once each, in stream
+/// order, and their answered launch commands end every block. `x` must be
+/// the host's.
+#[test]
+fn with_hardware_priority_a_run_goes_on_at_looks_between_polls_and_reports_each_end_once_in_order() {
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
+    d.set_hw_priority(true);
+    d.set_report_ends_ahead(true);
+    let steps = 80u32;
+    let sx = StepX::new(&mut d, 1, hashed);
+    let (sms, blocks, n) = (d.info().num_sms, sx.blocks as u64, sx.n);
+    let op = |k: u32| 100 + k as u64;
+    sx.bind_chain(&mut d, op(0), steps, 0);
+    let all = SmSet::range(0, sms);
+    let kept = d.launch_records().0.len();
+    d.submit(d.now(), launch(op(0), 1000, BlockRanges::full(blocks), all, blocks)).expect("launch");
+    let mut events = run_until(&mut d, ended(LaunchId(1000))).expect("the first launch");
+    // No poll from here on: looks only, as between the daemon's messages
+    // (the polls that saw the first launch end may have seen a few steps too).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut queued = 0;
+    while d.ahead_counts().ended_ahead < steps as u64 - 1 {
+        assert!(Instant::now() < deadline, "10 s of looks: {:?}", d.ahead_counts());
+        let looked = d.look_between(4).expect("a look");
+        assert!(looked.queued <= 4, "a look queues at most its bound: {looked:?}");
+        queued += looked.queued;
+    }
+    let c = d.ahead_counts();
+    assert!(queued > 0 && c.queued_between == queued, "looks queued the run's next kernels: {c:?}");
+    assert!(c.ended_between > 0, "looks saw steps end: {c:?}");
+    assert!(
+        c.ended_ahead as usize > kept,
+        "more kernels ran ahead ({}) than the launch records made with the context ({kept})",
+        c.ended_ahead
+    );
+    // A launch command for step 1, not answered (it crossed the ends a look
+    // saw): the device ends that launch itself, and step 1 is not reported.
+    d.submit(d.now(), launch(op(1), 1001, BlockRanges::full(blocks), all, blocks)).expect("launch");
+    let reported: Vec<(OpId, u64)> = d.take_ends_ahead().collect();
+    let want: Vec<(OpId, u64)> = (2..steps).map(|k| (OpId(op(k)), blocks)).collect();
+    assert_eq!(reported, want, "the ends the looks saw, once each, in stream order, step 1's dropped");
+    d.unbind(OpId(op(1)));
+    for k in 2..steps {
+        let lid = 1000 + k as u64;
+        d.submit_answered(d.now(), launch(op(k), lid, BlockRanges::full(blocks), all, blocks)).expect("launch");
+        d.unbind(OpId(op(k)));
+    }
+    d.unbind(OpId(op(0)));
+    until_ended(&mut d, &mut events, LaunchId(1000 + steps as u64 - 1));
+    assert_each_step_ran(&events, 1000, steps, blocks);
+    assert!(!d.busy(), "nothing left on the device once every step ended");
+    let want = hashed_stepped(n, steps);
+    assert!(sx.read(&mut d, 2) == want, "{steps} steps run ahead at looks: x differs from the host's");
+    eprintln!("run ahead at looks between polls: {:?}; {kept} kept records", d.ahead_counts());
+    assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
+}
+
 #[test]
 fn with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_workers_and_alone_runs_natively() {
     let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
