@@ -21,8 +21,9 @@
 //!
 //! **Between messages**, with `GPUMUX_DEEPEN_BETWEEN=1` ([`between`]; off by
 //! default until measured on the GPU), it looks at its device's runs of
-//! kernels queued natively while no message waits and an end landed: their
-//! ends seen from host memory, the runs on by a few kernels. No event and no
+//! kernels queued natively when an end landed, after a message and while
+//! no message waits: their ends seen from host memory, the runs on by a
+//! few kernels. No event and no
 //! answer: the device still sees commands and polls in the daemon's order,
 //! launches end only at polls, and the ends a look saw go with the next
 //! poll's answer.
@@ -91,11 +92,13 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
     link.send(&ready, None).context("telling the daemon the device is ready")?;
     let spin = crate::spin::window(link::SPIN);
     // Read once, at start (issue 35's A/B: both sides from one build).
-    let between = between::posts_from(std::env::var(DEEPEN_BETWEEN_VAR).ok().as_deref()).map(Between::new);
+    let between =
+        between::where_from(std::env::var(DEEPEN_BETWEEN_VAR).ok().as_deref()).map(|at| Between::new(at, LOOK_POSTS));
     if let Some(b) = &between {
+        let at = if b.at == between::Where::Always { "after each message and while idle" } else { "while idle" };
         tracing::info!(
-            "device process: runs go on between messages ({DEEPEN_BETWEEN_VAR}), at most {} kernels queued a look",
-            b.posts
+            "device process: runs go on between messages ({DEEPEN_BETWEEN_VAR}: {at}), at most {LOOK_POSTS} \
+             kernels queued a look"
         );
     }
     let mut host = DeviceHost {
@@ -210,6 +213,11 @@ impl DeviceHost {
                     // answer says when it was read and ready.
                     self.clock.did(kind, began, ended);
                     self.load.add(kind, 1, Duration::from_nanos(ended.saturating_sub(began)));
+                    // A busy link is no reason for the runs to wait ([`between`]).
+                    if let Some(between) = self.between.as_mut() {
+                        let (backend, clock, load) = (self.backend.as_mut(), &mut self.clock, &mut self.load);
+                        between.after_message(ended, backend, clock, load, &mut self.broken, &mut self.failure);
+                    }
                     if let Some(lap) = self.load.lap() {
                         tracing::debug!(target: "gpumuxd::load", "device process: {lap}");
                     }

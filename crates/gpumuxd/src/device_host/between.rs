@@ -11,15 +11,22 @@
 //! daemon against ~5.6 for the launcher and ~5.3 for the GPU, H200 at
 //! 653c7f0; docs/program-speed.md, "What bounds the chain next").
 //!
-//! **How.** Each time the link's ring has no message ([`Link::recv_spin_between`]),
-//! a look is due only if an end landed in host memory
+//! **How.** A look is due only if an end landed in host memory
 //! ([`Backend::run_end_landed`], a read of words, no driver call) or the
-//! last look stopped at its bound of posts with more to do. The look
+//! last look stopped at its bound of posts with more to do. It is tried
+//! each time the link's ring has no message ([`Link::recv_spin_between`]),
+//! and, unless [`DEEPEN_BETWEEN_VAR`] says `idle`, after each message too
+//! (at most every [`CHECK_GAP_NS`] for the landed words): while the core
+//! turns a poll's ends into answered launch commands, one every ~2 µs, the
+//! device process carries each out in ~2 µs (the stage stamps of 653c7f0 on
+//! the H200), so its ring is seldom empty then, and a look only while idle
+//! would wait for the burst's end, as the runs do now. The look
 //! ([`Backend::look_between`]) walks the runs from host memory alone and
-//! queues at most [`Between::posts`] kernels, so that a message from the
-//! core waits a few µs at most; the ring is read again before the next.
-//! A look that found nothing to take (an end landed behind a launch only a
-//! poll may end) is not tried again for [`QUIET_NS`].
+//! queues at most [`LOOK_POSTS`] kernels, so that a message from the core
+//! waits ~10 µs at most (an answered launch command is bookkeeping the GPU
+//! does not wait for; a kernel posted is what it waits for). A look that
+//! found nothing to take (an end landed behind a launch only a poll may
+//! end) is not tried again for [`QUIET_NS`].
 //!
 //! **What stays.** A look makes no event: launches end at polls, and the
 //! ends a look saw go with the next poll's answer, once each and in stream
@@ -40,9 +47,9 @@ use crate::load::LoadClock;
 use std::time::Duration;
 
 /// `1` in the daemon's environment (its device processes inherit it): the
-/// device process looks between messages (module doc), queueing at most
-/// [`LOOK_POSTS`] kernels a look; a number above 1: at most that many;
-/// unset or `0`: never (the default until measured on the GPU).
+/// device process looks after each message and while its link is idle
+/// (module doc); `idle`: only while its link is idle; unset or `0`: never
+/// (the default until measured on the GPU).
 pub const DEEPEN_BETWEEN_VAR: &str = "GPUMUX_DEEPEN_BETWEEN";
 
 /// Kernels a look queues at most before the link is read again: a post
@@ -57,17 +64,30 @@ pub const LOOK_POSTS: usize = 4;
 /// a launch the engine has not seen end), and a look costs a walk.
 pub const QUIET_NS: u64 = 2_000;
 
-/// What [`DEEPEN_BETWEEN_VAR`]'s value asks for: `Some(posts)` a look, or
-/// `None` (unset, `0`, or not a number, with a warning).
-pub fn posts_from(value: Option<&str>) -> Option<usize> {
-    let v = value?.trim();
-    match v.parse::<usize>() {
-        Ok(0) => None,
-        Ok(1) => Some(LOOK_POSTS),
-        Ok(n) => Some(n),
-        Err(_) if v.is_empty() => None,
-        Err(_) => {
-            tracing::warn!("{DEEPEN_BETWEEN_VAR}={v:?} is not a number of kernels: no looks between messages");
+/// After a message, the landed words are read at most this often (ns): a
+/// read of each watched kernel's word (~32) per message would cost the
+/// device process a few tenths of a µs per message; ends land every ~4
+/// kernels of a chain (~20 µs).
+pub const CHECK_GAP_NS: u64 = 2_000;
+
+/// Where the device process looks ([`DEEPEN_BETWEEN_VAR`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Where {
+    /// After each message, and while no message waits.
+    Always,
+    /// Only while no message waits.
+    Idle,
+}
+
+/// What [`DEEPEN_BETWEEN_VAR`]'s value asks for: `None` for unset, `0`, or
+/// anything else (with a warning).
+pub fn where_from(value: Option<&str>) -> Option<Where> {
+    match value?.trim() {
+        "1" => Some(Where::Always),
+        "idle" => Some(Where::Idle),
+        "0" | "" => None,
+        other => {
+            tracing::warn!("{DEEPEN_BETWEEN_VAR}={other:?} is not 0, 1 or idle: no looks between messages");
             None
         }
     }
@@ -76,10 +96,14 @@ pub fn posts_from(value: Option<&str>) -> Option<usize> {
 /// The device process's looks between messages and what they did.
 #[derive(Debug)]
 pub struct Between {
-    /// Kernels a look queues at most.
-    pub posts: usize,
+    /// Where it looks.
+    pub at: Where,
+    /// Kernels a look queues at most ([`LOOK_POSTS`]).
+    posts: usize,
     /// The last look stopped at `posts` with more to do.
     owed: bool,
+    /// When the landed words were last read after a message ([`mono_ns`]).
+    checked: u64,
     /// No look before this ([`mono_ns`]) unless owed ([`QUIET_NS`]).
     quiet_until: u64,
     /// Looks that saw an end or queued a kernel, their time in all (ns),
@@ -93,9 +117,28 @@ pub struct Between {
 }
 
 impl Between {
-    /// Looks queueing at most `posts` kernels each.
-    pub fn new(posts: usize) -> Between {
-        Between { posts: posts.max(1), owed: false, quiet_until: 0, looks: 0, ns: 0, ended: 0, queued: 0, empty: 0 }
+    /// Looks `at` where asked, queueing at most `posts` kernels each.
+    pub fn new(at: Where, posts: usize) -> Between {
+        let posts = posts.max(1);
+        Between { at, posts, owed: false, checked: 0, quiet_until: 0, looks: 0, ns: 0, ended: 0, queued: 0, empty: 0 }
+    }
+
+    /// After a message handled, ended at `now` ([`mono_ns`]): a look if
+    /// due and asked for there ([`Where::Always`]; [`CHECK_GAP_NS`]).
+    pub fn after_message(
+        &mut self,
+        now: u64,
+        backend: &mut dyn Backend,
+        clock: &mut HostClock,
+        load: &mut LoadClock,
+        broken: &mut bool,
+        failure: &mut Option<Failure>,
+    ) {
+        if self.at != Where::Always || (!self.owed && now < self.checked.saturating_add(CHECK_GAP_NS)) {
+            return;
+        }
+        self.checked = now;
+        self.look(backend, clock, load, broken, failure);
     }
 
     /// Whether a look is due at `now`, an end having `landed` (module doc).
@@ -157,9 +200,14 @@ impl Between {
     pub fn summary(&self) -> String {
         let mean = if self.looks == 0 { 0.0 } else { self.ns as f64 / self.looks as f64 / 1e3 };
         format!(
-            "between messages ({DEEPEN_BETWEEN_VAR}, at most {} kernels queued a look): {} looks, {mean:.2} µs \
+            "between messages ({DEEPEN_BETWEEN_VAR}={}, at most {} kernels queued a look): {} looks, {mean:.2} µs \
              each, {} kernels seen ended, {} queued; {} looks found nothing to take",
-            self.posts, self.looks, self.ended, self.queued, self.empty
+            if self.at == Where::Always { "1" } else { "idle" },
+            self.posts,
+            self.looks,
+            self.ended,
+            self.queued,
+            self.empty
         )
     }
 }
@@ -173,18 +221,18 @@ mod tests {
     use gpumux_engine::ids::OpId;
 
     #[test]
-    fn the_switch_reads_off_on_and_a_number_of_posts() {
-        assert_eq!(posts_from(None), None);
-        assert_eq!(posts_from(Some("0")), None);
-        assert_eq!(posts_from(Some("")), None);
-        assert_eq!(posts_from(Some("1")), Some(LOOK_POSTS));
-        assert_eq!(posts_from(Some(" 8 ")), Some(8));
-        assert_eq!(posts_from(Some("yes")), None, "not a number: off, with a warning");
+    fn the_switch_reads_off_on_and_idle() {
+        assert_eq!(where_from(None), None);
+        assert_eq!(where_from(Some("0")), None);
+        assert_eq!(where_from(Some("")), None);
+        assert_eq!(where_from(Some(" 1 ")), Some(Where::Always));
+        assert_eq!(where_from(Some("idle")), Some(Where::Idle));
+        assert_eq!(where_from(Some("yes")), None, "anything else: off, with a warning");
     }
 
     #[test]
     fn a_look_is_due_when_an_end_landed_or_one_is_owed_and_not_again_at_once_after_an_empty_one() {
-        let mut b = Between::new(4);
+        let mut b = Between::new(Where::Always, 4);
         assert!(!b.due(None, 10), "nothing watched");
         assert!(!b.due(Some(false), 10), "nothing landed");
         assert!(b.due(Some(true), 10));
@@ -193,7 +241,28 @@ mod tests {
         assert!(b.due(Some(true), 10 + QUIET_NS));
         b.owed = true;
         assert!(b.due(Some(false), 11), "owed: whatever landed");
-        assert_eq!(Between::new(0).posts, 1, "a look queues one kernel at least");
+        assert_eq!(Between::new(Where::Idle, 0).posts, 1, "a look queues one kernel at least");
+    }
+
+    #[test]
+    fn after_a_message_the_landed_words_are_read_at_most_every_gap_and_only_where_asked() {
+        let mut sim = SimBackend::open("sim:h100").expect("the preset");
+        sim.script_ends_ahead();
+        let image = sim.load_module("m.cu", "__global__ void j() {}\n", &[]).expect("the module loads");
+        let code = image.kernels[0].code;
+        sim.bind(OpId(1), one_block(code, None));
+        let (mut clock, mut load) = (HostClock::default(), LoadClock::new(&HOST_PARTS));
+        let (mut broken, mut failure) = (false, None);
+        let (mut always, mut idle) = (Between::new(Where::Always, 4), Between::new(Where::Idle, 4));
+        let t = 1_000_000;
+        always.after_message(t, &mut sim, &mut clock, &mut load, &mut broken, &mut failure);
+        sim.bind(OpId(2), one_block(code, Some(OpId(1))));
+        idle.after_message(t + CHECK_GAP_NS, &mut sim, &mut clock, &mut load, &mut broken, &mut failure);
+        assert_eq!(idle.ended, 0, "only while idle: none after a message");
+        always.after_message(t + CHECK_GAP_NS - 1, &mut sim, &mut clock, &mut load, &mut broken, &mut failure);
+        assert_eq!(always.ended, 0, "read {CHECK_GAP_NS} ns after the last read, not sooner");
+        always.after_message(t + CHECK_GAP_NS, &mut sim, &mut clock, &mut load, &mut broken, &mut failure);
+        assert_eq!((always.looks, always.ended), (1, 1), "an end landed: one look took it");
     }
 
     fn one_block(code: crate::backend::KernelCode, after: Option<OpId>) -> OpWork {
@@ -214,7 +283,7 @@ mod tests {
         sim.bind(OpId(1), one_block(code, None));
         let (mut clock, mut load) = (HostClock::default(), LoadClock::new(&HOST_PARTS));
         let (mut broken, mut failure) = (false, None);
-        let mut b = Between::new(LOOK_POSTS);
+        let mut b = Between::new(Where::Always, LOOK_POSTS);
         assert!(!b.look(&mut sim, &mut clock, &mut load, &mut broken, &mut failure), "nothing run ahead yet");
         sim.bind(OpId(2), one_block(code, Some(OpId(1))));
         sim.bind(OpId(3), one_block(code, Some(OpId(2))));
