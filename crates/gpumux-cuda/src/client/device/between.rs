@@ -42,8 +42,8 @@
 //! events queried), and queued a run's whole next burst in one go when a
 //! post cost 3.8-8 µs: the main thread, then the chain's pacer, only took on
 //! more (a look ~11 µs, the core's polls waited for it). This one looks only
-//! when an end landed, walks host memory only, bounds its posts, and lets a
-//! waiting message go first; a post costs ~1.6 µs now.
+//! when an end landed, walks host memory only and bounds its posts; a post
+//! costs ~1.6-2.5 µs now.
 
 use super::ClientDevice;
 use gpumux_engine::device::DeviceError;
