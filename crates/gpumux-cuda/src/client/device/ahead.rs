@@ -896,6 +896,12 @@ impl ClientDevice {
                         let blocks = a.covers.len();
                         self.ends_ahead.push((op, blocks));
                     }
+                    if host_only {
+                        // Seen by a look between polls: stamped now (issue 35's
+                        // stage stamps; the poll that reports it stamps it again,
+                        // and the report keeps a stage's first time).
+                        gpumux_stamps::stamp(gpumux_stamps::Stage::EndSeenAhead, op.0, 0);
+                    }
                     let segs = std::mem::take(&mut a.segs);
                     give_back_records(st, op, segs).map_err(failed_with(polling))?;
                 }
