@@ -23,10 +23,9 @@
 //! default until measured on the GPU), it looks at its device's runs of
 //! kernels queued natively when an end landed, after a message and while
 //! no message waits: their ends seen from host memory, the runs on by a
-//! few kernels. No event and no
-//! answer: the device still sees commands and polls in the daemon's order,
-//! launches end only at polls, and the ends a look saw go with the next
-//! poll's answer.
+//! few kernels. No event and no answer: the device still sees commands and
+//! polls in the daemon's order, launches end only at polls, and the ends a
+//! look saw go with the next poll's answer.
 
 mod between;
 mod hold;

@@ -19,7 +19,8 @@
 //! their kernels seen ended give their records back, and the runs go on by
 //! at most a given number of posts, so that a message from the daemon waits
 //! for a few µs at most; a look that stopped there is owed the rest
-//! (`more`), and the device process looks again while no message waits.
+//! (`more`), which the device process's next look queues (after its next
+//! message, or while none waits).
 //!
 //! **What stays.** A look makes no event and ends no launch: launches end
 //! at polls, and the ends a look saw are reported ahead with the next
