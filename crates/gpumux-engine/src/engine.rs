@@ -382,6 +382,11 @@ impl Engine {
         self.completions.pop_front()
     }
 
+    /// Whether [`Engine::poll_completion`] has one to give.
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
     /// Starts the operation at the head of `slot`'s stream; one that ends at
     /// once (a sync, an empty grid) is completed and the next one started.
     fn start_head(&mut self, slot: Slot) {

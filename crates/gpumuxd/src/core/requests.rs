@@ -681,7 +681,6 @@ impl Core {
             // Its memory must be on the device before it runs (core/swap.rs).
             self.gate_if_evicted(client, stream);
         }
-        let now = self.backend.now();
         let s = self.session(client)?;
         let st = s.streams.get(&stream).filter(|st| !st.closing).ok_or_else(|| {
             err(ErrorKind::NoSuchHandle, format!("stream {} is not yours (or was destroyed)", stream.0))
@@ -699,8 +698,10 @@ impl Core {
         let marker = matches!(op, StreamOp::Sync);
         let described = self.record.on().then(|| super::record::describe(&op, work.as_ref(), &kind));
         // One clock read ends the engine's part and starts the bind's (as in
-        // `drain_commands`): three reads for the two, not four.
+        // `drain_commands`), and the engine's part starts at the operation's
+        // device time: three reads for the two parts and that time, not four.
         let t = Instant::now();
+        let now = self.backend.now_at(t);
         let submitted = self.engine.submit(now, slot, op);
         let engine_done = Instant::now();
         count_call(&self.calls, |c| &mut c.engine, engine_done.saturating_duration_since(t));
