@@ -7,6 +7,7 @@
 use super::*;
 use gpumux_engine::device::ReleaseCause;
 use gpumux_engine::ids::SmId;
+use std::collections::hash_map::Entry;
 
 impl Core {
     /// Exchanges commands, events and completions with the engine and the
@@ -239,7 +240,7 @@ impl Core {
             return;
         }
         let t = Instant::now();
-        self.drain_completions();
+        self.drain_completions_from(Some(t));
         stats.completions += t.elapsed();
     }
 
@@ -405,10 +406,19 @@ impl Core {
 
     /// Turns the engine's completions into replies.
     pub(super) fn drain_completions(&mut self) {
+        self.drain_completions_from(None);
+    }
+
+    /// [`Core::drain_completions`], `read` a clock read just made (the one
+    /// that starts the drain's timing), if any.
+    fn drain_completions_from(&mut self, mut read: Option<Instant>) {
         while let Some(c) = self.engine.poll_completion() {
-            // One clock read per completion, for its record, its stages and
-            // its stream (three before: issue 35's callgrind).
-            let now = self.backend.now();
+            // One clock time per completion, for its record, its stages and
+            // its stream (three reads before: issue 35's callgrind): the read
+            // just made, if one was (the drain's start; the end of the last
+            // completion's unbind, a few hundred instructions ago), else a
+            // read now. Two reads a completion then, its unbind's, not three.
+            let now = self.backend.now_at(read.take().unwrap_or_else(Instant::now));
             self.record.completed(c.op, c.outcome == OpOutcome::Completed, now);
             let Some(e) = self.ops.get_mut(&c.op) else { continue };
             e.ended = true;
@@ -499,36 +509,53 @@ impl Core {
             if let Some((reply, hold)) = host_func {
                 self.host_func_reached(client, stream, reply, hold);
             }
-            if let Some(st) = self.sessions.get_mut(&client).and_then(|s| s.streams.get_mut(&stream)) {
-                st.pending = st.pending.saturating_sub(1);
-                st.last_done = now;
+            // A stream closing goes once idle (`close_stream_if_idle`), looked up once for both.
+            let closed = match self.sessions.get_mut(&client).and_then(|s| s.streams.get_mut(&stream)) {
+                Some(st) => {
+                    st.pending = st.pending.saturating_sub(1);
+                    st.last_done = now;
+                    st.closing && st.pending == 0
+                }
+                None => false,
+            };
+            if closed {
+                self.close_stream_if_idle(client, stream);
             }
-            self.close_stream_if_idle(client, stream);
-            self.maybe_finish(c.op);
+            read = self.maybe_finish(c.op);
         }
         if !self.split.todo.is_empty() {
             self.split_steps();
         }
     }
 
-    /// Forgets an operation that the engine ended and the device let go of.
-    fn maybe_finish(&mut self, op: OpId) {
-        let Some(e) = self.ops.get(&op) else { return };
+    /// Forgets an operation that the engine ended and the device let go of;
+    /// if it did, the clock read that ended its unbind's timing (none if a
+    /// gone client's reap, with its frees and its log, came after).
+    fn maybe_finish(&mut self, op: OpId) -> Option<Instant> {
+        // One lookup for the look and the removal.
+        let Entry::Occupied(entry) = self.ops.entry(op) else { return None };
+        let e = entry.get();
         if !e.ended || e.launches > 0 || e.copying {
-            return;
+            return None;
         }
+        let e = entry.remove();
+        self.log_if_slow_urgent(op, &e);
         let client = e.client;
-        if let Some(e) = self.ops.remove(&op) {
-            self.log_if_slow_urgent(op, &e);
-        }
         let t = Instant::now();
         self.backend.unbind(op);
-        count_call(&self.calls, |c| &mut c.sends, t.elapsed());
-        if let Some(s) = self.sessions.get_mut(&client) {
+        let unbound = Instant::now();
+        count_call(&self.calls, |c| &mut c.sends, unbound.saturating_duration_since(t));
+        // A gone client is reaped with its last operation (`reap`), looked up once for both.
+        let reap = self.sessions.get_mut(&client).is_some_and(|s| {
             s.in_flight = s.in_flight.saturating_sub(1);
-        }
+            s.phase == Phase::Gone && s.in_flight == 0
+        });
         self.release_ready();
-        self.reap(client);
+        if reap {
+            self.reap(client);
+            return None;
+        }
+        Some(unbound)
     }
 
     /// Logs an urgent kernel that took longer than [`SLOW_URGENT`] (see there).
