@@ -737,12 +737,15 @@ impl Core {
                     Inbound::Answered { .. } => "an answer",
                     Inbound::Refused { .. } => "a refused request",
                 };
-                // Off the connection's backlog (its `outstanding` limit; `outbox`).
-                if let Some(outbox) = self.sessions.get(&client).and_then(|s| s.outbox.as_ref()) {
-                    outbox.took_request(inbound.cost());
-                }
-                if let (Inbound::Request { .. }, Some(s)) = (&inbound, self.sessions.get(&client)) {
-                    self.cadence.on_request(s.spin.cadence_window(), start);
+                // The session looked up once for both (issue 35's callgrind).
+                if let Some(s) = self.sessions.get(&client) {
+                    // Off the connection's backlog (its `outstanding` limit; `outbox`).
+                    if let Some(outbox) = &s.outbox {
+                        outbox.took_request(inbound.cost());
+                    }
+                    if let Inbound::Request { .. } = &inbound {
+                        self.cadence.on_request(s.spin.cadence_window(), start);
+                    }
                 }
                 self.request_waited = waited.as_nanos() as Nanos;
                 self.inbound(client, inbound);

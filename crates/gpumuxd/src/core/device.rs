@@ -300,11 +300,13 @@ impl Core {
             Command::Launch { launch, op, sms, .. } => {
                 self.launches.insert(*launch, (*op, *sms));
                 let now = self.backend.now_at(at);
-                self.record.started(*op, sms.len(), now);
+                // Counted once (a count of the set's words).
+                let n = sms.len();
+                self.record.started(*op, n, now);
                 if let Some(e) = self.ops.get_mut(op) {
                     e.launches += 1;
                     e.launched += 1;
-                    e.first_launch.get_or_insert((now, sms.len()));
+                    e.first_launch.get_or_insert((now, n));
                     if e.stamps.commanded.is_none() {
                         e.stamps.commanded = Some(now);
                         // Its stream's operation before it (if it waited for one) completed then.

@@ -224,6 +224,10 @@ impl Recorder {
 
     /// `op` went to the device (a launch on `sms` SMs, or a copy with 0).
     pub(crate) fn started(&mut self, op: OpId, sms: u32, now: Nanos) {
+        // Off (the usual case), nothing is pending: no lookup at each launch.
+        if self.pending.is_empty() {
+            return;
+        }
         if let Some(p) = self.pending.get_mut(&op) {
             if p.started.is_none() {
                 p.started = Some(now);
@@ -235,6 +239,9 @@ impl Recorder {
 
     /// The engine completed `op` (`completed`: it ran; else it was dropped).
     pub(crate) fn completed(&mut self, op: OpId, completed: bool, now: Nanos) {
+        if self.pending.is_empty() {
+            return;
+        }
         let Some(p) = self.pending.remove(&op) else { return };
         self.line(&Line::Op(OpLine {
             client: p.client,
