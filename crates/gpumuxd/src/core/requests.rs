@@ -592,7 +592,8 @@ impl Core {
 
     /// Checks and submits a launch on this GPU.
     pub(super) fn launch_whole(&mut self, client: u64, l: &gpumux_proto::Launch) -> Result<(), ErrorReply> {
-        let s = self.session(client)?;
+        // Looked up once, for the checks and the description kept (two before).
+        let s = self.sessions.get_mut(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))?;
         // The quota first: a client that launches flat out without a sync
         // (issue 36's huge-grids abuser: ~200k launches a second) is refused
         // most of them, and each refusal is one turn of the core's inbox;
@@ -624,9 +625,7 @@ impl Core {
             after: None,
             range: None,
         };
-        if let Ok(s) = self.session_mut(client) {
-            s.last_desc = Some(Arc::clone(&desc));
-        }
+        s.last_desc = Some(Arc::clone(&desc));
         let op = StreamOp::Kernel { desc: Arc::clone(&desc), time_key: self.next_op };
         self.submit_op(client, l.stream, op, Some(work), OpKind::Kernel { desc })?;
         Ok(())
@@ -681,11 +680,16 @@ impl Core {
             // Its memory must be on the device before it runs (core/swap.rs).
             self.gate_if_evicted(client, stream);
         }
-        let s = self.session(client)?;
-        let st = s.streams.get(&stream).filter(|st| !st.closing).ok_or_else(|| {
+        // The session and the stream are looked up once, held to the end
+        // (only the engine, the backend and the core's own maps are called
+        // meanwhile): twice each before (issue 35's callgrind).
+        let s = self.sessions.get_mut(&client).ok_or_else(|| err(ErrorKind::Protocol, "unknown client"))?;
+        // The stream's refusal comes first, as it always did.
+        let quota = under_queued_ops(s);
+        let st = s.streams.get_mut(&stream).filter(|st| !st.closing).ok_or_else(|| {
             err(ErrorKind::NoSuchHandle, format!("stream {} is not yours (or was destroyed)", stream.0))
         })?;
-        under_queued_ops(s)?;
+        quota?;
         let (slot, priority, last_kernel) = (st.slot, s.priority, st.last_kernel);
         let is_kernel = matches!(op, StreamOp::Kernel { .. });
         // A recorded event or a sync is a marker: it orders nothing on the
@@ -721,18 +725,14 @@ impl Core {
             count_call(&self.calls, |c| &mut c.sends, engine_done.elapsed());
         }
         self.ops.insert(id, OpEntry::queued(client, stream, kind, priority, now, self.request_waited));
-        if let Ok(s) = self.session_mut(client) {
-            s.in_flight += 1;
-            s.last_submit = Some(now);
-            if let Some(st) = s.streams.get_mut(&stream) {
-                st.pending += 1;
-                st.last_kernel = match (is_kernel, marker) {
-                    (true, _) => Some(id),
-                    (false, true) => st.last_kernel,
-                    (false, false) => None,
-                };
-            }
-        }
+        s.in_flight += 1;
+        s.last_submit = Some(now);
+        st.pending += 1;
+        st.last_kernel = match (is_kernel, marker) {
+            (true, _) => Some(id),
+            (false, true) => st.last_kernel,
+            (false, false) => None,
+        };
         Ok(id)
     }
 
