@@ -572,10 +572,10 @@ impl Core {
     }
 
     /// Publishes the load placement reads, at most every [`PUBLISH_EVERY`].
-    fn publish_load(&mut self) {
+    fn publish_load(&mut self, now: Instant) {
         if let Some((board, last)) = &mut self.board {
-            if last.elapsed() >= PUBLISH_EVERY {
-                *last = Instant::now();
+            if now.saturating_duration_since(*last) >= PUBLISH_EVERY {
+                *last = now;
                 let memory: u64 =
                     self.sessions.values().map(|s| s.buffers.values().map(|b| b.bytes).sum::<u64>()).sum();
                 board.publish(self.ops.len(), memory);
@@ -606,14 +606,20 @@ impl Core {
         let mut active = Instant::now();
         loop {
             self.record.tick();
-            self.publish_load();
+            // One clock read for the looks before the wait (the load board,
+            // the timers, the cadence, the activity window), four before: a
+            // read is a vDSO call, ~20-25 ns and more in a VM, and the core
+            // turns once or more per launch (issue 35).
+            let top = Instant::now();
+            self.publish_load(top);
             self.expire_split_regions();
-            let wait = self.wait();
-            let cadence = self.cadence.awake(Instant::now());
+            let wait = self.wait_at(top);
+            let cadence = self.cadence.awake(top);
             self.sync_device_spin(cadence);
             let spin = wait <= self.poll_every
                 || cadence
-                || active.elapsed() < crate::spin::window_for(SPIN_AFTER_ACTIVITY, self.urgent_connected);
+                || top.saturating_duration_since(active)
+                    < crate::spin::window_for(SPIN_AFTER_ACTIVITY, self.urgent_connected);
             let got = match self.inbox.pop() {
                 Some(msg) => Ok(msg),
                 None if spin => spin_recv(&rx, wait.min(self.poll_every)),
@@ -625,9 +631,13 @@ impl Core {
             let slept = !spin && matches!(got, Err(RecvTimeoutError::Timeout));
             let busy_from = Instant::now();
             let mut handled = 0u32;
+            // The last clock read of the messages' handling, its end: the
+            // round's check below is the handling's time and the slow waits'
+            // look (a read each before).
+            let mut handled_to = busy_from;
             match got {
                 Ok(msg) => {
-                    active = Instant::now();
+                    active = busy_from;
                     handled += 1;
                     if !self.handle(msg) {
                         self.shutdown();
@@ -639,7 +649,8 @@ impl Core {
                         while let Ok(msg) = rx.try_recv() {
                             self.inbox.push(msg);
                         }
-                        if busy_from.elapsed() >= ROUND_MESSAGES {
+                        handled_to = Instant::now();
+                        if handled_to.saturating_duration_since(busy_from) >= ROUND_MESSAGES {
                             break;
                         }
                         let Some(msg) = self.inbox.pop() else { break };
@@ -656,9 +667,9 @@ impl Core {
                     return Ok(());
                 }
             }
-            let handling = busy_from.elapsed();
+            let handling = handled_to.saturating_duration_since(busy_from);
             if handled > 0 || slept {
-                if let Some(line) = self.slow_waits.due(Instant::now(), slept) {
+                if let Some(line) = self.slow_waits.due(handled_to, slept) {
                     tracing::info!("{line}");
                 }
             }
@@ -670,7 +681,7 @@ impl Core {
             // when it asked to be (busy, or a timer due). Pumping an idle
             // device process costs a round trip on its link that requests
             // would wait behind, every few µs while the core spins.
-            if handled == 0 && !slept && !self.device_due() {
+            if handled == 0 && !slept && !self.device_due(handled_to) {
                 continue;
             }
             let pump = self.pump_with(Some(&rx))?;
@@ -774,8 +785,8 @@ impl Core {
         true
     }
 
-    /// Whether the device or the engine needs a look now.
-    fn device_due(&self) -> bool {
+    /// Whether the device or the engine needs a look now, `at` a clock read just made.
+    fn device_due(&self, at: Instant) -> bool {
         let device = match self.backend.next_wake() {
             Wake::Idle => false,
             Wake::After(d) => d.is_zero(),
@@ -783,7 +794,7 @@ impl Core {
         };
         // Commands the engine owes the device (a pump that ended at
         // MAX_ROUNDS leaves them): the device may be idle waiting for them.
-        let now = self.backend.now();
+        let now = self.backend.now_at(at);
         device
             || self.engine.has_commands_due()
             || self.engine.poll_timeout().is_some_and(|at| at <= now)
@@ -793,6 +804,11 @@ impl Core {
 
     /// How long to sleep before the device or the engine needs a look.
     pub fn wait(&self) -> Duration {
+        self.wait_at(Instant::now())
+    }
+
+    /// [`Core::wait`] at `now`, a clock read just made.
+    fn wait_at(&self, now: Instant) -> Duration {
         let device = match self.backend.next_wake() {
             Wake::Idle => IDLE_WAIT,
             Wake::After(d) => d.min(IDLE_WAIT),
@@ -804,13 +820,18 @@ impl Core {
         // A restore waiting for room looks again each poll period; one whose
         // moves are under way, when they end.
         let device = if self.swap_waiting() { device.min(swap::SWAP_LOOK) } else { device };
-        self.next_timer().map_or(device, |t| t.min(device))
+        self.next_timer_at(now).map_or(device, |t| t.min(device))
     }
 
     /// How long until the engine's or the swap's next timer (a policy's
     /// slice end, a restore's gate), if one is set.
     pub(crate) fn next_timer(&self) -> Option<Duration> {
-        let now = self.backend.now();
+        self.next_timer_at(Instant::now())
+    }
+
+    /// [`Core::next_timer`] from `at`, a clock read just made.
+    fn next_timer_at(&self, at: Instant) -> Option<Duration> {
+        let now = self.backend.now_at(at);
         [self.engine.poll_timeout(), self.swap_due()]
             .into_iter()
             .flatten()

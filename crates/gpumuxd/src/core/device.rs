@@ -859,13 +859,13 @@ mod tests {
         let (mut core, kernel, _replies) =
             core_with_kernel_on(Box::new(SimBackend::with_info(gpumux_sim::presets::h100())));
         // Idle now: everything the module's load made is done.
-        while core.device_due() {
+        while core.device_due(Instant::now()) {
             core.pump_with(None).expect("a pump");
         }
         assert!(core.wait() > core.poll_every, "idle, nothing owed: the core may sleep");
         assert!(core.handle(request(3, launch_of(kernel))));
         assert!(core.engine.has_commands_due(), "the launch is the engine's to place");
-        assert!(core.device_due(), "owed commands make the device due");
+        assert!(core.device_due(Instant::now()), "owed commands make the device due");
         assert!(core.wait() <= core.poll_every, "and the core's wait at most a poll period");
         core.pump_with(None).expect("a pump");
         assert!(!core.engine.has_commands_due(), "the pump sent them");
