@@ -270,7 +270,7 @@ impl Drop for Launcher {
 /// when the queue is closed and empty.
 fn launch_all(mut take: Take, sums: &MadeSums, finished: &AtomicU64) -> Account {
     let mut current: cu::CUcontext = std::ptr::null_mut();
-    let mut account = Account::default();
+    let mut account = Account::starting();
     while let Some(mut taken) = take.next(SPIN) {
         account.took(taken.queued());
         let (calls, error) = made(taken.job(), &mut current, sums, &mut account);

@@ -72,12 +72,16 @@ impl fmt::Display for Times {
     }
 }
 
-/// The thread's account, from its first job to its end.
+/// The thread's account, from its start to its end.
 #[derive(Clone, Default)]
 pub(super) struct Account {
-    /// When it took its first job.
-    first: Option<Instant>,
-    /// From the first job to the thread's end (set by [`Account::ended`]).
+    /// When the thread started ([`Account::starting`]).
+    started: Option<Instant>,
+    /// From the thread's start to its end (set by [`Account::ended`]): the
+    /// span its sleeps are counted over, so that its life less its sleeps is
+    /// its time awake (from its first job instead, the sleep that waited for
+    /// that job counted against a life that did not hold it: "140 % of its
+    /// time awake" on the H200).
     life: Duration,
     /// Jobs whose calls failed.
     failed: u64,
@@ -97,12 +101,14 @@ pub(super) struct Account {
 }
 
 impl Account {
+    /// The account of a thread starting now.
+    pub(super) fn starting() -> Account {
+        Account { started: Some(Instant::now()), ..Account::default() }
+    }
+
     /// A job taken with `queued` jobs in the ring (itself included).
     #[inline]
     pub(super) fn took(&mut self, queued: usize) {
-        if self.first.is_none() {
-            self.first = Some(Instant::now());
-        }
         self.most_queued = self.most_queued.max(queued);
         self.queued_sum += queued as u64;
     }
@@ -123,7 +129,7 @@ impl Account {
 
     /// The thread ends, having slept `sleeps` times for `slept` in all.
     pub(super) fn ended(&mut self, sleeps: u64, slept: Duration) {
-        self.life = self.first.map_or(Duration::ZERO, |t| t.elapsed());
+        self.life = self.started.map_or(Duration::ZERO, |t| t.elapsed());
         (self.sleeps, self.slept) = (sleeps, slept);
     }
 
@@ -142,9 +148,9 @@ impl Account {
     }
 
     /// Its life less its sleeps: what it spent in calls, spinning or working
-    /// around them. Its share of this says how near the thread is to being
-    /// the bottleneck; its share of the life also counts the idle end of a
-    /// run (the thread sleeps from a little after its last job to its end).
+    /// around them. The calls' share of this says how near the thread is to
+    /// being the bottleneck (of its life, it would count the idle times
+    /// between a daemon's runs).
     fn awake(&self) -> Duration {
         self.life.saturating_sub(self.slept)
     }
@@ -167,15 +173,15 @@ impl fmt::Display for Account {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         write!(
             f,
-            "{} jobs ({} failed) in {:.1} ms from its first; its driver calls {:.0}% of that and {:.0}% \
-             of its time awake (cuLaunchKernel {}; end write or record {}); awake between calls {:.1} ms (spinning for \
+            "{} jobs ({} failed) in a life of {:.1} ms; its driver calls {:.0}% of its {:.1} ms awake \
+             (cuLaunchKernel {}; end write or record {}); awake between calls {:.1} ms (spinning for \
              jobs, taking and answering them), asleep {:.1} ms in {} sleeps; jobs in the ring at a take \
              (itself included, as of its last read of the tail): at most {}, mean {:.1}",
             self.jobs(),
             self.failed,
             ms(self.life),
-            self.busy(self.life) * 100.0,
             self.busy(self.awake()) * 100.0,
+            ms(self.awake()),
             self.launch,
             self.end_calls,
             ms(self.awake_between()),
@@ -209,7 +215,7 @@ mod tests {
 
     #[test]
     fn the_account_adds_its_jobs_calls_sleeps_and_backlog() {
-        let mut a = Account::default();
+        let mut a = Account::starting();
         assert_eq!(a.summary(), None, "no job, no line");
         // Three jobs made (one with an end write) and one failed, taken with
         // 3, 2, 1 and 1 jobs in the ring.
@@ -230,8 +236,8 @@ mod tests {
         assert_eq!((a.most_queued, a.queued_sum), (3, 7));
         let s = a.summary().expect("jobs taken");
         for part in [
-            "4 jobs (1 failed) in 0.1 ms",
-            "its driver calls 16% of that and 40% of its time awake",
+            "4 jobs (1 failed) in a life of 0.1 ms",
+            "its driver calls 40% of its 0.0 ms awake",
             "cuLaunchKernel 3: mean 5.00 µs, p50 under 5.1, p90 under 6.1",
             "end write or record 1: mean 1.00 µs",
             "awake between calls 0.0 ms",
