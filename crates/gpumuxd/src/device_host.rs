@@ -118,6 +118,7 @@ pub fn serve(spec: &str, fd: RawFd) -> Result<bool> {
         holds: HoldClock::default(),
         submitted: 0,
         between,
+        retired: 0,
     };
     let ran = host.run();
     // This process's stage stamps, if on (issue 35).
@@ -174,6 +175,8 @@ struct DeviceHost {
     submitted: u64,
     /// Looks between messages, if asked ([`between`]).
     between: Option<Between>,
+    /// Answered launches retired with their unbind ([`ToDevice::Retire`]).
+    retired: u64,
 }
 
 impl DeviceHost {
@@ -198,6 +201,7 @@ impl DeviceHost {
                     let kind = match msg {
                         ToDevice::Submit(Command::Launch { .. }) => x::HOST_LAUNCHES,
                         ToDevice::SubmitAnswered(_) => x::HOST_ANSWERED,
+                        ToDevice::Retire { .. } => x::HOST_RETIRED,
                         ToDevice::Submit(_) => x::HOST_COMMANDS,
                         ToDevice::Poll | ToDevice::PollHeld { .. } => x::HOST_POLLS,
                         ToDevice::Bind { .. } => x::HOST_BINDS,
@@ -234,6 +238,12 @@ impl DeviceHost {
                     }
                     if let Some(between) = &self.between {
                         tracing::info!("device process: {}", between.summary());
+                    }
+                    if self.retired > 0 {
+                        tracing::info!(
+                            "device process: {} answered launches retired with their unbind, no launch made",
+                            self.retired
+                        );
                     }
                     return Ok(());
                 }
@@ -492,6 +502,19 @@ impl DeviceHost {
                     self.silenced.add(*launch);
                 }
                 if let Err(f) = self.backend.submit_answered(command) {
+                    self.failed(f);
+                }
+                Ok(())
+            }
+            ToDevice::Retire { launch, op } => {
+                // As `SubmitAnswered` and `Unbind` both, less the launch: nothing to silence.
+                gpumux_stamps::at(self.poll_read, gpumux_stamps::Stage::HostLaunch, op.0, launch.0);
+                self.submitted = self.poll_read;
+                self.retired += 1;
+                if self.broken {
+                    return Ok(());
+                }
+                if let Err(f) = self.backend.retire_answered(launch, op) {
                     self.failed(f);
                 }
                 Ok(())

@@ -1779,13 +1779,14 @@ impl Drop for ClientDevice {
             tracing::info!(
                 "CUDA device: queue ahead: {} kernels queued behind the one before ({} natively behind a kernel \
                  itself queued, {} seen ended before their launch command), {} adopted as queued, \
-                 {} restarted elsewhere, {} cancelled; {} launches started again because no worker found room; \
+                 {} retired with no launch, {} restarted elsewhere, {} cancelled; {} launches started again because no worker found room; \
                  a run's next kernel held back {} times for lack of a launch record, {} by the kernels ended and \
                  not launched yet, {} by the run's bounds; between polls {} looks, {} kernels seen ended, {} queued",
                 c.queued,
                 c.deep,
                 c.ended_ahead,
                 c.adopted,
+                c.retired,
                 c.restarted,
                 c.cancelled,
                 c.unplaced,

@@ -319,6 +319,13 @@ impl Backend for AnswersAhead {
     fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
         self.inner.submit_answered(command)
     }
+    // Whoever answers a launch here sends it `submit_answered`; one that
+    // retires it too (a device process's daemon side) speaks to the device
+    // itself: forwarded.
+    fn retire_answered(&mut self, launch: LaunchId, op: OpId) -> Result<(), Failure> {
+        self.known.forget(op);
+        self.inner.retire_answered(launch, op)
+    }
     fn exchange_lap(&mut self) -> Option<String> {
         self.inner.exchange_lap()
     }

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::shm::ShmRegion;
 use gpumux_engine::device::{Command, Event};
-use gpumux_engine::ids::OpId;
+use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
 use std::sync::Arc;
@@ -232,6 +232,9 @@ impl Backend for Capped {
     }
     fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
         self.inner.submit_answered(command)
+    }
+    fn retire_answered(&mut self, launch: LaunchId, op: OpId) -> Result<(), Failure> {
+        self.inner.retire_answered(launch, op)
     }
     fn ends_answered(&self) -> u64 {
         self.inner.ends_answered()

@@ -14,7 +14,7 @@ use gpumux_cuda::client::{ClientDevice, ClientWork, ContextLost, HostPtr, Kernel
 use gpumux_cuda::error::Chain;
 use gpumux_cuda::CudaError;
 use gpumux_engine::device::{Command, Device, DeviceError, Event};
-use gpumux_engine::ids::OpId;
+use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
 use std::collections::HashMap;
@@ -518,6 +518,14 @@ impl Backend for CudaBackend {
             Ok(()) => Ok(()),
             Err(e) => Err(self.failure(e)),
         }
+    }
+
+    fn retire_answered(&mut self, launch: LaunchId, op: OpId) -> Result<(), Failure> {
+        // A refused binding ran nothing and was never reported ahead.
+        let retired = self.device.retire_answered(launch, op);
+        self.refused.remove(&op);
+        self.bound.remove(&op);
+        retired.map_err(|e| self.failure(e))
     }
 
     fn report_ends_ahead(&mut self) {

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// The device process's kinds of message (its load clock's parts too).
-pub const HOST_PARTS: [&str; 8] = [
+pub const HOST_PARTS: [&str; 9] = [
     "launch commands",
     "answered launches",
     "other commands",
@@ -31,6 +31,7 @@ pub const HOST_PARTS: [&str; 8] = [
     "unbinds",
     "other messages",
     "looks between messages",
+    "retired launches",
 ];
 /// [`HOST_PARTS`]: a launch command the device carries out.
 pub const HOST_LAUNCHES: usize = 0;
@@ -49,10 +50,13 @@ pub const HOST_OTHER: usize = 6;
 /// [`HOST_PARTS`]: not a message: a look between messages that saw a run's
 /// ends or let a run go on (`GPUMUX_DEEPEN_BETWEEN`, [`crate::device_host`]).
 pub const HOST_LOOKS: usize = 7;
+/// [`HOST_PARTS`]: an answered launch and its unbind as one message
+/// (`GPUMUX_RETIRE_ANSWERED=1`, [`super::wire::ToDevice::Retire`]).
+pub const HOST_RETIRED: usize = 8;
 
 /// The core's kinds of message sent to the device process.
-pub const SEND_PARTS: [&str; 7] =
-    ["binds", "launches", "answered launches", "other commands", "unbinds", "polls", "other"];
+pub const SEND_PARTS: [&str; 8] =
+    ["binds", "launches", "answered launches", "other commands", "unbinds", "polls", "other", "retired launches"];
 /// [`SEND_PARTS`] indices.
 pub const SEND_BINDS: usize = 0;
 /// See [`SEND_PARTS`].
@@ -67,6 +71,9 @@ pub const SEND_UNBINDS: usize = 4;
 pub const SEND_POLLS: usize = 5;
 /// See [`SEND_PARTS`].
 pub const SEND_OTHER: usize = 6;
+/// See [`SEND_PARTS`]: an answered launch and its unbind as one message
+/// ([`super::wire::ToDevice::Retire`]).
+pub const SEND_RETIRED: usize = 7;
 
 /// `CLOCK_MONOTONIC` in ns: the same clock in the daemon and its device process.
 pub fn mono_ns() -> u64 {

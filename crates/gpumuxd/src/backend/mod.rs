@@ -20,7 +20,7 @@
 
 use crate::shm::ShmRegion;
 use gpumux_engine::device::{Command, DeviceError, Event, ReleaseCause};
-use gpumux_engine::ids::OpId;
+use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
 use serde::{Deserialize, Serialize};
@@ -687,6 +687,18 @@ pub trait Backend: Send {
     /// ran and ends the launch (the device process drops its events).
     fn submit_answered(&mut self, command: Command) -> Result<(), Failure> {
         self.submit(command)
+    }
+    /// [`Backend::submit_answered`] of launch `launch` of `op` and
+    /// [`Backend::unbind`] of `op` at once, the command itself not sent
+    /// (a device process's `ToDevice::Retire`, `GPUMUX_RETIRE_ANSWERED=1`):
+    /// the device saw the kernel end and reported it ([`ends_ahead`]), so
+    /// it drops what it keeps of the operation, makes no launch and reports
+    /// no event for it. By default, the unbind alone: a device that runs
+    /// nothing ahead keeps nothing of a launch it never had.
+    fn retire_answered(&mut self, launch: LaunchId, op: OpId) -> Result<(), Failure> {
+        let _ = launch;
+        self.unbind(op);
+        Ok(())
     }
     /// Launch commands answered without the device from ends it saw ahead
     /// so far ([`ends_ahead`]; a device process's daemon side).

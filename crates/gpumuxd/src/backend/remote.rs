@@ -80,6 +80,12 @@ pub const CONNECTIONS_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 pub const CONNECTIONS: u32 = 32;
 /// How long a device process that closed its end may take to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// Set to `1` in the daemon's environment (read once, when a device process
+/// starts), a launch command answered from its end known ahead and its
+/// operation's unbind right behind it go to the device process as one
+/// [`ToDevice::Retire`] instead of `SubmitAnswered` and `Unbind` (module
+/// doc, "Retired"). Off by default until the GPU's A/B.
+pub const RETIRE_ANSWERED_VAR: &str = "GPUMUX_RETIRE_ANSWERED";
 
 /// Why a device process could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -222,6 +228,15 @@ impl DeviceProcess {
     }
 }
 
+/// Whether [`RETIRE_ANSWERED_VAR`] is on (said once in the log if so).
+fn retire_answered() -> bool {
+    let on = std::env::var(RETIRE_ANSWERED_VAR).is_ok_and(|v| v.trim() == "1");
+    if on {
+        tracing::info!("{RETIRE_ANSWERED_VAR}=1: answered launch commands and their unbinds go as one message");
+    }
+    on
+}
+
 /// Waits for a child that closed its end of the link to exit (killing it if
 /// it does not), and says how it ended.
 fn reap(child: &mut Child) -> String {
@@ -359,6 +374,17 @@ pub struct RemoteBackend {
     clock: ExchangeClock,
     /// `Poll`s sent, numbering the exchanges' stage stamps (`gpumux_stamps`).
     polls_sent: u64,
+    /// [`RETIRE_ANSWERED_VAR`] is on.
+    retire: bool,
+    /// The core holds the sends ([`Backend::hold_sends`]).
+    holding: bool,
+    /// A launch command answered from its end known ahead, not sent yet:
+    /// while the sends are held, its operation's unbind may follow and
+    /// both go as one [`ToDevice::Retire`]; anything else sends it first,
+    /// as `SubmitAnswered` (module doc, "Retired").
+    answered_held: Option<Command>,
+    /// Retires sent.
+    retires: u64,
 }
 
 impl RemoteBackend {
@@ -394,6 +420,10 @@ impl RemoteBackend {
             staging: None,
             clock: ExchangeClock::default(),
             polls_sent: 0,
+            retire: retire_answered(),
+            holding: false,
+            answered_held: None,
+            retires: 0,
         })
     }
 
@@ -412,7 +442,7 @@ impl RemoteBackend {
         }
         let msg = ToDevice::StartRegister { token, region: *id, bytes: region.len() as u64 };
         let region = region.clone();
-        if let Err(e) = self.process.link.send(&msg, Some(region.as_fd())) {
+        if let Err(e) = self.send_plain(&msg, Some(region.as_fd())) {
             self.lost(e);
         }
     }
@@ -424,14 +454,32 @@ impl RemoteBackend {
             return;
         }
         let msg = ToDevice::StartLoad { token, name: name.clone(), source: source.clone(), options: options.clone() };
-        if let Err(e) = self.process.link.send(&msg, None) {
+        if let Err(e) = self.send_plain(&msg, None) {
             self.lost(e);
         }
     }
 
+    /// Sends the answered launch command held for its unbind
+    /// ([`RemoteBackend::answered_held`]) as it is: something else goes
+    /// first, or the sends are released.
+    fn send_answered_held(&mut self) {
+        let Some(command) = self.answered_held.take() else { return };
+        if let Err(e) = self.send_timed(&ToDevice::SubmitAnswered(command), None, xc::SEND_ANSWERED) {
+            self.lost(e);
+        }
+    }
+
+    /// Sends `msg` (with `fd`) after the answered launch command held, if any, untimed.
+    fn send_plain(&mut self, msg: &ToDevice, fd: Option<BorrowedFd<'_>>) -> Result<(), LinkError> {
+        self.send_answered_held();
+        self.process.link.send(msg, fd)
+    }
+
     /// Sends `msg` (with `fd`), counting its time as `part`
     /// ([`xc::SEND_PARTS`]); a `Poll` sent is the start of its exchange.
+    /// The answered launch command held, if any, goes first.
     fn send_timed(&mut self, msg: &ToDevice, fd: Option<BorrowedFd<'_>>, part: usize) -> Result<(), LinkError> {
+        self.send_answered_held();
         let t = xc::mono_ns();
         let sent = self.process.link.send(msg, fd);
         self.clock.sent(part, xc::mono_ns().saturating_sub(t));
@@ -569,6 +617,14 @@ impl Drop for RemoteBackend {
                 self.known.count()
             );
         }
+        if self.retire {
+            tracing::info!(
+                "device {}: {} answered launch commands retired with their unbind as one message \
+                 ({RETIRE_ANSWERED_VAR}=1)",
+                self.spec,
+                self.retires
+            );
+        }
         if let Some(words) = self.clock.summary() {
             tracing::info!("device {} link: {words}", self.spec);
         }
@@ -659,7 +715,7 @@ impl Backend for RemoteBackend {
         if let Some(what) = &self.broken {
             return Some(Err(MemError::Device(what.clone())));
         }
-        match self.process.link.send(&ToDevice::StartMove { token, what }, None) {
+        match self.send_plain(&ToDevice::StartMove { token, what }, None) {
             Ok(()) => None,
             Err(e) => Some(Err(MemError::Device(self.lost(e)))),
         }
@@ -719,7 +775,7 @@ impl Backend for RemoteBackend {
         let Some(i) = self.regions.iter().position(|(_, r)| std::ptr::eq(Arc::as_ptr(r), region)) else { return };
         let (id, _) = self.regions.swap_remove(i);
         if self.broken.is_none() {
-            if let Err(e) = self.process.link.send(&ToDevice::UnregisterHost { region: id }, None) {
+            if let Err(e) = self.send_plain(&ToDevice::UnregisterHost { region: id }, None) {
                 self.lost(e);
             }
         }
@@ -747,7 +803,7 @@ impl Backend for RemoteBackend {
     fn unload_module(&mut self, kernels: &[KernelCode]) {
         self.kernels_loaded = self.kernels_loaded.saturating_sub(kernels.len());
         if self.broken.is_none() {
-            if let Err(e) = self.process.link.send(&ToDevice::UnloadModule { kernels: kernels.to_vec() }, None) {
+            if let Err(e) = self.send_plain(&ToDevice::UnloadModule { kernels: kernels.to_vec() }, None) {
                 self.lost(e);
             }
         }
@@ -781,10 +837,22 @@ impl Backend for RemoteBackend {
 
     fn unbind(&mut self, op: OpId) {
         self.known.forget(op);
-        if self.broken.is_none() {
-            if let Err(e) = self.send_timed(&ToDevice::Unbind { op }, None, xc::SEND_UNBINDS) {
-                self.lost(e);
+        if self.broken.is_some() {
+            return;
+        }
+        let msg = match self.answered_held.take() {
+            // Its answered launch command, held: both as one (module doc, "Retired").
+            Some(Command::Launch { launch, op: of, .. }) if of == op => {
+                self.retires += 1;
+                (ToDevice::Retire { launch, op }, xc::SEND_RETIRED)
             }
+            held => {
+                self.answered_held = held;
+                (ToDevice::Unbind { op }, xc::SEND_UNBINDS)
+            }
+        };
+        if let Err(e) = self.send_timed(&msg.0, None, msg.1) {
+            self.lost(e);
         }
     }
 
@@ -825,6 +893,21 @@ impl Backend for RemoteBackend {
         // Before the send, as the bind's (`bind`).
         if let Some((op, launch)) = stamped {
             gpumux_stamps::stamp(gpumux_stamps::Stage::CoreLaunch, op, launch);
+        }
+        if let ToDevice::SubmitAnswered(command) = msg {
+            if self.retire && self.holding {
+                // Its unbind may follow before the sends are released.
+                self.send_answered_held();
+                self.answered_held = Some(command);
+                return self.failure.take().map_or(Ok(()), Err);
+            }
+            return match self.send_timed(&ToDevice::SubmitAnswered(command), None, part) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    self.lost(e);
+                    self.failure.take().map_or(Ok(()), Err)
+                }
+            };
         }
         if let Err(e) = self.send_timed(&msg, None, part) {
             self.lost(e);
@@ -922,10 +1005,13 @@ impl Backend for RemoteBackend {
     fn hold_sends(&mut self) {
         if self.broken.is_none() {
             self.process.link.hold();
+            self.holding = true;
         }
     }
 
     fn release_sends(&mut self) {
+        self.send_answered_held();
+        self.holding = false;
         if let Err(e) = self.process.link.release() {
             if self.broken.is_none() {
                 self.lost(e);
@@ -1008,7 +1094,7 @@ impl Backend for RemoteBackend {
     fn spin_for(&mut self, window: Duration) {
         self.spin = window;
         if self.broken.is_none() {
-            if let Err(e) = self.process.link.send(&ToDevice::Spin { us: window.as_micros() as u64 }, None) {
+            if let Err(e) = self.send_plain(&ToDevice::Spin { us: window.as_micros() as u64 }, None) {
                 self.lost(e);
             }
         }
@@ -1033,6 +1119,8 @@ impl Backend for RemoteBackend {
         self.poll_answer = None;
         self.failed.clear();
         self.known = KnownEnds::default();
+        self.holding = false;
+        self.answered_held = None;
         if !self.spin.is_zero() {
             let spin = self.spin;
             self.spin_for(spin);

@@ -78,7 +78,7 @@ use crate::shm::ShmRegion;
 use gpumux_cuda::lex::{lex, Kind};
 use gpumux_cuda::transform::{transform, TransformError, BODY_SUFFIX};
 use gpumux_engine::device::{Command, Device, DeviceError, Event};
-use gpumux_engine::ids::{CopyId, OpId};
+use gpumux_engine::ids::{CopyId, LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use gpumux_engine::time::Nanos;
 use gpumux_sim::{presets, SimGpu};
@@ -1108,6 +1108,18 @@ impl Backend for SimBackend {
             }
         }
         self.submit(command)
+    }
+
+    fn retire_answered(&mut self, launch: LaunchId, op: OpId) -> Result<(), Failure> {
+        let ran_ahead = self.scripted.as_mut().is_some_and(|s| s.reported.remove(&op));
+        self.unbind(op);
+        if ran_ahead {
+            // Scripted as run ahead: nothing of it is left here, and no event.
+            return Ok(());
+        }
+        // The daemon retires only a launch this device reported ended ahead.
+        let what = format!("launch {launch} of {op} retired as ended ahead, which this device never reported");
+        Err(Failure::Fatal(DeviceError::backend("the simulated device", what)))
     }
 
     fn now(&self) -> Nanos {

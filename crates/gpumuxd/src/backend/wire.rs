@@ -10,7 +10,7 @@
 
 use super::{DevAddr, KernelCode, LoadError, MemError, MemInfo, ModuleImage, OpWork, Wake};
 use gpumux_engine::device::{Command, Event};
-use gpumux_engine::ids::OpId;
+use gpumux_engine::ids::{LaunchId, OpId};
 use gpumux_engine::kernel::DeviceInfo;
 use serde::{Deserialize, Serialize};
 
@@ -194,9 +194,31 @@ pub enum ToDevice {
         /// Where in the region the piece comes from.
         at: u64,
     },
+    /// A launch command the daemon answered itself from an end the device
+    /// reported ahead, and its operation's unbind right behind it, as one
+    /// message (`GPUMUX_RETIRE_ANSWERED=1`, [`super::remote`]; issue 35):
+    /// [`super::Backend::retire_answered`]. The device already saw the
+    /// kernel end and gave its launch record back: it drops the operation's
+    /// state, makes no launch and sends no event. No answer (a failure
+    /// answers the next `Poll`).
+    ///
+    /// Last in the enum: a variant's number is its place (postcard), and
+    /// the daemon and its device process are always one binary, so a new
+    /// message needs no version of its own; it goes at the end all the same,
+    /// so that the numbers of the others stay what they were.
+    Retire {
+        /// The launch the daemon answered.
+        launch: LaunchId,
+        /// Its operation, unbound with it.
+        op: OpId,
+    },
 }
 
 /// Device process → daemon.
+// `Polled` is the large one and the one sent most (each poll's answer): a
+// box would be an allocation per poll for a value that lives only between
+// its read and its handling.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Serialize, Deserialize)]
 pub enum FromDevice {
     /// The first message: the device is open.

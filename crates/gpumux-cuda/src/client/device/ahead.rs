@@ -178,6 +178,9 @@ pub struct AheadCounts {
     pub queued_between: u64,
     /// Looks between polls that saw an end or queued a kernel ([`super::between`]).
     pub looks_between: u64,
+    /// Of `ended_ahead`, kernels retired with no launch made
+    /// ([`ClientDevice::retire_answered`]).
+    pub retired: u64,
 }
 
 /// Kernels queued natively ahead on one stream and not yet seen ended, at
@@ -1226,6 +1229,87 @@ impl ClientDevice {
         } else {
             Ok(())
         }
+    }
+
+    /// The daemon answered launch `launch` of `op` from its end seen ahead
+    /// and unbinds `op` right after, in one message (the daemon's
+    /// `GPUMUX_RETIRE_ANSWERED=1`): what [`ClientDevice::submit_answered`]
+    /// and [`ClientDevice::unbind`] do for such a kernel, less what only
+    /// the launch made (a `Live` launch, ended at the next poll with an end
+    /// the daemon dropped). The kernel was seen ended and its records went
+    /// back then; here its queued entry goes, its stream passes to the
+    /// kernel queued behind it on it (its place in the stream's order), and
+    /// the operation is forgotten. No event, no driver call, no walk.
+    /// As the adoption did, a run that ends with it goes on behind it by one
+    /// kernel first, and a launch before it the daemon answered the old way
+    /// (still on the device, ended) ends first.
+    ///
+    /// An operation not seen ended ahead here contradicts what the engine was
+    /// told (the daemon answers only the ends this device reported): an error.
+    pub fn retire_answered(&mut self, launch: LaunchId, op: OpId) -> Result<(), DeviceError> {
+        let seen = self.st.as_ref().and_then(|st| st.ahead.get(&op)).map(|a| (a.ended, a.behind));
+        let behind = match seen {
+            Some((true, behind)) => behind,
+            _ => {
+                let state = if seen.is_some() { "queued and not seen ended" } else { "not queued ahead" };
+                let why = crate::CudaError::Invalid(format!("{op} was retired as seen ended ahead, but it is {state}"));
+                return Err(DeviceError::backend(format!("launch {launch}"), why));
+            }
+        };
+        // That launch alone, as an adoption would (`adopt`): its stream then
+        // passes to this kernel, and below to the one behind it.
+        if let Behind::Launch(prev) = behind {
+            if self.st.as_ref().is_some_and(|st| st.launches.contains_key(&prev)) {
+                self.poll_launches_of(Some(prev))?;
+            }
+        }
+        let Some(st) = self.st.as_mut() else { return Ok(()) };
+        st.ended_waiting = st.ended_waiting.saturating_sub(1);
+        // Seen by a look between polls and not reported yet: the daemon
+        // answered it from an earlier report, so none is left; as `adopt`.
+        if !self.ends_ahead.is_empty() {
+            self.ends_ahead.retain(|&(o, _)| o != op);
+        }
+        // The run ends with it: one more behind it while it still holds the
+        // stream, as the adoption's `try_queue_ahead` queued one behind the
+        // launch (the rest at the next poll, `refill_ahead` below).
+        let last = st.behind.find(&st.ahead, Behind::Queued(op), |_| true).is_none();
+        if last {
+            if let Err(e) = self.queue_one_deeper(op) {
+                // Not queued: its launch command starts it as usual.
+                tracing::warn!("CUDA device: queueing the kernel after {op}, retired: {e}");
+            }
+        }
+        let now = Instant::now();
+        let Some(st) = self.st.as_mut() else { return Ok(()) };
+        let Some(mut a) = st.ahead.remove(&op) else { return Ok(()) };
+        st.behind.left(op, &a);
+        st.holders.left(op, &a);
+        if let Behind::Queued(p) = a.behind {
+            st.tails.note(p);
+        }
+        if !a.cancelled {
+            st.uncancelled.sub(&a);
+        }
+        // A launch command for it would have counted (`higher`).
+        self.higher.started(a.priority, now);
+        if let Some(stream) = a.stream.take() {
+            // The kernel behind it on that stream keeps their order on it;
+            // with none, the stream goes back (as `take_stream` at a launch's end).
+            let raw = stream.raw as usize;
+            let next = st.behind.find(&st.ahead, Behind::Queued(op), |b| b.stream.is_none() && b.on_stream == raw);
+            match next.and_then(|n| st.ahead.get_mut(&n).map(|b| (n, b))) {
+                Some((n, b)) => {
+                    b.stream = Some(stream);
+                    st.holders.held(raw, n);
+                }
+                None => st.return_stream(stream),
+            }
+        }
+        self.ahead_counts.retired += 1;
+        // The operation goes as at its unbind (the run goes on at the next poll).
+        self.unbind(op);
+        Ok(())
     }
 
     /// `op` is unbound: workers queued for it are cancelled and reaped once gone.

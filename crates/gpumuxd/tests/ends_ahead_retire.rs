@@ -1,0 +1,234 @@
+//! Answered launches retired with their unbind as one message
+//! (`GPUMUX_RETIRE_ANSWERED=1`, `backend::remote`, "Retired"), through a real
+//! device process whose simulated device is scripted to run one-block
+//! kernels ahead (`GPUMUX_SIM_ENDS_AHEAD=1`): each launch the daemon answers
+//! from its end seen ahead and whose unbind follows at once goes as one
+//! `Retire`; one whose unbind does not follow at once goes the old way
+//! (`SubmitAnswered`, then `Unbind`). Either way every launch completes
+//! once, in order, and the device process agrees (the simulated device
+//! refuses a retire of a kernel it did not run ahead). A file of its own:
+//! the variables are set for this process, whose device processes inherit
+//! them (read once, at start).
+
+use gpumux_proto::{Launch, Reply, Request, ServerFrame, StreamId};
+use gpumuxd::backend::remote::{RemoteBackend, RETIRE_ANSWERED_VAR};
+use gpumuxd::backend::sim::ENDS_AHEAD_VAR;
+use gpumuxd::config::ClientLimits;
+use gpumuxd::conn::Inbound;
+use gpumuxd::core::Core;
+use gpumuxd::session::Peer;
+use std::path::Path;
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+/// Both switches, before any device process starts.
+fn switches_on() {
+    std::env::set_var(ENDS_AHEAD_VAR, "1");
+    std::env::set_var(RETIRE_ANSWERED_VAR, "1");
+}
+
+/// The count before `what` in `words` (`"... 12 retired launches ..."`).
+fn count_before(words: &str, what: &str) -> u64 {
+    words.find(what).and_then(|i| words[..i].split_whitespace().last()).and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// The link's words split into what the daemon sent and what the device
+/// process did (`exchange_clock`'s words: "...; sent ...; the device process ...").
+fn sent_and_done(words: &str) -> (&str, &str) {
+    words.split_once("; the device process").unwrap_or((words, ""))
+}
+
+/// Sends `request` as client 1's request `id` and pumps until its reply (10 s at most).
+fn call(core: &mut Core, rx: &Receiver<ServerFrame>, id: u64, request: Request) -> Result<Reply, String> {
+    core.inbound(1, Inbound::Request { id, request, fd: None });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        core.pump().map_err(|e| e.to_string())?;
+        for frame in rx.try_iter() {
+            if let ServerFrame::Reply { id: got, result } = frame {
+                if got == id {
+                    return result.map_err(|e| format!("{e:?}"));
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no reply to request {id} in 10 s"));
+        }
+        std::thread::sleep(core.wait().min(Duration::from_micros(200)));
+    }
+}
+
+/// A chain through the core: every launch after the first is answered from
+/// its end seen ahead and retired with its unbind, one message each; the
+/// stream completes as without the switch, every launch once.
+#[test]
+fn with_retires_a_chain_completes_once_in_order_and_each_answered_launch_goes_as_one_message() {
+    switches_on();
+    let exe = Path::new(env!("CARGO_BIN_EXE_gpumuxd"));
+    let backend = RemoteBackend::start(exe, "sim:h100").expect("the device process starts");
+    let mut core = Core::new(Box::new(backend), None).expect("a core");
+    let (tx, rx) = channel();
+    core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
+    assert!(matches!(call(&mut core, &rx, 1, Request::hello("retire", 0)), Ok(Reply::Welcome(_))));
+    let module =
+        Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };
+    let kernel = match call(&mut core, &rx, 2, module) {
+        Ok(Reply::Module { kernels, .. }) => kernels[0].kernel,
+        other => panic!("the module did not load: {other:?}"),
+    };
+    let launch = Launch {
+        kernel,
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_bytes: 0,
+        args: Vec::new(),
+        stream: StreamId(0),
+        block_time_ns: Some(20_000),
+    };
+    let _ = core.device_link_lap();
+    let n = 40u64;
+    for i in 0..n {
+        core.inbound(1, Inbound::Request { id: 10 + i, request: Request::Launch(launch.clone()), fd: None });
+    }
+    assert_eq!(call(&mut core, &rx, 100, Request::SyncStream(StreamId(0))), Ok(Reply::Done));
+    let errors: Vec<_> = rx.try_iter().filter(|f| matches!(f, ServerFrame::Reply { result: Err(_), .. })).collect();
+    assert!(errors.is_empty(), "a launch was refused: {errors:?}");
+    assert_eq!(core.ends_answered(), n - 1, "every kernel after the first answered from its end seen ahead");
+    let (rounds, in_turn) = core.device_rounds();
+    assert_eq!(in_turn, n - 1, "every answer read in the turn that made its launch");
+    assert!(rounds < n / 3, "{rounds} device rounds for a chain of {n} kernels");
+    assert_eq!(core.sms_held(), 0, "no launch left holding SMs");
+    let done = core.status().clients.iter().find(|c| c.client == 1).map(|c| c.kernels_done);
+    assert_eq!(done, Some(n), "every kernel counted done, once");
+
+    // Still in step: more launches, answered or run, and a sync; its poll
+    // brings the device process's account of the retires before it.
+    for i in 0..5 {
+        core.inbound(1, Inbound::Request { id: 200 + i, request: Request::Launch(launch.clone()), fd: None });
+    }
+    assert_eq!(call(&mut core, &rx, 300, Request::SyncStream(StreamId(0))), Ok(Reply::Done));
+    assert_eq!(core.status().context_rebuilds, 0, "the device process never failed");
+    let words = core.device_link_lap().unwrap_or_default();
+    let (sent, done) = sent_and_done(&words);
+    let retired = count_before(sent, " retired launches");
+    // In the chain an answered launch's unbind follows it at once: every one retired.
+    assert_eq!(retired, core.ends_answered(), "every answered launch retired with its unbind: {words}");
+    assert_eq!(count_before(sent, " answered launches"), 0, "none went the old way: {words}");
+    assert!(
+        count_before(done, " retired launches") >= n - 1,
+        "the device process handled the chain's retires: {words}"
+    );
+}
+
+/// The daemon's side on its own, its sends held and released by hand as the
+/// core does: a launch whose unbind follows before the release goes as one
+/// `Retire`; one released before its unbind, or with another message
+/// between, goes as `SubmitAnswered` then `Unbind`. Every launch ends once,
+/// in the order launched, and the device process takes both ways.
+#[test]
+fn an_answered_launch_is_retired_only_when_its_unbind_follows_at_once() {
+    use gpumux_engine::device::{Command, Event};
+    use gpumux_engine::ids::{KernelId, LaunchId, OpId, ProcessId};
+    use gpumux_engine::kernel::{KernelDesc, KernelShape};
+    use gpumux_engine::ranges::BlockRanges;
+    use gpumux_engine::smset::SmSet;
+    use gpumuxd::backend::{Backend, OpWork};
+    use std::sync::Arc;
+
+    switches_on();
+    let exe = Path::new(env!("CARGO_BIN_EXE_gpumuxd"));
+    let mut backend = RemoteBackend::start(exe, "sim:h100").expect("the device process starts");
+    let image = backend.load_module("m.cu", "__global__ void j() {}\n", &[]).expect("the module loads");
+    let code = image.kernels[0].code;
+    let work = |after| OpWork::Kernel {
+        code,
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_bytes: 0,
+        params: Vec::new(),
+        after,
+        range: None,
+    };
+    let last = 9u64;
+    backend.bind(OpId(1), work(None));
+    for op in 2..=last {
+        backend.bind(OpId(op), work(Some(OpId(op - 1))));
+    }
+    // The poll that reports ops 2..=last ended ahead.
+    let mut events = Vec::new();
+    backend.poll(&mut events).expect("the device process answers");
+    assert!(events.is_empty(), "nothing launched yet: {events:?}");
+    let _ = backend.exchange_lap();
+    let launch = |op: u64| Command::Launch {
+        launch: LaunchId(op),
+        kernel: KernelId(op),
+        op: OpId(op),
+        process: ProcessId(0),
+        priority: 0,
+        desc: Arc::new(KernelDesc::new("j", KernelShape::new(1, 32, 32))),
+        time_key: op,
+        blocks: BlockRanges::full(1),
+        restore: Vec::new(),
+        sms: SmSet::range(0, 1),
+    };
+    let mut answered = Vec::new();
+    let mut take = |backend: &mut RemoteBackend| {
+        let mut got = Vec::new();
+        assert!(backend.take_answered(&mut got), "the launch was answered at once");
+        answered.extend(got);
+    };
+    // 2, 3: the unbind follows before the release: retired.
+    for op in [2, 3] {
+        backend.hold_sends();
+        backend.submit(launch(op)).expect("sent");
+        take(&mut backend);
+        backend.unbind(OpId(op));
+        backend.release_sends();
+    }
+    // 4: released before its unbind: the old way.
+    backend.hold_sends();
+    backend.submit(launch(4)).expect("sent");
+    take(&mut backend);
+    backend.release_sends();
+    backend.unbind(OpId(4));
+    // 5: another operation's unbind between (op 1, never launched here): the old way.
+    backend.hold_sends();
+    backend.submit(launch(5)).expect("sent");
+    take(&mut backend);
+    backend.unbind(OpId(1));
+    backend.unbind(OpId(5));
+    backend.release_sends();
+    // 6: sent with no hold (a launch command outside the core's turn): the old way.
+    backend.submit(launch(6)).expect("sent");
+    take(&mut backend);
+    backend.unbind(OpId(6));
+    // 7..=last: retired again.
+    for op in 7..=last {
+        backend.hold_sends();
+        backend.submit(launch(op)).expect("sent");
+        take(&mut backend);
+        backend.unbind(OpId(op));
+        backend.release_sends();
+    }
+    assert_eq!(backend.ends_answered(), last - 1, "every launch answered, once");
+    let mut events = Vec::new();
+    backend.poll(&mut events).expect("the device process took every message (a refused retire fails its poll)");
+    let from_device: Vec<&Event> = events.iter().filter(|e| matches!(e, Event::LaunchEnded { .. })).collect();
+    assert!(from_device.is_empty(), "the device's ends of answered launches are dropped: {from_device:?}");
+    let ended: Vec<u64> = answered
+        .iter()
+        .filter_map(|e| match e {
+            Event::LaunchEnded { launch, remaining, .. } if remaining.is_empty() => Some(launch.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended, (2..=last).collect::<Vec<_>>(), "each answered launch ended once, in order");
+    let words = backend.exchange_lap().unwrap_or_default();
+    let (sent, done) = sent_and_done(&words);
+    let retired = 2 + (last - 6);
+    assert_eq!(count_before(sent, " retired launches"), retired, "{words}");
+    assert_eq!(count_before(sent, " answered launches"), 3, "4, 5 and 6 the old way: {words}");
+    assert_eq!(count_before(done, " retired launches"), retired, "the device process handled each: {words}");
+    assert_eq!(count_before(done, " answered launches"), 3, "{words}");
+    assert_eq!(count_before(done, " unbinds"), 4, "4, 5, 6 and 1 unbound on their own: {words}");
+}
