@@ -834,6 +834,74 @@ fn with_hardware_priority_a_run_goes_on_at_looks_between_polls_and_reports_each_
     assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
 }
 
+/// The daemon's `GPUMUX_RETIRE_ANSWERED=1`: each kernel of a run queued
+/// natively that was reported ended ahead is retired (its answered launch
+/// and its unbind at once, `ClientDevice::retire_answered`) as the reports
+/// come, while the run behind it is still queued: the run goes on on the
+/// same stream, no launch is made for a retired kernel and no event comes
+/// for it, and every step runs once, in order (`x` is the host's).
+#[test]
+fn with_hardware_priority_kernels_seen_ended_ahead_are_retired_with_no_launch_and_the_run_goes_on_in_order() {
+    let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };
+    d.set_hw_priority(true);
+    d.set_report_ends_ahead(true);
+    let steps = 80u32;
+    let sx = StepX::new(&mut d, 1, hashed);
+    let (sms, blocks, n) = (d.info().num_sms, sx.blocks as u64, sx.n);
+    let op = |k: u32| 100 + k as u64;
+    sx.bind_chain(&mut d, op(0), steps, 0);
+    let all = SmSet::range(0, sms);
+    d.submit(d.now(), launch(op(0), 1000, BlockRanges::full(blocks), all, blocks)).expect("launch");
+    let mut events = run_until(&mut d, ended(LaunchId(1000))).expect("the first launch");
+    d.unbind(OpId(op(0)));
+    // Each end reported is retired at once, in the order reported, as the
+    // daemon's core would: the run behind it is still queued.
+    let mut retired = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while retired.len() < steps as usize - 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} retired in 10 s: {:?}",
+            retired.len(),
+            steps - 1,
+            d.ahead_counts()
+        );
+        let now = d.now();
+        d.advance(Some(now), &mut events).expect("poll");
+        let reported: Vec<(OpId, u64)> = d.take_ends_ahead().collect();
+        for (o, b) in reported {
+            assert_eq!(b, blocks, "{o} reported with its whole grid");
+            let lid = LaunchId(1000 + o.0 - op(0));
+            d.retire_answered(lid, o).expect("retired");
+            retired.push(o.0);
+        }
+    }
+    assert_eq!(retired, (1..steps).map(op).collect::<Vec<_>>(), "each step reported once, in stream order");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while d.busy() {
+        assert!(Instant::now() < deadline, "the device still busy 10 s after the last retire");
+        let now = d.now();
+        d.advance(Some(now), &mut events).expect("poll");
+    }
+    let others: Vec<&Event> = events
+        .iter()
+        .filter(|e| {
+            !matches!(
+                e,
+                Event::SmReleased { launch: LaunchId(1000), .. } | Event::LaunchEnded { launch: LaunchId(1000), .. }
+            )
+        })
+        .collect();
+    assert!(others.is_empty(), "no event for a retired kernel: {others:?}");
+    let want = hashed_stepped(n, steps);
+    assert!(sx.read(&mut d, 2) == want, "{steps} steps run ahead and retired: x differs from the host's");
+    let c = d.ahead_counts();
+    eprintln!("retired as seen ended ahead: {c:?}");
+    assert_eq!(c.retired, steps as u64 - 1, "every step after the first retired");
+    assert_eq!(c.adopted, 0, "no launch adopted a retired kernel");
+    assert_eq!(d.hw_priority().1, steps as u64, "every step ran natively");
+}
+
 #[test]
 fn with_hardware_priority_a_short_launch_beside_another_prioritys_workers_stays_workers_and_alone_runs_natively() {
     let Some((_gpu, mut d)) = device_or_skip(test_name!()) else { return };

@@ -26,6 +26,11 @@
 //! few kernels. No event and no answer: the device still sees commands and
 //! polls in the daemon's order, launches end only at polls, and the ends a
 //! look saw go with the next poll's answer.
+//!
+//! A `Retire` (the daemon's `GPUMUX_RETIRE_ANSWERED=1`) is an answered launch
+//! command and its operation's unbind at once: the device drops what it kept
+//! of the kernel it had seen end ([`Backend::retire_answered`]), with no
+//! launch and no event; counted, and the count logged at close.
 
 mod between;
 mod hold;

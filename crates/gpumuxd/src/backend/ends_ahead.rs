@@ -13,7 +13,10 @@
 //! launch record and ends the launch as for any other; the device process
 //! drops that launch's events ([`Silenced`]), which the engine had already
 //! (the CUDA device, told by [`super::Backend::submit_answered`], reports
-//! only the launch's end, not one release per SM).
+//! only the launch's end, not one release per SM). With
+//! `GPUMUX_RETIRE_ANSWERED=1` a command whose operation's unbind follows at
+//! once goes with it as one `Retire` instead ([`super::remote`], "Retired"):
+//! the device makes no launch and sends no event, so nothing is silenced.
 //!
 //! What keeps this correct:
 //! * only a kernel that ran its whole grid is reported (a native grid runs

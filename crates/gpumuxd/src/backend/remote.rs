@@ -35,6 +35,21 @@
 //! `DEEP_MAX` a stream), so the device is still polled for everything else
 //! within a few engine rounds.
 //!
+//! Retired (`GPUMUX_RETIRE_ANSWERED=1`, [`RETIRE_ANSWERED_VAR`]; off until
+//! the GPU's A/B): an answered launch command still made the device process
+//! build a launch, end it at its next poll and send an end the daemon then
+//! dropped, and take the operation's unbind as a message of its own: ~2 µs
+//! of its main thread a kernel of a chain, for a kernel it had seen end and
+//! reported. While the core holds its sends ([`Backend::hold_sends`]) the
+//! answered command is kept here; if the operation's unbind is the next
+//! thing sent, both go as one [`ToDevice::Retire`], which the device carries
+//! out as [`Backend::retire_answered`] (no launch, no event). Anything else
+//! sent first, or the release of the sends, sends the command as it was
+//! (`SubmitAnswered`), and the unbind follows on its own: the device sees
+//! the same messages in the same order either way, only merged. Every rule
+//! of [`super::ends_ahead`] holds: the engine's end is the one answered
+//! here, once; a kernel not seen ended is never answered, so never retired.
+//!
 //! Time: the engine sees this process's clock (ns since the backend opened,
 //! monotonic across restarts); the child's device has its own. Events are
 //! stamped when their poll's answer is read here, which is how late the

@@ -102,7 +102,9 @@
 //! bind ([`ClientDevice::follow`]), and at the poll after a launch command
 //! or an unbind; a launch command for a kernel seen ended adopts no record
 //! (the launch ends at the next poll, every block done: `Live::done_ahead`),
-//! with no driver call and no walk of the run. The kernels seen ended that
+//! with no driver call and no walk of the run; a daemon that retires it
+//! instead ([`ClientDevice::retire_answered`]: the launch and the unbind at
+//! once) makes no launch at all. The kernels seen ended that
 //! the engine has not launched yet are bounded ([`ENDED_WAITING_MAX`], over
 //! all streams), so that the device's looks through them stay short: the
 //! GPU gains nothing from running further
