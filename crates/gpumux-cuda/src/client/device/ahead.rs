@@ -1296,16 +1296,21 @@ impl ClientDevice {
         // A launch command for it would have counted (`higher`).
         self.higher.started(a.priority, now);
         if let Some(stream) = a.stream.take() {
-            // The kernel behind it on that stream keeps their order on it;
-            // with none, the stream goes back (as `take_stream` at a launch's end).
+            // The kernel behind it on that stream keeps their order on it,
+            // else an orphan there until it is reaped; with none, the stream
+            // goes back (as `take_stream` at a launch's end).
             let raw = stream.raw as usize;
-            let next = st.behind.find(&st.ahead, Behind::Queued(op), |b| b.stream.is_none() && b.on_stream == raw);
+            let waits = |b: &Ahead| b.behind == Behind::Queued(op) && b.stream.is_none() && b.on_stream == raw;
+            let next = st.behind.find(&st.ahead, Behind::Queued(op), |b| waits(b));
             match next.and_then(|n| st.ahead.get_mut(&n).map(|b| (n, b))) {
                 Some((n, b)) => {
                     b.stream = Some(stream);
                     st.holders.held(raw, n);
                 }
-                None => st.return_stream(stream),
+                None => match st.orphans.iter_mut().map(|o| &mut o.1).find(|b| waits(b)) {
+                    Some(b) => b.stream = Some(stream),
+                    None => st.return_stream(stream),
+                },
             }
         }
         self.ahead_counts.retired += 1;
