@@ -85,7 +85,7 @@ pub fn default_threads() -> usize {
 pub const DEFAULT_MAX_THREADS: usize = 4;
 
 /// The threads a copier uses while the daemon says other clients are busy,
-/// unless told ([`default_threads_beside`]): on 2 threads a copier of 1 GiB
+/// unless told (`default_threads_beside`): on 2 threads a copier of 1 GiB
 /// left the chain of short launches beside it 1.06x its time alone on the
 /// H200, on 4 1.16x (issue 35, 2026-11-29, 37b13ed and 653c7f0).
 pub const DEFAULT_BESIDE_THREADS: usize = 2;
@@ -348,7 +348,7 @@ fn helper(shared: &Shared, index: usize) {
     }
 }
 
-/// What a [`Copier`] did: its copies of at least [`PARALLEL_FROM`] bytes
+/// What a [`Copier`] did: its copies of at least `PARALLEL_FROM` bytes
 /// (each chunk of a large staging copy is one), for tests and comparisons
 /// (`Client::copy_stats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -371,7 +371,7 @@ pub struct Copier {
     /// Whether the daemon's last word was that other clients are busy
     /// ([`Copier::set_others_busy`]).
     others_busy: AtomicBool,
-    /// Copies of at least [`PARALLEL_FROM`] bytes made alone and beside
+    /// Copies of at least `PARALLEL_FROM` bytes made alone and beside
     /// others, and by the threads they were made on (index: threads).
     alone: AtomicU64,
     beside: AtomicU64,

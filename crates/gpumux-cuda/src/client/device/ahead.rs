@@ -174,11 +174,11 @@ pub struct AheadCounts {
     /// The same, held by [`DEEP_MAX`] or [`DEEP_HOLD_NS`].
     pub held_deep: u64,
     /// Of `ended_ahead`, kernels seen ended by a look between polls
-    /// ([`super::between`]).
+    /// (`between`).
     pub ended_between: u64,
-    /// Of `deep`, kernels queued by a look between polls ([`super::between`]).
+    /// Of `deep`, kernels queued by a look between polls (`between`).
     pub queued_between: u64,
-    /// Looks between polls that saw an end or queued a kernel ([`super::between`]).
+    /// Looks between polls that saw an end or queued a kernel (`between`).
     pub looks_between: u64,
     /// Of `ended_ahead`, kernels retired with no launch made
     /// ([`ClientDevice::retire_answered`]).
@@ -372,7 +372,7 @@ pub(super) fn take_stream(st: &mut InContext, lid: LaunchId, stream: Stream) -> 
 /// its end (module doc, "Fewer end writes") has ended, which says that `op`
 /// has (stream order); `None`: none after it publishes. `host_only`: from
 /// host memory alone, no end event queried (a look between polls,
-/// [`super::between`]).
+/// `between`).
 fn later_end(st: &InContext, op: OpId, host_only: bool) -> Result<Option<bool>, crate::CudaError> {
     let mut at = op;
     while let Some(n) = st.ops.get(&at).and_then(|o| o.next) {
@@ -398,7 +398,7 @@ fn later_end(st: &InContext, op: OpId, host_only: bool) -> Result<Option<bool>, 
 /// launch still running is left to the poll after the launch ended: looking
 /// at it may query an end event (the driver's lock), and it cannot have
 /// ended before that launch. `host_only` (a look between polls,
-/// [`super::between`]): one behind a launch that adopted a kernel seen ended
+/// `between`): one behind a launch that adopted a kernel seen ended
 /// is a head too (that launch ended on the GPU; it leaves the table only at
 /// the next poll, and the engine's launch commands keep coming meanwhile).
 fn run_heads(st: &InContext, host_only: bool) -> impl Iterator<Item = OpId> + '_ {
@@ -837,7 +837,7 @@ impl ClientDevice {
     }
 
     /// [`ClientDevice::poll_ahead`]; `host_only`: from the ends in host
-    /// memory alone, no driver call (a look between polls, [`super::between`]):
+    /// memory alone, no driver call (a look between polls, `between`):
     /// a run's walk stops at its first kernel whose end does not show there.
     pub(super) fn poll_ahead_in(&mut self, host_only: bool) -> Result<bool, DeviceError> {
         if self.st.as_ref().is_none_or(|st| st.ahead.is_empty()) {
@@ -933,7 +933,7 @@ impl ClientDevice {
     }
 
     /// [`ClientDevice::deepen_tails`] by at most `posts` kernels queued (a
-    /// look between polls, [`super::between`]): whether it stopped there
+    /// look between polls, `between`): whether it stopped there
     /// with a run that might go on.
     pub(super) fn deepen_tails_upto(&mut self, posts: usize) -> Result<bool, DeviceError> {
         let Some(st) = self.st.as_mut() else { return Ok(false) };
@@ -1139,7 +1139,7 @@ impl ClientDevice {
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
             // Seen ended by a look between polls and not reported yet
-            // ([`super::between`]): the launch command came first, and the
+            // (`between`): the launch command came first, and the
             // device ends the launch itself, so the end goes to the engine
             // once, as this launch's. (A poll's ends are taken with its
             // answer: none is left here then.)
@@ -1337,7 +1337,7 @@ impl ClientDevice {
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
             // Seen ended by a look between polls, not reported yet
-            // ([`super::between`]): the operation is gone (its client
+            // (`between`): the operation is gone (its client
             // died), and the daemon forgot it; nothing to report.
             if !self.ends_ahead.is_empty() {
                 self.ends_ahead.retain(|&(o, _)| o != op);
