@@ -84,8 +84,9 @@ pub struct ConnectOptions {
     /// Of those, the threads a copy takes while the daemon says other
     /// clients are busy (each chunk's reply says so): at most
     /// `copy_threads`; 0 takes all of them whatever the daemon says.
-    /// Default: `GPUMUX_COPY_THREADS_BESIDE`, else 2 (docs/daemon.md, "A
-    /// pageable copy beside other clients").
+    /// Default: `GPUMUX_COPY_THREADS_BESIDE`, else 0 (docs/daemon.md, "A
+    /// pageable copy beside other clients": 2 measured no better for the
+    /// other clients).
     pub copy_threads_beside: usize,
     /// Offer the daemon shared-memory rings for the conversation (fewer
     /// system calls per request; docs/daemon.md, "The protocol"). Default:

@@ -31,12 +31,15 @@
 //! rate on the H200 machine (16.8 against 26.7 GB/s, 2d3d1a2 against its
 //! parent, both beside the same chain of launches).
 //!
-//! **Fewer threads beside others.** Beside a copier on 2 threads the chain
-//! was 1.06x its time alone (1.16x beside 4), but 2 threads copied at about
-//! half the rate of 4: so a copier has two counts, all its threads when it
-//! copies alone and [`DEFAULT_BESIDE_THREADS`] while other clients are
+//! **Fewer threads beside others, if asked.** A copier has two counts: all
+//! its threads when it copies alone, and the threads beside
+//! ([`DEFAULT_BESIDE_THREADS`], 0: all of them) while other clients are
 //! busy, which each chunk's reply from the daemon says
-//! ([`Copier::set_others_busy`]). The helpers a copy leaves out sleep
+//! ([`Copier::set_others_busy`]). 2 beside took the copier's rate beside a
+//! chain of short launches from 23.6 / 38.5 to 13.9 / 21.9 GB/s and did
+//! not shorten the chain beyond its noise (1.19x, 1.14x against 1.22x,
+//! 1.10x its time alone, two calls on the H200, 2026-11-29), so all is
+//! the default. The helpers a copy leaves out sleep
 //! until one needs them (no polling: each has its own condition
 //! variable), so the threads beside are all the copy takes.
 
@@ -85,10 +88,11 @@ pub fn default_threads() -> usize {
 pub const DEFAULT_MAX_THREADS: usize = 4;
 
 /// The threads a copier uses while the daemon says other clients are busy,
-/// unless told (`default_threads_beside`): on 2 threads a copier of 1 GiB
-/// left the chain of short launches beside it 1.06x its time alone on the
-/// H200, on 4 1.16x (issue 35, 2026-11-29, 37b13ed and 653c7f0).
-pub const DEFAULT_BESIDE_THREADS: usize = 2;
+/// unless told (`default_threads_beside`); 0: as many as alone. 2 measured
+/// no better for the chain of short launches beside it (module doc, "Fewer
+/// threads beside others, if asked"): a client that wants its copies to
+/// yield to others sets it.
+pub const DEFAULT_BESIDE_THREADS: usize = 0;
 
 /// The threads a copier uses while other clients are busy, when not told:
 /// `GPUMUX_COPY_THREADS_BESIDE` if set (0: as many as alone whatever the

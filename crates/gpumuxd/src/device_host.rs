@@ -27,7 +27,7 @@
 //! polls in the daemon's order, launches end only at polls, and the ends a
 //! look saw go with the next poll's answer.
 //!
-//! A `Retire` (the daemon's `GPUMUX_RETIRE_ANSWERED=1`) is an answered launch
+//! A `Retire` (unless the daemon's `GPUMUX_RETIRE_ANSWERED=0`) is an answered launch
 //! command and its operation's unbind at once: the device drops what it kept
 //! of the kernel it had seen end ([`Backend::retire_answered`]), with no
 //! launch and no event; counted, and the count logged at close.

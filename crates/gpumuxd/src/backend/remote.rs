@@ -35,8 +35,8 @@
 //! `DEEP_MAX` a stream), so the device is still polled for everything else
 //! within a few engine rounds.
 //!
-//! Retired (`GPUMUX_RETIRE_ANSWERED=1`, [`RETIRE_ANSWERED_VAR`]; off until
-//! the GPU's A/B): an answered launch command still made the device process
+//! **Retired** (on unless `GPUMUX_RETIRE_ANSWERED=0`, [`RETIRE_ANSWERED_VAR`];
+//! the GPU's A/B: docs/program-speed.md, "Measured and not taken"): an answered launch command still made the device process
 //! build a launch, end it at its next poll and send an end the daemon then
 //! dropped, and take the operation's unbind as a message of its own: ~2 µs
 //! of its main thread a kernel of a chain, for a kernel it had seen end and
@@ -95,11 +95,13 @@ pub const CONNECTIONS_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 pub const CONNECTIONS: u32 = 32;
 /// How long a device process that closed its end may take to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
-/// Set to `1` in the daemon's environment (read once, when a device process
-/// starts), a launch command answered from its end known ahead and its
-/// operation's unbind right behind it go to the device process as one
+/// A launch command answered from its end known ahead and its operation's
+/// unbind right behind it go to the device process as one
 /// [`ToDevice::Retire`] instead of `SubmitAnswered` and `Unbind` (module
-/// doc, "Retired"). Off by default until the GPU's A/B.
+/// doc, "Retired"), unless this is `0` in the daemon's environment (read
+/// when a device process starts). On since the H200's A/B of 2026-11-29
+/// (docs/program-speed.md, "Measured and not taken": the chain 1.60x
+/// against 1.74x, 8 clients 114k against 89k launches/s).
 pub const RETIRE_ANSWERED_VAR: &str = "GPUMUX_RETIRE_ANSWERED";
 
 /// Why a device process could not be started.
@@ -243,13 +245,14 @@ impl DeviceProcess {
     }
 }
 
-/// Whether [`RETIRE_ANSWERED_VAR`] is on (said once in the log if so).
+/// Whether answered launches are retired ([`RETIRE_ANSWERED_VAR`]; said in
+/// the log if turned off).
 fn retire_answered() -> bool {
-    let on = std::env::var(RETIRE_ANSWERED_VAR).is_ok_and(|v| v.trim() == "1");
-    if on {
-        tracing::info!("{RETIRE_ANSWERED_VAR}=1: answered launch commands and their unbinds go as one message");
+    let off = std::env::var(RETIRE_ANSWERED_VAR).is_ok_and(|v| v.trim() == "0");
+    if off {
+        tracing::info!("{RETIRE_ANSWERED_VAR}=0: answered launch commands and their unbinds go as two messages");
     }
-    on
+    !off
 }
 
 /// Waits for a child that closed its end of the link to exit (killing it if
