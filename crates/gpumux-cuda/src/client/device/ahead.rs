@@ -411,6 +411,67 @@ fn run_heads(st: &InContext, host_only: bool) -> impl Iterator<Item = OpId> + '_
         .map(|(&op, _)| op)
 }
 
+/// What the run ending with kernel `prev` (queued natively) holds, for
+/// [`ClientDevice::queue_one_deeper`] (module doc, "Deep").
+#[derive(Debug, PartialEq)]
+enum RunHeld {
+    /// Its kernels not seen ended, and their expected GPU time with the
+    /// next kernel's: within [`DEEP_MAX`] and the hold.
+    Room {
+        /// Kernels queued and not seen ended.
+        queued: usize,
+        /// Their expected GPU time and the next kernel's (ns).
+        ns: f64,
+    },
+    /// At [`DEEP_MAX`], or past the hold with the next kernel.
+    Full,
+}
+
+/// The run back from `prev` to its first kernel not seen ended: what it
+/// holds (ends are seen in stream order, so every kernel before that one
+/// ended; a walk to the run's launch cost a step per kernel the engine had
+/// not launched yet, hundreds once the GPU ran ahead). `expect_ns` is the
+/// next kernel's expected GPU time, `hold_ns` the run's bound.
+///
+/// A kernel queued behind one its client dropped is walked on through
+/// `orphans` (what is still on the GPU ahead of the run counts). A kernel
+/// queued behind one found in neither is the run's first, as one behind a
+/// launch is: that one was seen ended and retired with its unbind
+/// ([`ClientDevice::retire_answered`], which hands nothing over to a launch).
+/// (Taken for a lost run before, such a run went on only once its first
+/// kernel was seen ended: after each retire, no bind queued a kernel behind
+/// it until then.)
+fn run_held(
+    ahead: &IdMap<OpId, Ahead>,
+    orphans: &[(OpId, Ahead)],
+    prev: OpId,
+    expect_ns: f64,
+    hold_ns: f64,
+) -> RunHeld {
+    let (mut queued, mut ns, mut at) = (0usize, expect_ns, prev);
+    let entry = |op: OpId| ahead.get(&op).or_else(|| orphans.iter().find(|o| o.0 == op).map(|o| &o.1));
+    // `prev` is queued (its caller's look).
+    while let Some(e) = entry(at) {
+        if e.ended {
+            break;
+        }
+        queued += 1;
+        ns += e.expect_ns;
+        if queued >= DEEP_MAX || ns > hold_ns {
+            return RunHeld::Full;
+        }
+        match e.behind {
+            Behind::Queued(p) => at = p,
+            Behind::Launch(_) => break,
+        }
+    }
+    if ns > hold_ns {
+        RunHeld::Full
+    } else {
+        RunHeld::Room { queued, ns }
+    }
+}
+
 /// The queued kernels not seen ended (and maybe a few that were: check
 /// `ended`), without a walk of those seen ended (`InContext::unended`).
 pub(super) fn unended(st: &InContext) -> impl Iterator<Item = (&OpId, &Ahead)> + '_ {
@@ -675,6 +736,7 @@ impl ClientDevice {
             ops,
             spare,
             ahead,
+            orphans,
             launcher,
             behind: index,
             uncancelled,
@@ -720,35 +782,18 @@ impl ClientDevice {
             self.ahead_counts.held_ended_waiting += 1;
             return Ok(None);
         }
-        // The run back to its first kernel not seen ended: what it holds
-        // (ends are seen in stream order, so every kernel before that one
-        // ended; a walk to the run's launch cost a step per kernel the
-        // engine had not launched yet, hundreds once the GPU ran ahead).
+        // What the run holds back to its first kernel not seen ended (`run_held`).
         // Its whole grid, weighed once: each weighing asks the profile cache
         // (a lock and a hash of the kernel's name), and this one was asked three times.
         let whole = o.whole_grid(sm_count);
         let expect_ns = whole.expected_ns(UNTIMED_WAVE_NS);
-        let (mut queued, mut ns, mut at) = (0usize, expect_ns, prev);
-        loop {
-            let Some(e) = ahead.get(&at) else { return Ok(None) };
-            if e.ended {
-                break;
-            }
-            queued += 1;
-            ns += e.expect_ns;
-            if queued >= DEEP_MAX || ns > hold_ns {
+        let (queued, ns) = match run_held(ahead, orphans, prev, expect_ns, hold_ns) {
+            RunHeld::Room { queued, ns } => (queued, ns),
+            RunHeld::Full => {
                 self.ahead_counts.held_deep += 1;
                 return Ok(None);
             }
-            match e.behind {
-                Behind::Queued(p) => at = p,
-                Behind::Launch(_) => break,
-            }
-        }
-        if ns > hold_ns {
-            self.ahead_counts.held_deep += 1;
-            return Ok(None);
-        }
+        };
         // Only on the stream the kernel before it is queued on (stream
         // order), held by the run (its launch, or its first kernel once
         // that launch ended).
@@ -1456,5 +1501,62 @@ mod peer_tests {
         assert!(!cancelled_by_launch(op, &workers, on, Some(op), None, 1));
         assert!(!cancelled_by_launch(op, &workers, on, except, Some(7), 1));
         assert!(!cancelled_by_launch(op, &workers, sms(&[5]), except, None, 1));
+    }
+}
+
+#[cfg(test)]
+mod run_tests {
+    use super::test_support::entry;
+    use super::*;
+
+    /// A run's kernels, queued natively one behind the other: `(op, behind, ended)`, each 100 µs.
+    fn run_of(kernels: &[(u64, Behind, bool)]) -> IdMap<OpId, Ahead> {
+        let mut map = IdMap::<OpId, Ahead>::default();
+        for &(op, behind, ended) in kernels {
+            map.insert(OpId(op), Ahead { behind, ended, expect_ns: 100_000.0, ..entry() });
+        }
+        map
+    }
+
+    #[test]
+    fn a_run_holds_its_kernels_back_to_the_first_not_seen_ended() {
+        let (next, hold) = (100_000.0, DEEP_HOLD_NS);
+        // 3 ended, 4 and 5 not: two held, with the next kernel 300 µs.
+        let run = run_of(&[
+            (3, Behind::Launch(LaunchId(1)), true),
+            (4, Behind::Queued(OpId(3)), false),
+            (5, Behind::Queued(OpId(4)), false),
+        ]);
+        assert_eq!(run_held(&run, &[], OpId(5), next, hold), RunHeld::Room { queued: 2, ns: 300_000.0 });
+        // Back to the launch it was queued behind.
+        let run = run_of(&[(4, Behind::Launch(LaunchId(1)), false), (5, Behind::Queued(OpId(4)), false)]);
+        assert_eq!(run_held(&run, &[], OpId(5), next, hold), RunHeld::Room { queued: 2, ns: 300_000.0 });
+        // Past the hold with the next kernel.
+        assert_eq!(run_held(&run, &[], OpId(5), next, 250_000.0), RunHeld::Full);
+        // At DEEP_MAX.
+        let long: Vec<(u64, Behind, bool)> = (1..=DEEP_MAX as u64)
+            .map(|op| (op, if op == 1 { Behind::Launch(LaunchId(0)) } else { Behind::Queued(OpId(op - 1)) }, false))
+            .collect();
+        let mut run = run_of(&long);
+        run.values_mut().for_each(|a| a.expect_ns = 0.0);
+        assert_eq!(run_held(&run, &[], OpId(DEEP_MAX as u64), 0.0, hold), RunHeld::Full);
+    }
+
+    #[test]
+    fn a_run_whose_first_kernel_was_queued_behind_one_retired_can_go_on() {
+        // Kernel 3 was seen ended and retired with its unbind
+        // (`ClientDevice::retire_answered`: it left the queued map, no launch
+        // made); 4, queued behind it and running now, holds the stream, 5 is
+        // behind 4. The run holds 4 and 5, and may go on behind 5, as it
+        // would had 3 been adopted by a launch (4 then behind that launch).
+        let run = run_of(&[(4, Behind::Queued(OpId(3)), false), (5, Behind::Queued(OpId(4)), false)]);
+        assert_eq!(run_held(&run, &[], OpId(5), 100_000.0, DEEP_HOLD_NS), RunHeld::Room { queued: 2, ns: 300_000.0 });
+        // Kernel 3 dropped to the orphans instead (its client went) and still
+        // on the GPU: it counts, as it did queued.
+        let orphan = [(OpId(3), Ahead { behind: Behind::Launch(LaunchId(1)), expect_ns: 100_000.0, ..entry() })];
+        assert_eq!(
+            run_held(&run, &orphan, OpId(5), 100_000.0, DEEP_HOLD_NS),
+            RunHeld::Room { queued: 3, ns: 400_000.0 }
+        );
     }
 }
