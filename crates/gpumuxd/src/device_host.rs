@@ -517,6 +517,9 @@ impl DeviceHost {
                 self.submitted = self.poll_read;
                 self.retired += 1;
                 if self.broken {
+                    // Left as it is (an `Unbind` would still go to the device,
+                    // and a `SubmitAnswered` not): the failure answers the next
+                    // poll, and the daemon replaces this process or stops.
                     return Ok(());
                 }
                 if let Err(f) = self.backend.retire_answered(launch, op) {

@@ -13,8 +13,8 @@
 //! launch record and ends the launch as for any other; the device process
 //! drops that launch's events ([`Silenced`]), which the engine had already
 //! (the CUDA device, told by [`super::Backend::submit_answered`], reports
-//! only the launch's end, not one release per SM). With
-//! `GPUMUX_RETIRE_ANSWERED=1` a command whose operation's unbind follows at
+//! only the launch's end, not one release per SM). By default (unless
+//! `GPUMUX_RETIRE_ANSWERED=0`) a command whose operation's unbind follows at
 //! once goes with it as one `Retire` instead ([`super::remote`], "Retired"):
 //! the device makes no launch and sends no event, so nothing is silenced.
 //!
@@ -33,7 +33,13 @@
 //!   end is dropped: the launch ran every block, and the engine frees its SMs
 //!   with the end;
 //! * a device that ends an answered launch with blocks left contradicts what
-//!   the engine was told: the device process reports it as a fatal error.
+//!   the engine was told: the device process reports it as a fatal error;
+//! * a `Retire` stands for exactly an answered launch command and the unbind
+//!   of its operation sent right after it (anything sent between, or the
+//!   release of the core's held sends, sends the command first, as it was):
+//!   the device gets the same work in the same order; one asked to retire an
+//!   operation it did not see end refuses it, at the next poll, as a fatal
+//!   error (the daemon stops: the engine was told the kernel ran).
 
 use super::ended_at_once_into;
 use crate::core::id_map::IdMap;

@@ -51,7 +51,7 @@ pub const HOST_OTHER: usize = 6;
 /// ends or let a run go on (`GPUMUX_DEEPEN_BETWEEN`, [`crate::device_host`]).
 pub const HOST_LOOKS: usize = 7;
 /// [`HOST_PARTS`]: an answered launch and its unbind as one message
-/// (`GPUMUX_RETIRE_ANSWERED=1`, [`super::wire::ToDevice::Retire`]).
+/// (unless `GPUMUX_RETIRE_ANSWERED=0`, [`super::wire::ToDevice::Retire`]).
 pub const HOST_RETIRED: usize = 8;
 
 /// The core's kinds of message sent to the device process.

@@ -690,7 +690,7 @@ pub trait Backend: Send {
     }
     /// [`Backend::submit_answered`] of launch `launch` of `op` and
     /// [`Backend::unbind`] of `op` at once, the command itself not sent
-    /// (a device process's `ToDevice::Retire`, `GPUMUX_RETIRE_ANSWERED=1`):
+    /// (a device process's `ToDevice::Retire`; off with `GPUMUX_RETIRE_ANSWERED=0`):
     /// the device saw the kernel end and reported it ([`ends_ahead`]), so
     /// it drops what it keeps of the operation, makes no launch and reports
     /// no event for it. By default, the unbind alone: a device that runs

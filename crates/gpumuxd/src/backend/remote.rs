@@ -638,7 +638,7 @@ impl Drop for RemoteBackend {
         if self.retire {
             tracing::info!(
                 "device {}: {} answered launch commands retired with their unbind as one message \
-                 ({RETIRE_ANSWERED_VAR}=1)",
+                 ({RETIRE_ANSWERED_VAR}=0 turns it off)",
                 self.spec,
                 self.retires
             );

@@ -196,7 +196,7 @@ pub enum ToDevice {
     },
     /// A launch command the daemon answered itself from an end the device
     /// reported ahead, and its operation's unbind right behind it, as one
-    /// message (`GPUMUX_RETIRE_ANSWERED=1`, [`super::remote`]; issue 35):
+    /// message (unless `GPUMUX_RETIRE_ANSWERED=0`, [`super::remote`]; issue 35):
     /// [`super::Backend::retire_answered`]. The device already saw the
     /// kernel end and gave its launch record back: it drops the operation's
     /// state, makes no launch and sends no event. No answer (a failure

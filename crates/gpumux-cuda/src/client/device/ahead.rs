@@ -1279,17 +1279,23 @@ impl ClientDevice {
     }
 
     /// The daemon answered launch `launch` of `op` from its end seen ahead
-    /// and unbinds `op` right after, in one message (the daemon's
-    /// `GPUMUX_RETIRE_ANSWERED=1`): what [`ClientDevice::submit_answered`]
+    /// and unbinds `op` right after, in one message (the daemon's default;
+    /// `GPUMUX_RETIRE_ANSWERED=0` turns it off): what [`ClientDevice::submit_answered`]
     /// and [`ClientDevice::unbind`] do for such a kernel, less what only
     /// the launch made (a `Live` launch, ended at the next poll with an end
     /// the daemon dropped). The kernel was seen ended and its records went
     /// back then; here its queued entry goes, its stream passes to the
     /// kernel queued behind it on it (its place in the stream's order), and
-    /// the operation is forgotten. No event, no driver call, no walk.
-    /// As the adoption did, a run that ends with it goes on behind it by one
-    /// kernel first, and a launch before it the daemon answered the old way
-    /// (still on the device, ended) ends first.
+    /// the operation is forgotten. No event, and no walk of the run.
+    /// What is queued behind it is handed over to no launch (none is made):
+    /// it still waits for `op`, no longer queued, and so is its run's first,
+    /// as one queued behind a launch is (`run_held`, `run_heads`).
+    /// A run that ended with it goes on behind it by one kernel first, while
+    /// it still holds the stream (the only driver work here, on the launcher
+    /// thread; an adoption of such a kernel queued none: its launch had no
+    /// worker to queue behind), and a launch before it that the daemon
+    /// answered the old way (still on the device, ended) ends first, as at
+    /// an adoption.
     ///
     /// An operation not seen ended ahead here contradicts what the engine was
     /// told (the daemon answers only the ends this device reported): an error.
@@ -1318,8 +1324,8 @@ impl ClientDevice {
             self.ends_ahead.retain(|&(o, _)| o != op);
         }
         // The run ends with it: one more behind it while it still holds the
-        // stream, as the adoption's `try_queue_ahead` queued one behind the
-        // launch (the rest at the next poll, `refill_ahead` below).
+        // stream (the rest at the next poll: `refill_ahead`, set by the
+        // unbind below; `run_held` walks back to that one, its first).
         let last = st.behind.find(&st.ahead, Behind::Queued(op), |_| true).is_none();
         if last {
             if let Err(e) = self.queue_one_deeper(op) {
