@@ -1680,4 +1680,46 @@ mod tests {
         assert!(d.memory.is_empty() && d.evicted.is_empty());
         assert_eq!(d.mem_info().expect("mem info").free, 256 << 20);
     }
+
+    /// The scripted device's side of a `Retire` (`remote`, "Retired"): a
+    /// kernel it reported ended ahead is retired with no event and its
+    /// operation forgotten; one it never reported (bound to no kernel before
+    /// it, so never run ahead), or retired twice, is refused as fatal, the
+    /// launch and operation named.
+    #[test]
+    fn a_retire_of_a_kernel_reported_ended_ahead_leaves_nothing_and_any_other_is_refused() {
+        let mut d = SimBackend::with_info(gpumux_sim::presets::h100());
+        d.script_ends_ahead();
+        let image = d.load_module("m.cu", "__global__ void j() {}\n", &[]).expect("the module loads");
+        let code = image.kernels[0].code;
+        let one_block = |after| OpWork::Kernel {
+            code,
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            shared_bytes: 0,
+            params: Vec::new(),
+            after,
+            range: None,
+        };
+        d.bind(OpId(1), one_block(None));
+        d.bind(OpId(2), one_block(Some(OpId(1))));
+        let mut ends = Vec::new();
+        d.take_ends_ahead(&mut ends);
+        assert_eq!(ends.iter().map(|e| e.op).collect::<Vec<_>>(), [OpId(2)], "op 2 ran ahead");
+        d.retire_answered(LaunchId(20), OpId(2)).expect("a kernel reported ended ahead is retired");
+        assert!(!d.bound.contains_key(&OpId(2)), "its operation is forgotten, as at an unbind");
+        let mut events = Vec::new();
+        d.poll(&mut events).expect("polled");
+        assert!(events.is_empty(), "no event for a retired kernel: {events:?}");
+        let refused = |r: Result<(), Failure>| match r {
+            // As the device process words it for the daemon (`failure_message`).
+            Err(Failure::Fatal(e)) => format!("{:#}", anyhow::Error::new(e)),
+            other => panic!("not refused as fatal: {other:?}"),
+        };
+        let twice = refused(d.retire_answered(LaunchId(21), OpId(2)));
+        assert!(twice.contains("launch 21") && twice.contains("never reported"), "{twice}");
+        let never = refused(d.retire_answered(LaunchId(10), OpId(1)));
+        assert!(never.contains("launch 10") && never.contains("never reported"), "{never}");
+        assert!(!d.bound.contains_key(&OpId(1)), "refused, and unbound all the same (the daemon stops)");
+    }
 }
