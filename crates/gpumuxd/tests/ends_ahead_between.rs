@@ -7,17 +7,14 @@
 //! from its end seen ahead. A file of its own: both variables are set for
 //! this process, whose device processes inherit them (read once, at start).
 
-use gpumux_proto::{Launch, Reply, Request, ServerFrame, StreamId};
+mod chain_core;
+
+use chain_core::{chain_answered_ahead, core_with_empty_kernel, count_before, still_in_step};
 use gpumuxd::backend::remote::RemoteBackend;
 use gpumuxd::backend::sim::ENDS_AHEAD_VAR;
-use gpumuxd::config::ClientLimits;
-use gpumuxd::conn::Inbound;
-use gpumuxd::core::Core;
 use gpumuxd::device_host::DEEPEN_BETWEEN_VAR;
-use gpumuxd::session::Peer;
 use std::path::Path;
-use std::sync::mpsc::{channel, Receiver};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Both switches, before any device process starts.
 fn switches_on() {
@@ -25,75 +22,15 @@ fn switches_on() {
     std::env::set_var(DEEPEN_BETWEEN_VAR, "1");
 }
 
-/// The count before `what` in `words` (`"... 12 looks between messages ..."`).
-fn count_before(words: &str, what: &str) -> u64 {
-    words.find(what).and_then(|i| words[..i].split_whitespace().last()).and_then(|n| n.parse().ok()).unwrap_or(0)
-}
-
-/// Sends `request` as client 1's request `id` and pumps until its reply (10 s at most).
-fn call(core: &mut Core, rx: &Receiver<ServerFrame>, id: u64, request: Request) -> Result<Reply, String> {
-    core.inbound(1, Inbound::Request { id, request, fd: None });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        core.pump().map_err(|e| e.to_string())?;
-        for frame in rx.try_iter() {
-            if let ServerFrame::Reply { id: got, result } = frame {
-                if got == id {
-                    return result.map_err(|e| format!("{e:?}"));
-                }
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(format!("no reply to request {id} in 10 s"));
-        }
-        std::thread::sleep(core.wait().min(Duration::from_micros(200)));
-    }
-}
-
 /// A chain through the core with the looks on: the stream completes as
 /// without them, every launch once, answered from its end seen ahead.
 #[test]
 fn with_looks_between_messages_a_chain_completes_once_in_order_from_its_ends_seen_ahead() {
     switches_on();
-    let exe = Path::new(env!("CARGO_BIN_EXE_gpumuxd"));
-    let backend = RemoteBackend::start(exe, "sim:h100").expect("the device process starts");
-    let mut core = Core::new(Box::new(backend), None).expect("a core");
-    let (tx, rx) = channel();
-    core.connect(1, Peer { pid: 1, uid: 1000, gid: 1000 }, ClientLimits::default(), tx);
-    assert!(matches!(call(&mut core, &rx, 1, Request::hello("between", 0)), Ok(Reply::Welcome(_))));
-    let module =
-        Request::LoadModule { name: "m.cu".into(), source: "__global__ void j() {}\n".into(), options: Vec::new() };
-    let kernel = match call(&mut core, &rx, 2, module) {
-        Ok(Reply::Module { kernels, .. }) => kernels[0].kernel,
-        other => panic!("the module did not load: {other:?}"),
-    };
-    let launch = Launch {
-        kernel,
-        grid: [1, 1, 1],
-        block: [32, 1, 1],
-        shared_bytes: 0,
-        args: Vec::new(),
-        stream: StreamId(0),
-        block_time_ns: Some(20_000),
-    };
+    let (mut core, rx, launch) = core_with_empty_kernel("between");
     let _ = core.device_link_lap();
     let n = 40u64;
-    for i in 0..n {
-        core.inbound(1, Inbound::Request { id: 10 + i, request: Request::Launch(launch.clone()), fd: None });
-    }
-    assert_eq!(call(&mut core, &rx, 100, Request::SyncStream(StreamId(0))), Ok(Reply::Done));
-    let errors: Vec<_> = rx.try_iter().filter(|f| matches!(f, ServerFrame::Reply { result: Err(_), .. })).collect();
-    assert!(errors.is_empty(), "a launch was refused: {errors:?}");
-    // Every kernel after the first was run ahead: each answered once, in the
-    // engine turn that launched it, in stream order (the engine launches a
-    // stream's kernel only after the one before it ended).
-    assert_eq!(core.ends_answered(), n - 1, "every kernel after the first answered from its end seen ahead");
-    let (rounds, in_turn) = core.device_rounds();
-    assert_eq!(in_turn, n - 1, "every answer read in the turn that made its launch");
-    assert!(rounds < n / 3, "{rounds} device rounds for a chain of {n} kernels");
-    assert_eq!(core.sms_held(), 0, "no launch left holding SMs");
-    let done = core.status().clients.iter().find(|c| c.client == 1).map(|c| c.kernels_done);
-    assert_eq!(done, Some(n), "every kernel counted done, once");
+    chain_answered_ahead(&mut core, &rx, &launch, n);
 
     // How many ends the looks saw rather than the polls depends on the
     // machine's timing (a burst of binds straight into a poll leaves the
@@ -102,11 +39,7 @@ fn with_looks_between_messages_a_chain_completes_once_in_order_from_its_ends_see
     eprintln!("looks between messages: {}", count_before(&words, " looks between messages"));
 
     // Still in step: more launches, answered or run, and a sync.
-    for i in 0..5 {
-        core.inbound(1, Inbound::Request { id: 200 + i, request: Request::Launch(launch.clone()), fd: None });
-    }
-    assert_eq!(call(&mut core, &rx, 300, Request::SyncStream(StreamId(0))), Ok(Reply::Done));
-    assert_eq!(core.status().context_rebuilds, 0, "the device process never failed");
+    still_in_step(&mut core, &rx, &launch);
 }
 
 /// The device process on its own, its messages paced by hand: kernels bound
