@@ -36,9 +36,10 @@
 //! within a few engine rounds.
 //!
 //! **Retired** (on unless `GPUMUX_RETIRE_ANSWERED=0`, [`RETIRE_ANSWERED_VAR`];
-//! the GPU's A/B: docs/program-speed.md, "Measured and not taken"): an answered launch command still made the device process
-//! build a launch, end it at its next poll and send an end the daemon then
-//! dropped, and take the operation's unbind as a message of its own: ~2 µs
+//! the GPU's A/B: docs/program-speed.md, "Measured and not taken"): an
+//! answered launch command still made the device process build a launch,
+//! end it at its next poll and send an end the daemon then dropped, and
+//! take the operation's unbind as a message of its own: ~2 µs
 //! of its main thread a kernel of a chain, for a kernel it had seen end and
 //! reported. While the core holds its sends ([`Backend::hold_sends`]) the
 //! answered command is kept here; if the operation's unbind is the next

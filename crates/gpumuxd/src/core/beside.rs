@@ -2,14 +2,15 @@
 //!
 //! A client copying from ordinary memory does its staging `memcpy` on
 //! several threads of its own, and those take the host's memory bandwidth
-//! and cache from the daemon's threads and the other clients: beside a
-//! chain of short launches, 4 copy threads left the chain 1.16x its time
-//! alone on the H200 and 2 threads 1.06x, but 2 threads copy at half the
-//! rate (docs/daemon.md, "A pageable copy beside other clients"). The core
+//! and cache from the daemon's threads and the other clients. The core
 //! knows whether anyone else has work, so each chunk's reply says so
-//! ([`Reply::Copied`]) and the client's copier takes fewer threads only
-//! then: one field in a reply it waits for anyway, no request and no
-//! message more.
+//! ([`Reply::Copied`]), and a client that asked for fewer threads beside
+//! others (`ConnectOptions::copy_threads_beside`) takes them only then: one
+//! field in a reply it waits for anyway, no request and no message more.
+//! By default a client takes all its threads either way: 2 beside others
+//! halved the copier's rate on the H200 and did not shorten a chain of
+//! short launches beside it beyond its noise (docs/daemon.md, "A pageable
+//! copy beside other clients").
 
 use super::*;
 
