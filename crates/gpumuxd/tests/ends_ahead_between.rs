@@ -9,11 +9,11 @@
 
 mod chain_core;
 
-use chain_core::{chain_answered_ahead, core_with_empty_kernel, count_before, still_in_step};
-use gpumuxd::backend::remote::RemoteBackend;
+use chain_core::{
+    chain_answered_ahead, core_with_empty_kernel, count_before, device_process_with_empty_kernel, still_in_step,
+};
 use gpumuxd::backend::sim::ENDS_AHEAD_VAR;
 use gpumuxd::device_host::DEEPEN_BETWEEN_VAR;
-use std::path::Path;
 use std::time::Duration;
 
 /// Both switches, before any device process starts.
@@ -54,23 +54,11 @@ fn a_look_between_messages_sees_ends_that_the_next_poll_reports_once_each() {
     use gpumux_engine::kernel::{KernelDesc, KernelShape};
     use gpumux_engine::ranges::BlockRanges;
     use gpumux_engine::smset::SmSet;
-    use gpumuxd::backend::{Backend, OpWork};
+    use gpumuxd::backend::Backend;
     use std::sync::Arc;
 
     switches_on();
-    let exe = Path::new(env!("CARGO_BIN_EXE_gpumuxd"));
-    let mut backend = RemoteBackend::start(exe, "sim:h100").expect("the device process starts");
-    let image = backend.load_module("m.cu", "__global__ void j() {}\n", &[]).expect("the module loads");
-    let code = image.kernels[0].code;
-    let work = |after| OpWork::Kernel {
-        code,
-        grid: [1, 1, 1],
-        block: [32, 1, 1],
-        shared_bytes: 0,
-        params: Vec::new(),
-        after,
-        range: None,
-    };
+    let (mut backend, work) = device_process_with_empty_kernel();
     backend.bind(OpId(1), work(None));
     let _ = backend.exchange_lap();
     // A kernel bound behind the last, then a pause with no message: the

@@ -12,10 +12,11 @@
 
 mod chain_core;
 
-use chain_core::{chain_answered_ahead, core_with_empty_kernel, count_before, still_in_step};
+use chain_core::{
+    chain_answered_ahead, core_with_empty_kernel, count_before, device_process_with_empty_kernel, still_in_step,
+};
 use gpumuxd::backend::remote::{RemoteBackend, RETIRE_ANSWERED_VAR};
 use gpumuxd::backend::sim::ENDS_AHEAD_VAR;
-use std::path::Path;
 
 /// Both switches, before any device process starts.
 fn switches_on() {
@@ -67,23 +68,11 @@ fn an_answered_launch_is_retired_only_when_its_unbind_follows_at_once() {
     use gpumux_engine::kernel::{KernelDesc, KernelShape};
     use gpumux_engine::ranges::BlockRanges;
     use gpumux_engine::smset::SmSet;
-    use gpumuxd::backend::{Backend, OpWork};
+    use gpumuxd::backend::Backend;
     use std::sync::Arc;
 
     switches_on();
-    let exe = Path::new(env!("CARGO_BIN_EXE_gpumuxd"));
-    let mut backend = RemoteBackend::start(exe, "sim:h100").expect("the device process starts");
-    let image = backend.load_module("m.cu", "__global__ void j() {}\n", &[]).expect("the module loads");
-    let code = image.kernels[0].code;
-    let work = |after| OpWork::Kernel {
-        code,
-        grid: [1, 1, 1],
-        block: [32, 1, 1],
-        shared_bytes: 0,
-        params: Vec::new(),
-        after,
-        range: None,
-    };
+    let (mut backend, work) = device_process_with_empty_kernel();
     let last = 9u64;
     backend.bind(OpId(1), work(None));
     for op in 2..=last {

@@ -5,8 +5,10 @@
 //! environment by the device processes they start.
 #![allow(dead_code)]
 
+use gpumux_engine::ids::OpId;
 use gpumux_proto::{Launch, Reply, Request, ServerFrame, StreamId};
 use gpumuxd::backend::remote::RemoteBackend;
+use gpumuxd::backend::{Backend, OpWork};
 use gpumuxd::config::ClientLimits;
 use gpumuxd::conn::Inbound;
 use gpumuxd::core::Core;
@@ -98,4 +100,24 @@ pub fn still_in_step(core: &mut Core, rx: &Receiver<ServerFrame>, launch: &Launc
     }
     assert_eq!(call(core, rx, 300, Request::SyncStream(StreamId(0))), Ok(Reply::Done));
     assert_eq!(core.status().context_rebuilds, 0, "the device process never failed");
+}
+
+/// A device process of this test's `gpumuxd` on `sim:h100` with an empty
+/// kernel loaded, driven by hand (no core), and the work of a one-block
+/// launch of that kernel bound after an operation (or none).
+pub fn device_process_with_empty_kernel() -> (RemoteBackend, impl Fn(Option<OpId>) -> OpWork) {
+    let exe = Path::new(env!("CARGO_BIN_EXE_gpumuxd"));
+    let mut backend = RemoteBackend::start(exe, "sim:h100").expect("the device process starts");
+    let image = backend.load_module("m.cu", "__global__ void j() {}\n", &[]).expect("the module loads");
+    let code = image.kernels[0].code;
+    let work = move |after| OpWork::Kernel {
+        code,
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_bytes: 0,
+        params: Vec::new(),
+        after,
+        range: None,
+    };
+    (backend, work)
 }
