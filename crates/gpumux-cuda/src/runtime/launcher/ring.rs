@@ -685,7 +685,7 @@ impl<J, E> Ticket<J, E> {
             if let Some(r) = self.outcome_now() {
                 return r;
             }
-            spins += 1;
+            spins = spins.saturating_add(1);
             if spins < 1_000 {
                 std::hint::spin_loop();
             } else {
