@@ -511,6 +511,25 @@ fn cancelled_by_launch(op: OpId, a: &Ahead, sms: SmSet, except: Option<OpId>, ow
         && !a.held.intersection(&sms).is_empty()
 }
 
+impl InContext {
+    /// `op`'s entry taken out of the kernels queued ahead, with the indexes
+    /// over them kept right (what waits behind what, the runs' stream
+    /// holders and tails, the expected time not cancelled): an adoption, a
+    /// retire and an unbind each take one so.
+    fn take_ahead(&mut self, op: OpId) -> Option<Ahead> {
+        let a = self.ahead.remove(&op)?;
+        self.behind.left(op, &a);
+        self.holders.left(op, &a);
+        if let Behind::Queued(p) = a.behind {
+            self.tails.note(p);
+        }
+        if !a.cancelled {
+            self.uncancelled.sub(&a);
+        }
+        Some(a)
+    }
+}
+
 impl ClientDevice {
     /// What queueing ahead did so far.
     pub fn ahead_counts(&self) -> AheadCounts {
@@ -1169,18 +1188,10 @@ impl ClientDevice {
             }
         }
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
-        let Some(mut a) = st.ahead.remove(&live.op) else {
+        let Some(mut a) = st.take_ahead(live.op) else {
             st.launches.insert(lid, live);
             return self.start_workers(lid);
         };
-        st.behind.left(live.op, &a);
-        st.holders.left(live.op, &a);
-        if let Behind::Queued(p) = a.behind {
-            st.tails.note(p);
-        }
-        if !a.cancelled {
-            st.uncancelled.sub(&a);
-        }
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
             // Seen ended by a look between polls and not reported yet
@@ -1335,15 +1346,7 @@ impl ClientDevice {
         }
         let now = Instant::now();
         let Some(st) = self.st.as_mut() else { return Ok(()) };
-        let Some(mut a) = st.ahead.remove(&op) else { return Ok(()) };
-        st.behind.left(op, &a);
-        st.holders.left(op, &a);
-        if let Behind::Queued(p) = a.behind {
-            st.tails.note(p);
-        }
-        if !a.cancelled {
-            st.uncancelled.sub(&a);
-        }
+        let Some(mut a) = st.take_ahead(op) else { return Ok(()) };
         // A launch command for it would have counted (`higher`).
         self.higher.started(a.priority, now);
         if let Some(stream) = a.stream.take() {
@@ -1376,15 +1379,7 @@ impl ClientDevice {
             return Ok(());
         }
         let st = state_of(&self.ctx, &mut self.st).map_err(failed("making the context current"))?;
-        let Some(mut a) = st.ahead.remove(&op) else { return Ok(()) };
-        st.behind.left(op, &a);
-        st.holders.left(op, &a);
-        if let Behind::Queued(p) = a.behind {
-            st.tails.note(p);
-        }
-        if !a.cancelled {
-            st.uncancelled.sub(&a);
-        }
+        let Some(mut a) = st.take_ahead(op) else { return Ok(()) };
         if a.ended {
             st.ended_waiting = st.ended_waiting.saturating_sub(1);
             // Seen ended by a look between polls, not reported yet
