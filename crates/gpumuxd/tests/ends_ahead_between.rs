@@ -10,7 +10,8 @@
 mod chain_core;
 
 use chain_core::{
-    chain_answered_ahead, core_with_empty_kernel, count_before, device_process_with_empty_kernel, still_in_step,
+    chain_answered_ahead, core_with_empty_kernel, count_before, device_process_with_empty_kernel, one_block_launch,
+    still_in_step,
 };
 use gpumuxd::backend::sim::ENDS_AHEAD_VAR;
 use gpumuxd::device_host::DEEPEN_BETWEEN_VAR;
@@ -49,13 +50,10 @@ fn with_looks_between_messages_a_chain_completes_once_in_order_from_its_ends_see
 /// the engine reads their ends in the order launched.
 #[test]
 fn a_look_between_messages_sees_ends_that_the_next_poll_reports_once_each() {
-    use gpumux_engine::device::{Command, Event};
-    use gpumux_engine::ids::{KernelId, LaunchId, OpId, ProcessId};
-    use gpumux_engine::kernel::{KernelDesc, KernelShape};
-    use gpumux_engine::ranges::BlockRanges;
-    use gpumux_engine::smset::SmSet;
+    use gpumux_engine::device::Event;
+    use gpumux_engine::ids::OpId;
+
     use gpumuxd::backend::Backend;
-    use std::sync::Arc;
 
     switches_on();
     let (mut backend, work) = device_process_with_empty_kernel();
@@ -80,18 +78,7 @@ fn a_look_between_messages_sees_ends_that_the_next_poll_reports_once_each() {
     assert!(looks > 0, "the device process never looked between messages");
     // Every kernel bound behind another was reported ahead, once: each
     // launch of one is answered, in the order launched.
-    let launch = |op: u64| Command::Launch {
-        launch: LaunchId(op),
-        kernel: KernelId(op),
-        op: OpId(op),
-        process: ProcessId(0),
-        priority: 0,
-        desc: Arc::new(KernelDesc::new("j", KernelShape::new(1, 32, 32))),
-        time_key: op,
-        blocks: BlockRanges::full(1),
-        restore: Vec::new(),
-        sms: SmSet::range(0, 1),
-    };
+    let launch = one_block_launch;
     for op in 2..=last {
         backend.submit(launch(op)).expect("the launch is sent");
     }

@@ -13,7 +13,8 @@
 mod chain_core;
 
 use chain_core::{
-    chain_answered_ahead, core_with_empty_kernel, count_before, device_process_with_empty_kernel, still_in_step,
+    chain_answered_ahead, core_with_empty_kernel, count_before, device_process_with_empty_kernel, one_block_launch,
+    still_in_step,
 };
 use gpumuxd::backend::remote::{RemoteBackend, RETIRE_ANSWERED_VAR};
 use gpumuxd::backend::sim::ENDS_AHEAD_VAR;
@@ -63,13 +64,10 @@ fn with_retires_a_chain_completes_once_in_order_and_each_answered_launch_goes_as
 /// in the order launched, and the device process takes both ways.
 #[test]
 fn an_answered_launch_is_retired_only_when_its_unbind_follows_at_once() {
-    use gpumux_engine::device::{Command, Event};
-    use gpumux_engine::ids::{KernelId, LaunchId, OpId, ProcessId};
-    use gpumux_engine::kernel::{KernelDesc, KernelShape};
-    use gpumux_engine::ranges::BlockRanges;
-    use gpumux_engine::smset::SmSet;
+    use gpumux_engine::device::Event;
+    use gpumux_engine::ids::OpId;
+
     use gpumuxd::backend::Backend;
-    use std::sync::Arc;
 
     switches_on();
     let (mut backend, work) = device_process_with_empty_kernel();
@@ -83,18 +81,7 @@ fn an_answered_launch_is_retired_only_when_its_unbind_follows_at_once() {
     backend.poll(&mut events).expect("the device process answers");
     assert!(events.is_empty(), "nothing launched yet: {events:?}");
     let _ = backend.exchange_lap();
-    let launch = |op: u64| Command::Launch {
-        launch: LaunchId(op),
-        kernel: KernelId(op),
-        op: OpId(op),
-        process: ProcessId(0),
-        priority: 0,
-        desc: Arc::new(KernelDesc::new("j", KernelShape::new(1, 32, 32))),
-        time_key: op,
-        blocks: BlockRanges::full(1),
-        restore: Vec::new(),
-        sms: SmSet::range(0, 1),
-    };
+    let launch = one_block_launch;
     let mut answered = Vec::new();
     let mut take = |backend: &mut RemoteBackend| {
         let mut got = Vec::new();

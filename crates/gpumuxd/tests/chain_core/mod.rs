@@ -5,7 +5,11 @@
 //! environment by the device processes they start.
 #![allow(dead_code)]
 
-use gpumux_engine::ids::OpId;
+use gpumux_engine::device::Command;
+use gpumux_engine::ids::{KernelId, LaunchId, OpId, ProcessId};
+use gpumux_engine::kernel::{KernelDesc, KernelShape};
+use gpumux_engine::ranges::BlockRanges;
+use gpumux_engine::smset::SmSet;
 use gpumux_proto::{Launch, Reply, Request, ServerFrame, StreamId};
 use gpumuxd::backend::remote::RemoteBackend;
 use gpumuxd::backend::{Backend, OpWork};
@@ -15,6 +19,7 @@ use gpumuxd::core::Core;
 use gpumuxd::session::Peer;
 use std::path::Path;
 use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Sends `request` as client 1's request `id` and pumps until its reply (10 s at most).
@@ -120,4 +125,22 @@ pub fn device_process_with_empty_kernel() -> (RemoteBackend, impl Fn(Option<OpId
         range: None,
     };
     (backend, work)
+}
+
+/// The engine's launch command for operation `op` of the device process's
+/// one-block kernel ([`device_process_with_empty_kernel`]): launch, kernel
+/// and operation all numbered `op`, its one block on SM 0.
+pub fn one_block_launch(op: u64) -> Command {
+    Command::Launch {
+        launch: LaunchId(op),
+        kernel: KernelId(op),
+        op: OpId(op),
+        process: ProcessId(0),
+        priority: 0,
+        desc: Arc::new(KernelDesc::new("j", KernelShape::new(1, 32, 32))),
+        time_key: op,
+        blocks: BlockRanges::full(1),
+        restore: Vec::new(),
+        sms: SmSet::range(0, 1),
+    }
 }
