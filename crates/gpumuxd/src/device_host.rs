@@ -19,8 +19,8 @@
 //! (`hold`): still only inside the message's handling, so lockstep holds,
 //! and it ends as soon as the daemon sends anything else.
 //!
-//! **Between messages**, with `GPUMUX_DEEPEN_BETWEEN=1` (`device_host/between.rs`; off by
-//! default until measured on the GPU), it looks at its device's runs of
+//! **Between messages** (`device_host/between.rs`; `GPUMUX_DEEPEN_BETWEEN=0` turns it
+//! off), it looks at its device's runs of
 //! kernels queued natively when an end landed, after a message and while
 //! no message waits: their ends seen from host memory, the runs on by a
 //! few kernels. No event and no answer: the device still sees commands and

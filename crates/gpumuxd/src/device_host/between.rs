@@ -46,10 +46,11 @@ use crate::backend::{Backend, Failure};
 use crate::load::LoadClock;
 use std::time::Duration;
 
-/// `1` in the daemon's environment (its device processes inherit it): the
-/// device process looks after each message and while its link is idle
-/// (module doc); `idle`: only while its link is idle; unset or `0`: never
-/// (the default until measured on the GPU).
+/// In the daemon's environment (its device processes inherit it): unset or
+/// `1`, the device process looks after each message and while its link is
+/// idle (module doc; the default since session 34's A/B on the H200,
+/// docs/program-speed.md, "Runs between the core's polls"); `idle`, only
+/// while its link is idle; `0`, never (as before, for an A/B).
 pub const DEEPEN_BETWEEN_VAR: &str = "GPUMUX_DEEPEN_BETWEEN";
 
 /// Kernels a look queues at most before the link is read again: a post
@@ -79,16 +80,19 @@ pub enum Where {
     Idle,
 }
 
-/// What [`DEEPEN_BETWEEN_VAR`]'s value asks for: `None` for unset, `0`, or
-/// anything else (with a warning).
+/// What [`DEEPEN_BETWEEN_VAR`]'s value asks for: [`Where::Always`] when
+/// unset, `None` for `0`; anything else is the default, with a warning.
 pub fn where_from(value: Option<&str>) -> Option<Where> {
-    match value?.trim() {
-        "1" => Some(Where::Always),
+    let Some(value) = value else { return Some(Where::Always) };
+    match value.trim() {
+        "1" | "" => Some(Where::Always),
         "idle" => Some(Where::Idle),
-        "0" | "" => None,
+        "0" => None,
         other => {
-            tracing::warn!("{DEEPEN_BETWEEN_VAR}={other:?} is not 0, 1 or idle: no looks between messages");
-            None
+            tracing::warn!(
+                "{DEEPEN_BETWEEN_VAR}={other:?} is not 0, 1 or idle: looks after each message (the default)"
+            );
+            Some(Where::Always)
         }
     }
 }
@@ -222,12 +226,12 @@ mod tests {
 
     #[test]
     fn the_switch_reads_off_on_and_idle() {
-        assert_eq!(where_from(None), None);
+        assert_eq!(where_from(None), Some(Where::Always), "on by default");
         assert_eq!(where_from(Some("0")), None);
-        assert_eq!(where_from(Some("")), None);
+        assert_eq!(where_from(Some("")), Some(Where::Always));
         assert_eq!(where_from(Some(" 1 ")), Some(Where::Always));
         assert_eq!(where_from(Some("idle")), Some(Where::Idle));
-        assert_eq!(where_from(Some("yes")), None, "anything else: off, with a warning");
+        assert_eq!(where_from(Some("yes")), Some(Where::Always), "anything else: the default, with a warning");
     }
 
     #[test]

@@ -208,9 +208,16 @@ pub const UNTIMED_WAVE_NS: f64 = SHORT_LAUNCH_NS;
 /// at most, over all streams (module doc, "Records back at the end"): past
 /// it no run goes on until the engine catches up. Each is an entry the
 /// device's polls and commands look through; the GPU gains nothing from
-/// running further ahead of an engine that trails it (a program ends when
-/// the engine has seen its last kernel end).
-pub const ENDED_WAITING_MAX: usize = 4 * DEEP_MAX;
+/// running far ahead of an engine that trails it (a program ends when the
+/// engine has seen its last kernel end). With the device process's looks
+/// between messages (gpumuxd's `GPUMUX_DEEPEN_BETWEEN`) a run's ends are seen
+/// within ~45 µs and the engine learns them at its next poll, which waits
+/// behind the binds of a burst: at 128 the runs stopped for 0.4-1.1 ms at a
+/// time until it caught up (the chain's stage stamps on the H200, session
+/// 34); 256 kept the chain at 1.44-1.62x against 1.52-2.26x, and 1024 lost
+/// (1.72x, 1.99x: longer walks). docs/program-speed.md, "Runs between the
+/// core's polls".
+pub const ENDED_WAITING_MAX: usize = 8 * DEEP_MAX;
 
 /// A kernel queued natively behind a kernel itself queued publishes its end
 /// in host memory one time in this many (module doc, "Fewer end writes").
