@@ -19,10 +19,9 @@
 //! (`hold`): still only inside the message's handling, so lockstep holds,
 //! and it ends as soon as the daemon sends anything else.
 //!
-//! **Between messages** (`device_host/between.rs`; `GPUMUX_DEEPEN_BETWEEN=0` turns it
-//! off), it looks at its device's runs of
-//! kernels queued natively when an end landed, after a message and while
-//! no message waits: their ends seen from host memory, the runs on by a
+//! **Between messages** (`device_host/between.rs`; `GPUMUX_DEEPEN_BETWEEN=0`
+//! turns it off), it looks at its device's runs of kernels queued natively
+//! when an end landed, after a message and while no message waits: their ends seen from host memory, the runs on by a
 //! few kernels. No event and no answer: the device still sees commands and
 //! polls in the daemon's order, launches end only at polls, and the ends a
 //! look saw go with the next poll's answer.

@@ -1,5 +1,5 @@
 //! Runs that go on between the daemon's polls (issue 35; gpumuxd's device
-//! process asks, with `GPUMUX_DEEPEN_BETWEEN=1`).
+//! process asks by default, unless `GPUMUX_DEEPEN_BETWEEN=0`).
 //!
 //! **Why.** A run of kernels queued natively ([`super::ahead`], "Deep") holds
 //! a launch record per kernel not seen ended, and gets records back only
