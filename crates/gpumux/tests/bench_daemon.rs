@@ -113,6 +113,19 @@ fn the_programs_run_through_the_daemon_on_the_simulated_gpu_with_their_checks_sk
     }
 }
 
+/// `--programs` runs the programs it names and no other (a profile of one
+/// needs a long run of it alone).
+#[test]
+fn only_the_programs_named_run() {
+    let out = quick_bench(&["--device", "sim:h100", "--only", "programs", "--programs", "chain"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.lines().any(|l| l.starts_with("chain: gpumux ppq-even-drain ")), "no chain row:\n{stdout}");
+    for program in ["stencil", "copy, pageable", "copy, pinned"] {
+        assert!(!stdout.lines().any(|l| l.starts_with(&format!("{program}: "))), "`{program}` ran:\n{stdout}");
+    }
+}
+
 /// The copy-beside experiment on the simulated GPU: the chain alone, then
 /// beside a client copying 64 MiB round after round from a `Vec` and from a
 /// `HostBuffer`, through the default daemon. The copier's checks pass (a
@@ -159,7 +172,7 @@ fn the_copy_beside_experiment_runs_on_the_simulated_gpu_and_every_copier_round_c
 /// is known.
 #[test]
 fn bad_bench_arguments_are_refused_before_anything_runs() {
-    let cases: [(&[&str], &str); 13] = [
+    let cases: [(&[&str], &str); 14] = [
         (&["--corun-policies", "ppq-even-drain,warp-drive"], "unknown policy `warp-drive`; known: fcfs"),
         (&["--priority-policies", "ppq-even-drain+own"], "unknown `+own` (known: +own-sms"),
         (
@@ -176,6 +189,7 @@ fn bad_bench_arguments_are_refused_before_anything_runs() {
         (&["--program-copy-mib", "0"], "invalid value '0' for '--program-copy-mib"),
         (&["--copy-beside-reps", "0"], "invalid value '0' for '--copy-beside-reps"),
         (&["--copy-beside-rounds", "0"], "invalid value '0' for '--copy-beside-rounds"),
+        (&["--programs", "chain,wavefront"], "invalid value 'wavefront' for '--programs"),
     ];
     for (args, want) in cases {
         let out = quick_bench(&[&["--device", "sim:h100"], args].concat());

@@ -510,7 +510,7 @@ impl Bench {
                 overhead.native_launches_per_s = Some(rate_of(&r)?);
             }
             if self.wants("programs") {
-                for p in programs::native_programs(self.program_sizes()) {
+                for p in self.chosen(programs::native_programs(self.program_sizes())) {
                     let r = self.program_setting(p, "native", Mode::Native, &env)?;
                     program_rows.push((p, ProgramRow::of(p.name(), "native".into(), &r)));
                 }
@@ -620,7 +620,7 @@ impl Bench {
                 overhead.breakdown_rates.push((label.clone(), k, rate_of(&r)?));
             }
             if self.wants("programs") && *c == default {
-                for p in programs::daemon_programs(self.program_sizes()) {
+                for p in self.chosen(programs::daemon_programs(self.program_sizes())) {
                     let r = self.program_setting(p, &label, Mode::Daemon, &env)?;
                     program_rows.push((p, ProgramRow::of(p.name(), label.clone(), &r)));
                 }
@@ -810,6 +810,11 @@ impl Bench {
 
     fn loop_job(&self, k: LoopKernel, launches: &BTreeMap<LoopKernel, u32>) -> Job {
         Job::Loop { kernel: k, launches: launches.get(&k).copied().unwrap_or(1) }
+    }
+
+    /// Those of `all` that `--programs` names.
+    fn chosen(&self, all: Vec<Program>) -> Vec<Program> {
+        all.into_iter().filter(|p| self.args.programs.contains(&p.kind())).collect()
     }
 
     /// The programs' sizes (`--quick`, `--program-copy-mib`).

@@ -111,6 +111,12 @@ pub struct DaemonBenchArgs {
     /// How long each co-run kernel runs alone, seconds (above 0, at most 3600).
     #[arg(long, default_value_t = 2.0, value_parser = corun_seconds)]
     pub corun_seconds: f64,
+    /// The programs of the programs experiment (comma-separated: chain,
+    /// stencil, copy). One alone makes a long run of it to profile: each
+    /// repetition is checked, and the stencil's check of its 256 MiB output
+    /// took over 0.1 s a repetition on the H200 machine.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "chain,stencil,copy")]
+    pub programs: Vec<programs::ProgramKind>,
     /// Timed repetitions of each program of the programs experiment (the
     /// table gives their median, min and max; --quick: at most 2).
     #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=1000))]

@@ -74,7 +74,28 @@ pub enum Program {
     Copy { host: HostMemory, bytes: u64 },
 }
 
+/// A program as `gpumux bench daemon --programs` names it: a copy is both
+/// of its host memories.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProgramKind {
+    /// [`Program::Chain`].
+    Chain,
+    /// [`Program::Stencil`].
+    Stencil,
+    /// [`Program::Copy`], from every host memory.
+    Copy,
+}
+
 impl Program {
+    /// Which of `--programs` it is.
+    pub fn kind(self) -> ProgramKind {
+        match self {
+            Program::Chain { .. } => ProgramKind::Chain,
+            Program::Stencil { .. } => ProgramKind::Stencil,
+            Program::Copy { .. } => ProgramKind::Copy,
+        }
+    }
+
     /// Its name in tables: `chain`, `stencil`, `copy, pinned`.
     pub fn name(self) -> String {
         match self {
