@@ -215,9 +215,9 @@ pub const UNTIMED_WAVE_NS: f64 = SHORT_LAUNCH_NS;
 /// behind the binds of a burst: at 128 the runs stopped for 0.4-1.1 ms at a
 /// time until it caught up (the chain's stage stamps on the H200, session
 /// 34). With 256 the chain took 1.44-1.62x native in six runs (128: 2.26x
-/// and 1.52x; the looks off: 1.61-1.86x); 1024 lost (1.72x, 1.99x: a poll's
-/// walk goes through every kernel seen ended). docs/program-speed.md, "Runs
-/// between the core's polls".
+/// and 1.52x; the looks off: 1.61-1.86x); 1024 lost in two runs (1.72x,
+/// 1.99x; not explained). docs/program-speed.md, "Runs between the core's
+/// polls".
 pub const ENDED_WAITING_MAX: usize = 8 * DEEP_MAX;
 
 /// A kernel queued natively behind a kernel itself queued publishes its end
