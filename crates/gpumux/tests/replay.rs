@@ -233,6 +233,9 @@ fn within_five_percent(r: &serde_json::Value) -> Result<(), String> {
     Ok(())
 }
 
+/// Recordings the test below makes before it gives up.
+const ATTEMPTS: u32 = 5;
+
 /// The sim recorded alone and together, then replayed: each client's
 /// simulated turnaround, alone and shared, within 5 % of the recorded one,
 /// and ANTT and STP too (measured on an idle 2-core host: 25 attempts of 25
@@ -243,9 +246,6 @@ fn within_five_percent(r: &serde_json::Value) -> Result<(), String> {
 /// in one attempt in three, a copy or an end seen up to 8 ms late) is recorded
 /// again, up to five times in all; each attempt's table is printed, and a
 /// failure gives the host's load.
-/// Recordings made before the test gives up (above).
-const ATTEMPTS: u32 = 5;
-
 #[test]
 fn the_simulator_replays_a_recording_of_itself_within_a_few_percent() {
     let _one = one_at_a_time();
