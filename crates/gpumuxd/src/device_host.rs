@@ -21,13 +21,14 @@
 //!
 //! **Between messages** (`device_host/between.rs`; `GPUMUX_DEEPEN_BETWEEN=0`
 //! turns it off), it looks at its device's runs of kernels queued natively
-//! when an end landed, after a message and while no message waits: their ends seen from host memory, the runs on by a
-//! few kernels. No event and no answer: the device still sees commands and
-//! polls in the daemon's order, launches end only at polls, and the ends a
-//! look saw go with the next poll's answer.
+//! when an end landed, after a message and while no message waits: their
+//! ends seen from host memory, the runs on by a few kernels. No event and no
+//! answer: the device still sees commands and polls in the daemon's order,
+//! launches end only at polls, and the ends a look saw go with the next
+//! poll's answer.
 //!
-//! A `Retire` (unless the daemon's `GPUMUX_RETIRE_ANSWERED=0`) is an answered launch
-//! command and its operation's unbind at once: the device drops what it kept
+//! A `Retire` (unless the daemon's `GPUMUX_RETIRE_ANSWERED=0`) is an answered
+//! launch command and its operation's unbind at once: the device drops what it kept
 //! of the kernel it had seen end ([`Backend::retire_answered`]), with no
 //! launch and no event; counted, and the count logged at close.
 
